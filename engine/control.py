@@ -1,0 +1,38 @@
+"""The one control interface through which the UI, signal handlers and (later) other
+processes steer a run, and the session shape a front end drives.
+
+Front ends never reach into the pipeline; they call these methods and watch events.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from engine.events import EventBus, RunStatus
+
+
+class Control(Protocol):
+    @property
+    def paused(self) -> bool: ...
+
+    def pause(self, reason: str = "paused by user") -> None:
+        """No new rollouts start; in-flight ones finish; the trainer finishes its step."""
+
+    def resume(self) -> None: ...
+
+    def request_checkpoint(self) -> None:
+        """Save a full checkpoint (with optimizer state) after the current step."""
+
+    def stop(self, reason: str = "stopped by user") -> None:
+        """Graceful stop: no new rollouts, finish the step, checkpoint, flush, return."""
+
+
+class Session(Protocol):
+    """A run as a front end sees it: events out, commands in, and a coroutine to drive it."""
+
+    events: EventBus
+    control: Control
+
+    async def run(self) -> RunStatus:
+        """Run to the end (or until stopped); returns how it ended."""
+        ...

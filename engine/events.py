@@ -1,0 +1,132 @@
+"""Typed events the engine emits, and the bus that carries them.
+
+The engine only *publishes*; the UI, the headless reporter and the store only *subscribe*.
+That one-way flow is what lets the same engine run with or without a terminal.
+Every event carries the time at which it happened, taken from the injected clock, so a
+replayed list of events draws the same dashboard every time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+logger = logging.getLogger(__name__)
+
+DiscardReason = Literal["stale", "zero_variance", "error"]
+RunState = Literal["starting", "running", "paused", "stopping", "finished"]
+RunStatus = Literal["completed", "stopped", "failed"]
+CheckpointKind = Literal["state", "sampler"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Event:
+    """Base of every engine event. `time` is seconds on the engine's clock."""
+
+    time: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunStarted(Event):
+    run_id: str
+    name: str
+    backend: str
+    base_model: str
+    max_steps: int
+    start_step: int
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GroupSampled(Event):
+    """A group of rollouts of one scenario finished and was queued for training."""
+
+    group_id: int
+    scenario_id: str
+    policy_version: int
+    num_trajectories: int
+    num_tokens: int
+    reward_mean: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GroupDiscarded(Event):
+    """A group was dropped instead of trained; `reason` says why."""
+
+    group_id: int
+    scenario_id: str
+    reason: DiscardReason
+    policy_version: int
+    trainer_version: int
+    num_tokens: int
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepTrained(Event):
+    """One optimizer step finished; `policy_version` is the version it produced."""
+
+    step: int
+    policy_version: int
+    metrics: Mapping[str, float]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointSaved(Event):
+    step: int
+    kind: CheckpointKind
+    name: str
+    path: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunStateChanged(Event):
+    """The pipeline moved to a new state (paused by the user, stopping, ...)."""
+
+    state: RunState
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LogEmitted(Event):
+    level: str
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunFinished(Event):
+    status: RunStatus
+    final_step: int
+    reason: str = ""
+
+
+Handler = Callable[[Event], None]
+
+
+class EventBus:
+    """Synchronous fan-out of events to subscribers, on the event loop's thread.
+
+    Handlers must be quick (append to a model, put on a queue). A handler that raises is
+    logged and skipped so one broken consumer cannot stop training.
+    """
+
+    def __init__(self) -> None:
+        self._handlers: list[Handler] = []
+
+    def subscribe(self, handler: Handler) -> Callable[[], None]:
+        self._handlers.append(handler)
+
+        def unsubscribe() -> None:
+            if handler in self._handlers:
+                self._handlers.remove(handler)
+
+        return unsubscribe
+
+    def publish(self, event: Event) -> None:
+        for handler in list(self._handlers):
+            try:
+                handler(event)
+            except Exception:
+                logger.exception("event handler %r failed on %s", handler, type(event).__name__)
