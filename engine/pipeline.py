@@ -1,0 +1,319 @@
+"""The async pipeline: rollout workers feed a queue, the trainer drains it, both overlap.
+
+Workers sample while the trainer trains, so neither waits for the other. Every group is
+stamped with the policy version that sampled it. Staleness is paced first (a worker does
+not start a group while enough work is already queued or in flight to fill the batches the
+trainer can still use) and enforced at dequeue: a group more than `max_steps_off_policy`
+versions behind the trainer is discarded and counted. The pipeline is also the run's
+`Control`: pause, resume, checkpoint now and stop act on it directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from engine.backend import Policy
+from engine.clock import Clock
+from engine.config import RunConfig
+from engine.events import (
+    CheckpointSaved,
+    EventBus,
+    GroupDiscarded,
+    GroupSampled,
+    LogEmitted,
+    RunStateChanged,
+    RunStatus,
+    StepTrained,
+)
+from engine.task import Scenario, Task
+from engine.trajectory import Trajectory, TrajectoryError, TrajectoryGroup
+
+
+class Pipeline:
+    def __init__(
+        self,
+        *,
+        config: RunConfig,
+        task: Task,
+        policy: Policy,
+        client_factory: Callable[[], Any],
+        model_name: str,
+        bus: EventBus,
+        clock: Clock,
+        rng: random.Random,
+        start_step: int = 0,
+    ) -> None:
+        self.config = config
+        self.task = task
+        self.policy = policy
+        self.model_name = model_name
+        self.bus = bus
+        self.clock = clock
+        self.step = start_step
+        self._client_factory = client_factory
+        self._scenarios = iter(task.scenarios(rng))
+        self._group_ids = itertools.count()
+        self._queue: asyncio.Queue[TrajectoryGroup] = asyncio.Queue()
+        self._in_flight = 0
+        self._paused = False
+        self._pause_reason = ""
+        self._stopping = False
+        self._checkpoint_requested = False
+        self._wake = asyncio.Event()
+        self._stop_event = asyncio.Event()
+        self._discards_this_step: dict[str, int] = {"stale": 0, "zero_variance": 0, "error": 0}
+        self._rollouts_since_step = 0
+        self._last_step_end: float | None = None
+        self._last_checkpoint_step: int | None = None
+
+    # ------------------------------------------------------------------ control
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def pause(self, reason: str = "paused by user") -> None:
+        if self._paused or self._stopping:
+            return
+        self._paused = True
+        self._pause_reason = reason
+        self._emit(RunStateChanged(time=self.clock.now(), state="paused", reason=reason))
+        self.log("info", f"paused: {reason}; in-flight rollouts will finish")
+
+    def resume(self) -> None:
+        if not self._paused or self._stopping:
+            return
+        self._paused = False
+        self._emit(RunStateChanged(time=self.clock.now(), state="running", reason="resumed"))
+        self.log("info", "resumed")
+        self._wake.set()
+
+    def request_checkpoint(self) -> None:
+        self._checkpoint_requested = True
+        self.log("info", "checkpoint requested; it is written after the current step")
+        self._wake.set()
+
+    def stop(self, reason: str = "stopped by user") -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        self._emit(RunStateChanged(time=self.clock.now(), state="stopping", reason=reason))
+        self.log("info", f"stopping ({reason}): no new rollouts; finishing the current step")
+        self._stop_event.set()
+        self._wake.set()
+
+    # ------------------------------------------------------------------ events
+    def _emit(self, event: Any) -> None:
+        self.bus.publish(event)
+
+    def log(self, level: str, message: str) -> None:
+        self._emit(LogEmitted(time=self.clock.now(), level=level, message=message))
+
+    # ------------------------------------------------------------------ run
+    async def run(self) -> RunStatus:
+        """Run workers and trainer until max_steps or a stop; returns how it ended."""
+        self._emit(RunStateChanged(time=self.clock.now(), state="running"))
+        self._last_step_end = self.clock.now()
+        workers = [asyncio.create_task(self._worker(), name=f"rollout-worker-{i}")
+                   for i in range(self.config.rollout_workers)]
+        try:
+            await self._train_loop()
+        finally:
+            self._stopping = True
+            self._wake.set()
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+        await self._checkpoint("final")
+        return "completed" if self.step >= self.config.max_steps else "stopped"
+
+    # ------------------------------------------------------------------ workers
+    def _capacity(self) -> int:
+        """Groups that may be queued or in flight without outliving the staleness bound."""
+        return self.config.groups_per_step * (self.config.max_steps_off_policy + 1)
+
+    def _may_start_group(self) -> bool:
+        return (not self._paused and not self._stopping
+                and self._in_flight + self._queue.qsize() < self._capacity())
+
+    async def _worker(self) -> None:
+        client = self._client_factory()
+        while not self._stopping:
+            while not self._may_start_group():
+                if self._stopping:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+            scenario = next(self._scenarios)
+            group_id = next(self._group_ids)
+            self._in_flight += 1
+            try:
+                group = await self._sample_group(client, group_id, scenario)
+            finally:
+                self._in_flight -= 1
+                self._wake.set()
+            if group is not None:
+                await self._queue.put(group)
+
+    async def _sample_group(self, client: Any, group_id: int,
+                            scenario: Scenario) -> TrajectoryGroup | None:
+        started = self.clock.now()
+        results = await asyncio.gather(
+            *(self._rollout(client, scenario) for _ in range(self.config.group_size)),
+            return_exceptions=True,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            if any(isinstance(e, asyncio.CancelledError) for e in errors):
+                raise asyncio.CancelledError
+            error = errors[0]
+            detail = f"{type(error).__name__}: {error}"
+            self._discard_counts("error")
+            self._emit(GroupDiscarded(
+                time=self.clock.now(), group_id=group_id, scenario_id=scenario.id,
+                reason="error", policy_version=self.policy.version,
+                trainer_version=self.policy.version, num_tokens=0, detail=detail))
+            tb = "".join(traceback.format_exception(error)).rstrip()
+            self.log("error", f"rollout of scenario {scenario.id} failed "
+                              f"({len(errors)}/{len(results)}): {detail}\n{tb}")
+            return None
+        trajectories: tuple[Trajectory, ...] = tuple(results)  # type: ignore[arg-type]
+        group = TrajectoryGroup(group_id=group_id, scenario_id=scenario.id,
+                                trajectories=trajectories, started_at=started,
+                                finished_at=self.clock.now())
+        self._rollouts_since_step += len(trajectories)
+        self._emit(GroupSampled(
+            time=group.finished_at, group_id=group_id, scenario_id=scenario.id,
+            policy_version=group.policy_version, num_trajectories=len(trajectories),
+            num_tokens=group.num_tokens, reward_mean=group.reward_mean))
+        return group
+
+    async def _rollout(self, client: Any, scenario: Scenario) -> Trajectory:
+        trajectory = await self.task.rollout(client, self.model_name, scenario)
+        if not isinstance(trajectory, Trajectory):
+            raise TrajectoryError(
+                f"the rollout of task {self.task.name!r} returned "
+                f"{type(trajectory).__name__}, expected a Trajectory")
+        return trajectory
+
+    # ------------------------------------------------------------------ trainer
+    def _discard_counts(self, reason: str) -> None:
+        self._discards_this_step[reason] += 1
+
+    async def _next_group(self) -> TrajectoryGroup | None:
+        """The next queued group, or None once a stop is requested."""
+        if self._stopping:
+            return None
+        getter = asyncio.ensure_future(self._queue.get())
+        stopper = asyncio.ensure_future(self._stop_event.wait())
+        done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        if getter in done:
+            self._wake.set()
+            return getter.result()
+        getter.cancel()
+        return None
+
+    async def _collect_batch(self) -> list[TrajectoryGroup] | None:
+        batch: list[TrajectoryGroup] = []
+        while len(batch) < self.config.groups_per_step:
+            group = await self._next_group()
+            if group is None:
+                return None
+            staleness = self.policy.version - group.policy_version
+            if staleness > self.config.max_steps_off_policy:
+                self._discard_counts("stale")
+                self._emit(GroupDiscarded(
+                    time=self.clock.now(), group_id=group.group_id, scenario_id=group.scenario_id,
+                    reason="stale", policy_version=group.policy_version,
+                    trainer_version=self.policy.version, num_tokens=group.num_tokens,
+                    detail=f"{staleness} steps off policy (limit "
+                           f"{self.config.max_steps_off_policy})"))
+                continue
+            if not group.has_variance():
+                # Counted in the batch (its rewards are real) but carries no gradient.
+                self._discard_counts("zero_variance")
+                self._emit(GroupDiscarded(
+                    time=self.clock.now(), group_id=group.group_id, scenario_id=group.scenario_id,
+                    reason="zero_variance", policy_version=group.policy_version,
+                    trainer_version=self.policy.version, num_tokens=group.num_tokens,
+                    detail=f"all rewards {group.rewards[0]:g}"))
+            batch.append(group)
+        return batch
+
+    async def _train_loop(self) -> None:
+        while self.step < self.config.max_steps and not self._stopping:
+            wait_started = self.clock.now()
+            batch = await self._collect_batch()
+            if batch is None:
+                return
+            train_started = self.clock.now()
+            trainable = [g for g in batch if g.has_variance()]
+            datums = self.policy.build_datums(trainable)
+            version_before = self.policy.version
+            metrics: dict[str, float] = {}
+            if datums:
+                result = await self.policy.train(datums, loss_fn=self.config.loss_fn,
+                                                 learning_rate=self.config.learning_rate)
+                metrics.update(result.metrics)
+                metrics["train/num_datums"] = result.num_datums
+                metrics["train/tokens"] = result.num_tokens
+            else:
+                metrics["train/skipped"] = 1.0
+                self.log("warning", f"step {self.step + 1}: every group had equal rewards; "
+                                    "no gradient this step")
+            self.step += 1
+            now = self.clock.now()
+            metrics.update(self._step_metrics(batch, version_before, wait_started,
+                                              train_started, now))
+            self._emit(StepTrained(time=now, step=self.step, policy_version=self.policy.version,
+                                   metrics=metrics))
+            if self._checkpoint_requested or (
+                    self.config.checkpoint_every
+                    and self.step % self.config.checkpoint_every == 0
+                    and self.step < self.config.max_steps):
+                await self._checkpoint("requested" if self._checkpoint_requested else "periodic")
+
+    def _step_metrics(self, batch: list[TrajectoryGroup], version_before: int,
+                      wait_started: float, train_started: float, now: float) -> dict[str, float]:
+        rewards = [r for g in batch for r in g.rewards]
+        staleness = [version_before - g.policy_version for g in batch]
+        elapsed = max(now - (self._last_step_end or now), 1e-9)
+        metrics = {
+            "reward/mean": sum(rewards) / len(rewards),
+            "reward/min": min(rewards),
+            "reward/max": max(rewards),
+            "async/staleness_mean": sum(staleness) / len(staleness),
+            "async/staleness_max": float(max(staleness)),
+            "async/queue_depth": float(self._queue.qsize()),
+            "time/step": elapsed,
+            "time/wait_batch": train_started - wait_started,
+            "time/train": now - train_started,
+            "throughput/rollouts_per_s": self._rollouts_since_step / elapsed,
+            "optim/lr": self.config.learning_rate,
+        }
+        for reason, count in self._discards_this_step.items():
+            metrics[f"discarded/{reason}"] = float(count)
+        self._discards_this_step = dict.fromkeys(self._discards_this_step, 0)
+        self._rollouts_since_step = 0
+        self._last_step_end = now
+        return metrics
+
+    async def _checkpoint(self, why: str) -> None:
+        self._checkpoint_requested = False
+        if self._last_checkpoint_step == self.step:
+            return
+        self._last_checkpoint_step = self.step
+        name = f"step-{self.step:06d}"
+        path = await self.policy.save_state(name)
+        self._emit(CheckpointSaved(time=self.clock.now(), step=self.step, kind="state",
+                                   name=name, path=path))
+        self.log("info", f"checkpoint {name} saved ({why}): {path}")

@@ -1,0 +1,150 @@
+"""What a rollout produces: the exact sampled tokens of every assistant turn, and a reward.
+
+The trainer never re-tokenizes text. Each completion the in-process server returns carries
+its prompt token ids, sampled token ids, their logprobs and the policy version that made
+them (extension fields on each choice, see `engine.server`); a rollout hands those back by
+passing the choices it got to `Trajectory.from_choices`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class TrajectoryError(ValueError):
+    """A rollout returned something the trainer cannot use; the message says what."""
+
+
+@dataclass(frozen=True, slots=True)
+class SampledTurn:
+    """One assistant completion exactly as sampled."""
+
+    prompt_tokens: tuple[int, ...]
+    tokens: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    policy_version: int
+
+    def __post_init__(self) -> None:
+        if len(self.tokens) != len(self.logprobs):
+            raise TrajectoryError(
+                f"a sampled turn has {len(self.tokens)} tokens but {len(self.logprobs)} logprobs"
+            )
+
+    @classmethod
+    def from_choice(cls, choice: Any) -> SampledTurn:
+        """Read the extension fields the in-process server adds to every choice."""
+        data = choice if isinstance(choice, dict) else _extra_fields(choice)
+        try:
+            return cls(
+                prompt_tokens=tuple(int(t) for t in data["prompt_token_ids"]),
+                tokens=tuple(int(t) for t in data["token_ids"]),
+                logprobs=tuple(float(x) for x in data["token_logprobs"]),
+                policy_version=int(data["policy_version"]),
+            )
+        except (KeyError, TypeError) as exc:
+            raise TrajectoryError(
+                "a choice without sampled tokens: pass the choices returned by this run's "
+                f"server (missing {exc})"
+            ) from None
+
+
+def _extra_fields(choice: Any) -> dict[str, Any]:
+    extra = getattr(choice, "model_extra", None)
+    if extra:
+        return extra
+    return {name: getattr(choice, name, None) for name in
+            ("prompt_token_ids", "token_ids", "token_logprobs", "policy_version")}
+
+
+@dataclass(frozen=True, slots=True)
+class Trajectory:
+    """A scored episode: every assistant turn sampled during it, and its reward."""
+
+    turns: tuple[SampledTurn, ...]
+    reward: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.reward, bool) or not isinstance(self.reward, int | float):
+            raise TrajectoryError(f"reward must be a number, got {type(self.reward).__name__}")
+        if not math.isfinite(self.reward):
+            raise TrajectoryError(f"reward must be a finite number, got {self.reward!r}")
+        if not self.turns:
+            raise TrajectoryError("a trajectory needs at least one sampled assistant turn")
+
+    @classmethod
+    def from_choices(cls, choices: Iterable[Any], reward: float, **metrics: float) -> Trajectory:
+        return cls(turns=tuple(SampledTurn.from_choice(c) for c in choices),
+                   reward=reward, metrics=dict(metrics))
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(t.tokens) for t in self.turns)
+
+    @property
+    def policy_version(self) -> int:
+        """The oldest policy that contributed a token: what staleness is measured from."""
+        return min(t.policy_version for t in self.turns)
+
+
+@dataclass(frozen=True, slots=True)
+class TrajectoryGroup:
+    """Several rollouts of one scenario; advantages are relative to the group."""
+
+    group_id: int
+    scenario_id: str
+    trajectories: tuple[Trajectory, ...]
+    started_at: float
+    finished_at: float
+
+    @property
+    def policy_version(self) -> int:
+        return min(t.policy_version for t in self.trajectories)
+
+    @property
+    def rewards(self) -> list[float]:
+        return [t.reward for t in self.trajectories]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(t.num_tokens for t in self.trajectories)
+
+    @property
+    def reward_mean(self) -> float:
+        return sum(self.rewards) / len(self.trajectories)
+
+    def advantages(self) -> list[float]:
+        """Group-relative advantages: reward minus the group's mean reward."""
+        mean = self.reward_mean
+        return [r - mean for r in self.rewards]
+
+    def has_variance(self) -> bool:
+        rewards = self.rewards
+        return max(rewards) - min(rewards) > 1e-9
+
+
+def turn_to_datum_arrays(turn: SampledTurn, advantage: float) -> dict[str, Sequence[Any]]:
+    """The per-token arrays of one training example for an assistant turn.
+
+    Tinker's convention: model_input is the full sequence minus its last token and every
+    per-token input has the same length; prompt positions get advantage 0 and logprob 0,
+    so only sampled tokens are trained.
+    """
+    full = list(turn.prompt_tokens) + list(turn.tokens)
+    n_prompt = len(turn.prompt_tokens)
+    length = len(full) - 1
+    logprobs = [0.0] * length
+    advantages = [0.0] * length
+    for j, lp in enumerate(turn.logprobs):
+        position = n_prompt - 1 + j
+        logprobs[position] = lp
+        advantages[position] = advantage
+    return {
+        "model_input": full[:-1],
+        "target_tokens": full[1:],
+        "logprobs": logprobs,
+        "advantages": advantages,
+    }
