@@ -1,0 +1,789 @@
+"""The run store: every engine event, persisted to SQLite without blocking the event loop.
+
+`RunStore.handle` is an `EventBus` subscriber. It only stamps the event with the run it belongs
+to and appends it to an in-memory queue; one writer task drains the queue and writes everything
+queued at that moment (up to `max_batch` events) in one transaction, so a burst of thousands of
+events costs a handful of commits. SQLite itself runs in aiosqlite's thread.
+
+Events other than `RunStarted` carry no run id: they belong to the run of the most recent
+`RunStarted` handed to this store. A `LogEmitted` before any run is stored with a NULL run id;
+any other event before the first `RunStarted` is dropped (and counted in `dropped`).
+
+The file is never overwritten: a file that is not SQLite, a SQLite database of another
+application, a store written by a newer version of this code, or a database another writer
+keeps locked makes `RunStore.open` raise `StoreError` naming the file, before anything is
+written to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from engine.events import (
+    CheckpointSaved,
+    Event,
+    GroupDiscarded,
+    GroupSampled,
+    LogEmitted,
+    RunFinished,
+    RunStarted,
+    RunStateChanged,
+    StepTrained,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Schema version written to `PRAGMA user_version`.
+SCHEMA_VERSION = 1
+#: `PRAGMA application_id` of a tinker-tui run store ("ttui").
+APPLICATION_ID = 0x74747569
+
+_SCHEMA_V1 = """
+CREATE TABLE runs (
+    run_id          TEXT PRIMARY KEY,
+    name            TEXT NOT NULL DEFAULT '',
+    backend         TEXT NOT NULL DEFAULT '',
+    base_model      TEXT NOT NULL DEFAULT '',
+    config          TEXT NOT NULL DEFAULT '{}',
+    status          TEXT NOT NULL DEFAULT 'running',
+    reason          TEXT NOT NULL DEFAULT '',
+    started_at      REAL,
+    ended_at        REAL,
+    max_steps       INTEGER,
+    start_step      INTEGER NOT NULL DEFAULT 0,
+    final_step      INTEGER,
+    groups_sampled  INTEGER NOT NULL DEFAULT 0,
+    tokens_sampled  INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX runs_started_at ON runs (started_at);
+
+CREATE TABLE steps (
+    run_id          TEXT NOT NULL,
+    step            INTEGER NOT NULL,
+    policy_version  INTEGER,
+    time            REAL,
+    metrics         TEXT NOT NULL DEFAULT '{}',
+    UNIQUE (run_id, step)
+);
+
+CREATE TABLE checkpoints (
+    id              INTEGER PRIMARY KEY,
+    run_id          TEXT NOT NULL,
+    step            INTEGER NOT NULL,
+    kind            TEXT NOT NULL,
+    name            TEXT NOT NULL,
+    path            TEXT NOT NULL,
+    time            REAL
+);
+CREATE INDEX checkpoints_run ON checkpoints (run_id, kind, step);
+
+CREATE TABLE discarded_groups (
+    id              INTEGER PRIMARY KEY,
+    run_id          TEXT NOT NULL,
+    group_id        INTEGER,
+    scenario_id     TEXT,
+    reason          TEXT NOT NULL,
+    policy_version  INTEGER,
+    trainer_version INTEGER,
+    num_tokens      INTEGER,
+    detail          TEXT NOT NULL DEFAULT '',
+    time            REAL
+);
+CREATE INDEX discarded_groups_run ON discarded_groups (run_id);
+
+CREATE TABLE log (
+    id              INTEGER PRIMARY KEY,
+    run_id          TEXT,
+    time            REAL,
+    level           TEXT NOT NULL,
+    message         TEXT NOT NULL
+);
+CREATE INDEX log_run ON log (run_id, id);
+
+CREATE TABLE run_states (
+    id              INTEGER PRIMARY KEY,
+    run_id          TEXT NOT NULL,
+    time            REAL,
+    state           TEXT NOT NULL,
+    reason          TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX run_states_run ON run_states (run_id, id);
+"""
+
+# Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
+_MIGRATIONS: list[str] = [_SCHEMA_V1]
+
+_SQL_RUN_STARTED = """
+INSERT INTO runs (run_id, name, backend, base_model, config, status, started_at, max_steps,
+                  start_step)
+VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?)
+ON CONFLICT (run_id) DO UPDATE SET
+    name = excluded.name, backend = excluded.backend, base_model = excluded.base_model,
+    config = excluded.config, status = 'running', reason = '', ended_at = NULL,
+    final_step = NULL, max_steps = excluded.max_steps, start_step = excluded.start_step
+"""
+_SQL_RUN_FINISHED = (
+    "UPDATE runs SET status = ?, reason = ?, ended_at = ?, final_step = ? WHERE run_id = ?"
+)
+_SQL_STEP = """
+INSERT INTO steps (run_id, step, policy_version, time, metrics) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (run_id, step) DO UPDATE SET
+    policy_version = excluded.policy_version, time = excluded.time, metrics = excluded.metrics
+"""
+_SQL_CHECKPOINT = (
+    "INSERT INTO checkpoints (run_id, step, kind, name, path, time) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_SQL_DISCARDED = """
+INSERT INTO discarded_groups (run_id, group_id, scenario_id, reason, policy_version,
+                              trainer_version, num_tokens, detail, time)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_SQL_LOG = "INSERT INTO log (run_id, time, level, message) VALUES (?, ?, ?, ?)"
+_SQL_STATE = "INSERT INTO run_states (run_id, time, state, reason) VALUES (?, ?, ?, ?)"
+_SQL_GROUPS = (
+    "UPDATE runs SET groups_sampled = groups_sampled + ?, tokens_sampled = tokens_sampled + ? "
+    "WHERE run_id = ?"
+)
+# Tables whose rows are independent of each other's order; written with one executemany each.
+_TABLE_SQL = (_SQL_STEP, _SQL_CHECKPOINT, _SQL_DISCARDED, _SQL_LOG, _SQL_STATE)
+
+# sqlite3 errors caused by one row's data: skip the row, keep the batch.
+_ROW_ERRORS = (
+    sqlite3.IntegrityError,
+    sqlite3.InterfaceError,
+    sqlite3.ProgrammingError,
+    sqlite3.DataError,
+    OverflowError,
+    TypeError,
+    ValueError,
+)
+
+
+class StoreError(Exception):
+    """The run store cannot be opened or used (message names the file)."""
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    try:
+        return float(obj)  # numpy / torch scalars
+    except (TypeError, ValueError):
+        return str(obj)
+
+
+_ENCODER = json.JSONEncoder(default=_json_default)  # NaN/inf allowed: json.loads reads them back
+
+
+def _dumps(obj: Any) -> str:
+    return _ENCODER.encode(obj)
+
+
+def _int_or_none(x: Any) -> int | None:
+    return None if x is None else int(x)
+
+
+def _float_or_none(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+def _str(x: Any) -> str:
+    return x if isinstance(x, str) else str(x)
+
+
+class _Batch:
+    """Rows prepared from a batch of events, grouped for few round trips to SQLite."""
+
+    __slots__ = ("runs_ops", "table_rows", "group_counts", "events")
+
+    def __init__(self) -> None:
+        self.runs_ops: list[tuple[str, tuple[Any, ...]]] = []  # order matters: kept as given
+        self.table_rows: dict[str, list[tuple[Any, ...]]] = {sql: [] for sql in _TABLE_SQL}
+        self.group_counts: dict[str, list[int]] = {}  # run_id -> [groups, tokens]
+        self.events = 0
+
+
+class RunStore:
+    """Persists engine events to a SQLite file; see the module docstring."""
+
+    def __init__(
+        self,
+        path: Path,
+        conn: aiosqlite.Connection,
+        *,
+        max_batch: int = 1000,
+        commit_interval: float = 0.05,
+        busy_timeout: float = 5.0,
+    ) -> None:
+        # Use `await RunStore.open(path)`; the constructor does no I/O.
+        self.path = path
+        self._conn: aiosqlite.Connection | None = conn
+        self._max_batch = max(1, int(max_batch))
+        self._commit_interval = max(0.0, float(commit_interval))
+        self._busy_timeout = busy_timeout
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._queue: deque[tuple[str | None, Any]] = deque()
+        self._wake = asyncio.Event()  # the queue is not empty, or we are stopping
+        self._hurry = asyncio.Event()  # flush/close: write now, skip the commit interval
+        self._db_lock = asyncio.Lock()  # one user of the connection at a time
+        self._writer: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._closed = False
+        self._close_done: asyncio.Future[None] | None = None
+        self._enqueued = 0  # events accepted by handle()
+        self._processed = 0  # events the writer has finished with (written or dropped)
+        self._urgent_until = 0  # flush() asked for everything up to this count, no delay
+        self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._last_commit = 0.0
+        self._warned_closed = False
+        self._current_run: str | None = None
+        #: Write transactions committed by the writer (schema setup not counted).
+        self.commits = 0
+        #: Events written (their rows are committed).
+        self.written = 0
+        #: Events that could not be stored (bad event, no run yet, store closed, write failure).
+        self.dropped = 0
+        #: Errors logged by the writer (bad events, rows, failed transactions).
+        self.errors = 0
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | Path,
+        *,
+        start: bool = True,
+        max_batch: int = 1000,
+        commit_interval: float = 0.05,
+        busy_timeout: float = 5.0,
+    ) -> RunStore:
+        """Open (creating if needed) the store at `path` and start its writer task.
+
+        `commit_interval` is the least time between two write transactions while events
+        trickle in (flush/close skip it); `busy_timeout` is how long to wait for another
+        writer's lock, at open and on each write.
+        """
+        path = Path(path).expanduser()
+        if path.is_dir():
+            raise StoreError(f"run store {path} is a directory, not a database file")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the directory for run store {path}: {exc}") from exc
+        try:
+            conn = await aiosqlite.connect(str(path), isolation_level=None, timeout=busy_timeout)
+        except sqlite3.Error as exc:
+            raise _store_error(path, exc) from exc
+        try:
+            conn.row_factory = sqlite3.Row
+            await _prepare_schema(conn, path)
+        except BaseException:
+            await conn.close()
+            raise
+        store = cls(
+            path,
+            conn,
+            max_batch=max_batch,
+            commit_interval=commit_interval,
+            busy_timeout=busy_timeout,
+        )
+        if start:
+            store.start()
+        return store
+
+    def start(self) -> None:
+        """Start the writer task (idempotent). `open` does this unless `start=False`."""
+        if self._closed or self._stopping:
+            raise StoreError(f"run store {self.path} is closed")
+        if self._writer is None:
+            self._writer = self._loop.create_task(self._write_loop(), name="run-store-writer")
+
+    async def __aenter__(self) -> RunStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ events in
+
+    @property
+    def current_run_id(self) -> str | None:
+        """The run that events handed to `handle` now belong to."""
+        return self._current_run
+
+    @property
+    def pending(self) -> int:
+        """Events handed to `handle` and not yet committed or dropped."""
+        return self._enqueued - self._processed
+
+    def handle(self, event: Event) -> None:
+        """EventBus subscriber: queue `event` for the writer. Never blocks, never does I/O."""
+        if threading.get_ident() != self._loop_thread:
+            self._loop.call_soon_threadsafe(self.handle, event)
+            return
+        if self._stopping or self._closed:
+            self.dropped += 1
+            if not self._warned_closed:
+                self._warned_closed = True
+                logger.warning(
+                    "run store %s is closed; dropping %s", self.path, type(event).__name__
+                )
+            return
+        if isinstance(event, RunStarted):
+            self._current_run = event.run_id
+        self._queue.append((self._current_run, event))
+        self._enqueued += 1
+        self._wake.set()
+
+    async def flush(self) -> None:
+        """Wait until every event handed to `handle` before this call is committed (or dropped)."""
+        target = self._enqueued
+        if self._processed >= target:
+            return
+        if self._writer is None:
+            raise StoreError(f"run store {self.path}: writer not started (call start())")
+        if self._writer.done():
+            raise StoreError(f"run store {self.path}: writer task has stopped")
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._flush_waiters.append((target, fut))
+        self._urgent_until = max(self._urgent_until, target)
+        self._wake.set()
+        self._hurry.set()
+        # If the writer dies while we wait, don't hang.
+        done, _ = await asyncio.wait({fut, self._writer}, return_when=asyncio.FIRST_COMPLETED)
+        if fut not in done:
+            fut.cancel()
+            if self._processed < target:
+                raise StoreError(f"run store {self.path}: writer stopped before flushing")
+
+    async def close(self) -> None:
+        """Flush, stop the writer and close the connection. Safe to call more than once."""
+        if self._close_done is not None:
+            await asyncio.shield(self._close_done)
+            return
+        done = self._close_done = self._loop.create_future()
+        try:
+            self._stopping = True
+            self._wake.set()
+            self._hurry.set()
+            if self._writer is not None:
+                try:
+                    # Shielded: cancelling close() must not kill the writer mid-transaction.
+                    await asyncio.shield(self._writer)
+                except asyncio.CancelledError:
+                    if not self._writer.cancelled():
+                        raise  # close() itself was cancelled
+                    logger.warning("run store %s: writer was cancelled", self.path)
+            await self._drain_all()  # leftovers if the writer was cancelled or never started
+            self._resolve_waiters(force=True)
+            if self._conn is not None:
+                conn, self._conn = self._conn, None
+                try:
+                    await conn.close()
+                except sqlite3.Error:
+                    logger.exception("closing run store %s failed", self.path)
+            self._closed = True
+            done.set_result(None)
+        except BaseException:
+            # Not closed: let a later close() try again.
+            self._close_done = None
+            done.cancel()
+            raise
+
+    # ------------------------------------------------------------------ writer
+
+    async def _write_loop(self) -> None:
+        while True:
+            if not self._queue:
+                if self._stopping:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if (
+                self._commit_interval > 0
+                and not self._stopping
+                and self._processed >= self._urgent_until
+            ):
+                delay = self._last_commit + self._commit_interval - self._loop.time()
+                if delay > 0:
+                    # Coalesce a trickle of events into one transaction; flush/close cut this short.
+                    self._hurry.clear()
+                    try:
+                        await asyncio.wait_for(self._hurry.wait(), delay)
+                    except TimeoutError:
+                        pass
+            await self._write_some()
+
+    async def _drain_all(self) -> None:
+        while self._queue:
+            await self._write_some()
+
+    async def _write_some(self) -> None:
+        n = min(len(self._queue), self._max_batch)
+        items = [self._queue.popleft() for _ in range(n)]
+        try:
+            batch = await self._prepare(items)
+            await self._write_batch(batch)
+        except Exception:  # never let the writer die
+            self.errors += 1
+            self.dropped += n
+            logger.exception("run store %s: could not write %d events", self.path, n)
+        finally:
+            self._processed += n
+            self._last_commit = self._loop.time()
+            self._resolve_waiters()
+
+    def _resolve_waiters(self, force: bool = False) -> None:
+        keep = []
+        for target, fut in self._flush_waiters:
+            if force or target <= self._processed:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((target, fut))
+        self._flush_waiters = keep
+
+    async def _prepare(self, items: list[tuple[str | None, Any]]) -> _Batch:
+        batch = _Batch()
+        for i, (run_id, event) in enumerate(items):
+            if i and i % 128 == 0:
+                await asyncio.sleep(0)  # keep the loop responsive on big batches
+            try:
+                stored = self._add_event(batch, run_id, event)
+            except Exception:
+                self.errors += 1
+                self.dropped += 1
+                logger.exception("run store: bad event %r; skipped", event)
+                continue
+            if stored:
+                batch.events += 1
+            else:
+                self.dropped += 1
+        return batch
+
+    def _add_event(self, batch: _Batch, run_id: str | None, e: Any) -> bool:
+        """Append the rows for one event; False if it is not stored (not an error)."""
+        if isinstance(e, LogEmitted):
+            batch.table_rows[_SQL_LOG].append(
+                (run_id, _float_or_none(e.time), _str(e.level), _str(e.message))
+            )
+            return True
+        if isinstance(e, RunStarted):
+            batch.runs_ops.append(
+                (
+                    _SQL_RUN_STARTED,
+                    (
+                        _str(e.run_id),
+                        _str(e.name),
+                        _str(e.backend),
+                        _str(e.base_model),
+                        _dumps(dict(e.config)),
+                        _float_or_none(e.time),
+                        _int_or_none(e.max_steps),
+                        int(e.start_step),
+                    ),
+                )
+            )
+            return True
+        if not isinstance(e, Event):
+            raise TypeError(f"not an engine event: {type(e).__name__}")
+        if run_id is None:
+            logger.warning("run store: %s before any RunStarted; dropped", type(e).__name__)
+            return False
+        t = _float_or_none(e.time)
+        if isinstance(e, StepTrained):
+            metrics = {str(k): v for k, v in dict(e.metrics).items()}
+            batch.table_rows[_SQL_STEP].append(
+                (run_id, int(e.step), _int_or_none(e.policy_version), t, _dumps(metrics))
+            )
+        elif isinstance(e, GroupSampled):
+            counts = batch.group_counts.setdefault(run_id, [0, 0])
+            counts[0] += 1
+            counts[1] += int(e.num_tokens)
+        elif isinstance(e, CheckpointSaved):
+            batch.table_rows[_SQL_CHECKPOINT].append(
+                (run_id, int(e.step), _str(e.kind), _str(e.name), _str(e.path), t)
+            )
+        elif isinstance(e, GroupDiscarded):
+            batch.table_rows[_SQL_DISCARDED].append(
+                (
+                    run_id,
+                    _int_or_none(e.group_id),
+                    _str(e.scenario_id),
+                    _str(e.reason),
+                    _int_or_none(e.policy_version),
+                    _int_or_none(e.trainer_version),
+                    _int_or_none(e.num_tokens),
+                    _str(e.detail),
+                    t,
+                )
+            )
+        elif isinstance(e, RunStateChanged):
+            batch.table_rows[_SQL_STATE].append((run_id, t, _str(e.state), _str(e.reason)))
+        elif isinstance(e, RunFinished):
+            batch.runs_ops.append(
+                (
+                    _SQL_RUN_FINISHED,
+                    (_str(e.status), _str(e.reason), t, _int_or_none(e.final_step), run_id),
+                )
+            )
+        else:
+            logger.debug("run store: ignoring %s", type(e).__name__)
+            return False
+        return True
+
+    async def _write_batch(self, batch: _Batch) -> None:
+        if not batch.events:
+            return
+        attempts = 3
+        for attempt in range(1, attempts + 1):
+            try:
+                async with self._db_lock:
+                    bad_rows = await self._transaction(batch)
+                break
+            except sqlite3.OperationalError as exc:
+                if _is_locked(exc) and attempt < attempts:
+                    logger.warning("run store %s is locked; retrying the write", self.path)
+                    await asyncio.sleep(0.1 * attempt)
+                    continue
+                raise
+        self.commits += 1
+        self.written += batch.events - bad_rows
+        self.dropped += bad_rows
+
+    async def _transaction(self, batch: _Batch) -> int:
+        """Write the batch in one transaction; returns the number of rows skipped as bad."""
+        conn = self._require_conn()
+        bad = 0
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, params in batch.runs_ops:
+                if not await self._execute_row(conn, sql, params):
+                    bad += 1
+            for sql, rows in batch.table_rows.items():
+                if rows:
+                    bad += await self._execute_rows(conn, sql, rows)
+            if batch.group_counts:
+                rows = [(g, t, run_id) for run_id, (g, t) in batch.group_counts.items()]
+                await conn.executemany(_SQL_GROUPS, rows)
+            await conn.execute("COMMIT")
+        except BaseException:
+            try:
+                await conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise
+        return bad
+
+    async def _execute_row(self, conn: aiosqlite.Connection, sql: str, params: Any) -> bool:
+        try:
+            cur = await conn.execute(sql, params)
+        except _ROW_ERRORS as exc:
+            self.errors += 1
+            logger.error("run store: row %r not written: %s", params, exc)
+            return False
+        if sql is _SQL_RUN_FINISHED and cur.rowcount == 0:
+            logger.warning("run store: RunFinished for unknown run %r", params[-1])
+        await cur.close()
+        return True
+
+    async def _execute_rows(
+        self, conn: aiosqlite.Connection, sql: str, rows: list[tuple[Any, ...]]
+    ) -> int:
+        await conn.execute("SAVEPOINT rows")
+        try:
+            await conn.executemany(sql, rows)
+        except _ROW_ERRORS:
+            # Find the bad rows one by one; the good ones are still written.
+            await conn.execute("ROLLBACK TO rows")
+            await conn.execute("RELEASE rows")
+            bad = 0
+            for params in rows:
+                if not await self._execute_row(conn, sql, params):
+                    bad += 1
+            return bad
+        await conn.execute("RELEASE rows")
+        return 0
+
+    # ------------------------------------------------------------------ reads
+
+    def _require_conn(self) -> aiosqlite.Connection:
+        if self._conn is None:
+            raise StoreError(f"run store {self.path} is closed")
+        return self._conn
+
+    async def _fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        async with self._db_lock:
+            conn = self._require_conn()
+            return list(await conn.execute_fetchall(sql, tuple(params)))
+
+    async def runs(self) -> list[dict[str, Any]]:
+        """All runs, newest first; `config` is decoded to a dict."""
+        rows = await self._fetchall("SELECT * FROM runs ORDER BY started_at DESC, rowid DESC")
+        return [_run_row(r) for r in rows]
+
+    async def run(self, run_id: str) -> dict[str, Any] | None:
+        rows = await self._fetchall("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+        return _run_row(rows[0]) if rows else None
+
+    async def steps(self, run_id: str) -> list[tuple[int, dict[str, Any]]]:
+        """(step, metrics) for each step of the run, in step order."""
+        rows = await self._fetchall(
+            "SELECT step, metrics FROM steps WHERE run_id = ? ORDER BY step", (run_id,)
+        )
+        return [(r["step"], json.loads(r["metrics"])) for r in rows]
+
+    async def checkpoints(self, run_id: str) -> list[dict[str, Any]]:
+        rows = await self._fetchall(
+            "SELECT run_id, step, kind, name, path, time FROM checkpoints WHERE run_id = ? "
+            "ORDER BY step, id",
+            (run_id,),
+        )
+        return [dict(r) for r in rows]
+
+    async def latest_checkpoint(self, run_id: str, kind: str = "state") -> dict[str, Any] | None:
+        """The checkpoint of `kind` with the highest step (the last saved on ties), or None."""
+        rows = await self._fetchall(
+            "SELECT run_id, step, kind, name, path, time FROM checkpoints "
+            "WHERE run_id = ? AND kind = ? ORDER BY step DESC, id DESC LIMIT 1",
+            (run_id, kind),
+        )
+        return dict(rows[0]) if rows else None
+
+    async def discarded(self, run_id: str) -> list[dict[str, Any]]:
+        rows = await self._fetchall(
+            "SELECT run_id, group_id, scenario_id, reason, policy_version, trainer_version, "
+            "num_tokens, detail, time FROM discarded_groups WHERE run_id = ? ORDER BY id",
+            (run_id,),
+        )
+        return [dict(r) for r in rows]
+
+    async def log(self, run_id: str | None, limit: int = 200) -> list[dict[str, Any]]:
+        """The last `limit` log lines of the run, oldest first (run_id None: lines outside runs)."""
+        rows = await self._fetchall(
+            "SELECT * FROM (SELECT id, run_id, time, level, message FROM log "
+            "WHERE run_id IS ? ORDER BY id DESC LIMIT ?) ORDER BY id",
+            (run_id, int(limit)),
+        )
+        return [{k: r[k] for k in ("run_id", "time", "level", "message")} for r in rows]
+
+    async def states(self, run_id: str) -> list[dict[str, Any]]:
+        """State changes of the run, in order."""
+        rows = await self._fetchall(
+            "SELECT run_id, time, state, reason FROM run_states WHERE run_id = ? ORDER BY id",
+            (run_id,),
+        )
+        return [dict(r) for r in rows]
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _run_row(row: sqlite3.Row) -> dict[str, Any]:
+    d = dict(row)
+    try:
+        d["config"] = json.loads(d.get("config") or "{}")
+    except ValueError:
+        pass
+    return d
+
+
+def _is_locked(exc: BaseException) -> bool:
+    msg = str(exc).lower()
+    return "locked" in msg or "busy" in msg
+
+
+def _store_error(path: Path, exc: BaseException) -> StoreError:
+    msg = str(exc).lower()
+    if _is_locked(exc):
+        return StoreError(f"run store {path} is locked by another writer ({exc})")
+    if "not a database" in msg or "encrypted" in msg or "malformed" in msg:
+        return StoreError(
+            f"{path} is not a SQLite database (or is damaged); refusing to use it "
+            f"as a run store ({exc})"
+        )
+    if "unable to open" in msg or "readonly" in msg or "read-only" in msg:
+        return StoreError(f"cannot open run store {path} for writing ({exc})")
+    return StoreError(f"run store {path}: {exc}")
+
+
+async def _prepare_schema(conn: aiosqlite.Connection, path: Path) -> None:
+    """Check the file is ours (or empty) before writing anything, then create/migrate."""
+    try:
+        await _check_ownership(conn, path)
+        # Only now change the file: WAL mode is persistent and rewrites the header.
+        cur = await conn.execute("PRAGMA journal_mode=WAL")
+        row = await cur.fetchone()
+        await cur.close()
+        if row is None or str(row[0]).lower() != "wal":
+            logger.warning(
+                "run store %s: WAL journal mode unavailable (got %r)", path, row[0] if row else None
+            )
+        await conn.execute("PRAGMA synchronous=NORMAL")
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Re-check inside the write lock: another process may have set the file up.
+            version = await _check_ownership(conn, path)
+            for v in range(version, SCHEMA_VERSION):
+                for statement in _split_sql(_MIGRATIONS[v]):
+                    await conn.execute(statement)
+            if version < SCHEMA_VERSION:
+                await conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                await conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            await conn.execute("COMMIT")
+        except BaseException:
+            try:
+                await conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise
+    except sqlite3.Error as exc:
+        raise _store_error(path, exc) from exc
+
+
+async def _check_ownership(conn: aiosqlite.Connection, path: Path) -> int:
+    """The file's schema version (0 for an empty file); StoreError if it is not ours."""
+
+    async def scalar(sql: str) -> Any:
+        cur = await conn.execute(sql)
+        row = await cur.fetchone()
+        await cur.close()
+        return row[0] if row else None
+
+    app_id = await scalar("PRAGMA application_id")
+    version = await scalar("PRAGMA user_version")
+    objects = await scalar("SELECT count(*) FROM sqlite_master")
+    if app_id == 0 and version == 0 and objects == 0:
+        return 0  # a new (or empty) file
+    if app_id != APPLICATION_ID:
+        raise StoreError(
+            f"{path} is a SQLite database but not a tinker-tui run store "
+            f"(application_id={app_id}, user_version={version}); refusing to modify it"
+        )
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"run store {path} has schema version {version}, newer than this tinker-tui "
+            f"supports ({SCHEMA_VERSION}); upgrade tinker-tui or use another store file"
+        )
+    if version < 1:
+        raise StoreError(f"run store {path} has an invalid schema version {version}")
+    return version
+
+
+def _split_sql(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]

@@ -1,0 +1,547 @@
+"""Tests for engine/store.py: the SQLite run store fed by engine events."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.events import (
+    CheckpointSaved,
+    EventBus,
+    GroupDiscarded,
+    GroupSampled,
+    LogEmitted,
+    RunFinished,
+    RunStarted,
+    RunStateChanged,
+    StepTrained,
+)
+from engine.store import APPLICATION_ID, SCHEMA_VERSION, RunStore, StoreError
+
+
+def started(run_id: str = "r1", t: float = 100.0, **kw) -> RunStarted:
+    args = dict(
+        time=t,
+        run_id=run_id,
+        name="demo",
+        backend="local",
+        base_model="tiny",
+        max_steps=50,
+        start_step=0,
+        config={"lr": 1e-3, "group_size": 8},
+    )
+    args.update(kw)
+    return RunStarted(**args)
+
+
+def step(n: int, t: float | None = None, **metrics: float) -> StepTrained:
+    return StepTrained(
+        time=100.0 + n if t is None else t,
+        step=n,
+        policy_version=n + 1,
+        metrics={"reward/mean": 0.1 * n, **metrics},
+    )
+
+
+@pytest.fixture
+async def store(tmp_path: Path):
+    s = await RunStore.open(tmp_path / "runs.db")
+    yield s
+    await s.close()
+
+
+async def test_open_creates_parent_dirs_wal_and_version(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "runs.db"
+    s = await RunStore.open(path)
+    await s.close()
+    assert path.exists()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"runs", "steps", "checkpoints", "discarded_groups", "log", "run_states"} <= tables
+
+
+async def test_round_trip_of_every_event_type(store: RunStore) -> None:
+    bus = EventBus()
+    bus.subscribe(store.handle)
+    bus.publish(LogEmitted(time=99.0, level="INFO", message="before any run"))
+    bus.publish(started())
+    bus.publish(RunStateChanged(time=100.5, state="running"))
+    bus.publish(
+        GroupSampled(
+            time=101.0,
+            group_id=1,
+            scenario_id="s1",
+            policy_version=0,
+            num_trajectories=8,
+            num_tokens=120,
+            reward_mean=0.5,
+        )
+    )
+    bus.publish(
+        GroupSampled(
+            time=101.1,
+            group_id=2,
+            scenario_id="s2",
+            policy_version=0,
+            num_trajectories=8,
+            num_tokens=80,
+            reward_mean=0.25,
+        )
+    )
+    bus.publish(
+        GroupDiscarded(
+            time=101.5,
+            group_id=3,
+            scenario_id="s3",
+            reason="stale",
+            policy_version=0,
+            trainer_version=2,
+            num_tokens=64,
+            detail="2 behind",
+        )
+    )
+    bus.publish(step(1))
+    bus.publish(step(2, **{"loss/sum": float("nan")}))
+    bus.publish(
+        CheckpointSaved(
+            time=103.0, step=2, kind="state", name="000002", path="tinker://x/weights/000002"
+        )
+    )
+    bus.publish(
+        CheckpointSaved(
+            time=103.1,
+            step=2,
+            kind="sampler",
+            name="000002",
+            path="tinker://x/sampler_weights/000002",
+        )
+    )
+    bus.publish(LogEmitted(time=103.5, level="WARNING", message="hello"))
+    bus.publish(RunStateChanged(time=104.0, state="paused", reason="user"))
+    bus.publish(RunFinished(time=110.0, status="completed", final_step=2, reason="max steps"))
+    await store.flush()
+
+    runs = await store.runs()
+    assert len(runs) == 1
+    run = await store.run("r1")
+    assert run == runs[0]
+    assert run["name"] == "demo" and run["backend"] == "local" and run["base_model"] == "tiny"
+    assert run["config"] == {"lr": 1e-3, "group_size": 8}
+    assert run["status"] == "completed" and run["reason"] == "max steps"
+    assert run["started_at"] == 100.0 and run["ended_at"] == 110.0
+    assert run["max_steps"] == 50 and run["final_step"] == 2
+    assert run["groups_sampled"] == 2 and run["tokens_sampled"] == 200
+    assert await store.run("nope") is None
+
+    steps = await store.steps("r1")
+    assert [s for s, _ in steps] == [1, 2]
+    assert steps[0][1] == {"reward/mean": 0.1}
+    assert math.isnan(steps[1][1]["loss/sum"])
+
+    cps = await store.checkpoints("r1")
+    assert [(c["kind"], c["path"]) for c in cps] == [
+        ("state", "tinker://x/weights/000002"),
+        ("sampler", "tinker://x/sampler_weights/000002"),
+    ]
+    assert (await store.latest_checkpoint("r1"))["path"] == "tinker://x/weights/000002"
+    assert (await store.latest_checkpoint("r1", kind="sampler"))["kind"] == "sampler"
+    assert await store.latest_checkpoint("other") is None
+
+    (d,) = await store.discarded("r1")
+    assert d == {
+        "run_id": "r1",
+        "group_id": 3,
+        "scenario_id": "s3",
+        "reason": "stale",
+        "policy_version": 0,
+        "trainer_version": 2,
+        "num_tokens": 64,
+        "detail": "2 behind",
+        "time": 101.5,
+    }
+
+    assert [(x["level"], x["message"]) for x in await store.log("r1")] == [("WARNING", "hello")]
+    assert [x["message"] for x in await store.log(None)] == ["before any run"]
+    assert [(x["state"], x["reason"]) for x in await store.states("r1")] == [
+        ("running", ""),
+        ("paused", "user"),
+    ]
+    assert store.written == 13 and store.dropped == 0 and store.errors == 0
+
+
+async def test_events_follow_the_latest_run(store: RunStore) -> None:
+    store.handle(step(0))  # before any run: dropped, not an error
+    store.handle(started("a"))
+    store.handle(step(1))
+    store.handle(started("b", t=200.0))
+    store.handle(step(1, t=201.0))
+    store.handle(step(2, t=202.0))
+    await store.flush()
+    assert [s for s, _ in await store.steps("a")] == [1]
+    assert [s for s, _ in await store.steps("b")] == [1, 2]
+    assert [r["run_id"] for r in await store.runs()] == ["b", "a"]  # newest first
+    assert store.dropped == 1 and store.errors == 0
+
+
+async def test_step_written_twice_appears_once(store: RunStore) -> None:
+    store.handle(started())
+    store.handle(step(1, loss=1.0))
+    store.handle(step(1, loss=2.0))  # same batch
+    await store.flush()
+    store.handle(step(1, loss=3.0))  # later batch
+    await store.flush()
+    steps = await store.steps("r1")
+    assert len(steps) == 1
+    assert steps[0][1]["loss"] == 3.0
+
+
+async def test_resumed_run_is_running_again(store: RunStore) -> None:
+    store.handle(started(t=100.0))
+    store.handle(RunFinished(time=110.0, status="stopped", final_step=5))
+    await store.flush()
+    assert (await store.run("r1"))["status"] == "stopped"
+    store.handle(started(t=200.0, start_step=5))
+    await store.flush()
+    run = await store.run("r1")
+    assert run["status"] == "running" and run["ended_at"] is None and run["final_step"] is None
+    assert run["started_at"] == 100.0 and run["start_step"] == 5
+
+
+async def test_log_limit_returns_latest_in_order(store: RunStore) -> None:
+    store.handle(started())
+    for i in range(10):
+        store.handle(LogEmitted(time=float(i), level="INFO", message=f"m{i}"))
+    await store.flush()
+    assert [x["message"] for x in await store.log("r1", limit=3)] == ["m7", "m8", "m9"]
+
+
+async def test_handle_only_queues_and_flush_commits(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    s = await RunStore.open(path, start=False)
+    try:
+        s.handle(started())
+        s.handle(step(1))
+        assert s.pending == 2 and s.commits == 0  # nothing written synchronously
+        with pytest.raises(StoreError):
+            await s.flush()  # no writer yet
+        s.start()
+        s.start()  # idempotent
+        await s.flush()
+        assert s.pending == 0 and s.commits == 1
+        # Committed: visible to an independent connection.
+        with sqlite3.connect(path) as db:
+            assert db.execute("SELECT count(*) FROM steps").fetchone()[0] == 1
+        await s.flush()  # nothing pending: returns at once
+    finally:
+        await s.close()
+
+
+async def test_flush_covers_only_events_before_the_call(store: RunStore) -> None:
+    store.handle(started())
+    store.handle(step(1))
+    f = asyncio.ensure_future(store.flush())
+    store.handle(step(2))  # after the flush call
+    await f
+    assert store.written >= 2
+    await store.flush()
+    assert store.written == 3
+
+
+async def test_trickle_is_coalesced_by_commit_interval(tmp_path: Path) -> None:
+    s = await RunStore.open(tmp_path / "runs.db", commit_interval=0.2)
+    try:
+        s.handle(started())
+        await asyncio.sleep(0.02)  # first batch goes at once
+        assert s.commits == 1
+        for i in range(5):
+            s.handle(step(i))
+            await asyncio.sleep(0.005)
+        assert s.commits == 1  # still waiting for the interval
+        t0 = time.perf_counter()
+        await s.flush()  # flush does not wait for the interval
+        assert time.perf_counter() - t0 < 0.15
+        assert s.commits == 2 and len(await s.steps("r1")) == 5
+    finally:
+        await s.close()
+
+
+async def test_burst_is_written_in_few_transactions_without_blocking_the_loop(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.db"
+    s = await RunStore.open(path)
+    lags: list[tuple[float, float]] = []  # (tick start, lag)
+    stop = False
+
+    async def ticker() -> None:
+        while not stop:
+            t0 = time.perf_counter()
+            await asyncio.sleep(0.001)
+            lags.append((t0, time.perf_counter() - t0 - 0.001))
+
+    tick = asyncio.create_task(ticker())
+    await asyncio.sleep(0.01)
+    try:
+        s.handle(started())
+        await s.flush()
+        commits0 = s.commits
+        n = 5000
+        t0 = time.perf_counter()
+        for i in range(n):
+            if i % 5 == 4:
+                s.handle(LogEmitted(time=float(i), level="INFO", message=f"line {i}"))
+            else:
+                s.handle(step(i, **{"loss/sum": 1.0, "time/step": 0.01, "kl": 0.001}))
+        t_burst_end = time.perf_counter()
+        t_handle = t_burst_end - t0
+        await s.flush()
+        elapsed = time.perf_counter() - t0
+    finally:
+        stop = True
+        await tick
+        await s.close()
+
+    batches = s.commits - commits0
+    assert batches <= 10, batches
+    assert s.written == n + 1 and s.dropped == 0
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM steps").fetchone()[0] == 4000
+        assert db.execute("SELECT count(*) FROM log").fetchone()[0] == 1000
+    # Lag overall (includes the test's own synchronous 5,000 handle() calls) and while writing.
+    max_lag = max(lag for _, lag in lags)
+    write_lags = [lag for t, lag in lags if t >= t_burst_end]
+    max_write_lag = max(write_lags, default=0.0)
+    logging.getLogger(__name__).warning(
+        "burst: %d events in %.3f s (%.0f/s), %d commits, handle() %.1f us/event, "
+        "max loop lag %.1f ms overall, %.1f ms while writing (%d ticks)",
+        n,
+        elapsed,
+        n / elapsed,
+        batches,
+        t_handle / n * 1e6,
+        max_lag * 1e3,
+        max_write_lag * 1e3,
+        len(write_lags),
+    )
+    # The overall figure is dominated by the test's own burst loop (not the store): logged only.
+    assert max_write_lag < 0.05, f"event loop lagged {max_write_lag * 1e3:.1f} ms while writing"
+    assert t_handle / n < 50e-6  # handle() is just an append
+
+
+async def test_writer_survives_bad_events(store: RunStore, caplog) -> None:
+    caplog.set_level(logging.CRITICAL, logger="engine.store")
+    store.handle(started())
+    store.handle("not an event")  # type: ignore[arg-type]
+    store.handle(StepTrained(time=1.0, step="abc", policy_version=1, metrics={}))  # type: ignore[arg-type]
+    store.handle(StepTrained(time=1.0, step=2, policy_version=1, metrics=None))  # type: ignore[arg-type]
+    store.handle(step(3))
+    await store.flush()
+    assert [s for s, _ in await store.steps("r1")] == [3]
+    assert store.errors == 3 and store.dropped == 3
+    store.handle(step(4))
+    await store.flush()
+    assert [s for s, _ in await store.steps("r1")] == [3, 4]
+
+
+async def test_a_bad_row_does_not_lose_its_batch(store: RunStore, monkeypatch, caplog) -> None:
+    """A row SQLite rejects is skipped; the rest of the batch (same table too) is written."""
+    caplog.set_level(logging.CRITICAL, logger="engine.store")
+    original = store._add_event
+
+    def add_event(batch, run_id, e):
+        ok = original(batch, run_id, e)
+        if isinstance(e, LogEmitted) and e.message == "bad":
+            rows = batch.table_rows[next(k for k in batch.table_rows if "INTO log" in k)]
+            rows[-1] = (run_id, e.time, object(), e.message)  # unbindable parameter
+        return ok
+
+    monkeypatch.setattr(store, "_add_event", add_event)
+    store.handle(started())
+    for msg in ("a", "bad", "c"):
+        store.handle(LogEmitted(time=1.0, level="INFO", message=msg))
+    store.handle(step(1))
+    await store.flush()
+    assert [x["message"] for x in await store.log("r1")] == ["a", "c"]
+    assert len(await store.steps("r1")) == 1
+    assert store.dropped == 1 and store.errors == 1
+
+
+async def test_numpy_like_metric_values_are_stored(store: RunStore) -> None:
+    class Scalar:
+        def __float__(self) -> float:
+            return 0.5
+
+    store.handle(started())
+    store.handle(StepTrained(time=1.0, step=1, policy_version=1, metrics={"x": Scalar()}))
+    await store.flush()
+    assert (await store.steps("r1"))[0][1] == {"x": 0.5}
+
+
+async def test_close_twice_and_after_close(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    s = await RunStore.open(path)
+    s.handle(started())
+    s.handle(step(1))
+    await asyncio.gather(s.close(), s.close())  # concurrent closes
+    await s.close()
+    s.handle(step(2))  # dropped with a warning, no exception
+    assert s.dropped == 1
+    with pytest.raises(StoreError):
+        await s.runs()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert db.execute("SELECT count(*) FROM steps").fetchone()[0] == 1
+
+
+async def test_close_writes_everything_queued(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    s = await RunStore.open(path, commit_interval=10.0)
+    s.handle(started())
+    await asyncio.sleep(0.01)
+    for i in range(100):
+        s.handle(step(i))
+    await s.close()  # must not wait for the 10 s interval
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM steps").fetchone()[0] == 100
+
+
+async def test_reopen_keeps_data(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    async with await RunStore.open(path) as s:
+        s.handle(started())
+        s.handle(step(1))
+    async with await RunStore.open(path) as s:
+        assert [s_ for s_, _ in await s.steps("r1")] == [1]
+        assert (await s.run("r1"))["status"] == "running"
+
+
+async def test_integrity_ok_after_close(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    s = await RunStore.open(path)
+    s.handle(started())
+    for i in range(500):
+        s.handle(step(i))
+        s.handle(CheckpointSaved(time=1.0, step=i, kind="state", name=str(i), path=f"p/{i}"))
+    await s.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert not Path(str(path) + "-wal").exists() or Path(str(path) + "-wal").stat().st_size == 0
+
+
+# ---------------------------------------------------------------------- refusing files
+
+
+async def test_non_sqlite_file_is_refused_and_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    content = b"these are my precious notes, not a database\n" * 100
+    path.write_bytes(content)
+    with pytest.raises(StoreError) as info:
+        await RunStore.open(path)
+    assert str(path) in str(info.value)
+    assert "not a SQLite database" in str(info.value)
+    assert path.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]
+
+
+async def test_newer_schema_version_is_refused_and_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    with sqlite3.connect(path) as db:
+        db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+        db.execute("CREATE TABLE runs (run_id TEXT PRIMARY KEY, future_column BLOB)")
+    db.close()
+    content = path.read_bytes()
+    with pytest.raises(StoreError) as info:
+        await RunStore.open(path)
+    msg = str(info.value)
+    assert str(path) in msg and "newer" in msg and str(SCHEMA_VERSION + 1) in msg
+    assert path.read_bytes() == content
+
+
+async def test_other_applications_database_is_refused_and_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE contacts (name TEXT)")
+        db.execute("INSERT INTO contacts VALUES ('ada')")
+    db.close()
+    content = path.read_bytes()
+    with pytest.raises(StoreError) as info:
+        await RunStore.open(path)
+    assert str(path) in str(info.value) and "not a tinker-tui run store" in str(info.value)
+    assert path.read_bytes() == content
+
+
+async def test_empty_file_becomes_a_store(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    path.touch()
+    async with await RunStore.open(path) as s:
+        assert await s.runs() == []
+
+
+async def test_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreError) as info:
+        await RunStore.open(tmp_path)
+    assert str(tmp_path) in str(info.value)
+
+
+async def test_locked_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    async with await RunStore.open(path) as s:
+        s.handle(started())
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
+        other.execute("INSERT INTO log (run_id, time, level, message) VALUES ('x', 0, 'I', 'm')")
+        with pytest.raises(StoreError) as info:
+            await RunStore.open(path, busy_timeout=0.1)
+        assert str(path) in str(info.value) and "locked" in str(info.value)
+        other.execute("COMMIT")
+    finally:
+        other.close()
+    async with await RunStore.open(path, busy_timeout=0.1) as s:  # free again
+        assert [r["run_id"] for r in await s.runs()] == ["r1"]
+
+
+async def test_two_stores_on_one_file_both_write(tmp_path: Path) -> None:
+    """Two runs (two processes, say) may share a store file; WAL + busy timeout serialize them."""
+    path = tmp_path / "runs.db"
+    a = await RunStore.open(path)
+    b = await RunStore.open(path)
+    try:
+        a.handle(started("a"))
+        b.handle(started("b"))
+        for i in range(200):
+            a.handle(step(i))
+            b.handle(step(i))
+        await asyncio.gather(a.flush(), b.flush())
+        assert len(await a.steps("b")) == 200 and len(await b.steps("a")) == 200
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_close_without_start_writes_the_queue(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    s = await RunStore.open(path, start=False)
+    s.handle(started())
+    s.handle(step(1))
+    await s.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM steps").fetchone()[0] == 1
+
+
+async def test_handle_from_another_thread_is_marshalled_to_the_loop(store: RunStore) -> None:
+    store.handle(started())
+    await asyncio.to_thread(store.handle, step(1))
+    await asyncio.sleep(0)  # let the call_soon_threadsafe callback run
+    await store.flush()
+    assert [s for s, _ in await store.steps("r1")] == [1]
