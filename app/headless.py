@@ -22,7 +22,7 @@ class HeadlessReporter:
     def __init__(self, out: TextIO | None = None) -> None:
         self.out = out or sys.stdout
         self.max_steps = 0
-        self.discarded_total = 0
+        self.discarded = {"stale": 0, "zero_variance": 0, "error": 0}
         self.started_at: float | None = None
 
     def _print(self, line: str) -> None:
@@ -36,14 +36,15 @@ class HeadlessReporter:
                         f"base model {event.base_model}, {event.max_steps} steps")
         elif isinstance(event, StepTrained):
             m = event.metrics
-            self.discarded_total += int(sum(v for k, v in m.items()
-                                            if k.startswith("discarded/")))
+            for reason in self.discarded:
+                self.discarded[reason] += int(m.get(f"discarded/{reason}", 0))
+            d = self.discarded
             elapsed = event.time - self.started_at if self.started_at is not None else 0.0
             self._print(
                 f"step {event.step:>4}/{self.max_steps}  "
                 f"reward {m.get('reward/mean', float('nan')):.3f}  "
                 f"rollouts/s {m.get('throughput/rollouts_per_s', 0.0):6.1f}  "
-                f"discarded {self.discarded_total}  "
+                f"discarded stale/zero-var/error {d['stale']}/{d['zero_variance']}/{d['error']}  "
                 f"staleness {m.get('async/staleness_mean', 0.0):.2f}  "
                 f"step {m.get('time/step', 0.0):.2f}s  "
                 f"elapsed {elapsed:.1f}s")

@@ -60,6 +60,7 @@ class Pipeline:
         self._group_ids = itertools.count()
         self._queue: asyncio.Queue[TrajectoryGroup] = asyncio.Queue()
         self._in_flight = 0
+        self._held = 0  # groups the trainer holds: its partial batch, or the batch it trains
         self._paused = False
         self._pause_reason = ""
         self._stopping = False
@@ -136,13 +137,17 @@ class Pipeline:
         return "completed" if self.step >= self.config.max_steps else "stopped"
 
     # ------------------------------------------------------------------ workers
-    def _capacity(self) -> int:
-        """Groups that may be queued or in flight without outliving the staleness bound."""
-        return self.config.groups_per_step * (self.config.max_steps_off_policy + 1)
-
     def _may_start_group(self) -> bool:
-        return (not self._paused and not self._stopping
-                and self._in_flight + self._queue.qsize() < self._capacity())
+        """Pacing: start a group only if it will be trained within the staleness bound.
+
+        Groups are trained in arrival order, `groups_per_step` at a time. A group started
+        now, with W groups ahead of it (held by the trainer, queued or in flight), is
+        trained floor(W / groups_per_step) versions after the current one, so W must stay
+        below (max_steps_off_policy + 1) * groups_per_step.
+        """
+        ahead = self._held + self._queue.qsize() + self._in_flight
+        limit = (self.config.max_steps_off_policy + 1) * self.config.groups_per_step
+        return not self._paused and not self._stopping and ahead < limit
 
     async def _worker(self) -> None:
         client = self._client_factory()
@@ -247,6 +252,7 @@ class Pipeline:
                     trainer_version=self.policy.version, num_tokens=group.num_tokens,
                     detail=f"all rewards {group.rewards[0]:g}"))
             batch.append(group)
+            self._held = len(batch)
         return batch
 
     async def _train_loop(self) -> None:
@@ -268,9 +274,11 @@ class Pipeline:
                 metrics["train/tokens"] = result.num_tokens
             else:
                 metrics["train/skipped"] = 1.0
-                self.log("warning", f"step {self.step + 1}: every group had equal rewards; "
-                                    "no gradient this step")
+                self.log("info", f"step {self.step + 1}: every group had equal rewards; "
+                                 "no gradient this step")
             self.step += 1
+            self._held = 0
+            self._wake.set()
             now = self.clock.now()
             metrics.update(self._step_metrics(batch, version_before, wait_started,
                                               train_started, now))

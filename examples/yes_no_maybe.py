@@ -83,5 +83,5 @@ TASK = Task(
     scenarios=scenarios,
     rollout=rollout,
     warmup=WARMUP,
-    settings={"max_steps": 30, "warmup_steps": 30},
+    settings={"max_steps": 60, "warmup_steps": 60},
 )
