@@ -58,7 +58,7 @@ class Pipeline:
         self._client_factory = client_factory
         self._scenarios = iter(task.scenarios(rng))
         self._group_ids = itertools.count()
-        self._queue: asyncio.Queue[TrajectoryGroup] = asyncio.Queue()
+        self._queue: asyncio.Queue[TrajectoryGroup | None] = asyncio.Queue()
         self._in_flight = 0
         self._held = 0  # groups the trainer holds: its partial batch, or the batch it trains
         self._paused = False
@@ -66,7 +66,6 @@ class Pipeline:
         self._stopping = False
         self._checkpoint_requested = False
         self._wake = asyncio.Event()
-        self._stop_event = asyncio.Event()
         self._discards_this_step: dict[str, int] = {"stale": 0, "zero_variance": 0, "error": 0}
         self._rollouts_since_step = 0
         self._last_step_end: float | None = None
@@ -108,7 +107,7 @@ class Pipeline:
         self._stopping = True
         self._emit(RunStateChanged(time=self.clock.now(), state="stopping", reason=reason))
         self.log("info", f"stopping ({reason}): no new rollouts; finishing the current step")
-        self._stop_event.set()
+        self._queue.put_nowait(None)
         self._wake.set()
 
     # ------------------------------------------------------------------ events
@@ -166,7 +165,7 @@ class Pipeline:
                 self._in_flight -= 1
                 self._wake.set()
             if group is not None:
-                await self._queue.put(group)
+                self._queue.put_nowait(group)
 
     async def _sample_group(self, client: Any, group_id: int,
                             scenario: Scenario) -> TrajectoryGroup | None:
@@ -214,18 +213,17 @@ class Pipeline:
         self._discards_this_step[reason] += 1
 
     async def _next_group(self) -> TrajectoryGroup | None:
-        """The next queued group, or None once a stop is requested."""
+        """The next queued group, or None once a stop is requested.
+
+        `stop()` puts a None on the queue to wake this wait. Awaiting the queue directly
+        (no helper task) matters for pacing: a group leaves the queue only when this
+        coroutine resumes and counts it as held, so workers never see it in neither place.
+        """
         if self._stopping:
             return None
-        getter = asyncio.ensure_future(self._queue.get())
-        stopper = asyncio.ensure_future(self._stop_event.wait())
-        done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        stopper.cancel()
-        if getter in done:
-            self._wake.set()
-            return getter.result()
-        getter.cancel()
-        return None
+        group = await self._queue.get()
+        self._wake.set()
+        return group
 
     async def _collect_batch(self) -> list[TrajectoryGroup] | None:
         batch: list[TrajectoryGroup] = []

@@ -1,0 +1,169 @@
+"""Pipeline behaviour with a scripted policy and client (no torch, no HTTP), so pacing,
+staleness, pause/resume, checkpoints, errors and stop can be checked quickly and exactly."""
+
+import asyncio
+import random
+
+import pytest
+
+from engine.clock import FakeClock
+from engine.config import RunConfig
+from engine.events import CheckpointSaved, EventBus, GroupDiscarded, GroupSampled, StepTrained
+from engine.pipeline import Pipeline
+from engine.task import Scenario, Task
+from engine.trajectory import Trajectory
+
+
+class ScriptedPolicy:
+    """Trains by sleeping; the version moves exactly as the real Policy's does."""
+
+    def __init__(self, train_seconds=0.005):
+        self.version = 0
+        self.train_seconds = train_seconds
+        self.trained_batches = []
+        self.saved = []
+
+    def build_datums(self, groups):
+        self.trained_batches.append([g.policy_version for g in groups])
+        return [object()] * sum(len(g.trajectories) for g in groups)
+
+    async def train(self, datums, *, loss_fn, learning_rate):
+        await asyncio.sleep(self.train_seconds)
+        self.version += 1
+        from engine.backend import TrainResult
+        return TrainResult(self.version, {"train/loss_sum": 0.0}, len(datums), 0)
+
+    async def save_state(self, name):
+        self.saved.append(name)
+        return f"tinker://scripted/weights/{name}"
+
+
+class ScriptedClient:
+    """Stands in for openai.AsyncOpenAI: answers after a delay, stamped with the version."""
+
+    def __init__(self, policy, sample_seconds=0.002):
+        self.policy = policy
+        self.sample_seconds = sample_seconds
+        self.started = 0
+        self.chat = self
+        self.completions = self
+
+    async def create(self, **_):
+        self.started += 1
+        version = self.policy.version
+        await asyncio.sleep(self.sample_seconds)
+        return {"prompt_token_ids": [1], "token_ids": [2], "token_logprobs": [-0.1],
+                "policy_version": version}
+
+
+def make_task(fail_every=0):
+    calls = {"n": 0}
+
+    def scenarios(rng):
+        i = 0
+        while True:
+            yield Scenario(id=f"s{i}", data=i)
+            i += 1
+
+    async def rollout(client, model, scenario):
+        calls["n"] += 1
+        if fail_every and calls["n"] % fail_every == 0:
+            raise RuntimeError("tool crashed")
+        choice = await client.chat.completions.create(model=model, messages=[])
+        return Trajectory.from_choices([choice], reward=random.random())
+
+    return Task(name="scripted", scenarios=scenarios, rollout=rollout)
+
+
+def make_pipeline(policy=None, client=None, task=None, **overrides):
+    policy = policy or ScriptedPolicy()
+    client = client or ScriptedClient(policy)
+    config = RunConfig(max_steps=20, group_size=4, groups_per_step=2, rollout_workers=4,
+                       checkpoint_every=0).with_overrides(overrides)
+    bus = EventBus()
+    events = []
+    bus.subscribe(events.append)
+    pipeline = Pipeline(config=config, task=task or make_task(), policy=policy,
+                        client_factory=lambda: client, model_name="m", bus=bus,
+                        clock=FakeClock(), rng=random.Random(0))
+    return pipeline, policy, client, events
+
+
+@pytest.mark.parametrize("max_off", [0, 1, 2])
+async def test_pacing_keeps_every_trained_group_within_the_bound(max_off):
+    pipeline, policy, _, events = make_pipeline(max_steps_off_policy=max_off)
+    assert await pipeline.run() == "completed"
+    trained_at = 0
+    for batch in policy.trained_batches:
+        assert all(trained_at - v <= max_off for v in batch), (trained_at, batch)
+        trained_at += 1
+    assert not [e for e in events if isinstance(e, GroupDiscarded) and e.reason == "stale"]
+    staleness = [e.metrics["async/staleness_max"] for e in events if isinstance(e, StepTrained)]
+    assert max(staleness) <= max_off
+    if max_off:
+        assert max(staleness) >= 1, "sampling should overlap training"
+
+
+async def test_group_still_stale_at_dequeue_is_discarded_and_counted():
+    policy = ScriptedPolicy()
+    pipeline, _, _, events = make_pipeline(policy=policy, max_steps_off_policy=1)
+    from engine.trajectory import TrajectoryGroup
+    old = TrajectoryGroup(group_id=99, scenario_id="old", started_at=0, finished_at=0,
+                          trajectories=(Trajectory.from_choices([{
+                              "prompt_token_ids": [1], "token_ids": [2],
+                              "token_logprobs": [-0.1], "policy_version": 0}], reward=1.0),))
+    policy.version = 5
+    pipeline._queue.put_nowait(old)
+    await pipeline.run()
+    stale = [e for e in events if isinstance(e, GroupDiscarded) and e.reason == "stale"]
+    assert [e.group_id for e in stale] == [99]
+    assert stale[0].trainer_version == 5 and stale[0].policy_version == 0
+
+
+async def test_pause_stops_new_rollouts_and_resume_restarts_them():
+    policy = ScriptedPolicy()
+    client = ScriptedClient(policy)
+    pipeline, _, _, events = make_pipeline(policy=policy, client=client, max_steps=10_000)
+    task = asyncio.create_task(pipeline.run())
+    await asyncio.sleep(0.1)
+    pipeline.pause()
+    await asyncio.sleep(0.05)  # in-flight rollouts finish
+    started_while_paused = client.started
+    await asyncio.sleep(0.2)
+    assert client.started == started_while_paused
+    pipeline.resume()
+    await asyncio.sleep(0.1)
+    assert client.started > started_while_paused
+    pipeline.stop()
+    assert await task == "stopped"
+
+
+async def test_checkpoint_now_is_written_after_the_current_step():
+    pipeline, policy, _, events = make_pipeline(max_steps=10_000)
+    task = asyncio.create_task(pipeline.run())
+    await asyncio.sleep(0.05)
+    pipeline.request_checkpoint()
+    while not any(isinstance(e, CheckpointSaved) for e in events):
+        await asyncio.sleep(0.005)
+    saved = next(e for e in events if isinstance(e, CheckpointSaved))
+    trained = [e.step for e in events if isinstance(e, StepTrained)]
+    assert saved.step in trained and saved.kind == "state"
+    pipeline.stop()
+    await task
+
+
+async def test_stop_finishes_with_a_final_checkpoint():
+    pipeline, policy, _, events = make_pipeline(max_steps=10_000)
+    task = asyncio.create_task(pipeline.run())
+    await asyncio.sleep(0.1)
+    pipeline.stop("test")
+    assert await asyncio.wait_for(task, 5) == "stopped"
+    assert policy.saved[-1] == f"step-{pipeline.step:06d}"
+
+
+async def test_rollout_errors_are_counted_and_the_run_goes_on():
+    pipeline, _, _, events = make_pipeline(task=make_task(fail_every=7), max_steps=5)
+    assert await pipeline.run() == "completed"
+    errors = [e for e in events if isinstance(e, GroupDiscarded) and e.reason == "error"]
+    assert errors and "tool crashed" in errors[0].detail
+    assert any(isinstance(e, GroupSampled) for e in events)
