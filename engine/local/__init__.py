@@ -1,0 +1,48 @@
+"""The local backend: the Tinker client interface, in-process on torch (CPU).
+
+`LocalServiceClient` stands in for `tinker.ServiceClient`; its training and sampling clients
+use the SDK's own types (`tinker.Datum`, `tinker.SampleResponse`, ...) and return the SDK's
+awaitable futures, so engine code written against the tinker SDK runs on it unchanged. It
+embeds one tiny random-init model, `DEFAULT_BASE_MODEL`, with a word-level tokenizer.
+
+Imports are lazy: `import engine.local` stays cheap (no torch/transformers) until a client or
+the tokenizer is used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+DEFAULT_BASE_MODEL = "tinker-tui/tiny-chat"
+
+__all__ = [
+    "DEFAULT_BASE_MODEL",
+    "LocalSamplingClient",
+    "LocalServiceClient",
+    "LocalTrainingClient",
+    "WordTokenizer",
+]
+
+if TYPE_CHECKING:
+    from engine.local.sampling_client import LocalSamplingClient
+    from engine.local.service_client import LocalServiceClient
+    from engine.local.tokenizer import WordTokenizer
+    from engine.local.training_client import LocalTrainingClient
+
+_LAZY = {
+    "LocalServiceClient": "engine.local.service_client",
+    "LocalTrainingClient": "engine.local.training_client",
+    "LocalSamplingClient": "engine.local.sampling_client",
+    "WordTokenizer": "engine.local.tokenizer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine.local' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,143 @@
+"""Checkpoints of the local backend on disk, addressed by Tinker-style paths.
+
+``tinker://<model_id>/weights/<name>`` (model + optimizer state, from `save_state`) lives in
+``<checkpoint_dir>/<model_id>/weights/<name>/`` and ``tinker://<model_id>/sampler_weights/<name>``
+(weights only) in ``.../sampler_weights/<name>/``. Each folder holds ``meta.json``,
+``model.pt`` and, for training state, ``optimizer.pt``. A new process given the same
+`checkpoint_dir` can load any of them. Folders are written under a temporary name and renamed,
+so a crash never leaves a half-written checkpoint behind a valid name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.local.errors import bad_request, conflict, not_found
+
+FORMAT_VERSION = 1
+KINDS = ("weights", "sampler_weights")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+CHECKPOINT_DIR_ENV = "TINKER_TUI_CHECKPOINT_DIR"
+
+
+def default_checkpoint_dir() -> Path:
+    """$TINKER_TUI_CHECKPOINT_DIR, else $XDG_DATA_HOME/tinker-tui/checkpoints."""
+    env = os.environ.get(CHECKPOINT_DIR_ENV)
+    if env:
+        return Path(env).expanduser()
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "tinker-tui" / "checkpoints"
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or ".." in name:
+        raise bad_request(
+            f"Invalid checkpoint name {name!r}: use letters, digits, '.', '_' and '-' "
+            "(no '/'), starting with a letter or digit, at most 200 characters"
+        )
+    return name
+
+
+def tinker_path(model_id: str, kind: str, name: str) -> str:
+    assert kind in KINDS
+    return f"tinker://{model_id}/{kind}/{name}"
+
+
+def resolve(checkpoint_dir: Path, path: str) -> Path:
+    """The folder of a ``tinker://`` path (or an existing local checkpoint folder)."""
+    if not isinstance(path, str) or not path:
+        raise bad_request(f"Checkpoint path must be a non-empty string, got {path!r}")
+    if path.startswith("tinker://"):
+        parts = path[len("tinker://") :].split("/")
+        if len(parts) != 3 or parts[1] not in KINDS or not all(parts):
+            raise bad_request(
+                f"Invalid checkpoint path {path!r}: expected "
+                "tinker://<model_id>/weights/<name> or tinker://<model_id>/sampler_weights/<name>"
+            )
+        model_id, kind, name = parts
+        check_name(name)
+        if "/" in model_id or model_id in (".", ".."):
+            raise bad_request(f"Invalid model id in checkpoint path {path!r}")
+        folder = Path(checkpoint_dir) / model_id / kind / name
+    else:
+        folder = Path(path).expanduser()
+    if not (folder / "meta.json").is_file():
+        raise not_found(
+            f"Checkpoint {path!r} not found: no readable checkpoint at {folder} "
+            f"(checkpoint_dir is {checkpoint_dir})"
+        )
+    return folder
+
+
+def save(
+    folder: Path,
+    *,
+    meta: dict[str, Any],
+    model_state: dict[str, Any],
+    optimizer_state: dict[str, Any] | None,
+    overwrite: bool = False,
+) -> None:
+    import torch
+
+    folder = Path(folder)
+    if folder.exists() and not overwrite:
+        raise conflict(
+            f"Checkpoint {meta.get('path', folder)!r} already exists; "
+            "pass overwrite=True or choose another name"
+        )
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        meta = {**meta, "format": FORMAT_VERSION, "created_unix": time.time()}
+        meta["has_optimizer"] = optimizer_state is not None
+        torch.save(model_state, tmp / "model.pt")
+        if optimizer_state is not None:
+            torch.save(optimizer_state, tmp / "optimizer.pt")
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+        if folder.exists():
+            old = folder.with_name(f".{folder.name}.old-{os.getpid()}-{time.time_ns()}")
+            folder.rename(old)
+            shutil.rmtree(old, ignore_errors=True)
+        tmp.rename(folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def load(
+    folder: Path, *, with_optimizer: bool, path: str
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
+    """(meta, model_state, optimizer_state or None); clear errors for unreadable files."""
+    import torch
+
+    folder = Path(folder)
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        if meta.get("format") != FORMAT_VERSION:
+            raise ValueError(f"unsupported checkpoint format {meta.get('format')!r}")
+        model_state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise not_found(f"Checkpoint {path!r} at {folder} is unreadable: {exc}") from exc
+    optimizer_state = None
+    if with_optimizer:
+        if not meta.get("has_optimizer") or not (folder / "optimizer.pt").is_file():
+            raise bad_request(
+                f"Checkpoint {path!r} has no optimizer state (sampler weights are saved without "
+                "it); use create_training_client_from_state to load the weights only"
+            )
+        try:
+            optimizer_state = torch.load(
+                folder / "optimizer.pt", map_location="cpu", weights_only=True
+            )
+        except Exception as exc:
+            raise not_found(
+                f"Checkpoint {path!r}: optimizer state at {folder} is unreadable: {exc}"
+            ) from exc
+    return meta, model_state, optimizer_state
