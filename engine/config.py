@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-DEFAULT_BASE_MODEL = "tinker-tui/tiny-chat"
+from engine.local import DEFAULT_BASE_MODEL
 
 
 class ConfigError(ValueError):
