@@ -24,6 +24,8 @@ class RunConfig:
     temperature: float = 1.0          # default sampling temperature of the policy server
     max_tokens: int = 64              # default completion length of the policy server
     checkpoint_every: int = 10        # full checkpoint (with optimizer state) every N steps; 0 = off
+    eval_every: int = 0               # evaluate every E steps on the task's eval scenarios; 0 = never
+    eval_at_start: bool = False       # also evaluate the starting policy
     warmup_steps: int = 0             # supervised format steps before RL, if the task has examples
     warmup_learning_rate: float = 3e-3
     lora_rank: int = 32
@@ -35,7 +37,7 @@ class RunConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("max_steps_off_policy", "checkpoint_every", "warmup_steps"):
+        for name in ("max_steps_off_policy", "checkpoint_every", "warmup_steps", "eval_every"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be 0 or more, got {getattr(self, name)}")
         if not self.learning_rate > 0:

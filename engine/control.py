@@ -6,6 +6,7 @@ Front ends never reach into the pipeline; they call these methods and watch even
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from engine.events import EventBus, RunStatus
@@ -25,6 +26,21 @@ class Control(Protocol):
 
     def stop(self, reason: str = "stopped by user") -> None:
         """Graceful stop: no new rollouts, finish the step, checkpoint, flush, return."""
+
+    def request_eval(self) -> None:
+        """Run the evaluator on the current policy as soon as possible."""
+
+    def knobs(self) -> Mapping[str, float | int]:
+        """Current values of the knobs that can change live (see `LIVE_KNOBS`)."""
+        ...
+
+    def set_knob(self, name: str, value: float | int) -> None:
+        """Change a live knob; raises ValueError with a message for a bad name or value.
+        Takes effect at the next rollout (temperature, workers) or step (the rest)."""
+
+
+#: The knobs a running pipeline accepts through `Control.set_knob`.
+LIVE_KNOBS = ("learning_rate", "temperature", "max_steps_off_policy", "rollout_workers")
 
 
 class Session(Protocol):

@@ -102,6 +102,50 @@ class RunFinished(Event):
     reason: str = ""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CommandReceived(Event):
+    """A control command reached the engine (from the UI, a signal, or another process).
+
+    `command` is one of pause, resume, checkpoint, eval, stop, set; `args` holds e.g.
+    {"name": "learning_rate", "value": 1e-3} for set.
+    """
+
+    command: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+    source: str = "user"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EvalCompleted(Event):
+    """An evaluation of the policy at `policy_version` finished."""
+
+    step: int
+    policy_version: int
+    metrics: Mapping[str, float]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ThroughputMeasured(Event):
+    """Pipeline accounting over the last `window` seconds, published about once a second.
+
+    Busy fractions are 0..1. Staleness histograms map "versions behind" to a count of the
+    groups trained in the window, split into versions that passed while the group was being
+    sampled (in flight) and while it waited in the queue.
+    """
+
+    window: float
+    rollouts_per_s: float
+    sampled_tokens_per_s: float
+    trained_tokens_per_s: float
+    queue_depth: int
+    in_flight: int
+    trainer_busy: float
+    sampler_busy: float
+    verdict: str
+    staleness_in_flight: Mapping[int, int] = field(default_factory=dict)
+    staleness_queued: Mapping[int, int] = field(default_factory=dict)
+
+
 Handler = Callable[[Event], None]
 
 

@@ -14,14 +14,17 @@ import asyncio
 import itertools
 import random
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from engine.backend import Policy
 from engine.clock import Clock
 from engine.config import RunConfig
+from engine.control import LIVE_KNOBS
 from engine.events import (
     CheckpointSaved,
+    CommandReceived,
+    EvalCompleted,
     EventBus,
     GroupDiscarded,
     GroupSampled,
@@ -30,6 +33,7 @@ from engine.events import (
     RunStatus,
     StepTrained,
 )
+from engine.server import SamplingDefaults
 from engine.task import Scenario, Task
 from engine.trajectory import Trajectory, TrajectoryError, TrajectoryGroup
 
@@ -47,6 +51,7 @@ class Pipeline:
         clock: Clock,
         rng: random.Random,
         start_step: int = 0,
+        sampling_defaults: SamplingDefaults | None = None,
     ) -> None:
         self.config = config
         self.task = task
@@ -68,6 +73,15 @@ class Pipeline:
         self._wake = asyncio.Event()
         self._discards_this_step: dict[str, int] = {"stale": 0, "zero_variance": 0, "error": 0}
         self._rollouts_since_step = 0
+        self.sampling_defaults = sampling_defaults or SamplingDefaults(
+            temperature=config.temperature, max_tokens=config.max_tokens)
+        # Live knobs: start from the config, change through set_knob.
+        self._learning_rate = config.learning_rate
+        self._max_off = config.max_steps_off_policy
+        self._workers_wanted = config.rollout_workers
+        self._workers: dict[int, asyncio.Task[None]] = {}
+        self._eval_requested = False
+        self._eval_task: asyncio.Task[None] | None = None
         self._last_step_end: float | None = None
         self._last_checkpoint_step: int | None = None
 
@@ -80,7 +94,11 @@ class Pipeline:
     def stopping(self) -> bool:
         return self._stopping
 
+    def _command(self, command: str, **args: Any) -> None:
+        self._emit(CommandReceived(time=self.clock.now(), command=command, args=args))
+
     def pause(self, reason: str = "paused by user") -> None:
+        self._command("pause", reason=reason)
         if self._paused or self._stopping:
             return
         self._paused = True
@@ -89,6 +107,7 @@ class Pipeline:
         self.log("info", f"paused: {reason}; in-flight rollouts will finish")
 
     def resume(self) -> None:
+        self._command("resume")
         if not self._paused or self._stopping:
             return
         self._paused = False
@@ -97,17 +116,54 @@ class Pipeline:
         self._wake.set()
 
     def request_checkpoint(self) -> None:
+        self._command("checkpoint")
         self._checkpoint_requested = True
         self.log("info", "checkpoint requested; it is written after the current step")
         self._wake.set()
 
     def stop(self, reason: str = "stopped by user") -> None:
+        self._command("stop", reason=reason)
         if self._stopping:
             return
         self._stopping = True
         self._emit(RunStateChanged(time=self.clock.now(), state="stopping", reason=reason))
         self.log("info", f"stopping ({reason}): no new rollouts; finishing the current step")
         self._queue.put_nowait(None)
+        self._wake.set()
+
+    def request_eval(self) -> None:
+        self._command("eval")
+        if self.task.eval_scenarios is None:
+            self.log("warning", f"task {self.task.name!r} has no eval scenarios; nothing to do")
+            return
+        self._eval_requested = True
+        self._start_eval_if_due()
+
+    def knobs(self) -> Mapping[str, float | int]:
+        return {
+            "learning_rate": self._learning_rate,
+            "temperature": self.sampling_defaults.temperature,
+            "max_steps_off_policy": self._max_off,
+            "rollout_workers": self._workers_wanted,
+        }
+
+    def set_knob(self, name: str, value: float | int) -> None:
+        if name not in LIVE_KNOBS:
+            raise ValueError(f"{name!r} cannot be changed live; the live knobs are "
+                             f"{', '.join(LIVE_KNOBS)}")
+        old = self.knobs()[name]
+        new = _checked_knob(name, value)
+        self._command("set", name=name, value=new, old=old)
+        if name == "learning_rate":
+            self._learning_rate = float(new)
+        elif name == "temperature":
+            self.sampling_defaults.temperature = float(new)
+        elif name == "max_steps_off_policy":
+            self._max_off = int(new)
+        elif name == "rollout_workers":
+            self._workers_wanted = int(new)
+            self._ensure_workers()
+        self.log("info", f"{name} changed from {old:g} to {new:g}")
         self._wake.set()
 
     # ------------------------------------------------------------------ events
@@ -122,16 +178,21 @@ class Pipeline:
         """Run workers and trainer until max_steps or a stop; returns how it ended."""
         self._emit(RunStateChanged(time=self.clock.now(), state="running"))
         self._last_step_end = self.clock.now()
-        workers = [asyncio.create_task(self._worker(), name=f"rollout-worker-{i}")
-                   for i in range(self.config.rollout_workers)]
+        self._ensure_workers()
+        if self.config.eval_at_start and self.task.eval_scenarios is not None:
+            self._eval_requested = True
+            self._start_eval_if_due()
         try:
             await self._train_loop()
         finally:
             self._stopping = True
             self._wake.set()
-            for worker in workers:
-                worker.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            background = list(self._workers.values())
+            if self._eval_task is not None:
+                background.append(self._eval_task)
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
         await self._checkpoint("final")
         return "completed" if self.step >= self.config.max_steps else "stopped"
 
@@ -145,14 +206,21 @@ class Pipeline:
         below (max_steps_off_policy + 1) * groups_per_step.
         """
         ahead = self._held + self._queue.qsize() + self._in_flight
-        limit = (self.config.max_steps_off_policy + 1) * self.config.groups_per_step
+        limit = (self._max_off + 1) * self.config.groups_per_step
         return not self._paused and not self._stopping and ahead < limit
 
-    async def _worker(self) -> None:
+    def _ensure_workers(self) -> None:
+        """Start workers up to the wanted count; surplus workers retire by themselves."""
+        for index in range(self._workers_wanted):
+            if index not in self._workers or self._workers[index].done():
+                self._workers[index] = asyncio.create_task(
+                    self._worker(index), name=f"rollout-worker-{index}")
+
+    async def _worker(self, index: int) -> None:
         client = self._client_factory()
-        while not self._stopping:
+        while not self._stopping and index < self._workers_wanted:
             while not self._may_start_group():
-                if self._stopping:
+                if self._stopping or index >= self._workers_wanted:
                     return
                 self._wake.clear()
                 await self._wake.wait()
@@ -232,14 +300,13 @@ class Pipeline:
             if group is None:
                 return None
             staleness = self.policy.version - group.policy_version
-            if staleness > self.config.max_steps_off_policy:
+            if staleness > self._max_off:
                 self._discard_counts("stale")
                 self._emit(GroupDiscarded(
                     time=self.clock.now(), group_id=group.group_id, scenario_id=group.scenario_id,
                     reason="stale", policy_version=group.policy_version,
                     trainer_version=self.policy.version, num_tokens=group.num_tokens,
-                    detail=f"{staleness} steps off policy (limit "
-                           f"{self.config.max_steps_off_policy})"))
+                    detail=f"{staleness} steps off policy (limit {self._max_off})"))
                 continue
             if not group.has_variance():
                 # Counted in the batch (its rewards are real) but carries no gradient.
@@ -266,7 +333,7 @@ class Pipeline:
             metrics: dict[str, float] = {}
             if datums:
                 result = await self.policy.train(datums, loss_fn=self.config.loss_fn,
-                                                 learning_rate=self.config.learning_rate)
+                                                 learning_rate=self._learning_rate)
                 metrics.update(result.metrics)
                 metrics["train/num_datums"] = result.num_datums
                 metrics["train/tokens"] = result.num_tokens
@@ -287,6 +354,9 @@ class Pipeline:
                     and self.step % self.config.checkpoint_every == 0
                     and self.step < self.config.max_steps):
                 await self._checkpoint("requested" if self._checkpoint_requested else "periodic")
+            if self.config.eval_every and self.step % self.config.eval_every == 0:
+                self._eval_requested = self.task.eval_scenarios is not None
+            self._start_eval_if_due()
 
     def _step_metrics(self, batch: list[TrajectoryGroup], version_before: int,
                       wait_started: float, train_started: float, now: float) -> dict[str, float]:
@@ -304,7 +374,7 @@ class Pipeline:
             "time/wait_batch": train_started - wait_started,
             "time/train": now - train_started,
             "throughput/rollouts_per_s": self._rollouts_since_step / elapsed,
-            "optim/lr": self.config.learning_rate,
+            "optim/lr": self._learning_rate,
         }
         for reason, count in self._discards_this_step.items():
             metrics[f"discarded/{reason}"] = float(count)
@@ -312,6 +382,33 @@ class Pipeline:
         self._rollouts_since_step = 0
         self._last_step_end = now
         return metrics
+
+    # ------------------------------------------------------------------ evaluator
+    def _start_eval_if_due(self) -> None:
+        """Evaluate alongside training (never blocking it); one evaluation at a time."""
+        if not self._eval_requested or self._stopping:
+            return
+        if self._eval_task is not None and not self._eval_task.done():
+            return  # the request stays pending and runs after the current evaluation
+        self._eval_requested = False
+        self._eval_task = asyncio.create_task(self._evaluate(), name="evaluator")
+
+    async def _evaluate(self) -> None:
+        assert self.task.eval_scenarios is not None
+        step, version = self.step, self.policy.version
+        client = self._client_factory()
+        scenarios = list(self.task.eval_scenarios())
+        results = await asyncio.gather(*(self._rollout(client, s) for s in scenarios),
+                                       return_exceptions=True)
+        rewards = [r.reward for r in results if isinstance(r, Trajectory)]
+        errors = len(results) - len(rewards)
+        metrics = {"eval/reward_mean": sum(rewards) / len(rewards) if rewards else float("nan"),
+                   "eval/num_scenarios": float(len(scenarios)), "eval/errors": float(errors)}
+        self._emit(EvalCompleted(time=self.clock.now(), step=step, policy_version=version,
+                                 metrics=metrics))
+        self.log("info", f"eval at step {step}: mean reward {metrics['eval/reward_mean']:.3f} "
+                         f"over {len(rewards)} scenarios" + (f", {errors} errors" if errors else ""))
+        self._start_eval_if_due()
 
     async def _checkpoint(self, why: str) -> None:
         self._checkpoint_requested = False
@@ -323,3 +420,24 @@ class Pipeline:
         self._emit(CheckpointSaved(time=self.clock.now(), step=self.step, kind="state",
                                    name=name, path=path))
         self.log("info", f"checkpoint {name} saved ({why}): {path}")
+
+
+def _checked_knob(name: str, value: float | int) -> float | int:
+    """Validate a live knob value; the error message says what is allowed."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if name == "learning_rate":
+        if not 0 < value < 1:
+            raise ValueError(f"learning_rate must be between 0 and 1, got {value}")
+        return float(value)
+    if name == "temperature":
+        if not 0 <= value <= 2:
+            raise ValueError(f"temperature must be between 0 and 2, got {value}")
+        return float(value)
+    if int(value) != value:
+        raise ValueError(f"{name} must be a whole number, got {value}")
+    if name == "max_steps_off_policy" and not 0 <= value <= 64:
+        raise ValueError(f"max_steps_off_policy must be between 0 and 64, got {value}")
+    if name == "rollout_workers" and not 1 <= value <= 256:
+        raise ValueError(f"rollout_workers must be between 1 and 256, got {value}")
+    return int(value)

@@ -17,7 +17,7 @@ from engine.clock import Clock, SystemClock
 from engine.config import RunConfig
 from engine.events import EventBus, LogEmitted, RunFinished, RunStarted, RunStatus
 from engine.pipeline import Pipeline
-from engine.server import PolicyServer
+from engine.server import PolicyServer, SamplingDefaults
 from engine.store import RunStore
 from engine.task import Task
 
@@ -51,10 +51,12 @@ class Run:
         self._service_client = service_client
         self.policy: Policy | None = None
         self.server: PolicyServer | None = None
+        self.sampling_defaults = SamplingDefaults(temperature=config.temperature,
+                                                  max_tokens=config.max_tokens)
         self.pipeline = Pipeline(
             config=config, task=task, policy=self._make_policy(), client_factory=self._client,
             model_name=task.name, bus=self.events, clock=self.clock,
-            rng=random.Random(config.seed))
+            rng=random.Random(config.seed), sampling_defaults=self.sampling_defaults)
 
     @property
     def control(self) -> Pipeline:
@@ -90,8 +92,7 @@ class Run:
                               f"{self.config.base_model}")
             await self.policy.start()
             self.server = PolicyServer(self.policy, model_name=self.task.name,
-                                       default_max_tokens=self.config.max_tokens,
-                                       default_temperature=self.config.temperature)
+                                       defaults=self.sampling_defaults)
             await self.server.start()
             self._log("info", f"policy server on {self.server.base_url} "
                               f"(token {self.server.token_hint})")

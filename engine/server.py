@@ -17,6 +17,7 @@ import secrets
 import socket
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import tinker
@@ -25,6 +26,15 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+
+
+@dataclass
+class SamplingDefaults:
+    """Defaults for requests that leave them out; mutable so a live knob change applies to
+    the next request."""
+
+    temperature: float = 1.0
+    max_tokens: int = 64
 
 
 class PolicySource(Protocol):
@@ -69,8 +79,7 @@ def openai_error(status: int, message: str, *, param: str | None = None,
 
 
 def create_app(policy: PolicySource, *, model_name: str, token: str,
-               max_tokens_limit: int = 1024, default_max_tokens: int = 64,
-               default_temperature: float = 1.0) -> FastAPI:
+               defaults: SamplingDefaults, max_tokens_limit: int = 1024) -> FastAPI:
     app = FastAPI(title="tinker-tui policy server", docs_url=None, redoc_url=None)
     expected_auth = f"Bearer {token}"
 
@@ -107,7 +116,7 @@ def create_app(policy: PolicySource, *, model_name: str, token: str,
         if body.model != model_name:
             return openai_error(404, f"unknown model {body.model!r}; this run serves "
                                      f"{model_name!r}", param="model", code="model_not_found")
-        max_tokens = body.max_completion_tokens or body.max_tokens or default_max_tokens
+        max_tokens = body.max_completion_tokens or body.max_tokens or defaults.max_tokens
         if max_tokens > max_tokens_limit:
             return openai_error(400, f"max_tokens {max_tokens} exceeds this server's limit "
                                      f"of {max_tokens_limit}", param="max_tokens")
@@ -119,7 +128,7 @@ def create_app(policy: PolicySource, *, model_name: str, token: str,
         user_stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         params = tinker.SamplingParams(
             max_tokens=max_tokens,
-            temperature=default_temperature if body.temperature is None else body.temperature,
+            temperature=defaults.temperature if body.temperature is None else body.temperature,
             top_p=body.top_p,
             seed=body.seed,
             stop=list(renderer.get_stop_sequences()) + user_stop,
@@ -182,14 +191,13 @@ class PolicyServer:
     """Runs the app on 127.0.0.1 in the current event loop; start() returns once it listens."""
 
     def __init__(self, policy: PolicySource, *, model_name: str, token: str | None = None,
-                 max_tokens_limit: int = 1024, default_max_tokens: int = 64,
-                 default_temperature: float = 1.0) -> None:
+                 defaults: SamplingDefaults | None = None,
+                 max_tokens_limit: int = 1024) -> None:
         self.model_name = model_name
         self.token = token or secrets.token_urlsafe(24)
+        self.defaults = defaults or SamplingDefaults()
         self.app = create_app(policy, model_name=model_name, token=self.token,
-                              max_tokens_limit=max_tokens_limit,
-                              default_max_tokens=default_max_tokens,
-                              default_temperature=default_temperature)
+                              defaults=self.defaults, max_tokens_limit=max_tokens_limit)
         self.port: int | None = None
         self._server: _EmbeddedUvicorn | None = None
         self._task: asyncio.Task[None] | None = None

@@ -8,7 +8,7 @@ rollout `group_size` times per scenario and trains on the group-relative advanta
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,8 @@ class Task:
     #: Given the run's seeded random generator, yields training scenarios (may be endless).
     scenarios: Callable[[random.Random], Iterator[Scenario]]
     rollout: Rollout
+    #: Optional held-out scenarios for the evaluator (a finite collection, run once each).
+    eval_scenarios: Callable[[], Iterable[Scenario]] | None = None
     #: Optional supervised format examples (whole conversations, last assistant turn
     #: trained) run before RL when `warmup_steps` > 0.
     warmup: Sequence[Sequence[Message]] = ()

@@ -72,6 +72,11 @@ async def rollout(client: Any, model: str, scenario: Scenario) -> Trajectory:
     return Trajectory.from_choices([choice], reward=reward_for(choice.message.content or ""))
 
 
+def eval_scenarios() -> list[Scenario]:
+    """Every question once, for a quick, comparable evaluation."""
+    return [Scenario(id=f"eval-q{i:02d}", data=q) for i, q in enumerate(QUESTIONS)]
+
+
 WARMUP = tuple(
     ({"role": "user", "content": prompt_for(q)}, {"role": "assistant", "content": answer})
     for q in QUESTIONS
@@ -82,6 +87,7 @@ TASK = Task(
     name="yes_no_maybe",
     scenarios=scenarios,
     rollout=rollout,
+    eval_scenarios=eval_scenarios,
     warmup=WARMUP,
     settings={"max_steps": 60, "warmup_steps": 60},
 )

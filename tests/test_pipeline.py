@@ -167,3 +167,47 @@ async def test_rollout_errors_are_counted_and_the_run_goes_on():
     errors = [e for e in events if isinstance(e, GroupDiscarded) and e.reason == "error"]
     assert errors and "tool crashed" in errors[0].detail
     assert any(isinstance(e, GroupSampled) for e in events)
+
+
+async def test_live_knobs_take_effect_and_are_recorded_as_commands():
+    from engine.events import CommandReceived
+
+    pipeline, policy, client, events = make_pipeline(max_steps=10_000)
+    task = asyncio.create_task(pipeline.run())
+    await asyncio.sleep(0.05)
+    pipeline.set_knob("learning_rate", 1e-4)
+    pipeline.set_knob("temperature", 0.5)
+    pipeline.set_knob("rollout_workers", 1)
+    pipeline.set_knob("max_steps_off_policy", 0)
+    with pytest.raises(ValueError, match="between 0 and 2"):
+        pipeline.set_knob("temperature", 5)
+    with pytest.raises(ValueError, match="cannot be changed live"):
+        pipeline.set_knob("group_size", 3)
+    step_after = pipeline.step + 1
+    while pipeline.step < step_after + 3:
+        await asyncio.sleep(0.005)
+    pipeline.stop()
+    await task
+    assert pipeline.sampling_defaults.temperature == 0.5
+    later = [e for e in events if isinstance(e, StepTrained) and e.step > step_after]
+    assert later and all(e.metrics["optim/lr"] == 1e-4 for e in later)
+    assert all(e.metrics["async/staleness_max"] == 0 for e in later[1:])
+    assert sum(not w.done() for w in pipeline._workers.values()) == 0
+    sets = [e.args["name"] for e in events if isinstance(e, CommandReceived)
+            and e.command == "set"]
+    assert sets == ["learning_rate", "temperature", "rollout_workers", "max_steps_off_policy"]
+
+
+async def test_eval_every_and_eval_now_publish_eval_results():
+    from engine.events import EvalCompleted
+
+    base = make_task()
+    task = Task(name="with-eval", scenarios=base.scenarios, rollout=base.rollout,
+                eval_scenarios=lambda: [Scenario(id=f"e{i}", data=i) for i in range(5)])
+    pipeline, _, _, events = make_pipeline(task=task, max_steps=6, eval_every=3,
+                                           eval_at_start=True)
+    assert await pipeline.run() == "completed"
+    evals = [e for e in events if isinstance(e, EvalCompleted)]
+    assert [e.step for e in evals][:1] == [0]
+    assert {3} <= {e.step for e in evals}
+    assert all(e.metrics["eval/num_scenarios"] == 5 for e in evals)

@@ -7,7 +7,7 @@ import pytest
 from engine.backend import Policy
 from engine.config import DEFAULT_BASE_MODEL
 from engine.local import LocalServiceClient
-from engine.server import PolicyServer
+from engine.server import PolicyServer, SamplingDefaults
 from engine.trajectory import SampledTurn
 
 
@@ -15,7 +15,8 @@ from engine.trajectory import SampledTurn
 async def server(tmp_path):
     policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
     await policy.start()
-    server = PolicyServer(policy, model_name="policy", default_max_tokens=8)
+    server = PolicyServer(policy, model_name="policy",
+                          defaults=SamplingDefaults(max_tokens=8))
     await server.start()
     yield server, policy
     await server.stop()
