@@ -1,0 +1,145 @@
+"""`tinker-tui run TASK`: train a task and watch it live (or headless)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import signal
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from app.errors import UsageError
+
+EXIT_OK = 0
+SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+DEFAULT_DB = Path("runs") / "tinker-tui.db"
+
+
+def add_parser(commands: Any) -> None:
+    run = commands.add_parser("run", help="train a task and watch it live",
+                              description="Train a task with RL and watch it live.")
+    run.add_argument("task", help="the task to train: 'example' (yes/no/maybe)")
+    run.add_argument("--no-ui", action="store_true",
+                     help="no dashboard: one plain line per step (also when not on a terminal)")
+    run.add_argument("--steps", type=int, metavar="N", dest="max_steps",
+                     help="optimizer steps for the whole run (same as --max-steps)")
+    run.add_argument("--db", type=Path, default=DEFAULT_DB, metavar="PATH",
+                     help=f"SQLite run store (default: {DEFAULT_DB})")
+    run.add_argument("--backend", choices=("local", "tinker"),
+                     help="'local' (embedded, CPU) or 'tinker' (needs TINKER_API_KEY); "
+                          "default: tinker when a key is configured, else local")
+    settings = run.add_argument_group("run settings (defaults: the task's, then the engine's)")
+    add_config_flags(settings)
+
+
+def add_config_flags(group: Any) -> None:
+    """One flag per RunConfig field, so every setting can be overridden the same way."""
+    from engine.config import RunConfig
+
+    hints = typing.get_type_hints(RunConfig)
+    for field in dataclasses.fields(RunConfig):
+        flag = "--" + field.name.replace("_", "-")
+        kind = _plain_type(hints[field.name])
+        help_text = f"default {field.default!r}"
+        if field.name == "max_steps":
+            group.add_argument(flag, type=int, dest="max_steps", metavar="N", help=help_text)
+        elif kind is bool:
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                               help=help_text)
+        else:
+            group.add_argument(flag, type=kind, default=None, dest=field.name,
+                               metavar=field.name.upper(), help=help_text)
+
+
+def _plain_type(hint: Any) -> type:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint if isinstance(hint, type) else str
+
+
+def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    from engine.config import RunConfig
+
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
+            if getattr(args, f.name, None) is not None}
+
+
+def load_task(name: str) -> Any:
+    if name in ("example", "yes_no_maybe"):
+        from examples.yes_no_maybe import TASK
+
+        return TASK
+    raise UsageError(f"unknown task {name!r}: the built-in task is 'example'")
+
+
+def make_session(args: argparse.Namespace) -> Any:
+    from engine.backend import BackendError, choose_backend
+    from engine.config import ConfigError, RunConfig
+    from engine.runner import Run
+
+    task = load_task(args.task)
+    try:
+        backend = choose_backend(args.backend)
+        config = RunConfig().with_overrides(dict(task.settings)).with_overrides(
+            config_overrides(args))
+    except (BackendError, ConfigError) as exc:
+        raise UsageError(str(exc)) from None
+    if backend == "tinker" and config.base_model.startswith("tinker-tui/"):
+        raise UsageError("the embedded base model runs only on the local backend; "
+                         "choose a Tinker base model for --backend tinker "
+                         "(--base-model NAME)")
+    return Run(task=task, config=config, backend=backend, db_path=args.db)
+
+
+def wants_ui(args: argparse.Namespace) -> bool:
+    if args.no_ui or os.environ.get("CI"):
+        return False
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
+async def run_headless(session: Any) -> int:
+    """Run without a dashboard; first SIGINT/SIGTERM stops gracefully, a second at once."""
+    from app.headless import HeadlessReporter
+
+    session.events.subscribe(HeadlessReporter().handle)
+    loop = asyncio.get_running_loop()
+    received: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        code = SIGNAL_EXIT_CODES[signum]
+        if received:
+            os._exit(code)
+        received.append(code)
+        session.control.stop(f"received {signal.Signals(signum).name}")
+
+    for signum in SIGNAL_EXIT_CODES:
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        await session.run()
+    finally:
+        for signum in SIGNAL_EXIT_CODES:
+            loop.remove_signal_handler(signum)
+    return received[0] if received else EXIT_OK
+
+
+def run_with_ui(session: Any) -> int:
+    from app.tui import TinkerTuiApp
+
+    app = TinkerTuiApp(session)
+    app.run()
+    error = getattr(app, "run_error", None)
+    if error:
+        print(f"tinker-tui: run failed: {error.strip().splitlines()[-1]}", file=sys.stderr)
+    return app.return_code if app.return_code is not None else EXIT_OK
+
+
+def main(args: argparse.Namespace) -> int:
+    session = make_session(args)
+    if wants_ui(args):
+        return run_with_ui(session)
+    return asyncio.run(run_headless(session))
