@@ -40,6 +40,20 @@ class RunStarted(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class TrajectorySummary:
+    """One rollout as a person reads it: the conversation, its reward and version stamp.
+
+    `messages` are {"role", "content"} dicts: the rollout's own messages when it gave them,
+    otherwise the decoded text the model saw and wrote (role "transcript").
+    """
+
+    reward: float
+    policy_version: int
+    num_tokens: int
+    messages: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class GroupSampled(Event):
     """A group of rollouts of one scenario finished and was queued for training."""
 
@@ -49,6 +63,7 @@ class GroupSampled(Event):
     num_trajectories: int
     num_tokens: int
     reward_mean: float
+    trajectories: tuple[TrajectorySummary, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -32,6 +32,7 @@ from engine.events import (
     RunStateChanged,
     RunStatus,
     StepTrained,
+    TrajectorySummary,
 )
 from engine.server import SamplingDefaults
 from engine.task import Scenario, Task
@@ -265,8 +266,20 @@ class Pipeline:
         self._emit(GroupSampled(
             time=group.finished_at, group_id=group_id, scenario_id=scenario.id,
             policy_version=group.policy_version, num_trajectories=len(trajectories),
-            num_tokens=group.num_tokens, reward_mean=group.reward_mean))
+            num_tokens=group.num_tokens, reward_mean=group.reward_mean,
+            trajectories=tuple(self._summary(t) for t in trajectories)))
         return group
+
+    def _summary(self, trajectory: Trajectory) -> TrajectorySummary:
+        messages: tuple[Any, ...] = trajectory.messages
+        tokenizer = getattr(self.policy, "tokenizer", None)
+        if not messages and tokenizer is not None:
+            last = trajectory.turns[-1]
+            text = tokenizer.decode(list(last.prompt_tokens) + list(last.tokens))
+            messages = ({"role": "transcript", "content": text},)
+        return TrajectorySummary(reward=trajectory.reward,
+                                 policy_version=trajectory.policy_version,
+                                 num_tokens=trajectory.num_tokens, messages=messages)
 
     async def _rollout(self, client: Any, scenario: Scenario) -> Trajectory:
         trajectory = await self.task.rollout(client, self.model_name, scenario)

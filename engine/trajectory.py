@@ -66,6 +66,8 @@ class Trajectory:
     turns: tuple[SampledTurn, ...]
     reward: float
     metrics: dict[str, float] = field(default_factory=dict)
+    #: Optional: the conversation as the rollout saw it (role/content dicts), for display.
+    messages: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.reward, bool) or not isinstance(self.reward, int | float):
@@ -76,9 +78,10 @@ class Trajectory:
             raise TrajectoryError("a trajectory needs at least one sampled assistant turn")
 
     @classmethod
-    def from_choices(cls, choices: Iterable[Any], reward: float, **metrics: float) -> Trajectory:
+    def from_choices(cls, choices: Iterable[Any], reward: float, *,
+                     messages: Iterable[dict[str, Any]] = (), **metrics: float) -> Trajectory:
         return cls(turns=tuple(SampledTurn.from_choice(c) for c in choices),
-                   reward=reward, metrics=dict(metrics))
+                   reward=reward, metrics=dict(metrics), messages=tuple(messages))
 
     @property
     def num_tokens(self) -> int:
