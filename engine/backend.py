@@ -10,6 +10,7 @@ publishes the next sampling client.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,18 +157,25 @@ class Policy:
     ) -> TrainResult:
         """One optimizer step, then publish the next sampling client (version + 1)."""
         # Submit both before awaiting either, so the service can pipeline them.
+        started = time.perf_counter()
         fb_future = self.training_client.forward_backward(datums, loss_fn)
         optim_future = self.training_client.optim_step(
             tinker.AdamParams(learning_rate=learning_rate)
         )
         fb = await fb_future
+        fb_done = time.perf_counter()
         await optim_future
+        optim_done = time.perf_counter()
         self.version += 1
         self.sampling_client = await self.training_client.save_weights_and_get_sampling_client(
             name=f"policy-v{self.version:06d}"
         )
+        published = time.perf_counter()
         num_tokens = sum(d.model_input.length for d in datums)
-        metrics = {"train/loss_sum": float(fb.metrics.get("loss:sum", 0.0))}
+        metrics = {"train/loss_sum": float(fb.metrics.get("loss:sum", 0.0)),
+                   "time/forward_backward": fb_done - started,
+                   "time/optim_step": optim_done - fb_done,
+                   "time/publish_weights": published - optim_done}
         return TrainResult(self.version, metrics, len(datums), num_tokens)
 
     async def train_supervised(
