@@ -28,6 +28,9 @@ class RunConfig:
     eval_at_start: bool = False       # also evaluate the starting policy
     warmup_steps: int = 0             # supervised format steps before RL, if the task has examples
     warmup_learning_rate: float = 3e-3
+    health_window: int = 32           # groups the health checks look back over
+    zero_variance_pause_rate: float = 0.9  # pause when this share of them had no learning signal
+    error_pause_rate: float = 0.5     # pause when this share of them failed
     lora_rank: int = 32
     base_model: str = DEFAULT_BASE_MODEL
     seed: int = 0
@@ -40,6 +43,11 @@ class RunConfig:
         for name in ("max_steps_off_policy", "checkpoint_every", "warmup_steps", "eval_every"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be 0 or more, got {getattr(self, name)}")
+        if self.health_window < 1:
+            raise ConfigError(f"health_window must be at least 1, got {self.health_window}")
+        for name in ("zero_variance_pause_rate", "error_pause_rate"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ConfigError(f"{name} must be in (0, 1], got {getattr(self, name)}")
         if not self.learning_rate > 0:
             raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
         if self.loss_fn not in ("importance_sampling", "ppo", "cispo", "dro"):

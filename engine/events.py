@@ -159,6 +159,8 @@ class ThroughputMeasured(Event):
     verdict: str
     staleness_in_flight: Mapping[int, int] = field(default_factory=dict)
     staleness_queued: Mapping[int, int] = field(default_factory=dict)
+    #: 99th percentile of the event loop's wake-up lag, seconds (real time).
+    loop_lag_p99: float = 0.0
 
 
 Handler = Callable[[Event], None]

@@ -14,9 +14,11 @@ import asyncio
 import itertools
 import random
 import traceback
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from engine.accounting import ThroughputMeter
 from engine.backend import Policy
 from engine.clock import Clock
 from engine.config import RunConfig
@@ -32,8 +34,10 @@ from engine.events import (
     RunStateChanged,
     RunStatus,
     StepTrained,
+    ThroughputMeasured,
     TrajectorySummary,
 )
+from engine.loop_lag import LoopLagMonitor
 from engine.server import SamplingDefaults
 from engine.task import Scenario, Task
 from engine.trajectory import Trajectory, TrajectoryError, TrajectoryGroup
@@ -83,6 +87,14 @@ class Pipeline:
         self._workers: dict[int, asyncio.Task[None]] = {}
         self._eval_requested = False
         self._eval_task: asyncio.Task[None] | None = None
+        # Accounting and health.
+        self.meter = ThroughputMeter()
+        self.loop_lag = LoopLagMonitor()
+        self.report_interval = 1.0
+        self._finish_version: dict[int, int] = {}
+        self._recent_groups: deque[tuple[str, float]] = deque(maxlen=config.health_window)
+        self._best_group_reward = float("-inf")
+        self._started_at = 0.0
         self._last_step_end: float | None = None
         self._last_checkpoint_step: int | None = None
 
@@ -178,8 +190,10 @@ class Pipeline:
     async def run(self) -> RunStatus:
         """Run workers and trainer until max_steps or a stop; returns how it ended."""
         self._emit(RunStateChanged(time=self.clock.now(), state="running"))
-        self._last_step_end = self.clock.now()
+        self._last_step_end = self._started_at = self.clock.now()
         self._ensure_workers()
+        reporters = [asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
+                     asyncio.create_task(self._report_throughput(), name="throughput")]
         if self.config.eval_at_start and self.task.eval_scenarios is not None:
             self._eval_requested = True
             self._start_eval_if_due()
@@ -188,7 +202,7 @@ class Pipeline:
         finally:
             self._stopping = True
             self._wake.set()
-            background = list(self._workers.values())
+            background = list(self._workers.values()) + reporters
             if self._eval_task is not None:
                 background.append(self._eval_task)
             for task in background:
@@ -228,10 +242,12 @@ class Pipeline:
             scenario = next(self._scenarios)
             group_id = next(self._group_ids)
             self._in_flight += 1
+            self.meter.in_flight_changed(self.clock.now(), self._in_flight)
             try:
                 group = await self._sample_group(client, group_id, scenario)
             finally:
                 self._in_flight -= 1
+                self.meter.in_flight_changed(self.clock.now(), self._in_flight)
                 self._wake.set()
             if group is not None:
                 self._queue.put_nowait(group)
@@ -257,12 +273,16 @@ class Pipeline:
             tb = "".join(traceback.format_exception(error)).rstrip()
             self.log("error", f"rollout of scenario {scenario.id} failed "
                               f"({len(errors)}/{len(results)}): {detail}\n{tb}")
+            self._check_health("error", 0.0)
             return None
         trajectories: tuple[Trajectory, ...] = tuple(results)  # type: ignore[arg-type]
         group = TrajectoryGroup(group_id=group_id, scenario_id=scenario.id,
                                 trajectories=trajectories, started_at=started,
                                 finished_at=self.clock.now())
         self._rollouts_since_step += len(trajectories)
+        self._finish_version[group_id] = self.policy.version
+        self.meter.rollouts_finished(group.finished_at, len(trajectories), group.num_tokens)
+        self._check_health("ok" if group.has_variance() else "zero_variance", group.reward_mean)
         self._emit(GroupSampled(
             time=group.finished_at, group_id=group_id, scenario_id=scenario.id,
             policy_version=group.policy_version, num_trajectories=len(trajectories),
@@ -336,10 +356,13 @@ class Pipeline:
     async def _train_loop(self) -> None:
         while self.step < self.config.max_steps and not self._stopping:
             wait_started = self.clock.now()
+            self.meter.waiting_started(wait_started)
             batch = await self._collect_batch()
+            self.meter.waiting_finished(self.clock.now())
             if batch is None:
                 return
             train_started = self.clock.now()
+            self.meter.trainer_started(train_started)
             trainable = [g for g in batch if g.has_variance()]
             datums = self.policy.build_datums(trainable)
             version_before = self.policy.version
@@ -358,6 +381,9 @@ class Pipeline:
             self._held = 0
             self._wake.set()
             now = self.clock.now()
+            self.meter.trainer_finished(now)
+            self.meter.trained(now, int(metrics.get("train/tokens", 0)),
+                               [self._staleness_split(g, version_before) for g in batch])
             metrics.update(self._step_metrics(batch, version_before, wait_started,
                                               train_started, now))
             self._emit(StepTrained(time=now, step=self.step, policy_version=self.policy.version,
@@ -375,6 +401,9 @@ class Pipeline:
                       wait_started: float, train_started: float, now: float) -> dict[str, float]:
         rewards = [r for g in batch for r in g.rewards]
         staleness = [version_before - g.policy_version for g in batch]
+        split = [self._staleness_split(g, version_before) for g in batch]
+        for g in batch:
+            self._finish_version.pop(g.group_id, None)
         elapsed = max(now - (self._last_step_end or now), 1e-9)
         metrics = {
             "reward/mean": sum(rewards) / len(rewards),
@@ -382,6 +411,8 @@ class Pipeline:
             "reward/max": max(rewards),
             "async/staleness_mean": sum(staleness) / len(staleness),
             "async/staleness_max": float(max(staleness)),
+            "async/staleness_in_flight_mean": sum(f for f, _ in split) / len(split),
+            "async/staleness_queued_mean": sum(q for _, q in split) / len(split),
             "async/queue_depth": float(self._queue.qsize()),
             "time/step": elapsed,
             "time/wait_batch": train_started - wait_started,
@@ -395,6 +426,51 @@ class Pipeline:
         self._rollouts_since_step = 0
         self._last_step_end = now
         return metrics
+
+    def _staleness_split(self, group: TrajectoryGroup, trained_at: int) -> tuple[int, int]:
+        """(versions that passed while the group was sampled, versions while it was queued)."""
+        finished_at = self._finish_version.get(group.group_id, group.policy_version)
+        return finished_at - group.policy_version, trained_at - finished_at
+
+    # ------------------------------------------------------------------ health
+    def _check_health(self, outcome: str, reward: float) -> None:
+        """Pause (never exit) when the recent groups say the run has stopped learning.
+
+        A zero-variance group counts toward collapse only below the best group reward seen
+        so far: a policy that always earns the best reward has converged, not collapsed.
+        """
+        if outcome == "zero_variance" and reward >= self._best_group_reward - 1e-9:
+            outcome = "converged"
+        if outcome != "error":
+            self._best_group_reward = max(self._best_group_reward, reward)
+        self._recent_groups.append((outcome, reward))
+        window = self._recent_groups
+        if len(window) < window.maxlen or self._paused or self._stopping:
+            return
+        errors = sum(o == "error" for o, _ in window) / len(window)
+        collapsed = sum(o == "zero_variance" for o, _ in window) / len(window)
+        if errors >= self.config.error_pause_rate:
+            self.pause(f"rollout errors: {errors:.0%} of the last {len(window)} groups failed")
+            window.clear()
+        elif collapsed >= self.config.zero_variance_pause_rate:
+            self.pause(f"no learning signal: {collapsed:.0%} of the last {len(window)} groups "
+                       "had equal rewards below the best seen")
+            window.clear()
+
+    async def _report_throughput(self) -> None:
+        while True:
+            await asyncio.sleep(self.report_interval)
+            now = self.clock.now()
+            snap = self.meter.snapshot(now, elapsed=now - self._started_at)
+            self._emit(ThroughputMeasured(
+                time=now, window=snap.window, rollouts_per_s=snap.rollouts_per_s,
+                sampled_tokens_per_s=snap.sampled_tokens_per_s,
+                trained_tokens_per_s=snap.trained_tokens_per_s,
+                queue_depth=self._queue.qsize(), in_flight=self._in_flight,
+                trainer_busy=snap.trainer_busy, sampler_busy=snap.sampler_busy,
+                verdict=snap.verdict, staleness_in_flight=snap.staleness_in_flight,
+                staleness_queued=snap.staleness_queued,
+                loop_lag_p99=self.loop_lag.percentile(99)))
 
     # ------------------------------------------------------------------ evaluator
     def _start_eval_if_due(self) -> None:

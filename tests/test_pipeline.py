@@ -1,4 +1,4 @@
-"""Pipeline behaviour with a scripted policy and client (no torch, no HTTP), so pacing,
+"""Pipeline behaviour with a simulated policy and client (no torch, no HTTP), so pacing,
 staleness, pause/resume, checkpoints, errors and stop can be checked quickly and exactly."""
 
 import asyncio
@@ -6,86 +6,25 @@ import random
 
 import pytest
 
+from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task
 from engine.clock import FakeClock
 from engine.config import RunConfig
 from engine.events import CheckpointSaved, EventBus, GroupDiscarded, GroupSampled, StepTrained
 from engine.pipeline import Pipeline
-from engine.task import Scenario, Task
 from engine.trajectory import Trajectory
 
 
-class ScriptedPolicy:
-    """Trains by sleeping; the version moves exactly as the real Policy's does."""
-
-    def __init__(self, train_seconds=0.005):
-        self.version = 0
-        self.train_seconds = train_seconds
-        self.trained_batches = []
-        self.saved = []
-
-    def build_datums(self, groups):
-        self.trained_batches.append([g.policy_version for g in groups])
-        return [object()] * sum(len(g.trajectories) for g in groups)
-
-    async def train(self, datums, *, loss_fn, learning_rate):
-        await asyncio.sleep(self.train_seconds)
-        self.version += 1
-        from engine.backend import TrainResult
-        return TrainResult(self.version, {"train/loss_sum": 0.0}, len(datums), 0)
-
-    async def save_state(self, name):
-        self.saved.append(name)
-        return f"tinker://scripted/weights/{name}"
-
-
-class ScriptedClient:
-    """Stands in for openai.AsyncOpenAI: answers after a delay, stamped with the version."""
-
-    def __init__(self, policy, sample_seconds=0.002):
-        self.policy = policy
-        self.sample_seconds = sample_seconds
-        self.started = 0
-        self.chat = self
-        self.completions = self
-
-    async def create(self, **_):
-        self.started += 1
-        version = self.policy.version
-        await asyncio.sleep(self.sample_seconds)
-        return {"prompt_token_ids": [1], "token_ids": [2], "token_logprobs": [-0.1],
-                "policy_version": version}
-
-
-def make_task(fail_every=0):
-    calls = {"n": 0}
-
-    def scenarios(rng):
-        i = 0
-        while True:
-            yield Scenario(id=f"s{i}", data=i)
-            i += 1
-
-    async def rollout(client, model, scenario):
-        calls["n"] += 1
-        if fail_every and calls["n"] % fail_every == 0:
-            raise RuntimeError("tool crashed")
-        choice = await client.chat.completions.create(model=model, messages=[])
-        return Trajectory.from_choices([choice], reward=random.random())
-
-    return Task(name="scripted", scenarios=scenarios, rollout=rollout)
-
-
-def make_pipeline(policy=None, client=None, task=None, **overrides):
-    policy = policy or ScriptedPolicy()
-    client = client or ScriptedClient(policy)
+def make_pipeline(policy=None, client=None, task=None, clock=None, **overrides):
+    policy = policy or SimulatedPolicy()
+    client = client or SimulatedClient(policy)
     config = RunConfig(max_steps=20, group_size=4, groups_per_step=2, rollout_workers=4,
                        checkpoint_every=0).with_overrides(overrides)
     bus = EventBus()
     events = []
     bus.subscribe(events.append)
-    pipeline = Pipeline(config=config, task=task or make_task(), policy=policy,
+    pipeline = Pipeline(config=config, task=task or simulated_task(), policy=policy,
                         client_factory=lambda: client, model_name="m", bus=bus,
-                        clock=FakeClock(), rng=random.Random(0))
+                        clock=clock or FakeClock(), rng=random.Random(0))
     return pipeline, policy, client, events
 
 
@@ -105,7 +44,7 @@ async def test_pacing_keeps_every_trained_group_within_the_bound(max_off):
 
 
 async def test_group_still_stale_at_dequeue_is_discarded_and_counted():
-    policy = ScriptedPolicy()
+    policy = SimulatedPolicy()
     pipeline, _, _, events = make_pipeline(policy=policy, max_steps_off_policy=1)
     from engine.trajectory import TrajectoryGroup
     old = TrajectoryGroup(group_id=99, scenario_id="old", started_at=0, finished_at=0,
@@ -121,8 +60,8 @@ async def test_group_still_stale_at_dequeue_is_discarded_and_counted():
 
 
 async def test_pause_stops_new_rollouts_and_resume_restarts_them():
-    policy = ScriptedPolicy()
-    client = ScriptedClient(policy)
+    policy = SimulatedPolicy()
+    client = SimulatedClient(policy)
     pipeline, _, _, events = make_pipeline(policy=policy, client=client, max_steps=10_000)
     task = asyncio.create_task(pipeline.run())
     await asyncio.sleep(0.1)
@@ -162,7 +101,7 @@ async def test_stop_finishes_with_a_final_checkpoint():
 
 
 async def test_rollout_errors_are_counted_and_the_run_goes_on():
-    pipeline, _, _, events = make_pipeline(task=make_task(fail_every=7), max_steps=5)
+    pipeline, _, _, events = make_pipeline(task=simulated_task(fail_every=7), max_steps=5)
     assert await pipeline.run() == "completed"
     errors = [e for e in events if isinstance(e, GroupDiscarded) and e.reason == "error"]
     assert errors and "tool crashed" in errors[0].detail
@@ -201,9 +140,7 @@ async def test_live_knobs_take_effect_and_are_recorded_as_commands():
 async def test_eval_every_and_eval_now_publish_eval_results():
     from engine.events import EvalCompleted
 
-    base = make_task()
-    task = Task(name="with-eval", scenarios=base.scenarios, rollout=base.rollout,
-                eval_scenarios=lambda: [Scenario(id=f"e{i}", data=i) for i in range(5)])
+    task = simulated_task(eval_size=5)
     pipeline, _, _, events = make_pipeline(task=task, max_steps=6, eval_every=3,
                                            eval_at_start=True)
     assert await pipeline.run() == "completed"
@@ -211,3 +148,56 @@ async def test_eval_every_and_eval_now_publish_eval_results():
     assert [e.step for e in evals][:1] == [0]
     assert {3} <= {e.step for e in evals}
     assert all(e.metrics["eval/num_scenarios"] == 5 for e in evals)
+
+
+async def test_error_rate_pauses_the_run_with_a_reason():
+    from engine.events import RunStateChanged
+
+    pipeline, _, _, events = make_pipeline(task=simulated_task(fail_every=1), max_steps=5,
+                                           health_window=8)
+    task = asyncio.create_task(pipeline.run())
+    while not pipeline.paused:
+        await asyncio.sleep(0.005)
+    reason = [e.reason for e in events if isinstance(e, RunStateChanged) and e.state == "paused"]
+    assert reason and "rollout errors: 100% of the last 8 groups failed" in reason[0]
+    pipeline.stop()
+    assert await task == "stopped"
+
+
+async def test_collapse_pauses_but_convergence_does_not():
+    from engine.events import RunStateChanged
+
+    # Every group earns the same reward, and it is the best ever seen: converged, keep going.
+    converged, _, _, _ = make_pipeline(task=simulated_task(reward=lambda s: 1.0), max_steps=12,
+                                       health_window=8)
+    assert await converged.run() == "completed"
+    # Rewards vary at first, then every group gets the same low reward: collapse, pause.
+    collapse_task = simulated_task(reward=lambda s: (s.data % 2) if s.data < 16 else 0.0)
+    pipeline, _, _, events = make_pipeline(task=collapse_task, max_steps=10_000,
+                                           health_window=8)
+    task = asyncio.create_task(pipeline.run())
+    while not pipeline.paused:
+        await asyncio.sleep(0.005)
+    reason = [e.reason for e in events if isinstance(e, RunStateChanged) and e.state == "paused"]
+    assert "no learning signal" in reason[0]
+    pipeline.stop()
+    await task
+
+
+async def test_throughput_is_reported_with_a_verdict():
+    from engine.events import ThroughputMeasured
+
+    policy = SimulatedPolicy(train_seconds=0.05)
+    from engine.clock import SystemClock
+
+    pipeline, _, _, events = make_pipeline(policy=policy, max_steps=10_000, clock=SystemClock())
+    pipeline.report_interval = 0.05
+    task = asyncio.create_task(pipeline.run())
+    while len([e for e in events if isinstance(e, ThroughputMeasured)]) < 4:
+        await asyncio.sleep(0.01)
+    pipeline.stop()
+    await task
+    last = [e for e in events if isinstance(e, ThroughputMeasured)][-1]
+    assert last.verdict.startswith("trainer-bound")
+    assert last.trainer_busy > 0.5
+    assert last.loop_lag_p99 >= 0.0

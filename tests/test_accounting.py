@@ -1,0 +1,56 @@
+from collections import deque
+
+import pytest
+
+from engine.accounting import (
+    BALANCED,
+    SAMPLER_BOUND,
+    TRAINER_BOUND,
+    ThroughputMeter,
+    busy_fraction,
+    verdict,
+)
+
+
+def test_busy_fraction_clips_intervals_to_the_window_and_counts_an_open_one():
+    intervals = deque([(0.0, 2.0), (4.0, 6.0)])
+    assert busy_fraction(intervals, None, 1.0, 5.0) == pytest.approx(0.5)
+    assert busy_fraction(intervals, 9.0, 5.0, 10.0) == pytest.approx((1.0 + 1.0) / 5.0)
+    assert busy_fraction(deque(), None, 3.0, 3.0) == 0.0
+
+
+@pytest.mark.parametrize("trainer,sampler,waiting,expected", [
+    (0.95, 0.5, 0.0, TRAINER_BOUND),
+    (0.3, 1.0, 0.7, SAMPLER_BOUND),
+    (0.6, 0.7, 0.2, BALANCED),
+])
+def test_verdict(trainer, sampler, waiting, expected):
+    assert verdict(trainer, sampler, waiting) == expected
+
+
+def test_meter_rates_busy_and_staleness_histograms():
+    meter = ThroughputMeter(window=10.0)
+    meter.in_flight_changed(0.0, 1)
+    for t in range(1, 11):
+        meter.rollouts_finished(float(t), trajectories=8, tokens=40)
+    meter.waiting_started(0.0)
+    meter.waiting_finished(6.0)
+    meter.trainer_started(6.0)
+    meter.trainer_finished(8.0)
+    meter.trained(8.0, tokens=100, staleness=[(0, 1), (1, 0), (0, 1)])
+    snap = meter.snapshot(10.0)
+    assert snap.rollouts_per_s == pytest.approx(8.0)
+    assert snap.sampled_tokens_per_s == pytest.approx(40.0)
+    assert snap.trained_tokens_per_s == pytest.approx(10.0)
+    assert snap.trainer_busy == pytest.approx(0.2)
+    assert snap.sampler_busy == pytest.approx(1.0)
+    assert snap.verdict == SAMPLER_BOUND
+    assert snap.staleness_in_flight == {0: 2, 1: 1}
+    assert snap.staleness_queued == {0: 1, 1: 2}
+
+
+def test_meter_memory_is_bounded():
+    meter = ThroughputMeter(max_records=100)
+    for t in range(10_000):
+        meter.rollouts_finished(float(t), 1, 1)
+    assert len(meter._rollouts) == 100
