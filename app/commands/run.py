@@ -18,6 +18,8 @@ from app.errors import UsageError
 EXIT_OK = 0
 SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 DEFAULT_DB = Path("runs") / "tinker-tui.db"
+#: Seconds a graceful stop may take after SIGINT/SIGTERM before the run is cancelled.
+STOP_TIMEOUT = 60.0
 
 
 def add_parser(commands: Any) -> None:
@@ -102,13 +104,20 @@ def wants_ui(args: argparse.Namespace) -> bool:
     return sys.stdout.isatty() and sys.stderr.isatty()
 
 
-async def run_headless(session: Any) -> int:
-    """Run without a dashboard; first SIGINT/SIGTERM stops gracefully, a second at once."""
+async def run_headless(session: Any, *, stop_timeout: float = STOP_TIMEOUT) -> int:
+    """Run without a dashboard.
+
+    The first SIGINT/SIGTERM stops gracefully (current step, checkpoint, flush); if that
+    takes longer than `stop_timeout` seconds the run is cancelled, which still closes the
+    store. A second signal exits at once: SQLite's committed transactions keep the store
+    consistent; at most the last fraction of a second of events is lost.
+    """
     from app.headless import HeadlessReporter
 
     session.events.subscribe(HeadlessReporter().handle)
     loop = asyncio.get_running_loop()
     received: list[int] = []
+    run_task = asyncio.ensure_future(session.run())
 
     def on_signal(signum: int) -> None:
         code = SIGNAL_EXIT_CODES[signum]
@@ -116,11 +125,17 @@ async def run_headless(session: Any) -> int:
             os._exit(code)
         received.append(code)
         session.control.stop(f"received {signal.Signals(signum).name}")
+        loop.call_later(stop_timeout, run_task.cancel)
 
     for signum in SIGNAL_EXIT_CODES:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        await session.run()
+        await run_task
+    except asyncio.CancelledError:
+        if not received:
+            raise
+        print(f"tinker-tui: graceful stop took over {stop_timeout:g} s; cancelled",
+              file=sys.stderr)
     finally:
         for signum in SIGNAL_EXIT_CODES:
             loop.remove_signal_handler(signum)
