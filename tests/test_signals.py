@@ -1,0 +1,64 @@
+"""Signals in a real headless run (subprocess, local backend): SIGTERM stops gracefully with
+143; a second signal exits at once and leaves the store consistent."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+
+def start_run(tmp_path):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("TINKER_API_KEY", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "run", "example", "--no-ui", "--steps", "500",
+         "--warmup-steps", "0", "--db", str(tmp_path / "runs.db")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def wait_for_step(proc, step):
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:
+        if line.startswith("step ") and int(line.split()[1].split("/")[0]) >= step:
+            return
+        assert time.monotonic() < deadline
+    raise AssertionError("the run ended before step %d: %s" % (step, proc.stderr.read()))
+
+
+def test_sigterm_stops_gracefully_with_143(tmp_path):
+    proc = start_run(tmp_path)
+    try:
+        wait_for_step(proc, 2)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert "stopping: received SIGTERM" in out
+    db = sqlite3.connect(tmp_path / "runs.db")
+    status, final_step = db.execute("select status, final_step from runs").fetchone()
+    assert status == "stopped"
+    assert db.execute("select max(step) from checkpoints").fetchone()[0] == final_step
+
+
+def test_second_signal_exits_at_once_with_a_consistent_store(tmp_path):
+    proc = start_run(tmp_path)
+    try:
+        wait_for_step(proc, 2)
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        proc.communicate(timeout=30)
+        elapsed = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    assert elapsed < 5
+    db = sqlite3.connect(tmp_path / "runs.db")
+    assert db.execute("pragma integrity_check").fetchone() == ("ok",)
+    steps = [r[0] for r in db.execute("select step from steps order by step")]
+    assert steps == list(range(1, len(steps) + 1))
