@@ -215,13 +215,13 @@ class Pipeline:
     def _may_start_group(self) -> bool:
         """Pacing: start a group only if it will be trained within the staleness bound.
 
-        Groups are trained in arrival order, `groups_per_step` at a time. A group started
+        Groups are trained in arrival order, at least `min_batch` at a time. A group started
         now, with W groups ahead of it (held by the trainer, queued or in flight), is
-        trained floor(W / groups_per_step) versions after the current one, so W must stay
-        below (max_steps_off_policy + 1) * groups_per_step.
+        trained at most floor(W / min_batch) versions after the current one, so W must stay
+        below (max_steps_off_policy + 1) * min_batch.
         """
         ahead = self._held + self._queue.qsize() + self._in_flight
-        limit = (self._max_off + 1) * self.config.groups_per_step
+        limit = (self._max_off + 1) * self.config.min_batch
         return not self._paused and not self._stopping and ahead < limit
 
     def _ensure_workers(self) -> None:
@@ -327,8 +327,11 @@ class Pipeline:
         return group
 
     async def _collect_batch(self) -> list[TrajectoryGroup] | None:
+        """Wait for `min_batch` usable groups, then also take what is queued, up to the max."""
         batch: list[TrajectoryGroup] = []
         while len(batch) < self.config.groups_per_step:
+            if len(batch) >= self.config.min_batch and self._queue.empty():
+                break
             group = await self._next_group()
             if group is None:
                 return None

@@ -201,3 +201,16 @@ async def test_throughput_is_reported_with_a_verdict():
     assert last.verdict.startswith("trainer-bound")
     assert last.trainer_busy > 0.5
     assert last.loop_lag_p99 >= 0.0
+
+
+async def test_min_batch_trains_on_what_is_queued_and_keeps_the_bound():
+    policy = SimulatedPolicy(train_seconds=0.01)
+    client = SimulatedClient(policy, sample_seconds=0.004)
+    pipeline, _, _, events = make_pipeline(policy=policy, client=client, groups_per_step=4,
+                                           min_groups_per_step=1, max_steps=30)
+    assert await pipeline.run() == "completed"
+    sizes = [len(b) for b in policy.trained_batches]
+    assert min(sizes) >= 1 and max(sizes) <= 4
+    assert not [e for e in events if isinstance(e, GroupDiscarded) and e.reason == "stale"]
+    for trained_at, batch in enumerate(policy.trained_batches):
+        assert all(trained_at - v <= 1 for v in batch)
