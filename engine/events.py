@@ -163,6 +163,21 @@ class ThroughputMeasured(Event):
     loop_lag_p99: float = 0.0
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BackendWaited(Event):
+    """A backend call is waiting: rate limited, queued for capacity, or retrying an error.
+
+    `reason` is what to show (it starts with "waiting for Tinker capacity" for rate-limit
+    and capacity waits); `attempt` is the try the call is on; `delay` is the backoff about
+    to be slept before a retry, or the seconds waited so far for a slow call.
+    """
+
+    operation: str
+    reason: str
+    attempt: int
+    delay: float
+
+
 Handler = Callable[[Event], None]
 
 
