@@ -129,6 +129,73 @@ class TrajectoryGroup:
         return max(rewards) - min(rewards) > 1e-9
 
 
+@dataclass(frozen=True, slots=True)
+class SequenceArrays:
+    """The training examples of one trajectory, and how its turns were joined."""
+
+    #: One dict of per-token arrays (model_input, target_tokens, logprobs, advantages) per
+    #: training example; see `turn_to_datum_arrays` for the convention.
+    examples: list[dict[str, Sequence[Any]]]
+    #: Turns (with at least one sampled token) that went into the examples.
+    turns: int
+    #: Turns whose prompt did not extend the sequence sampled so far (so they start a new
+    #: example): a re-rendered conversation that differs from the sampled tokens, or a rollout
+    #: that starts a separate conversation.
+    prefix_mismatches: int
+
+
+def trajectory_to_datum_arrays(turns: Sequence[SampledTurn],
+                               advantage: float) -> SequenceArrays:
+    """Every assistant turn of a trajectory, trained on its exact sampled tokens.
+
+    A turn whose prompt starts with everything sampled so far (the previous prompts and
+    completions, token for token) extends the same training example: the tokens between
+    (tool results, the next user message, role headers) become untrained context and the new
+    completion is trained. That is one forward pass per conversation instead of one per turn,
+    with the prompt computed once. A turn whose prompt does not extend it (the conversation
+    was re-rendered into different tokens, or edited) starts a new example and is counted in
+    `prefix_mismatches`; nothing sampled is ever re-tokenized or dropped.
+    """
+    examples: list[dict[str, Sequence[Any]]] = []
+    mismatches = 0
+    used = 0
+    full: list[int] = []
+    logprobs: list[float] = []   # logprobs[i]: sampled logprob of full[i] (0 for context)
+    trained: list[bool] = []     # trained[i]: full[i] was sampled
+    for turn in turns:
+        if not turn.tokens:
+            continue
+        used += 1
+        prompt = turn.prompt_tokens
+        extends = bool(full) and len(prompt) >= len(full) and \
+            list(prompt[:len(full)]) == full
+        if full and not extends:
+            mismatches += 1
+            examples.extend(_example(full, logprobs, trained, advantage))
+            full, logprobs, trained = [], [], []
+        context = prompt[len(full):]
+        full.extend(context)
+        logprobs.extend([0.0] * len(context))
+        trained.extend([False] * len(context))
+        full.extend(turn.tokens)
+        logprobs.extend(turn.logprobs)
+        trained.extend([True] * len(turn.tokens))
+    examples.extend(_example(full, logprobs, trained, advantage))
+    return SequenceArrays(examples=examples, turns=used, prefix_mismatches=mismatches)
+
+
+def _example(full: list[int], logprobs: list[float], trained: list[bool],
+             advantage: float) -> list[dict[str, Sequence[Any]]]:
+    if len(full) < 2:
+        return []  # nothing to predict from: a completion needs at least one token before it
+    return [{
+        "model_input": full[:-1],
+        "target_tokens": full[1:],
+        "logprobs": logprobs[1:],
+        "advantages": [advantage if t else 0.0 for t in trained[1:]],
+    }]
+
+
 def turn_to_datum_arrays(turn: SampledTurn, advantage: float) -> dict[str, Sequence[Any]]:
     """The per-token arrays of one training example for an assistant turn.
 

@@ -7,6 +7,7 @@ from engine.trajectory import (
     Trajectory,
     TrajectoryError,
     TrajectoryGroup,
+    trajectory_to_datum_arrays,
     turn_to_datum_arrays,
 )
 
@@ -55,3 +56,46 @@ def test_from_choice_reads_server_extension_fields_and_explains_missing_ones():
     assert SampledTurn.from_choice(choice).tokens == (3,)
     with pytest.raises(TrajectoryError, match="this run's server"):
         SampledTurn.from_choice({"token_ids": [3]})
+
+
+def test_turns_that_extend_the_sampled_sequence_share_one_example():
+    first = SampledTurn(prompt_tokens=(1, 2), tokens=(3, 4), logprobs=(-0.3, -0.4),
+                        policy_version=0)
+    # the next prompt is everything sampled so far, then a tool result (5, 6)
+    second = SampledTurn(prompt_tokens=(1, 2, 3, 4, 5, 6), tokens=(7,), logprobs=(-0.7,),
+                         policy_version=1)
+    arrays = trajectory_to_datum_arrays((first, second), advantage=0.5)
+    assert arrays.turns == 2 and arrays.prefix_mismatches == 0
+    [example] = arrays.examples
+    assert example["model_input"] == [1, 2, 3, 4, 5, 6]
+    assert example["target_tokens"] == [2, 3, 4, 5, 6, 7]
+    # exactly the sampled tokens are trained, with the logprobs they were sampled with
+    assert example["advantages"] == [0.0, 0.5, 0.5, 0.0, 0.0, 0.5]
+    assert example["logprobs"] == [0.0, -0.3, -0.4, 0.0, 0.0, -0.7]
+
+
+def test_a_prompt_that_does_not_extend_the_sampled_tokens_is_counted_and_trained_apart():
+    first = SampledTurn(prompt_tokens=(1, 2), tokens=(3, 4), logprobs=(-0.3, -0.4),
+                        policy_version=0)
+    # re-rendered differently: token 4 became 9 in the next prompt
+    second = SampledTurn(prompt_tokens=(1, 2, 3, 9, 5), tokens=(7, 8), logprobs=(-0.7, -0.8),
+                         policy_version=0)
+    third = SampledTurn(prompt_tokens=(1, 2, 3, 9, 5, 7, 8, 6), tokens=(2,), logprobs=(-0.2,),
+                        policy_version=0)
+    arrays = trajectory_to_datum_arrays((first, second, third), advantage=-1.0)
+    assert arrays.turns == 3 and arrays.prefix_mismatches == 1
+    a, b = arrays.examples
+    assert a == turn_to_datum_arrays(first, -1.0)
+    assert b["model_input"] == [1, 2, 3, 9, 5, 7, 8, 6]
+    assert b["target_tokens"] == [2, 3, 9, 5, 7, 8, 6, 2]
+    assert b["advantages"] == [0.0] * 4 + [-1.0, -1.0, 0.0, -1.0]
+    # every sampled token is trained exactly once across the examples
+    trained = sum(1 for ex in arrays.examples for adv in ex["advantages"] if adv)
+    assert trained == sum(len(t.tokens) for t in (first, second, third))
+
+
+def test_a_single_turn_merges_to_the_same_example_as_before():
+    t = turn()
+    arrays = trajectory_to_datum_arrays((t,), advantage=0.25)
+    assert arrays.examples == [turn_to_datum_arrays(t, 0.25)]
+    assert arrays.prefix_mismatches == 0
