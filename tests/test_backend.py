@@ -1,0 +1,329 @@
+"""The policy backend: one code path for the local and the real Tinker client, retries and
+visible waits, checkpoint naming and retention, sampler eviction, renderer choice."""
+
+import asyncio
+import inspect
+import sys
+import types
+
+import httpx
+import pytest
+import tinker
+
+from engine import retry
+from engine.backend import (
+    BackendError,
+    Policy,
+    UnknownVersionError,
+    checkpoints_to_delete,
+    choose_backend,
+    make_renderer,
+    make_service_client,
+    renderer_name_for,
+)
+from engine.config import DEFAULT_BASE_MODEL, RunConfig
+from engine.events import BackendWaited, LogEmitted
+from engine.local import LocalServiceClient
+from engine.retry import BackendTimeoutError, RetryPolicy, call_with_retry
+from engine.trajectory import SampledTurn, Trajectory, TrajectoryGroup
+
+
+def _status_error(cls, status):
+    request = httpx.Request("POST", "http://tinker.invalid/x")
+    return cls(f"HTTP {status}", response=httpx.Response(status, request=request), body=None)
+
+
+# ------------------------------------------------------------------ one code path
+class Recorder:
+    """Passes every call through to `target` and notes it as a call on the SDK class
+    `sdk`; clients returned by the calls in `returns` are recorded the same way."""
+
+    def __init__(self, target, sdk, log, returns=None):
+        self._target, self._sdk, self._log, self._returns = target, sdk, log, returns or {}
+
+    def __getattr__(self, name):
+        attr = getattr(self._target, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            self._log.append((self._sdk, name, args, kwargs))
+            result = attr(*args, **kwargs)
+            wrap = self._returns.get(name)
+            if wrap is None:
+                return result
+
+            async def wrapped():
+                return wrap(await result)
+
+            return wrapped()
+
+        return call
+
+
+class RecordingRest:
+    def __init__(self, local_dir, log):
+        from engine.backend import _LocalCheckpointRemover
+
+        self._remover = _LocalCheckpointRemover(local_dir)
+        self._log = log
+
+    def delete_checkpoint_from_tinker_path(self, path):
+        self._log.append((tinker.RestClient, "delete_checkpoint_from_tinker_path", (path,), {}))
+        return self._remover.delete_checkpoint_from_tinker_path(path)
+
+
+def recorded_service(tmp_path, log):
+    local = LocalServiceClient(checkpoint_dir=tmp_path)
+
+    def sampler(client):
+        return Recorder(client, tinker.SamplingClient, log)
+
+    def trainer(client):
+        return Recorder(client, tinker.TrainingClient, log, {
+            "save_weights_and_get_sampling_client": sampler})
+
+    service = Recorder(local, tinker.ServiceClient, log, {
+        "create_lora_training_client": trainer,
+        "create_training_client_from_state_with_optimizer": trainer,
+        "create_sampling_client": sampler})
+    # the SDK deletes checkpoints through a RestClient: offer one, as tinker.ServiceClient does
+    service.create_rest_client = lambda: (log.append(
+        (tinker.ServiceClient, "create_rest_client", (), {})) or RecordingRest(tmp_path, log))
+    return service
+
+
+def _group(policy, rewards=(1.0, 0.0)):
+    prompt = tuple(policy.renderer.build_generation_prompt(
+        [{"role": "user", "content": "Is the sky blue?"}]).to_ints())
+    tokens = tuple(policy.tokenizer.encode(" maybe"))
+    turn = SampledTurn(prompt_tokens=prompt, tokens=tokens,
+                       logprobs=tuple(-1.0 for _ in tokens), policy_version=policy.version)
+    return TrajectoryGroup(group_id=0, scenario_id="s", started_at=0.0, finished_at=1.0,
+                           trajectories=tuple(Trajectory(turns=(turn,), reward=r)
+                                              for r in rewards))
+
+
+async def test_the_policy_calls_only_the_tinker_sdk_interface(tmp_path):
+    """Run the policy on the local backend with every call recorded: each one is a method of
+    the tinker SDK's client classes, with arguments its signature accepts. So the real
+    `tinker.ServiceClient` gets the same calls: only the client object differs."""
+    log = []
+    config = RunConfig(loss_fn="ppo", loss_fn_config="clip_low_threshold=0.9",
+                       adam_beta1=0.8, adam_beta2=0.99, adam_eps=1e-8, weight_decay=0.01,
+                       grad_clip_norm=1.0, keep_last_checkpoints=1)
+    policy = Policy.from_config(recorded_service(tmp_path, log), config)
+    await policy.start()
+    for _ in range(2):
+        await policy.train(policy.build_datums([_group(policy)]), loss_fn=config.loss_fn,
+                           learning_rate=1e-3)
+    await policy.train_supervised([[{"role": "user", "content": "hi"},
+                                    {"role": "assistant", "content": "maybe"}]],
+                                  learning_rate=1e-3)
+    await policy.publish()
+    await policy.save_state("step-000002")
+    prompt = policy.renderer.build_generation_prompt([{"role": "user", "content": "hi"}])
+    await policy.sample(prompt, 2, tinker.SamplingParams(max_tokens=3, seed=1))
+
+    called = {(cls.__name__, name) for cls, name, _, _ in log}
+    assert {("ServiceClient", "create_lora_training_client"),
+            ("TrainingClient", "forward_backward"), ("TrainingClient", "optim_step"),
+            ("TrainingClient", "save_weights_and_get_sampling_client"),
+            ("TrainingClient", "save_weights_for_sampler"), ("TrainingClient", "save_state"),
+            ("SamplingClient", "sample"),
+            ("RestClient", "delete_checkpoint_from_tinker_path")} <= called
+    for cls, name, args, kwargs in log:
+        method = getattr(cls, name, None)
+        assert method is not None, f"{cls.__name__}.{name} is not part of the tinker SDK"
+        inspect.signature(method).bind(None, *args, **kwargs)  # raises if the SDK refuses
+    # the loss, its config and the Adam settings reach the backend as given
+    fb = next(a for c, n, a, _ in log if n == "forward_backward" and a[1] == "ppo")
+    assert fb[2] == {"clip_low_threshold": 0.9}
+    adam = next(a[0] for c, n, a, _ in log if n == "optim_step")
+    assert (adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.grad_clip_norm) == (
+        0.8, 0.99, 1e-8, 0.01, 1.0)
+
+
+def test_the_tinker_backend_is_the_sdk_service_client(tmp_path, monkeypatch):
+    monkeypatch.setenv("TINKER_API_KEY", "tml-test-not-a-real-key")
+    client = make_service_client("tinker", tmp_path)  # builds no connection
+    assert type(client) is tinker.ServiceClient
+    policy = Policy(client, base_model="Qwen/Qwen3-8B")
+    assert policy.renderer_name == "qwen3"
+    assert isinstance(make_service_client("local", tmp_path), LocalServiceClient)
+
+
+def test_backend_is_chosen_from_credentials_up_front(monkeypatch):
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    monkeypatch.delenv("TINKER_CREDENTIAL_CMD", raising=False)
+    monkeypatch.setattr("tinker.auth.tinker_has_credentials", lambda: False)
+    assert choose_backend(None) == "local"
+    with pytest.raises(BackendError, match="TINKER_API_KEY"):
+        choose_backend("tinker")
+    monkeypatch.setenv("TINKER_CREDENTIAL_CMD", "echo key")
+    assert choose_backend(None) == "tinker"
+
+
+# ------------------------------------------------------------------ retries
+class Sleeps:
+    def __init__(self):
+        self.delays = []
+
+    async def __call__(self, delay):
+        self.delays.append(delay)
+
+
+async def test_transient_errors_are_retried_with_backoff_and_reported():
+    calls, waits, sleep = [], [], Sleeps()
+
+    async def flaky(attempt):
+        calls.append(attempt)
+        if attempt < 3:
+            raise _status_error(tinker.RateLimitError, 429)
+        return "ok"
+
+    result = await call_with_retry(flaky, operation="sample", on_wait=waits.append,
+                                   policy=RetryPolicy(base_delay=1.0), sleep=sleep)
+    assert result == "ok" and calls == [1, 2, 3]
+    assert [w.attempt for w in waits] == [2, 3]
+    assert all(w.reason.startswith(retry.CAPACITY_WAIT) and w.retrying for w in waits)
+    assert 0.75 <= sleep.delays[0] <= 1.25 and 1.5 <= sleep.delays[1] <= 2.5
+
+
+async def test_retries_are_bounded_and_only_for_transient_errors():
+    for error, expected_calls in ((_status_error(tinker.InternalServerError, 503), 3),
+                                  (_status_error(tinker.BadRequestError, 400), 1),
+                                  (_status_error(tinker.ConflictError, 409), 1)):
+        calls = []
+
+        def failing(attempt, error=error, calls=calls):
+            calls.append(attempt)
+            raise error
+
+        with pytest.raises(type(error)):
+            await call_with_retry(failing, operation="x", policy=RetryPolicy(attempts=3),
+                                  sleep=Sleeps())
+        assert len(calls) == expected_calls
+    calls = []
+
+    def once(attempt):
+        calls.append(attempt)
+        raise _status_error(tinker.RateLimitError, 429)
+
+    with pytest.raises(tinker.RateLimitError):
+        await call_with_retry(once, operation="optim_step", policy=RetryPolicy(), retry=False,
+                              sleep=Sleeps())
+    assert calls == [1]
+
+
+async def test_each_attempt_has_a_timeout_and_slow_attempts_are_reported():
+    waits = []
+    with pytest.raises(BackendTimeoutError, match="forward_backward"):
+        await call_with_retry(lambda _: asyncio.sleep(10), operation="forward_backward",
+                              policy=RetryPolicy(timeout=0.05, attempts=2), sleep=Sleeps(),
+                              on_wait=waits.append)
+    assert [w.retrying for w in waits] == [True]  # the timeout was retried once
+
+    async def slow(_):
+        await asyncio.sleep(0.15)
+        return 1
+
+    waits.clear()
+    assert await call_with_retry(slow, operation="sample", on_wait=waits.append,
+                                 policy=RetryPolicy(slow_after=0.05, report_every=10)) == 1
+    [wait] = waits
+    assert not wait.retrying and wait.reason == retry.CAPACITY_WAIT and wait.delay >= 0.05
+
+
+async def test_backend_waits_become_events_and_log_lines(tmp_path):
+    events = []
+    local = LocalServiceClient(checkpoint_dir=tmp_path)
+    failures = [_status_error(tinker.RateLimitError, 429)]
+
+    class Flaky:
+        def __getattr__(self, name):
+            return getattr(local, name)
+
+        def create_lora_training_client(self, **kwargs):
+            if failures:
+                raise failures.pop()
+            return local.create_lora_training_client(**kwargs)
+
+    policy = Policy(Flaky(), base_model=DEFAULT_BASE_MODEL, on_event=events.append,
+                    retry=RetryPolicy(base_delay=0.01))
+    await policy.start()
+    [waited] = [e for e in events if isinstance(e, BackendWaited)]
+    assert waited.operation == "create training client" and waited.attempt == 2
+    assert waited.reason.startswith("waiting for Tinker capacity")
+    assert any(isinstance(e, LogEmitted) and e.level == "warning"
+               and "waiting for Tinker capacity" in e.message for e in events)
+
+
+# ------------------------------------------------------------------ checkpoints
+def test_retention_keeps_the_last_n_and_every_mth():
+    steps = [0, 1, 2, 3, 4, 5, 6]
+    assert [steps[i] for i in checkpoints_to_delete(steps, 2, 0)] == [0, 1, 2, 3, 4]
+    assert [steps[i] for i in checkpoints_to_delete(steps, 2, 3)] == [1, 2, 4]
+    assert checkpoints_to_delete(steps, 0, 0) == []  # 0 keeps everything
+
+
+async def test_checkpoints_carry_the_step_and_old_ones_are_deleted(tmp_path):
+    policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL,
+                    keep_last_checkpoints=2, keep_every_checkpoints=2, sampler_clients_to_keep=2)
+    await policy.start()
+    states = []
+    for _ in range(5):
+        await policy.train(policy.build_datums([_group(policy)]), learning_rate=1e-3)
+        states.append(await policy.save_state(f"step-{policy.version:06d}"))
+    sampler = [c for c in policy.checkpoints if c.kind == "sampler"]
+    assert [c.step for c in sampler] == [0, 2, 4, 5]
+    assert [c.name for c in sampler] == ["step-000000", "step-000002", "step-000004",
+                                         "step-000005"]
+    assert [c.step for c in policy.checkpoints if c.kind == "state"] == [2, 4, 5]
+    folders = {p.name for p in tmp_path.glob("*/sampler_weights/*")}
+    assert folders == {"step-000000", "step-000002", "step-000004", "step-000005"}
+    assert {p.name for p in tmp_path.glob("*/weights/*")} == {
+        "step-000002", "step-000004", "step-000005"}
+    assert states[-1].endswith("/weights/step-000005")
+    # sampling clients: the last two stay loaded; kept weights load again on demand
+    assert sorted(policy._samplers) == [4, 5]
+    assert policy.available_versions() == [0, 2, 4, 5]
+    prompt = policy.renderer.build_generation_prompt([{"role": "user", "content": "hi"}])
+    params = tinker.SamplingParams(max_tokens=2)
+    _, version = await policy.sample(prompt, 1, params, version=2)
+    assert version == 2 and len(policy._samplers) == 2 and policy.version in policy._samplers
+    with pytest.raises(UnknownVersionError, match="available: 0, 2, 4, 5"):
+        await policy.sample(prompt, 1, params, version=3)
+
+
+# ------------------------------------------------------------------ renderers
+@pytest.mark.parametrize(("base_model", "renderer"), [
+    ("Qwen/Qwen3-8B", "qwen3"),
+    ("meta-llama/Llama-3.1-8B-Instruct", "llama3"),
+    ("openai/gpt-oss-20b", "gpt_oss_no_sysprompt"),
+    (DEFAULT_BASE_MODEL, "role_colon"),
+    ("someone/unknown-model", "role_colon"),
+])
+def test_renderer_follows_the_base_model(base_model, renderer):
+    assert renderer_name_for(base_model) == renderer
+
+
+def test_renderer_named_explicitly_or_from_a_local_model_folder(tmp_path, monkeypatch):
+    from engine.local import WordTokenizer
+
+    tokenizer = WordTokenizer()
+    renderer, name = make_renderer(DEFAULT_BASE_MODEL, tokenizer, "role_colon")
+    assert name == "role_colon"
+    with pytest.raises(BackendError, match="no_such_renderer"):
+        make_renderer(DEFAULT_BASE_MODEL, tokenizer, "no_such_renderer")
+    # a Hugging Face folder on disk: its own chat template, through chat_template_renderer
+    fake = types.ModuleType("engine.chat_template_renderer")
+    fake.renderer_for_tokenizer = lambda tok: ("chat template of", tok)
+    monkeypatch.setitem(sys.modules, "engine.chat_template_renderer", fake)
+    assert make_renderer(str(tmp_path), tokenizer) == (("chat template of", tokenizer),
+                                                       "chat_template")
+    # without that module: role_colon, and a warning says so
+    monkeypatch.setitem(sys.modules, "engine.chat_template_renderer", None)
+    warnings = []
+    _, name = make_renderer(str(tmp_path), tokenizer, warn=warnings.append)
+    assert name == "role_colon" and "--renderer" in warnings[0]
