@@ -1,14 +1,24 @@
-"""The in-process policy server, called through the official openai client, on the real
-local backend."""
+"""The in-process policy server, called through the official openai client (async and sync),
+on the real local backend."""
 
+import asyncio
+import json
+
+import httpx
 import openai
 import pytest
 
 from engine.backend import Policy
 from engine.config import DEFAULT_BASE_MODEL
 from engine.local import LocalServiceClient
-from engine.server import PolicyServer, SamplingDefaults
-from engine.trajectory import SampledTurn
+from engine.server import TOOLS_HEADER, PolicyServer, SamplingDefaults
+from engine.trajectory import SampledTurn, Trajectory, TrajectoryGroup
+
+QUESTION = [{"role": "user", "content": "Is the sky blue?"}]
+ADD_TOOL = {"type": "function", "function": {
+    "name": "add", "description": "Add two numbers.",
+    "parameters": {"type": "object", "properties": {"a": {"type": "number"},
+                                                    "b": {"type": "number"}}}}}
 
 
 @pytest.fixture
@@ -26,8 +36,7 @@ async def test_chat_completion_with_logprobs_and_sampled_tokens(server):
     srv, policy = server
     client = srv.client()
     completion = await client.chat.completions.create(
-        model="policy", messages=[{"role": "user", "content": "Is the sky blue?"}],
-        n=3, logprobs=True, max_tokens=5, seed=7)
+        model="policy", messages=QUESTION, n=3, logprobs=True, max_tokens=5, seed=7)
     assert completion.object == "chat.completion"
     assert len(completion.choices) == 3
     for choice in completion.choices:
@@ -39,8 +48,7 @@ async def test_chat_completion_with_logprobs_and_sampled_tokens(server):
         assert [c.logprob for c in choice.logprobs.content] == pytest.approx(list(turn.logprobs))
         assert all(lp <= 0 for lp in turn.logprobs)
         # the prompt tokens are exactly what the renderer builds for these messages
-        expected = policy.renderer.build_generation_prompt(
-            [{"role": "user", "content": "Is the sky blue?"}]).to_ints()
+        expected = policy.renderer.build_generation_prompt(QUESTION).to_ints()
         assert list(turn.prompt_tokens) == expected
     assert completion.usage.completion_tokens == sum(
         len(SampledTurn.from_choice(c).tokens) for c in completion.choices)
@@ -56,20 +64,185 @@ async def test_same_seed_same_completion(server):
     assert a.choices[0].model_extra["token_ids"] == b.choices[0].model_extra["token_ids"]
 
 
+async def test_stop_ends_the_reply_before_the_stop_string(server):
+    srv, policy = server
+    client = srv.client()
+    kwargs = dict(model="policy", messages=QUESTION, max_tokens=12, seed=5, temperature=1.0)
+    free = await client.chat.completions.create(**kwargs)
+    text = free.choices[0].message.content
+    tokens = free.choices[0].model_extra["token_ids"]
+    # stop at a piece of what the same seed produces without a stop
+    stop = policy.tokenizer.decode(tokens[1:2]) if len(tokens) > 1 else None
+    if not stop or stop not in text:
+        pytest.skip("the sample is too short to cut")
+    stopped = await client.chat.completions.create(**kwargs, stop=[stop])
+    choice = stopped.choices[0]
+    assert choice.finish_reason == "stop"
+    assert choice.message.content == text[:text.find(stop)]
+    assert stop not in choice.message.content
+    # sampling stopped at the token that completed the stop string; the same tokens
+    sampled = choice.model_extra["token_ids"]
+    assert sampled == tokens[:len(sampled)] and len(sampled) < len(tokens)
+
+
+async def test_streaming_carries_the_same_completion_and_its_tokens(server):
+    srv, _ = server
+    client = srv.client()
+    kwargs = dict(model="policy", messages=QUESTION, max_tokens=6, seed=11, n=2)
+    plain = await client.chat.completions.create(**kwargs)
+    stream = await client.chat.completions.create(**kwargs, stream=True,
+                                                  stream_options={"include_usage": True})
+    content = {0: "", 1: ""}
+    finals = {}
+    usage = None
+    async for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            content[c.index] += c.delta.content or ""
+            if c.finish_reason is not None:
+                finals[c.index] = c
+    for i in (0, 1):
+        assert content[i] == plain.choices[i].message.content
+        assert finals[i].finish_reason == plain.choices[i].finish_reason
+        # the extension fields ride on each choice's final chunk
+        assert SampledTurn.from_choice(finals[i]) == SampledTurn.from_choice(plain.choices[i])
+    assert usage is not None and usage.completion_tokens == plain.usage.completion_tokens
+
+
+async def test_the_sync_openai_client_works_too(server):
+    srv, _ = server
+    sync = openai.OpenAI(base_url=srv.base_url, api_key=srv.token, max_retries=0)
+    try:
+        completion = await asyncio.to_thread(
+            sync.chat.completions.create, model="policy", messages=QUESTION, n=2, max_tokens=4)
+        models = await asyncio.to_thread(sync.models.list)
+    finally:
+        sync.close()
+    assert len(completion.choices) == 2
+    assert all(SampledTurn.from_choice(c).tokens for c in completion.choices)
+    assert "policy" in [m.id for m in models.data]
+
+
+async def test_tools_with_each_tool_choice_on_the_local_model(server):
+    """The embedded model's renderer has no tool format: tools go into the system message
+    and 'required' / a named function prefill the start of the JSON call."""
+    srv, policy = server
+    client = srv.client()
+    decode = policy.tokenizer.decode
+    for tool_choice in ("auto", "none", "required",
+                        {"type": "function", "function": {"name": "add"}}):
+        completion = await client.chat.completions.create(
+            model="policy", messages=QUESTION, tools=[ADD_TOOL], tool_choice=tool_choice,
+            max_tokens=10, seed=3)
+        choice = completion.choices[0]
+        prompt = decode(choice.model_extra["prompt_token_ids"])
+        assert TOOLS_HEADER in prompt and '"name": "add"' in prompt
+        if tool_choice == "none":
+            assert choice.message.tool_calls is None
+        if tool_choice == "required":
+            assert prompt.endswith('Assistant: {"name": "')
+        if isinstance(tool_choice, dict):
+            assert prompt.endswith('Assistant: {"name": "add", "arguments": ')
+        if choice.message.tool_calls:  # a random small model rarely writes a whole call
+            assert choice.finish_reason == "tool_calls"
+            assert choice.message.tool_calls[0].function.name == "add"
+        else:
+            assert isinstance(choice.message.content, str)
+
+
+async def test_multi_turn_conversation_trains_every_turn_on_its_sampled_tokens(server):
+    srv, policy = server
+    client = srv.client()
+    messages = list(QUESTION)
+    choices = []
+    for follow_up in ("Why?", "Are you sure?"):
+        completion = await client.chat.completions.create(model="policy", messages=messages,
+                                                          max_tokens=8)
+        choice = completion.choices[0]
+        choices.append(choice)
+        messages += [choice.message, {"role": "user", "content": follow_up}]
+    trajectories = (Trajectory.from_choices(choices, reward=1.0),
+                    Trajectory.from_choices(choices[:1], reward=0.0))
+    group = TrajectoryGroup(group_id=0, scenario_id="s", trajectories=trajectories,
+                            started_at=0.0, finished_at=1.0)
+    datums = policy.build_datums([group])
+    assert datums.metrics["train/turns"] == 3
+    # every sampled token is trained once, with the logprob it was sampled with
+    sampled = [(t, lp) for c in choices for t, lp in zip(
+        c.model_extra["token_ids"], c.model_extra["token_logprobs"], strict=True)]
+    trained = [(tok, lp) for d in datums[:len(datums) - 1] for tok, lp, adv in zip(
+        d.loss_fn_inputs["target_tokens"].tolist(), d.loss_fn_inputs["logprobs"].tolist(),
+        d.loss_fn_inputs["advantages"].tolist(), strict=True) if adv != 0]
+    assert [t for t, _ in trained] == [t for t, _ in sampled]
+    assert [lp for _, lp in trained] == pytest.approx([lp for _, lp in sampled])
+    # turns that end at the stop sequence re-render to the same tokens and share a Datum
+    assert len(datums) - 1 == 1 + datums.metrics["train/prefix_mismatch"]
+    result = await policy.train(datums, learning_rate=1e-3)
+    assert result.policy_version == 1
+    assert result.metrics["train/turns"] == 3
+
+
+async def test_earlier_policy_versions_are_served_by_name_at_step(server):
+    srv, policy = server
+    client = srv.client()
+    first = await client.chat.completions.create(model="policy", messages=QUESTION)
+    group = TrajectoryGroup(group_id=0, scenario_id="s", finished_at=1.0, started_at=0.0,
+                            trajectories=(Trajectory.from_choices(first.choices, reward=1.0),
+                                          Trajectory.from_choices(first.choices, reward=0.0)))
+    await policy.train(policy.build_datums([group]), learning_rate=1e-3)
+    now = await client.chat.completions.create(model="policy", messages=QUESTION)
+    before = await client.chat.completions.create(model="policy@0", messages=QUESTION)
+    assert now.choices[0].model_extra["policy_version"] == 1
+    assert before.choices[0].model_extra["policy_version"] == 0
+    ids = [m.id for m in (await client.models.list()).data]
+    assert {"policy", "policy@0", "policy@1"} <= set(ids)
+    with pytest.raises(openai.NotFoundError, match="not available"):
+        await client.chat.completions.create(model="policy@7", messages=QUESTION)
+
+
 async def test_errors_are_openai_shaped_and_the_server_keeps_serving(server):
     srv, _ = server
     client = srv.client()
-    messages = [{"role": "user", "content": "hi"}]
+    messages = QUESTION
     with pytest.raises(openai.NotFoundError, match="unknown model"):
         await client.chat.completions.create(model="other", messages=messages)
     with pytest.raises(openai.BadRequestError, match="unsupported parameter: frequency_penalty"):
         await client.chat.completions.create(model="policy", messages=messages,
                                              frequency_penalty=0.5)
+    with pytest.raises(openai.BadRequestError, match="unsupported parameter: logit_bias"):
+        await client.chat.completions.create(model="policy", messages=messages,
+                                             logit_bias={"1": 5})
     with pytest.raises(openai.BadRequestError, match="exceeds this server's limit"):
         await client.chat.completions.create(model="policy", messages=messages,
                                              max_tokens=10**6)
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.BadRequestError, match="exceeds this server's limit"):
+        await client.chat.completions.create(model="policy", messages=messages,
+                                             max_completion_tokens=10**9)
+    with pytest.raises(openai.BadRequestError, match="n"):
         await client.chat.completions.create(model="policy", messages=messages, n=0)
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        await client.chat.completions.create(model="policy", messages=messages,
+                                             temperature=5)
+    with pytest.raises(openai.BadRequestError, match="top_logprobs needs logprobs"):
+        await client.chat.completions.create(model="policy", messages=messages,
+                                             top_logprobs=2)
+    with pytest.raises(openai.BadRequestError, match="tool_choice needs tools"):
+        await client.chat.completions.create(model="policy", messages=messages,
+                                             tool_choice="required")
+    with pytest.raises(openai.BadRequestError, match="not among the tools"):
+        await client.chat.completions.create(
+            model="policy", messages=messages, tools=[ADD_TOOL],
+            tool_choice={"type": "function", "function": {"name": "mul"}})
+    with pytest.raises(openai.BadRequestError, match="only text parts"):
+        await client.chat.completions.create(model="policy", messages=[{"role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}])
+    with pytest.raises(openai.BadRequestError, match="tool_call_id"):
+        await client.chat.completions.create(model="policy", messages=[
+            {"role": "user", "content": "hi"}, {"role": "tool", "content": "5"}])
+    with pytest.raises(openai.BadRequestError, match="response_format"):
+        await client.chat.completions.create(model="policy", messages=messages,
+                                             response_format={"type": "json_object"})
     wrong_token = openai.AsyncOpenAI(base_url=srv.base_url, api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         await wrong_token.chat.completions.create(model="policy", messages=messages)
@@ -77,7 +250,48 @@ async def test_errors_are_openai_shaped_and_the_server_keeps_serving(server):
     assert ok.choices
 
 
-async def test_binds_loopback_only(server):
+@pytest.mark.parametrize(("body", "status", "message"), [
+    (b"{not json", 400, "not valid JSON"),
+    (b"[1, 2]", 400, "JSON object"),
+    (json.dumps({"model": "policy", "messages": QUESTION, "n": "2"}).encode(), 400, "n"),
+    (json.dumps({"model": "policy", "messages": []}).encode(), 400, "messages"),
+    (json.dumps({"model": "policy"}).encode(), 400, "missing required parameter: messages"),
+    (json.dumps({"model": 3, "messages": QUESTION}).encode(), 400, "model"),
+    (json.dumps({"model": "policy", "messages": [{"role": "wizard", "content": "x"}]}).encode(),
+     400, "messages.0.role"),
+    (json.dumps({"model": "policy", "messages": QUESTION, "stop": ["a"] * 17}).encode(), 400,
+     "stop"),
+    (json.dumps({"model": "policy", "messages": QUESTION, "n": 10**6}).encode(), 400, "n"),
+])
+async def test_malformed_requests_get_4xx_never_500(server, body, status, message):
+    srv, _ = server
+    async with httpx.AsyncClient() as http:
+        response = await http.post(f"{srv.base_url}/chat/completions", content=body,
+                                   headers={"Authorization": f"Bearer {srv.token}"})
+        assert response.status_code == status
+        error = response.json()["error"]
+        assert message in error["message"] and error["type"] == "invalid_request_error"
+        health = await http.get(f"{srv.base_url.removesuffix('/v1')}/health",
+                                headers={"Authorization": f"Bearer {srv.token}"})
+        assert health.status_code == 200
+
+
+async def test_every_endpoint_needs_the_token(server):
+    srv, _ = server
+    root = srv.base_url.removesuffix("/v1")
+    async with httpx.AsyncClient() as http:
+        for method, path in (("GET", "/health"), ("GET", "/v1/models"),
+                             ("POST", "/v1/chat/completions"), ("GET", "/nowhere")):
+            response = await http.request(method, root + path)
+            assert response.status_code == 401
+            assert response.json()["error"]["type"] == "authentication_error"
+        missing = await http.get(root + "/nowhere",
+                                 headers={"Authorization": f"Bearer {srv.token}"})
+        assert missing.status_code == 404 and "error" in missing.json()
+
+
+async def test_binds_loopback_only_and_never_shows_the_token(server):
     srv, _ = server
     assert srv.base_url.startswith("http://127.0.0.1:")
     assert srv.token not in srv.token_hint
+    assert srv.token not in repr(srv)
