@@ -29,22 +29,28 @@ from typing import Any
 
 import aiosqlite
 
+from engine import faults
 from engine.events import (
     CheckpointSaved,
+    CheckpointStarted,
+    CommandReceived,
+    EvalCompleted,
     Event,
     GroupDiscarded,
     GroupSampled,
+    GroupStarted,
     LogEmitted,
     RunFinished,
     RunStarted,
     RunStateChanged,
     StepTrained,
+    ThroughputMeasured,
 )
 
 logger = logging.getLogger(__name__)
 
 #: Schema version written to `PRAGMA user_version`.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
 #: `PRAGMA application_id` of a tinker-tui run store ("ttui").
 APPLICATION_ID = 0x74747569
 
@@ -120,8 +126,103 @@ CREATE TABLE run_states (
 CREATE INDEX run_states_run ON run_states (run_id, id);
 """
 
+# Version 2 adds what the dashboard reads back for `show` and `attach`: the sampled groups
+# and every trajectory's summary (the rollouts view), evaluations, control commands and
+# the pipeline's throughput measurements. Only new tables: version 1 rows are unchanged.
+_SCHEMA_V2 = """
+CREATE TABLE sampled_groups (
+    id              INTEGER PRIMARY KEY,
+    run_id          TEXT NOT NULL,
+    group_id        INTEGER,
+    scenario_id     TEXT,
+    policy_version  INTEGER,
+    num_trajectories INTEGER,
+    num_tokens      INTEGER,
+    reward_mean     REAL,
+    time            REAL
+);
+CREATE INDEX sampled_groups_run ON sampled_groups (run_id, id);
+
+CREATE TABLE trajectories (
+    id              INTEGER PRIMARY KEY,
+    run_id          TEXT NOT NULL,
+    group_id        INTEGER,
+    idx             INTEGER NOT NULL,
+    reward          REAL,
+    policy_version  INTEGER,
+    num_tokens      INTEGER,
+    messages        TEXT NOT NULL DEFAULT '[]',
+    time            REAL
+);
+CREATE INDEX trajectories_run ON trajectories (run_id, group_id, idx);
+
+CREATE TABLE evals (
+    id              INTEGER PRIMARY KEY,
+    run_id          TEXT NOT NULL,
+    step            INTEGER,
+    policy_version  INTEGER,
+    time            REAL,
+    metrics         TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX evals_run ON evals (run_id, id);
+
+CREATE TABLE commands (
+    id              INTEGER PRIMARY KEY,
+    run_id          TEXT NOT NULL,
+    time            REAL,
+    command         TEXT NOT NULL,
+    args            TEXT NOT NULL DEFAULT '{}',
+    source          TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX commands_run ON commands (run_id, id);
+
+CREATE TABLE throughput (
+    id              INTEGER PRIMARY KEY,
+    run_id          TEXT NOT NULL,
+    time            REAL,
+    measured        TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX throughput_run ON throughput (run_id, id);
+"""
+
+# Version 3 adds what an exactly-once resume needs: the life cycle of every group (its
+# scenario's position in the run's scenario stream, the policy versions, the step that
+# trained it or the reason it was dropped), and for checkpoints whether they are confirmed
+# (written AND recorded) and the resume state saved with them. Rows of older versions
+# were written only after their checkpoint was saved: they count as confirmed.
+_SCHEMA_V3 = """
+CREATE TABLE group_lifecycle (
+    run_id          TEXT NOT NULL,
+    group_id        INTEGER NOT NULL,
+    scenario_index  INTEGER NOT NULL,
+    scenario_id     TEXT NOT NULL DEFAULT '',
+    status          TEXT NOT NULL,
+    policy_version  INTEGER,
+    sampled_version INTEGER,
+    trainer_version INTEGER,
+    step            INTEGER,
+    reason          TEXT NOT NULL DEFAULT '',
+    detail          TEXT NOT NULL DEFAULT '',
+    num_tokens      INTEGER,
+    reward_mean     REAL,
+    started_at      REAL,
+    sampled_at      REAL,
+    finished_at     REAL,
+    PRIMARY KEY (run_id, group_id)
+);
+CREATE INDEX group_lifecycle_position ON group_lifecycle (run_id, scenario_index);
+ALTER TABLE checkpoints ADD COLUMN confirmed INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE checkpoints ADD COLUMN resume_state TEXT;
+"""
+
 # Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
-_MIGRATIONS: list[str] = [_SCHEMA_V1]
+_MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3]
+
+#: Life cycle of a group (`group_lifecycle.status`): started -> sampled -> trained, or
+#: discarded (with a reason) from started or sampled; `unused` when the run ended first;
+#: `requeued` when a resume found it unconsumed at the checkpoint (its scenario runs again
+#: as a new group).
+GROUP_STATUSES = ("started", "sampled", "trained", "discarded", "unused", "requeued")
 
 _SQL_RUN_STARTED = """
 INSERT INTO runs (run_id, name, backend, base_model, config, status, started_at, max_steps,
@@ -140,9 +241,42 @@ INSERT INTO steps (run_id, step, policy_version, time, metrics) VALUES (?, ?, ?,
 ON CONFLICT (run_id, step) DO UPDATE SET
     policy_version = excluded.policy_version, time = excluded.time, metrics = excluded.metrics
 """
-_SQL_CHECKPOINT = (
-    "INSERT INTO checkpoints (run_id, step, kind, name, path, time) VALUES (?, ?, ?, ?, ?, ?)"
+# A checkpoint row is inserted unconfirmed when writing starts; once saved it is replaced
+# (new rowid, so readers that follow rowids see it) by a confirmed row with its resume state.
+_SQL_CHECKPOINT_STARTED = (
+    "INSERT INTO checkpoints (run_id, step, kind, name, path, time, confirmed) "
+    "VALUES (?, ?, ?, ?, '', ?, 0)"
 )
+_SQL_CHECKPOINT_UNCONFIRMED = (
+    "DELETE FROM checkpoints WHERE run_id = ? AND kind = ? AND name = ? AND confirmed = 0"
+)
+_SQL_CHECKPOINT = (
+    "INSERT INTO checkpoints (run_id, step, kind, name, path, time, confirmed, resume_state) "
+    "VALUES (?, ?, ?, ?, ?, ?, 1, ?)"
+)
+_SQL_GROUP_STARTED = """
+INSERT INTO group_lifecycle (run_id, group_id, scenario_index, scenario_id, status,
+                             policy_version, started_at)
+VALUES (?, ?, ?, ?, 'started', ?, ?)
+"""
+_SQL_GROUP_SAMPLED = """
+UPDATE group_lifecycle SET status = 'sampled', sampled_version = ?, num_tokens = ?,
+                           reward_mean = ?, sampled_at = ?
+WHERE run_id = ? AND group_id = ? AND status = 'started'
+"""
+_SQL_GROUP_DISCARDED = """
+UPDATE group_lifecycle SET status = 'discarded', reason = ?, detail = ?, step = ?,
+                           trainer_version = ?, finished_at = ?
+WHERE run_id = ? AND group_id = ? AND status IN ('started', 'sampled')
+"""
+_SQL_GROUP_TRAINED = """
+UPDATE group_lifecycle SET status = 'trained', step = ?, trainer_version = ?, finished_at = ?
+WHERE run_id = ? AND group_id = ? AND status = 'sampled'
+"""
+_SQL_GROUPS_UNUSED = """
+UPDATE group_lifecycle SET status = 'unused', detail = 'the run ended before it was trained'
+WHERE run_id = ? AND status IN ('started', 'sampled')
+"""
 _SQL_DISCARDED = """
 INSERT INTO discarded_groups (run_id, group_id, scenario_id, reason, policy_version,
                               trainer_version, num_tokens, detail, time)
@@ -150,12 +284,54 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _SQL_LOG = "INSERT INTO log (run_id, time, level, message) VALUES (?, ?, ?, ?)"
 _SQL_STATE = "INSERT INTO run_states (run_id, time, state, reason) VALUES (?, ?, ?, ?)"
+_SQL_SAMPLED_GROUP = """
+INSERT INTO sampled_groups (run_id, group_id, scenario_id, policy_version, num_trajectories,
+                            num_tokens, reward_mean, time)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_SQL_TRAJECTORY = """
+INSERT INTO trajectories (run_id, group_id, idx, reward, policy_version, num_tokens, messages,
+                          time)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_SQL_EVAL = "INSERT INTO evals (run_id, step, policy_version, time, metrics) VALUES (?, ?, ?, ?, ?)"
+_SQL_COMMAND = "INSERT INTO commands (run_id, time, command, args, source) VALUES (?, ?, ?, ?, ?)"
+_SQL_THROUGHPUT = "INSERT INTO throughput (run_id, time, measured) VALUES (?, ?, ?)"
+_SQL_REQUEUE = """
+UPDATE group_lifecycle SET
+    detail = 'was ' || status || coalesce(' (' || nullif(reason, '') || ')', '')
+             || coalesce(' at step ' || step, '') || '; run again on resuming from step ' || ?1,
+    status = 'requeued', step = NULL, reason = ''
+WHERE run_id = ?2 AND (status IN ('started', 'sampled', 'unused')
+                       OR (status IN ('trained', 'discarded') AND step > ?1))
+"""
+_SQL_RECOUNT = """
+UPDATE runs SET groups_sampled = (SELECT count(*) FROM sampled_groups WHERE run_id = ?1),
+                tokens_sampled = (SELECT coalesce(sum(num_tokens), 0) FROM sampled_groups
+                                  WHERE run_id = ?1)
+WHERE run_id = ?1
+"""
+_SQL_MAX_GROUP_ID = """
+SELECT max(g) FROM (SELECT max(group_id) AS g FROM group_lifecycle WHERE run_id = ?1
+                    UNION ALL SELECT max(group_id) FROM sampled_groups WHERE run_id = ?1
+                    UNION ALL SELECT max(group_id) FROM discarded_groups WHERE run_id = ?1)
+"""
 _SQL_GROUPS = (
     "UPDATE runs SET groups_sampled = groups_sampled + ?, tokens_sampled = tokens_sampled + ? "
     "WHERE run_id = ?"
 )
 # Tables whose rows are independent of each other's order; written with one executemany each.
-_TABLE_SQL = (_SQL_STEP, _SQL_CHECKPOINT, _SQL_DISCARDED, _SQL_LOG, _SQL_STATE)
+# The group life cycle comes last, in its own order (a group's events arrive in that order).
+_TABLE_SQL = (_SQL_STEP, _SQL_CHECKPOINT_STARTED, _SQL_CHECKPOINT_UNCONFIRMED, _SQL_CHECKPOINT,
+              _SQL_DISCARDED, _SQL_LOG, _SQL_STATE,
+              _SQL_SAMPLED_GROUP, _SQL_TRAJECTORY, _SQL_EVAL, _SQL_COMMAND, _SQL_THROUGHPUT,
+              _SQL_GROUP_STARTED, _SQL_GROUP_SAMPLED, _SQL_GROUP_DISCARDED, _SQL_GROUP_TRAINED,
+              _SQL_GROUPS_UNUSED)
+
+#: Tables `RunStore.rows_after` reads (each has a run_id column).
+READABLE_TABLES = ("steps", "checkpoints", "discarded_groups", "log", "run_states",
+                   "sampled_groups", "trajectories", "evals", "commands", "throughput",
+                   "group_lifecycle")
 
 # sqlite3 errors caused by one row's data: skip the row, keep the batch.
 _ROW_ERRORS = (
@@ -206,13 +382,14 @@ def _str(x: Any) -> str:
 class _Batch:
     """Rows prepared from a batch of events, grouped for few round trips to SQLite."""
 
-    __slots__ = ("runs_ops", "table_rows", "group_counts", "events")
+    __slots__ = ("runs_ops", "table_rows", "group_counts", "events", "confirms")
 
     def __init__(self) -> None:
         self.runs_ops: list[tuple[str, tuple[Any, ...]]] = []  # order matters: kept as given
         self.table_rows: dict[str, list[tuple[Any, ...]]] = {sql: [] for sql in _TABLE_SQL}
         self.group_counts: dict[str, list[int]] = {}  # run_id -> [groups, tokens]
         self.events = 0
+        self.confirms: list[int] = []  # steps of the checkpoints this batch confirms
 
 
 class RunStore:
@@ -250,6 +427,8 @@ class RunStore:
         self._last_commit = 0.0
         self._warned_closed = False
         self._current_run: str | None = None
+        #: Schema version of the file (older only for a store opened read-only).
+        self.schema_version = SCHEMA_VERSION
         #: Write transactions committed by the writer (schema setup not counted).
         self.commits = 0
         #: Events written (their rows are committed).
@@ -511,14 +690,65 @@ class RunStore:
             batch.table_rows[_SQL_STEP].append(
                 (run_id, int(e.step), _int_or_none(e.policy_version), t, _dumps(metrics))
             )
+            if e.group_ids:
+                # The version the gradient was taken against (a skipped step made none).
+                version = int(e.policy_version) - (0 if metrics.get("train/skipped") else 1)
+                batch.table_rows[_SQL_GROUP_TRAINED].extend(
+                    (int(e.step), version, t, run_id, int(g)) for g in e.group_ids)
         elif isinstance(e, GroupSampled):
             counts = batch.group_counts.setdefault(run_id, [0, 0])
             counts[0] += 1
             counts[1] += int(e.num_tokens)
-        elif isinstance(e, CheckpointSaved):
-            batch.table_rows[_SQL_CHECKPOINT].append(
-                (run_id, int(e.step), _str(e.kind), _str(e.name), _str(e.path), t)
+            group_id = _int_or_none(e.group_id)
+            batch.table_rows[_SQL_SAMPLED_GROUP].append(
+                (run_id, group_id, _str(e.scenario_id), _int_or_none(e.policy_version),
+                 _int_or_none(e.num_trajectories), _int_or_none(e.num_tokens),
+                 _float_or_none(e.reward_mean), t)
             )
+            for idx, trajectory in enumerate(e.trajectories):
+                batch.table_rows[_SQL_TRAJECTORY].append(
+                    (run_id, group_id, idx, _float_or_none(trajectory.reward),
+                     _int_or_none(trajectory.policy_version), _int_or_none(trajectory.num_tokens),
+                     _dumps([dict(m) for m in trajectory.messages]), t)
+                )
+            batch.table_rows[_SQL_GROUP_SAMPLED].append(
+                (_int_or_none(e.policy_version), _int_or_none(e.num_tokens),
+                 _float_or_none(e.reward_mean), t, run_id, group_id))
+        elif isinstance(e, GroupStarted):
+            batch.table_rows[_SQL_GROUP_STARTED].append(
+                (run_id, int(e.group_id), int(e.scenario_index), _str(e.scenario_id),
+                 _int_or_none(e.policy_version), t))
+        elif isinstance(e, CheckpointStarted):
+            batch.table_rows[_SQL_CHECKPOINT_STARTED].append(
+                (run_id, int(e.step), _str(e.kind), _str(e.name), t))
+        elif isinstance(e, EvalCompleted):
+            metrics = {str(k): v for k, v in dict(e.metrics).items()}
+            batch.table_rows[_SQL_EVAL].append(
+                (run_id, _int_or_none(e.step), _int_or_none(e.policy_version), t,
+                 _dumps(metrics))
+            )
+        elif isinstance(e, CommandReceived):
+            batch.table_rows[_SQL_COMMAND].append(
+                (run_id, t, _str(e.command), _dumps(dict(e.args)), _str(e.source))
+            )
+        elif isinstance(e, ThroughputMeasured):
+            measured = {
+                name: getattr(e, name, None) for name in (
+                    "window", "rollouts_per_s", "sampled_tokens_per_s", "trained_tokens_per_s",
+                    "queue_depth", "in_flight", "trainer_busy", "sampler_busy", "verdict",
+                    "loop_lag_p99")
+            }
+            measured["staleness_in_flight"] = {str(k): v for k, v in e.staleness_in_flight.items()}
+            measured["staleness_queued"] = {str(k): v for k, v in e.staleness_queued.items()}
+            batch.table_rows[_SQL_THROUGHPUT].append((run_id, t, _dumps(measured)))
+        elif isinstance(e, CheckpointSaved):
+            batch.table_rows[_SQL_CHECKPOINT_UNCONFIRMED].append(
+                (run_id, _str(e.kind), _str(e.name)))
+            batch.table_rows[_SQL_CHECKPOINT].append(
+                (run_id, int(e.step), _str(e.kind), _str(e.name), _str(e.path), t,
+                 _dumps(dict(e.resume_state)) if e.resume_state else None)
+            )
+            batch.confirms.append(int(e.step))
         elif isinstance(e, GroupDiscarded):
             batch.table_rows[_SQL_DISCARDED].append(
                 (
@@ -533,6 +763,9 @@ class RunStore:
                     t,
                 )
             )
+            batch.table_rows[_SQL_GROUP_DISCARDED].append(
+                (_str(e.reason), _str(e.detail), int(e.step) if e.step >= 0 else None,
+                 _int_or_none(e.trainer_version), t, run_id, _int_or_none(e.group_id)))
         elif isinstance(e, RunStateChanged):
             batch.table_rows[_SQL_STATE].append((run_id, t, _str(e.state), _str(e.reason)))
         elif isinstance(e, RunFinished):
@@ -542,6 +775,7 @@ class RunStore:
                     (_str(e.status), _str(e.reason), t, _int_or_none(e.final_step), run_id),
                 )
             )
+            batch.table_rows[_SQL_GROUPS_UNUSED].append((run_id,))
         else:
             logger.debug("run store: ignoring %s", type(e).__name__)
             return False
@@ -581,6 +815,8 @@ class RunStore:
             if batch.group_counts:
                 rows = [(g, t, run_id) for run_id, (g, t) in batch.group_counts.items()]
                 await conn.executemany(_SQL_GROUPS, rows)
+            if batch.confirms:
+                faults.hit("commit", max(batch.confirms))  # test hook; see engine.faults
             await conn.execute("COMMIT")
         except BaseException:
             try:
@@ -648,22 +884,117 @@ class RunStore:
         )
         return [(r["step"], json.loads(r["metrics"])) for r in rows]
 
+    def _confirmed(self) -> str:
+        """SQL condition: a confirmed checkpoint (every row, in stores older than v3)."""
+        return " AND confirmed = 1" if self.schema_version >= 3 else ""
+
     async def checkpoints(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's confirmed checkpoints, in step order."""
         rows = await self._fetchall(
-            "SELECT run_id, step, kind, name, path, time FROM checkpoints WHERE run_id = ? "
-            "ORDER BY step, id",
+            "SELECT run_id, step, kind, name, path, time FROM checkpoints WHERE run_id = ?"
+            + self._confirmed() + " ORDER BY step, id",
             (run_id,),
         )
         return [dict(r) for r in rows]
 
     async def latest_checkpoint(self, run_id: str, kind: str = "state") -> dict[str, Any] | None:
-        """The checkpoint of `kind` with the highest step (the last saved on ties), or None."""
+        """The confirmed checkpoint of `kind` with the highest step (the last saved on ties),
+        or None."""
         rows = await self._fetchall(
             "SELECT run_id, step, kind, name, path, time FROM checkpoints "
-            "WHERE run_id = ? AND kind = ? ORDER BY step DESC, id DESC LIMIT 1",
+            "WHERE run_id = ? AND kind = ?" + self._confirmed()
+            + " ORDER BY step DESC, id DESC LIMIT 1",
             (run_id, kind),
         )
         return dict(rows[0]) if rows else None
+
+    # Resume (engine.resume, engine.runner).
+
+    async def resume_points(self, run_id: str) -> list[dict[str, Any]]:
+        """Confirmed full checkpoints of the run that carry a resume state, newest first;
+        `resume_state` is decoded (rows whose state cannot be read are left out)."""
+        if self.schema_version < 3:
+            return []
+        rows = await self._fetchall(
+            "SELECT run_id, step, kind, name, path, time, resume_state FROM checkpoints "
+            "WHERE run_id = ? AND kind = 'state' AND confirmed = 1 "
+            "AND resume_state IS NOT NULL ORDER BY step DESC, id DESC",
+            (run_id,),
+        )
+        points = []
+        for row in rows:
+            try:
+                state = json.loads(row["resume_state"])
+            except ValueError:
+                logger.warning("run store: unreadable resume state of %s", row["name"])
+                continue
+            if isinstance(state, dict):
+                points.append({**dict(row), "resume_state": state})
+        return points
+
+    async def reconcile(self, run_id: str, step: int) -> dict[str, int]:
+        """Make the stored run look as it was when its checkpoint at `step` was taken, in
+        one transaction: steps and evaluations after `step` and checkpoints after it (or
+        never confirmed) are deleted; groups not consumed by `step` (started, sampled,
+        unused, or trained / dropped at a later step) become `requeued`, and their rows in
+        sampled_groups, trajectories and discarded_groups are deleted. Call with nothing
+        of this run waiting to be written (`flush` first).
+
+        Returns {"steps_removed", "groups_requeued", "next_group_id"}."""
+        async with self._db_lock:
+            conn = self._require_conn()
+            await conn.execute("BEGIN IMMEDIATE")
+            try:
+                cur = await conn.execute(_SQL_REQUEUE, (int(step), run_id))
+                requeued = cur.rowcount
+                for table in ("sampled_groups", "trajectories", "discarded_groups"):
+                    await conn.execute(
+                        f"DELETE FROM {table} WHERE run_id = ?1 AND group_id IN (SELECT "
+                        "group_id FROM group_lifecycle WHERE run_id = ?1 AND status = "
+                        "'requeued')", (run_id,))
+                cur = await conn.execute("DELETE FROM steps WHERE run_id = ? AND step > ?",
+                                         (run_id, int(step)))
+                steps_removed = cur.rowcount
+                await conn.execute("DELETE FROM evals WHERE run_id = ? AND step > ?",
+                                   (run_id, int(step)))
+                await conn.execute("DELETE FROM checkpoints WHERE run_id = ? AND "
+                                   "(step > ? OR confirmed = 0)", (run_id, int(step)))
+                await conn.execute(_SQL_RECOUNT, (run_id,))
+                cur = await conn.execute(_SQL_MAX_GROUP_ID, (run_id,))
+                row = await cur.fetchone()
+                await conn.execute("COMMIT")
+            except BaseException:
+                try:
+                    await conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                raise
+        top = row[0] if row is not None else None
+        return {"steps_removed": steps_removed, "groups_requeued": requeued,
+                "next_group_id": 0 if top is None else int(top) + 1}
+
+    async def progress(self) -> dict[str, dict[str, int | None]]:
+        """Per run: the last stored step and the step of the last confirmed full
+        checkpoint ({"step", "checkpoint"}, None when there is none)."""
+        out: dict[str, dict[str, int | None]] = {}
+        for run_id, last in await self._fetchall(
+                "SELECT run_id, max(step) FROM steps GROUP BY run_id"):
+            out.setdefault(run_id, {"step": None, "checkpoint": None})["step"] = last
+        for run_id, last in await self._fetchall(
+                "SELECT run_id, max(step) FROM checkpoints WHERE kind = 'state'"
+                + self._confirmed() + " GROUP BY run_id"):
+            out.setdefault(run_id, {"step": None, "checkpoint": None})["checkpoint"] = last
+        return out
+
+    async def groups(self, run_id: str) -> list[dict[str, Any]]:
+        """The life cycle of every group of the run, by scenario position then group id."""
+        if self.schema_version < 3:
+            return []
+        rows = await self._fetchall(
+            "SELECT * FROM group_lifecycle WHERE run_id = ? ORDER BY scenario_index, group_id",
+            (run_id,),
+        )
+        return [dict(r) for r in rows]
 
     async def discarded(self, run_id: str) -> list[dict[str, Any]]:
         rows = await self._fetchall(
@@ -689,6 +1020,90 @@ class RunStore:
             (run_id,),
         )
         return [dict(r) for r in rows]
+
+    # Read helpers for `show` and `attach` (which open the store with `open_readonly`).
+
+    async def has_table(self, table: str) -> bool:
+        rows = await self._fetchall(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        )
+        return bool(rows)
+
+    async def rows_after(
+        self, table: str, run_id: str, after: int = 0, limit: int = 10_000
+    ) -> list[dict[str, Any]]:
+        """Rows of `table` for `run_id` whose rowid is above `after`, in rowid order, each
+        with its `rowid`; JSON columns are decoded. For following a run another process
+        writes: pass the last rowid seen. An empty list if the table does not exist (a store
+        written before it was added)."""
+        if table not in READABLE_TABLES:
+            raise ValueError(f"unknown table {table!r}")
+        # Unconfirmed checkpoints are not shown; a confirmed one gets a new rowid.
+        confirmed = self._confirmed() if table == "checkpoints" else ""
+        try:
+            rows = await self._fetchall(
+                f"SELECT rowid AS rowid, * FROM {table} WHERE run_id = ? AND rowid > ?"
+                f"{confirmed} ORDER BY rowid LIMIT ?",
+                (run_id, int(after), int(limit)),
+            )
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc).lower():
+                return []
+            raise
+        out = []
+        for row in rows:
+            d = dict(row)
+            for column in ("metrics", "messages", "args", "measured", "config"):
+                if isinstance(d.get(column), str):
+                    try:
+                        d[column] = json.loads(d[column])
+                    except ValueError:
+                        pass
+            out.append(d)
+        return out
+
+    async def trajectories(self, run_id: str, group_id: int) -> list[dict[str, Any]]:
+        """The trajectory summaries of one sampled group, in order (messages decoded)."""
+        if not await self.has_table("trajectories"):
+            return []
+        rows = await self._fetchall(
+            "SELECT group_id, idx, reward, policy_version, num_tokens, messages, time "
+            "FROM trajectories WHERE run_id = ? AND group_id = ? ORDER BY idx",
+            (run_id, int(group_id)),
+        )
+        return [{**dict(r), "messages": json.loads(r["messages"])} for r in rows]
+
+    @classmethod
+    async def open_readonly(cls, path: str | Path, *, busy_timeout: float = 5.0) -> RunStore:
+        """Open an existing store for reading only (another process may be writing it).
+
+        Nothing is created or migrated and no writer runs; `handle` must not be used.
+        Raises StoreError if the file is missing or is not a run store this code can read.
+        """
+        path = Path(path).expanduser()
+        if not path.is_file():
+            raise StoreError(f"run store {path} does not exist")
+        uri = f"{path.resolve().as_uri()}?mode=ro"
+        try:
+            conn = await aiosqlite.connect(uri, uri=True, isolation_level=None,
+                                           timeout=busy_timeout)
+        except sqlite3.Error as exc:
+            raise _store_error(path, exc) from exc
+        try:
+            conn.row_factory = sqlite3.Row
+            version = await _check_ownership(conn, path)
+            if version == 0:
+                raise StoreError(f"{path} is empty: not a tinker-tui run store")
+        except sqlite3.Error as exc:
+            await conn.close()
+            raise _store_error(path, exc) from exc
+        except BaseException:
+            await conn.close()
+            raise
+        store = cls(path, conn, busy_timeout=busy_timeout)
+        store.schema_version = version
+        store._stopping = True  # read-only: handle() drops events
+        return store
 
 
 # ---------------------------------------------------------------------- helpers
@@ -725,7 +1140,8 @@ def _store_error(path: Path, exc: BaseException) -> StoreError:
 async def _prepare_schema(conn: aiosqlite.Connection, path: Path) -> None:
     """Check the file is ours (or empty) before writing anything, then create/migrate."""
     try:
-        await _check_ownership(conn, path)
+        if await _check_ownership(conn, path):
+            await _check_intact(conn, path)
         # Only now change the file: WAL mode is persistent and rewrites the header.
         cur = await conn.execute("PRAGMA journal_mode=WAL")
         row = await cur.fetchone()
@@ -754,6 +1170,18 @@ async def _prepare_schema(conn: aiosqlite.Connection, path: Path) -> None:
             raise
     except sqlite3.Error as exc:
         raise _store_error(path, exc) from exc
+
+
+async def _check_intact(conn: aiosqlite.Connection, path: Path) -> None:
+    """StoreError if SQLite finds the file damaged. A damaged page may sit anywhere; without
+    this check a run would append to the file and fail (or lose rows) later."""
+    cur = await conn.execute("PRAGMA quick_check(3)")
+    problems = [str(r[0]) for r in await cur.fetchall()]
+    await cur.close()
+    if problems != ["ok"]:
+        raise StoreError(
+            f"run store {path} is damaged ({'; '.join(problems)[:300]}); refusing to write "
+            "to it: restore it from a backup, or pass another --db file")
 
 
 async def _check_ownership(conn: aiosqlite.Connection, path: Path) -> int:
