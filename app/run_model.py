@@ -4,23 +4,29 @@
 state, so it is cheap enough to call for every event. The panes read the model on a
 timer (a few times a second) and never per event.
 
-Time-dependent numbers (rates, elapsed time) are computed from event times and the
+Time-dependent numbers (rates, elapsed time, ETA) are computed from event times and the
 injected clock, so a `FakeClock` and a fixed list of events always give the same picture.
+The maths the panes show (debiased EMA, windowed rates, ETA, histograms, the rollouts
+filter, knob parsing) are plain functions here, tested alone.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from engine.clock import Clock
 from engine.events import (
     CheckpointKind,
     CheckpointSaved,
+    CommandReceived,
     DiscardReason,
+    EvalCompleted,
     Event,
     GroupDiscarded,
     GroupSampled,
@@ -31,10 +37,25 @@ from engine.events import (
     RunStateChanged,
     RunStatus,
     StepTrained,
+    ThroughputMeasured,
+    TrajectorySummary,
 )
 
 REWARD_KEY = "reward/mean"
+EVAL_REWARD_KEY = "eval/reward_mean"
 DISCARD_REASONS: tuple[DiscardReason, ...] = ("stale", "zero_variance", "error")
+
+#: The knobs the control view lists, in order (the engine's `LIVE_KNOBS`).
+KNOB_NAMES = ("learning_rate", "temperature", "max_steps_off_policy", "rollout_workers")
+#: Integer knobs; the others are floats.
+INTEGER_KNOBS = ("max_steps_off_policy", "rollout_workers")
+
+#: EMA weights `s` cycles through (0 = no smoothing), as W&B's and TensorBoard's slider.
+SMOOTHING_STEPS = (0.9, 0.95, 0.99, 0.0, 0.6, 0.8)
+
+#: Log levels in increasing order; the log pane's filter shows lines at or above one.
+LOG_LEVELS = ("debug", "info", "warning", "error")
+_LEVEL_ALIASES = {"warn": "warning", "critical": "error", "fatal": "error"}
 
 
 # --------------------------------------------------------------------------- pure maths
@@ -102,7 +123,8 @@ def rate_history(
 def debiased_ema(values: Iterable[float], beta: float = 0.9) -> list[float]:
     """Exponential moving average with the start-up bias removed (as in Adam).
 
-    `beta` is the weight of the past. The first value of the result equals the first input.
+    `beta` is the weight of the past (W&B's and TensorBoard's "smoothing"); 0 returns the
+    series unchanged. The first value of the result equals the first input.
     """
     if not 0.0 <= beta < 1.0:
         raise ValueError("beta must be in [0, 1)")
@@ -114,6 +136,37 @@ def debiased_ema(values: Iterable[float], beta: float = 0.9) -> list[float]:
     return out
 
 
+def next_smoothing(beta: float) -> float:
+    """The smoothing after `beta` in `SMOOTHING_STEPS` (the first one if `beta` is not there)."""
+    try:
+        index = SMOOTHING_STEPS.index(beta)
+    except ValueError:
+        return SMOOTHING_STEPS[0]
+    return SMOOTHING_STEPS[(index + 1) % len(SMOOTHING_STEPS)]
+
+
+def eta_seconds(
+    step_times: Sequence[float], step: int, max_steps: int, window: int = 10
+) -> float | None:
+    """Seconds until `max_steps`, from the mean duration of the last `window` steps.
+
+    `step_times` are the times the most recent steps finished, oldest first. None when
+    there is nothing to go on (fewer than two step times, or no target).
+    """
+    if max_steps <= 0:
+        return None
+    remaining = max_steps - step
+    if remaining <= 0:
+        return 0.0
+    recent = list(step_times)[-(window + 1) :]
+    if len(recent) < 2:
+        return None
+    per_step = (recent[-1] - recent[0]) / (len(recent) - 1)
+    if per_step <= 0:
+        return None
+    return remaining * per_step
+
+
 def format_elapsed(seconds: float) -> str:
     """`MM:SS`, or `H:MM:SS` from one hour on; negative durations show as 00:00."""
     total = max(0, int(seconds))
@@ -122,6 +175,100 @@ def format_elapsed(seconds: float) -> str:
     if hours:
         return f"{hours}:{minutes:02d}:{secs:02d}"
     return f"{minutes:02d}:{secs:02d}"
+
+
+def format_rate(value: float) -> str:
+    """Short human form: 12.3, 456, 7.8k, 12k, 1.2M."""
+    if not math.isfinite(value):
+        return "-"
+    if value >= 1_000_000:
+        return f"{value / 1_000_000:.1f}M"
+    if value >= 10_000:
+        return f"{value / 1_000:.0f}k"
+    if value >= 1_000:
+        return f"{value / 1_000:.1f}k"
+    if value >= 100:
+        return f"{value:.0f}"
+    return f"{value:.1f}"
+
+
+def split_rate(value: float) -> tuple[str, str]:
+    """A rate as (number, unit prefix) for big digits: 2500 → ("2.5", "k"), 45.3 → ("45.3", "")."""
+    text = format_rate(value)
+    if text[-1:] in ("k", "M"):
+        return text[:-1], text[-1]
+    return text, ""
+
+
+def idle_percent(busy: float) -> int:
+    """A busy fraction (0..1, clamped) as whole percent idle."""
+    return round(100 * (1.0 - min(1.0, max(0.0, busy))))
+
+
+def staleness_rows(
+    in_flight: Mapping[int, int], queued: Mapping[int, int]
+) -> list[tuple[int, int, int]]:
+    """`(versions behind, in-flight count, queued count)` for every staleness seen, in order."""
+    keys = sorted(set(in_flight) | set(queued))
+    return [(k, int(in_flight.get(k, 0)), int(queued.get(k, 0))) for k in keys]
+
+
+def bar(count: float, most: float, width: int) -> str:
+    """A horizontal bar of `width` cells at most, scaled to `most`; at least one cell when
+    `count` is positive."""
+    if width <= 0 or most <= 0 or count <= 0:
+        return ""
+    return "█" * max(1, round(width * count / most))
+
+
+def normalise_level(level: str) -> str:
+    """A log level in lower case with the usual aliases folded (warn, critical)."""
+    low = level.strip().lower()
+    return _LEVEL_ALIASES.get(low, low)
+
+
+def level_at_least(level: str, minimum: str) -> bool:
+    """True if `level` is `minimum` or more severe; unknown levels count as info."""
+    rank = {name: i for i, name in enumerate(LOG_LEVELS)}
+    return rank.get(normalise_level(level), 1) >= rank.get(normalise_level(minimum), 0)
+
+
+def next_log_level(minimum: str) -> str:
+    """The log filter after `minimum`: debug → info → warning → error → debug."""
+    index = LOG_LEVELS.index(minimum) if minimum in LOG_LEVELS else 0
+    return LOG_LEVELS[(index + 1) % len(LOG_LEVELS)]
+
+
+def parse_knob_value(name: str, text: str) -> float | int:
+    """The number typed for knob `name`; ValueError (with a message) if it is not one.
+
+    Range checks are the engine's (`Control.set_knob` raises for a bad value); here only
+    the form: a finite number, whole for integer knobs. Accepts `1e-3`, `0.001`, `4`.
+    """
+    if name not in KNOB_NAMES:
+        raise ValueError(f"unknown knob {name!r}")
+    cleaned = text.strip().replace("_", "")
+    if not cleaned:
+        raise ValueError(f"type a value for {name}")
+    try:
+        value = float(cleaned)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {text.strip()!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number")
+    if name in INTEGER_KNOBS:
+        if value != int(value):
+            raise ValueError(f"{name} must be a whole number, got {text.strip()}")
+        return int(value)
+    return value
+
+
+def format_knob(name: str, value: float | int | None) -> str:
+    if value is None:
+        return "-"
+    if name in INTEGER_KNOBS:
+        return str(int(value))
+    return f"{value:g}"
 
 
 # --------------------------------------------------------------------------- model rows
@@ -143,6 +290,182 @@ class LogLine:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class EvalPoint:
+    step: int
+    policy_version: int
+    reward: float
+    time: float
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandRow:
+    """A control command the engine received; `step` is the last trained step then."""
+
+    time: float
+    step: int
+    command: str
+    args: Mapping[str, Any]
+    source: str
+
+    def describe(self) -> str:
+        if self.command == "set":
+            name = str(self.args.get("name", "?"))
+            old, new = self.args.get("old"), self.args.get("value")
+            if isinstance(old, int | float) and isinstance(new, int | float):
+                return f"set {name} {format_knob(name, old)} → {format_knob(name, new)}"
+            return f"set {name} → {new}"
+        reason = self.args.get("reason")
+        return f"{self.command} ({reason})" if reason else self.command
+
+
+@dataclass(slots=True)
+class GroupRecord:
+    """One group of rollouts as the rollouts view shows it.
+
+    `step` is the training step that was in progress when the group finished sampling
+    (the last trained step + 1). `discarded` is the reason the trainer dropped it, if it did.
+    """
+
+    group_id: int
+    scenario_id: str
+    step: int
+    policy_version: int
+    time: float
+    reward_mean: float | None = None
+    num_tokens: int = 0
+    trajectories: tuple[TrajectorySummary, ...] = ()
+    discarded: str | None = None
+    detail: str = ""
+    trainer_version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputSample:
+    time: float
+    rollouts_per_s: float
+    tokens_per_s: float
+
+
+# --------------------------------------------------------------------------- the rollouts filter
+
+_COMPARISON = re.compile(r"^(reward|r|version|v|tokens)\s*(<=|>=|!=|==|=|<|>)\s*(-?[\d.]+(?:e-?\d+)?)$")
+_OPS = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "=": lambda a, b: math.isclose(a, b, abs_tol=1e-9),
+    "==": lambda a, b: math.isclose(a, b, abs_tol=1e-9),
+    "!=": lambda a, b: not math.isclose(a, b, abs_tol=1e-9),
+}
+_REASON_WORDS = {
+    "stale": "stale",
+    "zero_variance": "zero_variance",
+    "zero-variance": "zero_variance",
+    "zerovar": "zero_variance",
+    "error": "error",
+}
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """Everything searchable in one message: content, tool names and arguments."""
+    parts = [str(message.get("role", "")), str(message.get("content") or "")]
+    for call in message.get("tool_calls") or ():
+        if isinstance(call, Mapping):
+            function = call.get("function", call)
+            if isinstance(function, Mapping):
+                parts.append(str(function.get("name", "")))
+                parts.append(str(function.get("arguments", "")))
+    if message.get("name"):
+        parts.append(str(message["name"]))
+    return "\n".join(parts)
+
+
+class RolloutFilter:
+    """What `/` typed in the rollouts view: space-separated terms, all of which must hold.
+
+    Terms: `reward>0.5` (`r`, `<`, `<=`, `>=`, `=`, `!=`), `version=3` (`v`), `tokens<20`,
+    `discarded`, `kept`, `stale`, `zero_variance`, `error`, `scenario:q03`, and any other
+    word, which must appear (case-insensitively) in the scenario id or the conversation.
+    Reward, version, tokens and text terms are checked per trajectory: a group is shown if
+    its group terms hold and at least one trajectory matches (or it has none and there are
+    no trajectory terms).
+    """
+
+    def __init__(self, text: str = "") -> None:
+        self.text = text.strip()
+        self.group_terms: list[tuple[str, str]] = []
+        self.trajectory_terms: list[tuple[str, str, float]] = []
+        self.words: list[str] = []
+        self.errors: list[str] = []
+        for raw in self.text.split():
+            term = raw.lower()
+            match = _COMPARISON.match(term)
+            if match:
+                key, op, number = match.groups()
+                key = {"r": "reward", "v": "version"}.get(key, key)
+                try:
+                    self.trajectory_terms.append((key, op, float(number)))
+                except ValueError:
+                    self.errors.append(raw)
+            elif term in ("discarded", "kept"):
+                self.group_terms.append((term, ""))
+            elif term in _REASON_WORDS:
+                self.group_terms.append(("reason", _REASON_WORDS[term]))
+            elif term.startswith("scenario:"):
+                self.group_terms.append(("scenario", term.split(":", 1)[1]))
+            else:
+                self.words.append(term)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.text)
+
+    def _group_terms_hold(self, group: GroupRecord) -> bool:
+        for kind, value in self.group_terms:
+            if kind == "discarded" and group.discarded is None:
+                return False
+            if kind == "kept" and group.discarded is not None:
+                return False
+            if kind == "reason" and group.discarded != value:
+                return False
+            if kind == "scenario" and value not in group.scenario_id.lower():
+                return False
+        return True
+
+    def matches_trajectory(self, group: GroupRecord, trajectory: TrajectorySummary) -> bool:
+        for key, op, number in self.trajectory_terms:
+            value = {
+                "reward": trajectory.reward,
+                "version": trajectory.policy_version,
+                "tokens": trajectory.num_tokens,
+            }[key]
+            if not _OPS[op](float(value), number):
+                return False
+        if self.words:
+            haystack = "\n".join(
+                [group.scenario_id] + [message_text(m) for m in trajectory.messages]
+            ).lower()
+            if not all(word in haystack for word in self.words):
+                return False
+        return True
+
+    def matches_group(self, group: GroupRecord) -> bool:
+        if not self._group_terms_hold(group):
+            return False
+        if not self.trajectory_terms and not self.words:
+            return True
+        if not group.trajectories:
+            # an error discard has no trajectories: only words about the group can match it
+            if self.trajectory_terms:
+                return False
+            haystack = f"{group.scenario_id}\n{group.detail}".lower()
+            return all(word in haystack for word in self.words)
+        return any(self.matches_trajectory(group, t) for t in group.trajectories)
+
+
 # --------------------------------------------------------------------------- the model
 
 
@@ -152,9 +475,12 @@ class RunModel:
     Args:
         clock: The clock the engine stamps events with; rates are computed "as of" its now.
         log_lines: How many log lines to keep.
-        rate_window: Seconds over which rollouts/s and tokens/s are averaged.
-        rate_step: Seconds between samples of the rollouts/s history (the sparkline).
-        rate_history: How many samples of that history to show.
+        rate_window: Seconds over which rollouts/s and tokens/s are averaged when the engine
+            publishes no `ThroughputMeasured` (older runs, scripted sessions).
+        rate_step: Seconds between samples of that fallback rate history (the sparkline).
+        rate_history: How many samples of rate history the sparklines show.
+        ema_beta: The initial smoothing of the reward chart.
+        max_groups: How many groups of rollouts the rollouts view keeps (oldest dropped).
     """
 
     def __init__(
@@ -166,22 +492,26 @@ class RunModel:
         rate_step: float = 0.5,
         rate_history: int = 60,
         ema_beta: float = 0.9,
+        max_groups: int = 20_000,
     ) -> None:
         self.clock = clock
         self.rate_window = rate_window
         self.rate_step = rate_step
         self.rate_history_len = rate_history
         self.ema_beta = ema_beta
+        self.max_groups = max_groups
 
         # run info
         self.run_id = ""
         self.name = ""
         self.backend = ""
         self.base_model = ""
+        self.config: dict[str, Any] = {}
         self.max_steps = 0
         self.start_step = 0
         self.started_at: float | None = None
         self.finished_at: float | None = None
+        self.last_event_at: float | None = None
 
         # state
         self.state: RunState = "starting"
@@ -190,20 +520,35 @@ class RunModel:
         self.step = 0
         self.policy_version = 0
 
-        # rewards: (step, mean reward) and its debiased EMA
+        # rewards: (step, mean reward); the EMA is computed for the current smoothing
         self.rewards: list[tuple[int, float]] = []
-        self.reward_ema: list[float] = []
-        self._ema_acc = 0.0
+        self._ema_cache: tuple[int, float, list[float]] = (0, ema_beta, [])
+        self.step_times: deque[float] = deque(maxlen=64)
+        self.last_metrics: Mapping[str, float] = {}
+        self.evals: list[EvalPoint] = []
 
         # throughput: (time, trajectories, tokens) of sampled groups, trimmed to the horizon
         self._samples: deque[tuple[float, int, int]] = deque()
         self.groups_sampled = 0
         self.rollouts_sampled = 0
         self.tokens_sampled = 0
+        # what the engine measured (ThroughputMeasured), newest last
+        self.throughput: ThroughputMeasured | None = None
+        self.throughput_history: deque[ThroughputSample] = deque(maxlen=rate_history)
 
         # discards
         self.discarded: dict[str, int] = {reason: 0 for reason in DISCARD_REASONS}
         self.discarded_tokens = 0
+
+        # rollouts, by group id, and the steps they were sampled during
+        self.groups: dict[int, GroupRecord] = {}
+        self.groups_by_step: dict[int, list[int]] = {}
+        self.groups_revision = 0
+
+        # control: commands received and the knobs' values
+        self.commands: list[CommandRow] = []
+        self.knobs: dict[str, float | int] = {}
+        self.initial_knobs: dict[str, float | int] = {}
 
         # checkpoints and log
         self.checkpoints: list[CheckpointRow] = []
@@ -223,10 +568,17 @@ class RunModel:
                 self.name = event.name
                 self.backend = event.backend
                 self.base_model = event.base_model
+                self.config = dict(event.config)
                 self.max_steps = event.max_steps
                 self.start_step = event.start_step
                 self.step = event.start_step
+                self.policy_version = event.start_step
                 self.started_at = event.time
+                for name in KNOB_NAMES:
+                    value = self.config.get(name)
+                    if isinstance(value, int | float) and not isinstance(value, bool):
+                        self.knobs.setdefault(name, value)
+                        self.initial_knobs.setdefault(name, value)
                 if self.state == "starting":
                     self.state = "running"
             case GroupSampled():
@@ -235,18 +587,70 @@ class RunModel:
                 self.groups_sampled += 1
                 self.rollouts_sampled += event.num_trajectories
                 self.tokens_sampled += event.num_tokens
+                self._add_group(
+                    GroupRecord(
+                        group_id=event.group_id,
+                        scenario_id=event.scenario_id,
+                        step=self.step + 1,
+                        policy_version=event.policy_version,
+                        time=event.time,
+                        reward_mean=event.reward_mean,
+                        num_tokens=event.num_tokens,
+                        trajectories=tuple(event.trajectories),
+                    )
+                )
             case GroupDiscarded():
                 self.discarded[event.reason] = self.discarded.get(event.reason, 0) + 1
                 self.discarded_tokens += event.num_tokens
+                record = self.groups.get(event.group_id)
+                if record is None:
+                    record = GroupRecord(
+                        group_id=event.group_id,
+                        scenario_id=event.scenario_id,
+                        step=self.step + 1,
+                        policy_version=event.policy_version,
+                        time=event.time,
+                        num_tokens=event.num_tokens,
+                    )
+                    self._add_group(record)
+                record.discarded = event.reason
+                record.detail = event.detail
+                record.trainer_version = event.trainer_version
+                self.groups_revision += 1
             case StepTrained():
                 self.step = event.step
                 self.policy_version = event.policy_version
+                self.step_times.append(event.time)
+                self.last_metrics = event.metrics
                 reward = event.metrics.get(REWARD_KEY)
                 if reward is not None and math.isfinite(reward):
                     self.rewards.append((event.step, float(reward)))
-                    beta = self.ema_beta
-                    self._ema_acc = beta * self._ema_acc + (1.0 - beta) * reward
-                    self.reward_ema.append(self._ema_acc / (1.0 - beta ** len(self.rewards)))
+            case EvalCompleted():
+                reward = event.metrics.get(EVAL_REWARD_KEY)
+                if reward is not None and math.isfinite(reward):
+                    self.evals.append(
+                        EvalPoint(
+                            event.step, event.policy_version, float(reward), event.time,
+                            dict(event.metrics),
+                        )
+                    )
+            case ThroughputMeasured():
+                self.throughput = event
+                self.throughput_history.append(
+                    ThroughputSample(event.time, event.rollouts_per_s, event.sampled_tokens_per_s)
+                )
+            case CommandReceived():
+                self.commands.append(
+                    CommandRow(event.time, self.step, event.command, dict(event.args), event.source)
+                )
+                if event.command == "set":
+                    name, value = event.args.get("name"), event.args.get("value")
+                    if isinstance(name, str) and isinstance(value, int | float):
+                        if name not in self.initial_knobs and "old" in event.args:
+                            old = event.args["old"]
+                            if isinstance(old, int | float):
+                                self.initial_knobs[name] = old
+                        self.knobs[name] = value
             case CheckpointSaved():
                 self.checkpoints.append(
                     CheckpointRow(event.step, event.kind, event.name, event.path, event.time)
@@ -265,7 +669,17 @@ class RunModel:
                 self.finished_at = event.time
             case _:
                 return
+        self.last_event_at = event.time
         self.revision += 1
+
+    def _add_group(self, record: GroupRecord) -> None:
+        self.groups[record.group_id] = record
+        self.groups_by_step.setdefault(record.step, []).append(record.group_id)
+        self.groups_revision += 1
+        while len(self.groups) > self.max_groups and self.groups_by_step:
+            oldest = min(self.groups_by_step)
+            for group_id in self.groups_by_step.pop(oldest):
+                self.groups.pop(group_id, None)
 
     def _trim_samples(self, now: float) -> None:
         horizon = self.rate_window + self.rate_step * self.rate_history_len
@@ -277,22 +691,30 @@ class RunModel:
     def now(self) -> float:
         return self.clock.now()
 
+    @property
+    def measured(self) -> bool:
+        """True once the engine published a `ThroughputMeasured`."""
+        return self.throughput is not None
+
     def rollouts_per_s(self, now: float | None = None) -> float:
+        if self.throughput is not None:
+            return self.throughput.rollouts_per_s
         now = self.now() if now is None else now
         points = ((t, float(n)) for t, n, _ in self._samples)
         return windowed_rate(points, now, self.rate_window, since=self.started_at)
 
     def tokens_per_s(self, now: float | None = None) -> float:
+        if self.throughput is not None:
+            return self.throughput.sampled_tokens_per_s
         now = self.now() if now is None else now
         points = ((t, float(k)) for t, _, k in self._samples)
         return windowed_rate(points, now, self.rate_window, since=self.started_at)
 
-    def rollout_rate_history(self, now: float | None = None) -> list[float]:
-        """Rollouts/s sampled every `rate_step` seconds, oldest first, for a sparkline."""
+    def _fallback_history(self, now: float | None, index: int) -> list[float]:
         if self.started_at is None:
             return []
         now = self.now() if now is None else now
-        points = [(t, float(n)) for t, n, _ in self._samples]
+        points = [(t, float(sample[index])) for t, *sample in self._samples]
         return rate_history(
             points,
             now,
@@ -301,6 +723,31 @@ class RunModel:
             self.rate_history_len,
             since=self.started_at,
         )
+
+    def rollout_rate_history(self, now: float | None = None) -> list[float]:
+        """Rollouts/s over time, oldest first, for a sparkline."""
+        if self.throughput_history:
+            return [s.rollouts_per_s for s in self.throughput_history]
+        return self._fallback_history(now, 0)
+
+    def token_rate_history(self, now: float | None = None) -> list[float]:
+        """Sampled tokens/s over time, oldest first, for a sparkline."""
+        if self.throughput_history:
+            return [s.tokens_per_s for s in self.throughput_history]
+        return self._fallback_history(now, 1)
+
+    @property
+    def reward_ema(self) -> list[float]:
+        """The debiased EMA of the mean reward at the current smoothing (cached)."""
+        count, beta, values = self._ema_cache
+        if count != len(self.rewards) or beta != self.ema_beta:
+            values = debiased_ema((r for _, r in self.rewards), self.ema_beta)
+            self._ema_cache = (len(self.rewards), self.ema_beta, values)
+        return values
+
+    def cycle_smoothing(self) -> float:
+        self.ema_beta = next_smoothing(self.ema_beta)
+        return self.ema_beta
 
     @property
     def discarded_total(self) -> int:
@@ -322,7 +769,22 @@ class RunModel:
 
     @property
     def last_reward_ema(self) -> float | None:
-        return self.reward_ema[-1] if self.reward_ema else None
+        ema = self.reward_ema
+        return ema[-1] if ema else None
+
+    @property
+    def last_eval(self) -> EvalPoint | None:
+        return self.evals[-1] if self.evals else None
+
+    def knob_markers(self) -> list[CommandRow]:
+        """Knob changes, for markers on the reward chart."""
+        return [c for c in self.commands if c.command == "set"]
+
+    def eta(self) -> float | None:
+        """Seconds to `max_steps` at the recent pace; None while paused, finished or unknown."""
+        if self.state in ("paused", "finished", "stopping"):
+            return None
+        return eta_seconds(self.step_times, self.step, self.max_steps)
 
     def elapsed(self, now: float | None = None) -> float:
         if self.started_at is None:
@@ -338,6 +800,12 @@ class RunModel:
         base = self.started_at if self.started_at is not None else time
         return format_elapsed(time - base)
 
-    def recent_log(self, count: int) -> Sequence[LogLine]:
-        lines = list(self.log)
+    def recent_log(self, count: int, minimum: str = "debug") -> Sequence[LogLine]:
+        lines = [line for line in self.log if level_at_least(line.level, minimum)]
         return lines[-count:] if count > 0 else []
+
+    def steps_with_groups(self) -> list[int]:
+        return sorted(self.groups_by_step)
+
+    def groups_of(self, step: int) -> list[GroupRecord]:
+        return [self.groups[g] for g in self.groups_by_step.get(step, []) if g in self.groups]

@@ -1,14 +1,21 @@
 """The Textual front end: watches a session's events and steers it through its control.
 
-The engine runs in the same asyncio loop as the app: the app subscribes `RunModel.apply`
-to the session's event bus and drives `session.run()` in an async worker. Panes are
-redrawn from the model on a timer, never per event.
+The session is given to the constructor: the engine's `Run` (this process drives it), a
+`StoreSession` (a stored run for `show`, or a run another process drives for `attach`), or
+a scripted fake in tests. The app subscribes `RunModel.apply` to the session's event bus
+and drives `session.run()` in an async worker; views are redrawn from the model on a
+timer, never per event.
+
+Views (`1`–`3`): dashboard, rollouts, control. Modal screens: help, quit confirmation,
+knob editing. Commands go through `session.control` only.
 
 Exit codes (`app.return_code`):
-    0    `session.run()` returned; its `RunStatus` is in `app.run_status`.
+    0    `session.run()` returned (its `RunStatus` is in `app.run_status`), or the user
+         detached from / closed a run this process does not drive.
     1    `session.run()` raised; the traceback text is in `app.run_error` (and the
          exception in `app.run_exception`).
-    130  the user left before the run ended (second quit while stopping, or ctrl+q).
+    130  the user left a run this process drives before it ended (quit while stopping,
+         or ctrl+q).
 """
 
 from __future__ import annotations
@@ -16,16 +23,23 @@ from __future__ import annotations
 import asyncio
 import signal
 import traceback
+from collections.abc import Callable, Iterable, Mapping
 
 from rich.console import RenderableType
-from textual.app import App, ScreenStackError
+from textual.app import App, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.css.query import NoMatches
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 
-from app.run_model import RunModel
+from app.run_model import KNOB_NAMES, RunModel
+from app.screens.confirm_quit import DETACH, FORCE, STOP, QuitScreen
+from app.screens.control import ControlScreen
 from app.screens.dashboard import DashboardScreen
+from app.screens.help import HelpScreen
+from app.screens.knob_edit import KnobEditScreen
+from app.screens.rollouts import RolloutsScreen
+from app.widgets.rewards import RewardsChart
 from engine.clock import Clock, SystemClock
 from engine.control import Session
 from engine.events import RunStatus
@@ -34,20 +48,24 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 
+VIEWS = ("dashboard", "rollouts", "control")
+
 
 class TinkerTuiApp(App[None]):
-    """Dashboard for one run.
+    """Dashboard, rollouts and control views of one run.
 
     Args:
-        session: The run to drive and watch (engine session or a scripted fake).
+        session: The run to watch and steer (see the module docstring).
         clock: The clock the session stamps events with; rates are computed against it.
-        refresh_interval: Seconds between redraws of the panes.
+            Defaults to the session's `clock` attribute, else the system clock.
+        refresh_interval: Seconds between redraws.
         log_lines: How many log lines the model and the log pane keep.
     """
 
     CSS_PATH = "tinker_tui.tcss"
     TITLE = "tinker-tui"
-    ENABLE_COMMAND_PALETTE = False
+    DEFAULT_MODE = "dashboard"
+    MODES = {"dashboard": DashboardScreen, "rollouts": RolloutsScreen, "control": ControlScreen}
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
 
@@ -57,25 +75,23 @@ class TinkerTuiApp(App[None]):
         Binding("p", "pause", "Pause", id="pause"),
         Binding("p", "resume", "Resume", id="resume"),
         Binding("c", "checkpoint", "Checkpoint", id="checkpoint"),
-        Binding(
-            "q",
-            "stop",
-            "Quit",
-            tooltip="Stop gracefully: finish the step, checkpoint, exit.",
-            id="stop",
-        ),
-        Binding(
-            "q",
-            "force_quit",
-            "Force quit",
-            tooltip="Exit now without waiting for the run.",
-            id="force_quit",
-        ),
+        Binding("e", "eval", "Eval", id="eval"),
+        Binding("q", "stop", "Quit", tooltip="Stop gracefully (after a confirmation).",
+                id="stop"),
+        Binding("q", "force_quit", "Force quit", tooltip="Exit now without waiting for the run.",
+                id="force_quit"),
         Binding("ctrl+c", "stop", "Quit", show=False, priority=True, id="stop_ctrl_c"),
-        Binding(
-            "ctrl+c", "force_quit", "Force quit", show=False, priority=True, id="force_quit_ctrl_c"
-        ),
+        Binding("ctrl+c", "force_quit", "Force quit", show=False, priority=True,
+                id="force_quit_ctrl_c"),
         Binding("ctrl+q", "quit", "Exit now", show=False, priority=True, id="quit"),
+        Binding("question_mark", "help", "Help", id="help"),
+        Binding("1", "view('dashboard')", "Dashboard", show=False, id="view_dashboard"),
+        Binding("2", "view('rollouts')", "Rollouts", show=False, id="view_rollouts"),
+        Binding("3", "view('control')", "Control", show=False, id="view_control"),
+        Binding("plus", "toggle_maximize", "Maximize", show=False, id="maximize"),
+        Binding("escape", "restore", "Restore", show=False, id="restore"),
+        Binding("ctrl+p,colon", "command_palette", "Commands", show=False,
+                id="command_palette"),
     ]
 
     def __init__(
@@ -88,23 +104,29 @@ class TinkerTuiApp(App[None]):
     ) -> None:
         super().__init__()
         self.session = session
-        self.clock: Clock = clock if clock is not None else SystemClock()
+        if clock is None:
+            session_clock = getattr(session, "clock", None)
+            clock = session_clock if hasattr(session_clock, "now") else SystemClock()
+        self.clock: Clock = clock
         self.refresh_interval = refresh_interval
+        self.log_lines = log_lines
         self.model = RunModel(self.clock, log_lines=log_lines)
         self.run_status: RunStatus | None = None
         self.run_error: str | None = None
         self.run_exception: Exception | None = None
         self.stopping = False
-        self._log_lines = log_lines
-        self._unsubscribe = None
+        #: A session this process does not drive and cannot steer (a stored run).
+        self.read_only = bool(getattr(session, "read_only", False))
+        #: A session driven by another process (commands go over its control endpoint).
+        self.attached = bool(getattr(session, "attached", False))
+        self.mode_label = ("finished run" if self.read_only and not self.attached
+                           else "attached" if self.attached else "")
+        self._unsubscribe: Callable[[], None] | None = None
         self._signals_installed = False
         self._refresh_timer: Timer | None = None
-        self._binding_state: tuple[bool, bool] | None = None
+        self._binding_state: tuple[object, ...] | None = None
 
     # ---------------------------------------------------------------- lifecycle
-
-    def get_default_screen(self) -> Screen:
-        return DashboardScreen(log_lines=self._log_lines)
 
     def on_mount(self) -> None:
         self._unsubscribe = self.session.events.subscribe(self.model.apply)
@@ -143,78 +165,270 @@ class TinkerTuiApp(App[None]):
         self.exit(return_code=EXIT_OK)
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM stops gracefully (a second one exits); SIGHUP exits at once.
-
-        Without these a `kill` would leave the terminal in raw mode.
+        """SIGTERM stops gracefully (a second one exits); SIGHUP exits at once. Both leave
+        through `exit`, so the terminal is restored. For a run this process does not drive
+        both only close the dashboard.
         """
         loop = asyncio.get_running_loop()
         try:
-            loop.add_signal_handler(signal.SIGTERM, self.call_next, self.action_stop)
-            loop.add_signal_handler(signal.SIGHUP, self.call_next, self.action_force_quit)
+            loop.add_signal_handler(signal.SIGTERM, self.call_next, self.signal_stop)
+            loop.add_signal_handler(signal.SIGHUP, self.call_next, self.action_quit_now)
             self._signals_installed = True
         except (NotImplementedError, RuntimeError, ValueError):  # not on this platform/thread
             pass
 
+    def signal_stop(self) -> None:
+        if self.read_only or self.attached:
+            self.exit(return_code=EXIT_OK)
+        elif self.stopping:
+            self.action_quit_now()
+        else:
+            self.begin_stop("received SIGTERM")
+
+    # ---------------------------------------------------------------- drawing
+
     def refresh_panes(self) -> None:
-        """Redraw every pane from the model (called on the timer)."""
+        """Redraw the current view from the model (called on the timer)."""
         try:
-            screen = self.screen
-            if isinstance(screen, DashboardScreen) and screen.is_mounted:
-                screen.update_from_model(self.model, self.clock.now())
+            now = self.clock.now()
+            for screen in self.screen_stack:
+                update = getattr(screen, "update_from_model", None)
+                if update is not None and screen.is_mounted:
+                    update(self.model, now)
             self.sync_bindings()
         except (NoMatches, ScreenStackError):
             # a tick that lands while the app shuts down: the panes are going away
             return
 
     def sync_bindings(self) -> None:
-        """Refresh the footer when the control's pause state changed behind our back."""
-        state = (self.session.control.paused, self.stopping)
+        """Refresh the footer when the pause or run state changed behind our back."""
+        state = (self.control_paused, self.stopping, self.model.state)
         if state != self._binding_state:
             self._binding_state = state
             self.refresh_bindings()
 
+    @property
+    def control_paused(self) -> bool:
+        try:
+            return bool(self.session.control.paused)
+        except Exception:
+            return self.model.state == "paused"
+
+    @property
+    def modal_open(self) -> bool:
+        return isinstance(self.screen, ModalScreen)
+
+    # ---------------------------------------------------------------- commands
+
+    def send(self, description: str, command: Callable[[], object]) -> bool:
+        """Call a control method; a refusal or an unreachable run becomes a notification.
+
+        For a run in another process the call is an HTTP request: it runs in a thread so a
+        busy run never freezes the dashboard.
+        """
+        if getattr(self.session, "remote", False):
+            self.run_worker(lambda: self._send_blocking(description, command), thread=True,
+                            group="control", exit_on_error=False)
+            return True
+        try:
+            command()
+        except Exception as exc:  # ValueError from the engine, ControlUnavailable, ...
+            self.notify(f"{description}: {exc}", severity="error", timeout=4)
+            return False
+        return True
+
+    def _send_blocking(self, description: str, command: Callable[[], object]) -> None:
+        try:
+            command()
+        except Exception as exc:
+            self.call_from_thread(self.notify, f"{description}: {exc}", severity="error",
+                                  timeout=4)
+            return
+        self.call_from_thread(self.after_command)
+
+    def after_command(self) -> None:
+        self.sync_bindings()
+        self.refresh_panes()
+
+    def live_knobs(self) -> Mapping[str, float | int]:
+        """The knobs as the control reports them now ({} when it cannot)."""
+        try:
+            return dict(self.session.control.knobs())
+        except Exception:
+            return {}
+
+    def apply_knob(self, name: str, value: float | int) -> str | None:
+        """Set a knob through the control; an error message if it was refused."""
+        try:
+            self.session.control.set_knob(name, value)
+        except Exception as exc:
+            return str(exc)
+        self.after_command()
+        return None
+
+    def edit_knob(self, name: str) -> None:
+        if self.read_only:
+            self.notify("read-only: this run is not running here", severity="warning")
+            return
+        if self.model.state in ("finished", "stopping"):
+            self.notify(f"the run is {self.model.state}; knobs no longer apply",
+                        severity="warning")
+            return
+        current = self.live_knobs().get(name, self.model.knobs.get(name))
+
+        def applied(value: float | int | None) -> None:
+            if value is not None:
+                self.notify(f"{name} set to {value:g}", timeout=3)
+
+        self.push_screen(KnobEditScreen(name, current, self.apply_knob), applied)
+
     # ---------------------------------------------------------------- actions
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        paused = self.session.control.paused
+        if action in ("pause", "resume", "checkpoint", "eval", "stop", "force_quit", "view",
+                      "help", "toggle_maximize", "restore", "cycle_smoothing") and self.modal_open:
+            return False  # a dialog is open: its own keys only
+        return self.allowed(action)
+
+    def allowed(self, action: str) -> bool | None:
+        """Whether `action` applies in the run's current state (True, False, or None for
+        shown but disabled)."""
+        paused = self.control_paused
+        live = not self.read_only and self.model.state != "finished"
         if action == "pause":
-            return not paused and not self.stopping
+            return live and not paused and not self.stopping
         if action == "resume":
-            return paused and not self.stopping
-        if action == "checkpoint":
+            return live and paused and not self.stopping
+        if action in ("checkpoint", "eval"):
+            if not live:
+                return False
             return None if self.stopping else True
         if action == "stop":
             return not self.stopping
         if action == "force_quit":
             return self.stopping
+        if action == "restore":
+            return self.screen.maximized is not None
         return True
 
     def action_pause(self) -> None:
-        self.session.control.pause()
-        self.sync_bindings()
-        self.refresh_panes()
+        self.send("pause", self.session.control.pause)
+        self.after_command()
 
     def action_resume(self) -> None:
-        self.session.control.resume()
-        self.sync_bindings()
-        self.refresh_panes()
+        self.send("resume", self.session.control.resume)
+        self.after_command()
+
+    def action_toggle_pause(self) -> None:
+        if self.control_paused:
+            self.action_resume()
+        else:
+            self.action_pause()
 
     def action_checkpoint(self) -> None:
-        self.session.control.request_checkpoint()
-        self.notify("Checkpoint requested", timeout=2)
+        if self.send("checkpoint", self.session.control.request_checkpoint):
+            self.notify("Checkpoint requested: written after the current step", timeout=2)
+
+    def action_eval(self) -> None:
+        if self.send("eval", self.session.control.request_eval):
+            self.notify("Evaluation requested", timeout=2)
 
     def action_stop(self) -> None:
-        """Graceful stop; the app exits when `session.run()` returns. A second one forces."""
+        """`q` / ctrl+c: confirm, then stop gracefully (or detach / close, see the dialog)."""
         if self.stopping:
             self.action_force_quit()
             return
-        self.stopping = True
-        self.session.control.stop()
-        self.sync_bindings()
-        self.refresh_panes()
+        if self.read_only and not self.attached:
+            self.exit(return_code=EXIT_OK)  # a stored run: nothing to stop
+            return
+        if self.model.state == "finished":
+            self.exit(return_code=EXIT_OK)
+            return
+        kind = "stop_attached" if self.attached else "stop"
+        self.push_screen(QuitScreen(kind), self._quit_chosen)
 
     def action_force_quit(self) -> None:
-        self.exit(return_code=EXIT_INTERRUPTED)
+        self.push_screen(QuitScreen("force"), self._quit_chosen)
+
+    def _quit_chosen(self, choice: str | None) -> None:
+        if choice == STOP:
+            self.begin_stop()
+        elif choice == DETACH:
+            self.exit(return_code=EXIT_OK)
+        elif choice == FORCE:
+            self.action_quit_now()
+
+    def begin_stop(self, reason: str = "stopped by user") -> None:
+        """Graceful stop; the app exits when `session.run()` returns."""
+        if not self.send("stop", lambda: self.session.control.stop(reason)):
+            return
+        self.stopping = True
+        self.after_command()
+
+    def action_quit_now(self) -> None:
+        code = EXIT_OK if (self.read_only or self.attached) else EXIT_INTERRUPTED
+        self.exit(return_code=code)
+
+    async def action_quit(self) -> None:
+        self.action_quit_now()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_view(self, name: str) -> None:
+        if name in VIEWS and self.current_mode != name:
+            self.switch_mode(name)
+            self.call_after_refresh(self.refresh_panes)
+
+    def action_toggle_maximize(self) -> None:
+        screen = self.screen
+        if screen.maximized is not None:
+            screen.minimize()
+            return
+        target = screen.focused
+        if target is None or not target.allow_maximize:
+            try:
+                target = screen.query_one(RewardsChart)
+            except NoMatches:
+                return
+        screen.maximize(target, container=False)
+
+    def action_restore(self) -> None:
+        self.screen.minimize()
+
+    def action_cycle_smoothing(self) -> None:
+        beta = self.model.cycle_smoothing()
+        self.refresh_panes()
+        self.notify(f"reward smoothing {beta:g}" if beta else "reward smoothing off",
+                    timeout=1.5)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """The command palette (`ctrl+p`, `:`): every command and view, and each knob."""
+        commands: list[tuple[str, str, str]] = [
+            ("Pause", "No new rollouts start; in-flight ones finish", "pause"),
+            ("Resume", "Start rollouts again", "resume"),
+            ("Checkpoint now", "Save a full checkpoint after the current step", "checkpoint"),
+            ("Evaluate now", "Run the evaluator on the current policy", "eval"),
+            ("Stop the run", "Finish the step, checkpoint, flush, exit", "stop"),
+        ]
+        for title, help_text, action in commands:
+            if self.allowed(action):
+                yield SystemCommand(title, help_text, getattr(self, f"action_{action}"))
+        for view in VIEWS:
+            yield SystemCommand(f"View: {view}", f"Show the {view} view",
+                                lambda view=view: self.action_view(view))
+        if not self.read_only:
+            for name in KNOB_NAMES:
+                yield SystemCommand(f"Set {name}", f"Change {name} live (confirmed)",
+                                    lambda name=name: self.edit_knob(name))
+        yield SystemCommand("Reward smoothing", "Cycle the EMA smoothing of the reward chart",
+                            self.action_cycle_smoothing)
+        yield SystemCommand("Maximize / restore", "Maximize the focused pane, or restore",
+                            self.action_toggle_maximize)
+        yield SystemCommand("Help", "Keys and views", self.action_help)
+        yield SystemCommand("Quit now", "Leave at once", self.action_quit_now)
+        yield from (c for c in super().get_system_commands(screen)
+                    if c.title in ("Theme", "Screenshot"))
 
     def exit(
         self,
@@ -222,10 +436,7 @@ class TinkerTuiApp(App[None]):
         return_code: int = 0,
         message: RenderableType | None = None,
     ) -> None:
-        """Leave the app; the pane timer stops first so no redraw races the teardown."""
+        """Leave the app; the redraw timer stops first so no redraw races the teardown."""
         if self._refresh_timer is not None:
             self._refresh_timer.stop()
         super().exit(result, return_code, message)
-
-    async def action_quit(self) -> None:
-        self.exit(return_code=EXIT_INTERRUPTED)

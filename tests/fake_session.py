@@ -2,8 +2,9 @@
 
 `FakeSession.run()` publishes a fixed list of events (times from a `FakeClock`), then waits
 until `control.stop()` is called, publishes `RunFinished` and returns "stopped". Its control
-records every call and answers like the engine would (state changes, a checkpoint on
-request), so the UI can be driven end to end without torch or a network.
+records every call and answers like the engine would (a `CommandReceived`, state changes, a
+checkpoint on request, knob changes checked like the pipeline checks them), so the UI can
+be driven end to end without torch or a network.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import math
 from engine.clock import FakeClock
 from engine.events import (
     CheckpointSaved,
+    CommandReceived,
+    EvalCompleted,
     Event,
     EventBus,
     GroupDiscarded,
@@ -24,16 +27,52 @@ from engine.events import (
     RunStateChanged,
     RunStatus,
     StepTrained,
+    ThroughputMeasured,
+    TrajectorySummary,
 )
 
 NUM_STEPS = 20
 MAX_STEPS = 50
-GROUP_SIZE = 8
+GROUP_SIZE = 4
+GROUPS_PER_STEP = 2
+QUESTIONS = ("Is the sky blue?", "Can a cat swim?", "Will it rain tomorrow?", "Are you ready?")
+ANSWER_REWARDS = {"maybe": 1.0, "no": 0.75, "yes": 0.5, "blue": 0.0}
+KNOBS = {"learning_rate": 2e-3, "temperature": 1.0, "max_steps_off_policy": 1,
+         "rollout_workers": 4}
 
 
 def reward_at(step: int) -> float:
     """Rising mean reward with a little deterministic wobble."""
     return round(0.2 + 0.65 * (1.0 - math.exp(-step / 7.0)) + 0.04 * math.sin(step * 1.7), 4)
+
+
+def answers_for(group_id: int) -> list[str]:
+    """Four answers that get better as the run goes on (deterministic)."""
+    words = ["blue", "yes", "no", "maybe"]
+    start = min(3, group_id // 8)
+    return [words[min(3, start + (group_id + k) % 3)] for k in range(GROUP_SIZE)]
+
+
+def trajectories_for(group_id: int, version: int) -> tuple[TrajectorySummary, ...]:
+    question = QUESTIONS[group_id % len(QUESTIONS)]
+    out = []
+    for k, answer in enumerate(answers_for(group_id)):
+        messages: list[dict] = [
+            {"role": "user", "content": f"Answer with one word: yes, no or maybe. {question}"}
+        ]
+        if group_id % 5 == 0 and k == 0:  # a rollout that used a tool
+            messages += [
+                {"role": "assistant", "content": "",
+                 "tool_calls": [{"id": "call_1", "type": "function",
+                                 "function": {"name": "lookup", "arguments": '{"q": "sky"}'}}]},
+                {"role": "tool", "tool_call_id": "call_1", "name": "lookup",
+                 "content": "The sky is blue on clear days."},
+            ]
+        messages.append({"role": "assistant", "content": answer})
+        out.append(TrajectorySummary(reward=ANSWER_REWARDS[answer], policy_version=version,
+                                     num_tokens=3 + k + (2 if len(messages) > 2 else 0),
+                                     messages=tuple(messages)))
+    return tuple(out)
 
 
 def scripted_events(clock: FakeClock) -> list[Event]:
@@ -49,42 +88,50 @@ def scripted_events(clock: FakeClock) -> list[Event]:
             base_model="tiny-llama-2x64",
             max_steps=MAX_STEPS,
             start_step=0,
-            config={"group_size": GROUP_SIZE, "learning_rate": 2e-3},
+            config={"group_size": GROUP_SIZE, **KNOBS},
         )
     )
     add(RunStateChanged(time=clock.now(), state="running"))
     add(
         LogEmitted(
-            time=clock.now(), level="INFO", message="run yes-no-maybe started on local backend"
+            time=clock.now(), level="info", message="run yes-no-maybe started on local backend"
         )
     )
     discard_at = {4: "stale", 7: "zero_variance", 11: "error", 15: "stale", 18: "zero_variance"}
     for step in range(1, NUM_STEPS + 1):
-        # uneven spacing so the throughput sparkline has some shape
+        # uneven spacing so the throughput sparklines have some shape
         clock.advance(0.3 + 0.1 * ((step * 7) % 5))
-        add(
-            GroupSampled(
-                time=clock.now(),
-                group_id=step,
-                scenario_id=f"scenario-{step % 4}",
-                policy_version=step - 1,
-                num_trajectories=GROUP_SIZE,
-                num_tokens=GROUP_SIZE * (24 + (step * 11) % 17),
-                reward_mean=reward_at(step),
+        for k in range(GROUPS_PER_STEP):
+            group_id = GROUPS_PER_STEP * step + k
+            trajectories = trajectories_for(group_id, step - 1)
+            add(
+                GroupSampled(
+                    time=clock.now(),
+                    group_id=group_id,
+                    scenario_id=f"q{group_id % len(QUESTIONS):02d}-{group_id}",
+                    policy_version=step - 1,
+                    num_trajectories=GROUP_SIZE,
+                    num_tokens=sum(t.num_tokens for t in trajectories),
+                    reward_mean=sum(t.reward for t in trajectories) / GROUP_SIZE,
+                    trajectories=trajectories,
+                )
             )
-        )
         if step in discard_at:
             reason = discard_at[step]
+            failed = reason == "error"
+            group_id = 1000 + step if failed else GROUPS_PER_STEP * step
             add(
                 GroupDiscarded(
                     time=clock.now(),
-                    group_id=1000 + step,
-                    scenario_id=f"scenario-{(step + 1) % 4}",
+                    group_id=group_id,
+                    scenario_id=f"q{group_id % len(QUESTIONS):02d}-{group_id}",
                     reason=reason,  # type: ignore[arg-type]
-                    policy_version=max(0, step - 4),
-                    trainer_version=step - 1,
-                    num_tokens=GROUP_SIZE * 30,
-                    detail="RuntimeError: sampler crashed" if reason == "error" else "",
+                    policy_version=step - 1,
+                    trainer_version=step + 1 if reason == "stale" else step - 1,
+                    num_tokens=0 if failed else GROUP_SIZE * 4,
+                    detail={"stale": "2 steps off policy (limit 1)",
+                            "zero_variance": "all rewards 1",
+                            "error": "RuntimeError: sampler crashed"}[reason],
                 )
             )
         clock.advance(0.1)
@@ -97,14 +144,41 @@ def scripted_events(clock: FakeClock) -> list[Event]:
                     "reward/mean": reward_at(step),
                     "loss": round(0.9 / step, 4),
                     "time/step": 0.1,
+                    "async/staleness_mean": 0.5,
+                    "async/staleness_max": 1.0,
                 },
+            )
+        )
+        add(
+            ThroughputMeasured(
+                time=clock.now(),
+                window=5.0,
+                rollouts_per_s=round(40 + 8 * math.sin(step / 2.0) + step, 1),
+                sampled_tokens_per_s=round(1800 + 300 * math.cos(step / 3.0) + 20 * step, 1),
+                trained_tokens_per_s=round(1500 + 10 * step, 1),
+                queue_depth=step % 3,
+                in_flight=4,
+                trainer_busy=0.35,
+                sampler_busy=0.9,
+                verdict="sampler-bound: add rollout workers",
+                staleness_in_flight={0: 14, 1: 5},
+                staleness_queued={0: 9, 1: 7, 2: 1},
             )
         )
         if step % 5 == 0:
             add(
+                EvalCompleted(
+                    time=clock.now(),
+                    step=step,
+                    policy_version=step,
+                    metrics={"eval/reward_mean": round(reward_at(step) + 0.05, 4),
+                             "eval/num_scenarios": 20.0, "eval/errors": 0.0},
+                )
+            )
+            add(
                 LogEmitted(
                     time=clock.now(),
-                    level="INFO",
+                    level="info",
                     message=f"step {step}: reward/mean {reward_at(step):.3f}",
                 )
             )
@@ -112,10 +186,15 @@ def scripted_events(clock: FakeClock) -> list[Event]:
             add(
                 LogEmitted(
                     time=clock.now(),
-                    level="WARNING",
+                    level="warning",
                     message="group 1011 failed: RuntimeError: sampler crashed",
                 )
             )
+        if step == 12:
+            add(CommandReceived(time=clock.now(), command="set",
+                                args={"name": "learning_rate", "value": 1e-3, "old": 2e-3}))
+            add(LogEmitted(time=clock.now(), level="info",
+                           message="learning_rate changed from 0.002 to 0.001"))
         if step in (10, 20):
             add(
                 CheckpointSaved(
@@ -136,6 +215,7 @@ class FakeControl:
     def __init__(self, session: FakeSession) -> None:
         self._session = session
         self._paused = False
+        self._knobs: dict[str, float | int] = dict(KNOBS)
         self.calls: list[tuple[str, str]] = []
         self.stop_requested = asyncio.Event()
 
@@ -143,8 +223,14 @@ class FakeControl:
     def paused(self) -> bool:
         return self._paused
 
+    def _command(self, command: str, **args: object) -> None:
+        self._session.publish(
+            CommandReceived(time=self._session.clock.now(), command=command, args=args)
+        )
+
     def pause(self, reason: str = "paused by user") -> None:
         self.calls.append(("pause", reason))
+        self._command("pause", reason=reason)
         self._paused = True
         self._session.publish(
             RunStateChanged(time=self._session.clock.now(), state="paused", reason=reason)
@@ -152,11 +238,13 @@ class FakeControl:
 
     def resume(self) -> None:
         self.calls.append(("resume", ""))
+        self._command("resume")
         self._paused = False
         self._session.publish(RunStateChanged(time=self._session.clock.now(), state="running"))
 
     def request_checkpoint(self) -> None:
         self.calls.append(("request_checkpoint", ""))
+        self._command("checkpoint")
         session = self._session
         name = f"manual-{session.step:06d}"
         session.publish(
@@ -169,9 +257,35 @@ class FakeControl:
             )
         )
 
+    def request_eval(self) -> None:
+        self.calls.append(("request_eval", ""))
+        self._command("eval")
+        session = self._session
+        session.publish(
+            EvalCompleted(time=session.clock.now(), step=session.step,
+                          policy_version=session.step,
+                          metrics={"eval/reward_mean": 0.9, "eval/num_scenarios": 20.0})
+        )
+
+    def knobs(self) -> dict[str, float | int]:
+        return dict(self._knobs)
+
+    def set_knob(self, name: str, value: float | int) -> None:
+        if name not in KNOBS:
+            raise ValueError(f"{name!r} cannot be changed live")
+        if name == "learning_rate" and not 0 < value < 1:
+            raise ValueError(f"learning_rate must be between 0 and 1, got {value}")
+        if name == "temperature" and not 0 <= value <= 2:
+            raise ValueError(f"temperature must be between 0 and 2, got {value}")
+        self.calls.append(("set_knob", f"{name}={value}"))
+        old = self._knobs[name]
+        self._command("set", name=name, value=value, old=old)
+        self._knobs[name] = value
+
     def stop(self, reason: str = "stopped by user") -> None:
         self.calls.append(("stop", reason))
         if not self.stop_requested.is_set():
+            self._command("stop", reason=reason)
             self._session.stop_reason = reason
             self._session.publish(
                 RunStateChanged(time=self._session.clock.now(), state="stopping", reason=reason)
@@ -215,6 +329,8 @@ class FakeSession:
     def publish(self, event: Event) -> None:
         if isinstance(event, StepTrained):
             self.step = event.step
+        if isinstance(event, CommandReceived) and event.command == "set":
+            self.control._knobs[str(event.args["name"])] = event.args["value"]  # type: ignore
         self.published.append(event)
         self.events.publish(event)
 
@@ -241,3 +357,53 @@ class FakeSession:
             )
         )
         return "stopped"
+
+
+class LiveFakeSession(FakeSession):
+    """A scripted run that goes on like a real one, for `attach` tests in another process.
+
+    It records its events in a real run store at `db_path` (wall-clock times), trains one
+    fake step every `step_seconds` while not paused, and stops when told to. `run_id` and
+    `db_path` are what the headless path needs to open the control endpoint.
+    """
+
+    def __init__(self, db_path: str, *, step_seconds: float = 0.05, max_steps: int = 100_000,
+                 run_id: str = "live-0001") -> None:
+        from engine.clock import SystemClock
+
+        super().__init__()
+        self.clock = SystemClock()  # type: ignore[assignment]
+        self.db_path = db_path
+        self.run_id = run_id
+        self.step_seconds = step_seconds
+        self.max_steps = max_steps
+
+    async def run(self) -> RunStatus:
+        from engine.store import RunStore
+
+        store = await RunStore.open(self.db_path)
+        self.events.subscribe(store.handle)
+        try:
+            self.publish(RunStarted(time=self.clock.now(), run_id=self.run_id, name="live",
+                                    backend="fake", base_model="none", max_steps=self.max_steps,
+                                    start_step=0, config=dict(KNOBS)))
+            self.publish(RunStateChanged(time=self.clock.now(), state="running"))
+            step = 0
+            while not self.control.stop_requested.is_set() and step < self.max_steps:
+                await asyncio.sleep(self.step_seconds)
+                if self.control.paused:
+                    continue
+                step += 1
+                self.publish(GroupSampled(
+                    time=self.clock.now(), group_id=step, scenario_id=f"s{step}",
+                    policy_version=step - 1, num_trajectories=GROUP_SIZE, num_tokens=20,
+                    reward_mean=reward_at(step), trajectories=trajectories_for(step, step - 1)))
+                self.publish(StepTrained(time=self.clock.now(), step=step, policy_version=step,
+                                         metrics={"reward/mean": reward_at(step),
+                                                  "time/step": self.step_seconds}))
+            status: RunStatus = "stopped" if step < self.max_steps else "completed"
+            self.publish(RunFinished(time=self.clock.now(), status=status, final_step=step,
+                                     reason=self.stop_reason))
+            return status
+        finally:
+            await store.close()

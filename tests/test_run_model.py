@@ -8,15 +8,30 @@ import pytest
 from fake_session import FakeSession, reward_at, scripted_events
 
 from app.run_model import (
+    SMOOTHING_STEPS,
+    GroupRecord,
+    RolloutFilter,
     RunModel,
+    bar,
     debiased_ema,
+    eta_seconds,
     format_elapsed,
+    format_rate,
+    idle_percent,
+    level_at_least,
+    next_log_level,
+    next_smoothing,
+    parse_knob_value,
     rate_history,
+    split_rate,
+    staleness_rows,
     windowed_rate,
 )
 from engine.clock import FakeClock
 from engine.events import (
     CheckpointSaved,
+    CommandReceived,
+    EvalCompleted,
     GroupDiscarded,
     GroupSampled,
     LogEmitted,
@@ -24,6 +39,8 @@ from engine.events import (
     RunStarted,
     RunStateChanged,
     StepTrained,
+    ThroughputMeasured,
+    TrajectorySummary,
 )
 
 # ------------------------------------------------------------------ windowed_rate
@@ -286,3 +303,219 @@ def test_model_folds_the_fake_session_script():
     assert all(count > 0 for count in model.discarded.values())
     assert [c.step for c in model.checkpoints] == [10, 20]
     assert model.rollouts_per_s() > 0 and math.isfinite(model.tokens_per_s())
+    assert [e.step for e in model.evals] == [5, 10, 15, 20]
+    assert model.knobs["learning_rate"] == 1e-3 and model.initial_knobs["learning_rate"] == 2e-3
+    assert [c.step for c in model.knob_markers()] == [12]
+    assert model.throughput is not None and len(model.throughput_history) == 20
+
+
+# ------------------------------------------------------------------ more pure maths
+
+
+def test_next_smoothing_cycles_through_every_level_and_back():
+    beta, seen = SMOOTHING_STEPS[0], []
+    for _ in SMOOTHING_STEPS:
+        seen.append(beta)
+        beta = next_smoothing(beta)
+    assert seen == list(SMOOTHING_STEPS) and beta == SMOOTHING_STEPS[0]
+    assert 0.0 in SMOOTHING_STEPS  # one level shows the raw series
+    assert next_smoothing(0.123) == SMOOTHING_STEPS[0]
+
+
+def test_eta_from_the_recent_pace():
+    times = [0.0, 2.0, 4.0, 6.0]  # 2 s per step
+    assert eta_seconds(times, step=3, max_steps=10) == pytest.approx(14.0)
+    assert eta_seconds(times, step=10, max_steps=10) == 0.0
+    assert eta_seconds([5.0], step=1, max_steps=10) is None
+    assert eta_seconds(times, step=3, max_steps=0) is None
+    # only the last `window` steps count: a slow start does not linger
+    slow_then_fast = [0.0, 100.0] + [100.0 + i for i in range(1, 12)]
+    assert eta_seconds(slow_then_fast, step=12, max_steps=22, window=10) == pytest.approx(10.0)
+
+
+def test_rate_formatting_and_splitting():
+    assert [format_rate(v) for v in (3.14, 456.0, 7800.0, 12_345.0, 2_500_000.0)] == [
+        "3.1", "456", "7.8k", "12k", "2.5M"]
+    assert split_rate(2500.0) == ("2.5", "k") and split_rate(45.3) == ("45.3", "")
+    assert format_rate(float("nan")) == "-"
+
+
+def test_idle_percent_clamps():
+    assert idle_percent(0.35) == 65 and idle_percent(1.4) == 0 and idle_percent(-1) == 100
+
+
+def test_staleness_rows_join_both_histograms():
+    assert staleness_rows({0: 4, 1: 2}, {1: 3, 3: 1}) == [(0, 4, 0), (1, 2, 3), (3, 0, 1)]
+    assert staleness_rows({}, {}) == []
+
+
+def test_bar_scales_and_never_hides_a_positive_count():
+    assert bar(10, 10, 8) == "█" * 8
+    assert bar(1, 1000, 8) == "█"
+    assert bar(0, 10, 8) == "" and bar(5, 10, 0) == ""
+
+
+def test_log_levels():
+    assert level_at_least("WARNING", "warning") and level_at_least("error", "warning")
+    assert not level_at_least("info", "warning")
+    assert level_at_least("CRITICAL", "error") and level_at_least("warn", "warning")
+    assert [next_log_level(x) for x in ("debug", "info", "warning", "error")] == [
+        "info", "warning", "error", "debug"]
+
+
+def test_parse_knob_value():
+    assert parse_knob_value("learning_rate", " 1e-3 ") == pytest.approx(1e-3)
+    assert parse_knob_value("rollout_workers", "8") == 8
+    assert isinstance(parse_knob_value("max_steps_off_policy", "2.0"), int)
+    for name, text in (("rollout_workers", "2.5"), ("temperature", "hot"),
+                       ("temperature", ""), ("temperature", "nan"), ("bogus", "1")):
+        with pytest.raises(ValueError):
+            parse_knob_value(name, text)
+
+
+# ------------------------------------------------------------------ the rollouts filter
+
+
+def group(reason=None, rewards=(0.0, 1.0), text="maybe", scenario="q03-7", version=2):
+    trajectories = tuple(
+        TrajectorySummary(reward=r, policy_version=version, num_tokens=5,
+                          messages=({"role": "user", "content": "yes or no?"},
+                                    {"role": "assistant", "content": text}))
+        for r in rewards)
+    return GroupRecord(group_id=7, scenario_id=scenario, step=3, policy_version=version,
+                       time=0.0, reward_mean=sum(rewards) / len(rewards), num_tokens=10,
+                       trajectories=trajectories, discarded=reason)
+
+
+def test_filter_empty_matches_everything():
+    assert RolloutFilter("").matches_group(group()) and not RolloutFilter("").active
+
+
+def test_filter_reward_terms_check_trajectories():
+    g = group(rewards=(0.0, 0.5))
+    assert RolloutFilter("reward<0.25").matches_group(g)
+    assert not RolloutFilter("reward>0.75").matches_group(g)
+    f = RolloutFilter("r>=0.5")
+    assert [f.matches_trajectory(g, t) for t in g.trajectories] == [False, True]
+    assert RolloutFilter("v=2").matches_group(g) and not RolloutFilter("version!=2").matches_group(g)
+
+
+def test_filter_reasons_and_kept():
+    stale, kept = group(reason="stale"), group()
+    assert RolloutFilter("stale").matches_group(stale)
+    assert not RolloutFilter("stale").matches_group(kept)
+    assert RolloutFilter("discarded").matches_group(stale)
+    assert RolloutFilter("kept").matches_group(kept) and not RolloutFilter("kept").matches_group(stale)
+    assert not RolloutFilter("zero-variance").matches_group(stale)
+
+
+def test_filter_words_search_the_conversation_and_scenario():
+    g = group(text="Maybe tomorrow")
+    assert RolloutFilter("MAYBE").matches_group(g)
+    assert RolloutFilter("scenario:q03").matches_group(g)
+    assert not RolloutFilter("scenario:q04").matches_group(g)
+    assert RolloutFilter("maybe tomorrow").matches_group(g)
+    assert not RolloutFilter("maybe never").matches_group(g)
+
+
+def test_filter_on_a_failed_group_without_rollouts():
+    failed = GroupRecord(group_id=9, scenario_id="q01-9", step=2, policy_version=1, time=0.0,
+                         discarded="error", detail="RuntimeError: sampler crashed")
+    assert RolloutFilter("error").matches_group(failed)
+    assert RolloutFilter("crashed").matches_group(failed)
+    assert not RolloutFilter("reward>0").matches_group(failed)
+
+
+# ------------------------------------------------------------------ the model, new events
+
+
+def test_model_uses_the_engines_throughput_measurements():
+    clock = FakeClock()
+    model = RunModel(clock)
+    started(clock, model)
+    measured = ThroughputMeasured(time=1.0, window=10.0, rollouts_per_s=42.0,
+                                  sampled_tokens_per_s=900.0, trained_tokens_per_s=800.0,
+                                  queue_depth=2, in_flight=3, trainer_busy=0.4,
+                                  sampler_busy=0.9, verdict="sampler-bound",
+                                  staleness_in_flight={0: 3}, staleness_queued={1: 2})
+    model.apply(measured)
+    model.apply(ThroughputMeasured(**{**{f: getattr(measured, f) for f in (
+        "window", "sampled_tokens_per_s", "trained_tokens_per_s", "queue_depth", "in_flight",
+        "trainer_busy", "sampler_busy", "verdict")}, "time": 2.0, "rollouts_per_s": 50.0}))
+    assert model.rollouts_per_s() == 50.0 and model.tokens_per_s() == 900.0
+    assert model.rollout_rate_history() == [42.0, 50.0]
+    assert model.token_rate_history() == [900.0, 900.0]
+
+
+def test_model_smoothing_recomputes_the_ema():
+    model = RunModel(FakeClock(), ema_beta=0.9)
+    for step, reward in enumerate([0.0, 1.0, 1.0], start=1):
+        model.apply(StepTrained(time=step, step=step, policy_version=step,
+                                metrics={"reward/mean": reward}))
+    assert model.reward_ema == pytest.approx(debiased_ema([0.0, 1.0, 1.0], 0.9))
+    while model.ema_beta != 0.0:
+        model.cycle_smoothing()
+    assert model.reward_ema == pytest.approx([0.0, 1.0, 1.0])
+
+
+def test_model_evals_commands_and_knobs():
+    clock = FakeClock()
+    model = RunModel(clock)
+    model.apply(RunStarted(time=0.0, run_id="r", name="n", backend="local", base_model="m",
+                           max_steps=10, start_step=0,
+                           config={"learning_rate": 3e-3, "temperature": 1.0, "seed": 3}))
+    assert model.knobs == {"learning_rate": 3e-3, "temperature": 1.0}
+    model.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}))
+    model.apply(CommandReceived(time=1.5, command="set",
+                                args={"name": "learning_rate", "value": 1e-3, "old": 3e-3}))
+    model.apply(CommandReceived(time=1.6, command="pause", args={"reason": "look"}))
+    model.apply(EvalCompleted(time=2.0, step=1, policy_version=1,
+                              metrics={"eval/reward_mean": 0.7}))
+    model.apply(EvalCompleted(time=2.5, step=1, policy_version=1,
+                              metrics={"eval/reward_mean": float("nan")}))
+    assert model.knobs["learning_rate"] == 1e-3 and model.initial_knobs["learning_rate"] == 3e-3
+    assert [c.describe() for c in model.commands] == ["set learning_rate 0.003 → 0.001",
+                                                      "pause (look)"]
+    assert [(c.step, c.command) for c in model.knob_markers()] == [(1, "set")]
+    assert [(e.step, e.reward) for e in model.evals] == [(1, 0.7)]
+
+
+def test_model_groups_by_step_with_discards_and_a_bound():
+    clock = FakeClock()
+    model = RunModel(clock, max_groups=3)
+    summary = TrajectorySummary(reward=1.0, policy_version=0, num_tokens=2)
+    for gid in range(2):
+        model.apply(GroupSampled(time=0.0, group_id=gid, scenario_id="s", policy_version=0,
+                                 num_trajectories=1, num_tokens=2, reward_mean=1.0,
+                                 trajectories=(summary,)))
+    model.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}))
+    model.apply(GroupDiscarded(time=1.1, group_id=1, scenario_id="s", reason="stale",
+                               policy_version=0, trainer_version=2, num_tokens=2, detail="old"))
+    model.apply(GroupDiscarded(time=1.2, group_id=99, scenario_id="s", reason="error",
+                               policy_version=1, trainer_version=1, num_tokens=0))
+    assert model.steps_with_groups() == [1, 2]
+    assert [g.group_id for g in model.groups_of(1)] == [0, 1]
+    assert model.groups[1].discarded == "stale" and model.groups[1].detail == "old"
+    assert model.groups[99].step == 2 and model.groups[99].trajectories == ()
+    model.apply(GroupSampled(time=2.0, group_id=5, scenario_id="s", policy_version=1,
+                             num_trajectories=1, num_tokens=2, reward_mean=1.0))
+    assert model.steps_with_groups() == [2]  # step 1 dropped to stay within max_groups
+
+
+def test_model_eta_only_while_running():
+    clock = FakeClock()
+    model = RunModel(clock)
+    started(clock, model)
+    for step in range(1, 4):
+        model.apply(StepTrained(time=2.0 * step, step=step, policy_version=step, metrics={}))
+    assert model.eta() == pytest.approx(14.0)
+    model.apply(RunStateChanged(time=7.0, state="paused", reason="x"))
+    assert model.eta() is None
+
+
+def test_recent_log_filters_by_level():
+    model = RunModel(FakeClock())
+    for level in ("info", "WARNING", "error", "debug"):
+        model.apply(LogEmitted(time=0.0, level=level, message=level))
+    assert [line.message for line in model.recent_log(10, "warning")] == ["WARNING", "error"]
+    assert len(model.recent_log(10)) == 4

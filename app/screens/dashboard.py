@@ -1,11 +1,12 @@
-"""The one screen of the walking skeleton: status line and five panes."""
+"""The dashboard: status line, throughput, stale/discarded, rewards, checkpoints, log."""
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Grid
 from textual.screen import Screen
-from textual.widgets import Footer, Header
+from textual.widgets import Footer
 
 from app.run_model import RunModel
 from app.widgets.checkpoints import CheckpointsTable
@@ -17,31 +18,39 @@ from app.widgets.throughput import ThroughputPanel
 
 
 class DashboardScreen(Screen):
-    """Throughput, discards, reward chart, checkpoints and log of the running session.
+    """The run at a glance. The panes do not watch events themselves: the app calls
+    `update_from_model` on a timer. `tab` moves between panes, `+` maximizes one."""
 
-    The panes do not watch events themselves: the app calls `update_from_model` on a timer.
-    """
+    AUTO_FOCUS = ""  # nothing focused: no cursor highlight, footer shows only app keys
 
-    AUTO_FOCUS = None  # nothing focused: no cursor highlight, footer shows only app keys
+    BINDINGS = [
+        Binding("s", "app.cycle_smoothing", "Smooth", id="smoothing"),
+        Binding("l", "cycle_log_level", "Log level", show=False, id="log_level"),
+    ]
 
-    def __init__(self, *, log_lines: int = 500) -> None:
+    def __init__(self) -> None:
         super().__init__(id="dashboard")
-        self._log_lines = log_lines
 
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=False, icon="◆")
-        yield RunStatusPanel(id="status")
+        yield RunStatusPanel(id="status", mode=getattr(self.app, "mode_label", ""))
         with Grid(id="panes"):
             yield ThroughputPanel(id="throughput")
             yield DiscardedPanel(id="discarded")
-            yield CheckpointsTable(id="checkpoints")
             yield RewardsChart(id="rewards")
-            yield LogPanel(id="log", max_lines=self._log_lines)
-        yield Footer()
+            yield CheckpointsTable(id="checkpoints")
+            yield LogPanel(id="log", max_lines=getattr(self.app, "log_lines", 500))
+        yield Footer(compact=True)
+
+    def action_cycle_log_level(self) -> None:
+        from app.run_model import next_log_level
+
+        log = self.query_one(LogPanel)
+        log.set_minimum(next_log_level(log.minimum))
+        refresh = getattr(self.app, "refresh_panes", None)
+        if refresh is not None:
+            refresh()
 
     def update_from_model(self, model: RunModel, now: float) -> None:
-        if model.name:
-            self.sub_title = model.name
         self.query_one(RunStatusPanel).update_from_model(model, now)
         self.query_one(ThroughputPanel).update_from_model(model, now)
         self.query_one(DiscardedPanel).update_from_model(model, now)

@@ -1,68 +1,81 @@
-"""Groups the trainer dropped instead of training on, by reason, and the discard rate."""
+"""Stale and discarded groups: counts by reason, the discard rate, and how far behind the
+trainer the trained groups were (staleness histogram, in flight vs queued)."""
 
 from __future__ import annotations
 
 from textual.content import Content
 from textual.widgets import Static
 
-from app.run_model import DISCARD_REASONS, RunModel
-from app.widgets.updates import update_static
+from app.run_model import DISCARD_REASONS, RunModel, bar, staleness_rows
+from app.widgets.updates import set_subtitle, update_static
 
 REASON_LABELS = {"stale": "stale", "zero_variance": "zero variance", "error": "error"}
 REASON_STYLES = {"stale": "$warning", "zero_variance": "$secondary", "error": "$error"}
 
 
-def discarded_content(model: RunModel, bar_width: int, height: int = 4) -> Content:
-    """The pane's text: one line per reason with a bar, the overall rate, and (when there
-    is room for a fifth line) the tokens thrown away."""
+def reason_lines(model: RunModel, bar_width: int) -> list[Content]:
     counts = model.discarded
     most = max(counts.values(), default=0)
-    lines: list[Content] = []
+    lines = []
     for reason in DISCARD_REASONS:
         count = counts.get(reason, 0)
-        label = REASON_LABELS[reason]
         style = REASON_STYLES[reason] if count else "$text-muted"
-        bar = ""
-        if bar_width > 0 and most:
-            bar = "█" * max(1 if count else 0, round(bar_width * count / most))
-        lines.append(
-            Content.assemble(
-                (f"{label:<14}", "$text-muted" if not count else ""),
-                (f"{count:>5}", f"bold {style}"),
-                " ",
-                (bar, style),
-            )
-        )
-    total = model.discarded_total
-    groups = max(model.groups_sampled, total)
-    rate_style = "bold $error" if model.discard_rate >= 0.5 else "bold"
-    lines.append(
-        Content.assemble(
-            ("rate", "$text-muted"),
-            f"{'':<10}",
-            (f"{model.discard_rate:>5.1%}", rate_style),
-            (f" of {groups:,} groups", "$text-muted"),
-        )
-    )
-    if height >= 5:
-        lines.append(
-            Content.assemble(
-                ("tokens", "$text-muted"),
-                f"{model.discarded_tokens:>13,}",
-                (" discarded", "$text-muted"),
-            )
-        )
-    return Content("\n").join(lines)
+        lines.append(Content.assemble(
+            (f"{REASON_LABELS[reason]:<14}", "$text-muted" if not count else ""),
+            (f"{count:>5}", f"bold {style}"),
+            " ",
+            (bar(count, most, bar_width), style),
+        ))
+    return lines
 
 
-class DiscardedPanel(Static):
-    """Counts of discarded groups: stale, zero variance, error."""
+def staleness_lines(model: RunModel, width: int, room: int) -> list[Content]:
+    """The histogram of versions behind, in flight vs queued, in at most `room` lines."""
+    if room <= 0:
+        return []
+    measured = model.throughput
+    if measured is None:
+        mean = model.last_metrics.get("async/staleness_mean")
+        if mean is None:
+            return [Content.styled("staleness: no steps yet", "$text-muted")]
+        worst = model.last_metrics.get("async/staleness_max", mean)
+        return [Content.assemble(("staleness", "$text-muted"),
+                                 f"  mean {mean:.2f}  max {worst:g}")]
+    rows = staleness_rows(measured.staleness_in_flight, measured.staleness_queued)
+    if not rows:
+        return [Content.styled("staleness: nothing trained in the window", "$text-muted")]
+    column = min(26, max(4, (width - 10) // 2))
+    most = max(max(a, b) for _, a, b in rows)
+    lines = [Content.assemble(("behind", "$text-muted"), "  ",
+                              (f"{'in flight':<{column}}", "$text-accent"),
+                              ("queued", "$text-primary"))]
+    for behind, in_flight, queued in rows[: room - 1]:
+        left = f"{bar(in_flight, most, column - 5)} {in_flight}"
+        right = f"{bar(queued, most, column - 5)} {queued}"
+        lines.append(Content.assemble(f"{behind:>6}", "  ",
+                                      (f"{left:<{column}}", "$accent"),
+                                      (right, "$primary")))
+    return lines
+
+
+def discarded_content(model: RunModel, width: int, height: int = 6) -> Content:
+    """The pane's text for an inner area of `width` × `height`."""
+    lines = reason_lines(model, min(30, max(0, width - 21)))
+    lines += staleness_lines(model, width, height - len(lines))
+    return Content("\n").join(lines[: max(1, height)])
+
+
+class DiscardedPanel(Static, can_focus=True):
+    """Stale, zero-variance and failed groups, and the staleness of trained ones."""
+
+    ALLOW_MAXIMIZE = True
 
     def on_mount(self) -> None:
-        self.border_title = "Discarded"
+        self.border_title = "Stale & discarded"
 
     def update_from_model(self, model: RunModel, now: float) -> None:
         width = self.content_region.width or self.size.width
-        bar_width = max(0, width - 21)
-        update_static(self, discarded_content(model, bar_width, self.content_region.height))
-        self.border_subtitle = f"{model.discarded_total:,} groups"
+        height = self.content_region.height or 6
+        update_static(self, discarded_content(model, width, height))
+        groups = max(model.groups_sampled, model.discarded_total)
+        set_subtitle(self, f"{model.discard_rate:.1%} of {groups:,} groups")

@@ -1,4 +1,5 @@
-"""The one-line run status: state badge, run name, backend and model, step and version."""
+"""The one-line run status: state badge, run name, backend and model, step k of N with
+ETA, policy version and elapsed time."""
 
 from __future__ import annotations
 
@@ -28,8 +29,28 @@ def state_class(model: RunModel) -> str:
     return f"-{model.state}"
 
 
+def progress_text(model: RunModel, now: float) -> str:
+    """`step 12/60 ETA 00:31 │ v12 │ 00:09`."""
+    steps = f"step {model.step}"
+    if model.max_steps:
+        steps += f"/{model.max_steps}"
+    eta = model.eta()
+    if eta is not None and model.step < model.max_steps:
+        steps += f" ETA {format_elapsed(eta)}"
+    return f"{steps} │ v{model.policy_version} │ {format_elapsed(model.elapsed(now))}"
+
+
 class RunStatusPanel(Horizontal):
-    """A single line under the header that says what the run is doing."""
+    """A single line at the top of every view that says what the run is doing.
+
+    Args:
+        mode: Shown after the model name: "attached", "finished run", or "" for a run
+            this process drives.
+    """
+
+    def __init__(self, *, mode: str = "", id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.mode = mode
 
     def compose(self) -> ComposeResult:
         yield Label("STARTING", id="state-badge", classes="-starting")
@@ -41,15 +62,9 @@ class RunStatusPanel(Horizontal):
         update_static(badge, state_badge_text(model))
         set_state_class(badge, state_class(model))
 
-        parts = [model.name or "waiting for the run to start"]
+        parts = [self.mode] if self.mode else []
+        parts.append(model.name or "waiting for the run to start")
         if model.backend or model.base_model:
             parts.append(" · ".join(p for p in (model.backend, model.base_model) if p))
         update_static(self.query_one("#run-label", Label), " │ ".join(parts))
-
-        steps = f"step {model.step}"
-        if model.max_steps:
-            steps += f"/{model.max_steps}"
-        progress = (
-            f"{steps} │ policy v{model.policy_version} │ {format_elapsed(model.elapsed(now))}"
-        )
-        update_static(self.query_one("#progress-label", Label), progress)
+        update_static(self.query_one("#progress-label", Label), progress_text(model, now))

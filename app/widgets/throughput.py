@@ -1,4 +1,5 @@
-"""Rollout throughput: rollouts/s in big digits, tokens/s, and a sparkline of the rate."""
+"""Throughput: rollouts/s and tokens/s (big digits and sparklines), trainer and sampler
+idle time, and the pipeline's verdict on what holds it back."""
 
 from __future__ import annotations
 
@@ -6,49 +7,65 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Digits, Label, Sparkline
 
-from app.run_model import RunModel
-from app.widgets.updates import update_digits, update_static
+from app.run_model import RunModel, format_rate, idle_percent, split_rate
+from app.widgets.updates import set_subtitle, update_digits, update_static
+
+__all__ = ["ThroughputPanel", "format_rate", "idle_text", "verdict_text"]
 
 
-def format_rate(value: float) -> str:
-    """Short human form: 12.3, 456, 7.8k, 1.2M."""
-    if value >= 1_000_000:
-        return f"{value / 1_000_000:.1f}M"
-    if value >= 10_000:
-        return f"{value / 1_000:.0f}k"
-    if value >= 1_000:
-        return f"{value / 1_000:.1f}k"
-    if value >= 100:
-        return f"{value:.0f}"
-    return f"{value:.1f}"
+def idle_text(model: RunModel) -> str:
+    measured = model.throughput
+    if measured is None:
+        return "idle  trainer -  sampler -"
+    return (f"idle  trainer {idle_percent(measured.trainer_busy)}%  "
+            f"sampler {idle_percent(measured.sampler_busy)}%")
 
 
-class ThroughputPanel(Vertical):
-    """How fast rollouts are being sampled."""
+def verdict_text(model: RunModel) -> str:
+    measured = model.throughput
+    if measured is None:
+        return "▶ measuring…" if model.state != "finished" else "▶ no measurements stored"
+    return f"▶ {measured.verdict}" if measured.verdict else "▶ -"
+
+
+class ThroughputPanel(Vertical, can_focus=True):
+    """How fast the pipeline samples, and which side of it is idle."""
+
+    ALLOW_MAXIMIZE = True
 
     def compose(self) -> ComposeResult:
-        with Horizontal(id="throughput-figures"):
+        with Horizontal(id="rollouts-row", classes="rate-row"):
             yield Digits("0.0", id="rollouts-rate")
-            with Vertical(id="throughput-units"):
-                yield Label("rollouts/s", id="rollouts-unit")
-                yield Label("0 tokens/s", id="tokens-rate")
-                yield Label("", id="rollouts-total")
-        yield Sparkline([], id="rate-history")
+            with Vertical(classes="rate-side"):
+                yield Label("rollouts/s", id="rollouts-unit", classes="rate-unit")
+                yield Sparkline([], id="rollouts-history", classes="rate-history")
+        with Horizontal(id="tokens-row", classes="rate-row"):
+            yield Digits("0", id="tokens-digits")
+            with Vertical(classes="rate-side"):
+                yield Label("tokens/s", id="tokens-rate", classes="rate-unit")
+                yield Sparkline([], id="tokens-history", classes="rate-history")
+        yield Label("", id="idle")
+        yield Label("", id="verdict")
 
     def on_mount(self) -> None:
         self.border_title = "Throughput"
 
     def update_from_model(self, model: RunModel, now: float) -> None:
-        self.border_subtitle = f"{model.rate_window:g}s window"
-        update_digits(
-            self.query_one("#rollouts-rate", Digits), format_rate(model.rollouts_per_s(now))
-        )
-        update_static(
-            self.query_one("#tokens-rate", Label),
-            f"{format_rate(model.tokens_per_s(now))} tokens/s",
-        )
-        update_static(
-            self.query_one("#rollouts-total", Label),
-            f"{model.rollouts_sampled:,} rollouts total",
-        )
-        self.query_one("#rate-history", Sparkline).data = model.rollout_rate_history(now)
+        measured = model.throughput
+        if measured is not None:
+            set_subtitle(self, f"queue {measured.queue_depth} · in flight {measured.in_flight}")
+        else:
+            set_subtitle(self, f"{model.rollouts_sampled:,} rollouts")
+        rollouts, r_unit = split_rate(model.rollouts_per_s(now))
+        tokens, t_unit = split_rate(model.tokens_per_s(now))
+        update_digits(self.query_one("#rollouts-rate", Digits), rollouts)
+        update_digits(self.query_one("#tokens-digits", Digits), tokens)
+        update_static(self.query_one("#rollouts-unit", Label), f"{r_unit}rollouts/s")
+        # where the tokens row has no room for digits the label carries the number
+        short = not self.query_one("#tokens-digits", Digits).display
+        tokens_label = f"{tokens}{t_unit} tokens/s" if short else f"{t_unit}tokens/s"
+        update_static(self.query_one("#tokens-rate", Label), tokens_label)
+        self.query_one("#rollouts-history", Sparkline).data = model.rollout_rate_history(now)
+        self.query_one("#tokens-history", Sparkline).data = model.token_rate_history(now)
+        update_static(self.query_one("#idle", Label), idle_text(model))
+        update_static(self.query_one("#verdict", Label), verdict_text(model))

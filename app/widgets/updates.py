@@ -7,6 +7,7 @@ second costs real CPU on a busy 2-core machine. Comparing first makes idle ticks
 from __future__ import annotations
 
 from textual.content import Content
+from textual.widget import Widget
 from textual.widgets import Digits, Static
 
 
@@ -31,3 +32,10 @@ def set_state_class(widget: Static, state_class: str) -> None:
     """Give `widget` exactly one class, `state_class`, if it has not got it already."""
     if set(widget.classes) != {state_class}:
         widget.set_classes(state_class)
+
+
+def set_subtitle(widget: Widget, text: str) -> None:
+    """Set a border subtitle only when it changes: assigning one always repaints."""
+    if getattr(widget, "_shown_subtitle", None) != text:
+        widget._shown_subtitle = text  # type: ignore[attr-defined]  # the markup read back differs
+        widget.border_subtitle = text

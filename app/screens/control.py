@@ -1,0 +1,78 @@
+"""The control view: the live knobs (edit with `enter`, confirmed), the commands the run
+received, and buttons for the run-wide commands."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Button, DataTable, Footer, Label
+
+from app.run_model import RunModel
+from app.widgets.commands import CommandsTable
+from app.widgets.knobs import KnobsTable
+from app.widgets.status_bar import RunStatusPanel
+
+
+class ControlScreen(Screen):
+    """Steer the run: knobs and commands."""
+
+    AUTO_FOCUS = "#knobs"
+
+    def __init__(self) -> None:
+        super().__init__(id="control")
+
+    def compose(self) -> ComposeResult:
+        yield RunStatusPanel(id="status", mode=getattr(self.app, "mode_label", ""))
+        with Vertical(id="control-panes"):
+            yield KnobsTable(id="knobs")
+            with Horizontal(id="control-actions"):
+                yield Button("Pause", id="action-pause", compact=True)
+                yield Button("Checkpoint", id="action-checkpoint", compact=True)
+                yield Button("Eval", id="action-eval", compact=True)
+                yield Button("Stop", id="action-stop", compact=True, variant="error")
+                yield Label("", id="control-note")
+            yield CommandsTable(id="commands")
+        yield Footer(compact=True)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if isinstance(event.data_table, KnobsTable):
+            event.stop()
+            edit = getattr(self.app, "edit_knob", None)
+            if edit is not None:
+                edit(event.data_table.selected_knob)
+
+    async def on_button_pressed(self, event: Button.Pressed) -> None:
+        action = {
+            "action-pause": "toggle_pause",
+            "action-checkpoint": "checkpoint",
+            "action-eval": "eval",
+            "action-stop": "stop",
+        }.get(event.button.id or "")
+        if action:
+            event.stop()
+            await self.app.run_action(action)
+
+    def update_from_model(self, model: RunModel, now: float) -> None:
+        self.query_one(RunStatusPanel).update_from_model(model, now)
+        live = {}
+        knobs = getattr(self.app, "live_knobs", None)
+        if knobs is not None:
+            live = knobs()
+        self.query_one(KnobsTable).update_from_model(model, live)
+        self.query_one(CommandsTable).update_from_model(model)
+        read_only = bool(getattr(self.app, "read_only", False))
+        paused = model.state == "paused"
+        pause = self.query_one("#action-pause", Button)
+        label = "Resume" if paused else "Pause"
+        if str(pause.label) != label:
+            pause.label = label
+        for button in self.query(Button):
+            disabled = read_only or model.state in ("finished", "stopping")
+            if button.disabled != disabled:
+                button.disabled = disabled
+        note = ("read-only: this run is not running here" if read_only else
+                "changes take effect at the next rollout (temperature, workers) or step")
+        label_widget = self.query_one("#control-note", Label)
+        if str(label_widget.content) != note:
+            label_widget.update(note)

@@ -1,0 +1,81 @@
+"""The rollouts view: step → group → trajectory on the left, the selection in full on the
+right; `/` filters. The same view draws a live run and a stored one."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Tree
+
+from app.run_model import RolloutFilter, RunModel
+from app.widgets.rollout_detail import RolloutDetail
+from app.widgets.rollouts_tree import RolloutRef, RolloutsTree
+from app.widgets.status_bar import RunStatusPanel
+
+
+class RolloutsScreen(Screen):
+    """Browse every sampled group and trajectory; discarded groups carry their reason."""
+
+    AUTO_FOCUS = "#rollout-tree"
+
+    BINDINGS = [
+        Binding("slash", "filter", "Filter", id="filter"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, id="clear_filter"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__(id="rollouts")
+        self._model: RunModel | None = None
+
+    def compose(self) -> ComposeResult:
+        yield RunStatusPanel(id="status", mode=getattr(self.app, "mode_label", ""))
+        yield Input(placeholder="filter: reward<0.5  stale  discarded  scenario:q03  words…",
+                    id="rollout-filter")
+        with Horizontal(id="rollout-panes"):
+            yield RolloutsTree(id="rollout-tree")
+            yield RolloutDetail(id="rollout-detail")
+        yield Footer(compact=True)
+
+    def action_filter(self) -> None:
+        field = self.query_one("#rollout-filter", Input)
+        field.add_class("-visible")
+        field.focus()
+
+    def action_clear_filter(self) -> None:
+        field = self.query_one("#rollout-filter", Input)
+        if self.maximized is not None:
+            self.minimize()
+            return
+        if field.value:
+            field.value = ""
+        field.remove_class("-visible")
+        self.query_one(RolloutsTree).focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "rollout-filter":
+            tree = self.query_one(RolloutsTree)
+            tree.set_filter(RolloutFilter(event.value))
+            if self._model is not None:
+                self._show_selection(self._model)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "rollout-filter":
+            if not event.value:
+                event.input.remove_class("-visible")
+            self.query_one(RolloutsTree).focus()
+
+    def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[RolloutRef]) -> None:
+        if self._model is not None:
+            self.query_one(RolloutDetail).show(self._model, event.node.data)
+
+    def _show_selection(self, model: RunModel) -> None:
+        node = self.query_one(RolloutsTree).cursor_node
+        self.query_one(RolloutDetail).show(model, node.data if node is not None else None)
+
+    def update_from_model(self, model: RunModel, now: float) -> None:
+        self._model = model
+        self.query_one(RunStatusPanel).update_from_model(model, now)
+        self.query_one(RolloutsTree).sync(model)
+        self._show_selection(model)

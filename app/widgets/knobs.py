@@ -1,0 +1,50 @@
+"""The live knobs: current value, value at the start of the run, and how often changed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from textual.widgets import DataTable
+
+from app.run_model import KNOB_NAMES, RunModel, format_knob
+from app.widgets.updates import set_subtitle
+
+
+class KnobsTable(DataTable):
+    """One row per live knob; `enter` on a row asks the app to edit it."""
+
+    ALLOW_MAXIMIZE = True
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        self.add_column("knob", key="knob")
+        self.add_column("value", key="value")
+        self.add_column("at start", key="start")
+        self.add_column("changed", key="changes")
+        for name in KNOB_NAMES:
+            self.add_row(name, "-", "-", "0", key=name)
+        self._shown: dict[str, tuple[str, str, str]] = {}
+
+    def on_mount(self) -> None:
+        self.border_title = "Knobs"
+        set_subtitle(self, "enter: edit")
+
+    @property
+    def selected_knob(self) -> str:
+        return KNOB_NAMES[max(0, min(self.cursor_row, len(KNOB_NAMES) - 1))]
+
+    def update_from_model(self, model: RunModel, live: Mapping[str, float | int]) -> None:
+        changes: dict[str, int] = {}
+        for command in model.knob_markers():
+            name = str(command.args.get("name"))
+            changes[name] = changes.get(name, 0) + 1
+        for name in KNOB_NAMES:
+            value = live.get(name, model.knobs.get(name))
+            row = (format_knob(name, value), format_knob(name, model.initial_knobs.get(name)),
+                   str(changes.get(name, 0)))
+            if self._shown.get(name) == row:
+                continue
+            self._shown[name] = row
+            self.update_cell(name, "value", row[0])
+            self.update_cell(name, "start", row[1])
+            self.update_cell(name, "changes", row[2])

@@ -1,0 +1,148 @@
+"""The selected step, group or trajectory in full: every turn of the conversation, tool
+calls and their results, the reward and the policy version stamps."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.widgets import Static
+
+from app.run_model import GroupRecord, RunModel
+from app.widgets.rollouts_tree import REASON_LABELS, RolloutRef
+from app.widgets.updates import set_subtitle
+
+ROLE_STYLES = {
+    "system": "$text-muted",
+    "user": "$text-primary",
+    "assistant": "$text-success",
+    "tool": "$text-accent",
+    "transcript": "$text-secondary",
+}
+
+
+def _tool_call_text(call: Any) -> str:
+    if not isinstance(call, Mapping):
+        return str(call)
+    function = call.get("function", call)
+    if not isinstance(function, Mapping):
+        return str(function)
+    name = function.get("name", "?")
+    arguments = function.get("arguments", "")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments)
+    return f"{name}({arguments})"
+
+
+def message_lines(message: Mapping[str, Any]) -> list[Content]:
+    role = str(message.get("role", "?"))
+    title = role
+    if role == "tool":
+        who = message.get("name") or message.get("tool_call_id")
+        title = f"tool result ({who})" if who else "tool result"
+    lines = [Content.styled(f"── {title} ", f"bold {ROLE_STYLES.get(role, '$text')}")]
+    content = message.get("content")
+    if isinstance(content, list):  # OpenAI content parts
+        content = "\n".join(str(p.get("text", p)) if isinstance(p, Mapping) else str(p)
+                            for p in content)
+    if content:
+        lines.extend(Content(line) for line in str(content).splitlines() or [""])
+    for call in message.get("tool_calls") or ():
+        lines.append(Content.assemble(("  ↳ tool call ", "$text-accent"),
+                                      _tool_call_text(call)))
+    return lines
+
+
+def group_status(group: GroupRecord) -> Content:
+    if group.discarded is None:
+        return Content.styled("trained (not discarded)", "$text-success")
+    reason = REASON_LABELS.get(group.discarded, group.discarded)
+    detail = f": {group.detail}" if group.detail else ""
+    behind = ""
+    if group.trainer_version is not None and group.discarded == "stale":
+        behind = f" (sampled by v{group.policy_version}, trainer at v{group.trainer_version})"
+    return Content.styled(f"discarded, {reason}{detail}{behind}",
+                          "$text-error" if group.discarded == "error" else "$text-warning")
+
+
+def detail_content(model: RunModel, ref: RolloutRef | None) -> Content:
+    if ref is None:
+        return Content.styled("Select a step, group or trajectory on the left.\n\n"
+                              "enter / → expands · / filters, e.g. reward<0.5, stale, "
+                              "maybe", "$text-muted")
+    if ref.kind == "step":
+        groups = model.groups_of(ref.step)
+        lines = [Content.styled(f"step {ref.step}", "bold"),
+                 Content(f"{len(groups)} groups sampled while step {ref.step} was being "
+                         "collected")]
+        for group in groups:
+            mean = f"r̄ {group.reward_mean:.3f}" if group.trajectories else "no rollouts"
+            lines.append(Content.assemble(f"  g{group.group_id} {group.scenario_id}  {mean}  ",
+                                          group_status(group)))
+        return Content("\n").join(lines)
+    group = model.groups.get(ref.group_id) if ref.group_id is not None else None
+    if group is None:
+        return Content.styled("This group is no longer kept in memory.", "$text-muted")
+    header = [
+        Content.assemble(("group ", "bold"), (f"{group.group_id}", "bold"),
+                         f" · scenario {group.scenario_id} · sampled during step {group.step}"),
+        Content(f"policy v{group.policy_version} · {len(group.trajectories)} rollouts · "
+                f"{group.num_tokens} tokens"
+                + (f" · mean reward {group.reward_mean:.3f}" if group.trajectories else "")),
+        group_status(group),
+    ]
+    if ref.kind == "group":
+        rewards = ", ".join(f"{t.reward:.2f}" for t in group.trajectories)
+        if rewards:
+            header.append(Content(f"rewards: {rewards}"))
+        return Content("\n").join(header)
+    assert ref.index is not None
+    trajectory = group.trajectories[ref.index]
+    lines = [
+        Content.assemble((f"trajectory {ref.index + 1} of {len(group.trajectories)}", "bold"),
+                         f" · group {group.group_id} · scenario {group.scenario_id}"),
+        Content.assemble(("reward ", "$text-muted"), (f"{trajectory.reward:.3f}", "bold"),
+                         ("  policy ", "$text-muted"), f"v{trajectory.policy_version}",
+                         ("  tokens ", "$text-muted"), f"{trajectory.num_tokens}",
+                         ("  step ", "$text-muted"), f"{group.step}"),
+        group_status(group),
+        Content(""),
+    ]
+    if not trajectory.messages:
+        lines.append(Content.styled("(the rollout recorded no messages)", "$text-muted"))
+    for message in trajectory.messages:
+        lines.extend(message_lines(message))
+    return Content("\n").join(lines)
+
+
+class RolloutDetail(VerticalScroll):
+    """Scrollable text of the selected node."""
+
+    ALLOW_MAXIMIZE = True
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.ref: RolloutRef | None = None
+        self._shown: tuple[object, ...] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="rollout-text")
+
+    def on_mount(self) -> None:
+        self.border_title = "Detail"
+
+    def show(self, model: RunModel, ref: RolloutRef | None) -> None:
+        group = model.groups.get(ref.group_id) if ref and ref.group_id is not None else None
+        key = (ref, model.groups_revision if ref and ref.kind == "step" else None,
+               group.discarded if group else None)
+        if key == self._shown:
+            return
+        self._shown = key
+        self.ref = ref
+        self.query_one("#rollout-text", Static).update(detail_content(model, ref))
+        if ref is not None:
+            set_subtitle(self, ref.kind)
