@@ -1,12 +1,17 @@
-"""The headless reporter: one plain line per step, for CI, pipes and `--no-ui`."""
+"""The headless side of a run: one plain line per step (for CI, pipes and `--no-ui`), a
+JSONL metrics file beside the store, and the control endpoint `tinker-tui attach` uses."""
 
 from __future__ import annotations
 
+import json
+import math
 import sys
-from typing import TextIO
+from pathlib import Path
+from typing import Any, TextIO
 
 from engine.events import (
     CheckpointSaved,
+    EvalCompleted,
     Event,
     LogEmitted,
     RunFinished,
@@ -58,3 +63,78 @@ class HeadlessReporter:
         elif isinstance(event, RunFinished):
             self._print(f"run {event.status} at step {event.final_step}"
                         + (f" ({event.reason})" if event.reason else ""))
+
+
+METRICS_FILE_SUFFIX = ".metrics.jsonl"
+
+
+def metrics_file_path(db_path: str | Path, run_id: str) -> Path:
+    """The JSONL metrics file of `run_id`: beside the store at `db_path`."""
+    return Path(db_path).expanduser().parent / f"{run_id}{METRICS_FILE_SUFFIX}"
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # strict JSON has no NaN or infinity
+    return value
+
+
+class MetricsFile:
+    """Appends one JSON object per `StepTrained` and `EvalCompleted` to
+    `<folder>/<run id>.metrics.jsonl` (the file is named when the run starts).
+
+    Step lines: {"event": "step", "run_id", "time", "step", "policy_version", <metrics>};
+    eval lines the same with "event": "eval". Metric keys are the engine's
+    (`reward/mean`, `time/step`, `eval/reward_mean`, ...); non-finite values are null.
+    """
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.path: Path | None = None
+        self.run_id = ""
+        self._file: TextIO | None = None
+        self.lines = 0
+
+    def handle(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            self.close()
+            self.run_id = event.run_id
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self.path = self.folder / f"{event.run_id}{METRICS_FILE_SUFFIX}"
+            self._file = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+            return
+        if isinstance(event, StepTrained | EvalCompleted) and self._file is not None:
+            record: dict[str, Any] = {
+                "event": "step" if isinstance(event, StepTrained) else "eval",
+                "run_id": self.run_id,
+                "time": event.time,
+                "step": event.step,
+                "policy_version": event.policy_version,
+            }
+            record.update({str(k): _finite(v) for k, v in event.metrics.items()})
+            self._file.write(json.dumps(record, allow_nan=False) + "\n")
+            self.lines += 1
+        elif isinstance(event, RunFinished):
+            self.close()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+async def start_control_endpoint(session: Any, out: TextIO | None = None) -> Any:
+    """Serve the session's control on 127.0.0.1 for `tinker-tui attach`, with its address
+    and token in a 0600 file beside the store; None for a session without a store.
+    Call `stop()` on the result when the run is over (it removes the file)."""
+    db_path = getattr(session, "db_path", None)
+    run_id = getattr(session, "run_id", None)
+    if db_path is None or not run_id:
+        return None
+    from engine.control_server import ControlServer, control_file_path
+
+    server = ControlServer(session.control, run_id=run_id)
+    await server.start(control_file_path(db_path, run_id), extra={"store": str(db_path)})
+    print(f"control: tinker-tui attach {run_id} --db {db_path}", file=out or sys.stdout,
+          flush=True)
+    return server

@@ -112,9 +112,13 @@ async def run_headless(session: Any, *, stop_timeout: float = STOP_TIMEOUT) -> i
     store. A second signal exits at once: SQLite's committed transactions keep the store
     consistent; at most the last fraction of a second of events is lost.
     """
-    from app.headless import HeadlessReporter
+    from app.headless import HeadlessReporter, MetricsFile, start_control_endpoint
 
     session.events.subscribe(HeadlessReporter().handle)
+    metrics = MetricsFile(Path(session.db_path).parent) if hasattr(session, "db_path") else None
+    if metrics is not None:
+        session.events.subscribe(metrics.handle)
+    endpoint = await start_control_endpoint(session)  # for `tinker-tui attach`
     loop = asyncio.get_running_loop()
     received: list[int] = []
     run_task = asyncio.ensure_future(session.run())
@@ -139,6 +143,10 @@ async def run_headless(session: Any, *, stop_timeout: float = STOP_TIMEOUT) -> i
     finally:
         for signum in SIGNAL_EXIT_CODES:
             loop.remove_signal_handler(signum)
+        if endpoint is not None:
+            await endpoint.stop()
+        if metrics is not None:
+            metrics.close()
     return received[0] if received else EXIT_OK
 
 

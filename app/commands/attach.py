@@ -1,0 +1,115 @@
+"""`tinker-tui attach [RUN]`: open the dashboard on a run another process runs headless.
+
+The dashboard reads the run from the store and sends control commands (pause, resume,
+checkpoint, eval, stop, knob changes) to that process through the authenticated local
+endpoint it opened; its address and token are in `RUN.control.json` beside the store,
+readable only by the user. RUN is a run id, a unique prefix, or omitted for the newest run
+that has an endpoint. `q` asks whether to stop the run or only detach; without a terminal
+it prints the run's progress like `--no-ui` until the run ends.
+
+Exit codes: 0 detached, or the run ended; 2 no such run, or its endpoint does not answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from app.commands.run import DEFAULT_DB, EXIT_OK
+from app.errors import UsageError
+
+FIND_RUN_TIMEOUT = 15.0  # seconds to wait for a just-started run to appear in the store
+
+
+def add_parser(commands: Any) -> None:
+    attach = commands.add_parser("attach", help="watch and steer a run started with --no-ui",
+                                 description="Open the dashboard on a run that another "
+                                             "process runs headless, and steer it.")
+    attach.add_argument("run", nargs="?", metavar="RUN",
+                        help="run id or a unique prefix of one (default: the newest running "
+                             "run with a control endpoint)")
+    attach.add_argument("--db", type=Path, default=DEFAULT_DB, metavar="PATH",
+                        help=f"SQLite run store (default: {DEFAULT_DB})")
+    attach.add_argument("--no-ui", action="store_true",
+                        help="print one line per step instead (also when not on a terminal)")
+
+
+def control_file_for(db_path: Path, wanted: str | None) -> Path:
+    """The control file of the run `wanted` names (UsageError if there is none)."""
+    from engine.control_server import CONTROL_FILE_SUFFIX, control_file_path, find_control_files
+
+    files = find_control_files(db_path)
+    if wanted:
+        exact = control_file_path(db_path, wanted)
+        if exact.is_file():
+            return exact
+        files = [f for f in files if f.name.startswith(wanted)]
+        if len(files) > 1:
+            names = ", ".join(f.name.removesuffix(CONTROL_FILE_SUFFIX) for f in files)
+            raise UsageError(f"{wanted!r} matches several running runs: {names}")
+    if not files:
+        which = f"run {wanted!r}" if wanted else "any run"
+        raise UsageError(f"no control endpoint for {which} beside {db_path}: start the run "
+                         "with `tinker-tui run TASK --no-ui` (same --db), or use "
+                         "`tinker-tui show` for a finished run")
+    return files[0]
+
+
+def connect(control_file: Path) -> tuple[Any, str]:
+    """A `RemoteControl` that answered, and the run id it controls."""
+    from engine.control_server import ControlClient, ControlUnavailable, RemoteControl
+
+    try:
+        control = RemoteControl(ControlClient.from_file(control_file))
+        state = control.refresh()
+    except (ControlUnavailable, PermissionError) as exc:
+        raise UsageError(f"{exc}; the run may have ended: `tinker-tui show` shows it") from None
+    run_id = str(state.get("run_id") or control_file.name.split(".control")[0])
+    return control, run_id
+
+
+async def wait_for_run(db_path: Path, run_id: str, timeout: float = FIND_RUN_TIMEOUT
+                       ) -> dict[str, Any]:
+    from app.store_session import NoSuchRun, find_run
+    from engine.store import StoreError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await find_run(db_path, run_id)
+        except (NoSuchRun, StoreError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.25)  # the run has started but not yet written its row
+
+
+async def follow_headless(session: Any) -> int:
+    from app.headless import HeadlessReporter
+
+    session.events.subscribe(HeadlessReporter().handle)
+    await session.run()
+    return EXIT_OK
+
+
+def main(args: argparse.Namespace) -> int:
+    from app.commands.run import wants_ui
+    from app.store_session import StoreSession
+
+    control, run_id = connect(control_file_for(args.db, args.run))
+    run = asyncio.run(wait_for_run(args.db, run_id))
+    session = StoreSession(args.db, run, control=control, follow=True)
+    if not wants_ui(args):
+        return asyncio.run(follow_headless(session))
+    from app.tui import TinkerTuiApp
+
+    app = TinkerTuiApp(session)
+    app.run()
+    if app.run_error:
+        print(f"tinker-tui: attach failed: {app.run_error.strip().splitlines()[-1]}")
+        return 1
+    if session.finished is not None:
+        print(f"run {run_id} {session.finished.status} at step {session.finished.final_step}")
+    return app.return_code if app.return_code is not None else EXIT_OK

@@ -1,0 +1,63 @@
+"""`tinker-tui show [RUN]`: the dashboard, rollouts and control views of a stored run.
+
+RUN is a run id, a unique prefix of one, or omitted (or "latest") for the newest run in the
+store. Without a terminal (or with `--no-ui`) it prints the run as the headless reporter
+printed it: one line per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from app.commands.run import DEFAULT_DB, EXIT_OK
+
+
+def add_parser(commands: Any) -> None:
+    show = commands.add_parser("show", help="open the dashboard on a stored run",
+                               description="Open the dashboard on a run in the store "
+                                           "(finished, or still running elsewhere).")
+    show.add_argument("run", nargs="?", metavar="RUN",
+                      help="run id or a unique prefix of one (default: the newest run)")
+    show.add_argument("--db", type=Path, default=DEFAULT_DB, metavar="PATH",
+                      help=f"SQLite run store (default: {DEFAULT_DB})")
+    show.add_argument("--no-ui", action="store_true",
+                      help="print one line per step instead (also when not on a terminal)")
+
+
+async def print_run(db_path: Path, run: dict[str, Any]) -> int:
+    """Replay the stored run through the headless reporter."""
+    from app.headless import HeadlessReporter
+    from app.store_session import StoreSession, run_finished
+
+    session = StoreSession(db_path, run)
+    reporter = HeadlessReporter()
+    for event in await session.read_all():
+        reporter.handle(event)
+    finished = run_finished(run)
+    if finished is not None:
+        reporter.handle(finished)
+    else:
+        print(f"run {run['run_id']} has no end in the store (still running, or its process "
+              "died)")
+    return EXIT_OK
+
+
+def main(args: argparse.Namespace) -> int:
+    from app.commands.run import wants_ui
+    from app.store_session import StoreSession, find_run
+
+    run = asyncio.run(find_run(args.db, args.run))
+    if not wants_ui(args):
+        return asyncio.run(print_run(args.db, run))
+    from app.tui import TinkerTuiApp
+
+    session = StoreSession(args.db, run)
+    app = TinkerTuiApp(session)
+    app.run()
+    if app.run_error:
+        print(f"tinker-tui: cannot show run: {app.run_error.strip().splitlines()[-1]}")
+        return 1
+    return EXIT_OK

@@ -1,0 +1,185 @@
+"""`tinker-tui attach`: the control endpoint of a headless run, and a dashboard in another
+process that pauses, resumes and stops it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
+
+import pytest
+from fake_session import FakeSession
+
+from app.commands.attach import connect, control_file_for, wait_for_run
+from app.errors import UsageError
+from app.screens.confirm_quit import QuitScreen
+from app.store_session import StoreSession
+from app.tui import EXIT_OK, TinkerTuiApp
+from engine.control_server import (
+    ControlClient,
+    ControlServer,
+    ControlUnavailable,
+    RemoteControl,
+    control_file_path,
+)
+
+# ------------------------------------------------------------------ the endpoint, in process
+
+
+async def test_the_endpoint_needs_the_token_and_applies_every_command(tmp_path):
+    session = FakeSession()
+    control_file = control_file_path(tmp_path / "runs.db", "run-1")
+    server = ControlServer(session.control, run_id="run-1")
+    await server.start(control_file)
+    try:
+        assert stat.S_IMODE(control_file.stat().st_mode) == 0o600
+        description = json.loads(control_file.read_text())
+        assert description["url"].startswith("http://127.0.0.1:")
+        assert description["run_id"] == "run-1" and description["pid"] == os.getpid()
+
+        wrong = ControlClient(description["url"], "not-the-token")
+        with pytest.raises(PermissionError):
+            await asyncio.to_thread(wrong.state)
+
+        remote = RemoteControl(ControlClient.from_file(control_file))
+        state = await asyncio.to_thread(remote.refresh)
+        assert state["paused"] is False and state["knobs"]["learning_rate"] == 2e-3
+        await asyncio.to_thread(remote.pause, "from another process")
+        assert remote.paused and session.control.paused
+        await asyncio.to_thread(remote.resume)
+        await asyncio.to_thread(remote.request_checkpoint)
+        await asyncio.to_thread(remote.request_eval)
+        await asyncio.to_thread(remote.set_knob, "temperature", 0.7)
+        assert remote.knobs()["temperature"] == 0.7
+        with pytest.raises(ValueError, match="learning_rate must be between 0 and 1"):
+            await asyncio.to_thread(remote.set_knob, "learning_rate", 5.0)
+        with pytest.raises(ValueError, match="unknown command"):
+            await asyncio.to_thread(remote.client.command, "explode")
+        await asyncio.to_thread(remote.stop, "done")
+        assert session.control.calls == [
+            ("pause", "from another process"), ("resume", ""), ("request_checkpoint", ""),
+            ("request_eval", ""), ("set_knob", "temperature=0.7"), ("stop", "done")]
+    finally:
+        await server.stop()
+    assert not control_file.exists()
+    with pytest.raises(ControlUnavailable):
+        await asyncio.to_thread(remote.refresh)
+
+
+def test_attach_names_what_is_missing(tmp_path):
+    with pytest.raises(UsageError, match="no control endpoint for any run"):
+        control_file_for(tmp_path / "runs.db", None)
+    stale = control_file_path(tmp_path / "runs.db", "gone")
+    stale.write_text(json.dumps({"url": "http://127.0.0.1:9", "token": "x", "run_id": "gone"}))
+    with pytest.raises(UsageError, match="does not answer"):
+        connect(control_file_for(tmp_path / "runs.db", "gone"))
+
+
+# ------------------------------------------------------------------ a headless run in another process
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: A scripted run (real store, real control endpoint, real headless path) in its own process.
+LIVE_FAKE_RUN = (
+    "import asyncio, sys; sys.path[:0] = ['tests', '.']\n"
+    "from fake_session import LiveFakeSession\n"
+    "from app.commands.run import run_headless\n"
+    "sys.exit(asyncio.run(run_headless(LiveFakeSession(sys.argv[1]))))\n"
+)
+
+
+def start_process(args: list[str]) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("TINKER_API_KEY", None)
+    return subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+
+async def attach_pause_resume_stop(proc: subprocess.Popen, db_path: Path,
+                                   timeout: float) -> str:
+    """Attach a dashboard to the run `proc` runs, press p, p, q, y; returns the run id."""
+    deadline = time.monotonic() + timeout
+    while not list(db_path.parent.glob("*.control.json")):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no control endpoint appeared"
+        await asyncio.sleep(0.05)
+    control, run_id = connect(control_file_for(db_path, None))
+    run = await wait_for_run(db_path, run_id)
+    session = StoreSession(db_path, run, control=control, follow=True, poll_interval=0.1)
+    app = TinkerTuiApp(session, refresh_interval=0.1)
+    app.animation_level = "none"
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        async def until(predicate, what: str) -> None:
+            while not predicate():
+                assert time.monotonic() < deadline, f"timed out waiting for {what}"
+                assert proc.poll() is None, proc.communicate()
+                await pilot.pause(0.05)
+
+        await until(lambda: app.model.step >= 2, "the run to train two steps")
+        await pilot.press("p")
+        await until(lambda: app.model.state == "paused", "the paused state in the store")
+        assert control.paused and app.model.reason == "paused by user"
+        await until(lambda: app.model.commands and app.model.commands[-1].command == "pause",
+                    "the pause command in the store")
+        # no new rollouts start: at most what was already sampled is trained
+        await pilot.pause(0.5)
+        paused_at = app.model.step
+        await pilot.pause(1.0)
+        assert app.model.step <= paused_at + 1
+
+        await pilot.press("p")
+        await until(lambda: app.model.state == "running", "the run to resume")
+        await until(lambda: app.model.step >= paused_at + 2, "steps after resuming")
+        assert not control.paused
+
+        await pilot.press("q")
+        assert isinstance(app.screen, QuitScreen) and app.screen.kind == "stop_attached"
+        await pilot.press("y")  # stop the run, not only this dashboard
+        await until(lambda: not app.is_running, "the run to stop")
+    assert app.return_code == EXIT_OK and app.run_status == "stopped"
+    return run_id
+
+
+def check_finished(proc: subprocess.Popen, db_path: Path, run_id: str) -> None:
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "paused: paused by user" in out and "run stopped at step" in out
+    assert not list(db_path.parent.glob("*.control.json")), "the endpoint file is removed"
+    lines = (db_path.parent / f"{run_id}.metrics.jsonl").read_text().splitlines()
+    metrics = [json.loads(line) for line in lines]
+    assert metrics and metrics[0]["event"] == "step" and "reward/mean" in metrics[0]
+
+
+async def test_attach_pauses_resumes_and_stops_a_headless_run_in_another_process(tmp_path):
+    db_path = tmp_path / "runs.db"
+    proc = start_process(["-c", LIVE_FAKE_RUN, str(db_path)])
+    try:
+        run_id = await attach_pause_resume_stop(proc, db_path, timeout=30)
+        check_finished(proc, db_path, run_id)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+@pytest.mark.slow
+async def test_attach_steers_the_real_example_run_headless(tmp_path):
+    """The same, on `tinker-tui run example --no-ui` (the local backend: slower to start)."""
+    db_path = tmp_path / "runs.db"
+    proc = start_process(["-m", "app.cli", "run", "example", "--no-ui", "--steps", "2000",
+                          "--warmup-steps", "0", "--checkpoint-every", "0", "--db", str(db_path)])
+    try:
+        run_id = await attach_pause_resume_stop(proc, db_path, timeout=150)
+        check_finished(proc, db_path, run_id)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

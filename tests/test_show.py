@@ -1,0 +1,212 @@
+"""`tinker-tui show`: the store keeps what the dashboard needs, a `StoreSession` reads it
+back as the same events, and the same dashboard draws the finished run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from pathlib import Path
+
+os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
+
+import pytest
+from fake_session import GROUP_SIZE, scripted_events
+from textual.pilot import Pilot
+
+from app.cli import main as cli_main
+from app.run_model import RunModel
+from app.store_session import NoSuchRun, StoreSession, find_run
+from app.tui import EXIT_OK, TinkerTuiApp
+from engine.clock import FakeClock
+from engine.events import RunFinished, StepTrained
+from engine.store import SCHEMA_VERSION, RunStore, StoreError
+
+
+def write_run(path: Path, *, finish: bool = True) -> list:
+    """Store the fake session's script (and its end) in a run store at `path`."""
+    clock = FakeClock(1000.0)
+    events = scripted_events(clock)
+    if finish:
+        clock.advance(1.0)
+        events.append(RunFinished(time=clock.now(), status="completed", final_step=20,
+                                  reason="reached max_steps"))
+
+    async def store_all() -> None:
+        store = await RunStore.open(path)
+        for event in events:
+            store.handle(event)
+        await store.close()
+
+    asyncio.run(store_all())
+    return events
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory) -> tuple[Path, list]:
+    path = tmp_path_factory.mktemp("show") / "runs.db"
+    return path, write_run(path)
+
+
+def fold(events) -> RunModel:
+    model = RunModel(FakeClock())
+    for event in events:
+        model.apply(event)
+    return model
+
+
+# ------------------------------------------------------------------ the store's new rows
+
+
+def test_the_store_keeps_groups_trajectories_evals_commands_and_measurements(stored):
+    path, events = stored
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    groups = sum(1 for e in events if type(e).__name__ == "GroupSampled")
+    assert db.execute("select count(*) from sampled_groups").fetchone()[0] == groups
+    assert db.execute("select count(*) from trajectories").fetchone()[0] == groups * GROUP_SIZE
+    assert db.execute("select count(*) from evals").fetchone()[0] == 4
+    assert db.execute("select command from commands").fetchall() == [("set",)]
+    assert db.execute("select count(*) from throughput").fetchone()[0] == 20
+    # a trajectory keeps every turn, tool calls and results included
+    (messages,) = db.execute(
+        "select messages from trajectories where group_id = 40 and idx = 0").fetchone()
+    assert '"tool_calls"' in messages and '"role": "tool"' in messages
+
+
+async def test_rows_after_reads_incrementally_and_decodes_json(stored):
+    path, _ = stored
+    store = await RunStore.open_readonly(path)
+    try:
+        first = await store.rows_after("steps", "run-0001", 0, limit=5)
+        assert [r["step"] for r in first] == [1, 2, 3, 4, 5]
+        assert isinstance(first[0]["metrics"], dict)
+        rest = await store.rows_after("steps", "run-0001", first[-1]["rowid"])
+        assert [r["step"] for r in rest] == list(range(6, 21))
+        trajectories = await store.trajectories("run-0001", 40)
+        assert [t["idx"] for t in trajectories] == list(range(GROUP_SIZE))
+        assert trajectories[0]["messages"][1]["tool_calls"][0]["function"]["name"] == "lookup"
+        with pytest.raises(ValueError):
+            await store.rows_after("runs; drop table runs", "run-0001")
+    finally:
+        await store.close()
+
+
+async def test_read_only_open_refuses_what_it_cannot_read(tmp_path):
+    with pytest.raises(StoreError, match="does not exist"):
+        await RunStore.open_readonly(tmp_path / "missing.db")
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("create table t (x)").connection.commit()
+    with pytest.raises(StoreError, match="not a tinker-tui run store"):
+        await RunStore.open_readonly(other)
+
+
+async def test_a_version_1_store_reads_and_migrates(tmp_path):
+    from engine import store as store_module
+
+    path = tmp_path / "v1.db"
+    db = sqlite3.connect(path)
+    db.executescript(store_module._SCHEMA_V1)
+    db.execute(f"PRAGMA application_id={store_module.APPLICATION_ID}")
+    db.execute("PRAGMA user_version=1")
+    db.execute("insert into runs (run_id, name, started_at) values ('old', 'n', 1.0)")
+    db.commit()
+    db.close()
+    reader = await RunStore.open_readonly(path)
+    assert await reader.rows_after("trajectories", "old") == []  # no such table yet
+    assert await reader.trajectories("old", 1) == []
+    await reader.close()
+    writer = await RunStore.open(path)
+    await writer.close()
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert sqlite3.connect(path).execute("select run_id from runs").fetchall() == [("old",)]
+
+
+# ------------------------------------------------------------------ the session read back
+
+
+async def test_a_store_session_replays_what_the_live_run_showed(stored):
+    path, events = stored
+    run = await find_run(path, None)
+    replayed = await StoreSession(path, run).read_all()
+    live, again = fold(events[:-1]), fold(replayed)
+    assert again.name == live.name and again.max_steps == live.max_steps
+    assert again.rewards == live.rewards and again.step == live.step == 20
+    assert again.discarded == live.discarded
+    assert [(c.step, c.path) for c in again.checkpoints] == [(c.step, c.path)
+                                                            for c in live.checkpoints]
+    assert [(e.step, e.reward) for e in again.evals] == [(e.step, e.reward) for e in live.evals]
+    assert again.knobs == live.knobs and again.initial_knobs == live.initial_knobs
+    assert [c.describe() for c in again.commands] == [c.describe() for c in live.commands]
+    assert again.throughput == live.throughput
+    assert sorted(again.groups) == sorted(live.groups)
+    for group_id, group in live.groups.items():
+        other = again.groups[group_id]
+        assert (other.step, other.discarded, other.trajectories) == (
+            group.step, group.discarded, group.trajectories), group_id
+    assert [line.message for line in again.log] == [line.message for line in live.log]
+
+
+async def test_find_run_by_prefix_latest_or_not_at_all(stored):
+    path, _ = stored
+    assert (await find_run(path, "run-0"))["run_id"] == "run-0001"
+    assert (await find_run(path, "latest"))["run_id"] == "run-0001"
+    with pytest.raises(NoSuchRun, match="runs: run-0001"):
+        await find_run(path, "nope")
+
+
+# ------------------------------------------------------------------ the dashboard of a stored run
+
+
+def show_app(path: Path, run: dict | None = None) -> TinkerTuiApp:
+    run = run if run is not None else asyncio.run(find_run(path, None))
+    app = TinkerTuiApp(StoreSession(path, run), refresh_interval=0.05)
+    app.animation_level = "none"
+    return app
+
+
+async def loaded(pilot: Pilot) -> None:
+    app = pilot.app
+    await asyncio.wait_for(app.session.loaded.wait(), timeout=10)
+    await pilot.pause()
+    app.refresh_panes()
+    await pilot.pause()
+
+
+def test_snapshot_show_of_a_finished_run(snap_compare, stored):
+    path, _ = stored
+    assert snap_compare(show_app(path), terminal_size=(80, 24), run_before=loaded)
+
+
+async def test_show_draws_the_run_read_only_and_q_quits(stored):
+    path, _ = stored
+    app = show_app(path, await find_run(path, None))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        assert app.model.state == "finished" and app.model.status == "completed"
+        assert app.read_only and app.mode_label == "finished run"
+        assert app.clock.now() == app.model.finished_at  # drawn as of the end of the run
+        footer = {k.description for k in app.screen.query("FooterKey")}
+        assert "Quit" in footer and not footer & {"Pause", "Resume", "Checkpoint", "Eval"}
+        await pilot.press("p", "c", "e")  # nothing to steer: no effect, no error
+        await pilot.pause()
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code == EXIT_OK
+
+
+def test_show_without_a_terminal_prints_one_line_per_step(stored, capsys):
+    path, events = stored
+    assert cli_main(["show", "--db", str(path), "--no-ui"]) == 0
+    out = capsys.readouterr().out
+    steps = [e for e in events if isinstance(e, StepTrained)]
+    lines = [line for line in out.splitlines() if line.startswith("step ")]
+    assert len(lines) == len(steps)
+    assert "reward" in lines[-1] and "rollouts/s" in lines[-1] and "staleness" in lines[-1]
+    assert "run completed at step 20" in out
+
+
+def test_show_of_an_unknown_run_is_a_usage_error(stored, capsys):
+    path, _ = stored
+    assert cli_main(["show", "nope", "--db", str(path), "--no-ui"]) == 2
+    assert "no run 'nope'" in capsys.readouterr().err
