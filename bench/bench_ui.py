@@ -1,0 +1,119 @@
+"""Engine throughput with the dashboard attached vs headless, on the same workload, measured
+in this one run. Goal: ratio >= 0.9.
+
+    python bench/bench_ui.py                 # 2 rounds of each, 40 RL steps per run
+    python bench/bench_ui.py --steps 20 --rounds 1
+
+Workload: the built-in example on the local backend (no warm-up, no periodic checkpoints),
+same seed for every run. Headless: the run with the headless reporter subscribed (its
+output discarded). UI: the same run driven by the Textual app (headless driver, 160x48,
+the dashboard redrawn 4 times a second as in a terminal). Runs alternate so drift in the
+machine's load hits both sides. Throughput is rollouts sampled per second between the
+first and the last training step (start-up excluded); the ratio is UI / headless of the
+medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from engine.events import GroupSampled, StepTrained  # noqa: E402
+
+
+class Meter:
+    """Rollouts per second between the first and the last StepTrained."""
+
+    def __init__(self) -> None:
+        self.first_step: float | None = None
+        self.last_step: float | None = None
+        self.samples: list[tuple[float, int]] = []
+        self.steps = 0
+
+    def handle(self, event: object) -> None:
+        if isinstance(event, GroupSampled):
+            self.samples.append((event.time, event.num_trajectories))
+        elif isinstance(event, StepTrained):
+            self.steps += 1
+            if self.first_step is None:
+                self.first_step = event.time
+            self.last_step = event.time
+
+    def rollouts_per_s(self) -> float:
+        if self.first_step is None or self.last_step is None or self.last_step <= self.first_step:
+            return float("nan")
+        rollouts = sum(n for t, n in self.samples if self.first_step < t <= self.last_step)
+        return rollouts / (self.last_step - self.first_step)
+
+
+def make_run(folder: Path, steps: int, seed: int):
+    from engine.config import RunConfig
+    from engine.runner import Run
+    from examples.yes_no_maybe import TASK
+
+    config = RunConfig().with_overrides(dict(TASK.settings)).with_overrides(
+        {"max_steps": steps, "warmup_steps": 0, "checkpoint_every": 0, "seed": seed})
+    return Run(task=TASK, config=config, backend="local", db_path=folder / "runs.db")
+
+
+def run_headless(folder: Path, steps: int, seed: int) -> float:
+    from app.headless import HeadlessReporter
+
+    session = make_run(folder, steps, seed)
+    meter = Meter()
+    session.events.subscribe(meter.handle)
+    session.events.subscribe(HeadlessReporter(out=io.StringIO()).handle)
+    asyncio.run(session.run())
+    return meter.rollouts_per_s()
+
+
+def run_with_ui(folder: Path, steps: int, seed: int) -> float:
+    from app.tui import TinkerTuiApp
+
+    session = make_run(folder, steps, seed)
+    meter = Meter()
+    session.events.subscribe(meter.handle)
+    app = TinkerTuiApp(session)
+    app.run(headless=True, size=(160, 48))
+    if app.run_error:
+        raise SystemExit(f"the UI run failed: {app.run_error}")
+    return meter.rollouts_per_s()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40, help="RL steps per run (default 40)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="runs of each kind, alternating (default 2)")
+    args = parser.parse_args()
+
+    headless: list[float] = []
+    ui: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_ in range(args.rounds):
+            for kind, runner, results in (("headless", run_headless, headless),
+                                          ("ui", run_with_ui, ui)):
+                folder = Path(tmp) / f"{kind}-{round_}"
+                folder.mkdir()
+                rate = runner(folder, args.steps, seed=0)
+                results.append(rate)
+                print(f"round {round_ + 1} {kind:>8}: {rate:7.1f} rollouts/s", flush=True)
+    ratio = statistics.median(ui) / statistics.median(headless)
+    print(f"headless median {statistics.median(headless):.1f} rollouts/s, "
+          f"UI median {statistics.median(ui):.1f} rollouts/s")
+    print(f"UI-attached / headless throughput ratio: {ratio:.3f} (goal >= 0.9)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
