@@ -334,10 +334,14 @@ class Policy:
                                   else training.save_weights_and_get_sampling_client())
         path = None
         if saved is not None:
-            response = await self._call(
-                "save sampler weights", lambda attempt: saved if attempt == 1
-                else training.save_weights_for_sampler(f"{name}-retry{attempt}"))
-            path = response.path
+            try:
+                response = await self._call(
+                    "save sampler weights", lambda attempt: saved if attempt == 1
+                    else training.save_weights_for_sampler(f"{name}-retry{attempt}"))
+                path = response.path
+            except Exception as exc:  # a missing copy on disk must not stop training
+                self._log("warning", f"could not save sampler weights {name}: "
+                                     f"{type(exc).__name__}: {exc}")
         # Version and client change together: a request never sees one without the other.
         self.version = version
         self.sampling_client = client

@@ -67,22 +67,39 @@ async def test_same_seed_same_completion(server):
 async def test_stop_ends_the_reply_before_the_stop_string(server):
     srv, policy = server
     client = srv.client()
-    kwargs = dict(model="policy", messages=QUESTION, max_tokens=12, seed=5, temperature=1.0)
-    free = await client.chat.completions.create(**kwargs)
-    text = free.choices[0].message.content
-    tokens = free.choices[0].model_extra["token_ids"]
+    for seed in range(10):  # a seed whose reply is long enough to cut
+        kwargs = dict(model="policy", messages=[{"role": "user", "content": "Say hello."}],
+                      max_tokens=12, seed=seed)
+        free = await client.chat.completions.create(**kwargs)
+        text = free.choices[0].message.content
+        tokens = free.choices[0].model_extra["token_ids"]
+        if len(text.strip()) >= 3:
+            break
+    else:
+        pytest.skip("no reply long enough to cut")
     # stop at a piece of what the same seed produces without a stop
-    stop = policy.tokenizer.decode(tokens[1:2]) if len(tokens) > 1 else None
-    if not stop or stop not in text:
-        pytest.skip("the sample is too short to cut")
+    stop = text.strip()[1:3]
     stopped = await client.chat.completions.create(**kwargs, stop=[stop])
     choice = stopped.choices[0]
     assert choice.finish_reason == "stop"
     assert choice.message.content == text[:text.find(stop)]
-    assert stop not in choice.message.content
-    # sampling stopped at the token that completed the stop string; the same tokens
+    # sampling stopped at the token that completed the stop string: the same tokens so far
     sampled = choice.model_extra["token_ids"]
-    assert sampled == tokens[:len(sampled)] and len(sampled) < len(tokens)
+    assert sampled == tokens[:len(sampled)]
+    assert stop in policy.tokenizer.decode(sampled)
+    assert stop not in policy.tokenizer.decode(sampled[:-1])
+
+
+async def test_top_logprobs(server):
+    srv, _ = server
+    client = srv.client()
+    completion = await client.chat.completions.create(
+        model="policy", messages=QUESTION, max_tokens=4, logprobs=True, top_logprobs=3)
+    choice = completion.choices[0]
+    for entry in choice.logprobs.content:
+        assert len(entry.top_logprobs) == 3
+        best = [t.logprob for t in entry.top_logprobs]
+        assert best == sorted(best, reverse=True) and entry.logprob <= best[0] + 1e-5
 
 
 async def test_streaming_carries_the_same_completion_and_its_tokens(server):
