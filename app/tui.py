@@ -16,6 +16,8 @@ Exit codes (`app.return_code`):
          exception in `app.run_exception`).
     130  the user left a run this process drives before it ended (quit while stopping,
          or ctrl+q).
+    143  SIGTERM: the run was stopped gracefully (as `q`, without asking).
+    129  SIGHUP (the terminal went away): left at once.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ from engine.events import RunStatus
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
+EXIT_SIGTERM = 143
+EXIT_SIGHUP = 129
 
 VIEWS = ("dashboard", "rollouts", "control")
 
@@ -125,6 +129,7 @@ class TinkerTuiApp(App[None]):
         self._signals_installed = False
         self._refresh_timer: Timer | None = None
         self._binding_state: tuple[object, ...] | None = None
+        self._signal_code = 0  # the exit code a signal asked for
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -162,7 +167,7 @@ class TinkerTuiApp(App[None]):
             self.exit(return_code=EXIT_FAILED)
             return
         self.run_status = status
-        self.exit(return_code=EXIT_OK)
+        self.exit(return_code=self._signal_code or EXIT_OK)
 
     def install_signal_handlers(self) -> None:
         """SIGTERM stops gracefully (a second one exits); SIGHUP exits at once. Both leave
@@ -172,18 +177,25 @@ class TinkerTuiApp(App[None]):
         loop = asyncio.get_running_loop()
         try:
             loop.add_signal_handler(signal.SIGTERM, self.call_next, self.signal_stop)
-            loop.add_signal_handler(signal.SIGHUP, self.call_next, self.action_quit_now)
+            loop.add_signal_handler(signal.SIGHUP, self.call_next, self.signal_hangup)
             self._signals_installed = True
         except (NotImplementedError, RuntimeError, ValueError):  # not on this platform/thread
             pass
 
     def signal_stop(self) -> None:
+        """SIGTERM: stop the run gracefully without asking (a second one leaves at once);
+        a run this process does not drive is only closed."""
         if self.read_only or self.attached:
             self.exit(return_code=EXIT_OK)
         elif self.stopping:
-            self.action_quit_now()
+            self.exit(return_code=EXIT_SIGTERM)
         else:
+            self._signal_code = EXIT_SIGTERM
             self.begin_stop("received SIGTERM")
+
+    def signal_hangup(self) -> None:
+        """SIGHUP: the terminal is gone; leave at once (the terminal state is restored)."""
+        self.exit(return_code=EXIT_OK if (self.read_only or self.attached) else EXIT_SIGHUP)
 
     # ---------------------------------------------------------------- drawing
 

@@ -7,7 +7,6 @@ import os
 
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")  # before Textual reads it, if first
 
-import pytest
 from fake_session import FakeSession
 from textual.command import CommandPalette
 from textual.pilot import Pilot
@@ -19,7 +18,7 @@ from app.screens.control import ControlScreen
 from app.screens.help import HelpScreen
 from app.screens.knob_edit import KnobEditScreen
 from app.screens.rollouts import RolloutsScreen
-from app.tui import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, TinkerTuiApp
+from app.tui import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SIGTERM, TinkerTuiApp
 from app.widgets.checkpoints import CheckpointsTable
 from app.widgets.commands import CommandsTable
 from app.widgets.log import LogPanel
@@ -70,12 +69,23 @@ async def press(pilot: Pilot, *keys: str) -> None:
 # ------------------------------------------------------------------ snapshots
 
 
+async def settled_with_titled_panes(pilot: Pilot) -> None:
+    """`settled`, and every pane has a border title and room to show something."""
+    await settled(pilot)
+    panes = list(pilot.app.screen.query_one("#panes").children)
+    assert len(panes) == 5
+    for pane in panes:
+        assert pane.border_title, pane
+        assert pane.region.width > 0 and pane.region.height > 2, pane
+
+
 def test_snapshot_80x24(snap_compare):
-    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=settled)
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=settled_with_titled_panes)
 
 
 def test_snapshot_160x48(snap_compare):
-    assert snap_compare(make_app(), terminal_size=(160, 48), run_before=settled)
+    assert snap_compare(make_app(), terminal_size=(160, 48),
+                        run_before=settled_with_titled_panes)
 
 
 def test_snapshot_paused_with_reason(snap_compare):
@@ -226,7 +236,7 @@ async def test_sigterm_stops_gracefully_without_asking():
         app.signal_stop()  # what the SIGTERM handler calls (not installed under run_test)
         await pilot.pause()
     assert app.session.control.calls == [("stop", "received SIGTERM")]
-    assert app.return_code == EXIT_OK
+    assert app.return_code == EXIT_SIGTERM and app.run_status == "stopped"
 
 
 # ------------------------------------------------------------------ navigation keys
@@ -304,11 +314,11 @@ async def test_rollouts_browse_every_turn_and_filter_with_slash():
         await pilot.press(*"stale")
         await until(lambda: len(tree.root.children) == 2, pilot)  # steps 4 and 15
         assert "2 of 41 groups match" in str(tree.border_subtitle)
-        await press(pilot, "down")
-        await press(pilot, "enter")  # leave the field
+        await press(pilot, "enter")  # back to the tree
+        assert app.focused is tree
         tree.cursor_line = 0
-        await pilot.pause()
-        assert "discarded, stale" in str(app.screen.query_one("#rollout-text").render())
+        await until(lambda: "discarded, stale" in str(
+            app.screen.query_one("#rollout-text").render()), pilot)
         await press(pilot, "escape")  # clears the filter
         await until(lambda: len(tree.root.children) == 20, pilot)
 
@@ -381,15 +391,3 @@ async def test_bindings_carry_ids():
     assert {"pause", "resume", "checkpoint", "eval", "stop", "force_quit", "quit", "help",
             "view_dashboard", "view_rollouts", "view_control", "maximize",
             "command_palette"} <= ids
-
-
-@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
-async def test_every_pane_has_a_border_title(size):
-    app = make_app()
-    async with app.run_test(size=size) as pilot:
-        await settled(pilot)
-        panes = list(app.screen.query_one("#panes").children)
-        assert len(panes) == 5
-        for pane in panes:
-            assert pane.border_title, pane
-            assert pane.region.width > 0 and pane.region.height > 2, pane

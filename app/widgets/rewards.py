@@ -127,6 +127,9 @@ class RewardsChart(PlotWidget):
                       hires_mode=HiResMode.BRAILLE)
         self.plot(steps, values, line_style=self._style("rewards-chart--mean"),
                   hires_mode=HiResMode.BRAILLE)
+        if len(steps) == 1:  # a line needs two points: show the first one as a dot
+            self.scatter(steps, values, marker="•",
+                         marker_style=self._style("rewards-chart--mean"))
         if evals:
             self.scatter([s for s, _ in evals], [r for _, r in evals], marker="◆",
                          marker_style=self._style("rewards-chart--eval"))

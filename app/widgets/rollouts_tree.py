@@ -54,13 +54,26 @@ def group_label(group: GroupRecord) -> Text:
     return label
 
 
+def last_words(messages) -> str:
+    """What the policy said last: the last assistant message, or in a transcript the text
+    after its last "Assistant:"."""
+    for message in reversed(messages):
+        content = str(message.get("content") or "")
+        if message.get("role") == "assistant" and content:
+            return content
+        if message.get("role") == "transcript" and content:
+            head, sep, tail = content.rpartition("Assistant:")
+            return (tail.strip().splitlines() or [""])[0] if sep else content
+    return ""
+
+
 def trajectory_label(group: GroupRecord, index: int) -> Text:
     t = group.trajectories[index]
     label = Text.assemble((f"#{index + 1} ", "dim"), (f"r {t.reward:.2f}", "bold"),
                           (f"  v{t.policy_version}  {t.num_tokens} tok", "dim"))
-    last = next((m for m in reversed(t.messages) if m.get("content")), None)
-    if last is not None:
-        label.append(f"  {preview(str(last.get('content')))}")
+    said = last_words(t.messages)
+    if said:
+        label.append(f"  {preview(said)}")
     return label
 
 
@@ -108,6 +121,7 @@ class RolloutsTree(Tree[RolloutRef]):
         if model.groups_revision == self._revision:
             return
         self._revision = model.groups_revision
+        keep = self.cursor_node if self.cursor_line >= 0 else None
         steps = model.steps_with_groups()
         for step in list(self._step_nodes):
             if step not in model.groups_by_step:  # trimmed from the model
@@ -142,8 +156,20 @@ class RolloutsTree(Tree[RolloutRef]):
             if node.id in self._populated:
                 self._fill_step(node, groups)
         set_subtitle(self, self._subtitle(model))
+        if keep is not None:
+            self._keep_cursor_on(keep)
         if self.cursor_line < 0 and self._step_nodes:
             self.cursor_line = 0  # the newest step, so enter / arrows work at once
+
+    def _keep_cursor_on(self, node: TreeNode[RolloutRef]) -> None:
+        """New steps arrive above the cursor: keep it on the node it was on."""
+        try:
+            self.get_node_by_id(node.id)
+        except Exception:  # the node was removed (trimmed or filtered out)
+            return
+        self._tree_lines  # noqa: B018  # rebuild line numbers after the additions
+        if self.cursor_node is not node:
+            self.move_cursor(node)
 
     def _subtitle(self, model: RunModel) -> str:
         shown = sum(self._shown.get(s, 0) for s in self._step_nodes)
