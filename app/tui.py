@@ -89,7 +89,8 @@ class TinkerTuiApp(App[None]):
                 id="force_quit_ctrl_c"),
         Binding("ctrl+q", "quit", "Exit now", show=False, priority=True, id="quit"),
         Binding("question_mark", "help", "Help", id="help"),
-        Binding("1", "view('dashboard')", "Dashboard", show=False, id="view_dashboard"),
+        Binding("s", "cycle_smoothing", "Smooth", id="smoothing"),
+        Binding("1", "view('dashboard')", "Views", key_display="1-3", id="view_dashboard"),
         Binding("2", "view('rollouts')", "Rollouts", show=False, id="view_rollouts"),
         Binding("3", "view('control')", "Control", show=False, id="view_control"),
         Binding("plus", "toggle_maximize", "Maximize", show=False, id="maximize"),
@@ -321,6 +322,8 @@ class TinkerTuiApp(App[None]):
             return self.stopping
         if action == "restore":
             return self.screen.maximized is not None
+        if action == "cycle_smoothing":
+            return self.current_mode == "dashboard"
         return True
 
     def action_pause(self) -> None:

@@ -24,7 +24,6 @@ class DashboardScreen(Screen):
     AUTO_FOCUS = ""  # nothing focused: no cursor highlight, footer shows only app keys
 
     BINDINGS = [
-        Binding("s", "app.cycle_smoothing", "Smooth", id="smoothing"),
         Binding("l", "cycle_log_level", "Log level", show=False, id="log_level"),
     ]
 
