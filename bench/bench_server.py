@@ -116,6 +116,15 @@ class RawClient:
             self.writer.close()
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far (Linux /proc), or None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -149,7 +158,9 @@ async def sequential(client_post: Any, n: int) -> list[float]:
     return latencies
 
 
-async def throughput(make_post: Any, concurrency: int, seconds: float) -> float:
+async def throughput(make_post: Any, concurrency: int, seconds: float,
+                     server_pid: int | None = None) -> tuple[float, float | None]:
+    """Requests per second, and the server's CPU seconds per request (None if unknown)."""
     posts = [make_post() for _ in range(concurrency)]
     for post in posts:  # open the connections first
         await post()
@@ -162,13 +173,18 @@ async def throughput(make_post: Any, concurrency: int, seconds: float) -> float:
             await post()
             done += 1
 
+    cpu_before = process_cpu_seconds(server_pid) if server_pid else None
     started = time.perf_counter()
     await asyncio.gather(*(worker(p) for p in posts))
-    return done / (time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    cpu_after = process_cpu_seconds(server_pid) if server_pid else None
+    cpu = (cpu_after - cpu_before) / done if cpu_before is not None and cpu_after is not None \
+        else None
+    return done / elapsed, cpu
 
 
 async def measure(port: int, token: str, args: argparse.Namespace,
-                  checkpoint_dir: str) -> dict[str, float]:
+                  checkpoint_dir: str, server_pid: int) -> dict[str, Any]:
     import openai
 
     body = json.dumps({"model": "policy", "messages": MESSAGES}).encode()
@@ -184,7 +200,8 @@ async def measure(port: int, token: str, args: argparse.Namespace,
         clients.append(RawClient(port, token, body))
         return clients[-1].post
 
-    raw_rps = await throughput(make_raw, args.concurrency, args.seconds)
+    raw_rps, server_cpu = await throughput(make_raw, args.concurrency, args.seconds,
+                                           server_pid)
     for c in clients:
         c.close()
 
@@ -197,13 +214,13 @@ async def measure(port: int, token: str, args: argparse.Namespace,
     for _ in range(100):
         await oa_post()
     oa_lat = await sequential(oa_post, args.requests // 2)
-    oa_rps = await throughput(lambda: oa_post, args.concurrency, args.seconds)
+    oa_rps, _ = await throughput(lambda: oa_post, args.concurrency, args.seconds)
     await oa.close()
     return {
         "direct_p50": statistics.median(direct), "direct_p99": percentile(direct, 0.99),
         "bare_p50": statistics.median(bare),
         "raw_p50": statistics.median(raw_lat), "raw_p99": percentile(raw_lat, 0.99),
-        "raw_rps": raw_rps,
+        "raw_rps": raw_rps, "server_cpu": server_cpu,
         "openai_p50": statistics.median(oa_lat), "openai_p99": percentile(oa_lat, 0.99),
         "openai_rps": oa_rps,
     }
@@ -227,12 +244,13 @@ def main() -> None:
         process.start()
         port, token = parent.recv()
         try:
-            r = asyncio.run(measure(port, token, args, checkpoint_dir))
+            r = asyncio.run(measure(port, token, args, checkpoint_dir, process.pid))
         finally:
             parent.send("stop")
             process.join(timeout=10)
     ms = 1000.0
-    print(f"cores: {os.cpu_count()}   requests: {args.requests} sequential, "
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"cores: {os.cpu_count()}   load average {load:.1f}   requests: {args.requests} sequential, "
           f"{args.concurrency} concurrent for {args.seconds:g} s")
     print(f"direct sampling call (Policy.sample, instant sampler): p50 {r['direct_p50'] * ms:.3f} ms"
           f"  p99 {r['direct_p99'] * ms:.3f} ms   (bare client call p50 "
@@ -242,6 +260,9 @@ def main() -> None:
     print(f"  added by the server:  p50 {(r['raw_p50'] - r['direct_p50']) * ms:.3f} ms"
           f"  p99 {(r['raw_p99'] - r['direct_p50']) * ms:.3f} ms   (goal: p50 <= 2 ms)")
     print(f"  requests/s at {args.concurrency} concurrent: {r['raw_rps']:.0f}   (goal: >= 500)")
+    if r["server_cpu"]:
+        print(f"  server CPU per request: {r['server_cpu'] * 1e6:.0f} us, so one free core "
+              f"serves about {1 / r['server_cpu']:.0f} requests/s")
     print(f"through the server, openai.AsyncOpenAI:   round trip p50 {r['openai_p50'] * ms:.3f} ms"
           f"  p99 {r['openai_p99'] * ms:.3f} ms   requests/s at {args.concurrency} concurrent: "
           f"{r['openai_rps']:.0f}")

@@ -397,6 +397,9 @@ class _ChatHandler:
         self.defaults = defaults
         self.max_tokens_limit = max_tokens_limit
         self.tool_texts = _ToolTextCache()
+        # Rendered prompts by request signature: a group's rollouts send the same messages.
+        self._prepared: OrderedDict[tuple[Any, ...], _Prepared] = OrderedDict()
+        self.prepared_cache_size = 512
         self._renderer_info: tuple[Any, _RendererInfo] | None = None
 
     # -- model and renderer -----------------------------------------------------------
@@ -419,6 +422,7 @@ class _ChatHandler:
                              content_prefix=_content_prefix(renderer),
                              string_stops=all(isinstance(s, str) for s in stops), stops=stops)
         self._renderer_info = (renderer, info)
+        self._prepared.clear()
         return info
 
     # -- messages -----------------------------------------------------------------------
@@ -607,7 +611,15 @@ class _ChatHandler:
                                param="stop")
         renderer = self.policy.renderer
         info = self.renderer_info(renderer)
-        prepared = self.prepare(body, renderer)
+        key = _signature(body)
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            prepared = self.prepare(body, renderer)
+            self._prepared[key] = prepared
+            if len(self._prepared) > self.prepared_cache_size:
+                self._prepared.popitem(last=False)
+        else:
+            self._prepared.move_to_end(key)
         if info.string_stops:
             stop: list[Any] = info.stops + user_stop
         else:
@@ -710,6 +722,23 @@ class _ChatHandler:
             "token_logprobs": logprobs,
             "policy_version": version,
         }
+
+
+def _signature(body: ChatCompletionRequest) -> tuple[Any, ...]:
+    """Everything `prepare` reads from a request: equal signatures render equal prompts."""
+    messages = tuple(
+        (m.role, m.content if m.content is None or isinstance(m.content, str)
+         else json.dumps(m.content, sort_keys=True), m.name, m.tool_call_id,
+         tuple((c.id, c.function.name, c.function.arguments) for c in m.tool_calls)
+         if m.tool_calls is not None else None,
+         json.dumps(m.annotations) if m.annotations is not None else None, m.reasoning_content)
+        for m in body.messages)
+    tools = tuple((t.function.name, t.function.description,
+                   json.dumps(t.function.parameters, sort_keys=True), t.function.strict)
+                  for t in body.tools) if body.tools is not None else None
+    choice = body.tool_choice
+    named = ("function", choice.function.name) if isinstance(choice, NamedToolChoice) else choice
+    return messages, tools, named, body.parallel_tool_calls
 
 
 def _call_id() -> str:
@@ -833,7 +862,6 @@ def create_app(policy: PolicySource, *, model_name: str, token: str,
                                 code="model_not_found")
         return Response(_dumps(model_entry(model)), media_type="application/json")
 
-    @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         try:
             try:
@@ -862,6 +890,9 @@ def create_app(policy: PolicySource, *, model_name: str, token: str,
         }
         return Response(_dumps(payload), media_type="application/json")
 
+    # A plain Starlette route: the body is parsed and validated here, so FastAPI's
+    # per-request dependency solving would be pure overhead on the hot path.
+    app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
     return app
 
 
@@ -908,8 +939,9 @@ class PolicyServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
+        # Loopback only: no proxy in front, so no proxy-header rewriting per request.
         config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
-                                backlog=1024)
+                                backlog=1024, proxy_headers=False)
         self._server = _EmbeddedUvicorn(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="policy-server")
         while not self._server.started:
