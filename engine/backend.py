@@ -312,7 +312,10 @@ class Policy:
             self.training_client = await self._call(
                 "create training client from state",
                 lambda _: service.create_training_client_from_state_with_optimizer(from_state))
-        self.tokenizer = self.training_client.get_tokenizer()
+        training = self.training_client
+        # The SDK's get_tokenizer may fetch the tokenizer from the hub: bound it like the rest.
+        self.tokenizer = await self._call(
+            "get tokenizer", lambda _: asyncio.to_thread(training.get_tokenizer), retry=False)
         self.renderer, self.renderer_name = make_renderer(
             self.base_model, self.tokenizer, self.requested_renderer,
             warn=lambda message: self._log("warning", message))
