@@ -64,6 +64,8 @@ class GroupSampled(Event):
     num_tokens: int
     reward_mean: float
     trajectories: tuple[TrajectorySummary, ...] = ()
+    #: Position of the scenario in the run's scenario stream (-1: not from the stream).
+    scenario_index: int = -1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,6 +79,20 @@ class GroupDiscarded(Event):
     trainer_version: int
     num_tokens: int
     detail: str = ""
+    #: Position of the scenario in the run's scenario stream (-1: not from the stream).
+    scenario_index: int = -1
+    #: The step whose batch was being collected when it was dropped (trainer step + 1).
+    step: int = -1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GroupStarted(Event):
+    """A rollout worker drew the scenario at `scenario_index` and started its group."""
+
+    group_id: int
+    scenario_index: int
+    scenario_id: str
+    policy_version: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,6 +102,17 @@ class StepTrained(Event):
     step: int
     policy_version: int
     metrics: Mapping[str, float]
+    #: The groups the step's batch took (trained, or counted with zero variance).
+    group_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointStarted(Event):
+    """A checkpoint is being written; it counts only once `CheckpointSaved` follows."""
+
+    step: int
+    kind: CheckpointKind
+    name: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -94,6 +121,9 @@ class CheckpointSaved(Event):
     kind: CheckpointKind
     name: str
     path: str
+    #: What a resumed run needs beside the weights: step, scenario position, the positions
+    #: drawn but not yet trained, the next group id, the scenario generator's random state.
+    resume_state: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -11,13 +11,13 @@ versions behind the trainer is discarded and counted. The pipeline is also the r
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
 import traceback
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from engine import faults
 from engine.accounting import ThroughputMeter
 from engine.backend import Policy
 from engine.clock import Clock
@@ -25,11 +25,13 @@ from engine.config import RunConfig
 from engine.control import LIVE_KNOBS
 from engine.events import (
     CheckpointSaved,
+    CheckpointStarted,
     CommandReceived,
     EvalCompleted,
     EventBus,
     GroupDiscarded,
     GroupSampled,
+    GroupStarted,
     LogEmitted,
     RunStateChanged,
     RunStatus,
@@ -38,6 +40,7 @@ from engine.events import (
     TrajectorySummary,
 )
 from engine.loop_lag import LoopLagMonitor
+from engine.resume import ResumeState, ScenarioSource
 from engine.server import SamplingDefaults
 from engine.task import Scenario, Task
 from engine.trajectory import Trajectory, TrajectoryError, TrajectoryGroup
@@ -66,8 +69,21 @@ class Pipeline:
         self.clock = clock
         self.step = start_step
         self._client_factory = client_factory
-        self._scenarios = iter(task.scenarios(rng))
-        self._group_ids = itertools.count()
+        # Scenarios by position (see engine.resume): `restore` rebuilds the stream from the
+        # generator's starting random state, so keep it.
+        self._rng = rng
+        self._rng_start = rng.getstate()
+        self._source = ScenarioSource(task, rng)
+        self._next_group_id = 0
+        self._position_of: dict[int, int] = {}  # group id -> scenario position
+        # Drawn positions not yet known to be consumed at a checkpoint: position -> the step
+        # that consumed it (trained, or dropped while collecting its batch), None while open.
+        self._open: dict[int, int | None] = {}
+        #: Set by the runner once the supervised warm-up is done (or when there is none).
+        self.warmup_done = True
+        #: Awaited after a checkpoint event is published, so the store commits its row
+        #: before training goes on (the runner passes the store's flush).
+        self.commit_events: Callable[[], Awaitable[None]] | None = None
         self._queue: asyncio.Queue[TrajectoryGroup | None] = asyncio.Queue()
         self._in_flight = 0
         self._held = 0  # groups the trainer holds: its partial batch, or the batch it trains
@@ -239,8 +255,14 @@ class Pipeline:
                     return
                 self._wake.clear()
                 await self._wake.wait()
-            scenario = next(self._scenarios)
-            group_id = next(self._group_ids)
+            position, scenario = self._source.draw()
+            group_id = self._next_group_id
+            self._next_group_id += 1
+            self._position_of[group_id] = position
+            self._open[position] = None
+            self._emit(GroupStarted(time=self.clock.now(), group_id=group_id,
+                                    scenario_index=position, scenario_id=scenario.id,
+                                    policy_version=self.policy.version))
             self._in_flight += 1
             self.meter.in_flight_changed(self.clock.now(), self._in_flight)
             try:
@@ -254,6 +276,7 @@ class Pipeline:
 
     async def _sample_group(self, client: Any, group_id: int,
                             scenario: Scenario) -> TrajectoryGroup | None:
+        faults.hit("rollout", self.step + 1)
         started = self.clock.now()
         results = await asyncio.gather(
             *(self._rollout(client, scenario) for _ in range(self.config.group_size)),
@@ -269,7 +292,8 @@ class Pipeline:
             self._emit(GroupDiscarded(
                 time=self.clock.now(), group_id=group_id, scenario_id=scenario.id,
                 reason="error", policy_version=self.policy.version,
-                trainer_version=self.policy.version, num_tokens=0, detail=detail))
+                trainer_version=self.policy.version, num_tokens=0, detail=detail,
+                scenario_index=self._consumed(group_id), step=self.step + 1))
             tb = "".join(traceback.format_exception(error)).rstrip()
             self.log("error", f"rollout of scenario {scenario.id} failed "
                               f"({len(errors)}/{len(results)}): {detail}\n{tb}")
@@ -287,7 +311,8 @@ class Pipeline:
             time=group.finished_at, group_id=group_id, scenario_id=scenario.id,
             policy_version=group.policy_version, num_trajectories=len(trajectories),
             num_tokens=group.num_tokens, reward_mean=group.reward_mean,
-            trajectories=tuple(self._summary(t) for t in trajectories)))
+            trajectories=tuple(self._summary(t) for t in trajectories),
+            scenario_index=self._position_of.get(group_id, -1)))
         return group
 
     def _summary(self, trajectory: Trajectory) -> TrajectorySummary:
@@ -312,6 +337,14 @@ class Pipeline:
     # ------------------------------------------------------------------ trainer
     def _discard_counts(self, reason: str) -> None:
         self._discards_this_step[reason] += 1
+
+    def _consumed(self, group_id: int) -> int:
+        """The group is consumed by the step being collected (trained, or dropped while
+        collecting it); returns its scenario position (-1 if it has none)."""
+        position = self._position_of.pop(group_id, -1)
+        if position in self._open:
+            self._open[position] = self.step + 1
+        return position
 
     async def _next_group(self) -> TrajectoryGroup | None:
         """The next queued group, or None once a stop is requested.
@@ -342,7 +375,8 @@ class Pipeline:
                     time=self.clock.now(), group_id=group.group_id, scenario_id=group.scenario_id,
                     reason="stale", policy_version=group.policy_version,
                     trainer_version=self.policy.version, num_tokens=group.num_tokens,
-                    detail=f"{staleness} steps off policy (limit {self._max_off})"))
+                    detail=f"{staleness} steps off policy (limit {self._max_off})",
+                    scenario_index=self._consumed(group.group_id), step=self.step + 1))
                 continue
             if not group.has_variance():
                 # Counted in the batch (its rewards are real) but carries no gradient.
@@ -351,7 +385,9 @@ class Pipeline:
                     time=self.clock.now(), group_id=group.group_id, scenario_id=group.scenario_id,
                     reason="zero_variance", policy_version=group.policy_version,
                     trainer_version=self.policy.version, num_tokens=group.num_tokens,
-                    detail=f"all rewards {group.rewards[0]:g}"))
+                    detail=f"all rewards {group.rewards[0]:g}",
+                    scenario_index=self._position_of.get(group.group_id, -1),
+                    step=self.step + 1))
             batch.append(group)
             self._held = len(batch)
         return batch
@@ -370,6 +406,7 @@ class Pipeline:
             datums = self.policy.build_datums(trainable)
             version_before = self.policy.version
             metrics: dict[str, float] = {}
+            faults.hit("train", self.step + 1)
             if datums:
                 result = await self.policy.train(datums, loss_fn=self.config.loss_fn,
                                                  learning_rate=self._learning_rate)
@@ -380,6 +417,8 @@ class Pipeline:
                 metrics["train/skipped"] = 1.0
                 self.log("info", f"step {self.step + 1}: every group had equal rewards; "
                                  "no gradient this step")
+            for group in batch:
+                self._consumed(group.group_id)
             self.step += 1
             self._held = 0
             self._wake.set()
@@ -390,7 +429,8 @@ class Pipeline:
             metrics.update(self._step_metrics(batch, version_before, wait_started,
                                               train_started, now))
             self._emit(StepTrained(time=now, step=self.step, policy_version=self.policy.version,
-                                   metrics=metrics))
+                                   metrics=metrics,
+                                   group_ids=tuple(g.group_id for g in batch)))
             if self._checkpoint_requested or (
                     self.config.checkpoint_every
                     and self.step % self.config.checkpoint_every == 0
@@ -502,15 +542,60 @@ class Pipeline:
                          f"over {len(rewards)} scenarios" + (f", {errors} errors" if errors else ""))
         self._start_eval_if_due()
 
+    # ------------------------------------------------------------------ checkpoints, resume
+    def resume_state(self) -> ResumeState:
+        """What a run resumed from a checkpoint taken now needs besides the weights.
+
+        Taken at a step boundary, before any await: a position counts as consumed only if
+        the step that consumed it is at most the current one; the rest (in flight, queued,
+        held by the trainer, dropped while collecting the next batch) are run again.
+        """
+        step = self.step
+        pending = [p for p, at in self._open.items() if at is None or at > step]
+        for position in [p for p, at in self._open.items() if at is not None and at <= step]:
+            del self._open[position]  # consumed for good: later checkpoints are later steps
+        return ResumeState(
+            step=step, policy_version=self.policy.version,
+            next_position=self._source.next_position,
+            pending=tuple(sorted(set(pending) | set(self._source.waiting()))),
+            next_group_id=self._next_group_id, rng_state=self._source.rng_state(),
+            warmup_done=self.warmup_done)
+
+    def restore(self, state: ResumeState) -> None:
+        """Continue from a checkpoint's resume state; call before `run`.
+
+        Replays the scenario stream from the seed to the saved position; the positions the
+        checkpoint had not consumed are drawn first. The policy is loaded by the caller."""
+        self._rng.setstate(self._rng_start)
+        self._source = ScenarioSource(self.task, self._rng, next_position=state.next_position,
+                                      redo=state.pending, rng_state=state.rng_state)
+        if not self._source.reproducible:
+            self.log("warning", "the task's scenarios are not reproducible from the seed (the "
+                                "random state after replaying them differs from the saved one); "
+                                "resumed positions may not be the scenarios first drawn")
+        self.step = state.step
+        self._last_checkpoint_step = state.step
+        self._next_group_id = state.next_group_id
+        self._position_of.clear()
+        self._open.clear()
+        self.warmup_done = state.warmup_done
+
     async def _checkpoint(self, why: str) -> None:
         self._checkpoint_requested = False
         if self._last_checkpoint_step == self.step:
             return
         self._last_checkpoint_step = self.step
         name = f"step-{self.step:06d}"
+        state = self.resume_state()
+        self._emit(CheckpointStarted(time=self.clock.now(), step=self.step, kind="state",
+                                     name=name))
         path = await self.policy.save_state(name)
-        self._emit(CheckpointSaved(time=self.clock.now(), step=self.step, kind="state",
-                                   name=name, path=path))
+        faults.hit("checkpoint", state.step)
+        # Confirmed once this row is committed (with the resume state, in one row).
+        self._emit(CheckpointSaved(time=self.clock.now(), step=state.step, kind="state",
+                                   name=name, path=path, resume_state=state.as_dict()))
+        if self.commit_events is not None:
+            await self.commit_events()
         self.log("info", f"checkpoint {name} saved ({why}): {path}")
 
 

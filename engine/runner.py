@@ -3,11 +3,17 @@
 `Run` is the `Session` every front end drives (the Textual app, the headless reporter):
 it exposes the event bus and the control interface before anything starts, and `run()`
 does the whole life cycle, always leaving the store flushed and the server closed.
+
+With `resume=True` the run continues the stored run `run_id` (see `engine.resume`): from
+its last confirmed full checkpoint (weights, optimizer state, step, policy version, the
+scenario position and random state) after reconciling the store to that step; or from
+the start, under the same id, if it never wrote one. `max_steps` counts the whole run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import importlib
 import random
@@ -20,6 +26,7 @@ from engine.clock import Clock, SystemClock
 from engine.config import RunConfig
 from engine.events import EventBus, LogEmitted, RunFinished, RunStarted, RunStatus
 from engine.pipeline import Pipeline
+from engine.resume import ResumeError, ResumeState, RunLock
 from engine.server import PolicyServer, SamplingDefaults
 from engine.store import RunStore
 from engine.task import Task
@@ -42,7 +49,11 @@ class Run:
         clock: Clock | None = None,
         service_client: Any = None,
         run_id: str | None = None,
+        resume: bool = False,
     ) -> None:
+        if resume and not run_id:
+            raise ValueError("resume=True needs the run_id of the run to resume")
+        self.resume = resume
         self.task = task
         self.config = config
         self.backend = backend
@@ -91,21 +102,44 @@ class Run:
     def _log(self, level: str, message: str) -> None:
         self.events.publish(LogEmitted(time=self.clock.now(), level=level, message=message))
 
+    def _publish_started(self) -> None:
+        self.events.publish(RunStarted(
+            time=self.clock.now(), run_id=self.run_id, name=self.task.name,
+            backend=self.backend, base_model=self.config.base_model,
+            max_steps=self.config.max_steps, start_step=self.pipeline.step,
+            config=self.config.as_dict()))
+
     async def run(self) -> RunStatus:
-        store = await RunStore.open(self.db_path)
+        lock = RunLock(self.db_path, self.run_id)
+        lock.acquire()  # RunLocked if another process runs this run
+        try:
+            store = await RunStore.open(self.db_path)
+        except BaseException:
+            lock.release()
+            raise
+        try:
+            return await self._run(store)
+        finally:
+            lock.release()
+
+    async def _run(self, store: RunStore) -> RunStatus:
         self.events.subscribe(store.handle)
+        self.pipeline.commit_events = store.flush
         status: RunStatus = "failed"
         reason = ""
         try:
-            self.events.publish(RunStarted(
-                time=self.clock.now(), run_id=self.run_id, name=self.task.name,
-                backend=self.backend, base_model=self.config.base_model,
-                max_steps=self.config.max_steps, start_step=self.pipeline.step,
-                config=self.config.as_dict()))
+            points = await self._resume_points(store) if self.resume else []
+            self._publish_started()
             assert self.policy is not None
             self._log("info", f"starting {self.backend} backend, base model "
                               f"{self.config.base_model}")
-            await self.policy.start()
+            if self.resume and self.pipeline.step >= self.config.max_steps:
+                self._log("warning", f"run {self.run_id} is already at step {self.pipeline.step} "
+                                  f"of {self.config.max_steps}; nothing to do (raise --steps "
+                                  "to train further)")
+                status, reason = "completed", "reached max_steps"
+                return status
+            await self._start_policy(store, points)
             self.server = PolicyServer(self.policy, model_name=self.task.name,
                                        defaults=self.sampling_defaults)
             await self.server.start()
@@ -134,11 +168,72 @@ class Run:
                 await self.server.stop()
             await store.close()
 
+    # ------------------------------------------------------------------ resume
+    async def _resume_points(self, store: RunStore) -> list[dict[str, Any]]:
+        """The run's confirmed full checkpoints it can resume from, newest first; the store
+        is reconciled to the newest (or to the start, if there is none)."""
+        if await store.run(self.run_id) is None:
+            raise ResumeError(f"no run {self.run_id} in {self.db_path}")
+        points = [p for p in await store.resume_points(self.run_id)
+                  if p["resume_state"].get("warmup_done", True) or p["step"] > 0]
+        if not points and await store.checkpoints(self.run_id):
+            raise ResumeError(
+                f"run {self.run_id} has checkpoints but none with a resume state (it was "
+                "recorded by an older tinker-tui); it cannot be resumed exactly")
+        await self._restore(store, points[0] if points else None)
+        return points
+
+    async def _restore(self, store: RunStore, point: dict[str, Any] | None) -> None:
+        await store.flush()
+        step = point["step"] if point is not None else 0
+        counts = await store.reconcile(self.run_id, step)
+        if point is None:
+            state = ResumeState(step=0, policy_version=0, next_position=0, pending=(),
+                                next_group_id=counts["next_group_id"], warmup_done=False)
+            where = "the start (no confirmed checkpoint)"
+        else:
+            state = ResumeState.from_dict(point["resume_state"])
+            state = dataclasses.replace(state, next_group_id=max(state.next_group_id,
+                                                                 counts["next_group_id"]))
+            where = f"checkpoint {point['name']} (step {step})"
+        self.pipeline.restore(state)
+        self._log("info", f"resuming run {self.run_id} from {where}: "
+                          f"{counts['steps_removed']} later step(s) undone, "
+                          f"{counts['groups_requeued']} group(s) to run again "
+                          f"({len(state.pending)} scenario(s) drawn but untrained)")
+
+    async def _start_policy(self, store: RunStore, points: list[dict[str, Any]]) -> None:
+        """Start the policy fresh, or from the newest loadable resume point."""
+        assert self.policy is not None
+        if not points:
+            await self.policy.start()
+            return
+        for i, point in enumerate(points):
+            try:
+                # The version the checkpoint's weights are (a step with no gradient, all
+                # groups of equal reward, made no new version: it can trail the step).
+                await self.policy.start(from_state=point["path"],
+                                        version=int(point["resume_state"]["policy_version"]))
+                return
+            except Exception as exc:
+                if i + 1 == len(points):
+                    raise ResumeError(f"run {self.run_id}: no confirmed checkpoint could be "
+                                      f"loaded; the last tried, {point['path']}, failed: "
+                                      f"{type(exc).__name__}: {exc}") from exc
+                self._log("warning", f"checkpoint {point['path']} could not be loaded "
+                                     f"({type(exc).__name__}: {exc}); trying the one before")
+                await self._restore(store, points[i + 1])
+                self._publish_started()
+
     async def _warmup(self) -> None:
         """Supervised format steps before RL, on the task's own examples, if any."""
         steps = self.config.warmup_steps
-        if not steps or not self.task.warmup or self.pipeline.step > 0:
+        if not steps or not self.task.warmup:
+            self.pipeline.warmup_done = True
             return
+        if self.pipeline.step > 0 or (self.resume and self.pipeline.warmup_done):
+            return  # the resumed weights already include it
+        self.pipeline.warmup_done = False
         assert self.policy is not None
         examples = list(self.task.warmup)
         rng = random.Random(self.config.seed)
@@ -151,5 +246,6 @@ class Run:
             loss = await self.policy.train_supervised(batch,
                                                       learning_rate=self.config.warmup_learning_rate)
         await self.policy.publish()
+        self.pipeline.warmup_done = True
         self._log("info", f"format warm-up: {steps} supervised steps on {len(examples)} "
                           f"examples, final loss {loss / batch_size:.3f} per example")

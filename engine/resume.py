@@ -1,0 +1,207 @@
+"""Exactly-once resume: scenarios by position, the state a checkpoint carries, a run lock.
+
+Every scenario a worker draws gets its position in the run's scenario stream (0, 1, 2, ...).
+The stream is `task.scenarios(rng)` with `rng = random.Random(seed)`, so position p is the
+same scenario in every process that replays the stream from the seed. A full checkpoint at
+step s carries a `ResumeState`: the next new position, the positions drawn but not consumed
+by step s (in flight, queued, held by the trainer, or consumed only after step s), the next
+group id and the generator's random state. A resumed run loads the checkpoint's weights and
+optimizer state, replays the stream to the saved position, runs the unconsumed positions
+first, then continues with new ones. The store reconciles its rows to step s
+(`RunStore.reconcile`), so nothing consumed after the checkpoint counts twice.
+
+`RunLock` keeps two processes from running (or resuming) the same run: an advisory lock on
+`<run id>.lock` beside the store, held for the run's whole life and dropped by the kernel
+when the process dies, even by SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.store import StoreError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no run lock
+    fcntl = None  # type: ignore[assignment]
+
+#: Version of the resume state's layout.
+RESUME_FORMAT = 1
+LOCK_SUFFIX = ".lock"
+
+
+class ResumeError(StoreError):
+    """A run cannot be resumed as asked; the message says why and what to do."""
+
+
+class RunLocked(ResumeError):
+    """Another live process runs this run."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeState:
+    step: int
+    policy_version: int
+    next_position: int
+    pending: tuple[int, ...]
+    next_group_id: int
+    rng_state: Any = None
+    warmup_done: bool = True
+    format: int = RESUME_FORMAT
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["pending"] = list(self.pending)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ResumeState:
+        try:
+            if int(data.get("format", 0)) != RESUME_FORMAT:
+                raise ValueError(f"unknown resume state format {data.get('format')!r}")
+            return cls(step=int(data["step"]), policy_version=int(data["policy_version"]),
+                       next_position=int(data["next_position"]),
+                       pending=tuple(sorted(int(p) for p in data["pending"])),
+                       next_group_id=int(data["next_group_id"]),
+                       rng_state=data.get("rng_state"),
+                       warmup_done=bool(data.get("warmup_done", True)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResumeError(f"the checkpoint's resume state is unreadable: {exc}") from None
+
+
+def rng_state_to_json(state: Any) -> Any:
+    """`random.Random.getstate()` as JSON-able lists."""
+    if isinstance(state, tuple | list):
+        return [rng_state_to_json(s) for s in state]
+    return state
+
+
+def rng_state_from_json(data: Any) -> Any:
+    if isinstance(data, list):
+        return tuple(rng_state_from_json(d) for d in data)
+    return data
+
+
+class ScenarioSource:
+    """The run's scenarios by position (see the module docstring).
+
+    `redo` positions (below `next_position`) are drawn first, in order; then new ones.
+    Replaying to `next_position` costs one generator step per position.
+    """
+
+    def __init__(self, task: Any, rng: random.Random, *, next_position: int = 0,
+                 redo: Iterable[int] = (), rng_state: Any = None) -> None:
+        self._rng = rng
+        self._iter = iter(task.scenarios(rng))
+        self._redo: deque[tuple[int, Any]] = deque()
+        self.next_position = 0
+        wanted = set(redo)
+        while self.next_position < next_position:
+            try:
+                scenario = next(self._iter)
+            except StopIteration:
+                raise ResumeError(
+                    f"the task's scenario stream ends at position {self.next_position}, "
+                    f"before the checkpoint's position {next_position}: it is not the "
+                    "stream the run was started with") from None
+            if self.next_position in wanted:
+                self._redo.append((self.next_position, scenario))
+            self.next_position += 1
+        #: False if the generator's random state after the replay differs from the saved
+        #: one: the task's scenarios are not a function of the seed alone.
+        self.reproducible = True
+        if rng_state is not None:
+            saved = rng_state_from_json(rng_state)
+            if rng.getstate() != saved:
+                self.reproducible = False
+                rng.setstate(saved)
+
+    def draw(self) -> tuple[int, Any]:
+        """(position, scenario) of the next scenario to run."""
+        if self._redo:
+            return self._redo.popleft()
+        scenario = next(self._iter)
+        position = self.next_position
+        self.next_position += 1
+        return position, scenario
+
+    def waiting(self) -> list[int]:
+        """Positions to run again that no worker has drawn yet."""
+        return [p for p, _ in self._redo]
+
+    def rng_state(self) -> Any:
+        return rng_state_to_json(self._rng.getstate())
+
+
+# ---------------------------------------------------------------------------- run lock
+def lock_path(db_path: str | Path, run_id: str) -> Path:
+    return Path(db_path).expanduser().parent / f"{run_id}{LOCK_SUFFIX}"
+
+
+class RunLock:
+    """An exclusive advisory lock on a run (see the module docstring)."""
+
+    def __init__(self, db_path: str | Path, run_id: str) -> None:
+        self.path = lock_path(db_path, run_id)
+        self.run_id = run_id
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        if fcntl is None or self._fd is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            for attempt in range(5):  # `run_is_live` holds a shared lock for an instant
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if attempt == 4:
+                        raise
+                    time.sleep(0.05)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise RunLocked(f"run {self.run_id} is running in another process (pid {holder}); "
+                            "stop that process first, or wait for it to end") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            self.path.unlink(missing_ok=True)  # while still held: no one locks a stale file
+        finally:
+            os.close(fd)
+
+
+def run_is_live(db_path: str | Path, run_id: str) -> bool:
+    """Whether a process holds the run's lock now (never creates the lock file)."""
+    if fcntl is None:
+        return False
+    try:
+        fd = os.open(lock_path(db_path, run_id), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
