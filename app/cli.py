@@ -20,7 +20,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 #: Sub-command modules under app/commands, in the order `--help` lists them.
-COMMANDS = ("run", "show", "attach")
+COMMANDS = ("run", "show", "attach", "runs", "export")
 
 
 def build_parser() -> argparse.ArgumentParser:

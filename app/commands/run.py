@@ -35,6 +35,9 @@ def add_parser(commands: Any) -> None:
     run.add_argument("--backend", choices=("local", "tinker"),
                      help="'local' (embedded, CPU) or 'tinker' (needs TINKER_API_KEY); "
                           "default: tinker when a key is configured, else local")
+    run.add_argument("--resume", nargs="?", const="latest", metavar="RUN",
+                     help="continue a stored run (id or unique prefix; default: the newest "
+                          "run of TASK) from its last confirmed checkpoint")
     settings = run.add_argument_group("run settings (defaults: the task's, then the engine's)")
     add_config_flags(settings)
 
@@ -85,6 +88,10 @@ def make_session(args: argparse.Namespace) -> Any:
     from engine.runner import Run
 
     task = load_task(args.task)
+    if getattr(args, "resume", None) is not None:
+        from app.resume import resumed_session
+
+        return resumed_session(args, task)
     try:
         backend = choose_backend(args.backend)
         config = RunConfig().with_overrides(dict(task.settings)).with_overrides(

@@ -1,0 +1,196 @@
+"""`tinker-tui export RUN --format jsonl|csv`: a run's metrics and samples as files.
+
+Metrics: one record per step (`kind` "step") and per evaluation (`kind` "eval"), with
+`step`, `policy_version`, `time` and the metric keys as the engine names them
+(`reward/mean`, `time/step`, `discarded/stale`, ...). Samples: one record per stored
+rollout, with its group and scenario (`group_id`, `scenario_index`, `scenario_id`),
+`sample` (its index in the group), `reward`, `policy_version`, `num_tokens`, the group's
+fate (`status` trained / discarded / unused, `step`, `reason`) and its `messages`.
+
+jsonl writes both to one file (default `RUN.jsonl`; `-` for standard output), each line
+with a `record` field, "metrics" or "sample". csv writes one table per file: with
+`--what all` (the default) `RUN-metrics.csv` and `RUN-samples.csv` in the `--output`
+folder (default: the current one); with `--what metrics` or `--what samples`, the file
+`--output` names (default `RUN-WHAT.csv`; `-` for standard output). Non-finite numbers are
+null in jsonl and `nan` / `inf` in csv; messages are a JSON string in csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import math
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from app.commands.run import DEFAULT_DB, EXIT_OK
+from app.errors import UsageError
+
+METRIC_FIELDS = ("kind", "run_id", "step", "policy_version", "time")
+SAMPLE_FIELDS = ("run_id", "group_id", "scenario_index", "scenario_id", "sample", "reward",
+                 "policy_version", "num_tokens", "status", "step", "reason", "time", "messages")
+_PAGE = 5000
+
+
+def add_parser(commands: Any) -> None:
+    export = commands.add_parser("export", help="write a run's metrics and samples to files",
+                                 description="Write a stored run's metrics and samples as "
+                                             "JSON lines or CSV.")
+    export.add_argument("run", metavar="RUN",
+                        help="run id or a unique prefix of one ('latest': the newest run)")
+    export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl",
+                        help="jsonl (default): one file, a record per line; csv: one table "
+                             "per file")
+    export.add_argument("--what", choices=("all", "metrics", "samples"), default="all",
+                        help="what to export (default: all)")
+    export.add_argument("-o", "--output", metavar="PATH",
+                        help="file ('-' for standard output), or for csv with --what all a "
+                             "folder; default: RUN.jsonl, RUN-WHAT.csv in the current folder")
+    export.add_argument("--db", type=Path, default=DEFAULT_DB, metavar="PATH",
+                        help=f"SQLite run store (default: {DEFAULT_DB})")
+
+
+async def _rows(store: Any, table: str, run_id: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        page = await store.rows_after(table, run_id, after, _PAGE)
+        rows.extend(page)
+        if len(page) < _PAGE:
+            return rows
+        after = page[-1]["rowid"]
+
+
+async def read_export(db_path: Path, wanted: str) -> tuple[str, list[dict], list[dict]]:
+    """(run id, metric records, sample records) of the run `wanted` names."""
+    from app.resume import resolve_run
+    from engine.store import RunStore
+
+    store = await RunStore.open_readonly(db_path)
+    try:
+        run = resolve_run(await store.runs(), wanted, db_path)
+        run_id = run["run_id"]
+        metrics = []
+        for table, kind in (("steps", "step"), ("evals", "eval")):
+            for row in await _rows(store, table, run_id):
+                record = {"kind": kind, "run_id": run_id, "step": row["step"],
+                          "policy_version": row["policy_version"], "time": row["time"]}
+                values = row.get("metrics")
+                record.update(values if isinstance(values, dict) else {})
+                metrics.append(record)
+        metrics.sort(key=lambda r: (r["step"] if r["step"] is not None else -1,
+                                    r["kind"] != "step", r["time"] or 0.0))
+        lifecycle = {r["group_id"]: r for r in await _rows(store, "group_lifecycle", run_id)}
+        groups = {r["group_id"]: r for r in await _rows(store, "sampled_groups", run_id)}
+        samples = []
+        for row in await _rows(store, "trajectories", run_id):
+            fate = lifecycle.get(row["group_id"], {})
+            group = groups.get(row["group_id"], {})
+            samples.append({
+                "run_id": run_id, "group_id": row["group_id"],
+                "scenario_index": fate.get("scenario_index"),
+                "scenario_id": fate.get("scenario_id") or group.get("scenario_id"),
+                "sample": row["idx"], "reward": row["reward"],
+                "policy_version": row["policy_version"], "num_tokens": row["num_tokens"],
+                "status": fate.get("status"), "step": fate.get("step"),
+                "reason": fate.get("reason") or None, "time": row["time"],
+                "messages": row["messages"],
+            })
+        samples.sort(key=lambda r: (r["group_id"] or 0, r["sample"]))
+        return run_id, metrics, samples
+    finally:
+        await store.close()
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_jsonl(out: IO[str], metrics: Iterable[dict], samples: Iterable[dict]) -> int:
+    n = 0
+    for kind, records in (("metrics", metrics), ("sample", samples)):
+        for record in records:
+            line = {"record": kind, **{k: _finite(v) for k, v in record.items()}}
+            out.write(json.dumps(line, allow_nan=False) + "\n")
+            n += 1
+    return n
+
+
+def write_csv(out: IO[str], records: list[dict], first: tuple[str, ...]) -> int:
+    extra = sorted({k for r in records for k in r} - set(first))
+    writer = csv.DictWriter(out, fieldnames=[*first, *extra], lineterminator="\n")
+    writer.writeheader()
+    for record in records:
+        row = dict(record)
+        if isinstance(row.get("messages"), list | dict):
+            row["messages"] = json.dumps(row["messages"])
+        writer.writerow(row)
+    return len(records)
+
+
+@contextmanager
+def _open(path: str) -> Iterator[IO[str]]:
+    if path == "-":
+        yield sys.stdout
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"{target} is a folder; name a file to write")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "w", encoding="utf-8", newline="") as f:
+        yield f
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        return _export(args)
+    except BrokenPipeError:  # `export RUN -o - | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _export(args: argparse.Namespace) -> int:
+    run_id, metrics, samples = asyncio.run(read_export(args.db, args.run))
+    if args.what == "metrics":
+        samples = []
+    elif args.what == "samples":
+        metrics = []
+    written: list[str] = []
+    if args.format == "jsonl":
+        path = args.output or f"{run_id}.jsonl"
+        with _open(path) as out:
+            n = write_jsonl(out, metrics, samples)
+        written.append(f"{path} ({n} records)")
+    elif args.what != "all":
+        path = args.output or f"{run_id}-{args.what}.csv"
+        records, first = ((metrics, METRIC_FIELDS) if args.what == "metrics"
+                          else (samples, SAMPLE_FIELDS))
+        with _open(path) as out:
+            n = write_csv(out, records, first)
+        written.append(f"{path} ({n} rows)")
+    else:
+        if args.output == "-":
+            raise UsageError("csv holds one table per file: with --output - pass "
+                             "--what metrics or --what samples")
+        folder = Path(args.output or ".")
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(f"{folder} is a file; with --format csv --what all, --output "
+                             "names a folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, records, first in (("metrics", metrics, METRIC_FIELDS),
+                                     ("samples", samples, SAMPLE_FIELDS)):
+            path = folder / f"{run_id}-{name}.csv"
+            with _open(str(path)) as out:
+                n = write_csv(out, records, first)
+            written.append(f"{path} ({n} rows)")
+    if args.output != "-":
+        print("wrote " + ", ".join(written), file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,88 @@
+"""`tinker-tui runs`: a table of the runs in the store.
+
+STATUS is the stored status, except that a run recorded as running whose process is gone
+(killed, crashed, machine restarted) shows as `interrupted`: `run TASK --resume RUN`
+continues it from its last confirmed checkpoint (CKPT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from app.commands.run import DEFAULT_DB, EXIT_OK
+
+COLUMNS = ("RUN", "TASK", "BACKEND", "STATUS", "STEP", "CKPT", "STARTED", "DURATION")
+
+
+def add_parser(commands: Any) -> None:
+    runs = commands.add_parser("runs", help="list the runs in the store",
+                               description="List the runs in the store, newest first.")
+    runs.add_argument("--db", type=Path, default=DEFAULT_DB, metavar="PATH",
+                      help=f"SQLite run store (default: {DEFAULT_DB})")
+
+
+async def read_table(db_path: Path) -> list[dict[str, Any]]:
+    """One dict per run, newest first, with the columns of the table."""
+    from engine.resume import run_is_live
+    from engine.store import RunStore
+
+    store = await RunStore.open_readonly(db_path)
+    try:
+        runs = await store.runs()
+        progress = await store.progress()
+    finally:
+        await store.close()
+    rows = []
+    for run in runs:
+        run_id = run["run_id"]
+        done = progress.get(run_id, {})
+        status = run.get("status") or ""
+        if status == "running" and not run_is_live(db_path, run_id):
+            status = "interrupted"
+        step = run.get("final_step")
+        if step is None:
+            step = done.get("step") or run.get("start_step") or 0
+        started, ended = run.get("started_at"), run.get("ended_at")
+        rows.append({
+            "RUN": run_id,
+            "TASK": run.get("name") or "",
+            "BACKEND": run.get("backend") or "",
+            "STATUS": status,
+            "STEP": f"{step}/{run.get('max_steps') or '?'}",
+            "CKPT": "-" if done.get("checkpoint") is None else str(done["checkpoint"]),
+            "STARTED": _when(started),
+            "DURATION": _duration(ended - started) if started and ended else "-",
+        })
+    return rows
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in COLUMNS}
+    lines = ["  ".join(c.ljust(widths[c]) for c in COLUMNS).rstrip()]
+    for r in rows:
+        lines.append("  ".join(str(r[c]).ljust(widths[c]) for c in COLUMNS).rstrip())
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    rows = asyncio.run(read_table(args.db))
+    if not rows:
+        print(f"no runs in {args.db}")
+        return EXIT_OK
+    print(format_table(rows))
+    return EXIT_OK
