@@ -1,0 +1,230 @@
+"""Stop a real run (subprocess, local backend) at a named point with SIGKILL or SIGINT, then
+resume it: the store is intact, the run ends at its last step, every scenario position is
+trained exactly once or dropped with a reason, and the steps are 1..N exactly once.
+
+The faulted runs use the test hook in engine/faults.py (TINKER_TUI_FAULT). They run two at
+a time in a module fixture; each test then resumes its run in this process through the
+command line's `main` (the model is loaded once per test session that way).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from engine.faults import ENV
+
+STEPS = 6
+ARGS = ["--warmup-steps", "0", "--steps", str(STEPS), "--checkpoint-every", "2"]
+# (point, step): during step 4's rollouts (step 3 is recorded, the last checkpoint is 2),
+# step 3's training, or the writing and the confirming of checkpoint 4. Plus a kill during
+# the very first rollout: no checkpoint at all, so the run starts over under its id.
+POINTS = [("rollout", 4), ("train", 3), ("checkpoint", 4), ("commit", 4)]
+CASES = [(point, action, step) for point, step in POINTS for action in ("kill", "int")]
+CASES.append(("rollout", "kill", 1))
+
+
+def run_cli(db: Path, *extra: str, fault: str | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("TINKER_API_KEY", None)
+    env.pop(ENV, None)
+    if fault:
+        env[ENV] = fault
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "run", "example", "--no-ui", "--db", str(db),
+         *ARGS, *extra], capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def faulted(tmp_path_factory):
+    """{case: (db path, completed process)} for every case, run two at a time."""
+    def one(case):
+        point, action, step = case
+        db = tmp_path_factory.mktemp(f"{point}-{action}") / "runs.db"
+        return case, (db, run_cli(db, fault=f"{point}:{action}:{step}"))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(one, CASES))
+
+
+def integrity(db: Path) -> str:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("pragma integrity_check").fetchone()[0]
+
+
+def confirmed_steps(db: Path) -> list[int]:
+    with sqlite3.connect(db) as conn:
+        return [r[0] for r in conn.execute(
+            "select step from checkpoints where kind = 'state' and confirmed = 1 "
+            "order by step")]
+
+
+def check_exactly_once(db: Path) -> None:
+    conn = sqlite3.connect(db)
+    (status, final_step), = conn.execute("select status, final_step from runs")
+    assert (status, final_step) == ("completed", STEPS)
+    steps = conn.execute("select step, policy_version, metrics from steps order by step")
+    version = 0
+    for expected, (step, policy_version, metrics) in enumerate(steps, start=1):
+        assert step == expected, "steps 1..N, each once"
+        # One new policy version per step, none for a step without gradient.
+        version += 0 if "train/skipped" in json.loads(metrics) else 1
+        assert policy_version == version, (step, policy_version, version)
+    assert step == STEPS
+
+    rows = conn.execute("select scenario_index, scenario_id, status, step, reason "
+                        "from group_lifecycle order by group_id").fetchall()
+    by_position = defaultdict(list)
+    for row in rows:
+        by_position[row[0]].append(row)
+    assert sorted(by_position) == list(range(len(by_position))), "no position skipped"
+    final = conn.execute("select resume_state from checkpoints where confirmed = 1 "
+                         "order by step desc limit 1").fetchone()[0]
+    leftover = set(json.loads(final)["pending"])
+    per_step = defaultdict(int)
+    for position, attempts in by_position.items():
+        assert len({a[1] for a in attempts}) == 1, f"position {position} changed scenario"
+        done = [a for a in attempts if a[2] in ("trained", "discarded")]
+        if position in leftover:
+            assert not done and {a[2] for a in attempts} <= {"requeued", "unused"}, attempts
+            continue
+        assert len(done) == 1, f"position {position} consumed {len(done)} times: {attempts}"
+        _, _, fate, step, reason = done[0]
+        assert fate == "trained" or reason, attempts
+        if fate == "trained" or reason == "zero_variance":
+            per_step[step] += 1
+        assert all(a[2] == "requeued" for a in attempts if a is not done[0])
+    # Each step took one full batch (groups_per_step): nothing trained twice, none lost.
+    assert dict(per_step) == {s: 4 for s in range(1, STEPS + 1)}
+
+
+@pytest.mark.parametrize("point,action,step", CASES,
+                         ids=[f"{a}-during-{p}-{s}" for p, a, s in CASES])
+def test_stopped_run_resumes_exactly_once(faulted, point, action, step, capsys):
+    db, proc = faulted[(point, action, step)]
+    expected = -9 if action == "kill" else 130
+    assert proc.returncode == expected, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert integrity(db) == "ok"
+    if action == "kill":
+        # Killed before checkpoint 4 was confirmed: the last is 2 (none when killed at once).
+        assert confirmed_steps(db) == ([] if step == 1 else [2])
+        if point in ("checkpoint", "commit"):
+            with sqlite3.connect(db) as conn:
+                # The state was written; its row never became confirmed.
+                assert conn.execute("select count(*) from checkpoints where step = 4 and "
+                                    "confirmed = 1").fetchone()[0] == 0
+    else:
+        assert "stopping: received SIGINT" in proc.stdout
+        assert confirmed_steps(db)[-1] >= 2
+
+    assert main(["run", "example", "--no-ui", "--db", str(db), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert f"run completed at step {STEPS}" in out
+    assert integrity(db) == "ok"
+    check_exactly_once(db)
+    with sqlite3.connect(db) as conn:
+        log = [r[0] for r in conn.execute("select message from log")]
+    assert any(m.startswith("resuming run ") for m in log)
+
+
+def test_resuming_a_completed_run_does_nothing_until_steps_are_raised(faulted, capsys):
+    db, _ = faulted[("train", "kill", 3)]
+    if confirmed_steps(db)[-1] < STEPS:  # the matrix test above has not resumed it yet
+        assert main(["run", "example", "--no-ui", "--db", str(db), "--resume"]) == 0
+    with sqlite3.connect(db) as conn:
+        before = conn.execute("select count(*) from steps").fetchone()[0]
+    assert main(["run", "example", "--no-ui", "--db", str(db), "--resume"]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select count(*) from steps").fetchone()[0] == before
+    assert main(["runs", "--db", str(db)]) == 0
+    assert " completed " in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------- unusable stores
+
+
+def _refused(db: Path, capsys, *extra: str) -> str:
+    content = db.read_bytes()
+    assert main(["run", "example", "--no-ui", "--db", str(db), *ARGS, *extra]) == 2
+    assert db.read_bytes() == content, "the store file was changed"
+    err = capsys.readouterr().err
+    assert str(db) in err
+    return err
+
+
+def test_corrupt_store_is_refused_and_untouched(tmp_path, capsys):
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database at all\n" * 500)
+    assert "not a SQLite database" in _refused(garbage, capsys)
+    assert "not a SQLite database" in _refused(garbage, capsys, "--resume")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["garbage.db"]
+
+    damaged = tmp_path / "damaged.db"
+    conn = sqlite3.connect(damaged)
+    from engine.store import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
+
+    for script in _MIGRATIONS:
+        conn.executescript(script)
+    conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    conn.executemany("INSERT INTO log (run_id, time, level, message) VALUES ('r', 0, 'i', ?)",
+                     [("x" * 200,) for _ in range(3000)])
+    conn.commit()
+    conn.close()
+    data = bytearray(damaged.read_bytes())
+    middle = len(data) // 2 // 4096 * 4096
+    data[middle:middle + 4096] = b"\xff" * 4096
+    damaged.write_bytes(bytes(data))
+    assert "damaged" in _refused(damaged, capsys)
+
+
+def test_store_from_a_newer_version_is_refused_and_untouched(tmp_path, capsys):
+    from engine.store import APPLICATION_ID, SCHEMA_VERSION
+
+    db = tmp_path / "runs.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+        conn.execute("CREATE TABLE runs (run_id TEXT PRIMARY KEY, name TEXT, started_at REAL)")
+    conn.close()
+    assert "newer" in _refused(db, capsys)
+    assert "newer" in _refused(db, capsys, "--resume")
+
+
+def test_store_locked_by_another_writer_is_refused_and_its_data_kept(tmp_path, capsys):
+    db = tmp_path / "runs.db"
+    assert main(["runs", "--db", str(db)]) == 2  # no store yet
+    capsys.readouterr()
+    from engine.store import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
+
+    with sqlite3.connect(db) as conn:
+        for script in _MIGRATIONS:
+            conn.executescript(script)
+        conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    other = sqlite3.connect(db, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
+        other.execute("INSERT INTO log (run_id, time, level, message) "
+                      "VALUES ('theirs', 0, 'info', 'kept')")
+        assert main(["run", "example", "--no-ui", "--db", str(db), *ARGS]) == 2
+        assert "locked by another writer" in capsys.readouterr().err
+        other.execute("COMMIT")
+    finally:
+        other.close()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select run_id, message from log").fetchall() == [("theirs", "kept")]
+        assert conn.execute("select count(*) from runs").fetchone()[0] == 0
