@@ -312,3 +312,16 @@ async def test_binds_loopback_only_and_never_shows_the_token(server):
     assert srv.base_url.startswith("http://127.0.0.1:")
     assert srv.token not in srv.token_hint
     assert srv.token not in repr(srv)
+
+
+async def test_the_token_never_reaches_the_logs(server, caplog):
+    srv, _ = server
+    caplog.set_level("DEBUG")
+    client = srv.client()
+    await client.chat.completions.create(model="policy", messages=QUESTION, max_tokens=2)
+    with pytest.raises(openai.BadRequestError):
+        await client.chat.completions.create(model="policy", messages=QUESTION, n=0)
+    wrong = openai.AsyncOpenAI(base_url=srv.base_url, api_key=srv.token[:-1], max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        await wrong.models.list()
+    assert caplog.records and srv.token not in caplog.text
