@@ -70,6 +70,11 @@ def resumed_session(args: argparse.Namespace, task: Any) -> Any:
         raise UsageError(f"no run store at {db_path}: nothing to resume "
                          "(start the run without --resume)")
     run = resolve_run(asyncio.run(read_runs(db_path)), args.resume, db_path, task.name)
+    from engine.resume import run_is_live
+
+    if run_is_live(db_path, run["run_id"]):  # refuse before anything else starts for it
+        raise UsageError(f"run {run['run_id']} is running in another process; stop it "
+                         "first (or `tinker-tui attach` to it)")
     stored = run.get("config") if isinstance(run.get("config"), dict) else {}
     known = {f.name for f in dataclasses.fields(RunConfig)}
     overrides = config_overrides(args)

@@ -346,3 +346,10 @@ def test_resume_refuses_what_it_cannot_do(tmp_path, capsys):
     assert main(["run", "example", "--no-ui", "--db", str(path), "--resume",
                  "--backend", "tinker"]) == 2
     assert "cannot be resumed with --backend tinker" in capsys.readouterr().err
+    lock = RunLock(path, "r1")  # as a live process running it holds
+    lock.acquire()
+    try:
+        assert main(["run", "example", "--no-ui", "--db", str(path), "--resume"]) == 2
+        assert "running in another process" in capsys.readouterr().err
+    finally:
+        lock.release()
