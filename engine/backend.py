@@ -504,8 +504,13 @@ class Policy:
     async def _record_checkpoint(self, record: CheckpointRecord) -> None:
         self.checkpoints.append(record)
         same = [c for c in self.checkpoints if c.kind == record.kind]
+        keep_last = self.keep_last_checkpoints
+        if record.kind == "state" and keep_last:
+            # Never fewer than two: the newest may not be confirmed by the run store yet when
+            # a crash hits, and a resume then needs the one before it.
+            keep_last = max(keep_last, 2)
         doomed = [same[i] for i in checkpoints_to_delete(
-            [c.step for c in same], self.keep_last_checkpoints, self.keep_every_checkpoints)]
+            [c.step for c in same], keep_last, self.keep_every_checkpoints)]
         for old in doomed:
             self.checkpoints.remove(old)
             if record.kind == "sampler" and self._loaded_from.get(old.step) == old.path:

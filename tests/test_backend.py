@@ -327,3 +327,14 @@ def test_renderer_named_explicitly_or_from_a_local_model_folder(tmp_path, monkey
     warnings = []
     _, name = make_renderer(str(tmp_path), tokenizer, warn=warnings.append)
     assert name == "role_colon" and "--renderer" in warnings[0]
+
+
+async def test_at_least_two_full_checkpoints_survive_retention(tmp_path):
+    policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL,
+                    keep_last_checkpoints=1, sampler_checkpoint_every=0)
+    await policy.start()
+    for step in range(3):
+        policy.version = step
+        await policy.save_state(f"step-{step:06d}")
+    assert [c.name for c in policy.checkpoints] == ["step-000001", "step-000002"]
+    assert {p.name for p in tmp_path.glob("*/weights/*")} == {"step-000001", "step-000002"}
