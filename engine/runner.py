@@ -102,11 +102,12 @@ class Run:
     def _log(self, level: str, message: str) -> None:
         self.events.publish(LogEmitted(time=self.clock.now(), level=level, message=message))
 
-    def _publish_started(self) -> None:
+    def _publish_started(self, start_step: int | None = None) -> None:
         self.events.publish(RunStarted(
             time=self.clock.now(), run_id=self.run_id, name=self.task.name,
             backend=self.backend, base_model=self.config.base_model,
-            max_steps=self.config.max_steps, start_step=self.pipeline.step,
+            max_steps=self.config.max_steps,
+            start_step=self.pipeline.step if start_step is None else start_step,
             config=self.config.as_dict()))
 
     async def run(self) -> RunStatus:
@@ -129,17 +130,20 @@ class Run:
         reason = ""
         try:
             points = await self._resume_points(store) if self.resume else []
-            self._publish_started()
+            self._publish_started(points[0]["step"] if points else None)
             assert self.policy is not None
-            self._log("info", f"starting {self.backend} backend, base model "
-                              f"{self.config.base_model}")
-            if self.resume and self.pipeline.step >= self.config.max_steps:
+            if points and points[0]["step"] >= self.config.max_steps:
+                self.pipeline.restore(ResumeState.from_dict(points[0]["resume_state"]))
                 self._log("warning", f"run {self.run_id} is already at step {self.pipeline.step} "
-                                  f"of {self.config.max_steps}; nothing to do (raise --steps "
-                                  "to train further)")
+                                     f"of {self.config.max_steps}; nothing to do (raise --steps "
+                                     "to train further)")
                 status, reason = "completed", "reached max_steps"
                 return status
-            await self._start_policy(store, points)
+            self._log("info", f"starting {self.backend} backend, base model "
+                              f"{self.config.base_model}")
+            point = await self._start_policy(points)
+            if self.resume:
+                await self._resume_from(store, point)
             self.server = PolicyServer(self.policy, model_name=self.task.name,
                                        defaults=self.sampling_defaults)
             await self.server.start()
@@ -170,8 +174,7 @@ class Run:
 
     # ------------------------------------------------------------------ resume
     async def _resume_points(self, store: RunStore) -> list[dict[str, Any]]:
-        """The run's confirmed full checkpoints it can resume from, newest first; the store
-        is reconciled to the newest (or to the start, if there is none)."""
+        """The run's confirmed full checkpoints it can resume from, newest first."""
         if await store.run(self.run_id) is None:
             raise ResumeError(f"no run {self.run_id} in {self.db_path}")
         points = [p for p in await store.resume_points(self.run_id)
@@ -180,10 +183,14 @@ class Run:
             raise ResumeError(
                 f"run {self.run_id} has checkpoints but none with a resume state (it was "
                 "recorded by an older tinker-tui); it cannot be resumed exactly")
-        await self._restore(store, points[0] if points else None)
+        for point in points:
+            ResumeState.from_dict(point["resume_state"])  # ResumeError now if unreadable
         return points
 
-    async def _restore(self, store: RunStore, point: dict[str, Any] | None) -> None:
+    async def _resume_from(self, store: RunStore, point: dict[str, Any] | None) -> None:
+        """Reconcile the store to the checkpoint the policy was loaded from (or to the
+        start) and set the pipeline to continue from it. Only after the checkpoint loaded:
+        a checkpoint folder that is missing for now must not cost the store its later rows."""
         await store.flush()
         step = point["step"] if point is not None else 0
         counts = await store.reconcile(self.run_id, step)
@@ -202,28 +209,30 @@ class Run:
                           f"{counts['groups_requeued']} group(s) to run again "
                           f"({len(state.pending)} scenario(s) drawn but untrained)")
 
-    async def _start_policy(self, store: RunStore, points: list[dict[str, Any]]) -> None:
-        """Start the policy fresh, or from the newest loadable resume point."""
+    async def _start_policy(self, points: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """Start the policy fresh (no points), or from the newest resume point that loads;
+        returns that point."""
         assert self.policy is not None
         if not points:
             await self.policy.start()
-            return
+            return None
         for i, point in enumerate(points):
             try:
                 # The version the checkpoint's weights are (a step with no gradient, all
                 # groups of equal reward, made no new version: it can trail the step).
                 await self.policy.start(from_state=point["path"],
                                         version=int(point["resume_state"]["policy_version"]))
-                return
+                return point
             except Exception as exc:
                 if i + 1 == len(points):
                     raise ResumeError(f"run {self.run_id}: no confirmed checkpoint could be "
-                                      f"loaded; the last tried, {point['path']}, failed: "
-                                      f"{type(exc).__name__}: {exc}") from exc
+                                      f"loaded (the store is left as it was); the last tried, "
+                                      f"{point['path']}, failed: {type(exc).__name__}: "
+                                      f"{exc}") from exc
                 self._log("warning", f"checkpoint {point['path']} could not be loaded "
                                      f"({type(exc).__name__}: {exc}); trying the one before")
-                await self._restore(store, points[i + 1])
-                self._publish_started()
+                self._publish_started(points[i + 1]["step"])
+        raise AssertionError("unreachable")
 
     async def _warmup(self) -> None:
         """Supervised format steps before RL, on the task's own examples, if any."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -105,6 +106,40 @@ def check_exactly_once(db: Path) -> None:
         assert all(a[2] == "requeued" for a in attempts if a is not done[0])
     # Each step took one full batch (groups_per_step): nothing trained twice, none lost.
     assert dict(per_step) == {s: 4 for s in range(1, STEPS + 1)}
+
+
+def test_a_missing_checkpoint_falls_back_to_the_one_before_and_never_costs_rows(
+        faulted, tmp_path, capsys):
+    """Runs before the matrix below resumes these stores: works on copies."""
+    source, _ = faulted[("checkpoint", "int", 4)]
+    assert confirmed_steps(source)[-2:] == [2, 4]
+
+    def copy(name: str) -> tuple[Path, dict[int, Path]]:
+        folder = tmp_path / name
+        shutil.copytree(source.parent, folder)
+        with sqlite3.connect(folder / "runs.db") as conn:
+            paths = dict(conn.execute("select step, path from checkpoints where confirmed = 1"))
+        return folder / "runs.db", {
+            step: folder / "checkpoints" / path.removeprefix("tinker://")
+            for step, path in paths.items()}
+
+    db, folders = copy("one-missing")
+    shutil.rmtree(folders[4])
+    assert main(["run", "example", "--no-ui", "--db", str(db), "--resume"]) == 0
+    assert "could not be loaded" in capsys.readouterr().out
+    check_exactly_once(db)
+
+    db, folders = copy("all-missing")
+    for folder in folders.values():
+        shutil.rmtree(folder)
+    with sqlite3.connect(db) as conn:
+        before = conn.execute("select count(*), max(step) from steps").fetchone()
+    assert main(["run", "example", "--no-ui", "--db", str(db), "--resume"]) == 2
+    assert "no confirmed checkpoint could be loaded" in capsys.readouterr().err
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select count(*), max(step) from steps").fetchone() == before
+        assert conn.execute("select count(*) from group_lifecycle where status = 'requeued'"
+                            ).fetchone()[0] == 0
 
 
 @pytest.mark.parametrize("point,action,step", CASES,
