@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -86,6 +87,7 @@ class MetricsFile:
     Step lines: {"event": "step", "run_id", "time", "step", "policy_version", <metrics>};
     eval lines the same with "event": "eval". Metric keys are the engine's
     (`reward/mean`, `time/step`, `eval/reward_mean`, ...); non-finite values are null.
+    A resumed run first drops the records after the step it resumes from.
     """
 
     def __init__(self, folder: str | Path) -> None:
@@ -101,6 +103,8 @@ class MetricsFile:
             self.run_id = event.run_id
             self.folder.mkdir(parents=True, exist_ok=True)
             self.path = self.folder / f"{event.run_id}{METRICS_FILE_SUFFIX}"
+            if self.path.exists():
+                _keep_until(self.path, event.start_step)
             self._file = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
             return
         if isinstance(event, StepTrained | EvalCompleted) and self._file is not None:
@@ -121,6 +125,23 @@ class MetricsFile:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _keep_until(path: Path, step: int) -> None:
+    """A resumed run continues from `step`: drop the records of later steps (it trains them
+    again) and a line cut short by a crash, so no step appears twice, as in the store."""
+    kept = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and int(record.get("step") or 0) <= step:
+                kept.append(line if line.endswith("\n") else line + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 async def start_control_endpoint(session: Any, out: TextIO | None = None) -> Any:

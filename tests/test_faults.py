@@ -170,6 +170,9 @@ def test_stopped_run_resumes_exactly_once(faulted, point, action, step, capsys):
     with sqlite3.connect(db) as conn:
         log = [r[0] for r in conn.execute("select message from log")]
     assert any(m.startswith("resuming run ") for m in log)
+    metrics_file, = db.parent.glob("*.metrics.jsonl")
+    lines = [json.loads(line) for line in metrics_file.read_text().splitlines()]
+    assert [r["step"] for r in lines if r["event"] == "step"] == list(range(1, STEPS + 1))
 
 
 def test_resuming_a_completed_run_does_nothing_until_steps_are_raised(faulted, capsys):
