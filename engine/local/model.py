@@ -1,31 +1,53 @@
-"""The embedded base model(s) of the local backend.
+"""Base models of the local backend: the embedded one, and Hugging Face folders on disk.
 
-`DEFAULT_BASE_MODEL` is a tiny Llama-style transformer (2 layers, hidden 64) built from a fixed
-config and a fixed seed, so every process gets bit-identical initial weights without any file or
-download. It is *random-init*: it knows no English. It exists so that the RL loop, the UI and
-the tests run offline in seconds; the word-level tokenizer makes the embedded example's answers
-single tokens, which is what lets it learn that fast (DESIGN.md, "Local backend facts").
+``tinker-tui/tiny-chat`` (`DEFAULT_BASE_MODEL`) is a two-layer Llama-style transformer (hidden
+64, about 295k parameters) with the offline word-level tokenizer. Its weights were pre-trained
+by `engine.local.pretrain` (a reproducible script in this package) on a generated corpus of short
+chats in the ``User: ...`` / ``Assistant: ...`` format (pick one of the listed words, repeat,
+count, compare, greet), and ship with the package (``weights/tiny-chat.safetensors``, 1.2 MB).
+So it follows that format and answers "one word: yes, no or maybe" questions with one of the
+options from the start, and LoRA adapters have something worth adapting: on a random-init
+model this small, low-rank adapters did not learn at all (the frozen final norm and the tied
+random embeddings bound the logits; see DESIGN.md). It knows no English beyond that corpus.
+
+Any other `base_model` that names a folder (absolute, ``./relative`` or ``~/...``) holding a
+Hugging Face causal LM (``config.json``, weights, tokenizer files) is loaded from that folder
+only, never from the hub (``local_files_only``; ``HF_HUB_OFFLINE`` is set), with its own
+tokenizer and chat template; it runs on CUDA when available (in the checkpoint's dtype), else
+on CPU in float32. ``TINKER_TUI_DEVICE=cpu|cuda|cuda:N`` overrides the device for every model
+(the embedded one runs on CPU by default: it is too small to gain from a GPU).
+
+A loaded base is frozen and shared: every training client and sampling snapshot on the same
+base in a process uses one copy and keeps only its own LoRA adapter (`engine.local.lora`).
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from engine.local.errors import bad_request
+from engine.local import DEFAULT_BASE_MODEL  # defined in __init__ so importing it is cheap
+from engine.local.errors import bad_request, not_found
 from engine.local.tokenizer import WordTokenizer
 
 if TYPE_CHECKING:
     import torch
-    from transformers import LlamaForCausalLM
+    from torch import nn
 
-from engine.local import DEFAULT_BASE_MODEL  # defined in __init__ so importing it is cheap
+    from engine.local.lora import LoRALinear
+
+DEVICE_ENV = "TINKER_TUI_DEVICE"
+MODELS_ENV = "TINKER_TUI_LOCAL_MODELS"
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
 
 @dataclass(frozen=True)
 class BaseModelSpec:
-    """Everything needed to rebuild a base model exactly."""
+    """Everything needed to build an embedded model's architecture."""
 
     name: str
     num_layers: int
@@ -34,6 +56,7 @@ class BaseModelSpec:
     intermediate_size: int
     max_context_length: int
     init_seed: int
+    weights_file: str
     initializer_range: float = 0.02
 
 
@@ -46,11 +69,12 @@ _SPECS: dict[str, BaseModelSpec] = {
         intermediate_size=256,
         max_context_length=2048,
         init_seed=20251130,
+        weights_file="tiny-chat.safetensors",
     ),
 }
 
 
-def list_base_models() -> list[str]:
+def embedded_models() -> list[str]:
     """Names of the embedded base models, default first."""
     return list(_SPECS)
 
@@ -58,18 +82,83 @@ def list_base_models() -> list[str]:
 def get_spec(base_model: str) -> BaseModelSpec:
     spec = _SPECS.get(base_model)
     if spec is None:
-        raise bad_request(
-            f"Unknown base model {base_model!r} for the local backend; "
-            f"it embeds only: {', '.join(repr(n) for n in _SPECS)}. "
-            "Other models need the Tinker service (set TINKER_API_KEY)."
-        )
+        raise unknown_model(base_model)
     return spec
 
 
-def get_tokenizer(base_model: str) -> WordTokenizer:
-    """The tokenizer of an embedded base model (cheap: tables are shared)."""
-    get_spec(base_model)
-    return WordTokenizer(name_or_path=base_model)
+def unknown_model(base_model: str) -> Exception:
+    return bad_request(
+        f"Unknown base model {base_model!r} for the local backend: it embeds "
+        f"{', '.join(repr(n) for n in _SPECS)}, and also loads a Hugging Face causal-LM folder "
+        "given by its path (a directory with config.json and weights). Models by hub name "
+        "need the Tinker service (set TINKER_API_KEY).",
+        what="model",
+    )
+
+
+def looks_like_path(name: str) -> bool:
+    return name.startswith(("/", "./", "../", "~")) or os.sep in name and Path(name).exists()
+
+
+def canonical_name(base_model: str) -> str:
+    """The name a base model is known by: embedded names as is, folders as absolute paths."""
+    if not isinstance(base_model, str) or not base_model:
+        raise bad_request(f"base_model must be a non-empty string, got {base_model!r}")
+    if base_model in _SPECS:
+        return base_model
+    if looks_like_path(base_model):
+        folder = Path(base_model).expanduser().resolve()
+        if not (folder / "config.json").is_file():
+            raise bad_request(
+                f"Base model folder {base_model!r} is not a Hugging Face model folder: "
+                f"{folder / 'config.json'} does not exist",
+                what="model",
+            )
+        return str(folder)
+    raise unknown_model(base_model)
+
+
+def ensure_offline() -> None:
+    # An accidental hub access then fails fast instead of hanging without network.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def choose_device(embedded: bool) -> torch.device:
+    import torch
+
+    forced = os.environ.get(DEVICE_ENV, "").strip()
+    if forced:
+        return torch.device(forced)
+    if not embedded and torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+# -- tokenizers -------------------------------------------------------------------------------
+_tokenizers: dict[str, Any] = {}
+_tokenizer_lock = threading.Lock()
+
+
+def get_tokenizer(base_model: str) -> Any:
+    """The tokenizer of a base model (cached per process)."""
+    name = canonical_name(base_model)
+    if name in _SPECS:
+        return WordTokenizer(name_or_path=name)
+    with _tokenizer_lock:
+        tok = _tokenizers.get(name)
+        if tok is None:
+            ensure_offline()
+            from transformers import AutoTokenizer
+
+            try:
+                tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
+            except Exception as exc:
+                raise not_found(
+                    f"Cannot load the tokenizer of model folder {name!r}: {exc}", what="model"
+                ) from exc
+            _tokenizers[name] = tok
+        return tok
 
 
 def register_cookbook_tokenizers() -> None:
@@ -81,23 +170,116 @@ def register_cookbook_tokenizers() -> None:
         register_tokenizer(name, lambda name=name: WordTokenizer(name_or_path=name))
 
 
-def _ensure_offline() -> None:
-    # Only the local backend sets this, and only when it builds a model: an accidental hub
-    # access then fails fast instead of hanging without network.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# -- the loaded base --------------------------------------------------------------------------
+class BaseModel:
+    """A frozen base model with LoRA-ready layers, its tokenizer and the facts callers need."""
+
+    def __init__(
+        self,
+        name: str,
+        module: nn.Module,
+        tokenizer: Any,
+        *,
+        max_context: int,
+        embedded: bool,
+    ) -> None:
+        from engine.local import lora
+
+        self.name = name
+        self.module = module
+        self.tokenizer = tokenizer
+        self.max_context = max_context
+        self.embedded = embedded
+        module.eval()
+        module.requires_grad_(False)
+        self.layers: dict[str, LoRALinear] = lora.install(module)
+        self._weight_bytes: int | None = None
+        output = module.get_output_embeddings()
+        self.vocab_size = int(output.out_features)
+        self.device = next(module.parameters()).device
+        self.dtype = next(module.parameters()).dtype
+        eos = getattr(tokenizer, "eos_token_id", None)
+        self.eos_token_id: int | None = None if eos is None else int(eos)
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_token_id = int(pad if pad is not None else (eos if eos is not None else 0))
+        eos_ids = {self.eos_token_id} if self.eos_token_id is not None else set()
+        generation_eos = getattr(getattr(module, "generation_config", None), "eos_token_id", None)
+        if isinstance(generation_eos, int):
+            eos_ids.add(generation_eos)
+        elif isinstance(generation_eos, (list, tuple)):
+            eos_ids.update(int(t) for t in generation_eos)
+        self.eos_ids = frozenset(eos_ids)
+        config = module.config
+        self.arch = str(getattr(config, "model_type", "unknown"))
+        self._softcap = getattr(config, "final_logit_softcapping", None)
+        self._logit_scale = getattr(config, "logit_scale", None)
+
+    @property
+    def facts(self) -> Any:
+        """What sampling needs to know (`generation.ModelFacts`)."""
+        from engine.local.generation import ModelFacts
+
+        return ModelFacts(
+            tokenizer=self.tokenizer,
+            vocab_size=self.vocab_size,
+            max_context=self.max_context,
+            pad_token_id=self.pad_token_id,
+            eos_ids=self.eos_ids,
+            device=self.device,
+        )
+
+    @property
+    def backbone(self) -> nn.Module:
+        """The transformer without its output projection (returns hidden states)."""
+        return self.module.base_model
+
+    @property
+    def lm_head(self) -> nn.Module:
+        return self.module.get_output_embeddings()
+
+    def output_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Float32 logits from final hidden states, as the model's own forward computes them."""
+        import torch
+
+        logits = self.lm_head(hidden).float()
+        if self._logit_scale is not None:
+            logits = logits * float(self._logit_scale)
+        if self._softcap is not None:
+            logits = torch.tanh(logits / self._softcap) * self._softcap
+        return logits
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.module.parameters())
+
+    def weight_bytes(self) -> int:
+        if self._weight_bytes is None:
+            self._weight_bytes = sum(p.numel() * p.element_size() for p in self.module.parameters())
+        return self._weight_bytes
+
+    def __repr__(self) -> str:
+        return f"BaseModel({self.name!r}, {self.arch}, device={self.device})"
 
 
-def build_model(base_model: str) -> tuple[LlamaForCausalLM, WordTokenizer]:
-    """A fresh copy of `base_model` with its deterministic initial weights, and its tokenizer.
+_cache: weakref.WeakValueDictionary[str, BaseModel] = weakref.WeakValueDictionary()
+_cache_lock = threading.Lock()
+_seen_folders: dict[str, None] = {}  # insertion-ordered set of folders loaded in this process
 
-    The global torch RNG is left untouched (the seed is applied inside `fork_rng`).
-    """
-    spec = get_spec(base_model)
-    tokenizer = WordTokenizer(name_or_path=base_model)
-    _ensure_offline()
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+
+def load_base(base_model: str) -> BaseModel:
+    """The shared, frozen base for `base_model` (loaded once per process while in use)."""
+    name = canonical_name(base_model)
+    with _cache_lock:
+        base = _cache.get(name)
+        if base is None:
+            base = _build_embedded(name) if name in _SPECS else _load_folder(name)
+            _cache[name] = base
+            if name not in _SPECS:
+                _seen_folders[name] = None
+        return base
+
+
+def tiny_config(spec: BaseModelSpec, tokenizer: WordTokenizer) -> Any:
+    from transformers import LlamaConfig
 
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -115,25 +297,120 @@ def build_model(base_model: str) -> tuple[LlamaForCausalLM, WordTokenizer]:
         use_cache=True,
     )
     config._attn_implementation = "sdpa"
+    return config
+
+
+def build_tiny_module(base_model: str, *, pretrained: bool = True) -> nn.Module:
+    """A fresh `LlamaForCausalLM` for an embedded model: shipped weights, or the seeded random
+    init (`pretrained=False`, what `engine.local.pretrain` starts from). The global torch RNG is
+    left untouched."""
+    spec = get_spec(base_model)
+    ensure_offline()
+    import torch
+    from transformers import LlamaForCausalLM
+
+    config = tiny_config(spec, WordTokenizer(name_or_path=base_model))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.init_seed)
-        model = LlamaForCausalLM(config)
-    model.to(torch.float32)
-    return model, tokenizer
+        module = LlamaForCausalLM(config)
+    module.to(torch.float32)
+    if pretrained:
+        path = WEIGHTS_DIR / spec.weights_file
+        try:
+            from safetensors.torch import load_file
+
+            state = load_file(str(path))
+            missing, unexpected = module.load_state_dict(state, strict=False)
+        except Exception as exc:
+            raise not_found(
+                f"The embedded model {base_model!r} cannot read its shipped weights {path}: "
+                f"{exc}. Reinstall the package, or rebuild them with "
+                "`python -m engine.local.pretrain`.",
+                what="model",
+            ) from exc
+        # The unembedding is tied to the embedding, so it is stored once.
+        if unexpected or set(missing) - {"lm_head.weight"}:
+            raise not_found(
+                f"Shipped weights {path} do not fit {base_model!r} "
+                f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})",
+                what="model",
+            )
+        module.tie_weights()
+    return module
 
 
-def load_base_model(base_model: str) -> tuple[LlamaForCausalLM, WordTokenizer]:
-    """Map a base-model name to (model, tokenizer); raises a clear error for an unknown name."""
-    return build_model(base_model)
+def _build_embedded(name: str) -> BaseModel:
+    spec = get_spec(name)
+    module = build_tiny_module(name)
+    module.to(choose_device(embedded=True))
+    return BaseModel(
+        name,
+        module,
+        WordTokenizer(name_or_path=name),
+        max_context=spec.max_context_length,
+        embedded=True,
+    )
 
 
-def state_dict_copy(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A detached CPU copy of the weights (shared tied tensors stay shared)."""
-    copies: dict[int, torch.Tensor] = {}  # by data pointer: tied weights share one
-    out: dict[str, torch.Tensor] = {}
-    for key, value in model.state_dict().items():
-        ident = value.data_ptr()
-        if ident not in copies:
-            copies[ident] = value.detach().to("cpu", copy=True)
-        out[key] = copies[ident]
-    return out
+def _load_folder(name: str) -> BaseModel:
+    ensure_offline()
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # it would draw over the dashboard
+    tokenizer = get_tokenizer(name)
+    device = choose_device(embedded=False)
+    dtype: Any = "auto" if device.type == "cuda" else torch.float32
+    try:
+        module = AutoModelForCausalLM.from_pretrained(
+            name, local_files_only=True, dtype=dtype, attn_implementation="sdpa"
+        )
+    except Exception as exc:
+        raise not_found(f"Cannot load model folder {name!r}: {exc}", what="model") from exc
+    if module.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        module.to(torch.float32)
+    module.to(device)
+    config = module.config
+    max_context = int(getattr(config, "max_position_embeddings", 0) or 2048)
+    tok_max = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tok_max, int) and 0 < tok_max < max_context:
+        max_context = tok_max
+    return BaseModel(name, module, tokenizer, max_context=max_context, embedded=False)
+
+
+def local_models() -> list[str]:
+    """Embedded models, folders loaded in this process, and model folders found under the
+    directories in $TINKER_TUI_LOCAL_MODELS (``os.pathsep``-separated)."""
+    names = list(_SPECS)
+    for folder in _seen_folders:
+        if folder not in names:
+            names.append(folder)
+    for root in filter(None, os.environ.get(MODELS_ENV, "").split(os.pathsep)):
+        root_path = Path(root).expanduser()
+        candidates = [root_path] + (
+            sorted(p for p in root_path.iterdir() if p.is_dir()) if root_path.is_dir() else []
+        )
+        for folder in candidates:
+            if (folder / "config.json").is_file():
+                resolved = str(folder.resolve())
+                if resolved not in names:
+                    names.append(resolved)
+    return names
+
+
+def max_context_of(base_model: str) -> int:
+    """Context length without loading weights (config only for folders)."""
+    name = canonical_name(base_model)
+    if name in _SPECS:
+        return _SPECS[name].max_context_length
+    base = _cache.get(name)
+    if base is not None:
+        return base.max_context
+    import json
+
+    try:
+        config = json.loads((Path(name) / "config.json").read_text())
+    except Exception:
+        return 2048
+    return int(config.get("max_position_embeddings") or 2048)
