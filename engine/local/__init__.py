@@ -1,9 +1,15 @@
-"""The local backend: the Tinker client interface, in-process on torch (CPU).
+"""The local backend: the Tinker client interface, in-process on torch (CPU, or CUDA).
 
 `LocalServiceClient` stands in for `tinker.ServiceClient`; its training and sampling clients
-use the SDK's own types (`tinker.Datum`, `tinker.SampleResponse`, ...) and return the SDK's
-awaitable futures, so engine code written against the tinker SDK runs on it unchanged. It
-embeds one tiny random-init model, `DEFAULT_BASE_MODEL`, with a word-level tokenizer.
+use the SDK's own types (`tinker.Datum`, `tinker.SampleResponse`, ...), errors
+(`tinker.BadRequestError`, ...) and awaitable futures, so engine code (or tinker-cookbook
+code) written against the tinker SDK runs on it unchanged. Training is LoRA of the requested
+rank on a frozen base: the embedded `DEFAULT_BASE_MODEL` (a tiny pre-trained chat model with a
+word-level tokenizer, shipped with the package) or a Hugging Face model folder on disk.
+
+Modules: `model` (base models), `lora` (adapters), `generation` (batched sampling with a KV
+cache), `losses`, `checkpoints`, `pretrain` (rebuilds the embedded weights), and the three
+clients.
 
 Imports are lazy: `import engine.local` stays cheap (no torch/transformers) until a client or
 the tokenizer is used.

@@ -2,9 +2,10 @@
 
 ``tinker://<model_id>/weights/<name>`` (model + optimizer state, from `save_state`) lives in
 ``<checkpoint_dir>/<model_id>/weights/<name>/`` and ``tinker://<model_id>/sampler_weights/<name>``
-(weights only) in ``.../sampler_weights/<name>/``. Each folder holds ``meta.json``,
-``model.pt`` and, for training state, ``optimizer.pt``. A new process given the same
-`checkpoint_dir` can load any of them. Folders are written under a temporary name and renamed,
+(weights only) in ``.../sampler_weights/<name>/``. Each folder holds ``meta.json`` (base model,
+LoRA rank and layers), ``adapter.pt`` (the LoRA matrices: the base weights are never copied)
+and, for training state, ``optimizer.pt``. A new process given the same `checkpoint_dir` can
+load any of them; a folder base model must still be at the path recorded in ``meta.json``. Folders are written under a temporary name and renamed,
 so a crash never leaves a half-written checkpoint behind a valid name.
 """
 
@@ -21,7 +22,8 @@ from typing import Any
 
 from engine.local.errors import bad_request, conflict, not_found
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+MODEL_FILE = "adapter.pt"
 KINDS = ("weights", "sampler_weights")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 CHECKPOINT_DIR_ENV = "TINKER_TUI_CHECKPOINT_DIR"
@@ -97,7 +99,7 @@ def save(
     try:
         meta = {**meta, "format": FORMAT_VERSION, "created_unix": time.time()}
         meta["has_optimizer"] = optimizer_state is not None
-        torch.save(model_state, tmp / "model.pt")
+        torch.save(model_state, tmp / MODEL_FILE)
         if optimizer_state is not None:
             torch.save(optimizer_state, tmp / "optimizer.pt")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
@@ -120,9 +122,17 @@ def load(
     folder = Path(folder)
     try:
         meta = json.loads((folder / "meta.json").read_text())
+        if meta.get("format") == 1:
+            raise ValueError(
+                "it is a full fine-tuning checkpoint of an older tinker-tui (format 1); "
+                "this version trains and loads LoRA adapters only"
+            )
         if meta.get("format") != FORMAT_VERSION:
             raise ValueError(f"unsupported checkpoint format {meta.get('format')!r}")
-        model_state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
+        for key in ("base_model", "lora_rank", "lora_kinds"):
+            if key not in meta:
+                raise ValueError(f"meta.json lacks {key!r}")
+        model_state = torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=True)
     except Exception as exc:
         raise not_found(f"Checkpoint {path!r} at {folder} is unreadable: {exc}") from exc
     optimizer_state = None
@@ -141,3 +151,31 @@ def load(
                 f"Checkpoint {path!r}: optimizer state at {folder} is unreadable: {exc}"
             ) from exc
     return meta, model_state, optimizer_state
+
+
+def restore_adapter(meta: dict[str, Any], state: dict[str, Any], base: Any, path: str) -> Any:
+    """The LoRA adapter saved in a checkpoint, on `base` (a loaded `model.BaseModel`)."""
+    from engine.local.lora import LORA_ALPHA, Adapter
+
+    try:
+        rank = int(meta["lora_rank"])
+        kinds = tuple(meta["lora_kinds"])
+        adapter = Adapter.create(base.layers, rank, kinds, seed=0, device=base.device)
+        adapter.alpha = float(meta.get("lora_alpha", LORA_ALPHA))
+        adapter.load_state_dict(state)
+    except Exception as exc:
+        raise bad_request(
+            f"Checkpoint {path!r} does not fit base model {base.name!r}: {exc}"
+        ) from exc
+    return adapter
+
+
+def adapter_meta(adapter: Any) -> dict[str, Any]:
+    return {
+        "lora_rank": adapter.rank,
+        "lora_alpha": adapter.alpha,
+        "lora_kinds": list(adapter.kinds),
+        "train_attn": "attn" in adapter.kinds,
+        "train_mlp": "mlp" in adapter.kinds,
+        "train_unembed": "unembed" in adapter.kinds,
+    }

@@ -1,26 +1,42 @@
 """Batched autoregressive sampling with a KV cache, for the local sampling client.
 
 All rows of a batch (every sample of every merged request) go through the model together:
-prompts are left-padded, position ids come from the attention mask, the cache is reused each
-step, and rows that finish are dropped from the batch (and its cache). Per-row temperature,
-top-k, top-p, length and stop conditions, so requests with different parameters can share one
-batch. Reported logprobs are ``log_softmax(logits / temperature)`` of the chosen token (plain
-model logprobs at temperature 1 and for greedy decoding), before any top-k/top-p filtering.
+each distinct prompt is prefilled once (left-padded, position ids from the attention mask) and
+its cache is then copied to every row that continues it; each decoding step is one forward
+pass for all live rows, and rows that finish are dropped from the batch and its cache. Per-row
+temperature, top-k, top-p, length and stop conditions, so requests with different parameters
+share one batch. Reported logprobs are ``log_softmax(logits / temperature)`` of the chosen
+token (plain model logprobs at temperature 1 and for greedy decoding), before any top-k/top-p
+filtering; top-k logprobs (``topk_sample_logprobs``) come from the same distribution.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import tinker
 import torch
+from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
 
 from engine.local.errors import bad_request
-from engine.local.tokenizer import WordTokenizer
 
 DEFAULT_MAX_TOKENS = 64
+MAX_TOPK = 1000
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What request validation and decoding need to know about a model."""
+
+    tokenizer: Any
+    vocab_size: int
+    max_context: int
+    pad_token_id: int
+    eos_ids: frozenset[int]
+    device: torch.device
 
 
 @dataclass
@@ -38,6 +54,8 @@ class GenRequest:
     stop_strings: tuple[str, ...]
     include_prompt_logprobs: bool = False
     prompt_logprobs_last_n: int | None = None
+    topk_prompt: int = 0
+    topk_sample: int = 0
 
 
 @dataclass
@@ -45,18 +63,29 @@ class GenResult:
     tokens: list[list[int]] = field(default_factory=list)
     logprobs: list[list[float]] = field(default_factory=list)
     stop_reasons: list[str] = field(default_factory=list)
+    topk: list[TopkLogprobs | None] = field(default_factory=list)
     prompt_logprobs: np.ndarray | None = None
+    topk_prompt: TopkLogprobs | None = None
+
+
+def _check_k(name: str, value: int, limit: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise bad_request(f"{name} must be a non-negative integer, got {value!r}")
+    if value > limit:
+        raise bad_request(f"{name} must be at most {limit}, got {value}")
+    return value
 
 
 def make_request(
     prompt: tinker.ModelInput,
     num_samples: int,
     params: tinker.SamplingParams,
-    tokenizer: WordTokenizer,
-    max_context: int,
+    facts: ModelFacts,
     *,
     include_prompt_logprobs: bool = False,
     prompt_logprobs_last_n: int | None = None,
+    topk_prompt_logprobs: int = 0,
+    topk_sample_logprobs: int = 0,
 ) -> GenRequest:
     """Validate a sample call against Tinker's rules, with messages that say what is wrong."""
     if not isinstance(prompt, tinker.ModelInput):
@@ -65,17 +94,17 @@ def make_request(
         ids = prompt.to_ints()
     except ValueError as exc:
         raise bad_request(f"prompt: {exc} (the local backend takes token chunks only)") from None
-    vocab = len(tokenizer)
+    vocab = facts.vocab_size
     if not ids:
         raise bad_request("prompt is empty: the local model needs at least one token")
     bad = [t for t in ids if not 0 <= t < vocab]
     if bad:
         raise bad_request(f"prompt has token id(s) outside the vocabulary [0, {vocab}): {bad[:5]}")
-    if len(ids) >= max_context:
+    if len(ids) >= facts.max_context:
         raise bad_request(
-            f"prompt has {len(ids)} tokens; the model's context is {max_context} tokens"
+            f"prompt has {len(ids)} tokens; the model's context is {facts.max_context} tokens"
         )
-    if not isinstance(num_samples, int) or num_samples < 1:
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
         raise bad_request(f"num_samples must be a positive integer, got {num_samples!r}")
     if not isinstance(params, tinker.SamplingParams):
         raise bad_request(
@@ -84,7 +113,7 @@ def make_request(
     max_tokens = DEFAULT_MAX_TOKENS if params.max_tokens is None else int(params.max_tokens)
     if max_tokens < 1:
         raise bad_request(f"sampling_params.max_tokens must be >= 1, got {params.max_tokens}")
-    max_tokens = min(max_tokens, max_context - len(ids))
+    max_tokens = min(max_tokens, facts.max_context - len(ids))
     temperature = float(params.temperature)
     if not temperature >= 0.0:
         raise bad_request(f"sampling_params.temperature must be >= 0, got {params.temperature}")
@@ -99,13 +128,12 @@ def make_request(
     stop_ids: set[int] = set()
     stop_strings: list[str] = []
     if stop is None:
-        stop_ids.add(tokenizer.eos_token_id)
+        stop_ids |= facts.eos_ids
     elif isinstance(stop, str):
         stop_strings.append(stop)
-        stop_ids.add(tokenizer.eos_token_id)
+        stop_ids |= facts.eos_ids
     else:
-        items = list(stop)
-        for item in items:
+        for item in list(stop):
             if isinstance(item, str):
                 stop_strings.append(item)
             elif isinstance(item, int) and not isinstance(item, bool):
@@ -115,17 +143,20 @@ def make_request(
             else:
                 raise bad_request(f"stop entries must be str or int, got {item!r}")
         if stop_strings:
-            stop_ids.add(tokenizer.eos_token_id)  # strings stop at EOS too; ids replace it
+            stop_ids |= facts.eos_ids  # strings stop at EOS too; ids replace it
     if any(s == "" for s in stop_strings):
         raise bad_request("stop strings must be non-empty")
 
     if prompt_logprobs_last_n is not None:
-        if not include_prompt_logprobs:
+        if not (include_prompt_logprobs or topk_prompt_logprobs):
             raise bad_request("prompt_logprobs_last_n requires include_prompt_logprobs=True")
         if not 1 <= prompt_logprobs_last_n <= len(ids) - 1:
             raise bad_request(
                 f"prompt_logprobs_last_n must be between 1 and len(prompt) - 1 = {len(ids) - 1}"
             )
+    limit = min(MAX_TOPK, vocab)
+    topk_prompt = _check_k("topk_prompt_logprobs", topk_prompt_logprobs, limit)
+    topk_sample = _check_k("topk_sample_logprobs", topk_sample_logprobs, limit)
     return GenRequest(
         prompt=ids,
         num_samples=num_samples,
@@ -138,18 +169,38 @@ def make_request(
         stop_strings=tuple(stop_strings),
         include_prompt_logprobs=include_prompt_logprobs,
         prompt_logprobs_last_n=prompt_logprobs_last_n,
+        topk_prompt=topk_prompt,
+        topk_sample=topk_sample,
+    )
+
+
+def _topk_matrix(values: torch.Tensor, indices: torch.Tensor) -> TopkLogprobs:
+    return TopkLogprobs(
+        token_ids=indices.to("cpu", torch.int32).numpy().copy(),
+        logprobs=values.to("cpu", torch.float32).numpy().copy(),
     )
 
 
 @torch.inference_mode()
-def prompt_logprobs(model: torch.nn.Module, ids: Sequence[int]) -> np.ndarray:
-    """``[nan, log p(ids[1] | ids[:1]), ...]`` as float32."""
-    x = torch.tensor([list(ids)], dtype=torch.long)
+def prompt_logprobs(
+    model: torch.nn.Module, ids: Sequence[int], device: torch.device, topk: int = 0
+) -> tuple[np.ndarray, TopkLogprobs | None]:
+    """``[nan, log p(ids[1] | ids[:1]), ...]`` as float32, and optionally the top-k
+    ``(length, k)`` matrices (row 0 is the sentinel: nothing predicts the first token)."""
+    x = torch.tensor([list(ids)], dtype=torch.long, device=device)
     logits = model(input_ids=x).logits[0, :-1].float()
-    lp = torch.log_softmax(logits, dim=-1).gather(1, x[0, 1:, None]).squeeze(1)
+    logp = torch.log_softmax(logits, dim=-1)
+    lp = logp.gather(1, x[0, 1:, None]).squeeze(1)
     out = np.full(len(ids), np.nan, dtype=np.float32)
-    out[1:] = lp.numpy()
-    return out
+    out[1:] = lp.cpu().numpy()
+    if topk <= 0:
+        return out, None
+    values, indices = torch.topk(logp, topk, dim=-1)
+    token_ids = np.zeros((len(ids), topk), dtype=np.int32)
+    lps = np.full((len(ids), topk), MASK_LOGPROB, dtype=np.float32)
+    token_ids[1:] = indices.cpu().numpy()
+    lps[1:] = values.cpu().numpy()
+    return out, TopkLogprobs(token_ids=token_ids, logprobs=lps)
 
 
 def _filter_top_k_top_p(
@@ -158,7 +209,7 @@ def _filter_top_k_top_p(
     """Mask logits outside each row's top-k, then outside its top-p nucleus."""
     sorted_logits, sorted_idx = torch.sort(scaled, dim=-1, descending=True)
     vocab = scaled.shape[-1]
-    ranks = torch.arange(vocab).unsqueeze(0)
+    ranks = torch.arange(vocab, device=scaled.device).unsqueeze(0)
     remove = ranks >= top_k.unsqueeze(1)
     sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
     probs = torch.softmax(sorted_logits, dim=-1)
@@ -169,10 +220,11 @@ def _filter_top_k_top_p(
 
 
 def _draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One token per row by inverse CDF: one uniform per row (torch.multinomial is ~20x slower
-    here). Zero-probability tokens are never drawn (first index whose CDF exceeds u)."""
+    """One token per row by inverse CDF: one uniform per row from the (CPU) generator, so the
+    same seed draws the same numbers on any device (torch.multinomial is ~20x slower here).
+    Zero-probability tokens are never drawn (first index whose CDF exceeds u)."""
     cdf = probs.cumsum(dim=-1)
-    u = torch.rand((probs.shape[0], 1), generator=generator) * cdf[:, -1:]
+    u = torch.rand((probs.shape[0], 1), generator=generator).to(probs.device) * cdf[:, -1:]
     chosen = torch.searchsorted(cdf, u, right=True).squeeze(1)
     overflow = chosen >= probs.shape[1]  # u rounded up to the total: take the last live token
     if bool(overflow.any()):
@@ -181,7 +233,7 @@ def _draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 
 def _hits_stop_string(
-    tokenizer: WordTokenizer, tokens: list[int], stops: tuple[str, ...], window: int
+    tokenizer: Any, tokens: list[int], stops: tuple[str, ...], window: int
 ) -> bool:
     text = tokenizer.decode(tokens[-window:])
     return any(s in text for s in stops)
@@ -190,41 +242,29 @@ def _hits_stop_string(
 @torch.inference_mode()
 def generate(
     model: torch.nn.Module,
-    tokenizer: WordTokenizer,
+    facts: ModelFacts,
     requests: Sequence[GenRequest],
     generator: torch.Generator,
 ) -> list[GenResult]:
     """Sample every row of every request in one batched, cached decoding loop."""
     from transformers import DynamicCache
 
+    device = facts.device
     rows: list[GenRequest] = [r for r in requests for _ in range(r.num_samples)]
     num_rows = len(rows)
-    pad = tokenizer.pad_token_id
-    width = max(len(r.prompt) for r in rows)
-    input_ids = torch.full((num_rows, width), pad, dtype=torch.long)
-    attention = torch.zeros((num_rows, width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        n = len(r.prompt)
-        input_ids[i, width - n :] = torch.tensor(r.prompt, dtype=torch.long)
-        attention[i, width - n :] = 1
+
+    # Prefill each distinct prompt once, then give every row its prompt's cache.
+    unique: dict[tuple[int, ...], int] = {}
+    row_prompt = [unique.setdefault(tuple(r.prompt), len(unique)) for r in rows]
+    prompts = list(unique)
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), facts.pad_token_id, dtype=torch.long)
+    attention = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        attention[i, width - len(p) :] = 1
+    input_ids, attention = input_ids.to(device), attention.to(device)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
-
-    temperature = torch.tensor([r.temperature for r in rows], dtype=torch.float32)
-    greedy = temperature == 0.0
-    safe_temperature = torch.where(greedy, torch.ones_like(temperature), temperature)
-    vocab = len(tokenizer)
-    top_k = torch.tensor([r.top_k if r.top_k > 0 else vocab for r in rows], dtype=torch.long)
-    top_p = torch.tensor([r.top_p for r in rows], dtype=torch.float32)
-    filtering = bool((top_k < vocab).any() or (top_p < 1.0).any())
-    all_greedy = bool(greedy.all())
-
-    # Enough trailing tokens to contain any stop string (a byte token is 1/4 of a character).
-    windows = [4 * max((len(s) for s in r.stop_strings), default=0) + 8 for r in rows]
-    out_tokens: list[list[int]] = [[] for _ in rows]
-    out_logprobs: list[list[float]] = [[] for _ in rows]
-    reasons: list[str | None] = [None] * num_rows
-    live = list(range(num_rows))  # batch position -> row
-
     cache = DynamicCache()
     out = model(
         input_ids=input_ids,
@@ -234,9 +274,38 @@ def generate(
         use_cache=True,
         logits_to_keep=1,
     )
+    logits = out.logits[:, -1, :].float()
+    if len(prompts) != num_rows:
+        expand = torch.tensor(row_prompt, dtype=torch.long, device=device)
+        cache.batch_select_indices(expand)
+        logits = logits.index_select(0, expand)
+        attention = attention.index_select(0, expand)
+        positions = positions.index_select(0, expand)
     last_pos = positions[:, -1]
+
+    def per_row(values: list[Any], dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor(values, dtype=dtype, device=device)
+
+    temperature = per_row([r.temperature for r in rows], torch.float32)
+    greedy = temperature == 0.0
+    safe_temperature = torch.where(greedy, torch.ones_like(temperature), temperature)
+    vocab = logits.shape[-1]
+    top_k = per_row([r.top_k if r.top_k > 0 else vocab for r in rows], torch.long)
+    top_p = per_row([r.top_p for r in rows], torch.float32)
+    filtering = bool((top_k < vocab).any() or (top_p < 1.0).any())
+    all_greedy = bool(greedy.all())
+    any_greedy = bool(greedy.any())
+    topk_rows = [r.topk_sample for r in rows]
+
+    # Enough trailing tokens to contain any stop string (a byte token is 1/4 of a character).
+    windows = [4 * max((len(s) for s in r.stop_strings), default=0) + 8 for r in rows]
+    out_tokens: list[list[int]] = [[] for _ in rows]
+    out_logprobs: list[list[float]] = [[] for _ in rows]
+    out_topk: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in rows]
+    reasons: list[str | None] = [None] * num_rows
+    live = list(range(num_rows))  # batch position -> row
+
     while True:
-        logits = out.logits[:, -1, :].float()
         scaled = logits / safe_temperature.unsqueeze(1)
         logp_all = torch.log_softmax(scaled, dim=-1)
         if all_greedy:
@@ -244,9 +313,13 @@ def generate(
         else:
             sample_from = _filter_top_k_top_p(scaled, top_k, top_p) if filtering else scaled
             chosen = _draw(torch.softmax(sample_from, dim=-1), generator)
-            if bool(greedy.any()):
+            if any_greedy:
                 chosen = torch.where(greedy, logits.argmax(dim=-1), chosen)
         chosen_lp = logp_all.gather(1, chosen.unsqueeze(1)).squeeze(1)
+        k_max = max(topk_rows[row] for row in live)
+        if k_max:
+            top_values, top_indices = torch.topk(logp_all, k_max, dim=-1)
+            top_values, top_indices = top_values.cpu().numpy(), top_indices.cpu().numpy()
 
         keep: list[int] = []
         for b, (tok, lp) in enumerate(zip(chosen.tolist(), chosen_lp.tolist(), strict=True)):
@@ -254,9 +327,15 @@ def generate(
             r = rows[row]
             out_tokens[row].append(tok)
             out_logprobs[row].append(lp)
+            if r.topk_sample:
+                out_topk[row].append(
+                    (top_indices[b, : r.topk_sample], top_values[b, : r.topk_sample])
+                )
             if tok in r.stop_ids or (
                 r.stop_strings
-                and _hits_stop_string(tokenizer, out_tokens[row], r.stop_strings, windows[row])
+                and _hits_stop_string(
+                    facts.tokenizer, out_tokens[row], r.stop_strings, windows[row]
+                )
             ):
                 reasons[row] = "stop"
             elif len(out_tokens[row]) >= r.max_tokens:
@@ -266,7 +345,7 @@ def generate(
         if not keep:
             break
         if len(keep) < len(live):
-            index = torch.tensor(keep, dtype=torch.long)
+            index = torch.tensor(keep, dtype=torch.long, device=device)
             cache.batch_select_indices(index)
             attention = attention.index_select(0, index)
             last_pos = last_pos.index_select(0, index)
@@ -285,6 +364,7 @@ def generate(
             past_key_values=cache,
             use_cache=True,
         )
+        logits = out.logits[:, -1, :].float()
 
     results: list[GenResult] = []
     row = 0
@@ -294,11 +374,22 @@ def generate(
             res.tokens.append(out_tokens[row])
             res.logprobs.append(out_logprobs[row])
             res.stop_reasons.append(reasons[row] or "length")
+            if r.topk_sample:
+                ids = np.stack([i for i, _ in out_topk[row]]).astype(np.int32)
+                lps = np.stack([v for _, v in out_topk[row]]).astype(np.float32)
+                res.topk.append(TopkLogprobs(token_ids=ids, logprobs=lps))
+            else:
+                res.topk.append(None)
             row += 1
-        if r.include_prompt_logprobs:
-            plp = prompt_logprobs(model, r.prompt)
+        if r.include_prompt_logprobs or r.topk_prompt:
+            plp, topk = prompt_logprobs(model, r.prompt, device, r.topk_prompt)
             if r.prompt_logprobs_last_n is not None:
-                plp[: len(r.prompt) - r.prompt_logprobs_last_n] = np.nan
-            res.prompt_logprobs = plp
+                first = len(r.prompt) - r.prompt_logprobs_last_n
+                plp[:first] = np.nan
+                if topk is not None:
+                    topk.token_ids[:first] = 0
+                    topk.logprobs[:first] = MASK_LOGPROB
+            res.prompt_logprobs = plp if r.include_prompt_logprobs else None
+            res.topk_prompt = topk
         results.append(res)
     return results

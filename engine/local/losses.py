@@ -62,29 +62,45 @@ def cispo(
     return -(clipped * target_logprobs * advantages)
 
 
+def dro(
+    target_logprobs: torch.Tensor,
+    sampling_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    beta: float = 0.05,
+) -> torch.Tensor:
+    """DRO: ``-(logp * A - beta/2 * (logp - sampling_logp)^2)`` per token (Tinker's formula).
+
+    The quadratic penalty keeps the policy near the sampler; it applies at every position,
+    so positions that should not count need ``logprobs`` equal to the current ones there.
+    Tinker's documentation gives the formula and a custom ``beta`` of 0.05, not the server's
+    default; 0.05 is used here when no ``loss_fn_config`` is given.
+    """
+    quadratic = (target_logprobs - sampling_logprobs) ** 2
+    return -(target_logprobs * advantages - 0.5 * beta * quadratic)
+
+
 @dataclass(frozen=True)
 class LossSpec:
-    """Which per-token inputs a loss takes (besides target_tokens) and its config keys."""
+    """Which per-token inputs a loss takes, its config keys with defaults, and the input
+    whose zero entries make a position contribute no gradient (None: every position may)."""
 
     inputs: tuple[str, ...]
     config_defaults: Mapping[str, float]
+    coefficient: str | None = "advantages"
 
+
+_RL_INPUTS = ("target_tokens", "logprobs", "advantages")
 
 LOSSES: dict[str, LossSpec] = {
-    "cross_entropy": LossSpec(("target_tokens", "weights"), {}),
-    "importance_sampling": LossSpec(("target_tokens", "logprobs", "advantages"), {}),
-    "ppo": LossSpec(
-        ("target_tokens", "logprobs", "advantages"),
-        {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
-    ),
-    "cispo": LossSpec(
-        ("target_tokens", "logprobs", "advantages"),
-        {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
-    ),
+    "cross_entropy": LossSpec(("target_tokens", "weights"), {}, "weights"),
+    "importance_sampling": LossSpec(_RL_INPUTS, {}),
+    "ppo": LossSpec(_RL_INPUTS, {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}),
+    "cispo": LossSpec(_RL_INPUTS, {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0}),
+    "dro": LossSpec(_RL_INPUTS, {"beta": 0.05}, None),
 }
 
 # Known to Tinker but not implemented here: named separately so the error says so.
-UNSUPPORTED_LOSSES = ("dro", "gspo", "stable_reinforce", "custom")
+UNSUPPORTED_LOSSES = ("gspo", "stable_reinforce", "custom")
 
 
 def check_loss_name(loss_fn: str) -> LossSpec:
@@ -92,6 +108,11 @@ def check_loss_name(loss_fn: str) -> LossSpec:
     if spec is not None:
         return spec
     supported = ", ".join(LOSSES)
+    if loss_fn == "custom":
+        raise bad_request(
+            "loss_fn 'custom' is not a built-in loss: call forward_backward_custom(data, fn) "
+            f"with a Python loss function; built-in losses here: {supported}"
+        )
     if loss_fn in UNSUPPORTED_LOSSES:
         raise bad_request(
             f"loss_fn {loss_fn!r} is a Tinker loss the local backend does not implement; "
@@ -158,5 +179,7 @@ def elementwise_loss(
         return ppo(target_logprobs, inputs["logprobs"], inputs["advantages"], **config)
     if loss_fn == "cispo":
         return cispo(target_logprobs, inputs["logprobs"], inputs["advantages"], **config)
+    if loss_fn == "dro":
+        return dro(target_logprobs, inputs["logprobs"], inputs["advantages"], **config)
     check_loss_name(loss_fn)  # raises for unknown names
     raise AssertionError(f"loss {loss_fn!r} is registered but not dispatched")

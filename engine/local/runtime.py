@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -54,6 +55,31 @@ def torch_executor() -> ThreadPoolExecutor:
 def submit(fn: Callable[..., T], *args: Any, **kwargs: Any) -> AwaitableConcurrentFuture[T]:
     """Run `fn` on the torch thread, after everything submitted before it."""
     return AwaitableConcurrentFuture(torch_executor().submit(fn, *args, **kwargs))
+
+
+class ClientFuture(AwaitableConcurrentFuture[T]):
+    """The future of a client (what `ServiceClient.create_*` returns).
+
+    Like the SDK's back-compat futures, it also forwards attribute access to the client once it
+    is ready, with a FutureWarning: old code that used the return value as the client keeps
+    working. Prefer ``await`` or ``.result()``.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        warnings.warn(
+            f"Using the future as the client is deprecated; call .result() on it, or await it, "
+            f"to get the client first (accessed {name!r})",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return getattr(self.result(), name)
+
+
+def submit_client(fn: Callable[..., T], *args: Any) -> ClientFuture[T]:
+    """`submit` for client creation: the future also stands in for the client."""
+    return ClientFuture(torch_executor().submit(fn, *args))
 
 
 def completed(value: T) -> AwaitableConcurrentFuture[T]:

@@ -1,19 +1,28 @@
 """`LocalSamplingClient`: Tinker's SamplingClient, in-process, frozen to one weight snapshot.
 
-A sampling client owns a private copy of the weights taken when it was created, so training
-that happens afterwards never changes what it samples (Tinker's contract). Sampling runs on the
-shared torch thread (`runtime`); `sample` calls that are waiting there together are merged into
-one batched generation, which is what makes many concurrent rollout workers cheap on a CPU.
-Requests that carry a seed run in a batch of their own, so the same seed always gives the same
-samples. The client pickles (weights + names); the torch thread is recreated lazily on load.
+A sampling client holds the shared frozen base model and its own detached copy of a LoRA
+adapter (or none: the plain base), taken when it was created, so training that happens
+afterwards never changes what it samples (Tinker's contract). The copy is small (the adapter,
+not the model), and a client no longer referenced is freed with it. For a small base (the
+embedded model) the adapter is merged into a private copy of the adapted weights on first use,
+so sampling costs exactly what the plain model costs; bigger bases apply the adapter on the
+fly (`MERGE_MAX_BYTES`).
+
+Sampling runs on the shared torch thread (`runtime`); `sample` calls that are waiting there
+together are merged into one batched generation (`generation.generate`), which is what makes
+many concurrent rollout workers cheap. Requests that carry a seed run in a batch of their own,
+so the same seed always gives the same samples. The client pickles (base name + adapter); the
+torch thread is recreated lazily on load.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import secrets
 import threading
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -22,21 +31,23 @@ import tinker
 import torch
 from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
 
-from engine.local import runtime
+from engine.local import lora, runtime
 from engine.local.errors import bad_request
 from engine.local.generation import GenRequest, generate, make_request, prompt_logprobs
-from engine.local.model import build_model, get_spec, state_dict_copy
-from engine.local.tokenizer import WordTokenizer
+from engine.local.model import BaseModel, load_base
 
 if TYPE_CHECKING:
     from tinker.lib.public_interfaces.api_future import APIFuture
 
 # Rows (prompt copies) merged into one generation at most; more wait for the next batch.
 MAX_BATCH_ROWS = 256
+# Merge the adapter into a private copy of the adapted weights when the base is at most this
+# big (the copy is about the size of the base); otherwise apply it on the fly.
+MERGE_MAX_BYTES = 64 << 20
 
 
 class LocalSamplingClient:
-    """Samples from a frozen copy of a model's weights. Same surface as `tinker.SamplingClient`.
+    """Samples from a frozen snapshot of a model. Same surface as `tinker.SamplingClient`.
 
     Create it with `LocalTrainingClient.save_weights_and_get_sampling_client()` or
     `LocalServiceClient.create_sampling_client(...)`, not directly.
@@ -44,46 +55,56 @@ class LocalSamplingClient:
 
     def __init__(
         self,
-        base_model: str,
-        model: torch.nn.Module,
-        tokenizer: WordTokenizer,
+        base: BaseModel,
+        adapter: lora.Adapter | None,
         *,
         model_path: str | None = None,
+        sampler_id: str | None = None,
     ) -> None:
-        model.eval()
-        model.requires_grad_(False)
-        self._base_model = base_model
-        self._model = model
-        self._tokenizer = tokenizer
+        self._base = base
+        self._adapter = adapter
         self._model_path = model_path
-        self._max_context = get_spec(base_model).max_context_length
-        self._sampler_id = f"local-sampler-{uuid.uuid4().hex[:12]}"
+        self._sampler_id = sampler_id or f"local-sampler-{uuid.uuid4().hex[:12]}"
         self._init_runtime_state()
 
     def _init_runtime_state(self) -> None:
+        self._facts = self._base.facts
+        self._merged: dict[str, torch.Tensor] | None = None
         self._pending: list[tuple[GenRequest, Future[tinker.SampleResponse]]] = []
         self._pending_lock = threading.Lock()
         self._seq_counter = itertools.count()
 
-    # -- pickling: weights travel, locks and queues are rebuilt ---------------------------
+    # -- pickling: base name and adapter travel, locks and queues are rebuilt ---------------
     def __getstate__(self) -> dict[str, Any]:
+        adapter = self._adapter
         return {
-            "base_model": self._base_model,
-            "state_dict": state_dict_copy(self._model),
+            "base_model": self._base.name,
+            "adapter": None
+            if adapter is None
+            else {
+                "rank": adapter.rank,
+                "alpha": adapter.alpha,
+                "kinds": list(adapter.kinds),
+                "state": adapter.state_dict(),
+            },
             "model_path": self._model_path,
             "sampler_id": self._sampler_id,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        model, tokenizer = build_model(state["base_model"])
-        model.load_state_dict(state["state_dict"])
-        model.eval()
-        model.requires_grad_(False)
-        self._base_model = state["base_model"]
-        self._model = model
-        self._tokenizer = tokenizer
+        base = load_base(state["base_model"])
+        adapter = None
+        saved = state["adapter"]
+        if saved is not None:
+            adapter = lora.Adapter.create(
+                base.layers, saved["rank"], tuple(saved["kinds"]), seed=0, device=base.device
+            )
+            adapter.alpha = saved["alpha"]
+            adapter.load_state_dict(saved["state"])
+            adapter = adapter.snapshot()
+        self._base = base
+        self._adapter = adapter
         self._model_path = state["model_path"]
-        self._max_context = get_spec(self._base_model).max_context_length
         self._sampler_id = state["sampler_id"]
         self._init_runtime_state()
 
@@ -93,18 +114,38 @@ class LocalSamplingClient:
         """The checkpoint path it was loaded from; None for a snapshot or a base model."""
         return self._model_path
 
-    def get_tokenizer(self) -> WordTokenizer:
-        return self._tokenizer
+    def get_tokenizer(self) -> Any:
+        return self._base.tokenizer
 
     def get_base_model(self) -> str:
-        return self._base_model
+        return self._base.name
 
     async def get_base_model_async(self) -> str:
-        return self._base_model
+        return self._base.name
+
+    def get_telemetry(self) -> None:
+        """No telemetry locally (the SDK returns None when it is off)."""
+        return None
 
     def __repr__(self) -> str:
-        src = self._model_path or "snapshot"
-        return f"LocalSamplingClient({self._base_model!r}, {src}, id={self._sampler_id})"
+        src = self._model_path or ("snapshot" if self._adapter is not None else "base")
+        return f"LocalSamplingClient({self._base.name!r}, {src}, id={self._sampler_id})"
+
+    @contextlib.contextmanager
+    def _weights(self) -> Iterator[None]:
+        """Run the base with this client's adapter (merged when the base is small)."""
+        layers, adapter = self._base.layers, self._adapter
+        if adapter is None:
+            with lora.activate(layers):
+                yield
+        elif self._base.weight_bytes() <= MERGE_MAX_BYTES:
+            if self._merged is None:
+                self._merged = adapter.merge(layers)
+            with lora.activate(layers, merged=self._merged):
+                yield
+        else:
+            with lora.activate(layers, adapter):
+                yield
 
     # -- sampling ---------------------------------------------------------------------------
     def sample(
@@ -123,19 +164,21 @@ class LocalSamplingClient:
 
         `sampling_params`: ``max_tokens`` None means 64 (and never past the context);
         ``temperature`` 0 is greedy; ``top_k`` -1 and ``top_p`` 1 are off; ``seed`` makes the
-        request reproducible. ``stop``: None stops at EOS; a string or list of strings stops
-        once the generated text contains one (the completing token is included) and at EOS;
-        a list of token ids stops at any of them (included; EOS only if listed); ``[]`` never
-        stops early. ``stop_reason`` is "stop" for those, "length" at ``max_tokens``.
-        Sequence logprobs are ``log_softmax(logits / temperature)`` of each chosen token.
-        Top-k logprob outputs, target/alt prompt tokens are not supported locally.
+        request reproducible. ``stop``: None stops at end of sequence; a string or list of
+        strings stops once the generated text contains one (the completing token is included)
+        and at end of sequence; a list of token ids stops at any of them (included; end of
+        sequence only if listed); ``[]`` never stops early. ``stop_reason`` is "stop" for
+        those, "length" at ``max_tokens``. Every sequence carries ``logprobs``
+        (``log_softmax(logits / temperature)`` of each chosen token) and a ``sequence_id``.
+        ``topk_sample_logprobs=k`` adds each position's k most likely tokens from the same
+        distribution (``SampledSequence.topk_logprobs``); ``include_prompt_logprobs`` and
+        ``topk_prompt_logprobs`` score the prompt. ``target_prompt_logprobs`` and
+        ``prompt_alt_tokens_k`` are not supported locally (BadRequestError).
         """
         try:
             unsupported = [
                 name
                 for name, value in (
-                    ("topk_prompt_logprobs", topk_prompt_logprobs),
-                    ("topk_sample_logprobs", topk_sample_logprobs),
                     ("target_prompt_logprobs", target_prompt_logprobs),
                     ("prompt_alt_tokens_k", prompt_alt_tokens_k),
                 )
@@ -149,10 +192,11 @@ class LocalSamplingClient:
                 prompt,
                 num_samples,
                 sampling_params,
-                self._tokenizer,
-                self._max_context,
+                self._facts,
                 include_prompt_logprobs=include_prompt_logprobs,
                 prompt_logprobs_last_n=prompt_logprobs_last_n,
+                topk_prompt_logprobs=topk_prompt_logprobs,
+                topk_sample_logprobs=topk_sample_logprobs,
             )
         except Exception as exc:
             return runtime.failed(exc)
@@ -196,8 +240,7 @@ class LocalSamplingClient:
                 prompt,
                 1,
                 tinker.SamplingParams(max_tokens=1),
-                self._tokenizer,
-                self._max_context,
+                self._facts,
                 include_prompt_logprobs=True,
                 prompt_logprobs_last_n=prompt_logprobs_last_n,
             )
@@ -205,7 +248,8 @@ class LocalSamplingClient:
             return runtime.failed(exc)
 
         def run() -> list[float | None]:
-            values = prompt_logprobs(self._model, request.prompt)
+            with self._weights():
+                values, _ = prompt_logprobs(self._base.module, request.prompt, self._base.device)
             if request.prompt_logprobs_last_n is not None:
                 values[: len(request.prompt) - request.prompt_logprobs_last_n] = np.nan
             return [None if np.isnan(v) else float(v) for v in values]
@@ -256,7 +300,10 @@ class LocalSamplingClient:
             return
         try:
             generator = torch.Generator().manual_seed(seed % (1 << 64) if seed is not None else 0)
-            results = generate(self._model, self._tokenizer, [req for req, _ in live], generator)
+            with self._weights():
+                results = generate(
+                    self._base.module, self._facts, [req for req, _ in live], generator
+                )
         except Exception as exc:
             for _, fut in live:
                 fut.set_exception(exc)
@@ -268,11 +315,16 @@ class LocalSamplingClient:
                     sequence_id=f"{self._sampler_id}-{next(self._seq_counter)}",
                     tokens_np=np.asarray(tokens, dtype=np.int32),
                     logprobs_np=np.asarray(logprobs, dtype=np.float32),
+                    topk_logprobs_np=topk,
                 )
-                for tokens, logprobs, reason in zip(
-                    res.tokens, res.logprobs, res.stop_reasons, strict=True
+                for tokens, logprobs, reason, topk in zip(
+                    res.tokens, res.logprobs, res.stop_reasons, res.topk, strict=True
                 )
             ]
             fut.set_result(
-                tinker.SampleResponse(sequences=sequences, prompt_logprobs_np=res.prompt_logprobs)
+                tinker.SampleResponse(
+                    sequences=sequences,
+                    prompt_logprobs_np=res.prompt_logprobs,
+                    topk_prompt_logprobs_np=res.topk_prompt,
+                )
             )

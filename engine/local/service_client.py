@@ -1,22 +1,32 @@
 """`LocalServiceClient`: the entry point of the local backend, shaped like `tinker.ServiceClient`.
 
-It needs no network and no credentials: it creates training and sampling clients on the
-embedded models and keeps checkpoints under `checkpoint_dir`. Creation calls return awaitable
-futures (model building runs on the torch thread), like the SDK's.
+It needs no network and no credentials: it creates LoRA training clients and sampling clients
+on the local base models (the embedded `tinker-tui/tiny-chat`, or a Hugging Face model folder
+given by its path; see `engine.local.model`) and keeps checkpoints under `checkpoint_dir`.
+Creation calls return awaitable futures (model loading runs on the torch thread), like the
+SDK's.
 """
 
 from __future__ import annotations
 
+import secrets
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from tinker import types
 
-from engine.local import checkpoints, runtime
+from engine.local import checkpoints, lora, runtime
 from engine.local.errors import bad_request
-from engine.local.model import _ensure_offline, build_model, get_spec, list_base_models
+from engine.local.model import (
+    canonical_name,
+    ensure_offline,
+    load_base,
+    local_models,
+    max_context_of,
+)
 from engine.local.sampling_client import LocalSamplingClient
 from engine.local.training_client import LocalTrainingClient, load_sampling_client
 
@@ -28,8 +38,8 @@ class LocalServiceClient:
     """In-process stand-in for `tinker.ServiceClient` (see `engine.local`).
 
     `checkpoint_dir` defaults to $TINKER_TUI_CHECKPOINT_DIR, else
-    $XDG_DATA_HOME/tinker-tui/checkpoints; it is created on the first save. Other SDK keyword
-    arguments (api_key, base_url, ...) are accepted and ignored.
+    $XDG_DATA_HOME/tinker-tui/checkpoints; it is created on the first save. The SDK's other
+    arguments (display_name, base_url, api_key, ...) are accepted and ignored.
     """
 
     def __init__(
@@ -37,10 +47,14 @@ class LocalServiceClient:
         user_metadata: dict[str, str] | None = None,
         project_id: str | None = None,
         *,
+        display_name: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        default_headers_overrides: Mapping[str, str] | None = None,
         checkpoint_dir: str | Path | None = None,
         **kwargs: Any,
     ) -> None:
-        _ensure_offline()
+        ensure_offline()
         self._user_metadata = user_metadata
         self._project_id = project_id
         self._checkpoint_dir = (
@@ -77,7 +91,7 @@ class LocalServiceClient:
 
     def close(
         self,
-        status: Literal["success", "errored", "interrupted"] = "success",
+        status: Literal["success", "errored", "interrupted"],
         detail: str | None = None,
     ) -> APIFuture[None]:
         """Mark the session finished; later client creation fails. Clients already made keep
@@ -89,18 +103,23 @@ class LocalServiceClient:
         if self._closed:
             raise RuntimeError("LocalServiceClient is closed")
 
+    def get_telemetry(self) -> None:
+        """No telemetry locally (the SDK returns None when it is off)."""
+        return None
+
     # -- capabilities -----------------------------------------------------------------------
     def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
-        """The embedded models (answered at once, no future, like the SDK's method)."""
+        """The local models: the embedded ones, model folders loaded in this process, and
+        those under $TINKER_TUI_LOCAL_MODELS (answered at once, like the SDK's method)."""
         return types.GetServerCapabilitiesResponse(
             supported_models=[
                 types.SupportedModel(
                     model_name=name,
-                    max_context_length=get_spec(name).max_context_length,
+                    max_context_length=max_context_of(name),
                     trainable=True,
                     sampleable=True,
                 )
-                for name in list_base_models()
+                for name in local_models()
             ]
         )
 
@@ -119,45 +138,63 @@ class LocalServiceClient:
         user_metadata: dict[str, str] | None = None,
         optimizer: types.OptimizerConfig | None = None,
     ) -> APIFuture[LocalTrainingClient]:
-        """A training client on a fresh copy of `base_model`.
+        """A training client with a fresh rank-`rank` LoRA adapter on `base_model`.
 
-        Full fine-tuning, not LoRA: `rank` is recorded only (see `LocalTrainingClient`). `seed`
-        is recorded; the base weights are the same in every process anyway.
+        `base_model` is an embedded name or a Hugging Face model folder path. `seed` seeds the
+        adapter's initialisation (None: random). The flags choose the adapted layers.
         """
         self._check_open()
         assert any([train_mlp, train_attn, train_unembed]), (
             "At least one of train_mlp, train_attn, or train_unembed must be True"
         )
         checkpoint_dir = self._checkpoint_dir
+        kinds = tuple(
+            kind
+            for kind, on in (("attn", train_attn), ("mlp", train_mlp), ("unembed", train_unembed))
+            if on
+        )
 
         def create() -> LocalTrainingClient:
             if optimizer is not None and getattr(optimizer, "type", "adamw") != "adamw":
                 raise bad_request(
                     f"optimizer {optimizer!r} is not supported by the local backend (AdamW only)"
                 )
-            if not isinstance(rank, int) or rank < 1:
+            if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
                 raise bad_request(f"rank must be a positive integer, got {rank!r}")
-            model, tokenizer = build_model(base_model)
+            base = load_base(base_model)
+            if not any(layer.kind in kinds for layer in base.layers.values()):
+                raise bad_request(
+                    f"{base.name!r} has no {'/'.join(kinds)} layers the local backend can adapt"
+                )
+            init_seed = seed if seed is not None else secrets.randbits(63)
+            adapter = lora.Adapter.create(
+                base.layers, rank, kinds, seed=init_seed, device=base.device
+            )
             return LocalTrainingClient(
                 model_id=_new_model_id(),
-                base_model=base_model,
-                model=model,
-                tokenizer=tokenizer,
+                base=base,
+                adapter=adapter,
                 checkpoint_dir=checkpoint_dir,
-                lora_rank=rank,
-                train_mlp=train_mlp,
-                train_attn=train_attn,
-                train_unembed=train_unembed,
                 seed=seed,
             )
 
-        return runtime.submit(create)
+        return runtime.submit_client(create)
 
     async def create_lora_training_client_async(
-        self, base_model: str, rank: int = 32, **kwargs: Any
+        self,
+        base_model: str,
+        rank: int = 32,
+        seed: int | None = None,
+        train_mlp: bool = True,
+        train_attn: bool = True,
+        train_unembed: bool = True,
+        user_metadata: dict[str, str] | None = None,
+        optimizer: types.OptimizerConfig | None = None,
     ) -> LocalTrainingClient:
         """Deprecated SDK alias: ``await create_lora_training_client(...)``."""
-        return await self.create_lora_training_client(base_model, rank, **kwargs)
+        return await self.create_lora_training_client(
+            base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata, optimizer
+        )
 
     def _from_state(
         self, path: str, with_optimizer: bool, base_model: str | None
@@ -167,35 +204,25 @@ class LocalServiceClient:
 
         def create() -> LocalTrainingClient:
             folder = checkpoints.resolve(checkpoint_dir, path)
-            meta, model_state, optimizer_state = checkpoints.load(
+            meta, state, optimizer_state = checkpoints.load(
                 folder, with_optimizer=with_optimizer, path=path
             )
             name = meta["base_model"]
-            if base_model is not None and base_model != name:
+            if base_model is not None and canonical_name(base_model) != name:
                 raise bad_request(
                     f"Checkpoint {path!r} is of base model {name!r}, not {base_model!r}"
                 )
-            model, tokenizer = build_model(name)
-            try:
-                model.load_state_dict(model_state)
-            except Exception as exc:
-                raise bad_request(
-                    f"Checkpoint {path!r} does not fit base model {name!r}: {exc}"
-                ) from exc
+            base = load_base(name)
+            adapter = checkpoints.restore_adapter(meta, state, base, path)
             return LocalTrainingClient(
                 model_id=_new_model_id(),
-                base_model=name,
-                model=model,
-                tokenizer=tokenizer,
+                base=base,
+                adapter=adapter,
                 checkpoint_dir=checkpoint_dir,
-                lora_rank=meta.get("lora_rank"),
-                train_mlp=meta.get("train_mlp", True),
-                train_attn=meta.get("train_attn", True),
-                train_unembed=meta.get("train_unembed", True),
                 optimizer_state=optimizer_state,
             )
 
-        return runtime.submit(create)
+        return runtime.submit_client(create)
 
     def create_training_client_from_state(
         self,
@@ -219,14 +246,29 @@ class LocalServiceClient:
         return self._from_state(path, True, base_model)
 
     async def create_training_client_from_state_async(
-        self, path: str, **kwargs: Any
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+        optimizer: types.OptimizerConfig | None = None,
     ) -> LocalTrainingClient:
-        return await self.create_training_client_from_state(path, **kwargs)
+        """Deprecated SDK alias: ``await create_training_client_from_state(...)``."""
+        return await self.create_training_client_from_state(
+            path, base_model, user_metadata, weights_access_token, optimizer
+        )
 
     async def create_training_client_from_state_with_optimizer_async(
-        self, path: str, **kwargs: Any
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
     ) -> LocalTrainingClient:
-        return await self.create_training_client_from_state_with_optimizer(path, **kwargs)
+        """Deprecated SDK alias: ``await create_training_client_from_state_with_optimizer(...)``."""
+        return await self.create_training_client_from_state_with_optimizer(
+            path, base_model, user_metadata, weights_access_token
+        )
 
     # -- sampling clients -------------------------------------------------------------------
     def create_sampling_client(
@@ -236,25 +278,27 @@ class LocalServiceClient:
         retry_config: Any = None,
         record_stability_info: bool = False,
     ) -> APIFuture[LocalSamplingClient]:
-        """A sampling client on saved weights (`model_path`) or on a base model's weights."""
+        """A sampling client on saved weights (`model_path`) or on a base model as is."""
         self._check_open()
         if model_path is None and base_model is None:
             raise ValueError("Either model_path or base_model must be provided")
         checkpoint_dir = self._checkpoint_dir
         if model_path is not None:
-            return runtime.submit(load_sampling_client, checkpoint_dir, model_path)
-
-        def create() -> LocalSamplingClient:
-            assert base_model is not None
-            model, tokenizer = build_model(base_model)
-            return LocalSamplingClient(base_model, model, tokenizer)
-
-        return runtime.submit(create)
+            return runtime.submit_client(load_sampling_client, checkpoint_dir, model_path)
+        assert base_model is not None
+        return runtime.submit_client(lambda: LocalSamplingClient(load_base(base_model), None))
 
     async def create_sampling_client_async(
-        self, model_path: str | None = None, base_model: str | None = None, **_: Any
+        self,
+        model_path: str | None = None,
+        base_model: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
     ) -> LocalSamplingClient:
-        return await self.create_sampling_client(model_path, base_model)
+        """Deprecated SDK alias: ``await create_sampling_client(...)``."""
+        return await self.create_sampling_client(
+            model_path, base_model, retry_config, record_stability_info
+        )
 
 
 def _new_model_id() -> str:

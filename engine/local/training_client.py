@@ -1,19 +1,20 @@
-"""`LocalTrainingClient`: Tinker's TrainingClient, in-process on torch (CPU).
+"""`LocalTrainingClient`: Tinker's TrainingClient, in-process on torch.
 
-Every call returns an awaitable future at once and runs on the shared torch thread in
-submission order, so `forward_backward` then `optim_step` can be submitted before awaiting
-either, exactly as with Tinker. Gradients accumulate over `forward_backward` calls until the
-next `optim_step` (AdamW, Tinker's defaults). As with Tinker, one failed request poisons the
-client: every later request fails with the SDK's "poisoned" message, chained to the cause.
+It trains a LoRA adapter (`engine.local.lora`) of the requested rank on the requested layers of
+a frozen base model; the base weights never change. Every call returns an awaitable future at
+once and runs on the shared torch thread in submission order, so `forward_backward` then
+`optim_step` can be submitted before awaiting either, exactly as with Tinker. Gradients
+accumulate over `forward_backward` calls until the next `optim_step` (AdamW with Tinker's
+defaults, optional gradient clipping). As with Tinker, one failed request poisons the client:
+every later request fails with the SDK's "poisoned" message, chained to the cause.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import tinker
@@ -22,11 +23,10 @@ import torch.nn.functional as F
 from tinker import types
 from tinker.types.optimizer import OptimParamsBase
 
-from engine.local import checkpoints, losses, runtime
+from engine.local import checkpoints, lora, losses, runtime
 from engine.local.errors import POISONED_MESSAGE, bad_request
-from engine.local.model import build_model, get_spec, state_dict_copy
+from engine.local.model import BaseModel, load_base
 from engine.local.sampling_client import LocalSamplingClient
-from engine.local.tokenizer import WordTokenizer
 
 if TYPE_CHECKING:
     from tinker.lib.public_interfaces.api_future import APIFuture
@@ -37,15 +37,11 @@ MAX_TOKENS_PER_MICROBATCH = 8192
 
 
 class LocalTrainingClient:
-    """Trains a copy of an embedded base model. Same surface as `tinker.TrainingClient`.
+    """Trains a LoRA adapter on a frozen base. Same surface as `tinker.TrainingClient`.
 
-    Honest limitation: this is FULL fine-tuning of all weights, not LoRA. The requested LoRA
-    rank is only recorded (`get_info().lora_rank`, with `is_lora=False`). LoRA adapters on the
-    random-init tiny model did not learn at all (DESIGN.md: a frozen final norm and tied
-    random embeddings bound the logits), so the local backend trains everything; adapters
-    belong to a meaningful pre-trained base. `train_mlp`, `train_attn` and `train_unembed`
-    are honoured by freezing the corresponding weights (the unembedding is tied to the
-    embedding, so `train_unembed=False` freezes both).
+    `get_info()` reports ``is_lora=True`` and the rank. `train_attn`, `train_mlp` and
+    `train_unembed` choose which layers carry adapters (attention projections, MLP
+    projections, the output projection); embeddings and norms are never trained.
 
     Create it with `LocalServiceClient.create_lora_training_client(...)`, not directly.
     """
@@ -54,66 +50,40 @@ class LocalTrainingClient:
         self,
         *,
         model_id: str,
-        base_model: str,
-        model: torch.nn.Module,
-        tokenizer: WordTokenizer,
+        base: BaseModel,
+        adapter: lora.Adapter,
         checkpoint_dir: Path,
-        lora_rank: int | None,
-        train_mlp: bool = True,
-        train_attn: bool = True,
-        train_unembed: bool = True,
         seed: int | None = None,
         optimizer_state: Mapping[str, Any] | None = None,
     ) -> None:
         self._model_id = model_id
-        self._base_model = base_model
-        self._model = model
-        self._tokenizer = tokenizer
+        self._base = base
+        self._adapter = adapter
         self._checkpoint_dir = Path(checkpoint_dir)
-        self._lora_rank = lora_rank
         self._seed = seed
-        self._trainable = {"mlp": train_mlp, "attn": train_attn, "unembed": train_unembed}
-        self._max_context = get_spec(base_model).max_context_length
         self._error: BaseException | None = None
-        self._model.train()
-        self._apply_trainable()
         self._optimizer = self._new_optimizer(optimizer_state)
         self._info = types.GetInfoResponse(
             model_data=types.ModelData(
-                arch="llama", model_name=base_model, tokenizer_id=base_model
+                arch=base.arch, model_name=base.name, tokenizer_id=base.name
             ),
             model_id=model_id,
-            is_lora=False,
-            lora_rank=lora_rank,
-            model_name=base_model,
+            is_lora=True,
+            lora_rank=adapter.rank,
+            model_name=base.name,
         )
 
     def _new_optimizer(self, state: Mapping[str, Any] | None) -> torch.optim.AdamW:
         """AdamW with Tinker's defaults; each `optim_step` sets its own hyperparameters."""
         optimizer = torch.optim.AdamW(
-            [p for p in self._model.parameters() if p.requires_grad],
-            lr=1e-4,
-            betas=(0.9, 0.95),
-            eps=1e-12,
-            weight_decay=0.0,
+            self._adapter.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0
         )
         if state is not None:
             try:
                 optimizer.load_state_dict(state)
             except Exception as exc:
-                raise bad_request(f"Optimizer state does not fit this model: {exc}") from exc
+                raise bad_request(f"Optimizer state does not fit this adapter: {exc}") from exc
         return optimizer
-
-    def _apply_trainable(self) -> None:
-        for name, param in self._model.named_parameters():
-            if "mlp" in name:
-                param.requires_grad_(self._trainable["mlp"])
-            elif "self_attn" in name:
-                param.requires_grad_(self._trainable["attn"])
-            elif "embed_tokens" in name or "lm_head" in name:
-                param.requires_grad_(self._trainable["unembed"])
-            else:  # norms
-                param.requires_grad_(True)
 
     # -- plumbing ---------------------------------------------------------------------------
     def _submit(self, fn: Callable[..., Any], *args: Any) -> APIFuture[Any]:
@@ -136,17 +106,33 @@ class LocalTrainingClient:
     def checkpoint_dir(self) -> Path:
         return self._checkpoint_dir
 
+    @property
+    def base(self) -> BaseModel:
+        return self._base
+
+    @property
+    def adapter(self) -> lora.Adapter:
+        """The trained LoRA matrices (live: they change with every `optim_step`)."""
+        return self._adapter
+
     def get_info(self) -> types.GetInfoResponse:
         return self._info
 
     async def get_info_async(self) -> types.GetInfoResponse:
         return self._info
 
-    def get_tokenizer(self) -> WordTokenizer:
-        return self._tokenizer
+    def get_tokenizer(self) -> Any:
+        return self._base.tokenizer
+
+    def get_telemetry(self) -> None:
+        """No telemetry locally (the SDK returns None when it is off)."""
+        return None
 
     def __repr__(self) -> str:
-        return f"LocalTrainingClient(model_id={self._model_id!r}, base_model={self._base_model!r})"
+        return (
+            f"LocalTrainingClient(model_id={self._model_id!r}, base_model={self._base.name!r}, "
+            f"rank={self._adapter.rank})"
+        )
 
     # -- forward / backward -----------------------------------------------------------------
     def forward(
@@ -166,7 +152,14 @@ class LocalTrainingClient:
         loss_fn: types.LossFnType,
         loss_fn_config: Mapping[str, float | str] | None = None,
     ) -> APIFuture[types.ForwardBackwardOutput]:
-        """Loss, per-token logprobs, and gradients (accumulated until `optim_step`)."""
+        """Loss, per-token logprobs, and gradients (accumulated until `optim_step`).
+
+        Losses (Tinker's, as sums over tokens): ``cross_entropy`` (target_tokens, weights);
+        ``importance_sampling``, ``ppo`` (config clip_low_threshold 0.8 / clip_high_threshold
+        1.2), ``cispo`` (0.0 / 4.0) and ``dro`` (beta 0.05), each on target_tokens, logprobs,
+        advantages. Per datum the output has ``logprobs`` and ``elementwise_loss``; metrics
+        have ``loss:sum``.
+        """
         if not data:
             raise ValueError("No data provided")
         return self._submit(self._forward_backward, list(data), loss_fn, loss_fn_config, True)
@@ -190,21 +183,37 @@ class LocalTrainingClient:
         return self.forward_backward(data, loss_fn, loss_fn_config)
 
     def forward_backward_custom(
-        self, data: list[types.Datum], loss_fn: Callable[..., Any], **_: Any
+        self,
+        data: list[types.Datum],
+        loss_fn: Callable[..., Any],
+        *,
+        loss_type_input: Literal["logprobs"] | None = None,
     ) -> APIFuture[types.ForwardBackwardOutput]:
-        """Custom loss: ``loss_fn(data, logprobs_list) -> (loss, metrics)`` on torch tensors."""
+        """Custom loss: ``loss_fn(data, logprobs_list) -> (loss, metrics)``; each logprobs
+        tensor is per token of its datum (``target_tokens`` must be 1-D here). The loss is
+        differentiated straight through the model (the SDK does the same in two passes)."""
         if not data:
             raise ValueError("No data provided")
+        if loss_type_input not in (None, "logprobs"):
+            raise ValueError(f"loss_type_input must be 'logprobs' or None, got {loss_type_input!r}")
+        if not callable(loss_fn):
+            raise TypeError(
+                "the local backend takes a callable custom loss (server-side LossHandles need "
+                "the Tinker service)"
+            )
         return self._submit(self._forward_backward_custom, list(data), loss_fn)
 
     async def forward_backward_custom_async(
-        self, data: list[types.Datum], loss_fn: Callable[..., Any], **kwargs: Any
+        self,
+        data: list[types.Datum],
+        loss_fn: Callable[..., Any],
+        *,
+        loss_type_input: Literal["logprobs"] | None = None,
     ) -> APIFuture[types.ForwardBackwardOutput]:
-        return self.forward_backward_custom(data, loss_fn, **kwargs)
+        """Deprecated SDK alias: returns the future of `forward_backward_custom`."""
+        return self.forward_backward_custom(data, loss_fn, loss_type_input=loss_type_input)
 
-    def _datum_arrays(
-        self, index: int, datum: types.Datum, loss_fn: str | None
-    ) -> tuple[list[int], dict[str, np.ndarray]]:
+    def _tokens(self, index: int, datum: types.Datum) -> list[int]:
         if not isinstance(datum, types.Datum):
             raise bad_request(f"Datum {index}: expected tinker.Datum, got {type(datum).__name__}")
         try:
@@ -214,36 +223,39 @@ class LocalTrainingClient:
         n = len(tokens)
         if n == 0:
             raise bad_request(f"Datum {index}: model_input is empty")
-        if n > self._max_context:
+        if n > self._base.max_context:
             raise bad_request(
                 f"Datum {index}: model_input has {n} tokens; the model's context is "
-                f"{self._max_context}"
+                f"{self._base.max_context}"
             )
+        return tokens
+
+    def _check_ids(self, index: int, name: str, ids: np.ndarray) -> None:
+        vocab = self._base.vocab_size
+        if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+            raise bad_request(
+                f"Datum {index}: {name} has token ids outside the vocabulary [0, {vocab})"
+            )
+
+    def _datum_arrays(
+        self, index: int, datum: types.Datum, loss_fn: str
+    ) -> tuple[list[int], dict[str, np.ndarray]]:
+        tokens = self._tokens(index, datum)
+        n = len(tokens)
         arrays: dict[str, np.ndarray] = {}
         for key, value in datum.loss_fn_inputs.items():
             arr = np.asarray(value.to_numpy())
             if arr.ndim != 1:
                 raise bad_request(
-                    f"Datum {index}: loss_fn_inputs[{key!r}] has shape {list(arr.shape)}; the "
-                    "local backend takes 1-D per-token arrays of length len(model_input)"
+                    f"Datum {index}: loss_fn_inputs[{key!r}] has shape {list(arr.shape)}; "
+                    f"{loss_fn!r} takes 1-D per-token arrays of length len(model_input) = {n}"
                 )
             arrays[key] = arr
-        if loss_fn is not None:
-            losses.check_datum_inputs(
-                loss_fn, index, set(arrays), {k: len(v) for k, v in arrays.items()}, n
-            )
-        elif "target_tokens" not in arrays or len(arrays["target_tokens"]) != n:
-            raise bad_request(
-                f"Datum {index}: custom losses need loss_fn_inputs['target_tokens'] of length "
-                f"len(model_input) = {n}"
-            )
-        vocab = len(self._tokenizer)
-        checks = (("model_input", np.asarray(tokens)), ("target_tokens", arrays["target_tokens"]))
-        for name, ids in checks:
-            if ids.size and (ids.min() < 0 or ids.max() >= vocab):
-                raise bad_request(
-                    f"Datum {index}: {name} has token ids outside the vocabulary [0, {vocab})"
-                )
+        losses.check_datum_inputs(
+            loss_fn, index, set(arrays), {k: len(v) for k, v in arrays.items()}, n
+        )
+        self._check_ids(index, "model_input", np.asarray(tokens))
+        self._check_ids(index, "target_tokens", arrays["target_tokens"])
         return tokens, arrays
 
     def _microbatches(self, lengths: Sequence[int]) -> list[list[int]]:
@@ -266,16 +278,17 @@ class LocalTrainingClient:
         targets: Sequence[np.ndarray],
         active: Sequence[np.ndarray] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Right-padded [rows, width] logprobs of the targets, and the 0/1 mask of real tokens.
+        """Right-padded [rows, width] logprobs of the targets, and the 0/1 mask of real tokens
+        (float32, on the model's device). Call with the adapter active.
 
         Only positions flagged in `active` (per datum, e.g. nonzero advantage or weight) carry
         gradient; the others are computed without it. Their loss coefficient is zero, so the
         gradient is unchanged, but the [positions, vocab] backward shrinks to the positions
         that matter (an RL prompt is most of a datum). `active=None`: every real position.
         """
+        device = self._base.device
         rows, width = len(tokens), max(len(t) for t in tokens)
-        pad = self._tokenizer.pad_token_id
-        input_ids = torch.full((rows, width), pad, dtype=torch.long)
+        input_ids = torch.full((rows, width), self._base.pad_token_id, dtype=torch.long)
         target_ids = torch.zeros((rows, width), dtype=torch.long)
         mask = torch.zeros((rows, width), dtype=torch.float32)
         grad_mask = torch.zeros((rows, width), dtype=torch.bool)
@@ -285,21 +298,22 @@ class LocalTrainingClient:
             target_ids[i, :n] = torch.as_tensor(tgt, dtype=torch.long)
             mask[i, :n] = 1.0
             grad_mask[i, :n] = True if active is None else torch.as_tensor(active[i])
+        input_ids, target_ids = input_ids.to(device), target_ids.to(device)
+        mask, grad_mask = mask.to(device), grad_mask.to(device)
         # Right padding needs no attention mask: causal attention never looks ahead.
-        hidden = self._model.model(input_ids=input_ids).last_hidden_state
+        hidden = self._base.backbone(input_ids=input_ids).last_hidden_state
         hidden = hidden.reshape(rows * width, -1)
         flat_targets = target_ids.reshape(-1)
-        lm_head = self._model.lm_head
 
         def logprobs_at(index: torch.Tensor) -> torch.Tensor:
-            logits = lm_head(hidden.index_select(0, index)).float()
+            logits = self._base.output_logits(hidden.index_select(0, index))
             return -F.cross_entropy(logits, flat_targets.index_select(0, index), reduction="none")
 
         flat_real = mask.reshape(-1).bool()
         flat_grad = grad_mask.reshape(-1) & flat_real
-        out = torch.zeros(rows * width, dtype=torch.float32)
+        out = torch.zeros(rows * width, dtype=torch.float32, device=device)
         if not torch.is_grad_enabled() or bool(flat_grad.all()):
-            out = logprobs_at(torch.arange(rows * width))
+            out = logprobs_at(torch.arange(rows * width, device=device))
         else:
             with_grad = flat_grad.nonzero().squeeze(1)
             without = (flat_real & ~flat_grad).nonzero().squeeze(1)
@@ -322,38 +336,43 @@ class LocalTrainingClient:
         parsed = [self._datum_arrays(i, d, loss_fn) for i, d in enumerate(data)]
         outputs: list[dict[str, tinker.TensorData]] = [{} for _ in data]
         total = 0.0
-        for idx in self._microbatches([len(t) for t, _ in parsed]):
-            tokens = [parsed[i][0] for i in idx]
-            arrays = [parsed[i][1] for i in idx]
-            coefficient = "weights" if loss_fn == "cross_entropy" else "advantages"
-            active = [a[coefficient] != 0 for a in arrays]
-            with torch.set_grad_enabled(backward):
-                logprobs, mask = self._target_logprobs(
-                    tokens, [a["target_tokens"] for a in arrays], active
-                )
-                inputs: dict[str, torch.Tensor] = {}
-                for key in spec.inputs:
-                    if key == "target_tokens":
-                        continue
-                    padded = torch.zeros_like(mask)
-                    for row, a in enumerate(arrays):
-                        padded[row, : len(a[key])] = torch.as_tensor(a[key], dtype=torch.float32)
-                    inputs[key] = padded
-                elementwise = losses.elementwise_loss(loss_fn, logprobs, inputs, config) * mask
-                loss = elementwise.sum()
-                if backward and loss.requires_grad:  # not when every coefficient is zero
-                    loss.backward()
-            total += float(loss.detach())
-            lp = logprobs.detach().numpy()
-            el = elementwise.detach().numpy()
-            for row, i in enumerate(idx):
-                n = len(tokens[row])
-                outputs[i] = {
-                    "logprobs": tinker.TensorData.from_numpy(lp[row, :n].astype(np.float32)),
-                    "elementwise_loss": tinker.TensorData.from_numpy(
-                        el[row, :n].astype(np.float32)
-                    ),
-                }
+        coefficient = spec.coefficient
+        with lora.activate(self._base.layers, self._adapter):
+            for idx in self._microbatches([len(t) for t, _ in parsed]):
+                tokens = [parsed[i][0] for i in idx]
+                arrays = [parsed[i][1] for i in idx]
+                # dro's quadratic term has gradient wherever the policy moved, not only where
+                # the advantage is nonzero.
+                active = None if coefficient is None else [a[coefficient] != 0 for a in arrays]
+                with torch.set_grad_enabled(backward):
+                    logprobs, mask = self._target_logprobs(
+                        tokens, [a["target_tokens"] for a in arrays], active
+                    )
+                    inputs: dict[str, torch.Tensor] = {}
+                    for key in spec.inputs:
+                        if key == "target_tokens":
+                            continue
+                        padded = torch.zeros(mask.shape, dtype=torch.float32)
+                        for row, a in enumerate(arrays):
+                            padded[row, : len(a[key])] = torch.as_tensor(
+                                a[key], dtype=torch.float32
+                            )
+                        inputs[key] = padded.to(mask.device)
+                    elementwise = losses.elementwise_loss(loss_fn, logprobs, inputs, config) * mask
+                    loss = elementwise.sum()
+                    if backward and loss.requires_grad:  # not when every coefficient is zero
+                        loss.backward()
+                total += float(loss.detach())
+                lp = logprobs.detach().float().cpu().numpy()
+                el = elementwise.detach().float().cpu().numpy()
+                for row, i in enumerate(idx):
+                    n = len(tokens[row])
+                    outputs[i] = {
+                        "logprobs": tinker.TensorData.from_numpy(lp[row, :n].astype(np.float32)),
+                        "elementwise_loss": tinker.TensorData.from_numpy(
+                            el[row, :n].astype(np.float32)
+                        ),
+                    }
         return types.ForwardBackwardOutput(
             loss_fn_output_type="TensorData",
             loss_fn_outputs=outputs,
@@ -363,18 +382,32 @@ class LocalTrainingClient:
     def _forward_backward_custom(
         self, data: list[types.Datum], loss_fn: Callable[..., Any]
     ) -> types.ForwardBackwardOutput:
-        parsed = [self._datum_arrays(i, d, None) for i, d in enumerate(data)]
-        logprobs, _ = self._target_logprobs(
-            [t for t, _ in parsed], [a["target_tokens"] for _, a in parsed]
-        )
-        per_datum = [logprobs[i, : len(t)] for i, (t, _) in enumerate(parsed)]
-        result = loss_fn(data, per_datum)
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise bad_request("custom loss_fn must return (loss, metrics)")
-        loss, metrics = result
-        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-            raise bad_request("custom loss_fn must return a scalar torch.Tensor loss")
-        loss.backward()
+        tokens: list[list[int]] = []
+        targets: list[np.ndarray] = []
+        for i, datum in enumerate(data):
+            toks = self._tokens(i, datum)
+            if "target_tokens" not in datum.loss_fn_inputs:
+                raise bad_request(f"Datum {i}: custom losses need loss_fn_inputs['target_tokens']")
+            tgt = np.asarray(datum.loss_fn_inputs["target_tokens"].to_numpy())
+            if tgt.ndim != 1 or len(tgt) != len(toks):
+                raise bad_request(
+                    f"Datum {i}: the local backend takes 1-D target_tokens of length "
+                    f"len(model_input) = {len(toks)} for custom losses, got shape {list(tgt.shape)}"
+                )
+            self._check_ids(i, "model_input", np.asarray(toks))
+            self._check_ids(i, "target_tokens", tgt)
+            tokens.append(toks)
+            targets.append(tgt)
+        with lora.activate(self._base.layers, self._adapter):
+            logprobs, _ = self._target_logprobs(tokens, targets)
+            per_datum = [logprobs[i, : len(t)].cpu() for i, t in enumerate(tokens)]
+            result = loss_fn(data, per_datum)
+            if not (isinstance(result, tuple) and len(result) == 2):
+                raise bad_request("custom loss_fn must return (loss, metrics)")
+            loss, metrics = result
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise bad_request("custom loss_fn must return a scalar torch.Tensor loss")
+            loss.backward()
         outputs = [
             {"logprobs": tinker.TensorData.from_numpy(lp.detach().numpy().astype(np.float32))}
             for lp in per_datum
@@ -392,7 +425,8 @@ class LocalTrainingClient:
         *,
         adam_params: types.AdamParams | None = None,
     ) -> APIFuture[types.OptimStepResponse]:
-        """One AdamW step on the accumulated gradients, then clear them."""
+        """One AdamW step on the accumulated gradients, then clear them. ``grad_clip_norm`` > 0
+        clips the global gradient norm first; metrics report the norm before clipping."""
         if optim_params is not None and adam_params is not None:
             raise ValueError("Specify optim_params or legacy adam_params, not both")
         params = optim_params if optim_params is not None else adam_params
@@ -422,7 +456,7 @@ class LocalTrainingClient:
             group["betas"] = (params.beta1, params.beta2)
             group["eps"] = params.eps
             group["weight_decay"] = params.weight_decay
-        trainable = [p for p in self._model.parameters() if p.requires_grad]
+        trainable = self._adapter.parameters()
         max_norm = params.grad_clip_norm if params.grad_clip_norm > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, max_norm))
         self._optimizer.step()
@@ -434,16 +468,13 @@ class LocalTrainingClient:
     # -- checkpoints ------------------------------------------------------------------------
     def _meta(self, kind: str, name: str) -> dict[str, Any]:
         return {
-            "base_model": self._base_model,
+            "base_model": self._base.name,
             "model_id": self._model_id,
             "kind": kind,
             "name": name,
             "path": checkpoints.tinker_path(self._model_id, kind, name),
-            "lora_rank": self._lora_rank,
-            "vocab_size": len(self._tokenizer),
-            "train_mlp": self._trainable["mlp"],
-            "train_attn": self._trainable["attn"],
-            "train_unembed": self._trainable["unembed"],
+            "vocab_size": self._base.vocab_size,
+            **checkpoints.adapter_meta(self._adapter),
         }
 
     def save_state(
@@ -453,7 +484,8 @@ class LocalTrainingClient:
         overwrite: bool = False,
         user_metadata: dict[str, str] | None = None,
     ) -> APIFuture[types.SaveWeightsResponse]:
-        """Weights + optimizer state to ``<checkpoint_dir>/<model_id>/weights/<name>/``."""
+        """Adapter + optimizer state to ``<checkpoint_dir>/<model_id>/weights/<name>/``;
+        returns ``tinker://<model_id>/weights/<name>``."""
         return self._submit(self._save, "weights", name, overwrite, user_metadata)
 
     async def save_state_async(
@@ -463,6 +495,7 @@ class LocalTrainingClient:
         overwrite: bool = False,
         user_metadata: dict[str, str] | None = None,
     ) -> APIFuture[types.SaveWeightsResponse]:
+        """Deprecated SDK alias: returns the future of `save_state`."""
         return self.save_state(name, ttl_seconds, overwrite, user_metadata)
 
     def save_weights_for_sampler(
@@ -471,7 +504,7 @@ class LocalTrainingClient:
         ttl_seconds: int | None = None,
         user_metadata: dict[str, str] | None = None,
     ) -> APIFuture[types.SaveWeightsForSamplerResponse]:
-        """Weights only, to ``<checkpoint_dir>/<model_id>/sampler_weights/<name>/``."""
+        """Adapter only, to ``<checkpoint_dir>/<model_id>/sampler_weights/<name>/``."""
         return self._submit(self._save, "sampler_weights", name, False, user_metadata)
 
     async def save_weights_for_sampler_async(
@@ -480,6 +513,7 @@ class LocalTrainingClient:
         ttl_seconds: int | None = None,
         user_metadata: dict[str, str] | None = None,
     ) -> APIFuture[types.SaveWeightsForSamplerResponse]:
+        """Deprecated SDK alias: returns the future of `save_weights_for_sampler`."""
         return self.save_weights_for_sampler(name, ttl_seconds, user_metadata)
 
     def _save(
@@ -493,7 +527,7 @@ class LocalTrainingClient:
         checkpoints.save(
             folder,
             meta=meta,
-            model_state=state_dict_copy(self._model),
+            model_state=self._adapter.state_dict(),
             optimizer_state=self._optimizer.state_dict() if kind == "weights" else None,
             overwrite=overwrite,
         )
@@ -501,38 +535,53 @@ class LocalTrainingClient:
             return types.SaveWeightsResponse(path=meta["path"])
         return types.SaveWeightsForSamplerResponse(path=meta["path"])
 
-    def load_state(self, path: str, weights_access_token: str | None = None) -> APIFuture[Any]:
-        """Replace the weights with a saved state (the optimizer state is reset)."""
+    def load_state(
+        self, path: str, weights_access_token: str | None = None
+    ) -> APIFuture[types.LoadWeightsResponse]:
+        """Replace the adapter with a saved one (the optimizer state is reset)."""
         return self._submit(self._load, path, False)
 
     def load_state_with_optimizer(
         self, path: str, weights_access_token: str | None = None
-    ) -> APIFuture[Any]:
-        """Replace weights and optimizer state with a state saved by `save_state`."""
+    ) -> APIFuture[types.LoadWeightsResponse]:
+        """Replace adapter and optimizer state with a state saved by `save_state`."""
         return self._submit(self._load, path, True)
 
-    async def load_state_async(self, path: str, **_: Any) -> APIFuture[Any]:
-        return self.load_state(path)
+    async def load_state_async(
+        self, path: str, weights_access_token: str | None = None
+    ) -> APIFuture[types.LoadWeightsResponse]:
+        """Deprecated SDK alias: returns the future of `load_state`."""
+        return self.load_state(path, weights_access_token)
 
-    async def load_state_with_optimizer_async(self, path: str, **_: Any) -> APIFuture[Any]:
-        return self.load_state_with_optimizer(path)
+    async def load_state_with_optimizer_async(
+        self, path: str, weights_access_token: str | None = None
+    ) -> APIFuture[types.LoadWeightsResponse]:
+        """Deprecated SDK alias: returns the future of `load_state_with_optimizer`."""
+        return self.load_state_with_optimizer(path, weights_access_token)
 
     def _load(self, path: str, with_optimizer: bool) -> types.LoadWeightsResponse:
         folder = checkpoints.resolve(self._checkpoint_dir, path)
-        meta, model_state, optimizer_state = checkpoints.load(
+        meta, state, optimizer_state = checkpoints.load(
             folder, with_optimizer=with_optimizer, path=path
         )
-        if meta.get("base_model") != self._base_model:
+        if meta.get("base_model") != self._base.name:
             raise bad_request(
                 f"Checkpoint {path!r} is of base model {meta.get('base_model')!r}, "
-                f"this client trains {self._base_model!r}"
+                f"this client trains {self._base.name!r}"
+            )
+        mine = checkpoints.adapter_meta(self._adapter)
+        if (meta["lora_rank"], list(meta["lora_kinds"])) != (mine["lora_rank"], mine["lora_kinds"]):
+            raise bad_request(
+                f"Checkpoint {path!r} has a rank-{meta['lora_rank']} adapter on "
+                f"{meta['lora_kinds']}; this client trains rank {mine['lora_rank']} on "
+                f"{mine['lora_kinds']}. Use create_training_client_from_state instead."
             )
         try:
-            self._model.load_state_dict(model_state)
+            self._adapter.load_state_dict(state)
         except Exception as exc:
-            raise bad_request(f"Checkpoint {path!r} does not fit this model: {exc}") from exc
+            raise bad_request(f"Checkpoint {path!r} does not fit this adapter: {exc}") from exc
         self._optimizer = self._new_optimizer(optimizer_state)
-        self._model.zero_grad(set_to_none=True)
+        self._optimizer.zero_grad(set_to_none=True)
         return types.LoadWeightsResponse(path=path, model_id=self._model_id)
 
     # -- sampling clients -------------------------------------------------------------------
@@ -541,9 +590,10 @@ class LocalTrainingClient:
         name: str | None = None,
         retry_config: Any = None,
         record_stability_info: bool = False,
-        kind: str = "snapshot",
+        kind: types.SamplingClientKind = "snapshot",
     ) -> APIFuture[LocalSamplingClient]:
-        """A sampling client on a snapshot of the current weights (taken in submission order).
+        """A sampling client on a snapshot of the current adapter (taken in submission order:
+        after every step submitted before it, before any submitted after it).
 
         `name` has no effect (as in the SDK, where it is deprecated): snapshots are ephemeral.
         Use `save_weights_for_sampler` for a persistent copy.
@@ -551,33 +601,37 @@ class LocalTrainingClient:
         return self._submit(self._snapshot_sampler)
 
     async def save_weights_and_get_sampling_client_async(
-        self, name: str | None = None, **kwargs: Any
+        self,
+        name: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+        kind: types.SamplingClientKind = "snapshot",
     ) -> LocalSamplingClient:
-        return await self.save_weights_and_get_sampling_client(name, **kwargs)
+        """Deprecated SDK alias: ``await save_weights_and_get_sampling_client(...)``."""
+        return await self.save_weights_and_get_sampling_client(
+            name, retry_config, record_stability_info, kind
+        )
 
     def _snapshot_sampler(self) -> LocalSamplingClient:
-        snapshot = copy.deepcopy(self._model)
-        snapshot.zero_grad(set_to_none=True)
-        return LocalSamplingClient(self._base_model, snapshot, self._tokenizer)
+        return LocalSamplingClient(self._base, self._adapter.snapshot())
 
     def create_sampling_client(
         self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
     ) -> APIFuture[LocalSamplingClient]:
         """A sampling client on saved weights (``tinker://...``)."""
-        checkpoint_dir = self._checkpoint_dir
-        return runtime.submit(load_sampling_client, checkpoint_dir, model_path)
+        return runtime.submit(load_sampling_client, self._checkpoint_dir, model_path)
 
-    async def create_sampling_client_async(self, model_path: str, **_: Any) -> LocalSamplingClient:
-        return await self.create_sampling_client(model_path)
+    async def create_sampling_client_async(
+        self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
+    ) -> LocalSamplingClient:
+        """Deprecated SDK alias: ``await create_sampling_client(...)``."""
+        return await self.create_sampling_client(model_path, retry_config, record_stability_info)
 
 
 def load_sampling_client(checkpoint_dir: Path, model_path: str) -> LocalSamplingClient:
     """Build a sampling client from a saved checkpoint (runs on the torch thread)."""
     folder = checkpoints.resolve(checkpoint_dir, model_path)
-    meta, model_state, _ = checkpoints.load(folder, with_optimizer=False, path=model_path)
-    model, tokenizer = build_model(meta["base_model"])
-    try:
-        model.load_state_dict(model_state)
-    except Exception as exc:
-        raise bad_request(f"Checkpoint {model_path!r} does not fit its base model: {exc}") from exc
-    return LocalSamplingClient(meta["base_model"], model, tokenizer, model_path=model_path)
+    meta, state, _ = checkpoints.load(folder, with_optimizer=False, path=model_path)
+    base = load_base(meta["base_model"])
+    adapter = checkpoints.restore_adapter(meta, state, base, model_path)
+    return LocalSamplingClient(base, adapter.snapshot(), model_path=model_path)
