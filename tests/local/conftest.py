@@ -32,3 +32,22 @@ def tokenizer():
 def prompt(tokenizer) -> tinker.ModelInput:
     text = f"User: {QUESTION}\n\nAssistant:"
     return tinker.ModelInput.from_ints(tokenizer.encode(text))
+
+
+@pytest.fixture(scope="session")
+def hf_folder(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny Hugging Face Llama folder (random weights, BPE tokenizer, ChatML template)."""
+    return load_tiny_hf().write_tiny_llama(tmp_path_factory.mktemp("hf") / "tiny-llama")
+
+
+def load_tiny_hf():
+    """The `tiny_hf` helper module beside this file (tests/ is not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "tinker_tui_tiny_hf", Path(__file__).with_name("tiny_hf.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,4 +1,4 @@
-"""LocalTrainingClient and LocalServiceClient: outputs, errors, checkpoints, responsiveness."""
+"""LocalTrainingClient and LocalServiceClient: LoRA, outputs, errors, checkpoints, responsiveness."""
 
 from __future__ import annotations
 
@@ -66,8 +66,8 @@ async def test_forward_backward_output_shape_and_loss(training_client, tokenizer
 async def test_gradients_accumulate_until_optim_step(service, tokenizer):
     a = tokenizer.encode("User: yes no maybe")
     b = tokenizer.encode("Assistant: maybe yes")
-    tc1 = await service.create_lora_training_client(base_model=DEFAULT_BASE_MODEL)
-    tc2 = await service.create_lora_training_client(base_model=DEFAULT_BASE_MODEL)
+    tc1 = await service.create_lora_training_client(base_model=DEFAULT_BASE_MODEL, seed=5)
+    tc2 = await service.create_lora_training_client(base_model=DEFAULT_BASE_MODEL, seed=5)
     tc1.forward_backward([ce_datum(a)], "cross_entropy")
     tc1.forward_backward([ce_datum(b)], "cross_entropy")
     await tc1.optim_step(tinker.AdamParams(learning_rate=1e-2))
@@ -213,26 +213,108 @@ async def test_errors_for_unknown_model_and_bad_checkpoints(service, tmp_path: P
     (broken / "meta.json").write_text("{not json")
     with pytest.raises(tinker.NotFoundError, match="unreadable"):
         await service.create_training_client_from_state(str(broken))
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "meta.json").write_text('{"format": 1, "base_model": "tinker-tui/tiny-chat"}')
+    with pytest.raises(tinker.NotFoundError, match="full fine-tuning checkpoint of an older"):
+        await service.create_sampling_client(model_path=str(old))
+    with pytest.raises(tinker.BadRequestError, match="not a Hugging Face model folder"):
+        await service.create_lora_training_client(base_model=str(tmp_path))
 
 
 def test_capabilities_info_and_context_manager(tmp_path: Path):
     with LocalServiceClient(checkpoint_dir=tmp_path) as service:
         caps = service.get_server_capabilities()
-        assert [m.model_name for m in caps.supported_models] == [DEFAULT_BASE_MODEL]
+        assert caps.supported_models[0].model_name == DEFAULT_BASE_MODEL
+        assert caps.supported_models[0].max_context_length == 2048
         tc = service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=16).result()
         info = tc.get_info()
         assert info.model_data.model_name == DEFAULT_BASE_MODEL
-        assert info.lora_rank == 16 and info.model_id == tc.model_id
+        assert info.is_lora and info.lora_rank == 16 and info.model_id == tc.model_id
+        # the deprecated SDK style: the returned future also stands in for the client
+        future = service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=2)
+        with pytest.warns(FutureWarning, match="deprecated"):
+            assert future.get_info().lora_rank == 2
     with pytest.raises(RuntimeError, match="closed"):
         service.create_lora_training_client(DEFAULT_BASE_MODEL)
 
 
-async def test_train_unembed_false_freezes_embeddings(service, tokenizer):
-    tc = await service.create_lora_training_client(DEFAULT_BASE_MODEL, train_unembed=False)
-    before = tc._model.model.embed_tokens.weight.detach().clone()
-    tc.forward_backward([ce_datum(tokenizer.encode("yes no maybe"))], "cross_entropy")
-    await tc.optim_step(tinker.AdamParams(learning_rate=1e-2))
-    assert torch.equal(before, tc._model.model.embed_tokens.weight)
+LINEARS_PER_LAYER = {"attn": 4 * (64 + 64), "mlp": 2 * (64 + 256) + (256 + 64)}
+
+
+@pytest.mark.parametrize(
+    ("rank", "flags", "kinds"),
+    [
+        (1, {}, ("attn", "mlp", "unembed")),
+        (8, {}, ("attn", "mlp", "unembed")),
+        (32, {"train_unembed": False}, ("attn", "mlp")),
+        (4, {"train_mlp": False, "train_unembed": False}, ("attn",)),
+        (2, {"train_attn": False, "train_mlp": False}, ("unembed",)),
+    ],
+)
+async def test_lora_rank_and_layers_are_honoured(service, rank, flags, kinds):
+    tc = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=rank, seed=0, **flags)
+    adapter = tc.adapter
+    per_rank = 2 * sum(LINEARS_PER_LAYER[k] for k in kinds if k != "unembed")
+    if "unembed" in kinds:
+        per_rank += 64 + len(tc.get_tokenizer())  # lm_head: 64 in, vocab out
+    assert adapter.num_parameters() == rank * per_rank
+    assert {name.split(".")[-1] for name in adapter.weights} <= {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+        "lm_head",
+    }
+    assert ("lm_head" in adapter.weights) == ("unembed" in kinds)
+    for a, b in adapter.weights.values():
+        assert a.shape[0] == rank and b.shape[1] == rank and not b.any()  # B starts at zero
+
+
+async def test_base_weights_stay_frozen_and_new_adapter_is_the_base(service, tokenizer, prompt):
+    tc = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=8, seed=0)
+    base_sampler = await service.create_sampling_client(base_model=DEFAULT_BASE_MODEL)
+    fresh = await tc.save_weights_and_get_sampling_client()
+    assert await fresh.compute_logprobs(prompt) == await base_sampler.compute_logprobs(prompt)
+    before = {k: v.clone() for k, v in tc.base.module.state_dict().items()}
+    assert not any(p.requires_grad for p in tc.base.module.parameters())
+    for _ in range(2):
+        tc.forward_backward([ce_datum(tokenizer.encode("yes no maybe"))], "cross_entropy")
+        await tc.optim_step(tinker.AdamParams(learning_rate=1e-2))
+    after = tc.base.module.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    trained = await tc.save_weights_and_get_sampling_client()
+    assert await trained.compute_logprobs(prompt) != await base_sampler.compute_logprobs(prompt)
+    assert await base_sampler.compute_logprobs(prompt) == await fresh.compute_logprobs(prompt)
+
+
+async def test_same_seed_same_adapter(service):
+    a = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=11)
+    b = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=11)
+    c = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=12)
+    sa, sb, sc = (x.adapter.state_dict() for x in (a, b, c))
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not all(torch.equal(sa[k], sc[k]) for k in sa)
+
+
+async def test_grad_clipping_and_load_state_checks(service, tokenizer):
+    tc = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=0)
+    data = [ce_datum(tokenizer.encode("User: Is the sky blue?\n\nAssistant: maybe"))]
+    tc.forward_backward(data, "cross_entropy")
+    first = await tc.optim_step(tinker.AdamParams(learning_rate=1e-3, grad_clip_norm=1e-3))
+    assert first.metrics["grad_norm:mean"] > 1e-3  # reported before clipping
+    saved = await tc.save_state("clip")
+    other = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=8, seed=0)
+    with pytest.raises(tinker.BadRequestError, match="rank-4 adapter"):
+        await other.load_state(saved.path)
+    same = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=1)
+    loaded = await same.load_state_with_optimizer(saved.path)
+    assert loaded.path == saved.path
+    sa, sb = tc.adapter.state_dict(), same.adapter.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
 async def test_event_loop_keeps_ticking_during_large_forward_backward(training_client, tokenizer):
@@ -257,4 +339,7 @@ async def test_event_loop_keeps_ticking_during_large_forward_backward(training_c
     await task
     assert elapsed > 0.2, "the batch should be large enough to notice a blocked loop"
     assert len(gaps) > 10
-    assert max(gaps) < 0.05, f"event loop stalled for {max(gaps) * 1000:.0f} ms"
+    # A loop blocked by the forward pass would stall for about the whole call; a busy shared
+    # machine can delay a free loop too, so the bound is relative to the call's length.
+    limit = max(0.05, 0.3 * elapsed)
+    assert max(gaps) < limit, f"event loop stalled for {max(gaps) * 1000:.0f} ms of {elapsed:.2f} s"
