@@ -80,8 +80,8 @@ class Run:
     def _make_policy(self) -> Policy:
         if self._service_client is None:
             self._service_client = make_service_client(self.backend, self.checkpoint_dir)
-        self.policy = Policy(self._service_client, base_model=self.config.base_model,
-                             lora_rank=self.config.lora_rank, seed=self.config.seed)
+        self.policy = Policy.from_config(self._service_client, self.config,
+                                         on_event=self.events.publish, clock=self.clock)
         return self.policy
 
     def _client(self) -> Any:
