@@ -1,27 +1,34 @@
 """Engine throughput with the dashboard attached vs headless, on the same workload, measured
 in this one run. Goal: ratio >= 0.9.
 
-    python bench/bench_ui.py                 # 2 rounds of each, 40 RL steps per run
+    python bench/bench_ui.py                 # 3 rounds of each, 40 RL steps per run
     python bench/bench_ui.py --steps 20 --rounds 1
 
-Workload: the built-in example on the local backend (no warm-up, no periodic checkpoints),
-same seed for every run. Headless: the run with the headless reporter subscribed (its
-output discarded). UI: the same run driven by the Textual app (headless driver, 160x48,
-the dashboard redrawn 4 times a second as in a terminal). Runs alternate so drift in the
-machine's load hits both sides. Throughput is rollouts sampled per second between the
-first and the last training step (start-up excluded); the ratio is UI / headless of the
-medians.
+Workload: the built-in example on the local backend (no warm-up, no periodic checkpoints,
+no health pauses),
+same seed for every run, each run in a fresh process. Headless: the run with the headless
+reporter subscribed (its output discarded). UI: the same run driven by the Textual app in a
+pseudo-terminal of 160x48, so it draws and writes every frame as in a real terminal (this
+script reads and discards the output). Runs alternate so drift in the machine's load hits
+both sides. Throughput is rollouts sampled per second between the first and the last
+training step (start-up excluded); the ratio is UI / headless of the medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import io
+import json
 import os
+import pty
 import statistics
+import struct
+import subprocess
 import sys
 import tempfile
+import termios
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -62,7 +69,9 @@ def make_run(folder: Path, steps: int, seed: int):
     from examples.yes_no_maybe import TASK
 
     config = RunConfig().with_overrides(dict(TASK.settings)).with_overrides(
-        {"max_steps": steps, "warmup_steps": 0, "checkpoint_every": 0, "seed": seed})
+        {"max_steps": steps, "warmup_steps": 0, "checkpoint_every": 0, "seed": seed,
+         # no health pauses: nobody is there to resume a benchmark run
+         "health_window": 1_000_000})
     return Run(task=TASK, config=config, backend="local", db_path=folder / "runs.db")
 
 
@@ -84,28 +93,66 @@ def run_with_ui(folder: Path, steps: int, seed: int) -> float:
     meter = Meter()
     session.events.subscribe(meter.handle)
     app = TinkerTuiApp(session)
-    app.run(headless=True, size=(160, 48))
+    app.run()
     if app.run_error:
         raise SystemExit(f"the UI run failed: {app.run_error}")
     return meter.rollouts_per_s()
 
 
+def child(kind: str, folder: Path, steps: int, out: Path) -> int:
+    runner = run_headless if kind == "headless" else run_with_ui
+    rate = runner(folder, steps, seed=0)
+    out.write_text(json.dumps({"rollouts_per_s": rate}))
+    return 0
+
+
+def spawn(kind: str, folder: Path, steps: int) -> float:
+    """One run in a fresh process; the UI one on a 160x48 pseudo-terminal."""
+    out = folder / "result.json"
+    argv = [sys.executable, str(Path(__file__).resolve()), "--child", kind,
+            "--folder", str(folder), "--steps", str(steps), "--out", str(out)]
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    if kind == "headless":
+        subprocess.run(argv, check=True, env=env, stdout=subprocess.DEVNULL)
+    else:
+        env["TERM"] = "xterm-256color"
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: the app draws on the pseudo-terminal
+            os.execvpe(argv[0], argv, env)
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 48, 160, 0, 0))
+        while True:  # read and drop what the app draws, as a terminal would
+            try:
+                if not os.read(fd, 1 << 16):
+                    break
+            except OSError:
+                break
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"the UI run exited with {os.waitstatus_to_exitcode(status)}")
+    return float(json.loads(out.read_text())["rollouts_per_s"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40, help="RL steps per run (default 40)")
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="runs of each kind, alternating (default 2)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="runs of each kind, alternating (default 3)")
+    parser.add_argument("--child", choices=("headless", "ui"), help=argparse.SUPPRESS)
+    parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        return child(args.child, args.folder, args.steps, args.out)
 
     headless: list[float] = []
     ui: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):
-            for kind, runner, results in (("headless", run_headless, headless),
-                                          ("ui", run_with_ui, ui)):
+            for kind, results in (("headless", headless), ("ui", ui)):
                 folder = Path(tmp) / f"{kind}-{round_}"
                 folder.mkdir()
-                rate = runner(folder, args.steps, seed=0)
+                rate = spawn(kind, folder, args.steps)
                 results.append(rate)
                 print(f"round {round_ + 1} {kind:>8}: {rate:7.1f} rollouts/s", flush=True)
     ratio = statistics.median(ui) / statistics.median(headless)
