@@ -157,6 +157,7 @@ def restore_adapter(meta: dict[str, Any], state: dict[str, Any], base: Any, path
     """The LoRA adapter saved in a checkpoint, on `base` (a loaded `model.BaseModel`)."""
     from engine.local.lora import LORA_ALPHA, Adapter
 
+    check_fingerprint(meta, base, path)
     try:
         rank = int(meta["lora_rank"])
         kinds = tuple(meta["lora_kinds"])
@@ -168,6 +169,17 @@ def restore_adapter(meta: dict[str, Any], state: dict[str, Any], base: Any, path
             f"Checkpoint {path!r} does not fit base model {base.name!r}: {exc}"
         ) from exc
     return adapter
+
+
+def check_fingerprint(meta: dict[str, Any], base: Any, path: str) -> None:
+    """Refuse an adapter saved on other weights of the same base model name."""
+    saved_on = meta.get("base_fingerprint")
+    if saved_on is not None and saved_on != base.fingerprint:
+        raise bad_request(
+            f"Checkpoint {path!r} was trained on other weights of {base.name!r} "
+            f"(fingerprint {saved_on}, these are {base.fingerprint}): its adapter would not "
+            "mean the same here"
+        )
 
 
 def adapter_meta(adapter: Any) -> dict[str, Any]:

@@ -194,6 +194,7 @@ class BaseModel:
         module.requires_grad_(False)
         self.layers: dict[str, LoRALinear] = lora.install(module)
         self._weight_bytes: int | None = None
+        self._fingerprint: str | None = None
         output = module.get_output_embeddings()
         self.vocab_size = int(output.out_features)
         self.device = next(module.parameters()).device
@@ -247,6 +248,25 @@ class BaseModel:
         if self._softcap is not None:
             logits = torch.tanh(logits / self._softcap) * self._softcap
         return logits
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the base weights, so an adapter is never applied to other weights: the
+        hash of the shipped file, or of a folder's config.json and weight file sizes."""
+        if self._fingerprint is None:
+            import hashlib
+
+            digest = hashlib.sha256()
+            if self.embedded:
+                digest.update((WEIGHTS_DIR / get_spec(self.name).weights_file).read_bytes())
+            else:
+                folder = Path(self.name)
+                digest.update((folder / "config.json").read_bytes())
+                for path in sorted(folder.iterdir()):
+                    if path.suffix in (".safetensors", ".bin", ".pt"):
+                        digest.update(f"{path.name}:{path.stat().st_size};".encode())
+            self._fingerprint = digest.hexdigest()[:16]
+        return self._fingerprint
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.module.parameters())

@@ -474,6 +474,7 @@ class LocalTrainingClient:
             "name": name,
             "path": checkpoints.tinker_path(self._model_id, kind, name),
             "vocab_size": self._base.vocab_size,
+            "base_fingerprint": self._base.fingerprint,
             **checkpoints.adapter_meta(self._adapter),
         }
 
@@ -569,6 +570,7 @@ class LocalTrainingClient:
                 f"Checkpoint {path!r} is of base model {meta.get('base_model')!r}, "
                 f"this client trains {self._base.name!r}"
             )
+        checkpoints.check_fingerprint(meta, self._base, path)
         mine = checkpoints.adapter_meta(self._adapter)
         if (meta["lora_rank"], list(meta["lora_kinds"])) != (mine["lora_rank"], mine["lora_kinds"]):
             raise bad_request(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ import pytest
 import tinker
 import torch
 
-from engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
+from engine.local import DEFAULT_BASE_MODEL, LocalServiceClient, checkpoints
 
 
 def rl_datum(prompt_ids: list[int], completion: list[int], logprobs, advantage: float):
@@ -218,6 +219,15 @@ async def test_errors_for_unknown_model_and_bad_checkpoints(service, tmp_path: P
     (old / "meta.json").write_text('{"format": 1, "base_model": "tinker-tui/tiny-chat"}')
     with pytest.raises(tinker.NotFoundError, match="full fine-tuning checkpoint of an older"):
         await service.create_sampling_client(model_path=str(old))
+    saved = await (
+        await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=2, seed=0)
+    ).save_weights_for_sampler("fingerprinted")
+    folder = checkpoints.resolve(service.checkpoint_dir, saved.path)
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["base_fingerprint"] = "0" * 16
+    (folder / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(tinker.BadRequestError, match="trained on other weights"):
+        await service.create_sampling_client(model_path=saved.path)
     with pytest.raises(tinker.BadRequestError, match="not a Hugging Face model folder"):
         await service.create_lora_training_client(base_model=str(tmp_path))
 
