@@ -1,5 +1,6 @@
 """Whole runs of the built-in example on the real local backend."""
 
+import asyncio
 import os
 import signal
 import sqlite3
@@ -18,7 +19,7 @@ async def test_headless_run_learns_and_records_everything(tmp_path):
     run = Run(task=TASK, config=config, backend="local", db_path=tmp_path / "runs.db")
     steps = []
     run.events.subscribe(lambda e: steps.append(e) if type(e).__name__ == "StepTrained" else None)
-    status = await run.run()
+    status = await asyncio.wait_for(run.run(), timeout=600)  # a hang fails, not blocks CI
     assert status == "completed"
     rewards = [e.metrics["reward/mean"] for e in steps]
     assert [e.step for e in steps] == list(range(1, 25))
