@@ -13,7 +13,7 @@ assistant
 
 Nothing is downloaded. The run is seeded, single-threaded and deterministic: on the same torch
 build it reproduces the shipped file bit for bit (``--check`` compares instead of writing);
-other builds or CPUs may differ in the last bits. It takes about 15 minutes on two CPU cores
+other builds or CPUs may differ in the last bits. It takes about 12 minutes on two CPU cores
 (longer on a busy machine).
 
 Options: ``--steps N`` (default 3000), ``--out PATH`` (default: the shipped file),
