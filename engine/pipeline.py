@@ -113,6 +113,7 @@ class Pipeline:
         self._started_at = 0.0
         self._last_step_end: float | None = None
         self._last_checkpoint_step: int | None = None
+        self._skipping = False  # the last step had no gradient (all groups zero-variance)
 
     # ------------------------------------------------------------------ control
     @property
@@ -415,8 +416,10 @@ class Pipeline:
                 metrics["train/tokens"] = result.num_tokens
             else:
                 metrics["train/skipped"] = 1.0
-                self.log("info", f"step {self.step + 1}: every group had equal rewards; "
-                                 "no gradient this step")
+                if not self._skipping:  # say it once per run of such steps, not every step
+                    self.log("info", f"step {self.step + 1}: every group had equal rewards; "
+                                     "no gradient until one differs")
+            self._skipping = not datums
             for group in batch:
                 self._consumed(group.group_id)
             self.step += 1
