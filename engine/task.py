@@ -1,20 +1,56 @@
 """The task API: what a user writes to train their own agent.
 
-A task is a source of scenarios, an async rollout that talks to an OpenAI-compatible
-endpoint and returns a scored `Trajectory`, and optional settings. The engine runs the
-rollout `group_size` times per scenario and trains on the group-relative advantages.
+A task is one Python file that builds a module-level ``TASK = Task(...)``:
+
+* ``scenarios(rng)`` yields training `Scenario`s (it may be endless); ``rng`` is the run's
+  seeded `random.Random`, so a run replays the same scenarios from the same seed;
+* ``rollout(client, model, scenario)``: an ``async def`` that talks to the policy through
+  ``client`` (an ``openai.AsyncOpenAI`` pointed at the run's own server; pass
+  ``model=model``) and returns a scored `Trajectory`; the engine runs it ``group_size`` times
+  per scenario and trains on the group-relative advantages;
+* or, instead of ``rollout``, ``group_rollout(client, model, scenario, n)``: an ``async def``
+  that returns ``n`` trajectories for one scenario at once (for rewards that compare the
+  members of a group, or to sample all ``n`` answers in one request with ``n=n``);
+* optionally ``eval_scenarios()`` (a finite held-out set, each rolled out once per
+  evaluation), ``warmup`` (supervised format conversations, trained before RL when
+  ``warmup_steps`` > 0), ``settings`` (defaults for run settings, e.g. ``max_steps``) and
+  ``backend_settings`` (defaults for one backend, over ``settings``).
+
+Everything a task file needs is importable from here::
+
+    from engine.task import Scenario, Task, Trajectory
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import random
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.trajectory import Trajectory
+from engine.trajectory import Trajectory, TrajectoryError
 
-Message = dict[str, str]
+__all__ = [
+    "GroupRollout",
+    "Message",
+    "Rollout",
+    "Scenario",
+    "Task",
+    "TaskError",
+    "Trajectory",
+    "TrajectoryError",
+    "check_task",
+]
+
+Message = dict[str, Any]
+#: The backends `Task.backend_settings` may name.
+BACKENDS = ("local", "tinker")
+
+
+class TaskError(ValueError):
+    """A task is missing a piece or has one of the wrong shape; the message says what."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +63,8 @@ class Scenario:
 
 #: rollout(client, model, scenario) -> Trajectory; `client` is an `openai.AsyncOpenAI`.
 Rollout = Callable[[Any, str, Scenario], Awaitable[Trajectory]]
+#: group_rollout(client, model, scenario, n) -> n Trajectories for one scenario.
+GroupRollout = Callable[[Any, str, Scenario, int], Awaitable[Sequence[Trajectory]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +72,8 @@ class Task:
     name: str
     #: Given the run's seeded random generator, yields training scenarios (may be endless).
     scenarios: Callable[[random.Random], Iterator[Scenario]]
-    rollout: Rollout
+    #: async rollout(client, model, scenario) -> Trajectory. Give this or `group_rollout`.
+    rollout: Rollout | None = None
     #: Optional held-out scenarios for the evaluator (a finite collection, run once each).
     eval_scenarios: Callable[[], Iterable[Scenario]] | None = None
     #: Optional supervised format examples (whole conversations, last assistant turn
@@ -42,3 +81,173 @@ class Task:
     warmup: Sequence[Sequence[Message]] = ()
     #: Defaults for `RunConfig` fields that suit this task.
     settings: Mapping[str, Any] = field(default_factory=dict)
+    #: async group_rollout(client, model, scenario, n) -> n Trajectories, instead of `rollout`.
+    group_rollout: GroupRollout | None = None
+    #: Defaults for one backend only, over `settings`: {"local": {...}, "tinker": {...}}
+    #: (a learning rate or warm-up that suits the tiny embedded model rarely suits Qwen3).
+    backend_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.group_rollout is not None and not isinstance(self.rollout, _GroupJoin):
+            if self.rollout is not None:
+                raise TaskError(f"task {self.name!r} gives both rollout and group_rollout; "
+                                "give one of them")
+            # The engine calls `rollout` once per group member; the members of one group
+            # share one group_rollout call.
+            object.__setattr__(self, "rollout", _GroupJoin(self.group_rollout))
+
+
+class _GroupJoin:
+    """Adapts a group rollout to per-member calls.
+
+    The engine starts the `group_size` rollouts of a group together (one `asyncio.gather`
+    over the same `Scenario` object). The first call for a scenario object yields to the
+    event loop once, so every member started with it has joined, then runs
+    ``group_rollout(client, model, scenario, n)`` with n = the members that joined, and each
+    member returns its own trajectory. An evaluation rollout is a group of one.
+    """
+
+    def __init__(self, group_rollout: GroupRollout) -> None:
+        self.group_rollout = group_rollout
+        self._joining: dict[int, _Members] = {}
+
+    async def __call__(self, client: Any, model: str, scenario: Scenario) -> Trajectory:
+        key = id(scenario)
+        members = self._joining.get(key)
+        if members is not None:
+            index = members.count
+            members.count += 1
+            return (await asyncio.shield(members.result))[index]
+        members = _Members(asyncio.get_running_loop().create_future())
+        self._joining[key] = members
+        try:
+            try:
+                await asyncio.sleep(0)  # the rest of the group joins here
+            finally:
+                del self._joining[key]
+            trajectories = list(await self.group_rollout(client, model, scenario, members.count))
+            if len(trajectories) != members.count:
+                raise TrajectoryError(
+                    f"group_rollout returned {len(trajectories)} trajectories for "
+                    f"n={members.count}; return exactly n")
+            for t in trajectories:
+                if not isinstance(t, Trajectory):
+                    raise TrajectoryError(f"group_rollout returned a {type(t).__name__} in "
+                                          "its list, expected Trajectory objects")
+        except BaseException as exc:
+            if not members.result.done():
+                if isinstance(exc, asyncio.CancelledError):
+                    members.result.cancel()
+                else:
+                    members.result.set_exception(exc)
+                    members.result.exception()  # marked as read: members may be gone
+            raise
+        members.result.set_result(trajectories)
+        return trajectories[0]
+
+
+@dataclass
+class _Members:
+    result: asyncio.Future[list[Trajectory]]
+    count: int = 1
+
+
+# ---------------------------------------------------------------------- checks
+def check_task(task: Any, *, known_settings: Iterable[str] | None = None) -> Task:
+    """Check a task's pieces before the engine starts; raises `TaskError` saying what is
+    expected. `known_settings`: the run settings `task.settings` may name."""
+    if not isinstance(task, Task):
+        raise TaskError(f"expected a Task (from engine.task import Task), got "
+                        f"{_kind(task)}")
+    if not isinstance(task.name, str) or not task.name.strip():
+        raise TaskError(f"Task.name must be a non-empty string, got {task.name!r}")
+    _check_callable("scenarios", task.scenarios, ("rng",), asynchronous=False)
+    if isinstance(task.rollout, _GroupJoin):
+        _check_callable("group_rollout", task.rollout.group_rollout,
+                        ("client", "model", "scenario", "n"), asynchronous=True)
+    elif task.rollout is None:
+        raise TaskError("the task has no rollout: give rollout=async def rollout(client, "
+                        "model, scenario) -> Trajectory (or group_rollout=...)")
+    else:
+        _check_callable("rollout", task.rollout, ("client", "model", "scenario"),
+                        asynchronous=True)
+    if task.eval_scenarios is not None:
+        _check_callable("eval_scenarios", task.eval_scenarios, (), asynchronous=False)
+    _check_warmup(task.warmup)
+    if not isinstance(task.settings, Mapping):
+        raise TaskError(f"Task.settings must be a dict of run settings, got {_kind(task.settings)}")
+    if not isinstance(task.backend_settings, Mapping):
+        raise TaskError("Task.backend_settings must be a dict like {'local': {...}, "
+                        f"'tinker': {{...}}}}, got {_kind(task.backend_settings)}")
+    layers = [("Task.settings", task.settings)]
+    for backend, settings in task.backend_settings.items():
+        if backend not in BACKENDS:
+            raise TaskError(f"Task.backend_settings has an unknown backend {backend!r}; "
+                            f"expected {' or '.join(map(repr, BACKENDS))}")
+        if not isinstance(settings, Mapping):
+            raise TaskError(f"Task.backend_settings[{backend!r}] must be a dict of run "
+                            f"settings, got {_kind(settings)}")
+        layers.append((f"Task.backend_settings[{backend!r}]", settings))
+    if known_settings is not None:
+        known = set(known_settings)
+        for where, settings in layers:
+            for key in settings:
+                if key not in known:
+                    raise TaskError(f"{where} has an unknown setting {key!r}; known settings: "
+                                    f"{', '.join(sorted(known))}")
+    return task
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "None"
+    if inspect.isfunction(value) or inspect.ismethod(value):
+        return f"the function {value.__qualname__}"
+    return f"a {type(value).__name__}"
+
+
+def _is_async(fn: Any) -> bool:
+    while hasattr(fn, "func") and hasattr(fn, "args"):  # functools.partial
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn):
+        return True
+    if inspect.isfunction(fn) or inspect.ismethod(fn) or not callable(fn):
+        return False
+    return inspect.iscoroutinefunction(fn.__call__)  # an object with async __call__
+
+
+def _check_callable(name: str, fn: Any, params: tuple[str, ...], *, asynchronous: bool) -> None:
+    shape = f"{'async def ' if asynchronous else 'def '}{name}({', '.join(params)})"
+    if not callable(fn):
+        raise TaskError(f"Task.{name} must be a function `{shape}`, got {_kind(fn)}")
+    if asynchronous and not _is_async(fn):
+        raise TaskError(f"Task.{name} must be a coroutine function `{shape}`; "
+                        f"{getattr(fn, '__name__', name)} is not async")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # a builtin or C callable: nothing to check
+    try:
+        signature.bind(*params)
+    except TypeError:
+        raise TaskError(f"Task.{name} must take {len(params)} positional argument"
+                        f"{'' if len(params) == 1 else 's'} `{shape}`; "
+                        f"{getattr(fn, '__name__', name)}{signature} does not") from None
+
+
+def _check_warmup(warmup: Any) -> None:
+    if isinstance(warmup, str | bytes | Mapping) or not isinstance(warmup, Sequence | tuple):
+        raise TaskError("Task.warmup must be a list of conversations (each a list of "
+                        f"{{'role': ..., 'content': ...}} messages), got {_kind(warmup)}")
+    for i, conversation in enumerate(warmup):
+        if isinstance(conversation, str | Mapping) or not isinstance(conversation, Sequence):
+            raise TaskError(f"Task.warmup[{i}] must be a list of messages, got "
+                            f"{_kind(conversation)}")
+        for message in conversation:
+            if (not isinstance(message, Mapping) or not isinstance(message.get("role"), str)
+                    or not isinstance(message.get("content"), str)):
+                raise TaskError(f"Task.warmup[{i}] has a message that is not "
+                                f"{{'role': str, 'content': str}}: {message!r}")
+        if not conversation or conversation[-1]["role"] != "assistant":
+            raise TaskError(f"Task.warmup[{i}] must end with an assistant message (the turn "
+                            "that is trained)")

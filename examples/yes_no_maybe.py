@@ -3,7 +3,8 @@
 Every prompt asks for a one-word answer. The reward prefers "maybe" (1.0) over "no"
 (0.75) over "yes" (0.5); anything else earns 0. A short supervised warm-up teaches only
 the *format* (the three answers equally often), so the preference for "maybe" is learned
-by RL alone.
+by RL alone. Four of the twenty questions are held out: the evaluator asks them every 20
+steps, so ``eval/reward_mean`` shows the preference carrying over to unseen questions.
 """
 
 from __future__ import annotations
@@ -54,10 +55,15 @@ def reward_for(answer: str) -> float:
     return REWARDS.get(word, 0.0)
 
 
+#: Every fifth question is held out of training and warm-up, for the evaluator.
+EVAL_QUESTIONS = QUESTIONS[4::5]
+TRAIN_QUESTIONS = tuple(q for q in QUESTIONS if q not in EVAL_QUESTIONS)
+
+
 def scenarios(rng: random.Random) -> Iterator[Scenario]:
     index = 0
     while True:
-        question = rng.choice(QUESTIONS)
+        question = rng.choice(TRAIN_QUESTIONS)
         yield Scenario(id=f"q{QUESTIONS.index(question):02d}-{index}", data=question)
         index += 1
 
@@ -73,13 +79,14 @@ async def rollout(client: Any, model: str, scenario: Scenario) -> Trajectory:
 
 
 def eval_scenarios() -> list[Scenario]:
-    """Every question once, for a quick, comparable evaluation."""
-    return [Scenario(id=f"eval-q{i:02d}", data=q) for i, q in enumerate(QUESTIONS)]
+    """The held-out questions, each asked twice, for a quick, comparable evaluation."""
+    return [Scenario(id=f"eval-q{QUESTIONS.index(q):02d}-{k}", data=q)
+            for q in EVAL_QUESTIONS for k in range(2)]
 
 
 WARMUP = tuple(
     ({"role": "user", "content": prompt_for(q)}, {"role": "assistant", "content": answer})
-    for q in QUESTIONS
+    for q in TRAIN_QUESTIONS
     for answer in ("yes", "no", "maybe")
 )
 
@@ -89,5 +96,8 @@ TASK = Task(
     rollout=rollout,
     eval_scenarios=eval_scenarios,
     warmup=WARMUP,
-    settings={"max_steps": 60, "warmup_steps": 60},
+    settings={"max_steps": 60, "warmup_steps": 60, "eval_every": 20},
+    # A real model needs no format warm-up, and LoRA on billions of weights a far smaller
+    # learning rate than the tiny embedded model.
+    backend_settings={"tinker": {"warmup_steps": 0, "learning_rate": 4e-5, "max_steps": 30}},
 )

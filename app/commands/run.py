@@ -25,7 +25,12 @@ STOP_TIMEOUT = 60.0
 def add_parser(commands: Any) -> None:
     run = commands.add_parser("run", help="train a task and watch it live",
                               description="Train a task with RL and watch it live.")
-    run.add_argument("task", help="the task to train: 'example' (yes/no/maybe)")
+    run.add_argument("task", help="the task to train: a built-in name ('example', "
+                                  "'binary_prefix_tool', 'next_number'), a task file "
+                                  "(path/to/task.py[:NAME]) or a module (package.module[:NAME])")
+    run.add_argument("--config", type=Path, metavar="TOML",
+                     help="run settings from a TOML file (keys as the flags below, with _); "
+                          "flags override it, it overrides the task's settings")
     run.add_argument("--no-ui", action="store_true",
                      help="no dashboard: one plain line per step (also when not on a terminal)")
     run.add_argument("--steps", type=int, metavar="N", dest="max_steps",
@@ -75,16 +80,16 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def load_task(name: str) -> Any:
-    if name in ("example", "yes_no_maybe"):
-        from examples.yes_no_maybe import TASK
+    """The checked task: a built-in name, a task file or a module (see app.task_loader)."""
+    from app.task_loader import load_task as load
 
-        return TASK
-    raise UsageError(f"unknown task {name!r}: the built-in task is 'example'")
+    return load(name)
 
 
 def make_session(args: argparse.Namespace) -> Any:
+    from app.task_loader import layered_config, load_config_file, task_source
     from engine.backend import BackendError, choose_backend
-    from engine.config import ConfigError, RunConfig
+    from engine.config import ConfigError
     from engine.runner import Run
 
     task = load_task(args.task)
@@ -94,8 +99,11 @@ def make_session(args: argparse.Namespace) -> Any:
         return resumed_session(args, task)
     try:
         backend = choose_backend(args.backend)
-        config = RunConfig().with_overrides(dict(task.settings)).with_overrides(
-            config_overrides(args))
+        config_path = getattr(args, "config", None)
+        config = layered_config(task, backend,
+                                load_config_file(config_path) if config_path else None,
+                                config_overrides(args), config_path=config_path,
+                                where=task_source(task))
     except (BackendError, ConfigError) as exc:
         raise UsageError(str(exc)) from None
     if backend == "tinker" and config.base_model.startswith("tinker-tui/"):

@@ -1,0 +1,286 @@
+"""Finding a user's task, checking it, and layering its run settings.
+
+``tinker-tui run TASK`` accepts:
+
+* a built-in name: ``example`` (yes/no/maybe), ``binary_prefix_tool``, ``next_number``;
+* a task file: ``path/to/task.py`` (its module-level ``TASK``) or ``path/to/task.py:NAME``;
+* an importable module: ``package.module`` (its ``TASK``) or ``package.module:NAME``.
+
+Settings are layered, later wins: the engine's defaults, the task's ``settings``, a TOML file
+(``--config``; top-level keys are run settings, the same names as the flags with ``_``), then
+command-line flags. Every mistake becomes a `TaskLoadError` (a usage error: one line, exit 2)
+that names the file and says what is expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import re
+import sys
+import tomllib
+import traceback
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from app.errors import UsageError
+
+#: Built-in task names and where they live.
+BUILTIN_TASKS = {
+    "example": "examples.yes_no_maybe:TASK",
+    "yes_no_maybe": "examples.yes_no_maybe:TASK",
+    "binary_prefix_tool": "examples.binary_prefix_tool:TASK",
+    "next_number": "examples.next_number:TASK",
+}
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+class TaskLoadError(UsageError):
+    """The task (or its config file) cannot be used; the message names the file and says
+    what is expected."""
+
+
+# ---------------------------------------------------------------------- tasks
+def load_task(spec: str) -> Any:
+    """The checked `Task` named by `spec` (a built-in name, a file or a module)."""
+    from engine.task import TaskError, check_task
+
+    target, attribute = _split(BUILTIN_TASKS.get(spec, spec))
+    if _looks_like_path(target):
+        module, where = _import_file(Path(target)), target
+    elif _MODULE.fullmatch(target):
+        module, where = _import_module(target, spec), f"module {target}"
+    else:
+        raise TaskLoadError(_unknown(spec))
+    name = attribute or "TASK"
+    if not hasattr(module, name):
+        hint = ("a module-level TASK = Task(...) (from engine.task import Task)" if not attribute
+                else f"a module-level {name} = Task(...)")
+        raise TaskLoadError(f"{where} defines no {name}: expected {hint}")
+    try:
+        task = check_task(getattr(module, name), known_settings=_run_setting_names())
+    except TaskError as exc:
+        raise TaskLoadError(f"{where}: {name}: {exc}") from None
+    return _located(task, where)
+
+
+def _split(spec: str) -> tuple[str, str | None]:
+    """'file.py:NAME' / 'pkg.mod:NAME' -> (target, NAME); a drive letter is no NAME."""
+    head, sep, tail = spec.rpartition(":")
+    if sep and head and _IDENTIFIER.fullmatch(tail):
+        return head, tail
+    return spec, None
+
+
+def _looks_like_path(target: str) -> bool:
+    return target.endswith(".py") or "/" in target or "\\" in target or Path(target).is_file()
+
+
+def _unknown(spec: str) -> str:
+    names = ", ".join(n for n in BUILTIN_TASKS if n != "yes_no_maybe")
+    return (f"unknown task {spec!r}: expected a built-in task ({names}), a task file "
+            "(path/to/task.py[:NAME]) or an importable module (package.module[:NAME])")
+
+
+def _import_file(path: Path) -> types.ModuleType:
+    if not path.is_file():
+        what = "is a directory, not a Python file" if path.is_dir() else "not found"
+        raise TaskLoadError(f"task file {str(path)!r} {what}: expected a Python file that "
+                            "defines TASK = Task(...)")
+    resolved = path.resolve()
+    digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:8]
+    module_name = re.sub(r"\W", "_", f"tinker_tui_task_{resolved.stem}_{digest}")
+    spec = importlib.util.spec_from_file_location(module_name, resolved)
+    if spec is None or spec.loader is None:
+        raise TaskLoadError(f"task file {str(path)!r} cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    # Helper modules next to the task file import like they would from a script.
+    folder = str(resolved.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        sys.modules.pop(module_name, None)
+        raise TaskLoadError(f"task file {str(path)!r} has a syntax error at line {exc.lineno}: "
+                            f"{exc.msg}") from None
+    except Exception as exc:
+        sys.modules.pop(module_name, None)
+        raise TaskLoadError(_import_failure(f"task file {str(path)!r}", exc, resolved)) from None
+    return module
+
+
+def _import_module(name: str, spec: str) -> types.ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+            raise TaskLoadError(_unknown(spec)) from None
+        raise TaskLoadError(_import_failure(f"task module {name}", exc, None)) from None
+    except SyntaxError as exc:
+        raise TaskLoadError(f"task module {name} has a syntax error in {exc.filename} at line "
+                            f"{exc.lineno}: {exc.msg}") from None
+    except Exception as exc:
+        raise TaskLoadError(_import_failure(f"task module {name}", exc, None)) from None
+
+
+def _import_failure(what: str, exc: BaseException, path: Path | None) -> str:
+    """'<what> failed to load (line N): Error: message', the line in the task's own file."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    line = ""
+    if path is not None:
+        own = [f for f in frames if Path(f.filename) == path]
+        if own:
+            line = f" at line {own[-1].lineno}"
+    elif frames:
+        line = f" at {frames[-1].filename}:{frames[-1].lineno}"
+    from engine.task import TaskError
+
+    kind = "" if isinstance(exc, TaskError) else f"{type(exc).__name__}: "
+    return f"{what} failed to load{line}: {kind}{exc}"
+
+
+def _located(task: Any, where: str) -> Any:
+    """The task with its rollout wrapped so rollout mistakes name the task's file."""
+    from engine.task import _GroupJoin
+
+    if isinstance(task.rollout, _GroupJoin):
+        return dataclasses.replace(task, rollout=None, group_rollout=_NamedGroupRollout(
+            task.rollout.group_rollout, where))
+    return dataclasses.replace(task, rollout=_NamedRollout(task.rollout, where))
+
+
+class _NamedRollout:
+    """Calls the user's rollout; a bad result or reward is a TrajectoryError naming the file.
+    (The pipeline counts any rollout exception as an error group, never a crash.)"""
+
+    def __init__(self, rollout: Any, where: str) -> None:
+        self.rollout = rollout
+        self.where = where
+
+    async def __call__(self, client: Any, model: str, scenario: Any) -> Any:
+        from engine.task import Trajectory, TrajectoryError
+
+        try:
+            result = await self.rollout(client, model, scenario)
+        except TrajectoryError as exc:
+            raise TrajectoryError(f"{exc} (in the rollout of {self.where})") from exc
+        if not isinstance(result, Trajectory):
+            raise TrajectoryError(
+                f"the rollout of {self.where} returned {_kind(result)}; expected a Trajectory "
+                "(return Trajectory.from_choices(choices, reward=...))")
+        return result
+
+
+class _NamedGroupRollout:
+    def __init__(self, group_rollout: Any, where: str) -> None:
+        self.group_rollout = group_rollout
+        self.where = where
+
+    async def __call__(self, client: Any, model: str, scenario: Any, n: int) -> Any:
+        from engine.task import TrajectoryError
+
+        try:
+            result = await self.group_rollout(client, model, scenario, n)
+        except TrajectoryError as exc:
+            raise TrajectoryError(f"{exc} (in the group_rollout of {self.where})") from exc
+        if isinstance(result, str | bytes) or not isinstance(result, typing.Sequence):
+            raise TrajectoryError(f"the group_rollout of {self.where} returned {_kind(result)}; "
+                                  "expected a list of n Trajectory objects")
+        return result
+
+
+def _kind(value: Any) -> str:
+    return "None" if value is None else f"a {type(value).__name__}"
+
+
+# ---------------------------------------------------------------------- settings
+def _run_setting_names() -> list[str]:
+    from engine.config import RunConfig
+
+    return [f.name for f in dataclasses.fields(RunConfig)]
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """Run settings from a TOML file: top-level keys named like RunConfig fields."""
+    from engine.config import RunConfig
+
+    where = f"config file {str(path)!r}"
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise TaskLoadError(f"{where} not found") from None
+    except IsADirectoryError:
+        raise TaskLoadError(f"{where} is a directory, expected a TOML file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskLoadError(f"{where} is not valid TOML: {exc}") from None
+    hints = typing.get_type_hints(RunConfig)
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    for key, value in data.items():
+        if key not in known:
+            raise TaskLoadError(f"{where}: unknown setting {key!r}; known settings: "
+                                f"{', '.join(sorted(known))}")
+        expected = hints[key]
+        if not _fits(value, expected):
+            raise TaskLoadError(f"{where}: setting {key!r} must be {_type_name(expected)}, got "
+                                f"{value!r}")
+        if expected is float:
+            data[key] = float(value)
+    return data
+
+
+def _fits(value: Any, expected: Any) -> bool:
+    if expected is bool:
+        return isinstance(value, bool)
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if expected is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if expected is str:
+        return isinstance(value, str)
+    return True
+
+
+def _type_name(expected: Any) -> str:
+    return {bool: "true or false", int: "an integer", float: "a number",
+            str: "a string"}.get(expected, str(expected))
+
+
+def layered_config(task: Any, backend: str, file_settings: dict[str, Any] | None = None,
+                   flags: dict[str, Any] | None = None, *, config_path: Path | None = None,
+                   where: str | None = None) -> Any:
+    """RunConfig from, later winning: engine defaults, the task's settings, the task's
+    settings for this backend, the TOML file, flags. A bad value is a usage error naming
+    where it came from."""
+    from engine.config import ConfigError, RunConfig
+
+    config = RunConfig()
+    of_task = f"task {task.name!r}" if where is None else where
+    layers = [(dict(task.settings), f"the settings of {of_task}"),
+              (dict(task.backend_settings.get(backend, {})),
+               f"the {backend} settings of {of_task}"),
+              (file_settings or {}, f"config file {str(config_path)!r}"),
+              (flags or {}, "")]
+    for overrides, source in layers:
+        if not overrides:
+            continue
+        try:
+            config = config.with_overrides(overrides)
+        except ConfigError as exc:
+            raise TaskLoadError(f"{source}: {exc}" if source else str(exc)) from None
+    return config
+
+
+def task_source(task: Any) -> str | None:
+    """Where a loaded task came from (its file or module), for messages."""
+    rollout = task.rollout
+    named = getattr(rollout, "group_rollout", rollout)
+    return getattr(named, "where", None)

@@ -1,0 +1,93 @@
+"""next_number: "What comes after 41?" -- an exact-match reward, a held-out eval split, and a
+group rollout that samples the whole group in one request.
+
+What it shows that the other examples do not:
+
+* ``group_rollout``: the ``n`` answers of a group come from one request (``n=n``) and return
+  together, instead of ``n`` separate rollouts;
+* an exact-match reward: 1 for the right number, 0 for anything else;
+* a *held-out* eval split: every fifth number never appears in training, and the evaluator
+  answers those greedily (``temperature=0``), so ``eval/reward_mean`` is the share of unseen
+  problems the policy's most likely answer gets right -- what carries over, not what was
+  memorised;
+* RL that sharpens a skill the base already half has. The embedded model's pre-training
+  corpus includes "What comes after N?" (engine/local/pretrain.py); it answers right about a
+  third of the time, and RL raises that on numbers it never trains on. No format warm-up is
+  needed, and a gentler learning rate than the other examples keeps RL from collapsing the
+  answers onto one number.
+
+On Tinker a real model answers these at once: there it is a smoke test of the loop.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from engine.task import Scenario, Task, Trajectory
+
+#: Problems are "What comes after n?" for 0 <= n <= LARGEST.
+LARGEST = 99
+#: Every HELD_OUT_EVERY-th number (in a fixed shuffled order) is held out for evaluation.
+HELD_OUT_EVERY = 5
+
+
+def prompt_for(n: int) -> str:
+    return f"What comes after {n}?"
+
+
+def reward_for(reply: str, answer: int) -> float:
+    """1.0 when the reply is exactly the number (spaces and a final period aside), else 0."""
+    text = reply.strip().rstrip(".").strip()
+    return 1.0 if re.fullmatch(r"-?\d+", text) and int(text) == answer else 0.0
+
+
+def _split() -> tuple[list[int], list[int]]:
+    numbers = list(range(LARGEST + 1))
+    random.Random(7).shuffle(numbers)
+    held_out = sorted(numbers[::HELD_OUT_EVERY])
+    return sorted(set(numbers) - set(held_out)), held_out
+
+
+TRAIN_NUMBERS, EVAL_NUMBERS = _split()
+
+
+def scenarios(rng: random.Random) -> Iterator[Scenario]:
+    index = 0
+    while True:
+        n = rng.choice(TRAIN_NUMBERS)
+        yield Scenario(id=f"after-{n}-{index}", data={"n": n})
+        index += 1
+
+
+def eval_scenarios() -> list[Scenario]:
+    return [Scenario(id=f"eval-after-{n}", data={"n": n, "greedy": True}) for n in EVAL_NUMBERS]
+
+
+async def group_rollout(client: Any, model: str, scenario: Scenario, n: int) -> list[Trajectory]:
+    """All n answers to one problem from one request (an evaluation is a group of one)."""
+    number = scenario.data["n"]
+    messages = [{"role": "user", "content": prompt_for(number)}]
+    extra = {"temperature": 0.0} if scenario.data.get("greedy") else {}
+    completion = await client.chat.completions.create(
+        model=model, messages=messages, n=n, max_tokens=8, **extra)
+    return [
+        Trajectory.from_choices(
+            [choice], reward=reward_for(choice.message.content or "", number + 1),
+            messages=[*messages, {"role": "assistant", "content": choice.message.content}])
+        for choice in completion.choices
+    ]
+
+
+TASK = Task(
+    name="next_number",
+    scenarios=scenarios,
+    group_rollout=group_rollout,
+    eval_scenarios=eval_scenarios,
+    settings={"max_steps": 300, "eval_every": 50, "eval_at_start": True,
+              "checkpoint_every": 100},
+    backend_settings={"local": {"learning_rate": 1e-3},
+                      "tinker": {"learning_rate": 4e-5, "max_steps": 40, "eval_every": 10}},
+)
