@@ -1,0 +1,169 @@
+"""Each example runs two steps on the local backend as shipped (fast), the tool example also
+runs its native tool-call path against a scripted client, and a task file runs from the
+command line with a TOML config. The learning runs are in test_examples_learning.py."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import openai
+import pytest
+
+from app.task_loader import layered_config, load_task
+from engine.events import EvalCompleted, GroupDiscarded, GroupSampled, StepTrained
+from engine.runner import Run
+from engine.task import Scenario
+from examples import binary_prefix_tool as bp
+from examples import next_number
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def run_two_steps(name, tmp_path, **overrides):
+    task = load_task(name)
+    config = layered_config(task, "local").with_overrides(
+        {"max_steps": 2, "checkpoint_every": 0, **overrides})
+    run = Run(task=task, config=config, backend="local", db_path=tmp_path / "runs.db")
+    events = []
+    run.events.subscribe(events.append)
+    assert await run.run() == "completed"
+    of = lambda kind: [e for e in events if isinstance(e, kind)]  # noqa: E731
+    assert [e.step for e in of(StepTrained)] == [1, 2]
+    assert not [e for e in of(GroupDiscarded) if e.reason == "error"], \
+        [e.detail for e in of(GroupDiscarded)]
+    return task, config, of
+
+
+async def test_yes_no_maybe_runs_two_steps(tmp_path):
+    _, config, of = await run_two_steps("example", tmp_path, warmup_steps=5, eval_at_start=True)
+    rewards = [t.reward for g in of(GroupSampled) for t in g.trajectories]
+    assert rewards and set(rewards) <= {0.0, 0.5, 0.75, 1.0}
+    evals = of(EvalCompleted)
+    assert evals and evals[0].metrics["eval/num_scenarios"] == 8
+
+
+async def test_binary_prefix_tool_runs_two_steps_multi_turn(tmp_path):
+    _, config, of = await run_two_steps("binary_prefix_tool", tmp_path, warmup_steps=3)
+    groups = of(GroupSampled)
+    assert all(g.num_trajectories == config.group_size for g in groups)
+    trajectory = groups[0].trajectories[0]
+    assert 0 <= trajectory.reward <= 30
+    answers = [m["content"] for m in trajectory.messages if m["role"] == "user"][1:]
+    assert answers and all(a.startswith("make_guess: ") for a in answers), trajectory.messages
+
+
+async def test_next_number_runs_two_steps_with_one_request_per_group(tmp_path):
+    _, config, of = await run_two_steps("next_number", tmp_path, eval_at_start=True)
+    groups = of(GroupSampled)
+    assert groups and all(g.num_trajectories == config.group_size for g in groups)
+    assert {t.reward for g in groups for t in g.trajectories} <= {0.0, 1.0}
+    evals = of(EvalCompleted)
+    assert evals and evals[0].metrics["eval/num_scenarios"] == len(next_number.EVAL_NUMBERS)
+    assert evals[0].metrics["eval/errors"] == 0
+
+
+def test_examples_keep_their_splits_apart():
+    assert not set(next_number.TRAIN_NUMBERS) & set(next_number.EVAL_NUMBERS)
+    from examples import yes_no_maybe
+
+    assert not set(yes_no_maybe.TRAIN_QUESTIONS) & set(yes_no_maybe.EVAL_QUESTIONS)
+    warm = {m["content"] for c in yes_no_maybe.WARMUP for m in c}
+    assert not any(q in w for q in yes_no_maybe.EVAL_QUESTIONS for w in warm)
+
+
+def test_binary_prefix_warmup_never_shows_the_secret():
+    secret = next(bp.TASK.scenarios(__import__("random").Random(0))).data[1]
+    assert len(secret) == 30
+    for conversation in bp.TASK.warmup:
+        for message in conversation:
+            assert secret not in message["content"]
+    assert bp.make_guess("1" * 30, secret)[0] == bp.common_prefix("1" * 30, secret)
+    assert bp.make_guess("01x", secret) == (0, "invalid guess: use only 0 and 1 (30 bits)")
+    assert bp.text_guess(" make_guess('0101') ") == "0101"
+
+
+# ---------------------------------------------------------------------- native tool calls
+class NativeToolClient:
+    """Stands in for the policy server with a renderer that has native tool calls (Qwen3 on
+    Tinker): refuses a named tool_choice like the server does, answers with tool calls."""
+
+    base_url = "http://scripted-native/v1"
+
+    def __init__(self, guesses):
+        self.guesses = list(guesses)
+        self.requests = []
+        self.chat = SimpleNamespace(completions=self)
+
+    async def create(self, **request):
+        self.requests.append(request)
+        if isinstance(request.get("tool_choice"), dict):
+            raise openai.BadRequestError(
+                "needs a prefilled tool call", body={"param": "tool_choice"},
+                response=httpx.Response(400, request=httpx.Request("POST", self.base_url)))
+        guess = self.guesses.pop(0)
+        calls = [] if guess is None else [SimpleNamespace(
+            id=f"call-{len(self.requests)}",
+            function=SimpleNamespace(name="make_guess", arguments=json.dumps({"guess": guess})),
+            model_dump=lambda **_: {"id": "c", "type": "function",
+                                    "function": {"name": "make_guess", "arguments": "{}"}})]
+        message = SimpleNamespace(content="", tool_calls=calls)
+        choice = SimpleNamespace(message=message, model_extra={
+            "prompt_token_ids": [1, 2], "token_ids": [3], "token_logprobs": [-0.5],
+            "policy_version": 0})
+        return SimpleNamespace(choices=[choice])
+
+
+async def test_binary_prefix_uses_native_tool_calls_when_the_renderer_has_them():
+    secret = "0110" + "1" * 26
+    client = NativeToolClient(["0000", None, "0111"])
+    scenario = Scenario(id="s", data=(None, secret))
+    trajectory = await bp.TASK.rollout(client, "m", scenario)
+    assert trajectory.reward == 3.0  # best of: 1 ("0000"), no call, 3 ("0111")
+    assert len(trajectory.turns) == 3 and trajectory.metrics["tool_calls"] == 2.0
+    sent = [r for r in client.requests if "tool_choice" not in r]
+    assert all(r["tools"][0]["function"]["name"] == "make_guess" for r in sent)
+    roles = [m["role"] for m in trajectory.messages]
+    assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant", "tool"]
+    assert trajectory.messages[-1]["content"] == "3 leading bits right"
+    # The capability is asked once per server and model.
+    again = NativeToolClient(["0", "0", "0"])
+    bp._native[f"{again.base_url}|m"] = bp._native[f"{client.base_url}|m"]
+    await bp.TASK.rollout(again, "m", scenario)
+    assert not any("tool_choice" in r for r in again.requests)
+
+
+# ---------------------------------------------------------------------- the command line
+def test_a_task_file_runs_from_the_command_line_with_a_toml_config(tmp_path):
+    task_file = tmp_path / "my_task.py"
+    task_file.write_text((ROOT / "examples" / "yes_no_maybe.py").read_text())
+    config = tmp_path / "run.toml"
+    config.write_text("max_steps = 50\nwarmup_steps = 2\ncheckpoint_every = 0\n"
+                      "eval_every = 0\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD")}
+    env["HOME"] = str(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "run", str(task_file), "--no-ui", "--config",
+         str(config), "--steps", "2", "--db", str(tmp_path / "runs.db")],
+        capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "step    2/2" in result.stdout, result.stdout  # the flag beat the file's 50
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("def oops(:\n", "syntax error at line 1"),
+    ("x = 1\n", "defines no TASK"),
+])
+def test_a_broken_task_file_is_a_usage_error_naming_it(tmp_path, body, expected):
+    task_file = tmp_path / "broken_task.py"
+    task_file.write_text(body)
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "run", str(task_file), "--no-ui"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "broken_task.py" in result.stderr and expected in result.stderr
+    assert "Traceback" not in result.stderr
