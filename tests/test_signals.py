@@ -24,7 +24,7 @@ def wait_for_step(proc, step):
         if line.startswith("step ") and int(line.split()[1].split("/")[0]) >= step:
             return
         assert time.monotonic() < deadline
-    raise AssertionError("the run ended before step %d: %s" % (step, proc.stderr.read()))
+    raise AssertionError(f"the run ended before step {step}: {proc.stderr.read()}")
 
 
 def test_sigterm_stops_gracefully_with_143(tmp_path):
