@@ -223,6 +223,9 @@ def _check_callable(name: str, fn: Any, params: tuple[str, ...], *, asynchronous
     if asynchronous and not _is_async(fn):
         raise TaskError(f"Task.{name} must be a coroutine function `{shape}`; "
                         f"{getattr(fn, '__name__', name)} is not async")
+    if not asynchronous and (_is_async(fn) or inspect.isasyncgenfunction(fn)):
+        raise TaskError(f"Task.{name} must be a plain function `{shape}` (a generator is "
+                        f"fine), not async")
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):

@@ -130,6 +130,12 @@ def test_scenarios_must_be_a_function_of_the_rng(tmp_path):
     assert "my_task.py" in message and "scenarios must be a function" in message
 
 
+def test_async_scenarios_are_refused(tmp_path):
+    body = MINIMAL.replace("def scenarios(rng):", "async def scenarios(rng):")
+    message = load_error(write_task(tmp_path, body))
+    assert "my_task.py" in message and "scenarios must be a plain function" in message
+
+
 def test_unknown_task_setting_names_the_key_and_the_file(tmp_path):
     message = load_error(write_task(tmp_path, settings="'max_stepz': 3"))
     assert "my_task.py" in message and "'max_stepz'" in message
@@ -320,3 +326,28 @@ def test_the_public_surface_is_importable_from_engine_task():
     for name in ("Task", "Scenario", "Trajectory", "TrajectoryError", "TaskError", "check_task"):
         assert hasattr(api, name)
     assert math.isfinite(Trajectory.from_choices([choice()], reward=0.5).reward)
+
+
+# ---------------------------------------------------------------------- the README's task
+def readme_task_source() -> str:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Write your own task", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+async def test_the_readme_minimal_task_is_complete_and_runs(tmp_path):
+    path = tmp_path / "blue.py"
+    path.write_text(readme_task_source())
+    task = load_task(str(path))
+    from engine.runner import Run
+
+    config = layered_config(task, "local").with_overrides({"max_steps": 2,
+                                                           "checkpoint_every": 0})
+    run = Run(task=task, config=config, backend="local", db_path=tmp_path / "runs.db")
+    events = []
+    run.events.subscribe(events.append)
+    assert await run.run() == "completed"
+    assert not [e for e in events if isinstance(e, GroupDiscarded) and e.reason == "error"]
+    assert [e for e in events if isinstance(e, GroupSampled)]
