@@ -6,15 +6,13 @@ What it shows that the other examples do not:
 * ``group_rollout``: the ``n`` answers of a group come from one request (``n=n``) and return
   together, instead of ``n`` separate rollouts;
 * an exact-match reward: 1 for the right number, 0 for anything else;
-* a *held-out* eval split: every fifth number never appears in training, and the evaluator
-  answers those greedily (``temperature=0``), so ``eval/reward_mean`` is the share of unseen
-  problems the policy's most likely answer gets right -- what carries over, not what was
-  memorised;
+* a *held-out* eval split: every fifth number never appears in training; the evaluator asks
+  each of them four times, so ``eval/reward_mean`` is how often the policy is right on
+  numbers it never trained on -- what carries over, not what was memorised;
 * RL that sharpens a skill the base already half has. The embedded model's pre-training
-  corpus includes "What comes after N?" (engine/local/pretrain.py); it answers right about a
-  third of the time, and RL raises that on numbers it never trains on. No format warm-up is
-  needed, and a gentler learning rate than the other examples keeps RL from collapsing the
-  answers onto one number.
+  corpus includes "What comes after N?" (engine/local/pretrain.py); sampled, it answers right
+  about a third of the time. No format warm-up is needed, and a gentler learning rate than
+  the engine's default keeps RL from collapsing the answers onto one number.
 
 On Tinker a real model answers these at once: there it is a smoke test of the loop.
 """
@@ -63,16 +61,16 @@ def scenarios(rng: random.Random) -> Iterator[Scenario]:
 
 
 def eval_scenarios() -> list[Scenario]:
-    return [Scenario(id=f"eval-after-{n}", data={"n": n, "greedy": True}) for n in EVAL_NUMBERS]
+    return [Scenario(id=f"eval-after-{n}-{k}", data={"n": n})
+            for n in EVAL_NUMBERS for k in range(4)]
 
 
 async def group_rollout(client: Any, model: str, scenario: Scenario, n: int) -> list[Trajectory]:
     """All n answers to one problem from one request (an evaluation is a group of one)."""
     number = scenario.data["n"]
     messages = [{"role": "user", "content": prompt_for(number)}]
-    extra = {"temperature": 0.0} if scenario.data.get("greedy") else {}
     completion = await client.chat.completions.create(
-        model=model, messages=messages, n=n, max_tokens=8, **extra)
+        model=model, messages=messages, n=n, max_tokens=8)
     return [
         Trajectory.from_choices(
             [choice], reward=reward_for(choice.message.content or "", number + 1),

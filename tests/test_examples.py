@@ -62,7 +62,7 @@ async def test_next_number_runs_two_steps_with_one_request_per_group(tmp_path):
     assert groups and all(g.num_trajectories == config.group_size for g in groups)
     assert {t.reward for g in groups for t in g.trajectories} <= {0.0, 1.0}
     evals = of(EvalCompleted)
-    assert evals and evals[0].metrics["eval/num_scenarios"] == len(next_number.EVAL_NUMBERS)
+    assert evals and evals[0].metrics["eval/num_scenarios"] == 4 * len(next_number.EVAL_NUMBERS)
     assert evals[0].metrics["eval/errors"] == 0
 
 
