@@ -14,7 +14,7 @@ import os
 import sys
 import traceback
 
-from app.errors import UsageError
+from tinker_tui.app.errors import UsageError
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -30,15 +30,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"app.commands.{name}").add_parser(commands)
+        importlib.import_module(f"tinker_tui.app.commands.{name}").add_parser(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from engine.store import StoreError
+    from tinker_tui.engine.store import StoreError
 
-    command = importlib.import_module(f"app.commands.{args.command}")
+    command = importlib.import_module(f"tinker_tui.app.commands.{args.command}")
     try:
         return command.main(args)
     except (UsageError, StoreError) as exc:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from engine.events import (
+from tinker_tui.engine.events import (
     CheckpointSaved,
     EvalCompleted,
     Event,
@@ -152,7 +152,7 @@ async def start_control_endpoint(session: Any, out: TextIO | None = None) -> Any
     run_id = getattr(session, "run_id", None)
     if db_path is None or not run_id:
         return None
-    from engine.control_server import ControlServer, control_file_path
+    from tinker_tui.engine.control_server import ControlServer, control_file_path
 
     server = ControlServer(session.control, run_id=run_id)
     await server.start(control_file_path(db_path, run_id), extra={"store": str(db_path)})

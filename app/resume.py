@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from app.errors import UsageError
+from tinker_tui.app.errors import UsageError
 
 
 def resolve_run(runs: Sequence[dict[str, Any]], wanted: str | None, db_path: Path,
@@ -49,7 +49,7 @@ def resolve_run(runs: Sequence[dict[str, Any]], wanted: str | None, db_path: Pat
 
 async def read_runs(db_path: Path) -> list[dict[str, Any]]:
     """Every run in the store, newest first (read-only; StoreError if unusable)."""
-    from engine.store import RunStore
+    from tinker_tui.engine.store import RunStore
 
     store = await RunStore.open_readonly(db_path)
     try:
@@ -60,17 +60,17 @@ async def read_runs(db_path: Path) -> list[dict[str, Any]]:
 
 def resumed_session(args: argparse.Namespace, task: Any) -> Any:
     """The `Run` that continues the run `args.resume` names (see the module docstring)."""
-    from app.commands.run import config_overrides
-    from engine.backend import BackendError, choose_backend
-    from engine.config import ConfigError, RunConfig
-    from engine.runner import Run
+    from tinker_tui.app.commands.run import config_overrides
+    from tinker_tui.engine.backend import BackendError, choose_backend
+    from tinker_tui.engine.config import ConfigError, RunConfig
+    from tinker_tui.engine.runner import Run
 
     db_path = Path(args.db)
     if not db_path.is_file():
         raise UsageError(f"no run store at {db_path}: nothing to resume "
                          "(start the run without --resume)")
     run = resolve_run(asyncio.run(read_runs(db_path)), args.resume, db_path, task.name)
-    from engine.resume import run_is_live
+    from tinker_tui.engine.resume import run_is_live
 
     if run_is_live(db_path, run["run_id"]):  # refuse before anything else starts for it
         raise UsageError(f"run {run['run_id']} is running in another process; stop it "
@@ -80,7 +80,7 @@ def resumed_session(args: argparse.Namespace, task: Any) -> Any:
     overrides = config_overrides(args)
     config_path = getattr(args, "config", None)
     if config_path:  # a settings file, as for a new run; flags still win
-        from app.task_loader import load_config_file
+        from tinker_tui.app.task_loader import load_config_file
 
         overrides = {**load_config_file(config_path), **overrides}
     try:

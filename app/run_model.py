@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.clock import Clock
-from engine.events import (
+from tinker_tui.engine.clock import Clock
+from tinker_tui.engine.events import (
     CheckpointKind,
     CheckpointSaved,
     CommandReceived,

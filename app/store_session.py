@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from engine.clock import Clock, FakeClock, SystemClock
-from engine.control import Control
-from engine.control_server import ControlUnavailable
-from engine.events import (
+from tinker_tui.engine.clock import Clock, FakeClock, SystemClock
+from tinker_tui.engine.control import Control
+from tinker_tui.engine.control_server import ControlUnavailable
+from tinker_tui.engine.events import (
     CheckpointSaved,
     CommandReceived,
     EvalCompleted,
@@ -39,7 +39,7 @@ from engine.events import (
     ThroughputMeasured,
     TrajectorySummary,
 )
-from engine.store import RunStore, StoreError
+from tinker_tui.engine.store import RunStore, StoreError
 
 logger = logging.getLogger(__name__)
 

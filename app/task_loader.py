@@ -27,14 +27,14 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from app.errors import UsageError
+from tinker_tui.app.errors import UsageError
 
 #: Built-in task names and where they live.
 BUILTIN_TASKS = {
-    "example": "examples.yes_no_maybe:TASK",
-    "yes_no_maybe": "examples.yes_no_maybe:TASK",
-    "binary_prefix_tool": "examples.binary_prefix_tool:TASK",
-    "next_number": "examples.next_number:TASK",
+    "example": "tinker_tui.examples.yes_no_maybe:TASK",
+    "yes_no_maybe": "tinker_tui.examples.yes_no_maybe:TASK",
+    "binary_prefix_tool": "tinker_tui.examples.binary_prefix_tool:TASK",
+    "next_number": "tinker_tui.examples.next_number:TASK",
 }
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -49,7 +49,7 @@ class TaskLoadError(UsageError):
 # ---------------------------------------------------------------------- tasks
 def load_task(spec: str) -> Any:
     """The checked `Task` named by `spec` (a built-in name, a file or a module)."""
-    from engine.task import TaskError, check_task
+    from tinker_tui.engine.task import TaskError, check_task
 
     target, attribute = _split(BUILTIN_TASKS.get(spec, spec))
     if _looks_like_path(target):
@@ -141,7 +141,7 @@ def _import_failure(what: str, exc: BaseException, path: Path | None) -> str:
             line = f" at line {own[-1].lineno}"
     elif frames:
         line = f" at {frames[-1].filename}:{frames[-1].lineno}"
-    from engine.task import TaskError
+    from tinker_tui.engine.task import TaskError
 
     kind = "" if isinstance(exc, TaskError) else f"{type(exc).__name__}: "
     return f"{what} failed to load{line}: {kind}{exc}"
@@ -149,7 +149,7 @@ def _import_failure(what: str, exc: BaseException, path: Path | None) -> str:
 
 def _located(task: Any, where: str) -> Any:
     """The task with its rollout wrapped so rollout mistakes name the task's file."""
-    from engine.task import _GroupJoin
+    from tinker_tui.engine.task import _GroupJoin
 
     if isinstance(task.rollout, _GroupJoin):
         return dataclasses.replace(task, rollout=None, group_rollout=_NamedGroupRollout(
@@ -166,7 +166,7 @@ class _NamedRollout:
         self.where = where
 
     async def __call__(self, client: Any, model: str, scenario: Any) -> Any:
-        from engine.task import Trajectory, TrajectoryError
+        from tinker_tui.engine.task import Trajectory, TrajectoryError
 
         try:
             result = await self.rollout(client, model, scenario)
@@ -185,7 +185,7 @@ class _NamedGroupRollout:
         self.where = where
 
     async def __call__(self, client: Any, model: str, scenario: Any, n: int) -> Any:
-        from engine.task import TrajectoryError
+        from tinker_tui.engine.task import TrajectoryError
 
         try:
             result = await self.group_rollout(client, model, scenario, n)
@@ -203,14 +203,14 @@ def _kind(value: Any) -> str:
 
 # ---------------------------------------------------------------------- settings
 def _run_setting_names() -> list[str]:
-    from engine.config import RunConfig
+    from tinker_tui.engine.config import RunConfig
 
     return [f.name for f in dataclasses.fields(RunConfig)]
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
     """Run settings from a TOML file: top-level keys named like RunConfig fields."""
-    from engine.config import RunConfig
+    from tinker_tui.engine.config import RunConfig
 
     where = f"config file {str(path)!r}"
     try:
@@ -260,7 +260,7 @@ def layered_config(task: Any, backend: str, file_settings: dict[str, Any] | None
     """RunConfig from, later winning: engine defaults, the task's settings, the task's
     settings for this backend, the TOML file, flags. A bad value is a usage error naming
     where it came from."""
-    from engine.config import ConfigError, RunConfig
+    from tinker_tui.engine.config import ConfigError, RunConfig
 
     config = RunConfig()
     of_task = f"task {task.name!r}" if where is None else where

@@ -33,18 +33,17 @@ from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
-
-from app.run_model import KNOB_NAMES, RunModel
-from app.screens.confirm_quit import DETACH, FORCE, STOP, QuitScreen
-from app.screens.control import ControlScreen
-from app.screens.dashboard import DashboardScreen
-from app.screens.help import HelpScreen
-from app.screens.knob_edit import KnobEditScreen
-from app.screens.rollouts import RolloutsScreen
-from app.widgets.rewards import RewardsChart
-from engine.clock import Clock, SystemClock
-from engine.control import Session
-from engine.events import RunStatus
+from tinker_tui.app.run_model import KNOB_NAMES, RunModel
+from tinker_tui.app.screens.confirm_quit import DETACH, FORCE, STOP, QuitScreen
+from tinker_tui.app.screens.control import ControlScreen
+from tinker_tui.app.screens.dashboard import DashboardScreen
+from tinker_tui.app.screens.help import HelpScreen
+from tinker_tui.app.screens.knob_edit import KnobEditScreen
+from tinker_tui.app.screens.rollouts import RolloutsScreen
+from tinker_tui.app.widgets.rewards import RewardsChart
+from tinker_tui.engine.clock import Clock, SystemClock
+from tinker_tui.engine.control import Session
+from tinker_tui.engine.events import RunStatus
 
 EXIT_OK = 0
 EXIT_FAILED = 1

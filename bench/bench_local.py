@@ -41,8 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tinker  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-
-from engine.local import DEFAULT_BASE_MODEL, LocalServiceClient, lora  # noqa: E402
+from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient, lora  # noqa: E402
 
 PROMPT = "User: Answer with one word: yes, no or maybe. Is the sky blue?\n\nAssistant:"
 
@@ -178,7 +177,7 @@ def bench_training(tc, token_pool: list[int], rounds: int) -> dict[str, float]:
         sync(device)
 
     # Both run on the backend's torch thread, so thread settings are the same.
-    from engine.local import runtime
+    from tinker_tui.engine.local import runtime
 
     def on_torch_thread(fn):
         return lambda: runtime.submit(fn).result()
@@ -216,7 +215,7 @@ async def bench_concurrency(tc, prompt_ids: list[int], rounds: int) -> dict[str,
 
 
 def bench_snapshot_memory(service: LocalServiceClient, model: str, prompt_ids: list[int]):
-    from engine.local.sampling_client import LocalSamplingClient
+    from tinker_tui.engine.local.sampling_client import LocalSamplingClient
 
     tc = service.create_lora_training_client(model, rank=32, seed=1).result()
     prompt = tinker.ModelInput.from_ints(prompt_ids)
@@ -244,7 +243,7 @@ def run_example() -> dict[str, float | None]:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "app.cli", "run", "example", "--no-ui", "--db", f"{tmp}/run.db"],
+            [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--db", f"{tmp}/run.db"],
             capture_output=True,
             text=True,
             cwd=Path(__file__).resolve().parents[1],

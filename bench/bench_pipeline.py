@@ -26,12 +26,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tinker_tui.engine.clock import SystemClock  # noqa: E402
+from tinker_tui.engine.config import RunConfig  # noqa: E402
+from tinker_tui.engine.events import EventBus, RunStarted, StepTrained, ThroughputMeasured  # noqa: E402
+from tinker_tui.engine.pipeline import Pipeline  # noqa: E402
+from tinker_tui.engine.store import RunStore  # noqa: E402
+
 from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task  # noqa: E402
-from engine.clock import SystemClock  # noqa: E402
-from engine.config import RunConfig  # noqa: E402
-from engine.events import EventBus, RunStarted, StepTrained, ThroughputMeasured  # noqa: E402
-from engine.pipeline import Pipeline  # noqa: E402
-from engine.store import RunStore  # noqa: E402
 
 
 def rss_mb() -> float:
@@ -115,8 +116,8 @@ async def instant(quick: bool, store_dir: Path) -> None:
 
 
 async def loop_lag_while_training(quick: bool, store_dir: Path) -> None:
-    from engine.runner import Run
-    from examples.yes_no_maybe import TASK
+    from tinker_tui.engine.runner import Run
+    from tinker_tui.examples.yes_no_maybe import TASK
 
     config = RunConfig().with_overrides(dict(TASK.settings)).with_overrides(
         {"max_steps": 8 if quick else 20, "warmup_steps": 0, "checkpoint_every": 0})

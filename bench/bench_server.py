@@ -58,8 +58,8 @@ class InstantSamplingClient:
 
 
 async def make_policy(checkpoint_dir: str) -> Any:
-    from engine.backend import Policy
-    from engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
+    from tinker_tui.engine.backend import Policy
+    from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
 
     policy = Policy(LocalServiceClient(checkpoint_dir=checkpoint_dir),
                     base_model=DEFAULT_BASE_MODEL, sampler_checkpoint_every=0)
@@ -73,7 +73,7 @@ def serve(conn: Any, checkpoint_dir: str) -> None:
     os.environ.setdefault("TINKER_TUI_TORCH_THREADS", "1")
 
     async def main() -> None:
-        from engine.server import PolicyServer, SamplingDefaults
+        from tinker_tui.engine.server import PolicyServer, SamplingDefaults
 
         policy = await make_policy(checkpoint_dir)
         server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults())

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.events import (  # noqa: E402
+from tinker_tui.engine.events import (  # noqa: E402
     CheckpointSaved,
     CheckpointStarted,
     GroupDiscarded,
@@ -41,7 +41,7 @@ from engine.events import (  # noqa: E402
     StepTrained,
     TrajectorySummary,
 )
-from engine.store import READABLE_TABLES, RunStore  # noqa: E402
+from tinker_tui.engine.store import READABLE_TABLES, RunStore  # noqa: E402
 
 GROUP_SIZE = 8
 GROUPS_PER_STEP = 4

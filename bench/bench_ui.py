@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from engine.events import GroupSampled, StepTrained  # noqa: E402
+from tinker_tui.engine.events import GroupSampled, StepTrained  # noqa: E402
 
 
 class Meter:
@@ -64,9 +64,9 @@ class Meter:
 
 
 def make_run(folder: Path, steps: int, seed: int):
-    from engine.config import RunConfig
-    from engine.runner import Run
-    from examples.yes_no_maybe import TASK
+    from tinker_tui.engine.config import RunConfig
+    from tinker_tui.engine.runner import Run
+    from tinker_tui.examples.yes_no_maybe import TASK
 
     config = RunConfig().with_overrides(dict(TASK.settings)).with_overrides(
         {"max_steps": steps, "warmup_steps": 0, "checkpoint_every": 0, "seed": seed,
@@ -76,7 +76,7 @@ def make_run(folder: Path, steps: int, seed: int):
 
 
 def run_headless(folder: Path, steps: int, seed: int) -> float:
-    from app.headless import HeadlessReporter
+    from tinker_tui.app.headless import HeadlessReporter
 
     session = make_run(folder, steps, seed)
     meter = Meter()
@@ -87,7 +87,7 @@ def run_headless(folder: Path, steps: int, seed: int) -> float:
 
 
 def run_with_ui(folder: Path, steps: int, seed: int) -> float:
-    from app.tui import TinkerTuiApp
+    from tinker_tui.app.tui import TinkerTuiApp
 
     session = make_run(folder, steps, seed)
     meter = Meter()

@@ -11,9 +11,9 @@ import asyncio
 import random
 from typing import Any
 
-from engine.backend import TrainResult
-from engine.task import Scenario, Task
-from engine.trajectory import Trajectory
+from tinker_tui.engine.backend import TrainResult
+from tinker_tui.engine.task import Scenario, Task
+from tinker_tui.engine.trajectory import Trajectory
 
 
 class SimulatedPolicy:

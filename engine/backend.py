@@ -1,12 +1,12 @@
 """The training backend: drives any object with the Tinker client interface.
 
 `Policy` is the code above the seam. It is identical for the embedded local backend
-(`engine.local.LocalServiceClient`) and for the real `tinker.ServiceClient`; only the
+(`tinker_tui.engine.local.LocalServiceClient`) and for the real `tinker.ServiceClient`; only the
 service client object handed to it differs. It owns the training client, the sampling
 clients of recent policy versions, the renderer, and the checkpoints; it turns trajectory
 groups into Datums, trains, and publishes the next sampling client.
 
-Every call to the backend goes through `engine.retry.call_with_retry`: it has a timeout,
+Every call to the backend goes through `tinker_tui.engine.retry.call_with_retry`: it has a timeout,
 transient errors are retried with backoff (idempotent calls only), and waits are published
 as `BackendWaited` events and log lines, never a silent hang.
 
@@ -31,14 +31,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import tinker
-
-from engine.retry import RetryPolicy, Wait, call_with_retry
-from engine.trajectory import TrajectoryGroup, trajectory_to_datum_arrays
+from tinker_tui.engine.retry import RetryPolicy, Wait, call_with_retry
+from tinker_tui.engine.trajectory import TrajectoryGroup, trajectory_to_datum_arrays
 
 if TYPE_CHECKING:
-    from engine.clock import Clock
-    from engine.config import RunConfig
-    from engine.events import Event
+    from tinker_tui.engine.clock import Clock
+    from tinker_tui.engine.config import RunConfig
+    from tinker_tui.engine.events import Event
 
 
 class BackendError(RuntimeError):
@@ -80,7 +79,7 @@ def choose_backend(requested: str | None) -> str:
 def make_service_client(backend: str, checkpoint_dir: Path) -> Any:
     if backend == "tinker":
         return tinker.ServiceClient()
-    from engine.local import LocalServiceClient
+    from tinker_tui.engine.local import LocalServiceClient
 
     return LocalServiceClient(checkpoint_dir=checkpoint_dir)
 
@@ -92,7 +91,7 @@ LOCAL_RENDERER = "role_colon"
 
 def renderer_name_for(base_model: str) -> str:
     """The tinker-cookbook renderer recommended for a base model (role_colon if unknown)."""
-    from engine.local import DEFAULT_BASE_MODEL
+    from tinker_tui.engine.local import DEFAULT_BASE_MODEL
 
     if base_model == DEFAULT_BASE_MODEL:
         return LOCAL_RENDERER
@@ -121,11 +120,11 @@ def make_renderer(base_model: str, tokenizer: Any, name: str | None = None,
         except Exception as exc:
             raise BackendError(f"renderer {name!r} cannot be used with {base_model}: {exc}") \
                 from None
-    from engine.local import DEFAULT_BASE_MODEL
+    from tinker_tui.engine.local import DEFAULT_BASE_MODEL
 
     if base_model != DEFAULT_BASE_MODEL and Path(base_model).expanduser().is_dir():
         try:
-            from engine.chat_template_renderer import renderer_for_tokenizer
+            from tinker_tui.engine.chat_template_renderer import renderer_for_tokenizer
         except ImportError:
             if warn is not None:
                 warn(f"no chat-template renderer is available for the local model folder "
@@ -171,7 +170,7 @@ class _LocalCheckpointRemover:
         self.checkpoint_dir = Path(checkpoint_dir)
 
     def delete_checkpoint_from_tinker_path(self, path: str) -> Awaitable[None]:
-        from engine.local import checkpoints
+        from tinker_tui.engine.local import checkpoints
 
         def remove() -> None:
             shutil.rmtree(checkpoints.resolve(self.checkpoint_dir, path))
@@ -255,7 +254,7 @@ class Policy:
                     on_event: Callable[[Event], None] | None = None,
                     clock: Clock | None = None) -> Policy:
         """A policy with every backend setting of a `RunConfig`."""
-        from engine.config import parse_loss_fn_config
+        from tinker_tui.engine.config import parse_loss_fn_config
 
         return cls(
             service_client, base_model=config.base_model, lora_rank=config.lora_rank,
@@ -279,14 +278,14 @@ class Policy:
     def _log(self, level: str, message: str) -> None:
         if self.on_event is None:
             return
-        from engine.events import LogEmitted
+        from tinker_tui.engine.events import LogEmitted
 
         self.on_event(LogEmitted(time=self._now(), level=level, message=message))
 
     def _report_wait(self, wait: Wait) -> None:
         if self.on_event is None:
             return
-        from engine.events import BackendWaited
+        from tinker_tui.engine.events import BackendWaited
 
         self.on_event(BackendWaited(time=self._now(), operation=wait.operation,
                                     reason=wait.reason, attempt=wait.attempt, delay=wait.delay))

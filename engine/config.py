@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from engine.local import DEFAULT_BASE_MODEL
+from tinker_tui.engine.local import DEFAULT_BASE_MODEL
 
 
 class ConfigError(ValueError):

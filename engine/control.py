@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from engine.events import EventBus, RunStatus
+from tinker_tui.engine.events import EventBus, RunStatus
 
 
 class Control(Protocol):

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from engine.control import LIVE_KNOBS, Control
+from tinker_tui.engine.control import LIVE_KNOBS, Control
 
 logger = logging.getLogger(__name__)
 

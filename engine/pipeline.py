@@ -17,13 +17,13 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from engine import faults
-from engine.accounting import ThroughputMeter
-from engine.backend import Policy
-from engine.clock import Clock
-from engine.config import RunConfig
-from engine.control import LIVE_KNOBS
-from engine.events import (
+from tinker_tui.engine import faults
+from tinker_tui.engine.accounting import ThroughputMeter
+from tinker_tui.engine.backend import Policy
+from tinker_tui.engine.clock import Clock
+from tinker_tui.engine.config import RunConfig
+from tinker_tui.engine.control import LIVE_KNOBS
+from tinker_tui.engine.events import (
     CheckpointSaved,
     CheckpointStarted,
     CommandReceived,
@@ -39,11 +39,11 @@ from engine.events import (
     ThroughputMeasured,
     TrajectorySummary,
 )
-from engine.loop_lag import LoopLagMonitor
-from engine.resume import ResumeState, ScenarioSource
-from engine.server import SamplingDefaults
-from engine.task import Scenario, Task
-from engine.trajectory import Trajectory, TrajectoryError, TrajectoryGroup
+from tinker_tui.engine.loop_lag import LoopLagMonitor
+from tinker_tui.engine.resume import ResumeState, ScenarioSource
+from tinker_tui.engine.server import SamplingDefaults
+from tinker_tui.engine.task import Scenario, Task
+from tinker_tui.engine.trajectory import Trajectory, TrajectoryError, TrajectoryGroup
 
 
 class Pipeline:

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.store import StoreError
+from tinker_tui.engine.store import StoreError
 
 try:
     import fcntl

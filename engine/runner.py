@@ -21,15 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.backend import Policy, make_service_client
-from engine.clock import Clock, SystemClock
-from engine.config import RunConfig
-from engine.events import EventBus, LogEmitted, RunFinished, RunStarted, RunStatus
-from engine.pipeline import Pipeline
-from engine.resume import ResumeError, ResumeState, RunLock
-from engine.server import PolicyServer, SamplingDefaults
-from engine.store import RunStore
-from engine.task import Task
+from tinker_tui.engine.backend import Policy, make_service_client
+from tinker_tui.engine.clock import Clock, SystemClock
+from tinker_tui.engine.config import RunConfig
+from tinker_tui.engine.events import EventBus, LogEmitted, RunFinished, RunStarted, RunStatus
+from tinker_tui.engine.pipeline import Pipeline
+from tinker_tui.engine.resume import ResumeError, ResumeState, RunLock
+from tinker_tui.engine.server import PolicyServer, SamplingDefaults
+from tinker_tui.engine.store import RunStore
+from tinker_tui.engine.task import Task
 
 
 def new_run_id(name: str, clock: Clock) -> str:

@@ -54,8 +54,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-
-from engine.retry import BackendTimeoutError
+from tinker_tui.engine.retry import BackendTimeoutError
 
 logger = logging.getLogger(__name__)
 
@@ -640,7 +639,7 @@ class _ChatHandler:
 
     async def _sample(self, prompt: tinker.ModelInput, n: int, params: tinker.SamplingParams,
                       version: int | None, top_logprobs: int) -> tuple[Any, int]:
-        from engine.backend import UnknownVersionError
+        from tinker_tui.engine.backend import UnknownVersionError
 
         policy = self.policy
         try:

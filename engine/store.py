@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
-
-from engine import faults
-from engine.events import (
+from tinker_tui.engine import faults
+from tinker_tui.engine.events import (
     CheckpointSaved,
     CheckpointStarted,
     CommandReceived,

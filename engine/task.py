@@ -18,7 +18,7 @@ A task is one Python file that builds a module-level ``TASK = Task(...)``:
 
 Everything a task file needs is importable from here::
 
-    from engine.task import Scenario, Task, Trajectory
+    from tinker_tui import Scenario, Task, Trajectory
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.trajectory import Trajectory, TrajectoryError
+from tinker_tui.engine.trajectory import Trajectory, TrajectoryError
 
 __all__ = [
     "GroupRollout",
@@ -157,7 +157,7 @@ def check_task(task: Any, *, known_settings: Iterable[str] | None = None) -> Tas
     """Check a task's pieces before the engine starts; raises `TaskError` saying what is
     expected. `known_settings`: the run settings `task.settings` may name."""
     if not isinstance(task, Task):
-        raise TaskError(f"expected a Task (from engine.task import Task), got "
+        raise TaskError(f"expected a Task (from tinker_tui import Task), got "
                         f"{_kind(task)}")
     if not isinstance(task.name, str) or not task.name.strip():
         raise TaskError(f"Task.name must be a non-empty string, got {task.name!r}")

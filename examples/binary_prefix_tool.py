@@ -43,7 +43,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from engine.task import Scenario, Task, Trajectory
+from tinker_tui import Scenario, Task, Trajectory
 
 TOOL_NAME = "make_guess"
 

@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from engine.task import Scenario, Task, Trajectory
+from tinker_tui import Scenario, Task, Trajectory
 
 #: Problems are "What comes after n?" for 0 <= n <= LARGEST.
 LARGEST = 99

@@ -14,8 +14,7 @@ import string
 from collections.abc import Iterator
 from typing import Any
 
-from engine.task import Scenario, Task
-from engine.trajectory import Trajectory
+from tinker_tui import Scenario, Task, Trajectory
 
 REWARDS = {"maybe": 1.0, "no": 0.75, "yes": 0.5}
 

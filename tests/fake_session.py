@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import math
 
-from engine.clock import FakeClock
-from engine.events import (
+from tinker_tui.engine.clock import FakeClock
+from tinker_tui.engine.events import (
     CheckpointSaved,
     CommandReceived,
     EvalCompleted,
@@ -369,7 +369,7 @@ class LiveFakeSession(FakeSession):
 
     def __init__(self, db_path: str, *, step_seconds: float = 0.05, max_steps: int = 100_000,
                  run_id: str = "live-0001") -> None:
-        from engine.clock import SystemClock
+        from tinker_tui.engine.clock import SystemClock
 
         super().__init__()
         self.clock = SystemClock()  # type: ignore[assignment]
@@ -379,7 +379,7 @@ class LiveFakeSession(FakeSession):
         self.max_steps = max_steps
 
     async def run(self) -> RunStatus:
-        from engine.store import RunStore
+        from tinker_tui.engine.store import RunStore
 
         store = await RunStore.open(self.db_path)
         self.events.subscribe(store.handle)

@@ -1,8 +1,7 @@
 from collections import deque
 
 import pytest
-
-from engine.accounting import (
+from tinker_tui.engine.accounting import (
     BALANCED,
     SAMPLER_BOUND,
     TRAINER_BOUND,

@@ -16,13 +16,12 @@ os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 
 import pytest
 from fake_session import FakeSession
-
-from app.commands.attach import connect, control_file_for, wait_for_run
-from app.errors import UsageError
-from app.screens.confirm_quit import QuitScreen
-from app.store_session import StoreSession
-from app.tui import EXIT_OK, TinkerTuiApp
-from engine.control_server import (
+from tinker_tui.app.commands.attach import connect, control_file_for, wait_for_run
+from tinker_tui.app.errors import UsageError
+from tinker_tui.app.screens.confirm_quit import QuitScreen
+from tinker_tui.app.store_session import StoreSession
+from tinker_tui.app.tui import EXIT_OK, TinkerTuiApp
+from tinker_tui.engine.control_server import (
     ControlClient,
     ControlServer,
     ControlUnavailable,
@@ -174,7 +173,7 @@ async def test_attach_pauses_resumes_and_stops_a_headless_run_in_another_process
 async def test_attach_steers_the_real_example_run_headless(tmp_path):
     """The same, on `tinker-tui run example --no-ui` (the local backend: slower to start)."""
     db_path = tmp_path / "runs.db"
-    proc = start_process(["-m", "app.cli", "run", "example", "--no-ui", "--steps", "2000",
+    proc = start_process(["-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--steps", "2000",
                           "--warmup-steps", "0", "--checkpoint-every", "0", "--db", str(db_path)])
     try:
         run_id = await attach_pause_resume_stop(proc, db_path, timeout=150)

@@ -9,9 +9,8 @@ import types
 import httpx
 import pytest
 import tinker
-
-from engine import retry
-from engine.backend import (
+from tinker_tui.engine import retry
+from tinker_tui.engine.backend import (
     BackendError,
     Policy,
     UnknownVersionError,
@@ -21,11 +20,11 @@ from engine.backend import (
     make_service_client,
     renderer_name_for,
 )
-from engine.config import DEFAULT_BASE_MODEL, RunConfig
-from engine.events import BackendWaited, LogEmitted
-from engine.local import LocalServiceClient
-from engine.retry import BackendTimeoutError, RetryPolicy, call_with_retry
-from engine.trajectory import SampledTurn, Trajectory, TrajectoryGroup
+from tinker_tui.engine.config import DEFAULT_BASE_MODEL, RunConfig
+from tinker_tui.engine.events import BackendWaited, LogEmitted
+from tinker_tui.engine.local import LocalServiceClient
+from tinker_tui.engine.retry import BackendTimeoutError, RetryPolicy, call_with_retry
+from tinker_tui.engine.trajectory import SampledTurn, Trajectory, TrajectoryGroup
 
 
 def _status_error(cls, status):
@@ -63,7 +62,7 @@ class Recorder:
 
 class RecordingRest:
     def __init__(self, local_dir, log):
-        from engine.backend import _LocalCheckpointRemover
+        from tinker_tui.engine.backend import _LocalCheckpointRemover
 
         self._remover = _LocalCheckpointRemover(local_dir)
         self._log = log
@@ -309,7 +308,7 @@ def test_renderer_follows_the_base_model(base_model, renderer):
 
 
 def test_renderer_named_explicitly_or_from_a_local_model_folder(tmp_path, monkeypatch):
-    from engine.local import WordTokenizer
+    from tinker_tui.engine.local import WordTokenizer
 
     tokenizer = WordTokenizer()
     renderer, name = make_renderer(DEFAULT_BASE_MODEL, tokenizer, "role_colon")
@@ -317,13 +316,13 @@ def test_renderer_named_explicitly_or_from_a_local_model_folder(tmp_path, monkey
     with pytest.raises(BackendError, match="no_such_renderer"):
         make_renderer(DEFAULT_BASE_MODEL, tokenizer, "no_such_renderer")
     # a Hugging Face folder on disk: its own chat template, through chat_template_renderer
-    fake = types.ModuleType("engine.chat_template_renderer")
+    fake = types.ModuleType("tinker_tui.engine.chat_template_renderer")
     fake.renderer_for_tokenizer = lambda tok: ("chat template of", tok)
-    monkeypatch.setitem(sys.modules, "engine.chat_template_renderer", fake)
+    monkeypatch.setitem(sys.modules, "tinker_tui.engine.chat_template_renderer", fake)
     assert make_renderer(str(tmp_path), tokenizer) == (("chat template of", tokenizer),
                                                        "chat_template")
     # without that module: role_colon, and a warning says so
-    monkeypatch.setitem(sys.modules, "engine.chat_template_renderer", None)
+    monkeypatch.setitem(sys.modules, "tinker_tui.engine.chat_template_renderer", None)
     warnings = []
     _, name = make_renderer(str(tmp_path), tokenizer, warn=warnings.append)
     assert name == "role_colon" and "--renderer" in warnings[0]

@@ -12,7 +12,7 @@ def run_cli(*args, tmp_path, timeout=60):
     env = {k: v for k, v in os.environ.items()
            if k not in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD")}
     env["HOME"] = str(tmp_path)  # no stored Tinker credentials
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", *args], capture_output=True,
                           text=True, env=env, timeout=timeout, cwd=tmp_path)
 
 

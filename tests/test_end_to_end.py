@@ -8,9 +8,9 @@ import subprocess
 import sys
 import time
 
-from engine.config import RunConfig
-from engine.runner import Run
-from examples.yes_no_maybe import TASK
+from tinker_tui.engine.config import RunConfig
+from tinker_tui.engine.runner import Run
+from tinker_tui.examples.yes_no_maybe import TASK
 
 
 async def test_headless_run_learns_and_records_everything(tmp_path):
@@ -39,7 +39,7 @@ def test_sigint_stops_gracefully_with_checkpoint_and_rows(tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("TINKER_API_KEY", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "run", "example", "--no-ui", "--steps", "500",
+        [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--steps", "500",
          "--db", str(db_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:

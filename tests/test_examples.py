@@ -12,13 +12,13 @@ from types import SimpleNamespace
 import httpx
 import openai
 import pytest
+from tinker_tui.app.task_loader import layered_config, load_task
+from tinker_tui.engine.events import EvalCompleted, GroupDiscarded, GroupSampled, StepTrained
+from tinker_tui.engine.runner import Run
+from tinker_tui.examples import binary_prefix_tool as bp
+from tinker_tui.examples import next_number
 
-from app.task_loader import layered_config, load_task
-from engine.events import EvalCompleted, GroupDiscarded, GroupSampled, StepTrained
-from engine.runner import Run
-from engine.task import Scenario
-from examples import binary_prefix_tool as bp
-from examples import next_number
+from tinker_tui import Scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,7 +68,7 @@ async def test_next_number_runs_two_steps_with_one_request_per_group(tmp_path):
 
 def test_examples_keep_their_splits_apart():
     assert not set(next_number.TRAIN_NUMBERS) & set(next_number.EVAL_NUMBERS)
-    from examples import yes_no_maybe
+    from tinker_tui.examples import yes_no_maybe
 
     assert not set(yes_no_maybe.TRAIN_QUESTIONS) & set(yes_no_maybe.EVAL_QUESTIONS)
     warm = {m["content"] for c in yes_no_maybe.WARMUP for m in c}
@@ -147,7 +147,7 @@ def test_a_task_file_runs_from_the_command_line_with_a_toml_config(tmp_path):
            if k not in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD")}
     env["HOME"] = str(tmp_path)
     result = subprocess.run(
-        [sys.executable, "-m", "app.cli", "run", str(task_file), "--no-ui", "--config",
+        [sys.executable, "-m", "tinker_tui.app.cli", "run", str(task_file), "--no-ui", "--config",
          str(config), "--steps", "2", "--db", str(tmp_path / "runs.db")],
         capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr
@@ -162,7 +162,7 @@ def test_a_broken_task_file_is_a_usage_error_naming_it(tmp_path, body, expected)
     task_file = tmp_path / "broken_task.py"
     task_file.write_text(body)
     result = subprocess.run(
-        [sys.executable, "-m", "app.cli", "run", str(task_file), "--no-ui"],
+        [sys.executable, "-m", "tinker_tui.app.cli", "run", str(task_file), "--no-ui"],
         capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 2
     assert "broken_task.py" in result.stderr and expected in result.stderr

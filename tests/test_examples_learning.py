@@ -8,10 +8,9 @@ machine; another process busy on the same cores slows every step.
 import time
 
 import pytest
-
-from app.task_loader import layered_config, load_task
-from engine.events import EvalCompleted, StepTrained
-from engine.runner import Run
+from tinker_tui.app.task_loader import layered_config, load_task
+from tinker_tui.engine.events import EvalCompleted, StepTrained
+from tinker_tui.engine.runner import Run
 
 pytestmark = pytest.mark.slow
 

@@ -20,9 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-from app.cli import main
-from engine.faults import ENV
+from tinker_tui.app.cli import main
+from tinker_tui.engine.faults import ENV
 
 STEPS = 6
 ARGS = ["--warmup-steps", "0", "--steps", str(STEPS), "--checkpoint-every", "2"]
@@ -41,7 +40,7 @@ def run_cli(db: Path, *extra: str, fault: str | None = None) -> subprocess.Compl
     if fault:
         env[ENV] = fault
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", "run", "example", "--no-ui", "--db", str(db),
+        [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--db", str(db),
          *ARGS, *extra], capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -210,7 +209,7 @@ def test_corrupt_store_is_refused_and_untouched(tmp_path, capsys):
 
     damaged = tmp_path / "damaged.db"
     conn = sqlite3.connect(damaged)
-    from engine.store import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
+    from tinker_tui.engine.store import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
 
     for script in _MIGRATIONS:
         conn.executescript(script)
@@ -228,7 +227,7 @@ def test_corrupt_store_is_refused_and_untouched(tmp_path, capsys):
 
 
 def test_store_from_a_newer_version_is_refused_and_untouched(tmp_path, capsys):
-    from engine.store import APPLICATION_ID, SCHEMA_VERSION
+    from tinker_tui.engine.store import APPLICATION_ID, SCHEMA_VERSION
 
     db = tmp_path / "runs.db"
     with sqlite3.connect(db) as conn:
@@ -244,7 +243,7 @@ def test_store_locked_by_another_writer_is_refused_and_its_data_kept(tmp_path, c
     db = tmp_path / "runs.db"
     assert main(["runs", "--db", str(db)]) == 2  # no store yet
     capsys.readouterr()
-    from engine.store import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
+    from tinker_tui.engine.store import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
 
     with sqlite3.connect(db) as conn:
         for script in _MIGRATIONS:

@@ -5,13 +5,19 @@ import asyncio
 import random
 
 import pytest
+from tinker_tui.engine.clock import FakeClock
+from tinker_tui.engine.config import RunConfig
+from tinker_tui.engine.events import (
+    CheckpointSaved,
+    EventBus,
+    GroupDiscarded,
+    GroupSampled,
+    StepTrained,
+)
+from tinker_tui.engine.pipeline import Pipeline
+from tinker_tui.engine.trajectory import Trajectory
 
 from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task
-from engine.clock import FakeClock
-from engine.config import RunConfig
-from engine.events import CheckpointSaved, EventBus, GroupDiscarded, GroupSampled, StepTrained
-from engine.pipeline import Pipeline
-from engine.trajectory import Trajectory
 
 
 def make_pipeline(policy=None, client=None, task=None, clock=None, **overrides):
@@ -46,7 +52,7 @@ async def test_pacing_keeps_every_trained_group_within_the_bound(max_off):
 async def test_group_still_stale_at_dequeue_is_discarded_and_counted():
     policy = SimulatedPolicy()
     pipeline, _, _, events = make_pipeline(policy=policy, max_steps_off_policy=1)
-    from engine.trajectory import TrajectoryGroup
+    from tinker_tui.engine.trajectory import TrajectoryGroup
     old = TrajectoryGroup(group_id=99, scenario_id="old", started_at=0, finished_at=0,
                           trajectories=(Trajectory.from_choices([{
                               "prompt_token_ids": [1], "token_ids": [2],
@@ -109,7 +115,7 @@ async def test_rollout_errors_are_counted_and_the_run_goes_on():
 
 
 async def test_live_knobs_take_effect_and_are_recorded_as_commands():
-    from engine.events import CommandReceived
+    from tinker_tui.engine.events import CommandReceived
 
     pipeline, policy, client, events = make_pipeline(max_steps=10_000)
     task = asyncio.create_task(pipeline.run())
@@ -138,7 +144,7 @@ async def test_live_knobs_take_effect_and_are_recorded_as_commands():
 
 
 async def test_eval_every_and_eval_now_publish_eval_results():
-    from engine.events import EvalCompleted
+    from tinker_tui.engine.events import EvalCompleted
 
     task = simulated_task(eval_size=5)
     pipeline, _, _, events = make_pipeline(task=task, max_steps=6, eval_every=3,
@@ -151,7 +157,7 @@ async def test_eval_every_and_eval_now_publish_eval_results():
 
 
 async def test_error_rate_pauses_the_run_with_a_reason():
-    from engine.events import RunStateChanged
+    from tinker_tui.engine.events import RunStateChanged
 
     pipeline, _, _, events = make_pipeline(task=simulated_task(fail_every=1), max_steps=5,
                                            health_window=8)
@@ -165,7 +171,7 @@ async def test_error_rate_pauses_the_run_with_a_reason():
 
 
 async def test_collapse_pauses_but_convergence_does_not():
-    from engine.events import RunStateChanged
+    from tinker_tui.engine.events import RunStateChanged
 
     # Every group earns the same reward, and it is the best ever seen: converged, keep going.
     converged, _, _, _ = make_pipeline(task=simulated_task(reward=lambda s: 1.0), max_steps=12,
@@ -185,10 +191,10 @@ async def test_collapse_pauses_but_convergence_does_not():
 
 
 async def test_throughput_is_reported_with_a_verdict():
-    from engine.events import ThroughputMeasured
+    from tinker_tui.engine.events import ThroughputMeasured
 
     policy = SimulatedPolicy(train_seconds=0.05)
-    from engine.clock import SystemClock
+    from tinker_tui.engine.clock import SystemClock
 
     pipeline, _, _, events = make_pipeline(policy=policy, max_steps=10_000, clock=SystemClock())
     pipeline.report_interval = 0.05

@@ -12,12 +12,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
-from app.cli import main
-from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task
-from engine.clock import FakeClock
-from engine.config import RunConfig
-from engine.events import (
+from tinker_tui.app.cli import main
+from tinker_tui.engine.clock import FakeClock
+from tinker_tui.engine.config import RunConfig
+from tinker_tui.engine.events import (
     CheckpointSaved,
     CheckpointStarted,
     EventBus,
@@ -29,10 +27,12 @@ from engine.events import (
     StepTrained,
     TrajectorySummary,
 )
-from engine.pipeline import Pipeline
-from engine.resume import ResumeState, RunLock, RunLocked, ScenarioSource, run_is_live
-from engine.store import _MIGRATIONS, APPLICATION_ID, RunStore
-from engine.task import Scenario, Task
+from tinker_tui.engine.pipeline import Pipeline
+from tinker_tui.engine.resume import ResumeState, RunLock, RunLocked, ScenarioSource, run_is_live
+from tinker_tui.engine.store import _MIGRATIONS, APPLICATION_ID, RunStore
+
+from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task
+from tinker_tui import Scenario, Task
 
 
 def make_pipeline(events, **overrides):

@@ -6,8 +6,7 @@ import math
 
 import pytest
 from fake_session import FakeSession, reward_at, scripted_events
-
-from app.run_model import (
+from tinker_tui.app.run_model import (
     SMOOTHING_STEPS,
     GroupRecord,
     RolloutFilter,
@@ -27,8 +26,8 @@ from app.run_model import (
     staleness_rows,
     windowed_rate,
 )
-from engine.clock import FakeClock
-from engine.events import (
+from tinker_tui.engine.clock import FakeClock
+from tinker_tui.engine.events import (
     CheckpointSaved,
     CommandReceived,
     EvalCompleted,

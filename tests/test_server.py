@@ -7,12 +7,11 @@ import json
 import httpx
 import openai
 import pytest
-
-from engine.backend import Policy
-from engine.config import DEFAULT_BASE_MODEL
-from engine.local import LocalServiceClient
-from engine.server import TOOLS_HEADER, PolicyServer, SamplingDefaults
-from engine.trajectory import SampledTurn, Trajectory, TrajectoryGroup
+from tinker_tui.engine.backend import Policy
+from tinker_tui.engine.config import DEFAULT_BASE_MODEL
+from tinker_tui.engine.local import LocalServiceClient
+from tinker_tui.engine.server import TOOLS_HEADER, PolicyServer, SamplingDefaults
+from tinker_tui.engine.trajectory import SampledTurn, Trajectory, TrajectoryGroup
 
 QUESTION = [{"role": "user", "content": "Is the sky blue?"}]
 ADD_TOOL = {"type": "function", "function": {

@@ -14,12 +14,11 @@ import openai
 import pytest
 import tinker
 from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
-
-from engine.backend import Policy
-from engine.config import DEFAULT_BASE_MODEL
-from engine.local import LocalServiceClient
-from engine.server import PolicyServer, SamplingDefaults, parse_text_tool_calls
-from engine.trajectory import Trajectory, TrajectoryGroup
+from tinker_tui.engine.backend import Policy
+from tinker_tui.engine.config import DEFAULT_BASE_MODEL
+from tinker_tui.engine.local import LocalServiceClient
+from tinker_tui.engine.server import PolicyServer, SamplingDefaults, parse_text_tool_calls
+from tinker_tui.engine.trajectory import Trajectory, TrajectoryGroup
 
 QUESTION = [{"role": "user", "content": "What is 2 plus 3?"}]
 TOOLS = [{"type": "function", "function": {

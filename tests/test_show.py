@@ -13,14 +13,13 @@ os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 import pytest
 from fake_session import GROUP_SIZE, scripted_events
 from textual.pilot import Pilot
-
-from app.cli import main as cli_main
-from app.run_model import RunModel
-from app.store_session import NoSuchRun, StoreSession, find_run
-from app.tui import EXIT_OK, TinkerTuiApp
-from engine.clock import FakeClock
-from engine.events import RunFinished, StepTrained
-from engine.store import SCHEMA_VERSION, RunStore, StoreError
+from tinker_tui.app.cli import main as cli_main
+from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.store_session import NoSuchRun, StoreSession, find_run
+from tinker_tui.app.tui import EXIT_OK, TinkerTuiApp
+from tinker_tui.engine.clock import FakeClock
+from tinker_tui.engine.events import RunFinished, StepTrained
+from tinker_tui.engine.store import SCHEMA_VERSION, RunStore, StoreError
 
 
 def write_run(path: Path, *, finish: bool = True) -> list:
@@ -102,7 +101,7 @@ async def test_read_only_open_refuses_what_it_cannot_read(tmp_path):
 
 
 async def test_a_version_1_store_reads_and_migrates(tmp_path):
-    from engine import store as store_module
+    from tinker_tui.engine import store as store_module
 
     path = tmp_path / "v1.db"
     db = sqlite3.connect(path)

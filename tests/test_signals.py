@@ -13,7 +13,7 @@ def start_run(tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("TINKER_API_KEY", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "run", "example", "--no-ui", "--steps", "500",
+        [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--steps", "500",
          "--warmup-steps", "0", "--db", str(tmp_path / "runs.db")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 

@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from engine.events import (
+from tinker_tui.engine.events import (
     CheckpointSaved,
     EventBus,
     GroupDiscarded,
@@ -22,7 +21,7 @@ from engine.events import (
     RunStateChanged,
     StepTrained,
 )
-from engine.store import APPLICATION_ID, SCHEMA_VERSION, RunStore, StoreError
+from tinker_tui.engine.store import APPLICATION_ID, SCHEMA_VERSION, RunStore, StoreError
 
 
 def started(run_id: str = "r1", t: float = 100.0, **kw) -> RunStarted:
@@ -338,7 +337,7 @@ async def test_burst_is_written_in_few_transactions_without_blocking_the_loop(
 
 
 async def test_writer_survives_bad_events(store: RunStore, caplog) -> None:
-    caplog.set_level(logging.CRITICAL, logger="engine.store")
+    caplog.set_level(logging.CRITICAL, logger="tinker_tui.engine.store")
     store.handle(started())
     store.handle("not an event")  # type: ignore[arg-type]
     store.handle(StepTrained(time=1.0, step="abc", policy_version=1, metrics={}))  # type: ignore[arg-type]
@@ -354,7 +353,7 @@ async def test_writer_survives_bad_events(store: RunStore, caplog) -> None:
 
 async def test_a_bad_row_does_not_lose_its_batch(store: RunStore, monkeypatch, caplog) -> None:
     """A row SQLite rejects is skipped; the rest of the batch (same table too) is written."""
-    caplog.set_level(logging.CRITICAL, logger="engine.store")
+    caplog.set_level(logging.CRITICAL, logger="tinker_tui.engine.store")
     original = store._add_event
 
     def add_event(batch, run_id, e):

@@ -7,17 +7,24 @@ import random
 import textwrap
 
 import pytest
+from tinker_tui.app.task_loader import TaskLoadError, layered_config, load_config_file, load_task
+from tinker_tui.engine.clock import FakeClock
+from tinker_tui.engine.config import RunConfig
+from tinker_tui.engine.events import EventBus, GroupDiscarded, GroupSampled
+from tinker_tui.engine.pipeline import Pipeline
+from tinker_tui.engine.task import (
+    Scenario,
+    Task,
+    TaskError,
+    Trajectory,
+    TrajectoryError,
+    check_task,
+)
 
-from app.task_loader import TaskLoadError, layered_config, load_config_file, load_task
 from bench.simulated import SimulatedClient, SimulatedPolicy
-from engine.clock import FakeClock
-from engine.config import RunConfig
-from engine.events import EventBus, GroupDiscarded, GroupSampled
-from engine.pipeline import Pipeline
-from engine.task import Scenario, Task, TaskError, Trajectory, TrajectoryError, check_task
 
 MINIMAL = '''
-from engine.task import Scenario, Task, Trajectory
+from tinker_tui import Scenario, Task, Trajectory
 
 def scenarios(rng):
     while True:
@@ -51,8 +58,8 @@ def load_error(spec) -> str:
 @pytest.mark.parametrize("name, task_name", [
     ("example", "yes_no_maybe"), ("yes_no_maybe", "yes_no_maybe"),
     ("binary_prefix_tool", "binary_prefix_tool"), ("next_number", "next_number"),
-    ("examples.yes_no_maybe", "yes_no_maybe"), ("examples.yes_no_maybe:TASK", "yes_no_maybe"),
-    ("examples.binary_prefix_tool:TASK_RANDOM_SECRETS", "binary_prefix_tool_random"),
+    ("tinker_tui.examples.yes_no_maybe", "yes_no_maybe"), ("tinker_tui.examples.yes_no_maybe:TASK", "yes_no_maybe"),
+    ("tinker_tui.examples.binary_prefix_tool:TASK_RANDOM_SECRETS", "binary_prefix_tool_random"),
 ])
 def test_built_in_names_and_modules_load(name, task_name):
     assert load_task(name).name == task_name
@@ -66,7 +73,7 @@ def test_a_task_file_loads_by_path_and_by_name_after_a_colon(tmp_path):
 
 def test_a_task_file_may_import_a_helper_next_to_it(tmp_path):
     (tmp_path / "my_helpers.py").write_text("WORD = 'helped'\n")
-    body = MINIMAL.replace("from engine.task", "from my_helpers import WORD\nfrom engine.task")
+    body = MINIMAL.replace("from tinker_tui import", "from my_helpers import WORD\nfrom tinker_tui import")
     body = body.replace('name="mine"', "name=WORD")
     assert load_task(str(write_task(tmp_path, body))).name == "helped"
 
@@ -321,7 +328,7 @@ def test_group_rollout_signature_is_checked():
 
 
 def test_the_public_surface_is_importable_from_engine_task():
-    import engine.task as api
+    import tinker_tui.engine.task as api
 
     for name in ("Task", "Scenario", "Trajectory", "TrajectoryError", "TaskError", "check_task"):
         assert hasattr(api, name)
@@ -341,7 +348,7 @@ async def test_the_readme_minimal_task_is_complete_and_runs(tmp_path):
     path = tmp_path / "blue.py"
     path.write_text(readme_task_source())
     task = load_task(str(path))
-    from engine.runner import Run
+    from tinker_tui.engine.runner import Run
 
     config = layered_config(task, "local").with_overrides({"max_steps": 2,
                                                            "checkpoint_every": 0})

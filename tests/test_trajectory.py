@@ -1,8 +1,7 @@
 import math
 
 import pytest
-
-from engine.trajectory import (
+from tinker_tui.engine.trajectory import (
     SampledTurn,
     Trajectory,
     TrajectoryError,

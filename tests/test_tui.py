@@ -12,21 +12,20 @@ from textual.command import CommandPalette
 from textual.pilot import Pilot
 from textual.widgets import Input
 from textual.widgets._footer import FooterKey
-
-from app.screens.confirm_quit import QuitScreen
-from app.screens.control import ControlScreen
-from app.screens.help import HelpScreen
-from app.screens.knob_edit import KnobEditScreen
-from app.screens.rollouts import RolloutsScreen
-from app.tui import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SIGTERM, TinkerTuiApp
-from app.widgets.checkpoints import CheckpointsTable
-from app.widgets.commands import CommandsTable
-from app.widgets.log import LogPanel
-from app.widgets.rewards import RewardsChart
-from app.widgets.rollout_detail import RolloutDetail
-from app.widgets.rollouts_tree import RolloutsTree
-from app.widgets.status_bar import RunStatusPanel
-from app.widgets.throughput import ThroughputPanel
+from tinker_tui.app.screens.confirm_quit import QuitScreen
+from tinker_tui.app.screens.control import ControlScreen
+from tinker_tui.app.screens.help import HelpScreen
+from tinker_tui.app.screens.knob_edit import KnobEditScreen
+from tinker_tui.app.screens.rollouts import RolloutsScreen
+from tinker_tui.app.tui import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SIGTERM, TinkerTuiApp
+from tinker_tui.app.widgets.checkpoints import CheckpointsTable
+from tinker_tui.app.widgets.commands import CommandsTable
+from tinker_tui.app.widgets.log import LogPanel
+from tinker_tui.app.widgets.rewards import RewardsChart
+from tinker_tui.app.widgets.rollout_detail import RolloutDetail
+from tinker_tui.app.widgets.rollouts_tree import RolloutsTree
+from tinker_tui.app.widgets.status_bar import RunStatusPanel
+from tinker_tui.app.widgets.throughput import ThroughputPanel
 
 
 def make_app(session: FakeSession | None = None, *, refresh_interval: float = 0.05) -> TinkerTuiApp:

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.commands.run import DEFAULT_DB, EXIT_OK
-from app.errors import UsageError
+from tinker_tui.app.commands.run import DEFAULT_DB, EXIT_OK
+from tinker_tui.app.errors import UsageError
 
 FIND_RUN_TIMEOUT = 15.0  # seconds to wait for a just-started run to appear in the store
 
@@ -39,7 +39,11 @@ def add_parser(commands: Any) -> None:
 
 def control_file_for(db_path: Path, wanted: str | None) -> Path:
     """The control file of the run `wanted` names (UsageError if there is none)."""
-    from engine.control_server import CONTROL_FILE_SUFFIX, control_file_path, find_control_files
+    from tinker_tui.engine.control_server import (
+        CONTROL_FILE_SUFFIX,
+        control_file_path,
+        find_control_files,
+    )
 
     files = find_control_files(db_path)
     if wanted:
@@ -60,7 +64,7 @@ def control_file_for(db_path: Path, wanted: str | None) -> Path:
 
 def connect(control_file: Path) -> tuple[Any, str]:
     """A `RemoteControl` that answered, and the run id it controls."""
-    from engine.control_server import ControlClient, ControlUnavailable, RemoteControl
+    from tinker_tui.engine.control_server import ControlClient, ControlUnavailable, RemoteControl
 
     try:
         control = RemoteControl(ControlClient.from_file(control_file))
@@ -73,8 +77,8 @@ def connect(control_file: Path) -> tuple[Any, str]:
 
 async def wait_for_run(db_path: Path, run_id: str, timeout: float = FIND_RUN_TIMEOUT
                        ) -> dict[str, Any]:
-    from app.store_session import NoSuchRun, find_run
-    from engine.store import StoreError
+    from tinker_tui.app.store_session import NoSuchRun, find_run
+    from tinker_tui.engine.store import StoreError
 
     deadline = time.monotonic() + timeout
     while True:
@@ -87,7 +91,7 @@ async def wait_for_run(db_path: Path, run_id: str, timeout: float = FIND_RUN_TIM
 
 
 async def follow_headless(session: Any) -> int:
-    from app.headless import HeadlessReporter
+    from tinker_tui.app.headless import HeadlessReporter
 
     session.events.subscribe(HeadlessReporter().handle)
     await session.run()
@@ -95,15 +99,15 @@ async def follow_headless(session: Any) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from app.commands.run import wants_ui
-    from app.store_session import StoreSession
+    from tinker_tui.app.commands.run import wants_ui
+    from tinker_tui.app.store_session import StoreSession
 
     control, run_id = connect(control_file_for(args.db, args.run))
     run = asyncio.run(wait_for_run(args.db, run_id))
     session = StoreSession(args.db, run, control=control, follow=True)
     if not wants_ui(args):
         return asyncio.run(follow_headless(session))
-    from app.tui import TinkerTuiApp
+    from tinker_tui.app.tui import TinkerTuiApp
 
     app = TinkerTuiApp(session)
     app.run()

@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from app.commands.run import DEFAULT_DB, EXIT_OK
-from app.errors import UsageError
+from tinker_tui.app.commands.run import DEFAULT_DB, EXIT_OK
+from tinker_tui.app.errors import UsageError
 
 METRIC_FIELDS = ("kind", "run_id", "step", "policy_version", "time")
 SAMPLE_FIELDS = ("run_id", "group_id", "scenario_index", "scenario_id", "sample", "reward",
@@ -69,8 +69,8 @@ async def _rows(store: Any, table: str, run_id: str) -> list[dict[str, Any]]:
 
 async def read_export(db_path: Path, wanted: str) -> tuple[str, list[dict], list[dict]]:
     """(run id, metric records, sample records) of the run `wanted` names."""
-    from app.resume import resolve_run
-    from engine.store import RunStore
+    from tinker_tui.app.resume import resolve_run
+    from tinker_tui.engine.store import RunStore
 
     store = await RunStore.open_readonly(db_path)
     try:

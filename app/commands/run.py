@@ -13,7 +13,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from app.errors import UsageError
+from tinker_tui.app.errors import UsageError
 
 EXIT_OK = 0
 SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -49,7 +49,7 @@ def add_parser(commands: Any) -> None:
 
 def add_config_flags(group: Any) -> None:
     """One flag per RunConfig field, so every setting can be overridden the same way."""
-    from engine.config import RunConfig
+    from tinker_tui.engine.config import RunConfig
 
     hints = typing.get_type_hints(RunConfig)
     for field in dataclasses.fields(RunConfig):
@@ -73,7 +73,7 @@ def _plain_type(hint: Any) -> type:
 
 
 def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    from engine.config import RunConfig
+    from tinker_tui.engine.config import RunConfig
 
     return {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
             if getattr(args, f.name, None) is not None}
@@ -81,20 +81,20 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def load_task(name: str) -> Any:
     """The checked task: a built-in name, a task file or a module (see app.task_loader)."""
-    from app.task_loader import load_task as load
+    from tinker_tui.app.task_loader import load_task as load
 
     return load(name)
 
 
 def make_session(args: argparse.Namespace) -> Any:
-    from app.task_loader import layered_config, load_config_file, task_source
-    from engine.backend import BackendError, choose_backend
-    from engine.config import ConfigError
-    from engine.runner import Run
+    from tinker_tui.app.task_loader import layered_config, load_config_file, task_source
+    from tinker_tui.engine.backend import BackendError, choose_backend
+    from tinker_tui.engine.config import ConfigError
+    from tinker_tui.engine.runner import Run
 
     task = load_task(args.task)
     if getattr(args, "resume", None) is not None:
-        from app.resume import resumed_session
+        from tinker_tui.app.resume import resumed_session
 
         return resumed_session(args, task)
     try:
@@ -127,7 +127,7 @@ async def run_headless(session: Any, *, stop_timeout: float = STOP_TIMEOUT) -> i
     store. A second signal exits at once: SQLite's committed transactions keep the store
     consistent; at most the last fraction of a second of events is lost.
     """
-    from app.headless import HeadlessReporter, MetricsFile, start_control_endpoint
+    from tinker_tui.app.headless import HeadlessReporter, MetricsFile, start_control_endpoint
 
     session.events.subscribe(HeadlessReporter().handle)
     metrics = MetricsFile(Path(session.db_path).parent) if hasattr(session, "db_path") else None
@@ -166,7 +166,7 @@ async def run_headless(session: Any, *, stop_timeout: float = STOP_TIMEOUT) -> i
 
 
 def run_with_ui(session: Any) -> int:
-    from app.tui import TinkerTuiApp
+    from tinker_tui.app.tui import TinkerTuiApp
 
     app = TinkerTuiApp(session)
     app.run()

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.commands.run import DEFAULT_DB, EXIT_OK
+from tinker_tui.app.commands.run import DEFAULT_DB, EXIT_OK
 
 COLUMNS = ("RUN", "TASK", "BACKEND", "STATUS", "STEP", "CKPT", "STARTED", "DURATION")
 
@@ -27,8 +27,8 @@ def add_parser(commands: Any) -> None:
 
 async def read_table(db_path: Path) -> list[dict[str, Any]]:
     """One dict per run, newest first, with the columns of the table."""
-    from engine.resume import run_is_live
-    from engine.store import RunStore
+    from tinker_tui.engine.resume import run_is_live
+    from tinker_tui.engine.store import RunStore
 
     store = await RunStore.open_readonly(db_path)
     try:

@@ -12,7 +12,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from app.commands.run import DEFAULT_DB, EXIT_OK
+from tinker_tui.app.commands.run import DEFAULT_DB, EXIT_OK
 
 
 def add_parser(commands: Any) -> None:
@@ -29,8 +29,8 @@ def add_parser(commands: Any) -> None:
 
 async def print_run(db_path: Path, run: dict[str, Any]) -> int:
     """Replay the stored run through the headless reporter."""
-    from app.headless import HeadlessReporter
-    from app.store_session import StoreSession, run_finished
+    from tinker_tui.app.headless import HeadlessReporter
+    from tinker_tui.app.store_session import StoreSession, run_finished
 
     session = StoreSession(db_path, run)
     reporter = HeadlessReporter()
@@ -46,13 +46,13 @@ async def print_run(db_path: Path, run: dict[str, Any]) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from app.commands.run import wants_ui
-    from app.store_session import StoreSession, find_run
+    from tinker_tui.app.commands.run import wants_ui
+    from tinker_tui.app.store_session import StoreSession, find_run
 
     run = asyncio.run(find_run(args.db, args.run))
     if not wants_ui(args):
         return asyncio.run(print_run(args.db, run))
-    from app.tui import TinkerTuiApp
+    from tinker_tui.app.tui import TinkerTuiApp
 
     session = StoreSession(args.db, run)
     app = TinkerTuiApp(session)

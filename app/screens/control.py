@@ -7,11 +7,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Label
-
-from app.run_model import RunModel
-from app.widgets.commands import CommandsTable
-from app.widgets.knobs import KnobsTable
-from app.widgets.status_bar import RunStatusPanel
+from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.widgets.commands import CommandsTable
+from tinker_tui.app.widgets.knobs import KnobsTable
+from tinker_tui.app.widgets.status_bar import RunStatusPanel
 
 
 class ControlScreen(Screen):

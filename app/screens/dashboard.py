@@ -7,14 +7,13 @@ from textual.binding import Binding
 from textual.containers import Grid
 from textual.screen import Screen
 from textual.widgets import Footer
-
-from app.run_model import RunModel
-from app.widgets.checkpoints import CheckpointsTable
-from app.widgets.discarded import DiscardedPanel
-from app.widgets.log import LogPanel
-from app.widgets.rewards import RewardsChart
-from app.widgets.status_bar import RunStatusPanel
-from app.widgets.throughput import ThroughputPanel
+from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.widgets.checkpoints import CheckpointsTable
+from tinker_tui.app.widgets.discarded import DiscardedPanel
+from tinker_tui.app.widgets.log import LogPanel
+from tinker_tui.app.widgets.rewards import RewardsChart
+from tinker_tui.app.widgets.status_bar import RunStatusPanel
+from tinker_tui.app.widgets.throughput import ThroughputPanel
 
 
 class DashboardScreen(Screen):
@@ -41,7 +40,7 @@ class DashboardScreen(Screen):
         yield Footer(compact=True)
 
     def action_cycle_log_level(self) -> None:
-        from app.run_model import next_log_level
+        from tinker_tui.app.run_model import next_log_level
 
         log = self.query_one(LogPanel)
         log.set_minimum(next_log_level(log.minimum))

@@ -10,8 +10,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
-
-from app.run_model import format_knob, parse_knob_value
+from tinker_tui.app.run_model import format_knob, parse_knob_value
 
 #: Applies a value; returns an error message, or None when the engine took it.
 Apply = Callable[[str, float | int], str | None]

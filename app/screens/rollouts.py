@@ -8,11 +8,10 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Tree
-
-from app.run_model import RolloutFilter, RunModel
-from app.widgets.rollout_detail import RolloutDetail
-from app.widgets.rollouts_tree import RolloutRef, RolloutsTree
-from app.widgets.status_bar import RunStatusPanel
+from tinker_tui.app.run_model import RolloutFilter, RunModel
+from tinker_tui.app.widgets.rollout_detail import RolloutDetail
+from tinker_tui.app.widgets.rollouts_tree import RolloutRef, RolloutsTree
+from tinker_tui.app.widgets.status_bar import RunStatusPanel
 
 
 class RolloutsScreen(Screen):

@@ -4,9 +4,8 @@ newest first, with the step they arrived at."""
 from __future__ import annotations
 
 from textual.widgets import DataTable
-
-from app.run_model import RunModel
-from app.widgets.updates import set_subtitle
+from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.widgets.updates import set_subtitle
 
 
 class CommandsTable(DataTable):

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from textual.content import Content
 from textual.widgets import Static
-
-from app.run_model import DISCARD_REASONS, RunModel, bar, staleness_rows
-from app.widgets.updates import set_subtitle, update_static
+from tinker_tui.app.run_model import DISCARD_REASONS, RunModel, bar, staleness_rows
+from tinker_tui.app.widgets.updates import set_subtitle, update_static
 
 REASON_LABELS = {"stale": "stale", "zero_variance": "zero variance", "error": "error"}
 REASON_STYLES = {"stale": "$warning", "zero_variance": "$secondary", "error": "$error"}

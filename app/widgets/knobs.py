@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from textual.widgets import DataTable
-
-from app.run_model import KNOB_NAMES, RunModel, format_knob
-from app.widgets.updates import set_subtitle
+from tinker_tui.app.run_model import KNOB_NAMES, RunModel, format_knob
+from tinker_tui.app.widgets.updates import set_subtitle
 
 
 class KnobsTable(DataTable):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.widgets import RichLog
-
-from app.run_model import LogLine, RunModel, level_at_least, normalise_level
-from app.widgets.updates import set_subtitle
+from tinker_tui.app.run_model import LogLine, RunModel, level_at_least, normalise_level
+from tinker_tui.app.widgets.updates import set_subtitle
 
 LEVEL_CLASSES = {
     "warning": "log-panel--warning",

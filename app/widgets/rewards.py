@@ -4,9 +4,8 @@ where checkpoints were saved and knobs changed, as a braille line chart."""
 from __future__ import annotations
 
 from textual_plot import HiResMode, PlotWidget
-
-from app.run_model import RunModel
-from app.widgets.updates import set_subtitle
+from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.widgets.updates import set_subtitle
 
 
 def y_limits(values: list[float]) -> tuple[float, float]:

@@ -11,10 +11,9 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
-
-from app.run_model import GroupRecord, RunModel
-from app.widgets.rollouts_tree import REASON_LABELS, RolloutRef
-from app.widgets.updates import set_subtitle
+from tinker_tui.app.run_model import GroupRecord, RunModel
+from tinker_tui.app.widgets.rollouts_tree import REASON_LABELS, RolloutRef
+from tinker_tui.app.widgets.updates import set_subtitle
 
 ROLE_STYLES = {
     "system": "$text-muted",

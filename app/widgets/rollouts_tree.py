@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
-
-from app.run_model import GroupRecord, RolloutFilter, RunModel
-from app.widgets.updates import set_subtitle
+from tinker_tui.app.run_model import GroupRecord, RolloutFilter, RunModel
+from tinker_tui.app.widgets.updates import set_subtitle
 
 REASON_LABELS = {"stale": "stale", "zero_variance": "zero variance", "error": "error"}
 

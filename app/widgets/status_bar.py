@@ -6,9 +6,8 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label
-
-from app.run_model import RunModel, format_elapsed
-from app.widgets.updates import set_state_class, update_static
+from tinker_tui.app.run_model import RunModel, format_elapsed
+from tinker_tui.app.widgets.updates import set_state_class, update_static
 
 STATE_CLASSES = ("-starting", "-running", "-paused", "-stopping", "-finished", "-failed")
 

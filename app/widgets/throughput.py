@@ -6,9 +6,8 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Digits, Label, Sparkline
-
-from app.run_model import RunModel, format_rate, idle_percent, split_rate
-from app.widgets.updates import set_subtitle, update_digits, update_static
+from tinker_tui.app.run_model import RunModel, format_rate, idle_percent, split_rate
+from tinker_tui.app.widgets.updates import set_subtitle, update_digits, update_static
 
 __all__ = ["ThroughputPanel", "format_rate", "idle_text", "verdict_text"]
 

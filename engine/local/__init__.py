@@ -30,23 +30,23 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from engine.local.sampling_client import LocalSamplingClient
-    from engine.local.service_client import LocalServiceClient
-    from engine.local.tokenizer import WordTokenizer
-    from engine.local.training_client import LocalTrainingClient
+    from tinker_tui.engine.local.sampling_client import LocalSamplingClient
+    from tinker_tui.engine.local.service_client import LocalServiceClient
+    from tinker_tui.engine.local.tokenizer import WordTokenizer
+    from tinker_tui.engine.local.training_client import LocalTrainingClient
 
 _LAZY = {
-    "LocalServiceClient": "engine.local.service_client",
-    "LocalTrainingClient": "engine.local.training_client",
-    "LocalSamplingClient": "engine.local.sampling_client",
-    "WordTokenizer": "engine.local.tokenizer",
+    "LocalServiceClient": "tinker_tui.engine.local.service_client",
+    "LocalTrainingClient": "tinker_tui.engine.local.training_client",
+    "LocalSamplingClient": "tinker_tui.engine.local.sampling_client",
+    "WordTokenizer": "tinker_tui.engine.local.tokenizer",
 }
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'engine.local' has no attribute {name!r}")
+        raise AttributeError(f"module 'tinker_tui.engine.local' has no attribute {name!r}")
     import importlib
 
     value = getattr(importlib.import_module(module), name)

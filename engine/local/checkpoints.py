@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.local.errors import bad_request, conflict, not_found
+from tinker_tui.engine.local.errors import bad_request, conflict, not_found
 
 FORMAT_VERSION = 2
 MODEL_FILE = "adapter.pt"
@@ -155,7 +155,7 @@ def load(
 
 def restore_adapter(meta: dict[str, Any], state: dict[str, Any], base: Any, path: str) -> Any:
     """The LoRA adapter saved in a checkpoint, on `base` (a loaded `model.BaseModel`)."""
-    from engine.local.lora import LORA_ALPHA, Adapter
+    from tinker_tui.engine.local.lora import LORA_ALPHA, Adapter
 
     check_fingerprint(meta, base, path)
     try:

@@ -20,8 +20,7 @@ import numpy as np
 import tinker
 import torch
 from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
-
-from engine.local.errors import bad_request
+from tinker_tui.engine.local.errors import bad_request
 
 DEFAULT_MAX_TOKENS = 64
 MAX_TOPK = 1000

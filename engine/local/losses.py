@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
-
-from engine.local.errors import bad_request
+from tinker_tui.engine.local.errors import bad_request
 
 
 def cross_entropy(target_logprobs: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

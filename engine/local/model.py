@@ -2,7 +2,7 @@
 
 ``tinker-tui/tiny-chat`` (`DEFAULT_BASE_MODEL`) is a two-layer Llama-style transformer (hidden
 64, about 295k parameters) with the offline word-level tokenizer. Its weights were pre-trained
-by `engine.local.pretrain` (a reproducible script in this package) on a generated corpus of short
+by `tinker_tui.engine.local.pretrain` (a reproducible script in this package) on a generated corpus of short
 chats in the ``User: ...`` / ``Assistant: ...`` format (pick one of the listed words, repeat,
 count, compare, greet), and ship with the package (``weights/tiny-chat.safetensors``, 1.2 MB).
 So it follows that format and answers "one word: yes, no or maybe" questions with one of the
@@ -18,7 +18,7 @@ on CPU in float32. ``TINKER_TUI_DEVICE=cpu|cuda|cuda:N`` overrides the device fo
 (the embedded one runs on CPU by default: it is too small to gain from a GPU).
 
 A loaded base is frozen and shared: every training client and sampling snapshot on the same
-base in a process uses one copy and keeps only its own LoRA adapter (`engine.local.lora`).
+base in a process uses one copy and keeps only its own LoRA adapter (`tinker_tui.engine.local.lora`).
 """
 
 from __future__ import annotations
@@ -30,15 +30,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.local import DEFAULT_BASE_MODEL  # defined in __init__ so importing it is cheap
-from engine.local.errors import bad_request, not_found
-from engine.local.tokenizer import WordTokenizer
+from tinker_tui.engine.local import (
+    DEFAULT_BASE_MODEL,  # defined in __init__ so importing it is cheap
+)
+from tinker_tui.engine.local.errors import bad_request, not_found
+from tinker_tui.engine.local.tokenizer import WordTokenizer
 
 if TYPE_CHECKING:
     import torch
+    from tinker_tui.engine.local.lora import LoRALinear
     from torch import nn
-
-    from engine.local.lora import LoRALinear
 
 DEVICE_ENV = "TINKER_TUI_DEVICE"
 MODELS_ENV = "TINKER_TUI_LOCAL_MODELS"
@@ -183,7 +184,7 @@ class BaseModel:
         max_context: int,
         embedded: bool,
     ) -> None:
-        from engine.local import lora
+        from tinker_tui.engine.local import lora
 
         self.name = name
         self.module = module
@@ -218,7 +219,7 @@ class BaseModel:
     @property
     def facts(self) -> Any:
         """What sampling needs to know (`generation.ModelFacts`)."""
-        from engine.local.generation import ModelFacts
+        from tinker_tui.engine.local.generation import ModelFacts
 
         return ModelFacts(
             tokenizer=self.tokenizer,
@@ -322,7 +323,7 @@ def tiny_config(spec: BaseModelSpec, tokenizer: WordTokenizer) -> Any:
 
 def build_tiny_module(base_model: str, *, pretrained: bool = True) -> nn.Module:
     """A fresh `LlamaForCausalLM` for an embedded model: shipped weights, or the seeded random
-    init (`pretrained=False`, what `engine.local.pretrain` starts from). The global torch RNG is
+    init (`pretrained=False`, what `tinker_tui.engine.local.pretrain` starts from). The global torch RNG is
     left untouched."""
     spec = get_spec(base_model)
     ensure_offline()
@@ -345,7 +346,7 @@ def build_tiny_module(base_model: str, *, pretrained: bool = True) -> nn.Module:
             raise not_found(
                 f"The embedded model {base_model!r} cannot read its shipped weights {path}: "
                 f"{exc}. Reinstall the package, or rebuild them with "
-                "`python -m engine.local.pretrain`.",
+                "`python -m tinker_tui.engine.local.pretrain`.",
                 what="model",
             ) from exc
         # The unembedding is tied to the embedding, so it is stored once.

@@ -1,4 +1,4 @@
-"""Pre-train the embedded model's base weights (reproducible): ``python -m engine.local.pretrain``.
+"""Pre-train the embedded model's base weights (reproducible): ``python -m tinker_tui.engine.local.pretrain``.
 
 Why: LoRA adapts a model that already does something. On a random-init model this small,
 low-rank adapters did not learn at all (DESIGN.md), so `tinker-tui/tiny-chat` ships weights
@@ -31,8 +31,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from engine.local import DEFAULT_BASE_MODEL
-from engine.local._words import LOWER_WORDS
+from tinker_tui.engine.local import DEFAULT_BASE_MODEL
+from tinker_tui.engine.local._words import LOWER_WORDS
 
 CORPUS_SEED = 1234
 TRAIN_SEED = 4321
@@ -168,9 +168,8 @@ def train(steps: int = DEFAULT_STEPS, log_every: int = 250) -> tuple[dict, dict[
     """Pre-train from the seeded random init; returns (state_dict without lm_head, metadata)."""
     import torch
     import torch.nn.functional as F
-
-    from engine.local.model import build_tiny_module
-    from engine.local.tokenizer import WordTokenizer
+    from tinker_tui.engine.local.model import build_tiny_module
+    from tinker_tui.engine.local.tokenizer import WordTokenizer
 
     torch.set_num_threads(1)
     torch.manual_seed(TRAIN_SEED)
@@ -237,9 +236,8 @@ def evaluate(state: dict) -> dict[str, float]:
     averaged over questions: for yes/no/maybe (the example's options) each option's share, and
     for those and two other option sets the mass on the listed options (valid answers)."""
     import torch
-
-    from engine.local.model import build_tiny_module
-    from engine.local.tokenizer import WordTokenizer
+    from tinker_tui.engine.local.model import build_tiny_module
+    from tinker_tui.engine.local.tokenizer import WordTokenizer
 
     tokenizer = WordTokenizer(DEFAULT_BASE_MODEL)
     model = build_tiny_module(DEFAULT_BASE_MODEL, pretrained=False)
@@ -274,10 +272,10 @@ def save(state: dict, meta: dict[str, str], path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.local.model import WEIGHTS_DIR, get_spec
+    from tinker_tui.engine.local.model import WEIGHTS_DIR, get_spec
 
     shipped = WEIGHTS_DIR / get_spec(DEFAULT_BASE_MODEL).weights_file
-    parser = argparse.ArgumentParser(prog="python -m engine.local.pretrain", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tinker_tui.engine.local.pretrain", description=__doc__)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--out", type=Path, default=shipped)
     parser.add_argument("--check", action="store_true", help="compare with the shipped file")

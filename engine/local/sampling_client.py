@@ -30,11 +30,10 @@ import numpy as np
 import tinker
 import torch
 from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
-
-from engine.local import lora, runtime
-from engine.local.errors import bad_request
-from engine.local.generation import GenRequest, generate, make_request, prompt_logprobs
-from engine.local.model import BaseModel, load_base
+from tinker_tui.engine.local import lora, runtime
+from tinker_tui.engine.local.errors import bad_request
+from tinker_tui.engine.local.generation import GenRequest, generate, make_request, prompt_logprobs
+from tinker_tui.engine.local.model import BaseModel, load_base
 
 if TYPE_CHECKING:
     from tinker.lib.public_interfaces.api_future import APIFuture

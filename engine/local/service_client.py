@@ -2,7 +2,7 @@
 
 It needs no network and no credentials: it creates LoRA training clients and sampling clients
 on the local base models (the embedded `tinker-tui/tiny-chat`, or a Hugging Face model folder
-given by its path; see `engine.local.model`) and keeps checkpoints under `checkpoint_dir`.
+given by its path; see `tinker_tui.engine.local.model`) and keeps checkpoints under `checkpoint_dir`.
 Creation calls return awaitable futures (model loading runs on the torch thread), like the
 SDK's.
 """
@@ -17,18 +17,17 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from tinker import types
-
-from engine.local import checkpoints, lora, runtime
-from engine.local.errors import bad_request
-from engine.local.model import (
+from tinker_tui.engine.local import checkpoints, lora, runtime
+from tinker_tui.engine.local.errors import bad_request
+from tinker_tui.engine.local.model import (
     canonical_name,
     ensure_offline,
     load_base,
     local_models,
     max_context_of,
 )
-from engine.local.sampling_client import LocalSamplingClient
-from engine.local.training_client import LocalTrainingClient, load_sampling_client
+from tinker_tui.engine.local.sampling_client import LocalSamplingClient
+from tinker_tui.engine.local.training_client import LocalTrainingClient, load_sampling_client
 
 if TYPE_CHECKING:
     from tinker.lib.public_interfaces.api_future import APIFuture

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
-from engine.local._words import CAPITALISED_WORDS, LOWER_WORDS
+from tinker_tui.engine.local._words import CAPITALISED_WORDS, LOWER_WORDS
 
 PAD_TOKEN = "<pad>"
 EOS_TOKEN = "<eos>"

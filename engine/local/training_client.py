@@ -1,6 +1,6 @@
 """`LocalTrainingClient`: Tinker's TrainingClient, in-process on torch.
 
-It trains a LoRA adapter (`engine.local.lora`) of the requested rank on the requested layers of
+It trains a LoRA adapter (`tinker_tui.engine.local.lora`) of the requested rank on the requested layers of
 a frozen base model; the base weights never change. Every call returns an awaitable future at
 once and runs on the shared torch thread in submission order, so `forward_backward` then
 `optim_step` can be submitted before awaiting either, exactly as with Tinker. Gradients
@@ -22,11 +22,10 @@ import torch
 import torch.nn.functional as F
 from tinker import types
 from tinker.types.optimizer import OptimParamsBase
-
-from engine.local import checkpoints, lora, losses, runtime
-from engine.local.errors import POISONED_MESSAGE, bad_request
-from engine.local.model import BaseModel, load_base
-from engine.local.sampling_client import LocalSamplingClient
+from tinker_tui.engine.local import checkpoints, lora, losses, runtime
+from tinker_tui.engine.local.errors import POISONED_MESSAGE, bad_request
+from tinker_tui.engine.local.model import BaseModel, load_base
+from tinker_tui.engine.local.sampling_client import LocalSamplingClient
 
 if TYPE_CHECKING:
     from tinker.lib.public_interfaces.api_future import APIFuture

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 import tinker
-
-from engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
+from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
 
 QUESTION = "Answer with one word: yes, no or maybe. Is the sky blue?"
 
@@ -23,7 +22,7 @@ def training_client(service: LocalServiceClient):
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from engine.local import WordTokenizer
+    from tinker_tui.engine.local import WordTokenizer
 
     return WordTokenizer()
 

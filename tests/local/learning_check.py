@@ -18,8 +18,7 @@ import tempfile
 import time
 
 import tinker
-
-from engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
+from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
 
 QUESTION = "Answer with one word: yes, no or maybe. Is the sky blue?"
 REWARDS = {"maybe": 1.0, "no": 0.75, "yes": 0.5}

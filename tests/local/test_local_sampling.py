@@ -11,8 +11,7 @@ import weakref
 import numpy as np
 import pytest
 import tinker
-
-from engine.local import DEFAULT_BASE_MODEL
+from tinker_tui.engine.local import DEFAULT_BASE_MODEL
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +235,7 @@ async def test_old_snapshots_are_freed(service, prompt):
 
 async def test_merged_and_on_the_fly_adapters_agree(trained, prompt, monkeypatch):
     """Small bases sample from merged weights, big ones apply the adapter on the fly."""
-    from engine.local import sampling_client
+    from tinker_tui.engine.local import sampling_client
 
     tc, merged, completion = trained
     monkeypatch.setattr(sampling_client, "MERGE_MAX_BYTES", 0)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-
-from engine.local import WordTokenizer
+from tinker_tui.engine.local import WordTokenizer
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 import tinker
 import torch
-
-from engine.local import DEFAULT_BASE_MODEL, LocalServiceClient, checkpoints
+from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient, checkpoints
 
 
 def rl_datum(prompt_ids: list[int], completion: list[int], logprobs, advantage: float):
@@ -176,7 +175,7 @@ async def test_new_process_loads_checkpoint(service, training_client, prompt):
     )[1:]
     script = (
         "import sys, tinker\n"
-        "from engine.local import LocalServiceClient\n"
+        "from tinker_tui.engine.local import LocalServiceClient\n"
         "s = LocalServiceClient(checkpoint_dir=sys.argv[1])\n"
         "tc = s.create_training_client_from_state_with_optimizer(sys.argv[2]).result()\n"
         "sc = tc.save_weights_and_get_sampling_client().result()\n"
