@@ -63,7 +63,7 @@ def resumed_session(args: argparse.Namespace, task: Any) -> Any:
     from tinker_tui.app.commands.run import config_overrides
     from tinker_tui.engine.backend import BackendError, choose_backend
     from tinker_tui.engine.config import ConfigError, RunConfig
-    from tinker_tui.engine.runner import Run
+    from tinker_tui.engine.run import Run
 
     db_path = Path(args.db)
     if not db_path.is_file():

@@ -116,7 +116,7 @@ async def instant(quick: bool, store_dir: Path) -> None:
 
 
 async def loop_lag_while_training(quick: bool, store_dir: Path) -> None:
-    from tinker_tui.engine.runner import Run
+    from tinker_tui.engine.run import Run
     from tinker_tui.examples.yes_no_maybe import TASK
 
     config = RunConfig().with_overrides(dict(TASK.settings)).with_overrides(

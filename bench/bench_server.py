@@ -58,8 +58,8 @@ class InstantSamplingClient:
 
 
 async def make_policy(checkpoint_dir: str) -> Any:
-    from tinker_tui.engine.backend import Policy
     from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
+    from tinker_tui.engine.policy import Policy
 
     policy = Policy(LocalServiceClient(checkpoint_dir=checkpoint_dir),
                     base_model=DEFAULT_BASE_MODEL, sampler_checkpoint_every=0)

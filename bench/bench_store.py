@@ -131,7 +131,7 @@ async def burst(folder: Path, steps: int) -> Path:
                             base_model="tiny", max_steps=steps, start_step=0))
     await store.flush()
     events = run_events(steps)
-    # The runner freezes start-up objects out of the cyclic GC; do the same for the burst's
+    # The run freezes start-up objects out of the cyclic GC; do the same for the burst's
     # events, or a full collection over them (~50 ms) shows up as writer lag.
     gc.collect()
     gc.freeze()

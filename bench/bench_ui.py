@@ -65,7 +65,7 @@ class Meter:
 
 def make_run(folder: Path, steps: int, seed: int):
     from tinker_tui.engine.config import RunConfig
-    from tinker_tui.engine.runner import Run
+    from tinker_tui.engine.run import Run
     from tinker_tui.examples.yes_no_maybe import TASK
 
     config = RunConfig().with_overrides(dict(TASK.settings)).with_overrides(

@@ -11,7 +11,7 @@ import asyncio
 import random
 from typing import Any
 
-from tinker_tui.engine.backend import TrainResult
+from tinker_tui.engine.policy import TrainResult
 from tinker_tui.engine.task import Scenario, Task
 from tinker_tui.engine.trajectory import Trajectory
 

@@ -18,8 +18,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from tinker_tui.engine import faults
-from tinker_tui.engine.accounting import ThroughputMeter
-from tinker_tui.engine.backend import Policy
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.control import LIVE_KNOBS
@@ -40,9 +38,11 @@ from tinker_tui.engine.events import (
     TrajectorySummary,
 )
 from tinker_tui.engine.loop_lag import LoopLagMonitor
+from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeState, ScenarioSource
 from tinker_tui.engine.server import SamplingDefaults
 from tinker_tui.engine.task import Scenario, Task
+from tinker_tui.engine.throughput import ThroughputMeter
 from tinker_tui.engine.trajectory import Trajectory, TrajectoryError, TrajectoryGroup
 
 
@@ -79,10 +79,10 @@ class Pipeline:
         # Drawn positions not yet known to be consumed at a checkpoint: position -> the step
         # that consumed it (trained, or dropped while collecting its batch), None while open.
         self._open: dict[int, int | None] = {}
-        #: Set by the runner once the supervised warm-up is done (or when there is none).
+        #: Set by the run (engine.run) once the supervised warm-up is done (or when there is none).
         self.warmup_done = True
         #: Awaited after a checkpoint event is published, so the store commits its row
-        #: before training goes on (the runner passes the store's flush).
+        #: before training goes on (the run passes the store's flush).
         self.commit_events: Callable[[], Awaitable[None]] | None = None
         self._queue: asyncio.Queue[TrajectoryGroup | None] = asyncio.Queue()
         self._in_flight = 0

@@ -639,7 +639,7 @@ class _ChatHandler:
 
     async def _sample(self, prompt: tinker.ModelInput, n: int, params: tinker.SamplingParams,
                       version: int | None, top_logprobs: int) -> tuple[Any, int]:
-        from tinker_tui.engine.backend import UnknownVersionError
+        from tinker_tui.engine.policy import UnknownVersionError
 
         policy = self.policy
         try:

@@ -915,7 +915,7 @@ class RunStore:
         )
         return dict(rows[0]) if rows else None
 
-    # Resume (engine.resume, engine.runner).
+    # Resume (engine.resume, engine.run).
 
     async def resume_points(self, run_id: str) -> list[dict[str, Any]]:
         """Confirmed full checkpoints of the run that carry a resume state, newest first;

@@ -12,9 +12,6 @@ import tinker
 from tinker_tui.engine import retry
 from tinker_tui.engine.backend import (
     BackendError,
-    Policy,
-    UnknownVersionError,
-    checkpoints_to_delete,
     choose_backend,
     make_renderer,
     make_service_client,
@@ -23,6 +20,7 @@ from tinker_tui.engine.backend import (
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL, RunConfig
 from tinker_tui.engine.events import BackendWaited, LogEmitted
 from tinker_tui.engine.local import LocalServiceClient
+from tinker_tui.engine.policy import Policy, UnknownVersionError, checkpoints_to_delete
 from tinker_tui.engine.retry import BackendTimeoutError, RetryPolicy, call_with_retry
 from tinker_tui.engine.trajectory import SampledTurn, Trajectory, TrajectoryGroup
 
@@ -62,7 +60,7 @@ class Recorder:
 
 class RecordingRest:
     def __init__(self, local_dir, log):
-        from tinker_tui.engine.backend import _LocalCheckpointRemover
+        from tinker_tui.engine.policy import _LocalCheckpointRemover
 
         self._remover = _LocalCheckpointRemover(local_dir)
         self._log = log

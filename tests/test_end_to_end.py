@@ -9,7 +9,7 @@ import sys
 import time
 
 from tinker_tui.engine.config import RunConfig
-from tinker_tui.engine.runner import Run
+from tinker_tui.engine.run import Run
 from tinker_tui.examples.yes_no_maybe import TASK
 
 

@@ -14,7 +14,7 @@ import openai
 import pytest
 from tinker_tui.app.task_loader import layered_config, load_task
 from tinker_tui.engine.events import EvalCompleted, GroupDiscarded, GroupSampled, StepTrained
-from tinker_tui.engine.runner import Run
+from tinker_tui.engine.run import Run
 from tinker_tui.examples import binary_prefix_tool as bp
 from tinker_tui.examples import next_number
 

@@ -10,7 +10,7 @@ import time
 import pytest
 from tinker_tui.app.task_loader import layered_config, load_task
 from tinker_tui.engine.events import EvalCompleted, StepTrained
-from tinker_tui.engine.runner import Run
+from tinker_tui.engine.run import Run
 
 pytestmark = pytest.mark.slow
 

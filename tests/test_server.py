@@ -7,9 +7,9 @@ import json
 import httpx
 import openai
 import pytest
-from tinker_tui.engine.backend import Policy
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
+from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.server import TOOLS_HEADER, PolicyServer, SamplingDefaults
 from tinker_tui.engine.trajectory import SampledTurn, Trajectory, TrajectoryGroup
 

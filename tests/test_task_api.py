@@ -348,7 +348,7 @@ async def test_the_readme_minimal_task_is_complete_and_runs(tmp_path):
     path = tmp_path / "blue.py"
     path.write_text(readme_task_source())
     task = load_task(str(path))
-    from tinker_tui.engine.runner import Run
+    from tinker_tui.engine.run import Run
 
     config = layered_config(task, "local").with_overrides({"max_steps": 2,
                                                            "checkpoint_every": 0})

@@ -90,7 +90,7 @@ def make_session(args: argparse.Namespace) -> Any:
     from tinker_tui.app.task_loader import layered_config, load_config_file, task_source
     from tinker_tui.engine.backend import BackendError, choose_backend
     from tinker_tui.engine.config import ConfigError
-    from tinker_tui.engine.runner import Run
+    from tinker_tui.engine.run import Run
 
     task = load_task(args.task)
     if getattr(args, "resume", None) is not None:

@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tinker_tui.engine.backend import Policy, make_service_client
+from tinker_tui.engine.backend import make_service_client
 from tinker_tui.engine.clock import Clock, SystemClock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import EventBus, LogEmitted, RunFinished, RunStarted, RunStatus
 from tinker_tui.engine.pipeline import Pipeline
+from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeError, ResumeState, RunLock
 from tinker_tui.engine.server import PolicyServer, SamplingDefaults
 from tinker_tui.engine.store import RunStore

@@ -1,0 +1,445 @@
+"""The policy: drives any object with the Tinker client interface.
+
+`Policy` is the code above the seam. It is identical for the embedded local backend
+(`tinker_tui.engine.local.LocalServiceClient`) and for the real `tinker.ServiceClient`; only the
+service client object handed to it differs. It owns the training client, the sampling
+clients of recent policy versions, the renderer, and the checkpoints; it turns trajectory
+groups into Datums, trains, and publishes the next sampling client.
+
+Every call to the backend goes through `tinker_tui.engine.retry.call_with_retry`: it has a timeout,
+transient errors are retried with backoff (idempotent calls only), and waits are published
+as `BackendWaited` events and log lines, never a silent hang.
+
+Checkpoints carry the step in their name (`step-000012`): sampler weights every
+`sampler_checkpoint_every` steps, full state (weights + optimizer) whenever the pipeline
+asks (`save_state`). Of each kind the last `keep_last_checkpoints` are kept, plus those
+whose step is a multiple of `keep_every_checkpoints`; older ones are deleted. Sampling
+clients of the last `sampler_clients_to_keep` versions stay loaded for `model@step`
+requests; older versions are loaded again from their sampler weights if still kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import tinker
+from tinker_tui.engine.backend import make_renderer, renderer_name_for
+from tinker_tui.engine.retry import RetryPolicy, Wait, call_with_retry
+from tinker_tui.engine.trajectory import TrajectoryGroup, trajectory_to_datum_arrays
+
+if TYPE_CHECKING:
+    from tinker_tui.engine.clock import Clock
+    from tinker_tui.engine.config import RunConfig
+    from tinker_tui.engine.events import Event
+
+
+class UnknownVersionError(LookupError):
+    """A policy version that this run does not serve (never existed, or evicted)."""
+
+
+# ---------------------------------------------------------------------------- checkpoints
+def checkpoint_name(step: int, suffix: str = "") -> str:
+    return f"step-{step:06d}{suffix}"
+
+
+def checkpoints_to_delete(steps: Sequence[int], keep_last: int, keep_every: int) -> list[int]:
+    """Indices (into `steps`, oldest first) of the checkpoints a retention policy removes:
+    all but the last `keep_last` (0 keeps everything) and those whose step is a multiple of
+    `keep_every` (0: none kept for that reason)."""
+    if keep_last <= 0:
+        return []
+    first_kept = max(0, len(steps) - keep_last)
+    return [i for i, step in enumerate(steps[:first_kept])
+            if not (keep_every > 0 and step % keep_every == 0)]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRecord:
+    kind: str   # "state" (weights + optimizer) or "sampler" (weights for sampling)
+    step: int
+    name: str
+    path: str
+
+
+class _LocalCheckpointRemover:
+    """Deletes checkpoints of the local backend by path, for a service client that offers no
+    `create_rest_client()` (the SDK's way, `delete_checkpoint_from_tinker_path`)."""
+
+    def __init__(self, checkpoint_dir: Path) -> None:
+        self.checkpoint_dir = Path(checkpoint_dir)
+
+    def delete_checkpoint_from_tinker_path(self, path: str) -> Awaitable[None]:
+        from tinker_tui.engine.local import checkpoints
+
+        def remove() -> None:
+            shutil.rmtree(checkpoints.resolve(self.checkpoint_dir, path))
+
+        return asyncio.to_thread(remove)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainResult:
+    policy_version: int
+    metrics: dict[str, float]
+    num_datums: int
+    num_tokens: int
+
+
+class DatumBatch(list):  # type: ignore[type-arg]
+    """The Datums of one training step (a list), with metrics about how they were built."""
+
+    metrics: dict[str, float]
+
+    def __init__(self, datums: Sequence[tinker.Datum] = (),
+                 metrics: Mapping[str, float] | None = None) -> None:
+        super().__init__(datums)
+        self.metrics = dict(metrics or {})
+
+
+class Policy:
+    """The policy being trained: training client, versioned sampling clients, renderer."""
+
+    def __init__(
+        self,
+        service_client: Any,
+        *,
+        base_model: str,
+        lora_rank: int = 32,
+        seed: int = 0,
+        renderer_name: str | None = None,
+        loss_fn_config: Mapping[str, float] | None = None,
+        adam_beta1: float = 0.9,
+        adam_beta2: float = 0.95,
+        adam_eps: float = 1e-12,
+        weight_decay: float = 0.0,
+        grad_clip_norm: float = 0.0,
+        sampler_checkpoint_every: int = 1,
+        keep_last_checkpoints: int = 5,
+        keep_every_checkpoints: int = 0,
+        sampler_clients_to_keep: int = 4,
+        retry: RetryPolicy | None = None,
+        on_event: Callable[[Event], None] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.service_client = service_client
+        self.base_model = base_model
+        self.lora_rank = lora_rank
+        self.seed = seed
+        self.requested_renderer = renderer_name or None
+        self.renderer_name = renderer_name or renderer_name_for(base_model)
+        self.loss_fn_config = dict(loss_fn_config or {})
+        self.adam = {"beta1": adam_beta1, "beta2": adam_beta2, "eps": adam_eps,
+                     "weight_decay": weight_decay, "grad_clip_norm": grad_clip_norm}
+        self.sampler_checkpoint_every = sampler_checkpoint_every
+        self.keep_last_checkpoints = keep_last_checkpoints
+        self.keep_every_checkpoints = keep_every_checkpoints
+        self.sampler_clients_to_keep = max(1, sampler_clients_to_keep)
+        self.retry = retry or RetryPolicy()
+        self.on_event = on_event
+        self.clock = clock
+        self.version = 0
+        self.training_client: Any = None
+        self.sampling_client: Any = None
+        self.renderer: Any = None
+        self.tokenizer: Any = None
+        #: Every checkpoint this policy saved and still keeps, oldest first.
+        self.checkpoints: list[CheckpointRecord] = []
+        self._samplers: OrderedDict[int, Any] = OrderedDict()
+        self._loaded_from: dict[int, str] = {}  # version -> path its cached client was loaded from
+        self._rest: Any = None
+
+    @classmethod
+    def from_config(cls, service_client: Any, config: RunConfig, *,
+                    on_event: Callable[[Event], None] | None = None,
+                    clock: Clock | None = None) -> Policy:
+        """A policy with every backend setting of a `RunConfig`."""
+        from tinker_tui.engine.config import parse_loss_fn_config
+
+        return cls(
+            service_client, base_model=config.base_model, lora_rank=config.lora_rank,
+            seed=config.seed, renderer_name=config.renderer or None,
+            loss_fn_config=parse_loss_fn_config(config.loss_fn_config),
+            adam_beta1=config.adam_beta1, adam_beta2=config.adam_beta2,
+            adam_eps=config.adam_eps, weight_decay=config.weight_decay,
+            grad_clip_norm=config.grad_clip_norm,
+            sampler_checkpoint_every=config.sampler_checkpoint_every,
+            keep_last_checkpoints=config.keep_last_checkpoints,
+            keep_every_checkpoints=config.keep_every_checkpoints,
+            sampler_clients_to_keep=config.sampler_clients_to_keep,
+            retry=RetryPolicy(timeout=config.backend_timeout,
+                              attempts=config.backend_retries + 1),
+            on_event=on_event, clock=clock)
+
+    # ------------------------------------------------------------------ events
+    def _now(self) -> float:
+        return self.clock.now() if self.clock is not None else time.time()
+
+    def _log(self, level: str, message: str) -> None:
+        if self.on_event is None:
+            return
+        from tinker_tui.engine.events import LogEmitted
+
+        self.on_event(LogEmitted(time=self._now(), level=level, message=message))
+
+    def _report_wait(self, wait: Wait) -> None:
+        if self.on_event is None:
+            return
+        from tinker_tui.engine.events import BackendWaited
+
+        self.on_event(BackendWaited(time=self._now(), operation=wait.operation,
+                                    reason=wait.reason, attempt=wait.attempt, delay=wait.delay))
+        self._log("warning", wait.describe())
+
+    async def _call(self, operation: str, call: Callable[[int], Awaitable[Any]], *,
+                    retry: bool = True) -> Any:
+        return await call_with_retry(call, operation=operation, policy=self.retry,
+                                     on_wait=self._report_wait, retry=retry)
+
+    def _adam(self, learning_rate: float) -> tinker.AdamParams:
+        return tinker.AdamParams(learning_rate=learning_rate, **self.adam)
+
+    # ------------------------------------------------------------------ life cycle
+    async def start(self, *, from_state: str | None = None, version: int = 0) -> None:
+        """Create the training client (fresh, or from a saved state) and sampler `version`."""
+        service = self.service_client
+        if from_state is None:
+            self.training_client = await self._call(
+                "create training client", lambda _: service.create_lora_training_client(
+                    base_model=self.base_model, rank=self.lora_rank, seed=self.seed))
+        else:
+            self.training_client = await self._call(
+                "create training client from state",
+                lambda _: service.create_training_client_from_state_with_optimizer(from_state))
+        training = self.training_client
+        # The SDK's get_tokenizer may fetch the tokenizer from the hub: bound it like the rest.
+        self.tokenizer = await self._call(
+            "get tokenizer", lambda _: asyncio.to_thread(training.get_tokenizer), retry=False)
+        self.renderer, self.renderer_name = make_renderer(
+            self.base_model, self.tokenizer, self.requested_renderer,
+            warn=lambda message: self._log("warning", message))
+        self.version = version
+        await self._publish(version)
+
+    async def _publish(self, version: int, suffix: str = "") -> float:
+        """Snapshot the weights as sampler `version` (and save them, if due); returns the
+        seconds it took. Both are submitted before either is awaited, so they hold the same
+        weights."""
+        started = time.perf_counter()
+        training = self.training_client
+        snapshot = training.save_weights_and_get_sampling_client()
+        name = checkpoint_name(version, suffix)
+        every = self.sampler_checkpoint_every
+        saved = training.save_weights_for_sampler(name) \
+            if every and version % every == 0 else None
+        client = await self._call("publish weights", lambda attempt: snapshot if attempt == 1
+                                  else training.save_weights_and_get_sampling_client())
+        path = None
+        if saved is not None:
+            try:
+                response = await self._call(
+                    "save sampler weights", lambda attempt: saved if attempt == 1
+                    else training.save_weights_for_sampler(f"{name}-retry{attempt}"))
+                path = response.path
+            except Exception as exc:  # a missing copy on disk must not stop training
+                self._log("warning", f"could not save sampler weights {name}: "
+                                     f"{type(exc).__name__}: {exc}")
+        # Version and client change together: a request never sees one without the other.
+        self.version = version
+        self.sampling_client = client
+        self._samplers[version] = client
+        self._samplers.move_to_end(version)
+        self._loaded_from.pop(version, None)
+        self._evict_samplers()
+        if path is not None:
+            await self._record_checkpoint(CheckpointRecord("sampler", version, name, path))
+        return time.perf_counter() - started
+
+    # ------------------------------------------------------------------ sampling
+    def available_versions(self) -> list[int]:
+        """Policy versions that can be sampled: loaded, or saved as sampler weights."""
+        saved = {c.step for c in self.checkpoints if c.kind == "sampler"}
+        return sorted(set(self._samplers) | saved)
+
+    async def sampling_client_for(self, version: int) -> Any:
+        """The sampling client of an earlier (or the current) policy version."""
+        client = self._samplers.get(version)
+        if client is not None:
+            self._samplers.move_to_end(version)
+            return client
+        record = next((c for c in reversed(self.checkpoints)
+                       if c.kind == "sampler" and c.step == version), None)
+        if record is None:
+            available = ", ".join(str(v) for v in self.available_versions()) or "none"
+            raise UnknownVersionError(f"policy version {version} is not available "
+                                      f"(available: {available})")
+        service = self.service_client
+        client = await self._call("load sampler weights", lambda _: service.create_sampling_client(
+            model_path=record.path))
+        if version in self._samplers:  # loaded concurrently by another request
+            return self._samplers[version]
+        self._samplers[version] = client
+        self._loaded_from[version] = record.path
+        self._evict_samplers()
+        return client
+
+    def _evict_samplers(self) -> None:
+        """Keep the `sampler_clients_to_keep` most recently used, always the current one."""
+        while len(self._samplers) > self.sampler_clients_to_keep:
+            victim = next(v for v in self._samplers if v != self.version)
+            del self._samplers[victim]
+            self._loaded_from.pop(victim, None)
+
+    async def sample(self, prompt: tinker.ModelInput, num_samples: int,
+                     sampling_params: tinker.SamplingParams, *, version: int | None = None,
+                     top_logprobs: int = 0) -> tuple[tinker.SampleResponse, int]:
+        """Sample from the current policy (or `version`); returns the response and the
+        version that produced it."""
+        if version is None or version == self.version:
+            client, version = self.sampling_client, self.version
+        else:
+            client = await self.sampling_client_for(version)
+        extra = {"topk_sample_logprobs": top_logprobs} if top_logprobs else {}
+        response = await self._call("sample", lambda _: client.sample(
+            prompt=prompt, num_samples=num_samples, sampling_params=sampling_params, **extra))
+        return response, version
+
+    # ------------------------------------------------------------------ training
+    def build_datums(self, groups: Sequence[TrajectoryGroup]) -> DatumBatch:
+        """Datums for every sampled assistant turn, weighted by its group-relative advantage.
+
+        The turns of one trajectory share a Datum while each prompt extends what was sampled
+        before it (see `trajectory_to_datum_arrays`); `metrics` counts the turns and the
+        prefix mismatches that split a trajectory into several Datums.
+        """
+        datums: list[tinker.Datum] = []
+        turns = mismatches = 0
+        for group in groups:
+            for trajectory, advantage in zip(group.trajectories, group.advantages(), strict=True):
+                arrays = trajectory_to_datum_arrays(trajectory.turns, advantage)
+                turns += arrays.turns
+                mismatches += arrays.prefix_mismatches
+                for example in arrays.examples:
+                    datums.append(tinker.Datum(
+                        model_input=tinker.ModelInput.from_ints(list(example["model_input"])),
+                        loss_fn_inputs={
+                            "target_tokens": list(example["target_tokens"]),
+                            "logprobs": list(example["logprobs"]),
+                            "advantages": list(example["advantages"]),
+                        },
+                    ))
+        return DatumBatch(datums, {"train/turns": float(turns),
+                                   "train/prefix_mismatch": float(mismatches)})
+
+    async def train(
+        self,
+        datums: list[tinker.Datum],
+        *,
+        loss_fn: str = "importance_sampling",
+        learning_rate: float,
+    ) -> TrainResult:
+        """One optimizer step, then publish the next sampling client (version + 1)."""
+        training = self.training_client
+        config = self.loss_fn_config or None
+        # Submit both before awaiting either, so the service can pipeline them. Neither is
+        # retried: a step must not be applied twice (and a failed one poisons the client).
+        started = time.perf_counter()
+        fb_future = training.forward_backward(datums, loss_fn, config)
+        optim_future = training.optim_step(self._adam(learning_rate))
+        fb = await self._call("forward_backward", lambda _: fb_future, retry=False)
+        fb_done = time.perf_counter()
+        await self._call("optim_step", lambda _: optim_future, retry=False)
+        optim_done = time.perf_counter()
+        publish_seconds = await self._publish(self.version + 1)
+        num_tokens = sum(d.model_input.length for d in datums)
+        metrics = {"train/loss_sum": float(fb.metrics.get("loss:sum", 0.0)),
+                   "time/forward_backward": fb_done - started,
+                   "time/optim_step": optim_done - fb_done,
+                   "time/publish_weights": publish_seconds}
+        metrics.update(getattr(datums, "metrics", {}))
+        return TrainResult(self.version, metrics, len(datums), num_tokens)
+
+    async def train_supervised(
+        self, conversations: Sequence[list[dict[str, str]]], *, learning_rate: float
+    ) -> float:
+        """One cross-entropy step on whole conversations (last assistant turn trained)."""
+        datums = []
+        for messages in conversations:
+            model_input, weights = self.renderer.build_supervised_example(messages)
+            tokens = model_input.to_ints()
+            weight_list = [float(w) for w in weights.tolist()]
+            datums.append(
+                tinker.Datum(
+                    model_input=tinker.ModelInput.from_ints(tokens[:-1]),
+                    loss_fn_inputs={
+                        "target_tokens": tokens[1:],
+                        "weights": weight_list[1:],
+                    },
+                )
+            )
+        training = self.training_client
+        fb_future = training.forward_backward(datums, "cross_entropy")
+        optim_future = training.optim_step(self._adam(learning_rate))
+        fb = await self._call("forward_backward", lambda _: fb_future, retry=False)
+        await self._call("optim_step", lambda _: optim_future, retry=False)
+        return float(fb.metrics.get("loss:sum", 0.0))
+
+    async def publish(self) -> None:
+        """Publish the current weights as the sampling client (after supervised steps)."""
+        await self._publish(self.version, suffix="-warmup")
+
+    # ------------------------------------------------------------------ checkpoints
+    async def save_state(self, name: str, *, step: int | None = None) -> str:
+        """Full checkpoint with optimizer state; returns its tinker:// path.
+
+        `step` (default: the current policy version) orders it for the retention policy."""
+        training = self.training_client
+        response = await self._call("save state", lambda attempt: training.save_state(
+            name, overwrite=attempt > 1))
+        await self._record_checkpoint(CheckpointRecord(
+            "state", self.version if step is None else step, name, response.path))
+        return response.path
+
+    async def _record_checkpoint(self, record: CheckpointRecord) -> None:
+        self.checkpoints.append(record)
+        same = [c for c in self.checkpoints if c.kind == record.kind]
+        keep_last = self.keep_last_checkpoints
+        if record.kind == "state" and keep_last:
+            # Never fewer than two: the newest may not be confirmed by the run store yet when
+            # a crash hits, and a resume then needs the one before it.
+            keep_last = max(keep_last, 2)
+        doomed = [same[i] for i in checkpoints_to_delete(
+            [c.step for c in same], keep_last, self.keep_every_checkpoints)]
+        for old in doomed:
+            self.checkpoints.remove(old)
+            if record.kind == "sampler" and self._loaded_from.get(old.step) == old.path:
+                self._samplers.pop(old.step, None)
+                self._loaded_from.pop(old.step, None)
+            await self._delete(old)
+
+    def _remover(self) -> Any:
+        if self._rest is None:
+            create = getattr(self.service_client, "create_rest_client", None)
+            if create is not None:
+                self._rest = create()
+            elif hasattr(self.service_client, "checkpoint_dir"):
+                self._rest = _LocalCheckpointRemover(self.service_client.checkpoint_dir)
+        return self._rest
+
+    async def _delete(self, record: CheckpointRecord) -> None:
+        """Delete an old checkpoint; a failure is logged, never fatal."""
+        remover = self._remover()
+        if remover is None:
+            return
+        try:
+            await self._call(f"delete checkpoint {record.name}",
+                             lambda _: remover.delete_checkpoint_from_tinker_path(record.path))
+        except Exception as exc:
+            self._log("warning", f"could not delete old checkpoint {record.path}: "
+                                 f"{type(exc).__name__}: {exc}")
