@@ -19,6 +19,7 @@ from tinker_tui.engine.events import (
     RunStarted,
     RunStateChanged,
     StepTrained,
+    TrackerReported,
 )
 
 
@@ -59,6 +60,9 @@ class HeadlessReporter:
                         f"{event.path}")
         elif isinstance(event, RunStateChanged) and event.state in ("paused", "stopping"):
             self._print(f"{event.state}: {event.reason}")
+        elif isinstance(event, TrackerReported):  # where W&B / TensorBoard records go
+            self._print(event.message if event.level == "info"
+                        else f"{event.level}: {event.message}")
         elif isinstance(event, LogEmitted) and event.level in ("warning", "error"):
             self._print(f"{event.level}: {event.message.splitlines()[0]}")
         elif isinstance(event, RunFinished):

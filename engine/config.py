@@ -50,6 +50,13 @@ class RunConfig:
     sampler_clients_to_keep: int = 4  # recent policy versions servable as model "NAME@STEP"
     backend_timeout: float = 600.0    # seconds one backend call may take
     backend_retries: int = 3          # retries of a transient backend error (idempotent calls)
+    # Outside trackers (optional extras tinker-tui[wandb], tinker-tui[tensorboard]); "" = off.
+    wandb_project: str = ""           # log to this W&B project (--wandb PROJECT)
+    wandb_entity: str = ""            # W&B team or user; "" = your default one
+    wandb_run_name: str = ""          # W&B display name; "" = the run id
+    wandb_run_id: str = ""            # W&B run id; "" = the run id (kept, so --resume continues it)
+    wandb_samples_every: int = 10     # a W&B table of the step's rollouts every N steps; 0 = never
+    tensorboard_dir: str = ""         # TensorBoard event files in DIR/<run id> (--tensorboard [DIR])
 
     def __post_init__(self) -> None:
         positive = ("max_steps", "group_size", "groups_per_step", "rollout_workers", "max_tokens")
@@ -73,6 +80,7 @@ class RunConfig:
             raise ConfigError(f"loss_fn must be importance_sampling, ppo, cispo or dro, "
                               f"got {self.loss_fn!r}")
         self._check_backend_settings()
+        self._check_trackers()
 
     def _check_backend_settings(self) -> None:
         parse_loss_fn_config(self.loss_fn_config)
@@ -90,6 +98,19 @@ class RunConfig:
                               f"got {self.sampler_clients_to_keep}")
         if not self.backend_timeout > 0:
             raise ConfigError(f"backend_timeout must be positive, got {self.backend_timeout}")
+
+    def _check_trackers(self) -> None:
+        """A tracker whose package is missing stops the run before anything starts."""
+        if self.wandb_samples_every < 0:
+            raise ConfigError(f"wandb_samples_every must be 0 or more, "
+                              f"got {self.wandb_samples_every}")
+        if self.wandb_project or self.tensorboard_dir:
+            from tinker_tui.engine import trackers
+
+            for tracker in trackers.wanted(self):
+                problem = trackers.missing_package(tracker)
+                if problem:
+                    raise ConfigError(problem)
 
     @property
     def min_batch(self) -> int:

@@ -141,6 +141,15 @@ class LogEmitted(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class TrackerReported(LogEmitted):
+    """An outside tracker (W&B, TensorBoard) says where the run's records go, how to upload
+    them, or that it failed and is off. A log line everywhere a log line goes (store,
+    dashboard); the headless reporter prints it whatever its level."""
+
+    tracker: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunFinished(Event):
     status: RunStatus
     final_step: int

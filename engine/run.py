@@ -31,6 +31,7 @@ from tinker_tui.engine.resume import ResumeError, ResumeState, RunLock
 from tinker_tui.engine.server import PolicyServer, SamplingDefaults
 from tinker_tui.engine.store import RunStore
 from tinker_tui.engine.task import Task
+from tinker_tui.engine.trackers import TrackerFeeds, with_tracker_ids
 
 
 def new_run_id(name: str, clock: Clock) -> str:
@@ -56,11 +57,11 @@ class Run:
             raise ValueError("resume=True needs the run_id of the run to resume")
         self.resume = resume
         self.task = task
-        self.config = config
         self.backend = backend
         self.db_path = Path(db_path)
         self.clock = clock or SystemClock()
         self.run_id = run_id or new_run_id(task.name, self.clock)
+        self.config = config = with_tracker_ids(config, self.run_id)
         self.checkpoint_dir = Path(checkpoint_dir or self.db_path.parent / "checkpoints")
         self.events = EventBus()
         self._service_client = service_client
@@ -126,6 +127,10 @@ class Run:
 
     async def _run(self, store: RunStore) -> RunStatus:
         self.events.subscribe(store.handle)
+        trackers = TrackerFeeds.start(self.config, store_folder=self.db_path.parent,
+                                      publish=self.events.publish, clock=self.clock)
+        for handler in trackers.handlers():
+            self.events.subscribe(handler)
         self.pipeline.commit_events = store.flush
         status: RunStatus = "failed"
         reason = ""
@@ -171,7 +176,10 @@ class Run:
                 await self._openai.close()
             if self.server is not None:
                 await self.server.stop()
-            await store.close()
+            try:
+                await trackers.close()  # before the store: their last lines are stored
+            finally:
+                await store.close()
 
     # ------------------------------------------------------------------ resume
     async def _resume_points(self, store: RunStore) -> list[dict[str, Any]]:

@@ -44,14 +44,22 @@ def add_parser(commands: Any) -> None:
                                              "JSON lines or CSV.")
     export.add_argument("run", metavar="RUN",
                         help="run id or a unique prefix of one ('latest': the newest run)")
-    export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl",
+    export.add_argument("--format", choices=("jsonl", "csv", "wandb", "tensorboard"),
+                        default="jsonl",
                         help="jsonl (default): one file, a record per line; csv: one table "
-                             "per file")
+                             "per file; wandb, tensorboard: a W&B run (offline without an API "
+                             "key) or TensorBoard event files, as --wandb / --tensorboard "
+                             "would have written them")
+    export.add_argument("--project", metavar="NAME",
+                        help="W&B project for --format wandb (default: the run's "
+                             "wandb_project, else tinker-tui)")
     export.add_argument("--what", choices=("all", "metrics", "samples"), default="all",
                         help="what to export (default: all)")
     export.add_argument("-o", "--output", metavar="PATH",
                         help="file ('-' for standard output), or for csv with --what all a "
-                             "folder; default: RUN.jsonl, RUN-WHAT.csv in the current folder")
+                             "folder; for wandb and tensorboard the folder to write in; "
+                             "default: RUN.jsonl, RUN-WHAT.csv in the current folder, "
+                             "wandb/ and tensorboard/ beside the store")
     export.add_argument("--db", type=Path, default=DEFAULT_DB, metavar="PATH",
                         help=f"SQLite run store (default: {DEFAULT_DB})")
 
@@ -158,6 +166,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    if args.format in ("wandb", "tensorboard"):
+        from tinker_tui.app.tracker_export import export_to_tracker
+
+        return export_to_tracker(args)
     run_id, metrics, samples = asyncio.run(read_export(args.db, args.run))
     if args.what == "metrics":
         samples = []

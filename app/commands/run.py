@@ -20,6 +20,8 @@ SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 DEFAULT_DB = Path("runs") / "tinker-tui.db"
 #: Seconds a graceful stop may take after SIGINT/SIGTERM before the run is cancelled.
 STOP_TIMEOUT = 60.0
+#: `--tensorboard` without a folder: `tensorboard/` beside the store.
+TENSORBOARD_BESIDE_STORE = "<beside the store>"
 
 
 def add_parser(commands: Any) -> None:
@@ -43,6 +45,14 @@ def add_parser(commands: Any) -> None:
     run.add_argument("--resume", nargs="?", const="latest", metavar="RUN",
                      help="continue a stored run (id or unique prefix; default: the newest "
                           "run of TASK) from its last confirmed checkpoint")
+    run.add_argument("--wandb", metavar="PROJECT", dest="wandb_project",
+                     help='log to this W&B project (offline without an API key; needs '
+                          'pip install "tinker-tui[wandb]"); same as --wandb-project')
+    run.add_argument("--tensorboard", nargs="?", const=TENSORBOARD_BESIDE_STORE, metavar="DIR",
+                     dest="tensorboard_dir",
+                     help="write TensorBoard event files to DIR/RUN_ID (default DIR: "
+                          "tensorboard/ beside the store; needs "
+                          'pip install "tinker-tui[tensorboard]")')
     settings = run.add_argument_group("run settings (defaults: the task's, then the engine's)")
     add_config_flags(settings)
 
@@ -75,8 +85,11 @@ def _plain_type(hint: Any) -> type:
 def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     from tinker_tui.engine.config import RunConfig
 
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
-            if getattr(args, f.name, None) is not None}
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
+                 if getattr(args, f.name, None) is not None}
+    if overrides.get("tensorboard_dir") == TENSORBOARD_BESIDE_STORE:
+        overrides["tensorboard_dir"] = str(Path(args.db).parent / "tensorboard")
+    return overrides
 
 
 def load_task(name: str) -> Any:
@@ -167,9 +180,15 @@ async def run_headless(session: Any, *, stop_timeout: float = STOP_TIMEOUT) -> i
 
 def run_with_ui(session: Any) -> int:
     from tinker_tui.app.tui import TinkerTuiApp
+    from tinker_tui.engine.events import TrackerReported
 
     app = TinkerTuiApp(session)
+    tracker_lines: dict[str, str] = {}  # W&B / TensorBoard: the last word of each, for after
+    session.events.subscribe(lambda e: tracker_lines.update({e.tracker: e.message})
+                             if isinstance(e, TrackerReported) else None)
     app.run()
+    for line in tracker_lines.values():
+        print(line, file=sys.stderr)
     error = getattr(app, "run_error", None)
     if error:
         print(f"tinker-tui: run failed: {error.strip().splitlines()[-1]}", file=sys.stderr)
