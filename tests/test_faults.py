@@ -209,9 +209,9 @@ def test_corrupt_store_is_refused_and_untouched(tmp_path, capsys):
 
     damaged = tmp_path / "damaged.db"
     conn = sqlite3.connect(damaged)
-    from tinker_tui.engine.store import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
+    from tinker_tui.engine.store import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
-    for script in _MIGRATIONS:
+    for script in MIGRATIONS:
         conn.executescript(script)
     conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -243,10 +243,10 @@ def test_store_locked_by_another_writer_is_refused_and_its_data_kept(tmp_path, c
     db = tmp_path / "runs.db"
     assert main(["runs", "--db", str(db)]) == 2  # no store yet
     capsys.readouterr()
-    from tinker_tui.engine.store import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
+    from tinker_tui.engine.store import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
     with sqlite3.connect(db) as conn:
-        for script in _MIGRATIONS:
+        for script in MIGRATIONS:
             conn.executescript(script)
         conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")

@@ -29,7 +29,7 @@ from tinker_tui.engine.events import (
 )
 from tinker_tui.engine.pipeline import Pipeline
 from tinker_tui.engine.resume import ResumeState, RunLock, RunLocked, ScenarioSource, run_is_live
-from tinker_tui.engine.store import _MIGRATIONS, APPLICATION_ID, RunStore
+from tinker_tui.engine.store import APPLICATION_ID, MIGRATIONS, RunStore
 
 from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task
 from tinker_tui import Scenario, Task
@@ -255,7 +255,7 @@ def test_run_finished_marks_untrained_groups_unused(tmp_path):
 def test_a_version_2_store_is_migrated_and_its_checkpoints_count_as_confirmed(tmp_path):
     path = tmp_path / "runs.db"
     with sqlite3.connect(path) as db:
-        for script in _MIGRATIONS[:2]:
+        for script in MIGRATIONS[:2]:
             db.executescript(script)
         db.execute(f"PRAGMA application_id={APPLICATION_ID}")
         db.execute("PRAGMA user_version=2")

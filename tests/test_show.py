@@ -105,7 +105,7 @@ async def test_a_version_1_store_reads_and_migrates(tmp_path):
 
     path = tmp_path / "v1.db"
     db = sqlite3.connect(path)
-    db.executescript(store_module._SCHEMA_V1)
+    db.executescript(store_module.MIGRATIONS[0])
     db.execute(f"PRAGMA application_id={store_module.APPLICATION_ID}")
     db.execute("PRAGMA user_version=1")
     db.execute("insert into runs (run_id, name, started_at) values ('old', 'n', 1.0)")

@@ -1,0 +1,413 @@
+"""Events <-> rows: the one place that knows, for every event the store keeps, its table and
+columns, how the event becomes rows and how rows become the event again.
+
+The writer hands each event to `encode`, which adds the event's rows to a `Rows` batch, keyed
+by the statement that writes them; readers turn stored rows back into the same typed events
+with `decode`. An event may touch several tables: a `GroupSampled` is a row of
+`sampled_groups`, one row of `trajectories` per rollout, an update of the group's life cycle
+and of the run's counters. Nothing outside the store package names a table or a column.
+
+Each event type has one section below: its statements, its encoder, its decoder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tinker_tui.engine.events import (
+    CheckpointSaved,
+    CheckpointStarted,
+    CommandReceived,
+    EvalCompleted,
+    Event,
+    GroupDiscarded,
+    GroupSampled,
+    GroupStarted,
+    LogEmitted,
+    RunFinished,
+    RunStarted,
+    RunStateChanged,
+    StepTrained,
+    ThroughputMeasured,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Row = the values of one statement's parameters, in the statement's column order.
+Row = tuple[Any, ...]
+
+
+# ---------------------------------------------------------------------- values
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    try:
+        return float(obj)  # numpy / torch scalars
+    except (TypeError, ValueError):
+        return str(obj)
+
+
+_ENCODER = json.JSONEncoder(default=_json_default)  # NaN/inf allowed: json.loads reads them back
+
+
+def _dumps(obj: Any) -> str:
+    return _ENCODER.encode(obj)
+
+
+def _int_or_none(x: Any) -> int | None:
+    return None if x is None else int(x)
+
+
+def _float_or_none(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+def _str(x: Any) -> str:
+    return x if isinstance(x, str) else str(x)
+
+
+# ---------------------------------------------------------------------- RunStarted, RunFinished
+# A row of `runs` per run: inserted by RunStarted (a resumed run's RunStarted makes it running
+# again and keeps its first start time), closed by RunFinished, which also marks the groups
+# the run never trained as unused.
+
+SQL_RUN_STARTED = """
+INSERT INTO runs (run_id, name, backend, base_model, config, status, started_at, max_steps,
+                  start_step)
+VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?)
+ON CONFLICT (run_id) DO UPDATE SET
+    name = excluded.name, backend = excluded.backend, base_model = excluded.base_model,
+    config = excluded.config, status = 'running', reason = '', ended_at = NULL,
+    final_step = NULL, max_steps = excluded.max_steps, start_step = excluded.start_step
+"""
+SQL_RUN_FINISHED = (
+    "UPDATE runs SET status = ?, reason = ?, ended_at = ?, final_step = ? WHERE run_id = ?"
+)
+_SQL_GROUPS_UNUSED = """
+UPDATE group_lifecycle SET status = 'unused', detail = 'the run ended before it was trained'
+WHERE run_id = ? AND status IN ('started', 'sampled')
+"""
+
+
+def _encode_run_started(rows: Rows, run_id: str | None, e: RunStarted) -> None:
+    rows.run_ops.append((SQL_RUN_STARTED, (
+        _str(e.run_id), _str(e.name), _str(e.backend), _str(e.base_model),
+        _dumps(dict(e.config)), _float_or_none(e.time), _int_or_none(e.max_steps),
+        int(e.start_step))))
+
+
+def _encode_run_finished(rows: Rows, run_id: str, e: RunFinished) -> None:
+    finished = (_str(e.status), _str(e.reason), _float_or_none(e.time),
+                _int_or_none(e.final_step), run_id)
+    rows.run_ops.append((SQL_RUN_FINISHED, finished))
+    rows.by_statement[_SQL_GROUPS_UNUSED].append((run_id,))
+
+
+# ---------------------------------------------------------------------- StepTrained
+# A row of `steps` (one per step: a step written again replaces it); the groups its batch
+# took become trained.
+
+_SQL_STEP = """
+INSERT INTO steps (run_id, step, policy_version, time, metrics) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (run_id, step) DO UPDATE SET
+    policy_version = excluded.policy_version, time = excluded.time, metrics = excluded.metrics
+"""
+_SQL_GROUP_TRAINED = """
+UPDATE group_lifecycle SET status = 'trained', step = ?, trainer_version = ?, finished_at = ?
+WHERE run_id = ? AND group_id = ? AND status = 'sampled'
+"""
+
+
+def _encode_step(rows: Rows, run_id: str, e: StepTrained) -> None:
+    t = _float_or_none(e.time)
+    metrics = {str(k): v for k, v in dict(e.metrics).items()}
+    step = (run_id, int(e.step), _int_or_none(e.policy_version), t, _dumps(metrics))
+    trained = []
+    if e.group_ids:
+        # The version the gradient was taken against (a skipped step made none).
+        version = int(e.policy_version) - (0 if metrics.get("train/skipped") else 1)
+        trained = [(int(e.step), version, t, run_id, int(g)) for g in e.group_ids]
+    rows.by_statement[_SQL_STEP].append(step)
+    rows.by_statement[_SQL_GROUP_TRAINED].extend(trained)
+
+
+# ---------------------------------------------------------------------- GroupStarted
+# The group's row of `group_lifecycle`, with its scenario's position in the run's stream.
+
+_SQL_GROUP_STARTED = """
+INSERT INTO group_lifecycle (run_id, group_id, scenario_index, scenario_id, status,
+                             policy_version, started_at)
+VALUES (?, ?, ?, ?, 'started', ?, ?)
+"""
+
+
+def _encode_group_started(rows: Rows, run_id: str, e: GroupStarted) -> None:
+    rows.by_statement[_SQL_GROUP_STARTED].append(
+        (run_id, int(e.group_id), int(e.scenario_index), _str(e.scenario_id),
+         _int_or_none(e.policy_version), _float_or_none(e.time)))
+
+
+# ---------------------------------------------------------------------- GroupSampled
+# A row of `sampled_groups`, a row of `trajectories` per rollout (its index in the group as
+# `idx`, its messages as JSON); the group becomes sampled and the run counts its tokens.
+
+_SQL_SAMPLED_GROUP = """
+INSERT INTO sampled_groups (run_id, group_id, scenario_id, policy_version, num_trajectories,
+                            num_tokens, reward_mean, time)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_SQL_TRAJECTORY = """
+INSERT INTO trajectories (run_id, group_id, idx, reward, policy_version, num_tokens, messages,
+                          time)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_SQL_GROUP_SAMPLED = """
+UPDATE group_lifecycle SET status = 'sampled', sampled_version = ?, num_tokens = ?,
+                           reward_mean = ?, sampled_at = ?
+WHERE run_id = ? AND group_id = ? AND status = 'started'
+"""
+#: Adds a batch's sampled groups and tokens to its run's counters: (groups, tokens, run_id).
+SQL_GROUP_COUNTS = (
+    "UPDATE runs SET groups_sampled = groups_sampled + ?, tokens_sampled = tokens_sampled + ? "
+    "WHERE run_id = ?"
+)
+
+
+def _encode_group_sampled(rows: Rows, run_id: str, e: GroupSampled) -> None:
+    t = _float_or_none(e.time)
+    group_id, version = _int_or_none(e.group_id), _int_or_none(e.policy_version)
+    tokens, reward_mean = int(e.num_tokens), _float_or_none(e.reward_mean)
+    group = (run_id, group_id, _str(e.scenario_id), version, _int_or_none(e.num_trajectories),
+             tokens, reward_mean, t)
+    trajectories = [
+        (run_id, group_id, idx, _float_or_none(trajectory.reward),
+         _int_or_none(trajectory.policy_version), _int_or_none(trajectory.num_tokens),
+         _dumps([dict(m) for m in trajectory.messages]), t)
+        for idx, trajectory in enumerate(e.trajectories)]
+    rows.by_statement[_SQL_SAMPLED_GROUP].append(group)
+    rows.by_statement[_SQL_TRAJECTORY].extend(trajectories)
+    rows.by_statement[_SQL_GROUP_SAMPLED].append(
+        (version, tokens, reward_mean, t, run_id, group_id))
+    counts = rows.group_counts.setdefault(run_id, [0, 0])
+    counts[0] += 1
+    counts[1] += tokens
+
+
+# ---------------------------------------------------------------------- GroupDiscarded
+# A row of `discarded_groups`; the group becomes discarded, at the step that dropped it.
+
+_SQL_DISCARDED = """
+INSERT INTO discarded_groups (run_id, group_id, scenario_id, reason, policy_version,
+                              trainer_version, num_tokens, detail, time)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_SQL_GROUP_DISCARDED = """
+UPDATE group_lifecycle SET status = 'discarded', reason = ?, detail = ?, step = ?,
+                           trainer_version = ?, finished_at = ?
+WHERE run_id = ? AND group_id = ? AND status IN ('started', 'sampled')
+"""
+
+
+def _encode_group_discarded(rows: Rows, run_id: str, e: GroupDiscarded) -> None:
+    t = _float_or_none(e.time)
+    group_id, reason, detail = _int_or_none(e.group_id), _str(e.reason), _str(e.detail)
+    trainer_version = _int_or_none(e.trainer_version)
+    discarded = (run_id, group_id, _str(e.scenario_id), reason, _int_or_none(e.policy_version),
+                 trainer_version, _int_or_none(e.num_tokens), detail, t)
+    fate = (reason, detail, int(e.step) if e.step >= 0 else None, trainer_version, t, run_id,
+            group_id)
+    rows.by_statement[_SQL_DISCARDED].append(discarded)
+    rows.by_statement[_SQL_GROUP_DISCARDED].append(fate)
+
+
+# ---------------------------------------------------------------------- checkpoints
+# CheckpointStarted inserts an unconfirmed row of `checkpoints`; CheckpointSaved replaces it
+# (a new rowid, so readers that follow rowids see it) by a confirmed row with its resume state.
+
+_SQL_CHECKPOINT_STARTED = (
+    "INSERT INTO checkpoints (run_id, step, kind, name, path, time, confirmed) "
+    "VALUES (?, ?, ?, ?, '', ?, 0)"
+)
+_SQL_CHECKPOINT_UNCONFIRMED = (
+    "DELETE FROM checkpoints WHERE run_id = ? AND kind = ? AND name = ? AND confirmed = 0"
+)
+_SQL_CHECKPOINT = (
+    "INSERT INTO checkpoints (run_id, step, kind, name, path, time, confirmed, resume_state) "
+    "VALUES (?, ?, ?, ?, ?, ?, 1, ?)"
+)
+
+
+def _encode_checkpoint_started(rows: Rows, run_id: str, e: CheckpointStarted) -> None:
+    rows.by_statement[_SQL_CHECKPOINT_STARTED].append(
+        (run_id, int(e.step), _str(e.kind), _str(e.name), _float_or_none(e.time)))
+
+
+def _encode_checkpoint_saved(rows: Rows, run_id: str, e: CheckpointSaved) -> None:
+    step, kind, name = int(e.step), _str(e.kind), _str(e.name)
+    saved = (run_id, step, kind, name, _str(e.path), _float_or_none(e.time),
+             _dumps(dict(e.resume_state)) if e.resume_state else None)
+    rows.by_statement[_SQL_CHECKPOINT_UNCONFIRMED].append((run_id, kind, name))
+    rows.by_statement[_SQL_CHECKPOINT].append(saved)
+    rows.confirms.append(step)
+
+
+# ---------------------------------------------------------------------- EvalCompleted
+# A row of `evals`, metrics as JSON.
+
+_SQL_EVAL = "INSERT INTO evals (run_id, step, policy_version, time, metrics) VALUES (?, ?, ?, ?, ?)"
+
+
+def _encode_eval(rows: Rows, run_id: str, e: EvalCompleted) -> None:
+    metrics = {str(k): v for k, v in dict(e.metrics).items()}
+    rows.by_statement[_SQL_EVAL].append(
+        (run_id, _int_or_none(e.step), _int_or_none(e.policy_version), _float_or_none(e.time),
+         _dumps(metrics)))
+
+
+# ---------------------------------------------------------------------- CommandReceived
+# A row of `commands`, args as JSON.
+
+_SQL_COMMAND = "INSERT INTO commands (run_id, time, command, args, source) VALUES (?, ?, ?, ?, ?)"
+
+
+def _encode_command(rows: Rows, run_id: str, e: CommandReceived) -> None:
+    rows.by_statement[_SQL_COMMAND].append(
+        (run_id, _float_or_none(e.time), _str(e.command), _dumps(dict(e.args)), _str(e.source)))
+
+
+# ---------------------------------------------------------------------- ThroughputMeasured
+# A row of `throughput`: every measured field in one JSON object (`measured`).
+
+_SQL_THROUGHPUT = "INSERT INTO throughput (run_id, time, measured) VALUES (?, ?, ?)"
+_MEASURED = ("window", "rollouts_per_s", "sampled_tokens_per_s", "trained_tokens_per_s",
+             "queue_depth", "in_flight", "trainer_busy", "sampler_busy", "verdict",
+             "loop_lag_p99")
+
+
+def _encode_throughput(rows: Rows, run_id: str, e: ThroughputMeasured) -> None:
+    measured = {name: getattr(e, name, None) for name in _MEASURED}
+    measured["staleness_in_flight"] = {str(k): v for k, v in e.staleness_in_flight.items()}
+    measured["staleness_queued"] = {str(k): v for k, v in e.staleness_queued.items()}
+    rows.by_statement[_SQL_THROUGHPUT].append((run_id, _float_or_none(e.time), _dumps(measured)))
+
+
+# ---------------------------------------------------------------------- RunStateChanged
+
+_SQL_STATE = "INSERT INTO run_states (run_id, time, state, reason) VALUES (?, ?, ?, ?)"
+
+
+def _encode_state(rows: Rows, run_id: str, e: RunStateChanged) -> None:
+    rows.by_statement[_SQL_STATE].append(
+        (run_id, _float_or_none(e.time), _str(e.state), _str(e.reason)))
+
+
+# ---------------------------------------------------------------------- LogEmitted
+# A row of `log`; a line logged before any run has a NULL run id.
+
+_SQL_LOG = "INSERT INTO log (run_id, time, level, message) VALUES (?, ?, ?, ?)"
+
+
+def _encode_log(rows: Rows, run_id: str | None, e: LogEmitted) -> None:
+    rows.by_statement[_SQL_LOG].append(
+        (run_id, _float_or_none(e.time), _str(e.level), _str(e.message)))
+
+
+# ---------------------------------------------------------------------- encoding a batch
+
+#: Statements a batch runs with one executemany each, in this order. Rows of different
+#: tables are independent; a checkpoint's unconfirmed row goes before it is replaced, and
+#: the group life cycle comes last, in its own order (a group's events arrive in that order).
+STATEMENT_ORDER = (
+    _SQL_STEP, _SQL_CHECKPOINT_STARTED, _SQL_CHECKPOINT_UNCONFIRMED, _SQL_CHECKPOINT,
+    _SQL_DISCARDED, _SQL_LOG, _SQL_STATE, _SQL_SAMPLED_GROUP, _SQL_TRAJECTORY, _SQL_EVAL,
+    _SQL_COMMAND, _SQL_THROUGHPUT,
+    _SQL_GROUP_STARTED, _SQL_GROUP_SAMPLED, _SQL_GROUP_DISCARDED, _SQL_GROUP_TRAINED,
+    _SQL_GROUPS_UNUSED,
+)
+
+_Encoder = Callable[["Rows", Any, Any], None]
+_ENCODERS: dict[type, _Encoder] = {
+    RunStarted: _encode_run_started,
+    RunFinished: _encode_run_finished,
+    StepTrained: _encode_step,
+    GroupStarted: _encode_group_started,
+    GroupSampled: _encode_group_sampled,
+    GroupDiscarded: _encode_group_discarded,
+    CheckpointStarted: _encode_checkpoint_started,
+    CheckpointSaved: _encode_checkpoint_saved,
+    EvalCompleted: _encode_eval,
+    CommandReceived: _encode_command,
+    ThroughputMeasured: _encode_throughput,
+    RunStateChanged: _encode_state,
+    LogEmitted: _encode_log,
+}
+
+
+class Rows:
+    """The rows a batch of events becomes, grouped for few round trips to SQLite."""
+
+    __slots__ = ("run_ops", "by_statement", "group_counts", "events", "confirms")
+
+    def __init__(self) -> None:
+        #: (statement, row) on the `runs` table, run one by one in this order, first.
+        self.run_ops: list[tuple[str, Row]] = []
+        #: statement -> its rows, for every statement of STATEMENT_ORDER.
+        self.by_statement: dict[str, list[Row]] = {sql: [] for sql in STATEMENT_ORDER}
+        #: run_id -> [groups, tokens] sampled in this batch (SQL_GROUP_COUNTS).
+        self.group_counts: dict[str, list[int]] = {}
+        #: Events encoded into this batch.
+        self.events = 0
+        #: Steps of the checkpoints this batch confirms.
+        self.confirms: list[int] = []
+
+
+def _encoder_for(kind: type) -> _Encoder | None:
+    for cls in kind.__mro__:
+        encoder = _ENCODERS.get(cls)
+        if encoder is not None:
+            return encoder
+    return None
+
+
+def encode(rows: Rows, run_id: str | None, event: object) -> bool:
+    """Add the rows `event` becomes, as an event of run `run_id`, to `rows`. False if the
+    event is not stored (not an error): an event before any run (other than a log line or
+    RunStarted), or an event type the store does not keep. TypeError for a non-event; any
+    error from a malformed event propagates, and then none of its rows were added (each
+    encoder computes every row before adding any)."""
+    encoder = _ENCODERS.get(type(event)) or _encoder_for(type(event))
+    if not isinstance(event, (LogEmitted, RunStarted)):
+        if not isinstance(event, Event):
+            raise TypeError(f"not an engine event: {type(event).__name__}")
+        if run_id is None:
+            logger.warning("run store: %s before any RunStarted; dropped", type(event).__name__)
+            return False
+        if encoder is None:
+            logger.debug("run store: ignoring %s", type(event).__name__)
+            return False
+    assert encoder is not None
+    encoder(rows, run_id, event)
+    return True
+
+
+# ---------------------------------------------------------------------- decoding rows
+
+#: Columns that hold JSON.
+JSON_COLUMNS = ("metrics", "messages", "args", "measured", "config")
+
+
+def run_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of `runs` as a dict, its `config` decoded."""
+    d = dict(row)
+    try:
+        d["config"] = json.loads(d.get("config") or "{}")
+    except ValueError:
+        pass
+    return d
