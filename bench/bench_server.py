@@ -73,7 +73,8 @@ def serve(conn: Any, checkpoint_dir: str) -> None:
     os.environ.setdefault("TINKER_TUI_TORCH_THREADS", "1")
 
     async def main() -> None:
-        from tinker_tui.engine.server import PolicyServer, SamplingDefaults
+        from tinker_tui.engine.sampling_defaults import SamplingDefaults
+        from tinker_tui.engine.server import PolicyServer
 
         policy = await make_policy(checkpoint_dir)
         server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults())

@@ -40,7 +40,7 @@ from tinker_tui.engine.events import (
 from tinker_tui.engine.loop_lag import LoopLagMonitor
 from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeState, ScenarioSource
-from tinker_tui.engine.server import SamplingDefaults
+from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.task import Scenario, Task
 from tinker_tui.engine.throughput import ThroughputMeter
 from tinker_tui.engine.trajectory import Trajectory, TrajectoryError, TrajectoryGroup

@@ -28,7 +28,8 @@ from tinker_tui.engine.events import EventBus, LogEmitted, RunFinished, RunStart
 from tinker_tui.engine.pipeline import Pipeline
 from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeError, ResumeState, RunLock
-from tinker_tui.engine.server import PolicyServer, SamplingDefaults
+from tinker_tui.engine.sampling_defaults import SamplingDefaults
+from tinker_tui.engine.server import PolicyServer
 from tinker_tui.engine.store import RunStore
 from tinker_tui.engine.task import Task
 from tinker_tui.engine.trackers import TrackerFeeds, with_tracker_ids

@@ -10,7 +10,8 @@ import pytest
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
 from tinker_tui.engine.policy import Policy
-from tinker_tui.engine.server import TOOLS_HEADER, PolicyServer, SamplingDefaults
+from tinker_tui.engine.sampling_defaults import SamplingDefaults
+from tinker_tui.engine.server import TOOLS_HEADER, PolicyServer
 from tinker_tui.engine.trajectory import SampledTurn, Trajectory, TrajectoryGroup
 
 QUESTION = [{"role": "user", "content": "Is the sky blue?"}]

@@ -1,0 +1,241 @@
+"""The policy server's app: FastAPI routes behind the bearer token, and `PolicyServer`,
+which runs them on uvicorn on 127.0.0.1 in the run's own event loop.
+
+Endpoints: `GET /health`, `GET /v1/models`, `GET /v1/models/{model}` and
+`POST /v1/chat/completions` (plain, or streamed as server-sent events). The model is the run's
+policy by its name, or `NAME@STEP` for the policy of an earlier step while it is still kept.
+The random per-run token is compared in constant time and never logged;
+`PolicyServer.token_hint` is the only form of it to show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import secrets
+import socket
+import time
+import uuid
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from tinker_tui.engine.sampling_defaults import SamplingDefaults
+from tinker_tui.engine.server.handler import ChatHandler, PolicySource, Prepared, usage
+from tinker_tui.engine.server.schema import ChatCompletionRequest, RequestError, validation_error
+
+logger = logging.getLogger(__name__)
+
+
+def _dumps(payload: Any) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def openai_error(status: int, message: str, *, param: str | None = None,
+                 code: str | None = None, kind: str = "invalid_request_error") -> Response:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return Response(_dumps(body), status_code=status, media_type="application/json")
+
+
+class _BearerAuth:
+    """Pure ASGI middleware: every HTTP request needs `Authorization: Bearer <token>`."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = b""
+            for key, value in scope["headers"]:
+                if key == b"authorization":
+                    given = value
+                    break
+            if not hmac.compare_digest(given, self.expected):
+                response = openai_error(401, "missing or wrong bearer token",
+                                        kind="authentication_error", code="invalid_api_key")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _sse(body: ChatCompletionRequest, choices: list[dict[str, Any]], prepared: Prepared,
+         model: str) -> bytes:
+    """The whole completion as server-sent `chat.completion.chunk` events (sampling returns
+    complete sequences, so every chunk is ready at once)."""
+    base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": model}
+    events: list[bytes] = []
+
+    def emit(choice_list: list[dict[str, Any]], **extra: Any) -> None:
+        events.append(b"data: " + _dumps({**base, "choices": choice_list, **extra}) + b"\n\n")
+
+    for c in choices:
+        message = c["message"]
+        i = c["index"]
+        emit([{"index": i, "delta": {"role": "assistant", "content": ""},
+               "logprobs": None, "finish_reason": None}])
+        if message.get("reasoning_content"):
+            emit([{"index": i, "delta": {"reasoning_content": message["reasoning_content"]},
+                   "logprobs": None, "finish_reason": None}])
+        if message.get("content") or c["logprobs"]:
+            emit([{"index": i, "delta": {"content": message.get("content") or ""},
+                   "logprobs": c["logprobs"], "finish_reason": None}])
+        for k, call in enumerate(message.get("tool_calls") or []):
+            emit([{"index": i, "delta": {"tool_calls": [{"index": k, **call}]},
+                   "logprobs": None, "finish_reason": None}])
+        emit([{"index": i, "delta": {}, "logprobs": None, "finish_reason": c["finish_reason"],
+               "prompt_token_ids": c["prompt_token_ids"], "token_ids": c["token_ids"],
+               "token_logprobs": c["token_logprobs"], "policy_version": c["policy_version"]}])
+    if body.stream_options is not None and body.stream_options.include_usage:
+        emit([], usage=usage(prepared, choices))
+    events.append(b"data: [DONE]\n\n")
+    return b"".join(events)
+
+
+def create_app(policy: PolicySource, *, model_name: str, token: str,
+               defaults: SamplingDefaults, max_tokens_limit: int = 1024) -> FastAPI:
+    app = FastAPI(title="tinker-tui policy server", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.add_middleware(_BearerAuth, token=token)
+    handler = ChatHandler(policy, model_name=model_name, defaults=defaults,
+                           max_tokens_limit=max_tokens_limit)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> Response:
+        return openai_error(exc.status_code, str(exc.detail),
+                            code="not_found" if exc.status_code == 404 else None)
+
+    def model_entry(name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": 0, "owned_by": "tinker-tui"}
+
+    def model_names() -> list[str]:
+        versions = getattr(policy, "available_versions", None)
+        older = [f"{model_name}@{v}" for v in versions()] if versions is not None else []
+        return [model_name, *older]
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(_dumps({"status": "ok", "policy_version": policy.version}),
+                        media_type="application/json")
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        return Response(_dumps({"object": "list",
+                                "data": [model_entry(n) for n in model_names()]}),
+                        media_type="application/json")
+
+    @app.get("/v1/models/{model:path}")
+    async def model(model: str) -> Response:
+        if model not in model_names():
+            return openai_error(404, f"unknown model {model!r}", param="model",
+                                code="model_not_found")
+        return Response(_dumps(model_entry(model)), media_type="application/json")
+
+    async def chat_completions(request: Request) -> Response:
+        try:
+            try:
+                body = ChatCompletionRequest.model_validate_json(await request.body())
+            except ValidationError as exc:
+                raise validation_error(exc) from None
+            choices, prepared, _version = await handler.complete(body)
+        except RequestError as exc:
+            return openai_error(exc.status, exc.message, param=exc.param, code=exc.code,
+                                kind=exc.kind)
+        except Exception as exc:  # a bug here must not take the server down
+            logger.exception("chat completion failed")
+            return openai_error(500, f"internal error: {type(exc).__name__}",
+                                kind="server_error")
+        if body.stream:
+            return Response(_sse(body, choices, prepared, body.model),
+                            media_type="text/event-stream",
+                            headers={"Cache-Control": "no-cache"})
+        payload = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.model,
+            "choices": choices,
+            "usage": usage(prepared, choices),
+        }
+        return Response(_dumps(payload), media_type="application/json")
+
+    # A plain Starlette route: the body is parsed and validated here, so FastAPI's
+    # per-request dependency solving would be pure overhead on the hot path.
+    app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    return app
+
+
+class _EmbeddedUvicorn(uvicorn.Server):
+    """uvicorn that leaves signal handling to the application that embeds it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[override]
+        yield
+
+
+class PolicyServer:
+    """Runs the app on 127.0.0.1 in the current event loop; start() returns once it listens."""
+
+    def __init__(self, policy: PolicySource, *, model_name: str, token: str | None = None,
+                 defaults: SamplingDefaults | None = None,
+                 max_tokens_limit: int = 1024) -> None:
+        self.model_name = model_name
+        self.token = token or secrets.token_urlsafe(24)
+        self.defaults = defaults or SamplingDefaults()
+        self.app = create_app(policy, model_name=model_name, token=self.token,
+                              defaults=self.defaults, max_tokens_limit=max_tokens_limit)
+        self.port: int | None = None
+        self._server: _EmbeddedUvicorn | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"PolicyServer({self.model_name!r}, port={self.port}, token={self.token_hint})"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def token_hint(self) -> str:
+        """The token as it may be shown: never in full."""
+        return self.token[:4] + "…"
+
+    async def start(self) -> None:
+        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says
+        # TCP, and accepted sockets inherit it. Without it every response waits out Nagle's
+        # algorithm against the client's delayed ACK: about 40 ms per request.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        # Loopback only: no proxy in front, so no proxy-header rewriting per request.
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
+                                backlog=1024, proxy_headers=False)
+        self._server = _EmbeddedUvicorn(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="policy-server")
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._server = None
+
+    def client(self) -> Any:
+        """An `openai.AsyncOpenAI` client pointed at this server, with the run's token."""
+        import openai
+
+        return openai.AsyncOpenAI(base_url=self.base_url, api_key=self.token, max_retries=0,
+                                  timeout=120.0)

@@ -1,0 +1,143 @@
+"""Tools, for renderers with a tool format of their own and for those without one.
+
+A renderer with native tool support (Qwen3, Llama 3, gpt-oss, ... in tinker-cookbook) renders
+the tool specs and parses tool calls in the model's own format. A renderer without it
+(role_colon, which the embedded model uses) gets the text protocol: the tool specs go into the
+system message (one JSON object per line after `TOOLS_HEADER`), and a tool call is a JSON
+object `{"name": "<tool>", "arguments": {...}}` in the reply; the rest of the reply is the
+content. tool_choice "required" and a named function are enforced by prefilling the start
+of that JSON object (text protocol only). Tool results reach the model as user messages,
+`TOOL_RESULT` (role_colon's replies end at "\n\nUser:", so the next prompt then extends
+exactly what was sampled).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+#: The first line of the system-message section that lists tools (text protocol).
+TOOLS_HEADER = "You can call these tools (one JSON object each):"
+TOOLS_INSTRUCTION = ('To call a tool, write a JSON object on a line of its own: '
+                     '{"name": "<tool name>", "arguments": {<arguments>}}')
+#: How a tool result reaches the model in the text protocol: as a user message.
+TOOL_RESULT = "Tool {name} returned: {content}"
+
+
+def text_tool_section(tools: Sequence[dict[str, Any]]) -> str:
+    """The system-message text that offers tools to a renderer without native tool support."""
+    lines = [json.dumps({"name": t["name"], "description": t["description"],
+                         "parameters": t["parameters"]}, ensure_ascii=False) for t in tools]
+    return "\n".join([TOOLS_HEADER, *lines, TOOLS_INSTRUCTION])
+
+
+def format_text_tool_call(name: str, arguments: Any) -> str:
+    """A tool call in the text protocol, as the model is asked to write it."""
+    return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+
+
+def parse_text_tool_calls(text: str, tool_names: Sequence[str], *,
+                          limit: int | None = None) -> tuple[str, list[tuple[str, str]]]:
+    """Split a reply into content and tool calls written in the text protocol.
+
+    A tool call is a JSON object with a `name` among `tool_names` and an `arguments` object
+    (or a string holding one; missing means {}), and no other keys. Returns the rest of the
+    text (stripped) and the calls as (name, arguments as a JSON string), at most `limit`."""
+    decoder = json.JSONDecoder()
+    calls: list[tuple[str, str]] = []
+    spans: list[tuple[int, int]] = []
+    names = set(tool_names)
+    position = 0
+    while limit is None or len(calls) < limit:
+        start = text.find("{", position)
+        if start < 0:
+            break
+        try:
+            obj, end = decoder.raw_decode(text, start)
+        except ValueError:
+            position = start + 1
+            continue
+        arguments = obj.get("arguments", {}) if isinstance(obj, dict) else None
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                arguments = None
+        if (isinstance(obj, dict) and obj.get("name") in names and isinstance(arguments, dict)
+                and set(obj) <= {"name", "arguments"}):
+            calls.append((obj["name"], json.dumps(arguments, ensure_ascii=False)))
+            spans.append((start, end))
+            position = end
+        else:
+            position = start + 1
+    if not spans:
+        return text.strip(), []
+    pieces, last = [], 0
+    for start, end in spans:
+        pieces.append(text[last:start])
+        last = end
+    pieces.append(text[last:])
+    content = "\n".join(p.strip() for p in pieces if p.strip())
+    return content, calls
+
+
+def supports_native_tools(renderer: Any) -> bool:
+    try:
+        renderer.create_conversation_prefix_with_tools(
+            [{"name": "probe", "description": "", "parameters": {"type": "object"}}], "")
+    except NotImplementedError:
+        return False
+    except Exception:
+        return True  # it tried: tool support exists, the probe was just odd
+    return True
+
+
+def content_prefix(renderer: Any) -> str:
+    """The text a renderer puts between an assistant header and its content (" " for
+    role_colon), which a prefill must start with to render like a sampled reply."""
+    from tinker_cookbook.renderers import RenderContext
+
+    marker = "QQmarkerQQ"
+    try:
+        rendered = renderer.render_message({"role": "assistant", "content": marker},
+                                           RenderContext(idx=1, is_last=True))
+        tokens = [t for chunk in rendered.output for t in getattr(chunk, "tokens", [])]
+        text = renderer.tokenizer.decode(tokens)
+    except Exception:
+        return ""
+    return text.split(marker, 1)[0] if marker in text else ""
+
+
+class ToolTextCache:
+    """The exact reply text behind tool calls the server returned, by their call ids, so an
+    assistant message echoed back renders as the tokens that were sampled (text protocol)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[str, ...], tuple[str, list[tuple[str, str]], str]] = \
+            OrderedDict()
+
+    def put(self, ids: tuple[str, ...], content: str, calls: list[tuple[str, str]],
+            raw: str) -> None:
+        self._items[ids] = (content, calls, raw)
+        if len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+    def get(self, ids: tuple[str, ...], content: str, calls: list[tuple[str, str]]) -> str | None:
+        item = self._items.get(ids)
+        if item is None:
+            return None
+        cached_content, cached_calls, raw = item
+        same_calls = len(calls) == len(cached_calls) and all(
+            a[0] == b[0] and _json_equal(a[1], b[1]) for a, b in zip(calls, cached_calls,
+                                                                    strict=True))
+        return raw if same_calls and content.strip() == cached_content.strip() else None
+
+
+def _json_equal(a: str, b: str) -> bool:
+    try:
+        return json.loads(a) == json.loads(b)
+    except ValueError:
+        return a == b
