@@ -1,10 +1,12 @@
 """A run's `Control` over a small authenticated HTTP endpoint on 127.0.0.1, so another
 process (`tinker-tui attach`) can steer a run this process runs headless.
 
-Server side (`ControlServer`): started by the headless run on a random port with a random
-token; it writes its address and token to a file beside the run store that only the user
-can read (mode 0600) and removes that file when it stops. Every request must carry
-`Authorization: Bearer <token>`. Commands are the `Control` methods:
+Server side (`ControlServer`): Starlette routes on uvicorn (`engine.loopback_http`, shared
+with the policy server, whose bearer-token check it uses), started by the headless run on a
+random port with a random token; it writes its address and token to a file beside the run
+store that only the user can read (mode 0600) once it listens, and removes that file when it
+stops. Every request must carry `Authorization: Bearer <token>`. Commands are the `Control`
+methods:
 
     GET  /v1/state     -> {"paused", "stopping", "knobs", "run_id"}
     POST /v1/command   {"command": "pause" | "resume" | "checkpoint" | "eval" | "stop" | "set",
@@ -12,14 +14,13 @@ can read (mode 0600) and removes that file when it stops. Every request must car
                        -> {"ok": true, "state": {...}}  or 400 {"error": "..."}
 
 Client side (`ControlClient`, and `RemoteControl`, which implements `Control` on top of it
-for the dashboard). Only the standard library; no Textual.
+for the dashboard): only the standard library, and the server's imports are deferred to
+`ControlServer.start`, so a dashboard that imports this module loads no web framework.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import hmac
 import http.client
 import json
 import logging
@@ -37,8 +38,10 @@ logger = logging.getLogger(__name__)
 #: The control file of run RUN_ID lives beside the store as RUN_ID + this suffix.
 CONTROL_FILE_SUFFIX = ".control.json"
 COMMANDS = ("pause", "resume", "checkpoint", "eval", "stop", "set")
-_MAX_BODY = 64 * 1024
-_READ_TIMEOUT = 10.0
+#: The largest command body accepted (a command is a few dozen bytes).
+MAX_BODY = 64 * 1024
+#: Seconds a request may take to arrive whole (head and body).
+REQUEST_TIMEOUT = 10.0
 
 
 class ControlUnavailable(ConnectionError):
@@ -126,20 +129,77 @@ def apply_command(control: Control, command: str, args: Mapping[str, Any]) -> No
 # --------------------------------------------------------------------------- server
 
 
+def control_app(control: Control, *, run_id: str, token: str) -> Any:
+    """The endpoint as a Starlette app behind the bearer-token check the policy server uses."""
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect, Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+    from tinker_tui.engine.loopback_http import BearerAuth, BodyTooLarge, read_body
+
+    def _error(status: int, message: str) -> Response:
+        return JSONResponse({"error": message}, status_code=status)
+
+    async def state(request: Request) -> Response:
+        return JSONResponse(control_state(control, run_id))
+
+    async def command(request: Request) -> Response:
+        try:
+            body = await read_body(request, MAX_BODY)
+        except BodyTooLarge:
+            return _error(413, "body too large")
+        except ClientDisconnect:
+            logger.debug("control endpoint: the client went away before its request was whole")
+            return _error(400, "bad request")
+        try:
+            parsed = json.loads(body or b"{}")
+        except ValueError:
+            return _error(400, "the body is not JSON")
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("command"), str):
+            return _error(400, 'expected {"command": ..., "args": {...}}')
+        args = parsed.get("args") or {}
+        if not isinstance(args, dict):
+            return _error(400, "args must be an object")
+        try:
+            apply_command(control, parsed["command"], args)
+        except ValueError as exc:
+            return _error(400, str(exc))
+        except Exception as exc:  # never let a client take the run down
+            logger.exception("control endpoint: command failed")
+            return _error(500, f"{type(exc).__name__}: {exc}")
+        return JSONResponse({"ok": True, "state": control_state(control, run_id)})
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        """Starlette's 404 and 405, in this endpoint's JSON."""
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 405:
+            allowed = [m for m in (exc.headers or {}).get("Allow", "").split(", ")
+                       if m and m != "HEAD"]
+            return _error(405, f"use {' or '.join(allowed)}")
+        if exc.status_code == 404:
+            return _error(404, f"no such endpoint {request.url.path}")
+        return _error(exc.status_code, str(exc.detail))
+
+    app = Starlette(routes=[Route("/v1/state", state, methods=["GET"]),
+                            Route("/v1/command", command, methods=["POST"])],
+                    exception_handlers={HTTPException: http_error})
+    return BearerAuth(app, token=token, refusal=lambda: _error(401, "missing or wrong token"))
+
+
 class ControlServer:
     """Serves `control` on 127.0.0.1 (random port) to clients that hold the token."""
 
     def __init__(self, control: Control, *, run_id: str = "", token: str | None = None,
-                 host: str = "127.0.0.1") -> None:
+                 request_timeout: float = REQUEST_TIMEOUT) -> None:
         self.control = control
         self.run_id = run_id
         self.token = token or secrets.token_urlsafe(32)
-        self.host = host
+        self.host = "127.0.0.1"
         self.port = 0
+        self.request_timeout = request_timeout
         self.file: Path | None = None
-        self._server: asyncio.base_events.Server | None = None
-        #: Requests answered (for tests and the log).
-        self.requests = 0
+        self._server: Any = None
 
     @property
     def url(self) -> str:
@@ -148,8 +208,14 @@ class ControlServer:
     async def start(self, control_file: str | Path | None = None,
                     extra: Mapping[str, Any] | None = None) -> None:
         """Listen, then (if given) write the control file with the address and token."""
-        self._server = await asyncio.start_server(self._serve, self.host, 0)
-        self.port = self._server.sockets[0].getsockname()[1]
+        # Imported here, not at the top: dashboards import this module for the client only.
+        from tinker_tui.engine.loopback_http import LoopbackServer
+
+        app = control_app(self.control, run_id=self.run_id, token=self.token)
+        self._server = LoopbackServer(app, name="control-endpoint",
+                                      request_timeout=self.request_timeout, shutdown_timeout=2)
+        await self._server.start()
+        self.port = self._server.port
         if control_file is not None:
             self.file = Path(control_file)
             self.file.parent.mkdir(parents=True, exist_ok=True)
@@ -165,88 +231,13 @@ class ControlServer:
             self.file = None
         if self._server is not None:
             server, self._server = self._server, None
-            server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 2.0)
+            await server.stop()
 
     async def __aenter__(self) -> ControlServer:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            status, body = await asyncio.wait_for(self._handle(reader), _READ_TIMEOUT)
-        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError):
-            status, body = 400, {"error": "bad request"}
-        except Exception as exc:  # never let a client take the run down
-            logger.exception("control endpoint: request failed")
-            status, body = 500, {"error": f"{type(exc).__name__}: {exc}"}
-        self.requests += 1
-        payload = json.dumps(body).encode()
-        reasons = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-                   405: "Method Not Allowed", 413: "Payload Too Large", 500: "Server Error"}
-        head = (f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\n"
-                "Content-Type: application/json\r\n"
-                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n")
-        try:
-            writer.write(head.encode() + payload)
-            await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-
-    async def _handle(self, reader: asyncio.StreamReader) -> tuple[int, dict[str, Any]]:
-        request_line = (await reader.readline()).decode("latin-1").strip()
-        parts = request_line.split()
-        if len(parts) != 3:
-            return 400, {"error": "bad request line"}
-        method, target, _ = parts
-        headers: dict[str, str] = {}
-        while True:
-            line = (await reader.readline()).decode("latin-1")
-            if line in ("\r\n", "\n", ""):
-                break
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-            if len(headers) > 100:
-                return 400, {"error": "too many headers"}
-        length = int(headers.get("content-length", "0") or 0)
-        if length > _MAX_BODY or length < 0:
-            return 413, {"error": "body too large"}
-        body = await reader.readexactly(length) if length else b""
-        auth = headers.get("authorization", "")
-        scheme, _, token = auth.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-                token.strip().encode(), self.token.encode()):
-            return 401, {"error": "missing or wrong token"}
-        path = urlsplit(target).path
-        if path == "/v1/state":
-            if method != "GET":
-                return 405, {"error": "use GET"}
-            return 200, control_state(self.control, self.run_id)
-        if path == "/v1/command":
-            if method != "POST":
-                return 405, {"error": "use POST"}
-            try:
-                request = json.loads(body or b"{}")
-            except ValueError:
-                return 400, {"error": "the body is not JSON"}
-            if not isinstance(request, dict) or not isinstance(request.get("command"), str):
-                return 400, {"error": 'expected {"command": ..., "args": {...}}'}
-            args = request.get("args") or {}
-            if not isinstance(args, dict):
-                return 400, {"error": "args must be an object"}
-            try:
-                apply_command(self.control, request["command"], args)
-            except ValueError as exc:
-                return 400, {"error": str(exc)}
-            return 200, {"ok": True, "state": control_state(self.control, self.run_id)}
-        return 404, {"error": f"no such endpoint {path}"}
 
 
 # --------------------------------------------------------------------------- client

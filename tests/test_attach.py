@@ -4,6 +4,7 @@ process that pauses, resumes and stops it."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import stat
@@ -22,6 +23,7 @@ from tinker_tui.app.screens.confirm_quit import QuitScreen
 from tinker_tui.app.store_session import StoreSession
 from tinker_tui.app.tui import EXIT_OK, TinkerTuiApp
 from tinker_tui.engine.control_server import (
+    MAX_BODY,
     ControlClient,
     ControlServer,
     ControlUnavailable,
@@ -70,6 +72,59 @@ async def test_the_endpoint_needs_the_token_and_applies_every_command(tmp_path):
     assert not control_file.exists()
     with pytest.raises(ControlUnavailable):
         await asyncio.to_thread(remote.refresh)
+
+
+async def test_the_endpoint_answers_bad_requests_in_its_json(tmp_path):
+    session = FakeSession()
+    server = ControlServer(session.control, run_id="run-1")
+    await server.start()
+
+    def call(method: str, path: str, body: bytes | None = None) -> tuple[int, dict]:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        try:
+            connection.request(method, path, body=body,
+                               headers={"Authorization": f"Bearer {server.token}"})
+            response = connection.getresponse()
+            return response.status, json.loads(response.read())
+        finally:
+            connection.close()
+
+    try:
+        assert await asyncio.to_thread(call, "POST", "/v1/state") == (405, {"error": "use GET"})
+        assert await asyncio.to_thread(call, "GET", "/v1/command") == (
+            405, {"error": "use POST"})
+        assert await asyncio.to_thread(call, "GET", "/v2/x") == (
+            404, {"error": "no such endpoint /v2/x"})
+        assert await asyncio.to_thread(call, "POST", "/v1/command", b"{" * (MAX_BODY + 1)) == (
+            413, {"error": "body too large"})
+        assert await asyncio.to_thread(call, "POST", "/v1/command", b"{not json") == (
+            400, {"error": "the body is not JSON"})
+        assert await asyncio.to_thread(call, "POST", "/v1/command", b'{"args": 1}') == (
+            400, {"error": 'expected {"command": ..., "args": {...}}'})
+        assert session.control.calls == []
+    finally:
+        await server.stop()
+
+
+async def test_a_half_sent_request_is_closed_after_the_timeout(tmp_path, caplog):
+    caplog.set_level("DEBUG")
+    session = FakeSession()
+    server = ControlServer(session.control, run_id="run-1", request_timeout=0.3)
+    await server.start()
+    try:
+        for request in (b"GET /v1/state HTTP/1.1\r\nHost: x\r\n",  # the head never ends
+                        b"POST /v1/command HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                        + server.token.encode() + b"\r\nContent-Length: 50\r\n\r\n{"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(request)
+            started = time.monotonic()
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, no answer
+            assert 0.25 <= time.monotonic() - started < 3
+            writer.close()
+        assert session.control.calls == []
+    finally:
+        await server.stop()
+    assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
 
 
 def test_attach_names_what_is_missing(tmp_path):

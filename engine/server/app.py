@@ -10,22 +10,18 @@ The random per-run token is compared in constant time and never logged;
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import hmac
 import json
 import logging
 import secrets
-import socket
 import time
 import uuid
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from tinker_tui.engine.loopback_http import BearerAuth, LoopbackServer
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server.handler import ChatHandler, PolicySource, Prepared, usage
 from tinker_tui.engine.server.schema import ChatCompletionRequest, RequestError, validation_error
@@ -41,28 +37,6 @@ def openai_error(status: int, message: str, *, param: str | None = None,
                  code: str | None = None, kind: str = "invalid_request_error") -> Response:
     body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return Response(_dumps(body), status_code=status, media_type="application/json")
-
-
-class _BearerAuth:
-    """Pure ASGI middleware: every HTTP request needs `Authorization: Bearer <token>`."""
-
-    def __init__(self, app: Any, token: str) -> None:
-        self.app = app
-        self.expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            given = b""
-            for key, value in scope["headers"]:
-                if key == b"authorization":
-                    given = value
-                    break
-            if not hmac.compare_digest(given, self.expected):
-                response = openai_error(401, "missing or wrong bearer token",
-                                        kind="authentication_error", code="invalid_api_key")
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 def _sse(body: ChatCompletionRequest, choices: list[dict[str, Any]], prepared: Prepared,
@@ -103,7 +77,9 @@ def create_app(policy: PolicySource, *, model_name: str, token: str,
                defaults: SamplingDefaults, max_tokens_limit: int = 1024) -> FastAPI:
     app = FastAPI(title="tinker-tui policy server", docs_url=None, redoc_url=None,
                   openapi_url=None)
-    app.add_middleware(_BearerAuth, token=token)
+    app.add_middleware(BearerAuth, token=token, refusal=lambda: openai_error(
+        401, "missing or wrong bearer token", kind="authentication_error",
+        code="invalid_api_key"))
     handler = ChatHandler(policy, model_name=model_name, defaults=defaults,
                            max_tokens_limit=max_tokens_limit)
 
@@ -172,14 +148,6 @@ def create_app(policy: PolicySource, *, model_name: str, token: str,
     return app
 
 
-class _EmbeddedUvicorn(uvicorn.Server):
-    """uvicorn that leaves signal handling to the application that embeds it."""
-
-    @contextlib.contextmanager
-    def capture_signals(self):  # type: ignore[override]
-        yield
-
-
 class PolicyServer:
     """Runs the app on 127.0.0.1 in the current event loop; start() returns once it listens."""
 
@@ -191,9 +159,11 @@ class PolicyServer:
         self.defaults = defaults or SamplingDefaults()
         self.app = create_app(policy, model_name=model_name, token=self.token,
                               defaults=self.defaults, max_tokens_limit=max_tokens_limit)
-        self.port: int | None = None
-        self._server: _EmbeddedUvicorn | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._server = LoopbackServer(self.app, name="policy-server")
+
+    @property
+    def port(self) -> int | None:
+        return self._server.port
 
     def __repr__(self) -> str:
         return f"PolicyServer({self.model_name!r}, port={self.port}, token={self.token_hint})"
@@ -208,30 +178,11 @@ class PolicyServer:
         return self.token[:4] + "…"
 
     async def start(self) -> None:
-        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says
-        # TCP, and accepted sockets inherit it. Without it every response waits out Nagle's
-        # algorithm against the client's delayed ACK: about 40 ms per request.
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        # Loopback only: no proxy in front, so no proxy-header rewriting per request.
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
-                                backlog=1024, proxy_headers=False)
-        self._server = _EmbeddedUvicorn(config)
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="policy-server")
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()
-            await asyncio.sleep(0.01)
+        """Listen on 127.0.0.1; returns once the server accepts requests."""
+        await self._server.start()
 
     async def stop(self) -> None:
-        if self._server is None or self._task is None:
-            return
-        self._server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._server = None
+        await self._server.stop()
 
     def client(self) -> Any:
         """An `openai.AsyncOpenAI` client pointed at this server, with the run's token."""
