@@ -7,7 +7,7 @@ code) written against the tinker SDK runs on it unchanged. Training is LoRA of t
 rank on a frozen base: the embedded `DEFAULT_BASE_MODEL` (a tiny pre-trained chat model with a
 word-level tokenizer, shipped with the package) or a Hugging Face model folder on disk.
 
-Modules: `model` (base models), `lora` (adapters), `generation` (batched sampling with a KV
+Modules: `model` (base models), `llama` (the embedded models in plain torch), `lora` (adapters), `generation` (batched sampling with a KV
 cache), `losses`, `checkpoints`, `pretrain` (rebuilds the embedded weights), and the three
 clients.
 

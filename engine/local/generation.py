@@ -238,6 +238,16 @@ def _hits_stop_string(
     return any(s in text for s in stops)
 
 
+def new_cache(model: torch.nn.Module) -> Any:
+    """An empty KV cache for `model`: its own (the embedded models), or transformers'."""
+    make = getattr(model, "new_cache", None)
+    if make is not None:
+        return make()
+    from transformers import DynamicCache
+
+    return DynamicCache()
+
+
 @torch.inference_mode()
 def generate(
     model: torch.nn.Module,
@@ -246,8 +256,6 @@ def generate(
     generator: torch.Generator,
 ) -> list[GenResult]:
     """Sample every row of every request in one batched, cached decoding loop."""
-    from transformers import DynamicCache
-
     device = facts.device
     rows: list[GenRequest] = [r for r in requests for _ in range(r.num_samples)]
     num_rows = len(rows)
@@ -264,7 +272,7 @@ def generate(
         attention[i, width - len(p) :] = 1
     input_ids, attention = input_ids.to(device), attention.to(device)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache()
+    cache = new_cache(model)
     out = model(
         input_ids=input_ids,
         attention_mask=attention,

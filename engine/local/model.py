@@ -322,9 +322,10 @@ def tiny_config(spec: BaseModelSpec, tokenizer: WordTokenizer) -> Any:
 
 
 def build_tiny_module(base_model: str, *, pretrained: bool = True) -> nn.Module:
-    """A fresh `LlamaForCausalLM` for an embedded model: shipped weights, or the seeded random
-    init (`pretrained=False`, what `tinker_tui.engine.local.pretrain` starts from). The global torch RNG is
-    left untouched."""
+    """A fresh transformers `LlamaForCausalLM` for an embedded model: shipped weights, or the
+    seeded random init (`pretrained=False`, what `tinker_tui.engine.local.pretrain` starts
+    from). The reference the weights were trained on; the backend runs `build_runtime_module`.
+    The global torch RNG is left untouched."""
     spec = get_spec(base_model)
     ensure_offline()
     import torch
@@ -336,33 +337,61 @@ def build_tiny_module(base_model: str, *, pretrained: bool = True) -> nn.Module:
         module = LlamaForCausalLM(config)
     module.to(torch.float32)
     if pretrained:
-        path = WEIGHTS_DIR / spec.weights_file
-        try:
-            from safetensors.torch import load_file
-
-            state = load_file(str(path))
-            missing, unexpected = module.load_state_dict(state, strict=False)
-        except Exception as exc:
-            raise not_found(
-                f"The embedded model {base_model!r} cannot read its shipped weights {path}: "
-                f"{exc}. Reinstall the package, or rebuild them with "
-                "`python -m tinker_tui.engine.local.pretrain`.",
-                what="model",
-            ) from exc
-        # The unembedding is tied to the embedding, so it is stored once.
-        if unexpected or set(missing) - {"lm_head.weight"}:
-            raise not_found(
-                f"Shipped weights {path} do not fit {base_model!r} "
-                f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})",
-                what="model",
-            )
-        module.tie_weights()
+        _load_shipped(module, base_model)
     return module
+
+
+def build_runtime_module(base_model: str) -> nn.Module:
+    """The embedded model as the backend runs it: `tinker_tui.engine.local.llama` (plain
+    torch, no transformers import) holding the shipped weights."""
+    spec = get_spec(base_model)
+    import torch
+    from tinker_tui.engine.local import llama
+
+    tokenizer = WordTokenizer(name_or_path=base_model)
+    config = llama.LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        max_position_embeddings=spec.max_context_length,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):  # the init is overwritten; keep the RNG as it was
+        module = llama.LlamaForCausalLM(config)
+    _load_shipped(module, base_model)
+    return module
+
+
+def _load_shipped(module: nn.Module, base_model: str) -> None:
+    """Load the shipped weights into `module` (either form) and tie the unembedding."""
+    path = WEIGHTS_DIR / get_spec(base_model).weights_file
+    try:
+        from safetensors.torch import load_file
+
+        state = load_file(str(path))
+        missing, unexpected = module.load_state_dict(state, strict=False)
+    except Exception as exc:
+        raise not_found(
+            f"The embedded model {base_model!r} cannot read its shipped weights {path}: "
+            f"{exc}. Reinstall the package, or rebuild them with "
+            "`python -m tinker_tui.engine.local.pretrain`.",
+            what="model",
+        ) from exc
+    # The unembedding is tied to the embedding, so it is stored once.
+    if unexpected or set(missing) - {"lm_head.weight"}:
+        raise not_found(
+            f"Shipped weights {path} do not fit {base_model!r} "
+            f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})",
+            what="model",
+        )
+    module.tie_weights()
 
 
 def _build_embedded(name: str) -> BaseModel:
     spec = get_spec(name)
-    module = build_tiny_module(name)
+    module = build_runtime_module(name)
     module.to(choose_device(embedded=True))
     return BaseModel(
         name,
