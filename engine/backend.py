@@ -86,11 +86,9 @@ def make_renderer(base_model: str, tokenizer: Any, name: str | None = None,
     own chat template (`engine.chat_template_renderer`); a hub model name uses the
     cookbook's recommendation (Qwen3 -> qwen3, Llama 3 -> llama3, gpt-oss -> gpt_oss_...).
     """
-    from tinker_cookbook.renderers import get_renderer
-
     if name:
         try:
-            return get_renderer(name, tokenizer), name
+            return cookbook_renderer(name, tokenizer), name
         except Exception as exc:
             raise BackendError(f"renderer {name!r} cannot be used with {base_model}: {exc}") \
                 from None
@@ -103,10 +101,28 @@ def make_renderer(base_model: str, tokenizer: Any, name: str | None = None,
             if warn is not None:
                 warn(f"no chat-template renderer is available for the local model folder "
                      f"{base_model}; using {LOCAL_RENDERER} (pass --renderer to choose one)")
-            return get_renderer(LOCAL_RENDERER, tokenizer), LOCAL_RENDERER
+            return cookbook_renderer(LOCAL_RENDERER, tokenizer), LOCAL_RENDERER
         return renderer_for_tokenizer(tokenizer), "chat_template"
     chosen = renderer_name_for(base_model)
     if chosen == LOCAL_RENDERER and base_model != DEFAULT_BASE_MODEL and warn is not None:
         warn(f"no recommended renderer is known for {base_model}; using {LOCAL_RENDERER} "
              f"(pass --renderer to choose one)")
-    return get_renderer(chosen, tokenizer), chosen
+    return cookbook_renderer(chosen, tokenizer), chosen
+
+
+def cookbook_renderer(name: str, tokenizer: Any) -> Any:
+    """`tinker_cookbook.renderers.get_renderer(name, tokenizer)`, except that `role_colon` is
+    built directly: `get_renderer` first imports every renderer module, and with them
+    transformers (about 2 s and 100 MB before the embedded model's first step). The pickle
+    metadata it stamps on a renderer is stamped the same way (a test compares the two)."""
+    if name == LOCAL_RENDERER:
+        from tinker_cookbook.renderers.role_colon import RoleColonRenderer
+
+        renderer = RoleColonRenderer(tokenizer)
+        renderer._renderer_name = name
+        renderer._model_name = tokenizer.name_or_path
+        renderer._has_image_processor = False
+        return renderer
+    from tinker_cookbook.renderers import get_renderer
+
+    return get_renderer(name, tokenizer)
