@@ -16,7 +16,9 @@ exactly at the base model. ``alpha`` is fixed at 32 (``scale = 32 / rank``), whi
 best learning rate roughly independent of the rank.
 
 A sampling snapshot of a small model may instead carry *merged* weights (``W + scale * B A``
-per adapted layer), which makes sampling as fast as the plain model; see `merge`.
+per adapted layer), which makes sampling as fast as the plain model; see `merge`. Training on a
+small layer fuses the same way on each call (``x @ (W + scale * B A)^T``, differentiable in
+``A`` and ``B``) when the batch is large enough for that to be cheaper.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 
 LORA_ALPHA = 32.0
+#: Largest layer (in * out weights) whose adapter may be fused into a temporary weight.
+FUSE_MAX_ELEMENTS = 1 << 20
 KINDS = ("attn", "mlp", "unembed")
 _ATTN_MARKERS = ("attn", "attention")
 _MLP_MARKERS = ("mlp", "feed_forward", "ffn")
@@ -48,6 +52,16 @@ class LoRALinear(nn.Module):
         # Set by `activate`: (A, B, scale), or a merged weight that replaces the base weight.
         self.lora: tuple[torch.Tensor, torch.Tensor, float] | None = None
         self.merged: torch.Tensor | None = None
+        # Rows of input from which the fused form (see `forward`) is faster: about twice
+        # in*out/(in+out) on CPU; below that the two thin matmuls cost less than building
+        # W + scale * B A. 0: never fused (a layer too big to hold a second copy of W, which
+        # autograd keeps until the backward pass).
+        size = self.in_features * self.out_features
+        self.fuse_rows = (
+            max(1, 2 * size // (self.in_features + self.out_features))
+            if size <= FUSE_MAX_ELEMENTS
+            else 0
+        )
 
     # Hugging Face code reads (and, when tying embeddings, writes) `.weight` / `.bias`.
     @property
@@ -65,17 +79,26 @@ class LoRALinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.merged is not None:
             return F.linear(x, self.merged, self.base.bias)
+        if self.lora is None:
+            return self.base(x)
+        a, b, scale = self.lora
+        weight = self.base.weight
+        if (
+            self.fuse_rows
+            and weight.dtype == a.dtype
+            and x.numel() >= self.fuse_rows * self.in_features
+        ):
+            # Fused: one projection with W + scale * B A, built on each call and
+            # differentiable in A and B: fewer, larger matmuls than W x + scale * B (A x).
+            return F.linear(x, torch.addmm(weight, b, a, alpha=scale), self.base.bias)
         y = self.base(x)
-        if self.lora is not None:
-            a, b, scale = self.lora
-            low = F.linear(x.to(a.dtype), a)
-            if y.dtype == b.dtype:  # one fused y + scale * low @ B^T
-                flat = torch.addmm(
-                    y.reshape(-1, y.shape[-1]), low.reshape(-1, low.shape[-1]), b.t(), alpha=scale
-                )
-                return flat.view(y.shape)
-            y = y + (F.linear(low, b) * scale).to(y.dtype)
-        return y
+        low = F.linear(x.to(a.dtype), a)
+        if y.dtype == b.dtype:  # one fused y + scale * low @ B^T
+            flat = torch.addmm(
+                y.reshape(-1, y.shape[-1]), low.reshape(-1, low.shape[-1]), b.t(), alpha=scale
+            )
+            return flat.view(y.shape)
+        return y + (F.linear(low, b) * scale).to(y.dtype)
 
     def extra_repr(self) -> str:
         return f"kind={self.kind}, in={self.in_features}, out={self.out_features}"
