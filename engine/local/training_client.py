@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from tinker import types
 from tinker.types.optimizer import OptimParamsBase
 from tinker_tui.engine.local import checkpoints, lora, losses, runtime
+from tinker_tui.engine.local.adamw import AdamW
 from tinker_tui.engine.local.errors import POISONED_MESSAGE, bad_request
 from tinker_tui.engine.local.model import BaseModel, load_base
 from tinker_tui.engine.local.sampling_client import LocalSamplingClient
@@ -72,9 +73,9 @@ class LocalTrainingClient:
             model_name=base.name,
         )
 
-    def _new_optimizer(self, state: Mapping[str, Any] | None) -> torch.optim.AdamW:
+    def _new_optimizer(self, state: Mapping[str, Any] | None) -> AdamW:
         """AdamW with Tinker's defaults; each `optim_step` sets its own hyperparameters."""
-        optimizer = torch.optim.AdamW(
+        optimizer = AdamW(
             self._adapter.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0
         )
         if state is not None:
