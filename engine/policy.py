@@ -365,26 +365,33 @@ class Policy:
         metrics.update(getattr(datums, "metrics", {}))
         return TrainResult(self.version, metrics, len(datums), num_tokens)
 
-    async def train_supervised(
-        self, conversations: Sequence[list[dict[str, str]]], *, learning_rate: float
-    ) -> float:
-        """One cross-entropy step on whole conversations (last assistant turn trained)."""
+    def supervised_datums(
+        self, conversations: Sequence[Sequence[Mapping[str, Any]]]
+    ) -> list[tinker.Datum]:
+        """One cross-entropy Datum per conversation (its last assistant turn trained)."""
         datums = []
         for messages in conversations:
-            model_input, weights = self.renderer.build_supervised_example(messages)
+            model_input, weights = self.renderer.build_supervised_example(list(messages))
             tokens = model_input.to_ints()
             weight_list = [float(w) for w in weights.tolist()]
-            datums.append(
-                tinker.Datum(
-                    model_input=tinker.ModelInput.from_ints(tokens[:-1]),
-                    loss_fn_inputs={
-                        "target_tokens": tokens[1:],
-                        "weights": weight_list[1:],
-                    },
-                )
-            )
+            datums.append(tinker.Datum(
+                model_input=tinker.ModelInput.from_ints(tokens[:-1]),
+                loss_fn_inputs={"target_tokens": tokens[1:], "weights": weight_list[1:]}))
+        return datums
+
+    async def train_supervised(
+        self, conversations: Sequence[Sequence[Mapping[str, Any]]], *, learning_rate: float
+    ) -> float:
+        """One cross-entropy step on whole conversations (last assistant turn trained)."""
+        return await self.train_cross_entropy(self.supervised_datums(conversations),
+                                              learning_rate=learning_rate)
+
+    async def train_cross_entropy(self, datums: Sequence[tinker.Datum], *,
+                                  learning_rate: float) -> float:
+        """One cross-entropy step on `supervised_datums`; returns the summed loss. No new
+        policy version (call `publish` when done)."""
         training = self.training_client
-        fb_future = training.forward_backward(datums, "cross_entropy")
+        fb_future = training.forward_backward(list(datums), "cross_entropy")
         optim_future = training.optim_step(self._adam(learning_rate))
         fb = await self._call("forward_backward", lambda _: fb_future, retry=False)
         await self._call("optim_step", lambda _: optim_future, retry=False)

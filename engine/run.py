@@ -157,8 +157,8 @@ class Run:
             self._log("info", f"policy server on {self.server.base_url} "
                               f"(token {self.server.token_hint})")
             await self._warm_up_server()
-            # Everything loaded so far (torch, transformers, the model, the app) lives for
-            # the whole run; keep it out of the cyclic GC, whose full passes over it took
+            # Everything loaded so far (torch, the model, openai, the app) lives for the
+            # whole run; keep it out of the cyclic GC, whose full passes over it took
             # 100-350 ms each and stalled the event loop.
             gc.freeze()
             await self._warmup()
@@ -255,15 +255,18 @@ class Run:
         self.pipeline.warmup_done = False
         assert self.policy is not None
         examples = list(self.task.warmup)
+        # Rendered once: a step draws its batch from these (the same draws as sampling the
+        # conversations themselves).
+        datums = await asyncio.to_thread(self.policy.supervised_datums, examples)
         rng = random.Random(self.config.seed)
         batch_size = min(len(examples), self.config.group_size * self.config.groups_per_step)
         loss = 0.0
         for _ in range(steps):
             if self.pipeline.stopping:
                 return
-            batch = rng.sample(examples, batch_size)
-            loss = await self.policy.train_supervised(batch,
-                                                      learning_rate=self.config.warmup_learning_rate)
+            batch = rng.sample(datums, batch_size)
+            loss = await self.policy.train_cross_entropy(
+                batch, learning_rate=self.config.warmup_learning_rate)
         await self.policy.publish()
         self.pipeline.warmup_done = True
         self._log("info", f"format warm-up: {steps} supervised steps on {len(examples)} "
