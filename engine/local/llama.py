@@ -10,8 +10,9 @@ transformers' on the shipped weights. `pretrain` still builds the transformers m
 reference the weights were trained on).
 
 Only what the local backend calls is here: a causal forward over right-padded batches (no
-mask needed), a left-padded prefill with an attention mask and position ids, and cached
-decoding (`KVCache`, with `batch_select_indices` to drop finished rows).
+mask needed), a left-padded prefill with an attention mask and position ids, a forward with a
+given 4-D mask (shared-prefix training batches), and cached decoding (`KVCache`, with
+`batch_select_indices` to drop finished rows).
 """
 
 from __future__ import annotations
@@ -197,7 +198,9 @@ class LlamaModel(nn.Module):
         cos = self.rope_cos[position_ids].unsqueeze(1).to(self.embed_tokens.weight.dtype)
         sin = self.rope_sin[position_ids].unsqueeze(1).to(self.embed_tokens.weight.dtype)
         mask = None
-        if attention_mask is not None and not bool(attention_mask.all()):
+        if attention_mask is not None and attention_mask.dim() == 4:
+            mask = attention_mask  # [batch, 1, length, past + length] bool: given as is
+        elif attention_mask is not None and not bool(attention_mask.all()):
             keys = attention_mask.bool()[:, None, None, :]  # [batch, 1, 1, past + length]
             if length > 1:
                 causal = torch.ones(
@@ -221,6 +224,9 @@ class LlamaForCausalLM(nn.Module):
 
     base_model_prefix = "model"
     generation_config = None
+    #: `forward` takes a 4-D boolean attention mask with position ids (packed training
+    #: batches, `tinker_tui.engine.local.packing`).
+    supports_tree_attention = True
 
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()

@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import tinker
 import torch
-import torch.nn.functional as F
 from tinker import types
 from tinker.types.optimizer import OptimParamsBase
-from tinker_tui.engine.local import checkpoints, lora, losses, runtime
+from tinker_tui.engine.local import checkpoints, lora, losses, packing, runtime
 from tinker_tui.engine.local.adamw import AdamW
 from tinker_tui.engine.local.errors import POISONED_MESSAGE, bad_request
 from tinker_tui.engine.local.model import BaseModel, load_base
@@ -277,52 +276,64 @@ class LocalTrainingClient:
         tokens: Sequence[list[int]],
         targets: Sequence[np.ndarray],
         active: Sequence[np.ndarray] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Right-padded [rows, width] logprobs of the targets, and the 0/1 mask of real tokens
-        (float32, on the model's device). Call with the adapter active.
+    ) -> torch.Tensor:
+        """Logprobs of the targets at every datum position, datums concatenated (float32, on
+        the model's device). Call with the adapter active.
 
-        Only positions flagged in `active` (per datum, e.g. nonzero advantage or weight) carry
+        The batch runs in one forward pass, packed by shared prefixes when the model allows
+        it and that saves enough (`packing`). Only hidden states that some position flagged
+        in `active` reads (per datum, e.g. nonzero advantage or weight) get logits with
         gradient; the others are computed without it. Their loss coefficient is zero, so the
         gradient is unchanged, but the [positions, vocab] backward shrinks to the positions
-        that matter (an RL prompt is most of a datum). `active=None`: every real position.
+        that matter (an RL prompt is most of a datum). `active=None`: every position.
         """
-        device = self._base.device
-        rows, width = len(tokens), max(len(t) for t in tokens)
-        input_ids = torch.full((rows, width), self._base.pad_token_id, dtype=torch.long)
-        target_ids = torch.zeros((rows, width), dtype=torch.long)
-        mask = torch.zeros((rows, width), dtype=torch.float32)
-        grad_mask = torch.zeros((rows, width), dtype=torch.bool)
-        for i, (toks, tgt) in enumerate(zip(tokens, targets, strict=True)):
-            n = len(toks)
-            input_ids[i, :n] = torch.tensor(toks, dtype=torch.long)
-            target_ids[i, :n] = torch.as_tensor(tgt, dtype=torch.long)
-            mask[i, :n] = 1.0
-            grad_mask[i, :n] = True if active is None else torch.as_tensor(active[i])
-        input_ids, target_ids = input_ids.to(device), target_ids.to(device)
-        mask, grad_mask = mask.to(device), grad_mask.to(device)
+        base = self._base
+        device = base.device
+        layout = None
+        if getattr(base.module, "supports_tree_attention", False):
+            layout = packing.shared_prefix(tokens, base.pad_token_id)
+        if layout is None:
+            layout = packing.padded(tokens, base.pad_token_id)
+        rows, width = layout.shape
+        kwargs: dict[str, torch.Tensor] = {}
+        if layout.attention is not None:
+            assert layout.position_ids is not None
+            kwargs["attention_mask"] = torch.from_numpy(layout.attention).unsqueeze(1).to(device)
+            kwargs["position_ids"] = torch.from_numpy(layout.position_ids).to(device)
+        input_ids = torch.from_numpy(layout.input_ids).to(device)
         # Right padding needs no attention mask: causal attention never looks ahead.
-        hidden = self._base.backbone(input_ids=input_ids).last_hidden_state
+        hidden = base.backbone(input_ids=input_ids, **kwargs).last_hidden_state
         hidden = hidden.reshape(rows * width, -1)
-        flat_targets = target_ids.reshape(-1)
 
-        def logprobs_at(index: torch.Tensor) -> torch.Tensor:
-            logits = self._base.output_logits(hidden.index_select(0, index))
-            return -F.cross_entropy(logits, flat_targets.index_select(0, index), reduction="none")
+        node = layout.node
+        target = np.concatenate([np.asarray(t, dtype=np.int64) for t in targets])
+        grad = torch.is_grad_enabled()
+        flags = np.ones(len(node), dtype=bool) if active is None or not grad else \
+            np.concatenate([np.asarray(a, dtype=bool) for a in active])
+        # Hidden states read with gradient, and the rest; each position reads one of them.
+        with_grad = np.unique(node[flags])
+        without = np.setdiff1d(np.unique(node), with_grad, assume_unique=True)
+        where = np.full(rows * width, -1, dtype=np.int64)
+        where[with_grad] = np.arange(len(with_grad))
+        where[without] = len(with_grad) + np.arange(len(without))
+        out_parts = []
 
-        flat_real = mask.reshape(-1).bool()
-        flat_grad = grad_mask.reshape(-1) & flat_real
-        out = torch.zeros(rows * width, dtype=torch.float32, device=device)
-        if not torch.is_grad_enabled() or bool(flat_grad.all()):
-            out = logprobs_at(torch.arange(rows * width, device=device))
-        else:
-            with_grad = flat_grad.nonzero().squeeze(1)
-            without = (flat_real & ~flat_grad).nonzero().squeeze(1)
-            if without.numel():
-                with torch.no_grad():
-                    out = out.index_copy(0, without, logprobs_at(without))
-            if with_grad.numel():
-                out = out.index_copy(0, with_grad, logprobs_at(with_grad))
-        return out.reshape(rows, width), mask
+        def node_logprobs(nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+            """Logits at the given hidden states and their log-normalisers."""
+            index = torch.from_numpy(nodes).to(device)
+            logits = base.output_logits(hidden.index_select(0, index))
+            return logits, torch.logsumexp(logits, dim=-1)
+
+        if len(with_grad):
+            out_parts.append(node_logprobs(with_grad))
+        if len(without):
+            with torch.no_grad():
+                out_parts.append(node_logprobs(without))
+        logits = torch.cat([p[0] for p in out_parts]) if len(out_parts) > 1 else out_parts[0][0]
+        norms = torch.cat([p[1] for p in out_parts]) if len(out_parts) > 1 else out_parts[0][1]
+        rows_index = torch.from_numpy(where[node]).to(device)
+        target_index = torch.from_numpy(target).to(device)
+        return logits[rows_index, target_index] - norms.index_select(0, rows_index)
 
     def _forward_backward(
         self,
@@ -337,6 +348,7 @@ class LocalTrainingClient:
         outputs: list[dict[str, tinker.TensorData]] = [{} for _ in data]
         total = 0.0
         coefficient = spec.coefficient
+        device = self._base.device
         with lora.activate(self._base.layers, self._adapter):
             for idx in self._microbatches([len(t) for t, _ in parsed]):
                 tokens = [parsed[i][0] for i in idx]
@@ -345,33 +357,28 @@ class LocalTrainingClient:
                 # the advantage is nonzero.
                 active = None if coefficient is None else [a[coefficient] != 0 for a in arrays]
                 with torch.set_grad_enabled(backward):
-                    logprobs, mask = self._target_logprobs(
+                    logprobs = self._target_logprobs(
                         tokens, [a["target_tokens"] for a in arrays], active
                     )
-                    inputs: dict[str, torch.Tensor] = {}
-                    for key in spec.inputs:
-                        if key == "target_tokens":
-                            continue
-                        padded = torch.zeros(mask.shape, dtype=torch.float32)
-                        for row, a in enumerate(arrays):
-                            padded[row, : len(a[key])] = torch.as_tensor(
-                                a[key], dtype=torch.float32
-                            )
-                        inputs[key] = padded.to(mask.device)
-                    elementwise = losses.elementwise_loss(loss_fn, logprobs, inputs, config) * mask
+                    inputs = {
+                        key: torch.from_numpy(
+                            np.concatenate([a[key] for a in arrays]).astype(np.float32)
+                        ).to(device)
+                        for key in spec.inputs
+                        if key != "target_tokens"
+                    }
+                    elementwise = losses.elementwise_loss(loss_fn, logprobs, inputs, config)
                     loss = elementwise.sum()
                     if backward and loss.requires_grad:  # not when every coefficient is zero
                         loss.backward()
                 total += float(loss.detach())
-                lp = logprobs.detach().float().cpu().numpy()
-                el = elementwise.detach().float().cpu().numpy()
+                bounds = np.cumsum([len(t) for t in tokens])[:-1]
+                lp = np.split(logprobs.detach().float().cpu().numpy(), bounds)
+                el = np.split(elementwise.detach().float().cpu().numpy(), bounds)
                 for row, i in enumerate(idx):
-                    n = len(tokens[row])
                     outputs[i] = {
-                        "logprobs": tinker.TensorData.from_numpy(lp[row, :n].astype(np.float32)),
-                        "elementwise_loss": tinker.TensorData.from_numpy(
-                            el[row, :n].astype(np.float32)
-                        ),
+                        "logprobs": tinker.TensorData.from_numpy(lp[row]),
+                        "elementwise_loss": tinker.TensorData.from_numpy(el[row]),
                     }
         return types.ForwardBackwardOutput(
             loss_fn_output_type="TensorData",
@@ -399,8 +406,9 @@ class LocalTrainingClient:
             tokens.append(toks)
             targets.append(tgt)
         with lora.activate(self._base.layers, self._adapter):
-            logprobs, _ = self._target_logprobs(tokens, targets)
-            per_datum = [logprobs[i, : len(t)].cpu() for i, t in enumerate(tokens)]
+            logprobs = self._target_logprobs(tokens, targets)
+            bounds = np.cumsum([len(t) for t in tokens])[:-1].tolist()
+            per_datum = [lp.cpu() for lp in torch.tensor_split(logprobs, bounds)]
             result = loss_fn(data, per_datum)
             if not (isinstance(result, tuple) and len(result) == 2):
                 raise bad_request("custom loss_fn must return (loss, metrics)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import subprocess
 import sys
 import time
@@ -327,8 +328,10 @@ async def test_grad_clipping_and_load_state_checks(service, tokenizer):
 
 
 async def test_event_loop_keeps_ticking_during_large_forward_backward(training_client, tokenizer):
-    ids = tokenizer.encode("User: Answer with one word: yes, no or maybe. " * 6)[:96]
-    data = [ce_datum(ids) for _ in range(96)]  # ~9k tokens, about a second here
+    # ~9k tokens, about a second here; distinct from the first token on (shared prefixes
+    # would be computed once, and the batch would be small)
+    rng = random.Random(0)
+    data = [ce_datum([rng.randrange(3, len(tokenizer)) for _ in range(96)]) for _ in range(96)]
     gaps: list[float] = []
     done = asyncio.Event()
 
