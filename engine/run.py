@@ -156,12 +156,16 @@ class Run:
             await self.server.start()
             self._log("info", f"policy server on {self.server.base_url} "
                               f"(token {self.server.token_hint})")
-            await self._warm_up_server()
+            # The format warm-up is torch work on the backend's thread, which leaves the GIL
+            # free most of the time: the server's one-time costs (importing openai, the
+            # first request) overlap with it instead of adding to it.
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._warm_up_server())
+                group.create_task(self._warmup())
             # Everything loaded so far (torch, the model, openai, the app) lives for the
             # whole run; keep it out of the cyclic GC, whose full passes over it took
             # 100-350 ms each and stalled the event loop.
             gc.freeze()
-            await self._warmup()
             status = await self.pipeline.run()
             reason = ("reached max_steps" if status == "completed"
                       else "stopped before max_steps")
