@@ -397,6 +397,22 @@ class Policy:
         await self._call("optim_step", lambda _: optim_future, retry=False)
         return float(fb.metrics.get("loss:sum", 0.0))
 
+    async def save_training_state(self, name: str,
+                                  metadata: Mapping[str, str] | None = None) -> str:
+        """Save weights and optimizer state without recording a run checkpoint (no
+        retention, not a resume point); returns its path."""
+        training = self.training_client
+        response = await self._call("save state", lambda attempt: training.save_state(
+            name, overwrite=attempt > 1, user_metadata=dict(metadata or {})))
+        return response.path
+
+    async def load_training_state(self, path: str) -> None:
+        """Replace the training client's weights and optimizer state with a saved state of
+        the same model (no new policy version: call `publish`)."""
+        training = self.training_client
+        await self._call("load state", lambda _: training.load_state_with_optimizer(path),
+                         retry=False)
+
     async def publish(self) -> None:
         """Publish the current weights as the sampling client (after supervised steps)."""
         await self._publish(self.version, suffix="-warmup")

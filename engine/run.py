@@ -249,7 +249,8 @@ class Run:
         raise AssertionError("unreachable")
 
     async def _warmup(self) -> None:
-        """Supervised format steps before RL, on the task's own examples, if any."""
+        """Supervised format steps before RL, on the task's own examples, if any; on the
+        local backend an identical earlier warm-up is reused (`engine.warmup_cache`)."""
         steps = self.config.warmup_steps
         if not steps or not self.task.warmup:
             self.pipeline.warmup_done = True
@@ -259,19 +260,74 @@ class Run:
         self.pipeline.warmup_done = False
         assert self.policy is not None
         examples = list(self.task.warmup)
-        # Rendered once: a step draws its batch from these (the same draws as sampling the
-        # conversations themselves).
+        # Rendered once; each step trains on a draw of them (the same draws, in the same
+        # order, as sampling the conversations themselves), made up front for the cache key.
         datums = await asyncio.to_thread(self.policy.supervised_datums, examples)
         rng = random.Random(self.config.seed)
         batch_size = min(len(examples), self.config.group_size * self.config.groups_per_step)
+        draws = [rng.sample(range(len(datums)), batch_size) for _ in range(steps)]
+        what = f"{steps} supervised steps on {len(examples)} examples"
+        cache, key = await self._warmup_cache(datums, draws)
+        hit = cache.get(key) if cache is not None and key is not None else None
+        if hit is not None:
+            assert cache is not None and key is not None
+            folder, meta = hit
+            try:
+                await self.policy.load_training_state(str(folder))
+            except Exception as exc:
+                cache.discard(key)
+                self._log("warning", f"format warm-up: the saved result {key[:12]} could not "
+                                     f"be loaded ({type(exc).__name__}: {exc}); running it")
+                await self.policy.start()  # a failed load poisons the training client
+            else:
+                await self.policy.publish()
+                self.pipeline.warmup_done = True
+                self._log("info", f"format warm-up: {what} reused from an identical earlier "
+                                  f"run (final loss {meta.get('final_loss', '?')} per "
+                                  f"example; saved result {key[:12]})")
+                return
         loss = 0.0
-        for _ in range(steps):
+        for draw in draws:
             if self.pipeline.stopping:
                 return
-            batch = rng.sample(datums, batch_size)
             loss = await self.policy.train_cross_entropy(
-                batch, learning_rate=self.config.warmup_learning_rate)
+                [datums[i] for i in draw], learning_rate=self.config.warmup_learning_rate)
+        final = f"{loss / batch_size:.3f}"
+        if cache is not None and key is not None:
+            await self._save_warmup(cache, key, final)
         await self.policy.publish()
         self.pipeline.warmup_done = True
-        self._log("info", f"format warm-up: {steps} supervised steps on {len(examples)} "
-                          f"examples, final loss {loss / batch_size:.3f} per example")
+        self._log("info", f"format warm-up: {what}, final loss {final} per example")
+
+    async def _warmup_cache(self, datums: list[Any], draws: list[list[int]]
+                            ) -> tuple[Any, str | None]:
+        """The local backend's warm-up cache and this warm-up's key (None, None elsewhere)."""
+        assert self.policy is not None
+        training = self.policy.training_client
+        checkpoint_dir = getattr(self._service_client, "checkpoint_dir", None)
+        if self.backend != "local" or checkpoint_dir is None or \
+                not hasattr(training, "training_identity"):
+            return None, None
+        from tinker_tui.engine.warmup_cache import CACHE_DIR, WarmupCache, warmup_key
+
+        identity = await training.training_identity()
+        if identity is None:
+            return None, None
+        key = await asyncio.to_thread(
+            warmup_key, identity, datums, draws,
+            learning_rate=self.config.warmup_learning_rate, adam=self.policy.adam)
+        return WarmupCache(Path(checkpoint_dir) / CACHE_DIR), key
+
+    async def _save_warmup(self, cache: Any, key: str, final_loss: str) -> None:
+        """Keep the warm-up's result for the next identical run; a failure only warns."""
+        assert self.policy is not None
+        try:
+            from tinker_tui.engine.local.checkpoints import resolve
+
+            path = await self.policy.save_training_state(f"warmup-{key[:16]}",
+                                                         {"final_loss": final_loss})
+            folder = resolve(Path(self._service_client.checkpoint_dir), path)
+            await asyncio.to_thread(cache.put, key, folder)
+        except Exception as exc:
+            self._log("warning", f"format warm-up: could not keep its result for reuse "
+                                 f"({type(exc).__name__}: {exc})")

@@ -11,6 +11,9 @@ every later request fails with the SDK's "poisoned" message, chained to the caus
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -132,6 +135,33 @@ class LocalTrainingClient:
             f"LocalTrainingClient(model_id={self._model_id!r}, base_model={self._base.name!r}, "
             f"rank={self._adapter.rank})"
         )
+
+    def training_identity(self) -> APIFuture[str | None]:
+        """A digest of everything, besides the data and the hyperparameters, that decides
+        what training from this client's current state gives: the base weights, the adapter
+        and optimizer state, the backend's code, torch's version and the thread count. Equal
+        digests, data and hyperparameters give bit-identical results on CPU (training here is
+        deterministic there); None on other devices, where that is not guaranteed. (What a
+        cache of training results needs as part of its key; not a Tinker SDK method.)"""
+        return self._submit(self._identity)
+
+    def _identity(self) -> str | None:
+        if self._base.device.type != "cpu":
+            return None
+        digest = hashlib.sha256()
+        digest.update(_backend_code_digest().encode())
+        digest.update(f"{torch.__version__};{torch.get_num_threads()};".encode())
+        digest.update(f"{self._base.name};{self._base.fingerprint};".encode())
+        digest.update(json.dumps(checkpoints.adapter_meta(self._adapter), sort_keys=True).encode())
+        for key, tensor in sorted(self._adapter.state_dict().items()):
+            digest.update(key.encode())
+            digest.update(tensor.numpy().tobytes())
+        state = self._optimizer.state_dict()
+        for index, values in sorted(state["state"].items()):
+            for key, tensor in sorted(values.items()):
+                digest.update(f"{index}.{key}".encode())
+                digest.update(tensor.detach().cpu().numpy().tobytes())
+        return digest.hexdigest()
 
     # -- forward / backward -----------------------------------------------------------------
     def forward(
@@ -636,6 +666,16 @@ class LocalTrainingClient:
     ) -> LocalSamplingClient:
         """Deprecated SDK alias: ``await create_sampling_client(...)``."""
         return await self.create_sampling_client(model_path, retry_config, record_stability_info)
+
+
+@functools.cache
+def _backend_code_digest() -> str:
+    """The source of this package (the local backend's arithmetic lives in it)."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def load_sampling_client(checkpoint_dir: Path, model_path: str) -> LocalSamplingClient:
