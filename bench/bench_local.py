@@ -21,8 +21,10 @@ baseline alternate round by round, and the load average is printed with the figu
 5. The example: `tinker-tui run example --no-ui --seed S` in a child process, per seed:
    seconds from launching the command to the first step with mean reward >= 0.9 (goal <= 10 s
    on two idle cores), to step 1, and to the end; its peak RSS (goal <= 400 MB); the reward
-   curve. With `--baseline REF` (a git commit, e.g. `main`) the same runs of that tree's code
-   alternate with this tree's, and the ratios are printed.
+   curve. Each seed runs cold (a fresh store) and then warm (again in the same store, where
+   the format warm-up's saved result is reused). With `--baseline REF` (a git commit, e.g.
+   `main`) the same runs of that tree's code alternate with this tree's, and the ratios
+   (cold) are printed.
 
 `--model` takes the embedded name (default) or a Hugging Face model folder (then the plain
 baselines load that folder with transformers, on CUDA when present).
@@ -319,12 +321,14 @@ def baseline_tree(ref: str, into: Path) -> Path:
     return shim.parent
 
 
-def run_example(seed: int, pythonpath: Path | None = None) -> dict:
-    """`tinker-tui run example --no-ui --seed S` in a child: times since launch per step."""
+def run_example(seed: int, pythonpath: Path | None = None, store: Path | None = None) -> dict:
+    """`tinker-tui run example --no-ui --seed S` in a child: times since launch per step. In
+    a fresh store (cold), or in `store` (where an identical warm-up may already be saved)."""
     env = {**os.environ, "CI": "1"}
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as fresh:
+        tmp = str(store) if store is not None else fresh
         start = time.perf_counter()
         proc = subprocess.Popen(
             [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--no-ui",
@@ -365,15 +369,21 @@ def describe(tag: str, seed: int, e: dict) -> str:
 
 
 def bench_example(seeds: list[int], baseline: str | None) -> None:
+    """Per seed: the baseline (if any), this tree cold (a fresh store), and this tree again
+    in the same store ("warm": it may reuse the saved warm-up)."""
     with tempfile.TemporaryDirectory() as tmp:
         trees: list[tuple[str, Path | None]] = [("candidate", None)]
         if baseline:
             trees.insert(0, (f"{baseline}", baseline_tree(baseline, Path(tmp))))
         results: dict[str, list[dict]] = {tag: [] for tag, _ in trees}
+        results["warm"] = []
         print(f"example ({load()}):", flush=True)
         for seed in seeds:
-            for tag, path in trees:
-                e = run_example(seed, path)
+            store = Path(tmp) / f"store-{seed}"
+            store.mkdir()
+            runs = [(tag, path, store if tag == "candidate" else None) for tag, path in trees]
+            for tag, path, where in [*runs, ("warm", None, store)]:
+                e = run_example(seed, path, where)
                 results[tag].append(e)
                 print(describe(tag, seed, e) + f"  [{load()}]", flush=True)
                 if e["exit_code"] != 0:
@@ -383,7 +393,7 @@ def bench_example(seeds: list[int], baseline: str | None) -> None:
         values = [e[key] for e in results[tag] if e[key] is not None]
         return statistics.median(values) if values else None
 
-    for tag, _ in trees:
+    for tag in [t for t, _ in trees] + ["warm"]:
         first, peak = med(tag, "first_ge_0.9_s"), med(tag, "peak_rss_mb")
         print(f"example {tag}: median first step >= 0.9 at "
               f"{'never' if first is None else f'{first:.1f} s'} from the command (goal <= 10), "
