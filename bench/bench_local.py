@@ -9,11 +9,14 @@ baseline alternate round by round, and the load average is printed with the figu
    early stop) vs a plain decoding loop on the same weights (a fresh copy of the model holding
    the merged LoRA weights, its KV cache, Gumbel-max sampling, no logprobs).
 2. Training tokens/s: `forward_backward` (cross_entropy, 32 datums x 64 tokens, every position
-   weighted) + `optim_step` vs a plain torch loop with the same model and LoRA: a fresh copy
+   weighted; random tokens, all distinct, so nothing is shared) + `optim_step` vs a plain
+   torch loop with the same model and LoRA: a fresh copy
    of the model whose adapted linears are wrapped in textbook LoRA modules
    (``base(x) + scale * B(A(x))``, same rank, alpha, layers and starting weights), summed
    cross entropy, backward, `torch.optim.AdamW`. Goal >= 1.0x. Also printed: the same plain
-   loop run through the backend's own LoRA layers (what the backend adds on top of them).
+   loop run through the backend's own LoRA layers (what the backend adds on top of them), and
+   both again on an RL-shaped batch (groups of 8 sharing a 40-token prompt), which the
+   backend packs by shared prefixes.
 3. Concurrency: 32 concurrent `sample` calls (1 sample x 16 tokens each, unseeded) vs the same
    32 calls one after another. The batched path must be faster.
 4. Snapshot memory: 150 steps of (snapshot sampler, sample, train, drop the old sampler); RSS
@@ -25,6 +28,11 @@ baseline alternate round by round, and the load average is printed with the figu
    the format warm-up's saved result is reused). With `--baseline REF` (a git commit, e.g.
    `main`) the same runs of that tree's code alternate with this tree's, and the ratios
    (cold) are printed.
+
+6. `--curves example,binary_prefix_tool,next_number` instead: each example's learning curve
+   per seed, timed from launching the command (the README's tables): first step, when the
+   k-step mean reward passes the example's bar, k-step means at given seconds, the end, and
+   the evaluations.
 
 `--model` takes the embedded name (default) or a Hugging Face model folder (then the plain
 baselines load that folder with transformers, on CUDA when present).
@@ -187,13 +195,28 @@ def bench_sampling(tc, prompt_ids: list[int], rounds: int) -> dict[str, float]:
     return {"local": tokens / t_local, "plain": tokens / t_plain, "ratio": t_plain / t_local}
 
 
-def bench_training(tc, token_pool: list[int], rounds: int) -> dict[str, float]:
+def training_sequences(vocab: int, shared: bool, rows: int = 32, length: int = 64
+                       ) -> list[list[int]]:
+    """`rows` random token sequences of `length` + 1 (seeded): all distinct from the first
+    token, or in groups of 8 that share their first 40 tokens (an RL batch's shape: samples
+    of one prompt)."""
+    import random
+
+    rng = random.Random(0)
+    draw = lambda n: [rng.randrange(3, vocab) for _ in range(n)]  # noqa: E731
+    if not shared:
+        return [draw(length + 1) for _ in range(rows)]
+    seqs = []
+    for _ in range(rows // 8):
+        prompt = draw(40)
+        seqs += [prompt + draw(length + 1 - 40) for _ in range(8)]
+    return seqs
+
+
+def bench_training(tc, seqs: list[list[int]], rounds: int) -> dict[str, float]:
     base, adapter = tc.base, tc.adapter
     device = base.device
-    rows, length = 32, 64
-    seqs = [
-        [token_pool[(i * 7 + j) % len(token_pool)] for j in range(length + 1)] for i in range(rows)
-    ]
+    rows, length = len(seqs), len(seqs[0]) - 1
     data = [
         tinker.Datum(
             model_input=tinker.ModelInput.from_ints(s[:-1]),
@@ -321,6 +344,43 @@ def baseline_tree(ref: str, into: Path) -> Path:
     return shim.parent
 
 
+class PeakRSS:
+    """The peak resident memory of a child process (VmHWM), read while it runs.
+
+    Not getrusage/wait4: Linux carries the parent's peak over a fork and exec into the
+    child's ``ru_maxrss``, so a child of this (large) process would report at least this
+    process's size. VmHWM belongs to the child's own address space."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        self.path = f"/proc/{pid}/status"
+        self.peak_kb = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            with open(self.path) as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
+        except (OSError, ValueError):
+            pass
+
+    def _poll(self) -> None:
+        while not self._done.wait(0.1):
+            self._read()
+
+    def stop(self) -> float:
+        """Call before reaping the child (its /proc entry goes then); returns MB."""
+        self._read()
+        self._done.set()
+        self._thread.join()
+        return self.peak_kb / 1024
+
+
 def run_example(seed: int, pythonpath: Path | None = None, store: Path | None = None) -> dict:
     """`tinker-tui run example --no-ui --seed S` in a child: times since launch per step. In
     a fresh store (cold), or in `store` (where an identical warm-up may already be saved)."""
@@ -335,20 +395,21 @@ def run_example(seed: int, pythonpath: Path | None = None, store: Path | None = 
              "--seed", str(seed), "--db", f"{tmp}/run.db"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp, env=env)
         assert proc.stdout is not None
+        peak = PeakRSS(proc.pid)
         steps: list[tuple[int, float, float]] = []
         for line in proc.stdout:
             m = STEP_RE.search(line)
             if m:
                 steps.append((int(m.group(1)), float(m.group(2)), time.perf_counter() - start))
-        _, status, usage = os.wait4(proc.pid, 0)
+        peak_mb = peak.stop()
+        status = proc.wait()
         total = time.perf_counter() - start
         err = proc.stderr.read() if proc.stderr else ""
-        proc.returncode = os.waitstatus_to_exitcode(status)
     first = next(((s, t) for s, r, t in steps if r >= 0.9), (None, None))
     return {
-        "exit_code": proc.returncode,
+        "exit_code": status,
         "stderr": err[-500:],
-        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "peak_rss_mb": peak_mb,
         "first_ge_0.9_step": first[0],
         "first_ge_0.9_s": first[1],
         "step1_s": steps[0][2] if steps else None,
@@ -408,6 +469,67 @@ def bench_example(seeds: list[int], baseline: str | None) -> None:
                 print(f"example {what}: candidate / {b} = {x / y:.2f}", flush=True)
 
 
+# -- learning curves of the examples (the README's tables) -----------------------------------------
+#: Per example: (k, bar) -- the first step whose k-step mean reward passes the bar (a number, or
+#: a function of the first step's reward) -- and the times (s) at which k-step means are shown.
+CURVES = {
+    "example": (3, 0.9, ()),
+    "binary_prefix_tool": (5, lambda first: 1.5 * first, (60, 120, 180, 300)),
+    "next_number": (10, None, (30,)),
+}
+
+
+def run_curve(name: str, seed: int) -> dict:
+    """`tinker-tui run NAME --no-ui --seed S` to the end; its metrics file, timed from the
+    launch of the command."""
+    import json
+
+    with tempfile.TemporaryDirectory() as tmp:
+        launched = time.time()
+        proc = subprocess.run(
+            [sys.executable, "-m", "tinker_tui.app.cli", "run", name, "--no-ui", "--seed",
+             str(seed), "--db", f"{tmp}/run.db"],
+            capture_output=True, text=True, cwd=tmp, env={**os.environ, "CI": "1"})
+        total = time.time() - launched
+        events = [json.loads(line) for path in Path(tmp).glob("*.metrics.jsonl")
+                  for line in path.read_text().splitlines()]
+    steps = [(e["step"], e["time"] - launched, e["reward/mean"]) for e in events
+             if e["event"] == "step" and e.get("reward/mean") is not None]
+    evals = [(e["step"], e["eval/reward_mean"]) for e in events if e["event"] == "eval"]
+    return {"exit_code": proc.returncode, "steps": steps, "evals": evals, "total_s": total,
+            "stderr": proc.stderr[-500:]}
+
+
+def describe_curve(name: str, seed: int, c: dict) -> str:
+    k, bar, times = CURVES[name]
+    steps = c["steps"]
+    if not steps:
+        return f"  {name} seed {seed}: exit {c['exit_code']}, no steps; {c['stderr']}"
+    rewards = [r for _, _, r in steps]
+    parts = [f"first step {rewards[0]:.2f} at {steps[0][1]:.0f} s"]
+    if bar is not None:
+        threshold = bar(rewards[0]) if callable(bar) else bar
+        hit = next((i for i in range(len(rewards))
+                    if i + 1 >= k and sum(rewards[i + 1 - k : i + 1]) / k >= threshold), None)
+        parts.append(f"{k}-step mean >= {threshold:.2f}: " + (
+            "never" if hit is None else f"{steps[hit][1]:.0f} s (step {steps[hit][0]})"))
+    for t in times:
+        window = [r for _, s_, r in steps if s_ <= t][-k:]
+        parts.append(f"{k}-step mean at {t} s: " + (
+            f"{sum(window) / len(window):.2f}" if window and steps[-1][1] >= t else "(done)"))
+    parts.append(f"end {rewards[-1]:.2f} at {steps[-1][1]:.0f} s (step {steps[-1][0]})")
+    parts.append("evals " + ", ".join(f"{s_}: {v:.2f}" for s_, v in c["evals"]))
+    return f"  {name} seed {seed}: " + "; ".join(parts)
+
+
+def bench_curves(names: list[str], seeds: list[int]) -> None:
+    for name in names:
+        print(f"{name} ({load()}):", flush=True)
+        for seed in seeds:
+            print(describe_curve(name, seed, run_curve(name, seed)) + f"  [{load()}]",
+                  flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_BASE_MODEL)
@@ -418,9 +540,16 @@ def main() -> None:
                         help="also run the example with the code of this git commit, alternating")
     parser.add_argument("--skip-example", action="store_true")
     parser.add_argument("--only-example", action="store_true")
+    parser.add_argument("--curves", metavar="NAMES",
+                        help="only: the learning curves of these examples (comma-separated, "
+                             "e.g. example,binary_prefix_tool,next_number), per seed")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"bench_local ({load()}, {os.cpu_count()} cpus)", flush=True)
+    seeds = [int(s) for s in args.example_seeds.split(",") if s.strip()]
+    if args.curves:
+        bench_curves([n.strip() for n in args.curves.split(",") if n.strip()], seeds)
+        return
 
     if not args.only_example:
         with tempfile.TemporaryDirectory() as tmp:
@@ -428,19 +557,23 @@ def main() -> None:
             tokenizer_probe = service.create_sampling_client(base_model=args.model).result()
             tokenizer = tokenizer_probe.get_tokenizer()
             prompt_ids = tokenizer.encode(PROMPT)
-            pool = tokenizer.encode(PROMPT * 8)
             tc = trained_client(service, args.model, prompt_ids + tokenizer.encode(" maybe"))
             print(f"model {args.model} on {tc.base.device}, LoRA rank 32", flush=True)
 
             s = bench_sampling(tc, prompt_ids, args.rounds)
             print(f"sampling  tokens/s: local {s['local']:9.0f}  plain {s['plain']:9.0f}  "
                   f"ratio {s['ratio']:.2f}x  [{load()}]", flush=True)
-            t = bench_training(tc, pool, args.rounds)
-            print(f"training  tokens/s: local {t['local']:9.0f}  plain (textbook LoRA) "
-                  f"{t['plain']:9.0f}  ratio {t['ratio']:.2f}x (goal >= 1.0)\n"
-                  f"          tokens/s: local {t['local2']:9.0f}  plain loop through the "
-                  f"backend's own LoRA layers {t['own']:9.0f}  ratio {t['own_ratio']:.2f}x  "
-                  f"[{load()}]", flush=True)
+            for shared, what in ((False, "32 distinct sequences x 64 tokens"),
+                                 (True, "4 groups of 8 sharing 40 of 64 tokens, packed")):
+                t = bench_training(tc, training_sequences(tc.base.vocab_size, shared),
+                                   args.rounds)
+                goal = "" if shared else " (goal >= 1.0)"
+                print(f"training, {what}:\n"
+                      f"  tokens/s: local {t['local']:9.0f}  plain (textbook LoRA) "
+                      f"{t['plain']:9.0f}  ratio {t['ratio']:.2f}x{goal}\n"
+                      f"  tokens/s: local {t['local2']:9.0f}  plain loop through the backend's "
+                      f"own LoRA layers {t['own']:9.0f}  ratio {t['own_ratio']:.2f}x  "
+                      f"[{load()}]", flush=True)
             c = asyncio.run(bench_concurrency(tc, prompt_ids, args.rounds))
             print(f"32 sample calls: concurrent {c['concurrent_s']:.3f}s  serial "
                   f"{c['serial_s']:.3f}s  batched speedup {c['speedup']:.1f}x", flush=True)
@@ -450,7 +583,6 @@ def main() -> None:
                   f"(growth {rss150 - rss30:+.1f} MB); live sampling clients {live30} -> "
                   f"{live150}", flush=True)
     if not args.skip_example:
-        seeds = [int(s) for s in args.example_seeds.split(",") if s.strip()]
         bench_example(seeds, args.baseline)
 
 
