@@ -14,10 +14,7 @@ import os
 import sys
 import traceback
 
-from tinker_tui.app.errors import UsageError
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+from tinker_tui.engine.errors import EXIT_FAILED, EXIT_USAGE, TinkerTuiError
 
 #: Sub-command modules under app/commands, in the order `--help` lists them.
 COMMANDS = ("run", "show", "attach", "runs", "export")
@@ -36,22 +33,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from tinker_tui.engine.store import StoreError
-
     command = importlib.import_module(f"tinker_tui.app.commands.{args.command}")
     try:
         return command.main(args)
-    except (UsageError, StoreError) as exc:
-        print(f"tinker-tui: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except TinkerTuiError as exc:  # the one place an error becomes an exit code
+        return report(exc, exc.exit_code)
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # a bug or a failing backend: one line, traceback on request
-        if os.environ.get("TINKER_TUI_DEBUG"):
-            traceback.print_exc()
-        print(f"tinker-tui: run failed: {type(exc).__name__}: {exc} "
-              "(set TINKER_TUI_DEBUG=1 for the traceback)", file=sys.stderr)
-        return EXIT_FAILED
+    except Exception as exc:  # a bug or a failing backend
+        return report(exc, EXIT_FAILED)
+
+
+def report(exc: Exception, code: int) -> int:
+    """One line on stderr; a usage error is the user's to fix, anything else failed the run
+    (its traceback with TINKER_TUI_DEBUG=1). Returns `code`."""
+    if code == EXIT_USAGE:
+        print(f"tinker-tui: error: {exc}", file=sys.stderr)
+        return code
+    if os.environ.get("TINKER_TUI_DEBUG"):
+        traceback.print_exception(exc)
+    print(f"tinker-tui: run failed: {type(exc).__name__}: {exc} "
+          "(set TINKER_TUI_DEBUG=1 for the traceback)", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tinker_tui.app.errors import UsageError
+from tinker_tui.engine.errors import UsageError
 
 
 def resolve_run(runs: Sequence[dict[str, Any]], wanted: str | None, db_path: Path,
@@ -61,8 +61,8 @@ async def read_runs(db_path: Path) -> list[dict[str, Any]]:
 def resumed_session(args: argparse.Namespace, task: Any) -> Any:
     """The `Run` that continues the run `args.resume` names (see the module docstring)."""
     from tinker_tui.app.commands.run import config_overrides
-    from tinker_tui.engine.backend import BackendError, choose_backend
-    from tinker_tui.engine.config import ConfigError, RunConfig
+    from tinker_tui.engine.backend import choose_backend
+    from tinker_tui.engine.config import RunConfig
     from tinker_tui.engine.run import Run
 
     db_path = Path(args.db)
@@ -83,18 +83,15 @@ def resumed_session(args: argparse.Namespace, task: Any) -> Any:
         from tinker_tui.app.task_loader import load_config_file
 
         overrides = {**load_config_file(config_path), **overrides}
-    try:
-        config = RunConfig().with_overrides({k: v for k, v in stored.items() if k in known})
-        if "seed" in overrides and overrides["seed"] != config.seed:
-            raise UsageError(f"--seed cannot change when resuming: run {run['run_id']} draws "
-                             f"its scenarios from seed {config.seed}")
-        config = config.with_overrides(overrides)
-        backend = run.get("backend") or "local"
-        if args.backend and args.backend != backend:
-            raise UsageError(f"run {run['run_id']} trains on the {backend} backend; its "
-                             f"checkpoints cannot be resumed with --backend {args.backend}")
-        backend = choose_backend(backend)
-    except (BackendError, ConfigError) as exc:
-        raise UsageError(str(exc)) from None
+    config = RunConfig().with_overrides({k: v for k, v in stored.items() if k in known})
+    if "seed" in overrides and overrides["seed"] != config.seed:
+        raise UsageError(f"--seed cannot change when resuming: run {run['run_id']} draws "
+                         f"its scenarios from seed {config.seed}")
+    config = config.with_overrides(overrides)
+    backend = run.get("backend") or "local"
+    if args.backend and args.backend != backend:
+        raise UsageError(f"run {run['run_id']} trains on the {backend} backend; its "
+                         f"checkpoints cannot be resumed with --backend {args.backend}")
+    backend = choose_backend(backend)
     return Run(task=task, config=config, backend=backend, db_path=db_path,
                run_id=run["run_id"], resume=True)

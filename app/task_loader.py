@@ -27,7 +27,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from tinker_tui.app.errors import UsageError
+from tinker_tui.engine.errors import UsageError
 
 #: Built-in task names and where they live.
 BUILTIN_TASKS = {

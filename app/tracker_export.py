@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from tinker_tui.app.errors import UsageError
+from tinker_tui.engine.errors import UsageError
 
 #: W&B project of an export when neither --project nor the run's settings name one.
 DEFAULT_WANDB_PROJECT = "tinker-tui"

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import tinker
+from tinker_tui.engine.errors import UsageError
 
 
-class BackendError(RuntimeError):
+class BackendError(UsageError, RuntimeError):
     """A backend cannot be used as asked; the message tells the user what to do."""
 
 

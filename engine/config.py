@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from tinker_tui.engine.errors import UsageError
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError, ValueError):
     """A setting has a value the engine cannot run with; the message names it."""
 
 

@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tinker_tui.engine.control import LIVE_KNOBS, Control
+from tinker_tui.engine.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ MAX_BODY = 64 * 1024
 REQUEST_TIMEOUT = 10.0
 
 
-class ControlUnavailable(ConnectionError):
+class ControlUnavailable(UsageError, ConnectionError):
     """The run's control endpoint cannot be reached (the run ended, or never listened)."""
 
 

@@ -25,6 +25,7 @@ import uvicorn
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
+from tinker_tui.engine.errors import TinkerTuiError
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-class BodyTooLarge(Exception):
+class BodyTooLarge(TinkerTuiError):
     """A request body over the endpoint's limit (its size, when the client declared it)."""
 
     def __init__(self, limit: int, size: int | None) -> None:

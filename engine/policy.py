@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import tinker
 from tinker_tui.engine.backend import make_renderer, renderer_name_for
+from tinker_tui.engine.errors import TinkerTuiError
 from tinker_tui.engine.retry import RetryPolicy, Wait, call_with_retry
 from tinker_tui.engine.trajectory import TrajectoryGroup, trajectory_to_datum_arrays
 
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from tinker_tui.engine.events import Event
 
 
-class UnknownVersionError(LookupError):
+class UnknownVersionError(TinkerTuiError, LookupError):
     """A policy version that this run does not serve (never existed, or evicted)."""
 
 

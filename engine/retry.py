@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import tinker
+from tinker_tui.engine.errors import TinkerTuiError
 
 T = TypeVar("T")
 
@@ -28,7 +29,7 @@ T = TypeVar("T")
 CAPACITY_WAIT = "waiting for Tinker capacity"
 
 
-class BackendTimeoutError(TimeoutError):
+class BackendTimeoutError(TinkerTuiError, TimeoutError):
     """One attempt at a backend call took longer than its timeout."""
 
 

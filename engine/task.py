@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass, field
 from typing import Any
 
+from tinker_tui.engine.errors import UsageError
 from tinker_tui.engine.trajectory import Trajectory, TrajectoryError
 
 __all__ = [
@@ -49,7 +50,7 @@ Message = dict[str, Any]
 BACKENDS = ("local", "tinker")
 
 
-class TaskError(ValueError):
+class TaskError(UsageError, ValueError):
     """A task is missing a piece or has one of the wrong shape; the message says what."""
 
 

@@ -13,8 +13,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tinker_tui.engine.errors import TinkerTuiError
 
-class TrajectoryError(ValueError):
+
+class TrajectoryError(TinkerTuiError, ValueError):
     """A rollout returned something the trainer cannot use; the message says what."""
 
 

@@ -18,7 +18,6 @@ os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 import pytest
 from fake_session import FakeSession
 from tinker_tui.app.commands.attach import connect, control_file_for, wait_for_run
-from tinker_tui.app.errors import UsageError
 from tinker_tui.app.screens.confirm_quit import QuitScreen
 from tinker_tui.app.store_session import StoreSession
 from tinker_tui.app.tui import EXIT_OK, TinkerTuiApp
@@ -30,6 +29,7 @@ from tinker_tui.engine.control_server import (
     RemoteControl,
     control_file_path,
 )
+from tinker_tui.engine.errors import UsageError
 
 # ------------------------------------------------------------------ the endpoint, in process
 

@@ -45,7 +45,7 @@ def test_help_does_not_import_the_heavy_stack(tmp_path):
     assert result.returncode == 0
     assert "run" in result.stdout
     probe = subprocess.run(
-        [sys.executable, "-c", "import sys, app.cli; "
+        [sys.executable, "-c", "import sys, tinker_tui.app.cli; "
          "print(any(m in sys.modules for m in ('torch', 'textual', 'tinker_cookbook')))"],
         capture_output=True, text=True)
     assert probe.stdout.strip() == "False"

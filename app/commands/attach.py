@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker_tui.app.commands.run import DEFAULT_DB, EXIT_OK
-from tinker_tui.app.errors import UsageError
+from tinker_tui.engine.errors import UsageError
 
 FIND_RUN_TIMEOUT = 15.0  # seconds to wait for a just-started run to appear in the store
 
@@ -111,9 +111,8 @@ def main(args: argparse.Namespace) -> int:
 
     app = TinkerTuiApp(session)
     app.run()
-    if app.run_error:
-        print(f"tinker-tui: attach failed: {app.run_error.strip().splitlines()[-1]}")
-        return 1
+    if app.run_exception is not None:  # reported by the command line, now the screen is back
+        raise app.run_exception
     if session.finished is not None:
         print(f"run {run_id} {session.finished.status} at step {session.finished.final_step}")
     return app.return_code if app.return_code is not None else EXIT_OK

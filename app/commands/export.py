@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tinker_tui.app.commands.run import DEFAULT_DB, EXIT_OK
-from tinker_tui.app.errors import UsageError
+from tinker_tui.engine.errors import UsageError
 
 METRIC_FIELDS = ("kind", "run_id", "step", "policy_version", "time")
 SAMPLE_FIELDS = ("run_id", "group_id", "scenario_index", "scenario_id", "sample", "reward",

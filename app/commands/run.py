@@ -13,7 +13,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from tinker_tui.app.errors import UsageError
+from tinker_tui.engine.errors import UsageError
 
 EXIT_OK = 0
 SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -101,8 +101,7 @@ def load_task(name: str) -> Any:
 
 def make_session(args: argparse.Namespace) -> Any:
     from tinker_tui.app.task_loader import layered_config, load_config_file, task_source
-    from tinker_tui.engine.backend import BackendError, choose_backend
-    from tinker_tui.engine.config import ConfigError
+    from tinker_tui.engine.backend import choose_backend
     from tinker_tui.engine.run import Run
 
     task = load_task(args.task)
@@ -110,15 +109,12 @@ def make_session(args: argparse.Namespace) -> Any:
         from tinker_tui.app.resume import resumed_session
 
         return resumed_session(args, task)
-    try:
-        backend = choose_backend(args.backend)
-        config_path = getattr(args, "config", None)
-        config = layered_config(task, backend,
-                                load_config_file(config_path) if config_path else None,
-                                config_overrides(args), config_path=config_path,
-                                where=task_source(task))
-    except (BackendError, ConfigError) as exc:
-        raise UsageError(str(exc)) from None
+    backend = choose_backend(args.backend)
+    config_path = getattr(args, "config", None)
+    config = layered_config(task, backend,
+                            load_config_file(config_path) if config_path else None,
+                            config_overrides(args), config_path=config_path,
+                            where=task_source(task))
     if backend == "tinker" and config.base_model.startswith("tinker-tui/"):
         raise UsageError("the embedded base model runs only on the local backend; "
                          "choose a Tinker base model for --backend tinker "
@@ -189,9 +185,8 @@ def run_with_ui(session: Any) -> int:
     app.run()
     for line in tracker_lines.values():
         print(line, file=sys.stderr)
-    error = getattr(app, "run_error", None)
-    if error:
-        print(f"tinker-tui: run failed: {error.strip().splitlines()[-1]}", file=sys.stderr)
+    if app.run_exception is not None:  # reported by the command line, now the screen is back
+        raise app.run_exception
     return app.return_code if app.return_code is not None else EXIT_OK
 
 

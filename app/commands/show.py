@@ -57,7 +57,6 @@ def main(args: argparse.Namespace) -> int:
     session = StoreSession(args.db, run)
     app = TinkerTuiApp(session)
     app.run()
-    if app.run_error:
-        print(f"tinker-tui: cannot show run: {app.run_error.strip().splitlines()[-1]}")
-        return 1
+    if app.run_exception is not None:  # reported by the command line, now the screen is back
+        raise app.run_exception
     return EXIT_OK

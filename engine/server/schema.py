@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from tinker_tui.engine.errors import TinkerTuiError
 
 MAX_N = 128
 MAX_STOP = 16
@@ -100,7 +101,7 @@ class ChatCompletionRequest(_Strict):
     response_format: ResponseFormat | None = None
 
 
-class RequestError(Exception):
+class RequestError(TinkerTuiError):
     """A request the server refuses; becomes an OpenAI-shaped error response."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None,

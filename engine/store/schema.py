@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
+from tinker_tui.engine.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +25,7 @@ SCHEMA_VERSION = 3
 APPLICATION_ID = 0x74747569
 
 
-class StoreError(Exception):
+class StoreError(UsageError):
     """The run store cannot be opened or used (message names the file)."""
 
 
