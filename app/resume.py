@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -62,7 +61,7 @@ def resumed_session(args: argparse.Namespace, task: Any) -> Any:
     """The `Run` that continues the run `args.resume` names (see the module docstring)."""
     from tinker_tui.app.commands.run import config_overrides
     from tinker_tui.engine.backend import choose_backend
-    from tinker_tui.engine.config import RunConfig
+    from tinker_tui.engine.config import SETTINGS, RunConfig
     from tinker_tui.engine.run import Run
 
     db_path = Path(args.db)
@@ -76,14 +75,13 @@ def resumed_session(args: argparse.Namespace, task: Any) -> Any:
         raise UsageError(f"run {run['run_id']} is running in another process; stop it "
                          "first (or `tinker-tui attach` to it)")
     stored = run.get("config") if isinstance(run.get("config"), dict) else {}
-    known = {f.name for f in dataclasses.fields(RunConfig)}
     overrides = config_overrides(args)
     config_path = getattr(args, "config", None)
     if config_path:  # a settings file, as for a new run; flags still win
         from tinker_tui.app.task_loader import load_config_file
 
         overrides = {**load_config_file(config_path), **overrides}
-    config = RunConfig().with_overrides({k: v for k, v in stored.items() if k in known})
+    config = RunConfig().with_overrides({k: v for k, v in stored.items() if k in SETTINGS})
     if "seed" in overrides and overrides["seed"] != config.seed:
         raise UsageError(f"--seed cannot change when resuming: run {run['run_id']} draws "
                          f"its scenarios from seed {config.seed}")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tinker_tui.engine.clock import Clock
+from tinker_tui.engine.config import LIVE_KNOBS, SETTINGS
 from tinker_tui.engine.events import (
     CheckpointKind,
     CheckpointSaved,
@@ -44,11 +45,6 @@ from tinker_tui.engine.events import (
 REWARD_KEY = "reward/mean"
 EVAL_REWARD_KEY = "eval/reward_mean"
 DISCARD_REASONS: tuple[DiscardReason, ...] = ("stale", "zero_variance", "error")
-
-#: The knobs the control view lists, in order (the engine's `LIVE_KNOBS`).
-KNOB_NAMES = ("learning_rate", "temperature", "max_steps_off_policy", "rollout_workers")
-#: Integer knobs; the others are floats.
-INTEGER_KNOBS = ("max_steps_off_policy", "rollout_workers")
 
 #: EMA weights `s` cycles through (0 = no smoothing), as W&B's and TensorBoard's slider.
 SMOOTHING_STEPS = (0.9, 0.95, 0.99, 0.0, 0.6, 0.8)
@@ -240,35 +236,19 @@ def next_log_level(minimum: str) -> str:
 
 
 def parse_knob_value(name: str, text: str) -> float | int:
-    """The number typed for knob `name`; ValueError (with a message) if it is not one.
-
-    Range checks are the engine's (`Control.set_knob` raises for a bad value); here only
-    the form: a finite number, whole for integer knobs. Accepts `1e-3`, `0.001`, `4`.
-    """
-    if name not in KNOB_NAMES:
+    """The value typed for knob `name`, checked as the engine checks it (`Setting.parse`);
+    ValueError with a message. Accepts `1e-3`, `0.001`, `4`."""
+    if name not in LIVE_KNOBS:
         raise ValueError(f"unknown knob {name!r}")
-    cleaned = text.strip().replace("_", "")
-    if not cleaned:
-        raise ValueError(f"type a value for {name}")
-    try:
-        value = float(cleaned)
-    except ValueError:
-        raise ValueError(f"{name} must be a number, got {text.strip()!r}") from None
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number")
-    if name in INTEGER_KNOBS:
-        if value != int(value):
-            raise ValueError(f"{name} must be a whole number, got {text.strip()}")
-        return int(value)
+    value: float | int = SETTINGS[name].parse(text)
     return value
 
 
 def format_knob(name: str, value: float | int | None) -> str:
-    if value is None:
-        return "-"
-    if name in INTEGER_KNOBS:
-        return str(int(value))
-    return f"{value:g}"
+    spec = SETTINGS.get(name)
+    if spec is None:
+        return "-" if value is None else f"{value:g}"
+    return spec.format(value)
 
 
 # --------------------------------------------------------------------------- model rows
@@ -574,7 +554,7 @@ class RunModel:
                 self.step = event.start_step
                 self.policy_version = event.start_step
                 self.started_at = event.time
-                for name in KNOB_NAMES:
+                for name in LIVE_KNOBS:
                     value = self.config.get(name)
                     if isinstance(value, int | float) and not isinstance(value, bool):
                         self.knobs.setdefault(name, value)

@@ -49,6 +49,7 @@ class TaskLoadError(UsageError):
 # ---------------------------------------------------------------------- tasks
 def load_task(spec: str) -> Any:
     """The checked `Task` named by `spec` (a built-in name, a file or a module)."""
+    from tinker_tui.engine.config import SETTINGS
     from tinker_tui.engine.task import TaskError, check_task
 
     target, attribute = _split(BUILTIN_TASKS.get(spec, spec))
@@ -64,7 +65,7 @@ def load_task(spec: str) -> Any:
                 else f"a module-level {name} = Task(...)")
         raise TaskLoadError(f"{where} defines no {name}: expected {hint}")
     try:
-        task = check_task(getattr(module, name), known_settings=_run_setting_names())
+        task = check_task(getattr(module, name), known_settings=SETTINGS)
     except TaskError as exc:
         raise TaskLoadError(f"{where}: {name}: {exc}") from None
     return _located(task, where)
@@ -202,15 +203,9 @@ def _kind(value: Any) -> str:
 
 
 # ---------------------------------------------------------------------- settings
-def _run_setting_names() -> list[str]:
-    from tinker_tui.engine.config import RunConfig
-
-    return [f.name for f in dataclasses.fields(RunConfig)]
-
-
 def load_config_file(path: Path) -> dict[str, Any]:
     """Run settings from a TOML file: top-level keys named like RunConfig fields."""
-    from tinker_tui.engine.config import RunConfig
+    from tinker_tui.engine.config import SETTINGS
 
     where = f"config file {str(path)!r}"
     try:
@@ -222,13 +217,11 @@ def load_config_file(path: Path) -> dict[str, Any]:
         raise TaskLoadError(f"{where} is a directory, expected a TOML file") from None
     except tomllib.TOMLDecodeError as exc:
         raise TaskLoadError(f"{where} is not valid TOML: {exc}") from None
-    hints = typing.get_type_hints(RunConfig)
-    known = {f.name for f in dataclasses.fields(RunConfig)}
     for key, value in data.items():
-        if key not in known:
+        if key not in SETTINGS:
             raise TaskLoadError(f"{where}: unknown setting {key!r}; known settings: "
-                                f"{', '.join(sorted(known))}")
-        expected = hints[key]
+                                f"{', '.join(sorted(SETTINGS))}")
+        expected = SETTINGS[key].value_type
         if not _fits(value, expected):
             raise TaskLoadError(f"{where}: setting {key!r} must be {_type_name(expected)}, got "
                                 f"{value!r}")

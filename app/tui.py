@@ -33,7 +33,7 @@ from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
-from tinker_tui.app.run_model import KNOB_NAMES, RunModel
+from tinker_tui.app.run_model import RunModel
 from tinker_tui.app.screens.confirm_quit import DETACH, FORCE, STOP, QuitScreen
 from tinker_tui.app.screens.control import ControlScreen
 from tinker_tui.app.screens.dashboard import DashboardScreen
@@ -42,6 +42,7 @@ from tinker_tui.app.screens.knob_edit import KnobEditScreen
 from tinker_tui.app.screens.rollouts import RolloutsScreen
 from tinker_tui.app.widgets.rewards import RewardsChart
 from tinker_tui.engine.clock import Clock, SystemClock
+from tinker_tui.engine.config import LIVE_KNOBS
 from tinker_tui.engine.control import Session
 from tinker_tui.engine.events import RunStatus
 
@@ -432,7 +433,7 @@ class TinkerTuiApp(App[None]):
             yield SystemCommand(f"View: {view}", f"Show the {view} view",
                                 lambda view=view: self.action_view(view))
         if not self.read_only:
-            for name in KNOB_NAMES:
+            for name in LIVE_KNOBS:
                 yield SystemCommand(f"Set {name}", f"Change {name} live (confirmed)",
                                     lambda name=name: self.edit_knob(name))
         yield SystemCommand("Reward smoothing", "Cycle the EMA smoothing of the reward chart",

@@ -1,12 +1,30 @@
-"""Run settings with their documented defaults."""
+"""Run settings: one spec per setting, read by every part that names, checks or explains one.
+
+Each `RunConfig` field carries its `Setting`: a one-line meaning, the values it takes (a
+range or a list of choices), the group `--help` lists it under, and whether a running
+pipeline accepts it live (`Control.set_knob`). `SETTINGS` collects them (with the field's
+name, type and default); `LIVE_KNOBS` are the live ones, in the order the control view lists
+them. The engine checks a value with `Setting.check`, the pipeline a knob with `check_knob`,
+the dashboard parses a typed value with `Setting.parse`, the command line builds a flag from
+each: one rule, one place.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import typing
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from tinker_tui.engine.errors import UsageError
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL
+
+T = TypeVar("T")
+#: Where `--help` lists a setting: what the run does, how the pipeline paces it, how the
+#: backend trains and keeps checkpoints, where else the run is logged.
+Group = Literal["run", "pipeline", "backend", "trackers"]
 
 
 class ConfigError(UsageError, ValueError):
@@ -14,97 +32,195 @@ class ConfigError(UsageError, ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Setting:
+    """One run setting (see the module docstring). `low`/`high` bound a number (an open
+    bound excludes itself); `choices` list the values a string may take."""
+
+    meaning: str
+    group: Group = "run"
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple[str, ...] = ()
+    live: bool = False
+    # From the RunConfig field (filled in by `SETTINGS`):
+    name: str = ""
+    value_type: type = object
+    default: Any = None
+
+    @property
+    def numeric(self) -> bool:
+        return self.value_type in (int, float)
+
+    def allowed(self) -> str:
+        """The values it takes, as the end of "NAME must be ...": "at least 1",
+        "between 0 and 2", "in (0, 1]", "ppo or dro", "" when anything of its type goes."""
+        if self.choices:
+            return ", ".join(self.choices[:-1]) + f" or {self.choices[-1]}"
+        low, high = _show(self.low), _show(self.high)
+        if self.low is not None and self.high is not None:
+            if self.low_open == self.high_open:
+                return f"between {low} and {high}" + (" (exclusive)" if self.low_open else "")
+            return f"in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+        if self.low is not None:
+            if self.low == 0:
+                return "positive" if self.low_open else "0 or more"
+            return f"more than {low}" if self.low_open else f"at least {low}"
+        if self.high is not None:
+            return f"less than {high}" if self.high_open else f"at most {high}"
+        return ""
+
+    def check(self, value: Any) -> Any:
+        """`value` if this setting takes it (a whole float becomes an int for an int
+        setting); ConfigError saying what is allowed otherwise."""
+        if self.numeric:
+            original = value
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"{self.name} must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise ConfigError(f"{self.name} must be a finite number, got {value}")
+            if self.value_type is int:
+                if int(value) != value:
+                    raise ConfigError(f"{self.name} must be a whole number, got {value}")
+                value = int(value)
+            else:
+                value = float(value)
+            if not self._in_range(value):
+                raise ConfigError(f"{self.name} must be {self.allowed()}, got {original}")
+            return value
+        if self.choices and value not in self.choices:
+            raise ConfigError(f"{self.name} must be {self.allowed()}, got {value!r}")
+        return value
+
+    def _in_range(self, value: float) -> bool:
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def parse(self, text: str) -> Any:
+        """The value typed for a numeric setting (`1e-3`, `0.001`, `4`, `1_000`), checked;
+        ConfigError with a message a person can act on."""
+        cleaned = text.strip().replace("_", "")
+        if not cleaned:
+            raise ConfigError(f"type a value for {self.name}")
+        try:
+            number = float(cleaned)
+        except ValueError:
+            raise ConfigError(f"{self.name} must be a number, got {text.strip()!r}") from None
+        return self.check(number)
+
+    def format(self, value: Any) -> str:
+        """A value as the dashboard shows it: a whole number for an int setting, else `:g`."""
+        if value is None:
+            return "-"
+        if self.value_type is int:
+            return str(int(value))
+        return f"{value:g}" if isinstance(value, int | float) else str(value)
+
+
+def _show(bound: float | None) -> str:
+    return f"{bound:g}" if bound is not None else ""
+
+
+def setting(default: T, meaning: str, group: Group = "run", *, low: float | None = None,
+            high: float | None = None, low_open: bool = False, high_open: bool = False,
+            choices: tuple[str, ...] = (), live: bool = False) -> T:
+    """A RunConfig field with its `Setting` (the default's type is the field's)."""
+    spec = Setting(meaning=meaning, group=group, low=low, high=high, low_open=low_open,
+                   high_open=high_open, choices=choices, live=live)
+    return dataclasses.field(default=default, metadata={"setting": spec})
+
+
+LOSS_FNS = ("importance_sampling", "ppo", "cispo", "dro")
+
+
+@dataclass(frozen=True, slots=True)
 class RunConfig:
-    max_steps: int = 40               # optimizer steps in the whole run
-    group_size: int = 8               # rollouts per scenario; advantages are relative to the group
-    groups_per_step: int = 4          # most groups in one training batch
-    min_groups_per_step: int = 0      # fewest groups to train on; 0 = groups_per_step. Between
-                                      # the two, a step takes what is already queued.
-    rollout_workers: int = 4          # groups sampled concurrently
-    max_steps_off_policy: int = 1     # a group sampled by policy v trains at most at v + this
-    loss_fn: str = "importance_sampling"
-    learning_rate: float = 3e-3
-    temperature: float = 1.0          # default sampling temperature of the policy server
-    max_tokens: int = 64              # default completion length of the policy server
-    checkpoint_every: int = 10        # full checkpoint (with optimizer state) every N steps; 0 = off
-    eval_every: int = 0               # evaluate every E steps on the task's eval scenarios; 0 = never
-    eval_at_start: bool = False       # also evaluate the starting policy
-    warmup_steps: int = 0             # supervised format steps before RL, if the task has examples
-    warmup_learning_rate: float = 3e-3
-    health_window: int = 32           # groups the health checks look back over
-    zero_variance_pause_rate: float = 0.9  # pause when this share of them had no learning signal
-    error_pause_rate: float = 0.5     # pause when this share of them failed
-    lora_rank: int = 32
-    base_model: str = DEFAULT_BASE_MODEL
-    seed: int = 0
-    # Backend: renderer, loss, optimizer, checkpoints, remote calls.
-    renderer: str = ""                # tinker-cookbook renderer; "" = chosen from base_model
-    loss_fn_config: str = ""          # loss settings "key=value,...", e.g. "clip_high_threshold=1.3"
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.95
-    adam_eps: float = 1e-12
-    weight_decay: float = 0.0
-    grad_clip_norm: float = 0.0       # 0 = no gradient clipping
-    sampler_checkpoint_every: int = 1  # named sampler weights every N steps; 0 = never
-    keep_last_checkpoints: int = 5    # of each kind (full state, sampler weights); 0 = keep all
-    keep_every_checkpoints: int = 0   # also keep those whose step is a multiple of M; 0 = none
-    sampler_clients_to_keep: int = 4  # recent policy versions servable as model "NAME@STEP"
-    backend_timeout: float = 600.0    # seconds one backend call may take
-    backend_retries: int = 3          # retries of a transient backend error (idempotent calls)
+    max_steps: int = setting(40, "optimizer steps in the whole run", low=1)
+    group_size: int = setting(
+        8, "rollouts per scenario; advantages are relative to the group", low=1)
+    groups_per_step: int = setting(4, "most groups in one training batch", "pipeline", low=1)
+    min_groups_per_step: int = setting(
+        0, "fewest groups to train on (0 = groups_per_step); between the two, a step takes "
+        "what is already queued", "pipeline", low=0)
+    loss_fn: str = setting("importance_sampling", "the RL loss", choices=LOSS_FNS)
+    learning_rate: float = setting(3e-3, "Adam learning rate of the RL steps",
+                                   low=0, high=1, low_open=True, high_open=True, live=True)
+    temperature: float = setting(1.0, "default sampling temperature of the policy server",
+                                 low=0, high=2, live=True)
+    max_tokens: int = setting(64, "default completion length of the policy server", low=1)
+    max_steps_off_policy: int = setting(
+        1, "a group sampled by policy v trains at most at v + this", "pipeline",
+        low=0, high=64, live=True)
+    rollout_workers: int = setting(4, "groups sampled concurrently", "pipeline",
+                                   low=1, high=256, live=True)
+    checkpoint_every: int = setting(
+        10, "full checkpoint (with optimizer state) every N steps; 0 = off", low=0)
+    eval_every: int = setting(
+        0, "evaluate every N steps on the task's eval scenarios; 0 = never", low=0)
+    eval_at_start: bool = setting(False, "also evaluate the starting policy")
+    warmup_steps: int = setting(
+        0, "supervised format steps before RL, if the task has examples", low=0)
+    warmup_learning_rate: float = setting(3e-3, "learning rate of the warm-up steps",
+                                          low=0, high=1, low_open=True, high_open=True)
+    health_window: int = setting(32, "groups the health checks look back over", "pipeline",
+                                 low=1)
+    zero_variance_pause_rate: float = setting(
+        0.9, "pause when this share of them had no learning signal", "pipeline",
+        low=0, high=1, low_open=True)
+    error_pause_rate: float = setting(0.5, "pause when this share of them failed", "pipeline",
+                                      low=0, high=1, low_open=True)
+    lora_rank: int = setting(32, "rank of the LoRA adapters", "backend", low=1)
+    base_model: str = setting(DEFAULT_BASE_MODEL, "the model to train", "backend")
+    seed: int = setting(0, "seeds the scenario stream and sampling")
+    renderer: str = setting(
+        "", "tinker-cookbook renderer; empty = chosen from base_model", "backend")
+    loss_fn_config: str = setting(
+        "", 'loss settings "key=value,...", e.g. "clip_high_threshold=1.3"', "backend")
+    adam_beta1: float = setting(0.9, "Adam beta1", "backend", low=0, high=1, high_open=True)
+    adam_beta2: float = setting(0.95, "Adam beta2", "backend", low=0, high=1, high_open=True)
+    adam_eps: float = setting(1e-12, "Adam epsilon", "backend", low=0, low_open=True)
+    weight_decay: float = setting(0.0, "Adam weight decay", "backend", low=0)
+    grad_clip_norm: float = setting(0.0, "gradient clipping norm; 0 = no clipping", "backend",
+                                    low=0)
+    sampler_checkpoint_every: int = setting(
+        1, "named sampler weights every N steps; 0 = never", "backend", low=0)
+    keep_last_checkpoints: int = setting(
+        5, "checkpoints kept of each kind (full state, sampler weights); 0 = keep all",
+        "backend", low=0)
+    keep_every_checkpoints: int = setting(
+        0, "also keep those whose step is a multiple of N; 0 = none", "backend", low=0)
+    sampler_clients_to_keep: int = setting(
+        4, 'recent policy versions servable as model "NAME@STEP"', "backend", low=1)
+    backend_timeout: float = setting(600.0, "seconds one backend call may take", "backend",
+                                     low=0, low_open=True)
+    backend_retries: int = setting(
+        3, "retries of a transient backend error (idempotent calls)", "backend", low=0)
     # Outside trackers (optional extras tinker-tui[wandb], tinker-tui[tensorboard]); "" = off.
-    wandb_project: str = ""           # log to this W&B project (--wandb PROJECT)
-    wandb_entity: str = ""            # W&B team or user; "" = your default one
-    wandb_run_name: str = ""          # W&B display name; "" = the run id
-    wandb_run_id: str = ""            # W&B run id; "" = the run id (kept, so --resume continues it)
-    wandb_samples_every: int = 10     # a W&B table of the step's rollouts every N steps; 0 = never
-    tensorboard_dir: str = ""         # TensorBoard event files in DIR/<run id> (--tensorboard [DIR])
+    wandb_project: str = setting("", "log to this W&B project (--wandb PROJECT)", "trackers")
+    wandb_entity: str = setting("", 'W&B team or user; "" = your default one', "trackers")
+    wandb_run_name: str = setting("", 'W&B display name; "" = the run id', "trackers")
+    wandb_run_id: str = setting(
+        "", 'W&B run id; "" = the run id (kept, so --resume continues it)', "trackers")
+    wandb_samples_every: int = setting(
+        10, "a W&B table of the step's rollouts every N steps; 0 = never", "trackers", low=0)
+    tensorboard_dir: str = setting(
+        "", "TensorBoard event files in DIR/<run id> (--tensorboard [DIR])", "trackers")
 
     def __post_init__(self) -> None:
-        positive = ("max_steps", "group_size", "groups_per_step", "rollout_workers", "max_tokens")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("max_steps_off_policy", "checkpoint_every", "warmup_steps", "eval_every"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be 0 or more, got {getattr(self, name)}")
-        if self.health_window < 1:
-            raise ConfigError(f"health_window must be at least 1, got {self.health_window}")
-        for name in ("zero_variance_pause_rate", "error_pause_rate"):
-            if not 0 < getattr(self, name) <= 1:
-                raise ConfigError(f"{name} must be in (0, 1], got {getattr(self, name)}")
-        if not 0 <= self.min_groups_per_step <= self.groups_per_step:
+        for name, spec in SETTINGS.items():
+            value = spec.check(getattr(self, name))
+            if value != getattr(self, name) or type(value) is not type(getattr(self, name)):
+                object.__setattr__(self, name, value)
+        if self.min_groups_per_step > self.groups_per_step:
             raise ConfigError(f"min_groups_per_step must be between 0 and groups_per_step "
                               f"({self.groups_per_step}), got {self.min_groups_per_step}")
-        if not self.learning_rate > 0:
-            raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
-        if self.loss_fn not in ("importance_sampling", "ppo", "cispo", "dro"):
-            raise ConfigError(f"loss_fn must be importance_sampling, ppo, cispo or dro, "
-                              f"got {self.loss_fn!r}")
-        self._check_backend_settings()
-        self._check_trackers()
-
-    def _check_backend_settings(self) -> None:
         parse_loss_fn_config(self.loss_fn_config)
-        for name in ("adam_beta1", "adam_beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if not self.adam_eps > 0:
-            raise ConfigError(f"adam_eps must be positive, got {self.adam_eps}")
-        for name in ("weight_decay", "grad_clip_norm", "sampler_checkpoint_every",
-                     "keep_last_checkpoints", "keep_every_checkpoints", "backend_retries"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be 0 or more, got {getattr(self, name)}")
-        if self.sampler_clients_to_keep < 1:
-            raise ConfigError(f"sampler_clients_to_keep must be at least 1, "
-                              f"got {self.sampler_clients_to_keep}")
-        if not self.backend_timeout > 0:
-            raise ConfigError(f"backend_timeout must be positive, got {self.backend_timeout}")
+        self._check_trackers()
 
     def _check_trackers(self) -> None:
         """A tracker whose package is missing stops the run before anything starts."""
-        if self.wandb_samples_every < 0:
-            raise ConfigError(f"wandb_samples_every must be 0 or more, "
-                              f"got {self.wandb_samples_every}")
         if self.wandb_project or self.tensorboard_dir:
             from tinker_tui.engine import trackers
 
@@ -126,6 +242,31 @@ class RunConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+
+def _settings() -> dict[str, Setting]:
+    hints = typing.get_type_hints(RunConfig)
+    return {f.name: replace(f.metadata["setting"], name=f.name, value_type=hints[f.name],
+                            default=f.default) for f in fields(RunConfig)}
+
+
+#: Every run setting by name, in RunConfig's order.
+SETTINGS: Mapping[str, Setting] = _settings()
+#: The settings a running pipeline accepts through `Control.set_knob`, in the order the
+#: control view lists them.
+LIVE_KNOBS: tuple[str, ...] = tuple(name for name, spec in SETTINGS.items() if spec.live)
+
+
+def check_knob(name: str, value: Any) -> float | int:
+    """A live knob's new value, checked as the setting is; ConfigError (a ValueError) with a
+    message for a name that is not live or a value it does not take."""
+    spec = SETTINGS.get(name)
+    if spec is None or not spec.live:
+        raise ConfigError(f"{name!r} cannot be changed live; the live knobs are "
+                          f"{', '.join(LIVE_KNOBS)}")
+    checked: float | int = spec.check(value)
+    return checked
 
 
 def parse_loss_fn_config(text: str) -> dict[str, float]:

@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from tinker_tui.engine.config import LIVE_KNOBS
 from tinker_tui.engine.events import EventBus, RunStatus
+
+__all__ = ["LIVE_KNOBS", "Control", "Session"]  # LIVE_KNOBS: defined with the settings
 
 
 class Control(Protocol):
@@ -31,16 +34,13 @@ class Control(Protocol):
         """Run the evaluator on the current policy as soon as possible."""
 
     def knobs(self) -> Mapping[str, float | int]:
-        """Current values of the knobs that can change live (see `LIVE_KNOBS`)."""
+        """Current values of the knobs that can change live (`engine.config.LIVE_KNOBS`)."""
         ...
 
     def set_knob(self, name: str, value: float | int) -> None:
-        """Change a live knob; raises ValueError with a message for a bad name or value.
+        """Change a live knob; raises ValueError (`engine.config.check_knob`'s ConfigError)
+        with a message for a bad name or value.
         Takes effect at the next rollout (temperature, workers) or step (the rest)."""
-
-
-#: The knobs a running pipeline accepts through `Control.set_knob`.
-LIVE_KNOBS = ("learning_rate", "temperature", "max_steps_off_policy", "rollout_workers")
 
 
 class Session(Protocol):

@@ -19,8 +19,7 @@ from typing import Any
 
 from tinker_tui.engine import faults
 from tinker_tui.engine.clock import Clock
-from tinker_tui.engine.config import RunConfig
-from tinker_tui.engine.control import LIVE_KNOBS
+from tinker_tui.engine.config import RunConfig, check_knob
 from tinker_tui.engine.events import (
     CheckpointSaved,
     CheckpointStarted,
@@ -178,11 +177,8 @@ class Pipeline:
         }
 
     def set_knob(self, name: str, value: float | int) -> None:
-        if name not in LIVE_KNOBS:
-            raise ValueError(f"{name!r} cannot be changed live; the live knobs are "
-                             f"{', '.join(LIVE_KNOBS)}")
+        new = check_knob(name, value)
         old = self.knobs()[name]
-        new = _checked_knob(name, value)
         self._command("set", name=name, value=new, old=old)
         if name == "learning_rate":
             self._learning_rate = float(new)
@@ -601,23 +597,3 @@ class Pipeline:
             await self.commit_events()
         self.log("info", f"checkpoint {name} saved ({why}): {path}")
 
-
-def _checked_knob(name: str, value: float | int) -> float | int:
-    """Validate a live knob value; the error message says what is allowed."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    if name == "learning_rate":
-        if not 0 < value < 1:
-            raise ValueError(f"learning_rate must be between 0 and 1, got {value}")
-        return float(value)
-    if name == "temperature":
-        if not 0 <= value <= 2:
-            raise ValueError(f"temperature must be between 0 and 2, got {value}")
-        return float(value)
-    if int(value) != value:
-        raise ValueError(f"{name} must be a whole number, got {value}")
-    if name == "max_steps_off_policy" and not 0 <= value <= 64:
-        raise ValueError(f"max_steps_off_policy must be between 0 and 64, got {value}")
-    if name == "rollout_workers" and not 1 <= value <= 256:
-        raise ValueError(f"rollout_workers must be between 1 and 256, got {value}")
-    return int(value)

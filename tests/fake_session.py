@@ -3,7 +3,7 @@
 `FakeSession.run()` publishes a fixed list of events (times from a `FakeClock`), then waits
 until `control.stop()` is called, publishes `RunFinished` and returns "stopped". Its control
 records every call and answers like the engine would (a `CommandReceived`, state changes, a
-checkpoint on request, knob changes checked like the pipeline checks them), so the UI can
+checkpoint on request, knob changes checked by the engine's own `check_knob`), so the UI can
 be driven end to end without torch or a network.
 """
 
@@ -13,6 +13,7 @@ import asyncio
 import math
 
 from tinker_tui.engine.clock import FakeClock
+from tinker_tui.engine.config import LIVE_KNOBS, check_knob
 from tinker_tui.engine.events import (
     CheckpointSaved,
     CommandReceived,
@@ -37,8 +38,8 @@ GROUP_SIZE = 4
 GROUPS_PER_STEP = 2
 QUESTIONS = ("Is the sky blue?", "Can a cat swim?", "Will it rain tomorrow?", "Are you ready?")
 ANSWER_REWARDS = {"maybe": 1.0, "no": 0.75, "yes": 0.5, "blue": 0.0}
-KNOBS = {"learning_rate": 2e-3, "temperature": 1.0, "max_steps_off_policy": 1,
-         "rollout_workers": 4}
+#: The run's live knobs (`engine.config.LIVE_KNOBS`) at the start of the script.
+KNOBS = dict(zip(LIVE_KNOBS, (2e-3, 1.0, 1, 4), strict=True))
 
 
 def reward_at(step: int) -> float:
@@ -271,12 +272,7 @@ class FakeControl:
         return dict(self._knobs)
 
     def set_knob(self, name: str, value: float | int) -> None:
-        if name not in KNOBS:
-            raise ValueError(f"{name!r} cannot be changed live")
-        if name == "learning_rate" and not 0 < value < 1:
-            raise ValueError(f"learning_rate must be between 0 and 1, got {value}")
-        if name == "temperature" and not 0 <= value <= 2:
-            raise ValueError(f"temperature must be between 0 and 2, got {value}")
+        value = check_knob(name, value)  # the engine's own check
         self.calls.append(("set_knob", f"{name}={value}"))
         old = self._knobs[name]
         self._command("set", name=name, value=value, old=old)

@@ -184,12 +184,12 @@ def test_settings_layers_task_then_backend_then_toml_then_flags(tmp_path):
     task = Task(**{**{f: getattr(task, f) for f in task.__slots__},
                    "backend_settings": {"local": {"group_size": 5, "learning_rate": 0.01}}})
     toml = tmp_path / "run.toml"
-    toml.write_text("max_steps = 9\nlearning_rate = 1\ntemperature = 0.5\n")
+    toml.write_text("max_steps = 9\ntemperature = 1\nlearning_rate = 0.02\n")
     file_settings = load_config_file(toml)
     config = layered_config(task, "local", file_settings, {"max_steps": 11}, config_path=toml)
     assert (config.max_steps, config.group_size, config.seed) == (11, 5, 5)
-    assert config.learning_rate == 1.0 and isinstance(config.learning_rate, float)
-    assert config.temperature == 0.5
+    assert config.temperature == 1.0 and isinstance(config.temperature, float)
+    assert config.learning_rate == 0.02
     assert layered_config(task, "tinker").group_size == 3
     assert RunConfig().group_size == 8
 

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import os
 import signal
 import sys
-import types
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -58,35 +55,28 @@ def add_parser(commands: Any) -> None:
 
 
 def add_config_flags(group: Any) -> None:
-    """One flag per RunConfig field, so every setting can be overridden the same way."""
-    from tinker_tui.engine.config import RunConfig
+    """One flag per run setting (`engine.config.SETTINGS`), so every setting can be
+    overridden the same way."""
+    from tinker_tui.engine.config import SETTINGS
 
-    hints = typing.get_type_hints(RunConfig)
-    for field in dataclasses.fields(RunConfig):
-        flag = "--" + field.name.replace("_", "-")
-        kind = _plain_type(hints[field.name])
-        help_text = f"default {field.default!r}"
-        if field.name == "max_steps":
+    for name, spec in SETTINGS.items():
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{spec.meaning} (default {spec.default!r})"
+        if name == "max_steps":
             group.add_argument(flag, type=int, dest="max_steps", metavar="N", help=help_text)
-        elif kind is bool:
+        elif spec.value_type is bool:
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
                                help=help_text)
         else:
-            group.add_argument(flag, type=kind, default=None, dest=field.name,
-                               metavar=field.name.upper(), help=help_text)
-
-
-def _plain_type(hint: Any) -> type:
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
-    return hint if isinstance(hint, type) else str
+            group.add_argument(flag, type=spec.value_type, default=None, dest=name,
+                               metavar=name.upper(), help=help_text)
 
 
 def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    from tinker_tui.engine.config import RunConfig
+    from tinker_tui.engine.config import SETTINGS
 
-    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
-                 if getattr(args, f.name, None) is not None}
+    overrides = {name: getattr(args, name) for name in SETTINGS
+                 if getattr(args, name, None) is not None}
     if overrides.get("tensorboard_dir") == TENSORBOARD_BESIDE_STORE:
         overrides["tensorboard_dir"] = str(Path(args.db).parent / "tensorboard")
     return overrides

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from textual.widgets import DataTable
-from tinker_tui.app.run_model import KNOB_NAMES, RunModel, format_knob
+from tinker_tui.app.run_model import RunModel, format_knob
 from tinker_tui.app.widgets.updates import set_subtitle
+from tinker_tui.engine.config import LIVE_KNOBS
 
 
 class KnobsTable(DataTable):
@@ -20,7 +21,7 @@ class KnobsTable(DataTable):
         self.add_column("value", key="value")
         self.add_column("at start", key="start")
         self.add_column("changed", key="changes")
-        for name in KNOB_NAMES:
+        for name in LIVE_KNOBS:
             self.add_row(name, "-", "-", "0", key=name)
         self._shown: dict[str, tuple[str, str, str]] = {}
 
@@ -30,14 +31,14 @@ class KnobsTable(DataTable):
 
     @property
     def selected_knob(self) -> str:
-        return KNOB_NAMES[max(0, min(self.cursor_row, len(KNOB_NAMES) - 1))]
+        return LIVE_KNOBS[max(0, min(self.cursor_row, len(LIVE_KNOBS) - 1))]
 
     def update_from_model(self, model: RunModel, live: Mapping[str, float | int]) -> None:
         changes: dict[str, int] = {}
         for command in model.knob_markers():
             name = str(command.args.get("name"))
             changes[name] = changes.get(name, 0) + 1
-        for name in KNOB_NAMES:
+        for name in LIVE_KNOBS:
             value = live.get(name, model.knobs.get(name))
             row = (format_knob(name, value), format_knob(name, model.initial_knobs.get(name)),
                    str(changes.get(name, 0)))
