@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.events import (
+    DISCARD_REASONS,
     CheckpointSaved,
     EvalCompleted,
     Event,
@@ -29,7 +31,7 @@ class HeadlessReporter:
     def __init__(self, out: TextIO | None = None) -> None:
         self.out = out or sys.stdout
         self.max_steps = 0
-        self.discarded = {"stale": 0, "zero_variance": 0, "error": 0}
+        self.discarded = dict.fromkeys(DISCARD_REASONS, 0)
         self.started_at: float | None = None
 
     def _print(self, line: str) -> None:
@@ -44,16 +46,16 @@ class HeadlessReporter:
         elif isinstance(event, StepTrained):
             m = event.metrics
             for reason in self.discarded:
-                self.discarded[reason] += int(m.get(f"discarded/{reason}", 0))
+                self.discarded[reason] += int(m.get(keys.discarded(reason), 0))
             d = self.discarded
             elapsed = event.time - self.started_at if self.started_at is not None else 0.0
             self._print(
                 f"step {event.step:>4}/{self.max_steps}  "
-                f"reward {m.get('reward/mean', float('nan')):.3f}  "
-                f"rollouts/s {m.get('throughput/rollouts_per_s', 0.0):6.1f}  "
+                f"reward {m.get(keys.REWARD_MEAN, float('nan')):.3f}  "
+                f"rollouts/s {m.get(keys.ROLLOUTS_PER_S, 0.0):6.1f}  "
                 f"discarded stale/zero-var/error {d['stale']}/{d['zero_variance']}/{d['error']}  "
-                f"staleness {m.get('async/staleness_mean', 0.0):.2f}  "
-                f"step {m.get('time/step', 0.0):.2f}s  "
+                f"staleness {m.get(keys.STALENESS_MEAN, 0.0):.2f}  "
+                f"step {m.get(keys.STEP_TIME, 0.0):.2f}s  "
                 f"elapsed {elapsed:.1f}s")
         elif isinstance(event, CheckpointSaved):
             self._print(f"checkpoint {event.name} ({event.kind}) at step {event.step}: "

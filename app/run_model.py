@@ -20,13 +20,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import LIVE_KNOBS, SETTINGS
 from tinker_tui.engine.events import (
+    DISCARD_REASONS,
     CheckpointKind,
     CheckpointSaved,
     CommandReceived,
-    DiscardReason,
     EvalCompleted,
     Event,
     GroupDiscarded,
@@ -41,10 +42,6 @@ from tinker_tui.engine.events import (
     ThroughputMeasured,
     TrajectorySummary,
 )
-
-REWARD_KEY = "reward/mean"
-EVAL_REWARD_KEY = "eval/reward_mean"
-DISCARD_REASONS: tuple[DiscardReason, ...] = ("stale", "zero_variance", "error")
 
 #: EMA weights `s` cycles through (0 = no smoothing), as W&B's and TensorBoard's slider.
 SMOOTHING_STEPS = (0.9, 0.95, 0.99, 0.0, 0.6, 0.8)
@@ -602,11 +599,11 @@ class RunModel:
                 self.policy_version = event.policy_version
                 self.step_times.append(event.time)
                 self.last_metrics = event.metrics
-                reward = event.metrics.get(REWARD_KEY)
+                reward = event.metrics.get(keys.REWARD_MEAN)
                 if reward is not None and math.isfinite(reward):
                     self.rewards.append((event.step, float(reward)))
             case EvalCompleted():
-                reward = event.metrics.get(EVAL_REWARD_KEY)
+                reward = event.metrics.get(keys.EVAL_REWARD_MEAN)
                 if reward is not None and math.isfinite(reward):
                     self.evals.append(
                         EvalPoint(

@@ -11,11 +11,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 logger = logging.getLogger(__name__)
 
 DiscardReason = Literal["stale", "zero_variance", "error"]
+#: Every `DiscardReason`, in the order panes list them.
+DISCARD_REASONS: tuple[DiscardReason, ...] = get_args(DiscardReason)
 RunState = Literal["starting", "running", "paused", "stopping", "finished"]
 RunStatus = Literal["completed", "stopped", "failed"]
 CheckpointKind = Literal["state", "sampler"]

@@ -18,12 +18,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from tinker_tui.engine import faults
+from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import RunConfig, check_knob
 from tinker_tui.engine.events import (
+    DISCARD_REASONS,
     CheckpointSaved,
     CheckpointStarted,
     CommandReceived,
+    DiscardReason,
     EvalCompleted,
     EventBus,
     GroupDiscarded,
@@ -91,7 +94,7 @@ class Pipeline:
         self._stopping = False
         self._checkpoint_requested = False
         self._wake = asyncio.Event()
-        self._discards_this_step: dict[str, int] = {"stale": 0, "zero_variance": 0, "error": 0}
+        self._discards_this_step: dict[DiscardReason, int] = dict.fromkeys(DISCARD_REASONS, 0)
         self._rollouts_since_step = 0
         self.sampling_defaults = sampling_defaults or SamplingDefaults(
             temperature=config.temperature, max_tokens=config.max_tokens)
@@ -408,10 +411,10 @@ class Pipeline:
                 result = await self.policy.train(datums, loss_fn=self.config.loss_fn,
                                                  learning_rate=self._learning_rate)
                 metrics.update(result.metrics)
-                metrics["train/num_datums"] = result.num_datums
-                metrics["train/tokens"] = result.num_tokens
+                metrics[keys.TRAIN_NUM_DATUMS] = result.num_datums
+                metrics[keys.TRAIN_TOKENS] = result.num_tokens
             else:
-                metrics["train/skipped"] = 1.0
+                metrics[keys.TRAIN_SKIPPED] = 1.0
                 if not self._skipping:  # say it once per run of such steps, not every step
                     self.log("info", f"step {self.step + 1}: every group had equal rewards; "
                                      "no gradient until one differs")
@@ -423,7 +426,7 @@ class Pipeline:
             self._wake.set()
             now = self.clock.now()
             self.meter.trainer_finished(now)
-            self.meter.trained(now, int(metrics.get("train/tokens", 0)),
+            self.meter.trained(now, int(metrics.get(keys.TRAIN_TOKENS, 0)),
                                [self._staleness_split(g, version_before) for g in batch])
             metrics.update(self._step_metrics(batch, version_before, wait_started,
                                               train_started, now))
@@ -448,22 +451,22 @@ class Pipeline:
             self._finish_version.pop(g.group_id, None)
         elapsed = max(now - (self._last_step_end or now), 1e-9)
         metrics = {
-            "reward/mean": sum(rewards) / len(rewards),
-            "reward/min": min(rewards),
-            "reward/max": max(rewards),
-            "async/staleness_mean": sum(staleness) / len(staleness),
-            "async/staleness_max": float(max(staleness)),
-            "async/staleness_in_flight_mean": sum(f for f, _ in split) / len(split),
-            "async/staleness_queued_mean": sum(q for _, q in split) / len(split),
-            "async/queue_depth": float(self._queue.qsize()),
-            "time/step": elapsed,
-            "time/wait_batch": train_started - wait_started,
-            "time/train": now - train_started,
-            "throughput/rollouts_per_s": self._rollouts_since_step / elapsed,
-            "optim/lr": self._learning_rate,
+            keys.REWARD_MEAN: sum(rewards) / len(rewards),
+            keys.REWARD_MIN: min(rewards),
+            keys.REWARD_MAX: max(rewards),
+            keys.STALENESS_MEAN: sum(staleness) / len(staleness),
+            keys.STALENESS_MAX: float(max(staleness)),
+            keys.STALENESS_IN_FLIGHT_MEAN: sum(f for f, _ in split) / len(split),
+            keys.STALENESS_QUEUED_MEAN: sum(q for _, q in split) / len(split),
+            keys.QUEUE_DEPTH: float(self._queue.qsize()),
+            keys.STEP_TIME: elapsed,
+            keys.WAIT_BATCH_TIME: train_started - wait_started,
+            keys.TRAIN_TIME: now - train_started,
+            keys.ROLLOUTS_PER_S: self._rollouts_since_step / elapsed,
+            keys.LEARNING_RATE: self._learning_rate,
         }
         for reason, count in self._discards_this_step.items():
-            metrics[f"discarded/{reason}"] = float(count)
+            metrics[keys.discarded(reason)] = float(count)
         self._discards_this_step = dict.fromkeys(self._discards_this_step, 0)
         self._rollouts_since_step = 0
         self._last_step_end = now
@@ -533,11 +536,12 @@ class Pipeline:
                                        return_exceptions=True)
         rewards = [r.reward for r in results if isinstance(r, Trajectory)]
         errors = len(results) - len(rewards)
-        metrics = {"eval/reward_mean": sum(rewards) / len(rewards) if rewards else float("nan"),
-                   "eval/num_scenarios": float(len(scenarios)), "eval/errors": float(errors)}
+        metrics = {keys.EVAL_REWARD_MEAN: sum(rewards) / len(rewards) if rewards else float("nan"),
+                   keys.EVAL_NUM_SCENARIOS: float(len(scenarios)),
+                   keys.EVAL_ERRORS: float(errors)}
         self._emit(EvalCompleted(time=self.clock.now(), step=step, policy_version=version,
                                  metrics=metrics))
-        self.log("info", f"eval at step {step}: mean reward {metrics['eval/reward_mean']:.3f} "
+        self.log("info", f"eval at step {step}: mean reward {metrics[keys.EVAL_REWARD_MEAN]:.3f} "
                          f"over {len(rewards)} scenarios" + (f", {errors} errors" if errors else ""))
         self._start_eval_if_due()
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import tinker
+from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.backend import make_renderer, renderer_name_for
 from tinker_tui.engine.errors import TinkerTuiError
 from tinker_tui.engine.retry import RetryPolicy, Wait, call_with_retry
@@ -335,8 +336,8 @@ class Policy:
                             "advantages": list(example["advantages"]),
                         },
                     ))
-        return DatumBatch(datums, {"train/turns": float(turns),
-                                   "train/prefix_mismatch": float(mismatches)})
+        return DatumBatch(datums, {keys.TRAIN_TURNS: float(turns),
+                                   keys.TRAIN_PREFIX_MISMATCH: float(mismatches)})
 
     async def train(
         self,
@@ -359,10 +360,10 @@ class Policy:
         optim_done = time.perf_counter()
         publish_seconds = await self._publish(self.version + 1)
         num_tokens = sum(d.model_input.length for d in datums)
-        metrics = {"train/loss_sum": float(fb.metrics.get("loss:sum", 0.0)),
-                   "time/forward_backward": fb_done - started,
-                   "time/optim_step": optim_done - fb_done,
-                   "time/publish_weights": publish_seconds}
+        metrics = {keys.TRAIN_LOSS_SUM: float(fb.metrics.get("loss:sum", 0.0)),
+                   keys.FORWARD_BACKWARD_TIME: fb_done - started,
+                   keys.OPTIM_STEP_TIME: optim_done - fb_done,
+                   keys.PUBLISH_WEIGHTS_TIME: publish_seconds}
         metrics.update(getattr(datums, "metrics", {}))
         return TrainResult(self.version, metrics, len(datums), num_tokens)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 
+from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import LIVE_KNOBS, check_knob
 from tinker_tui.engine.events import (
@@ -142,11 +143,11 @@ def scripted_events(clock: FakeClock) -> list[Event]:
                 step=step,
                 policy_version=step,
                 metrics={
-                    "reward/mean": reward_at(step),
+                    keys.REWARD_MEAN: reward_at(step),
                     "loss": round(0.9 / step, 4),
-                    "time/step": 0.1,
-                    "async/staleness_mean": 0.5,
-                    "async/staleness_max": 1.0,
+                    keys.STEP_TIME: 0.1,
+                    keys.STALENESS_MEAN: 0.5,
+                    keys.STALENESS_MAX: 1.0,
                 },
             )
         )
@@ -172,8 +173,8 @@ def scripted_events(clock: FakeClock) -> list[Event]:
                     time=clock.now(),
                     step=step,
                     policy_version=step,
-                    metrics={"eval/reward_mean": round(reward_at(step) + 0.05, 4),
-                             "eval/num_scenarios": 20.0, "eval/errors": 0.0},
+                    metrics={keys.EVAL_REWARD_MEAN: round(reward_at(step) + 0.05, 4),
+                             keys.EVAL_NUM_SCENARIOS: 20.0, keys.EVAL_ERRORS: 0.0},
                 )
             )
             add(
@@ -265,7 +266,7 @@ class FakeControl:
         session.publish(
             EvalCompleted(time=session.clock.now(), step=session.step,
                           policy_version=session.step,
-                          metrics={"eval/reward_mean": 0.9, "eval/num_scenarios": 20.0})
+                          metrics={keys.EVAL_REWARD_MEAN: 0.9, keys.EVAL_NUM_SCENARIOS: 20.0})
         )
 
     def knobs(self) -> dict[str, float | int]:
@@ -395,8 +396,8 @@ class LiveFakeSession(FakeSession):
                     policy_version=step - 1, num_trajectories=GROUP_SIZE, num_tokens=20,
                     reward_mean=reward_at(step), trajectories=trajectories_for(step, step - 1)))
                 self.publish(StepTrained(time=self.clock.now(), step=step, policy_version=step,
-                                         metrics={"reward/mean": reward_at(step),
-                                                  "time/step": self.step_seconds}))
+                                         metrics={keys.REWARD_MEAN: reward_at(step),
+                                                  keys.STEP_TIME: self.step_seconds}))
             status: RunStatus = "stopped" if step < self.max_steps else "completed"
             self.publish(RunFinished(time=self.clock.now(), status=status, final_step=step,
                                      reason=self.stop_reason))

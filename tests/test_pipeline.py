@@ -220,3 +220,19 @@ async def test_min_batch_trains_on_what_is_queued_and_keeps_the_bound():
     assert not [e for e in events if isinstance(e, GroupDiscarded) and e.reason == "stale"]
     for trained_at, batch in enumerate(policy.trained_batches):
         assert all(trained_at - v <= 1 for v in batch)
+
+
+async def test_every_metric_key_the_pipeline_writes_is_named_in_metric_keys():
+    from tinker_tui.engine import metric_keys
+    from tinker_tui.engine.events import DISCARD_REASONS, EvalCompleted
+
+    named = {v for k, v in vars(metric_keys).items() if k.isupper() and isinstance(v, str)}
+    named |= {metric_keys.discarded(reason) for reason in DISCARD_REASONS}
+    pipeline, _, _, events = make_pipeline(task=simulated_task(eval_size=3), max_steps=4,
+                                           eval_every=2)
+    assert await pipeline.run() == "completed"
+    written = {k for e in events if isinstance(e, StepTrained | EvalCompleted) for k in e.metrics}
+    assert written and written <= named
+    # what the clients read is written
+    assert {metric_keys.REWARD_MEAN, metric_keys.EVAL_REWARD_MEAN, metric_keys.STEP_TIME,
+            metric_keys.STALENESS_MEAN, metric_keys.ROLLOUTS_PER_S} <= written

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from textual.content import Content
 from textual.widgets import Static
-from tinker_tui.app.run_model import DISCARD_REASONS, RunModel, bar, staleness_rows
+from tinker_tui.app.run_model import RunModel, bar, staleness_rows
 from tinker_tui.app.widgets.updates import set_subtitle, update_static
+from tinker_tui.engine import metric_keys as keys
+from tinker_tui.engine.events import DISCARD_REASONS
 
 REASON_LABELS = {"stale": "stale", "zero_variance": "zero variance", "error": "error"}
 REASON_STYLES = {"stale": "$warning", "zero_variance": "$secondary", "error": "$error"}
@@ -34,10 +36,10 @@ def staleness_lines(model: RunModel, width: int, room: int) -> list[Content]:
         return []
     measured = model.throughput
     if measured is None:
-        mean = model.last_metrics.get("async/staleness_mean")
+        mean = model.last_metrics.get(keys.STALENESS_MEAN)
         if mean is None:
             return [Content.styled("staleness: no steps yet", "$text-muted")]
-        worst = model.last_metrics.get("async/staleness_max", mean)
+        worst = model.last_metrics.get(keys.STALENESS_MAX, mean)
         return [Content.assemble(("staleness", "$text-muted"),
                                  f"  mean {mean:.2f}  max {worst:g}")]
     rows = staleness_rows(measured.staleness_in_flight, measured.staleness_queued)

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.events import (
     CheckpointSaved,
     CheckpointStarted,
@@ -132,7 +133,7 @@ def _encode_step(rows: Rows, run_id: str, e: StepTrained) -> None:
     trained = []
     if e.group_ids:
         # The version the gradient was taken against (a skipped step made none).
-        version = int(e.policy_version) - (0 if metrics.get("train/skipped") else 1)
+        version = int(e.policy_version) - (0 if metrics.get(keys.TRAIN_SKIPPED) else 1)
         trained = [(int(e.step), version, t, run_id, int(g)) for g in e.group_ids]
     rows.by_statement[_SQL_STEP].append(step)
     rows.by_statement[_SQL_GROUP_TRAINED].extend(trained)
