@@ -75,11 +75,6 @@ class HeadlessReporter:
 METRICS_FILE_SUFFIX = ".metrics.jsonl"
 
 
-def metrics_file_path(db_path: str | Path, run_id: str) -> Path:
-    """The JSONL metrics file of `run_id`: beside the store at `db_path`."""
-    return Path(db_path).expanduser().parent / f"{run_id}{METRICS_FILE_SUFFIX}"
-
-
 def _finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None  # strict JSON has no NaN or infinity

@@ -150,11 +150,12 @@ def _import_failure(what: str, exc: BaseException, path: Path | None) -> str:
 
 def _located(task: Any, where: str) -> Any:
     """The task with its rollout wrapped so rollout mistakes name the task's file."""
-    from tinker_tui.engine.task import _GroupJoin
+    from tinker_tui.engine.task import group_rollout_of
 
-    if isinstance(task.rollout, _GroupJoin):
+    group_rollout = group_rollout_of(task)
+    if group_rollout is not None:
         return dataclasses.replace(task, rollout=None, group_rollout=_NamedGroupRollout(
-            task.rollout.group_rollout, where))
+            group_rollout, where))
     return dataclasses.replace(task, rollout=_NamedRollout(task.rollout, where))
 
 
@@ -274,6 +275,7 @@ def layered_config(task: Any, backend: str, file_settings: dict[str, Any] | None
 
 def task_source(task: Any) -> str | None:
     """Where a loaded task came from (its file or module), for messages."""
-    rollout = task.rollout
-    named = getattr(rollout, "group_rollout", rollout)
-    return getattr(named, "where", None)
+    from tinker_tui.engine.task import group_rollout_of
+
+    named = group_rollout_of(task) or task.rollout
+    return named.where if isinstance(named, _NamedRollout | _NamedGroupRollout) else None

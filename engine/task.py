@@ -43,6 +43,7 @@ __all__ = [
     "Trajectory",
     "TrajectoryError",
     "check_task",
+    "group_rollout_of",
 ]
 
 Message = dict[str, Any]
@@ -153,6 +154,14 @@ class _Members:
     count: int = 1
 
 
+def group_rollout_of(task: Task) -> GroupRollout | None:
+    """The task's rollout form: its `group_rollout` when it rolls out a whole group per call
+    (the engine still calls `task.rollout` once per member), None when it gives `rollout`."""
+    if isinstance(task.rollout, _GroupJoin):
+        return task.rollout.group_rollout
+    return None
+
+
 # ---------------------------------------------------------------------- checks
 def check_task(task: Any, *, known_settings: Iterable[str] | None = None) -> Task:
     """Check a task's pieces before the engine starts; raises `TaskError` saying what is
@@ -163,9 +172,10 @@ def check_task(task: Any, *, known_settings: Iterable[str] | None = None) -> Tas
     if not isinstance(task.name, str) or not task.name.strip():
         raise TaskError(f"Task.name must be a non-empty string, got {task.name!r}")
     _check_callable("scenarios", task.scenarios, ("rng",), asynchronous=False)
-    if isinstance(task.rollout, _GroupJoin):
-        _check_callable("group_rollout", task.rollout.group_rollout,
-                        ("client", "model", "scenario", "n"), asynchronous=True)
+    group_rollout = group_rollout_of(task)
+    if group_rollout is not None:
+        _check_callable("group_rollout", group_rollout, ("client", "model", "scenario", "n"),
+                        asynchronous=True)
     elif task.rollout is None:
         raise TaskError("the task has no rollout: give rollout=async def rollout(client, "
                         "model, scenario) -> Trajectory (or group_rollout=...)")

@@ -136,7 +136,9 @@ class SequenceArrays:
     """The training examples of one trajectory, and how its turns were joined."""
 
     #: One dict of per-token arrays (model_input, target_tokens, logprobs, advantages) per
-    #: training example; see `turn_to_datum_arrays` for the convention.
+    #: training example (Tinker's convention: model_input is the sequence minus its last
+    #: token, every per-token array has its length, context positions get advantage 0 and
+    #: logprob 0, so only sampled tokens are trained).
     examples: list[dict[str, Sequence[Any]]]
     #: Turns (with at least one sampled token) that went into the examples.
     turns: int
@@ -196,27 +198,3 @@ def _example(full: list[int], logprobs: list[float], trained: list[bool],
         "logprobs": logprobs[1:],
         "advantages": [advantage if t else 0.0 for t in trained[1:]],
     }]
-
-
-def turn_to_datum_arrays(turn: SampledTurn, advantage: float) -> dict[str, Sequence[Any]]:
-    """The per-token arrays of one training example for an assistant turn.
-
-    Tinker's convention: model_input is the full sequence minus its last token and every
-    per-token input has the same length; prompt positions get advantage 0 and logprob 0,
-    so only sampled tokens are trained.
-    """
-    full = list(turn.prompt_tokens) + list(turn.tokens)
-    n_prompt = len(turn.prompt_tokens)
-    length = len(full) - 1
-    logprobs = [0.0] * length
-    advantages = [0.0] * length
-    for j, lp in enumerate(turn.logprobs):
-        position = n_prompt - 1 + j
-        logprobs[position] = lp
-        advantages[position] = advantage
-    return {
-        "model_input": full[:-1],
-        "target_tokens": full[1:],
-        "logprobs": logprobs,
-        "advantages": advantages,
-    }

@@ -358,3 +358,17 @@ async def test_the_readme_minimal_task_is_complete_and_runs(tmp_path):
     assert await run.run() == "completed"
     assert not [e for e in events if isinstance(e, GroupDiscarded) and e.reason == "error"]
     assert [e for e in events if isinstance(e, GroupSampled)]
+
+
+def test_the_rollout_form_is_public_and_loading_keeps_it(tmp_path):
+    from tinker_tui.app.task_loader import task_source
+    from tinker_tui.engine.task import group_rollout_of
+    from tinker_tui.examples import next_number, yes_no_maybe
+
+    assert group_rollout_of(next_number.TASK) is next_number.group_rollout
+    assert group_rollout_of(yes_no_maybe.TASK) is None
+    grouped, single = load_task("next_number"), load_task(str(write_task(tmp_path)))
+    assert group_rollout_of(grouped) is not None and group_rollout_of(single) is None
+    assert task_source(grouped) == "module tinker_tui.examples.next_number"
+    assert task_source(single) == str(tmp_path / "my_task.py")
+    assert task_source(yes_no_maybe.TASK) is None  # not loaded: no file to name

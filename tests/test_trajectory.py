@@ -7,7 +7,6 @@ from tinker_tui.engine.trajectory import (
     TrajectoryError,
     TrajectoryGroup,
     trajectory_to_datum_arrays,
-    turn_to_datum_arrays,
 )
 
 
@@ -18,7 +17,9 @@ def turn(tokens=(7, 8), version=3):
 
 
 def test_datum_arrays_put_advantages_only_on_sampled_tokens():
-    arrays = turn_to_datum_arrays(turn(), advantage=0.25)
+    joined = trajectory_to_datum_arrays((turn(),), advantage=0.25)
+    assert (joined.turns, joined.prefix_mismatches) == (1, 0)
+    [arrays] = joined.examples
     assert arrays["model_input"] == [1, 2, 3, 7]
     assert arrays["target_tokens"] == [2, 3, 7, 8]
     # position i predicts target i: sampled tokens 7 and 8 sit at positions 2 and 3
@@ -84,17 +85,11 @@ def test_a_prompt_that_does_not_extend_the_sampled_tokens_is_counted_and_trained
     arrays = trajectory_to_datum_arrays((first, second, third), advantage=-1.0)
     assert arrays.turns == 3 and arrays.prefix_mismatches == 1
     a, b = arrays.examples
-    assert a == turn_to_datum_arrays(first, -1.0)
+    assert a == {"model_input": [1, 2, 3], "target_tokens": [2, 3, 4],
+                 "logprobs": [0.0, -0.3, -0.4], "advantages": [0.0, -1.0, -1.0]}
     assert b["model_input"] == [1, 2, 3, 9, 5, 7, 8, 6]
     assert b["target_tokens"] == [2, 3, 9, 5, 7, 8, 6, 2]
     assert b["advantages"] == [0.0] * 4 + [-1.0, -1.0, 0.0, -1.0]
     # every sampled token is trained exactly once across the examples
     trained = sum(1 for ex in arrays.examples for adv in ex["advantages"] if adv)
     assert trained == sum(len(t.tokens) for t in (first, second, third))
-
-
-def test_a_single_turn_merges_to_the_same_example_as_before():
-    t = turn()
-    arrays = trajectory_to_datum_arrays((t,), advantage=0.25)
-    assert arrays.examples == [turn_to_datum_arrays(t, 0.25)]
-    assert arrays.prefix_mismatches == 0

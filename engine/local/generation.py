@@ -173,13 +173,6 @@ def make_request(
     )
 
 
-def _topk_matrix(values: torch.Tensor, indices: torch.Tensor) -> TopkLogprobs:
-    return TopkLogprobs(
-        token_ids=indices.to("cpu", torch.int32).numpy().copy(),
-        logprobs=values.to("cpu", torch.float32).numpy().copy(),
-    )
-
-
 @torch.inference_mode()
 def prompt_logprobs(
     model: torch.nn.Module, ids: Sequence[int], device: torch.device, topk: int = 0

@@ -228,15 +228,6 @@ class Adapter:
         return merged
 
 
-def count_parameters(layers: Mapping[str, LoRALinear], rank: int, kinds: tuple[str, ...]) -> int:
-    """Trainable parameters of a rank-`rank` adapter on the layers of `kinds`."""
-    return sum(
-        rank * (layer.in_features + layer.out_features)
-        for layer in layers.values()
-        if layer.kind in kinds
-    )
-
-
 @contextlib.contextmanager
 def activate(
     layers: Mapping[str, LoRALinear],

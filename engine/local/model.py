@@ -75,11 +75,6 @@ _SPECS: dict[str, BaseModelSpec] = {
 }
 
 
-def embedded_models() -> list[str]:
-    """Names of the embedded base models, default first."""
-    return list(_SPECS)
-
-
 def get_spec(base_model: str) -> BaseModelSpec:
     spec = _SPECS.get(base_model)
     if spec is None:
@@ -160,15 +155,6 @@ def get_tokenizer(base_model: str) -> Any:
                 ) from exc
             _tokenizers[name] = tok
         return tok
-
-
-def register_cookbook_tokenizers() -> None:
-    """Make `tinker_cookbook.tokenizer_utils.get_tokenizer(name)` return our tokenizer for the
-    embedded models instead of trying the Hugging Face hub (imports the cookbook: ~3 s)."""
-    from tinker_cookbook.tokenizer_utils import register_tokenizer
-
-    for name in _SPECS:
-        register_tokenizer(name, lambda name=name: WordTokenizer(name_or_path=name))
 
 
 # -- the loaded base --------------------------------------------------------------------------
@@ -268,9 +254,6 @@ class BaseModel:
                         digest.update(f"{path.name}:{path.stat().st_size};".encode())
             self._fingerprint = digest.hexdigest()[:16]
         return self._fingerprint
-
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.module.parameters())
 
     def weight_bytes(self) -> int:
         if self._weight_bytes is None:

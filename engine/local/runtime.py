@@ -93,7 +93,3 @@ def failed(error: BaseException) -> AwaitableConcurrentFuture[Any]:
     fut: Future[Any] = Future()
     fut.set_exception(error)
     return AwaitableConcurrentFuture(fut)
-
-
-def on_torch_thread() -> bool:
-    return threading.current_thread().name.startswith("tinker-local-torch")
