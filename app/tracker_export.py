@@ -14,23 +14,25 @@ import asyncio
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_tui.engine.errors import UsageError
+
+if TYPE_CHECKING:
+    from tinker_tui.engine.events import CheckpointSaved
+    from tinker_tui.engine.store import StoredRun
 
 #: W&B project of an export when neither --project nor the run's settings name one.
 DEFAULT_WANDB_PROJECT = "tinker-tui"
 _RECORD_FIELDS = ("kind", "run_id", "step", "policy_version", "time")
 
 
-async def _run_and_checkpoints(db_path: Path, run_id: str) -> tuple[dict[str, Any], list[dict]]:
-    from tinker_tui.engine.store import RunStore
+async def _run_and_checkpoints(db_path: Path, run_id: str
+                               ) -> tuple[StoredRun, list[CheckpointSaved]]:
+    from tinker_tui.engine.store import StoreReader
 
-    store = await RunStore.open_readonly(db_path)
-    try:
-        return (await store.run(run_id)) or {}, await store.checkpoints(run_id)
-    finally:
-        await store.close()
+    async with await StoreReader.open_readonly(db_path) as store:
+        return await store.find_run(run_id), await store.checkpoints(run_id)
 
 
 def export_to_tracker(args: argparse.Namespace) -> int:
@@ -43,10 +45,10 @@ def export_to_tracker(args: argparse.Namespace) -> int:
         raise UsageError(problem)
     run_id, metrics, samples = asyncio.run(read_export(args.db, args.run))
     run, checkpoints = asyncio.run(_run_and_checkpoints(args.db, run_id))
-    config = run.get("config") if isinstance(run.get("config"), dict) else {}
+    config = run.config
     tracker = _tracker(args, config)
-    info = RunInfo(run_id=run_id, name=run.get("name", ""), backend=run.get("backend", ""),
-                   base_model=run.get("base_model", ""), config=config)
+    info = RunInfo(run_id=run_id, name=run.name, backend=run.backend,
+                   base_model=run.base_model, config=config)
     started = tracker.start(info)
     steps = evals = 0
     for record in metrics:
@@ -55,8 +57,8 @@ def export_to_tracker(args: argparse.Namespace) -> int:
         log(record["step"], record["policy_version"], values, record["time"] or 0.0)
         steps, evals = (steps + 1, evals) if record["kind"] == "step" else (steps, evals + 1)
     for checkpoint in checkpoints:
-        tracker.log_checkpoint(checkpoint["step"], checkpoint["kind"], checkpoint["name"],
-                               checkpoint["path"])
+        tracker.log_checkpoint(checkpoint.step, checkpoint.kind, checkpoint.name,
+                               checkpoint.path)
     every = int(config.get("wandb_samples_every", 10) or 0) if args.format == "wandb" else 0
     by_step: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
     for s in samples:
@@ -66,7 +68,7 @@ def export_to_tracker(args: argparse.Namespace) -> int:
                  s["policy_version"], s["num_tokens"], conversation_text(s["messages"] or [])))
     for step in sorted(by_step):
         tracker.log_samples(step, by_step[step])
-    finished = tracker.finish(run.get("status") or "completed")
+    finished = tracker.finish(run.status or "completed")
     print(f"exported run {run_id} to {tracker.name}: {steps} steps, {evals} evaluations, "
           f"{len(checkpoints)} checkpoints", file=sys.stderr)
     for line in finished or started:  # the last word on where the records are

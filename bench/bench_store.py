@@ -41,7 +41,7 @@ from tinker_tui.engine.events import (  # noqa: E402
     StepTrained,
     TrajectorySummary,
 )
-from tinker_tui.engine.store import READABLE_TABLES, RunStore  # noqa: E402
+from tinker_tui.engine.store import READABLE_TABLES, RunStore, StoreReader  # noqa: E402
 
 GROUP_SIZE = 8
 GROUPS_PER_STEP = 4
@@ -114,7 +114,7 @@ class Lag:
 
 
 async def row_count(path: Path) -> int:
-    store = await RunStore.open_readonly(path)
+    store = await StoreReader.open_readonly(path)
     try:
         total = 0
         for table in READABLE_TABLES:

@@ -29,7 +29,7 @@ from tinker_tui.engine.events import (
 )
 from tinker_tui.engine.pipeline import Pipeline
 from tinker_tui.engine.resume import ResumeState, RunLock, RunLocked, ScenarioSource, run_is_live
-from tinker_tui.engine.store import APPLICATION_ID, MIGRATIONS, RunStore
+from tinker_tui.engine.store import APPLICATION_ID, MIGRATIONS, RunStore, StoreReader
 
 from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task
 from tinker_tui import Scenario, Task
@@ -203,9 +203,9 @@ def test_group_life_cycle_and_confirmed_checkpoints_are_stored(tmp_path):
         == [(2, 1, "tinker://a/weights/2"), (4, 0, "")]
 
     async def read():
-        store = await RunStore.open_readonly(path)
+        store = await StoreReader.open_readonly(path)
         try:
-            assert [c["step"] for c in await store.checkpoints("r1")] == [2]
+            assert [c.step for c in await store.checkpoints("r1")] == [2]
             assert [r["step"] for r in await store.rows_after("checkpoints", "r1")] == [2]
             points = await store.resume_points("r1")
             assert [p["step"] for p in points] == [2]
@@ -248,7 +248,7 @@ def test_run_finished_marks_untrained_groups_unused(tmp_path):
                 store.handle(e)
             store.handle(RunFinished(time=9.0, status="completed", final_step=4))
             await store.flush()
-            return [(g["status"], g["detail"]) for g in await store.groups("r1")]
+            return [(g.status, g.detail) for g in await store.groups("r1")]
     assert asyncio.run(go()) == [("unused", "the run ended before it was trained")] * 2
 
 
@@ -266,7 +266,7 @@ def test_a_version_2_store_is_migrated_and_its_checkpoints_count_as_confirmed(tm
 
     async def go():
         async with await RunStore.open(path) as store:
-            assert [c["step"] for c in await store.checkpoints("old")] == [10]
+            assert [c.step for c in await store.checkpoints("old")] == [10]
             assert await store.resume_points("old") == []
     asyncio.run(go())
     db = sqlite3.connect(path)

@@ -15,11 +15,18 @@ from fake_session import GROUP_SIZE, scripted_events
 from textual.pilot import Pilot
 from tinker_tui.app.cli import main as cli_main
 from tinker_tui.app.run_model import RunModel
-from tinker_tui.app.store_session import NoSuchRun, StoreSession, find_run
+from tinker_tui.app.store_session import StoreSession
 from tinker_tui.app.tui import EXIT_OK, TinkerTuiApp
 from tinker_tui.engine.clock import FakeClock
-from tinker_tui.engine.events import RunFinished, StepTrained
-from tinker_tui.engine.store import SCHEMA_VERSION, RunStore, StoreError
+from tinker_tui.engine.events import GroupSampled, RunFinished, RunStarted, StepTrained
+from tinker_tui.engine.store import (
+    SCHEMA_VERSION,
+    NoSuchRun,
+    RunStore,
+    StoreError,
+    StoreReader,
+    find_run,
+)
 
 
 def write_run(path: Path, *, finish: bool = True) -> list:
@@ -75,16 +82,18 @@ def test_the_store_keeps_groups_trajectories_evals_commands_and_measurements(sto
 
 async def test_rows_after_reads_incrementally_and_decodes_json(stored):
     path, _ = stored
-    store = await RunStore.open_readonly(path)
+    store = await StoreReader.open_readonly(path)
     try:
         first = await store.rows_after("steps", "run-0001", 0, limit=5)
         assert [r["step"] for r in first] == [1, 2, 3, 4, 5]
         assert isinstance(first[0]["metrics"], dict)
         rest = await store.rows_after("steps", "run-0001", first[-1]["rowid"])
         assert [r["step"] for r in rest] == list(range(6, 21))
-        trajectories = await store.trajectories("run-0001", 40)
-        assert [t["idx"] for t in trajectories] == list(range(GROUP_SIZE))
-        assert trajectories[0]["messages"][1]["tool_calls"][0]["function"]["name"] == "lookup"
+        (group,) = [e for e in await store.events(await store.find_run("run-0001"),
+                                                   kinds={GroupSampled}) if e.group_id == 40]
+        assert len(group.trajectories) == GROUP_SIZE
+        messages = group.trajectories[0].messages
+        assert messages[1]["tool_calls"][0]["function"]["name"] == "lookup"
         with pytest.raises(ValueError):
             await store.rows_after("runs; drop table runs", "run-0001")
     finally:
@@ -93,11 +102,11 @@ async def test_rows_after_reads_incrementally_and_decodes_json(stored):
 
 async def test_read_only_open_refuses_what_it_cannot_read(tmp_path):
     with pytest.raises(StoreError, match="does not exist"):
-        await RunStore.open_readonly(tmp_path / "missing.db")
+        await StoreReader.open_readonly(tmp_path / "missing.db")
     other = tmp_path / "other.db"
     sqlite3.connect(other).execute("create table t (x)").connection.commit()
     with pytest.raises(StoreError, match="not a tinker-tui run store"):
-        await RunStore.open_readonly(other)
+        await StoreReader.open_readonly(other)
 
 
 async def test_a_version_1_store_reads_and_migrates(tmp_path):
@@ -111,9 +120,10 @@ async def test_a_version_1_store_reads_and_migrates(tmp_path):
     db.execute("insert into runs (run_id, name, started_at) values ('old', 'n', 1.0)")
     db.commit()
     db.close()
-    reader = await RunStore.open_readonly(path)
+    reader = await StoreReader.open_readonly(path)
     assert await reader.rows_after("trajectories", "old") == []  # no such table yet
-    assert await reader.trajectories("old", 1) == []
+    (started,) = await reader.events(await reader.find_run("old"))  # nothing else stored
+    assert isinstance(started, RunStarted) and started.name == "n"
     await reader.close()
     writer = await RunStore.open(path)
     await writer.close()
@@ -148,8 +158,8 @@ async def test_a_store_session_replays_what_the_live_run_showed(stored):
 
 async def test_find_run_by_prefix_latest_or_not_at_all(stored):
     path, _ = stored
-    assert (await find_run(path, "run-0"))["run_id"] == "run-0001"
-    assert (await find_run(path, "latest"))["run_id"] == "run-0001"
+    assert (await find_run(path, "run-0")).run_id == "run-0001"
+    assert (await find_run(path, "latest")).run_id == "run-0001"
     with pytest.raises(NoSuchRun, match="runs: run-0001"):
         await find_run(path, "nope")
 

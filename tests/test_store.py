@@ -1,4 +1,4 @@
-"""Tests for engine/store.py: the SQLite run store fed by engine events."""
+"""Tests for engine/store/: the SQLite run store fed by engine events, and read back."""
 
 from __future__ import annotations
 
@@ -12,16 +12,30 @@ from pathlib import Path
 import pytest
 from tinker_tui.engine.events import (
     CheckpointSaved,
+    CommandReceived,
+    EvalCompleted,
     EventBus,
     GroupDiscarded,
     GroupSampled,
+    GroupStarted,
     LogEmitted,
     RunFinished,
     RunStarted,
     RunStateChanged,
     StepTrained,
+    ThroughputMeasured,
+    TrackerReported,
+    TrajectorySummary,
 )
-from tinker_tui.engine.store import APPLICATION_ID, SCHEMA_VERSION, RunStore, StoreError
+from tinker_tui.engine.store import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    NoSuchRun,
+    RunStore,
+    StoredRun,
+    StoreError,
+    pick_run,
+)
 
 
 def started(run_id: str = "r1", t: float = 100.0, **kw) -> RunStarted:
@@ -48,6 +62,21 @@ def step(n: int, t: float | None = None, **metrics: float) -> StepTrained:
     )
 
 
+async def stored_steps(store, run_id: str) -> list[tuple[int, dict]]:
+    """(step, metrics) of the run's stored steps, in step order, read back as events."""
+    run = await store.run(run_id)
+    if run is None:
+        return []
+    events = await store.events(run, kinds={StepTrained})
+    return sorted(((e.step, dict(e.metrics)) for e in events), key=lambda s: s[0])
+
+
+def log_messages(path: Path, run_id: str) -> list[str]:
+    with sqlite3.connect(path) as db:
+        return [m for (m,) in db.execute(
+            "SELECT message FROM log WHERE run_id IS ? ORDER BY id", (run_id,))]
+
+
 @pytest.fixture
 async def store(tmp_path: Path):
     s = await RunStore.open(tmp_path / "runs.db")
@@ -71,6 +100,8 @@ async def test_open_creates_parent_dirs_wal_and_version(tmp_path: Path) -> None:
 async def test_round_trip_of_every_event_type(store: RunStore) -> None:
     bus = EventBus()
     bus.subscribe(store.handle)
+    published: list = []
+    bus.subscribe(published.append)
     bus.publish(LogEmitted(time=99.0, level="INFO", message="before any run"))
     bus.publish(started())
     bus.publish(RunStateChanged(time=100.5, state="running"))
@@ -94,6 +125,11 @@ async def test_round_trip_of_every_event_type(store: RunStore) -> None:
             num_trajectories=8,
             num_tokens=80,
             reward_mean=0.25,
+            trajectories=tuple(
+                TrajectorySummary(reward=r, policy_version=0, num_tokens=40, messages=(
+                    {"role": "user", "content": "2+2?"},
+                    {"role": "assistant", "content": answer})) for r, answer in
+                ((0.5, "4"), (0.0, "five"))),
         )
     )
     bus.publish(
@@ -124,6 +160,17 @@ async def test_round_trip_of_every_event_type(store: RunStore) -> None:
             path="tinker://x/sampler_weights/000002",
         )
     )
+    bus.publish(EvalCompleted(time=102.5, step=2, policy_version=3,
+                              metrics={"eval/reward_mean": 0.75}))
+    bus.publish(CommandReceived(time=103.2, command="set",
+                                args={"name": "learning_rate", "value": 1e-3}))
+    bus.publish(ThroughputMeasured(
+        time=103.3, window=10.0, rollouts_per_s=3.5, sampled_tokens_per_s=140.0,
+        trained_tokens_per_s=120.0, queue_depth=2, in_flight=4, trainer_busy=0.5,
+        sampler_busy=0.25, verdict="balanced", staleness_in_flight={0: 3, 1: 1},
+        staleness_queued={0: 4}, loop_lag_p99=0.002))
+    bus.publish(GroupStarted(time=103.4, group_id=4, scenario_index=4, scenario_id="s4",
+                             policy_version=3))  # feeds the group life cycle, not replayed
     bus.publish(LogEmitted(time=103.5, level="WARNING", message="hello"))
     bus.publish(RunStateChanged(time=104.0, state="paused", reason="user"))
     bus.publish(RunFinished(time=110.0, status="completed", final_step=2, reason="max steps"))
@@ -133,48 +180,34 @@ async def test_round_trip_of_every_event_type(store: RunStore) -> None:
     assert len(runs) == 1
     run = await store.run("r1")
     assert run == runs[0]
-    assert run["name"] == "demo" and run["backend"] == "local" and run["base_model"] == "tiny"
-    assert run["config"] == {"lr": 1e-3, "group_size": 8}
-    assert run["status"] == "completed" and run["reason"] == "max steps"
-    assert run["started_at"] == 100.0 and run["ended_at"] == 110.0
-    assert run["max_steps"] == 50 and run["final_step"] == 2
-    assert run["groups_sampled"] == 2 and run["tokens_sampled"] == 200
+    assert run.name == "demo" and run.backend == "local" and run.base_model == "tiny"
+    assert run.config == {"lr": 1e-3, "group_size": 8}
+    assert run.status == "completed" and run.reason == "max steps"
+    assert run.started_at == 100.0 and run.ended_at == 110.0
+    assert run.max_steps == 50 and run.final_step == 2
+    assert run.groups_sampled == 2 and run.tokens_sampled == 200
     assert await store.run("nope") is None
 
-    steps = await store.steps("r1")
-    assert [s for s, _ in steps] == [1, 2]
-    assert steps[0][1] == {"reward/mean": 0.1}
-    assert math.isnan(steps[1][1]["loss/sum"])
+    # Read back through the codec, the run's events are the ones published, in time order
+    # (equal times: a group before the step that trained it); NaN survives the trip.
+    events = await store.events(run)
+    in_run = sorted((e for e in published[1:-1] if not isinstance(e, GroupStarted)),
+                    key=lambda e: e.time)  # stable: publishing order on ties
+    assert repr(events) == repr(in_run)
+    assert run.finished() == published[-1]
+    steps = [e for e in events if isinstance(e, StepTrained)]
+    assert math.isnan(steps[1].metrics["loss/sum"])
 
-    cps = await store.checkpoints("r1")
-    assert [(c["kind"], c["path"]) for c in cps] == [
+    assert [(c.kind, c.path) for c in await store.checkpoints("r1")] == [
         ("state", "tinker://x/weights/000002"),
         ("sampler", "tinker://x/sampler_weights/000002"),
     ]
-    assert (await store.latest_checkpoint("r1"))["path"] == "tinker://x/weights/000002"
-    assert (await store.latest_checkpoint("r1", kind="sampler"))["kind"] == "sampler"
-    assert await store.latest_checkpoint("other") is None
-
-    (d,) = await store.discarded("r1")
-    assert d == {
-        "run_id": "r1",
-        "group_id": 3,
-        "scenario_id": "s3",
-        "reason": "stale",
-        "policy_version": 0,
-        "trainer_version": 2,
-        "num_tokens": 64,
-        "detail": "2 behind",
-        "time": 101.5,
-    }
-
-    assert [(x["level"], x["message"]) for x in await store.log("r1")] == [("WARNING", "hello")]
-    assert [x["message"] for x in await store.log(None)] == ["before any run"]
-    assert [(x["state"], x["reason"]) for x in await store.states("r1")] == [
-        ("running", ""),
-        ("paused", "user"),
-    ]
-    assert store.written == 13 and store.dropped == 0 and store.errors == 0
+    with sqlite3.connect(store.path) as db:  # a line logged before any run has no run
+        assert db.execute("SELECT message FROM log WHERE run_id IS NULL").fetchall() == [
+            ("before any run",)]
+    assert [(g.group_id, g.scenario_index, g.status) for g in await store.groups("r1")] == [
+        (4, 4, "unused")]  # the run ended before it was sampled
+    assert store.written == 17 and store.dropped == 0 and store.errors == 0
 
 
 async def test_events_follow_the_latest_run(store: RunStore) -> None:
@@ -185,9 +218,9 @@ async def test_events_follow_the_latest_run(store: RunStore) -> None:
     store.handle(step(1, t=201.0))
     store.handle(step(2, t=202.0))
     await store.flush()
-    assert [s for s, _ in await store.steps("a")] == [1]
-    assert [s for s, _ in await store.steps("b")] == [1, 2]
-    assert [r["run_id"] for r in await store.runs()] == ["b", "a"]  # newest first
+    assert [s for s, _ in await stored_steps(store, "a")] == [1]
+    assert [s for s, _ in await stored_steps(store, "b")] == [1, 2]
+    assert [r.run_id for r in await store.runs()] == ["b", "a"]  # newest first
     assert store.dropped == 1 and store.errors == 0
 
 
@@ -198,7 +231,7 @@ async def test_step_written_twice_appears_once(store: RunStore) -> None:
     await store.flush()
     store.handle(step(1, loss=3.0))  # later batch
     await store.flush()
-    steps = await store.steps("r1")
+    steps = await stored_steps(store, "r1")
     assert len(steps) == 1
     assert steps[0][1]["loss"] == 3.0
 
@@ -207,20 +240,12 @@ async def test_resumed_run_is_running_again(store: RunStore) -> None:
     store.handle(started(t=100.0))
     store.handle(RunFinished(time=110.0, status="stopped", final_step=5))
     await store.flush()
-    assert (await store.run("r1"))["status"] == "stopped"
+    assert (await store.run("r1")).status == "stopped"
     store.handle(started(t=200.0, start_step=5))
     await store.flush()
     run = await store.run("r1")
-    assert run["status"] == "running" and run["ended_at"] is None and run["final_step"] is None
-    assert run["started_at"] == 100.0 and run["start_step"] == 5
-
-
-async def test_log_limit_returns_latest_in_order(store: RunStore) -> None:
-    store.handle(started())
-    for i in range(10):
-        store.handle(LogEmitted(time=float(i), level="INFO", message=f"m{i}"))
-    await store.flush()
-    assert [x["message"] for x in await store.log("r1", limit=3)] == ["m7", "m8", "m9"]
+    assert run.status == "running" and run.ended_at is None and run.final_step is None
+    assert run.started_at == 100.0 and run.start_step == 5
 
 
 async def test_handle_only_queues_and_flush_commits(tmp_path: Path) -> None:
@@ -268,7 +293,7 @@ async def test_trickle_is_coalesced_by_commit_interval(tmp_path: Path) -> None:
         t0 = time.perf_counter()
         await s.flush()  # flush does not wait for the interval
         assert time.perf_counter() - t0 < 0.15
-        assert s.commits == 2 and len(await s.steps("r1")) == 5
+        assert s.commits == 2 and len(await stored_steps(s, "r1")) == 5
     finally:
         await s.close()
 
@@ -344,11 +369,11 @@ async def test_writer_survives_bad_events(store: RunStore, caplog) -> None:
     store.handle(StepTrained(time=1.0, step=2, policy_version=1, metrics=None))  # type: ignore[arg-type]
     store.handle(step(3))
     await store.flush()
-    assert [s for s, _ in await store.steps("r1")] == [3]
+    assert [s for s, _ in await stored_steps(store, "r1")] == [3]
     assert store.errors == 3 and store.dropped == 3
     store.handle(step(4))
     await store.flush()
-    assert [s for s, _ in await store.steps("r1")] == [3, 4]
+    assert [s for s, _ in await stored_steps(store, "r1")] == [3, 4]
 
 
 async def test_a_bad_row_does_not_lose_its_batch(store: RunStore, caplog) -> None:
@@ -361,9 +386,66 @@ async def test_a_bad_row_does_not_lose_its_batch(store: RunStore, caplog) -> Non
     store.handle(step(2**70))  # encodes, but SQLite cannot bind an integer this large
     store.handle(step(3))
     await store.flush()
-    assert [x["message"] for x in await store.log("r1")] == ["a", "c"]
-    assert [s for s, _ in await store.steps("r1")] == [1, 3]
+    assert log_messages(store.path, "r1") == ["a", "c"]
+    assert [s for s, _ in await stored_steps(store, "r1")] == [1, 3]
     assert store.dropped == 1 and store.errors == 1
+
+
+async def test_a_malformed_event_leaves_none_of_its_rows(store: RunStore, caplog) -> None:
+    caplog.set_level(logging.CRITICAL, logger="tinker_tui.engine.store")
+    store.handle(started())
+    store.handle(GroupSampled(
+        time=1.0, group_id=1, scenario_id="s1", policy_version=0, num_trajectories=1,
+        num_tokens=10, reward_mean=0.5,
+        trajectories=(TrajectorySummary(reward="high", policy_version=0,  # type: ignore[arg-type]
+                                        num_tokens=10),)))
+    await store.flush()
+    assert store.dropped == 1 and store.errors == 1
+    assert (await store.run("r1")).groups_sampled == 0
+    with sqlite3.connect(store.path) as db:
+        assert db.execute("SELECT count(*) FROM sampled_groups").fetchone()[0] == 0
+
+
+async def test_a_subclass_of_an_event_type_is_stored_as_that_type(store: RunStore) -> None:
+    store.handle(started())
+    store.handle(TrackerReported(time=101.0, level="info", message="wandb: offline run",
+                                 tracker="wandb"))
+    await store.flush()
+    assert log_messages(store.path, "r1") == ["wandb: offline run"]
+    events = await store.events(await store.run("r1"), kinds={LogEmitted})
+    assert [(type(e), e.message) for e in events] == [(LogEmitted, "wandb: offline run")]
+
+
+def stored_run(run_id: str, name: str = "demo") -> StoredRun:
+    return StoredRun(run_id=run_id, name=name, backend="local", base_model="tiny", config={},
+                     status="completed", reason="", started_at=1.0, ended_at=2.0,
+                     max_steps=3, start_step=0, final_step=3, groups_sampled=0,
+                     tokens_sampled=0)
+
+
+def test_one_run_lookup_by_id_prefix_or_newest_optionally_of_a_task() -> None:
+    runs = [stored_run("demo-2"), stored_run("other-1", "other"), stored_run("demo-1"),
+            stored_run("demo-10")]  # newest first
+    assert pick_run(runs, None, where="s.db").run_id == "demo-2"
+    assert pick_run(runs, "latest", where="s.db").run_id == "demo-2"
+    assert pick_run(runs, None, where="s.db", task="other").run_id == "other-1"
+    assert pick_run(runs, "oth", where="s.db").run_id == "other-1"
+    assert pick_run(runs, "demo-1", where="s.db").run_id == "demo-1"  # exact beats prefix
+    with pytest.raises(NoSuchRun, match=r"'demo' matches several runs: demo-2 \(demo\), "):
+        pick_run(runs, "demo", where="s.db")
+    with pytest.raises(NoSuchRun, match=r"no run 'nope' in s.db; runs: demo-2 \(demo\), "
+                                        r"other-1 \(other\), demo-1"):
+        pick_run(runs, "nope", where="s.db")
+    with pytest.raises(NoSuchRun, match="run other-1 is a run of task 'other', not 'demo'"):
+        pick_run(runs, "other-1", where="s.db", task="demo")
+    with pytest.raises(NoSuchRun, match="no run of task 'x' in s.db; runs: demo-2"):
+        pick_run(runs, None, where="s.db", task="x")
+    with pytest.raises(NoSuchRun, match="run store s.db has no runs yet"):
+        pick_run([], None, where="s.db")
+    many = [stored_run(f"r{i:02d}") for i in range(12)]
+    with pytest.raises(NoSuchRun, match=r"r09 \(demo\), \.\.\. \(12 runs\)$"):
+        pick_run(many, "x", where="s.db")
+    assert issubclass(NoSuchRun, StoreError)  # the command line's one-line usage error
 
 
 async def test_numpy_like_metric_values_are_stored(store: RunStore) -> None:
@@ -374,7 +456,7 @@ async def test_numpy_like_metric_values_are_stored(store: RunStore) -> None:
     store.handle(started())
     store.handle(StepTrained(time=1.0, step=1, policy_version=1, metrics={"x": Scalar()}))
     await store.flush()
-    assert (await store.steps("r1"))[0][1] == {"x": 0.5}
+    assert (await stored_steps(store, "r1"))[0][1] == {"x": 0.5}
 
 
 async def test_close_twice_and_after_close(tmp_path: Path) -> None:
@@ -411,8 +493,8 @@ async def test_reopen_keeps_data(tmp_path: Path) -> None:
         s.handle(started())
         s.handle(step(1))
     async with await RunStore.open(path) as s:
-        assert [s_ for s_, _ in await s.steps("r1")] == [1]
-        assert (await s.run("r1"))["status"] == "running"
+        assert [s_ for s_, _ in await stored_steps(s, "r1")] == [1]
+        assert (await s.run("r1")).status == "running"
 
 
 async def test_integrity_ok_after_close(tmp_path: Path) -> None:
@@ -499,7 +581,7 @@ async def test_locked_database_is_refused(tmp_path: Path) -> None:
     finally:
         other.close()
     async with await RunStore.open(path, busy_timeout=0.1) as s:  # free again
-        assert [r["run_id"] for r in await s.runs()] == ["r1"]
+        assert [r.run_id for r in await s.runs()] == ["r1"]
 
 
 async def test_two_stores_on_one_file_both_write(tmp_path: Path) -> None:
@@ -514,7 +596,7 @@ async def test_two_stores_on_one_file_both_write(tmp_path: Path) -> None:
             a.handle(step(i))
             b.handle(step(i))
         await asyncio.gather(a.flush(), b.flush())
-        assert len(await a.steps("b")) == 200 and len(await b.steps("a")) == 200
+        assert len(await stored_steps(a, "b")) == 200 and len(await stored_steps(b, "a")) == 200
     finally:
         await a.close()
         await b.close()
@@ -535,4 +617,4 @@ async def test_handle_from_another_thread_is_marshalled_to_the_loop(store: RunSt
     await asyncio.to_thread(store.handle, step(1))
     await asyncio.sleep(0)  # let the call_soon_threadsafe callback run
     await store.flush()
-    assert [s for s, _ in await store.steps("r1")] == [1]
+    assert [s for s, _ in await stored_steps(store, "r1")] == [1]

@@ -34,6 +34,7 @@ from tinker_tui.engine.events import (
     TrackerReported,
     TrajectorySummary,
 )
+from tinker_tui.engine.store import StoredRun, StoreReader
 from tinker_tui.engine.trackers import TrackerFeeds, wandb_run_id_for
 from tinker_tui.engine.trackers.feed import TrackerFeed
 from tinker_tui.engine.trackers.tracker import SAMPLE_COLUMNS, RunInfo
@@ -114,17 +115,15 @@ def same(a, b) -> bool:
     return a == b
 
 
-async def store_records(db: Path, run_id: str) -> tuple[dict, list, list]:
-    """(the run's row, [(step, metrics)], [(step, metrics)] of its evals) from the store."""
-    from tinker_tui.engine.store import RunStore
-
-    store = await RunStore.open_readonly(db)
-    try:
-        evals = await store.rows_after("evals", run_id, 0, 10_000)
-        return (await store.run(run_id), await store.steps(run_id),
-                [(e["step"], e["metrics"]) for e in evals])
-    finally:
-        await store.close()
+async def store_records(db: Path, run_id: str) -> tuple[StoredRun, list, list]:
+    """(the stored run, [(step, metrics)], [(step, metrics)] of its evals) from the store."""
+    async with await StoreReader.open_readonly(db) as store:
+        run = await store.find_run(run_id)
+        events = await store.events(run, kinds={StepTrained, EvalCompleted})
+    steps = sorted(((e.step, dict(e.metrics)) for e in events if isinstance(e, StepTrained)),
+                   key=lambda s: s[0])
+    return run, steps, [(e.step, dict(e.metrics)) for e in events
+                        if isinstance(e, EvalCompleted)]
 
 
 def tensorboard_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
@@ -419,7 +418,7 @@ def test_a_run_and_its_resume_log_every_step_to_one_wandb_run_and_to_tensorboard
     run, steps, evals = asyncio.run(store_records(db, run_id))
     assert [s for s, _ in steps] == [1, 2, 3, 4] and evals, "the store has what is compared"
     # The W&B run id is kept in the store with the run's settings, and the resume used it.
-    wandb_id = run["config"]["wandb_run_id"]
+    wandb_id = run.config["wandb_run_id"]
     assert wandb_id == wandb_run_id_for(run_id)
     segments = wandb_segments(tmp_path / "runs", wandb_id)
     assert len(segments) == 2, "one offline folder per process, one W&B run"

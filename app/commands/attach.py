@@ -16,10 +16,13 @@ import argparse
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_tui.app.commands.run import DEFAULT_DB, EXIT_OK
 from tinker_tui.engine.errors import UsageError
+
+if TYPE_CHECKING:
+    from tinker_tui.engine.store import StoredRun
 
 FIND_RUN_TIMEOUT = 15.0  # seconds to wait for a just-started run to appear in the store
 
@@ -76,15 +79,14 @@ def connect(control_file: Path) -> tuple[Any, str]:
 
 
 async def wait_for_run(db_path: Path, run_id: str, timeout: float = FIND_RUN_TIMEOUT
-                       ) -> dict[str, Any]:
-    from tinker_tui.app.store_session import NoSuchRun, find_run
-    from tinker_tui.engine.store import StoreError
+                       ) -> StoredRun:
+    from tinker_tui.engine.store import StoreError, find_run
 
     deadline = time.monotonic() + timeout
     while True:
         try:
             return await find_run(db_path, run_id)
-        except (NoSuchRun, StoreError):
+        except StoreError:  # NoSuchRun, or no store file yet
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.25)  # the run has started but not yet written its row

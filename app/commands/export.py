@@ -35,7 +35,6 @@ from tinker_tui.engine.errors import UsageError
 METRIC_FIELDS = ("kind", "run_id", "step", "policy_version", "time")
 SAMPLE_FIELDS = ("run_id", "group_id", "scenario_index", "scenario_id", "sample", "reward",
                  "policy_version", "num_tokens", "status", "step", "reason", "time", "messages")
-_PAGE = 5000
 
 
 def add_parser(commands: Any) -> None:
@@ -64,56 +63,41 @@ def add_parser(commands: Any) -> None:
                         help=f"SQLite run store (default: {DEFAULT_DB})")
 
 
-async def _rows(store: Any, table: str, run_id: str) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    after = 0
-    while True:
-        page = await store.rows_after(table, run_id, after, _PAGE)
-        rows.extend(page)
-        if len(page) < _PAGE:
-            return rows
-        after = page[-1]["rowid"]
-
-
 async def read_export(db_path: Path, wanted: str) -> tuple[str, list[dict], list[dict]]:
     """(run id, metric records, sample records) of the run `wanted` names."""
-    from tinker_tui.app.resume import resolve_run
-    from tinker_tui.engine.store import RunStore
+    from tinker_tui.engine.events import EvalCompleted, GroupSampled, StepTrained
+    from tinker_tui.engine.store import StoreReader
 
-    store = await RunStore.open_readonly(db_path)
-    try:
-        run = resolve_run(await store.runs(), wanted, db_path)
-        run_id = run["run_id"]
-        metrics = []
-        for table, kind in (("steps", "step"), ("evals", "eval")):
-            for row in await _rows(store, table, run_id):
-                record = {"kind": kind, "run_id": run_id, "step": row["step"],
-                          "policy_version": row["policy_version"], "time": row["time"]}
-                values = row.get("metrics")
-                record.update(values if isinstance(values, dict) else {})
-                metrics.append(record)
-        metrics.sort(key=lambda r: (r["step"] if r["step"] is not None else -1,
-                                    r["kind"] != "step", r["time"] or 0.0))
-        lifecycle = {r["group_id"]: r for r in await _rows(store, "group_lifecycle", run_id)}
-        groups = {r["group_id"]: r for r in await _rows(store, "sampled_groups", run_id)}
-        samples = []
-        for row in await _rows(store, "trajectories", run_id):
-            fate = lifecycle.get(row["group_id"], {})
-            group = groups.get(row["group_id"], {})
-            samples.append({
-                "run_id": run_id, "group_id": row["group_id"],
-                "scenario_index": fate.get("scenario_index"),
-                "scenario_id": fate.get("scenario_id") or group.get("scenario_id"),
-                "sample": row["idx"], "reward": row["reward"],
-                "policy_version": row["policy_version"], "num_tokens": row["num_tokens"],
-                "status": fate.get("status"), "step": fate.get("step"),
-                "reason": fate.get("reason") or None, "time": row["time"],
-                "messages": row["messages"],
-            })
-        samples.sort(key=lambda r: (r["group_id"] or 0, r["sample"]))
-        return run_id, metrics, samples
-    finally:
-        await store.close()
+    async with await StoreReader.open_readonly(db_path) as store:
+        run = await store.find_run(wanted)
+        events = await store.events(run, kinds={StepTrained, EvalCompleted, GroupSampled})
+        fates = {fate.group_id: fate for fate in await store.groups(run.run_id)}
+    run_id = run.run_id
+    metrics = []
+    samples = []
+    for event in events:
+        if isinstance(event, StepTrained | EvalCompleted):
+            metrics.append({"kind": "step" if isinstance(event, StepTrained) else "eval",
+                            "run_id": run_id, "step": event.step,
+                            "policy_version": event.policy_version, "time": event.time,
+                            **event.metrics})
+        elif isinstance(event, GroupSampled):
+            fate = fates.get(event.group_id)
+            for index, rollout in enumerate(event.trajectories):
+                samples.append({
+                    "run_id": run_id, "group_id": event.group_id,
+                    "scenario_index": fate.scenario_index if fate else None,
+                    "scenario_id": (fate.scenario_id if fate else "") or event.scenario_id,
+                    "sample": index, "reward": rollout.reward,
+                    "policy_version": rollout.policy_version, "num_tokens": rollout.num_tokens,
+                    "status": fate.status if fate else None,
+                    "step": fate.step if fate else None,
+                    "reason": (fate.reason if fate else "") or None, "time": event.time,
+                    "messages": [dict(m) for m in rollout.messages],
+                })
+    metrics.sort(key=lambda r: (r["step"], r["kind"] != "step", r["time"]))
+    samples.sort(key=lambda r: (r["group_id"], r["sample"]))
+    return run_id, metrics, samples
 
 
 def _finite(value: Any) -> Any:

@@ -28,31 +28,27 @@ def add_parser(commands: Any) -> None:
 async def read_table(db_path: Path) -> list[dict[str, Any]]:
     """One dict per run, newest first, with the columns of the table."""
     from tinker_tui.engine.resume import run_is_live
-    from tinker_tui.engine.store import RunStore
+    from tinker_tui.engine.store import StoreReader
 
-    store = await RunStore.open_readonly(db_path)
-    try:
+    async with await StoreReader.open_readonly(db_path) as store:
         runs = await store.runs()
         progress = await store.progress()
-    finally:
-        await store.close()
     rows = []
     for run in runs:
-        run_id = run["run_id"]
-        done = progress.get(run_id, {})
-        status = run.get("status") or ""
-        if status == "running" and not run_is_live(db_path, run_id):
+        done = progress.get(run.run_id, {})
+        status = run.status
+        if status == "running" and not run_is_live(db_path, run.run_id):
             status = "interrupted"
-        step = run.get("final_step")
+        step = run.final_step
         if step is None:
-            step = done.get("step") or run.get("start_step") or 0
-        started, ended = run.get("started_at"), run.get("ended_at")
+            step = done.get("step") or run.start_step
+        started, ended = run.started_at, run.ended_at
         rows.append({
-            "RUN": run_id,
-            "TASK": run.get("name") or "",
-            "BACKEND": run.get("backend") or "",
+            "RUN": run.run_id,
+            "TASK": run.name,
+            "BACKEND": run.backend,
             "STATUS": status,
-            "STEP": f"{step}/{run.get('max_steps') or '?'}",
+            "STEP": f"{step}/{run.max_steps or '?'}",
             "CKPT": "-" if done.get("checkpoint") is None else str(done["checkpoint"]),
             "STARTED": _when(started),
             "DURATION": _duration(ended - started) if started and ended else "-",

@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_tui.app.commands.run import DEFAULT_DB, EXIT_OK
+
+if TYPE_CHECKING:
+    from tinker_tui.engine.store import StoredRun
 
 
 def add_parser(commands: Any) -> None:
@@ -27,27 +30,28 @@ def add_parser(commands: Any) -> None:
                       help="print one line per step instead (also when not on a terminal)")
 
 
-async def print_run(db_path: Path, run: dict[str, Any]) -> int:
+async def print_run(db_path: Path, run: StoredRun) -> int:
     """Replay the stored run through the headless reporter."""
     from tinker_tui.app.headless import HeadlessReporter
-    from tinker_tui.app.store_session import StoreSession, run_finished
+    from tinker_tui.app.store_session import StoreSession
 
     session = StoreSession(db_path, run)
     reporter = HeadlessReporter()
     for event in await session.read_all():
         reporter.handle(event)
-    finished = run_finished(run)
+    finished = run.finished()
     if finished is not None:
         reporter.handle(finished)
     else:
-        print(f"run {run['run_id']} has no end in the store (still running, or its process "
+        print(f"run {run.run_id} has no end in the store (still running, or its process "
               "died)")
     return EXIT_OK
 
 
 def main(args: argparse.Namespace) -> int:
     from tinker_tui.app.commands.run import wants_ui
-    from tinker_tui.app.store_session import StoreSession, find_run
+    from tinker_tui.app.store_session import StoreSession
+    from tinker_tui.engine.store import find_run
 
     run = asyncio.run(find_run(args.db, args.run))
     if not wants_ui(args):

@@ -2,12 +2,15 @@
 `export` and `run --resume`.
 
 - `schema.py`: the file's tables, their migrations, the checks that a file is ours.
-- `codec.py`: events <-> rows (each event type's table and columns, both ways).
+- `codec.py`: events <-> rows (each event type's table and columns, both ways), and the
+  records read back (`StoredRun`, `GroupFate`).
 - `writer.py`: `RunStore`, the event-bus subscriber that writes events in batches.
-- `reader.py`: `StoreReader`, the queries (runs, checkpoints, resume points, rows).
+- `reader.py`: `StoreReader`: runs and the one run lookup (`find_run`), a run's events
+  (`events`, `events_after` with an `EventCursor`), checkpoints, resume points.
 """
 
-from tinker_tui.engine.store.reader import READABLE_TABLES, StoreReader
+from tinker_tui.engine.store.codec import READABLE_TABLES, GroupFate, StoredRun
+from tinker_tui.engine.store.reader import EventCursor, NoSuchRun, StoreReader, find_run, pick_run
 from tinker_tui.engine.store.schema import (
     APPLICATION_ID,
     MIGRATIONS,
@@ -21,7 +24,13 @@ __all__ = [
     "MIGRATIONS",
     "READABLE_TABLES",
     "SCHEMA_VERSION",
+    "EventCursor",
+    "GroupFate",
+    "NoSuchRun",
     "RunStore",
     "StoreError",
     "StoreReader",
+    "StoredRun",
+    "find_run",
+    "pick_run",
 ]

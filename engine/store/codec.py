@@ -2,20 +2,26 @@
 columns, how the event becomes rows and how rows become the event again.
 
 The writer hands each event to `encode`, which adds the event's rows to a `Rows` batch, keyed
-by the statement that writes them; readers turn stored rows back into the same typed events
-with `decode`. An event may touch several tables: a `GroupSampled` is a row of
-`sampled_groups`, one row of `trajectories` per rollout, an update of the group's life cycle
-and of the run's counters. Nothing outside the store package names a table or a column.
+by the statement that writes them. The reader turns rows back into the same typed events with
+the decoders that `REPLAYED` lists (table by table, in the order of events with equal times),
+a run's row into a `StoredRun` (whose RunStarted / RunFinished it gives back) and a group's
+life-cycle row into a `GroupFate`. An event may touch several tables: a `GroupSampled` is a
+row of `sampled_groups`, one row of `trajectories` per rollout, an update of the group's life
+cycle and of the run's counters. Nothing outside the store package names a table or a column.
 
-Each event type has one section below: its statements, its encoder, its decoder.
+Each event type has one section below: its statements, its encoder, its decoder. A new event
+type to store: a table in `schema.py` (a new schema version), a section here, an entry in
+`_ENCODERS` and, if it is read back, in `REPLAYED`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.events import (
@@ -33,12 +39,19 @@ from tinker_tui.engine.events import (
     RunStateChanged,
     StepTrained,
     ThroughputMeasured,
+    TrajectorySummary,
 )
 
 logger = logging.getLogger(__name__)
 
 #: Row = the values of one statement's parameters, in the statement's column order.
 Row = tuple[Any, ...]
+
+
+class StoredRow(Protocol):
+    """A row read from the store, by column name (a `sqlite3.Row`, or a dict of one)."""
+
+    def __getitem__(self, column: str, /) -> Any: ...
 
 
 # ---------------------------------------------------------------------- values
@@ -72,6 +85,15 @@ def _float_or_none(x: Any) -> float | None:
 
 def _str(x: Any) -> str:
     return x if isinstance(x, str) else str(x)
+
+
+def _time(row: StoredRow) -> float:
+    return float(row["time"] or 0.0)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """A decoded JSON object column (an empty dict for anything else)."""
+    return dict(value) if isinstance(value, dict) else {}
 
 
 # ---------------------------------------------------------------------- RunStarted, RunFinished
@@ -111,6 +133,60 @@ def _encode_run_finished(rows: Rows, run_id: str, e: RunFinished) -> None:
     rows.by_statement[_SQL_GROUPS_UNUSED].append((run_id,))
 
 
+@dataclass(frozen=True, slots=True)
+class StoredRun:
+    """A run as the store has it: its row of `runs`."""
+
+    run_id: str
+    #: The task's name.
+    name: str
+    backend: str
+    base_model: str
+    #: The settings the run started (or was last resumed) with.
+    config: dict[str, Any]
+    #: "running" until it finishes, then its RunStatus (a killed run stays "running").
+    status: str
+    reason: str
+    started_at: float | None
+    ended_at: float | None
+    max_steps: int | None
+    start_step: int
+    final_step: int | None
+    groups_sampled: int
+    tokens_sampled: int
+
+    def started(self) -> RunStarted:
+        """The run's RunStarted, as its last start recorded it (time: its first start)."""
+        return RunStarted(time=float(self.started_at or 0.0), run_id=self.run_id,
+                          name=self.name, backend=self.backend, base_model=self.base_model,
+                          max_steps=int(self.max_steps or 0), start_step=self.start_step,
+                          config=dict(self.config))
+
+    def finished(self) -> RunFinished | None:
+        """The run's RunFinished; None while the store has no end for it."""
+        if self.status in ("", "running"):
+            return None
+        return RunFinished(time=float(self.ended_at or self.started_at or 0.0),
+                           status=self.status,  # type: ignore[arg-type]  # as recorded
+                           final_step=int(self.final_step or 0), reason=self.reason)
+
+
+def decode_run(row: StoredRow) -> StoredRun:
+    """A row of `runs` as a StoredRun."""
+    try:
+        config = json.loads(row["config"] or "{}")
+    except ValueError:
+        config = {}
+    return StoredRun(
+        run_id=row["run_id"], name=row["name"] or "", backend=row["backend"] or "",
+        base_model=row["base_model"] or "",
+        config=config if isinstance(config, dict) else {}, status=row["status"] or "",
+        reason=row["reason"] or "", started_at=row["started_at"], ended_at=row["ended_at"],
+        max_steps=row["max_steps"], start_step=int(row["start_step"] or 0),
+        final_step=row["final_step"], groups_sampled=int(row["groups_sampled"] or 0),
+        tokens_sampled=int(row["tokens_sampled"] or 0))
+
+
 # ---------------------------------------------------------------------- StepTrained
 # A row of `steps` (one per step: a step written again replaces it); the groups its batch
 # took become trained.
@@ -139,6 +215,12 @@ def _encode_step(rows: Rows, run_id: str, e: StepTrained) -> None:
     rows.by_statement[_SQL_GROUP_TRAINED].extend(trained)
 
 
+def _decode_step(row: StoredRow) -> StepTrained:
+    return StepTrained(time=_time(row), step=int(row["step"]),
+                       policy_version=int(row["policy_version"] or 0),
+                       metrics=_dict(row["metrics"]))
+
+
 # ---------------------------------------------------------------------- GroupStarted
 # The group's row of `group_lifecycle`, with its scenario's position in the run's stream.
 
@@ -153,6 +235,30 @@ def _encode_group_started(rows: Rows, run_id: str, e: GroupStarted) -> None:
     rows.by_statement[_SQL_GROUP_STARTED].append(
         (run_id, int(e.group_id), int(e.scenario_index), _str(e.scenario_id),
          _int_or_none(e.policy_version), _float_or_none(e.time)))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupFate:
+    """What became of one group: its row of `group_lifecycle`, which its GroupStarted,
+    GroupSampled, GroupDiscarded and the StepTrained that took it keep up to date."""
+
+    group_id: int
+    #: Position of its scenario in the run's scenario stream.
+    scenario_index: int
+    scenario_id: str
+    #: started, sampled, trained, discarded, unused or requeued (see schema.py).
+    status: str
+    #: The step that trained or dropped it.
+    step: int | None
+    #: Why it was dropped.
+    reason: str
+    detail: str
+
+
+def decode_group_fate(row: StoredRow) -> GroupFate:
+    return GroupFate(group_id=group_of(row), scenario_index=int(row["scenario_index"]),
+                     scenario_id=row["scenario_id"] or "", status=row["status"],
+                     step=row["step"], reason=row["reason"] or "", detail=row["detail"] or "")
 
 
 # ---------------------------------------------------------------------- GroupSampled
@@ -201,6 +307,34 @@ def _encode_group_sampled(rows: Rows, run_id: str, e: GroupSampled) -> None:
     counts[1] += tokens
 
 
+def _decode_group_sampled(row: StoredRow,
+                          trajectories: Sequence[StoredRow] = ()) -> GroupSampled:
+    """The group's event, with the summaries of its rollouts (their `trajectories` rows)."""
+    return GroupSampled(time=_time(row), group_id=group_of(row),
+                        scenario_id=row["scenario_id"] or "",
+                        policy_version=int(row["policy_version"] or 0),
+                        num_trajectories=int(row["num_trajectories"] or 0),
+                        num_tokens=int(row["num_tokens"] or 0),
+                        reward_mean=float(row["reward_mean"] or 0.0),
+                        trajectories=_summaries(trajectories))
+
+
+def _summaries(rows: Sequence[StoredRow]) -> tuple[TrajectorySummary, ...]:
+    return tuple(
+        TrajectorySummary(
+            reward=float(r["reward"]) if r["reward"] is not None else float("nan"),
+            policy_version=int(r["policy_version"] or 0),
+            num_tokens=int(r["num_tokens"] or 0),
+            messages=tuple(m for m in (r["messages"] or []) if isinstance(m, dict)),
+        )
+        for r in sorted(rows, key=lambda r: r["idx"]))
+
+
+def group_of(row: StoredRow) -> int:
+    """The group a row of `sampled_groups`, `trajectories` or `group_lifecycle` is about."""
+    return int(row["group_id"] or 0)
+
+
 # ---------------------------------------------------------------------- GroupDiscarded
 # A row of `discarded_groups`; the group becomes discarded, at the step that dropped it.
 
@@ -226,6 +360,14 @@ def _encode_group_discarded(rows: Rows, run_id: str, e: GroupDiscarded) -> None:
             group_id)
     rows.by_statement[_SQL_DISCARDED].append(discarded)
     rows.by_statement[_SQL_GROUP_DISCARDED].append(fate)
+
+
+def _decode_group_discarded(row: StoredRow) -> GroupDiscarded:
+    return GroupDiscarded(time=_time(row), group_id=group_of(row),
+                          scenario_id=row["scenario_id"] or "", reason=row["reason"],
+                          policy_version=int(row["policy_version"] or 0),
+                          trainer_version=int(row["trainer_version"] or 0),
+                          num_tokens=int(row["num_tokens"] or 0), detail=row["detail"] or "")
 
 
 # ---------------------------------------------------------------------- checkpoints
@@ -259,6 +401,13 @@ def _encode_checkpoint_saved(rows: Rows, run_id: str, e: CheckpointSaved) -> Non
     rows.confirms.append(step)
 
 
+def decode_checkpoint(row: StoredRow) -> CheckpointSaved:
+    """A row of `checkpoints` as the CheckpointSaved that wrote it (its resume state is
+    `decode_resume_state`'s)."""
+    return CheckpointSaved(time=_time(row), step=int(row["step"]), kind=row["kind"],
+                           name=row["name"], path=row["path"])
+
+
 # ---------------------------------------------------------------------- EvalCompleted
 # A row of `evals`, metrics as JSON.
 
@@ -272,6 +421,12 @@ def _encode_eval(rows: Rows, run_id: str, e: EvalCompleted) -> None:
          _dumps(metrics)))
 
 
+def _decode_eval(row: StoredRow) -> EvalCompleted:
+    return EvalCompleted(time=_time(row), step=int(row["step"] or 0),
+                         policy_version=int(row["policy_version"] or 0),
+                         metrics=_dict(row["metrics"]))
+
+
 # ---------------------------------------------------------------------- CommandReceived
 # A row of `commands`, args as JSON.
 
@@ -281,6 +436,11 @@ _SQL_COMMAND = "INSERT INTO commands (run_id, time, command, args, source) VALUE
 def _encode_command(rows: Rows, run_id: str, e: CommandReceived) -> None:
     rows.by_statement[_SQL_COMMAND].append(
         (run_id, _float_or_none(e.time), _str(e.command), _dumps(dict(e.args)), _str(e.source)))
+
+
+def _decode_command(row: StoredRow) -> CommandReceived:
+    return CommandReceived(time=_time(row), command=row["command"],
+                           args=_dict(row["args"]), source=row["source"] or "")
 
 
 # ---------------------------------------------------------------------- ThroughputMeasured
@@ -299,6 +459,35 @@ def _encode_throughput(rows: Rows, run_id: str, e: ThroughputMeasured) -> None:
     rows.by_statement[_SQL_THROUGHPUT].append((run_id, _float_or_none(e.time), _dumps(measured)))
 
 
+def _decode_throughput(row: StoredRow) -> ThroughputMeasured | None:
+    m = row["measured"]
+    if not isinstance(m, dict):
+        return None
+    return ThroughputMeasured(
+        time=_time(row), window=float(m.get("window", 0.0)),
+        rollouts_per_s=float(m.get("rollouts_per_s", 0.0)),
+        sampled_tokens_per_s=float(m.get("sampled_tokens_per_s", 0.0)),
+        trained_tokens_per_s=float(m.get("trained_tokens_per_s", 0.0)),
+        queue_depth=int(m.get("queue_depth", 0)), in_flight=int(m.get("in_flight", 0)),
+        trainer_busy=float(m.get("trainer_busy", 0.0)),
+        sampler_busy=float(m.get("sampler_busy", 0.0)), verdict=str(m.get("verdict", "")),
+        staleness_in_flight=_histogram(m.get("staleness_in_flight")),
+        staleness_queued=_histogram(m.get("staleness_queued")),
+        loop_lag_p99=float(m.get("loop_lag_p99") or 0.0))
+
+
+def _histogram(data: Any) -> dict[int, int]:
+    if not isinstance(data, dict):
+        return {}
+    out = {}
+    for key, value in data.items():
+        try:
+            out[int(key)] = int(value)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
 # ---------------------------------------------------------------------- RunStateChanged
 
 _SQL_STATE = "INSERT INTO run_states (run_id, time, state, reason) VALUES (?, ?, ?, ?)"
@@ -307,6 +496,10 @@ _SQL_STATE = "INSERT INTO run_states (run_id, time, state, reason) VALUES (?, ?,
 def _encode_state(rows: Rows, run_id: str, e: RunStateChanged) -> None:
     rows.by_statement[_SQL_STATE].append(
         (run_id, _float_or_none(e.time), _str(e.state), _str(e.reason)))
+
+
+def _decode_state(row: StoredRow) -> RunStateChanged:
+    return RunStateChanged(time=_time(row), state=row["state"], reason=row["reason"] or "")
 
 
 # ---------------------------------------------------------------------- LogEmitted
@@ -318,6 +511,10 @@ _SQL_LOG = "INSERT INTO log (run_id, time, level, message) VALUES (?, ?, ?, ?)"
 def _encode_log(rows: Rows, run_id: str | None, e: LogEmitted) -> None:
     rows.by_statement[_SQL_LOG].append(
         (run_id, _float_or_none(e.time), _str(e.level), _str(e.message)))
+
+
+def _decode_log(row: StoredRow) -> LogEmitted:
+    return LogEmitted(time=_time(row), level=row["level"], message=row["message"])
 
 
 # ---------------------------------------------------------------------- encoding a batch
@@ -400,15 +597,61 @@ def encode(rows: Rows, run_id: str | None, event: object) -> bool:
 
 # ---------------------------------------------------------------------- decoding rows
 
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """A table whose rows read back as events of one type."""
+
+    table: str
+    event: type[Event]
+    #: row -> event (None for a row this code cannot read); with `with_trajectories`,
+    #: (row, the rows of `trajectories` of its group) -> event.
+    decode: Callable[..., Event | None]
+    with_trajectories: bool = False
+
+
+#: The tables a run's events are read back from, in the order of events with equal times
+#: (a command before the state change it caused, a group before the step that trained
+#: it, ...). GroupStarted, CheckpointStarted and the run's own events are not replayed: the
+#: first two only feed the group life cycle and unconfirmed checkpoints, and RunStarted /
+#: RunFinished come from the run's row (`StoredRun`).
+REPLAYED = (
+    Replayed("commands", CommandReceived, _decode_command),
+    Replayed("run_states", RunStateChanged, _decode_state),
+    Replayed("log", LogEmitted, _decode_log),
+    Replayed("sampled_groups", GroupSampled, _decode_group_sampled, with_trajectories=True),
+    Replayed("discarded_groups", GroupDiscarded, _decode_group_discarded),
+    Replayed("steps", StepTrained, _decode_step),
+    Replayed("evals", EvalCompleted, _decode_eval),
+    Replayed("checkpoints", CheckpointSaved, decode_checkpoint),
+    Replayed("throughput", ThroughputMeasured, _decode_throughput),
+)
+#: The rollouts of sampled groups: read with their group, into its GroupSampled.
+TRAJECTORIES = "trajectories"
+#: Tables whose rows `StoreReader.rows_after` reads (each has a run_id column).
+READABLE_TABLES = (*(r.table for r in REPLAYED), TRAJECTORIES, "group_lifecycle")
+
 #: Columns that hold JSON.
-JSON_COLUMNS = ("metrics", "messages", "args", "measured", "config")
+_JSON_COLUMNS = ("metrics", "messages", "args", "measured", "config")
 
 
-def run_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A row of `runs` as a dict, its `config` decoded."""
+def decode_row(row: sqlite3.Row | Mapping[str, Any]) -> dict[str, Any]:
+    """A row as a dict, its JSON columns decoded (a column that is not valid JSON is left
+    as its text)."""
     d = dict(row)
-    try:
-        d["config"] = json.loads(d.get("config") or "{}")
-    except ValueError:
-        pass
+    for column in _JSON_COLUMNS:
+        if isinstance(d.get(column), str):
+            try:
+                d[column] = json.loads(d[column])
+            except ValueError:
+                pass
     return d
+
+
+def decode_resume_state(row: StoredRow) -> dict[str, Any] | None:
+    """The resume state saved with a checkpoint row; None if it has none or it is unreadable."""
+    try:
+        state = json.loads(row["resume_state"])
+    except (TypeError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None

@@ -1,30 +1,102 @@
-"""Reading the run store: runs, their checkpoints and resume points, and their rows.
+"""Reading the run store: its runs, the one way to look a run up, a run's events read back
+(all at once, or as another process writes them), its checkpoints and resume points.
 
 `StoreReader` is the read side of every store: `RunStore` (the writer) is one, and
 `StoreReader.open_readonly` opens one on a file another process may be writing, for `show`,
-`attach`, `runs`, `export` and `run --resume`.
+`attach`, `runs`, `export` and `run --resume`. Rows become events through the codec
+(`codec.py`), so callers see typed events and `StoredRun`s, never tables or columns.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
-from tinker_tui.engine.store.codec import JSON_COLUMNS, run_row
+from tinker_tui.engine.events import CheckpointSaved, Event, RunStarted
+from tinker_tui.engine.store.codec import (
+    READABLE_TABLES,
+    REPLAYED,
+    TRAJECTORIES,
+    GroupFate,
+    Replayed,
+    StoredRun,
+    decode_checkpoint,
+    decode_group_fate,
+    decode_resume_state,
+    decode_row,
+    decode_run,
+    group_of,
+)
 from tinker_tui.engine.store.schema import SCHEMA_VERSION, StoreError, check_ownership, store_error
 
 logger = logging.getLogger(__name__)
 
-#: Tables `rows_after` reads (each has a run_id column).
-READABLE_TABLES = ("steps", "checkpoints", "discarded_groups", "log", "run_states",
-                   "sampled_groups", "trajectories", "evals", "commands", "throughput",
-                   "group_lifecycle")
+#: Rows read per query when reading a run's events.
+_PAGE = 10_000
+
+
+class NoSuchRun(StoreError):
+    """No run (or more than one) answers to the name asked for; the message lists what the
+    store has."""
+
+
+def pick_run(runs: Sequence[StoredRun], wanted: str | None, *, where: str | Path,
+             task: str | None = None) -> StoredRun:
+    """The run `wanted` names among `runs` (newest first): an exact id, else a unique prefix
+    of one, else (None, "" or "latest") the newest run, of task `task` when given. NoSuchRun
+    otherwise; `where` (the store) names what was searched."""
+    if not runs:
+        raise NoSuchRun(f"run store {where} has no runs yet")
+    if wanted in (None, "", "latest"):
+        candidates = [r for r in runs if task is None or r.name == task]
+        if not candidates:
+            raise NoSuchRun(f"no run of task {task!r} in {where}; runs: {_listing(runs)}")
+        return candidates[0]
+    exact = [r for r in runs if r.run_id == wanted]
+    matches = exact or [r for r in runs if r.run_id.startswith(wanted)]
+    if not matches:
+        raise NoSuchRun(f"no run {wanted!r} in {where}; runs: {_listing(runs)}")
+    if len(matches) > 1:
+        raise NoSuchRun(f"{wanted!r} matches several runs: {_listing(matches)}")
+    run = matches[0]
+    if task is not None and run.name != task:
+        raise NoSuchRun(f"run {run.run_id} is a run of task {run.name!r}, not {task!r}")
+    return run
+
+
+def _listing(runs: Sequence[StoredRun], most: int = 10) -> str:
+    """Runs as `id (task)`, newest first."""
+    shown = ", ".join(f"{r.run_id} ({r.name})" if r.name else r.run_id for r in runs[:most])
+    return shown + (f", ... ({len(runs)} runs)" if len(runs) > most else "")
+
+
+async def find_run(path: str | Path, wanted: str | None, *,
+                   task: str | None = None) -> StoredRun:
+    """The run `wanted` names in the store at `path` (see `pick_run`), read-only."""
+    async with await StoreReader.open_readonly(path) as store:
+        return await store.find_run(wanted, task=task)
+
+
+class EventCursor:
+    """How far a reader has got in one run's stored events: the last row read of each table,
+    and rollouts read before their group. Pass it to `StoreReader.events_after` again to get
+    only what was stored since. `kinds` limits the events to those types (RunStarted
+    included); None reads every type the store replays."""
+
+    def __init__(self, run: StoredRun, kinds: Collection[type[Event]] | None = None) -> None:
+        self.run = run
+        self._replayed: list[Replayed] = [r for r in REPLAYED if kinds is None or r.event in kinds]
+        self._started_given = kinds is not None and RunStarted not in kinds
+        self._last: dict[str, int] = {r.table: 0 for r in self._replayed}
+        self._last[TRAJECTORIES] = 0
+        self._early_trajectories: dict[int, list[dict[str, Any]]] = {}
+        #: Time of the latest event read so far (None before any).
+        self.last_time: float | None = None
 
 
 class StoreReader:
@@ -94,128 +166,80 @@ class StoreReader:
             conn = self._require_conn()
             return list(await conn.execute_fetchall(sql, tuple(params)))
 
-    async def runs(self) -> list[dict[str, Any]]:
-        """All runs, newest first; `config` is decoded to a dict."""
+    async def runs(self) -> list[StoredRun]:
+        """All runs, newest first."""
         rows = await self._fetchall("SELECT * FROM runs ORDER BY started_at DESC, rowid DESC")
-        return [run_row(r) for r in rows]
+        return [decode_run(r) for r in rows]
 
-    async def run(self, run_id: str) -> dict[str, Any] | None:
+    async def run(self, run_id: str) -> StoredRun | None:
         rows = await self._fetchall("SELECT * FROM runs WHERE run_id = ?", (run_id,))
-        return run_row(rows[0]) if rows else None
+        return decode_run(rows[0]) if rows else None
 
-    async def steps(self, run_id: str) -> list[tuple[int, dict[str, Any]]]:
-        """(step, metrics) for each step of the run, in step order."""
-        rows = await self._fetchall(
-            "SELECT step, metrics FROM steps WHERE run_id = ? ORDER BY step", (run_id,)
-        )
-        return [(r["step"], json.loads(r["metrics"])) for r in rows]
+    async def find_run(self, wanted: str | None, *, task: str | None = None) -> StoredRun:
+        """The run `wanted` names: an exact id, a unique prefix, or None / "latest" for the
+        newest (of `task`, if given). NoSuchRun, listing the store's runs, otherwise."""
+        return pick_run(await self.runs(), wanted, where=self.path, task=task)
 
-    def _confirmed(self) -> str:
-        """SQL condition: a confirmed checkpoint (every row, in stores older than v3)."""
-        return " AND confirmed = 1" if self.schema_version >= 3 else ""
+    # ------------------------------------------------------------------ a run's events
 
-    async def checkpoints(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's confirmed checkpoints, in step order."""
-        rows = await self._fetchall(
-            "SELECT run_id, step, kind, name, path, time FROM checkpoints WHERE run_id = ?"
-            + self._confirmed() + " ORDER BY step, id",
-            (run_id,),
-        )
-        return [dict(r) for r in rows]
+    async def events(self, run: StoredRun,
+                     kinds: Collection[type[Event]] | None = None) -> list[Event]:
+        """Every stored event of `run` (of the types in `kinds`, if given), in time order."""
+        return await self.events_after(EventCursor(run, kinds))
 
-    async def latest_checkpoint(self, run_id: str, kind: str = "state") -> dict[str, Any] | None:
-        """The confirmed checkpoint of `kind` with the highest step (the last saved on ties),
-        or None."""
-        rows = await self._fetchall(
-            "SELECT run_id, step, kind, name, path, time FROM checkpoints "
-            "WHERE run_id = ? AND kind = ?" + self._confirmed()
-            + " ORDER BY step DESC, id DESC LIMIT 1",
-            (run_id, kind),
-        )
-        return dict(rows[0]) if rows else None
+    async def events_after(self, cursor: EventCursor) -> list[Event]:
+        """The events of the cursor's run stored since the cursor's last read, in time order
+        (events of equal times in the order the codec gives); moves the cursor past them.
+        The first read starts with the run's RunStarted."""
+        run = cursor.run
+        ordered: list[tuple[float, int, int, Event]] = []
+        if not cursor._started_given:
+            cursor._started_given = True
+            started = run.started()
+            ordered.append((started.time, 0, 0, started))
+        for order, replayed in enumerate(cursor._replayed, start=1):
+            while True:
+                rows = await self.rows_after(replayed.table, run.run_id,
+                                             cursor._last[replayed.table], _PAGE)
+                if not rows:
+                    break
+                cursor._last[replayed.table] = rows[-1]["rowid"]
+                if replayed.with_trajectories:
+                    rollouts = await self._trajectories_of(cursor, rows)
+                for row in rows:
+                    if replayed.with_trajectories:
+                        event = replayed.decode(row, rollouts.pop(group_of(row), ()))
+                    else:
+                        event = replayed.decode(row)
+                    if event is not None:
+                        ordered.append((event.time, order, row["rowid"], event))
+                if len(rows) < _PAGE:
+                    break
+        ordered.sort(key=lambda item: item[:3])
+        if ordered:
+            cursor.last_time = max(cursor.last_time or 0.0, ordered[-1][0])
+        return [event for *_, event in ordered]
 
-    # Resume (engine.resume, engine.run).
-
-    async def resume_points(self, run_id: str) -> list[dict[str, Any]]:
-        """Confirmed full checkpoints of the run that carry a resume state, newest first;
-        `resume_state` is decoded (rows whose state cannot be read are left out)."""
-        if self.schema_version < 3:
-            return []
-        rows = await self._fetchall(
-            "SELECT run_id, step, kind, name, path, time, resume_state FROM checkpoints "
-            "WHERE run_id = ? AND kind = 'state' AND confirmed = 1 "
-            "AND resume_state IS NOT NULL ORDER BY step DESC, id DESC",
-            (run_id,),
-        )
-        points = []
-        for row in rows:
-            try:
-                state = json.loads(row["resume_state"])
-            except ValueError:
-                logger.warning("run store: unreadable resume state of %s", row["name"])
-                continue
-            if isinstance(state, dict):
-                points.append({**dict(row), "resume_state": state})
-        return points
-
-    async def progress(self) -> dict[str, dict[str, int | None]]:
-        """Per run: the last stored step and the step of the last confirmed full
-        checkpoint ({"step", "checkpoint"}, None when there is none)."""
-        out: dict[str, dict[str, int | None]] = {}
-        for run_id, last in await self._fetchall(
-                "SELECT run_id, max(step) FROM steps GROUP BY run_id"):
-            out.setdefault(run_id, {"step": None, "checkpoint": None})["step"] = last
-        for run_id, last in await self._fetchall(
-                "SELECT run_id, max(step) FROM checkpoints WHERE kind = 'state'"
-                + self._confirmed() + " GROUP BY run_id"):
-            out.setdefault(run_id, {"step": None, "checkpoint": None})["checkpoint"] = last
-        return out
-
-    async def groups(self, run_id: str) -> list[dict[str, Any]]:
-        """The life cycle of every group of the run, by scenario position then group id."""
-        if self.schema_version < 3:
-            return []
-        rows = await self._fetchall(
-            "SELECT * FROM group_lifecycle WHERE run_id = ? ORDER BY scenario_index, group_id",
-            (run_id,),
-        )
-        return [dict(r) for r in rows]
-
-    async def discarded(self, run_id: str) -> list[dict[str, Any]]:
-        rows = await self._fetchall(
-            "SELECT run_id, group_id, scenario_id, reason, policy_version, trainer_version, "
-            "num_tokens, detail, time FROM discarded_groups WHERE run_id = ? ORDER BY id",
-            (run_id,),
-        )
-        return [dict(r) for r in rows]
-
-    async def log(self, run_id: str | None, limit: int = 200) -> list[dict[str, Any]]:
-        """The last `limit` log lines of the run, oldest first (run_id None: lines outside runs)."""
-        rows = await self._fetchall(
-            "SELECT * FROM (SELECT id, run_id, time, level, message FROM log "
-            "WHERE run_id IS ? ORDER BY id DESC LIMIT ?) ORDER BY id",
-            (run_id, int(limit)),
-        )
-        return [{k: r[k] for k in ("run_id", "time", "level", "message")} for r in rows]
-
-    async def states(self, run_id: str) -> list[dict[str, Any]]:
-        """State changes of the run, in order."""
-        rows = await self._fetchall(
-            "SELECT run_id, time, state, reason FROM run_states WHERE run_id = ? ORDER BY id",
-            (run_id,),
-        )
-        return [dict(r) for r in rows]
-
-    # Read helpers for `show` and `attach` (which open the store with `open_readonly`).
-
-    async def has_table(self, table: str) -> bool:
-        rows = await self._fetchall(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
-        )
-        return bool(rows)
+    async def _trajectories_of(self, cursor: EventCursor, groups: list[dict[str, Any]]
+                               ) -> dict[int, list[dict[str, Any]]]:
+        """The trajectory rows of these groups: they were committed with the groups, so
+        reading them after the groups finds them all; rows of newer groups wait for theirs."""
+        waiting = cursor._early_trajectories
+        while True:
+            rows = await self.rows_after(TRAJECTORIES, cursor.run.run_id,
+                                         cursor._last[TRAJECTORIES], _PAGE)
+            if not rows:
+                break
+            cursor._last[TRAJECTORIES] = rows[-1]["rowid"]
+            for row in rows:
+                waiting.setdefault(group_of(row), []).append(row)
+            if len(rows) < _PAGE:
+                break
+        wanted = {group_of(g) for g in groups}
+        return {g: waiting.pop(g) for g in wanted if g in waiting}
 
     async def rows_after(
-        self, table: str, run_id: str, after: int = 0, limit: int = 10_000
+        self, table: str, run_id: str, after: int = 0, limit: int = _PAGE
     ) -> list[dict[str, Any]]:
         """Rows of `table` for `run_id` whose rowid is above `after`, in rowid order, each
         with its `rowid`; JSON columns are decoded. For following a run another process
@@ -235,26 +259,65 @@ class StoreReader:
             if "no such table" in str(exc).lower():
                 return []
             raise
-        out = []
-        for row in rows:
-            d = dict(row)
-            for column in JSON_COLUMNS:
-                if isinstance(d.get(column), str):
-                    try:
-                        d[column] = json.loads(d[column])
-                    except ValueError:
-                        pass
-            out.append(d)
-        return out
+        return [decode_row(row) for row in rows]
 
-    async def trajectories(self, run_id: str, group_id: int) -> list[dict[str, Any]]:
-        """The trajectory summaries of one sampled group, in order (messages decoded)."""
-        if not await self.has_table("trajectories"):
+    # ------------------------------------------------------------------ checkpoints, groups
+
+    def _confirmed(self) -> str:
+        """SQL condition: a confirmed checkpoint (every row, in stores older than v3)."""
+        return " AND confirmed = 1" if self.schema_version >= 3 else ""
+
+    async def checkpoints(self, run_id: str) -> list[CheckpointSaved]:
+        """The run's confirmed checkpoints, in step order."""
+        rows = await self._fetchall(
+            "SELECT * FROM checkpoints WHERE run_id = ?" + self._confirmed()
+            + " ORDER BY step, id",
+            (run_id,),
+        )
+        return [decode_checkpoint(r) for r in rows]
+
+    async def resume_points(self, run_id: str) -> list[dict[str, Any]]:
+        """Confirmed full checkpoints of the run that carry a resume state, newest first, as
+        {"step", "kind", "name", "path", "time", "resume_state"} (a checkpoint whose state
+        cannot be read is left out)."""
+        if self.schema_version < 3:
             return []
         rows = await self._fetchall(
-            "SELECT group_id, idx, reward, policy_version, num_tokens, messages, time "
-            "FROM trajectories WHERE run_id = ? AND group_id = ? ORDER BY idx",
-            (run_id, int(group_id)),
+            "SELECT * FROM checkpoints WHERE run_id = ? AND kind = 'state' AND confirmed = 1 "
+            "AND resume_state IS NOT NULL ORDER BY step DESC, id DESC",
+            (run_id,),
         )
-        return [{**dict(r), "messages": json.loads(r["messages"])} for r in rows]
+        points = []
+        for row in rows:
+            state = decode_resume_state(row)
+            checkpoint = decode_checkpoint(row)
+            if state is None:
+                logger.warning("run store: unreadable resume state of %s", checkpoint.name)
+                continue
+            points.append({"step": checkpoint.step, "kind": checkpoint.kind,
+                           "name": checkpoint.name, "path": checkpoint.path,
+                           "time": checkpoint.time, "resume_state": state})
+        return points
 
+    async def progress(self) -> dict[str, dict[str, int | None]]:
+        """Per run: the last stored step and the step of the last confirmed full
+        checkpoint ({"step", "checkpoint"}, None when there is none)."""
+        out: dict[str, dict[str, int | None]] = {}
+        for run_id, last in await self._fetchall(
+                "SELECT run_id, max(step) FROM steps GROUP BY run_id"):
+            out.setdefault(run_id, {"step": None, "checkpoint": None})["step"] = last
+        for run_id, last in await self._fetchall(
+                "SELECT run_id, max(step) FROM checkpoints WHERE kind = 'state'"
+                + self._confirmed() + " GROUP BY run_id"):
+            out.setdefault(run_id, {"step": None, "checkpoint": None})["checkpoint"] = last
+        return out
+
+    async def groups(self, run_id: str) -> list[GroupFate]:
+        """What became of every group of the run, by scenario position then group id."""
+        if self.schema_version < 3:
+            return []
+        rows = await self._fetchall(
+            "SELECT * FROM group_lifecycle WHERE run_id = ? ORDER BY scenario_index, group_id",
+            (run_id,),
+        )
+        return [decode_group_fate(r) for r in rows]

@@ -292,7 +292,7 @@ async def check_ownership(conn: aiosqlite.Connection, path: Path) -> int:
         )
     if version < 1:
         raise StoreError(f"run store {path} has an invalid schema version {version}")
-    return version
+    return int(version)
 
 
 def _split_sql(script: str) -> list[str]:
