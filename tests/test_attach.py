@@ -171,10 +171,10 @@ async def attach_pause_resume_stop(proc: subprocess.Popen, db_path: Path,
     app.animation_level = "none"
 
     async with app.run_test(size=(80, 24)) as pilot:
-        async def until(predicate, what: str) -> None:
+        async def until(predicate, what: str, *, run_may_end: bool = False) -> None:
             while not predicate():
                 assert time.monotonic() < deadline, f"timed out waiting for {what}"
-                assert proc.poll() is None, proc.communicate()
+                assert run_may_end or proc.poll() is None, proc.communicate()
                 await pilot.pause(0.05)
 
         await until(lambda: app.model.step >= 2, "the run to train two steps")
@@ -197,7 +197,9 @@ async def attach_pause_resume_stop(proc: subprocess.Popen, db_path: Path,
         await pilot.press("q")
         assert isinstance(app.screen, QuitScreen) and app.screen.kind == "stop_attached"
         await pilot.press("y")  # stop the run, not only this dashboard
-        await until(lambda: not app.is_running, "the run to stop")
+        # The run ends, then the dashboard (it reads the end from the store): the process
+        # may well be gone first.
+        await until(lambda: not app.is_running, "the run to stop", run_may_end=True)
     assert app.return_code == EXIT_OK and app.run_status == "stopped"
     return run_id
 
