@@ -1,7 +1,9 @@
 """What the in-process OpenAI server costs: latency it adds over a direct sampling call, and
-requests per second at 32 concurrent requests, with an instant sampler.
+requests per second at 32 concurrent requests, with an instant sampler; what a 1,000,000-
+character prompt does to its event loop; and what abandoned requests cost the next one.
 
     python bench/bench_server.py [--requests 2000] [--seconds 5] [--concurrency 32]
+                                 [--only overhead|large-prompt|abandoned]
 
 The server runs as in a training run (FastAPI + uvicorn, the real `Policy` on the local
 backend with its role_colon renderer and tokenizer) in a child process; only the sampling
@@ -10,12 +12,23 @@ the server: HTTP, validation, rendering, parsing, JSON. The load comes from this
 keep-alive connections with a minimal HTTP/1.1 client (so the client's own cost stays small);
 the same is then measured with the official `openai.AsyncOpenAI` client, which is what
 rollouts use. Goals: at most 2 ms added at p50; at least 500 requests/s on 2 cores.
+
+Large prompt: a request carrying a 1,000,000-character prompt (the tiny-chat context is 2048
+tokens) must be refused within 1 s with no stall of the server's event loop over 50 ms. The
+stall is measured by a ticker on the server's loop (a 5 ms sleep, how late it wakes), with
+the openai client in another process (the server's own cost) and in the same loop (as a
+rollout in the engine sends it, so the client's JSON encoding counts too).
+
+Abandoned requests: 10 requests with n=128 whose client gives up after 0.2 s, on the real
+local sampler, then one ordinary request: how long that one takes against the same request
+on an idle server, and how many abandoned samplings were cancelled before they ran.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -68,8 +81,26 @@ async def make_policy(checkpoint_dir: str) -> Any:
     return policy
 
 
+class LagTicker:
+    """How late a 5 ms sleep wakes on this loop, with the time of each wake-up."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []  # (monotonic time, lag in seconds)
+
+    async def run(self) -> None:
+        while True:
+            started = time.monotonic()
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            self.samples.append((now, max(0.0, now - started - 0.005)))
+
+    def max_since(self, since: float) -> float:
+        return max((lag for at, lag in self.samples if at >= since), default=0.0)
+
+
 def serve(conn: Any, checkpoint_dir: str) -> None:
-    """Child process: the policy server with an instant sampler, until told to stop."""
+    """Child process: the policy server with an instant sampler and a lag ticker on its loop.
+    Answers ("lag", since) with the largest lag since then; stops on "stop"."""
     os.environ.setdefault("TINKER_TUI_TORCH_THREADS", "1")
 
     async def main() -> None:
@@ -79,8 +110,16 @@ def serve(conn: Any, checkpoint_dir: str) -> None:
         policy = await make_policy(checkpoint_dir)
         server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults())
         await server.start()
+        ticker = LagTicker()
+        ticking = asyncio.create_task(ticker.run())
         conn.send((server.port, server.token))
-        await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+        loop = asyncio.get_running_loop()
+        while True:
+            message = await loop.run_in_executor(None, conn.recv)
+            if message == "stop":
+                break
+            conn.send(ticker.max_since(message[1]))
+        ticking.cancel()
         await server.stop()
 
     asyncio.run(main())
@@ -227,6 +266,149 @@ async def measure(port: int, token: str, args: argparse.Namespace,
     }
 
 
+LARGE_PROMPT = [{"role": "user", "content": "a" * 1_000_000}]
+
+
+async def refuse_large(client: Any) -> tuple[float, int]:
+    """Send the 1,000,000-character prompt; (seconds to the answer, its HTTP status)."""
+    import openai
+
+    started = time.monotonic()
+    try:
+        await client.chat.completions.create(model="policy", messages=LARGE_PROMPT)
+        status = 200
+    except openai.APIStatusError as exc:
+        status = exc.status_code
+    return time.monotonic() - started, status
+
+
+async def large_prompt_other_process(port: int, token: str, conn: Any,
+                                     tries: int) -> list[tuple[float, int, float]]:
+    """(seconds, status, the server loop's largest stall meanwhile) per try: the client in
+    this process, the server in the child."""
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=token,
+                                max_retries=0)
+    await client.chat.completions.create(model="policy", messages=MESSAGES)
+    results = []
+    for _ in range(tries):
+        since = time.monotonic()
+        seconds, status = await refuse_large(client)
+        await asyncio.sleep(0.02)  # let the ticker wake once after the answer
+        conn.send(("lag", since))
+        results.append((seconds, status, conn.recv()))
+    await client.close()
+    return results
+
+
+async def large_prompt_same_loop(checkpoint_dir: str,
+                                 tries: int) -> tuple[list[tuple[float, int, float]], float]:
+    """The same with server, client and ticker on one loop; also the largest stall over a
+    second of small requests, for comparison."""
+    from tinker_tui.engine.sampling_defaults import SamplingDefaults
+    from tinker_tui.engine.server import PolicyServer
+
+    policy = await make_policy(checkpoint_dir)
+    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults())
+    await server.start()
+    ticker = LagTicker()
+    ticking = asyncio.create_task(ticker.run())
+    client = server.client()
+    try:
+        since = time.monotonic()
+        while time.monotonic() < since + 1.0:
+            await client.chat.completions.create(model="policy", messages=MESSAGES)
+        small = ticker.max_since(since)
+        results = []
+        for _ in range(tries):
+            since = time.monotonic()
+            seconds, status = await refuse_large(client)
+            await asyncio.sleep(0.02)
+            results.append((seconds, status, ticker.max_since(since)))
+    finally:
+        ticking.cancel()
+        await client.close()
+        await server.stop()
+    return results, small
+
+
+async def abandoned_requests(checkpoint_dir: str) -> dict[str, float]:
+    """The real local sampler: a request on an idle server, then the same request after 10
+    abandoned n=128 requests; and how many of those were cancelled before they ran."""
+    import openai
+    from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
+    from tinker_tui.engine.policy import Policy
+    from tinker_tui.engine.sampling_defaults import SamplingDefaults
+    from tinker_tui.engine.server import PolicyServer
+
+    policy = Policy(LocalServiceClient(checkpoint_dir=checkpoint_dir),
+                    base_model=DEFAULT_BASE_MODEL, sampler_checkpoint_every=0)
+    await policy.start()
+    futures: list[Any] = []
+    real = policy.sampling_client
+
+    class Recording:
+        """The real sampling client; keeps each call's future to see if it was cancelled."""
+
+        def sample(self, **kwargs: Any) -> Any:
+            future = real.sample(**kwargs)
+            futures.append(future.future())
+            return future
+
+    policy.sampling_client = Recording()
+    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults())
+    await server.start()
+    client = server.client()
+    impatient = openai.AsyncOpenAI(base_url=server.base_url, api_key=server.token,
+                                   max_retries=0, timeout=0.2)
+
+    async def timed() -> float:
+        started = time.monotonic()
+        await client.chat.completions.create(model="policy", messages=MESSAGES, max_tokens=16)
+        return time.monotonic() - started
+
+    async def abandon() -> None:
+        with contextlib.suppress(openai.APITimeoutError):
+            await impatient.chat.completions.create(model="policy", messages=MESSAGES, n=128,
+                                                    max_tokens=64)
+
+    try:
+        for _ in range(3):
+            await timed()  # warm up
+        idle = statistics.median([await timed() for _ in range(5)])
+        futures.clear()
+        await asyncio.gather(*(abandon() for _ in range(10)))
+        after = await timed()
+        abandoned = futures[:10]
+        cancelled = sum(f.cancelled() for f in abandoned)
+    finally:
+        await impatient.close()
+        await client.close()
+        await server.stop()
+    return {"idle": idle, "after": after, "cancelled": cancelled, "abandoned": len(abandoned)}
+
+
+def report_large_prompt(other: list[tuple[float, int, float]],
+                        same: list[tuple[float, int, float]], small: float) -> None:
+    ms = 1000.0
+    print(f"1,000,000-character prompt, {len(other)} tries each (goals: refused within 1 s, "
+          f"no loop stall over 50 ms):")
+    for title, results in (("client in another process", other),
+                           ("client on the server's loop", same)):
+        statuses = sorted({status for _, status, _ in results})
+        print(f"  {title}: status {statuses}, answered in at most "
+              f"{max(s for s, _, _ in results) * ms:.0f} ms, server loop's largest stall "
+              f"{max(lag for _, _, lag in results) * ms:.1f} ms")
+    print(f"  (the same loop's largest stall over 1 s of small requests: {small * ms:.1f} ms)")
+
+
+def report_abandoned(r: dict[str, float]) -> None:
+    print(f"10 abandoned n=128 requests (client timeout 0.2 s), real local sampler: "
+          f"{r['cancelled']:.0f} of {r['abandoned']:.0f} cancelled before they ran; the next "
+          f"request took {r['after'] * 1000:.0f} ms (idle: {r['idle'] * 1000:.0f} ms)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000,
@@ -234,25 +416,40 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0,
                         help="duration of each throughput run")
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--only", choices=("overhead", "large-prompt", "abandoned"))
     args = parser.parse_args()
     import tempfile
 
     os.environ.setdefault("TINKER_TUI_TORCH_THREADS", "1")
-    with tempfile.TemporaryDirectory() as checkpoint_dir:
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe()
-        process = ctx.Process(target=serve, args=(child, checkpoint_dir), daemon=True)
-        process.start()
-        port, token = parent.recv()
-        try:
-            r = asyncio.run(measure(port, token, args, checkpoint_dir, process.pid))
-        finally:
-            parent.send("stop")
-            process.join(timeout=10)
-    ms = 1000.0
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"cores: {os.cpu_count()}   load average {load:.1f}   requests: {args.requests} sequential, "
-          f"{args.concurrency} concurrent for {args.seconds:g} s")
+    print(f"cores: {os.cpu_count()}   load average {load:.1f}")
+    with tempfile.TemporaryDirectory() as checkpoint_dir:
+        if args.only in (None, "overhead", "large-prompt"):
+            ctx = mp.get_context("spawn")
+            parent, child = ctx.Pipe()
+            process = ctx.Process(target=serve, args=(child, checkpoint_dir), daemon=True)
+            process.start()
+            port, token = parent.recv()
+            try:
+                if args.only in (None, "overhead"):
+                    report_overhead(asyncio.run(measure(port, token, args, checkpoint_dir,
+                                                        process.pid)), args)
+                if args.only in (None, "large-prompt"):
+                    other = asyncio.run(large_prompt_other_process(port, token, parent, 5))
+            finally:
+                parent.send("stop")
+                process.join(timeout=10)
+            if args.only in (None, "large-prompt"):
+                same, small = asyncio.run(large_prompt_same_loop(checkpoint_dir, 5))
+                report_large_prompt(other, same, small)
+        if args.only in (None, "abandoned"):
+            report_abandoned(asyncio.run(abandoned_requests(checkpoint_dir)))
+
+
+def report_overhead(r: dict[str, Any], args: argparse.Namespace) -> None:
+    ms = 1000.0
+    print(f"requests: {args.requests} sequential, {args.concurrency} concurrent for "
+          f"{args.seconds:g} s")
     print(f"direct sampling call (Policy.sample, instant sampler): p50 {r['direct_p50'] * ms:.3f} ms"
           f"  p99 {r['direct_p99'] * ms:.3f} ms   (bare client call p50 "
           f"{r['bare_p50'] * ms:.3f} ms)")

@@ -3,6 +3,9 @@ on the real local backend."""
 
 import asyncio
 import json
+import logging
+import threading
+import time
 
 import httpx
 import openai
@@ -12,6 +15,7 @@ from tinker_tui.engine.local import LocalServiceClient
 from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server import TOOLS_HEADER, PolicyServer
+from tinker_tui.engine.server.schema import ChatCompletionRequest
 from tinker_tui.engine.trajectory import SampledTurn, Trajectory, TrajectoryGroup
 
 QUESTION = [{"role": "user", "content": "Is the sky blue?"}]
@@ -325,3 +329,252 @@ async def test_the_token_never_reaches_the_logs(server, caplog):
     with pytest.raises(openai.AuthenticationError):
         await wrong.models.list()
     assert caplog.records and srv.token not in caplog.text
+
+
+# ------------------------------------------------------------------ nothing blocks the loop
+
+@pytest.fixture
+async def make_server(tmp_path):
+    """A server on the real local backend, with the limits a test chooses."""
+    servers = []
+    policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
+    await policy.start()
+
+    async def make(**limits):
+        server = PolicyServer(policy, model_name="policy",
+                              defaults=SamplingDefaults(max_tokens=4), **limits)
+        await server.start()
+        servers.append(server)
+        return server
+
+    yield make, policy
+    for server in servers:
+        await server.stop()
+
+
+def errors_logged(caplog) -> list[str]:
+    """Warnings and errors from the server or uvicorn (not from other tests' leftovers)."""
+    return [f"{r.name}: {r.getMessage()}" for r in caplog.records
+            if r.levelno >= logging.WARNING and r.name.startswith(("tinker_tui", "uvicorn"))]
+
+
+async def test_a_body_over_the_limit_is_refused_before_it_is_parsed(make_server, monkeypatch):
+    make, _ = make_server
+    srv = await make(max_body_bytes=64 * 1024)
+    parsed = []
+    real_validate = ChatCompletionRequest.model_validate_json
+    monkeypatch.setattr(ChatCompletionRequest, "model_validate_json",
+                        lambda raw: parsed.append(len(raw)) or real_validate(raw))
+    client = srv.client()
+    with pytest.raises(openai.APIStatusError) as refused:
+        await client.chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": "a" * 100_000}])
+    assert refused.value.status_code == 413
+    error = refused.value.body
+    assert error["code"] == "request_too_large" and error["type"] == "invalid_request_error"
+    assert "at most 65536 bytes" in error["message"]
+
+    async def chunks():  # no Content-Length: counted as it arrives
+        for _ in range(100):
+            yield b" " * 1024
+
+    async with httpx.AsyncClient() as http:
+        chunked = await http.post(f"{srv.base_url}/chat/completions", content=chunks(),
+                                  headers={"Authorization": f"Bearer {srv.token}"})
+    assert chunked.status_code == 413 and chunked.json()["error"]["code"] == "request_too_large"
+    assert parsed == []  # neither body reached the JSON parser
+    ok = await client.chat.completions.create(model="policy", messages=QUESTION)
+    assert ok.choices and parsed
+
+
+async def test_a_prompt_over_the_context_is_refused_without_tokenizing_it(make_server,
+                                                                          monkeypatch):
+    make, policy = make_server
+    srv = await make()
+    client = srv.client()
+    tokenizer = policy.renderer.tokenizer
+    encoded: list[tuple[int, bool]] = []  # (characters, on the event loop's thread)
+    real_encode = tokenizer.encode
+    loop_thread = threading.current_thread()
+
+    def encode(text, *args, **kwargs):
+        encoded.append((len(text), threading.current_thread() is loop_thread))
+        return real_encode(text, *args, **kwargs)
+
+    monkeypatch.setattr(tokenizer, "encode", encode)
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": "a" * 1_000_000}])
+    assert refused.value.code == "context_length_exceeded"
+    assert "maximum context length is 2048 tokens" in refused.value.message
+    assert sum(chars for chars, _ in encoded) < 1000  # the prompt itself was never tokenized
+
+    # Short enough in characters to need tokenizing, too long in tokens: an exact refusal,
+    # tokenized on a worker thread.
+    encoded.clear()
+    with pytest.raises(openai.BadRequestError, match=r"these messages are \d+ tokens") as exact:
+        await client.chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": "yes " * 3000}])
+    assert exact.value.code == "context_length_exceeded"
+    assert encoded and not any(on_loop for chars, on_loop in encoded if chars >= 12_000)
+
+    # A large prompt that fits is served, also rendered off the loop.
+    encoded.clear()
+    fits = await client.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "yes " * 1500}])
+    assert len(fits.choices[0].model_extra["prompt_token_ids"]) > 1500
+    assert not any(on_loop for chars, on_loop in encoded if chars >= 6000)
+
+
+class RecordingSampler:
+    """The policy's real sampling client; keeps the future of every sample call."""
+
+    def __init__(self, real):
+        self.real = real
+        self.futures = []
+
+    def sample(self, **kwargs):
+        future = self.real.sample(**kwargs)
+        self.futures.append(future.future())
+        return future
+
+
+async def test_a_client_that_goes_away_cancels_its_sampling(make_server, caplog):
+    from tinker_tui.engine.local import runtime
+
+    caplog.set_level("DEBUG")
+    make, policy = make_server
+    srv = await make()
+    sampler = RecordingSampler(policy.sampling_client)
+    policy.sampling_client = sampler
+    # Hold the sampler's thread so the request waits in its queue, as behind a long batch.
+    release = threading.Event()
+    runtime.torch_executor().submit(release.wait, 30)
+    client = srv.client()
+    request = asyncio.create_task(
+        client.chat.completions.create(model="policy", messages=QUESTION, n=128))
+    try:
+        deadline = time.monotonic() + 10
+        while not sampler.futures:  # the request waits in the sampler's queue
+            assert time.monotonic() < deadline and not request.done(), "never sampled"
+            await asyncio.sleep(0.02)
+        request.cancel()  # the client gives up: its connection closes
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        while not sampler.futures[0].cancelled():
+            assert time.monotonic() < deadline, "the sampler never saw the cancel"
+            await asyncio.sleep(0.02)
+    finally:
+        release.set()
+    assert len(sampler.futures) == 1
+    after = await client.chat.completions.create(model="policy", messages=QUESTION)
+    assert after.choices and not sampler.futures[1].cancelled()
+    assert any("sampling cancelled" in r.getMessage() and r.levelno == logging.DEBUG
+               for r in caplog.records)
+    assert errors_logged(caplog) == []
+
+
+async def test_a_half_sent_request_is_closed_after_the_timeout(make_server):
+    make, _ = make_server
+    srv = await make(request_timeout=0.3)
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {srv.token}\r\n").encode()
+    for request in (head,  # the head never ends
+                    head + b"Content-Length: 100\r\n\r\n{\"model\":"):  # nor does the body
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        writer.write(request)
+        started = time.monotonic()
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        assert 0.25 <= time.monotonic() - started < 3
+        writer.close()
+    # a connection that sends nothing at all is closed too
+    reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.close()
+    # whole requests on kept-alive connections are not affected
+    client = srv.client()
+    for _ in range(2):
+        assert (await client.chat.completions.create(model="policy", messages=QUESTION)).choices
+        await asyncio.sleep(0.4)
+
+
+async def test_a_client_that_disconnects_mid_body_is_logged_at_debug(make_server, caplog):
+    caplog.set_level("DEBUG")
+    make, _ = make_server
+    srv = await make()
+    reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+    writer.write((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                  f"Authorization: Bearer {srv.token}\r\nContent-Length: 1000\r\n\r\n"
+                  '{"model": "policy"').encode())
+    await writer.drain()
+    writer.close()
+    deadline = time.monotonic() + 5
+    while not any("went away before its request was whole" in r.getMessage()
+                  for r in caplog.records):
+        assert time.monotonic() < deadline, "no disconnect was logged"
+        await asyncio.sleep(0.02)
+    record = next(r for r in caplog.records if "went away" in r.getMessage())
+    assert record.levelno == logging.DEBUG and record.exc_info is None
+    assert errors_logged(caplog) == []
+    assert (await srv.client().chat.completions.create(model="policy",
+                                                       messages=QUESTION)).choices
+
+
+# ------------------------------------------------------------------ model names and messages
+
+@pytest.mark.parametrize("model", ["policy@²", "policy@١", "policy@１", "policy@", "policy@-1"])
+async def test_only_ascii_digits_name_an_earlier_step(server, model):
+    srv, _ = server
+    with pytest.raises(openai.NotFoundError) as refused:
+        await srv.client().chat.completions.create(model=model, messages=QUESTION)
+    assert refused.value.code == "model_not_found" and "unknown model" in refused.value.message
+
+
+async def test_an_empty_content_list_is_refused(server):
+    srv, _ = server
+    for role in ("user", "system"):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await srv.client().chat.completions.create(
+                model="policy", messages=[{"role": role, "content": []}, *QUESTION])
+        assert refused.value.code == "empty_array"
+        assert refused.value.param == "messages.0.content"
+
+
+async def test_a_tool_message_must_answer_a_call_of_the_assistant_message_before_it(server):
+    srv, _ = server
+    client = srv.client()
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+    asked = [*QUESTION, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    ok = await client.chat.completions.create(
+        model="policy", tools=[ADD_TOOL],
+        messages=[*asked, {"role": "tool", "tool_call_id": "call_1", "content": "3"}])
+    assert ok.choices
+    for messages in (
+            [*asked, {"role": "tool", "tool_call_id": "call_9", "content": "3"}],  # unknown id
+            [*asked, {"role": "user", "content": "and?"},  # not right after the call
+             {"role": "tool", "tool_call_id": "call_1", "content": "3"}],
+            [*QUESTION, {"role": "tool", "tool_call_id": "call_1", "content": "3"}]):
+        with pytest.raises(openai.BadRequestError, match="answers no tool call") as refused:
+            await client.chat.completions.create(model="policy", tools=[ADD_TOOL],
+                                                 messages=messages)
+        assert refused.value.param == f"messages.{len(messages) - 1}.tool_call_id"
+
+
+async def test_content_parts_say_what_is_wrong(server):
+    srv, _ = server
+    client = srv.client()
+    for part, param, says in (
+            ({"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}},
+             "messages.0.content.0.cache_control", "unsupported key(s) in a text part: "
+                                                   "'cache_control'"),
+            ({"type": "image_url", "image_url": {"url": "data:,"}}, "messages.0.content.0.type",
+             "unsupported content part type 'image_url'"),
+            ({"type": "text", "text": 5}, "messages.0.content.0.text", "needs 'text', a string")):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.chat.completions.create(
+                model="policy", messages=[{"role": "user", "content": [part]}])
+        assert says in refused.value.message and refused.value.param == param
+    ok = await client.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+    assert ok.choices

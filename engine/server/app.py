@@ -10,23 +10,37 @@ The random per-run token is compared in constant time and never logged;
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
 import time
 import uuid
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from tinker_tui.engine.loopback_http import BearerAuth, LoopbackServer
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive
+from tinker_tui.engine.loopback_http import (
+    REQUEST_TIMEOUT,
+    BearerAuth,
+    BodyTooLarge,
+    LoopbackServer,
+    read_body,
+)
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server.handler import ChatHandler, PolicySource, Prepared, usage
 from tinker_tui.engine.server.schema import ChatCompletionRequest, RequestError, validation_error
 
 logger = logging.getLogger(__name__)
+
+#: The largest request body accepted; a bigger one is refused (413) before it is parsed.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+T = TypeVar("T")
 
 
 def _dumps(payload: Any) -> bytes:
@@ -73,15 +87,45 @@ def _sse(body: ChatCompletionRequest, choices: list[dict[str, Any]], prepared: P
     return b"".join(events)
 
 
+class ClientGone(Exception):
+    """The client closed its connection before its completion was ready."""
+
+
+async def _until_disconnected(receive: Receive) -> None:
+    """Returns when the client goes away (the body is already read, so the only message
+    still to come is the disconnect)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
+    """`await work`, cancelled (and ClientGone raised) if the client disconnects first:
+    sampling that nobody waits for any more must not hold up the requests after it."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_until_disconnected(request.receive))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})  # let the cancellation reach the sampler
+        gone.cancel()
+    if task.cancelled():
+        raise ClientGone()
+    return task.result()
+
+
 def create_app(policy: PolicySource, *, model_name: str, token: str,
-               defaults: SamplingDefaults, max_tokens_limit: int = 1024) -> FastAPI:
+               defaults: SamplingDefaults, max_tokens_limit: int = 1024,
+               max_body_bytes: int = MAX_BODY_BYTES,
+               context_length: int | None = None) -> FastAPI:
     app = FastAPI(title="tinker-tui policy server", docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.add_middleware(BearerAuth, token=token, refusal=lambda: openai_error(
         401, "missing or wrong bearer token", kind="authentication_error",
         code="invalid_api_key"))
     handler = ChatHandler(policy, model_name=model_name, defaults=defaults,
-                           max_tokens_limit=max_tokens_limit)
+                          max_tokens_limit=max_tokens_limit, context_length=context_length)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException) -> Response:
@@ -117,13 +161,23 @@ def create_app(policy: PolicySource, *, model_name: str, token: str,
     async def chat_completions(request: Request) -> Response:
         try:
             try:
-                body = ChatCompletionRequest.model_validate_json(await request.body())
+                raw = await read_body(request, max_body_bytes)
+            except BodyTooLarge as exc:
+                raise RequestError(413, str(exc), code="request_too_large") from None
+            try:
+                body = ChatCompletionRequest.model_validate_json(raw)
             except ValidationError as exc:
                 raise validation_error(exc) from None
-            choices, prepared, _version = await handler.complete(body)
+            choices, prepared, _version = await unless_client_leaves(
+                request, handler.complete(body))
         except RequestError as exc:
             return openai_error(exc.status, exc.message, param=exc.param, code=exc.code,
                                 kind=exc.kind)
+        except (ClientDisconnect, ClientGone) as exc:
+            logger.debug("chat completion: the client went away %s",
+                         "while sampling; sampling cancelled" if isinstance(exc, ClientGone)
+                         else "before its request was whole")
+            return Response(status_code=499)  # nobody reads it
         except Exception as exc:  # a bug here must not take the server down
             logger.exception("chat completion failed")
             return openai_error(500, f"internal error: {type(exc).__name__}",
@@ -152,14 +206,17 @@ class PolicyServer:
     """Runs the app on 127.0.0.1 in the current event loop; start() returns once it listens."""
 
     def __init__(self, policy: PolicySource, *, model_name: str, token: str | None = None,
-                 defaults: SamplingDefaults | None = None,
-                 max_tokens_limit: int = 1024) -> None:
+                 defaults: SamplingDefaults | None = None, max_tokens_limit: int = 1024,
+                 max_body_bytes: int = MAX_BODY_BYTES, context_length: int | None = None,
+                 request_timeout: float = REQUEST_TIMEOUT) -> None:
         self.model_name = model_name
         self.token = token or secrets.token_urlsafe(24)
         self.defaults = defaults or SamplingDefaults()
         self.app = create_app(policy, model_name=model_name, token=self.token,
-                              defaults=self.defaults, max_tokens_limit=max_tokens_limit)
-        self._server = LoopbackServer(self.app, name="policy-server")
+                              defaults=self.defaults, max_tokens_limit=max_tokens_limit,
+                              max_body_bytes=max_body_bytes, context_length=context_length)
+        self._server = LoopbackServer(self.app, name="policy-server",
+                                      request_timeout=request_timeout)
 
     @property
     def port(self) -> int | None:

@@ -8,10 +8,11 @@ Everything it refuses is a `RequestError`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -36,6 +37,10 @@ from tinker_tui.engine.server.tools import (
     text_tool_section,
 )
 
+#: Requests whose messages hold more characters than this are rendered and tokenized on a
+#: worker thread, so the event loop never waits for them.
+OFF_LOOP_CHARS = 4096
+
 
 class PolicySource(Protocol):
     """What the server needs from the policy (`engine.backend.Policy` is one)."""
@@ -56,6 +61,10 @@ class RendererInfo:
     content_prefix: str
     string_stops: bool
     stops: list[Any]
+    #: The most tokens a prompt may have (None: unknown, the sampler alone decides).
+    context_length: int | None = None
+    #: The most characters one token stands for (None until a large prompt needs it).
+    max_token_chars: int | None = None
 
 
 @dataclass
@@ -72,14 +81,15 @@ class Prepared:
     tool_limit: int | None = None
 
 
-
 class ChatHandler:
     def __init__(self, policy: PolicySource, *, model_name: str, defaults: SamplingDefaults,
-                 max_tokens_limit: int) -> None:
+                 max_tokens_limit: int, context_length: int | None = None) -> None:
         self.policy = policy
         self.model_name = model_name
         self.defaults = defaults
         self.max_tokens_limit = max_tokens_limit
+        #: The policy's context in tokens; None: the tokenizer's `model_max_length`, if set.
+        self.context_length = context_length
         self.tool_texts = ToolTextCache()
         # Rendered prompts by request signature: a group's rollouts send the same messages.
         self._prepared: OrderedDict[tuple[Any, ...], Prepared] = OrderedDict()
@@ -91,7 +101,7 @@ class ChatHandler:
         if model == self.model_name:
             return None
         name, sep, step = model.rpartition("@")
-        if sep and name == self.model_name and step.isdigit():
+        if sep and name == self.model_name and step.isascii() and step.isdigit():
             return int(step)
         raise RequestError(404, f"unknown model {model!r}; this run serves {self.model_name!r} "
                                 f"(or {self.model_name}@STEP for an earlier policy)",
@@ -103,8 +113,10 @@ class ChatHandler:
             return cached[1]
         stops = list(renderer.get_stop_sequences())
         info = RendererInfo(native_tools=supports_native_tools(renderer),
-                             content_prefix=content_prefix(renderer),
-                             string_stops=all(isinstance(s, str) for s in stops), stops=stops)
+                            content_prefix=content_prefix(renderer),
+                            string_stops=all(isinstance(s, str) for s in stops), stops=stops,
+                            context_length=self.context_length
+                            or _tokenizer_context_length(renderer.tokenizer))
         self._renderer_info = (renderer, info)
         self._prepared.clear()
         return info
@@ -160,19 +172,38 @@ class ChatHandler:
         prompt_tokens = prompt.to_ints()
         prefill_tokens = (renderer.tokenizer.encode(prefill, add_special_tokens=False)
                           if prefill else [])
+        if info.context_length is not None and len(prompt_tokens) >= info.context_length:
+            raise _too_long(info.context_length, f"these messages are {len(prompt_tokens)} "
+                                                 f"tokens")
         return Prepared(prompt=prompt, prompt_tokens=prompt_tokens,
-                         prefill_tokens=prefill_tokens,
-                         prefill_text=prefill[len(info.content_prefix):] if prefill else "",
-                         tool_names=names, tool_mode=mode,
-                         parse_tools=mode != "off" and choice != "none",
-                         tool_limit=1 if body.parallel_tool_calls is False else None)
+                        prefill_tokens=prefill_tokens,
+                        prefill_text=prefill[len(info.content_prefix):] if prefill else "",
+                        tool_names=names, tool_mode=mode,
+                        parse_tools=mode != "off" and choice != "none",
+                        tool_limit=1 if body.parallel_tool_calls is False else None)
+
+    def prepare_large(self, body: ChatCompletionRequest, renderer: Any) -> Prepared:
+        """`prepare` for a large request, on a worker thread: a prompt that cannot fit the
+        context is refused from its length in characters, before any of it is tokenized."""
+        info = self.renderer_info(renderer)
+        if info.context_length is not None:
+            if info.max_token_chars is None:
+                info.max_token_chars = _max_token_chars(renderer.tokenizer)
+            if info.max_token_chars:
+                fewest, chars = _fewest_tokens(body, info.max_token_chars)
+                if fewest >= info.context_length:
+                    raise _too_long(info.context_length, f"these messages are at least "
+                                                         f"{fewest} tokens ({chars} characters)")
+        return self.prepare(body, renderer)
 
     def _convert_messages(self, messages: Sequence[ChatMessage], mode: str,
                           tools: list[dict[str, Any]], renderer: Any) -> list[dict[str, Any]]:
         from tinker_cookbook.renderers import ToolCall
 
         out: list[dict[str, Any]] = []
-        call_names: dict[str, str] = {}
+        # The calls a tool message may answer: those of the assistant message before it
+        # (with only tool messages between), as OpenAI requires.
+        open_calls: dict[str, str] = {}
         for i, m in enumerate(messages):
             where = f"messages.{i}"
             text = self._text(m, where)
@@ -196,9 +227,10 @@ class ChatHandler:
                 raise RequestError(400, f"{m.role} messages need content",
                                    param=f"{where}.content")
             message: dict[str, Any] = {"role": role, "content": text or ""}
+            if role != "tool":
+                open_calls = {}
             if role == "assistant" and m.tool_calls:
-                for call in m.tool_calls:
-                    call_names[call.id] = call.function.name
+                open_calls = {call.id: call.function.name for call in m.tool_calls}
                 if mode == "native":
                     message["tool_calls"] = [ToolCall(id=c.id, function=ToolCall.FunctionBody(
                         name=c.function.name, arguments=c.function.arguments))
@@ -209,7 +241,13 @@ class ChatHandler:
                 if m.tool_call_id is None:
                     raise RequestError(400, "tool messages need tool_call_id",
                                        param=f"{where}.tool_call_id")
-                name = m.name or call_names.get(m.tool_call_id)
+                if m.tool_call_id not in open_calls:
+                    raise RequestError(400, f"tool_call_id {m.tool_call_id[:64]!r} answers no "
+                                            "tool call of the assistant message before it "
+                                            "(a tool message must follow the assistant "
+                                            "message whose tool_calls name its id)",
+                                       param=f"{where}.tool_call_id")
+                name = m.name or open_calls[m.tool_call_id]
                 if mode != "native":
                     # A renderer without a tool format (role_colon stops at "\n\nUser:")
                     # hears tool results from the user, so the next prompt extends the
@@ -242,13 +280,26 @@ class ChatHandler:
     def _text(m: ChatMessage, where: str) -> str | None:
         if m.content is None or isinstance(m.content, str):
             return m.content
+        if not m.content:
+            raise RequestError(400, "content is an empty array; give a string or at least "
+                                    "one text part", param=f"{where}.content",
+                               code="empty_array")
         parts = []
         for j, part in enumerate(m.content):
-            if part.get("type") != "text" or not isinstance(part.get("text"), str) \
-                    or set(part) - {"type", "text"}:
-                raise RequestError(400, f"unsupported content part (only text parts are "
-                                        f"supported): {str(part.get('type'))[:40]!r}",
-                                   param=f"{where}.content.{j}")
+            kind = part.get("type")
+            if kind != "text":
+                raise RequestError(400, f"unsupported content part type {str(kind)[:40]!r}: "
+                                        "only text parts are supported",
+                                   param=f"{where}.content.{j}.type")
+            if not isinstance(part.get("text"), str):
+                raise RequestError(400, "a text part needs 'text', a string",
+                                   param=f"{where}.content.{j}.text")
+            extra = sorted(set(part) - {"type", "text"})
+            if extra:
+                names = ", ".join(repr(k[:40]) for k in extra[:5])
+                raise RequestError(400, f"unsupported key(s) in a text part: {names} (a text "
+                                        "part holds only 'type' and 'text')",
+                                   param=f"{where}.content.{j}.{extra[0][:40]}")
             parts.append(part["text"])
         return "".join(parts)
 
@@ -298,7 +349,10 @@ class ChatHandler:
         key = _signature(body)
         prepared = self._prepared.get(key)
         if prepared is None:
-            prepared = self.prepare(body, renderer)
+            if prompt_chars(body) > OFF_LOOP_CHARS:
+                prepared = await asyncio.to_thread(self.prepare_large, body, renderer)
+            else:
+                prepared = self.prepare(body, renderer)
             self._prepared[key] = prepared
             if len(self._prepared) > self.prepared_cache_size:
                 self._prepared.popitem(last=False)
@@ -406,6 +460,60 @@ class ChatHandler:
             "token_logprobs": logprobs,
             "policy_version": version,
         }
+
+
+def _verbatim_texts(body: ChatCompletionRequest) -> Iterator[str]:
+    """The request's text that any renderer puts into the prompt verbatim: the content of
+    its system, developer, user and tool messages and its tool names and descriptions.
+    Assistant messages are left out: a renderer may drop parts of earlier replies
+    (thinking)."""
+    for m in body.messages:
+        if m.role == "assistant" or m.content is None:
+            continue
+        if isinstance(m.content, str):
+            yield m.content
+        else:
+            yield from (p["text"] for p in m.content if isinstance(p.get("text"), str))
+    for t in body.tools or []:
+        yield t.function.name
+        yield t.function.description
+
+
+def prompt_chars(body: ChatCompletionRequest) -> int:
+    """How many characters the prompt holds at least (cheap: lengths only)."""
+    return sum(len(text) for text in _verbatim_texts(body))
+
+
+def _fewest_tokens(body: ChatCompletionRequest, max_token_chars: int) -> tuple[int, int]:
+    """The fewest tokens the prompt can have, and the characters that bound counts: those
+    of the verbatim text less ASCII whitespace (a tokenizer may fold runs of it)."""
+    chars = sum(len(text) - sum(text.count(c) for c in " \t\n\r\f\v")
+                for text in _verbatim_texts(body))
+    return -(-chars // max_token_chars), chars
+
+
+def _tokenizer_context_length(tokenizer: Any) -> int | None:
+    """A tokenizer's `model_max_length`, when it is set to a real context length
+    (Hugging Face uses a huge number for unknown)."""
+    value = getattr(tokenizer, "model_max_length", None)
+    return value if isinstance(value, int) and 0 < value <= 10_000_000 else None
+
+
+def _max_token_chars(tokenizer: Any) -> int | None:
+    """The most characters one token can stand for: the longest entry of the vocabulary
+    (byte-level vocabularies spell a token with one character per byte, so no token decodes
+    to more characters than its entry has). None if the tokenizer has no `get_vocab`."""
+    try:
+        vocab = tokenizer.get_vocab()
+        return max((len(entry) for entry in vocab), default=0) or None
+    except Exception:
+        return None
+
+
+def _too_long(context_length: int, what: str) -> RequestError:
+    return RequestError(400, f"this model's maximum context length is {context_length} "
+                             f"tokens; {what}", param="messages",
+                        code="context_length_exceeded")
 
 
 def _signature(body: ChatCompletionRequest) -> tuple[Any, ...]:
