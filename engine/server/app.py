@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive
+from tinker_tui.engine.errors import TinkerTuiError
 from tinker_tui.engine.loopback_http import (
     REQUEST_TIMEOUT,
     BearerAuth,
@@ -87,7 +88,7 @@ def _sse(body: ChatCompletionRequest, choices: list[dict[str, Any]], prepared: P
     return b"".join(events)
 
 
-class ClientGone(Exception):
+class ClientGone(TinkerTuiError):
     """The client closed its connection before its completion was ready."""
 
 
