@@ -580,7 +580,11 @@ def encode(rows: Rows, run_id: str | None, event: object) -> bool:
     RunStarted), or an event type the store does not keep. TypeError for a non-event; any
     error from a malformed event propagates, and then none of its rows were added (each
     encoder computes every row before adding any)."""
-    encoder = _ENCODERS.get(type(event)) or _encoder_for(type(event))
+    encoder = _ENCODERS.get(type(event))
+    if encoder is not None and run_id is not None:  # the common case, first
+        encoder(rows, run_id, event)
+        return True
+    encoder = encoder or _encoder_for(type(event))
     if not isinstance(event, (LogEmitted, RunStarted)):
         if not isinstance(event, Event):
             raise TypeError(f"not an engine event: {type(event).__name__}")
