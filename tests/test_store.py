@@ -327,6 +327,8 @@ async def test_burst_is_written_in_few_transactions_without_blocking_the_loop(
                 s.handle(step(i, **{"loss/sum": 1.0, "time/step": 0.01, "kl": 0.001}))
         t_burst_end = time.perf_counter()
         t_handle = t_burst_end - t0
+        # handle() only queues: nothing was written while the burst was handed over.
+        assert s.pending == n and s.commits == commits0
         await s.flush()
         elapsed = time.perf_counter() - t0
     finally:
@@ -356,9 +358,10 @@ async def test_burst_is_written_in_few_transactions_without_blocking_the_loop(
         max_write_lag * 1e3,
         len(write_lags),
     )
-    # The overall figure is dominated by the test's own burst loop (not the store): logged only.
-    assert max_write_lag < 0.05, f"event loop lagged {max_write_lag * 1e3:.1f} ms while writing"
-    assert t_handle / n < 50e-6  # handle() is just an append
+    # Times are logged, not asserted (bench/bench_store.py measures them): on a shared
+    # machine they measure the neighbours too. What must hold: the loop kept turning while
+    # the writer drained the burst, at least once per transaction.
+    assert len(write_lags) >= batches, f"{len(write_lags)} ticks while writing {batches} batches"
 
 
 async def test_writer_survives_bad_events(store: RunStore, caplog) -> None:
