@@ -23,6 +23,7 @@ base in a process uses one copy and keeps only its own LoRA adapter (`tinker_tui
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import weakref
@@ -155,6 +156,16 @@ def get_tokenizer(base_model: str) -> Any:
                 ) from exc
             _tokenizers[name] = tok
         return tok
+
+
+def register_cookbook_tokenizers() -> None:
+    """Make `tinker_cookbook.tokenizer_utils.get_tokenizer(name)` return our tokenizer for the
+    embedded models instead of trying the Hugging Face hub (imports the cookbook: ~3 s); a
+    renderer unpickled in another process looks its tokenizer up that way."""
+    from tinker_cookbook.tokenizer_utils import register_tokenizer
+
+    for name in _SPECS:
+        register_tokenizer(name, functools.partial(WordTokenizer, name_or_path=name))
 
 
 # -- the loaded base --------------------------------------------------------------------------
