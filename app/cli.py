@@ -4,40 +4,130 @@ Exit codes: 0 the run completed (or was stopped from the dashboard with `q`); 1 
 failed; 2 bad usage (unknown task, bad setting, missing Tinker key, unusable store);
 130 stopped by SIGINT (Ctrl+C) and 143 by SIGTERM, both after a graceful shutdown
 (current step finished, checkpoint written, store flushed). A second signal exits at once.
+
+Everything that can be checked without a model (arguments, settings, the task file, the
+store, the Tinker key) is checked before torch, transformers or the dashboard are imported,
+so a mistake is answered in well under a second.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
+import re
 import sys
 import traceback
+from collections.abc import Iterable, Sequence
 
-from tinker_tui.engine.errors import EXIT_FAILED, EXIT_USAGE, TinkerTuiError
+from tinker_tui.engine.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, TinkerTuiError
 
 #: Sub-command modules under app/commands, in the order `--help` lists them.
 COMMANDS = ("run", "show", "attach", "runs", "export")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def close_match(word: str, candidates: Iterable[str]) -> str | None:
+    """The candidate `word` was most likely meant to be, if one is close enough."""
+    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """" (did you mean 'x'?)" for a close match, else ""."""
+    match = close_match(word, candidates)
+    return f" (did you mean {match!r}?)" if match else ""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse without abbreviations (`--learning-rat` is an error, not `--learning-rate`)
+    whose errors are one line with a close-match suggestion, without the usage block."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {self.suggest(message)}\n"
+                              f"(`{self.prog} --help` lists the options)\n")
+
+    def suggest(self, message: str) -> str:
+        """argparse's message with "did you mean" added for a mistyped choice."""
+        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if match:
+            choices = re.findall(r"'([^']*)'", match.group(2))
+            return message + did_you_mean(match.group(1), choices)
+        return message
+
+    def option_strings(self) -> list[str]:
+        return [s for action in self._actions for s in action.option_strings]
+
+    def subcommand(self, name: str) -> ArgumentParser | None:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parser = action.choices.get(name)
+                if isinstance(parser, ArgumentParser):
+                    return parser
+        return None
+
+
+def unrecognized(extra: Sequence[str], parser: ArgumentParser) -> str:
+    """The error for arguments no option took, naming the closest options."""
+    options = parser.option_strings()
+    parts = []
+    after_option = False  # a value that followed an unknown option is not named again
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        if flag.startswith("-") and len(flag) > 1 and not _is_number(flag):
+            parts.append(f"unknown option {flag}{did_you_mean(flag, options)}")
+            after_option = "=" not in arg
+        elif not after_option:
+            parts.append(f"unexpected argument {arg!r}")
+        else:
+            after_option = False
+    return "; ".join(parts)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
         prog="tinker-tui",
         description="Run and watch RL post-training of language models, locally or on Tinker.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=ArgumentParser)
     for name in COMMANDS:
         importlib.import_module(f"tinker_tui.app.commands.{name}").add_parser(commands)
     return parser
 
 
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parsed arguments; a usage error exits with code 2 and one line."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = parser.subcommand(args.command) or parser
+        sub.error(unrecognized(extra, sub))
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     command = importlib.import_module(f"tinker_tui.app.commands.{args.command}")
     try:
         return command.main(args)
     except TinkerTuiError as exc:  # the one place an error becomes an exit code
         return report(exc, exc.exit_code)
+    except BrokenPipeError:  # `tinker-tui show | head`: the reader has all it wanted
+        _quiet_stdout()
+        return EXIT_OK
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug or a failing backend
@@ -55,6 +145,15 @@ def report(exc: Exception, code: int) -> int:
     print(f"tinker-tui: run failed: {type(exc).__name__}: {exc} "
           "(set TINKER_TUI_DEBUG=1 for the traceback)", file=sys.stderr)
     return code
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush into the closed pipe
+    does not print a second BrokenPipeError."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""`tinker-tui run TASK --resume [RUN]`: the session that continues a stored run.
+"""`tinker-tui run TASK --resume [RUN]`: the checks and settings of a run that continues a
+stored one.
 
 A resumed run keeps its id, its settings (those recorded when it started) and its backend;
 flags given on the command line (and a `--config` file) override the settings, except the
@@ -16,14 +17,13 @@ from typing import Any
 from tinker_tui.engine.errors import UsageError
 
 
-def resumed_session(args: argparse.Namespace, task: Any) -> Any:
-    """The `Run` that continues the run `args.resume` names (see the module docstring)."""
+def resume_plan(args: argparse.Namespace, task: Any, db_path: Path) -> tuple[Any, str, str]:
+    """(settings, backend, run id) of the run `args.resume` names (see the module
+    docstring); UsageError for a run that cannot be resumed. Nothing heavy is imported."""
     from tinker_tui.app.commands.run import config_overrides
     from tinker_tui.engine.backend import choose_backend
     from tinker_tui.engine.config import SETTINGS, RunConfig
-    from tinker_tui.engine.run import Run
 
-    db_path = Path(args.db)
     if not db_path.is_file():
         raise UsageError(f"no run store at {db_path}: nothing to resume "
                          "(start the run without --resume)")
@@ -51,5 +51,4 @@ def resumed_session(args: argparse.Namespace, task: Any) -> Any:
         raise UsageError(f"run {run.run_id} trains on the {backend} backend; its "
                          f"checkpoints cannot be resumed with --backend {args.backend}")
     backend = choose_backend(backend)
-    return Run(task=task, config=config, backend=backend, db_path=db_path,
-               run_id=run.run_id, resume=True)
+    return config, backend, run.run_id

@@ -84,16 +84,37 @@ def _looks_like_path(target: str) -> bool:
 
 
 def _unknown(spec: str) -> str:
+    from tinker_tui.app.cli import did_you_mean
+
     names = ", ".join(n for n in BUILTIN_TASKS if n != "yes_no_maybe")
-    return (f"unknown task {spec!r}: expected a built-in task ({names}), a task file "
+    hint = did_you_mean(spec, [*BUILTIN_TASKS, *_task_files_here()])
+    return (f"unknown task {spec!r}{hint}: expected a built-in task ({names}), a task file "
             "(path/to/task.py[:NAME]) or an importable module (package.module[:NAME])")
+
+
+def _task_files_here() -> list[str]:
+    """Python files in the current folder: what a mistyped task file may have meant."""
+    try:
+        return sorted(p.name for p in Path.cwd().glob("*.py"))[:200]
+    except OSError:
+        return []
 
 
 def _import_file(path: Path) -> types.ModuleType:
     if not path.is_file():
         what = "is a directory, not a Python file" if path.is_dir() else "not found"
-        raise TaskLoadError(f"task file {str(path)!r} {what}: expected a Python file that "
-                            "defines TASK = Task(...)")
+        hint = ""
+        if not path.exists():
+            from tinker_tui.app.cli import did_you_mean
+
+            folder = path.parent
+            try:
+                near = [str(folder / p.name) for p in folder.glob("*.py")][:200]
+            except OSError:
+                near = []
+            hint = did_you_mean(str(path), near)
+        raise TaskLoadError(f"task file {str(path)!r} {what}{hint}: expected a Python file "
+                            "that defines TASK = Task(...)")
     resolved = path.resolve()
     digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:8]
     module_name = re.sub(r"\W", "_", f"tinker_tui_task_{resolved.stem}_{digest}")
@@ -220,8 +241,11 @@ def load_config_file(path: Path) -> dict[str, Any]:
         raise TaskLoadError(f"{where} is not valid TOML: {exc}") from None
     for key, value in data.items():
         if key not in SETTINGS:
-            raise TaskLoadError(f"{where}: unknown setting {key!r}; known settings: "
-                                f"{', '.join(sorted(SETTINGS))}")
+            from tinker_tui.app.cli import did_you_mean
+
+            hint = did_you_mean(key, SETTINGS) or (
+                f"; known settings: {', '.join(sorted(SETTINGS))}")
+            raise TaskLoadError(f"{where}: unknown setting {key!r}{hint}")
         expected = SETTINGS[key].value_type
         if not _fits(value, expected):
             raise TaskLoadError(f"{where}: setting {key!r} must be {_type_name(expected)}, got "

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import tinker
 from tinker_tui.engine.errors import UsageError
 
 
@@ -23,10 +22,20 @@ class BackendError(UsageError, RuntimeError):
     """A backend cannot be used as asked; the message tells the user what to do."""
 
 
+#: Where `tinker auth login` stores keys (the SDK's default credentials file).
+STORED_CREDENTIALS = Path("~/.tinker/credentials.json")
+
+
 def tinker_credentials_present() -> bool:
-    """Local-only check (never contacts the service): is a Tinker credential configured?"""
+    """Local-only check (never contacts the service): is a Tinker credential configured?
+
+    Without a key in the environment and without the stored credentials file the answer
+    is no at once; only when that file exists is the SDK (which imports torch) asked.
+    """
     if os.environ.get("TINKER_API_KEY") or os.environ.get("TINKER_CREDENTIAL_CMD"):
         return True
+    if not STORED_CREDENTIALS.expanduser().is_file():
+        return False
     from tinker.auth import tinker_has_credentials
 
     return tinker_has_credentials()
@@ -53,6 +62,8 @@ def choose_backend(requested: str | None) -> str:
 
 def make_service_client(backend: str, checkpoint_dir: Path) -> Any:
     if backend == "tinker":
+        import tinker
+
         return tinker.ServiceClient()
     from tinker_tui.engine.local import LocalServiceClient
 

@@ -24,6 +24,7 @@ Everything a task file needs is importable from here::
 from __future__ import annotations
 
 import asyncio
+import difflib
 import inspect
 import random
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -163,6 +164,14 @@ def group_rollout_of(task: Task) -> GroupRollout | None:
 
 
 # ---------------------------------------------------------------------- checks
+def _known_or_near(key: str, known: set[str]) -> str:
+    """"did you mean 'x'?" for a close match, else the list of known settings."""
+    near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    if near:
+        return f"did you mean {near[0]!r}?"
+    return f"known settings: {', '.join(sorted(known))}"
+
+
 def check_task(task: Any, *, known_settings: Iterable[str] | None = None) -> Task:
     """Check a task's pieces before the engine starts; raises `TaskError` saying what is
     expected. `known_settings`: the run settings `task.settings` may name."""
@@ -204,8 +213,8 @@ def check_task(task: Any, *, known_settings: Iterable[str] | None = None) -> Tas
         for where, settings in layers:
             for key in settings:
                 if key not in known:
-                    raise TaskError(f"{where} has an unknown setting {key!r}; known settings: "
-                                    f"{', '.join(sorted(known))}")
+                    raise TaskError(f"{where} has an unknown setting {key!r}; "
+                                    + _known_or_near(key, known))
     return task
 
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tinker_tui.app.commands.run import DEFAULT_DB, EXIT_OK
+from tinker_tui.app.commands.run import EXIT_OK, add_db_option, store_path
 from tinker_tui.engine.errors import UsageError
 
 if TYPE_CHECKING:
@@ -34,8 +34,7 @@ def add_parser(commands: Any) -> None:
     attach.add_argument("run", nargs="?", metavar="RUN",
                         help="run id or a unique prefix of one (default: the newest running "
                              "run with a control endpoint)")
-    attach.add_argument("--db", type=Path, default=DEFAULT_DB, metavar="PATH",
-                        help=f"SQLite run store (default: {DEFAULT_DB})")
+    add_db_option(attach)
     attach.add_argument("--no-ui", action="store_true",
                         help="print one line per step instead (also when not on a terminal)")
 
@@ -104,9 +103,9 @@ def main(args: argparse.Namespace) -> int:
     from tinker_tui.app.commands.run import wants_ui
     from tinker_tui.app.store_session import StoreSession
 
-    control, run_id = connect(control_file_for(args.db, args.run))
-    run = asyncio.run(wait_for_run(args.db, run_id))
-    session = StoreSession(args.db, run, control=control, follow=True)
+    control, run_id = connect(control_file_for(store_path(args), args.run))
+    run = asyncio.run(wait_for_run(store_path(args), run_id))
+    session = StoreSession(store_path(args), run, control=control, follow=True)
     if not wants_ui(args):
         return asyncio.run(follow_headless(session))
     from tinker_tui.app.tui import TinkerTuiApp

@@ -1,4 +1,5 @@
-"""`tinker-tui export RUN --format jsonl|csv`: a run's metrics and samples as files.
+"""`tinker-tui export [RUN] --format jsonl|csv|wandb|tensorboard`: a run's metrics and
+samples as files (wandb and tensorboard: see `app.tracker_export`).
 
 Metrics: one record per step (`kind` "step") and per evaluation (`kind` "eval"), with
 `step`, `policy_version`, `time` and the metric keys as the engine names them
@@ -7,12 +8,15 @@ rollout, with its group and scenario (`group_id`, `scenario_index`, `scenario_id
 `sample` (its index in the group), `reward`, `policy_version`, `num_tokens`, the group's
 fate (`status` trained / discarded / unused, `step`, `reason`) and its `messages`.
 
-jsonl writes both to one file (default `RUN.jsonl`; `-` for standard output), each line
-with a `record` field, "metrics" or "sample". csv writes one table per file: with
-`--what all` (the default) `RUN-metrics.csv` and `RUN-samples.csv` in the `--output`
-folder (default: the current one); with `--what metrics` or `--what samples`, the file
-`--output` names (default `RUN-WHAT.csv`; `-` for standard output). Non-finite numbers are
-null in jsonl and `nan` / `inf` in csv; messages are a JSON string in csv.
+RUN is a run id, a unique prefix, or omitted for the newest run (as for `show`).
+jsonl writes both to one file, `RUN.jsonl`, each line with a `record` field, "metrics" or
+"sample"; csv writes one table per file: `RUN-metrics.csv` and `RUN-samples.csv` (with
+`--what metrics` or `--what samples`, only that one). `--output` is the same for both
+formats: a folder (one that exists, or a path ending in `/`) receives those files under
+their default names; any other path is the file to write, except for csv with `--what all`
+(two files), where it is a folder, created if needed; `-` is standard output (one table,
+or the jsonl stream). Without `--output` the files go to the current folder. Non-finite numbers are null in jsonl and `nan` / `inf` in csv;
+messages are a JSON string in csv.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from tinker_tui.app.commands.run import DEFAULT_DB, EXIT_OK
+from tinker_tui.app.commands.run import EXIT_OK, add_db_option, store_path
 from tinker_tui.engine.errors import UsageError
 
 METRIC_FIELDS = ("kind", "run_id", "step", "policy_version", "time")
@@ -41,8 +45,8 @@ def add_parser(commands: Any) -> None:
     export = commands.add_parser("export", help="write a run's metrics and samples to files",
                                  description="Write a stored run's metrics and samples as "
                                              "JSON lines or CSV.")
-    export.add_argument("run", metavar="RUN",
-                        help="run id or a unique prefix of one ('latest': the newest run)")
+    export.add_argument("run", nargs="?", metavar="RUN",
+                        help="run id or a unique prefix of one (default: the newest run)")
     export.add_argument("--format", choices=("jsonl", "csv", "wandb", "tensorboard"),
                         default="jsonl",
                         help="jsonl (default): one file, a record per line; csv: one table "
@@ -55,15 +59,14 @@ def add_parser(commands: Any) -> None:
     export.add_argument("--what", choices=("all", "metrics", "samples"), default="all",
                         help="what to export (default: all)")
     export.add_argument("-o", "--output", metavar="PATH",
-                        help="file ('-' for standard output), or for csv with --what all a "
-                             "folder; for wandb and tensorboard the folder to write in; "
-                             "default: RUN.jsonl, RUN-WHAT.csv in the current folder, "
-                             "wandb/ and tensorboard/ beside the store")
-    export.add_argument("--db", type=Path, default=DEFAULT_DB, metavar="PATH",
-                        help=f"SQLite run store (default: {DEFAULT_DB})")
+                        help="a folder for the default file names (RUN.jsonl, "
+                             "RUN-metrics.csv, ...), a file, or '-' for standard output; "
+                             "default: the current folder (wandb, tensorboard: the folder to "
+                             "write in, default wandb/ and tensorboard/ beside the store)")
+    add_db_option(export)
 
 
-async def read_export(db_path: Path, wanted: str) -> tuple[str, list[dict], list[dict]]:
+async def read_export(db_path: Path, wanted: str | None) -> tuple[str, list[dict], list[dict]]:
     """(run id, metric records, sample records) of the run `wanted` names."""
     from tinker_tui.engine.events import EvalCompleted, GroupSampled, StepTrained
     from tinker_tui.engine.store import StoreReader
@@ -149,7 +152,30 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_OK
 
 
+def is_folder(output: str) -> bool:
+    """`--output` names a folder: one that exists, or a path written with a trailing /."""
+    return output.endswith(("/", os.sep)) or Path(output).is_dir()
+
+
+def targets(output: str | None, names: list[str]) -> list[str]:
+    """Where each of the files `names` goes for `--output` (see the module docstring)."""
+    if output is None:
+        return names
+    several = len(names) > 1
+    if output == "-" or (not is_folder(output) and not several):
+        if several:
+            raise UsageError(f"csv with --what all writes two tables ({', '.join(names)}); "
+                             "standard output takes one: choose --what metrics or --what "
+                             "samples, or give --output a folder")
+        return [output]
+    if several and Path(output).exists() and not Path(output).is_dir():
+        raise UsageError(f"{output} is a file; csv with --what all writes two tables, so "
+                         "--output names a folder (or choose --what metrics or samples)")
+    return [str(Path(output) / name) for name in names]
+
+
 def _export(args: argparse.Namespace) -> int:
+    args.db = store_path(args)
     if args.format in ("wandb", "tensorboard"):
         from tinker_tui.app.tracker_export import export_to_tracker
 
@@ -159,32 +185,22 @@ def _export(args: argparse.Namespace) -> int:
         samples = []
     elif args.what == "samples":
         metrics = []
-    written: list[str] = []
+    tables = [("metrics", metrics, METRIC_FIELDS), ("samples", samples, SAMPLE_FIELDS)]
+    if args.what != "all":
+        tables = [t for t in tables if t[0] == args.what]
     if args.format == "jsonl":
-        path = args.output or f"{run_id}.jsonl"
-        with _open(path) as out:
-            n = write_jsonl(out, metrics, samples)
-        written.append(f"{path} ({n} records)")
-    elif args.what != "all":
-        path = args.output or f"{run_id}-{args.what}.csv"
-        records, first = ((metrics, METRIC_FIELDS) if args.what == "metrics"
-                          else (samples, SAMPLE_FIELDS))
-        with _open(path) as out:
-            n = write_csv(out, records, first)
-        written.append(f"{path} ({n} rows)")
+        names = [f"{run_id}.jsonl"]
     else:
-        if args.output == "-":
-            raise UsageError("csv holds one table per file: with --output - pass "
-                             "--what metrics or --what samples")
-        folder = Path(args.output or ".")
-        if folder.exists() and not folder.is_dir():
-            raise UsageError(f"{folder} is a file; with --format csv --what all, --output "
-                             "names a folder")
-        folder.mkdir(parents=True, exist_ok=True)
-        for name, records, first in (("metrics", metrics, METRIC_FIELDS),
-                                     ("samples", samples, SAMPLE_FIELDS)):
-            path = folder / f"{run_id}-{name}.csv"
-            with _open(str(path)) as out:
+        names = [f"{run_id}-{name}.csv" for name, _, _ in tables]
+    written: list[str] = []
+    paths = targets(args.output, names)
+    if args.format == "jsonl":
+        with _open(paths[0]) as out:
+            n = write_jsonl(out, metrics, samples)
+        written.append(f"{paths[0]} ({n} records)")
+    else:
+        for path, (_, records, first) in zip(paths, tables, strict=True):
+            with _open(path) as out:
                 n = write_csv(out, records, first)
             written.append(f"{path} ({n} rows)")
     if args.output != "-":

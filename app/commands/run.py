@@ -1,4 +1,10 @@
-"""`tinker-tui run TASK`: train a task and watch it live (or headless)."""
+"""`tinker-tui run TASK`: train a task and watch it live (or headless).
+
+The command checks everything that needs no model first — arguments, the task, the
+settings, the backend's credentials, the store — and only then imports the engine (torch,
+transformers, the backend), so a mistake costs well under a second. With the dashboard the
+engine is built after the first frame (`app.deferred_session`), which shows the start-up.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import asyncio
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,56 +27,106 @@ STOP_TIMEOUT = 60.0
 #: `--tensorboard` without a folder: `tensorboard/` beside the store.
 TENSORBOARD_BESIDE_STORE = "<beside the store>"
 
+EXAMPLES = """\
+examples:
+  tinker-tui run example                     the built-in example, with the dashboard
+  tinker-tui run my_task.py --steps 200 --learning-rate 1e-3 --no-ui
+                                             a task file of yours, headless, two settings
+"""
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Option names in a column wide enough for the longest setting; examples kept as typed."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=34, width=min(100, _terminal_width()))
+
+
+def _terminal_width() -> int:
+    try:
+        return os.get_terminal_size().columns
+    except OSError:
+        return 100
+
+
+def add_db_option(parser: Any) -> None:
+    """`--db PATH`, the same for every command."""
+    parser.add_argument("--db", type=Path, metavar="PATH",
+                        help=f"the SQLite run store (default {DEFAULT_DB}; its folder must "
+                             "exist unless it is the default)")
+
+
+def store_path(args: argparse.Namespace) -> Path:
+    return Path(args.db) if args.db is not None else DEFAULT_DB
+
 
 def add_parser(commands: Any) -> None:
-    run = commands.add_parser("run", help="train a task and watch it live",
-                              description="Train a task with RL and watch it live.")
-    run.add_argument("task", help="the task to train: a built-in name ('example', "
-                                  "'binary_prefix_tool', 'next_number'), a task file "
-                                  "(path/to/task.py[:NAME]) or a module (package.module[:NAME])")
-    run.add_argument("--config", type=Path, metavar="TOML",
-                     help="run settings from a TOML file (keys as the flags below, with _); "
-                          "flags override it, it overrides the task's settings")
-    run.add_argument("--no-ui", action="store_true",
-                     help="no dashboard: one plain line per step (also when not on a terminal)")
-    run.add_argument("--steps", type=int, metavar="N", dest="max_steps",
-                     help="optimizer steps for the whole run (same as --max-steps)")
-    run.add_argument("--db", type=Path, default=DEFAULT_DB, metavar="PATH",
-                     help=f"SQLite run store (default: {DEFAULT_DB})")
-    run.add_argument("--backend", choices=("local", "tinker"),
-                     help="'local' (embedded, CPU) or 'tinker' (needs TINKER_API_KEY); "
-                          "default: tinker when a key is configured, else local")
-    run.add_argument("--resume", nargs="?", const="latest", metavar="RUN",
-                     help="continue a stored run (id or unique prefix; default: the newest "
-                          "run of TASK) from its last confirmed checkpoint")
-    run.add_argument("--wandb", metavar="PROJECT", dest="wandb_project",
-                     help='log to this W&B project (offline without an API key; needs '
-                          'pip install "tinker-tui[wandb]"); same as --wandb-project')
-    run.add_argument("--tensorboard", nargs="?", const=TENSORBOARD_BESIDE_STORE, metavar="DIR",
-                     dest="tensorboard_dir",
-                     help="write TensorBoard event files to DIR/RUN_ID (default DIR: "
-                          "tensorboard/ beside the store; needs "
-                          'pip install "tinker-tui[tensorboard]")')
-    settings = run.add_argument_group("run settings (defaults: the task's, then the engine's)")
-    add_config_flags(settings)
+    run = commands.add_parser(
+        "run", help="train a task and watch it live",
+        description="Train a task with RL and watch it live. Settings: the engine's defaults "
+                    "(shown), then the task's, its backend's, --config, then these flags.",
+        usage="tinker-tui run TASK [options]", epilog=EXAMPLES, formatter_class=HelpFormatter)
+    group = run.add_argument_group("run")
+    group.add_argument("task", metavar="TASK",
+                       help="a built-in task (example, binary_prefix_tool, next_number), a file "
+                            "path/to/task.py[:NAME] or a module package.module[:NAME]")
+    group.add_argument("--steps", type=int, metavar="N", dest="max_steps",
+                       help="optimizer steps for the whole run (the task's, else 40)")
+    group.add_argument("--config", type=Path, metavar="TOML",
+                       help="settings from a TOML file (keys named like the flags, with _)")
+    group.add_argument("--resume", nargs="?", const="latest", metavar="RUN",
+                       help="continue a stored run (id or prefix; default: the newest of TASK)")
+    group.add_argument("--no-ui", action="store_true",
+                       help="no dashboard: one line per step (also when not on a terminal)")
+    pipeline = run.add_argument_group("pipeline")
+    backend = run.add_argument_group("backend")
+    backend.add_argument("--backend", choices=("local", "tinker"),
+                         help="local (embedded, CPU) or tinker (needs TINKER_API_KEY); default "
+                              "tinker when a key is configured, else local")
+    store = run.add_argument_group("store")
+    add_db_option(store)
+    trackers = run.add_argument_group("trackers")
+    trackers.add_argument("--wandb", metavar="PROJECT", dest="wandb_project",
+                          help='log to this W&B project (offline without an API key; needs '
+                               'pip install "tinker-tui[wandb]")')
+    trackers.add_argument("--tensorboard", nargs="?", const=TENSORBOARD_BESIDE_STORE,
+                          metavar="DIR", dest="tensorboard_dir",
+                          help="TensorBoard event files in DIR/RUN_ID (default DIR: "
+                               'tensorboard/ beside the store; needs pip install '
+                               '"tinker-tui[tensorboard]")')
+    add_config_flags({"run": group, "pipeline": pipeline, "backend": backend,
+                      "trackers": trackers})
 
 
-def add_config_flags(group: Any) -> None:
-    """One flag per run setting (`engine.config.SETTINGS`), so every setting can be
-    overridden the same way."""
+def add_config_flags(groups: dict[str, Any]) -> None:
+    """One flag per run setting (`engine.config.SETTINGS`), under its group, with its one-line
+    meaning, so every setting can be overridden the same way."""
     from tinker_tui.engine.config import SETTINGS
 
     for name, spec in SETTINGS.items():
+        if name == "max_steps":  # --steps above; --max-steps is the same flag
+            groups["run"].add_argument("--max-steps", type=int, dest="max_steps",
+                                       metavar="N", help=argparse.SUPPRESS)
+            continue
+        group = groups.get(spec.group, groups["run"])
         flag = "--" + name.replace("_", "-")
-        help_text = f"{spec.meaning} (default {spec.default!r})"
-        if name == "max_steps":
-            group.add_argument(flag, type=int, dest="max_steps", metavar="N", help=help_text)
-        elif spec.value_type is bool:
+        help_text = f"{spec.meaning} (default {_default_text(spec.default)})"
+        if spec.value_type is bool:
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
                                help=help_text)
         else:
             group.add_argument(flag, type=spec.value_type, default=None, dest=name,
-                               metavar=name.upper(), help=help_text)
+                               metavar=_METAVARS.get(spec.value_type, "TEXT"), help=help_text)
+
+
+_METAVARS: dict[type, str] = {int: "N", float: "X", str: "TEXT"}
+
+
+def _default_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, str):
+        return repr(value) if value else "none"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -78,7 +135,7 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     overrides = {name: getattr(args, name) for name in SETTINGS
                  if getattr(args, name, None) is not None}
     if overrides.get("tensorboard_dir") == TENSORBOARD_BESIDE_STORE:
-        overrides["tensorboard_dir"] = str(Path(args.db).parent / "tensorboard")
+        overrides["tensorboard_dir"] = str(store_path(args).parent / "tensorboard")
     return overrides
 
 
@@ -89,16 +146,56 @@ def load_task(name: str) -> Any:
     return load(name)
 
 
-def make_session(args: argparse.Namespace) -> Any:
+# ---------------------------------------------------------------------- checks first
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A run that passed every check that needs no model: what `build_session` builds."""
+
+    task: Any
+    config: Any
+    backend: str
+    db_path: Path
+    run_id: str | None = None  # set when resuming
+    resume: bool = False
+
+
+def check_store(path: Path, *, explicit: bool) -> None:
+    """UsageError/StoreError now, before any model loads, if the run store cannot be used:
+    a folder, a folder that does not exist (unless it is the default one, created here), a
+    file that is not a run store, damaged, newer than this code, or locked."""
+    path = path.expanduser()
+    if path.is_dir():
+        raise UsageError(f"--db {path} is a folder; name a database file in it "
+                         f"(e.g. {path / DEFAULT_DB.name})")
+    if explicit and not path.parent.is_dir():
+        raise UsageError(f"--db {path}: the folder {path.parent} does not exist; create it "
+                         f"(mkdir -p {path.parent}) or choose another --db")
+    from tinker_tui.engine.store import RunStore
+
+    async def open_and_close() -> None:
+        store = await RunStore.open(path, start=False)
+        await store.close()
+
+    asyncio.run(open_and_close())
+
+
+def plan_run(args: argparse.Namespace) -> RunPlan:
+    """Check the task, the settings, the backend's credentials and the store (UsageError
+    or StoreError at once); nothing heavy is imported here."""
     from tinker_tui.app.task_loader import layered_config, load_config_file, task_source
     from tinker_tui.engine.backend import choose_backend
-    from tinker_tui.engine.run import Run
 
     task = load_task(args.task)
+    path = store_path(args)
     if getattr(args, "resume", None) is not None:
-        from tinker_tui.app.resume import resumed_session
+        from tinker_tui.app.resume import resume_plan
 
-        return resumed_session(args, task)
+        config, backend, run_id = resume_plan(args, task, path)
+        check_store(path, explicit=args.db is not None)
+        return RunPlan(task=task, config=config, backend=backend, db_path=path,
+                       run_id=run_id, resume=True)
     backend = choose_backend(args.backend)
     config_path = getattr(args, "config", None)
     config = layered_config(task, backend,
@@ -109,7 +206,20 @@ def make_session(args: argparse.Namespace) -> Any:
         raise UsageError("the embedded base model runs only on the local backend; "
                          "choose a Tinker base model for --backend tinker "
                          "(--base-model NAME)")
-    return Run(task=task, config=config, backend=backend, db_path=args.db)
+    check_store(path, explicit=args.db is not None)
+    return RunPlan(task=task, config=config, backend=backend, db_path=path)
+
+
+def build_session(plan: RunPlan, clock: Any = None) -> Any:
+    """The engine's `Run` for a checked plan (imports torch and the backend)."""
+    from tinker_tui.engine.run import Run
+
+    return Run(task=plan.task, config=plan.config, backend=plan.backend, db_path=plan.db_path,
+               run_id=plan.run_id, resume=plan.resume, clock=clock)
+
+
+def make_session(args: argparse.Namespace) -> Any:
+    return build_session(plan_run(args))
 
 
 def wants_ui(args: argparse.Namespace) -> bool:
@@ -181,7 +291,10 @@ def run_with_ui(session: Any) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    session = make_session(args)
+    plan = plan_run(args)
     if wants_ui(args):
-        return run_with_ui(session)
-    return asyncio.run(run_headless(session))
+        from tinker_tui.app.deferred_session import DeferredSession
+
+        return run_with_ui(DeferredSession(lambda clock: build_session(plan, clock),
+                                           db_path=plan.db_path))
+    return asyncio.run(run_headless(build_session(plan)))

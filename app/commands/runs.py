@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tinker_tui.app.commands.run import DEFAULT_DB, EXIT_OK
+from tinker_tui.app.commands.run import EXIT_OK, add_db_option, store_path
 
 COLUMNS = ("RUN", "TASK", "BACKEND", "STATUS", "STEP", "CKPT", "STARTED", "DURATION")
 
@@ -21,8 +21,7 @@ COLUMNS = ("RUN", "TASK", "BACKEND", "STATUS", "STEP", "CKPT", "STARTED", "DURAT
 def add_parser(commands: Any) -> None:
     runs = commands.add_parser("runs", help="list the runs in the store",
                                description="List the runs in the store, newest first.")
-    runs.add_argument("--db", type=Path, default=DEFAULT_DB, metavar="PATH",
-                      help=f"SQLite run store (default: {DEFAULT_DB})")
+    add_db_option(runs)
 
 
 async def read_table(db_path: Path) -> list[dict[str, Any]]:
@@ -34,6 +33,7 @@ async def read_table(db_path: Path) -> list[dict[str, Any]]:
         runs = await store.runs()
         progress = await store.progress()
     rows = []
+    now = time.time()  # a running run's duration is its time so far
     for run in runs:
         done = progress.get(run.run_id, {})
         status = run.status
@@ -51,7 +51,9 @@ async def read_table(db_path: Path) -> list[dict[str, Any]]:
             "STEP": f"{step}/{run.max_steps or '?'}",
             "CKPT": "-" if done.get("checkpoint") is None else str(done["checkpoint"]),
             "STARTED": _when(started),
-            "DURATION": _duration(ended - started) if started and ended else "-",
+            "DURATION": (_duration(ended - started) if started and ended
+                         else _duration(now - started) if started and status == "running"
+                         else "-"),
         })
     return rows
 
@@ -76,9 +78,9 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    rows = asyncio.run(read_table(args.db))
+    rows = asyncio.run(read_table(store_path(args)))
     if not rows:
-        print(f"no runs in {args.db}")
+        print(f"no runs in {store_path(args)}")
         return EXIT_OK
     print(format_table(rows))
     return EXIT_OK

@@ -12,7 +12,7 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tinker_tui.app.commands.run import DEFAULT_DB, EXIT_OK
+from tinker_tui.app.commands.run import EXIT_OK, add_db_option, store_path
 
 if TYPE_CHECKING:
     from tinker_tui.engine.store import StoredRun
@@ -24,8 +24,7 @@ def add_parser(commands: Any) -> None:
                                            "(finished, or still running elsewhere).")
     show.add_argument("run", nargs="?", metavar="RUN",
                       help="run id or a unique prefix of one (default: the newest run)")
-    show.add_argument("--db", type=Path, default=DEFAULT_DB, metavar="PATH",
-                      help=f"SQLite run store (default: {DEFAULT_DB})")
+    add_db_option(show)
     show.add_argument("--no-ui", action="store_true",
                       help="print one line per step instead (also when not on a terminal)")
 
@@ -53,12 +52,12 @@ def main(args: argparse.Namespace) -> int:
     from tinker_tui.app.store_session import StoreSession
     from tinker_tui.engine.store import find_run
 
-    run = asyncio.run(find_run(args.db, args.run))
+    run = asyncio.run(find_run(store_path(args), args.run))
     if not wants_ui(args):
-        return asyncio.run(print_run(args.db, run))
+        return asyncio.run(print_run(store_path(args), run))
     from tinker_tui.app.tui import TinkerTuiApp
 
-    session = StoreSession(args.db, run)
+    session = StoreSession(store_path(args), run)
     app = TinkerTuiApp(session)
     app.run()
     if app.run_exception is not None:  # reported by the command line, now the screen is back
