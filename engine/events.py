@@ -21,6 +21,8 @@ DISCARD_REASONS: tuple[DiscardReason, ...] = get_args(DiscardReason)
 RunState = Literal["starting", "running", "paused", "stopping", "finished"]
 RunStatus = Literal["completed", "stopped", "failed"]
 CheckpointKind = Literal["state", "sampler"]
+#: The start-up of a run before its first training step, in order.
+StartupPhase = Literal["loading_model", "warmup", "first_rollouts"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -39,6 +41,23 @@ class RunStarted(Event):
     max_steps: int
     start_step: int
     config: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StartupProgressed(Event):
+    """The run moved on in its start-up, so a watcher knows it is not hung.
+
+    `loading_model`: the backend loads the base model (`detail` names it). `warmup`: the
+    supervised format warm-up finished step `done` of `total`, with `loss` per example.
+    `first_rollouts`: sampling started; the first training step follows. The first
+    `StepTrained` ends the start-up.
+    """
+
+    phase: StartupPhase
+    done: int = 0
+    total: int = 0
+    loss: float | None = None
+    detail: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

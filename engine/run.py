@@ -24,7 +24,15 @@ from typing import Any
 from tinker_tui.engine.backend import make_service_client
 from tinker_tui.engine.clock import Clock, SystemClock
 from tinker_tui.engine.config import RunConfig
-from tinker_tui.engine.events import EventBus, LogEmitted, RunFinished, RunStarted, RunStatus
+from tinker_tui.engine.events import (
+    EventBus,
+    LogEmitted,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+    StartupPhase,
+    StartupProgressed,
+)
 from tinker_tui.engine.pipeline import Pipeline
 from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeError, ResumeState, RunLock
@@ -105,6 +113,9 @@ class Run:
     def _log(self, level: str, message: str) -> None:
         self.events.publish(LogEmitted(time=self.clock.now(), level=level, message=message))
 
+    def _phase(self, phase: StartupPhase, **fields: Any) -> None:
+        self.events.publish(StartupProgressed(time=self.clock.now(), phase=phase, **fields))
+
     def _publish_started(self, start_step: int | None = None) -> None:
         self.events.publish(RunStarted(
             time=self.clock.now(), run_id=self.run_id, name=self.task.name,
@@ -148,6 +159,7 @@ class Run:
                 return status
             self._log("info", f"starting {self.backend} backend, base model "
                               f"{self.config.base_model}")
+            self._phase("loading_model", detail=self.config.base_model)
             point = await self._start_policy(points)
             if self.resume:
                 await self._resume_from(store, point)
@@ -166,6 +178,7 @@ class Run:
             # whole run; keep it out of the cyclic GC, whose full passes over it took
             # 100-350 ms each and stalled the event loop.
             gc.freeze()
+            self._phase("first_rollouts")
             status = await self.pipeline.run()
             reason = ("reached max_steps" if status == "completed"
                       else "stopped before max_steps")
@@ -282,16 +295,20 @@ class Run:
             else:
                 await self.policy.publish()
                 self.pipeline.warmup_done = True
+                self._phase("warmup", done=steps, total=steps, detail="reused")
                 self._log("info", f"format warm-up: {what} reused from an identical earlier "
                                   f"run (final loss {meta.get('final_loss', '?')} per "
                                   f"example; saved result {key[:12]})")
                 return
         loss = 0.0
-        for draw in draws:
+        self._log("info", f"format warm-up: {what} before RL")
+        self._phase("warmup", done=0, total=steps)
+        for done, draw in enumerate(draws, start=1):
             if self.pipeline.stopping:
                 return
             loss = await self.policy.train_cross_entropy(
                 [datums[i] for i in draw], learning_rate=self.config.warmup_learning_rate)
+            self._phase("warmup", done=done, total=steps, loss=loss / batch_size)
         final = f"{loss / batch_size:.3f}"
         if cache is not None and key is not None:
             await self._save_warmup(cache, key, final)
