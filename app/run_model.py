@@ -38,6 +38,7 @@ from tinker_tui.engine.events import (
     RunState,
     RunStateChanged,
     RunStatus,
+    StartupProgressed,
     StepTrained,
     ThroughputMeasured,
     TrajectorySummary,
@@ -248,6 +249,63 @@ def format_knob(name: str, value: float | int | None) -> str:
     return spec.format(value)
 
 
+def shorten_middle(text: str, width: int) -> str:
+    """`text` in at most `width` cells, cut in the middle (`/runs/…/step-000010`), so both
+    the start and the end of a path stay readable."""
+    if width <= 0:
+        return ""
+    if len(text) <= width:
+        return text
+    if width <= 2:
+        return text[:width]
+    head = max(1, (width - 1) // 4)  # the end (which file, which step) matters most
+    tail = width - 1 - head
+    return f"{text[:head]}…{text[len(text) - tail:]}"
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e-?\d+)?")
+
+
+def message_shape(message: str) -> str:
+    """A log message with its numbers masked: repeats of one message differ only there."""
+    return _NUMBER.sub("#", message)
+
+
+#: How far back a repeated info line is looked for before it is shown again.
+COLLAPSE_LOOKBACK = 8
+
+
+def health_verdict(outcomes: Sequence[str], best: float | None, *,
+                   zero_variance_rate: float = 0.9, error_rate: float = 0.5
+                   ) -> tuple[str, str]:
+    """(kind, words) for the recent groups' outcomes ("ok", "converged", "no_signal",
+    "error"): what a person needs to tell a converged run from a stuck or failing one.
+
+    kind is "none", "learning", "converged", "no_signal" or "error". The thresholds are the
+    run's own pause rates, so the words agree with the engine's health pauses.
+    """
+    n = len(outcomes)
+    if n == 0:
+        return "none", "no groups sampled yet"
+    share = {kind: sum(o == kind for o in outcomes) / n
+             for kind in ("ok", "converged", "no_signal", "error")}
+    best_text = f" ({best:.3g})" if best is not None and math.isfinite(best) else ""
+    if share["error"] >= error_rate:
+        return "error", f"errors: {share['error']:.0%} of the last {n} groups failed"
+    if share["no_signal"] >= zero_variance_rate:
+        return "no_signal", (f"no learning signal: {share['no_signal']:.0%} of the last {n} "
+                             f"groups had equal rewards below the best{best_text}")
+    if share["converged"] >= zero_variance_rate:
+        if share["converged"] == 1:
+            return "converged", f"converged: every group earns the best reward seen{best_text}"
+        return "converged", (f"converged: {share['converged']:.0%} of the last {n} groups earn "
+                             f"the best reward seen{best_text}")
+    words = f"learning: {share['ok']:.0%} of the last {n} groups carry a gradient"
+    if share["error"]:
+        words += f", {share['error']:.0%} failed"
+    return "learning", words
+
+
 # --------------------------------------------------------------------------- model rows
 
 
@@ -262,9 +320,13 @@ class CheckpointRow:
 
 @dataclass(frozen=True, slots=True)
 class LogLine:
+    """A log line; `count` > 1 when it stands for that many repeats of one message
+    (numbers aside), the last of which it shows."""
+
     time: float
     level: str
     message: str
+    count: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,13 +363,16 @@ class CommandRow:
 class GroupRecord:
     """One group of rollouts as the rollouts view shows it.
 
-    `step` is the training step that was in progress when the group finished sampling
-    (the last trained step + 1). `discarded` is the reason the trainer dropped it, if it did.
+    `step` is the training step whose batch took the group (trained it, or counted it with
+    equal rewards), or the step that was being collected when it was dropped; None while it
+    waits in the queue. `discarded` is the reason the trainer dropped it, if it did;
+    `at_best` marks a group whose rewards were all equal to the best group reward seen
+    until then (a converged group, not a lost learning signal).
     """
 
     group_id: int
     scenario_id: str
-    step: int
+    step: int | None
     policy_version: int
     time: float
     reward_mean: float | None = None
@@ -316,6 +381,7 @@ class GroupRecord:
     discarded: str | None = None
     detail: str = ""
     trainer_version: int | None = None
+    at_best: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,7 +522,7 @@ class RunModel:
             publishes no `ThroughputMeasured` (older runs, scripted sessions).
         rate_step: Seconds between samples of that fallback rate history (the sparkline).
         rate_history: How many samples of rate history the sparklines show.
-        ema_beta: The initial smoothing of the reward chart.
+        ema_beta: The initial smoothing of the reward chart (and the metrics charts).
         max_groups: How many groups of rollouts the rollouts view keeps (oldest dropped).
     """
 
@@ -496,13 +562,27 @@ class RunModel:
         self.status: RunStatus | None = None
         self.step = 0
         self.policy_version = 0
+        # start-up: the latest phase, and the steps trained since the run (re)started
+        self.startup: StartupProgressed | None = None
+        self.rollouts_since_startup = 0
+        self.steps_this_session = 0
+        # pauses: time spent paused so far, so the ETA counts working time only
+        self.paused_since: float | None = None
+        self.paused_total = 0.0
 
         # rewards: (step, mean reward); the EMA is computed for the current smoothing
         self.rewards: list[tuple[int, float]] = []
         self._ema_cache: tuple[int, float, list[float]] = (0, ema_beta, [])
+        #: When recent steps finished, on the working clock (paused time left out).
         self.step_times: deque[float] = deque(maxlen=64)
         self.last_metrics: Mapping[str, float] = {}
         self.evals: list[EvalPoint] = []
+        #: Every numeric metric per step (step metrics, eval metrics, and the sampled
+        #: tokens/s computed here), by key, in step order.
+        self.series: dict[str, list[tuple[int, float]]] = {}
+        self.series_revision = 0
+        self._tokens_since_step = 0
+        self._last_step_time: float | None = None
 
         # throughput: (time, trajectories, tokens) of sampled groups, trimmed to the horizon
         self._samples: deque[tuple[float, int, int]] = deque()
@@ -513,13 +593,21 @@ class RunModel:
         self.throughput: ThroughputMeasured | None = None
         self.throughput_history: deque[ThroughputSample] = deque(maxlen=rate_history)
 
-        # discards
+        # discards, and the health of recent groups
         self.discarded: dict[str, int] = {reason: 0 for reason in DISCARD_REASONS}
         self.discarded_tokens = 0
+        #: Zero-variance groups split: at the best reward seen (converged) or below it.
+        self.converged_groups = 0
+        self.no_signal_groups = 0
+        self.best_group_reward: float | None = None
+        self.outcomes: deque[str] = deque(maxlen=32)
 
-        # rollouts, by group id, and the steps they were sampled during
+        # rollouts, by group id; the steps that took them; those still queued
         self.groups: dict[int, GroupRecord] = {}
         self.groups_by_step: dict[int, list[int]] = {}
+        self.waiting: dict[int, None] = {}  # group ids sampled, not yet taken by a step
+        self.trained_steps: list[int] = []
+        self.trimmed_before: int | None = None  # steps before this lost their groups
         self.groups_revision = 0
 
         # control: commands received and the knobs' values
@@ -531,6 +619,8 @@ class RunModel:
         self.checkpoints: list[CheckpointRow] = []
         self.log: deque[LogLine] = deque(maxlen=log_lines)
         self.log_total = 0
+        #: Bumped when a line already shown changed (a repeat collapsed into it).
+        self.log_rewrites = 0
 
         # bumped on every applied event, so panes can skip redrawing unchanged data
         self.revision = 0
@@ -541,122 +631,226 @@ class RunModel:
         """Fold one engine event into the model (an `EventBus` handler)."""
         match event:
             case RunStarted():
-                self.run_id = event.run_id
-                self.name = event.name
-                self.backend = event.backend
-                self.base_model = event.base_model
-                self.config = dict(event.config)
-                self.max_steps = event.max_steps
-                self.start_step = event.start_step
-                self.step = event.start_step
-                self.policy_version = event.start_step
-                self.started_at = event.time
-                for name in LIVE_KNOBS:
-                    value = self.config.get(name)
-                    if isinstance(value, int | float) and not isinstance(value, bool):
-                        self.knobs.setdefault(name, value)
-                        self.initial_knobs.setdefault(name, value)
-                if self.state == "starting":
-                    self.state = "running"
+                self._run_started(event)
+            case StartupProgressed():
+                self.startup = event
+                if event.phase == "first_rollouts":
+                    self.rollouts_since_startup = 0
             case GroupSampled():
-                self._samples.append((event.time, event.num_trajectories, event.num_tokens))
-                self._trim_samples(event.time)
-                self.groups_sampled += 1
-                self.rollouts_sampled += event.num_trajectories
-                self.tokens_sampled += event.num_tokens
-                self._add_group(
-                    GroupRecord(
-                        group_id=event.group_id,
-                        scenario_id=event.scenario_id,
-                        step=self.step + 1,
-                        policy_version=event.policy_version,
-                        time=event.time,
-                        reward_mean=event.reward_mean,
-                        num_tokens=event.num_tokens,
-                        trajectories=tuple(event.trajectories),
-                    )
-                )
+                self._group_sampled(event)
             case GroupDiscarded():
-                self.discarded[event.reason] = self.discarded.get(event.reason, 0) + 1
-                self.discarded_tokens += event.num_tokens
-                record = self.groups.get(event.group_id)
-                if record is None:
-                    record = GroupRecord(
-                        group_id=event.group_id,
-                        scenario_id=event.scenario_id,
-                        step=self.step + 1,
-                        policy_version=event.policy_version,
-                        time=event.time,
-                        num_tokens=event.num_tokens,
-                    )
-                    self._add_group(record)
-                record.discarded = event.reason
-                record.detail = event.detail
-                record.trainer_version = event.trainer_version
-                self.groups_revision += 1
+                self._group_discarded(event)
             case StepTrained():
-                self.step = event.step
-                self.policy_version = event.policy_version
-                self.step_times.append(event.time)
-                self.last_metrics = event.metrics
-                reward = event.metrics.get(keys.REWARD_MEAN)
-                if reward is not None and math.isfinite(reward):
-                    self.rewards.append((event.step, float(reward)))
+                self._step_trained(event)
             case EvalCompleted():
-                reward = event.metrics.get(keys.EVAL_REWARD_MEAN)
-                if reward is not None and math.isfinite(reward):
-                    self.evals.append(
-                        EvalPoint(
-                            event.step, event.policy_version, float(reward), event.time,
-                            dict(event.metrics),
-                        )
-                    )
+                metrics = {k: float(v) for k, v in event.metrics.items() if _number(v)}
+                for key, value in metrics.items():
+                    self._add_point(key, event.step, value)
+                reward = metrics.get(keys.EVAL_REWARD_MEAN)
+                if reward is not None:
+                    self.evals.append(EvalPoint(event.step, event.policy_version, reward,
+                                                event.time, metrics))
             case ThroughputMeasured():
                 self.throughput = event
                 self.throughput_history.append(
                     ThroughputSample(event.time, event.rollouts_per_s, event.sampled_tokens_per_s)
                 )
             case CommandReceived():
-                self.commands.append(
-                    CommandRow(event.time, self.step, event.command, dict(event.args), event.source)
-                )
-                if event.command == "set":
-                    name, value = event.args.get("name"), event.args.get("value")
-                    if isinstance(name, str) and isinstance(value, int | float):
-                        if name not in self.initial_knobs and "old" in event.args:
-                            old = event.args["old"]
-                            if isinstance(old, int | float):
-                                self.initial_knobs[name] = old
-                        self.knobs[name] = value
+                self._command(event)
             case CheckpointSaved():
                 self.checkpoints.append(
                     CheckpointRow(event.step, event.kind, event.name, event.path, event.time)
                 )
             case RunStateChanged():
+                self._state_changed(event.time, event.state)
                 self.state = event.state
                 self.reason = event.reason
             case LogEmitted():
-                self.log.append(LogLine(event.time, event.level, event.message))
-                self.log_total += 1
+                self._log(event)
             case RunFinished():
+                self._state_changed(event.time, "finished")
                 self.state = "finished"
                 self.status = event.status
                 self.reason = event.reason
-                self.step = event.final_step
+                self.step = max(self.step, event.final_step)
                 self.finished_at = event.time
             case _:
                 return
         self.last_event_at = event.time
         self.revision += 1
 
+    def _run_started(self, event: RunStarted) -> None:
+        self.run_id = event.run_id
+        self.name = event.name
+        self.backend = event.backend
+        self.base_model = event.base_model
+        self.config = dict(event.config)
+        self.max_steps = event.max_steps
+        self.start_step = event.start_step
+        self.step = event.start_step
+        self.policy_version = event.start_step
+        self.started_at = event.time
+        self.steps_this_session = 0
+        window = self.config.get("health_window")
+        if isinstance(window, int) and window > 0 and window != self.outcomes.maxlen:
+            self.outcomes = deque(self.outcomes, maxlen=window)
+        for name in LIVE_KNOBS:
+            value = self.config.get(name)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                self.knobs.setdefault(name, value)
+                self.initial_knobs.setdefault(name, value)
+        if self.state == "starting":
+            self.state = "running"
+
+    def _group_sampled(self, event: GroupSampled) -> None:
+        self._samples.append((event.time, event.num_trajectories, event.num_tokens))
+        self._trim_samples(event.time)
+        self.groups_sampled += 1
+        self.rollouts_sampled += event.num_trajectories
+        self.rollouts_since_startup += event.num_trajectories
+        self.tokens_sampled += event.num_tokens
+        self._tokens_since_step += event.num_tokens
+        # the engine's health rule: equal rewards at the best group reward seen so far
+        # mean the policy converged; below it, that the learning signal is gone
+        best = self.best_group_reward
+        at_best = best is None or event.reward_mean >= best - 1e-9
+        rewards = {t.reward for t in event.trajectories}
+        if len(rewards) > 1 or not event.trajectories:
+            self.outcomes.append("ok")
+        else:
+            self.outcomes.append("converged" if at_best else "no_signal")
+        if math.isfinite(event.reward_mean):
+            self.best_group_reward = (event.reward_mean if best is None
+                                      else max(best, event.reward_mean))
+        record = self.groups.get(event.group_id)
+        if record is None:
+            record = GroupRecord(group_id=event.group_id, scenario_id=event.scenario_id,
+                                 step=None, policy_version=event.policy_version,
+                                 time=event.time)
+            self._add_group(record)
+        record.reward_mean = event.reward_mean
+        record.num_tokens = event.num_tokens
+        record.trajectories = tuple(event.trajectories)
+        record.at_best = at_best
+        self.groups_revision += 1
+
+    def _group_discarded(self, event: GroupDiscarded) -> None:
+        self.discarded[event.reason] = self.discarded.get(event.reason, 0) + 1
+        self.discarded_tokens += event.num_tokens
+        record = self.groups.get(event.group_id)
+        if record is None:  # failed before it was sampled
+            record = GroupRecord(group_id=event.group_id, scenario_id=event.scenario_id,
+                                 step=None, policy_version=event.policy_version,
+                                 time=event.time, num_tokens=event.num_tokens)
+            self._add_group(record)
+            if event.reason == "error":
+                self.outcomes.append("error")
+        if event.reason == "zero_variance":
+            if record.at_best:
+                self.converged_groups += 1
+            else:
+                self.no_signal_groups += 1
+        record.discarded = event.reason
+        record.detail = event.detail
+        record.trainer_version = event.trainer_version
+        # the step that was being collected (older records lack it: the next step)
+        self._assign(record, event.step if event.step > 0 else self.step + 1)
+        self.groups_revision += 1
+
+    def _step_trained(self, event: StepTrained) -> None:
+        self.step = event.step
+        self.policy_version = event.policy_version
+        self.steps_this_session += 1
+        self.step_times.append(self.working_time(event.time))
+        self.last_metrics = event.metrics
+        metrics = {k: float(v) for k, v in event.metrics.items() if _number(v)}
+        for key, value in metrics.items():
+            self._add_point(key, event.step, value)
+        if self._last_step_time is not None and event.time > self._last_step_time:
+            self._add_point(SAMPLED_TOKENS_KEY, event.step,
+                            self._tokens_since_step / (event.time - self._last_step_time))
+        self._last_step_time = event.time
+        self._tokens_since_step = 0
+        reward = metrics.get(keys.REWARD_MEAN)
+        if reward is not None:
+            self.rewards.append((event.step, reward))
+        # the groups its batch took; without the list (older records), the waiting groups
+        # sampled by then
+        taken = event.group_ids or [g for g in self.waiting
+                                    if self.groups[g].time <= event.time]
+        for group_id in taken:
+            record = self.groups.get(group_id)
+            if record is not None:
+                self._assign(record, event.step)
+        if event.step not in self.groups_by_step:
+            self.groups_by_step[event.step] = []
+        self.trained_steps.append(event.step)
+        self.groups_revision += 1
+
+    def _assign(self, record: GroupRecord, step: int) -> None:
+        if record.step == step:
+            return
+        if record.step is not None:
+            ids = self.groups_by_step.get(record.step, [])
+            if record.group_id in ids:
+                ids.remove(record.group_id)
+        self.waiting.pop(record.group_id, None)
+        record.step = step
+        self.groups_by_step.setdefault(step, []).append(record.group_id)
+
     def _add_group(self, record: GroupRecord) -> None:
         self.groups[record.group_id] = record
-        self.groups_by_step.setdefault(record.step, []).append(record.group_id)
+        self.waiting[record.group_id] = None
         self.groups_revision += 1
         while len(self.groups) > self.max_groups and self.groups_by_step:
             oldest = min(self.groups_by_step)
             for group_id in self.groups_by_step.pop(oldest):
                 self.groups.pop(group_id, None)
+            self.trimmed_before = max(self.trimmed_before or 0, oldest + 1)
+
+    def _add_point(self, key: str, step: int, value: float) -> None:
+        points = self.series.setdefault(key, [])
+        if points and points[-1][0] == step:
+            points[-1] = (step, value)  # a step recorded again (a resumed run)
+        else:
+            points.append((step, value))
+        self.series_revision += 1
+
+    def _command(self, event: CommandReceived) -> None:
+        self.commands.append(
+            CommandRow(event.time, self.step, event.command, dict(event.args), event.source)
+        )
+        if event.command == "set":
+            name, value = event.args.get("name"), event.args.get("value")
+            if isinstance(name, str) and isinstance(value, int | float):
+                if name not in self.initial_knobs and "old" in event.args:
+                    old = event.args["old"]
+                    if isinstance(old, int | float):
+                        self.initial_knobs[name] = old
+                self.knobs[name] = value
+
+    def _state_changed(self, time: float, state: str) -> None:
+        """Keep the paused time, so the pace (and ETA) after a resume is the working pace."""
+        if state == "paused":
+            if self.paused_since is None:
+                self.paused_since = time
+        elif self.paused_since is not None:
+            self.paused_total += max(0.0, time - self.paused_since)
+            self.paused_since = None
+
+    def _log(self, event: LogEmitted) -> None:
+        line = LogLine(event.time, event.level, event.message)
+        self.log_total += 1
+        if normalise_level(event.level) in ("info", "debug"):
+            shape = message_shape(event.message)
+            recent = list(self.log)[-COLLAPSE_LOOKBACK:]
+            for back, old in enumerate(reversed(recent), start=1):
+                if old.level == event.level and message_shape(old.message) == shape:
+                    del self.log[len(self.log) - back]
+                    line = LogLine(event.time, event.level, event.message, old.count + 1)
+                    self.log_rewrites += 1
+                    break
+        self.log.append(line)
 
     def _trim_samples(self, now: float) -> None:
         horizon = self.rate_window + self.rate_step * self.rate_history_len
@@ -668,10 +862,61 @@ class RunModel:
     def now(self) -> float:
         return self.clock.now()
 
+    def working_time(self, time: float) -> float:
+        """`time` less the time the run had been paused by then."""
+        paused = self.paused_total
+        if self.paused_since is not None and time > self.paused_since:
+            paused += time - self.paused_since
+        return time - paused
+
     @property
     def measured(self) -> bool:
         """True once the engine published a `ThroughputMeasured`."""
         return self.throughput is not None
+
+    @property
+    def training(self) -> bool:
+        """True once the run trained a step (since it started or resumed)."""
+        return self.steps_this_session > 0
+
+    def phase_text(self) -> str | None:
+        """What the run is doing before its first training step, in words; None once it
+        trains (or has finished)."""
+        if self.state == "finished" or self.training:
+            return None
+        if not self.run_id:
+            return "starting the engine…"
+        phase = self.startup
+        if phase is None:
+            return "starting…"
+        if phase.phase == "loading_model":
+            return f"loading the model: {phase.detail}" if phase.detail else "loading the model"
+        if phase.phase == "warmup":
+            text = f"format warm-up {phase.done}/{phase.total}"
+            if phase.loss is not None and math.isfinite(phase.loss):
+                text += f" · loss {phase.loss:.3f}"
+            return text
+        needed = self.first_batch_rollouts()
+        sampled = self.rollouts_since_startup
+        if needed:
+            return f"first rollouts: {min(sampled, needed)}/{needed} sampled for step 1"
+        return f"first rollouts: {sampled} sampled"
+
+    def first_batch_rollouts(self) -> int:
+        """Rollouts the first step waits for (group_size × the fewest groups per step)."""
+        size = self.config.get("group_size")
+        most = self.config.get("groups_per_step")
+        least = self.config.get("min_groups_per_step") or most
+        if isinstance(size, int) and isinstance(least, int):
+            return size * least
+        return 0
+
+    def health(self) -> tuple[str, str]:
+        """(kind, words) for the recent groups; see `health_verdict`."""
+        zero = self.config.get("zero_variance_pause_rate", 0.9)
+        errors = self.config.get("error_pause_rate", 0.5)
+        return health_verdict(list(self.outcomes), self.best_group_reward,
+                              zero_variance_rate=float(zero), error_rate=float(errors))
 
     def rollouts_per_s(self, now: float | None = None) -> float:
         if self.throughput is not None:
@@ -688,7 +933,7 @@ class RunModel:
         return windowed_rate(points, now, self.rate_window, since=self.started_at)
 
     def _fallback_history(self, now: float | None, index: int) -> list[float]:
-        if self.started_at is None:
+        if self.started_at is None or not self._samples:
             return []
         now = self.now() if now is None else now
         points = [(t, float(sample[index])) for t, *sample in self._samples]
@@ -732,13 +977,16 @@ class RunModel:
 
     @property
     def discard_rate(self) -> float:
-        """Share of groups discarded, of all groups that reached the trainer's filters.
+        """Share of groups dropped for a reason worth attention (stale, failed, equal
+        rewards below the best), of all groups that reached the trainer's filters.
 
-        Discarded groups were normally sampled first; a group that failed before it was
-        sampled (an error) still counts, hence the `max`.
+        Converged groups (equal rewards at the best seen) are not counted: they are the
+        run succeeding. A group that failed before it was sampled still counts, hence the
+        `max`.
         """
+        dropped = self.discarded_total - self.converged_groups
         total = max(self.groups_sampled, self.discarded_total)
-        return self.discarded_total / total if total else 0.0
+        return dropped / total if total else 0.0
 
     @property
     def last_reward(self) -> float | None:
@@ -754,11 +1002,12 @@ class RunModel:
         return self.evals[-1] if self.evals else None
 
     def knob_markers(self) -> list[CommandRow]:
-        """Knob changes, for markers on the reward chart."""
+        """Knob changes, for markers on the charts."""
         return [c for c in self.commands if c.command == "set"]
 
     def eta(self) -> float | None:
-        """Seconds to `max_steps` at the recent pace; None while paused, finished or unknown."""
+        """Seconds to `max_steps` at the recent working pace (paused time left out); None
+        while paused, finished or unknown."""
         if self.state in ("paused", "finished", "stopping"):
             return None
         return eta_seconds(self.step_times, self.step, self.max_steps)
@@ -782,7 +1031,41 @@ class RunModel:
         return lines[-count:] if count > 0 else []
 
     def steps_with_groups(self) -> list[int]:
-        return sorted(self.groups_by_step)
+        """Steps that took (or dropped) a group still kept, oldest first."""
+        return sorted(s for s, ids in self.groups_by_step.items() if ids)
+
+    def all_steps(self) -> list[int]:
+        """Every step the rollouts view lists: each trained step, and the step being
+        collected when it already dropped groups; oldest first."""
+        return sorted(set(self.trained_steps) | set(self.steps_with_groups()))
 
     def groups_of(self, step: int) -> list[GroupRecord]:
         return [self.groups[g] for g in self.groups_by_step.get(step, []) if g in self.groups]
+
+    def waiting_groups(self) -> list[GroupRecord]:
+        """Groups sampled and not yet taken by a step (queued for training)."""
+        return [self.groups[g] for g in self.waiting if g in self.groups]
+
+    def metric_keys(self) -> list[str]:
+        """Every metric the run recorded, in a stable order: reward first, then by name."""
+        return sorted(self.series, key=metric_order)
+
+
+#: The dashboard's own per-step series: tokens sampled between two steps per second.
+SAMPLED_TOKENS_KEY = "throughput/sampled_tokens_per_s"
+
+#: Metric families in the order the metrics view lists them.
+_FAMILY_ORDER = ("reward", "eval", "task", "loss", "train", "optim", "time", "throughput",
+                 "discarded", "async")
+
+
+def metric_order(key: str) -> tuple[int, int, str]:
+    family = key.split("/", 1)[0]
+    rank = _FAMILY_ORDER.index(family) if family in _FAMILY_ORDER else len(_FAMILY_ORDER)
+    return (rank, 0 if key == keys.REWARD_MEAN else 1, key)
+
+
+def _number(value: object) -> bool:
+    """A finite int or float (not a bool): what a chart can draw."""
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))

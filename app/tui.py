@@ -6,8 +6,9 @@ a scripted fake in tests. The app subscribes `RunModel.apply` to the session's e
 and drives `session.run()` in an async worker; views are redrawn from the model on a
 timer, never per event.
 
-Views (`1`–`3`): dashboard, rollouts, control. Modal screens: help, quit confirmation,
-knob editing. Commands go through `session.control` only.
+Views (`1`–`4`): dashboard, rollouts, control, metrics. Modal screens: help, quit
+confirmation, knob editing, a line in full, and the notice of a terminal too small to draw
+the views (it keeps a few lines of status). Commands go through `session.control` only.
 
 Exit codes (`app.return_code`):
     0    `session.run()` returned (its `RunStatus` is in `app.run_status`), or the user
@@ -39,7 +40,9 @@ from tinker_tui.app.screens.control import ControlScreen
 from tinker_tui.app.screens.dashboard import DashboardScreen
 from tinker_tui.app.screens.help import HelpScreen
 from tinker_tui.app.screens.knob_edit import KnobEditScreen
+from tinker_tui.app.screens.metrics import MetricsScreen
 from tinker_tui.app.screens.rollouts import RolloutsScreen
+from tinker_tui.app.screens.too_small import TooSmallScreen, too_small
 from tinker_tui.app.widgets.rewards import RewardsChart
 from tinker_tui.engine.clock import Clock, SystemClock
 from tinker_tui.engine.config import LIVE_KNOBS
@@ -52,7 +55,7 @@ EXIT_INTERRUPTED = 130
 EXIT_SIGTERM = 143
 EXIT_SIGHUP = 129
 
-VIEWS = ("dashboard", "rollouts", "control")
+VIEWS = ("dashboard", "rollouts", "control", "metrics")
 
 
 class TinkerTuiApp(App[None]):
@@ -69,7 +72,8 @@ class TinkerTuiApp(App[None]):
     CSS_PATH = "tinker_tui.tcss"
     TITLE = "tinker-tui"
     DEFAULT_MODE = "dashboard"
-    MODES = {"dashboard": DashboardScreen, "rollouts": RolloutsScreen, "control": ControlScreen}
+    MODES = {"dashboard": DashboardScreen, "rollouts": RolloutsScreen, "control": ControlScreen,
+             "metrics": MetricsScreen}
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
 
@@ -90,9 +94,10 @@ class TinkerTuiApp(App[None]):
         Binding("ctrl+q", "quit", "Exit now", show=False, priority=True, id="quit"),
         Binding("question_mark", "help", "Help", id="help"),
         Binding("s", "cycle_smoothing", "Smooth", id="smoothing"),
-        Binding("1", "view('dashboard')", "Views", key_display="1-3", id="view_dashboard"),
+        Binding("1", "view('dashboard')", "Views", key_display="1-4", id="view_dashboard"),
         Binding("2", "view('rollouts')", "Rollouts", show=False, id="view_rollouts"),
         Binding("3", "view('control')", "Control", show=False, id="view_control"),
+        Binding("4", "view('metrics')", "Metrics", show=False, id="view_metrics"),
         Binding("plus", "toggle_maximize", "Maximize", show=False, id="maximize"),
         Binding("escape", "restore", "Restore", show=False, id="restore"),
         Binding("ctrl+p,colon", "command_palette", "Commands", show=False,
@@ -140,6 +145,7 @@ class TinkerTuiApp(App[None]):
             self.refresh_interval, self.refresh_panes, name="refresh-panes"
         )
         self.refresh_panes()
+        self.check_size()
         if not self.is_headless:
             self.install_signal_handlers()
         # start after the first frame, so the screen is fully mounted even if run() ends at once
@@ -200,6 +206,20 @@ class TinkerTuiApp(App[None]):
 
     # ---------------------------------------------------------------- drawing
 
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.check_size)
+
+    def check_size(self) -> None:
+        """Cover the views with a notice (and a little status) while the terminal is too
+        small to draw them legibly; take it away when it grows."""
+        small = too_small(self.size.width, self.size.height)
+        on_top = isinstance(self.screen, TooSmallScreen)
+        if small and not any(isinstance(s, TooSmallScreen) for s in self.screen_stack):
+            self.push_screen(TooSmallScreen())
+            self.call_after_refresh(self.refresh_panes)
+        elif not small and on_top:
+            self.pop_screen()
+
     def refresh_panes(self) -> None:
         """Redraw the current view from the model (called on the timer)."""
         try:
@@ -209,6 +229,8 @@ class TinkerTuiApp(App[None]):
                 if update is not None and screen.is_mounted:
                     update(self.model, now)
             self.sync_bindings()
+            if isinstance(self.screen, TooSmallScreen) and not too_small(*self.size):
+                self.pop_screen()
         except (NoMatches, ScreenStackError):
             # a tick that lands while the app shuts down: the panes are going away
             return
@@ -298,6 +320,10 @@ class TinkerTuiApp(App[None]):
     # ---------------------------------------------------------------- actions
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if isinstance(self.screen, TooSmallScreen):  # the notice: run keys and quit only
+            if action in ("pause", "resume", "stop", "force_quit", "quit"):
+                return self.allowed(action)
+            return action in ("toggle_pause",)
         if action in ("pause", "resume", "checkpoint", "eval", "stop", "force_quit", "view",
                       "help", "toggle_maximize", "restore", "cycle_smoothing") and self.modal_open:
             return False  # a dialog is open: its own keys only
@@ -323,7 +349,7 @@ class TinkerTuiApp(App[None]):
         if action == "restore":
             return self.screen.maximized is not None
         if action == "cycle_smoothing":
-            return self.current_mode == "dashboard"
+            return self.current_mode in ("dashboard", "metrics")
         return True
 
     def action_pause(self) -> None:

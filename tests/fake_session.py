@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.clock import FakeClock
@@ -28,6 +29,7 @@ from tinker_tui.engine.events import (
     RunStarted,
     RunStateChanged,
     RunStatus,
+    StartupProgressed,
     StepTrained,
     ThroughputMeasured,
     TrajectorySummary,
@@ -77,23 +79,51 @@ def trajectories_for(group_id: int, version: int) -> tuple[TrajectorySummary, ..
     return tuple(out)
 
 
+WARMUP_STEPS = 10
+
+
+def run_started(clock: FakeClock) -> RunStarted:
+    return RunStarted(
+        time=clock.now(),
+        run_id="run-0001",
+        name="yes-no-maybe",
+        backend="local",
+        base_model="tiny-llama-2x64",
+        max_steps=MAX_STEPS,
+        start_step=0,
+        config={"group_size": GROUP_SIZE, "groups_per_step": GROUPS_PER_STEP, **KNOBS},
+    )
+
+
+def startup_events(clock: FakeClock, warmup_until: int = WARMUP_STEPS) -> list[Event]:
+    """The start-up as the engine tells it: the model loads, then the format warm-up
+    (up to step `warmup_until`), then the first rollouts once the warm-up is done."""
+    events: list[Event] = [
+        StartupProgressed(time=clock.now(), phase="loading_model",
+                          detail="tiny-llama-2x64 on the local backend"),
+        LogEmitted(time=clock.now(), level="info",
+                   message=f"format warm-up: {WARMUP_STEPS} supervised steps on 12 examples "
+                           "before RL"),
+    ]
+    clock.advance(1.5)
+    events.append(StartupProgressed(time=clock.now(), phase="warmup", done=0,
+                                    total=WARMUP_STEPS))
+    for done in range(1, warmup_until + 1):
+        clock.advance(0.2)
+        events.append(StartupProgressed(time=clock.now(), phase="warmup", done=done,
+                                        total=WARMUP_STEPS, loss=round(2.0 / done, 4)))
+    if warmup_until >= WARMUP_STEPS:
+        events.append(StartupProgressed(time=clock.now(), phase="first_rollouts"))
+    return events
+
+
 def scripted_events(clock: FakeClock) -> list[Event]:
     """The fixed event list; advances `clock` as it goes (starting from its current time)."""
     events: list[Event] = []
     add = events.append
-    add(
-        RunStarted(
-            time=clock.now(),
-            run_id="run-0001",
-            name="yes-no-maybe",
-            backend="local",
-            base_model="tiny-llama-2x64",
-            max_steps=MAX_STEPS,
-            start_step=0,
-            config={"group_size": GROUP_SIZE, **KNOBS},
-        )
-    )
+    add(run_started(clock))
     add(RunStateChanged(time=clock.now(), state="running"))
+    events += startup_events(clock)
     add(
         LogEmitted(
             time=clock.now(), level="info", message="run yes-no-maybe started on local backend"
@@ -134,6 +164,7 @@ def scripted_events(clock: FakeClock) -> list[Event]:
                     detail={"stale": "2 steps off policy (limit 1)",
                             "zero_variance": "all rewards 1",
                             "error": "RuntimeError: sampler crashed"}[reason],
+                    step=step,
                 )
             )
         clock.advance(0.1)
@@ -142,9 +173,16 @@ def scripted_events(clock: FakeClock) -> list[Event]:
                 time=clock.now(),
                 step=step,
                 policy_version=step,
+                group_ids=tuple(
+                    GROUPS_PER_STEP * step + k for k in range(GROUPS_PER_STEP)
+                    if not (k == 0 and discard_at.get(step) == "stale")),
                 metrics={
                     keys.REWARD_MEAN: reward_at(step),
                     "loss": round(0.9 / step, 4),
+                    keys.LEARNING_RATE: 2e-3 if step <= 12 else 1e-3,
+                    keys.TRAIN_TIME: round(0.05 + 0.01 * (step % 4), 3),
+                    keys.WAIT_BATCH_TIME: round(0.04 + 0.02 * ((step * 3) % 5), 3),
+                    "task/correct": round(min(1.0, 0.1 + step / 22), 4),
                     keys.STEP_TIME: 0.1,
                     keys.STALENESS_MEAN: 0.5,
                     keys.STALENESS_MAX: 1.0,
@@ -302,6 +340,7 @@ class FakeSession:
         wait_for_stop: When False, `run()` returns "completed" right after the script.
         finish_on_stop: When False, `run()` keeps waiting after `stop()` (a run that is slow
             to wind down), so a second quit can be tested.
+        script: Makes the event list from the clock (`scripted_events` by default).
     """
 
     def __init__(
@@ -311,8 +350,10 @@ class FakeSession:
         fail_with: BaseException | None = None,
         wait_for_stop: bool = True,
         finish_on_stop: bool = True,
+        script: Callable[[FakeClock], list[Event]] | None = None,
     ) -> None:
         self.clock = clock if clock is not None else FakeClock(0.0)
+        self.script = script or scripted_events
         self.events = EventBus()
         self.control = FakeControl(self)
         self.fail_with = fail_with
@@ -332,7 +373,7 @@ class FakeSession:
         self.events.publish(event)
 
     async def run(self) -> RunStatus:
-        for event in scripted_events(self.clock):
+        for event in self.script(self.clock):
             self.publish(event)
         self.script_done.set()
         if self.fail_with is not None:
@@ -404,3 +445,65 @@ class LiveFakeSession(FakeSession):
             return status
         finally:
             await store.close()
+
+
+def step_events(clock: FakeClock, step: int, *, rewards: tuple[float, ...] | None = None,
+                first_group: int | None = None) -> list[Event]:
+    """One more training step of the scripted run: its groups, then `StepTrained`.
+
+    `rewards`: every rollout's reward (equal rewards make zero-variance groups, counted as
+    the engine counts them); by default the script's answers.
+    """
+    events: list[Event] = []
+    clock.advance(0.5)
+    first = GROUPS_PER_STEP * step if first_group is None else first_group
+    ids = list(range(first, first + GROUPS_PER_STEP))
+    for group_id in ids:
+        trajectories = trajectories_for(group_id, step - 1)
+        if rewards is not None:
+            trajectories = tuple(TrajectorySummary(reward=r, policy_version=step - 1,
+                                                   num_tokens=t.num_tokens,
+                                                   messages=t.messages)
+                                 for r, t in zip(rewards, trajectories, strict=False))
+        mean = sum(t.reward for t in trajectories) / len(trajectories)
+        events.append(GroupSampled(
+            time=clock.now(), group_id=group_id, scenario_id=f"q{group_id % 4:02d}-{group_id}",
+            policy_version=step - 1, num_trajectories=len(trajectories),
+            num_tokens=sum(t.num_tokens for t in trajectories), reward_mean=mean,
+            trajectories=trajectories))
+        if len({t.reward for t in trajectories}) == 1:
+            events.append(GroupDiscarded(
+                time=clock.now(), group_id=group_id, scenario_id=f"q{group_id % 4:02d}",
+                reason="zero_variance", policy_version=step - 1, trainer_version=step - 1,
+                num_tokens=0, detail=f"all rewards {trajectories[0].reward:g}", step=step))
+    clock.advance(0.1)
+    mean = sum(e.reward_mean for e in events if isinstance(e, GroupSampled)) / len(ids)
+    events.append(StepTrained(time=clock.now(), step=step, policy_version=step,
+                              group_ids=tuple(ids),
+                              metrics={keys.REWARD_MEAN: mean, keys.STEP_TIME: 0.6}))
+    return events
+
+
+def converged_events(clock: FakeClock) -> list[Event]:
+    """A run that learned everything: rewards rise for 6 steps, then every rollout earns
+    the best reward (equal rewards at the best: converged, no gradient)."""
+    events: list[Event] = [run_started(clock), RunStateChanged(time=clock.now(),
+                                                               state="running")]
+    events.append(StartupProgressed(time=clock.now(), phase="first_rollouts"))
+    for step in range(1, 31):
+        rewards = (1.0,) * GROUP_SIZE if step > 6 else None
+        events += step_events(clock, step, rewards=rewards)
+        if step > 6 and step % 3 == 0:
+            events.append(LogEmitted(time=clock.now(), level="info",
+                                     message=f"step {step}: every group had equal rewards; "
+                                             "no gradient until one differs"))
+    return events
+
+
+def finished_events(clock: FakeClock) -> list[Event]:
+    """The scripted run, then its end (completed at step 20)."""
+    events = scripted_events(clock)
+    clock.advance(0.5)
+    events.append(RunFinished(time=clock.now(), status="completed", final_step=NUM_STEPS,
+                              reason="reached max_steps"))
+    return events

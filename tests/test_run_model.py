@@ -37,6 +37,7 @@ from tinker_tui.engine.events import (
     RunFinished,
     RunStarted,
     RunStateChanged,
+    StartupProgressed,
     StepTrained,
     ThroughputMeasured,
     TrajectorySummary,
@@ -276,9 +277,9 @@ def test_model_checkpoints_and_bounded_log():
         (5, "state", "step-5", "/x/step-5")
     ]
     assert model.since_start(model.checkpoints[0].time) == "00:15"
-    for i in range(5):
-        model.apply(LogEmitted(time=50.0 + i, level="INFO", message=f"line {i}"))
-    assert [line.message for line in model.log] == ["line 2", "line 3", "line 4"]
+    for i, word in enumerate(("zero", "one", "two", "three", "four")):
+        model.apply(LogEmitted(time=50.0 + i, level="INFO", message=f"line {word}"))
+    assert [line.message for line in model.log] == ["line two", "line three", "line four"]
     assert model.log_total == 5
 
 
@@ -479,26 +480,137 @@ def test_model_evals_commands_and_knobs():
     assert [(e.step, e.reward) for e in model.evals] == [(1, 0.7)]
 
 
-def test_model_groups_by_step_with_discards_and_a_bound():
-    clock = FakeClock()
-    model = RunModel(clock, max_groups=3)
-    summary = TrajectorySummary(reward=1.0, policy_version=0, num_tokens=2)
-    for gid in range(2):
-        model.apply(GroupSampled(time=0.0, group_id=gid, scenario_id="s", policy_version=0,
-                                 num_trajectories=1, num_tokens=2, reward_mean=1.0,
-                                 trajectories=(summary,)))
-    model.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}))
-    model.apply(GroupDiscarded(time=1.1, group_id=1, scenario_id="s", reason="stale",
-                               policy_version=0, trainer_version=2, num_tokens=2, detail="old"))
+def sampled(group_id: int, time: float, rewards=(1.0,), version: int = 0) -> GroupSampled:
+    trajectories = tuple(TrajectorySummary(reward=r, policy_version=version, num_tokens=2)
+                         for r in rewards)
+    return GroupSampled(time=time, group_id=group_id, scenario_id=f"s{group_id}",
+                        policy_version=version, num_trajectories=len(rewards),
+                        num_tokens=2 * len(rewards), reward_mean=sum(rewards) / len(rewards),
+                        trajectories=trajectories)
+
+
+def test_model_files_each_group_under_the_step_that_took_it_and_keeps_a_bound():
+    model = RunModel(FakeClock(), max_groups=4)
+    for gid in range(3):
+        model.apply(sampled(gid, 0.0))
+    assert [g.group_id for g in model.waiting_groups()] == [0, 1, 2]
+    model.apply(GroupDiscarded(time=0.5, group_id=1, scenario_id="s", reason="stale",
+                               policy_version=0, trainer_version=2, num_tokens=2, detail="old",
+                               step=1))
+    model.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}, group_ids=(0,)))
     model.apply(GroupDiscarded(time=1.2, group_id=99, scenario_id="s", reason="error",
-                               policy_version=1, trainer_version=1, num_tokens=0))
-    assert model.steps_with_groups() == [1, 2]
-    assert [g.group_id for g in model.groups_of(1)] == [0, 1]
+                               policy_version=1, trainer_version=1, num_tokens=0, step=2))
+    assert [g.group_id for g in model.groups_of(1)] == [1, 0]
     assert model.groups[1].discarded == "stale" and model.groups[1].detail == "old"
     assert model.groups[99].step == 2 and model.groups[99].trajectories == ()
-    model.apply(GroupSampled(time=2.0, group_id=5, scenario_id="s", policy_version=1,
-                             num_trajectories=1, num_tokens=2, reward_mean=1.0))
-    assert model.steps_with_groups() == [2]  # step 1 dropped to stay within max_groups
+    assert [g.group_id for g in model.waiting_groups()] == [2]  # queued, not yet trained
+    assert model.all_steps() == [1, 2]
+    model.apply(sampled(5, 2.0, version=1))
+    model.apply(sampled(6, 2.0, version=1))
+    assert model.steps_with_groups() == [2] and model.trimmed_before == 2  # step 1 dropped
+    assert model.all_steps() == [1, 2]  # still listed: its absence is explained
+
+
+def test_model_without_group_ids_files_the_groups_sampled_by_then():
+    model = RunModel(FakeClock())
+    model.apply(sampled(0, 0.0))
+    model.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}))
+    model.apply(sampled(1, 1.5))
+    model.apply(GroupDiscarded(time=1.6, group_id=1, scenario_id="s", reason="stale",
+                               policy_version=0, trainer_version=2, num_tokens=2))
+    assert [g.group_id for g in model.groups_of(1)] == [0]
+    assert model.groups[1].step == 2  # dropped while step 2 was being collected
+
+
+def test_model_tells_converged_groups_from_a_lost_learning_signal():
+    model = RunModel(FakeClock())
+    model.apply(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
+                           max_steps=10, start_step=0,
+                           config={"health_window": 4, "zero_variance_pause_rate": 0.75}))
+    assert model.health() == ("none", "no groups sampled yet")
+    model.apply(sampled(0, 0.1, rewards=(0.0, 1.0)))
+    assert model.health()[0] == "learning"
+    for gid in range(1, 5):  # every group earns the best reward: converged
+        model.apply(sampled(gid, 0.2, rewards=(1.0, 1.0)))
+        model.apply(GroupDiscarded(time=0.2, group_id=gid, scenario_id="s",
+                                   reason="zero_variance", policy_version=0,
+                                   trainer_version=0, num_tokens=4, step=1))
+    kind, words = model.health()
+    assert kind == "converged" and words.startswith("converged: every group earns the best")
+    assert model.converged_groups == 4 and model.no_signal_groups == 0
+    assert model.discard_rate == 0.0  # converging is not discarding
+    for gid in range(5, 9):  # equal rewards below the best: no learning signal
+        model.apply(sampled(gid, 0.3, rewards=(0.5, 0.5)))
+        model.apply(GroupDiscarded(time=0.3, group_id=gid, scenario_id="s",
+                                   reason="zero_variance", policy_version=0,
+                                   trainer_version=0, num_tokens=4, step=2))
+    kind, words = model.health()
+    assert kind == "no_signal" and "below the best (1)" in words
+    assert model.no_signal_groups == 4 and model.discard_rate == pytest.approx(4 / 9)
+    for gid in range(100, 104):
+        model.apply(GroupDiscarded(time=0.4, group_id=gid, scenario_id="s", reason="error",
+                                   policy_version=0, trainer_version=0, num_tokens=0, step=3))
+    assert model.health() == ("error", "errors: 100% of the last 4 groups failed")
+
+
+def test_repeated_info_lines_collapse_into_one_with_a_count():
+    model = RunModel(FakeClock())
+    model.apply(LogEmitted(time=1.0, level="info", message="step 3: every group had equal "
+                                                           "rewards; no gradient"))
+    model.apply(LogEmitted(time=2.0, level="info", message="checkpoint saved"))
+    model.apply(LogEmitted(time=3.0, level="info", message="step 9: every group had equal "
+                                                           "rewards; no gradient"))
+    model.apply(LogEmitted(time=4.0, level="warning", message="slow"))
+    model.apply(LogEmitted(time=5.0, level="warning", message="slow"))  # warnings stay
+    assert [(line.message[:7], line.count) for line in model.log] == [
+        ("checkpo", 1), ("step 9:", 2), ("slow", 1), ("slow", 1)]
+    assert model.log_total == 5 and model.log_rewrites == 1
+
+
+def test_the_start_up_is_told_in_words_until_the_first_step():
+    model = RunModel(FakeClock())
+    assert model.phase_text() == "starting the engine…"
+    model.apply(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
+                           max_steps=10, start_step=0,
+                           config={"group_size": 8, "groups_per_step": 4,
+                                   "min_groups_per_step": 0}))
+    model.apply(StartupProgressed(time=0.1, phase="loading_model", detail="m on local"))
+    assert model.phase_text() == "loading the model: m on local"
+    model.apply(StartupProgressed(time=0.2, phase="warmup", done=7, total=60, loss=0.4321))
+    assert model.phase_text() == "format warm-up 7/60 · loss 0.432"
+    model.apply(StartupProgressed(time=0.3, phase="first_rollouts"))
+    model.apply(sampled(0, 0.4, rewards=(1.0,) * 8))
+    assert model.phase_text() == "first rollouts: 8/32 sampled for step 1"
+    model.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}))
+    assert model.phase_text() is None
+
+
+def test_the_eta_leaves_paused_time_out():
+    model = RunModel(FakeClock())
+    started(FakeClock(), model)
+    for step in (1, 2):
+        model.apply(StepTrained(time=2.0 * step, step=step, policy_version=step, metrics={}))
+    model.apply(RunStateChanged(time=5.0, state="paused", reason="user"))
+    assert model.eta() is None
+    model.apply(RunStateChanged(time=605.0, state="running", reason="resumed"))
+    model.apply(StepTrained(time=606.0, step=3, policy_version=3, metrics={}))
+    assert model.eta() == pytest.approx(2.0 * (model.max_steps - 3))  # 2 s a step, not 300
+
+
+def test_every_metric_becomes_a_series_by_step():
+    model = RunModel(FakeClock())
+    model.apply(sampled(0, 0.5))
+    model.apply(StepTrained(time=1.0, step=1, policy_version=1,
+                            metrics={"reward/mean": 0.5, "task/bits": 3, "bad": float("nan")}))
+    model.apply(sampled(1, 1.5))
+    model.apply(StepTrained(time=3.0, step=2, policy_version=2,
+                            metrics={"reward/mean": 0.7, "task/bits": 4}))
+    model.apply(EvalCompleted(time=3.0, step=2, policy_version=2,
+                              metrics={"eval/reward_mean": 0.9}))
+    assert model.series["task/bits"] == [(1, 3.0), (2, 4.0)]
+    assert "bad" not in model.series
+    assert model.series["throughput/sampled_tokens_per_s"] == [(2, 1.0)]  # 2 tokens in 2 s
+    assert model.metric_keys()[:3] == ["reward/mean", "eval/reward_mean", "task/bits"]
 
 
 def test_model_eta_only_while_running():
@@ -518,3 +630,21 @@ def test_recent_log_filters_by_level():
         model.apply(LogEmitted(time=0.0, level=level, message=level))
     assert [line.message for line in model.recent_log(10, "warning")] == ["WARNING", "error"]
     assert len(model.recent_log(10)) == 4
+
+
+def test_a_transcript_loses_the_empty_turn_it_ends_with():
+    from tinker_tui.app.widgets.rollout_detail import without_empty_turn
+
+    text = "User: yes, no or maybe?\n\nAssistant: maybe\n\nUser:"
+    assert without_empty_turn(text) == "User: yes, no or maybe?\n\nAssistant: maybe"
+    assert without_empty_turn("User: hi\n\nAssistant: User: is a word") == \
+        "User: hi\n\nAssistant: User: is a word"
+
+
+def test_shorten_middle_keeps_both_ends():
+    from tinker_tui.app.run_model import shorten_middle
+
+    path = "tinker://local-610271b47ebc4098/weights/step-000012"
+    assert shorten_middle(path, 80) == path
+    short = shorten_middle(path, 20)
+    assert len(short) == 20 and short.startswith("tink") and short.endswith("step-000012")

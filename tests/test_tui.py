@@ -5,9 +5,18 @@ from __future__ import annotations
 import asyncio
 import os
 
+import pytest
+
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")  # before Textual reads it, if first
 
-from fake_session import FakeSession
+from fake_session import (
+    FakeSession,
+    converged_events,
+    finished_events,
+    run_started,
+    startup_events,
+    step_events,
+)
 from textual.command import CommandPalette
 from textual.pilot import Pilot
 from textual.widgets import Input
@@ -16,7 +25,10 @@ from tinker_tui.app.screens.confirm_quit import QuitScreen
 from tinker_tui.app.screens.control import ControlScreen
 from tinker_tui.app.screens.help import HelpScreen
 from tinker_tui.app.screens.knob_edit import KnobEditScreen
+from tinker_tui.app.screens.metrics import MetricsScreen
 from tinker_tui.app.screens.rollouts import RolloutsScreen
+from tinker_tui.app.screens.text_view import TextScreen
+from tinker_tui.app.screens.too_small import TooSmallScreen
 from tinker_tui.app.tui import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SIGTERM, TinkerTuiApp
 from tinker_tui.app.widgets.checkpoints import CheckpointsTable
 from tinker_tui.app.widgets.commands import CommandsTable
@@ -78,19 +90,53 @@ async def settled_with_titled_panes(pilot: Pilot) -> None:
         assert pane.region.width > 0 and pane.region.height > 2, pane
 
 
-def test_snapshot_80x24(snap_compare):
-    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=settled_with_titled_panes)
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (160, 48)],
+                         ids=["80x24", "100x30", "160x48"])
+def test_snapshot_dashboard(snap_compare, size):
+    assert snap_compare(make_app(), terminal_size=size, run_before=settled_with_titled_panes)
 
 
-def test_snapshot_160x48(snap_compare):
-    assert snap_compare(make_app(), terminal_size=(160, 48),
-                        run_before=settled_with_titled_panes)
+def test_snapshot_too_small_40x12(snap_compare):
+    assert snap_compare(make_app(), terminal_size=(40, 12), run_before=settled)
+
+
+def warming_up() -> FakeSession:
+    return FakeSession(script=lambda clock: [run_started(clock)]
+                       + startup_events(clock, warmup_until=7))
+
+
+def test_snapshot_warm_up(snap_compare):
+    assert snap_compare(make_app(warming_up()), terminal_size=(80, 24), run_before=settled)
+
+
+def test_snapshot_converged(snap_compare):
+    app = make_app(FakeSession(script=converged_events))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=settled)
+
+
+def test_snapshot_finished(snap_compare):
+    app = make_app(FakeSession(script=finished_events))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=settled)
+
+
+def test_snapshot_metrics_view(snap_compare):
+    async def metrics(pilot: Pilot) -> None:
+        await settled(pilot)
+        await press(pilot, "4")
+        await until(lambda: isinstance(pilot.app.screen, MetricsScreen), pilot)
+        pilot.app.refresh_panes()
+        await pilot.pause()
+        pilot.app.refresh_panes()
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=(160, 48), run_before=metrics)
 
 
 def test_snapshot_paused_with_reason(snap_compare):
     async def paused(pilot: Pilot) -> None:
         await settled(pilot)
-        pilot.app.session.control.pause("eval running (3/10)")
+        pilot.app.session.control.pause("no learning signal: 94% of the last 32 groups had "
+                                        "equal rewards below the best")
         await settled(pilot)
 
     assert snap_compare(make_app(), terminal_size=(80, 24), run_before=paused)
@@ -158,7 +204,8 @@ async def test_p_c_e_and_a_cancelled_quit():
         await until(lambda: table.row_count == 3, pilot)
         newest = table.get_row_at(0)
         assert newest[0] == "20" and newest[1] == "state"
-        assert newest[3].endswith("manual-000020")
+        assert newest[3].endswith("000020") and "…" in newest[3]  # cut in the middle
+        assert app.model.checkpoints[-1].path.endswith("/weights/manual-000020")
 
         # e: an evaluation
         await press(pilot, "e")
@@ -390,3 +437,164 @@ async def test_bindings_carry_ids():
     assert {"pause", "resume", "checkpoint", "eval", "stop", "force_quit", "quit", "help",
             "view_dashboard", "view_rollouts", "view_control", "maximize",
             "command_palette"} <= ids
+
+
+# ------------------------------------------------------------------ issue-13 behaviours
+
+
+async def test_rollouts_hold_still_while_steps_arrive_and_home_shows_them():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settled(pilot)
+        await press(pilot, "2")
+        app.refresh_panes()
+        tree = app.screen.query_one(RolloutsTree)
+        await until(lambda: len(tree.root.children) == 20, pilot)
+        # every trained step is listed, newest first
+        assert [n.data.step for n in tree.root.children] == list(range(20, 0, -1))
+        # open step 15 and read its first group
+        await press(pilot, "down", "down", "down", "down", "down", "enter", "down")
+        opened, line, top = tree.cursor_node, tree.cursor_line, tree.scroll_y
+        assert opened.data.kind == "group" and opened.data.step == 15
+        detail_before = str(app.screen.query_one("#rollout-text").render())
+        # three steps arrive while reading
+        session = app.session
+        for step in (21, 22, 23):
+            for event in step_events(session.clock, step):
+                session.publish(event)
+        app.refresh_panes()
+        await pilot.pause()
+        assert tree.cursor_node is opened and tree.cursor_line == line
+        assert tree.scroll_y == top and opened.parent.is_expanded
+        assert str(app.screen.query_one("#rollout-text").render()) == detail_before
+        assert len(tree.root.children) == 20  # announced, not inserted
+        assert "▲ 3 new steps" in str(tree.border_subtitle)
+        # home shows them, newest first, and follows again
+        await press(pilot, "home")
+        assert [n.data.step for n in tree.root.children][:4] == [23, 22, 21, 20]
+        assert tree.cursor_line == 0 and "new step" not in str(tree.border_subtitle)
+        # following: the next step goes straight in
+        for event in step_events(session.clock, 24):
+            session.publish(event)
+        app.refresh_panes()
+        await pilot.pause()
+        assert tree.root.children[0].data.step == 24
+
+
+async def test_the_rollouts_filter_keeps_its_text_and_gives_focus_back():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settled(pilot)
+        await press(pilot, "2")
+        tree = app.screen.query_one(RolloutsTree)
+        field = app.screen.query_one("#rollout-filter", Input)
+        await press(pilot, "slash")
+        await pilot.press(*"stale")
+        await press(pilot, "enter")
+        assert app.focused is tree and field.display and field.value == "stale"
+        await until(lambda: len(tree.root.children) == 2, pilot)
+        # / again edits the same filter: nothing is cleared or replaced
+        await press(pilot, "slash")
+        assert app.focused is field and field.value == "stale"
+        await pilot.press("space", *"q02")
+        await press(pilot, "enter")
+        assert field.value == "stale q02" and app.focused is tree
+        await until(lambda: len(tree.root.children) == 1, pilot)
+        # escape clears it (and hides the field)
+        await press(pilot, "escape")
+        assert field.value == "" and not field.has_class("-visible")
+        await until(lambda: len(tree.root.children) == 20, pilot)
+
+
+async def test_enter_opens_a_log_line_and_a_checkpoint_path_whole():
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settled(pilot)
+        log = app.screen.query_one(LogPanel)
+        log.focus()
+        await pilot.pause()
+        # the cursor starts on the newest line; up once: the knob change
+        await press(pilot, "up", "enter")
+        assert isinstance(app.screen, TextScreen)
+        text = str(app.screen.query_one("#text-body").render())
+        assert "learning_rate changed from 0.002 to 0.001" in text
+        await press(pilot, "escape")
+        table = app.screen.query_one(CheckpointsTable)
+        table.focus()
+        await press(pilot, "enter")
+        assert isinstance(app.screen, TextScreen)
+        assert "/tmp/runs/run-0001/sampler_weights/step-000020" in str(
+            app.screen.query_one("#text-body").render())
+
+
+async def test_pause_shows_at_once_in_every_pane():
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settled(pilot)
+        panel = app.screen.query_one(ThroughputPanel)
+        await press(pilot, "p")
+        app.refresh_panes()
+        await pilot.pause()
+        assert str(panel.query_one("#verdict").render()).startswith("⏸ paused")
+        assert "paused" in str(panel.query_one("#rollouts-unit").render())
+        assert panel.has_class("-paused")
+        progress = str(app.screen.query_one("#progress-label").render())
+        assert "ETA paused" in progress
+        await press(pilot, "p")
+        app.refresh_panes()
+        await pilot.pause()
+        assert str(panel.query_one("#verdict").render()).startswith("▶ sampler-bound")
+
+
+async def test_the_metrics_view_charts_every_metric_the_run_records():
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settled(pilot)
+        await press(pilot, "4")
+        app.refresh_panes()
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, MetricsScreen)
+        keys = [chart.key for chart in screen.charts()]
+        assert keys == app.model.metric_keys()
+        assert {"reward/mean", "loss", "optim/lr", "time/train", "task/correct",
+                "eval/reward_mean", "throughput/sampled_tokens_per_s"} <= set(keys)
+        # a metric the task starts reporting later gets its chart
+        session = app.session
+        for event in step_events(session.clock, 21):
+            session.publish(event)
+        from tinker_tui.engine.events import StepTrained
+
+        session.publish(StepTrained(time=session.clock.now(), step=22, policy_version=22,
+                                    metrics={"task/bits_right": 7.0}))
+        app.refresh_panes()
+        await pilot.pause()
+        assert "task/bits_right" in [chart.key for chart in screen.charts()]
+        # the picker hides one (space on the highlighted key: reward/mean)
+        picker = screen.query_one("#metric-picker")
+        assert picker.display  # wide enough to show it
+        picker.focus()
+        await pilot.pause()
+        picker.highlighted = 0
+        await press(pilot, "space")
+        await until(lambda: "reward/mean" not in [chart.key for chart in screen.charts()],
+                    pilot)
+        assert "reward/mean" in screen.hidden
+        # smoothing applies to these charts too
+        await press(pilot, "s")
+        assert app.model.ema_beta == 0.95
+
+
+async def test_a_terminal_too_small_gets_a_notice_that_goes_when_it_grows():
+    app = make_app()
+    async with app.run_test(size=(40, 12)) as pilot:
+        await settled(pilot)
+        await until(lambda: isinstance(app.screen, TooSmallScreen), pilot)
+        text = str(app.screen.query_one("#too-small-text").render())
+        assert "Terminal too small: 40×12" in text and "step 20/50" in text
+        await press(pilot, "2")  # views wait; run keys still work
+        await press(pilot, "p")
+        assert app.session.control.paused
+        await pilot.resize_terminal(80, 24)
+        await until(lambda: not isinstance(app.screen, TooSmallScreen), pilot)
+        assert app.current_mode == "dashboard"

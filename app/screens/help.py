@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
@@ -15,13 +15,15 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("e", "evaluate now, alongside training"),
     ("q  ctrl+c", "stop gracefully, after a confirmation (step, checkpoint, flush)"),
     ("ctrl+q", "quit at once"),
-    ("1  2  3", "views: dashboard, rollouts, control"),
+    ("1 2 3 4", "views: dashboard, rollouts, control, metrics"),
     ("tab  click", "move between panes"),
     ("+  esc", "maximize the focused pane (the reward chart if none) / restore"),
-    ("s", "reward smoothing: 0.9 → 0.95 → 0.99 → off → 0.6 → 0.8"),
+    ("enter", "log, checkpoints: the line whole · rollouts: expand · control: edit"),
+    ("s", "smoothing of the charts: 0.9 → 0.95 → 0.99 → off → 0.6 → 0.8"),
     ("l", "log level filter: all → info → warning → error"),
     ("/", "rollouts: filter (reward<0.5, stale, discarded, scenario:q03, words)"),
-    ("enter", "rollouts: expand · control: edit the selected knob"),
+    ("home", "rollouts: show the newest steps (the list holds still otherwise)"),
+    ("m", "metrics: pick the charts"),
     ("ctrl+p  :", "command palette"),
     ("?", "this help"),
 )
@@ -50,7 +52,7 @@ class HelpScreen(ModalScreen[None]):
     ]
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="help-dialog", classes="dialog"):
+        with VerticalScroll(id="help-dialog", classes="dialog"):
             yield Static(help_content(getattr(self.app, "mode_label", "")), id="help-text")
 
     def on_mount(self) -> None:

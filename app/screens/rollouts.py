@@ -1,5 +1,10 @@
 """The rollouts view: step → group → trajectory on the left, the selection in full on the
-right; `/` filters. The same view draws a live run and a stored one."""
+right; `/` filters. The same view draws a live run and a stored one.
+
+The filter stays visible with its text while it applies; `/` goes back to it to edit it
+(nothing is cleared by pressing it again), `enter` returns to the list, `escape` clears
+it. The list holds still while steps arrive (see `RolloutsTree`); `home` shows new ones.
+"""
 
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ class RolloutsScreen(Screen):
     def compose(self) -> ComposeResult:
         yield RunStatusPanel(id="status", mode=getattr(self.app, "mode_label", ""))
         yield Input(placeholder="filter: reward<0.5  stale  discarded  scenario:q03  words…",
-                    id="rollout-filter")
+                    id="rollout-filter", select_on_focus=False)
         with Horizontal(id="rollout-panes"):
             yield RolloutsTree(id="rollout-tree")
             yield RolloutDetail(id="rollout-detail")
@@ -41,6 +46,8 @@ class RolloutsScreen(Screen):
         field = self.query_one("#rollout-filter", Input)
         field.add_class("-visible")
         field.focus()
+        field.cursor_position = len(field.value)  # edit the filter, never replace it
+
 
     def action_clear_filter(self) -> None:
         field = self.query_one("#rollout-filter", Input)
@@ -61,7 +68,8 @@ class RolloutsScreen(Screen):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "rollout-filter":
-            if not event.value:
+            event.stop()
+            if not event.value.strip():
                 event.input.remove_class("-visible")
             self.query_one(RolloutsTree).focus()
 

@@ -1,10 +1,17 @@
-"""Saved checkpoints, newest first: step, kind, path and when (time since the run began)."""
+"""Saved checkpoints, newest first: step, kind, when (time since the run began) and path.
+
+Paths are cut in the middle to the pane's width, so their start (where) and end (which
+step) stay readable; `enter` on a row shows the path whole.
+"""
 
 from __future__ import annotations
 
 from textual.widgets import DataTable
-from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.run_model import CheckpointRow, RunModel, shorten_middle
 from tinker_tui.app.widgets.updates import set_subtitle
+
+#: Cells taken by the step, kind and time columns and the path's padding.
+FIXED_COLUMNS = 6 + 9 + 7 + 2
 
 
 class CheckpointsTable(DataTable):
@@ -15,7 +22,9 @@ class CheckpointsTable(DataTable):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=True,
                          show_cursor=False)
-        self._shown = -1
+        self._shown: tuple[int, int] = (-1, -1)
+        self._rows: list[CheckpointRow] = []
+        self._model: RunModel | None = None
         # columns exist from the start, so rows added before mount size them correctly
         self.add_column("step", key="step")
         self.add_column("kind", key="kind")
@@ -32,17 +41,33 @@ class CheckpointsTable(DataTable):
         self.show_cursor = False
 
     def update_from_model(self, model: RunModel, now: float) -> None:
+        self._model = model
         count = len(model.checkpoints)
-        set_subtitle(self, f"{count} saved")
-        if count == self._shown:
+        set_subtitle(self, f"{count} saved" + (" · enter: path" if count else ""))
+        path_width = max(12, (self.content_region.width or 60) - FIXED_COLUMNS)
+        if (count, path_width) == self._shown:
             return
-        self._shown = count
+        self._shown = (count, path_width)
+        cursor = self.cursor_row
         self.clear()
-        for index, row in enumerate(reversed(model.checkpoints)):
+        self._rows = list(reversed(model.checkpoints))
+        for index, row in enumerate(self._rows):
             self.add_row(
                 str(row.step),
                 row.kind,
                 model.since_start(row.time),
-                row.path,
+                shorten_middle(row.path, path_width),
                 key=f"{count - index}:{row.path}",
             )
+        if self._rows:
+            self.move_cursor(row=min(cursor, len(self._rows) - 1))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if not 0 <= event.cursor_row < len(self._rows):
+            return
+        from tinker_tui.app.screens.text_view import TextScreen
+
+        row = self._rows[event.cursor_row]
+        self.app.push_screen(TextScreen(f"Checkpoint at step {row.step} ({row.kind})",
+                                        f"{row.name}\n\n{row.path}"))

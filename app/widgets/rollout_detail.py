@@ -4,6 +4,7 @@ calls and their results, the reward and the policy version stamps."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +38,15 @@ def _tool_call_text(call: Any) -> str:
     return f"{name}({arguments})"
 
 
+#: A role marker a transcript ends with when the model's turn ended where the next one begins.
+_TRAILING_MARKER = re.compile(r"\n?\s*(User|Assistant|System|Tool)\s*:\s*$")
+
+
+def without_empty_turn(text: str) -> str:
+    """A transcript without the empty next turn (`…\nUser:`) it may end with."""
+    return _TRAILING_MARKER.sub("", text.rstrip()).rstrip()
+
+
 def message_lines(message: Mapping[str, Any]) -> list[Content]:
     role = str(message.get("role", "?"))
     title = role
@@ -48,6 +58,8 @@ def message_lines(message: Mapping[str, Any]) -> list[Content]:
     if isinstance(content, list):  # OpenAI content parts
         content = "\n".join(str(p.get("text", p)) if isinstance(p, Mapping) else str(p)
                             for p in content)
+    if content and role == "transcript":
+        content = without_empty_turn(str(content))
     if content:
         lines.extend(Content(line) for line in str(content).splitlines() or [""])
     for call in message.get("tool_calls") or ():
@@ -56,9 +68,20 @@ def message_lines(message: Mapping[str, Any]) -> list[Content]:
     return lines
 
 
-def group_status(group: GroupRecord) -> Content:
+def group_status(group: GroupRecord, short: bool = False) -> Content:
+    if short and group.discarded == "zero_variance":
+        return (Content.styled("converged", "$text-success") if group.at_best
+                else Content.styled("no learning signal", "$text-warning"))
     if group.discarded is None:
-        return Content.styled("trained (not discarded)", "$text-success")
+        if group.step is None:
+            return Content.styled("waiting to be trained", "$text-muted")
+        return Content.styled("trained", "$text-success")
+    if group.discarded == "zero_variance" and group.at_best:
+        return Content.styled("converged: equal rewards at the best seen (no gradient, "
+                              "counted in the step's reward)", "$text-success")
+    if group.discarded == "zero_variance":
+        return Content.styled("no learning signal: equal rewards below the best seen "
+                              "(counted in the step's reward)", "$text-warning")
     reason = REASON_LABELS.get(group.discarded, group.discarded)
     detail = f": {group.detail}" if group.detail else ""
     behind = ""
@@ -68,27 +91,54 @@ def group_status(group: GroupRecord) -> Content:
                           "$text-error" if group.discarded == "error" else "$text-warning")
 
 
+def where_filed(model: RunModel, group: GroupRecord) -> str:
+    """Which step the group belongs to, in words."""
+    if group.step is None:
+        return f"queued for step {model.step + 1}"
+    if group.discarded is not None and group.discarded != "zero_variance":
+        return f"dropped while step {group.step} was collected"
+    return f"in the batch of step {group.step}"
+
+
+def summary_line(group: GroupRecord) -> Content:
+    mean = f"r̄ {group.reward_mean:.3f}" if group.trajectories else "no rollouts"
+    return Content.assemble(f"  g{group.group_id} {group.scenario_id}  {mean}  ",
+                            group_status(group, short=True))
+
+
 def detail_content(model: RunModel, ref: RolloutRef | None) -> Content:
     if ref is None:
         return Content.styled("Select a step, group or trajectory on the left.\n\n"
                               "enter / → expands · / filters, e.g. reward<0.5, stale, "
                               "maybe", "$text-muted")
+    if ref.kind == "note":
+        return Content.styled("These steps' rollouts are not in this view; the note on the "
+                              "left says why and where to find them.", "$text-muted")
+    if ref.kind == "waiting":
+        groups = model.waiting_groups()
+        lines = [Content.styled("queued", "bold"),
+                 Content(f"{len(groups)} groups sampled and waiting for the trainer "
+                         f"(step {model.step + 1})")]
+        lines += [summary_line(group) for group in groups]
+        return Content("\n").join(lines)
     if ref.kind == "step":
+        assert ref.step is not None
         groups = model.groups_of(ref.step)
-        lines = [Content.styled(f"step {ref.step}", "bold"),
-                 Content(f"{len(groups)} groups sampled while step {ref.step} was being "
-                         "collected")]
-        for group in groups:
-            mean = f"r̄ {group.reward_mean:.3f}" if group.trajectories else "no rollouts"
-            lines.append(Content.assemble(f"  g{group.group_id} {group.scenario_id}  {mean}  ",
-                                          group_status(group)))
+        trained = ref.step <= model.step
+        what = (f"{len(groups)} groups taken or dropped by step {ref.step}" if trained
+                else f"step {ref.step} is being collected: {len(groups)} groups dropped so far")
+        lines = [Content.styled(f"step {ref.step}", "bold"), Content(what)]
+        if not groups and trained:
+            lines.append(Content.styled("its groups are no longer kept in memory",
+                                        "$text-muted"))
+        lines += [summary_line(group) for group in groups]
         return Content("\n").join(lines)
     group = model.groups.get(ref.group_id) if ref.group_id is not None else None
     if group is None:
         return Content.styled("This group is no longer kept in memory.", "$text-muted")
     header = [
         Content.assemble(("group ", "bold"), (f"{group.group_id}", "bold"),
-                         f" · scenario {group.scenario_id} · sampled during step {group.step}"),
+                         f" · scenario {group.scenario_id} · {where_filed(model, group)}"),
         Content(f"policy v{group.policy_version} · {len(group.trajectories)} rollouts · "
                 f"{group.num_tokens} tokens"
                 + (f" · mean reward {group.reward_mean:.3f}" if group.trajectories else "")),
@@ -107,7 +157,7 @@ def detail_content(model: RunModel, ref: RolloutRef | None) -> Content:
         Content.assemble(("reward ", "$text-muted"), (f"{trajectory.reward:.3f}", "bold"),
                          ("  policy ", "$text-muted"), f"v{trajectory.policy_version}",
                          ("  tokens ", "$text-muted"), f"{trajectory.num_tokens}",
-                         ("  step ", "$text-muted"), f"{group.step}"),
+                         ("  ", ""), where_filed(model, group)),
         group_status(group),
         Content(""),
     ]
@@ -136,8 +186,8 @@ class RolloutDetail(VerticalScroll):
 
     def show(self, model: RunModel, ref: RolloutRef | None) -> None:
         group = model.groups.get(ref.group_id) if ref and ref.group_id is not None else None
-        key = (ref, model.groups_revision if ref and ref.kind == "step" else None,
-               group.discarded if group else None)
+        key = (ref, model.groups_revision if ref and ref.kind in ("step", "waiting") else None,
+               (group.discarded, group.step, group.at_best) if group else None)
         if key == self._shown:
             return
         self._shown = key

@@ -13,8 +13,10 @@ STATE_CLASSES = ("-starting", "-running", "-paused", "-stopping", "-finished", "
 
 
 def state_badge_text(model: RunModel) -> str:
-    """The badge text: `RUNNING`, `PAUSED: reason`, `FINISHED (stopped)`, ..."""
+    """The badge text: `STARTING`, `RUNNING`, `PAUSED: reason`, `FINISHED (stopped)`, ..."""
     state = model.state
+    if state in ("starting", "running") and model.phase_text() is not None:
+        return "STARTING"
     if state == "paused":
         return f"PAUSED: {model.reason}" if model.reason else "PAUSED"
     if state == "finished":
@@ -25,18 +27,28 @@ def state_badge_text(model: RunModel) -> str:
 def state_class(model: RunModel) -> str:
     if model.state == "finished" and model.status == "failed":
         return "-failed"
+    if model.state == "running" and model.phase_text() is not None:
+        return "-starting"
     return f"-{model.state}"
 
 
 def progress_text(model: RunModel, now: float) -> str:
-    """`step 12/60 ETA 00:31 │ v12 │ 00:09`."""
+    """`step 12/60 ETA 00:31 │ v12 │ 00:09`; before the first step the start-up phase
+    (`format warm-up 23/60 · loss 0.412 │ 00:09`); while paused the ETA says so."""
+    elapsed = format_elapsed(model.elapsed(now))
+    phase = model.phase_text()
+    if phase is not None:
+        return f"{phase} │ {elapsed}"
     steps = f"step {model.step}"
     if model.max_steps:
         steps += f"/{model.max_steps}"
-    eta = model.eta()
-    if eta is not None and model.step < model.max_steps:
-        steps += f" ETA {format_elapsed(eta)}"
-    return f"{steps} │ v{model.policy_version} │ {format_elapsed(model.elapsed(now))}"
+    if model.state == "paused" and model.step < model.max_steps:
+        steps += " ETA paused"
+    else:
+        eta = model.eta()
+        if eta is not None and model.step < model.max_steps:
+            steps += f" ETA {format_elapsed(eta)}"
+    return f"{steps} │ v{model.policy_version} │ {elapsed}"
 
 
 class RunStatusPanel(Horizontal):

@@ -1,5 +1,6 @@
 """Throughput: rollouts/s and tokens/s (big digits and sparklines), trainer and sampler
-idle time, and the pipeline's verdict on what holds it back."""
+idle time, and the pipeline's verdict on what holds it back. Before the first step it tells
+the start-up; while paused it says so at once (the engine's rates trail by their window)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,19 @@ def idle_text(model: RunModel) -> str:
 
 
 def verdict_text(model: RunModel) -> str:
+    """What holds the pipeline back, or why nothing flows: starting, paused, stopping."""
     measured = model.throughput
+    if model.state == "paused":
+        flying = f"; {measured.in_flight} in flight finishing" if measured and \
+            measured.in_flight else ""
+        return f"⏸ paused: no new rollouts start{flying}"
+    if model.state == "stopping":
+        return "■ stopping: finishing the current step"
+    if model.state == "finished":
+        return f"■ finished: {model.status}" if model.status else "■ finished"
+    phase = model.phase_text()
+    if phase is not None:
+        return f"▶ {phase}"
     if measured is None:
         return "▶ measuring…" if model.state != "finished" else "▶ no measurements stored"
     return f"▶ {measured.verdict}" if measured.verdict else "▶ -"
@@ -55,16 +68,28 @@ class ThroughputPanel(Vertical, can_focus=True):
             set_subtitle(self, f"queue {measured.queue_depth} · in flight {measured.in_flight}")
         else:
             set_subtitle(self, f"{model.rollouts_sampled:,} rollouts")
+        paused = model.state == "paused"
+        self.set_class(paused, "-paused")
         rollouts, r_unit = split_rate(model.rollouts_per_s(now))
         tokens, t_unit = split_rate(model.tokens_per_s(now))
         update_digits(self.query_one("#rollouts-rate", Digits), rollouts)
         update_digits(self.query_one("#tokens-digits", Digits), tokens)
-        update_static(self.query_one("#rollouts-unit", Label), f"{r_unit}rollouts/s")
+        note = " · paused" if paused else ""
+        update_static(self.query_one("#rollouts-unit", Label),
+                      f"{r_unit} rollouts/s{note}".lstrip())
         # where the tokens row has no room for digits the label carries the number
         short = not self.query_one("#tokens-digits", Digits).display
-        tokens_label = f"{tokens}{t_unit} tokens/s" if short else f"{t_unit}tokens/s"
+        tokens_label = (f"{tokens}{t_unit} tokens/s" if short
+                        else f"{t_unit} tokens/s{note}".lstrip())
         update_static(self.query_one("#tokens-rate", Label), tokens_label)
-        self.query_one("#rollouts-history", Sparkline).data = model.rollout_rate_history(now)
-        self.query_one("#tokens-history", Sparkline).data = model.token_rate_history(now)
+        for selector, history in (("#rollouts-history", model.rollout_rate_history(now)),
+                                  ("#tokens-history", model.token_rate_history(now))):
+            sparkline = self.query_one(selector, Sparkline)
+            sparkline.data = history
+            sparkline.visible = bool(history)  # an empty sparkline draws full bars
         update_static(self.query_one("#idle", Label), idle_text(model))
-        update_static(self.query_one("#verdict", Label), verdict_text(model))
+        verdict = verdict_text(model)
+        label = self.query_one("#verdict", Label)
+        update_static(label, verdict)
+        if label.tooltip != verdict:
+            label.tooltip = verdict
