@@ -24,6 +24,7 @@ from tinker_tui.engine.events import (
     EventBus,
     GroupDiscarded,
     GroupSampled,
+    GroupStarted,
     LogEmitted,
     RunFinished,
     RunStarted,
@@ -117,6 +118,13 @@ def startup_events(clock: FakeClock, warmup_until: int = WARMUP_STEPS) -> list[E
     return events
 
 
+def started(clock: FakeClock, group_id: int, version: int) -> GroupStarted:
+    """A rollout worker starts the group (its scenario's position: its id, here)."""
+    return GroupStarted(time=clock.now(), group_id=group_id, scenario_index=group_id,
+                        scenario_id=f"q{group_id % len(QUESTIONS):02d}-{group_id}",
+                        policy_version=version)
+
+
 def scripted_events(clock: FakeClock) -> list[Event]:
     """The fixed event list; advances `clock` as it goes (starting from its current time)."""
     events: list[Event] = []
@@ -133,9 +141,12 @@ def scripted_events(clock: FakeClock) -> list[Event]:
     for step in range(1, NUM_STEPS + 1):
         # uneven spacing so the throughput sparklines have some shape
         clock.advance(0.3 + 0.1 * ((step * 7) % 5))
+        if discard_at.get(step) == "error":
+            add(started(clock, 1000 + step, step - 1))
         for k in range(GROUPS_PER_STEP):
             group_id = GROUPS_PER_STEP * step + k
             trajectories = trajectories_for(group_id, step - 1)
+            add(started(clock, group_id, step - 1))
             add(
                 GroupSampled(
                     time=clock.now(),
@@ -459,6 +470,7 @@ def step_events(clock: FakeClock, step: int, *, rewards: tuple[float, ...] | Non
     first = GROUPS_PER_STEP * step if first_group is None else first_group
     ids = list(range(first, first + GROUPS_PER_STEP))
     for group_id in ids:
+        events.append(started(clock, group_id, step - 1))
         trajectories = trajectories_for(group_id, step - 1)
         if rewards is not None:
             trajectories = tuple(TrajectorySummary(reward=r, policy_version=step - 1,

@@ -29,7 +29,13 @@ from tinker_tui.engine.events import (
 )
 from tinker_tui.engine.pipeline import Pipeline
 from tinker_tui.engine.resume import ResumeState, RunLock, RunLocked, ScenarioSource, run_is_live
-from tinker_tui.engine.store import APPLICATION_ID, MIGRATIONS, RunStore, StoreReader
+from tinker_tui.engine.store import (
+    APPLICATION_ID,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    RunStore,
+    StoreReader,
+)
 
 from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task
 from tinker_tui import Scenario, Task
@@ -270,7 +276,7 @@ def test_a_version_2_store_is_migrated_and_its_checkpoints_count_as_confirmed(tm
             assert await store.resume_points("old") == []
     asyncio.run(go())
     db = sqlite3.connect(path)
-    assert db.execute("pragma user_version").fetchone()[0] == 3
+    assert db.execute("pragma user_version").fetchone()[0] == SCHEMA_VERSION
     assert db.execute("select confirmed, resume_state from checkpoints").fetchone() == (1, None)
 
 
@@ -295,9 +301,10 @@ def test_runs_lists_an_interrupted_run_with_its_checkpoint(tmp_path, capsys):
     write_run(path)
     assert main(["runs", "--db", str(path)]) == 0
     header, row = capsys.readouterr().out.splitlines()
-    assert header.split() == ["RUN", "TASK", "BACKEND", "STATUS", "STEP", "CKPT", "STARTED",
-                              "DURATION"]
-    assert row.split()[:6] == ["r1", "yes_no_maybe", "local", "interrupted", "3/4", "2"]
+    assert header.split() == ["RUN", "TASK", "BACKEND", "STATUS", "STEP", "REWARD", "CKPT",
+                              "STARTED", "DURATION"]
+    assert row.split()[:7] == ["r1", "yes_no_maybe", "local", "interrupted", "3/4", "0.300",
+                               "2"]
 
 
 def test_export_jsonl_and_csv(tmp_path, capsys):

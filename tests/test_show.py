@@ -18,7 +18,14 @@ from tinker_tui.app.run_model import RunModel
 from tinker_tui.app.store_session import StoreSession
 from tinker_tui.app.tui import EXIT_OK, TinkerTuiApp
 from tinker_tui.engine.clock import FakeClock
-from tinker_tui.engine.events import GroupSampled, RunFinished, RunStarted, StepTrained
+from tinker_tui.engine.events import (
+    GroupDiscarded,
+    GroupSampled,
+    RunFinished,
+    RunStarted,
+    StartupProgressed,
+    StepTrained,
+)
 from tinker_tui.engine.store import (
     SCHEMA_VERSION,
     NoSuchRun,
@@ -151,9 +158,20 @@ async def test_a_store_session_replays_what_the_live_run_showed(stored):
     assert sorted(again.groups) == sorted(live.groups)
     for group_id, group in live.groups.items():
         other = again.groups[group_id]
-        assert (other.step, other.discarded, other.trajectories) == (
-            group.step, group.discarded, group.trajectories), group_id
+        assert (other.step, other.discarded, other.trajectories, other.at_best) == (
+            group.step, group.discarded, group.trajectories, group.at_best), group_id
     assert [line.message for line in again.log] == [line.message for line in live.log]
+    # the start-up, as the live dashboard told it (every phase and warm-up step)
+    startup = [e for e in events if isinstance(e, StartupProgressed)]
+    assert [e for e in replayed if isinstance(e, StartupProgressed)] == startup
+    # the groups each step took, and the step that dropped each discarded group
+    steps = {e.step: e.group_ids for e in events if isinstance(e, StepTrained)}
+    assert {e.step: e.group_ids for e in replayed if isinstance(e, StepTrained)} == {
+        step: tuple(sorted(ids + tuple(d.group_id for d in events
+                                       if isinstance(d, GroupDiscarded) and d.step == step
+                                       and d.group_id not in ids)))
+        for step, ids in steps.items()}
+    assert again.all_steps() == list(range(1, 21)) and again.waiting_groups() == []
 
 
 async def test_find_run_by_prefix_latest_or_not_at_all(stored):

@@ -1,7 +1,8 @@
 """`tinker-tui runs`: a table of the runs in the store.
 
-STATUS is the stored status, except that a run recorded as running whose process is gone
-(killed, crashed, machine restarted) shows as `interrupted`: `run TASK --resume RUN`
+REWARD is the mean reward of the last step; DURATION, for a run still running, its time so
+far. STATUS is the stored status, except that a run recorded as running whose process is
+gone (killed, crashed, machine restarted) shows as `interrupted`: `run TASK --resume RUN`
 continues it from its last confirmed checkpoint (CKPT).
 """
 
@@ -9,13 +10,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import time
 from pathlib import Path
 from typing import Any
 
 from tinker_tui.app.commands.run import EXIT_OK, add_db_option, store_path
+from tinker_tui.engine import metric_keys as keys
 
-COLUMNS = ("RUN", "TASK", "BACKEND", "STATUS", "STEP", "CKPT", "STARTED", "DURATION")
+COLUMNS = ("RUN", "TASK", "BACKEND", "STATUS", "STEP", "REWARD", "CKPT", "STARTED",
+           "DURATION")
 
 
 def add_parser(commands: Any) -> None:
@@ -32,6 +36,7 @@ async def read_table(db_path: Path) -> list[dict[str, Any]]:
     async with await StoreReader.open_readonly(db_path) as store:
         runs = await store.runs()
         progress = await store.progress()
+        last = await store.last_metrics()
     rows = []
     now = time.time()  # a running run's duration is its time so far
     for run in runs:
@@ -49,6 +54,7 @@ async def read_table(db_path: Path) -> list[dict[str, Any]]:
             "BACKEND": run.backend,
             "STATUS": status,
             "STEP": f"{step}/{run.max_steps or '?'}",
+            "REWARD": _reward(last.get(run.run_id, {})),
             "CKPT": "-" if done.get("checkpoint") is None else str(done["checkpoint"]),
             "STARTED": _when(started),
             "DURATION": (_duration(ended - started) if started and ended
@@ -56,6 +62,14 @@ async def read_table(db_path: Path) -> list[dict[str, Any]]:
                          else "-"),
         })
     return rows
+
+
+def _reward(metrics: dict[str, Any]) -> str:
+    """The mean reward of the run's last step."""
+    value = metrics.get(keys.REWARD_MEAN)
+    if isinstance(value, int | float) and math.isfinite(value):
+        return f"{value:.3f}"
+    return "-"
 
 
 def _when(t: float | None) -> str:

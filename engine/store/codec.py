@@ -37,6 +37,7 @@ from tinker_tui.engine.events import (
     RunFinished,
     RunStarted,
     RunStateChanged,
+    StartupProgressed,
     StepTrained,
     ThroughputMeasured,
     TrajectorySummary,
@@ -216,9 +217,11 @@ def _encode_step(rows: Rows, run_id: str, e: StepTrained) -> None:
 
 
 def _decode_step(row: StoredRow) -> StepTrained:
+    # `group_ids` is not a column: the reader adds it from the groups' life cycle
     return StepTrained(time=_time(row), step=int(row["step"]),
                        policy_version=int(row["policy_version"] or 0),
-                       metrics=_dict(row["metrics"]))
+                       metrics=_dict(row["metrics"]),
+                       group_ids=tuple(row.get("group_ids") or ()))
 
 
 # ---------------------------------------------------------------------- GroupStarted
@@ -367,7 +370,9 @@ def _decode_group_discarded(row: StoredRow) -> GroupDiscarded:
                           scenario_id=row["scenario_id"] or "", reason=row["reason"],
                           policy_version=int(row["policy_version"] or 0),
                           trainer_version=int(row["trainer_version"] or 0),
-                          num_tokens=int(row["num_tokens"] or 0), detail=row["detail"] or "")
+                          num_tokens=int(row["num_tokens"] or 0), detail=row["detail"] or "",
+                          # not a column: the reader adds it from the groups' life cycle
+                          step=int(row.get("step", -1)))
 
 
 # ---------------------------------------------------------------------- checkpoints
@@ -517,6 +522,25 @@ def _decode_log(row: StoredRow) -> LogEmitted:
     return LogEmitted(time=_time(row), level=row["level"], message=row["message"])
 
 
+# ---------------------------------------------------------------------- StartupProgressed
+# A row of `startup` per phase and per warm-up step.
+
+_SQL_STARTUP = ("INSERT INTO startup (run_id, time, phase, done, total, loss, detail) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)")
+
+
+def _encode_startup(rows: Rows, run_id: str, e: StartupProgressed) -> None:
+    rows.by_statement[_SQL_STARTUP].append(
+        (run_id, _float_or_none(e.time), _str(e.phase), int(e.done), int(e.total),
+         _float_or_none(e.loss), _str(e.detail)))
+
+
+def _decode_startup(row: StoredRow) -> StartupProgressed:
+    return StartupProgressed(time=_time(row), phase=row["phase"], done=int(row["done"] or 0),
+                             total=int(row["total"] or 0), loss=_float_or_none(row["loss"]),
+                             detail=row["detail"] or "")
+
+
 # ---------------------------------------------------------------------- encoding a batch
 
 #: Statements a batch runs with one executemany each, in this order. Rows of different
@@ -525,7 +549,7 @@ def _decode_log(row: StoredRow) -> LogEmitted:
 STATEMENT_ORDER = (
     _SQL_STEP, _SQL_CHECKPOINT_STARTED, _SQL_CHECKPOINT_UNCONFIRMED, _SQL_CHECKPOINT,
     _SQL_DISCARDED, _SQL_LOG, _SQL_STATE, _SQL_SAMPLED_GROUP, _SQL_TRAJECTORY, _SQL_EVAL,
-    _SQL_COMMAND, _SQL_THROUGHPUT,
+    _SQL_COMMAND, _SQL_THROUGHPUT, _SQL_STARTUP,
     _SQL_GROUP_STARTED, _SQL_GROUP_SAMPLED, _SQL_GROUP_DISCARDED, _SQL_GROUP_TRAINED,
     _SQL_GROUPS_UNUSED,
 )
@@ -545,6 +569,7 @@ _ENCODERS: dict[type, _Encoder] = {
     ThroughputMeasured: _encode_throughput,
     RunStateChanged: _encode_state,
     LogEmitted: _encode_log,
+    StartupProgressed: _encode_startup,
 }
 
 
@@ -620,6 +645,7 @@ class Replayed:
 #: first two only feed the group life cycle and unconfirmed checkpoints, and RunStarted /
 #: RunFinished come from the run's row (`StoredRun`).
 REPLAYED = (
+    Replayed("startup", StartupProgressed, _decode_startup),
     Replayed("commands", CommandReceived, _decode_command),
     Replayed("run_states", RunStateChanged, _decode_state),
     Replayed("log", LogEmitted, _decode_log),

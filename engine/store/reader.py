@@ -204,6 +204,7 @@ class StoreReader:
                 if not rows:
                     break
                 cursor._last[replayed.table] = rows[-1]["rowid"]
+                await self._add_fates(replayed.table, run.run_id, rows)
                 if replayed.with_trajectories:
                     rollouts = await self._trajectories_of(cursor, rows)
                 for row in rows:
@@ -219,6 +220,49 @@ class StoreReader:
         if ordered:
             cursor.last_time = max(cursor.last_time or 0.0, ordered[-1][0])
         return [event for *_, event in ordered]
+
+    async def _add_fates(self, table: str, run_id: str, rows: list[dict[str, Any]]) -> None:
+        """What the groups' life cycle knows and the rows do not: the groups each step took
+        (`group_ids` of its StepTrained) and the step that dropped each discarded group."""
+        if self.schema_version < 3 or table not in ("steps", "discarded_groups"):
+            return
+        if table == "steps":
+            taken: dict[int, list[int]] = {}
+            for row in await self._lifecycle("step", [int(r["step"]) for r in rows], run_id):
+                taken.setdefault(int(row["step"]), []).append(int(row["group_id"]))
+            for row in rows:
+                row["group_ids"] = tuple(taken.get(int(row["step"]), ()))
+            return
+        steps = {int(row["group_id"]): int(row["step"])
+                 for row in await self._lifecycle("group_id", [group_of(r) for r in rows],
+                                                  run_id) if row["step"] is not None}
+        for row in rows:
+            row["step"] = steps.get(group_of(row), -1)
+
+    async def _lifecycle(self, column: str, values: list[int], run_id: str
+                         ) -> list[sqlite3.Row]:
+        """(group_id, step) of the run's groups whose `column` (step or group_id) is one of
+        `values`, by group id."""
+        out: list[sqlite3.Row] = []
+        wanted = sorted(set(values))
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start:start + 500]
+            out += await self._fetchall(
+                f"SELECT group_id, step FROM group_lifecycle WHERE run_id = ? AND {column} IN "
+                f"({','.join('?' * len(chunk))}) ORDER BY group_id", (run_id, *chunk))
+        return out
+
+    async def last_metrics(self) -> dict[str, dict[str, Any]]:
+        """Per run: the metrics of its last stored step (for `runs`: the latest reward)."""
+        out: dict[str, dict[str, Any]] = {}
+        rows = await self._fetchall(
+            "SELECT s.run_id, s.metrics FROM steps s JOIN (SELECT run_id, max(step) AS last "
+            "FROM steps GROUP BY run_id) t ON s.run_id = t.run_id AND s.step = t.last")
+        for row in rows:
+            metrics = decode_row(row).get("metrics")
+            if isinstance(metrics, dict):
+                out[row["run_id"]] = metrics
+        return out
 
     async def _trajectories_of(self, cursor: EventCursor, groups: list[dict[str, Any]]
                                ) -> dict[int, list[dict[str, Any]]]:

@@ -20,7 +20,7 @@ from tinker_tui.engine.errors import UsageError
 logger = logging.getLogger(__name__)
 
 #: Schema version written to `PRAGMA user_version`.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: `PRAGMA application_id` of a tinker-tui run store ("ttui").
 APPLICATION_ID = 0x74747569
 
@@ -193,8 +193,25 @@ ALTER TABLE checkpoints ADD COLUMN confirmed INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE checkpoints ADD COLUMN resume_state TEXT;
 """
 
+# Version 4 adds the start-up of a run (StartupProgressed: loading the model, each format
+# warm-up step with its loss, the first rollouts), so `show` and `attach` tell it as the
+# live dashboard did. Only a new table.
+SCHEMA_V4 = """
+CREATE TABLE startup (
+    id              INTEGER PRIMARY KEY,
+    run_id          TEXT NOT NULL,
+    time            REAL,
+    phase           TEXT NOT NULL,
+    done            INTEGER NOT NULL DEFAULT 0,
+    total           INTEGER NOT NULL DEFAULT 0,
+    loss            REAL,
+    detail          TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX startup_run ON startup (run_id, id);
+"""
+
 #: Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3)
+MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4)
 
 
 # ---------------------------------------------------------------------- opening checks
