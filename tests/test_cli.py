@@ -59,7 +59,7 @@ USAGE_ERRORS = [
     (["run", "exampel"], "did you mean 'example'?"),
     (["run", "example", "--steps", "-1"], "max_steps must be at least 1"),
     (["run", "example", "--steps", "0"], "max_steps must be at least 1"),
-    (["run", "example", "--learning-rate", "-1"], "learning_rate must be positive"),
+    (["run", "example", "--learning-rate", "-1"], "learning_rate must be between 0 and 1"),
     (["run", "example", "--learning-rat", "1e-3"], "did you mean '--learning-rate'?"),
     (["run", "example", "--backend", "lokal"], "did you mean 'local'?"),
     (["rn", "example"], "did you mean 'run'?"),

@@ -3,8 +3,9 @@ where checkpoints were saved and knobs changed: the dashboard's chart."""
 
 from __future__ import annotations
 
-from tinker_tui.app.run_model import REWARD_KEY, RunModel
+from tinker_tui.app.run_model import RunModel
 from tinker_tui.app.widgets.step_chart import Points, StepChart, y_limits
+from tinker_tui.engine import metric_keys as keys
 
 __all__ = ["RewardsChart", "y_limits"]
 
@@ -16,7 +17,7 @@ class RewardsChart(StepChart):
     min_span = 0.1
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(REWARD_KEY, title="Reward", id=id, classes=classes)
+        super().__init__(keys.REWARD_MEAN, title="Reward", id=id, classes=classes)
 
     def points(self, model: RunModel) -> Points:
         return model.rewards
