@@ -43,7 +43,6 @@ from tinker_tui.app.screens.knob_edit import KnobEditScreen
 from tinker_tui.app.screens.metrics import MetricsScreen
 from tinker_tui.app.screens.rollouts import RolloutsScreen
 from tinker_tui.app.screens.too_small import TooSmallScreen, too_small
-from tinker_tui.app.widgets.rewards import RewardsChart
 from tinker_tui.engine.clock import Clock, SystemClock
 from tinker_tui.engine.config import LIVE_KNOBS
 from tinker_tui.engine.control import Session
@@ -428,9 +427,13 @@ class TinkerTuiApp(App[None]):
             return
         target = screen.focused
         if target is None or not target.allow_maximize:
+            from tinker_tui.app.widgets.chart_pane import ChartPane
+
             try:
-                target = screen.query_one(RewardsChart)
+                target = screen.query_one(ChartPane).chart
             except NoMatches:
+                return
+            if target is None:  # still loading
                 return
         screen.maximize(target, container=False)
 

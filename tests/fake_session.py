@@ -519,3 +519,16 @@ def finished_events(clock: FakeClock) -> list[Event]:
     events.append(RunFinished(time=clock.now(), status="completed", final_step=NUM_STEPS,
                               reason="reached max_steps"))
     return events
+
+
+async def wait_for_charts(pilot, timeout: float = 10.0) -> None:
+    """Let the app run until every chart pane (loaded after the first frame) has its chart."""
+    from tinker_tui.app.widgets.chart_pane import ChartPane
+
+    app = pilot.app
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not all(pane.loaded for screen in app.screen_stack for pane in screen.query(ChartPane)):
+        if loop.time() > deadline:
+            raise AssertionError("the charts did not load")
+        await pilot.pause(0.02)

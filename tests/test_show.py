@@ -11,7 +11,7 @@ from pathlib import Path
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 
 import pytest
-from fake_session import GROUP_SIZE, scripted_events
+from fake_session import GROUP_SIZE, scripted_events, wait_for_charts
 from textual.pilot import Pilot
 from tinker_tui.app.cli import main as cli_main
 from tinker_tui.app.run_model import RunModel
@@ -195,6 +195,7 @@ def show_app(path: Path, run: dict | None = None) -> TinkerTuiApp:
 async def loaded(pilot: Pilot) -> None:
     app = pilot.app
     await asyncio.wait_for(app.session.loaded.wait(), timeout=10)
+    await wait_for_charts(pilot)
     await pilot.pause()
     app.refresh_panes()
     await pilot.pause()

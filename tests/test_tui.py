@@ -16,6 +16,7 @@ from fake_session import (
     run_started,
     startup_events,
     step_events,
+    wait_for_charts,
 )
 from textual.command import CommandPalette
 from textual.pilot import Pilot
@@ -30,6 +31,7 @@ from tinker_tui.app.screens.rollouts import RolloutsScreen
 from tinker_tui.app.screens.text_view import TextScreen
 from tinker_tui.app.screens.too_small import TooSmallScreen
 from tinker_tui.app.tui import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SIGTERM, TinkerTuiApp
+from tinker_tui.app.widgets.chart_pane import ChartPane
 from tinker_tui.app.widgets.checkpoints import CheckpointsTable
 from tinker_tui.app.widgets.commands import CommandsTable
 from tinker_tui.app.widgets.log import LogPanel
@@ -52,6 +54,7 @@ async def settled(pilot: Pilot) -> None:
     app = pilot.app
     assert isinstance(app, TinkerTuiApp)
     await asyncio.wait_for(app.session.script_done.wait(), timeout=5)
+    await wait_for_charts(pilot)
     await pilot.pause()
     app.refresh_panes()
     await pilot.pause()
@@ -86,7 +89,8 @@ async def settled_with_titled_panes(pilot: Pilot) -> None:
     panes = list(pilot.app.screen.query_one("#panes").children)
     assert len(panes) == 5
     for pane in panes:
-        assert pane.border_title, pane
+        titled = pane.chart if isinstance(pane, ChartPane) else pane
+        assert titled.border_title, pane
         assert pane.region.width > 0 and pane.region.height > 2, pane
 
 

@@ -62,8 +62,9 @@ def store_path(args: argparse.Namespace) -> Path:
 def add_parser(commands: Any) -> None:
     run = commands.add_parser(
         "run", help="train a task and watch it live",
-        description="Train a task with RL and watch it live. Settings: the engine's defaults "
-                    "(shown), then the task's, its backend's, --config, then these flags.",
+        description="Train a task with RL and watch it live.\n\nEvery setting has a default "
+                    "(shown); the task's settings, its backend's, --config\nand then these "
+                    "flags override it, in that order.",
         usage="tinker-tui run TASK [options]", epilog=EXAMPLES, formatter_class=HelpFormatter)
     group = run.add_argument_group("run")
     group.add_argument("task", metavar="TASK",
@@ -109,7 +110,8 @@ def add_config_flags(groups: dict[str, Any]) -> None:
             continue
         group = groups.get(spec.group, groups["run"])
         flag = "--" + name.replace("_", "-")
-        help_text = f"{spec.meaning} (default {_default_text(spec.default)})"
+        choices = f": {spec.allowed()}" if spec.choices else ""
+        help_text = f"{spec.meaning}{choices} (default {_default_text(spec.default)})"
         if spec.value_type is bool:
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
                                help=help_text)

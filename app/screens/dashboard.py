@@ -8,10 +8,10 @@ from textual.containers import Grid
 from textual.screen import Screen
 from textual.widgets import Footer
 from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.widgets.chart_pane import ChartPane
 from tinker_tui.app.widgets.checkpoints import CheckpointsTable
 from tinker_tui.app.widgets.discarded import DiscardedPanel
 from tinker_tui.app.widgets.log import LogPanel
-from tinker_tui.app.widgets.rewards import RewardsChart
 from tinker_tui.app.widgets.status_bar import RunStatusPanel
 from tinker_tui.app.widgets.throughput import ThroughputPanel
 
@@ -34,7 +34,8 @@ class DashboardScreen(Screen):
         with Grid(id="panes"):
             yield ThroughputPanel(id="throughput")
             yield DiscardedPanel(id="discarded")
-            yield RewardsChart(id="rewards")
+            # the chart's module imports numpy: it loads after the first frame
+            yield ChartPane("Reward", lambda charts: charts.RewardsChart(), id="rewards")
             yield CheckpointsTable(id="checkpoints")
             yield LogPanel(id="log", max_lines=getattr(self.app, "log_lines", 500))
         yield Footer(compact=True)
@@ -52,6 +53,6 @@ class DashboardScreen(Screen):
         self.query_one(RunStatusPanel).update_from_model(model, now)
         self.query_one(ThroughputPanel).update_from_model(model, now)
         self.query_one(DiscardedPanel).update_from_model(model, now)
-        self.query_one(RewardsChart).update_from_model(model, now)
+        self.query_one(ChartPane).update_from_model(model, now)
         self.query_one(CheckpointsTable).update_from_model(model, now)
         self.query_one(LogPanel).update_from_model(model, now)

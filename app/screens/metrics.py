@@ -9,6 +9,8 @@ from the run model only, so it is the same on a live run, `show` and `attach`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, VerticalScroll
@@ -17,7 +19,6 @@ from textual.widgets import Footer, Label, SelectionList
 from textual.widgets.selection_list import Selection
 from tinker_tui.app.run_model import RunModel
 from tinker_tui.app.widgets.status_bar import RunStatusPanel
-from tinker_tui.app.widgets.step_chart import StepChart
 
 
 def chart_id(key: str) -> str:
@@ -69,8 +70,9 @@ class MetricsScreen(Screen):
         self.hidden = {key for key in self._keys if key not in selected}
         self._sync_charts()
 
-    def charts(self) -> list[StepChart]:
-        return list(self.query_one("#metric-grid").query(StepChart))
+    def charts(self) -> list[Any]:
+        """The charts shown (`StepChart`s, imported once the dashboard loaded them)."""
+        return list(self.query_one("#metric-grid").query(".metric-chart"))
 
     def _sync_picker(self, keys: list[str]) -> None:
         picker = self.query_one("#metric-picker", SelectionList)
@@ -86,6 +88,8 @@ class MetricsScreen(Screen):
         if shown == self._shown:
             return
         self._shown = shown
+        from tinker_tui.app.widgets.step_chart import StepChart
+
         grid = self.query_one("#metric-grid", Grid)
         existing = {chart.key: chart for chart in self.charts()}
         for key, chart in existing.items():

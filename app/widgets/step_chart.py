@@ -57,11 +57,11 @@ class CompactAxisFormatter(NumericAxisFormatter):
         return super().get_labels_for_ticks(ticks)
 
 
-class StepChart(PlotWidget):
+class StepChart(PlotWidget, inherit_bindings=False):
     """Line chart of `model.series[key]`: values, EMA (when smoothing is on), markers.
 
-    Focusable (so `+` can maximize it) but without pan/zoom: it is a live view. Colours
-    come from the component classes below, so they follow the theme.
+    Focusable (so `+` can maximize it) but without pan/zoom (nor their keys): it is a live
+    view. Colours come from the component classes below, so they follow the theme.
 
     Args:
         key: The metric to draw (`reward/mean`, `loss`, `task/<name>`, ...).
