@@ -20,6 +20,7 @@ from tinker_tui.engine.events import (
     RunFinished,
     RunStarted,
     RunStateChanged,
+    StartupProgressed,
     StepTrained,
     TrackerReported,
 )
@@ -33,6 +34,21 @@ class HeadlessReporter:
         self.max_steps = 0
         self.discarded = dict.fromkeys(DISCARD_REASONS, 0)
         self.started_at: float | None = None
+        self._phase: str | None = None
+
+    def _startup(self, event: StartupProgressed) -> None:
+        """One line when the start-up enters a phase (not one per warm-up step)."""
+        if event.phase == self._phase:
+            return
+        self._phase = event.phase
+        if event.phase == "loading_model":
+            self._print(f"starting: loading the model {event.detail}".rstrip())
+        elif event.phase == "warmup":
+            self._print(f"starting: format warm-up, {event.total} supervised steps"
+                        + (" (reused from an identical earlier run)"
+                           if event.detail == "reused" else ""))
+        else:
+            self._print("starting: first rollouts")
 
     def _print(self, line: str) -> None:
         print(line, file=self.out, flush=True)
@@ -43,6 +59,8 @@ class HeadlessReporter:
             self.started_at = event.time
             self._print(f"run {event.run_id}: task {event.name}, {event.backend} backend, "
                         f"base model {event.base_model}, {event.max_steps} steps")
+        elif isinstance(event, StartupProgressed):
+            self._startup(event)
         elif isinstance(event, StepTrained):
             m = event.metrics
             for reason in self.discarded:

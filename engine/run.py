@@ -301,7 +301,6 @@ class Run:
                                   f"example; saved result {key[:12]})")
                 return
         loss = 0.0
-        self._log("info", f"format warm-up: {what} before RL")
         self._phase("warmup", done=0, total=steps)
         for done, draw in enumerate(draws, start=1):
             if self.pipeline.stopping:

@@ -71,7 +71,7 @@ class ControlScreen(Screen):
             if button.disabled != disabled:
                 button.disabled = disabled
         note = ("read-only: this run is not running here" if read_only else
-                "changes take effect at the next rollout (temperature, workers) or step")
+                "applies at the next rollout (temperature, workers) or step")
         label_widget = self.query_one("#control-note", Label)
         if str(label_widget.content) != note:
             label_widget.update(note)

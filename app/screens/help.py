@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -29,18 +31,24 @@ KEYS: tuple[tuple[str, str], ...] = (
 )
 
 
-def help_content(mode: str = "") -> Content:
-    width = max(len(key) for key, _ in KEYS) + 2
-    lines = [Content.assemble((f"{key:<{width}}", "bold $text-accent"), text)
-             for key, text in KEYS]
+def help_content(mode: str = "", width: int = 80) -> Content:
+    """The keys in two columns, each description wrapped to `width` cells under itself."""
+    column = max(len(key) for key, _ in KEYS) + 2
+    room = max(20, width - column)
+    lines: list[Content] = []
+    for key, text in KEYS:
+        for index, part in enumerate(textwrap.wrap(text, room) or [""]):
+            head = f"{key:<{column}}" if index == 0 else " " * column
+            lines.append(Content.assemble((head, "bold $text-accent"), part))
+    note = ""
     if mode == "attached":
-        lines.append(Content(""))
-        lines.append(Content.styled(
-            "Attached to a run in another process: commands go to it; q asks whether to "
-            "stop the run or only detach.", "$text-muted"))
+        note = ("Attached to a run in another process: commands go to it; q asks whether to "
+                "stop the run or only detach.")
     elif mode == "finished run":
+        note = "A stored run: nothing to steer; q quits."
+    if note:
         lines.append(Content(""))
-        lines.append(Content.styled("A stored run: nothing to steer; q quits.", "$text-muted"))
+        lines += [Content.styled(part, "$text-muted") for part in textwrap.wrap(note, width)]
     return Content("\n").join(lines)
 
 
@@ -59,6 +67,17 @@ class HelpScreen(ModalScreen[None]):
         dialog = self.query_one("#help-dialog")
         dialog.border_title = "tinker-tui keys"
         dialog.border_subtitle = "esc closes"
+        self.call_after_refresh(self._wrap)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._wrap)
+
+    def _wrap(self) -> None:
+        """Wrap the descriptions to the dialog's width (known once it is laid out)."""
+        width = self.query_one("#help-text", Static).content_region.width
+        if width > 0:
+            self.query_one("#help-text", Static).update(
+                help_content(getattr(self.app, "mode_label", ""), width))
 
     def action_close(self) -> None:
         self.dismiss(None)
