@@ -42,6 +42,7 @@ from tinker_tui.engine.events import (
 from tinker_tui.engine.loop_lag import LoopLagMonitor
 from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeState, ScenarioSource
+from tinker_tui.engine.rollout_loop import RolloutLoop, RolloutLoopClosed, SameLoop
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.task import Scenario, Task
 from tinker_tui.engine.throughput import ThroughputMeter
@@ -62,6 +63,7 @@ class Pipeline:
         rng: random.Random,
         start_step: int = 0,
         sampling_defaults: SamplingDefaults | None = None,
+        rollouts: RolloutLoop | None = None,
     ) -> None:
         self.config = config
         self.task = task
@@ -71,6 +73,9 @@ class Pipeline:
         self.clock = clock
         self.step = start_step
         self._client_factory = client_factory
+        # Where the rollouts run (engine.rollout_loop); this object's own state, its events
+        # and the trainer stay on the loop that runs `run()`.
+        self.rollouts: RolloutLoop = rollouts or SameLoop()
         # Scenarios by position (see engine.resume): `restore` rebuilds the stream from the
         # generator's starting random state, so keep it.
         self._rng = rng
@@ -278,10 +283,14 @@ class Pipeline:
                             scenario: Scenario) -> TrajectoryGroup | None:
         faults.hit("rollout", self.step + 1)
         started = self.clock.now()
-        results = await asyncio.gather(
-            *(self._rollout(client, scenario) for _ in range(self.config.group_size)),
-            return_exceptions=True,
-        )
+        try:
+            results, summaries = await self.rollouts.run(
+                self._roll_out(client, [scenario] * self.config.group_size))
+        except RolloutLoopClosed as exc:
+            if not self._stopping:  # the rollout loop ended under a running pipeline
+                self.log("error", f"rollouts cannot run any more: {exc}")
+                self.stop(f"the rollout loop ended ({exc})")
+            return None
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             if any(isinstance(e, asyncio.CancelledError) for e in errors):
@@ -311,9 +320,20 @@ class Pipeline:
             time=group.finished_at, group_id=group_id, scenario_id=scenario.id,
             policy_version=group.policy_version, num_trajectories=len(trajectories),
             num_tokens=group.num_tokens, reward_mean=group.reward_mean,
-            trajectories=tuple(self._summary(t) for t in trajectories),
+            trajectories=summaries,
             scenario_index=self._position_of.get(group_id, -1)))
         return group
+
+    async def _roll_out(self, client: Any, scenarios: list[Scenario], *, summarize: bool = True
+                        ) -> tuple[list[Trajectory | BaseException], tuple[TrajectorySummary, ...]]:
+        """Runs on the rollout loop: the rollouts of `scenarios` (one each, together) and,
+        when all succeeded, their summaries for `GroupSampled` (decoding text is rollout-side
+        work). Touches no pipeline state and publishes nothing: that is the engine loop's."""
+        results: list[Trajectory | BaseException] = await asyncio.gather(
+            *(self._rollout(client, s) for s in scenarios), return_exceptions=True)
+        if not summarize or any(isinstance(r, BaseException) for r in results):
+            return results, ()
+        return results, tuple(self._summary(t) for t in results)  # type: ignore[arg-type]
 
     def _summary(self, trajectory: Trajectory) -> TrajectorySummary:
         messages: tuple[Any, ...] = trajectory.messages
@@ -532,8 +552,7 @@ class Pipeline:
         step, version = self.step, self.policy.version
         client = self._client_factory()
         scenarios = list(self.task.eval_scenarios())
-        results = await asyncio.gather(*(self._rollout(client, s) for s in scenarios),
-                                       return_exceptions=True)
+        results, _ = await self.rollouts.run(self._roll_out(client, scenarios, summarize=False))
         rewards = [r.reward for r in results if isinstance(r, Trajectory)]
         errors = len(results) - len(rewards)
         metrics = {keys.EVAL_REWARD_MEAN: sum(rewards) / len(rewards) if rewards else float("nan"),

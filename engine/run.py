@@ -36,6 +36,7 @@ from tinker_tui.engine.events import (
 from tinker_tui.engine.pipeline import Pipeline
 from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeError, ResumeState, RunLock
+from tinker_tui.engine.rollout_loop import CLOSE_TIMEOUT, RolloutThread, SameLoop
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server import PolicyServer
 from tinker_tui.engine.store import RunStore
@@ -61,6 +62,7 @@ class Run:
         service_client: Any = None,
         run_id: str | None = None,
         resume: bool = False,
+        rollout_thread: bool = True,
     ) -> None:
         if resume and not run_id:
             raise ValueError("resume=True needs the run_id of the run to resume")
@@ -77,12 +79,17 @@ class Run:
         self.policy: Policy | None = None
         self.server: PolicyServer | None = None
         self._openai: Any = None
+        # The rollouts, the openai client and the policy server run on a loop of their own
+        # (engine.rollout_loop) so they never starve the trainer, the store writer or the
+        # control endpoint; `rollout_thread=False` keeps them on this loop (for comparison).
+        self.rollouts: RolloutThread | SameLoop = RolloutThread() if rollout_thread else SameLoop()
         self.sampling_defaults = SamplingDefaults(temperature=config.temperature,
                                                   max_tokens=config.max_tokens)
         self.pipeline = Pipeline(
             config=config, task=task, policy=self._make_policy(), client_factory=self._client,
             model_name=task.name, bus=self.events, clock=self.clock,
-            rng=random.Random(config.seed), sampling_defaults=self.sampling_defaults)
+            rng=random.Random(config.seed), sampling_defaults=self.sampling_defaults,
+            rollouts=self.rollouts)
 
     @property
     def control(self) -> Pipeline:
@@ -100,15 +107,52 @@ class Run:
         assert self._openai is not None
         return self._openai
 
+    async def _start_server(self) -> None:
+        """Runs on the rollout loop, which serves it: the policy server."""
+        assert self.policy is not None
+        self.server = PolicyServer(self.rollouts.policy_for_server(self.policy),
+                                   model_name=self.task.name, defaults=self.sampling_defaults)
+        await self.server.start()
+
     async def _warm_up_server(self) -> None:
-        """Pay one-time costs (openai's lazy imports, first-request model building) before
-        the pipeline starts, so they never show up as event-loop lag while training."""
+        """Runs on the rollout loop, which owns it: the shared openai client.
+
+        Pays one-time costs (openai's lazy imports, first-request model building) before the
+        pipeline starts, so they never show up as event-loop lag while training."""
         assert self.server is not None
         await asyncio.to_thread(importlib.import_module, "openai.types.chat")
         self._openai = self.server.client()
         await self._openai.chat.completions.create(
             model=self.task.name, messages=[{"role": "user", "content": "ready?"}],
             max_tokens=1)
+
+    async def _close_rollout_side(self) -> None:
+        """Close the openai client and the server on the rollout loop, then end that loop.
+
+        The wait is bounded: a rollout stuck in blocking code must not keep the run (and the
+        process) from ending; what could not be closed is said in the log."""
+        openai_client, server = self._openai, self.server
+        problems: list[str] = []
+
+        async def close_both() -> None:  # on the rollout loop: it owns both
+            closers = [("openai client", None if openai_client is None else openai_client.close),
+                       ("policy server", None if server is None else server.stop)]
+            for what, close in closers:
+                try:
+                    if close is not None:
+                        await close()
+                except Exception as exc:
+                    problems.append(f"could not close the {what}: {type(exc).__name__}: {exc}")
+
+        try:
+            ended = await self.rollouts.close(CLOSE_TIMEOUT, before=close_both)
+        except TimeoutError:  # rollouts on this loop (no thread) that did not close in time
+            ended = False
+        for problem in problems:
+            self._log("warning", problem)
+        if not ended:
+            self._log("warning", "the rollouts' loop did not end within "
+                                 f"{CLOSE_TIMEOUT:g} s (a rollout blocks it); left behind")
 
     def _log(self, level: str, message: str) -> None:
         self.events.publish(LogEmitted(time=self.clock.now(), level=level, message=message))
@@ -163,16 +207,16 @@ class Run:
             point = await self._start_policy(points)
             if self.resume:
                 await self._resume_from(store, point)
-            self.server = PolicyServer(self.policy, model_name=self.task.name,
-                                       defaults=self.sampling_defaults)
-            await self.server.start()
+            await self.rollouts.start()
+            await self.rollouts.run(self._start_server())
+            assert self.server is not None
             self._log("info", f"policy server on {self.server.base_url} "
                               f"(token {self.server.token_hint})")
             # The format warm-up is torch work on the backend's thread, which leaves the GIL
             # free most of the time: the server's one-time costs (importing openai, the
             # first request) overlap with it instead of adding to it.
             async with asyncio.TaskGroup() as group:
-                group.create_task(self._warm_up_server())
+                group.create_task(self.rollouts.run(self._warm_up_server()))
                 group.create_task(self._warmup())
             # Everything loaded so far (torch, the model, openai, the app) lives for the
             # whole run; keep it out of the cyclic GC, whose full passes over it took
@@ -190,10 +234,7 @@ class Run:
         finally:
             self.events.publish(RunFinished(time=self.clock.now(), status=status,
                                             final_step=self.pipeline.step, reason=reason))
-            if self._openai is not None:
-                await self._openai.close()
-            if self.server is not None:
-                await self.server.stop()
+            await self._close_rollout_side()
             try:
                 await trackers.close()  # before the store: their last lines are stored
             finally:

@@ -1,0 +1,383 @@
+"""Where rollouts run: on an event loop of their own, in a thread, apart from the trainer.
+
+A rollout is the user's async code plus the official openai client (about 4-5 ms of client CPU
+per request, 32 requests at a time) and the policy server that answers it (parsing, rendering,
+building responses). On the engine's loop that work kept the trainer, the store writer and the
+control endpoint waiting for 100+ ms at a time. `RolloutThread` gives it its own loop:
+
+- the engine loop keeps the pipeline's bookkeeping (pacing, the queue, staleness, events, the
+  store, the trainer, the control endpoint) and hands each group's rollouts over with
+  `run(coroutine)`, which awaits the result; cancelling the caller cancels the rollouts;
+- the rollout loop runs the rollouts, the openai client and the policy server. The server
+  reaches the `Policy` only through `EngineLoopPolicy`, which runs `Policy.sample` on the
+  engine loop: the Policy (its version counter, its sampling clients per version, its
+  retries) and the event bus are only ever used from the engine loop's thread. Two things
+  do cross, each for a reason: the trajectories a group returns (built there, not changed
+  after), and the run's `SamplingDefaults`, whose temperature a live knob sets on the engine
+  loop and the server reads per request (one float attribute: a request sees the old value
+  or the new one, as it would across an await).
+
+Threads share one GIL: a thread that wants it waits up to the interpreter's switch interval
+(5 ms by default) before the holder is made to let go, and with CPU-bound rollout code on one
+thread the engine loop paid that on every wake-up, several times over with the torch thread
+also waiting. While it runs, `RolloutThread` sets the switch interval to `SWITCH_INTERVAL`
+(1 ms) and puts the old one back when it closes.
+
+Shutdown is cooperative and bounded: `close()` closes what lives on the rollout loop (the
+openai client, the server), cancels what still runs there, stops it and waits a set time for
+the thread to end. A rollout stuck in blocking code cannot
+be interrupted (no thread can be); the thread is a daemon, so it never keeps the process
+alive, and `close()` says that it was left behind.
+
+`SameLoop` is the old arrangement (rollouts on the caller's loop), for tests and for
+comparison in the benchmark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, Protocol, TypeVar
+
+from tinker_tui.engine.errors import TinkerTuiError
+from tinker_tui.engine.loop_lag import LoopLagMonitor
+
+T = TypeVar("T")
+
+#: Seconds `close()` waits for the rollout loop to close what lives there, then for its thread.
+CLOSE_TIMEOUT = 5.0
+#: Seconds a cancelled caller of `RolloutThread.run` waits for the coroutine to end there.
+CANCEL_WAIT = 2.0
+#: Seconds the server waits for the engine loop to list the policy versions.
+ENGINE_CALL_TIMEOUT = 5.0
+#: The GIL switch interval (seconds) while a rollout thread runs; see the module docstring.
+SWITCH_INTERVAL = 0.001
+
+
+class _Job(Generic[T]):
+    """A coroutine submitted to the rollout loop: its outcome, and when it really ended
+    (a cancelled outcome is known at once; the coroutine ends later, on its loop)."""
+
+    __slots__ = ("ended", "result")
+
+    def __init__(self) -> None:
+        self.result: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self.ended: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+
+class RolloutLoopClosed(TinkerTuiError, RuntimeError):
+    """The rollout loop is closed, or its thread ended; nothing more runs on it (the run
+    fails: exit 1)."""
+
+
+class RolloutLoop(Protocol):
+    """Runs rollout coroutines somewhere, for a caller on the engine loop."""
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T: ...
+
+    def policy_for_server(self, policy: Any) -> Any: ...
+
+
+class SameLoop:
+    """Rollouts on the caller's own loop (no thread): the arrangement before `RolloutThread`."""
+
+    lag: LoopLagMonitor | None = None
+
+    async def start(self) -> None:
+        return None
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await coro
+
+    def policy_for_server(self, policy: Any) -> Any:
+        return policy
+
+    async def close(self, timeout: float = CLOSE_TIMEOUT, *,
+                    before: Callable[[], Awaitable[Any]] | None = None) -> bool:
+        if before is not None:
+            await asyncio.wait_for(before(), timeout)
+        return True
+
+
+class RolloutThread:
+    """An asyncio loop in a daemon thread, for rollouts; started and closed from the engine loop."""
+
+    def __init__(self, *, name: str = "tinker-tui-rollouts",
+                 lag: LoopLagMonitor | None = None,
+                 switch_interval: float | None = SWITCH_INTERVAL) -> None:
+        self.name = name
+        #: The GIL switch interval to set while running (None: leave it as it is).
+        self.switch_interval = switch_interval
+        self._lowered_switch_interval = False
+        #: Lag of the rollout loop itself (its own health, not the engine's).
+        self.lag = lag or LoopLagMonitor()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.engine_loop: asyncio.AbstractEventLoop | None = None
+        #: Why the thread ended on its own (an exception out of the loop), if it did.
+        self.died: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        self._lock = threading.Lock()
+        # Coroutines submitted and not ended: failed if the thread ends first.
+        self._pending: set[_Job[Any]] = set()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    async def start(self) -> None:
+        """Start the thread and its loop; returns once the loop runs."""
+        if self._thread is not None:
+            raise RuntimeError("the rollout loop was already started")
+        engine_loop = asyncio.get_running_loop()
+        self.engine_loop = engine_loop
+        ready: asyncio.Future[None] = engine_loop.create_future()
+
+        def started() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        def main() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self.loop = loop
+            lag = loop.create_task(self.lag.run(), name="rollout-loop-lag")
+            loop.call_soon(engine_loop.call_soon_threadsafe, started)
+            try:
+                loop.run_forever()
+            except BaseException as exc:  # e.g. SystemExit from a rollout: the loop is gone
+                self.died = exc
+            finally:
+                with self._lock:
+                    self._closing = True
+                lag.cancel()
+                self._finish(loop)
+
+        if self.switch_interval is not None:
+            _switch_interval.lower(self.switch_interval)
+            self._lowered_switch_interval = True
+        self._thread = threading.Thread(target=main, name=self.name, daemon=True)
+        self._thread.start()
+        await ready
+
+    def _finish(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the thread, once its loop stopped: give what is left a second to end
+        cancelled, fail the rest of what callers wait for, close the loop."""
+        leftovers = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for task in leftovers:
+            task.cancel()
+        if leftovers:
+            try:
+                loop.run_until_complete(asyncio.wait(leftovers, timeout=1.0))
+            except BaseException:  # a second failure on the way out changes nothing
+                pass
+        with self._lock:
+            pending = list(self._pending)
+        for job in pending:
+            self._end(job, error=RolloutLoopClosed(self._ended()))
+        loop.close()
+
+    def _ended(self) -> str:
+        cause = self.died
+        return "the rollout loop ended" + (
+            f": {type(cause).__name__}: {cause}" if cause is not None else "")
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Schedule `coro` on the rollout loop (from any thread); cancelling the returned
+        future cancels it there."""
+        return self._submit(coro).result
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> _Job[T]:
+        job: _Job[T] = _Job()
+        with self._lock:
+            if self._closing or self.loop is None or not self.alive:
+                coro.close()
+                raise RolloutLoopClosed(self._ended() if self.died else "the rollout loop is closed")
+            loop = self.loop
+            self._pending.add(job)
+
+        def start() -> None:  # on the rollout loop
+            if job.result.cancelled():
+                coro.close()
+                self._end(job)
+                return
+            task = loop.create_task(coro)
+            task.add_done_callback(lambda _: self._end(job, task))
+
+            def cancel_there(result: concurrent.futures.Future[T]) -> None:
+                if result.cancelled():
+                    with contextlib.suppress(RuntimeError):  # the loop is closed: ended
+                        loop.call_soon_threadsafe(task.cancel)
+
+            job.result.add_done_callback(cancel_there)
+
+        try:
+            loop.call_soon_threadsafe(start)
+        except RuntimeError:  # the loop closed meanwhile
+            coro.close()
+            self._end(job)
+            raise RolloutLoopClosed(self._ended()) from None
+        return job
+
+    def _end(self, job: _Job[Any], task: asyncio.Task[Any] | None = None,
+             error: BaseException | None = None) -> None:
+        """Hand the outcome over (once) and mark the job ended."""
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            if error is not None:
+                job.result.set_exception(error)
+            elif task is None or task.cancelled():
+                job.result.cancel()
+            elif isinstance(task.exception(), Exception):
+                job.result.set_exception(task.exception())
+            elif task.exception() is not None:  # SystemExit, KeyboardInterrupt: the loop ends
+                job.result.set_exception(RolloutLoopClosed(self._ended()))
+            else:
+                job.result.set_result(task.result())
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            job.ended.set_result(None)
+        with self._lock:
+            self._pending.discard(job)
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the rollout loop and await its result here.
+
+        Cancelling the caller cancels it there and, as awaiting it on this loop would, waits
+        until it has ended (at most `CANCEL_WAIT` seconds: a rollout blocked in synchronous
+        code cannot be waited for), so what it held (requests, connections) is let go
+        before the caller goes on."""
+        job = self._submit(coro)
+        try:
+            return await asyncio.wrap_future(job.result)
+        except asyncio.CancelledError:
+            caller = asyncio.current_task()
+            if self.died is not None and caller is not None and not caller.cancelling():
+                # Cancelled there because the thread died, not because the caller was.
+                raise RolloutLoopClosed(self._ended()) from None
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job.ended)),
+                                       CANCEL_WAIT)
+            raise
+
+    def policy_for_server(self, policy: Any) -> Any:
+        """The policy as a server on this loop must see it (see `EngineLoopPolicy`)."""
+        assert self.engine_loop is not None, "start() first"
+        return EngineLoopPolicy(policy, self.engine_loop)
+
+    async def close(self, timeout: float = CLOSE_TIMEOUT, *,
+                    before: Callable[[], Awaitable[Any]] | None = None) -> bool:
+        """Run `before` there (closing what lives on the loop), cancel what still runs,
+        stop the loop and end the thread; returns whether the thread ended.
+
+        Waits at most `timeout` seconds for all that. If the loop does not answer (a rollout
+        blocks it in synchronous code), the thread gets one more second and is then left
+        behind: it is a daemon, so it does not keep the process alive.
+        """
+        self._restore_switch_interval()
+        thread, loop = self._thread, self.loop
+        if thread is None or loop is None or not thread.is_alive():
+            return True
+
+        async def shut_down() -> None:
+            if before is not None:
+                await before()
+            current = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not current]
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks)
+            await loop.shutdown_asyncgens()
+
+        answered = True
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(self.submit(shut_down())), timeout)
+        except (TimeoutError, RolloutLoopClosed):
+            answered = False
+        with self._lock:
+            self._closing = True
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(loop.stop)
+        await asyncio.to_thread(thread.join, timeout if answered else min(timeout, 1.0))
+        return not thread.is_alive()
+
+    def _restore_switch_interval(self) -> None:
+        if self._lowered_switch_interval:
+            self._lowered_switch_interval = False
+            _switch_interval.restore()
+
+
+class _SwitchInterval:
+    """The interpreter's GIL switch interval is one per process: lowered while any rollout
+    thread runs, put back when the last one closes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._saved = 0.0
+
+    def lower(self, interval: float) -> None:
+        with self._lock:
+            if self._users == 0:
+                self._saved = sys.getswitchinterval()
+            self._users += 1
+            sys.setswitchinterval(min(interval, sys.getswitchinterval()))
+
+    def restore(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                sys.setswitchinterval(self._saved)
+
+
+_switch_interval = _SwitchInterval()
+
+
+class EngineLoopPolicy:
+    """The `Policy` as the policy server on the rollout loop sees it.
+
+    `sample` runs `Policy.sample` on the engine loop, so the Policy's mutable state (the
+    current version and its sampling client, which change together in `Policy._publish`;
+    the cache of earlier versions' clients; retries, which publish events) is only touched
+    there. Two plain reads cross threads, each for a stated reason: `renderer` is set by
+    `Policy.start` before the server starts and never replaced while it runs, and `version`
+    (an int, for `/health`) is informative only: a request for the current policy is
+    resolved on the engine loop, not from this read.
+    """
+
+    def __init__(self, policy: Any, engine_loop: asyncio.AbstractEventLoop) -> None:
+        self._policy = policy
+        self._engine_loop = engine_loop
+
+    @property
+    def renderer(self) -> Any:
+        return self._policy.renderer
+
+    @property
+    def version(self) -> int:
+        return int(self._policy.version)
+
+    async def sample(self, prompt: Any, num_samples: int, sampling_params: Any, *,
+                     version: int | None = None, top_logprobs: int = 0) -> Any:
+        future = asyncio.run_coroutine_threadsafe(
+            self._policy.sample(prompt, num_samples, sampling_params, version=version,
+                                top_logprobs=top_logprobs),
+            self._engine_loop)
+        return await asyncio.wrap_future(future)
+
+    def available_versions(self) -> list[int]:
+        """Asked on the engine loop (the list and cache live there); `GET /v1/models` is
+        rare, so waiting one hop for it here is cheap."""
+        future: concurrent.futures.Future[list[int]] = concurrent.futures.Future()
+
+        def ask() -> None:
+            try:
+                future.set_result(list(self._policy.available_versions()))
+            except BaseException as exc:  # handed back to the caller
+                future.set_exception(exc)
+
+        self._engine_loop.call_soon_threadsafe(ask)
+        return future.result(timeout=ENGINE_CALL_TIMEOUT)
