@@ -602,3 +602,19 @@ async def test_a_terminal_too_small_gets_a_notice_that_goes_when_it_grows():
         await pilot.resize_terminal(80, 24)
         await until(lambda: not isinstance(app.screen, TooSmallScreen), pilot)
         assert app.current_mode == "dashboard"
+
+
+def test_chart_tick_labels_fit_the_margin_and_tell_ticks_apart():
+    from tinker_tui.app.widgets.step_chart import CompactAxisFormatter, format_value
+
+    formatter = CompactAxisFormatter()
+    for low, high in [(0.00099, 0.00111), (0.0009, 0.0016), (-0.0011, -0.00099),
+                      (1e5, 3e6), (0.5, 0.9), (1000, 1300)]:
+        labels = formatter.get_labels_for_ticks(formatter.get_ticks(low, high))
+        assert len(set(labels)) == len(labels), labels
+        assert max(len(label) for label in labels) <= 8, labels
+    ticks = formatter.get_ticks(0.00099, 0.00111)
+    assert formatter.get_labels_for_ticks(ticks)[:2] == ["1.00e-3", "1.02e-3"]
+    assert formatter.get_labels_for_ticks(formatter.get_ticks(0.0009, 0.0016))[1] == "1.0e-3"
+    assert [format_value(v) for v in (0.00012, -2.5e7, 0.5, 12345.0)] == [
+        "1.2e-4", "-2.5e7", "0.5", "12.3k"]

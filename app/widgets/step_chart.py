@@ -32,13 +32,19 @@ def y_limits(values: Sequence[float], min_span: float = 0.0) -> tuple[float, flo
     return low - pad, high + pad
 
 
+def scientific(value: float, digits: int = 1) -> str:
+    """`value` in scientific notation without the exponent's padding: 1.2e-3, -2.50e5."""
+    mantissa, exponent = f"{value:.{digits}e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
 def format_value(value: float) -> str:
-    """A metric value in at most about seven characters: 0.874, 1.2e-03, 1234, 12.3k."""
+    """A metric value in at most about seven characters: 0.874, 1.2e-3, 1234, 12.3k."""
     if not math.isfinite(value):
         return str(value)
     size = abs(value)
     if size != 0 and (size < 1e-3 or size >= 1e6):
-        return f"{value:.1e}"
+        return scientific(value)
     if size >= 10_000:
         return f"{value / 1000:.1f}k"
     if size >= 100:
@@ -47,13 +53,18 @@ def format_value(value: float) -> str:
 
 
 class CompactAxisFormatter(NumericAxisFormatter):
-    """Tick labels that fit the chart's margin: scientific notation for tiny or huge
-    values (a learning rate of 1e-3, token counts in the millions)."""
+    """Tick labels that fit the chart's margin (8 characters): scientific notation for tiny
+    or huge values (a learning rate of 1e-3, token counts in the millions), with the
+    fewest digits that tell the ticks apart (1.0e-3 1.5e-3, but 1.01e-3 1.02e-3)."""
 
     def get_labels_for_ticks(self, ticks: Sequence[float]) -> list[str]:
         biggest = max((abs(t) for t in ticks), default=0.0)
         if biggest and (biggest < 0.01 or biggest >= 1e5):
-            return [f"{t:.1e}" if t else "0" for t in ticks]
+            for digits in (1, 2, 3):
+                labels = [scientific(t, digits) if t else "0" for t in ticks]
+                if len(set(labels)) == len(labels):
+                    break
+            return labels
         return super().get_labels_for_ticks(ticks)
 
 
@@ -94,7 +105,7 @@ class StepChart(PlotWidget, inherit_bindings=False):
         self.border_title = self.title
         self.margin_top = 0
         self.margin_bottom = 1
-        self.margin_left = 8
+        self.margin_left = 9
         self.set_y_formatter(CompactAxisFormatter())
 
     def on_resize(self) -> None:
