@@ -400,6 +400,7 @@ def test_tensorboard_drops_what_a_restarted_run_redoes(tmp_path):
 def test_a_run_and_its_resume_log_every_step_to_one_wandb_run_and_to_tensorboard(
         tmp_path, offline_wandb, capsys):
     db = tmp_path / "runs" / "runs.db"
+    db.parent.mkdir()
     first = ["run", "example", *RUN_ARGS, "--db", str(db), "--steps", "2",
              "--eval-every", "1", "--wandb", "team-charts", "--tensorboard",
              "--wandb-samples-every", "2"]

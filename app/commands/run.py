@@ -71,7 +71,7 @@ def add_parser(commands: Any) -> None:
                        help="a built-in task (example, binary_prefix_tool, next_number), a file "
                             "path/to/task.py[:NAME] or a module package.module[:NAME]")
     group.add_argument("--steps", type=int, metavar="N", dest="max_steps",
-                       help="optimizer steps for the whole run (the task's, else 40)")
+                       help="optimizer steps in the whole run (default the task's, else 40)")
     group.add_argument("--config", type=Path, metavar="TOML",
                        help="settings from a TOML file (keys named like the flags, with _)")
     group.add_argument("--resume", nargs="?", const="latest", metavar="RUN",
