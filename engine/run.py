@@ -19,7 +19,7 @@ import importlib
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_tui.engine.backend import make_service_client
 from tinker_tui.engine.clock import Clock, SystemClock
@@ -38,10 +38,12 @@ from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeError, ResumeState, RunLock
 from tinker_tui.engine.rollout_loop import CLOSE_TIMEOUT, RolloutThread, SameLoop
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
-from tinker_tui.engine.server import PolicyServer
 from tinker_tui.engine.store import RunStore
 from tinker_tui.engine.task import Task
 from tinker_tui.engine.trackers import TrackerFeeds, with_tracker_ids
+
+if TYPE_CHECKING:
+    from tinker_tui.engine.server import PolicyServer
 
 
 def new_run_id(name: str, clock: Clock) -> str:
@@ -107,12 +109,25 @@ class Run:
         assert self._openai is not None
         return self._openai
 
+    async def _serve(self) -> None:
+        """On the main loop: the policy server started and warmed up on the rollout loop, which
+        serves it (`_start_server`), then its address logged."""
+        await self.rollouts.run(self._start_server())
+        assert self.server is not None
+        self._log("info", f"policy server on {self.server.base_url} "
+                          f"(token {self.server.token_hint})")
+
     async def _start_server(self) -> None:
-        """Runs on the rollout loop, which serves it: the policy server."""
+        """Runs on the rollout loop, which serves it: start the policy server, then pay its
+        one-time costs (`_warm_up_server`). Its module is imported in a thread: fastapi and the
+        request models take a while."""
         assert self.policy is not None
-        self.server = PolicyServer(self.rollouts.policy_for_server(self.policy),
-                                   model_name=self.task.name, defaults=self.sampling_defaults)
+        server = await asyncio.to_thread(importlib.import_module, "tinker_tui.engine.server")
+        self.server = server.PolicyServer(self.rollouts.policy_for_server(self.policy),
+                                          model_name=self.task.name,
+                                          defaults=self.sampling_defaults)
         await self.server.start()
+        await self._warm_up_server()
 
     async def _warm_up_server(self) -> None:
         """Runs on the rollout loop, which owns it: the shared openai client.
@@ -208,15 +223,12 @@ class Run:
             if self.resume:
                 await self._resume_from(store, point)
             await self.rollouts.start()
-            await self.rollouts.run(self._start_server())
-            assert self.server is not None
-            self._log("info", f"policy server on {self.server.base_url} "
-                              f"(token {self.server.token_hint})")
             # The format warm-up is torch work on the backend's thread, which leaves the GIL
-            # free most of the time: the server's one-time costs (importing openai, the
-            # first request) overlap with it instead of adding to it.
+            # free most of the time: starting the policy server and its one-time costs
+            # (importing its web framework and openai, the first request) overlap with it
+            # instead of adding to it.
             async with asyncio.TaskGroup() as group:
-                group.create_task(self.rollouts.run(self._warm_up_server()))
+                group.create_task(self._serve())
                 group.create_task(self._warmup())
             # Everything loaded so far (torch, the model, openai, the app) lives for the
             # whole run; keep it out of the cyclic GC, whose full passes over it took
