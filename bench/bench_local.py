@@ -515,8 +515,9 @@ def describe_curve(name: str, seed: int, c: dict) -> str:
             "never" if hit is None else f"{steps[hit][1]:.0f} s (step {steps[hit][0]})"))
     for t in times:
         window = [r for _, s_, r in steps if s_ <= t][-k:]
-        parts.append(f"{k}-step mean at {t} s: " + (
-            f"{sum(window) / len(window):.2f}" if window and steps[-1][1] >= t else "(done)"))
+        value = ("(done)" if c["total_s"] < t else "(no step yet)" if not window
+                 else f"{sum(window) / len(window):.2f}")
+        parts.append(f"{k}-step mean at {t} s: {value}")
     parts.append(f"end {rewards[-1]:.2f} at {steps[-1][1]:.0f} s (step {steps[-1][0]})")
     parts.append("evals " + ", ".join(f"{s_}: {v:.2f}" for s_, v in c["evals"]))
     return f"  {name} seed {seed}: " + "; ".join(parts)
