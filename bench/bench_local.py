@@ -501,7 +501,7 @@ def run_curve(name: str, seed: int) -> dict:
 
 
 def describe_curve(name: str, seed: int, c: dict) -> str:
-    k, bar, times = CURVES[name]
+    k, bar, times = CURVES.get(name, (1, 1.0, ()))  # a task file: when a step scores 1
     steps = c["steps"]
     if not steps:
         return f"  {name} seed {seed}: exit {c['exit_code']}, no steps; {c['stderr']}"
