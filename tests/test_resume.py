@@ -336,6 +336,13 @@ def test_export_jsonl_and_csv(tmp_path, capsys):
                  "-o", "-"]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("kind,run_id,step")
     assert main(["export", "r1", "--db", str(path), "--format", "csv", "-o", "-"]) == 2
+    # two tables never go to a path that reads as a file: refused, not made a folder
+    assert main(["export", "r1", "--db", str(path), "--format", "csv", "-o",
+                 str(tmp_path / "x.csv")]) == 2
+    assert "names a file" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
+    assert main(["export", "r1", "--db", str(path), "--format", "csv", "-o",
+                 str(tmp_path / "tables")]) == 0
+    assert (tmp_path / "tables" / "r1-samples.csv").exists()
     assert main(["export", "nope", "--db", str(path)]) == 2
     assert "no run 'nope'" in capsys.readouterr().err
 

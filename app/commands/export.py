@@ -14,7 +14,8 @@ jsonl writes both to one file, `RUN.jsonl`, each line with a `record` field, "me
 `--what metrics` or `--what samples`, only that one). `--output` is the same for both
 formats: a folder (one that exists, or a path ending in `/`) receives those files under
 their default names; any other path is the file to write, except for csv with `--what all`
-(two files), where it is a folder, created if needed; `-` is standard output (one table,
+(two files), where it is a folder, created if needed (a path with a suffix, `out.csv`, or
+an existing file is refused rather than made a folder); `-` is standard output (one table,
 or the jsonl stream). Without `--output` the files go to the current folder. Non-finite numbers are null in jsonl and `nan` / `inf` in csv;
 messages are a JSON string in csv.
 """
@@ -168,8 +169,8 @@ def targets(output: str | None, names: list[str]) -> list[str]:
                              "standard output takes one: choose --what metrics or --what "
                              "samples, or give --output a folder")
         return [output]
-    if several and Path(output).exists() and not Path(output).is_dir():
-        raise UsageError(f"{output} is a file; csv with --what all writes two tables, so "
+    if several and not is_folder(output) and (Path(output).exists() or Path(output).suffix):
+        raise UsageError(f"{output} names a file; csv with --what all writes two tables, so "
                          "--output names a folder (or choose --what metrics or samples)")
     return [str(Path(output) / name) for name in names]
 
