@@ -12,6 +12,7 @@ each: one rule, one place.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import typing
 from collections.abc import Mapping
@@ -90,7 +91,9 @@ class Setting:
                 raise ConfigError(f"{self.name} must be {self.allowed()}, got {original}")
             return value
         if self.choices and value not in self.choices:
-            raise ConfigError(f"{self.name} must be {self.allowed()}, got {value!r}")
+            near = difflib.get_close_matches(str(value), self.choices, n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ConfigError(f"{self.name} must be {self.allowed()}, got {value!r}{hint}")
         return value
 
     def _in_range(self, value: float) -> bool:

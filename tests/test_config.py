@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 from fake_session import KNOBS, FakeSession
 from tinker_tui.app.cli import build_parser
+from tinker_tui.app.commands.run import _default_text as default_text
 from tinker_tui.app.run_model import format_knob, parse_knob_value
 from tinker_tui.engine.config import (
     LIVE_KNOBS,
@@ -109,10 +110,17 @@ def test_the_dashboard_parses_and_formats_from_the_spec():
 
 def test_every_setting_is_a_flag_that_says_what_it_means():
     run = build_parser()._subparsers._group_actions[0].choices["run"]
-    flags = {action.dest: action for action in run._actions if action.help != argparse.SUPPRESS}
+    flags: dict[str, argparse.Action] = {}  # the flag --help lists for each setting
+    for action in run._actions:
+        if action.help != argparse.SUPPRESS:
+            flags.setdefault(action.dest, action)
     for name, spec in SETTINGS.items():
-        assert name in flags
-        assert spec.meaning in flags[name].help and "(default " in flags[name].help
+        assert name in flags, name
+        if flags[name].option_strings == ["--" + name.replace("_", "-")]:
+            assert spec.meaning in flags[name].help, name
+            assert f"(default {default_text(spec.default)})" in flags[name].help, name
+        else:  # a shorter flag stands for it (--steps, --wandb, --tensorboard)
+            assert flags[name].help, name
     args = build_parser().parse_args(["run", "example", "--rollout-workers", "8",
                                       "--no-eval-at-start", "--temperature", "0.7"])
     assert (args.rollout_workers, args.eval_at_start, args.temperature) == (8, False, 0.7)

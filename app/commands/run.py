@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,9 +31,10 @@ TENSORBOARD_BESIDE_STORE = "<beside the store>"
 
 EXAMPLES = """\
 examples:
-  tinker-tui run example                     the built-in example, with the dashboard
+  tinker-tui run example
+      the built-in example, with the dashboard
   tinker-tui run my_task.py --steps 200 --learning-rate 1e-3 --no-ui
-                                             a task file of yours, headless, two settings
+      a task file of yours, headless, two settings
 """
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -40,12 +43,14 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def __init__(self, prog: str) -> None:
         super().__init__(prog, max_help_position=34, width=min(100, _terminal_width()))
 
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # never break a word at its hyphen: "tinker-tui[wandb]" stays whole
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
 
 def _terminal_width() -> int:
-    try:
-        return os.get_terminal_size().columns
-    except OSError:
-        return 100
+    """The terminal's width ($COLUMNS first, as argparse does); 100 when not on one."""
+    return shutil.get_terminal_size((100, 24)).columns
 
 
 def add_db_option(parser: Any) -> None:
@@ -63,7 +68,7 @@ def add_parser(commands: Any) -> None:
     run = commands.add_parser(
         "run", help="train a task and watch it live",
         description="Train a task with RL and watch it live.\n\nEvery setting has a default "
-                    "(shown); the task's settings, its backend's, --config\nand then these "
+                    "(shown); the task's settings, its backend's,\n--config and then these "
                     "flags override it, in that order.",
         usage="tinker-tui run TASK [options]", epilog=EXAMPLES, formatter_class=HelpFormatter)
     group = run.add_argument_group("run")
@@ -112,6 +117,8 @@ def add_config_flags(groups: dict[str, Any]) -> None:
         flag = "--" + name.replace("_", "-")
         choices = f": {spec.allowed()}" if spec.choices else ""
         help_text = f"{spec.meaning}{choices} (default {_default_text(spec.default)})"
+        if name in _SHORTER_FLAG:  # the shorter flag above is the one --help lists
+            help_text = argparse.SUPPRESS
         if spec.value_type is bool:
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
                                help=help_text)
@@ -121,6 +128,9 @@ def add_config_flags(groups: dict[str, Any]) -> None:
 
 
 _METAVARS: dict[type, str] = {int: "N", float: "X", str: "TEXT"}
+
+#: Settings that also have a shorter flag (`--wandb PROJECT` for `--wandb-project`).
+_SHORTER_FLAG = ("wandb_project", "tensorboard_dir")
 
 
 def _default_text(value: Any) -> str:
