@@ -538,6 +538,9 @@ class RunModel:
         max_groups: int = 20_000,
     ) -> None:
         self.clock = clock
+        #: When this model began waiting for the run: the dashboard counts the wait for
+        #: the engine's first event, so a slow start-up does not read as a frozen screen.
+        self.created_at = clock.now()
         self.rate_window = rate_window
         self.rate_step = rate_step
         self.rate_history_len = rate_history
@@ -885,7 +888,7 @@ class RunModel:
         if self.state == "finished" or self.training:
             return None
         if not self.run_id:
-            return "starting the engine…"
+            return f"starting the engine… {self.now() - self.created_at:.0f}s"
         phase = self.startup
         if phase is None:
             return "starting…"

@@ -568,8 +568,11 @@ def test_repeated_info_lines_collapse_into_one_with_a_count():
 
 
 def test_the_start_up_is_told_in_words_until_the_first_step():
-    model = RunModel(FakeClock())
-    assert model.phase_text() == "starting the engine…"
+    clock = FakeClock(100.0)
+    model = RunModel(clock)
+    assert model.phase_text() == "starting the engine… 0s"
+    clock.advance(4.2)  # the wait is counted, so a slow start-up does not look frozen
+    assert model.phase_text() == "starting the engine… 4s"
     model.apply(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
                            max_steps=10, start_step=0,
                            config={"group_size": 8, "groups_per_step": 4,
