@@ -55,7 +55,32 @@ def format_value(value: float) -> str:
 class CompactAxisFormatter(NumericAxisFormatter):
     """Tick labels that fit the chart's margin (8 characters): scientific notation for tiny
     or huge values (a learning rate of 1e-3, token counts in the millions), with the
-    fewest digits that tell the ticks apart (1.0e-3 1.5e-3, but 1.01e-3 1.02e-3)."""
+    fewest digits that tell the ticks apart (1.0e-3 1.5e-3, but 1.01e-3 1.02e-3).
+    No two ticks share a row (`rows`: the plot's height), since one label would be drawn
+    over the other: a flat 1.0 would sit on a row labelled 1.02."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+
+    def get_ticks(self, min_: float, max_: float, max_ticks: int = 8) -> list[float]:
+        ticks = super().get_ticks(min_, max_, max_ticks)
+        if self.rows <= 0 or len(ticks) < 2 or max_ <= min_:
+            return ticks
+        interval = ticks[1] - ticks[0]
+        while self._share_a_row(ticks, min_, max_):  # the next nice interval: 1, 2, 5, 10...
+            power = 10 ** math.floor(math.log10(interval) + 1e-9)
+            mantissa = round(interval / power)
+            interval = (2 if mantissa < 2 else 5 if mantissa < 5 else 10) * power
+            first, last = math.ceil(min_ / interval - 1e-9), math.floor(max_ / interval + 1e-9)
+            ticks = [round(k * interval, 12) for k in range(first, last + 1)]
+        return ticks
+
+    def _share_a_row(self, ticks: Sequence[float], min_: float, max_: float) -> bool:
+        """Whether two ticks land in one row, placed as textual-plot places them (a row
+        per `rows`, the lowest value one row further down)."""
+        rows = [math.ceil(self.rows - (tick - min_) / (max_ - min_) * self.rows)
+                + (tick == min_) for tick in ticks if min_ <= tick <= max_]
+        return len(set(rows)) < len(rows)
 
     def get_labels_for_ticks(self, ticks: Sequence[float]) -> list[str]:
         biggest = max((abs(t) for t in ticks), default=0.0)
@@ -65,7 +90,22 @@ class CompactAxisFormatter(NumericAxisFormatter):
                 if len(set(labels)) == len(labels):
                     break
             return labels
-        return super().get_labels_for_ticks(ticks)
+        # a tick a rounding error below zero reads "-0.0": a zero is a zero
+        return [label.lstrip("-") if float(label) == 0 else label
+                for label in super().get_labels_for_ticks(ticks)]
+
+
+class StepAxisFormatter(NumericAxisFormatter):
+    """Ticks at whole steps only: two steps span 1 to 2, not 1.0, 1.2, ... 2.0."""
+
+    def get_ticks(self, min_: float, max_: float, max_ticks: int = 8) -> list[float]:
+        ticks = super().get_ticks(min_, max_, max_ticks)
+        if len(ticks) >= 2 and ticks[1] - ticks[0] < 1:
+            return [float(step) for step in range(math.ceil(min_), math.floor(max_) + 1)]
+        return ticks
+
+    def get_labels_for_ticks(self, ticks: Sequence[float]) -> list[str]:
+        return [f"{tick:.0f}" for tick in ticks]
 
 
 class StepChart(PlotWidget, inherit_bindings=False):
@@ -100,16 +140,22 @@ class StepChart(PlotWidget, inherit_bindings=False):
         self._drawn: tuple[object, ...] | None = None
         self._ema: tuple[int, float, list[float]] = (-1, -1.0, [])
         self._subtitle_key: tuple[object, ...] | None = None
+        self.y_axis = CompactAxisFormatter()
 
     def on_mount(self) -> None:
         self.border_title = self.title
         self.margin_top = 0
         self.margin_bottom = 1
         self.margin_left = 9
-        self.set_y_formatter(CompactAxisFormatter())
+        self.set_y_formatter(self.y_axis)
+        self.set_x_formatter(StepAxisFormatter())
 
     def on_resize(self) -> None:
         self._drawn = None  # marker density depends on the height
+
+    def _y_formatter_rows(self) -> None:
+        """Tell the y formatter the plot's height (its canvas less the two axis rows)."""
+        self.y_axis.rows = max(0, self.query_one("#plot").size.height - 2)
 
     # ------------------------------------------------------------------ data
     def points(self, model: RunModel) -> Points:
@@ -175,6 +221,7 @@ class StepChart(PlotWidget, inherit_bindings=False):
         last = max([steps[-1]] + [s for s, _ in extra])
         self.set_xlimits(first, max(last, first + 1))
         self.set_ylimits(low, high)
+        self._y_formatter_rows()
         # markers first, so the lines draw over them
         dots = max(16, (self.size.height or 8) * 4)
         ys = [low + (high - low) * (i + 0.5) / dots for i in range(dots)]
