@@ -5,9 +5,11 @@ Normal runs never set it. The fault tests (tests/test_faults.py) start a run wit
     TINKER_TUI_FAULT=POINT:ACTION:STEP      e.g.  train:kill:3
 
 and the first time the engine reaches POINT while working on training step STEP or a later
-one, it sends itself ACTION once: `kill` (SIGKILL: no cleanup of any kind), `int` (SIGINT,
-as Ctrl+C) or `term` (SIGTERM). The points:
+one (for `warmup`: warm-up step STEP or a later one), it sends itself ACTION once: `kill`
+(SIGKILL: no cleanup of any kind), `int` (SIGINT, as Ctrl+C) or `term` (SIGTERM). The points:
 
+- `build`:      the policy's model is being built (STEP: 0)
+- `warmup`:     supervised warm-up step STEP (from 1) is being trained
 - `rollout`:    a group's rollouts have started (the group is in flight)
 - `train`:      a batch was taken from the queue and is being trained
 - `checkpoint`: a full checkpoint's state is written but not yet confirmed in the store
@@ -22,7 +24,7 @@ import os
 import signal
 
 ENV = "TINKER_TUI_FAULT"
-POINTS = ("rollout", "train", "checkpoint", "commit")
+POINTS = ("build", "warmup", "rollout", "train", "checkpoint", "commit")
 ACTIONS = {"kill": signal.SIGKILL, "int": signal.SIGINT, "term": signal.SIGTERM}
 
 

@@ -86,7 +86,8 @@ class Pipeline:
         # Drawn positions not yet known to be consumed at a checkpoint: position -> the step
         # that consumed it (trained, or dropped while collecting its batch), None while open.
         self._open: dict[int, int | None] = {}
-        #: Set by the run (engine.run) once the supervised warm-up is done (or when there is none).
+        #: Whether the policy's weights are worth a checkpoint: the run (engine.run) keeps it
+        #: False until the model is built and the supervised warm-up is done (or there is none).
         self.warmup_done = True
         #: Awaited after a checkpoint event is published, so the store commits its row
         #: before training goes on (the run passes the store's flush).
@@ -99,6 +100,7 @@ class Pipeline:
         self._stopping = False
         self._checkpoint_requested = False
         self._wake = asyncio.Event()
+        self._stop_event = asyncio.Event()  # set once by stop(); see stop_requested()
         self._discards_this_step: dict[DiscardReason, int] = dict.fromkeys(DISCARD_REASONS, 0)
         self._rollouts_since_step = 0
         self.sampling_defaults = sampling_defaults or SamplingDefaults(
@@ -163,10 +165,16 @@ class Pipeline:
         if self._stopping:
             return
         self._stopping = True
+        self._stop_event.set()
         self._emit(RunStateChanged(time=self.clock.now(), state="stopping", reason=reason))
         self.log("info", f"stopping ({reason}): no new rollouts; finishing the current step")
         self._queue.put_nowait(None)
         self._wake.set()
+
+    async def stop_requested(self) -> None:
+        """Returns once `stop` has been called (at once if it was): the run's start-up
+        (model build, warm-up) waits on it, so a stop never waits for the start-up."""
+        await self._stop_event.wait()
 
     def request_eval(self) -> None:
         self._command("eval")
@@ -209,7 +217,13 @@ class Pipeline:
 
     # ------------------------------------------------------------------ run
     async def run(self) -> RunStatus:
-        """Run workers and trainer until max_steps or a stop; returns how it ended."""
+        """Run workers and trainer until max_steps or a stop; returns how it ended.
+
+        Stopped before it began (during the run's start-up), it samples and trains nothing:
+        it writes the final checkpoint, if the weights are worth one (`_checkpoint`)."""
+        if self._stopping:
+            await self._checkpoint("final")
+            return "completed" if self.step >= self.config.max_steps else "stopped"
         self._emit(RunStateChanged(time=self.clock.now(), state="running"))
         self._last_step_end = self._started_at = self.clock.now()
         self._ensure_workers()
@@ -596,7 +610,8 @@ class Pipeline:
                                 "random state after replaying them differs from the saved one); "
                                 "resumed positions may not be the scenarios first drawn")
         self.step = state.step
-        self._last_checkpoint_step = state.step
+        # A start state (no checkpoint: warm-up not done) has no checkpoint of its step yet.
+        self._last_checkpoint_step = state.step if state.warmup_done else None
         self._next_group_id = state.next_group_id
         self._position_of.clear()
         self._open.clear()
@@ -605,6 +620,12 @@ class Pipeline:
     async def _checkpoint(self, why: str) -> None:
         self._checkpoint_requested = False
         if self._last_checkpoint_step == self.step:
+            return
+        if not self.warmup_done:
+            # The weights are the base's, or part-way through the format warm-up: no resume
+            # could continue from them. A resumed run starts over and runs the warm-up.
+            self.log("info", f"no checkpoint ({why}): the format warm-up had not finished; "
+                             "a resumed run starts over and runs it")
             return
         self._last_checkpoint_step = self.step
         name = f"step-{self.step:06d}"

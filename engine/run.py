@@ -17,10 +17,13 @@ import dataclasses
 import gc
 import importlib
 import random
+import threading
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from tinker_tui.engine import faults
 from tinker_tui.engine.backend import make_service_client
 from tinker_tui.engine.clock import Clock, SystemClock
 from tinker_tui.engine.config import RunConfig
@@ -44,6 +47,38 @@ from tinker_tui.engine.trackers import TrackerFeeds, with_tracker_ids
 
 if TYPE_CHECKING:
     from tinker_tui.engine.server import PolicyServer
+
+T = TypeVar("T")
+
+
+def in_daemon_thread(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """`fn(*args)` on a new daemon thread, as a future of this loop. Unlike
+    `asyncio.to_thread`, nothing waits for the thread when the loop or the process ends."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def target() -> None:
+        result, error = None, None
+        try:
+            result = fn(*args)
+        except BaseException as exc:
+            error = exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+    threading.Thread(target=target, name=f"daemon-{getattr(fn, '__name__', 'call')}",
+                     daemon=True).start()
+    return future
 
 
 def new_run_id(name: str, clock: Clock) -> str:
@@ -92,6 +127,10 @@ class Run:
             model_name=task.name, bus=self.events, clock=self.clock,
             rng=random.Random(config.seed), sampling_defaults=self.sampling_defaults,
             rollouts=self.rollouts)
+        # No checkpoint until the model is built and warmed up (`_warmup`, or a resume
+        # state): a stop during the start-up must not record weights no resume can use.
+        self.pipeline.warmup_done = False
+        self._start_step = 0
 
     @property
     def control(self) -> Pipeline:
@@ -122,7 +161,8 @@ class Run:
         one-time costs (`_warm_up_server`). Its module is imported in a thread: fastapi and the
         request models take a while."""
         assert self.policy is not None
-        server = await asyncio.to_thread(importlib.import_module, "tinker_tui.engine.server")
+        # On a daemon thread, like openai's import (`_warm_up_server`).
+        server = await in_daemon_thread(importlib.import_module, "tinker_tui.engine.server")
         self.server = server.PolicyServer(self.rollouts.policy_for_server(self.policy),
                                           model_name=self.task.name,
                                           defaults=self.sampling_defaults)
@@ -135,7 +175,9 @@ class Run:
         Pays one-time costs (openai's lazy imports, first-request model building) before the
         pipeline starts, so they never show up as event-loop lag while training."""
         assert self.server is not None
-        await asyncio.to_thread(importlib.import_module, "openai.types.chat")
+        # On a daemon thread: a stop during the start-up abandons the import instead of
+        # waiting seconds for it when the process exits (`asyncio.to_thread`'s are joined).
+        await in_daemon_thread(importlib.import_module, "openai.types.chat")
         self._openai = self.server.client()
         await self._openai.chat.completions.create(
             model=self.task.name, messages=[{"role": "user", "content": "ready?"}],
@@ -176,12 +218,32 @@ class Run:
         self.events.publish(StartupProgressed(time=self.clock.now(), phase=phase, **fields))
 
     def _publish_started(self, start_step: int | None = None) -> None:
+        self._start_step = self.pipeline.step if start_step is None else start_step
         self.events.publish(RunStarted(
             time=self.clock.now(), run_id=self.run_id, name=self.task.name,
             backend=self.backend, base_model=self.config.base_model,
-            max_steps=self.config.max_steps,
-            start_step=self.pipeline.step if start_step is None else start_step,
+            max_steps=self.config.max_steps, start_step=self._start_step,
             config=self.config.as_dict()))
+
+    async def _unless_stopped(self, work: Coroutine[Any, Any, T]) -> T | None:
+        """Start-up work (building the model, the warm-up) that a graceful stop abandons:
+        `work`'s result, or None, with `work` cancelled, if a stop comes first. Threads it
+        started run on to their end, but nothing waits for them."""
+        if self.pipeline.stopping:
+            work.close()
+            return None
+        task = asyncio.ensure_future(work)
+        stop = asyncio.ensure_future(self.pipeline.stop_requested())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})
+        if task.cancelled():
+            return None
+        return task.result()
 
     async def run(self) -> RunStatus:
         lock = RunLock(self.db_path, self.run_id)
@@ -219,22 +281,20 @@ class Run:
             self._log("info", f"starting {self.backend} backend, base model "
                               f"{self.config.base_model}")
             self._phase("loading_model", detail=self.config.base_model)
-            point = await self._start_policy(points)
-            if self.resume:
-                await self._resume_from(store, point)
-            await self.rollouts.start()
-            # The format warm-up is torch work on the backend's thread, which leaves the GIL
-            # free most of the time: starting the policy server and its one-time costs
-            # (importing its web framework and openai, the first request) overlap with it
-            # instead of adding to it.
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self._serve())
-                group.create_task(self._warmup())
-            # Everything loaded so far (torch, the model, openai, the app) lives for the
-            # whole run; keep it out of the cyclic GC, whose full passes over it took
-            # 100-350 ms each and stalled the event loop.
-            gc.freeze()
-            self._phase("first_rollouts")
+            # A stop during the start-up skips the rest of it: the pipeline then only
+            # writes the final checkpoint, if the warm-up was done (`Pipeline.run`).
+            point = await self._unless_stopped(self._start_policy(points))
+            if not self.pipeline.stopping:
+                if self.resume:
+                    await self._resume_from(store, point)
+                await self.rollouts.start()
+                await self._unless_stopped(self._warm_up_policy_and_server())
+            if not self.pipeline.stopping:
+                # Everything loaded so far (torch, the model, openai, the app) lives for the
+                # whole run; keep it out of the cyclic GC, whose full passes over it took
+                # 100-350 ms each and stalled the event loop.
+                gc.freeze()
+                self._phase("first_rollouts")
             status = await self.pipeline.run()
             reason = ("reached max_steps" if status == "completed"
                       else "stopped before max_steps")
@@ -244,8 +304,10 @@ class Run:
             self._log("error", f"run failed: {reason}")
             raise
         finally:
+            # A resumed run stopped before it was reconciled is still at its start step.
             self.events.publish(RunFinished(time=self.clock.now(), status=status,
-                                            final_step=self.pipeline.step, reason=reason))
+                                            final_step=max(self.pipeline.step, self._start_step),
+                                            reason=reason))
             await self._close_rollout_side()
             try:
                 await trackers.close()  # before the store: their last lines are stored
@@ -257,12 +319,16 @@ class Run:
         """The run's confirmed full checkpoints it can resume from, newest first."""
         if await store.run(self.run_id) is None:
             raise ResumeError(f"no run {self.run_id} in {self.db_path}")
-        points = [p for p in await store.resume_points(self.run_id)
-                  if p["resume_state"].get("warmup_done", True) or p["step"] > 0]
-        if not points and await store.checkpoints(self.run_id):
+        stored = await store.resume_points(self.run_id)
+        if not stored and await store.checkpoints(self.run_id):
             raise ResumeError(
                 f"run {self.run_id} has checkpoints but none with a resume state (it was "
                 "recorded by an older tinker-tui); it cannot be resumed exactly")
+        # A checkpoint taken before the format warm-up finished (a stop during the start-up,
+        # recorded by tinker-tui before it stopped writing those) holds no usable weights:
+        # without a later one the run starts over, warm-up included.
+        points = [p for p in stored
+                  if p["resume_state"].get("warmup_done", True) or p["step"] > 0]
         for point in points:
             ResumeState.from_dict(point["resume_state"])  # ResumeError now if unreadable
         return points
@@ -293,6 +359,7 @@ class Run:
         """Start the policy fresh (no points), or from the newest resume point that loads;
         returns that point."""
         assert self.policy is not None
+        faults.hit("build", 0)  # test hook (engine.faults)
         if not points:
             await self.policy.start()
             return None
@@ -314,6 +381,15 @@ class Run:
                 self._publish_started(points[i + 1]["step"])
         raise AssertionError("unreachable")
 
+    async def _warm_up_policy_and_server(self) -> None:
+        # The format warm-up is torch work on the backend's thread, which leaves the GIL
+        # free most of the time: starting the policy server and its one-time costs
+        # (importing its web framework and openai, the first request) overlap with it
+        # instead of adding to it.
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._serve())
+            group.create_task(self._warmup())
+
     async def _warmup(self) -> None:
         """Supervised format steps before RL, on the task's own examples, if any; on the
         local backend an identical earlier warm-up is reused (`engine.warmup_cache`)."""
@@ -323,7 +399,6 @@ class Run:
             return
         if self.pipeline.step > 0 or (self.resume and self.pipeline.warmup_done):
             return  # the resumed weights already include it
-        self.pipeline.warmup_done = False
         assert self.policy is not None
         examples = list(self.task.warmup)
         # Rendered once; each step trains on a draw of them (the same draws, in the same
@@ -358,6 +433,7 @@ class Run:
         for done, draw in enumerate(draws, start=1):
             if self.pipeline.stopping:
                 return
+            faults.hit("warmup", done)  # test hook (engine.faults)
             loss = await self.policy.train_cross_entropy(
                 [datums[i] for i in draw], learning_rate=self.config.warmup_learning_rate)
             self._phase("warmup", done=done, total=steps, loss=loss / batch_size)

@@ -1,6 +1,7 @@
-"""Stop a real run (subprocess, local backend) at a named point with SIGKILL or SIGINT, then
-resume it: the store is intact, the run ends at its last step, every scenario position is
-trained exactly once or dropped with a reason, and the steps are 1..N exactly once.
+"""Stop a real run (subprocess, local backend) at a named point with SIGKILL, SIGINT or SIGTERM,
+then resume it: the store is intact, the run ends at its last step, every scenario position
+is trained exactly once or dropped with a reason, and the steps are 1..N exactly once. The
+points include the start-up: the model build and the format warm-up, before any checkpoint.
 
 The faulted runs use the test hook in engine/faults.py (TINKER_TUI_FAULT). They run two at
 a time in a module fixture; each test then resumes its run in this process through the
@@ -25,12 +26,18 @@ from tinker_tui.engine.faults import ENV
 
 STEPS = 6
 ARGS = ["--warmup-steps", "0", "--steps", str(STEPS), "--checkpoint-every", "2"]
+#: The cases that stop during the start-up run a short format warm-up.
+WARMUP_STEPS = 6
 # (point, step): during step 4's rollouts (step 3 is recorded, the last checkpoint is 2),
 # step 3's training, or the writing and the confirming of checkpoint 4. Plus a kill during
 # the very first rollout: no checkpoint at all, so the run starts over under its id.
 POINTS = [("rollout", 4), ("train", 3), ("checkpoint", 4), ("commit", 4)]
 CASES = [(point, action, step) for point, step in POINTS for action in ("kill", "int")]
 CASES.append(("rollout", "kill", 1))
+# A graceful stop during the model build or the format warm-up: no checkpoint (the weights
+# are not yet worth one), and the resumed run starts over, warm-up included.
+START_UP = [("build", "int", 0), ("warmup", "term", 3)]
+CASES += START_UP
 
 
 def run_cli(db: Path, *extra: str, fault: str | None = None) -> subprocess.CompletedProcess:
@@ -50,7 +57,8 @@ def faulted(tmp_path_factory):
     def one(case):
         point, action, step = case
         db = tmp_path_factory.mktemp(f"{point}-{action}") / "runs.db"
-        return case, (db, run_cli(db, fault=f"{point}:{action}:{step}"))
+        extra = ("--warmup-steps", str(WARMUP_STEPS)) if case in START_UP else ()
+        return case, (db, run_cli(db, *extra, fault=f"{point}:{action}:{step}"))
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(pool.map(one, CASES))
@@ -145,11 +153,16 @@ def test_a_missing_checkpoint_falls_back_to_the_one_before_and_never_costs_rows(
                          ids=[f"{a}-during-{p}-{s}" for p, a, s in CASES])
 def test_stopped_run_resumes_exactly_once(faulted, point, action, step, capsys):
     db, proc = faulted[(point, action, step)]
-    expected = -9 if action == "kill" else 130
+    expected = {"kill": -9, "int": 130, "term": 143}[action]
     assert proc.returncode == expected, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert integrity(db) == "ok"
-    if action == "kill":
+    if (point, action, step) in START_UP:
+        signal = {"int": "SIGINT", "term": "SIGTERM"}[action]
+        assert f"stopping: received {signal}" in proc.stdout
+        assert "run stopped at step 0" in proc.stdout
+        assert confirmed_steps(db) == [], "no checkpoint of weights no resume could use"
+    elif action == "kill":
         # Killed before checkpoint 4 was confirmed: the last is 2 (none when killed at once).
         assert confirmed_steps(db) == ([] if step == 1 else [2])
         if point in ("checkpoint", "commit"):
@@ -169,6 +182,8 @@ def test_stopped_run_resumes_exactly_once(faulted, point, action, step, capsys):
     with sqlite3.connect(db) as conn:
         log = [r[0] for r in conn.execute("select message from log")]
     assert any(m.startswith("resuming run ") for m in log)
+    if (point, action, step) in START_UP:  # stopped before it finished: run once, on resume
+        assert len([m for m in log if m.startswith("format warm-up: ")]) == 1, log
     metrics_file, = db.parent.glob("*.metrics.jsonl")
     lines = [json.loads(line) for line in metrics_file.read_text().splitlines()]
     assert [r["step"] for r in lines if r["event"] == "step"] == list(range(1, STEPS + 1))

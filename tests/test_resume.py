@@ -28,7 +28,14 @@ from tinker_tui.engine.events import (
     TrajectorySummary,
 )
 from tinker_tui.engine.pipeline import Pipeline
-from tinker_tui.engine.resume import ResumeState, RunLock, RunLocked, ScenarioSource, run_is_live
+from tinker_tui.engine.resume import (
+    ResumeError,
+    ResumeState,
+    RunLock,
+    RunLocked,
+    ScenarioSource,
+    run_is_live,
+)
 from tinker_tui.engine.store import (
     APPLICATION_ID,
     MIGRATIONS,
@@ -367,3 +374,64 @@ def test_resume_refuses_what_it_cannot_do(tmp_path, capsys):
         assert "running in another process" in capsys.readouterr().err
     finally:
         lock.release()
+
+
+# ---------------------------------------------------------------------- stopped in start-up
+
+
+async def test_a_pipeline_stopped_before_it_began_checkpoints_only_a_warmed_up_policy():
+    for warmed_up in (False, True):
+        events: list = []
+        pipeline, policy = make_pipeline(events)
+        pipeline.warmup_done = warmed_up
+        pipeline.stop("a signal during the start-up")
+        assert await pipeline.run() == "stopped"
+        assert not [e for e in events if isinstance(e, GroupStarted | StepTrained)]
+        assert "running" not in [getattr(e, "state", None) for e in events]
+        saved = [e for e in events if isinstance(e, CheckpointSaved)]
+        if warmed_up:  # the warm-up's result: a resumed run need not repeat it
+            assert [(e.step, e.resume_state["warmup_done"]) for e in saved] == [(0, True)]
+        else:
+            assert saved == [], "weights no resume could use were checkpointed"
+
+
+def start_state_run(path: Path, *, resume_state) -> None:
+    """A run stopped before step 1, whose one checkpoint (step 0) has `resume_state`."""
+    async def go():
+        store = await RunStore.open(path)
+        store.handle(started())
+        store.handle(CheckpointStarted(time=2.0, step=0, kind="state", name="step-0"))
+        store.handle(CheckpointSaved(time=2.1, step=0, kind="state", name="step-0",
+                                     path="tinker://a/weights/0", resume_state=resume_state))
+        await store.close()
+    asyncio.run(go())
+
+
+def resume_points_of(path: Path):
+    from tinker_tui.app.task_loader import load_task
+    from tinker_tui.engine.run import Run
+
+    async def go():
+        run = Run(task=load_task("example"), config=RunConfig(), backend="local",
+                  db_path=path, run_id="r1", resume=True)
+        store = await RunStore.open(path)
+        try:
+            return await run._resume_points(store)
+        finally:
+            await store.close()
+    return asyncio.run(go())
+
+
+def test_a_checkpoint_from_before_the_warm_up_finished_means_starting_over(tmp_path):
+    """Stores recorded before a stop during the start-up stopped writing such checkpoints:
+    the run starts over (warm-up included), never 'recorded by an older tinker-tui'."""
+    path = tmp_path / "runs.db"
+    start_state_run(path, resume_state=ResumeState(
+        step=0, policy_version=0, next_position=0, pending=(), next_group_id=0,
+        warmup_done=False).as_dict())
+    assert resume_points_of(path) == []
+
+    older = tmp_path / "older.db"
+    start_state_run(older, resume_state=None)
+    with pytest.raises(ResumeError, match="recorded by an older tinker-tui"):
+        resume_points_of(older)
