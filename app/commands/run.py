@@ -175,8 +175,9 @@ class RunPlan:
 
 def check_store(path: Path, *, explicit: bool) -> None:
     """UsageError/StoreError now, before any model loads, if the run store cannot be used:
-    a folder, a folder that does not exist (unless it is the default one, created here), a
-    file that is not a run store, damaged, newer than this code, or locked."""
+    a folder, a folder that does not exist (unless it is the default one, made when the run
+    opens the store), a file that is not a run store, damaged, newer than this code, locked
+    or read-only (`engine.store.schema.check_file`, which creates and writes nothing)."""
     path = path.expanduser()
     if path.is_dir():
         raise UsageError(f"--db {path} is a folder; name a database file in it "
@@ -184,13 +185,9 @@ def check_store(path: Path, *, explicit: bool) -> None:
     if explicit and not path.parent.is_dir():
         raise UsageError(f"--db {path}: the folder {path.parent} does not exist; create it "
                          f"(mkdir -p {path.parent}) or choose another --db")
-    from tinker_tui.engine.store import RunStore
+    from tinker_tui.engine.store.schema import check_file
 
-    async def open_and_close() -> None:
-        store = await RunStore.open(path, start=False)
-        await store.close()
-
-    asyncio.run(open_and_close())
+    check_file(path)  # the store's own checks, with the standard library: creates nothing
 
 
 def plan_run(args: argparse.Namespace) -> RunPlan:
@@ -204,8 +201,8 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     if getattr(args, "resume", None) is not None:
         from tinker_tui.app.resume import resume_plan
 
+        check_store(path, explicit=args.db is not None)  # before reading the run from it
         config, backend, run_id = resume_plan(args, task, path)
-        check_store(path, explicit=args.db is not None)
         return RunPlan(task=task, config=config, backend=backend, db_path=path,
                        run_id=run_id, resume=True)
     backend = choose_backend(args.backend)

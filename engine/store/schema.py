@@ -4,15 +4,20 @@ that a file is a run store this code may use.
 The file is never overwritten: a file that is not SQLite, a SQLite database of another
 application, a store written by a newer version of this code, a damaged store, or a database
 another writer keeps locked raises `StoreError` naming the file, before anything is written
-to it. Which event becomes which row is the codec's business (`codec.py`).
+to it. `check_file` makes the same checks at once, with the standard library only and
+without creating anything (no -wal or -shm file beside a damaged store), so a command can
+refuse a bad store before it prints or starts anything. Which event becomes which row is the
+codec's business (`codec.py`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiosqlite
 from tinker_tui.engine.errors import UsageError
@@ -271,30 +276,43 @@ async def prepare_schema(conn: aiosqlite.Connection, path: Path) -> None:
         raise store_error(path, exc) from exc
 
 
+#: What SQLite asks to find a damaged page (a damaged page may sit anywhere; without this
+#: check a run would append to the file and fail, or lose rows, later).
+SQL_QUICK_CHECK = "PRAGMA quick_check(3)"
+#: The application id, the schema version and the number of schema objects, in one row.
+SQL_OWNERSHIP = ("SELECT (SELECT application_id FROM pragma_application_id), "
+                 "(SELECT user_version FROM pragma_user_version), "
+                 "(SELECT count(*) FROM sqlite_master)")
+
+
 async def check_intact(conn: aiosqlite.Connection, path: Path) -> None:
-    """StoreError if SQLite finds the file damaged. A damaged page may sit anywhere; without
-    this check a run would append to the file and fail (or lose rows) later."""
-    cur = await conn.execute("PRAGMA quick_check(3)")
+    """StoreError if SQLite finds the file damaged."""
+    cur = await conn.execute(SQL_QUICK_CHECK)
     problems = [str(r[0]) for r in await cur.fetchall()]
     await cur.close()
+    refuse_damaged(path, problems)
+
+
+def refuse_damaged(path: Path, problems: list[str]) -> None:
     if problems != ["ok"]:
+        said = "; ".join(" ".join(p.split()) for p in problems)  # one line
         raise StoreError(
-            f"run store {path} is damaged ({'; '.join(problems)[:300]}); refusing to write "
-            "to it: restore it from a backup, or pass another --db file")
+            f"run store {path} is damaged ({said[:300]}); refusing to write to it: restore "
+            "it from a backup, or pass another --db file")
 
 
 async def check_ownership(conn: aiosqlite.Connection, path: Path) -> int:
     """The file's schema version (0 for an empty file); StoreError if it is not ours."""
+    cur = await conn.execute(SQL_OWNERSHIP)
+    row = await cur.fetchone()
+    await cur.close()
+    assert row is not None
+    return schema_version_of(path, *row)
 
-    async def scalar(sql: str) -> Any:
-        cur = await conn.execute(sql)
-        row = await cur.fetchone()
-        await cur.close()
-        return row[0] if row else None
 
-    app_id = await scalar("PRAGMA application_id")
-    version = await scalar("PRAGMA user_version")
-    objects = await scalar("SELECT count(*) FROM sqlite_master")
+def schema_version_of(path: Path, app_id: Any, version: Any, objects: Any) -> int:
+    """The schema version of a file with this application id, user version and number of
+    schema objects (0 for an empty file); StoreError if it is not a store this code may use."""
     if app_id == 0 and version == 0 and objects == 0:
         return 0  # a new (or empty) file
     if app_id != APPLICATION_ID:
@@ -314,3 +332,76 @@ async def check_ownership(conn: aiosqlite.Connection, path: Path) -> int:
 
 def _split_sql(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
+
+
+# ---------------------------------------------------------------------- before anything runs
+
+#: The first 16 bytes of every SQLite 3 database file.
+SQLITE_MAGIC = b"SQLite format 3\x00"
+#: Seconds `check_file` waits for another writer's lock: a run sharing the store holds it
+#: for milliseconds per commit; longer is a writer that keeps it.
+LOCK_WAIT = 0.5
+
+
+def check_file(path: str | Path, *, lock_wait: float = LOCK_WAIT) -> None:
+    """Refuse (StoreError, naming the file) a run store that `RunStore.open` would refuse:
+    a folder, a file that is not SQLite, another application's database, a store of a newer
+    schema, a damaged store, one another writer keeps locked, or one this process cannot write.
+    A missing or empty file passes: it becomes a new store. Standard library only, so it
+    costs milliseconds; it writes nothing and creates nothing beside the file."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise StoreError(f"run store {path} is a directory, not a database file")
+    if not path.exists():
+        _check_creatable(path)
+        return
+    if not path.is_file():
+        raise StoreError(f"run store {path} is not a regular file")
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+    except OSError as exc:
+        raise StoreError(f"cannot read run store {path}: {exc.strerror or exc}") from None
+    if header and not header.startswith(SQLITE_MAGIC):
+        raise StoreError(f"{path} is not a SQLite database (or is damaged); refusing to use "
+                         "it as a run store")
+    if not os.access(path, os.W_OK):
+        raise StoreError(f"cannot open run store {path} for writing: the file is read-only")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise StoreError(f"cannot open run store {path} for writing: its folder "
+                         f"{path.parent} is not writable (SQLite keeps its journal there)")
+    if not header:
+        return
+    # A WAL store (header bytes 18-19) no process has open has no -wal and -shm files; any
+    # connection but an immutable one would create them. An immutable one takes no locks:
+    # with no -shm file no other process holds one, so there is no lock to look for.
+    wal = header[18:20] == b"\x02\x02"
+    idle = wal and not any(Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-shm"))
+    try:
+        if idle:
+            conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1",
+                                   uri=True, isolation_level=None)
+        else:
+            conn = sqlite3.connect(path, timeout=lock_wait, isolation_level=None)
+        try:
+            if schema_version_of(path, *conn.execute(SQL_OWNERSHIP).fetchone()) == 0:
+                return
+            refuse_damaged(path, [str(r[0]) for r in conn.execute(SQL_QUICK_CHECK)])
+            if not idle:
+                conn.execute("BEGIN IMMEDIATE")  # another writer's lock, if it keeps one
+                conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise store_error(path, exc) from exc
+
+
+def _check_creatable(path: Path) -> None:
+    """A new store: its nearest existing folder must let this process create it."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise StoreError(f"cannot create run store {path}: {folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise StoreError(f"cannot create run store {path}: {folder} is not writable")
