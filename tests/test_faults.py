@@ -10,17 +10,16 @@ command line's `main` (the model is loaded once per test session that way).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sqlite3
 import subprocess
 import sys
-from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from exactly_once import check_exactly_once, confirmed_steps, integrity
 from tinker_tui.app.cli import main
 from tinker_tui.engine.faults import ENV
 
@@ -64,57 +63,6 @@ def faulted(tmp_path_factory):
         return dict(pool.map(one, CASES))
 
 
-def integrity(db: Path) -> str:
-    with sqlite3.connect(db) as conn:
-        return conn.execute("pragma integrity_check").fetchone()[0]
-
-
-def confirmed_steps(db: Path) -> list[int]:
-    with sqlite3.connect(db) as conn:
-        return [r[0] for r in conn.execute(
-            "select step from checkpoints where kind = 'state' and confirmed = 1 "
-            "order by step")]
-
-
-def check_exactly_once(db: Path) -> None:
-    conn = sqlite3.connect(db)
-    (status, final_step), = conn.execute("select status, final_step from runs")
-    assert (status, final_step) == ("completed", STEPS)
-    steps = conn.execute("select step, policy_version, metrics from steps order by step")
-    version = 0
-    for expected, (step, policy_version, metrics) in enumerate(steps, start=1):
-        assert step == expected, "steps 1..N, each once"
-        # One new policy version per step, none for a step without gradient.
-        version += 0 if "train/skipped" in json.loads(metrics) else 1
-        assert policy_version == version, (step, policy_version, version)
-    assert step == STEPS
-
-    rows = conn.execute("select scenario_index, scenario_id, status, step, reason "
-                        "from group_lifecycle order by group_id").fetchall()
-    by_position = defaultdict(list)
-    for row in rows:
-        by_position[row[0]].append(row)
-    assert sorted(by_position) == list(range(len(by_position))), "no position skipped"
-    final = conn.execute("select resume_state from checkpoints where confirmed = 1 "
-                         "order by step desc limit 1").fetchone()[0]
-    leftover = set(json.loads(final)["pending"])
-    per_step = defaultdict(int)
-    for position, attempts in by_position.items():
-        assert len({a[1] for a in attempts}) == 1, f"position {position} changed scenario"
-        done = [a for a in attempts if a[2] in ("trained", "discarded")]
-        if position in leftover:
-            assert not done and {a[2] for a in attempts} <= {"requeued", "unused"}, attempts
-            continue
-        assert len(done) == 1, f"position {position} consumed {len(done)} times: {attempts}"
-        _, _, fate, step, reason = done[0]
-        assert fate == "trained" or reason, attempts
-        if fate == "trained" or reason == "zero_variance":
-            per_step[step] += 1
-        assert all(a[2] == "requeued" for a in attempts if a is not done[0])
-    # Each step took one full batch (groups_per_step): nothing trained twice, none lost.
-    assert dict(per_step) == {s: 4 for s in range(1, STEPS + 1)}
-
-
 def test_a_missing_checkpoint_falls_back_to_the_one_before_and_never_costs_rows(
         faulted, tmp_path, capsys):
     """Runs before the matrix below resumes these stores: works on copies."""
@@ -134,7 +82,7 @@ def test_a_missing_checkpoint_falls_back_to_the_one_before_and_never_costs_rows(
     shutil.rmtree(folders[4])
     assert main(["run", "example", "--no-ui", "--db", str(db), "--resume"]) == 0
     assert "could not be loaded" in capsys.readouterr().out
-    check_exactly_once(db)
+    check_exactly_once(db, STEPS)
 
     db, folders = copy("all-missing")
     for folder in folders.values():
@@ -178,15 +126,12 @@ def test_stopped_run_resumes_exactly_once(faulted, point, action, step, capsys):
     out = capsys.readouterr().out
     assert f"run completed at step {STEPS}" in out
     assert integrity(db) == "ok"
-    check_exactly_once(db)
+    check_exactly_once(db, STEPS)  # the metrics file's steps too
     with sqlite3.connect(db) as conn:
         log = [r[0] for r in conn.execute("select message from log")]
     assert any(m.startswith("resuming run ") for m in log)
     if (point, action, step) in START_UP:  # stopped before it finished: run once, on resume
         assert len([m for m in log if m.startswith("format warm-up: ")]) == 1, log
-    metrics_file, = db.parent.glob("*.metrics.jsonl")
-    lines = [json.loads(line) for line in metrics_file.read_text().splitlines()]
-    assert [r["step"] for r in lines if r["event"] == "step"] == list(range(1, STEPS + 1))
 
 
 def test_resuming_a_completed_run_does_nothing_until_steps_are_raised(faulted, capsys):
