@@ -135,15 +135,27 @@ class MetricsFile:
                 "policy_version": event.policy_version,
             }
             record.update({str(k): _finite(v) for k, v in event.metrics.items()})
-            self._file.write(json.dumps(record, allow_nan=False) + "\n")
+            try:
+                self._file.write(json.dumps(record, allow_nan=False) + "\n")
+            except OSError as exc:  # a full disk: say so once; the store is the record
+                self._give_up(exc)
+                return
             self.lines += 1
         elif isinstance(event, RunFinished):
             self.close()
 
+    def _give_up(self, exc: OSError) -> None:
+        print(f"warning: stopped writing {self.path}: {exc.strerror or exc}", file=sys.stderr,
+              flush=True)
+        self.close()
+
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            try:
+                file.close()
+            except OSError:  # its last line could not be written (a full disk)
+                pass
 
 
 def _keep_until(path: Path, step: int) -> None:

@@ -12,6 +12,10 @@ are not here: they mirror the Tinker SDK's classes, as the real service raises t
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
+from pathlib import Path
 from typing import ClassVar
 
 EXIT_OK = 0
@@ -33,3 +37,33 @@ class UsageError(TinkerTuiError):
     environment: the message says what to change."""
 
     exit_code: ClassVar[int] = EXIT_USAGE
+
+
+class DiskFull(TinkerTuiError, OSError):
+    """A write failed because the disk (or the user's quota on it) is full. The run stops
+    and fails; what it had confirmed is kept, so `--resume` continues it once there is room."""
+
+    @classmethod
+    def writing(cls, what: str, path: str | os.PathLike[str]) -> DiskFull:
+        """The error for `what` (a checkpoint, the run store...) that could not be written
+        to `path`: it says the disk is full, where, and how much room is left."""
+        folder = Path(path)
+        while not folder.is_dir() and folder != folder.parent:
+            folder = folder.parent
+        try:
+            free = f"{shutil.disk_usage(folder).free / 2**20:.1f} MiB free on its disk"
+        except OSError:
+            free = "free space unknown"
+        return cls(f"no space left on device writing {what} {path} ({free}); make room "
+                   "there, then continue the run with --resume")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether `exc` says the disk (or the quota) is full: ENOSPC or EDQUOT from the OS,
+    SQLITE_FULL from SQLite."""
+    if isinstance(exc, DiskFull):
+        return True
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == 13  # SQLITE_FULL (extended codes keep it)

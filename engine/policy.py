@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import tinker
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.backend import make_renderer, renderer_name_for
-from tinker_tui.engine.errors import TinkerTuiError
+from tinker_tui.engine.errors import DiskFull, TinkerTuiError
 from tinker_tui.engine.retry import RetryPolicy, Wait, call_with_retry
 from tinker_tui.engine.trajectory import TrajectoryGroup, trajectory_to_datum_arrays
 
@@ -249,6 +249,8 @@ class Policy:
                     "save sampler weights", lambda attempt: saved if attempt == 1
                     else training.save_weights_for_sampler(f"{name}-retry{attempt}"))
                 path = response.path
+            except DiskFull:
+                raise  # every later write fails too: stop now, saying why
             except Exception as exc:  # a missing copy on disk must not stop training
                 self._log("warning", f"could not save sampler weights {name}: "
                                      f"{type(exc).__name__}: {exc}")

@@ -265,6 +265,8 @@ class Run:
         for handler in trackers.handlers():
             self.events.subscribe(handler)
         self.pipeline.commit_events = store.flush
+        # A full disk under the store: stop now (nothing more can be recorded), then fail.
+        store.on_failure = lambda failure: self.pipeline.stop("the run store's disk is full")
         status: RunStatus = "failed"
         reason = ""
         try:
@@ -296,6 +298,8 @@ class Run:
                 gc.freeze()
                 self._phase("first_rollouts")
             status = await self.pipeline.run()
+            if store.failure is not None:
+                raise store.failure
             reason = ("reached max_steps" if status == "completed"
                       else "stopped before max_steps")
             return status

@@ -11,6 +11,7 @@ so a crash never leaves a half-written checkpoint behind a valid name.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tinker_tui.engine.errors import DiskFull, is_disk_full
 from tinker_tui.engine.local.errors import bad_request, conflict, not_found
 
 FORMAT_VERSION = 2
@@ -86,31 +88,47 @@ def save(
     optimizer_state: dict[str, Any] | None,
     overwrite: bool = False,
 ) -> None:
-    import torch
-
     folder = Path(folder)
     if folder.exists() and not overwrite:
         raise conflict(
             f"Checkpoint {meta.get('path', folder)!r} already exists; "
             "pass overwrite=True or choose another name"
         )
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise DiskFull.writing("checkpoint", folder) from exc
+        raise
     try:
         meta = {**meta, "format": FORMAT_VERSION, "created_unix": time.time()}
         meta["has_optimizer"] = optimizer_state is not None
-        torch.save(model_state, tmp / MODEL_FILE)
+        _torch_save(model_state, tmp / MODEL_FILE)
         if optimizer_state is not None:
-            torch.save(optimizer_state, tmp / "optimizer.pt")
+            _torch_save(optimizer_state, tmp / "optimizer.pt")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
         if folder.exists():
             old = folder.with_name(f".{folder.name}.old-{os.getpid()}-{time.time_ns()}")
             folder.rename(old)
             shutil.rmtree(old, ignore_errors=True)
         tmp.rename(folder)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_full(exc):
+            raise DiskFull.writing("checkpoint", folder) from exc
         raise
+
+
+def _torch_save(state: dict[str, Any], path: Path) -> None:
+    """`torch.save` into memory, then one plain write: a full disk fails as OSError(ENOSPC)
+    naming the file, where torch's own writer reports only "unexpected pos" (it is handed a
+    short write). An adapter's state is small next to the base weights, which are never saved."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    path.write_bytes(buffer.getbuffer())
 
 
 def load(

@@ -21,11 +21,13 @@ import sqlite3
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 from tinker_tui.engine import faults
+from tinker_tui.engine.errors import DiskFull, is_disk_full
 from tinker_tui.engine.events import Event, RunStarted
 from tinker_tui.engine.store.codec import (
     SQL_GROUP_COUNTS,
@@ -122,6 +124,11 @@ class RunStore(StoreReader):
         self.dropped = 0
         #: Errors logged by the writer (bad events, rows, failed transactions).
         self.errors = 0
+        #: Set when the disk is full: nothing more is written (the store keeps a whole prefix
+        #: of the run's events, which a resume reconciles) and `flush` raises it.
+        self.failure: DiskFull | None = None
+        #: Called once with `failure` when it is set (the run stops then).
+        self.on_failure: Callable[[DiskFull], None] | None = None
 
     @classmethod
     async def open(
@@ -206,7 +213,10 @@ class RunStore(StoreReader):
         self._wake.set()
 
     async def flush(self) -> None:
-        """Wait until every event handed to `handle` before this call is committed (or dropped)."""
+        """Wait until every event handed to `handle` before this call is committed (or dropped).
+        Raises `DiskFull` once the disk is full: the run cannot go on unrecorded."""
+        if self.failure is not None:
+            raise self.failure
         target = self._enqueued
         if self._processed >= target:
             return
@@ -225,6 +235,8 @@ class RunStore(StoreReader):
             fut.cancel()
             if self._processed < target:
                 raise StoreError(f"run store {self.path}: writer stopped before flushing")
+        if self.failure is not None:
+            raise self.failure
 
     async def close(self) -> None:
         """Flush, stop the writer and close the connection. Safe to call more than once."""
@@ -288,12 +300,20 @@ class RunStore(StoreReader):
         n = min(len(self._queue), self._max_batch)
         items = [self._queue.popleft() for _ in range(n)]
         try:
+            if self.failure is not None:
+                raise self.failure
             batch = await self._prepare(items)
             await self._write_batch(batch)
-        except Exception:  # never let the writer die
+        except Exception as exc:  # never let the writer die
             self.errors += 1
             self.dropped += n
-            logger.exception("run store %s: could not write %d events", self.path, n)
+            if not is_disk_full(exc):
+                logger.exception("run store %s: could not write %d events", self.path, n)
+            elif self.failure is None:
+                self.failure = DiskFull.writing("run store", self.path)
+                logger.error("%s", self.failure)
+                if self.on_failure is not None:
+                    self.on_failure(self.failure)
         finally:
             self._processed += n
             self._last_commit = self._loop.time()
