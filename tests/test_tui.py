@@ -620,11 +620,12 @@ def test_chart_tick_labels_fit_the_margin_and_tell_ticks_apart():
         "1.2e-4", "-2.5e7", "0.5", "12.3k"]
     assert "0.0" in formatter.get_labels_for_ticks([-1e-17, 0.5, 1.0])  # never "-0.0"
     # a short chart: no two ticks in one row (a flat 1.0 must not sit on a "1.02" row)
-    formatter.rows = 4
+    formatter.rows = lambda: 4
     ticks, labels = formatter.get_ticks_and_labels(0.945, 1.055)
     assert labels == ["0.95", "1.00", "1.05"]
     assert all(b - a >= (1.055 - 0.945) / 4 for a, b in zip(ticks, ticks[1:], strict=False))
-    formatter.rows = 19  # a tall one keeps the usual ticks
+    assert formatter.get_ticks_and_labels(-0.5, 0.5)[1] == ["-0.5", "0.0", "0.5"]  # a flat 0
+    formatter.rows = lambda: 19  # a tall one keeps the usual ticks
     assert formatter.get_ticks_and_labels(0.25, 0.95)[1] == [
         "0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9"]
 

@@ -6,7 +6,7 @@ changed. The reward chart on the dashboard and every chart of the metrics view a
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from textual_plot import HiResMode, PlotWidget
 from textual_plot.axis_formatter import NumericAxisFormatter
@@ -59,12 +59,12 @@ class CompactAxisFormatter(NumericAxisFormatter):
     No two ticks share a row (`rows`: the plot's height), since one label would be drawn
     over the other: a flat 1.0 would sit on a row labelled 1.02."""
 
-    def __init__(self) -> None:
-        self.rows = 0
+    def __init__(self, rows: Callable[[], int] = lambda: 0) -> None:
+        self.rows = rows  # read when the ticks are drawn, so it is the plot's height then
 
     def get_ticks(self, min_: float, max_: float, max_ticks: int = 8) -> list[float]:
         ticks = super().get_ticks(min_, max_, max_ticks)
-        if self.rows <= 0 or len(ticks) < 2 or max_ <= min_:
+        if self.rows() <= 0 or len(ticks) < 2 or max_ <= min_:
             return ticks
         interval = ticks[1] - ticks[0]
         while self._share_a_row(ticks, min_, max_):  # the next nice interval: 1, 2, 5, 10...
@@ -78,7 +78,8 @@ class CompactAxisFormatter(NumericAxisFormatter):
     def _share_a_row(self, ticks: Sequence[float], min_: float, max_: float) -> bool:
         """Whether two ticks land in one row, placed as textual-plot places them (a row
         per `rows`, the lowest value one row further down)."""
-        rows = [math.ceil(self.rows - (tick - min_) / (max_ - min_) * self.rows)
+        height = self.rows()
+        rows = [math.ceil(height - (tick - min_) / (max_ - min_) * height)
                 + (tick == min_) for tick in ticks if min_ <= tick <= max_]
         return len(set(rows)) < len(rows)
 
@@ -140,7 +141,7 @@ class StepChart(PlotWidget, inherit_bindings=False):
         self._drawn: tuple[object, ...] | None = None
         self._ema: tuple[int, float, list[float]] = (-1, -1.0, [])
         self._subtitle_key: tuple[object, ...] | None = None
-        self.y_axis = CompactAxisFormatter()
+        self.y_axis = CompactAxisFormatter(rows=self._plot_rows)
 
     def on_mount(self) -> None:
         self.border_title = self.title
@@ -153,9 +154,9 @@ class StepChart(PlotWidget, inherit_bindings=False):
     def on_resize(self) -> None:
         self._drawn = None  # marker density depends on the height
 
-    def _y_formatter_rows(self) -> None:
-        """Tell the y formatter the plot's height (its canvas less the two axis rows)."""
-        self.y_axis.rows = max(0, self.query_one("#plot").size.height - 2)
+    def _plot_rows(self) -> int:
+        """The plot's height in rows: its canvas less the two axis lines."""
+        return max(0, self.query_one("#plot").size.height - 2) if self.is_mounted else 0
 
     # ------------------------------------------------------------------ data
     def points(self, model: RunModel) -> Points:
@@ -221,7 +222,6 @@ class StepChart(PlotWidget, inherit_bindings=False):
         last = max([steps[-1]] + [s for s, _ in extra])
         self.set_xlimits(first, max(last, first + 1))
         self.set_ylimits(low, high)
-        self._y_formatter_rows()
         # markers first, so the lines draw over them
         dots = max(16, (self.size.height or 8) * 4)
         ys = [low + (high - low) * (i + 0.5) / dots for i in range(dots)]
