@@ -541,6 +541,9 @@ class RunModel:
         #: When this model began waiting for the run: the dashboard counts the wait for
         #: the engine's first event, so a slow start-up does not read as a frozen screen.
         self.created_at = clock.now()
+        #: What that wait is, in words: a run this process starts waits for its engine; a
+        #: stored or attached run (`show`, `attach`) for the store to be read.
+        self.waiting_for = "starting the engine"
         self.rate_window = rate_window
         self.rate_step = rate_step
         self.rate_history_len = rate_history
@@ -888,7 +891,7 @@ class RunModel:
         if self.state == "finished" or self.training:
             return None
         if not self.run_id:
-            return f"starting the engine… {self.now() - self.created_at:.0f}s"
+            return f"{self.waiting_for}… {self.now() - self.created_at:.0f}s"
         phase = self.startup
         if phase is None:
             return "starting…"

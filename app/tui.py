@@ -130,6 +130,8 @@ class TinkerTuiApp(App[None]):
         self.attached = bool(getattr(session, "attached", False))
         self.mode_label = ("finished run" if self.read_only and not self.attached
                            else "attached" if self.attached else "")
+        if self.read_only or self.attached:
+            self.model.waiting_for = "reading the run store"
         self._unsubscribe: Callable[[], None] | None = None
         self._signals_installed = False
         self._refresh_timer: Timer | None = None

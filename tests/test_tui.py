@@ -504,10 +504,16 @@ async def test_the_rollouts_filter_keeps_its_text_and_gives_focus_back():
         await press(pilot, "enter")
         assert field.value == "stale q02" and app.focused is tree
         await until(lambda: len(tree.root.children) == 1, pilot)
-        # escape clears it (and hides the field)
+        await press(pilot, "enter", "down")  # open the stale q02 group
+        opened = tree.cursor_node.data
+        assert opened.kind == "group"
+        # escape clears it (and hides the field); the open group stays under the cursor
         await press(pilot, "escape")
         assert field.value == "" and not field.has_class("-visible")
         await until(lambda: len(tree.root.children) == 20, pilot)
+        assert tree.cursor_node.data == opened and tree.cursor_node.parent.is_expanded
+        assert str(app.screen.query_one("#rollout-text").render()).startswith(
+            f"group {opened.group_id}")
 
 
 async def test_enter_opens_a_log_line_and_a_checkpoint_path_whole():
@@ -638,3 +644,30 @@ def test_chart_step_axis_ticks_are_whole_steps():
     assert formatter.get_ticks_and_labels(1, 4)[1] == ["1", "2", "3", "4"]
     ticks, labels = formatter.get_ticks_and_labels(1, 200)
     assert labels[:3] == ["50", "100", "150"] and all(t == int(t) for t in ticks)
+
+
+def test_groups_left_when_a_run_ends_are_not_called_queued():
+    from tinker_tui.app.run_model import RunModel
+    from tinker_tui.app.widgets.rollout_detail import detail_content
+    from tinker_tui.app.widgets.rollouts_tree import RolloutRef, waiting_label
+    from tinker_tui.engine.clock import FakeClock
+
+    clock = FakeClock()
+    model = RunModel(clock)
+    events = finished_events(clock)
+    left = step_events(clock, 21, rewards=(0.0, 1.0) * 8)[:-1]  # sampled, not taken
+    for event in events[:-1] + left:
+        model.apply(event)
+    waiting = model.waiting_groups()
+    assert waiting and str(waiting_label(waiting, model)).startswith("queued")
+    model.apply(events[-1])  # the run ends: nothing will train them now
+    assert str(waiting_label(waiting, model)).startswith("left over")
+    text = detail_content(model, RolloutRef("waiting", None)).plain
+    assert "never trained" in text and "waiting" not in text
+
+
+def test_a_stored_run_waits_for_the_store_not_for_an_engine():
+    session = FakeSession()
+    session.read_only = True  # what `show` reads from the store
+    assert make_app(session).model.phase_text().startswith("reading the run store… ")
+    assert make_app().model.phase_text().startswith("starting the engine… ")

@@ -68,13 +68,14 @@ def message_lines(message: Mapping[str, Any]) -> list[Content]:
     return lines
 
 
-def group_status(group: GroupRecord, short: bool = False) -> Content:
+def group_status(group: GroupRecord, short: bool = False, finished: bool = False) -> Content:
     if short and group.discarded == "zero_variance":
         return (Content.styled("converged", "$text-success") if group.at_best
                 else Content.styled("no learning signal", "$text-warning"))
     if group.discarded is None:
         if group.step is None:
-            return Content.styled("waiting to be trained", "$text-muted")
+            return Content.styled("never trained (the run ended)" if finished
+                                  else "waiting to be trained", "$text-muted")
         return Content.styled("trained", "$text-success")
     if group.discarded == "zero_variance" and group.at_best:
         return Content.styled("converged: equal rewards at the best seen (no gradient, "
@@ -94,16 +95,17 @@ def group_status(group: GroupRecord, short: bool = False) -> Content:
 def where_filed(model: RunModel, group: GroupRecord) -> str:
     """Which step the group belongs to, in words."""
     if group.step is None:
-        return f"queued for step {model.step + 1}"
+        return ("left over after the last step" if model.state == "finished"
+                else f"queued for step {model.step + 1}")
     if group.discarded is not None and group.discarded != "zero_variance":
         return f"dropped while step {group.step} was collected"
     return f"in the batch of step {group.step}"
 
 
-def summary_line(group: GroupRecord) -> Content:
+def summary_line(group: GroupRecord, finished: bool = False) -> Content:
     mean = f"r̄ {group.reward_mean:.3f}" if group.trajectories else "no rollouts"
     return Content.assemble(f"  g{group.group_id} {group.scenario_id}  {mean}  ",
-                            group_status(group, short=True))
+                            group_status(group, short=True, finished=finished))
 
 
 def detail_content(model: RunModel, ref: RolloutRef | None) -> Content:
@@ -116,10 +118,14 @@ def detail_content(model: RunModel, ref: RolloutRef | None) -> Content:
                               "left says why and where to find them.", "$text-muted")
     if ref.kind == "waiting":
         groups = model.waiting_groups()
-        lines = [Content.styled("queued", "bold"),
-                 Content(f"{len(groups)} groups sampled and waiting for the trainer "
-                         f"(step {model.step + 1})")]
-        lines += [summary_line(group) for group in groups]
+        count = f"{len(groups)} group{'s' if len(groups) != 1 else ''}"
+        lines = ([Content.styled("left over", "bold"),
+                  Content(f"{count} sampled after the run's last step took its batch; "
+                          "never trained")] if model.state == "finished" else
+                 [Content.styled("queued", "bold"),
+                  Content(f"{count} sampled and waiting for the trainer "
+                          f"(step {model.step + 1})")])
+        lines += [summary_line(group, model.state == "finished") for group in groups]
         return Content("\n").join(lines)
     if ref.kind == "step":
         assert ref.step is not None
@@ -131,7 +137,7 @@ def detail_content(model: RunModel, ref: RolloutRef | None) -> Content:
         if not groups and trained:
             lines.append(Content.styled("its groups are no longer kept in memory",
                                         "$text-muted"))
-        lines += [summary_line(group) for group in groups]
+        lines += [summary_line(group, model.state == "finished") for group in groups]
         return Content("\n").join(lines)
     group = model.groups.get(ref.group_id) if ref.group_id is not None else None
     if group is None:
@@ -142,7 +148,7 @@ def detail_content(model: RunModel, ref: RolloutRef | None) -> Content:
         Content(f"policy v{group.policy_version} · {len(group.trajectories)} rollouts · "
                 f"{group.num_tokens} tokens"
                 + (f" · mean reward {group.reward_mean:.3f}" if group.trajectories else "")),
-        group_status(group),
+        group_status(group, finished=model.state == "finished"),
     ]
     if ref.kind == "group":
         rewards = ", ".join(f"{t.reward:.2f}" for t in group.trajectories)
@@ -158,7 +164,7 @@ def detail_content(model: RunModel, ref: RolloutRef | None) -> Content:
                          ("  policy ", "$text-muted"), f"v{trajectory.policy_version}",
                          ("  tokens ", "$text-muted"), f"{trajectory.num_tokens}",
                          ("  ", ""), where_filed(model, group)),
-        group_status(group),
+        group_status(group, finished=model.state == "finished"),
         Content(""),
     ]
     if not trajectory.messages:

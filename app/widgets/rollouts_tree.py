@@ -57,10 +57,14 @@ def converged(group: GroupRecord) -> bool:
     return group.discarded == "zero_variance" and group.at_best
 
 
-def waiting_label(groups: list[GroupRecord], next_step: int) -> Text:
+def waiting_label(groups: list[GroupRecord], model: RunModel) -> Text:
     count = len(groups)
+    groups_text = f" group{'s' if count != 1 else ''}"
+    if model.state == "finished":  # nothing will take them now
+        return Text.assemble(("left over ", "dim"), (f"{count}", "bold"),
+                             f"{groups_text} never trained")
     return Text.assemble(("queued ", "dim"), (f"{count}", "bold"),
-                         f" group{'s' if count != 1 else ''} waiting for step {next_step}")
+                         f"{groups_text} for step {model.step + 1}")
 
 
 def group_label(group: GroupRecord) -> Text:
@@ -127,8 +131,46 @@ class RolloutsTree(Tree[RolloutRef]):
         self.border_title = "Rollouts"
 
     def set_filter(self, rollout_filter: RolloutFilter) -> None:
+        """Filter the tree; the item under the cursor stays under it if the filter shows it
+        (clearing a filter goes back to what was open)."""
+        keep = self.cursor_node.data if self.cursor_node is not None else None
         self.filter = rollout_filter
         self._rebuild()
+        if keep is not None and keep.kind != "note":
+            self.reveal(keep)
+
+    def reveal(self, ref: RolloutRef) -> bool:
+        """Open the path to `ref` (its step, its group) and put the cursor on it; False when
+        the tree does not show it (filtered out, or not inserted yet)."""
+        if self._model is None:
+            return False
+        parent = self._waiting if ref.kind == "waiting" or ref.step is None \
+            else self._step_nodes.get(ref.step)
+        if parent is None:
+            return False
+        target: TreeNode[RolloutRef] | None = parent
+        if ref.kind in ("group", "trajectory"):
+            if parent.id not in self._populated:
+                self._fill_step(parent, self._visible_groups(ref.step) if ref.step is not None
+                                else [g for g in self._model.waiting_groups()
+                                      if self.filter.matches_group(g)])
+            parent.expand()
+            target = next((c for c in parent.children
+                           if c.data is not None and c.data.group_id == ref.group_id), None)
+            if target is not None and ref.kind == "trajectory":
+                group = self._model.groups.get(ref.group_id)  # type: ignore[arg-type]
+                if group is None:
+                    return False
+                if target.id not in self._populated:
+                    self._fill_group(target, group)
+                target.expand()
+                target = next((c for c in target.children
+                               if c.data is not None and c.data.index == ref.index), None)
+        if target is None:
+            return False
+        self._tree_lines  # noqa: B018  # number the lines the expansions added
+        self.move_cursor(target)
+        return True
 
     @property
     def following(self) -> bool:
@@ -239,7 +281,7 @@ class RolloutsTree(Tree[RolloutRef]):
                 self._waiting.remove()
                 self._waiting = None
             return
-        label = waiting_label(groups, model.step + 1)
+        label = waiting_label(groups, model)
         if self._waiting is None:
             if self._step_nodes and not following:
                 return  # a new top line would push the view down: wait for `home`
