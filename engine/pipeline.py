@@ -460,9 +460,9 @@ class Pipeline:
             self._wake.set()
             now = self.clock.now()
             self.meter.trainer_finished(now)
-            self.meter.trained(now, int(metrics.get(keys.TRAIN_TOKENS, 0)),
-                               [self._staleness_split(g, version_before) for g in batch])
-            metrics.update(self._step_metrics(batch, version_before, wait_started,
+            split = [self._staleness_split(g, version_before) for g in batch]
+            self.meter.trained(now, int(metrics.get(keys.TRAIN_TOKENS, 0)), split)
+            metrics.update(self._step_metrics(batch, version_before, split, wait_started,
                                               train_started, now))
             self._emit(StepTrained(time=now, step=self.step, policy_version=self.policy.version,
                                    metrics=metrics,
@@ -477,10 +477,10 @@ class Pipeline:
             self._start_eval_if_due()
 
     def _step_metrics(self, batch: list[TrajectoryGroup], version_before: int,
-                      wait_started: float, train_started: float, now: float) -> dict[str, float]:
+                      split: list[tuple[int, int]], wait_started: float, train_started: float,
+                      now: float) -> dict[str, float]:
         rewards = [r for g in batch for r in g.rewards]
         staleness = [version_before - g.policy_version for g in batch]
-        split = [self._staleness_split(g, version_before) for g in batch]
         for g in batch:
             self._finish_version.pop(g.group_id, None)
         elapsed = max(now - (self._last_step_end or now), 1e-9)

@@ -41,9 +41,9 @@ class SampledTurn:
         data = choice if isinstance(choice, dict) else _extra_fields(choice)
         try:
             return cls(
-                prompt_tokens=tuple(int(t) for t in data["prompt_token_ids"]),
-                tokens=tuple(int(t) for t in data["token_ids"]),
-                logprobs=tuple(float(x) for x in data["token_logprobs"]),
+                prompt_tokens=tuple(map(int, data["prompt_token_ids"])),
+                tokens=tuple(map(int, data["token_ids"])),
+                logprobs=tuple(map(float, data["token_logprobs"])),
                 policy_version=int(data["policy_version"]),
             )
         except (KeyError, TypeError) as exc:
@@ -70,6 +70,10 @@ class Trajectory:
     metrics: dict[str, float] = field(default_factory=dict)
     #: Optional: the conversation as the rollout saw it (role/content dicts), for display.
     messages: tuple[dict[str, Any], ...] = ()
+    #: The oldest policy that contributed a token: what staleness is measured from.
+    policy_version: int = field(init=False, repr=False, compare=False)
+    #: Sampled tokens, every turn together.
+    num_tokens: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.reward, bool) or not isinstance(self.reward, int | float):
@@ -78,21 +82,16 @@ class Trajectory:
             raise TrajectoryError(f"reward must be a finite number, got {self.reward!r}")
         if not self.turns:
             raise TrajectoryError("a trajectory needs at least one sampled assistant turn")
+        # Read many times per group (staleness, accounting, events, the store); a
+        # trajectory never changes, so they are computed once here.
+        object.__setattr__(self, "policy_version", min(t.policy_version for t in self.turns))
+        object.__setattr__(self, "num_tokens", sum(len(t.tokens) for t in self.turns))
 
     @classmethod
     def from_choices(cls, choices: Iterable[Any], reward: float, *,
                      messages: Iterable[dict[str, Any]] = (), **metrics: float) -> Trajectory:
         return cls(turns=tuple(SampledTurn.from_choice(c) for c in choices),
                    reward=reward, metrics=dict(metrics), messages=tuple(messages))
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(len(t.tokens) for t in self.turns)
-
-    @property
-    def policy_version(self) -> int:
-        """The oldest policy that contributed a token: what staleness is measured from."""
-        return min(t.policy_version for t in self.turns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,18 +103,21 @@ class TrajectoryGroup:
     trajectories: tuple[Trajectory, ...]
     started_at: float
     finished_at: float
+    #: The oldest policy any member was sampled with (the group's staleness is measured
+    #: from it); computed once, as the trajectories' own.
+    policy_version: int = field(init=False, repr=False, compare=False)
+    num_tokens: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def policy_version(self) -> int:
-        return min(t.policy_version for t in self.trajectories)
+    def __post_init__(self) -> None:
+        if not self.trajectories:
+            raise TrajectoryError("a group needs at least one trajectory")
+        object.__setattr__(self, "policy_version",
+                           min(t.policy_version for t in self.trajectories))
+        object.__setattr__(self, "num_tokens", sum(t.num_tokens for t in self.trajectories))
 
     @property
     def rewards(self) -> list[float]:
         return [t.reward for t in self.trajectories]
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(t.num_tokens for t in self.trajectories)
 
     @property
     def reward_mean(self) -> float:

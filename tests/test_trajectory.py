@@ -44,6 +44,24 @@ def test_policy_version_is_the_oldest_turn():
     assert trajectory.policy_version == 4
 
 
+def test_group_version_and_tokens_come_from_its_members():
+    old = Trajectory(turns=(turn(tokens=(7,), version=2), turn(version=6)), reward=0.0)
+    new = Trajectory(turns=(turn(tokens=(7, 8, 9), version=5),), reward=1.0)
+    assert (old.policy_version, old.num_tokens, new.num_tokens) == (2, 3, 3)
+    group = TrajectoryGroup(group_id=0, scenario_id="s", trajectories=(new, old),
+                            started_at=0.0, finished_at=1.0)
+    assert (group.policy_version, group.num_tokens) == (2, 6)
+    # derived, not part of what makes two trajectories equal or of their repr
+    assert old == Trajectory(turns=old.turns, reward=0.0)
+    assert repr(old).endswith("messages=())")
+
+
+def test_a_group_needs_a_trajectory():
+    with pytest.raises(TrajectoryError, match="at least one trajectory"):
+        TrajectoryGroup(group_id=0, scenario_id="s", trajectories=(), started_at=0.0,
+                        finished_at=1.0)
+
+
 @pytest.mark.parametrize("reward", [math.nan, math.inf, "1.0", True])
 def test_reward_must_be_a_finite_number(reward):
     with pytest.raises(TrajectoryError, match="reward"):
