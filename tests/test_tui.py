@@ -128,6 +128,7 @@ def test_snapshot_metrics_view(snap_compare):
         await settled(pilot)
         await press(pilot, "4")
         await until(lambda: isinstance(pilot.app.screen, MetricsScreen), pilot)
+        await until(lambda: not pilot.app.screen.pending, pilot)
         pilot.app.refresh_panes()
         await pilot.pause()
         pilot.app.refresh_panes()
@@ -565,6 +566,7 @@ async def test_the_metrics_view_charts_every_metric_the_run_records():
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, MetricsScreen)
+        await until(lambda: not screen.pending, pilot)
         keys = [chart.key for chart in screen.charts()]
         assert keys == app.model.metric_keys()
         assert {"reward/mean", "loss", "optim/lr", "time/train", "task/correct",
@@ -577,9 +579,8 @@ async def test_the_metrics_view_charts_every_metric_the_run_records():
 
         session.publish(StepTrained(time=session.clock.now(), step=22, policy_version=22,
                                     metrics={"task/bits_right": 7.0}))
-        app.refresh_panes()
-        await pilot.pause()
-        assert "task/bits_right" in [chart.key for chart in screen.charts()]
+        await until(lambda: "task/bits_right" in [chart.key for chart in screen.charts()],
+                    pilot)
         # the picker hides one (space on the highlighted key: reward/mean)
         picker = screen.query_one("#metric-picker")
         assert picker.display  # wide enough to show it
@@ -593,6 +594,27 @@ async def test_the_metrics_view_charts_every_metric_the_run_records():
         # smoothing applies to these charts too
         await press(pilot, "s")
         assert app.model.ema_beta == 0.95
+
+
+async def test_the_metrics_view_mounts_its_charts_a_few_per_redraw():
+    app = make_app(refresh_interval=3600)  # redraws only when the test asks
+    async with app.run_test(size=(160, 48)) as pilot:
+        await asyncio.wait_for(app.session.script_done.wait(), timeout=5)
+        await wait_for_charts(pilot)
+        await press(pilot, "4")
+        screen = app.screen
+        assert isinstance(screen, MetricsScreen)
+        total = len(app.model.metric_keys())
+        counts = [len(screen.charts())]  # what showing the view drew
+        while screen.pending:
+            app.refresh_panes()
+            await pilot.pause()
+            counts.append(len(screen.charts()))
+        batch = MetricsScreen.MOUNT_BATCH
+        assert total > 2 * batch and counts[-1] == total
+        steps = [b - a for a, b in zip([0, *counts], counts, strict=False)]
+        assert all(0 < step <= batch for step in steps) and len(steps) >= 3, counts
+        assert [chart.key for chart in screen.charts()] == app.model.metric_keys()
 
 
 async def test_a_terminal_too_small_gets_a_notice_that_goes_when_it_grows():

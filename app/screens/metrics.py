@@ -31,6 +31,11 @@ class MetricsScreen(Screen):
 
     AUTO_FOCUS = ""
 
+    #: Charts mounted per redraw: a chart takes tens of milliseconds to build, so with
+    #: dozens of metrics the first ones show at once and the rest follow, the view answering
+    #: keys in between.
+    MOUNT_BATCH = 6
+
     BINDINGS = [
         Binding("m", "toggle_picker", "Pick metrics", id="pick_metrics"),
     ]
@@ -83,22 +88,30 @@ class MetricsScreen(Screen):
         if highlighted is not None and keys:
             picker.highlighted = min(highlighted, len(keys) - 1)
 
+    @property
+    def pending(self) -> bool:
+        """Some charts the picker shows are not mounted yet (see `MOUNT_BATCH`)."""
+        return self._shown != [key for key in self._keys if key not in self.hidden]
+
     def _sync_charts(self) -> None:
         shown = [key for key in self._keys if key not in self.hidden]
         if shown == self._shown:
             return
-        self._shown = shown
         from tinker_tui.app.widgets.step_chart import StepChart
 
         grid = self.query_one("#metric-grid", Grid)
         existing = {chart.key: chart for chart in self.charts()}
-        for key, chart in existing.items():
+        for key, chart in list(existing.items()):
             if key not in shown:
                 chart.remove()
+                del existing[key]
         # keep the charts in the keys' order: mount new ones before the next shown chart
+        mounted = 0
         for index, key in enumerate(shown):
             if key in existing:
                 continue
+            if mounted == self.MOUNT_BATCH:
+                break  # the next redraw mounts more
             later = [existing[k] for k in shown[index + 1:] if k in existing]
             chart = StepChart(key, id=chart_id(key), classes="metric-chart")
             if later:
@@ -106,6 +119,9 @@ class MetricsScreen(Screen):
             else:
                 grid.mount(chart)
             existing[key] = chart
+            mounted += 1
+        if all(key in existing for key in shown):
+            self._shown = shown
         self.query_one("#metrics-empty").display = not shown
         self.query_one("#metric-scroll").border_subtitle = (
             f"{len(shown)} of {len(self._keys)} metrics · s: smoothing · m: pick")
@@ -116,7 +132,7 @@ class MetricsScreen(Screen):
         if keys != self._keys:
             self._keys = keys
             self._sync_picker(keys)
-            self._sync_charts()
+        self._sync_charts()
         for chart in self.charts():
             if chart.is_mounted:
                 chart.update_from_model(model, now)
