@@ -81,7 +81,7 @@ def staleness_lines(model: RunModel, width: int, room: int) -> list[Content]:
                                  f"  mean {mean:.2f}  max {worst:g}")]
     rows = staleness_rows(measured.staleness_in_flight, measured.staleness_queued)
     if not rows:
-        return [Content.styled("staleness: nothing trained in the window", "$text-muted")]
+        return [Content.styled("staleness: no group trained lately", "$text-muted")]
     if room < 2:  # no room for the histogram: versions behind × groups, on one line
         counts = "  ".join(f"{behind}×{a + b}" for behind, a, b in rows)
         return [Content.assemble(("versions behind ", "$text-muted"), counts)]
