@@ -75,6 +75,8 @@ class HeadlessReporter:
                 f"staleness {m.get(keys.STALENESS_MEAN, 0.0):.2f}  "
                 f"step {m.get(keys.STEP_TIME, 0.0):.2f}s  "
                 f"elapsed {elapsed:.1f}s")
+        elif isinstance(event, EvalCompleted):
+            self._print(eval_line(event, self.max_steps))
         elif isinstance(event, CheckpointSaved):
             self._print(f"checkpoint {event.name} ({event.kind}) at step {event.step}: "
                         f"{event.path}")
@@ -88,6 +90,22 @@ class HeadlessReporter:
         elif isinstance(event, RunFinished):
             self._print(f"run {event.status} at step {event.final_step}"
                         + (f" ({event.reason})" if event.reason else ""))
+
+
+def eval_line(event: EvalCompleted, max_steps: int) -> str:
+    """`eval   40/40  reward 0.875  scenarios 16`, with errors and, for a mixed task, each
+    part's mean reward."""
+    m = event.metrics
+    line = (f"eval {event.step:>4}/{max_steps}  "
+            f"reward {m.get(keys.EVAL_REWARD_MEAN, float('nan')):.3f}  "
+            f"scenarios {int(m.get(keys.EVAL_NUM_SCENARIOS, 0))}")
+    errors = int(m.get(keys.EVAL_ERRORS, 0))
+    if errors:
+        line += f"  errors {errors}"
+    parts = keys.eval_parts(m)
+    if parts:
+        line += "  (" + ", ".join(f"{part} {value:.3f}" for part, value in parts.items()) + ")"
+    return line
 
 
 METRICS_FILE_SUFFIX = ".metrics.jsonl"

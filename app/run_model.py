@@ -382,6 +382,10 @@ class GroupRecord:
     detail: str = ""
     trainer_version: int | None = None
     at_best: bool = False
+    #: Members whose rollout failed and were dropped (the group trained with the rest), and
+    #: why the first of them failed.
+    failed: int = 0
+    failure: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -737,6 +741,7 @@ class RunModel:
         record.reward_mean = event.reward_mean
         record.num_tokens = event.num_tokens
         record.trajectories = tuple(event.trajectories)
+        record.failed, record.failure = event.failed, event.detail
         record.at_best = at_best
         self.groups_revision += 1
 

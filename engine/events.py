@@ -72,11 +72,17 @@ class TrajectorySummary:
     policy_version: int
     num_tokens: int
     messages: tuple[Mapping[str, Any], ...] = ()
+    #: What the rollout reported besides its reward (`Trajectory.metrics`): numbers and
+    #: booleans by name.
+    metrics: Mapping[str, float | bool] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GroupSampled(Event):
-    """A group of rollouts of one scenario finished and was queued for training."""
+    """A group of rollouts of one scenario finished and was queued for training.
+
+    `failed` members raised (or timed out) and were dropped; the group trains with the rest
+    (`num_trajectories`); `detail` says why the first of them failed."""
 
     group_id: int
     scenario_id: str
@@ -87,6 +93,8 @@ class GroupSampled(Event):
     trajectories: tuple[TrajectorySummary, ...] = ()
     #: Position of the scenario in the run's scenario stream (-1: not from the stream).
     scenario_index: int = -1
+    failed: int = 0
+    detail: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

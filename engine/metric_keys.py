@@ -8,6 +8,8 @@ JSONL metrics file carry them unchanged.
 
 from __future__ import annotations
 
+from typing import Any
+
 from tinker_tui.engine.events import DiscardReason
 
 # Rewards of the groups trained in the step.
@@ -42,12 +44,60 @@ TRAIN_PREFIX_MISMATCH = "train/prefix_mismatch"
 #: 1.0 when every group of the step had equal rewards: no gradient, no new policy version.
 TRAIN_SKIPPED = "train/skipped"
 
+# The KL penalty against the base model (when kl_penalty_coef > 0): the mean over the
+# step's sampled tokens of logp_policy - logp_base (an estimate of KL(policy || base)), and
+# the seconds the base model took to score them.
+KL_POLICY_BASE = "kl/policy_base"
+KL_REFERENCE_TIME = "time/kl_reference"
+
 # Evaluations (`EvalCompleted.metrics`).
 EVAL_REWARD_MEAN = "eval/reward_mean"
 EVAL_NUM_SCENARIOS = "eval/num_scenarios"
 EVAL_ERRORS = "eval/errors"
 
 
+#: Rollouts that failed (raised, timed out) during the step, whether their group trained with
+#: the rest or was discarded.
+ERROR_ROLLOUTS = "discarded/error_rollouts"
+
+
 def discarded(reason: DiscardReason) -> str:
     """Groups discarded for `reason` during the step: `discarded/stale`, ..."""
     return f"discarded/{reason}"
+
+
+# What tasks report. A trajectory's metrics (`Trajectory.metrics`) are averaged over the
+# step's trained batch as `task/<name>`, with `task/<name>/min` and `/max` for numbers
+# (not for booleans: their mean is a rate); evaluations report `eval/task/<name>`. A mixed
+# task (`mix_tasks`) also reports each part under its name: `reward/<part>/mean`,
+# `task/<part>/<name>`, `eval/<part>/reward_mean`, `eval/<part>/task/<name>`.
+TASK_PREFIX = "task/"
+
+
+def task_metric(name: str, stat: str = "", part: str = "") -> str:
+    """`task/<name>`, `task/<name>/<stat>` (min, max), or the same for one part of a mix."""
+    key = f"task/{part}/{name}" if part else f"task/{name}"
+    return f"{key}/{stat}" if stat else key
+
+
+def part_reward_mean(part: str) -> str:
+    """The mean reward of one part of a mixed task in the step's batch."""
+    return f"reward/{part}/mean"
+
+
+def eval_task_metric(name: str, part: str = "") -> str:
+    """A trajectory metric's mean over an evaluation (of one part of a mix)."""
+    return f"eval/{part}/task/{name}" if part else f"eval/task/{name}"
+
+
+def eval_part_reward_mean(part: str) -> str:
+    return f"eval/{part}/reward_mean"
+
+
+def eval_parts(metrics: dict[str, float] | Any) -> dict[str, float]:
+    """The parts of a mixed task an evaluation reported, with their mean rewards."""
+    out = {}
+    for key, value in metrics.items():
+        if key.startswith("eval/") and key.endswith("/reward_mean") and key.count("/") == 2:
+            out[key[len("eval/"):-len("/reward_mean")]] = value
+    return out

@@ -9,11 +9,17 @@ passing the choices it got to `Trajectory.from_choices`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+import numbers
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tinker_tui.engine.errors import TinkerTuiError
+
+#: What a trajectory metric may be called: it becomes part of a step metric key
+#: (`task/<name>`), so no slashes or spaces.
+METRIC_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 class TrajectoryError(TinkerTuiError, ValueError):
@@ -61,13 +67,40 @@ def _extra_fields(choice: Any) -> dict[str, Any]:
             ("prompt_token_ids", "token_ids", "token_logprobs", "policy_version")}
 
 
+def check_metrics(metrics: Mapping[str, Any]) -> dict[str, float | bool]:
+    """A trajectory's metrics, checked: names like `correct` or `tool_calls` (letters,
+    digits, `_`, `-`, `.`), values finite numbers or booleans. A boolean stays a boolean: the
+    step reports its mean (a rate) only, a number its mean, min and max."""
+    if not isinstance(metrics, Mapping):
+        raise TrajectoryError(f"metrics must be a dict of name -> number, got "
+                              f"{type(metrics).__name__}")
+    checked: dict[str, float | bool] = {}
+    for name, value in metrics.items():
+        if not isinstance(name, str) or not METRIC_NAME.fullmatch(name):
+            raise TrajectoryError(f"metric name {name!r} must be letters, digits, '_', '-' or "
+                                  "'.' (it becomes part of the step metric task/<name>)")
+        if isinstance(value, bool):
+            checked[name] = value
+            continue
+        if not isinstance(value, numbers.Real):
+            raise TrajectoryError(f"metric {name!r} must be a number or a bool, got "
+                                  f"{type(value).__name__}")
+        number = float(value)
+        if not math.isfinite(number):
+            raise TrajectoryError(f"metric {name!r} must be a finite number, got {value!r}")
+        checked[name] = number
+    return checked
+
+
 @dataclass(frozen=True, slots=True)
 class Trajectory:
-    """A scored episode: every assistant turn sampled during it, and its reward."""
+    """A scored episode: every assistant turn sampled during it, its reward, and any metrics
+    the rollout reported (`Trajectory.from_choices(..., correct=True, tool_calls=2)`): stored
+    with it, shown with it, and averaged per step as `task/<name>`."""
 
     turns: tuple[SampledTurn, ...]
     reward: float
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float | bool] = field(default_factory=dict)
     #: Optional: the conversation as the rollout saw it (role/content dicts), for display.
     messages: tuple[dict[str, Any], ...] = ()
     #: The oldest policy that contributed a token: what staleness is measured from.
@@ -86,10 +119,12 @@ class Trajectory:
         # trajectory never changes, so they are computed once here.
         object.__setattr__(self, "policy_version", min(t.policy_version for t in self.turns))
         object.__setattr__(self, "num_tokens", sum(len(t.tokens) for t in self.turns))
+        object.__setattr__(self, "metrics", check_metrics(self.metrics))
 
     @classmethod
     def from_choices(cls, choices: Iterable[Any], reward: float, *,
-                     messages: Iterable[dict[str, Any]] = (), **metrics: float) -> Trajectory:
+                     messages: Iterable[dict[str, Any]] = (),
+                     **metrics: float | bool) -> Trajectory:
         return cls(turns=tuple(SampledTurn.from_choice(c) for c in choices),
                    reward=reward, metrics=dict(metrics), messages=tuple(messages))
 
@@ -107,6 +142,13 @@ class TrajectoryGroup:
     #: from it); computed once, as the trajectories' own.
     policy_version: int = field(init=False, repr=False, compare=False)
     num_tokens: int = field(init=False, repr=False, compare=False)
+    #: The members' advantages by the run's rule (`engine.advantages`), computed when the
+    #: group was sampled; None: reward minus the group's mean.
+    advantage_values: tuple[float, ...] | None = None
+    #: The part of a mixed task the group's scenario came from ("" for a single task).
+    part: str = ""
+    #: Members whose rollout failed and were dropped (the group trains with the rest).
+    failed: int = 0
 
     def __post_init__(self) -> None:
         if not self.trajectories:
@@ -114,6 +156,10 @@ class TrajectoryGroup:
         object.__setattr__(self, "policy_version",
                            min(t.policy_version for t in self.trajectories))
         object.__setattr__(self, "num_tokens", sum(t.num_tokens for t in self.trajectories))
+        if self.advantage_values is not None and \
+                len(self.advantage_values) != len(self.trajectories):
+            raise TrajectoryError(f"{len(self.advantage_values)} advantages for "
+                                  f"{len(self.trajectories)} trajectories")
 
     @property
     def rewards(self) -> list[float]:
@@ -124,7 +170,10 @@ class TrajectoryGroup:
         return sum(self.rewards) / len(self.trajectories)
 
     def advantages(self) -> list[float]:
-        """Group-relative advantages: reward minus the group's mean reward."""
+        """Each member's advantage: as computed by the run's rule when the group was
+        sampled, else reward minus the group's mean reward."""
+        if self.advantage_values is not None:
+            return list(self.advantage_values)
         mean = self.reward_mean
         return [r - mean for r in self.rewards]
 
@@ -137,8 +186,8 @@ class TrajectoryGroup:
 class SequenceArrays:
     """The training examples of one trajectory, and how its turns were joined."""
 
-    #: One dict of per-token arrays (model_input, target_tokens, logprobs, advantages) per
-    #: training example (Tinker's convention: model_input is the sequence minus its last
+    #: One dict of per-token arrays (model_input, target_tokens, logprobs, advantages, mask)
+    #: per training example (Tinker's convention: model_input is the sequence minus its last
     #: token, every per-token array has its length, context positions get advantage 0 and
     #: logprob 0, so only sampled tokens are trained).
     examples: list[dict[str, Sequence[Any]]]
@@ -199,4 +248,7 @@ def _example(full: list[int], logprobs: list[float], trained: list[bool],
         "target_tokens": full[1:],
         "logprobs": logprobs[1:],
         "advantages": [advantage if t else 0.0 for t in trained[1:]],
+        # 1.0 where the target was sampled (trained), 0.0 for context: not sent to the
+        # backend (a loss takes no extra keys), used for the KL penalty.
+        "mask": [1.0 if t else 0.0 for t in trained[1:]],
     }]

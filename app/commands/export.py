@@ -6,7 +6,8 @@ Metrics: one record per step (`kind` "step") and per evaluation (`kind` "eval"),
 (`reward/mean`, `time/step`, `discarded/stale`, ...). Samples: one record per stored
 rollout, with its group and scenario (`group_id`, `scenario_index`, `scenario_id`),
 `sample` (its index in the group), `reward`, `policy_version`, `num_tokens`, the group's
-fate (`status` trained / discarded / unused, `step`, `reason`) and its `messages`.
+fate (`status` trained / discarded / unused, `step`, `reason`), its `messages` and the
+`metrics` its rollout reported (`Trajectory.from_choices(..., correct=True)`).
 
 RUN is a run id, a unique prefix, or omitted for the newest run (as for `show`).
 jsonl writes both to one file, `RUN.jsonl`, each line with a `record` field, "metrics" or
@@ -17,7 +18,8 @@ their default names; any other path is the file to write, except for csv with `-
 (two files), where it is a folder, created if needed (a path with a suffix, `out.csv`, or
 an existing file is refused rather than made a folder); `-` is standard output (one table,
 or the jsonl stream). Without `--output` the files go to the current folder. Non-finite numbers are null in jsonl and `nan` / `inf` in csv;
-messages are a JSON string in csv.
+messages are a JSON string in csv, and each metric a column of its own, `metrics.<name>`
+(jsonl keeps them in one `metrics` object).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from tinker_tui.engine.errors import UsageError
 
 METRIC_FIELDS = ("kind", "run_id", "step", "policy_version", "time")
 SAMPLE_FIELDS = ("run_id", "group_id", "scenario_index", "scenario_id", "sample", "reward",
-                 "policy_version", "num_tokens", "status", "step", "reason", "time", "messages")
+                 "policy_version", "num_tokens", "status", "step", "reason", "time", "messages",
+                 "metrics")
 
 
 def add_parser(commands: Any) -> None:
@@ -98,6 +101,7 @@ async def read_export(db_path: Path, wanted: str | None) -> tuple[str, list[dict
                     "step": fate.step if fate else None,
                     "reason": (fate.reason if fate else "") or None, "time": event.time,
                     "messages": [dict(m) for m in rollout.messages],
+                    "metrics": dict(rollout.metrics),
                 })
     metrics.sort(key=lambda r: (r["step"], r["kind"] != "step", r["time"]))
     samples.sort(key=lambda r: (r["group_id"], r["sample"]))
@@ -120,16 +124,26 @@ def write_jsonl(out: IO[str], metrics: Iterable[dict], samples: Iterable[dict]) 
     return n
 
 
+def _csv_row(record: dict) -> dict:
+    """A record as one CSV row: messages as a JSON string, each metric its own column."""
+    row = dict(record)
+    if isinstance(row.get("messages"), list | dict):
+        row["messages"] = json.dumps(row["messages"])
+    metrics = row.pop("metrics", None)
+    if isinstance(metrics, dict):
+        row.update({f"metrics.{name}": value for name, value in metrics.items()})
+    return row
+
+
 def write_csv(out: IO[str], records: list[dict], first: tuple[str, ...]) -> int:
-    extra = sorted({k for r in records for k in r} - set(first))
-    writer = csv.DictWriter(out, fieldnames=[*first, *extra], lineterminator="\n")
+    rows = [_csv_row(r) for r in records]
+    fields = [f for f in first if f != "metrics"]
+    extra = sorted({k for r in rows for k in r} - set(fields))
+    writer = csv.DictWriter(out, fieldnames=[*fields, *extra], lineterminator="\n")
     writer.writeheader()
-    for record in records:
-        row = dict(record)
-        if isinstance(row.get("messages"), list | dict):
-            row["messages"] = json.dumps(row["messages"])
+    for row in rows:
         writer.writerow(row)
-    return len(records)
+    return len(rows)
 
 
 @contextmanager

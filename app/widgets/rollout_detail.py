@@ -68,6 +68,16 @@ def message_lines(message: Mapping[str, Any]) -> list[Content]:
     return lines
 
 
+def metrics_text(metrics: Mapping[str, Any]) -> str:
+    """A trajectory's metrics on one line: `correct yes · tool_calls 2`."""
+    def shown(value: Any) -> str:
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        return f"{value:g}" if isinstance(value, int | float) else str(value)
+
+    return " · ".join(f"{name} {shown(value)}" for name, value in metrics.items())
+
+
 def group_status(group: GroupRecord, short: bool = False, finished: bool = False) -> Content:
     if short and group.discarded == "zero_variance":
         return (Content.styled("converged", "$text-success") if group.at_best
@@ -76,6 +86,11 @@ def group_status(group: GroupRecord, short: bool = False, finished: bool = False
         if group.step is None:
             return Content.styled("never trained (the run ended)" if finished
                                   else "waiting to be trained", "$text-muted")
+        if group.failed and not short:
+            members = len(group.trajectories) + group.failed
+            return Content.styled(f"trained with {len(group.trajectories)} of {members} "
+                                  f"rollouts; {group.failed} failed: {group.failure}",
+                                  "$text-warning")
         return Content.styled("trained", "$text-success")
     if group.discarded == "zero_variance" and group.at_best:
         return Content.styled("converged: equal rewards at the best seen (no gradient, "
@@ -164,6 +179,11 @@ def detail_content(model: RunModel, ref: RolloutRef | None) -> Content:
                          ("  policy ", "$text-muted"), f"v{trajectory.policy_version}",
                          ("  tokens ", "$text-muted"), f"{trajectory.num_tokens}",
                          ("  ", ""), where_filed(model, group)),
+    ]
+    if trajectory.metrics:
+        lines.append(Content.assemble(("metrics ", "$text-muted"),
+                                      metrics_text(trajectory.metrics)))
+    lines += [
         group_status(group, finished=model.state == "finished"),
         Content(""),
     ]

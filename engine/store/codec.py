@@ -270,13 +270,13 @@ def decode_group_fate(row: StoredRow) -> GroupFate:
 
 _SQL_SAMPLED_GROUP = """
 INSERT INTO sampled_groups (run_id, group_id, scenario_id, policy_version, num_trajectories,
-                            num_tokens, reward_mean, time)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                            num_tokens, reward_mean, time, failed, detail)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _SQL_TRAJECTORY = """
 INSERT INTO trajectories (run_id, group_id, idx, reward, policy_version, num_tokens, messages,
-                          time)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                          time, metrics)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _SQL_GROUP_SAMPLED = """
 UPDATE group_lifecycle SET status = 'sampled', sampled_version = ?, num_tokens = ?,
@@ -295,11 +295,11 @@ def _encode_group_sampled(rows: Rows, run_id: str, e: GroupSampled) -> None:
     group_id, version = _int_or_none(e.group_id), _int_or_none(e.policy_version)
     tokens, reward_mean = int(e.num_tokens), _float_or_none(e.reward_mean)
     group = (run_id, group_id, _str(e.scenario_id), version, _int_or_none(e.num_trajectories),
-             tokens, reward_mean, t)
+             tokens, reward_mean, t, int(e.failed), _str(e.detail))
     trajectories = [
         (run_id, group_id, idx, _float_or_none(trajectory.reward),
          _int_or_none(trajectory.policy_version), _int_or_none(trajectory.num_tokens),
-         _dumps([dict(m) for m in trajectory.messages]), t)
+         _dumps([dict(m) for m in trajectory.messages]), t, _dumps(dict(trajectory.metrics)))
         for idx, trajectory in enumerate(e.trajectories)]
     rows.by_statement[_SQL_SAMPLED_GROUP].append(group)
     rows.by_statement[_SQL_TRAJECTORY].extend(trajectories)
@@ -319,7 +319,8 @@ def _decode_group_sampled(row: StoredRow,
                         num_trajectories=int(row["num_trajectories"] or 0),
                         num_tokens=int(row["num_tokens"] or 0),
                         reward_mean=float(row["reward_mean"] or 0.0),
-                        trajectories=_summaries(trajectories))
+                        trajectories=_summaries(trajectories),
+                        failed=int(row["failed"] or 0), detail=row["detail"] or "")
 
 
 def _summaries(rows: Sequence[StoredRow]) -> tuple[TrajectorySummary, ...]:
@@ -329,8 +330,15 @@ def _summaries(rows: Sequence[StoredRow]) -> tuple[TrajectorySummary, ...]:
             policy_version=int(r["policy_version"] or 0),
             num_tokens=int(r["num_tokens"] or 0),
             messages=tuple(m for m in (r["messages"] or []) if isinstance(m, dict)),
+            metrics=_metrics(r["metrics"]),
         )
         for r in sorted(rows, key=lambda r: r["idx"]))
+
+
+def _metrics(value: Any) -> dict[str, float | bool]:
+    """A trajectory's stored metrics: numbers and booleans by name (anything else dropped)."""
+    return {str(k): v for k, v in _dict(value).items()
+            if isinstance(v, bool | int | float)}
 
 
 def group_of(row: StoredRow) -> int:

@@ -25,7 +25,7 @@ from tinker_tui.engine.errors import UsageError
 logger = logging.getLogger(__name__)
 
 #: Schema version written to `PRAGMA user_version`.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: `PRAGMA application_id` of a tinker-tui run store ("ttui").
 APPLICATION_ID = 0x74747569
 
@@ -215,8 +215,17 @@ CREATE TABLE startup (
 CREATE INDEX startup_run ON startup (run_id, id);
 """
 
+# Version 5 keeps what a task reports besides rewards: each trajectory's metrics (a JSON
+# object, `Trajectory.metrics`), and per sampled group the members that failed and were
+# dropped (the group trained with the rest) with the first failure's message.
+SCHEMA_V5 = """
+ALTER TABLE trajectories ADD COLUMN metrics TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE sampled_groups ADD COLUMN failed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sampled_groups ADD COLUMN detail TEXT NOT NULL DEFAULT '';
+"""
+
 #: Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4)
+MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5)
 
 
 # ---------------------------------------------------------------------- opening checks
