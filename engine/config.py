@@ -136,6 +136,10 @@ def setting(default: T, meaning: str, group: Group = "run", *, low: float | None
 
 
 LOSS_FNS = ("importance_sampling", "ppo", "cispo", "dro")
+#: The values of `advantage` (see engine.advantages; kept here so --help needs no import).
+ADVANTAGE_RULES = ("mean", "mean_std")
+#: What a health pause does: `auto` is `wait` with a dashboard, `stop` without one.
+HEALTH_PAUSE_POLICIES = ("auto", "wait", "stop")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +152,13 @@ class RunConfig:
         0, "fewest groups to train on (0 = groups_per_step); between the two, a step takes "
         "what is already queued", "pipeline", low=0)
     loss_fn: str = setting("importance_sampling", "the RL loss", choices=LOSS_FNS)
+    advantage: str = setting(
+        "mean", "group advantages: reward minus the group's mean, or that divided by the "
+        "group's standard deviation (mean_std); a task's advantages() hook overrides it",
+        choices=ADVANTAGE_RULES)
+    kl_penalty_coef: float = setting(
+        0.0, "KL penalty against the base model, per sampled token, added to the "
+        "advantages (tinker-cookbook's kl_penalty_coef); 0 = off", low=0)
     learning_rate: float = setting(3e-3, "Adam learning rate of the RL steps",
                                    low=0, high=1, low_open=True, high_open=True, live=True)
     temperature: float = setting(1.0, "default sampling temperature of the policy server",
@@ -167,8 +178,18 @@ class RunConfig:
         0, "supervised format steps before RL, if the task has examples", low=0)
     warmup_learning_rate: float = setting(3e-3, "learning rate of the warm-up steps",
                                           low=0, high=1, low_open=True, high_open=True)
+    rollout_timeout: float = setting(
+        600.0, "seconds one rollout (a group_rollout: one group) may take; past it, it is "
+        "cancelled and counted as an error; 0 = no limit", "pipeline", low=0)
+    min_group_size: int = setting(
+        2, "a group whose failed rollouts leave fewer members than this (at most "
+        "group_size) is discarded; otherwise it trains with the rest", "pipeline", low=1)
     health_window: int = setting(32, "groups the health checks look back over", "pipeline",
                                  low=1)
+    on_health_pause: str = setting(
+        "auto", "when a health check pauses the run: wait for resume, or stop gracefully "
+        "(exit code 3); auto = wait with a dashboard, stop without one", "pipeline",
+        choices=HEALTH_PAUSE_POLICIES)
     zero_variance_pause_rate: float = setting(
         0.9, "pause when this share of them had no learning signal", "pipeline",
         low=0, high=1, low_open=True)
@@ -235,6 +256,11 @@ class RunConfig:
     @property
     def min_batch(self) -> int:
         return self.min_groups_per_step or self.groups_per_step
+
+    @property
+    def min_members(self) -> int:
+        """The fewest rollouts of a group that must succeed for it to train."""
+        return min(self.min_group_size, self.group_size)
 
     def with_overrides(self, overrides: dict[str, Any]) -> RunConfig:
         known = {f.name for f in fields(self)}
