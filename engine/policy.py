@@ -46,6 +46,15 @@ class UnknownVersionError(TinkerTuiError, LookupError):
     """A policy version that this run does not serve (never existed, or evicted)."""
 
 
+def _datum(model_input: list[int], target_tokens: list[int], logprobs: list[float],
+           advantages: list[float]) -> tinker.Datum:
+    """An RL Datum (the inputs every RL loss takes)."""
+    return tinker.Datum(
+        model_input=tinker.ModelInput.from_ints(model_input),
+        loss_fn_inputs={"target_tokens": target_tokens, "logprobs": logprobs,
+                        "advantages": advantages})
+
+
 # ---------------------------------------------------------------------------- checkpoints
 def checkpoint_name(step: int, suffix: str = "") -> str:
     return f"step-{step:06d}{suffix}"
@@ -95,14 +104,39 @@ class TrainResult:
 
 
 class DatumBatch(list):  # type: ignore[type-arg]
-    """The Datums of one training step (a list), with metrics about how they were built."""
+    """The Datums of one training step (a list), with metrics about how they were built and,
+    per Datum, which of its targets were sampled (1.0) rather than context (0.0)."""
 
     metrics: dict[str, float]
+    masks: list[list[float]]
 
     def __init__(self, datums: Sequence[tinker.Datum] = (),
-                 metrics: Mapping[str, float] | None = None) -> None:
+                 metrics: Mapping[str, float] | None = None,
+                 masks: Sequence[Sequence[float]] | None = None) -> None:
         super().__init__(datums)
         self.metrics = dict(metrics or {})
+        self.masks = [list(m) for m in masks] if masks is not None else []
+
+
+def kl_penalized_advantages(advantages: Sequence[Sequence[float]],
+                            sampled_logprobs: Sequence[Sequence[float]],
+                            base_logprobs: Sequence[Sequence[float]],
+                            masks: Sequence[Sequence[float]],
+                            coef: float) -> tuple[list[list[float]], float]:
+    """The KL penalty against the base model, as tinker-cookbook's `incorporate_kl_penalty`
+    applies it: per sampled token, d = logp_sampled - logp_base; the advantage of that token
+    gains coef * (mean d over every sampled token of the batch - d). Tokens the base finds
+    much less likely than the policy did are pushed down, the others up; the batch's mean
+    advantage is unchanged. Returns the new advantages and the mean d (an estimate of
+    KL(policy || base) on the sampled tokens)."""
+    diffs = [[(s - b) * m for s, b, m in zip(sampled, base, mask, strict=True)]
+             for sampled, base, mask in zip(sampled_logprobs, base_logprobs, masks,
+                                            strict=True)]
+    count = sum(sum(mask) for mask in masks)
+    mean = sum(sum(d) for d in diffs) / count if count else 0.0
+    new = [[a + coef * m * (mean - d) for a, d, m in zip(adv, diff, mask, strict=True)]
+           for adv, diff, mask in zip(advantages, diffs, masks, strict=True)]
+    return new, mean
 
 
 class Policy:
@@ -126,6 +160,7 @@ class Policy:
         keep_last_checkpoints: int = 5,
         keep_every_checkpoints: int = 0,
         sampler_clients_to_keep: int = 4,
+        kl_penalty_coef: float = 0.0,
         retry: RetryPolicy | None = None,
         on_event: Callable[[Event], None] | None = None,
         clock: Clock | None = None,
@@ -143,6 +178,9 @@ class Policy:
         self.keep_last_checkpoints = keep_last_checkpoints
         self.keep_every_checkpoints = keep_every_checkpoints
         self.sampler_clients_to_keep = max(1, sampler_clients_to_keep)
+        self.kl_penalty_coef = kl_penalty_coef
+        #: The base model's sampling client, the KL penalty's reference (when it is on).
+        self.reference: Any = None
         self.retry = retry or RetryPolicy()
         self.on_event = on_event
         self.clock = clock
@@ -175,6 +213,7 @@ class Policy:
             keep_last_checkpoints=config.keep_last_checkpoints,
             keep_every_checkpoints=config.keep_every_checkpoints,
             sampler_clients_to_keep=config.sampler_clients_to_keep,
+            kl_penalty_coef=config.kl_penalty_coef,
             retry=RetryPolicy(timeout=config.backend_timeout,
                               attempts=config.backend_retries + 1),
             on_event=on_event, clock=clock)
@@ -226,6 +265,11 @@ class Policy:
         self.renderer, self.renderer_name = make_renderer(
             self.base_model, self.tokenizer, self.requested_renderer,
             warn=lambda message: self._log("warning", message))
+        if self.kl_penalty_coef > 0 and self.reference is None:
+            # The untrained base model, as tinker-cookbook's KL reference defaults to.
+            self.reference = await self._call(
+                "create KL reference sampler",
+                lambda _: service.create_sampling_client(base_model=self.base_model))
         self.version = version
         await self._publish(version)
 
@@ -302,17 +346,31 @@ class Policy:
 
     async def sample(self, prompt: tinker.ModelInput, num_samples: int,
                      sampling_params: tinker.SamplingParams, *, version: int | None = None,
-                     top_logprobs: int = 0) -> tuple[tinker.SampleResponse, int]:
+                     top_logprobs: int = 0, constraint: Any = None,
+                     constraint_prefix: str = "") -> tuple[tinker.SampleResponse, int]:
         """Sample from the current policy (or `version`); returns the response and the
-        version that produced it."""
+        version that produced it. `constraint` (with the text it starts from) keeps the
+        samples' text within a shape where the backend samples in this process (the local
+        backend's `sample_constrained`); elsewhere it is not applied."""
         if version is None or version == self.version:
             client, version = self.sampling_client, self.version
         else:
             client = await self.sampling_client_for(version)
         extra = {"topk_sample_logprobs": top_logprobs} if top_logprobs else {}
-        response = await self._call("sample", lambda _: client.sample(
-            prompt=prompt, num_samples=num_samples, sampling_params=sampling_params, **extra))
+        constrained = getattr(client, "sample_constrained", None) \
+            if constraint is not None else None
+        if constrained is not None:
+            response = await self._call("sample", lambda _: constrained(
+                prompt, num_samples, sampling_params, constraint, constraint_prefix, **extra))
+        else:
+            response = await self._call("sample", lambda _: client.sample(
+                prompt=prompt, num_samples=num_samples, sampling_params=sampling_params,
+                **extra))
         return response, version
+
+    def can_constrain(self) -> bool:
+        """Whether `sample` applies a constraint: the backend samples in this process."""
+        return hasattr(self.sampling_client, "sample_constrained")
 
     # ------------------------------------------------------------------ training
     def build_datums(self, groups: Sequence[TrajectoryGroup]) -> DatumBatch:
@@ -323,6 +381,7 @@ class Policy:
         prefix mismatches that split a trajectory into several Datums.
         """
         datums: list[tinker.Datum] = []
+        masks: list[list[float]] = []
         turns = mismatches = 0
         for group in groups:
             for trajectory, advantage in zip(group.trajectories, group.advantages(), strict=True):
@@ -330,16 +389,45 @@ class Policy:
                 turns += arrays.turns
                 mismatches += arrays.prefix_mismatches
                 for example in arrays.examples:
-                    datums.append(tinker.Datum(
-                        model_input=tinker.ModelInput.from_ints(list(example["model_input"])),
-                        loss_fn_inputs={
-                            "target_tokens": list(example["target_tokens"]),
-                            "logprobs": list(example["logprobs"]),
-                            "advantages": list(example["advantages"]),
-                        },
-                    ))
+                    datums.append(_datum(list(example["model_input"]),
+                                         list(example["target_tokens"]),
+                                         list(example["logprobs"]),
+                                         list(example["advantages"])))
+                    masks.append(list(example["mask"]))
         return DatumBatch(datums, {keys.TRAIN_TURNS: float(turns),
-                                   keys.TRAIN_PREFIX_MISMATCH: float(mismatches)})
+                                   keys.TRAIN_PREFIX_MISMATCH: float(mismatches)}, masks)
+
+    async def apply_kl_penalty(self, datums: DatumBatch) -> tuple[DatumBatch, dict[str, float]]:
+        """The batch with the KL penalty against the base model added to its advantages
+        (`kl_penalized_advantages`), and the step's `kl/...` metrics. The base model scores
+        every Datum's sequence from its first sampled token on."""
+        started = time.perf_counter()
+        reference = self.reference
+        inputs = [d.model_input.to_ints() for d in datums]
+        targets = [d.loss_fn_inputs["target_tokens"].tolist() for d in datums]
+        sampled = [d.loss_fn_inputs["logprobs"].tolist() for d in datums]
+        advantages = [d.loss_fn_inputs["advantages"].tolist() for d in datums]
+        masks = datums.masks or [[1.0 if a else 0.0 for a in adv] for adv in advantages]
+
+        async def base_logprobs(index: int) -> list[float]:
+            full = inputs[index] + targets[index][-1:]
+            first = next((j for j, m in enumerate(masks[index]) if m), None)
+            if first is None:
+                return [0.0] * len(targets[index])
+            last_n = len(full) - (first + 1)  # from the first sampled target to the end
+            scored = await self._call("KL reference logprobs", lambda _: reference.compute_logprobs(
+                tinker.ModelInput.from_ints(full), prompt_logprobs_last_n=last_n))
+            # scored[i + 1] is log p_base(full[i + 1] | full[:i + 1]), i.e. of target i
+            return [0.0 if v is None else float(v) for v in list(scored)[1:]]
+
+        base = await asyncio.gather(*(base_logprobs(i) for i in range(len(datums))))
+        new_advantages, mean_kl = await asyncio.to_thread(
+            kl_penalized_advantages, advantages, sampled, base, masks, self.kl_penalty_coef)
+        batch = DatumBatch([_datum(i, t, s, a) for i, t, s, a in
+                            zip(inputs, targets, sampled, new_advantages, strict=True)],
+                           datums.metrics, masks)
+        return batch, {keys.KL_POLICY_BASE: mean_kl,
+                       keys.KL_REFERENCE_TIME: time.perf_counter() - started}
 
     async def train(
         self,
@@ -348,7 +436,12 @@ class Policy:
         loss_fn: str = "importance_sampling",
         learning_rate: float,
     ) -> TrainResult:
-        """One optimizer step, then publish the next sampling client (version + 1)."""
+        """One optimizer step (with the KL penalty, when it is on), then publish the next
+        sampling client (version + 1)."""
+        kl_metrics: dict[str, float] = {}
+        if self.kl_penalty_coef > 0 and self.reference is not None and datums:
+            batch = datums if isinstance(datums, DatumBatch) else DatumBatch(datums)
+            datums, kl_metrics = await self.apply_kl_penalty(batch)
         training = self.training_client
         config = self.loss_fn_config or None
         # Submit both before awaiting either, so the service can pipeline them. Neither is
@@ -367,6 +460,7 @@ class Policy:
                    keys.OPTIM_STEP_TIME: optim_done - fb_done,
                    keys.PUBLISH_WEIGHTS_TIME: publish_seconds}
         metrics.update(getattr(datums, "metrics", {}))
+        metrics.update(kl_metrics)
         return TrainResult(self.version, metrics, len(datums), num_tokens)
 
     def supervised_datums(

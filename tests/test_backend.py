@@ -108,7 +108,7 @@ async def test_the_policy_calls_only_the_tinker_sdk_interface(tmp_path):
     log = []
     config = RunConfig(loss_fn="ppo", loss_fn_config="clip_low_threshold=0.9",
                        adam_beta1=0.8, adam_beta2=0.99, adam_eps=1e-8, weight_decay=0.01,
-                       grad_clip_norm=1.0, keep_last_checkpoints=1)
+                       grad_clip_norm=1.0, keep_last_checkpoints=1, kl_penalty_coef=0.1)
     policy = Policy.from_config(recorded_service(tmp_path, log), config)
     await policy.start()
     for _ in range(2):
@@ -128,7 +128,12 @@ async def test_the_policy_calls_only_the_tinker_sdk_interface(tmp_path):
             ("TrainingClient", "save_weights_and_get_sampling_client"),
             ("TrainingClient", "save_weights_for_sampler"), ("TrainingClient", "save_state"),
             ("SamplingClient", "sample"),
-            ("RestClient", "delete_checkpoint_from_tinker_path")} <= called
+            ("RestClient", "delete_checkpoint_from_tinker_path"),
+            # the KL penalty's reference: the base model, scored as the SDK does it
+            ("ServiceClient", "create_sampling_client"),
+            ("SamplingClient", "compute_logprobs")} <= called
+    assert any(n == "create_sampling_client" and k == {"base_model": DEFAULT_BASE_MODEL}
+               for _, n, _, k in log)
     for cls, name, args, kwargs in log:
         method = getattr(cls, name, None)
         assert method is not None, f"{cls.__name__}.{name} is not part of the tinker SDK"
