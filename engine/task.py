@@ -13,8 +13,12 @@ A task is one Python file that builds a module-level ``TASK = Task(...)``:
   members of a group, or to sample all ``n`` answers in one request with ``n=n``);
 * optionally ``eval_scenarios()`` (a finite held-out set, each rolled out once per
   evaluation), ``warmup`` (supervised format conversations, trained before RL when
-  ``warmup_steps`` > 0), ``settings`` (defaults for run settings, e.g. ``max_steps``) and
-  ``backend_settings`` (defaults for one backend, over ``settings``).
+  ``warmup_steps`` > 0), ``settings`` (defaults for run settings, e.g. ``max_steps``),
+  ``backend_settings`` (defaults for one backend, over ``settings``) and
+  ``advantages(rewards)`` (a group's advantages, instead of the run's `advantage` rule).
+
+`mix_tasks(name, [(task, weight), ...])` makes one task of several: each scenario comes from
+one of them, drawn by weight, and is rolled out (and reported) as that task's.
 
 Everything a task file needs is importable from here::
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import inspect
+import math
 import random
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,14 +42,18 @@ from tinker_tui.engine.trajectory import Trajectory, TrajectoryError
 __all__ = [
     "GroupRollout",
     "Message",
+    "PartScenario",
     "Rollout",
     "Scenario",
     "Task",
     "TaskError",
+    "TaskPart",
     "Trajectory",
     "TrajectoryError",
     "check_task",
     "group_rollout_of",
+    "mix_tasks",
+    "part_of",
 ]
 
 Message = dict[str, Any]
@@ -62,6 +71,14 @@ class Scenario:
 
     id: str
     data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class PartScenario(Scenario):
+    """A scenario of a mixed task (`mix_tasks`): `data` is the part's own `Scenario`, `part`
+    the name of the task it belongs to; its id is "<part>/<the part's id>"."""
+
+    part: str = ""
 
 
 #: rollout(client, model, scenario) -> Trajectory; `client` is an `openai.AsyncOpenAI`.
@@ -89,6 +106,11 @@ class Task:
     #: Defaults for one backend only, over `settings`: {"local": {...}, "tinker": {...}}
     #: (a learning rate or warm-up that suits the tiny embedded model rarely suits Qwen3).
     backend_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: Optional advantages(rewards) -> one finite number per member: a group's advantages,
+    #: instead of the run's `advantage` rule.
+    advantages: Callable[[list[float]], Sequence[float]] | None = None
+    #: The tasks a mixed task draws from, with their weights (set by `mix_tasks`).
+    parts: tuple[TaskPart, ...] = ()
 
     def __post_init__(self) -> None:
         if self.group_rollout is not None and not isinstance(self.rollout, _GroupJoin):
@@ -98,6 +120,14 @@ class Task:
             # The engine calls `rollout` once per group member; the members of one group
             # share one group_rollout call.
             object.__setattr__(self, "rollout", _GroupJoin(self.group_rollout))
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPart:
+    """One task of a mixed task, and the share of its scenarios (weight / total weight)."""
+
+    task: Task
+    weight: float
 
 
 class _GroupJoin:
@@ -140,10 +170,12 @@ class _GroupJoin:
         except BaseException as exc:
             if not members.result.done():
                 if isinstance(exc, asyncio.CancelledError):
-                    members.result.cancel()
-                else:
-                    members.result.set_exception(exc)
-                    members.result.exception()  # marked as read: members may be gone
+                    # The call was cancelled (its timeout, or a stop): the members waiting
+                    # on it fail with an error, not a cancellation of their own.
+                    exc = TrajectoryError("the group_rollout call was cancelled (timed out, "
+                                          "or the run is stopping)")
+                members.result.set_exception(exc)
+                members.result.exception()  # marked as read: members may be gone
             raise
         members.result.set_result(trajectories)
         return trajectories[0]
@@ -153,6 +185,125 @@ class _GroupJoin:
 class _Members:
     result: asyncio.Future[list[Trajectory]]
     count: int = 1
+
+
+# ---------------------------------------------------------------------- mixing tasks
+def mix_tasks(name: str, parts: Iterable[tuple[Task, float]], *,
+              settings: Mapping[str, Any] | None = None,
+              backend_settings: Mapping[str, Mapping[str, Any]] | None = None) -> Task:
+    """One task made of several, for one run: each scenario is drawn from one of `parts`
+    ((task, weight) pairs; a task's share of the scenarios is its weight over the total), rolled
+    out by that task's own rollout (or group_rollout) and advantages hook, and reported
+    under its name (`reward/<name>/mean`, `task/<name>/<metric>`, `eval/<name>/reward_mean`).
+
+    The mix's evaluation is every part's eval scenarios; its warm-up, every part's warm-up
+    conversations. Run settings come from `settings` / `backend_settings` here: the parts'
+    own settings do not apply (one run has one learning rate)."""
+    if isinstance(parts, Mapping | str | bytes) or not isinstance(parts, Iterable):
+        raise TaskError(f"mix_tasks({name!r}) takes a list of (task, weight) pairs, got "
+                        f"{_kind(parts)}")
+    task_parts = []
+    for item in parts:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise TaskError(f"mix_tasks({name!r}) takes a list of (task, weight) pairs; "
+                            f"got {_kind(item)} in it")
+        part_task, weight = item
+        task_parts.append(TaskPart(part_task, weight))
+    parts_tuple = tuple(task_parts)
+    _check_parts(name, parts_tuple)
+    has_evals = any(p.task.eval_scenarios is not None for p in parts_tuple)
+    return Task(
+        name=name, scenarios=_MixedScenarios(parts_tuple), rollout=_MixedRollout(parts_tuple),
+        eval_scenarios=_MixedEvals(parts_tuple) if has_evals else None,
+        warmup=tuple(c for p in parts_tuple for c in p.task.warmup),
+        settings=dict(settings or {}), backend_settings=dict(backend_settings or {}),
+        parts=parts_tuple)
+
+
+def _check_parts(name: str, parts: tuple[TaskPart, ...]) -> None:
+    if not parts:
+        raise TaskError(f"mix_tasks({name!r}) needs at least one task")
+    seen: set[str] = set()
+    for part in parts:
+        if not isinstance(part.task, Task):
+            raise TaskError(f"mix_tasks({name!r}): expected Task objects, got "
+                            f"{_kind(part.task)}")
+        if part.task.parts:
+            raise TaskError(f"mix_tasks({name!r}): {part.task.name!r} is itself a mix; list "
+                            "its tasks instead")
+        part_name = part.task.name
+        if not isinstance(part_name, str) or not part_name or "/" in part_name \
+                or part_name != part_name.strip():
+            raise TaskError(f"mix_tasks({name!r}): task name {part_name!r} cannot name a "
+                            "part (it is used in metric keys: no '/', no surrounding spaces)")
+        if part_name in seen:
+            raise TaskError(f"mix_tasks({name!r}): two tasks are named {part_name!r}; each "
+                            "part is reported under its name, so names must differ")
+        seen.add(part_name)
+        weight = part.weight
+        if isinstance(weight, bool) or not isinstance(weight, int | float) \
+                or not math.isfinite(weight) or weight <= 0:
+            raise TaskError(f"mix_tasks({name!r}): the weight of {part_name!r} must be a "
+                            f"positive number, got {weight!r}")
+
+
+class _MixedScenarios:
+    """scenarios(rng) of a mixed task: each part draws from a generator of its own, seeded
+    from `rng` (so a part's scenarios do not depend on the weights), and `rng` picks the
+    part of each scenario by weight. A part whose scenarios end drops out of the draw."""
+
+    def __init__(self, parts: tuple[TaskPart, ...]) -> None:
+        self.parts = parts
+
+    def __call__(self, rng: random.Random) -> Iterator[Scenario]:
+        streams = {p.task.name: iter(p.task.scenarios(random.Random(rng.getrandbits(64))))
+                   for p in self.parts}
+        weights = {p.task.name: float(p.weight) for p in self.parts}
+        while weights:
+            names = list(weights)
+            part = rng.choices(names, [weights[n] for n in names])[0]
+            try:
+                inner = next(streams[part])
+            except StopIteration:
+                del weights[part]
+                continue
+            yield PartScenario(id=f"{part}/{inner.id}", data=inner, part=part)
+
+
+class _MixedEvals:
+    """eval_scenarios() of a mixed task: every part's, in the parts' order."""
+
+    def __init__(self, parts: tuple[TaskPart, ...]) -> None:
+        self.parts = parts
+
+    def __call__(self) -> list[Scenario]:
+        return [PartScenario(id=f"{p.task.name}/{inner.id}", data=inner, part=p.task.name)
+                for p in self.parts if p.task.eval_scenarios is not None
+                for inner in p.task.eval_scenarios()]
+
+
+class _MixedRollout:
+    """rollout(client, model, scenario) of a mixed task: the scenario's part rolls out its
+    own scenario (a group rollout part: the group's members still share one call)."""
+
+    def __init__(self, parts: tuple[TaskPart, ...]) -> None:
+        self.by_name = {p.task.name: p.task for p in parts}
+
+    async def __call__(self, client: Any, model: str, scenario: Scenario) -> Trajectory:
+        part = self.by_name.get(scenario.part) if isinstance(scenario, PartScenario) else None
+        if part is None or part.rollout is None:
+            raise TaskError(f"scenario {scenario.id!r} is not one of this mix's scenarios")
+        return await part.rollout(client, model, scenario.data)
+
+
+def part_of(task: Task, scenario: Scenario) -> tuple[str, Task]:
+    """The part of a mixed task that `scenario` belongs to, as (its name, its task);
+    ("", task) for a task that is not a mix."""
+    if task.parts and isinstance(scenario, PartScenario):
+        for part in task.parts:
+            if part.task.name == scenario.part:
+                return part.task.name, part.task
+    return "", task
 
 
 def group_rollout_of(task: Task) -> GroupRollout | None:
@@ -194,6 +345,16 @@ def check_task(task: Any, *, known_settings: Iterable[str] | None = None) -> Tas
     if task.eval_scenarios is not None:
         _check_callable("eval_scenarios", task.eval_scenarios, (), asynchronous=False)
     _check_warmup(task.warmup)
+    if task.advantages is not None:
+        _check_callable("advantages", task.advantages, ("rewards",), asynchronous=False)
+    if task.parts:
+        _check_parts(task.name, tuple(task.parts))
+        for part in task.parts:
+            try:
+                check_task(part.task)
+            except TaskError as exc:
+                raise TaskError(f"in the mix {task.name!r}, task {part.task.name!r}: "
+                                f"{exc}") from None
     if not isinstance(task.settings, Mapping):
         raise TaskError(f"Task.settings must be a dict of run settings, got {_kind(task.settings)}")
     if not isinstance(task.backend_settings, Mapping):
