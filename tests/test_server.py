@@ -164,7 +164,8 @@ async def test_tools_with_each_tool_choice_on_the_local_model(server):
         if tool_choice == "required":
             assert prompt.endswith('Assistant: {"name": "')
         if isinstance(tool_choice, dict):
-            assert prompt.endswith('Assistant: {"name": "add", "arguments": ')
+            # on the token boundary: this tokenizer writes ' {' as one token
+            assert prompt.endswith('Assistant: {"name": "add", "arguments":')
         if choice.message.tool_calls:  # a random small model rarely writes a whole call
             assert choice.finish_reason == "tool_calls"
             assert choice.message.tool_calls[0].function.name == "add"

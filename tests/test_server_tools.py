@@ -104,16 +104,26 @@ async def test_tool_choice_required_prefills_the_call(scripted):
     assert choice.model_extra["prompt_token_ids"] == sampler.prompts[0]
 
 
-async def test_a_named_tool_choice_prefills_its_name(scripted):
+async def test_a_named_tool_choice_prefills_its_name_up_to_a_token_boundary(scripted):
     client, policy, script = scripted
-    sampler = script('{"a": 1, "b": 1}}\n\nUser:')
+    tokenizer = policy.tokenizer
+    # the embedded tokenizer writes " {" as one token: a prefill ending in the space would
+    # leave the model a continuation ("{" after a lone " ") it never writes
+    assert [tokenizer.decode([t]) for t in tokenizer.encode(' {"a"')][0] == " {"
+    sampler = script(' {"a": 1, "b": 1}}\n\nUser:')
     completion = await client.chat.completions.create(
         model="policy", messages=QUESTION, tools=TOOLS,
         tool_choice={"type": "function", "function": {"name": "add"}})
     [call] = completion.choices[0].message.tool_calls
     assert (call.function.name, call.function.arguments) == ("add", '{"a": 1, "b": 1}')
-    assert policy.tokenizer.decode(sampler.prompts[0]).endswith(
-        'Assistant: {"name": "add", "arguments": ')
+    prompt = sampler.prompts[0]
+    assert tokenizer.decode(prompt).endswith('Assistant: {"name": "add", "arguments":')
+    # the prompt ends with the first tokens of the whole call, as the model writes it
+    whole = tokenizer.encode(' {"name": "add", "arguments": {"a": 1, "b": 1}}')
+    header = tokenizer.encode("Assistant:")
+    start = len(prompt) - next(i for i in range(len(prompt), 0, -1)
+                               if prompt[i - len(header):i] == header)
+    assert prompt[len(prompt) - start:] == whole[:start]
 
 
 async def test_parallel_tool_calls_false_returns_one_call(scripted):

@@ -55,6 +55,11 @@ class GenRequest:
     prompt_logprobs_last_n: int | None = None
     topk_prompt: int = 0
     topk_sample: int = 0
+    #: Optional: keeps the sampled text within a shape (`check(text)` -> "reject",
+    #: "continue" or "done"; see engine.server.tool_call_constraint). `text` is
+    #: `constraint_prefix` plus the decoded sample so far.
+    constraint: Any = None
+    constraint_prefix: str = ""
 
 
 @dataclass
@@ -224,6 +229,53 @@ def _draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return chosen
 
 
+#: Draws a constrained row makes before it tries tokens in order of probability instead.
+CONSTRAINED_DRAWS = 16
+
+
+def _constrained_choice(r: GenRequest, tokens: list[int], tok: int, weights: torch.Tensor,
+                        greedy: bool, tokenizer: Any, token_text: dict[int, str],
+                        generator: torch.Generator) -> tuple[int | None, bool]:
+    """A token for a row with a constraint: `tok` if it keeps the text within the shape,
+    else another drawn from the row's sampling weights without the rejected ones (the
+    most likely allowed one for greedy rows), then the most likely allowed one. Returns
+    (the token, or None if no token with any weight is allowed; whether the text is then
+    complete). `token_text` caches each token's own text."""
+    state = r.constraint.start(r.constraint_prefix + tokenizer.decode(tokens))
+    first_ok: dict[str, bool] = {}  # a text can only pass if its first character does
+
+    def verdict(candidate: int) -> str:
+        if candidate in r.stop_ids:  # ending is allowed only once the text is complete
+            return "done" if state.verdict == "done" else "reject"
+        text = token_text.get(candidate)
+        if text is None:
+            text = token_text[candidate] = tokenizer.decode([candidate])
+        if text:
+            ok = first_ok.get(text[0])
+            if ok is None:
+                ok = first_ok[text[0]] = state.copy().feed(text[0]) != "reject"
+            if not ok:
+                return "reject"
+        return state.copy().feed(text)
+
+    weights = weights.clone()
+    for _ in range(CONSTRAINED_DRAWS):
+        v = verdict(tok)
+        if v != "reject":
+            return tok, v == "done"
+        weights[tok] = 0.0
+        if not bool((weights > 0).any()):
+            return None, False
+        tok = int(weights.argmax()) if greedy else int(_draw(weights.unsqueeze(0), generator))
+    order = torch.argsort(weights, descending=True)
+    live = int((weights > 0).sum())
+    for candidate in order[:live].tolist():
+        v = verdict(candidate)
+        if v != "reject":
+            return candidate, v == "done"
+    return None, False
+
+
 def _hits_stop_string(
     tokenizer: Any, tokens: list[int], stops: tuple[str, ...], window: int
 ) -> bool:
@@ -304,6 +356,7 @@ def generate(
     out_topk: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in rows]
     reasons: list[str | None] = [None] * num_rows
     live = list(range(num_rows))  # batch position -> row
+    token_text: dict[int, str] = {}  # for constrained rows: each token's own text
 
     while True:
         scaled = logits / safe_temperature.unsqueeze(1)
@@ -315,6 +368,25 @@ def generate(
             chosen = _draw(torch.softmax(sample_from, dim=-1), generator)
             if any_greedy:
                 chosen = torch.where(greedy, logits.argmax(dim=-1), chosen)
+        complete: set[int] = set()  # rows whose constraint says the text is whole
+        if any(rows[row].constraint is not None for row in live):
+            weights = torch.softmax(sample_from if not all_greedy else scaled, dim=-1)
+            picks = chosen.tolist()
+            for b, row in enumerate(live):
+                r = rows[row]
+                if r.constraint is None:
+                    continue
+                tok, done = _constrained_choice(r, out_tokens[row], picks[b], weights[b],
+                                                bool(greedy[b]), facts.tokenizer, token_text,
+                                                generator)
+                if tok is None:  # nothing keeps the shape: end the row as it is
+                    tok, done = picks[b], True
+                picks[b] = tok
+                if done:
+                    complete.add(row)
+            chosen = torch.tensor(picks, dtype=chosen.dtype, device=chosen.device)
+        # The model's own logprob of the token (before any constraint), as the trainer
+        # computes it.
         chosen_lp = logp_all.gather(1, chosen.unsqueeze(1)).squeeze(1)
         k_max = max(topk_rows[row] for row in live)
         if k_max:
@@ -331,7 +403,7 @@ def generate(
                 out_topk[row].append(
                     (top_indices[b, : r.topk_sample], top_values[b, : r.topk_sample])
                 )
-            if tok in r.stop_ids or (
+            if tok in r.stop_ids or row in complete or (
                 r.stop_strings
                 and _hits_stop_string(
                     facts.tokenizer, out_tokens[row], r.stop_strings, windows[row]

@@ -205,6 +205,32 @@ class LocalSamplingClient:
         runtime.torch_executor().submit(self._drain)
         return AwaitableConcurrentFuture(future)
 
+    def sample_constrained(
+        self,
+        prompt: tinker.ModelInput,
+        num_samples: int,
+        sampling_params: tinker.SamplingParams,
+        constraint: Any,
+        constraint_prefix: str = "",
+        topk_sample_logprobs: int = 0,
+    ) -> APIFuture[tinker.SampleResponse]:
+        """`sample`, keeping each sample's text within `constraint` (not in the SDK: the
+        local backend samples here, so it can; see engine.server.tool_call_constraint).
+        `constraint.check(constraint_prefix + text so far)` decides every token; a sample
+        ends ("stop") once it says "done". Logprobs stay the model's own."""
+        try:
+            request = make_request(prompt, num_samples, sampling_params, self._facts,
+                                   topk_sample_logprobs=topk_sample_logprobs)
+        except Exception as exc:
+            return runtime.failed(exc)
+        request.constraint = constraint
+        request.constraint_prefix = constraint_prefix
+        future: Future[tinker.SampleResponse] = Future()
+        with self._pending_lock:
+            self._pending.append((request, future))
+        runtime.torch_executor().submit(self._drain)
+        return AwaitableConcurrentFuture(future)
+
     async def sample_async(
         self,
         prompt: tinker.ModelInput,

@@ -27,10 +27,12 @@ from tinker_tui.engine.server.schema import (
     RequestError,
     ToolCallParam,
 )
+from tinker_tui.engine.server.tool_call_constraint import ToolCallConstraint
 from tinker_tui.engine.server.tools import (
     TOOL_RESULT,
     ToolTextCache,
     content_prefix,
+    forced_call_prefill,
     format_text_tool_call,
     parse_text_tool_calls,
     supports_native_tools,
@@ -50,7 +52,8 @@ class PolicySource(Protocol):
 
     async def sample(self, prompt: tinker.ModelInput, num_samples: int,
                      sampling_params: tinker.SamplingParams, *, version: int | None = None,
-                     top_logprobs: int = 0) -> tuple[tinker.SampleResponse, int]: ...
+                     top_logprobs: int = 0, constraint: Any = None,
+                     constraint_prefix: str = "") -> tuple[tinker.SampleResponse, int]: ...
 
 
 @dataclass
@@ -79,6 +82,10 @@ class Prepared:
     tool_mode: Literal["off", "text", "native"] = "off"
     parse_tools: bool = False
     tool_limit: int | None = None
+    #: For a forced tool call: the shape the reply's text must keep (applied where the
+    #: backend samples in this process), starting from the prefill's text.
+    constraint: ToolCallConstraint | None = None
+    constraint_prefix: str = ""
 
 
 class ChatHandler:
@@ -156,31 +163,36 @@ class ChatHandler:
                                     "renderers without native tool support; use 'auto'",
                                param="tool_choice")
         messages = self._convert_messages(body.messages, mode, tools, renderer)
-        prefill = ""
-        if mode == "text" and choice == "required":
-            prefill = info.content_prefix + '{"name": "'
-        elif mode == "text" and forced_name:
-            prefill = info.content_prefix + f'{{"name": {json.dumps(forced_name)}, "arguments": '
+        prefill, prefill_tokens = "", []
+        constraint = None
+        if mode == "text" and (choice == "required" or forced_name):
+            prefill, prefill_tokens = forced_call_prefill(renderer.tokenizer,
+                                                          info.content_prefix, names,
+                                                          forced_name)
+            constraint = ToolCallConstraint(tuple([forced_name] if forced_name else names))
         try:
-            prompt = renderer.build_generation_prompt(messages, prefill=prefill or None)
+            prompt = renderer.build_generation_prompt(messages)
         except RequestError:
             raise
         except Exception as exc:
             raise RequestError(400, f"cannot render these messages with the policy's "
                                     f"renderer: {type(exc).__name__}: {exc}",
                                param="messages") from None
+        if prefill_tokens:
+            prompt = tinker.ModelInput(chunks=[*prompt.chunks, tinker.EncodedTextChunk(
+                tokens=prefill_tokens)])
         prompt_tokens = prompt.to_ints()
-        prefill_tokens = (renderer.tokenizer.encode(prefill, add_special_tokens=False)
-                          if prefill else [])
         if info.context_length is not None and len(prompt_tokens) >= info.context_length:
             raise _too_long(info.context_length, f"these messages are {len(prompt_tokens)} "
                                                  f"tokens")
+        prefill_text = prefill[len(info.content_prefix):] \
+            if prefill.startswith(info.content_prefix) else prefill.lstrip()
         return Prepared(prompt=prompt, prompt_tokens=prompt_tokens,
-                        prefill_tokens=prefill_tokens,
-                        prefill_text=prefill[len(info.content_prefix):] if prefill else "",
+                        prefill_tokens=prefill_tokens, prefill_text=prefill_text,
                         tool_names=names, tool_mode=mode,
                         parse_tools=mode != "off" and choice != "none",
-                        tool_limit=1 if body.parallel_tool_calls is False else None)
+                        tool_limit=1 if body.parallel_tool_calls is False else None,
+                        constraint=constraint, constraint_prefix=prefill)
 
     def prepare_large(self, body: ChatCompletionRequest, renderer: Any) -> Prepared:
         """`prepare` for a large request, on a worker thread: a prompt that cannot fit the
@@ -371,20 +383,25 @@ class ChatHandler:
             stop=stop or None,
         )
         response, used_version = await self._sample(prepared.prompt, body.n, params, version,
-                                                    body.top_logprobs or 0)
+                                                    body.top_logprobs or 0, prepared)
         choices = [self._choice(i, seq, prepared, body, used_version, user_stop, renderer)
                    for i, seq in enumerate(response.sequences)]
         return choices, prepared, used_version
 
     async def _sample(self, prompt: tinker.ModelInput, n: int, params: tinker.SamplingParams,
-                      version: int | None, top_logprobs: int) -> tuple[Any, int]:
+                      version: int | None, top_logprobs: int,
+                      prepared: Prepared | None = None) -> tuple[Any, int]:
         from tinker_tui.engine.policy import UnknownVersionError
 
         policy = self.policy
         try:
             if hasattr(policy, "sample"):
+                constrained = {}
+                if prepared is not None and prepared.constraint is not None:
+                    constrained = {"constraint": prepared.constraint,
+                                   "constraint_prefix": prepared.constraint_prefix}
                 return await policy.sample(prompt, n, params, version=version,
-                                           top_logprobs=top_logprobs)
+                                           top_logprobs=top_logprobs, **constrained)
             # A bare policy object: its current sampling client only.
             if version not in (None, policy.version):
                 raise UnknownVersionError(f"policy version {version} is not available")

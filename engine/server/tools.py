@@ -6,7 +6,9 @@ the tool specs and parses tool calls in the model's own format. A renderer witho
 system message (one JSON object per line after `TOOLS_HEADER`), and a tool call is a JSON
 object `{"name": "<tool>", "arguments": {...}}` in the reply; the rest of the reply is the
 content. tool_choice "required" and a named function are enforced by prefilling the start
-of that JSON object (text protocol only). Tool results reach the model as user messages,
+of that JSON object (text protocol only), cut where the whole call's own tokens break
+(`forced_call_prefill`), and, where the backend samples here, by keeping the rest of the
+reply within the call's shape (`engine.server.tool_call_constraint`). Tool results reach the model as user messages,
 `TOOL_RESULT` (role_colon's replies end at "\n\nUser:", so the next prompt then extends
 exactly what was sampled).
 """
@@ -36,6 +38,33 @@ def text_tool_section(tools: Sequence[dict[str, Any]]) -> str:
 def format_text_tool_call(name: str, arguments: Any) -> str:
     """A tool call in the text protocol, as the model is asked to write it."""
     return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+
+
+def forced_call_prefill(tokenizer: Any, content_prefix: str, tool_names: Sequence[str],
+                        forced_name: str | None) -> tuple[str, list[int]]:
+    """The prefill of a forced tool call in the text protocol: its text and its tokens.
+
+    The wanted start is `content_prefix` + `{"name": "` (tool_choice "required") or
+    `{"name": "<tool>", "arguments":` (a named tool). It is cut back to the last place where
+    the tokens of a whole call, written as the model is taught to write it, break: a prefill
+    that ended inside a token the model writes (`"arguments": ` before ` {`, with a
+    tokenizer that merges ` {`) leaves the model a continuation it never saw, and no call
+    parses. The tokens are that whole call's own first tokens, so the prompt ends exactly
+    where a sampled call would be at that point."""
+    name = forced_name or tool_names[0]
+    head = f'{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments":' if forced_name \
+        else '{"name": "'
+    wanted = content_prefix + head
+    whole = content_prefix + format_text_tool_call(name, {})
+    tokens = list(tokenizer.encode(whole, add_special_tokens=False))
+    cut = 0
+    for k in range(1, len(tokens) + 1):
+        text = tokenizer.decode(tokens[:k])
+        if len(text) > len(wanted):
+            break
+        if wanted.startswith(text):
+            cut = k
+    return tokenizer.decode(tokens[:cut]) if cut else "", tokens[:cut]
 
 
 def parse_text_tool_calls(text: str, tool_names: Sequence[str], *,
