@@ -361,10 +361,13 @@ class EngineLoopPolicy:
         return int(self._policy.version)
 
     async def sample(self, prompt: Any, num_samples: int, sampling_params: Any, *,
-                     version: int | None = None, top_logprobs: int = 0) -> Any:
+                     version: int | None = None, top_logprobs: int = 0,
+                     constraint: Any = None, constraint_prefix: str = "") -> Any:
+        # `constraint` (a forced tool call's shape) is immutable: it may cross.
         future = asyncio.run_coroutine_threadsafe(
             self._policy.sample(prompt, num_samples, sampling_params, version=version,
-                                top_logprobs=top_logprobs),
+                                top_logprobs=top_logprobs, constraint=constraint,
+                                constraint_prefix=constraint_prefix),
             self._engine_loop)
         return await asyncio.wrap_future(future)
 

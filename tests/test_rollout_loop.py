@@ -168,7 +168,7 @@ class ThreadRecordingPolicy:
         self.threads = []
 
     async def sample(self, prompt, num_samples, sampling_params, *, version=None,
-                     top_logprobs=0):
+                     top_logprobs=0, constraint=None, constraint_prefix=""):
         self.threads.append(threading.get_ident())
         await asyncio.sleep(0)
         return ("response", prompt, num_samples, top_logprobs), version or self.version

@@ -90,6 +90,8 @@ def test_turns_that_extend_the_sampled_sequence_share_one_example():
     # exactly the sampled tokens are trained, with the logprobs they were sampled with
     assert example["advantages"] == [0.0, 0.5, 0.5, 0.0, 0.0, 0.5]
     assert example["logprobs"] == [0.0, -0.3, -0.4, 0.0, 0.0, -0.7]
+    # the mask marks the sampled targets whatever their advantage (the KL penalty's tokens)
+    assert example["mask"] == [0.0, 1.0, 1.0, 0.0, 0.0, 1.0]
 
 
 def test_a_prompt_that_does_not_extend_the_sampled_tokens_is_counted_and_trained_apart():
@@ -104,7 +106,8 @@ def test_a_prompt_that_does_not_extend_the_sampled_tokens_is_counted_and_trained
     assert arrays.turns == 3 and arrays.prefix_mismatches == 1
     a, b = arrays.examples
     assert a == {"model_input": [1, 2, 3], "target_tokens": [2, 3, 4],
-                 "logprobs": [0.0, -0.3, -0.4], "advantages": [0.0, -1.0, -1.0]}
+                 "logprobs": [0.0, -0.3, -0.4], "advantages": [0.0, -1.0, -1.0],
+                 "mask": [0.0, 1.0, 1.0]}
     assert b["model_input"] == [1, 2, 3, 9, 5, 7, 8, 6]
     assert b["target_tokens"] == [2, 3, 9, 5, 7, 8, 6, 2]
     assert b["advantages"] == [0.0] * 4 + [-1.0, -1.0, 0.0, -1.0]
