@@ -187,6 +187,7 @@ class _NamedRollout:
     def __init__(self, rollout: Any, where: str) -> None:
         self.rollout = rollout
         self.where = where
+        self.__wrapped__ = rollout  # inspect.unwrap finds the task's own function
 
     async def __call__(self, client: Any, model: str, scenario: Any) -> Any:
         from tinker_tui.engine.task import Trajectory, TrajectoryError
@@ -206,6 +207,7 @@ class _NamedGroupRollout:
     def __init__(self, group_rollout: Any, where: str) -> None:
         self.group_rollout = group_rollout
         self.where = where
+        self.__wrapped__ = group_rollout  # inspect.unwrap finds the task's own function
 
     async def __call__(self, client: Any, model: str, scenario: Any, n: int) -> Any:
         from tinker_tui.engine.task import TrajectoryError

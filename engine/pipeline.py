@@ -6,11 +6,19 @@ not start a group while enough work is already queued or in flight to fill the b
 trainer can still use) and enforced at dequeue: a group more than `max_steps_off_policy`
 versions behind the trainer is discarded and counted. The pipeline is also the run's
 `Control`: pause, resume, checkpoint now and stop act on it directly.
+
+A rollout that raises, returns no `Trajectory` or runs past `rollout_timeout` fails as one
+member of its group: the group trains with the others if at least `min_group_size` are
+left, else it is discarded as an error. Advantages are computed when a group is sampled
+(`engine.advantages`), and the step's metrics include what the task reported
+(`engine.task_metrics`). When the run reaches `max_steps` the task's eval scenarios are
+evaluated once more, at that final step.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import random
 import traceback
 from collections import deque
@@ -19,6 +27,7 @@ from typing import Any
 
 from tinker_tui.engine import faults
 from tinker_tui.engine import metric_keys as keys
+from tinker_tui.engine.advantages import group_advantages
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import RunConfig, check_knob
 from tinker_tui.engine.events import (
@@ -44,9 +53,14 @@ from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeState, ScenarioSource
 from tinker_tui.engine.rollout_loop import RolloutLoop, RolloutLoopClosed, SameLoop
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
-from tinker_tui.engine.task import Scenario, Task
+from tinker_tui.engine.task import Scenario, Task, group_rollout_of, part_of
+from tinker_tui.engine.task_metrics import eval_task_metrics, step_task_metrics
 from tinker_tui.engine.throughput import ThroughputMeter
 from tinker_tui.engine.trajectory import Trajectory, TrajectoryError, TrajectoryGroup
+
+
+class RolloutTimeout(TrajectoryError, TimeoutError):
+    """A rollout ran past `rollout_timeout` and was cancelled (counted as an error)."""
 
 
 class Pipeline:
@@ -64,6 +78,7 @@ class Pipeline:
         start_step: int = 0,
         sampling_defaults: SamplingDefaults | None = None,
         rollouts: RolloutLoop | None = None,
+        health_pause_default: str = "wait",
     ) -> None:
         self.config = config
         self.task = task
@@ -123,6 +138,16 @@ class Pipeline:
         self._last_step_end: float | None = None
         self._last_checkpoint_step: int | None = None
         self._skipping = False  # the last step had no gradient (all groups zero-variance)
+        self._error_rollouts = 0  # rollouts that failed since the last step
+        self._last_eval_step: int | None = None  # the step the latest evaluation started at
+        # What a health pause does: the setting, or the front end's choice for "auto"
+        # (stop without a dashboard, wait with one).
+        self.on_health_pause = (config.on_health_pause if config.on_health_pause != "auto"
+                                else health_pause_default)
+        #: Why the run was stopped (`stop`'s reason), once it was.
+        self.stop_reason = ""
+        #: The health check's reason when it stopped the run (on_health_pause = stop).
+        self.health_stop_reason = ""
 
     # ------------------------------------------------------------------ control
     @property
@@ -166,6 +191,7 @@ class Pipeline:
             return
         self._stopping = True
         self._stop_event.set()
+        self.stop_reason = reason
         self._emit(RunStateChanged(time=self.clock.now(), state="stopping", reason=reason))
         self.log("info", f"stopping ({reason}): no new rollouts; finishing the current step")
         self._queue.put_nowait(None)
@@ -234,6 +260,8 @@ class Pipeline:
             self._start_eval_if_due()
         try:
             await self._train_loop()
+            if self.step >= self.config.max_steps and not self._stopping:
+                await self._final_eval()
         finally:
             self._stopping = True
             self._wake.set()
@@ -306,26 +334,30 @@ class Pipeline:
                 self.stop(f"the rollout loop ended ({exc})")
             return None
         errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            if any(isinstance(e, asyncio.CancelledError) for e in errors):
-                raise asyncio.CancelledError
-            error = errors[0]
-            detail = f"{type(error).__name__}: {error}"
-            self._discard_counts("error")
-            self._emit(GroupDiscarded(
-                time=self.clock.now(), group_id=group_id, scenario_id=scenario.id,
-                reason="error", policy_version=self.policy.version,
-                trainer_version=self.policy.version, num_tokens=0, detail=detail,
-                scenario_index=self._consumed(group_id), step=self.step + 1))
-            tb = "".join(traceback.format_exception(error)).rstrip()
-            self.log("error", f"rollout of scenario {scenario.id} failed "
-                              f"({len(errors)}/{len(results)}): {detail}\n{tb}")
-            self._check_health("error", 0.0)
+        if any(isinstance(e, asyncio.CancelledError) for e in errors):
+            raise asyncio.CancelledError
+        trajectories: tuple[Trajectory, ...] = tuple(
+            r for r in results if isinstance(r, Trajectory))
+        self._error_rollouts += len(errors)
+        part, part_task = part_of(self.task, scenario)
+        advantages: tuple[float, ...] | None = None
+        if len(trajectories) >= self.config.min_members:
+            try:
+                advantages = tuple(group_advantages([t.reward for t in trajectories],
+                                                    self.config.advantage,
+                                                    part_task.advantages))
+            except Exception as exc:  # the task's advantages hook: its error first
+                errors.insert(0, exc)
+        if advantages is None:
+            self._fail_group(group_id, scenario, errors, len(results))
             return None
-        trajectories: tuple[Trajectory, ...] = tuple(results)  # type: ignore[arg-type]
+        if errors:
+            self._log_failures("warning", scenario, errors, len(results),
+                               f"dropped; the group trains with the other {len(trajectories)}")
         group = TrajectoryGroup(group_id=group_id, scenario_id=scenario.id,
                                 trajectories=trajectories, started_at=started,
-                                finished_at=self.clock.now())
+                                finished_at=self.clock.now(), advantage_values=advantages,
+                                part=part, failed=len(errors))
         self._rollouts_since_step += len(trajectories)
         self._finish_version[group_id] = self.policy.version
         self.meter.rollouts_finished(group.finished_at, len(trajectories), group.num_tokens)
@@ -335,19 +367,49 @@ class Pipeline:
             policy_version=group.policy_version, num_trajectories=len(trajectories),
             num_tokens=group.num_tokens, reward_mean=group.reward_mean,
             trajectories=summaries,
-            scenario_index=self._position_of.get(group_id, -1)))
+            scenario_index=self._position_of.get(group_id, -1), failed=len(errors),
+            detail=_describe(errors[0]) if errors else ""))
         return group
+
+    def _fail_group(self, group_id: int, scenario: Scenario, errors: list[BaseException],
+                    members: int) -> None:
+        """Too few members left (or the advantages hook failed): the group is discarded as
+        an error."""
+        error = errors[0]
+        detail = _describe(error)
+        if len(errors) > 1:
+            detail = f"{len(errors)} of {members} rollouts failed, first: {detail}"
+        self._discard_counts("error")
+        self._emit(GroupDiscarded(
+            time=self.clock.now(), group_id=group_id, scenario_id=scenario.id,
+            reason="error", policy_version=self.policy.version,
+            trainer_version=self.policy.version, num_tokens=0, detail=detail,
+            scenario_index=self._consumed(group_id), step=self.step + 1))
+        self._log_failures("error", scenario, errors, members, "the group is discarded")
+        self._check_health("error", 0.0)
+
+    def _log_failures(self, level: str, scenario: Scenario, errors: list[BaseException],
+                      members: int, outcome: str) -> None:
+        error = errors[0]
+        if isinstance(error, RolloutTimeout):
+            where = str(error)  # where the rollout was waiting says more than a traceback
+        else:
+            tb = "".join(traceback.format_exception(error)).rstrip()
+            where = f"{_describe(error)}\n{tb}"
+        self.log(level, f"rollout of scenario {scenario.id} failed ({len(errors)}/{members}, "
+                        f"{outcome}): {where}")
 
     async def _roll_out(self, client: Any, scenarios: list[Scenario], *, summarize: bool = True
                         ) -> tuple[list[Trajectory | BaseException], tuple[TrajectorySummary, ...]]:
-        """Runs on the rollout loop: the rollouts of `scenarios` (one each, together) and,
-        when all succeeded, their summaries for `GroupSampled` (decoding text is rollout-side
-        work). Touches no pipeline state and publishes nothing: that is the engine loop's."""
+        """Runs on the rollout loop: the rollouts of `scenarios` (one each, together) and the
+        summaries of those that succeeded, in order, for `GroupSampled` (decoding text is
+        rollout-side work). Touches no pipeline state and publishes nothing: that is the
+        engine loop's."""
         results: list[Trajectory | BaseException] = await asyncio.gather(
             *(self._rollout(client, s) for s in scenarios), return_exceptions=True)
-        if not summarize or any(isinstance(r, BaseException) for r in results):
+        if not summarize:
             return results, ()
-        return results, tuple(self._summary(t) for t in results)  # type: ignore[arg-type]
+        return results, tuple(self._summary(t) for t in results if isinstance(t, Trajectory))
 
     def _summary(self, trajectory: Trajectory) -> TrajectorySummary:
         messages: tuple[Any, ...] = trajectory.messages
@@ -358,15 +420,42 @@ class Pipeline:
             messages = ({"role": "transcript", "content": text},)
         return TrajectorySummary(reward=trajectory.reward,
                                  policy_version=trajectory.policy_version,
-                                 num_tokens=trajectory.num_tokens, messages=messages)
+                                 num_tokens=trajectory.num_tokens, messages=messages,
+                                 metrics=dict(trajectory.metrics))
 
     async def _rollout(self, client: Any, scenario: Scenario) -> Trajectory:
-        trajectory = await self.task.rollout(client, self.model_name, scenario)
+        limit = self.config.rollout_timeout or None
+        try:
+            async with asyncio.timeout(limit):
+                trajectory = await self.task.rollout(client, self.model_name, scenario)
+        except TimeoutError as exc:
+            if not isinstance(exc.__context__, asyncio.CancelledError) or limit is None:
+                raise  # the rollout's own timeout, not ours
+            raise RolloutTimeout(f"timed out after {limit:g} s (rollout_timeout) and was "
+                                 f"cancelled; {self._waiting_at(scenario, exc)}") from None
         if not isinstance(trajectory, Trajectory):
             raise TrajectoryError(
                 f"the rollout of task {self.task.name!r} returned "
                 f"{type(trajectory).__name__}, expected a Trajectory")
         return trajectory
+
+    def _waiting_at(self, scenario: Scenario, exc: BaseException) -> str:
+        """Where a timed-out rollout was waiting: the deepest line of the task's file in the
+        cancelled traceback, else the file its rollout is defined in."""
+        _, part_task = part_of(self.task, scenario)
+        rollout = group_rollout_of(part_task) or part_task.rollout
+        try:
+            source = inspect.getsourcefile(inspect.unwrap(rollout))  # type: ignore[arg-type]
+        except TypeError:
+            source = None
+        frames = traceback.extract_tb(exc.__context__.__traceback__) if exc.__context__ else []
+        own = [f for f in frames if source is not None and f.filename == source]
+        if own:
+            frame = own[-1]
+            return f"it was waiting at {frame.filename}:{frame.lineno} ({(frame.line or '').strip()})"
+        if source is not None:
+            return f"its rollout is in {source} (task {part_task.name!r})"
+        return f"task {part_task.name!r}"
 
     # ------------------------------------------------------------------ trainer
     def _discard_counts(self, reason: str) -> None:
@@ -501,7 +590,10 @@ class Pipeline:
         }
         for reason, count in self._discards_this_step.items():
             metrics[keys.discarded(reason)] = float(count)
+        metrics[keys.ERROR_ROLLOUTS] = float(self._error_rollouts)
+        metrics.update(step_task_metrics(batch))
         self._discards_this_step = dict.fromkeys(self._discards_this_step, 0)
+        self._error_rollouts = 0
         self._rollouts_since_step = 0
         self._last_step_end = now
         return metrics
@@ -529,12 +621,23 @@ class Pipeline:
         errors = sum(o == "error" for o, _ in window) / len(window)
         collapsed = sum(o == "zero_variance" for o, _ in window) / len(window)
         if errors >= self.config.error_pause_rate:
-            self.pause(f"rollout errors: {errors:.0%} of the last {len(window)} groups failed")
+            self._health_pause(f"rollout errors: {errors:.0%} of the last {len(window)} groups "
+                               "failed")
             window.clear()
         elif collapsed >= self.config.zero_variance_pause_rate:
-            self.pause(f"no learning signal: {collapsed:.0%} of the last {len(window)} groups "
-                       "had equal rewards below the best seen")
+            self._health_pause(f"no learning signal: {collapsed:.0%} of the last {len(window)} "
+                               "groups had equal rewards below the best seen")
             window.clear()
+
+    def _health_pause(self, reason: str) -> None:
+        """Pause for a person to decide (`wait`), or stop gracefully (`stop`: nobody is
+        watching, so a CI job ends instead of hanging; the command exits 3)."""
+        if self.on_health_pause == "stop":
+            self.health_stop_reason = reason
+            self.log("warning", f"stopping: {reason} (on_health_pause = stop)")
+            self.stop(f"health check: {reason}")
+        else:
+            self.pause(reason)
 
     async def _report_throughput(self) -> None:
         while True:
@@ -561,9 +664,30 @@ class Pipeline:
         self._eval_requested = False
         self._eval_task = asyncio.create_task(self._evaluate(), name="evaluator")
 
+    async def _final_eval(self) -> None:
+        """Evaluate the final policy, once, before the run ends (unless an evaluation of
+        this step already ran or is running: then wait for it)."""
+        if self.task.eval_scenarios is None:
+            return
+        self._stopping = True  # no new rollouts, no other evaluation
+        self._wake.set()
+        for worker in self._workers.values():
+            worker.cancel()
+        await asyncio.gather(*self._workers.values(), return_exceptions=True)
+        running = self._eval_task is not None and not self._eval_task.done()
+        if running and self._last_eval_step == self.step:
+            await asyncio.gather(self._eval_task, return_exceptions=True)  # type: ignore[arg-type]
+            return
+        if running:
+            self._eval_task.cancel()  # type: ignore[union-attr]  # an older step's
+            await asyncio.gather(self._eval_task, return_exceptions=True)  # type: ignore[arg-type]
+        self.log("info", f"final evaluation at step {self.step}")
+        await self._evaluate()
+
     async def _evaluate(self) -> None:
         assert self.task.eval_scenarios is not None
         step, version = self.step, self.policy.version
+        self._last_eval_step = step
         client = self._client_factory()
         scenarios = list(self.task.eval_scenarios())
         results, _ = await self.rollouts.run(self._roll_out(client, scenarios, summarize=False))
@@ -572,6 +696,8 @@ class Pipeline:
         metrics = {keys.EVAL_REWARD_MEAN: sum(rewards) / len(rewards) if rewards else float("nan"),
                    keys.EVAL_NUM_SCENARIOS: float(len(scenarios)),
                    keys.EVAL_ERRORS: float(errors)}
+        metrics.update(eval_task_metrics(
+            [(part_of(self.task, s)[0], r) for s, r in zip(scenarios, results, strict=True)]))
         self._emit(EvalCompleted(time=self.clock.now(), step=step, policy_version=version,
                                  metrics=metrics))
         self.log("info", f"eval at step {step}: mean reward {metrics[keys.EVAL_REWARD_MEAN]:.3f} "
@@ -641,3 +767,7 @@ class Pipeline:
             await self.commit_events()
         self.log("info", f"checkpoint {name} saved ({why}): {path}")
 
+
+def _describe(error: BaseException) -> str:
+    """An error in one line: `ValueError: message`."""
+    return f"{type(error).__name__}: {error}"

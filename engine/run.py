@@ -100,6 +100,7 @@ class Run:
         run_id: str | None = None,
         resume: bool = False,
         rollout_thread: bool = True,
+        headless: bool = False,
     ) -> None:
         if resume and not run_id:
             raise ValueError("resume=True needs the run_id of the run to resume")
@@ -126,7 +127,9 @@ class Run:
             config=config, task=task, policy=self._make_policy(), client_factory=self._client,
             model_name=task.name, bus=self.events, clock=self.clock,
             rng=random.Random(config.seed), sampling_defaults=self.sampling_defaults,
-            rollouts=self.rollouts)
+            rollouts=self.rollouts,
+            # on_health_pause = auto: nobody can resume a run without a dashboard
+            health_pause_default="stop" if headless else "wait")
         # No checkpoint until the model is built and warmed up (`_warmup`, or a resume
         # state): a stop during the start-up must not record weights no resume can use.
         self.pipeline.warmup_done = False
@@ -301,7 +304,7 @@ class Run:
             if store.failure is not None:
                 raise store.failure
             reason = ("reached max_steps" if status == "completed"
-                      else "stopped before max_steps")
+                      else self.pipeline.stop_reason or "stopped before max_steps")
             return status
         except BaseException as exc:
             reason = f"{type(exc).__name__}: {exc}"

@@ -107,11 +107,16 @@ async def test_stop_finishes_with_a_final_checkpoint():
 
 
 async def test_rollout_errors_are_counted_and_the_run_goes_on():
-    pipeline, _, _, events = make_pipeline(task=simulated_task(fail_every=7), max_steps=5)
+    # every member must succeed: a failure discards its group
+    pipeline, _, _, events = make_pipeline(task=simulated_task(fail_every=7), max_steps=5,
+                                           min_group_size=4)
     assert await pipeline.run() == "completed"
     errors = [e for e in events if isinstance(e, GroupDiscarded) and e.reason == "error"]
     assert errors and "tool crashed" in errors[0].detail
     assert any(isinstance(e, GroupSampled) for e in events)
+    steps = [e for e in events if isinstance(e, StepTrained)]
+    assert sum(e.metrics["discarded/error"] for e in steps) == len(
+        [e for e in errors if e.step <= 5])
 
 
 async def test_live_knobs_take_effect_and_are_recorded_as_commands():

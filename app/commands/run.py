@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tinker_tui.engine.errors import UsageError
+from tinker_tui.engine.errors import EXIT_HEALTH_STOP, UsageError
 
 EXIT_OK = 0
 SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -219,12 +219,13 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     return RunPlan(task=task, config=config, backend=backend, db_path=path)
 
 
-def build_session(plan: RunPlan, clock: Any = None) -> Any:
-    """The engine's `Run` for a checked plan (imports torch and the backend)."""
+def build_session(plan: RunPlan, clock: Any = None, *, headless: bool = False) -> Any:
+    """The engine's `Run` for a checked plan (imports torch and the backend). `headless`:
+    no dashboard watches it, so a health pause stops it (on_health_pause = auto)."""
     from tinker_tui.engine.run import Run
 
     return Run(task=plan.task, config=plan.config, backend=plan.backend, db_path=plan.db_path,
-               run_id=plan.run_id, resume=plan.resume, clock=clock)
+               run_id=plan.run_id, resume=plan.resume, clock=clock, headless=headless)
 
 
 def make_session(args: argparse.Namespace) -> Any:
@@ -280,7 +281,11 @@ async def run_headless(session: Any, *, stop_timeout: float = STOP_TIMEOUT) -> i
             await endpoint.stop()
         if metrics is not None:
             metrics.close()
-    return received[0] if received else EXIT_OK
+    if received:
+        return received[0]
+    if getattr(session.control, "health_stop_reason", ""):  # on_health_pause = stop
+        return EXIT_HEALTH_STOP
+    return EXIT_OK
 
 
 def run_with_ui(session: Any) -> int:
@@ -306,4 +311,4 @@ def main(args: argparse.Namespace) -> int:
 
         return run_with_ui(DeferredSession(lambda clock: build_session(plan, clock),
                                            db_path=plan.db_path))
-    return asyncio.run(run_headless(build_session(plan)))
+    return asyncio.run(run_headless(build_session(plan, headless=True)))

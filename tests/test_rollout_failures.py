@@ -1,0 +1,212 @@
+"""Rollouts that fail: a hung rollout bounded by `rollout_timeout`, a failed member dropped
+from its group (`min_group_size`), and a health pause that stops a run nobody can resume
+(`on_health_pause`), down to the exit code of `run --no-ui`."""
+
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from tinker_tui.engine.clock import FakeClock
+from tinker_tui.engine.config import RunConfig
+from tinker_tui.engine.events import (
+    EventBus,
+    GroupDiscarded,
+    GroupSampled,
+    LogEmitted,
+    RunStateChanged,
+    StepTrained,
+)
+from tinker_tui.engine.pipeline import Pipeline
+from tinker_tui.engine.task import Scenario, Task
+from tinker_tui.engine.trajectory import Trajectory
+
+from bench.simulated import SimulatedClient, SimulatedPolicy
+
+
+def scenarios(rng):
+    i = 0
+    while True:
+        yield Scenario(id=f"s{i}", data=i)
+        i += 1
+
+
+def make_pipeline(task, **overrides):
+    policy = SimulatedPolicy()
+    config = RunConfig(max_steps=4, group_size=4, groups_per_step=2, rollout_workers=2,
+                       checkpoint_every=0).with_overrides(overrides)
+    bus = EventBus()
+    events = []
+    bus.subscribe(events.append)
+    pipeline = Pipeline(config=config, task=task, policy=policy,
+                        client_factory=lambda: SimulatedClient(policy), model_name="m",
+                        bus=bus, clock=FakeClock(), rng=random.Random(0))
+    return pipeline, events
+
+
+async def test_a_hung_rollout_is_cancelled_logged_with_its_line_and_counted():
+    calls = {"n": 0}
+
+    async def rollout(client, model, scenario):
+        calls["n"] += 1
+        choice = await client.chat.completions.create(model=model, messages=[])
+        if scenario.data == 1:
+            await asyncio.sleep(10**6)  # hangs
+        return Trajectory.from_choices([choice], reward=random.random())
+
+    pipeline, events = make_pipeline(Task(name="t", scenarios=scenarios, rollout=rollout),
+                                     rollout_timeout=0.3, min_group_size=4, max_steps=300)
+    assert await asyncio.wait_for(pipeline.run(), 30) == "completed"
+    [discarded] = [e for e in events if isinstance(e, GroupDiscarded)]
+    assert discarded.scenario_id == "s1" and discarded.reason == "error"
+    assert "timed out after 0.3 s" in discarded.detail
+    [log] = [e for e in events if isinstance(e, LogEmitted) and "rollout of scenario s1" in e.message]
+    assert log.level == "error"
+    # where it hung: this file, the line of the sleep
+    assert f"{__file__}:" in log.message and "await asyncio.sleep(10**6)" in log.message
+    steps = [e for e in events if isinstance(e, StepTrained)]
+    assert sum(e.metrics["discarded/error"] for e in steps) == 1
+    assert sum(e.metrics["discarded/error_rollouts"] for e in steps) == 4
+
+
+async def test_a_hung_group_rollout_fails_its_group_within_the_timeout():
+    async def group_rollout(client, model, scenario, n):
+        if scenario.data == 0:
+            await asyncio.sleep(10**6)
+        choices = [await client.chat.completions.create(model=model) for _ in range(n)]
+        return [Trajectory.from_choices([c], reward=float(i)) for i, c in enumerate(choices)]
+
+    task = Task(name="g", scenarios=scenarios, group_rollout=group_rollout)
+    pipeline, events = make_pipeline(task, rollout_timeout=0.3, max_steps=300)
+    assert await asyncio.wait_for(pipeline.run(), 30) == "completed"
+    [discarded] = [e for e in events if isinstance(e, GroupDiscarded)]
+    assert discarded.scenario_id == "s0" and "timed out after 0.3 s" in discarded.detail
+    assert all(e.num_trajectories == 4 for e in events if isinstance(e, GroupSampled))
+
+
+async def test_failed_members_are_dropped_and_the_group_trains_with_the_rest():
+    # the issue's case: 1 rollout in 5 raises (at random)
+    rng = random.Random(1)
+
+    async def rollout(client, model, scenario):
+        choice = await client.chat.completions.create(model=model, messages=[])
+        if rng.random() < 0.2:
+            raise ValueError("the tool crashed")
+        return Trajectory.from_choices([choice], reward=rng.random())
+
+    pipeline, events = make_pipeline(Task(name="t", scenarios=scenarios, rollout=rollout),
+                                     max_steps=20, group_size=8)
+    assert await asyncio.wait_for(pipeline.run(), 60) == "completed"
+    sampled = [e for e in events if isinstance(e, GroupSampled)]
+    partial = [e for e in sampled if e.failed]
+    assert partial, "some groups lost members"
+    assert all(e.num_trajectories + e.failed == 8 and len(e.trajectories) == e.num_trajectories
+               for e in sampled)
+    assert all("ValueError: the tool crashed" in e.detail for e in partial)
+    assert not [e for e in events if isinstance(e, RunStateChanged) and e.state == "paused"]
+    steps = [e for e in events if isinstance(e, StepTrained)]
+    failed_in_steps = sum(e.metrics["discarded/error_rollouts"] for e in steps)
+    assert failed_in_steps >= sum(e.failed for e in sampled if e.group_id in
+                                  {g for s in steps for g in s.group_ids})
+    assert any("dropped; the group trains with the other" in e.message for e in events
+               if isinstance(e, LogEmitted) and e.level == "warning")
+
+
+async def test_too_few_members_left_discards_the_group():
+    async def rollout(client, model, scenario):
+        choice = await client.chat.completions.create(model=model, messages=[])
+        if scenario.data % 2:
+            raise ValueError("odd")
+        return Trajectory.from_choices([choice], reward=random.random())
+
+    def half_failing(rng):  # one group's members: two succeed, two fail
+        i = 0
+        while True:
+            yield Scenario(id=f"s{i}", data=i)
+            i += 1
+
+    members = iter(range(10**6))
+
+    async def by_member(client, model, scenario):
+        return await rollout(client, model, Scenario(id=scenario.id, data=next(members)))
+
+    task = Task(name="t", scenarios=half_failing, rollout=by_member)
+    pipeline, events = make_pipeline(task, max_steps=2, min_group_size=3,
+                                     error_pause_rate=1.0)
+    run = asyncio.create_task(pipeline.run())
+    while not any(isinstance(e, GroupDiscarded) for e in events):
+        await asyncio.sleep(0.001)
+    pipeline.stop("test")
+    await run
+    first = next(e for e in events if isinstance(e, GroupDiscarded))
+    assert first.reason == "error" and first.detail.startswith("2 of 4 rollouts failed")
+
+
+@pytest.mark.parametrize("policy, expected", [("stop", "stopped"), ("wait", None)])
+async def test_a_health_pause_stops_the_run_or_waits(policy, expected):
+    async def rollout(client, model, scenario):
+        raise RuntimeError("always")
+
+    task = Task(name="t", scenarios=scenarios, rollout=rollout)
+    pipeline, events = make_pipeline(task, max_steps=10, health_window=4,
+                                     on_health_pause=policy)
+    run = asyncio.create_task(pipeline.run())
+    try:
+        status = await asyncio.wait_for(asyncio.shield(run), 2)
+    except TimeoutError:
+        status = None
+    assert status == expected
+    if policy == "stop":
+        assert pipeline.health_stop_reason.startswith("rollout errors: 100%")
+        assert pipeline.stop_reason == f"health check: {pipeline.health_stop_reason}"
+    else:
+        assert pipeline.paused and not pipeline.health_stop_reason
+        pipeline.stop("test")
+        await run
+
+
+async def test_auto_means_what_the_front_end_says():
+    task = Task(name="t", scenarios=scenarios, rollout=lambda *a: None)
+    config = RunConfig(on_health_pause="auto")
+    for default in ("stop", "wait"):
+        pipeline = Pipeline(config=config, task=task, policy=SimulatedPolicy(),
+                            client_factory=lambda: None, model_name="m", bus=EventBus(),
+                            clock=FakeClock(), rng=random.Random(0),
+                            health_pause_default=default)
+        assert pipeline.on_health_pause == default
+    explicit = Pipeline(config=RunConfig(on_health_pause="wait"), task=task,
+                        policy=SimulatedPolicy(), client_factory=lambda: None, model_name="m",
+                        bus=EventBus(), clock=FakeClock(), rng=random.Random(0),
+                        health_pause_default="stop")
+    assert explicit.on_health_pause == "wait"
+
+
+FAILING_TASK = '''
+from tinker_tui import Scenario, Task
+
+def scenarios(rng):
+    while True:
+        yield Scenario(id="s", data=0)
+
+async def rollout(client, model, scenario):
+    raise RuntimeError("the environment is down")
+
+TASK = Task(name="down", scenarios=scenarios, rollout=rollout,
+            settings={"health_window": 4, "group_size": 2})
+'''
+
+
+def test_run_no_ui_stops_on_a_health_pause_and_exits_3(tmp_path):
+    (tmp_path / "down.py").write_text(textwrap.dedent(FAILING_TASK))
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("TINKER_API_KEY", None)
+    done = subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", "run", "down.py",
+                           "--no-ui", "--steps", "5", "--db", str(tmp_path / "runs.db")],
+                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "stopping: health check: rollout errors: 100% of the last 4 groups failed" \
+        in done.stdout
+    assert "run stopped at step 0 (health check: rollout errors" in done.stdout
