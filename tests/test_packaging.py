@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -56,7 +57,9 @@ def test_public_task_api_is_lazy_and_complete(tmp_path: Path) -> None:
             "assert 'tinker_tui.engine.task' not in sys.modules; "
             "from tinker_tui import Scenario, Task, Trajectory; "
             "import tinker_tui.engine.task as t; assert Task is t.Task; "
+            "[getattr(tinker_tui, name) for name in tinker_tui.__all__]; "
             "print(sorted(tinker_tui.__all__))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                          text=True, check=True, timeout=60).stdout
-    assert "'Scenario', 'Task'" in out
+    assert {"Scenario", "Task", "Trajectory", "mix_tasks", "scenarios_from_jsonl",
+            "scenarios_from_dataset", "group_advantages"} <= set(ast.literal_eval(out))

@@ -4,6 +4,10 @@ What a task file needs is importable from here::
 
     from tinker_tui import Scenario, Task, Trajectory
 
+and the helpers: `scenarios_from_jsonl` / `scenarios_from_dataset` (scenarios from data),
+`mix_tasks` (several tasks in one run), `group_advantages` (the built-in advantage rules,
+for a task's own `advantages` hook to build on).
+
 The code lives in three folders at the repository's top, installed under this name:
 `tinker_tui.engine` (backends, policy server, pipeline, store, events; never imports
 Textual), `tinker_tui.app` (command line, dashboard, headless reporter) and
@@ -19,24 +23,40 @@ from typing import TYPE_CHECKING, Any
 __all__ = [
     "Message",
     "Scenario",
+    "ScenarioSet",
     "Task",
     "TaskError",
     "Trajectory",
     "TrajectoryError",
+    "group_advantages",
+    "mix_tasks",
+    "scenarios_from_dataset",
+    "scenarios_from_jsonl",
 ]
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
     "Message": "tinker_tui.engine.task",
     "Scenario": "tinker_tui.engine.task",
+    "ScenarioSet": "tinker_tui.engine.scenario_data",
     "Task": "tinker_tui.engine.task",
     "TaskError": "tinker_tui.engine.task",
     "Trajectory": "tinker_tui.engine.trajectory",
     "TrajectoryError": "tinker_tui.engine.trajectory",
+    "group_advantages": "tinker_tui.engine.advantages",
+    "mix_tasks": "tinker_tui.engine.task",
+    "scenarios_from_dataset": "tinker_tui.engine.scenario_data",
+    "scenarios_from_jsonl": "tinker_tui.engine.scenario_data",
 }
 
 if TYPE_CHECKING:
-    from tinker_tui.engine.task import Message, Scenario, Task, TaskError
+    from tinker_tui.engine.advantages import group_advantages
+    from tinker_tui.engine.scenario_data import (
+        ScenarioSet,
+        scenarios_from_dataset,
+        scenarios_from_jsonl,
+    )
+    from tinker_tui.engine.task import Message, Scenario, Task, TaskError, mix_tasks
     from tinker_tui.engine.trajectory import Trajectory, TrajectoryError
 
 
