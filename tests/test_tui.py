@@ -693,3 +693,17 @@ def test_a_stored_run_waits_for_the_store_not_for_an_engine():
     session.read_only = True  # what `show` reads from the store
     assert make_app(session).model.phase_text().startswith("reading the run store… ")
     assert make_app().model.phase_text().startswith("starting the engine… ")
+
+
+def test_the_rollouts_detail_says_what_the_run_does_before_its_first_rollouts():
+    from tinker_tui.app.run_model import RunModel
+    from tinker_tui.app.widgets.rollout_detail import detail_content
+    from tinker_tui.engine.clock import FakeClock
+
+    clock = FakeClock()
+    model = RunModel(clock)
+    for event in [run_started(clock)] + startup_events(clock, warmup_until=7):
+        model.apply(event)
+    text = detail_content(model, None).plain
+    assert text.startswith(f"No rollouts yet: {model.phase_text()}.")
+    assert "format warm-up" in text

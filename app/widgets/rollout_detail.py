@@ -124,6 +124,11 @@ def summary_line(group: GroupRecord, finished: bool = False) -> Content:
 
 
 def detail_content(model: RunModel, ref: RolloutRef | None) -> Content:
+    if ref is None and not model.groups:
+        phase = model.phase_text()
+        return Content.styled("No rollouts yet" + (f": {phase}." if phase else ".")
+                              + "\n\nThe run's steps appear on the left as it trains.",
+                              "$text-muted")
     if ref is None:
         return Content.styled("Select a step, group or trajectory on the left.\n\n"
                               "enter / → expands · / filters, e.g. reward<0.5, stale, "
@@ -213,7 +218,8 @@ class RolloutDetail(VerticalScroll):
     def show(self, model: RunModel, ref: RolloutRef | None) -> None:
         group = model.groups.get(ref.group_id) if ref and ref.group_id is not None else None
         key = (ref, model.groups_revision if ref and ref.kind in ("step", "waiting") else None,
-               (group.discarded, group.step, group.at_best) if group else None)
+               (group.discarded, group.step, group.at_best) if group else None,
+               model.phase_text() if ref is None and not model.groups else None)
         if key == self._shown:
             return
         self._shown = key
