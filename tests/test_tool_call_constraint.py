@@ -1,0 +1,97 @@
+"""A forced tool call kept within its shape where the backend samples here: the scanner's
+verdicts by hand, and the embedded model's constrained samples through the policy server."""
+
+import json
+
+import pytest
+from tinker_tui.engine.config import DEFAULT_BASE_MODEL
+from tinker_tui.engine.local import LocalServiceClient
+from tinker_tui.engine.policy import Policy
+from tinker_tui.engine.sampling_defaults import SamplingDefaults
+from tinker_tui.engine.server import PolicyServer
+from tinker_tui.engine.server.tool_call_constraint import ToolCallConstraint
+
+CALL = ToolCallConstraint(("add", "mul"))
+
+
+@pytest.mark.parametrize("text, verdict", [
+    ("", "continue"),
+    (' {"name": "', "continue"),
+    ('{"name": "mu', "continue"),
+    ('{"name": "add", "arguments":', "continue"),
+    ('{"name": "add", "arguments": {"a": 1, "b": [true, null, "x\\n"]', "continue"),
+    ('{"name": "add", "arguments": {}}', "done"),
+    ('{"name": "mul", "arguments": {"a": -1.5e3, "b": {"c": "d"}}}', "done"),
+    # not a call of these tools, or not that shape
+    ('{"name": "sub', "reject"),
+    ('{"name": "add"}', "reject"),
+    ('{"arguments": {}, "name": "add"}', "reject"),
+    ('{"name": "add", "arguments": 3', "reject"),
+    ('{"name": "add", "arguments": "x"', "reject"),
+    ('{"name": "add", "arguments": {}, "more": 1}', "reject"),
+    ('{"name": "add", "arguments": {}} and', "reject"),
+    ('{"name": "add",  "arguments"', "reject"),  # one space at a time
+    ('{"name": "add",\n"arguments"', "reject"),
+    ('{"name": "add", "arguments": {"a": 01}', "reject"),
+    ('{"name": "add", "arguments": {"a": tru}', "reject"),
+    ('{"name": "add", "arguments": {"a" 1}', "reject"),
+    ('{"name": "add", "arguments": {"a": "\\q"}', "reject"),
+    ("hello", "reject"),
+])
+def test_verdicts(text, verdict):
+    assert CALL.check(text) == verdict
+
+
+def test_a_state_tries_candidates_without_changing():
+    state = CALL.start('{"name": "add", "arguments": {"a": ')
+    assert state.copy().feed("1}}") == "done"
+    assert state.copy().feed("}") == "reject"
+    assert state.verdict == "continue"  # the copies left it as it was
+    assert state.feed("2") == "continue" and state.feed("}}") == "done"
+    assert state.feed(" ") == "reject"  # nothing after the call
+
+
+ADD = {"type": "function", "function": {
+    "name": "add", "description": "Add two numbers.",
+    "parameters": {"type": "object", "properties": {"a": {"type": "number"},
+                                                    "b": {"type": "number"}}}}}
+
+
+@pytest.fixture
+async def local_server(tmp_path):
+    policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
+    await policy.start()
+    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=8))
+    await server.start()
+    yield server, policy
+    await server.stop()
+
+
+async def test_the_local_models_forced_calls_keep_the_shape(local_server):
+    """The untrained embedded model never wrote a parsable named call with the prefill
+    alone; constrained, every sample is a call or, cut by max_tokens, the start of one."""
+    srv, policy = local_server
+    assert policy.can_constrain()
+    completion = await srv.client().chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "What is 2 plus 3?"}],
+        tools=[ADD], tool_choice={"type": "function", "function": {"name": "add"}},
+        n=16, max_tokens=24, seed=1)
+    parsed = 0
+    for choice in completion.choices:
+        if choice.message.tool_calls:
+            [call] = choice.message.tool_calls
+            assert call.function.name == "add"
+            assert isinstance(json.loads(call.function.arguments), dict)
+            assert choice.finish_reason == "tool_calls"
+            parsed += 1
+        else:
+            # cut by max_tokens inside the call: what was sampled still fits its shape
+            assert choice.finish_reason == "length"
+            text = policy.tokenizer.decode(choice.model_extra["token_ids"])
+            assert CALL.check('{"name": "add", "arguments":' + text) == "continue"
+    # logprobs stay the model's own: finite, one per sampled token
+    for choice in completion.choices:
+        logprobs = choice.model_extra["token_logprobs"]
+        assert len(logprobs) == len(choice.model_extra["token_ids"])
+        assert all(lp <= 0.0 for lp in logprobs)
+    print(f"named calls parsed: {parsed}/{len(completion.choices)}")
