@@ -31,6 +31,7 @@ def test_the_wheel_installs_only_tinker_tui(tmp_path: Path) -> None:
     for needed in ("tinker_tui/app/tinker_tui.tcss", "tinker_tui/app/cli.py",
                    "tinker_tui/engine/local/weights/tiny-chat.safetensors",
                    "tinker_tui/engine/store/codec.py",
+                   "tinker_tui/engine/local/tiny_chat_tokenizer/tokenizer.json",
                    "tinker_tui/examples/yes_no_maybe.py"):
         assert needed in names
 
