@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import gc
 import importlib
 import os
 import re
@@ -119,6 +120,17 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    finally:
+        if argv is None:
+            # The program exits next. Its last garbage collection would walk every object
+            # torch and transformers made (seconds on a busy machine, after a Ctrl+C too);
+            # frozen objects are skipped. Callers passing argv (tests) keep their GC whole.
+            gc.freeze()
+
+
+def _main(argv: list[str] | None) -> int:
     args = parse(argv)
     command = importlib.import_module(f"tinker_tui.app.commands.{args.command}")
     try:

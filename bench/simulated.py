@@ -39,6 +39,9 @@ class SimulatedPolicy:
         self.saved.append(name)
         return f"tinker://simulated/weights/{name}"
 
+    def interrupt(self) -> None:
+        """The run is stopping (nothing here ever waits on a backend)."""
+
 
 class SimulatedClient:
     def __init__(self, policy: SimulatedPolicy, sample_seconds: float = 0.002) -> None:

@@ -41,6 +41,17 @@ def tinker_credentials_present() -> bool:
     return tinker_has_credentials()
 
 
+def check_api_key_form() -> None:
+    """A TINKER_API_KEY the SDK would refuse (it wants `tml-...`, or a JWT), refused now,
+    not seconds later from inside the SDK."""
+    key = os.environ.get("TINKER_API_KEY")
+    if key and not key.startswith(("tml-", "eyJ")):
+        raise BackendError(
+            "TINKER_API_KEY is not a Tinker API key: keys start with 'tml-' (copy it again "
+            "from the Tinker console, or unset TINKER_API_KEY to use TINKER_CREDENTIAL_CMD, "
+            "`tinker auth login`, or --backend local)")
+
+
 def choose_backend(requested: str | None) -> str:
     """Decide up front between the real service and the local one, from credentials only.
 
@@ -52,15 +63,32 @@ def choose_backend(requested: str | None) -> str:
                 "--backend tinker needs a Tinker API key: set TINKER_API_KEY (or "
                 "TINKER_CREDENTIAL_CMD, or run `tinker auth login`), or use --backend local."
             )
+        check_api_key_form()
         return "tinker"
     if requested == "local":
         return "local"
     if requested is None:
-        return "tinker" if tinker_credentials_present() else "local"
+        if tinker_credentials_present():
+            check_api_key_form()
+            return "tinker"
+        return "local"
     raise BackendError(f"unknown backend {requested!r}: use 'local' or 'tinker'")
 
 
+def check_base_model(backend: str, base_model: str) -> None:
+    """The embedded models exist only here: the Tinker service cannot serve them. A service
+    at another address (TINKER_BASE_URL: a self-hosted or test service) may."""
+    from tinker_tui.engine.local import DEFAULT_BASE_MODEL
+
+    embedded = base_model.startswith(DEFAULT_BASE_MODEL.split("/")[0] + "/")
+    if backend == "tinker" and embedded and not os.environ.get("TINKER_BASE_URL"):
+        raise BackendError("the embedded base model runs only on the local backend; "
+                           "choose a Tinker base model for --backend tinker (--base-model NAME)")
+
+
 def make_service_client(backend: str, checkpoint_dir: Path) -> Any:
+    """The backend's service client. `tinker.ServiceClient()` builds no connection: its
+    session is made on first use (see `engine.blocking`)."""
     if backend == "tinker":
         import tinker
 
@@ -68,6 +96,25 @@ def make_service_client(backend: str, checkpoint_dir: Path) -> Any:
     from tinker_tui.engine.local import LocalServiceClient
 
     return LocalServiceClient(checkpoint_dir=checkpoint_dir)
+
+
+def is_tinker_sdk(service_client: Any) -> bool:
+    """Whether this is the real SDK's client (which talks to a service over HTTP)."""
+    import tinker
+
+    return isinstance(service_client, tinker.ServiceClient)
+
+
+def backend_label(service_client: Any) -> str:
+    """How waits and errors name the backend."""
+    return "Tinker" if is_tinker_sdk(service_client) else "local backend"
+
+
+def service_address(service_client: Any) -> str:
+    """The URL the SDK talks to (its argument, else TINKER_BASE_URL, else production)."""
+    from tinker.lib.base_url import resolve_base_url
+
+    return resolve_base_url(getattr(service_client, "_base_url", None))
 
 
 # ---------------------------------------------------------------------------- renderers

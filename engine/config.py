@@ -221,6 +221,12 @@ class RunConfig:
                                      low=0, low_open=True)
     backend_retries: int = setting(
         3, "retries of a transient backend error (idempotent calls)", "backend", low=0)
+    backend_unreachable_after: float = setting(
+        60.0, "seconds without any answer from the service before the run ends with an error",
+        "backend", low=0, low_open=True)
+    backend_wait_report: float = setting(
+        15.0, "seconds a backend call waits before it is shown (again at each doubling)",
+        "backend", low=0, low_open=True)
     # Outside trackers (optional extras tinker-tui[wandb], tinker-tui[tensorboard]); "" = off.
     wandb_project: str = setting("", "log to this W&B project (--wandb PROJECT)", "trackers")
     wandb_entity: str = setting("", 'W&B team or user; "" = your default one', "trackers")

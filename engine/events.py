@@ -235,9 +235,10 @@ class ThroughputMeasured(Event):
 class BackendWaited(Event):
     """A backend call is waiting: rate limited, queued for capacity, or retrying an error.
 
-    `reason` is what to show (it starts with "waiting for Tinker capacity" for rate-limit
-    and capacity waits); `attempt` is the try the call is on; `delay` is the backoff about
-    to be slept before a retry, or the seconds waited so far for a slow call.
+    `reason` names the backend and the cause ("Tinker: 503 Service Unavailable",
+    "local backend: no answer yet"); `operation` is the call (or, for the tinker SDK's own
+    retries, the endpoint: "create_session"); `attempt` is the try the call is on; `delay`
+    is the backoff about to be slept before a retry, or the seconds waited so far.
     """
 
     operation: str

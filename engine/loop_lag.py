@@ -16,12 +16,15 @@ class LoopLagMonitor:
     def __init__(self, interval: float = 0.01, max_samples: int = 2048) -> None:
         self.interval = interval
         self.samples: deque[float] = deque(maxlen=max_samples)
+        self.worst = 0.0  # the largest lag since the start, kept past max_samples
 
     async def run(self) -> None:
         while True:
             started = time.perf_counter()
             await asyncio.sleep(self.interval)
-            self.samples.append(max(0.0, time.perf_counter() - started - self.interval))
+            lag = max(0.0, time.perf_counter() - started - self.interval)
+            self.samples.append(lag)
+            self.worst = max(self.worst, lag)
 
     def percentile(self, q: float) -> float:
         """The q-th percentile (0..100) of recent lags in seconds; 0 before any sample."""

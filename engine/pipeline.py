@@ -51,6 +51,7 @@ from tinker_tui.engine.events import (
 from tinker_tui.engine.loop_lag import LoopLagMonitor
 from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeState, ScenarioSource
+from tinker_tui.engine.retry import BackendInterrupted
 from tinker_tui.engine.rollout_loop import RolloutLoop, RolloutLoopClosed, SameLoop
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.task import Scenario, Task, group_rollout_of, part_of
@@ -194,6 +195,7 @@ class Pipeline:
         self.stop_reason = reason
         self._emit(RunStateChanged(time=self.clock.now(), state="stopping", reason=reason))
         self.log("info", f"stopping ({reason}): no new rollouts; finishing the current step")
+        self.policy.interrupt()  # backend calls waiting on trouble give up
         self._queue.put_nowait(None)
         self._wake.set()
 
@@ -262,6 +264,14 @@ class Pipeline:
             await self._train_loop()
             if self.step >= self.config.max_steps and not self._stopping:
                 await self._final_eval()
+        except BackendInterrupted as exc:
+            if not self._stopping:
+                raise
+            # The step's outcome on the backend is unknown: no checkpoint of it. A resume
+            # continues from the last confirmed checkpoint.
+            self.log("warning", f"stopped during step {self.step + 1}, which is not recorded: "
+                                f"{exc}")
+            return "stopped"
         finally:
             self._stopping = True
             self._wake.set()
@@ -271,7 +281,11 @@ class Pipeline:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
-        await self._checkpoint("final")
+        try:
+            await self._checkpoint("final")
+        except BackendInterrupted as exc:
+            self.log("warning", f"the final checkpoint was not written: {exc}")
+            return "stopped"
         return "completed" if self.step >= self.config.max_steps else "stopped"
 
     # ------------------------------------------------------------------ workers

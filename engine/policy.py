@@ -8,7 +8,13 @@ groups into Datums, trains, and publishes the next sampling client.
 
 Every call to the backend goes through `tinker_tui.engine.retry.call_with_retry`: it has a timeout,
 transient errors are retried with backoff (idempotent calls only), and waits are published
-as `BackendWaited` events and log lines, never a silent hang.
+as `BackendWaited` events and log lines that name the backend and the cause, never a silent
+hang. With the tinker SDK, calls that may block (creating clients, which builds the SDK's
+session on first use; the checkpoint REST client; the tokenizer; closing) run on daemon
+threads (`engine.blocking`), the SDK's own retries are read from its log records and shown
+as they happen (`engine.sdk_watch`), a service that answers nothing fails the call after
+`backend_unreachable_after` seconds, and the session is closed at the end (`close`).
+`interrupt()` (the run is stopping) abandons calls that wait on a degraded backend.
 
 Checkpoints carry the step in their name (`step-000012`): sampler weights every
 `sampler_checkpoint_every` steps, full state (weights + optimizer) whenever the pipeline
@@ -31,9 +37,17 @@ from typing import TYPE_CHECKING, Any
 
 import tinker
 from tinker_tui.engine import metric_keys as keys
-from tinker_tui.engine.backend import make_renderer, renderer_name_for
+from tinker_tui.engine.backend import (
+    backend_label,
+    is_tinker_sdk,
+    make_renderer,
+    renderer_name_for,
+    service_address,
+)
+from tinker_tui.engine.blocking import on_daemon_thread, sdk_call
 from tinker_tui.engine.errors import DiskFull, TinkerTuiError
-from tinker_tui.engine.retry import RetryPolicy, Wait, call_with_retry
+from tinker_tui.engine.retry import RetryPolicy, Wait, WaitContext, call_with_retry
+from tinker_tui.engine.sdk_watch import Notice, SdkWatch
 from tinker_tui.engine.trajectory import TrajectoryGroup, trajectory_to_datum_arrays
 
 if TYPE_CHECKING:
@@ -80,8 +94,8 @@ class CheckpointRecord:
 
 
 class _LocalCheckpointRemover:
-    """Deletes checkpoints of the local backend by path, for a service client that offers no
-    `create_rest_client()` (the SDK's way, `delete_checkpoint_from_tinker_path`)."""
+    """Deletes checkpoints of the local backend by path, as `tinker.RestClient` deletes
+    them on the service (`delete_checkpoint_from_tinker_path`)."""
 
     def __init__(self, checkpoint_dir: Path) -> None:
         self.checkpoint_dir = Path(checkpoint_dir)
@@ -164,6 +178,8 @@ class Policy:
         retry: RetryPolicy | None = None,
         on_event: Callable[[Event], None] | None = None,
         clock: Clock | None = None,
+        backend: str | None = None,
+        rest_client: Any = None,
     ) -> None:
         self.service_client = service_client
         self.base_model = base_model
@@ -193,12 +209,24 @@ class Policy:
         self.checkpoints: list[CheckpointRecord] = []
         self._samplers: OrderedDict[int, Any] = OrderedDict()
         self._loaded_from: dict[int, str] = {}  # version -> path its cached client was loaded from
-        self._rest: Any = None
+        #: What deletes old checkpoints: a tinker.RestClient (made on first use), or by path.
+        self._rest: Any = rest_client
+        self.tinker_sdk = is_tinker_sdk(service_client)
+        #: How waits name the backend ("Tinker", "local backend").
+        self.backend_label = backend or backend_label(service_client)
+        self.watch = SdkWatch(service_address(service_client)) if self.tinker_sdk else None
+        watch = self.watch
+        self.wait_context = WaitContext(
+            backend=self.backend_label, where=watch.base_url if watch else "",
+            cause=(lambda since: watch.cause(since)) if watch else (lambda since: ""),
+            unreachable=((lambda: (watch.unreachable_for(), watch.unreachable_cause()))
+                         if watch else (lambda: (0.0, ""))))
+        self._shown: dict[tuple[str, ...], float] = {}  # throttles the SDK's notices
 
     @classmethod
     def from_config(cls, service_client: Any, config: RunConfig, *,
                     on_event: Callable[[Event], None] | None = None,
-                    clock: Clock | None = None) -> Policy:
+                    clock: Clock | None = None, rest_client: Any = None) -> Policy:
         """A policy with every backend setting of a `RunConfig`."""
         from tinker_tui.engine.config import parse_loss_fn_config
 
@@ -215,8 +243,10 @@ class Policy:
             sampler_clients_to_keep=config.sampler_clients_to_keep,
             kl_penalty_coef=config.kl_penalty_coef,
             retry=RetryPolicy(timeout=config.backend_timeout,
-                              attempts=config.backend_retries + 1),
-            on_event=on_event, clock=clock)
+                              attempts=config.backend_retries + 1,
+                              slow_after=config.backend_wait_report,
+                              unreachable_after=config.backend_unreachable_after),
+            on_event=on_event, clock=clock, rest_client=rest_client)
 
     # ------------------------------------------------------------------ events
     def _now(self) -> float:
@@ -239,32 +269,106 @@ class Policy:
         self._log("warning", wait.describe())
 
     async def _call(self, operation: str, call: Callable[[int], Awaitable[Any]], *,
-                    retry: bool = True) -> Any:
+                    retry: bool = True, abandon_on_stop: bool = False) -> Any:
         return await call_with_retry(call, operation=operation, policy=self.retry,
-                                     on_wait=self._report_wait, retry=retry)
+                                     on_wait=self._report_wait, retry=retry,
+                                     context=self.wait_context,
+                                     abandon_on_stop=abandon_on_stop)
+
+    def interrupt(self) -> None:
+        """The run is stopping: calls waiting on a degraded backend (reported, or sleeping
+        before a retry) and start-up calls give up with `BackendInterrupted`."""
+        self.wait_context.stopping.set()
+
+    def _once_per(self, seconds: float, *key: str) -> bool:
+        now = time.monotonic()
+        if now - self._shown.get(key, float("-inf")) < seconds:
+            return False
+        self._shown[key] = now
+        return True
+
+    def _on_notice(self, notice: Notice) -> None:
+        """What the SDK did on its own (on the loop's thread: see `_watch_sdk`)."""
+        if notice.kind == "retry" and self._once_per(5.0, notice.endpoint, notice.cause):
+            self._report_wait(Wait(self.backend_label, notice.endpoint, notice.cause,
+                                   notice.attempt + 1, notice.delay, True))
+        elif notice.kind == "error" and self._once_per(5.0, notice.endpoint, notice.cause):
+            self._report_failure(notice.endpoint, notice.cause)
+        elif notice.kind == "log" and self._once_per(60.0, notice.cause):
+            self._log(notice.level, f"Tinker SDK: {notice.cause}")
+
+    def _report_failure(self, endpoint: str, cause: str) -> None:
+        """A request the SDK's HTTP client gave up on (its session code may try again)."""
+        if self.on_event is None:
+            return
+        from tinker_tui.engine.events import BackendWaited
+
+        self.on_event(BackendWaited(time=self._now(), operation=endpoint,
+                                    reason=f"{self.backend_label}: {cause}", attempt=0,
+                                    delay=0.0))
+        self._log("warning", f"{self.backend_label}: {endpoint} {cause}")
+
+    def _watch_sdk(self) -> None:
+        watch = self.watch
+        if watch is None or watch.on_notice is not None:
+            return
+        loop = asyncio.get_running_loop()
+        watch.on_notice = lambda notice: loop.call_soon_threadsafe(self._on_notice, notice)
+        watch.install()
+
+    async def close(self, status: str, detail: str | None = None,
+                    timeout: float = 5.0) -> None:
+        """Finish the backend session ("success", "errored" or "interrupted"): the SDK's
+        `ServiceClient.close`, bounded by `timeout` (a service that does not answer ends
+        the session itself when its heartbeats stop)."""
+        close = getattr(self.service_client, "close", None)
+        try:
+            # No training client, no session to finish: the SDK makes its session on the
+            # first call, and a session still being made cannot be closed (its close waits
+            # for it); the service ends it when its heartbeats stop.
+            if close is not None and self.training_client is not None:
+                await asyncio.wait_for(sdk_call(close, status, detail), timeout)
+        except Exception as exc:
+            text = str(exc) or f"no answer within {timeout:g} s"
+            self._log("warning", f"{self.backend_label}: could not close the session "
+                                 f"({type(exc).__name__}: {text})")
+        finally:
+            if self.watch is not None:
+                self.watch.uninstall()
+                self.watch.on_notice = None
 
     def _adam(self, learning_rate: float) -> tinker.AdamParams:
         return tinker.AdamParams(learning_rate=learning_rate, **self.adam)
 
     # ------------------------------------------------------------------ life cycle
     async def start(self, *, from_state: str | None = None, version: int = 0) -> None:
-        """Create the training client (fresh, or from a saved state) and sampler `version`."""
+        """Create the training client (fresh, or from a saved state) and sampler `version`.
+
+        The first call builds the SDK's session (blocking, retried by the SDK): on a daemon
+        thread, abandoned if the run stops meanwhile."""
+        self._watch_sdk()
         service = self.service_client
         if from_state is None:
             self.training_client = await self._call(
-                "create training client", lambda _: service.create_lora_training_client(
-                    base_model=self.base_model, rank=self.lora_rank, seed=self.seed))
+                "create training client", lambda _: sdk_call(
+                    service.create_lora_training_client, base_model=self.base_model,
+                    rank=self.lora_rank, seed=self.seed), abandon_on_stop=True)
         else:
             self.training_client = await self._call(
-                "create training client from state",
-                lambda _: service.create_training_client_from_state_with_optimizer(from_state))
+                "create training client from state", lambda _: sdk_call(
+                    service.create_training_client_from_state_with_optimizer, from_state),
+                abandon_on_stop=True)
         training = self.training_client
-        # The SDK's get_tokenizer may fetch the tokenizer from the hub: bound it like the rest.
+        load = _sdk_tokenizer if self.tinker_sdk else _own_tokenizer
         self.tokenizer = await self._call(
-            "get tokenizer", lambda _: asyncio.to_thread(training.get_tokenizer), retry=False)
-        self.renderer, self.renderer_name = make_renderer(
-            self.base_model, self.tokenizer, self.requested_renderer,
-            warn=lambda message: self._log("warning", message))
+            "get tokenizer", lambda _: on_daemon_thread(load, training, name="get-tokenizer"),
+            retry=False, abandon_on_stop=True)
+        warnings: list[str] = []  # make_renderer runs on a thread: log its words after
+        self.renderer, self.renderer_name = await on_daemon_thread(
+            make_renderer, self.base_model, self.tokenizer, self.requested_renderer,
+            warn=warnings.append, name="make-renderer")
+        for message in warnings:
+            self._log("warning", message)
         if self.kl_penalty_coef > 0 and self.reference is None:
             # The untrained base model, as tinker-cookbook's KL reference defaults to.
             self.reference = await self._call(
@@ -544,18 +648,25 @@ class Policy:
                 self._loaded_from.pop(old.step, None)
             await self._delete(old)
 
-    def _remover(self) -> Any:
+    async def _remover(self) -> Any:
+        """What deletes checkpoints: the local backend's folders by path, or a
+        `tinker.RestClient` (its constructor fetches the service's config: off the loop)."""
         if self._rest is None:
-            create = getattr(self.service_client, "create_rest_client", None)
-            if create is not None:
-                self._rest = create()
-            elif hasattr(self.service_client, "checkpoint_dir"):
+            if hasattr(self.service_client, "checkpoint_dir"):
                 self._rest = _LocalCheckpointRemover(self.service_client.checkpoint_dir)
+            elif self.tinker_sdk:
+                self._rest = await self._call("connect to the checkpoint API",
+                                              lambda _: sdk_call(tinker.RestClient))
         return self._rest
 
     async def _delete(self, record: CheckpointRecord) -> None:
         """Delete an old checkpoint; a failure is logged, never fatal."""
-        remover = self._remover()
+        try:
+            remover = await self._remover()
+        except Exception as exc:
+            self._log("warning", f"could not delete old checkpoint {record.path}: "
+                                 f"{type(exc).__name__}: {exc}")
+            return
         if remover is None:
             return
         try:
@@ -564,3 +675,13 @@ class Policy:
         except Exception as exc:
             self._log("warning", f"could not delete old checkpoint {record.path}: "
                                  f"{type(exc).__name__}: {exc}")
+
+
+def _own_tokenizer(training_client: Any) -> Any:
+    return training_client.get_tokenizer()
+
+
+def _sdk_tokenizer(training_client: Any) -> Any:
+    from tinker_tui.engine.hub_tokenizer import load_tokenizer
+
+    return load_tokenizer(training_client)

@@ -17,14 +17,14 @@ import dataclasses
 import gc
 import importlib
 import random
-import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tinker_tui.engine import faults
 from tinker_tui.engine.backend import make_service_client
+from tinker_tui.engine.blocking import on_daemon_thread
 from tinker_tui.engine.clock import Clock, SystemClock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import (
@@ -36,9 +36,11 @@ from tinker_tui.engine.events import (
     StartupPhase,
     StartupProgressed,
 )
+from tinker_tui.engine.loop_lag import LoopLagMonitor
 from tinker_tui.engine.pipeline import Pipeline
 from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeError, ResumeState, RunLock
+from tinker_tui.engine.retry import BackendInterrupted
 from tinker_tui.engine.rollout_loop import CLOSE_TIMEOUT, RolloutThread, SameLoop
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.store import RunStore
@@ -50,35 +52,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-
-def in_daemon_thread(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-    """`fn(*args)` on a new daemon thread, as a future of this loop. Unlike
-    `asyncio.to_thread`, nothing waits for the thread when the loop or the process ends."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: Any, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-
-    def target() -> None:
-        result, error = None, None
-        try:
-            result = fn(*args)
-        except BaseException as exc:
-            error = exc
-        try:
-            loop.call_soon_threadsafe(settle, result, error)
-        except RuntimeError:  # the loop is closed: nobody is waiting any more
-            pass
-
-    threading.Thread(target=target, name=f"daemon-{getattr(fn, '__name__', 'call')}",
-                     daemon=True).start()
-    return future
+#: How a run's end is told to the backend's session (`ServiceClient.close`).
+_SESSION_STATUS = {"completed": "success", "stopped": "interrupted", "failed": "errored"}
 
 
 def new_run_id(name: str, clock: Clock) -> str:
@@ -135,6 +110,16 @@ class Run:
         self.pipeline.warmup_done = False
         self._start_step = 0
 
+    def preload(self) -> None:
+        """Import now, off the event loop, what a Tinker start-up imports later: the SDK's
+        tokenizer loader (transformers) and the cookbook's renderers. Imported on the loop,
+        they stall it for seconds; on a thread, native libraries hold the GIL as long. Paid
+        here, they are part of the command's start (call it before the loop runs, or from
+        the thread that builds the run). The local backend needs neither."""
+        if self.backend == "tinker":
+            import tinker_cookbook.renderers  # noqa: F401
+            from transformers import AutoTokenizer, PreTrainedTokenizerFast  # noqa: F401
+
     @property
     def control(self) -> Pipeline:
         return self.pipeline
@@ -165,7 +150,7 @@ class Run:
         request models take a while."""
         assert self.policy is not None
         # On a daemon thread, like openai's import (`_warm_up_server`).
-        server = await in_daemon_thread(importlib.import_module, "tinker_tui.engine.server")
+        server = await on_daemon_thread(importlib.import_module, "tinker_tui.engine.server")
         self.server = server.PolicyServer(self.rollouts.policy_for_server(self.policy),
                                           model_name=self.task.name,
                                           defaults=self.sampling_defaults)
@@ -180,7 +165,7 @@ class Run:
         assert self.server is not None
         # On a daemon thread: a stop during the start-up abandons the import instead of
         # waiting seconds for it when the process exits (`asyncio.to_thread`'s are joined).
-        await in_daemon_thread(importlib.import_module, "openai.types.chat")
+        await on_daemon_thread(importlib.import_module, "openai.types.chat")
         self._openai = self.server.client()
         await self._openai.chat.completions.create(
             model=self.task.name, messages=[{"role": "user", "content": "ready?"}],
@@ -270,8 +255,13 @@ class Run:
         self.pipeline.commit_events = store.flush
         # A full disk under the store: stop now (nothing more can be recorded), then fail.
         store.on_failure = lambda failure: self.pipeline.stop("the run store's disk is full")
+        # The loop's lag over the whole run, start-up included (the pipeline measures its
+        # own, while training); reported when the run ends.
+        lag = LoopLagMonitor(max_samples=100_000)
+        lag_task = asyncio.create_task(lag.run(), name="run-loop-lag")
         status: RunStatus = "failed"
         reason = ""
+        in_pipeline = False
         try:
             points = await self._resume_points(store) if self.resume else []
             self._publish_started(points[0]["step"] if points else None)
@@ -300,6 +290,7 @@ class Run:
                 # 100-350 ms each and stalled the event loop.
                 gc.freeze()
                 self._phase("first_rollouts")
+            in_pipeline = True
             status = await self.pipeline.run()
             if store.failure is not None:
                 raise store.failure
@@ -307,15 +298,27 @@ class Run:
                       else self.pipeline.stop_reason or "stopped before max_steps")
             return status
         except BaseException as exc:
+            if self.pipeline.stopping and isinstance(exc, Exception) and (
+                    isinstance(exc, BackendInterrupted) or not in_pipeline):
+                # Stopped while starting (the service slow or failing): a call given up
+                # because of the stop, or failing for it. Nothing trained.
+                status, reason = "stopped", f"stopped before training: {exc}"
+                self._log("warning", reason)
+                return status
             reason = f"{type(exc).__name__}: {exc}"
             self._log("error", f"run failed: {reason}")
             raise
         finally:
+            await self._close_rollout_side()
+            if self.policy is not None:
+                await self.policy.close(_SESSION_STATUS[status], reason or None)
+            lag_task.cancel()
+            self._log("info", f"event loop lag over the run: p99 {lag.percentile(99) * 1e3:.1f} "
+                              f"ms, max {lag.worst * 1e3:.1f} ms ({len(lag.samples)} samples)")
             # A resumed run stopped before it was reconciled is still at its start step.
             self.events.publish(RunFinished(time=self.clock.now(), status=status,
                                             final_step=max(self.pipeline.step, self._start_step),
                                             reason=reason))
-            await self._close_rollout_side()
             try:
                 await trackers.close()  # before the store: their last lines are stored
             finally:
@@ -377,6 +380,8 @@ class Run:
                 await self.policy.start(from_state=point["path"],
                                         version=int(point["resume_state"]["policy_version"]))
                 return point
+            except BackendInterrupted:
+                raise  # stopping: no other checkpoint is tried
             except Exception as exc:
                 if i + 1 == len(points):
                     raise ResumeError(f"run {self.run_id}: no confirmed checkpoint could be "

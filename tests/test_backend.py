@@ -84,9 +84,6 @@ def recorded_service(tmp_path, log):
         "create_lora_training_client": trainer,
         "create_training_client_from_state_with_optimizer": trainer,
         "create_sampling_client": sampler})
-    # the SDK deletes checkpoints through a RestClient: offer one, as tinker.ServiceClient does
-    service.create_rest_client = lambda: (log.append(
-        (tinker.ServiceClient, "create_rest_client", (), {})) or RecordingRest(tmp_path, log))
     return service
 
 
@@ -109,7 +106,9 @@ async def test_the_policy_calls_only_the_tinker_sdk_interface(tmp_path):
     config = RunConfig(loss_fn="ppo", loss_fn_config="clip_low_threshold=0.9",
                        adam_beta1=0.8, adam_beta2=0.99, adam_eps=1e-8, weight_decay=0.01,
                        grad_clip_norm=1.0, keep_last_checkpoints=1, kl_penalty_coef=0.1)
-    policy = Policy.from_config(recorded_service(tmp_path, log), config)
+    # the SDK deletes checkpoints through a tinker.RestClient: give it one that records
+    policy = Policy.from_config(recorded_service(tmp_path, log), config,
+                                rest_client=RecordingRest(tmp_path, log))
     await policy.start()
     for _ in range(2):
         await policy.train(policy.build_datums([_group(policy)]), loss_fn=config.loss_fn,
@@ -166,6 +165,16 @@ def test_backend_is_chosen_from_credentials_up_front(monkeypatch):
     assert choose_backend(None) == "tinker"
 
 
+def test_a_malformed_api_key_is_refused_up_front(monkeypatch):
+    monkeypatch.setenv("TINKER_API_KEY", "dummy")
+    for requested in ("tinker", None):
+        with pytest.raises(BackendError, match="TINKER_API_KEY .* start with 'tml-'"):
+            choose_backend(requested)
+    assert choose_backend("local") == "local"
+    monkeypatch.setenv("TINKER_API_KEY", "tml-abc")
+    assert choose_backend("tinker") == "tinker"
+
+
 # ------------------------------------------------------------------ retries
 class Sleeps:
     def __init__(self):
@@ -185,10 +194,13 @@ async def test_transient_errors_are_retried_with_backoff_and_reported():
         return "ok"
 
     result = await call_with_retry(flaky, operation="sample", on_wait=waits.append,
-                                   policy=RetryPolicy(base_delay=1.0), sleep=sleep)
+                                   policy=RetryPolicy(base_delay=1.0), sleep=sleep,
+                                   context=retry.WaitContext(backend="Tinker"))
     assert result == "ok" and calls == [1, 2, 3]
     assert [w.attempt for w in waits] == [2, 3]
-    assert all(w.reason.startswith(retry.CAPACITY_WAIT) and w.retrying for w in waits)
+    assert all(w.retrying for w in waits)
+    assert waits[0].describe().startswith(
+        "Tinker: sample 429 Too Many Requests: rate limited, waiting for capacity, retry 1 in")
     assert 0.75 <= sleep.delays[0] <= 1.25 and 1.5 <= sleep.delays[1] <= 2.5
 
 
@@ -231,10 +243,67 @@ async def test_each_attempt_has_a_timeout_and_slow_attempts_are_reported():
         return 1
 
     waits.clear()
-    assert await call_with_retry(slow, operation="sample", on_wait=waits.append,
-                                 policy=RetryPolicy(slow_after=0.05, report_every=10)) == 1
-    [wait] = waits
-    assert not wait.retrying and wait.reason == retry.CAPACITY_WAIT and wait.delay >= 0.05
+    context = retry.WaitContext(backend="local backend")
+    assert await call_with_retry(slow, operation="get tokenizer", on_wait=waits.append,
+                                 policy=RetryPolicy(slow_after=0.05, report_every=10),
+                                 context=context) == 1
+    wait = waits[0]  # then again at 0.1 s: twice the wait so far
+    assert not wait.retrying and wait.delay >= 0.05
+    assert wait.describe().startswith("local backend: get tokenizer has waited")
+    assert "Tinker" not in wait.describe()
+
+
+async def test_an_unreachable_service_fails_the_call_after_the_configured_time():
+    silent = [0.0]
+    context = retry.WaitContext(backend="Tinker", where="http://127.0.0.1:9",
+                                unreachable=lambda: (silent[0], "ConnectError: refused"))
+
+    async def never(_):
+        await asyncio.sleep(3600)
+
+    task = asyncio.ensure_future(call_with_retry(
+        never, operation="create training client", context=context,
+        policy=RetryPolicy(unreachable_after=30)))
+    await asyncio.sleep(0.1)
+    assert not task.done()
+    silent[0] = 31.0  # the service has answered nothing for 31 s
+    with pytest.raises(retry.BackendUnreachableError) as caught:
+        await asyncio.wait_for(task, 2)
+    message = str(caught.value)
+    assert "http://127.0.0.1:9 unreachable: no answer for 31 s" in message
+    assert "TINKER_BASE_URL" in message and "backend_unreachable_after" in message
+
+
+async def test_a_stop_abandons_calls_waiting_on_trouble_and_start_up_calls():
+    context = retry.WaitContext(backend="Tinker", cause=lambda since: "503 Service Unavailable")
+    gate = asyncio.Event()
+
+    async def slow(_):
+        await gate.wait()
+        return "done"
+
+    policy = RetryPolicy(slow_after=0.05, report_every=10)
+    healthy = asyncio.ensure_future(call_with_retry(slow, operation="save state",
+                                                    policy=RetryPolicy(), context=context))
+    troubled = asyncio.ensure_future(call_with_retry(slow, operation="optim_step",
+                                                     policy=policy, context=context))
+    start_up = asyncio.ensure_future(call_with_retry(slow, operation="create training client",
+                                                     policy=RetryPolicy(), context=context,
+                                                     abandon_on_stop=True))
+    await asyncio.sleep(0.2)  # the troubled call has been reported by now
+    context.stopping.set()
+    with pytest.raises(retry.BackendInterrupted, match="optim_step abandoned .*503"):
+        await asyncio.wait_for(troubled, 2)
+    with pytest.raises(retry.BackendInterrupted, match="create training client"):
+        await asyncio.wait_for(start_up, 2)
+    assert not healthy.done()  # a call that is not waiting on trouble finishes its work
+    gate.set()
+    assert await asyncio.wait_for(healthy, 2) == "done"
+    # sleeping before a retry counts as trouble too
+    with pytest.raises(retry.BackendInterrupted):
+        await call_with_retry(lambda _: (_ for _ in ()).throw(
+            _status_error(tinker.InternalServerError, 503)), operation="sample",
+            policy=RetryPolicy(base_delay=30), context=context)
 
 
 async def test_backend_waits_become_events_and_log_lines(tmp_path):
@@ -256,9 +325,10 @@ async def test_backend_waits_become_events_and_log_lines(tmp_path):
     await policy.start()
     [waited] = [e for e in events if isinstance(e, BackendWaited)]
     assert waited.operation == "create training client" and waited.attempt == 2
-    assert waited.reason.startswith("waiting for Tinker capacity")
-    assert any(isinstance(e, LogEmitted) and e.level == "warning"
-               and "waiting for Tinker capacity" in e.message for e in events)
+    assert waited.reason.startswith("local backend: 429")
+    lines = [e.message for e in events if isinstance(e, LogEmitted) and e.level == "warning"]
+    assert any(m.startswith("local backend: create training client 429") for m in lines)
+    assert not any("Tinker capacity" in m for m in lines)
 
 
 # ------------------------------------------------------------------ checkpoints

@@ -194,7 +194,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     """Check the task, the settings, the backend's credentials and the store (UsageError
     or StoreError at once); nothing heavy is imported here."""
     from tinker_tui.app.task_loader import layered_config, load_config_file, task_source
-    from tinker_tui.engine.backend import choose_backend
+    from tinker_tui.engine.backend import check_base_model, choose_backend
 
     task = load_task(args.task)
     path = store_path(args)
@@ -211,10 +211,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
                             load_config_file(config_path) if config_path else None,
                             config_overrides(args), config_path=config_path,
                             where=task_source(task))
-    if backend == "tinker" and config.base_model.startswith("tinker-tui/"):
-        raise UsageError("the embedded base model runs only on the local backend; "
-                         "choose a Tinker base model for --backend tinker "
-                         "(--base-model NAME)")
+    check_base_model(backend, config.base_model)
     check_store(path, explicit=args.db is not None)
     return RunPlan(task=task, config=config, backend=backend, db_path=path)
 
@@ -224,8 +221,10 @@ def build_session(plan: RunPlan, clock: Any = None, *, headless: bool = False) -
     no dashboard watches it, so a health pause stops it (on_health_pause = auto)."""
     from tinker_tui.engine.run import Run
 
-    return Run(task=plan.task, config=plan.config, backend=plan.backend, db_path=plan.db_path,
-               run_id=plan.run_id, resume=plan.resume, clock=clock, headless=headless)
+    run = Run(task=plan.task, config=plan.config, backend=plan.backend, db_path=plan.db_path,
+              run_id=plan.run_id, resume=plan.resume, clock=clock, headless=headless)
+    run.preload()  # before the run's loop (headless) or in the dashboard's build thread
+    return run
 
 
 def make_session(args: argparse.Namespace) -> Any:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import tinker
-from tinker_tui.engine.retry import BackendTimeoutError
+from tinker_tui.engine.retry import BackendInterrupted, BackendTimeoutError
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server.schema import (
     MAX_STOP,
@@ -417,7 +417,7 @@ class ChatHandler:
         except tinker.RateLimitError as exc:
             raise RequestError(429, f"the backend is rate limited: {exc}",
                                kind="rate_limit_error") from None
-        except (BackendTimeoutError, tinker.TinkerError) as exc:
+        except (BackendTimeoutError, BackendInterrupted, tinker.TinkerError) as exc:
             raise RequestError(503, f"the backend is unavailable: {type(exc).__name__}: {exc}",
                                kind="server_error") from None
 

@@ -1,0 +1,163 @@
+"""The Tinker service double, driven by the real tinker SDK over HTTP: it speaks the SDK's wire
+protocol (its own types and protobuf codecs, both ways) and really trains on the local backend.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import numpy as np
+import pytest
+import tinker
+from tinker import types
+from tinker.proto import response_conv
+from tinker.proto.request_conv import forward_backward_request_to_proto
+from tinker_double import API_KEY, TinkerDouble, wire
+from tinker_double.service import Sequencer
+from tinker_tui.engine.local import DEFAULT_BASE_MODEL
+from tinker_tui.engine.local.hf_tokenizer import TOKENIZER_DIR
+
+
+@pytest.fixture(scope="module")
+def double(tmp_path_factory):
+    with TinkerDouble(tmp_path_factory.mktemp("service")) as served:
+        yield served
+
+
+def _supervised(renderer, answer: str) -> types.Datum:
+    model_input, weights = renderer.build_supervised_example(
+        [{"role": "user", "content": "Answer with one word: yes, no or maybe. Is it?"},
+         {"role": "assistant", "content": answer}])
+    tokens = model_input.to_ints()
+    return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                       loss_fn_inputs={"target_tokens": tokens[1:],
+                                       "weights": [float(w) for w in weights.tolist()[1:]]})
+
+
+def test_the_sdk_trains_samples_saves_loads_and_deletes_through_the_double(double):
+    from tinker_cookbook.renderers import get_renderer
+
+    service = tinker.ServiceClient(base_url=double.base_url, api_key=API_KEY)
+    training = service.create_lora_training_client(base_model=DEFAULT_BASE_MODEL, rank=8,
+                                                   seed=0).result()
+    assert training.get_info().model_data.tokenizer_id == str(TOKENIZER_DIR)
+    tokenizer = training.get_tokenizer()  # AutoTokenizer on the folder get_info names
+    renderer = get_renderer("role_colon", tokenizer)
+    data = [_supervised(renderer, "maybe")] * 4
+    losses = []
+    for _ in range(4):  # forward_backward and optim_step submitted before either is awaited
+        fb = training.forward_backward(data, "cross_entropy")
+        step = training.optim_step(types.AdamParams(learning_rate=1e-2))
+        losses.append(fb.result().metrics["loss:sum"])
+        assert "grad_norm:mean" in step.result().metrics
+    assert losses[-1] < losses[0] * 0.8, losses  # it really trains
+
+    sampler = training.save_weights_and_get_sampling_client().result()
+    prompt = renderer.build_generation_prompt(
+        [{"role": "user", "content": "Answer with one word: yes, no or maybe. Is it?"}])
+    result = sampler.sample(prompt=prompt, num_samples=3, sampling_params=types.SamplingParams(
+        max_tokens=4, seed=1), topk_sample_logprobs=2).result()
+    assert len(result.sequences) == 3
+    for sequence in result.sequences:
+        assert len(sequence.tokens) == len(sequence.logprobs) <= 4
+        assert sequence.stop_reason in ("stop", "length") and sequence.sequence_id
+        assert all(len(row) == 2 for row in sequence.topk_logprobs)
+
+    state = training.save_state("step-000004").result().path
+    weights = training.save_weights_for_sampler("step-000004").result().path
+    assert state == f"tinker://{training.model_id}/weights/step-000004"
+    assert weights == f"tinker://{training.model_id}/sampler_weights/step-000004"
+    assert service.create_sampling_client(model_path=weights).result().get_base_model() == \
+        DEFAULT_BASE_MODEL
+    # a new training client from the saved state computes what the saved one does
+    loaded = service.create_training_client_from_state_with_optimizer(state).result()
+    assert loaded.model_id != training.model_id
+    before = training.forward(data, "cross_entropy").result().metrics["loss:sum"]
+    after = loaded.forward(data, "cross_entropy").result().metrics["loss:sum"]
+    assert after == pytest.approx(before, rel=1e-5)
+
+    rest = tinker.RestClient(base_url=double.base_url, api_key=API_KEY)
+    listed = rest.list_checkpoints(training.model_id).result().checkpoints
+    assert {c.checkpoint_id for c in listed} == {"weights/step-000004",
+                                                 "sampler_weights/step-000004"}
+    rest.delete_checkpoint_from_tinker_path(weights).result()
+    assert weights in double.service.deleted
+    assert [c.checkpoint_id for c in rest.list_checkpoints(training.model_id).result()
+            .checkpoints] == ["weights/step-000004"]
+
+    session_id = training.model_id.split(":")[0]
+    service.close("success", detail="done").result()
+    assert double.service.sessions[session_id].finished == {"reason": "success",
+                                                            "detail": "done"}
+    endpoints = {path.split("/")[0] for _, path, _ in double.service.calls}
+    assert {"client", "create_session", "create_model", "get_info", "forward_backward",
+            "optim_step", "save_weights", "save_weights_for_sampler", "load_weights",
+            "create_sampling_session", "samplers", "asample", "retrieve_future",
+            "training_runs", "sessions"} <= endpoints
+
+
+def test_a_key_the_double_does_not_know_is_refused(double):
+    service = tinker.ServiceClient(base_url=double.base_url, api_key="tml-not-this-one")
+    with pytest.raises(tinker.AuthenticationError):
+        service.create_lora_training_client(base_model=DEFAULT_BASE_MODEL).result()
+
+
+def test_the_wire_round_trips_through_the_sdks_own_codecs():
+    datum = types.Datum(model_input=types.ModelInput.from_ints([5, 6, 7]),
+                        loss_fn_inputs={"target_tokens": [6, 7, 8],
+                                        "advantages": [0.0, 0.5, -1.5],
+                                        "logprobs": [-1.0, -2.0, -3.0]})
+    request = types.ForwardBackwardRequest(
+        forward_backward_input=types.ForwardBackwardInput(
+            data=[datum], loss_fn="ppo", loss_fn_config={"clip_low_threshold": 0.8}),
+        model_id="s:train:0", seq_id=3)
+    proto = forward_backward_request_to_proto(request)  # what the SDK sends
+    proto.forward_only = True
+    decoded, forward_only = wire.forward_backward_request(proto.SerializeToString())
+    assert forward_only and decoded.model_id == "s:train:0" and decoded.seq_id == 3
+    fb = decoded.forward_backward_input
+    assert fb.loss_fn == "ppo" and fb.loss_fn_config == {"clip_low_threshold": 0.8}
+    [got] = fb.data
+    assert got.model_input.to_ints() == [5, 6, 7]
+    for key, value in datum.loss_fn_inputs.items():
+        assert got.loss_fn_inputs[key].tolist() == value.tolist()
+        assert got.loss_fn_inputs[key].dtype == value.dtype
+
+    sample = types.SampleResponse(sequences=[types.SampledSequence(
+        stop_reason="stop", sequence_id="x", tokens_np=np.array([1, 2], dtype=np.int32),
+        logprobs_np=np.array([-0.5, -0.25], dtype=np.float32))],
+        prompt_logprobs_np=np.array([np.nan, -1.0], dtype=np.float32))
+    back = response_conv.deserialize_sample_response(wire.sample_response(sample))
+    assert back.sequences[0].tokens == [1, 2] and back.sequences[0].logprobs == [-0.5, -0.25]
+    assert back.sequences[0].stop_reason == "stop"
+    assert np.isnan(back.prompt_logprobs_np[0]) and back.prompt_logprobs_np[1] == -1.0
+
+    output = types.ForwardBackwardOutput(
+        loss_fn_output_type="TensorData", metrics={"loss:sum": 2.5},
+        loss_fn_outputs=[{"logprobs": types.TensorData.from_numpy(np.array([-1.0, -2.0],
+                                                                           dtype=np.float32))},
+                         {"logprobs": types.TensorData.from_numpy(np.array([-3.0],
+                                                                           dtype=np.float32))}])
+    back_fb = response_conv.deserialize_forward_backward_output(
+        wire.forward_backward_output(output))
+    assert back_fb.metrics == {"loss:sum": 2.5}
+    assert [o["logprobs"].tolist() for o in back_fb.loss_fn_outputs] == [[-1.0, -2.0], [-3.0]]
+
+
+def test_a_models_requests_run_in_seq_id_order_whatever_order_they_arrive_in():
+    started = []
+    sequencer = Sequencer()
+
+    def start(name):
+        def begin():
+            started.append(name)
+            done: Future = Future()
+            done.set_result(name)
+            return done
+        return begin
+
+    third = sequencer.submit(3, start("c"))
+    first = sequencer.submit(1, start("a"))
+    assert started == ["a"] and not third.done()
+    sequencer.submit(2, start("b"))
+    assert started == ["a", "b", "c"] and first.result() == "a" and third.result() == "c"

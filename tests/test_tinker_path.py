@@ -1,0 +1,310 @@
+"""The Tinker path end to end: the engine drives the real tinker SDK over HTTP against the
+service double (tests/tinker_double), which trains on the local backend.
+
+* `tinker-tui run example --backend tinker --no-ui`, in processes of its own, learns (mean
+  reward >= 0.9), survives SIGKILL and `--resume` with every step and scenario exactly once
+  (the checks of tests/test_faults.py), deletes old checkpoints through `tinker.RestClient`,
+  and closes its session; with no service at all it ends with a clear error after
+  `backend_unreachable_after` seconds.
+* Under each fault the double injects, a run (the command's own code: its session and
+  `run_headless`, in this process, with a real SIGINT) shows the wait as it happens with its
+  cause, keeps its event loop ticking (it measures its own lag over the whole run), and stops
+  within 10 s of SIGINT.
+
+Fault delays are scaled down (the behaviour is the same); bench/bench_tinker_faults.py runs the
+full-size cases and reports the lag figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from exactly_once import check_exactly_once
+from tinker_double import Burst, Faults, TinkerDouble
+from tinker_tui.app.cli import build_parser, main
+from tinker_tui.engine.events import Event, LogEmitted
+from tinker_tui.engine.faults import ENV as FAULT_ENV
+from tinker_tui.engine.local import DEFAULT_BASE_MODEL
+
+BASE = ["--base-model", DEFAULT_BASE_MODEL, "--backend-wait-report", "1", "--eval-every", "0"]
+#: A short run for the fault cases: no warm-up, small batches.
+SHORT = [*BASE, "--warmup-steps", "0", "--steps", "2", "--group-size", "4",
+         "--groups-per-step", "2", "--rollout-workers", "2"]
+#: What makes the tiny model learn through the SDK, as on the local backend (the example's
+#: backend_settings["tinker"] are meant for Qwen on the real service: no warm-up, lr 4e-5).
+LEARN_STEPS = 12
+LEARN = [*BASE, "--warmup-steps", "30", "--learning-rate", "3e-3", "--steps", str(LEARN_STEPS),
+         "--checkpoint-every", "2", "--keep-last-checkpoints", "2"]
+#: SIGINT must be honoured within this many seconds.
+STOP_LIMIT = 10.0
+#: A loop blocked by a fault stalls for the fault's length (seconds, here at least 3); one
+#: that is only starved of CPU by a busy machine lags far less.
+BLOCKED = 1.5
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stored_log(db: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(db) as conn:
+        return list(conn.execute("select level, message from log order by rowid"))
+
+
+def loop_lag(db: Path) -> tuple[float, float]:
+    """(p99, max) of the engine's loop lag over the whole run, in seconds, as it logged it."""
+    line = next(m for _, m in stored_log(db) if m.startswith("event loop lag over the run"))
+    p99, worst = re.search(r"p99 ([\d.]+) ms, max ([\d.]+) ms", line).groups()
+    return float(p99) / 1e3, float(worst) / 1e3
+
+
+# ---------------------------------------------------------------------- the command, in processes
+@dataclass
+class Outcome:
+    returncode: int
+    lines: list[tuple[float, str]]   # (monotonic time, stdout line)
+    stderr: str
+    ended: float
+    db: Path = Path()
+
+    @property
+    def stdout(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    def first(self, pattern: str) -> tuple[float, str]:
+        found = [(t, line) for t, line in self.lines if re.search(pattern, line)]
+        assert found, f"no line matches {pattern!r}:\n{self.stdout}\n{self.stderr[-2000:]}"
+        return found[0]
+
+
+def run_cli(db: Path, env: dict[str, str], args: list[str], *, resume: bool = False,
+            extra_env: dict[str, str] | None = None) -> Outcome:
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **env, **(extra_env or {}))
+    for name in ("HF_HUB_OFFLINE", FAULT_ENV):
+        if name not in (extra_env or {}):
+            full_env.pop(name, None)
+    command = [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--backend",
+               "tinker", "--no-ui", "--db", str(db), *(["--resume"] if resume else args)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=full_env)
+    errors: list[str] = []
+    reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    lines = [(time.monotonic(), line.rstrip("\n")) for line in proc.stdout]
+    returncode = proc.wait(timeout=600)
+    ended = time.monotonic()
+    reader.join(timeout=10)
+    return Outcome(returncode, lines, "".join(errors), ended, db)
+
+
+@pytest.fixture(scope="module")
+def learned(tmp_path_factory):
+    """The example through the SDK, SIGKILLed during step 6, then resumed to the end."""
+    folder = tmp_path_factory.mktemp("learn")
+    with TinkerDouble(folder / "service") as double:
+        db = folder / "runs.db"
+        killed = run_cli(db, double.env(), LEARN, extra_env={FAULT_ENV: "train:kill:6"})
+        resumed = run_cli(db, double.env(), LEARN, resume=True)
+        yield killed, resumed, double
+
+
+# ---------------------------------------------------------------------- learning
+def test_the_example_learns_through_the_sdk_and_resumes_exactly_once_after_sigkill(learned):
+    killed, resumed, double = learned
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Traceback" not in killed.stderr + resumed.stderr
+    assert "deprecated" not in (killed.stderr + resumed.stderr).lower()
+    assert f"run completed at step {LEARN_STEPS}" in resumed.stdout
+    check_exactly_once(resumed.db, LEARN_STEPS)
+    with sqlite3.connect(resumed.db) as conn:
+        rewards = [json.loads(m)["reward/mean"] for (m,) in
+                   conn.execute("select metrics from steps order by step")]
+        backend, = conn.execute("select backend from runs").fetchone()
+    assert backend == "tinker"
+    best = max(sum(rewards[i:i + 3]) / 3 for i in range(len(rewards) - 2))
+    assert best >= 0.9, rewards
+
+    # retention: old checkpoints were deleted on the service, through the REST API
+    service = double.service
+    assert service.deleted and all(p.startswith("tinker://") for p in service.deleted)
+    assert not set(service.deleted) & set(service.checkpoints)
+    assert any(method == "DELETE" and path.startswith("training_runs/")
+               for method, path, _ in service.calls)
+    # two sessions: the killed run's (never finished) and the resumed run's, closed
+    finished = [s.finished for s in service.sessions.values()]
+    assert finished.count(None) == 1
+    assert {"reason": "success", "detail": "reached max_steps"} in finished
+
+
+def test_with_no_service_the_command_ends_with_a_clear_error(tmp_path):
+    env = {"TINKER_BASE_URL": f"http://127.0.0.1:{closed_port()}",
+           "TINKER_API_KEY": "tml-nobody-answers"}
+    outcome = run_cli(tmp_path / "runs.db", env, [*SHORT, "--backend-unreachable-after", "3"])
+    assert outcome.returncode == 1
+    started, _ = outcome.first(r"^run .*tinker backend")
+    assert outcome.ended - started <= 3 + 5  # the limit, plus the exit
+    _, retry = outcome.first("retry")
+    assert "Tinker: client/config" in retry and "ConnectError" in retry
+    error = outcome.stderr.strip().splitlines()[-1]
+    assert "unreachable: no answer for 3 s" in error and "TINKER_BASE_URL" in error
+    assert "backend_unreachable_after" in error
+    assert loop_lag(outcome.db)[1] < BLOCKED
+
+
+# ---------------------------------------------------------------------- faults, in this process
+@dataclass
+class Stopped:
+    """A run under a fault, stopped by SIGINT once it showed the wait."""
+
+    returncode: int | None
+    error: BaseException | None
+    waits: list[str]                 # the warning lines, in order
+    signalled: float | None
+    ended: float
+    db: Path
+    stdout: str = ""
+    lines: list[str] = field(default_factory=list)
+
+    def first(self, pattern: str) -> str:
+        found = [line for line in self.waits if re.search(pattern, line)]
+        assert found, f"no wait matches {pattern!r}: {self.waits}\n{self.stdout}"
+        return found[0]
+
+
+def run_under_fault(tmp_path: Path, monkeypatch, capsys, faults: Faults | None,
+                    args: list[str], sigint_when: Callable[[str], bool] | None) -> Stopped:
+    """The `run` command's own path (make_session, preload, run_headless), in this process;
+    SIGINT (a real one, to this process) as soon as a warning matches `sigint_when`."""
+    from tinker_tui.app.commands.run import make_session, run_headless
+
+    double = None
+    if faults is None:
+        env = {"TINKER_BASE_URL": f"http://127.0.0.1:{closed_port()}",
+               "TINKER_API_KEY": "tml-nobody-answers"}
+    else:
+        double = TinkerDouble(tmp_path / "service", faults=faults).start()
+        env = double.env()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    db = tmp_path / "runs.db"
+    session = make_session(build_parser().parse_args(
+        ["run", "example", "--backend", "tinker", "--no-ui", "--db", str(db), *args]))
+    session.preload()
+    waits: list[str] = []
+    signalled: list[float] = []
+
+    def watch(event: Event) -> None:
+        if isinstance(event, LogEmitted) and event.level == "warning":
+            waits.append(event.message)
+            if sigint_when is not None and not signalled and sigint_when(event.message):
+                signalled.append(time.monotonic())
+                os.kill(os.getpid(), signal.SIGINT)  # run_headless's handler takes it
+
+    session.events.subscribe(watch)
+    returncode = error = None
+    try:
+        returncode = asyncio.run(run_headless(session))
+    except Exception as exc:
+        error = exc
+    ended = time.monotonic()
+    if double is not None:
+        double.stop()
+    return Stopped(returncode, error, waits, signalled[0] if signalled else None, ended, db,
+                   capsys.readouterr().out)
+
+
+def waited(pattern: str) -> Callable[[str], bool]:
+    return lambda line: line.startswith("Tinker:") and bool(re.search(pattern, line))
+
+
+def _stopped_in_time(run: Stopped) -> None:
+    assert run.error is None, run.error
+    assert run.returncode == 130
+    assert run.signalled is not None and run.ended - run.signalled <= STOP_LIMIT
+    assert loop_lag(run.db)[1] < BLOCKED, loop_lag(run.db)
+
+
+def test_a_slow_config_is_waited_for_visibly_and_can_be_stopped(tmp_path, monkeypatch, capsys):
+    run = run_under_fault(tmp_path, monkeypatch, capsys, Faults(delay={"client/config": 8.0}),
+                          SHORT, waited("has waited .*client/config sent"))
+    line = run.first("has waited")
+    assert line.startswith("Tinker: create training client has waited")
+    _stopped_in_time(run)
+    assert "stopped before training" in run.stdout
+
+
+def test_an_unreachable_service_can_be_stopped_at_once(tmp_path, monkeypatch, capsys):
+    run = run_under_fault(tmp_path, monkeypatch, capsys, None, SHORT, waited("retry"))
+    assert "Tinker: client/config ConnectError" in run.first("retry")
+    _stopped_in_time(run)
+
+
+def test_a_429_burst_is_shown_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    run = run_under_fault(tmp_path, monkeypatch, capsys,
+                          Faults(fail={"asample": Burst(429, 12)}), SHORT, None)
+    assert run.error is None and run.returncode == 0
+    assert run.first("asample 429").startswith("Tinker: asample 429 Too Many Requests")
+    assert "run completed at step 2" in run.stdout
+    assert loop_lag(run.db)[1] < BLOCKED
+
+
+def test_a_503_burst_shows_each_retry_with_its_cause(tmp_path, monkeypatch, capsys):
+    run = run_under_fault(tmp_path, monkeypatch, capsys,
+                          Faults(fail={"create_session": Burst(503, 40)}), SHORT,
+                          waited("create_session 503"))
+    assert re.fullmatch(r"Tinker: create_session 503 Service Unavailable, retry \d+ in "
+                        r"[\d.]+ s", run.first("create_session 503"))
+    _stopped_in_time(run)
+
+
+def test_a_persistent_503_on_optim_step_is_shown_and_abandoned_on_stop(
+        tmp_path, monkeypatch, capsys):
+    run = run_under_fault(tmp_path, monkeypatch, capsys, Faults(fail={"optim_step": Burst(503)}),
+                          SHORT, waited("optim_step has waited"))
+    assert "503 Service Unavailable" in run.first("optim_step has waited")
+    assert run.first("optim_step 503 Service Unavailable")
+    _stopped_in_time(run)
+    assert "stopped during step 1" in run.stdout
+
+
+def test_a_future_that_stays_try_again_is_shown_and_abandoned_on_stop(
+        tmp_path, monkeypatch, capsys):
+    run = run_under_fault(tmp_path, monkeypatch, capsys, Faults(stuck_futures={"optim_step"}),
+                          SHORT, waited("optim_step has waited"))
+    assert "try_again" in run.first("optim_step has waited")
+    _stopped_in_time(run)
+
+
+def test_a_sampler_that_never_answers_is_shown_and_the_run_stops(tmp_path, monkeypatch, capsys):
+    run = run_under_fault(tmp_path, monkeypatch, capsys, Faults(hang={"asample"}), SHORT,
+                          waited("sample has waited"))
+    line = run.first("sample has waited")
+    assert "asample sent" in line and "no answer yet" in line
+    _stopped_in_time(run)
+
+
+def test_a_malformed_key_stops_the_command_at_once(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("TINKER_API_KEY", "dummy")
+    started = time.monotonic()
+    assert main(["run", "example", "--backend", "tinker", "--no-ui", "--db",
+                 str(tmp_path / "runs.db"), *BASE]) == 2
+    assert time.monotonic() - started < 5
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "TINKER_API_KEY" in err and "tml-" in err

@@ -1,0 +1,360 @@
+"""What the double serves, behind the HTTP layer: sessions, training models, samplers,
+futures and checkpoints, all backed by the embedded local backend (so it really trains).
+
+Ids follow the service's scheme as the SDK sees it: a session `sess-…`; a training model
+`<session>:train:<model_seq_id>` (the SDK derives the same id itself for load_weights); a
+sampler `<session>:sample:<sampling_session_seq_id>`; checkpoint paths
+`tinker://<model id>/weights/<name>` and `.../sampler_weights/<name>`. The local backend keeps
+its own paths; the double maps between the two.
+
+Requests on one training model run in `seq_id` order, as the service guarantees (the SDK
+numbers them; chunks of one forward_backward may arrive out of order). Everything here runs
+on the double's event loop; torch work runs on the local backend's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tinker import types
+from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient, checkpoints
+from tinker_tui.engine.local.hf_tokenizer import TOKENIZER_DIR
+
+from .faults import Faults
+
+
+class ServiceError(Exception):
+    """Answered with an HTTP status and a JSON detail."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+def _pipe(source: Any, target: Future, convert: Callable[[Any], Any] = lambda v: v) -> None:
+    """Settle `target` with `convert(result of source)`, or with its error, when `source`
+    (a concurrent or an SDK future) is done."""
+    inner = source.future() if hasattr(source, "future") else source
+
+    def done(f: Future) -> None:
+        try:
+            target.set_result(convert(f.result()))
+        except BaseException as exc:  # the error is the future's answer
+            target.set_exception(exc)
+
+    inner.add_done_callback(done)
+
+
+def _chain(source: Any, convert: Callable[[Any], Any]) -> Future:
+    outer: Future = Future()
+    _pipe(source, outer, convert)
+    return outer
+
+
+class Sequencer:
+    """Starts a model's requests in `seq_id` order, whatever order they arrive in."""
+
+    def __init__(self) -> None:
+        self.next = 1
+        self._waiting: dict[int, tuple[Callable[[], Future], Future]] = {}
+
+    def submit(self, seq_id: int | None, start: Callable[[], Future]) -> Future:
+        outer: Future = Future()
+        if seq_id is None or seq_id < self.next:
+            raise ServiceError(400, f"seq_id {seq_id} is not after {self.next - 1}")
+        self._waiting[seq_id] = (start, outer)
+        while self.next in self._waiting:
+            begin, target = self._waiting.pop(self.next)
+            self.next += 1
+            try:
+                _pipe(begin(), target)
+            except Exception as exc:  # refused at once (bad arguments)
+                target.set_exception(exc)
+        return outer
+
+
+@dataclass
+class Session:
+    session_id: str
+    sdk_version: str
+    created: float
+    heartbeats: int = 0
+    finished: dict[str, Any] | None = None  # {"reason": ..., "detail": ...}
+
+
+@dataclass
+class Model:
+    model_id: str
+    session_id: str
+    client: Any  # LocalTrainingClient
+    sequencer: Sequencer = field(default_factory=Sequencer)
+
+
+@dataclass
+class Sampler:
+    sampler_id: str
+    base_model: str
+    model_path: str | None
+    client: Future  # of a LocalSamplingClient
+
+
+@dataclass
+class PendingFuture:
+    request_id: str
+    kind: str       # the request that made it: create_model, forward_backward, sample, ...
+    future: Future  # of an SDK type: a pydantic model, SampleResponse, ForwardBackwardOutput
+    created: float
+
+
+@dataclass
+class CheckpointEntry:
+    path: str        # tinker://<model id>/<kind>/<name>, as the SDK sees it
+    local_path: str  # the local backend's own path
+    kind: str        # "weights" or "sampler_weights"
+    created: datetime
+
+
+class DoubleService:
+    def __init__(self, checkpoint_dir: Path, faults: Faults | None = None) -> None:
+        self.local = LocalServiceClient(checkpoint_dir=checkpoint_dir)
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.faults = faults or Faults()
+        self.sessions: dict[str, Session] = {}
+        self.models: dict[str, Model] = {}
+        self.samplers: dict[str, Sampler] = {}
+        self.futures: dict[str, PendingFuture] = {}
+        self.checkpoints: dict[str, CheckpointEntry] = {}
+        #: Every call, in order: (method, path under /api/v1/, status).
+        self.calls: list[tuple[str, str, int]] = []
+        #: Checkpoints deleted through `DELETE training_runs/.../checkpoints/...`.
+        self.deleted: list[str] = []
+        self._ids = itertools.count(1)
+
+    # ------------------------------------------------------------------ sessions
+    def create_session(self, request: types.CreateSessionRequest) -> types.CreateSessionResponse:
+        session_id = f"sess-{secrets.token_hex(6)}"
+        self.sessions[session_id] = Session(session_id, request.sdk_version, time.time())
+        return types.CreateSessionResponse(session_id=session_id)
+
+    def session(self, session_id: str) -> Session:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise ServiceError(404, f"no session {session_id}")
+        if session.finished is not None:
+            raise ServiceError(410, f"session {session_id} is finished")
+        return session
+
+    def heartbeat(self, session_id: str) -> None:
+        self.session(session_id).heartbeats += 1
+
+    def finish(self, session_id: str, body: dict[str, Any]) -> None:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise ServiceError(404, f"no session {session_id}")
+        if session.finished is None:  # first reason wins
+            session.finished = {"reason": (body.get("reason") or {}).get("type"),
+                                "detail": body.get("detail")}
+
+    # ------------------------------------------------------------------ futures
+    def _future(self, kind: str, future: Future, **extra: Any) -> dict[str, Any]:
+        request_id = f"req-{next(self._ids)}"
+        self.futures[request_id] = PendingFuture(request_id, kind, future, time.time())
+        return {"request_id": request_id, **extra}
+
+    def pending(self, request_id: str) -> PendingFuture:
+        pending = self.futures.get(request_id)
+        if pending is None:
+            raise ServiceError(404, f"no future {request_id}")
+        return pending
+
+    # ------------------------------------------------------------------ models
+    def model(self, model_id: str) -> Model:
+        model = self.models.get(model_id)
+        if model is None:
+            raise ServiceError(404, f"no model {model_id}")
+        self.session(model.session_id)
+        return model
+
+    def _register(self, session_id: str, model_id: str) -> Callable[[Any], Any]:
+        def register(client: Any) -> Any:
+            self.models[model_id] = Model(model_id, session_id, client)
+            return client
+        return register
+
+    def create_model(self, request: types.CreateModelRequest) -> dict[str, Any]:
+        self.session(request.session_id)
+        lora = request.lora_config or types.LoraConfig(rank=32)
+        model_id = f"{request.session_id}:train:{request.model_seq_id}"
+        register = self._register(request.session_id, model_id)
+        created = self.local.create_lora_training_client(
+            request.base_model, rank=lora.rank, seed=lora.seed, train_mlp=lora.train_mlp,
+            train_attn=lora.train_attn, train_unembed=lora.train_unembed,
+            optimizer=request.optimizer_config)
+        future = _chain(created, lambda client: (
+            register(client), types.CreateModelResponse(model_id=model_id))[1])
+        return self._future("create_model", future, model_id=model_id)
+
+    def get_info(self, model_id: str) -> types.GetInfoResponse:
+        model = self.model(model_id)
+        info = model.client.get_info()
+        tokenizer_id = self.faults.tokenizer_id or info.model_data.tokenizer_id
+        if self.faults.tokenizer_id is None and info.model_data.model_name == DEFAULT_BASE_MODEL:
+            # The embedded model's tokenizer, as a folder AutoTokenizer can load.
+            tokenizer_id = str(TOKENIZER_DIR)
+        data = info.model_data.model_copy(update={"tokenizer_id": tokenizer_id})
+        return info.model_copy(update={"model_id": model_id, "model_data": data})
+
+    def load_weights(self, request: types.LoadWeightsRequest) -> dict[str, Any]:
+        local_path = self.local_path(request.path)
+        if request.session_id is not None:  # a new training model from a checkpoint
+            self.session(request.session_id)
+            model_id = f"{request.session_id}:train:{request.model_seq_id}"
+            make = (self.local.create_training_client_from_state_with_optimizer
+                    if request.optimizer else self.local.create_training_client_from_state)
+            register = self._register(request.session_id, model_id)
+            future = _chain(make(local_path, base_model=request.base_model), lambda client: (
+                register(client), types.LoadWeightsResponse(path=request.path,
+                                                            model_id=model_id))[1])
+            return self._future("load_weights", future, model_id=model_id)
+        model = self.model(request.model_id or "")
+        load = (model.client.load_state_with_optimizer if request.optimizer
+                else model.client.load_state)
+        future = model.sequencer.submit(request.seq_id, lambda: _chain(
+            load(local_path), lambda _: types.LoadWeightsResponse(path=request.path,
+                                                                 model_id=model.model_id)))
+        return self._future("load_weights", future, model_id=model.model_id)
+
+    def forward_backward(self, request: types.ForwardBackwardRequest,
+                         forward_only: bool) -> dict[str, Any]:
+        model = self.model(request.model_id)
+        fb = request.forward_backward_input
+        call = model.client.forward if forward_only else model.client.forward_backward
+        future = model.sequencer.submit(request.seq_id, lambda: call(
+            fb.data, fb.loss_fn, fb.loss_fn_config))
+        return self._future("forward" if forward_only else "forward_backward", future,
+                            model_id=model.model_id)
+
+    def optim_step(self, request: types.OptimStepRequest) -> dict[str, Any]:
+        model = self.model(request.model_id)
+        future = model.sequencer.submit(
+            request.seq_id, lambda: model.client.optim_step(request.optim_params))
+        return self._future("optim_step", future, model_id=model.model_id)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _record_checkpoint(self, model: Model, local_path: str) -> str:
+        _, kind, name = local_path.removeprefix("tinker://").split("/")
+        path = f"tinker://{model.model_id}/{kind}/{name}"
+        self.checkpoints[path] = CheckpointEntry(path, local_path, kind, datetime.now(UTC))
+        return path
+
+    def local_path(self, path: str) -> str:
+        entry = self.checkpoints.get(path)
+        if entry is None:
+            raise ServiceError(404, f"no checkpoint {path}")
+        return entry.local_path
+
+    def save_weights(self, request: types.SaveWeightsRequest) -> dict[str, Any]:
+        model = self.model(request.model_id)
+        name = request.path or f"ckpt-{next(self._ids)}"
+        future = model.sequencer.submit(request.seq_id, lambda: _chain(
+            model.client.save_state(name, overwrite=request.overwrite,
+                                    user_metadata=request.user_metadata),
+            lambda saved: types.SaveWeightsResponse(
+                path=self._record_checkpoint(model, saved.path))))
+        return self._future("save_weights", future, model_id=model.model_id)
+
+    def save_weights_for_sampler(self,
+                                 request: types.SaveWeightsForSamplerRequest) -> dict[str, Any]:
+        model = self.model(request.model_id)
+        if request.path is not None:  # named sampler weights
+            name = request.path
+            future = model.sequencer.submit(request.seq_id, lambda: _chain(
+                model.client.save_weights_for_sampler(name, user_metadata=request.user_metadata),
+                lambda saved: types.SaveWeightsForSamplerResponseInternal(
+                    path=self._record_checkpoint(model, saved.path))))
+        else:  # an ephemeral snapshot with its own sampling session
+            sampler_id = f"{model.session_id}:sample:{request.sampling_session_seq_id}"
+            base_model = model.client.get_info().model_data.model_name
+            snapshot = model.sequencer.submit(
+                request.seq_id, model.client.save_weights_and_get_sampling_client)
+            self.samplers[sampler_id] = Sampler(sampler_id, base_model, None, snapshot)
+            future = _chain(snapshot, lambda _: types.SaveWeightsForSamplerResponseInternal(
+                sampling_session_id=sampler_id))
+        return self._future("save_weights_for_sampler", future, model_id=model.model_id)
+
+    def list_checkpoints(self, training_run_id: str) -> types.CheckpointsListResponse:
+        kinds = {"weights": "training", "sampler_weights": "sampler"}
+        listed = [types.Checkpoint(checkpoint_id=e.path.split("/", 3)[3], tinker_path=e.path,
+                                   checkpoint_type=kinds[e.kind], time=e.created)  # type: ignore[arg-type]
+                  for e in self.checkpoints.values()
+                  if e.path.startswith(f"tinker://{training_run_id}/")]
+        return types.CheckpointsListResponse(checkpoints=listed)
+
+    def delete_checkpoint(self, training_run_id: str, checkpoint_id: str) -> None:
+        path = f"tinker://{training_run_id}/{checkpoint_id}"
+        entry = self.checkpoints.pop(path, None)
+        if entry is None:
+            raise ServiceError(404, f"no checkpoint {path}")
+        shutil.rmtree(checkpoints.resolve(self.checkpoint_dir, entry.local_path))
+        self.deleted.append(path)
+
+    # ------------------------------------------------------------------ sampling
+    def create_sampling_session(
+            self, request: types.CreateSamplingSessionRequest) -> types.CreateSamplingSessionResponse:
+        self.session(request.session_id)
+        sampler_id = f"{request.session_id}:sample:{request.sampling_session_seq_id}"
+        if request.model_path is not None:
+            client = self.local.create_sampling_client(
+                model_path=self.local_path(request.model_path)).future()
+            base_model = request.base_model or ""
+        elif request.base_model is not None:
+            client = self.local.create_sampling_client(base_model=request.base_model).future()
+            base_model = request.base_model
+        else:
+            raise ServiceError(400, "create_sampling_session needs model_path or base_model")
+        self.samplers[sampler_id] = Sampler(sampler_id, base_model, request.model_path, client)
+        return types.CreateSamplingSessionResponse(sampling_session_id=sampler_id)
+
+    async def sampler(self, sampler_id: str) -> tuple[Sampler, Any]:
+        sampler = self.samplers.get(sampler_id)
+        if sampler is None:
+            raise ServiceError(404, f"no sampler {sampler_id}")
+        try:
+            client = await asyncio.wrap_future(sampler.client)
+        except Exception as exc:
+            raise ServiceError(400, f"sampler {sampler_id} could not be created: {exc}") from None
+        if not sampler.base_model:
+            sampler.base_model = client.get_base_model()
+        return sampler, client
+
+    async def get_sampler(self, sampler_id: str) -> types.GetSamplerResponse:
+        sampler, _ = await self.sampler(sampler_id)
+        return types.GetSamplerResponse(sampler_id=sampler_id, base_model=sampler.base_model,
+                                        model_path=sampler.model_path)
+
+    async def asample(self, request: types.SampleRequest) -> dict[str, Any]:
+        if request.sampling_session_id is None:
+            raise ServiceError(400, "asample needs a sampling_session_id")
+        _, client = await self.sampler(request.sampling_session_id)
+        future = client.sample(
+            request.prompt, request.num_samples, request.sampling_params,
+            include_prompt_logprobs=bool(request.prompt_logprobs),
+            topk_prompt_logprobs=request.topk_prompt_logprobs,
+            topk_sample_logprobs=request.topk_sample_logprobs).future()
+        ids = [f"{request.sampling_session_id}:{request.seq_id}:{i}"
+               for i in range(request.num_samples)]
+        return self._future("sample", future, sample_sequence_ids=ids)
+
+    def capabilities(self) -> types.GetServerCapabilitiesResponse:
+        return self.local.get_server_capabilities()
