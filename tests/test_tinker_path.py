@@ -300,6 +300,27 @@ def test_a_sampler_that_never_answers_is_shown_and_the_run_stops(tmp_path, monke
     _stopped_in_time(run)
 
 
+def test_an_uncached_tokenizer_offline_fails_the_run_at_once_saying_what_to_do(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # read by huggingface_hub when imported
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    run = run_under_fault(tmp_path, monkeypatch, capsys,
+                          Faults(tokenizer_id="acme/tiny-chat-tokenizer"), SHORT, None)
+    assert type(run.error).__name__ == "TokenizerUnavailable"
+    with sqlite3.connect(run.db) as conn:  # from the training client's creation to the error
+        times = dict(conn.execute(
+            "select case when message like 'Tinker SDK: TrainingClient initialized%' then 'made' "
+            "when message like 'run failed: TokenizerUnavailable%' then 'failed' end, time "
+            "from log where level != 'debug'"))
+    assert times["failed"] - times["made"] < 10
+    message = str(run.error)
+    for needed in (DEFAULT_BASE_MODEL, "acme/tiny-chat-tokenizer", "HF_HUB_OFFLINE",
+                   "hf download acme/tiny-chat-tokenizer"):
+        assert needed in message
+    assert loop_lag(run.db)[1] < BLOCKED
+
+
 def test_a_malformed_key_stops_the_command_at_once(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("TINKER_API_KEY", "dummy")
     started = time.monotonic()
