@@ -255,6 +255,10 @@ class Run:
         self.pipeline.commit_events = store.flush
         # A full disk under the store: stop now (nothing more can be recorded), then fail.
         store.on_failure = lambda failure: self.pipeline.stop("the run store's disk is full")
+        # What is loaded by now (torch, the SDK, the app) lives for the whole run: out of
+        # the cyclic GC, whose full passes over it took seconds during start-up, stalling
+        # the loop from whichever thread set one off.
+        gc.freeze()
         # The loop's lag over the whole run, start-up included (the pipeline measures its
         # own, while training); reported when the run ends.
         lag = LoopLagMonitor(max_samples=100_000)
