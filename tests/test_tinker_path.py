@@ -18,6 +18,8 @@ full-size cases and reports the lag figures.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import os
 import re
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,14 +96,14 @@ class Outcome:
         return found[0]
 
 
-def run_cli(db: Path, env: dict[str, str], args: list[str], *, resume: bool = False,
+def run_cli(db: Path, env: dict[str, str], args: list[str], *,
             extra_env: dict[str, str] | None = None) -> Outcome:
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **env, **(extra_env or {}))
     for name in ("HF_HUB_OFFLINE", FAULT_ENV):
         if name not in (extra_env or {}):
             full_env.pop(name, None)
     command = [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--backend",
-               "tinker", "--no-ui", "--db", str(db), *(["--resume"] if resume else args)]
+               "tinker", "--no-ui", "--db", str(db), *args]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=full_env)
     errors: list[str] = []
@@ -113,24 +116,43 @@ def run_cli(db: Path, env: dict[str, str], args: list[str], *, resume: bool = Fa
     return Outcome(returncode, lines, "".join(errors), ended, db)
 
 
+def run_main(db: Path, env: dict[str, str], args: list[str]) -> tuple[Outcome, list[str]]:
+    """The command's `main` in this process (no second start-up to pay); returns its outcome
+    and the warnings it raised."""
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings(record=True) as caught, \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        warnings.simplefilter("always")
+        for name, value in env.items():
+            patch.setenv(name, value)
+        for name in ("HF_HUB_OFFLINE", FAULT_ENV):
+            patch.delenv(name, raising=False)
+        code = main(["run", "example", "--backend", "tinker", "--no-ui", "--db", str(db), *args])
+    ended = time.monotonic()
+    lines = [(ended, line) for line in out.getvalue().splitlines()]
+    return Outcome(code, lines, err.getvalue(), ended, db), [str(w.message) for w in caught]
+
+
 @pytest.fixture(scope="module")
 def learned(tmp_path_factory):
-    """The example through the SDK, SIGKILLed during step 6, then resumed to the end."""
+    """The example through the SDK, SIGKILLed during step 6 (in a process of its own), then
+    resumed to the end (in this one)."""
     folder = tmp_path_factory.mktemp("learn")
     with TinkerDouble(folder / "service") as double:
         db = folder / "runs.db"
         killed = run_cli(db, double.env(), LEARN, extra_env={FAULT_ENV: "train:kill:6"})
-        resumed = run_cli(db, double.env(), LEARN, resume=True)
-        yield killed, resumed, double
+        resumed, raised = run_main(db, double.env(), ["--resume"])
+        yield killed, resumed, raised, double
 
 
 # ---------------------------------------------------------------------- learning
 def test_the_example_learns_through_the_sdk_and_resumes_exactly_once_after_sigkill(learned):
-    killed, resumed, double = learned
+    killed, resumed, raised, double = learned
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Traceback" not in killed.stderr + resumed.stderr
-    assert "deprecated" not in (killed.stderr + resumed.stderr).lower()
+    assert "deprecated" not in killed.stderr.lower()
+    assert not [w for w in raised if "deprecat" in w.lower()], raised
     assert f"run completed at step {LEARN_STEPS}" in resumed.stdout
     check_exactly_once(resumed.db, LEARN_STEPS)
     with sqlite3.connect(resumed.db) as conn:
@@ -153,19 +175,26 @@ def test_the_example_learns_through_the_sdk_and_resumes_exactly_once_after_sigki
     assert {"reason": "success", "detail": "reached max_steps"} in finished
 
 
-def test_with_no_service_the_command_ends_with_a_clear_error(tmp_path):
-    env = {"TINKER_BASE_URL": f"http://127.0.0.1:{closed_port()}",
-           "TINKER_API_KEY": "tml-nobody-answers"}
-    outcome = run_cli(tmp_path / "runs.db", env, [*SHORT, "--backend-unreachable-after", "3"])
-    assert outcome.returncode == 1
-    started, _ = outcome.first(r"^run .*tinker backend")
-    assert outcome.ended - started <= 3 + 5  # the limit, plus the exit
-    _, retry = outcome.first("retry")
+def test_with_no_service_the_command_ends_with_a_clear_error(tmp_path, monkeypatch, capsys):
+    """The command's own `main`, in this process (its imports are paid once per session)."""
+    monkeypatch.setenv("TINKER_BASE_URL", f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.setenv("TINKER_API_KEY", "tml-nobody-answers")
+    db = tmp_path / "runs.db"
+    code = main(["run", "example", "--backend", "tinker", "--no-ui", "--db", str(db), *SHORT,
+                 "--backend-unreachable-after", "3"])
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    with sqlite3.connect(db) as conn:  # from the backend's start to the error, as logged
+        started, failed = (t for (t,) in conn.execute(
+            "select time from log where message like 'starting tinker backend%' "
+            "or message like 'run failed: BackendUnreachableError%' order by rowid"))
+    assert failed - started <= 3 + 5  # the limit, plus what the SDK takes to start
+    retry = next(line for line in out.splitlines() if "retry" in line)
     assert "Tinker: client/config" in retry and "ConnectError" in retry
-    error = outcome.stderr.strip().splitlines()[-1]
+    error = err.strip().splitlines()[-1]
     assert "unreachable: no answer for 3 s" in error and "TINKER_BASE_URL" in error
     assert "backend_unreachable_after" in error
-    assert loop_lag(outcome.db)[1] < BLOCKED
+    assert loop_lag(db)[1] < BLOCKED
 
 
 # ---------------------------------------------------------------------- faults, in this process

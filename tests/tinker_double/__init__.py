@@ -62,9 +62,13 @@ class TinkerDouble:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self._port))
         port = sock.getsockname()[1]
+        # Idle connections are kept a long time, as a service behind a load balancer keeps
+        # them: uvicorn's 5 s default closes them while the SDK sends on them (a WriteError
+        # it retries, shown to the user as a failure the service never had).
         config = uvicorn.Config(create_app(self.service, api_key=self.api_key, hold=self.hold),
                                 log_level="warning", access_log=False,
-                                timeout_graceful_shutdown=1, lifespan="off")
+                                timeout_keep_alive=120, timeout_graceful_shutdown=1,
+                                lifespan="off")
         server = uvicorn.Server(config)
         self._server = server
         self._thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
