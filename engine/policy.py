@@ -266,7 +266,11 @@ class Policy:
 
         self.on_event(BackendWaited(time=self._now(), operation=wait.operation,
                                     reason=wait.reason, attempt=wait.attempt, delay=wait.delay))
-        self._log("warning", wait.describe())
+        # Concurrent calls of one kind (32 samples) that wait on the same trouble report at
+        # about the same time: one log line per kind and report interval says it; each
+        # still has its event.
+        if wait.retrying or self._once_per(self.retry.slow_after * 0.9, "slow", wait.operation):
+            self._log("warning", wait.describe())
 
     async def _call(self, operation: str, call: Callable[[int], Awaitable[Any]], *,
                     retry: bool = True, abandon_on_stop: bool = False) -> Any:
