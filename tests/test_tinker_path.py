@@ -276,7 +276,7 @@ def test_a_slow_config_is_waited_for_visibly_and_can_be_stopped(tmp_path, monkey
     line = run.first("has waited")
     assert line.startswith("Tinker: create training client has waited")
     _stopped_in_time(run)
-    assert "stopped before training" in run.stdout
+    assert "run stopped at step 0" in run.stdout
 
 
 def test_an_unreachable_service_can_be_stopped_at_once(tmp_path, monkeypatch, capsys):
