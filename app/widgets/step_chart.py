@@ -52,6 +52,13 @@ def format_value(value: float) -> str:
     return f"{value:.3g}" if size < 1 else f"{value:.3f}".rstrip("0").rstrip(".")
 
 
+def next_nice_interval(interval: float) -> float:
+    """The next tick interval after `interval` in 1, 2, 5, 10, 20, 50, ..."""
+    power = 10 ** math.floor(math.log10(interval) + 1e-9)
+    mantissa = round(interval / power)
+    return (2 if mantissa < 2 else 5 if mantissa < 5 else 10) * power
+
+
 class CompactAxisFormatter(NumericAxisFormatter):
     """Tick labels that fit the chart's margin (8 characters): scientific notation for tiny
     or huge values (a learning rate of 1e-3, token counts in the millions), with the
@@ -67,10 +74,8 @@ class CompactAxisFormatter(NumericAxisFormatter):
         if self.rows() <= 0 or len(ticks) < 2 or max_ <= min_:
             return ticks
         interval = ticks[1] - ticks[0]
-        while self._share_a_row(ticks, min_, max_):  # the next nice interval: 1, 2, 5, 10...
-            power = 10 ** math.floor(math.log10(interval) + 1e-9)
-            mantissa = round(interval / power)
-            interval = (2 if mantissa < 2 else 5 if mantissa < 5 else 10) * power
+        while self._share_a_row(ticks, min_, max_):
+            interval = next_nice_interval(interval)
             first, last = math.ceil(min_ / interval - 1e-9), math.floor(max_ / interval + 1e-9)
             ticks = [round(k * interval, 12) for k in range(first, last + 1)]
         return ticks
@@ -97,13 +102,31 @@ class CompactAxisFormatter(NumericAxisFormatter):
 
 
 class StepAxisFormatter(NumericAxisFormatter):
-    """Ticks at whole steps only: two steps span 1 to 2, not 1.0, 1.2, ... 2.0."""
+    """Ticks at whole steps only (two steps span 1 to 2, not 1.0, 1.2, ... 2.0), no closer
+    than the plot's width (`columns`) can label them apart: a narrow chart of 8 steps reads
+    2 4 6 8, not 1 2 3 45 6 7 8."""
+
+    def __init__(self, columns: Callable[[], int] = lambda: 0) -> None:
+        self.columns = columns  # read when the ticks are drawn, so it is the plot's width then
 
     def get_ticks(self, min_: float, max_: float, max_ticks: int = 8) -> list[float]:
         ticks = super().get_ticks(min_, max_, max_ticks)
-        if len(ticks) >= 2 and ticks[1] - ticks[0] < 1:
-            return [float(step) for step in range(math.ceil(min_), math.floor(max_) + 1)]
-        return ticks
+        interval = max(1, round(ticks[1] - ticks[0])) if len(ticks) >= 2 else 1
+        while True:
+            ticks = [float(k * interval)
+                     for k in range(math.ceil(min_ / interval), math.floor(max_ / interval) + 1)]
+            if not self._crowded(ticks, min_, max_):
+                return ticks
+            interval = next_nice_interval(interval)
+
+    def _crowded(self, ticks: Sequence[float], min_: float, max_: float) -> bool:
+        """Whether two labels would run together (a column apart at least)."""
+        width = self.columns()
+        if width <= 0 or len(ticks) < 2 or max_ <= min_:
+            return False
+        room = max(len(label) for label in self.get_labels_for_ticks(ticks)) + 1
+        at = [math.floor((tick - min_) / (max_ - min_) * width) for tick in ticks]
+        return any(b - a < room for a, b in zip(at, at[1:], strict=False))
 
     def get_labels_for_ticks(self, ticks: Sequence[float]) -> list[str]:
         return [f"{tick:.0f}" for tick in ticks]
@@ -149,10 +172,14 @@ class StepChart(PlotWidget, inherit_bindings=False):
         self.margin_bottom = 1
         self.margin_left = 9
         self.set_y_formatter(self.y_axis)
-        self.set_x_formatter(StepAxisFormatter())
+        self.set_x_formatter(StepAxisFormatter(columns=self._plot_columns))
 
     def on_resize(self) -> None:
         self._drawn = None  # marker density depends on the height
+
+    def _plot_columns(self) -> int:
+        """The plot's width in columns: its canvas less the two axis lines."""
+        return max(0, self.query_one("#plot").size.width - 2) if self.is_mounted else 0
 
     def _plot_rows(self) -> int:
         """The plot's height in rows: its canvas less the two axis lines."""
