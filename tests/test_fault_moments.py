@@ -203,14 +203,18 @@ def test_sweep_of_random_moments(reference, tmp_path, capsys, request):
     if not request.config.getoption("markexpr"):
         pytest.skip("a sweep of many runs: opt in with -m slow")
     trials = []
+    with capsys.disabled():  # each row as it comes: the sweep takes many minutes
+        print(f"\nreference run: {reference:.1f} s; load {os.getloadavg()[0]:.1f}\n{HEADER}")
     for seed in SWEEP_SEEDS:
         for fault in SIGNALS:
             folder = tmp_path / f"{fault}-{seed}"
             folder.mkdir()
             trials.append(run_trial(folder, fault, fraction(seed), reference, capsys))
+            with capsys.disabled():
+                print(trials[-1].row() + ("" if not trials[-1].problems else "   PROBLEM"),
+                      flush=True)
     with capsys.disabled():
-        print(f"\nreference run: {reference:.1f} s; {len(trials)} trials; "
-              f"load {os.getloadavg()[0]:.1f}\n{HEADER}")
+        print(f"\n{len(trials)} trials, sorted; load {os.getloadavg()[0]:.1f}\n{HEADER}")
         for trial in sorted(trials, key=lambda t: (t.fault, t.fraction)):
             print(trial.row() + ("" if not trial.problems else "   PROBLEM"))
     failed = [t for t in trials if t.problems]
