@@ -138,6 +138,28 @@ async def test_a_version_1_store_reads_and_migrates(tmp_path):
     assert sqlite3.connect(path).execute("select run_id from runs").fetchall() == [("old",)]
 
 
+async def test_a_version_4_store_reads_without_migrating(stored, tmp_path):
+    """show/attach/export open a store read-only: one written before trajectory metrics and
+    failed members (version 5) reads back with none of them, instead of failing."""
+    import shutil
+
+    path = tmp_path / "v4.db"
+    shutil.copy(stored[0], path)
+    db = sqlite3.connect(path)
+    db.execute("alter table trajectories drop column metrics")
+    db.execute("alter table sampled_groups drop column failed")
+    db.execute("alter table sampled_groups drop column detail")
+    db.execute("PRAGMA user_version=4")
+    db.commit()
+    db.close()
+    run = await find_run(path, None)
+    replayed = await StoreSession(path, run).read_all()
+    groups = [e for e in replayed if type(e).__name__ == "GroupSampled"]
+    assert groups and all(g.failed == 0 and g.detail == "" for g in groups)
+    assert all(t.metrics == {} for g in groups for t in g.trajectories)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 4
+
+
 # ------------------------------------------------------------------ the session read back
 
 

@@ -320,7 +320,8 @@ def _decode_group_sampled(row: StoredRow,
                         num_tokens=int(row["num_tokens"] or 0),
                         reward_mean=float(row["reward_mean"] or 0.0),
                         trajectories=_summaries(trajectories),
-                        failed=int(row["failed"] or 0), detail=row["detail"] or "")
+                        failed=int(_added(row, "failed", 0) or 0),
+                        detail=_added(row, "detail", "") or "")
 
 
 def _summaries(rows: Sequence[StoredRow]) -> tuple[TrajectorySummary, ...]:
@@ -330,9 +331,18 @@ def _summaries(rows: Sequence[StoredRow]) -> tuple[TrajectorySummary, ...]:
             policy_version=int(r["policy_version"] or 0),
             num_tokens=int(r["num_tokens"] or 0),
             messages=tuple(m for m in (r["messages"] or []) if isinstance(m, dict)),
-            metrics=_metrics(r["metrics"]),
+            metrics=_metrics(_added(r, "metrics", None)),
         )
         for r in sorted(rows, key=lambda r: r["idx"]))
+
+
+def _added(row: StoredRow, column: str, default: Any) -> Any:
+    """A column a later schema version added: a read-only reader does not migrate an older
+    store, so its rows may lack it (`sqlite3.Row` raises IndexError, a dict KeyError)."""
+    try:
+        return row[column]
+    except (IndexError, KeyError):
+        return default
 
 
 def _metrics(value: Any) -> dict[str, float | bool]:
