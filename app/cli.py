@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from tinker_tui.engine.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, TinkerTuiError
 
 #: Sub-command modules under app/commands, in the order `--help` lists them.
-COMMANDS = ("run", "show", "attach", "runs", "export")
+COMMANDS = ("run", "show", "attach", "serve", "runs", "export")
 
 
 def close_match(word: str, candidates: Iterable[str]) -> str | None:

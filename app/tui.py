@@ -128,7 +128,8 @@ class TinkerTuiApp(App[None]):
         self.read_only = bool(getattr(session, "read_only", False))
         #: A session driven by another process (commands go over its control endpoint).
         self.attached = bool(getattr(session, "attached", False))
-        self.mode_label = ("finished run" if self.read_only and not self.attached
+        self.mode_label = ("read-only" if self.read_only and self.attached
+                           else "finished run" if self.read_only
                            else "attached" if self.attached else "")
         if self.read_only or self.attached:
             self.model.waiting_for = "reading the run store"
@@ -304,7 +305,8 @@ class TinkerTuiApp(App[None]):
 
     def edit_knob(self, name: str) -> None:
         if self.read_only:
-            self.notify("read-only: this run is not running here", severity="warning")
+            why = getattr(self.session.control, "why", "this run is not running here")
+            self.notify(f"read-only: {why}", severity="warning")
             return
         if self.model.state in ("finished", "stopping"):
             self.notify(f"the run is {self.model.state}; knobs no longer apply",
@@ -380,8 +382,8 @@ class TinkerTuiApp(App[None]):
         if self.stopping:
             self.action_force_quit()
             return
-        if self.read_only and not self.attached:
-            self.exit(return_code=EXIT_OK)  # a stored run: nothing to stop
+        if self.read_only:
+            self.exit(return_code=EXIT_OK)  # a stored run, or a read-only view: nothing to stop
             return
         if self.model.state == "finished":
             self.exit(return_code=EXIT_OK)

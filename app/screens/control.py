@@ -70,7 +70,9 @@ class ControlScreen(Screen):
             disabled = read_only or model.state in ("finished", "stopping")
             if button.disabled != disabled:
                 button.disabled = disabled
-        note = ("read-only: this run is not running here" if read_only else
+        note = ("read-only view: the run cannot be steered from here"
+                if read_only and getattr(self.app, "attached", False) else
+                "read-only: this run is not running here" if read_only else
                 "applies at the next rollout (temperature, workers) or step")
         label_widget = self.query_one("#control-note", Label)
         if str(label_widget.content) != note:

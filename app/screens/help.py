@@ -44,6 +44,9 @@ def help_content(mode: str = "", width: int = 80) -> Content:
     if mode == "attached":
         note = ("Attached to a run in another process: commands go to it; q asks whether to "
                 "stop the run or only detach.")
+    elif mode == "read-only":
+        note = ("A read-only view of a running run: pause, checkpoint, eval, knobs and stop "
+                "are disabled; q closes this view.")
     elif mode == "finished run":
         note = "A stored run: nothing to steer; q quits."
     if note:

@@ -55,7 +55,7 @@ class RunStatusPanel(Horizontal):
     """A single line at the top of every view that says what the run is doing.
 
     Args:
-        mode: Shown after the model name: "attached", "finished run", or "" for a run
+        mode: Shown after the model name: "attached", "read-only", "finished run", or "" for a run
             this process drives.
     """
 
