@@ -221,6 +221,26 @@ def test_serve_answers_bad_input_with_one_line_and_exit_2(tmp_path, capsys):
         busy.close()
 
 
+def test_another_address_than_localhost_prints_a_warning_naming_the_risk(tmp_path):
+    db_path = tmp_path / "runs.db"
+    asyncio.run(finished_run(db_path))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tinker_tui.app.cli", "serve", "--db", str(db_path), "--host",
+         "0.0.0.0", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        address = proc.stdout.readline()
+        warning = proc.stderr.readline()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert "/?token=" in address and "127.0.0.1" not in address
+    assert warning.startswith("warning: listening on 0.0.0.0, not 127.0.0.1: anyone who can "
+                              "reach it and learns the token can watch and steer this run")
+    assert "plain HTTP" in warning and "SSH port-forward" in warning
+
+
 # ------------------------------------------------------------------ the token
 
 
