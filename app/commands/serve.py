@@ -149,8 +149,9 @@ def main(args: argparse.Namespace) -> int:
               + " this run, and plain HTTP shows the token to the network; prefer the "
               "default with an SSH port-forward", file=sys.stderr, flush=True)
     else:
-        port = sock.getsockname()[1]
-        print(f"from another machine: ssh -L {port}:127.0.0.1:{port} THIS_HOST, then open "
+        bound, port = sock.getsockname()[:2]
+        target = f"[{bound}]" if ":" in bound else bound
+        print(f"from another machine: ssh -L {port}:{target}:{port} THIS_HOST, then open "
               "the address there; Ctrl+C stops serving (not the run)", flush=True)
     try:
         asyncio.run(serve(server, sock))
