@@ -287,7 +287,7 @@ def test_an_unreachable_service_can_be_stopped_at_once(tmp_path, monkeypatch, ca
 
 def test_a_429_burst_is_shown_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
     run = run_under_fault(tmp_path, monkeypatch, capsys,
-                          Faults(fail={"asample": Burst(429, 12)}), SHORT, None)
+                          Faults(fail={"asample": Burst(429, 12, retry_after=0.25)}), SHORT, None)
     assert run.error is None and run.returncode == 0
     assert run.first("asample 429").startswith("Tinker: asample 429 Too Many Requests")
     assert "run completed at step 2" in run.stdout
