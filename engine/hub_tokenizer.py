@@ -16,6 +16,7 @@ Blocking (file and network IO): call it off the event loop.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +79,11 @@ def load_tokenizer(training_client: Any) -> Any:
     cached = is_cached(repo)
     if constants.HF_HUB_OFFLINE:
         if not cached:
+            switch = ("TRANSFORMERS_OFFLINE" if os.environ.get("TRANSFORMERS_OFFLINE")
+                      and not os.environ.get("HF_HUB_OFFLINE") else "HF_HUB_OFFLINE")
             raise TokenizerUnavailable(
                 f"the tokenizer of {model} ({repo}) is not in the local Hugging Face cache "
-                f"and HF_HUB_OFFLINE=1 forbids downloading it: "
+                f"and {switch}=1 forbids downloading it: "
                 f"{_prefetch_advice(repo, constants.HF_HUB_CACHE)}")
         return training_client.get_tokenizer()
     problem = hub_problem(constants.ENDPOINT, repo)
