@@ -85,6 +85,17 @@ def cases(hub: str) -> list[Case]:
     ]
 
 
+def child_env(*extra: dict[str, str]) -> dict[str, str]:
+    """The run's environment: this one, without the offline switches the double's local
+    backend set in it (they would make the child's tokenizer case an HF_HUB_OFFLINE one)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        env.pop(name, None)
+    for more in extra:
+        env.update(more)
+    return env
+
+
 def run(case: Case, folder: Path) -> dict:
     double = None
     if case.faults is None:
@@ -93,8 +104,7 @@ def run(case: Case, folder: Path) -> dict:
     else:
         double = TinkerDouble(folder / "service", faults=case.faults).start()
         env = double.env()
-    full = dict(os.environ, PYTHONUNBUFFERED="1", **env, **case.env)
-    full.pop("HF_HUB_OFFLINE", None)
+    full = child_env(env, case.env)
     db = folder / "runs.db"
     proc = subprocess.Popen(
         [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--backend", "tinker",
@@ -131,10 +141,10 @@ def run(case: Case, folder: Path) -> dict:
 
 
 def learning(folder: Path) -> dict:
+    folder.mkdir(parents=True, exist_ok=True)
     with TinkerDouble(folder / "service") as double:
         db = folder / "runs.db"
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **double.env())
-        env.pop("HF_HUB_OFFLINE", None)
+        env = child_env(double.env())
         launched = time.time()
         done = subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", "run", "example",
                                "--backend", "tinker", "--no-ui", "--db", str(db), *LEARN],
@@ -142,6 +152,8 @@ def learning(folder: Path) -> dict:
         total = time.time() - launched
         deleted = len(double.service.deleted)
         finished = [s.finished for s in double.service.sessions.values()]
+    if not db.exists():
+        return {"exit": done.returncode, "error": (done.stderr.strip().splitlines() or [""])[-1]}
     with sqlite3.connect(db) as conn:
         steps = [(s, t, json.loads(m)["reward/mean"]) for s, t, m in
                  conn.execute("select step, time, metrics from steps order by step")]

@@ -84,6 +84,7 @@ class TinkerDouble:
 
     def stop(self) -> None:
         if self._server is not None:
+            self._server.config.app.state.release_hung()  # type: ignore[attr-defined]
             self._server.should_exit = True  # type: ignore[attr-defined]
         if self._thread is not None:
             self._thread.join(timeout=10)

@@ -47,7 +47,11 @@ def _json(value: Any, status: int = 200) -> JSONResponse:
 
 def create_app(service: DoubleService, *, api_key: str, hold: float = 1.0) -> FastAPI:
     app = FastAPI(title="tinker service double")
-    forever = asyncio.Event()  # never set: what a hung endpoint waits on
+    # What a hung endpoint waits on: set only when the double stops (`release_hung`), so
+    # the server's shutdown does not have to cancel those requests (a traceback each).
+    hung = asyncio.Event()
+    app.state.release_hung = lambda: None
+
 
     @app.middleware("http")
     async def faults_and_auth(request: Request, call_next: Any) -> Any:
@@ -59,8 +63,10 @@ def create_app(service: DoubleService, *, api_key: str, hold: float = 1.0) -> Fa
         if request.headers.get("x-api-key") != api_key:
             response: Any = _json({"detail": "invalid API key"}, 401)
         elif endpoint in faults.hang:
-            await forever.wait()
-            response = _json({"detail": "unreachable"}, 500)
+            loop = asyncio.get_running_loop()
+            app.state.release_hung = lambda: loop.call_soon_threadsafe(hung.set)
+            await hung.wait()
+            response = _json({"detail": "the double is stopping"}, 503)
         else:
             if endpoint in faults.delay:
                 await asyncio.sleep(faults.delay[endpoint])
