@@ -52,7 +52,12 @@ from tinker_tui.engine.loop_lag import LoopLagMonitor
 from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeState, ScenarioSource
 from tinker_tui.engine.retry import BackendInterrupted
-from tinker_tui.engine.rollout_loop import RolloutLoop, RolloutLoopClosed, SameLoop
+from tinker_tui.engine.rollout_loop import (
+    RolloutLoop,
+    RolloutLoopClosed,
+    SameLoop,
+    run_together,
+)
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.task import Scenario, Task, group_rollout_of, part_of
 from tinker_tui.engine.task_metrics import eval_task_metrics, step_task_metrics
@@ -419,8 +424,8 @@ class Pipeline:
         summaries of those that succeeded, in order, for `GroupSampled` (decoding text is
         rollout-side work). Touches no pipeline state and publishes nothing: that is the
         engine loop's."""
-        results: list[Trajectory | BaseException] = await asyncio.gather(
-            *(self._rollout(client, s) for s in scenarios), return_exceptions=True)
+        results: list[Trajectory | BaseException] = await run_together(
+            self._rollout(client, s) for s in scenarios)
         if not summarize:
             return results, ()
         return results, tuple(self._summary(t) for t in results if isinstance(t, Trajectory))

@@ -40,7 +40,7 @@ import concurrent.futures
 import contextlib
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
 from tinker_tui.engine.errors import TinkerTuiError
@@ -142,6 +142,37 @@ def _settle(result: Any, ended: Any, outcome: _Outcome, invalid: type[Exception]
     with contextlib.suppress(invalid):
         if not ended.done():
             ended.set_result(None)
+
+
+async def run_together(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T | BaseException]:
+    """Run `coros` at once on this loop; each one's result or exception, in order.
+
+    What `asyncio.gather(..., return_exceptions=True)` returns, for about half its cost:
+    a group's rollouts are started as plain tasks and awaited in order (awaiting one that
+    is done costs nothing), without gather's Python callback per task. Cancelling the
+    caller cancels them all and waits for them to end.
+    """
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(c) for c in coros]
+    caller = asyncio.current_task()
+    results: list[T | BaseException] = []
+    try:
+        for task in tasks:
+            try:
+                results.append(await task)
+            except asyncio.CancelledError as exc:
+                if caller is not None and caller.cancelling():
+                    raise
+                results.append(exc)  # the task alone was cancelled
+            except Exception as exc:
+                results.append(exc)
+    except asyncio.CancelledError:
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        raise
+    return results
 
 
 class RolloutLoopClosed(TinkerTuiError, RuntimeError):

@@ -11,7 +11,12 @@ from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import EventBus, GroupSampled, LogEmitted, StepTrained
 from tinker_tui.engine.pipeline import Pipeline
-from tinker_tui.engine.rollout_loop import EngineLoopPolicy, RolloutLoopClosed, RolloutThread
+from tinker_tui.engine.rollout_loop import (
+    EngineLoopPolicy,
+    RolloutLoopClosed,
+    RolloutThread,
+    run_together,
+)
 from tinker_tui.engine.task import Scenario, Task
 from tinker_tui.engine.trajectory import Trajectory
 
@@ -25,6 +30,43 @@ async def wait_until(predicate, timeout=10.0):
     while not predicate():
         assert loop.time() < deadline, "condition not reached"
         await asyncio.sleep(0.005)
+
+
+async def test_run_together_gives_each_result_or_error_in_order():
+    async def value(x, delay):
+        await asyncio.sleep(delay)
+        return x
+
+    async def fails():
+        raise ValueError("bad rollout")
+
+    async def cancelled_alone():
+        asyncio.current_task().cancel()
+        await asyncio.sleep(1)
+
+    results = await run_together([value(1, 0.02), fails(), value(3, 0), cancelled_alone()])
+    assert results[0] == 1 and results[2] == 3
+    assert isinstance(results[1], ValueError)
+    assert isinstance(results[3], asyncio.CancelledError)
+    assert await run_together([]) == []
+
+
+async def test_cancelling_run_together_cancels_every_coroutine_and_waits_for_them():
+    ended = []
+
+    async def holds(i):
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            await asyncio.sleep(0.01)  # letting go takes a moment
+            ended.append(i)
+
+    caller = asyncio.create_task(run_together([holds(i) for i in range(3)]))
+    await asyncio.sleep(0.01)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert sorted(ended) == [0, 1, 2]
 
 
 async def test_runs_a_coroutine_on_its_own_thread_and_loop():
