@@ -133,8 +133,8 @@ class TaskPart:
 class _GroupJoin:
     """Adapts a group rollout to per-member calls.
 
-    The engine starts the `group_size` rollouts of a group together (one `asyncio.gather`
-    over the same `Scenario` object). The first call for a scenario object yields to the
+    The engine starts the `group_size` rollouts of a group together (tasks started at once,
+    all on the same `Scenario` object). The first call for a scenario object yields to the
     event loop once, so every member started with it has joined, then runs
     ``group_rollout(client, model, scenario, n)`` with n = the members that joined, and each
     member returns its own trajectory. An evaluation rollout is a group of one.
