@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 
 def start_run(tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -62,3 +64,28 @@ def test_second_signal_exits_at_once_with_a_consistent_store(tmp_path):
     assert db.execute("pragma integrity_check").fetchone() == ("ok",)
     steps = [r[0] for r in db.execute("select step from steps order by step")]
     assert steps == list(range(1, len(steps) + 1))
+
+
+def test_a_ctrl_c_an_import_swallowed_still_stops_the_command(tmp_path, monkeypatch, capsys):
+    """A SIGINT while the engine is imported becomes a KeyboardInterrupt wherever the main
+    thread is; code that clears it (here: an except clause) must not let the run go on."""
+    from tinker_tui.app.cli import main
+    from tinker_tui.app.commands import run
+
+    built = []
+
+    def build_session(plan, **kwargs):
+        try:
+            signal.raise_signal(signal.SIGINT)  # as if pressed during the imports
+        except KeyboardInterrupt:
+            pass  # lost, as an import can lose it
+        built.append(plan)
+        return object()
+
+    monkeypatch.setattr(run, "build_session", build_session)
+    monkeypatch.setattr(run, "run_headless", lambda session: pytest.fail("the run started"))
+    db = tmp_path / "runs.db"
+    assert main(["run", "example", "--no-ui", "--db", str(db)]) == 130
+    assert built, "the session was built"
+    assert not db.exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
 import sys
 import textwrap
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -303,11 +306,38 @@ def run_with_ui(session: Any) -> int:
     return app.return_code if app.return_code is not None else EXIT_OK
 
 
+@contextlib.contextmanager
+def sigint_noted() -> Iterator[list[int]]:
+    """While the command plans and imports the engine: SIGINT raises KeyboardInterrupt, as
+    Python's own handler does, and is also noted in the list this yields. The exception
+    comes wherever the main thread is, and an import that runs Python code under C code
+    which clears errors can lose it and go on: a sweep of signals at random moments found a
+    Ctrl+C during the imports that the run never saw (it trained to its end, exit 0)."""
+    noted: list[int] = []
+
+    def note(signum: int, frame: Any) -> None:
+        noted.append(signum)
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield noted  # signals reach the main thread only
+        return
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def main(args: argparse.Namespace) -> int:
-    plan = plan_run(args)
-    if wants_ui(args):
+    with sigint_noted() as noted:
+        plan = plan_run(args)
+        session = None if wants_ui(args) else build_session(plan, headless=True)
+    if noted:
+        raise KeyboardInterrupt  # one that an import swallowed: the run never starts
+    if session is None:
         from tinker_tui.app.deferred_session import DeferredSession
 
         return run_with_ui(DeferredSession(lambda clock: build_session(plan, clock),
                                            db_path=plan.db_path))
-    return asyncio.run(run_headless(build_session(plan, headless=True)))
+    return asyncio.run(run_headless(session))
