@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args = parse(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # a dashboard's engine gets them
     command = importlib.import_module(f"tinker_tui.app.commands.{args.command}")
     try:
         return command.main(args)

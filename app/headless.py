@@ -27,7 +27,8 @@ from tinker_tui.engine.events import (
 
 
 class HeadlessReporter:
-    """Prints what a person watching a log needs; subscribe `handle` to the event bus."""
+    """Prints what a person watching a log needs; subscribe `handle` to the event bus. The
+    run's end is printed by its summary (`app.run_summary`), after every other line."""
 
     def __init__(self, out: TextIO | None = None) -> None:
         self.out = out or sys.stdout
@@ -87,9 +88,6 @@ class HeadlessReporter:
                         else f"{event.level}: {event.message}")
         elif isinstance(event, LogEmitted) and event.level in ("warning", "error"):
             self._print(f"{event.level}: {event.message.splitlines()[0]}")
-        elif isinstance(event, RunFinished):
-            self._print(f"run {event.status} at step {event.final_step}"
-                        + (f" ({event.reason})" if event.reason else ""))
 
 
 def eval_line(event: EvalCompleted, max_steps: int) -> str:

@@ -19,7 +19,9 @@ from tinker_tui.engine.errors import UsageError
 
 def resume_plan(args: argparse.Namespace, task: Any, db_path: Path) -> tuple[Any, str, str]:
     """(settings, backend, run id) of the run `args.resume` names (see the module
-    docstring); UsageError for a run that cannot be resumed. Nothing heavy is imported."""
+    docstring); `args.run_id`, when set, names it instead (the run a dashboard resolved
+    before starting the engine). UsageError for a run that cannot be resumed. Nothing
+    heavy is imported."""
     from tinker_tui.app.commands.run import config_overrides
     from tinker_tui.engine.backend import choose_backend
     from tinker_tui.engine.config import SETTINGS, RunConfig
@@ -30,7 +32,8 @@ def resume_plan(args: argparse.Namespace, task: Any, db_path: Path) -> tuple[Any
     from tinker_tui.engine.resume import run_is_live
     from tinker_tui.engine.store import find_run
 
-    run = asyncio.run(find_run(db_path, args.resume, task=task.name))
+    wanted = getattr(args, "run_id", None) or args.resume
+    run = asyncio.run(find_run(db_path, wanted, task=task.name))
     if run_is_live(db_path, run.run_id):  # refuse before anything else starts for it
         raise UsageError(f"run {run.run_id} is running in another process; stop it "
                          "first (or `tinker-tui attach` to it)")

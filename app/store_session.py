@@ -1,4 +1,4 @@
-"""A session read back from the run store, for `tinker-tui show` and `tinker-tui attach`.
+"""A session read back from the run store, for `tinker-tui show`, `attach` and `run`.
 
 The store holds every event a run published (`engine.store`). `StoreSession` reads them back
 as the same typed events, in time order, and publishes them on its own event bus,
@@ -6,22 +6,37 @@ so the one dashboard draws a live run, a finished run and a run another process 
 
 - `show` (`follow=False`): everything is published at once; `run()` then waits until the
   app quits. Its control is `ReadOnlyControl`: nothing to steer.
-- `attach` (`follow=True`): new events are polled every `poll_interval` seconds; commands go
-  to the running process through `engine.control_server.RemoteControl`. `run()` returns
-  when the run has finished.
+- `attach` and `run` (`follow=True`): new events are polled every `poll_interval` seconds;
+  commands go to the engine's process through `engine.control_server.RemoteControl`. `run()`
+  returns when the run has finished, or when its process is gone without finishing it (a
+  crash, `kill -9`): then the run is shown as failed with the engine's last log lines.
+  `run` starts the session before the engine has a control endpoint or a row in the store
+  (`run=None`): `run()` waits for both, and raises `EngineExited` if the engine ends first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tinker_tui.engine.clock import Clock, FakeClock, SystemClock
 from tinker_tui.engine.control import Control
 from tinker_tui.engine.control_server import ControlUnavailable
-from tinker_tui.engine.events import Event, EventBus, LogEmitted, RunFinished, RunStatus
+from tinker_tui.engine.events import (
+    Event,
+    EventBus,
+    LogEmitted,
+    RunFinished,
+    RunStatus,
+    StepTrained,
+)
 from tinker_tui.engine.store import EventCursor, StoredRun, StoreReader
+
+if TYPE_CHECKING:
+    from tinker_tui.app.engine_process import Engine
 
 
 class ReadOnlyControl:
@@ -49,6 +64,15 @@ class ReadOnlyControl:
         self._refuse()
 
 
+class StartingControl(ReadOnlyControl):
+    """The control while the engine has no endpoint yet: commands are refused, for now."""
+
+    read_only = False
+
+    def __init__(self) -> None:
+        super().__init__("the run is still starting; try again in a moment")
+
+
 class StoreSession:
     """A `Session` whose events come from the run store (see the module docstring).
 
@@ -56,42 +80,57 @@ class StoreSession:
 
     Args:
         db_path: The run store.
-        run: The run (`engine.store.find_run`).
-        control: How commands reach the run; `ReadOnlyControl()` when nothing can.
-        follow: Keep polling for new events until the run finishes (attach).
+        run: The run (`engine.store.find_run`); None to wait for run `run_id` to appear.
+        run_id: The run to wait for when `run` is None.
+        control: How commands reach the run; `ReadOnlyControl()` when nothing can. When
+            None for a run still starting, its control file is read once it appears.
+        follow: Keep polling for new events until the run finishes (attach, run).
         poll_interval: Seconds between polls when following.
+        engine: The process that runs the run, when known (`app.engine_process`): its end
+            without a recorded end is the run's failure.
     """
 
-    def __init__(self, db_path: str | Path, run: StoredRun, *,
-                 control: Control | None = None, follow: bool = False,
-                 poll_interval: float = 0.5) -> None:
+    #: Seconds between control-state refreshes while following (knobs, paused).
+    CONTROL_REFRESH = 1.0
+
+    def __init__(self, db_path: str | Path, run: StoredRun | None = None, *,
+                 run_id: str | None = None, control: Control | None = None,
+                 follow: bool = False, poll_interval: float = 0.25,
+                 engine: Engine | None = None) -> None:
+        if run is None and not (follow and run_id):
+            raise ValueError("a StoreSession without a stored run follows a run_id")
         self.db_path = Path(db_path)
         self.store: StoreReader | None = None
         self.stored_run = run
-        self.run_id = run.run_id
+        self.run_id = run.run_id if run is not None else str(run_id)
         self.events = EventBus()
-        self.control: Control = control if control is not None else ReadOnlyControl()
+        if control is None:
+            control = StartingControl() if run is None else ReadOnlyControl()
+        self.control: Control = control
         self.follow = follow
         self.poll_interval = poll_interval
+        self.engine = engine
         self.read_only = bool(getattr(self.control, "read_only", False))
-        self.remote = bool(getattr(self.control, "remote", False))
+        self.remote = follow or bool(getattr(self.control, "remote", False))
         self.attached = follow
         self.finished: RunFinished | None = None
-        self._cursor = EventCursor(run)
+        self._cursor = EventCursor(run) if run is not None else None
         self._warned_unreachable = False
+        self._last_step = run.start_step if run is not None else 0
+        self._next_control_refresh = 0.0
         #: Set once everything stored so far has been published.
         self.loaded = asyncio.Event()
         #: The clock to draw against: a finished run shown with `show` is drawn as of its
         #: end (rates and elapsed time stay as they were); a followed run on the system clock.
         self.clock: Clock
-        if follow:
+        if follow or run is None:
             self.clock = SystemClock()
         else:
             self.clock = FakeClock(float(run.ended_at or run.started_at or 0.0))
 
     async def read_new(self) -> list[Event]:
         """Events stored since the last call, in time order."""
-        assert self.store is not None
+        assert self.store is not None and self._cursor is not None
         return await self.store.events_after(self._cursor)
 
     async def read_all(self) -> list[Event]:
@@ -105,33 +144,28 @@ class StoreSession:
     async def publish_new(self) -> int:
         events = await self.read_new()
         for event in events:
+            if isinstance(event, StepTrained):
+                self._last_step = event.step
             self.events.publish(event)
         return len(events)
 
     async def run(self) -> RunStatus:
+        if self.stored_run is None:
+            await self._wait_for_start()
         self.store = await StoreReader.open_readonly(self.db_path)
         try:
             await self.publish_new()
             if not self.follow:
-                finished = self.stored_run.finished()
-                if finished is not None:
-                    self.events.publish(finished)
-                else:
-                    last = self._cursor.last_time
-                    if isinstance(self.clock, FakeClock) and last is not None:
-                        self.clock.advance(last - self.clock.now())
-                    self.events.publish(LogEmitted(
-                        time=self.clock.now(), level="warning",
-                        message="the store has no end for this run: it is still running "
-                                "(attach follows it) or its process died"))
-                self.loaded.set()
-                await asyncio.Event().wait()  # a stored run stays on screen until quit
+                await self._show_stored()
             self.loaded.set()
             while True:
                 await self._refresh_control()
                 stored = await self.store.run(self.run_id)
                 await self.publish_new()
                 finished = stored.finished() if stored is not None else None
+                if finished is None and self.engine is not None \
+                        and self.engine.exit_code() is not None:
+                    finished = await self._engine_gone()
                 if finished is not None:
                     await self.publish_new()  # rows committed with the end of the run
                     self.finished = finished
@@ -141,18 +175,96 @@ class StoreSession:
         finally:
             await self.store.close()
 
+    async def _show_stored(self) -> None:
+        """`show`: the stored run's end (or a warning that it has none), then wait."""
+        assert self.stored_run is not None and self._cursor is not None
+        finished = self.stored_run.finished()
+        if finished is not None:
+            self.events.publish(finished)
+        else:
+            last = self._cursor.last_time
+            if isinstance(self.clock, FakeClock) and last is not None:
+                self.clock.advance(last - self.clock.now())
+            self.events.publish(LogEmitted(
+                time=self.clock.now(), level="warning",
+                message="the store has no end for this run: it is still running "
+                        "(attach follows it) or its process died"))
+        self.loaded.set()
+        await asyncio.Event().wait()  # a stored run stays on screen until quit
+
+    async def _wait_for_start(self) -> None:
+        """Until the engine has a control endpoint and its run is in the store; EngineExited
+        if the engine ends first (the command prints what it said)."""
+        from tinker_tui.app.engine_process import EngineExited, log_tail
+        from tinker_tui.engine.control_server import control_file_path
+        from tinker_tui.engine.store import StoreError, find_run
+
+        where = f"; its output goes to {self.engine.log_path}" if self.engine and \
+            self.engine.log_path else ""
+        self._log("info", f"starting the engine for run {self.run_id}{where}")
+        control_file = control_file_path(self.db_path, self.run_id)
+        while True:
+            code = self.engine.exit_code() if self.engine is not None else None
+            if isinstance(self.control, StartingControl) and control_file.is_file():
+                await self._connect(control_file)
+            if not isinstance(self.control, StartingControl) or code is not None:
+                try:
+                    self.stored_run = await find_run(self.db_path, self.run_id)
+                except StoreError:  # no row (or no store file) yet
+                    pass
+                else:
+                    self._cursor = EventCursor(self.stored_run)
+                    self._last_step = self.stored_run.start_step
+                    return
+            if code is not None:
+                assert self.engine is not None
+                raise EngineExited(code, log_tail(self.engine.log_path), self.engine.log_path)
+            await asyncio.sleep(self.poll_interval)
+
+    async def _connect(self, control_file: Path) -> None:
+        from tinker_tui.engine.control_server import ControlClient, RemoteControl
+
+        try:
+            control = RemoteControl(ControlClient.from_file(control_file))
+            await asyncio.to_thread(control.refresh)
+        except (ControlUnavailable, PermissionError, ValueError):
+            return  # not listening yet, or already gone: the next poll tells
+        self.control = control
+
+    async def _engine_gone(self) -> RunFinished | None:
+        """The engine's process ended: the run's stored end if it wrote one, else a failure
+        with the engine's last log lines."""
+        from tinker_tui.app.engine_process import describe_exit, log_tail
+
+        assert self.store is not None and self.engine is not None
+        await self.publish_new()
+        stored = await self.store.run(self.run_id)
+        finished = stored.finished() if stored is not None else None
+        if finished is not None:
+            return finished
+        self.control = ReadOnlyControl("the run's process is gone; nothing to control")
+        code = self.engine.exit_code()
+        what = describe_exit(code if code is not None else 0)
+        for line in log_tail(self.engine.log_path):
+            self._log("error", f"engine: {line}")
+        return RunFinished(time=self.clock.now(), status="failed", final_step=self._last_step,
+                           reason=f"the engine process {what} without finishing the run")
+
+    def _log(self, level: str, message: str) -> None:
+        self.events.publish(LogEmitted(time=self.clock.now(), level=level, message=message))
+
     async def _refresh_control(self) -> None:
         refresh = getattr(self.control, "refresh", None)
-        if refresh is None:
+        now = time.monotonic()
+        if refresh is None or now < self._next_control_refresh:
             return
+        self._next_control_refresh = now + self.CONTROL_REFRESH
         try:
             await asyncio.to_thread(refresh)
         except (ControlUnavailable, PermissionError, ValueError) as exc:
-            if not self._warned_unreachable:
+            if not self._warned_unreachable and (self.engine is None
+                                                 or self.engine.exit_code() is None):
                 self._warned_unreachable = True
-                self.events.publish(LogEmitted(
-                    time=self.clock.now(), level="warning",
-                    message=f"cannot reach the run's control endpoint: {exc}"))
+                self._log("warning", f"cannot reach the run's control endpoint: {exc}")
             return
         self._warned_unreachable = False
-

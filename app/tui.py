@@ -10,14 +10,21 @@ Views (`1`–`4`): dashboard, rollouts, control, metrics. Modal screens: help, q
 confirmation, knob editing, a line in full, and the notice of a terminal too small to draw
 the views (it keeps a few lines of status). Commands go through `session.control` only.
 
+Life cycle: when the run ends by itself the app stays, with the finish screen on top
+(status, rewards, last checkpoint, the commands to look again or continue) until `q`. `q`
+asks first: stop the run (gracefully; the app leaves once it has stopped), detach from a
+run in another process (it goes on), or cancel. SIGINT and SIGTERM stop the run as the
+headless run does and leave once it has stopped; a second one, or one while stopping, stops
+the engine at once. SIGHUP leaves at once: a run in another process goes on.
+
 Exit codes (`app.return_code`):
-    0    `session.run()` returned (its `RunStatus` is in `app.run_status`), or the user
-         detached from / closed a run this process does not drive.
-    1    `session.run()` raised; the traceback text is in `app.run_error` (and the
-         exception in `app.run_exception`).
-    130  the user left a run this process drives before it ended (quit while stopping,
-         or ctrl+q).
-    143  SIGTERM: the run was stopped gracefully (as `q`, without asking).
+    0    the run ended (completed or stopped) and the user left; the user stopped it with
+         `q`; or detached from (or closed) a run another process runs (`app.detached`).
+    1    the run failed (shown, then left with `q`), or `session.run()` raised: the
+         traceback text is in `app.run_error` (and the exception in `app.run_exception`).
+    130  SIGINT: the run was stopped (gracefully, as the headless run; or at once by a
+         second signal); also leaving a run this process drives before it ended (ctrl+q).
+    143  SIGTERM: the same.
     129  SIGHUP (the terminal went away): left at once.
 """
 
@@ -27,6 +34,7 @@ import asyncio
 import signal
 import traceback
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from rich.console import RenderableType
 from textual.app import App, ScreenStackError, SystemCommand
@@ -35,9 +43,11 @@ from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.run_summary import SummaryCollector
 from tinker_tui.app.screens.confirm_quit import DETACH, FORCE, STOP, QuitScreen
 from tinker_tui.app.screens.control import ControlScreen
 from tinker_tui.app.screens.dashboard import DashboardScreen
+from tinker_tui.app.screens.finished import FinishedScreen
 from tinker_tui.app.screens.help import HelpScreen
 from tinker_tui.app.screens.knob_edit import KnobEditScreen
 from tinker_tui.app.screens.metrics import MetricsScreen
@@ -48,11 +58,16 @@ from tinker_tui.engine.config import LIVE_KNOBS
 from tinker_tui.engine.control import Session
 from tinker_tui.engine.events import RunStatus
 
+if TYPE_CHECKING:
+    from tinker_tui.app.engine_process import Engine
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 EXIT_SIGTERM = 143
 EXIT_SIGHUP = 129
+#: The exit code of the signals that stop a run.
+SIGNAL_EXIT_CODES = {signal.SIGINT: EXIT_INTERRUPTED, signal.SIGTERM: EXIT_SIGTERM}
 
 VIEWS = ("dashboard", "rollouts", "control", "metrics")
 
@@ -66,6 +81,8 @@ class TinkerTuiApp(App[None]):
             Defaults to the session's `clock` attribute, else the system clock.
         refresh_interval: Seconds between redraws.
         log_lines: How many log lines the model and the log pane keep.
+        summary: Folds the run's events for the finish screen (and the command's summary
+            on exit); by default one that knows the session's store.
     """
 
     CSS_PATH = "tinker_tui.tcss"
@@ -110,6 +127,7 @@ class TinkerTuiApp(App[None]):
         clock: Clock | None = None,
         refresh_interval: float = 0.25,
         log_lines: int = 500,
+        summary: SummaryCollector | None = None,
     ) -> None:
         super().__init__()
         self.session = session
@@ -124,6 +142,13 @@ class TinkerTuiApp(App[None]):
         self.run_error: str | None = None
         self.run_exception: Exception | None = None
         self.stopping = False
+        #: The exit code to leave with once the run has stopped (set by a stop from `q`
+        #: or by a signal); None: the run ending shows the finish screen instead.
+        self.leave_code: int | None = None
+        #: The user detached: the run goes on in its process.
+        self.detached = False
+        self.summary = summary if summary is not None else SummaryCollector(
+            db_path=getattr(session, "db_path", None))
         #: A session this process does not drive and cannot steer (a stored run).
         self.read_only = bool(getattr(session, "read_only", False))
         #: A session driven by another process (commands go over its control endpoint).
@@ -137,12 +162,18 @@ class TinkerTuiApp(App[None]):
         self._signals_installed = False
         self._refresh_timer: Timer | None = None
         self._binding_state: tuple[object, ...] | None = None
-        self._signal_code = 0  # the exit code a signal asked for
 
     # ---------------------------------------------------------------- lifecycle
 
     def on_mount(self) -> None:
-        self._unsubscribe = self.session.events.subscribe(self.model.apply)
+        unsubscribe_model = self.session.events.subscribe(self.model.apply)
+        unsubscribe_summary = self.session.events.subscribe(self.summary.handle)
+
+        def unsubscribe() -> None:
+            unsubscribe_model()
+            unsubscribe_summary()
+
+        self._unsubscribe = unsubscribe
         self._refresh_timer = self.set_interval(
             self.refresh_interval, self.refresh_panes, name="refresh-panes"
         )
@@ -159,7 +190,7 @@ class TinkerTuiApp(App[None]):
     def on_unmount(self) -> None:
         if self._signals_installed:
             loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGHUP):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
             self._signals_installed = False
         if self._unsubscribe is not None:
@@ -167,44 +198,67 @@ class TinkerTuiApp(App[None]):
             self._unsubscribe = None
 
     async def drive_session(self) -> None:
-        """Run the session to its end, then leave the app with the matching exit code."""
+        """Run the session to its end; then leave (when asked to) or show how it ended."""
         try:
             status = await self.session.run()
         except Exception as error:  # the CLI prints it after the terminal is restored
             self.run_exception = error
             self.run_error = "".join(traceback.format_exception(error)).rstrip()
-            self.exit(return_code=EXIT_FAILED)
+            self.exit(return_code=self.leave_code if self.leave_code else EXIT_FAILED)
             return
         self.run_status = status
-        self.exit(return_code=self._signal_code or EXIT_OK)
+        self.stopping = False
+        if self.leave_code is not None:
+            self.exit(return_code=self.leave_code)
+            return
+        self.after_command()
+        self.push_screen(FinishedScreen(self.summary.summary()))
+
+    @property
+    def finished_code(self) -> int:
+        """The exit code for leaving a run that has ended: 1 if it failed, else 0."""
+        status = self.run_status or self.model.status
+        return EXIT_FAILED if status == "failed" else EXIT_OK
+
+    @property
+    def engine(self) -> Engine | None:
+        """The process that runs the run, when it is another one (`app.engine_process`)."""
+        return getattr(self.session, "engine", None)
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM stops gracefully (a second one exits); SIGHUP exits at once. Both leave
-        through `exit`, so the terminal is restored. For a run this process does not drive
-        both only close the dashboard.
-        """
+        """SIGINT and SIGTERM stop the run; SIGHUP leaves. All leave through `exit`, so the
+        terminal is restored."""
         loop = asyncio.get_running_loop()
         try:
-            loop.add_signal_handler(signal.SIGTERM, self.call_next, self.signal_stop)
-            loop.add_signal_handler(signal.SIGHUP, self.call_next, self.signal_hangup)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                loop.add_signal_handler(sig, self.call_next, self.signal_received, sig)
             self._signals_installed = True
         except (NotImplementedError, RuntimeError, ValueError):  # not on this platform/thread
             pass
 
-    def signal_stop(self) -> None:
-        """SIGTERM: stop the run gracefully without asking (a second one leaves at once);
-        a run this process does not drive is only closed."""
-        if self.read_only or self.attached:
-            self.exit(return_code=EXIT_OK)
+    def signal_received(self, signum: int) -> None:
+        """SIGINT/SIGTERM: stop the run gracefully without asking, then leave with 130/143;
+        another one while stopping stops it at once. A run with nothing left to stop (a
+        stored run, a finished one) is only closed. SIGHUP: the terminal is gone; leave at
+        once (a run in another process goes on)."""
+        if signum == signal.SIGHUP:
+            self.exit(return_code=EXIT_SIGHUP)
+            return
+        code = SIGNAL_EXIT_CODES.get(signal.Signals(signum), EXIT_INTERRUPTED)
+        if (self.read_only and not self.attached) or self.run_status is not None \
+                or self.model.state == "finished":
+            self.exit(return_code=code)
         elif self.stopping:
-            self.exit(return_code=EXIT_SIGTERM)
+            if not self.leave_code:
+                self.leave_code = code
+            self.stop_now(signum)
         else:
-            self._signal_code = EXIT_SIGTERM
-            self.begin_stop("received SIGTERM")
+            self.leave_code = code
+            self.begin_stop(f"received {signal.Signals(signum).name}", signum=signum)
 
-    def signal_hangup(self) -> None:
-        """SIGHUP: the terminal is gone; leave at once (the terminal state is restored)."""
-        self.exit(return_code=EXIT_OK if (self.read_only or self.attached) else EXIT_SIGHUP)
+    def signal_stop(self) -> None:
+        """What SIGTERM does (tests call it: no handler is installed under `run_test`)."""
+        self.signal_received(signal.SIGTERM)
 
     # ---------------------------------------------------------------- drawing
 
@@ -385,33 +439,70 @@ class TinkerTuiApp(App[None]):
         if self.read_only:
             self.exit(return_code=EXIT_OK)  # a stored run, or a read-only view: nothing to stop
             return
-        if self.model.state == "finished":
-            self.exit(return_code=EXIT_OK)
+        if self.model.state == "finished" or self.run_status is not None:
+            self.exit(return_code=self.finished_code)
             return
         kind = "stop_attached" if self.attached else "stop"
         self.push_screen(QuitScreen(kind), self._quit_chosen)
 
     def action_force_quit(self) -> None:
-        self.push_screen(QuitScreen("force"), self._quit_chosen)
+        self.push_screen(QuitScreen("force_attached" if self.attached else "force"),
+                         self._quit_chosen)
 
     def _quit_chosen(self, choice: str | None) -> None:
         if choice == STOP:
+            self.leave_code = EXIT_OK
             self.begin_stop()
         elif choice == DETACH:
-            self.exit(return_code=EXIT_OK)
+            self.detach()
         elif choice == FORCE:
-            self.action_quit_now()
+            self.stop_now(signal.SIGINT)
 
-    def begin_stop(self, reason: str = "stopped by user") -> None:
-        """Graceful stop; the app exits when `session.run()` returns."""
+    def begin_stop(self, reason: str = "stopped by user", *, signum: int | None = None) -> None:
+        """Graceful stop; the app leaves (with `leave_code`) when `session.run()` returns.
+        A signal is passed on to a run in another process, which stops as a headless run
+        does on it; so is a stop asked for before the run can take commands."""
+        engine = self.engine
+        starting = bool(getattr(self.session.control, "starting", False))
+        if engine is not None and (signum is not None or starting) \
+                and engine.send_signal(signum or signal.SIGTERM):
+            self.stopping = True
+            self.after_command()
+            return
         if not self.send("stop", lambda: self.session.control.stop(reason)):
             return
         self.stopping = True
         self.after_command()
 
+    def stop_now(self, signum: int) -> None:
+        """Stop at once: a run in another process gets the signal (it is stopping, so it
+        leaves at once, its store intact) and the app leaves when it is gone; a run this
+        process drives is left at once."""
+        engine = self.engine
+        if engine is not None and engine.send_signal(signum):
+            self.notify("stopping at once", timeout=3)
+            return
+        if engine is not None and engine.exit_code() is not None:
+            return  # already gone: the session reports its end
+        self.exit(return_code=SIGNAL_EXIT_CODES.get(signal.Signals(signum), EXIT_INTERRUPTED))
+
+    def detach(self) -> None:
+        """Leave a run another process runs; it goes on."""
+        self.detached = True
+        self.exit(return_code=EXIT_OK)
+
     def action_quit_now(self) -> None:
-        code = EXIT_OK if (self.read_only or self.attached) else EXIT_INTERRUPTED
-        self.exit(return_code=code)
+        if self.attached and self.model.state != "finished" and self.run_status is None:
+            self.detach()
+            return
+        if self.read_only or self.attached or self.run_status is not None:
+            self.exit(return_code=self.finished_code)
+            return
+        self.exit(return_code=EXIT_INTERRUPTED)
+
+    def leave_finished(self) -> None:
+        """`q` on the finish screen."""
+        self.exit(return_code=self.finished_code)
 
     async def action_quit(self) -> None:
         self.action_quit_now()

@@ -17,7 +17,6 @@ import dataclasses
 import gc
 import importlib
 import random
-import time
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -42,6 +41,7 @@ from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeError, ResumeState, RunLock
 from tinker_tui.engine.retry import BackendInterrupted
 from tinker_tui.engine.rollout_loop import CLOSE_TIMEOUT, RolloutThread, SameLoop
+from tinker_tui.engine.run_id import new_run_id
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.store import RunStore
 from tinker_tui.engine.task import Task
@@ -54,11 +54,6 @@ T = TypeVar("T")
 
 #: How a run's end is told to the backend's session (`ServiceClient.close`).
 _SESSION_STATUS = {"completed": "success", "stopped": "interrupted", "failed": "errored"}
-
-
-def new_run_id(name: str, clock: Clock) -> str:
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(clock.now()))
-    return f"{name}-{stamp}-{random.SystemRandom().randrange(16**4):04x}"
 
 
 class Run:

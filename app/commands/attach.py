@@ -1,13 +1,17 @@
-"""`tinker-tui attach [RUN]`: open the dashboard on a run another process runs headless.
+"""`tinker-tui attach [RUN]`: open the dashboard on a run another process runs (a headless
+run, or one a `tinker-tui run` dashboard started and left).
 
 The dashboard reads the run from the store and sends control commands (pause, resume,
 checkpoint, eval, stop, knob changes) to that process through the authenticated local
 endpoint it opened; its address and token are in `RUN.control.json` beside the store,
 readable only by the user. RUN is a run id, a unique prefix, or omitted for the newest run
-that has an endpoint. `q` asks whether to stop the run or only detach; without a terminal
-it prints the run's progress like `--no-ui` until the run ends.
+that has an endpoint. It is the dashboard `tinker-tui run` opens, with the same life cycle
+(`app.tui`): `q` asks whether to stop the run or only detach; the run's end shows the
+finish screen. Without a terminal it prints the run's progress like `--no-ui` until the
+run ends.
 
-Exit codes: 0 detached, or the run ended; 2 no such run, or its endpoint does not answer.
+Exit codes: 0 detached, or the run ended (1 if it failed); 130/143 stopped by SIGINT/SIGTERM;
+2 no such run, or its endpoint does not answer.
 """
 
 from __future__ import annotations
@@ -93,27 +97,31 @@ async def wait_for_run(db_path: Path, run_id: str, timeout: float = FIND_RUN_TIM
 
 async def follow_headless(session: Any) -> int:
     from tinker_tui.app.headless import HeadlessReporter
+    from tinker_tui.app.run_summary import SummaryCollector, summary_lines
 
     session.events.subscribe(HeadlessReporter().handle)
-    await session.run()
-    return EXIT_OK
+    summary = SummaryCollector(db_path=session.db_path)
+    session.events.subscribe(summary.handle)
+    status = await session.run()
+    print("\n".join(summary_lines(summary.summary())), flush=True)
+    return 1 if status == "failed" else EXIT_OK
 
 
 def main(args: argparse.Namespace) -> int:
     from tinker_tui.app.commands.run import wants_ui
+    from tinker_tui.app.engine_process import RunningEngine
+    from tinker_tui.app.run_summary import SummaryCollector
     from tinker_tui.app.store_session import StoreSession
+    from tinker_tui.app.watch import watch
+    from tinker_tui.engine.control_server import read_control_file
 
-    control, run_id = connect(control_file_for(store_path(args), args.run))
-    run = asyncio.run(wait_for_run(store_path(args), run_id))
-    session = StoreSession(store_path(args), run, control=control, follow=True)
+    db_path = store_path(args)
+    control_file = control_file_for(db_path, args.run)
+    control, run_id = connect(control_file)
+    pid = read_control_file(control_file).get("pid") if control_file.is_file() else None
+    run = asyncio.run(wait_for_run(db_path, run_id))
+    engine = RunningEngine(db_path, run_id, pid if isinstance(pid, int) else None)
+    session = StoreSession(db_path, run, control=control, follow=True, engine=engine)
     if not wants_ui(args):
         return asyncio.run(follow_headless(session))
-    from tinker_tui.app.tui import TinkerTuiApp
-
-    app = TinkerTuiApp(session)
-    app.run()
-    if app.run_exception is not None:  # reported by the command line, now the screen is back
-        raise app.run_exception
-    if session.finished is not None:
-        print(f"run {run_id} {session.finished.status} at step {session.finished.final_step}")
-    return app.return_code if app.return_code is not None else EXIT_OK
+    return watch(session, SummaryCollector(db_path=db_path))

@@ -2,8 +2,12 @@
 
 The command checks everything that needs no model first — arguments, the task, the
 settings, the backend's credentials, the store — and only then imports the engine (torch,
-transformers, the backend), so a mistake costs well under a second. With the dashboard the
-engine is built after the first frame (`app.deferred_session`), which shows the start-up.
+transformers, the backend), so a mistake costs well under a second. Headless (`--no-ui`, no
+terminal, or `CI` set) the run happens in this process. With the dashboard, the command
+starts that headless run as a process of its own (`app.engine_process`: its own session,
+its output in `RUN_ID.engine.log` beside the store) and watches it as `tinker-tui attach`
+does (`app.watch`): the screen can never freeze the run, nor the run the screen, and the
+run outlives the dashboard.
 """
 
 from __future__ import annotations
@@ -102,6 +106,11 @@ def add_parser(commands: Any) -> None:
                           help="TensorBoard event files in DIR/RUN_ID (default DIR: "
                                'tensorboard/ beside the store; needs pip install '
                                '"tinker-tui[tensorboard]")')
+    # The run id a dashboard chose for the engine it starts (with --resume: the run resumed).
+    group.add_argument("--run-id", help=argparse.SUPPRESS)
+    # Set by a dashboard on the engine it starts: someone watches, so a health pause waits
+    # for them (on_health_pause = auto) instead of stopping as an unwatched run does.
+    group.add_argument("--watched", action="store_true", help=argparse.SUPPRESS)
     add_config_flags({"run": group, "pipeline": pipeline, "backend": backend,
                       "trackers": trackers})
 
@@ -172,7 +181,7 @@ class RunPlan:
     config: Any
     backend: str
     db_path: Path
-    run_id: str | None = None  # set when resuming
+    run_id: str | None = None  # set when resuming, or pinned by `--run-id`
     resume: bool = False
 
 
@@ -216,7 +225,8 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
                             where=task_source(task))
     check_base_model(backend, config.base_model)
     check_store(path, explicit=args.db is not None)
-    return RunPlan(task=task, config=config, backend=backend, db_path=path)
+    return RunPlan(task=task, config=config, backend=backend, db_path=path,
+                   run_id=getattr(args, "run_id", None))
 
 
 def build_session(plan: RunPlan, clock: Any = None, *, headless: bool = False) -> Any:
@@ -240,17 +250,23 @@ def wants_ui(args: argparse.Namespace) -> bool:
     return sys.stdout.isatty() and sys.stderr.isatty()
 
 
-async def run_headless(session: Any, *, stop_timeout: float = STOP_TIMEOUT) -> int:
-    """Run without a dashboard.
+async def run_headless(session: Any, *, stop_timeout: float = STOP_TIMEOUT,
+                       task: str = "") -> int:
+    """Run without a dashboard; its last lines are the run's summary (`app.run_summary`;
+    `task`: how the command line named the task, for the command that continues it).
 
     The first SIGINT/SIGTERM stops gracefully (current step, checkpoint, flush); if that
     takes longer than `stop_timeout` seconds the run is cancelled, which still closes the
-    store. A second signal exits at once: SQLite's committed transactions keep the store
-    consistent; at most the last fraction of a second of events is lost.
+    store. A second signal, or one while the run is already stopping (a stop command from a
+    dashboard), exits at once: SQLite's committed transactions keep the store consistent;
+    at most the last fraction of a second of events is lost.
     """
     from tinker_tui.app.headless import HeadlessReporter, MetricsFile, start_control_endpoint
+    from tinker_tui.app.run_summary import SummaryCollector, summary_lines
 
     session.events.subscribe(HeadlessReporter().handle)
+    summary = SummaryCollector(task=task, db_path=getattr(session, "db_path", None))
+    session.events.subscribe(summary.handle)
     metrics = MetricsFile(Path(session.db_path).parent) if hasattr(session, "db_path") else None
     if metrics is not None:
         session.events.subscribe(metrics.handle)
@@ -261,7 +277,7 @@ async def run_headless(session: Any, *, stop_timeout: float = STOP_TIMEOUT) -> i
 
     def on_signal(signum: int) -> None:
         code = SIGNAL_EXIT_CODES[signum]
-        if received:
+        if received or getattr(session.control, "stopping", False):
             os._exit(code)
         received.append(code)
         session.control.stop(f"received {signal.Signals(signum).name}")
@@ -283,6 +299,8 @@ async def run_headless(session: Any, *, stop_timeout: float = STOP_TIMEOUT) -> i
             await endpoint.stop()
         if metrics is not None:
             metrics.close()
+        if summary.summary().run_id:
+            print("\n".join(summary_lines(summary.summary())), flush=True)
     if received:
         return received[0]
     if getattr(session.control, "health_stop_reason", ""):  # on_health_pause = stop
@@ -290,20 +308,20 @@ async def run_headless(session: Any, *, stop_timeout: float = STOP_TIMEOUT) -> i
     return EXIT_OK
 
 
-def run_with_ui(session: Any) -> int:
-    from tinker_tui.app.tui import TinkerTuiApp
-    from tinker_tui.engine.events import TrackerReported
+def run_with_dashboard(plan: RunPlan, args: argparse.Namespace) -> int:
+    """Start the engine (the headless run, in its own process) for a checked plan, and
+    watch it."""
+    from tinker_tui.app.engine_process import EngineProcess
+    from tinker_tui.app.run_summary import SummaryCollector
+    from tinker_tui.app.store_session import StoreSession
+    from tinker_tui.app.watch import watch
+    from tinker_tui.engine.clock import SystemClock
+    from tinker_tui.engine.run_id import new_run_id
 
-    app = TinkerTuiApp(session)
-    tracker_lines: dict[str, str] = {}  # W&B / TensorBoard: the last word of each, for after
-    session.events.subscribe(lambda e: tracker_lines.update({e.tracker: e.message})
-                             if isinstance(e, TrackerReported) else None)
-    app.run()
-    for line in tracker_lines.values():
-        print(line, file=sys.stderr)
-    if app.run_exception is not None:  # reported by the command line, now the screen is back
-        raise app.run_exception
-    return app.return_code if app.return_code is not None else EXIT_OK
+    run_id = plan.run_id or new_run_id(plan.task.name, SystemClock())
+    engine = EngineProcess.start(args.argv, run_id=run_id, db_path=plan.db_path)
+    session = StoreSession(plan.db_path, run_id=run_id, follow=True, engine=engine)
+    return watch(session, SummaryCollector(task=args.task, db_path=plan.db_path))
 
 
 @contextlib.contextmanager
@@ -332,12 +350,10 @@ def sigint_noted() -> Iterator[list[int]]:
 def main(args: argparse.Namespace) -> int:
     with sigint_noted() as noted:
         plan = plan_run(args)
-        session = None if wants_ui(args) else build_session(plan, headless=True)
+        watched = getattr(args, "watched", False)  # a dashboard started this engine
+        session = None if wants_ui(args) else build_session(plan, headless=not watched)
     if noted:
         raise KeyboardInterrupt  # one that an import swallowed: the run never starts
     if session is None:
-        from tinker_tui.app.deferred_session import DeferredSession
-
-        return run_with_ui(DeferredSession(lambda clock: build_session(plan, clock),
-                                           db_path=plan.db_path))
-    return asyncio.run(run_headless(session))
+        return run_with_dashboard(plan, args)
+    return asyncio.run(run_headless(session, task=args.task))

@@ -32,15 +32,19 @@ def add_parser(commands: Any) -> None:
 async def print_run(db_path: Path, run: StoredRun) -> int:
     """Replay the stored run through the headless reporter."""
     from tinker_tui.app.headless import HeadlessReporter
+    from tinker_tui.app.run_summary import SummaryCollector, summary_lines
     from tinker_tui.app.store_session import StoreSession
 
     session = StoreSession(db_path, run)
     reporter = HeadlessReporter()
+    summary = SummaryCollector(db_path=db_path)
     for event in await session.read_all():
         reporter.handle(event)
+        summary.handle(event)
     finished = run.finished()
     if finished is not None:
-        reporter.handle(finished)
+        summary.handle(finished)
+        print("\n".join(summary_lines(summary.summary())))
     else:
         print(f"run {run.run_id} has no end in the store (still running, or its process "
               "died)")

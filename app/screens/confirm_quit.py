@@ -1,5 +1,5 @@
 """`q` / `ctrl+c`: confirm before stopping a run (or, when attached, choose between
-stopping the run and detaching from it)."""
+stopping the run and detaching from it); asked again while it stops, stop it at once."""
 
 from __future__ import annotations
 
@@ -23,14 +23,21 @@ TEXTS = {
     "force": ("Quit now?",
               "The run is still stopping (finishing the step, writing the checkpoint). "
               "Quitting now skips that."),
+    "force_attached": ("Stop at once?",
+                       "The run is still stopping (finishing the step, writing the "
+                       "checkpoint). Stop now: it ends at once, its store intact (--resume "
+                       "continues from the last checkpoint). Detach: leave; it finishes "
+                       "stopping by itself."),
 }
+#: Kinds that offer to detach (the run is in another process).
+DETACHABLE = ("stop_attached", "force_attached")
 
 
 class QuitScreen(ModalScreen[str | None]):
     """Returns STOP, DETACH, FORCE, or None for cancel.
 
     Args:
-        kind: "stop", "stop_attached" or "force".
+        kind: "stop", "stop_attached", "force" or "force_attached".
     """
 
     BINDINGS = [
@@ -50,9 +57,11 @@ class QuitScreen(ModalScreen[str | None]):
             with Horizontal(id="quit-buttons"):
                 if self.kind == "force":
                     yield Button("Quit now (y)", id="quit-confirm", variant="error")
+                elif self.kind == "force_attached":
+                    yield Button("Stop now (y)", id="quit-confirm", variant="error")
                 else:
                     yield Button("Stop run (y)", id="quit-confirm", variant="error")
-                if self.kind == "stop_attached":
+                if self.kind in DETACHABLE:
                     yield Button("Detach (d)", id="quit-detach", variant="primary")
                 yield Button("Cancel (n)", id="quit-cancel")
 
@@ -63,7 +72,7 @@ class QuitScreen(ModalScreen[str | None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "detach":
-            return self.kind == "stop_attached"
+            return self.kind in DETACHABLE
         return True
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -72,7 +81,7 @@ class QuitScreen(ModalScreen[str | None]):
             event.button.id or "", self.action_cancel)()
 
     def action_confirm(self) -> None:
-        self.dismiss(FORCE if self.kind == "force" else STOP)
+        self.dismiss(FORCE if self.kind.startswith("force") else STOP)
 
     def action_detach(self) -> None:
         self.dismiss(DETACH)

@@ -1,0 +1,144 @@
+"""The engine in a process of its own, watched by a dashboard.
+
+`tinker-tui run TASK` with the dashboard starts the headless run — the same command with
+`--no-ui`, and the run id it chose pinned with `--run-id` — as `EngineProcess`: in a new
+session (its own process group, so neither the terminal's Ctrl+C nor its hangup reaches
+it), stdin from /dev/null, stdout and stderr appended to `RUN_ID.engine.log` beside the
+store. The dashboard then reads the run from the store and steers it through its control
+endpoint, exactly as `tinker-tui attach` does; the engine never depends on the dashboard
+staying.
+
+`RunningEngine` is the same view of a run some other process runs (`attach`): alive while
+it holds the run's lock, signalled through the pid in its control file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections import deque
+from pathlib import Path
+from typing import Protocol
+
+from tinker_tui.engine.errors import TinkerTuiError
+
+ENGINE_LOG_SUFFIX = ".engine.log"
+#: Lines of the engine's log a failure shows.
+LOG_TAIL_LINES = 12
+#: `exit_code()` of an engine that is gone when this process cannot know how it ended.
+EXIT_UNKNOWN = -255
+
+
+def engine_log_path(db_path: str | Path, run_id: str) -> Path:
+    """Where the engine a dashboard started writes its output: beside the store."""
+    return Path(db_path).expanduser().parent / f"{run_id}{ENGINE_LOG_SUFFIX}"
+
+
+def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last `lines` non-empty lines of a log file ([] if there is none)."""
+    if path is None:
+        return []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return list(deque((line.rstrip("\n") for line in f if line.strip()), maxlen=lines))
+    except OSError:
+        return []
+
+
+def describe_exit(code: int) -> str:
+    """`exited with code 1`, `was killed by SIGKILL`, ..."""
+    if code == EXIT_UNKNOWN:
+        return "ended"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class EngineExited(TinkerTuiError):
+    """The engine ended before its run could be watched (a bad task, a broken store...):
+    `lines` is what it said (its log's last lines), `exit_code` its own exit code."""
+
+    def __init__(self, code: int, lines: list[str], log_path: Path | None) -> None:
+        self.exit_code = code if code > 0 else 1
+        self.lines = lines
+        self.log_path = log_path
+        super().__init__(f"the engine {describe_exit(code)} before the run started")
+
+
+class Engine(Protocol):
+    """The process that runs a watched run."""
+
+    log_path: Path | None
+
+    def exit_code(self) -> int | None:
+        """None while it runs; its exit code once gone (negative: killed by that signal;
+        EXIT_UNKNOWN for a process that is gone but whose code this process cannot know)."""
+
+    def send_signal(self, signum: int) -> bool:
+        """Signal it (SIGINT/SIGTERM: the headless run's own stop); False if it is gone."""
+
+
+class EngineProcess:
+    """An engine this dashboard started (see the module docstring)."""
+
+    def __init__(self, process: subprocess.Popen[bytes], log_path: Path) -> None:
+        self.process = process
+        self.log_path: Path | None = log_path
+        self.pid = process.pid
+
+    @classmethod
+    def start(cls, run_args: list[str], *, run_id: str, db_path: str | Path) -> EngineProcess:
+        """Start `tinker-tui <run_args> --no-ui --watched --run-id RUN_ID` (run_args: the
+        `run` command's arguments as the user gave them)."""
+        log_path = engine_log_path(db_path, run_id)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "tinker_tui.app.cli", *run_args,
+                   "--no-ui", "--watched", "--run-id", run_id]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True,
+                                       env=env, close_fds=True)
+        return cls(process, log_path)
+
+    def exit_code(self) -> int | None:
+        return self.process.poll()
+
+    def send_signal(self, signum: int) -> bool:
+        if self.process.poll() is not None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(signum)
+            return True
+        return False
+
+
+class RunningEngine:
+    """A run another process runs (`attach`): alive while the run's lock is held."""
+
+    def __init__(self, db_path: str | Path, run_id: str, pid: int | None) -> None:
+        self.db_path = Path(db_path)
+        self.run_id = run_id
+        self.pid = pid
+        path = engine_log_path(db_path, run_id)
+        self.log_path: Path | None = path if path.is_file() else None
+
+    def exit_code(self) -> int | None:
+        from tinker_tui.engine.resume import run_is_live
+
+        return None if run_is_live(self.db_path, self.run_id) else EXIT_UNKNOWN
+
+    def send_signal(self, signum: int) -> bool:
+        if self.pid is None or self.exit_code() is not None:
+            return False
+        try:
+            os.kill(self.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True

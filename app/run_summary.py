@@ -1,0 +1,172 @@
+"""What a run came to, in a few lines: the finish screen shows it and the terminal gets it
+when a run ends, from the headless run and from the dashboard alike (`summary_lines` is the
+one place the words are chosen).
+
+`SummaryCollector` folds the engine's typed events (live, or read back from the store) into
+a `RunSummary`; nothing here knows where the events came from.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections import deque
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from tinker_tui.engine import metric_keys as keys
+from tinker_tui.engine.events import (
+    CheckpointSaved,
+    Event,
+    LogEmitted,
+    RunFinished,
+    RunStarted,
+    StepTrained,
+    TrackerReported,
+)
+
+#: Log lines kept for a failed run's summary.
+LAST_LOG_LINES = 8
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A run as it ended (or as far as it got).
+
+    `status` is "completed", "stopped" or "failed" once the run ended, "running" before.
+    `task` is how to name the task on the command line again (a built-in name, a file).
+    """
+
+    run_id: str = ""
+    task: str = ""
+    status: str = "running"
+    reason: str = ""
+    step: int = 0
+    max_steps: int = 0
+    final_reward: float | None = None
+    best_reward: float | None = None
+    best_step: int | None = None
+    checkpoint: str = ""  # the last full checkpoint's name (what --resume continues from)
+    checkpoint_step: int | None = None
+    db_path: Path | None = None
+    last_log: tuple[str, ...] = field(default_factory=tuple)
+    #: The last word of each outside tracker (W&B, TensorBoard): where its records went.
+    trackers: tuple[str, ...] = field(default_factory=tuple)
+    #: The engine's own output, when it ran in a process of its own.
+    engine_log: Path | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ("completed", "stopped", "failed")
+
+
+class SummaryCollector:
+    """Subscribe `handle` to a session's event bus; `summary()` is the run so far."""
+
+    def __init__(self, *, task: str = "", db_path: str | Path | None = None) -> None:
+        self._summary = RunSummary(task=task, db_path=Path(db_path) if db_path else None)
+        self._log: deque[str] = deque(maxlen=LAST_LOG_LINES)
+        self._trackers: dict[str, str] = {}
+
+    def handle(self, event: Event) -> None:
+        s = self._summary
+        if isinstance(event, RunStarted):
+            s = replace(s, run_id=event.run_id, task=s.task or task_spec_for(event.name),
+                        max_steps=event.max_steps, step=max(s.step, event.start_step))
+        elif isinstance(event, StepTrained):
+            reward = event.metrics.get(keys.REWARD_MEAN)
+            s = replace(s, step=event.step)
+            if reward is not None and math.isfinite(reward):
+                best = s.best_reward is None or reward > s.best_reward
+                s = replace(s, final_reward=float(reward),
+                            best_reward=float(reward) if best else s.best_reward,
+                            best_step=event.step if best else s.best_step)
+        elif isinstance(event, CheckpointSaved):
+            if event.kind == "state":
+                s = replace(s, checkpoint=event.name, checkpoint_step=event.step)
+        elif isinstance(event, TrackerReported):
+            self._trackers[event.tracker] = event.message if event.level == "info" \
+                else f"{event.level}: {event.message}"
+            return
+        elif isinstance(event, LogEmitted):
+            self._log.append(f"{event.level}: {event.message}")
+        elif isinstance(event, RunFinished):
+            s = replace(s, status=event.status, reason=event.reason, step=event.final_step)
+        else:
+            return
+        self._summary = s
+
+    def summary(self) -> RunSummary:
+        return replace(self._summary, last_log=tuple(self._log),
+                       trackers=tuple(self._trackers.values()))
+
+    def set_engine_log(self, path: Path | None) -> None:
+        self._summary = replace(self._summary, engine_log=path)
+
+
+def task_spec_for(name: str) -> str:
+    """How to name a stored run's task on the command line: a built-in's name, else TASK
+    (the store does not keep which file a task came from)."""
+    from tinker_tui.app.task_loader import BUILTIN_TASKS
+
+    return "example" if name == "yes_no_maybe" else name if name in BUILTIN_TASKS else "TASK"
+
+
+def db_flag(db_path: Path | None) -> str:
+    from tinker_tui.app.commands.run import DEFAULT_DB
+
+    if db_path is None or Path(db_path) == DEFAULT_DB:
+        return ""
+    return f" --db {shlex.quote(str(db_path))}"
+
+
+def _reward(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
+    """(what, command) pairs: look at the run again, continue it."""
+    db = db_flag(summary.db_path)
+    task = shlex.quote(summary.task or "TASK")
+    commands = [("look again", f"tinker-tui show {summary.run_id}{db}")]
+    if summary.status == "running":
+        commands.append(("attach", f"tinker-tui attach {summary.run_id}{db}"))
+    elif summary.status == "completed":
+        more = max(summary.max_steps, summary.step) * 2 or 10
+        commands.append(("train further",
+                         f"tinker-tui run {task} --resume {summary.run_id}{db} --steps {more}"))
+    else:
+        commands.append(("continue", f"tinker-tui run {task} --resume {summary.run_id}{db}"))
+    return commands
+
+
+def headline(summary: RunSummary) -> str:
+    """`run ID completed at step 60/60 (reached max_steps)`."""
+    of = f"/{summary.max_steps}" if summary.max_steps else ""
+    why = f" ({summary.reason})" if summary.reason else ""
+    return f"run {summary.run_id} {summary.status} at step {summary.step}{of}{why}"
+
+
+def summary_lines(summary: RunSummary, *, log_lines: bool = True) -> list[str]:
+    """The summary printed when a run ends: status, steps, rewards, checkpoint, store, the
+    commands to look again and to continue; a failed run's last log lines (`log_lines`)."""
+    lines = [headline(summary)]
+    best = ""
+    if summary.best_reward is not None:
+        best = f", best {_reward(summary.best_reward)} at step {summary.best_step}"
+    lines.append(f"  reward: final {_reward(summary.final_reward)}{best}")
+    if summary.checkpoint:
+        lines.append(f"  last checkpoint: {summary.checkpoint} (step {summary.checkpoint_step})")
+    else:
+        lines.append("  last checkpoint: none")
+    if summary.db_path is not None:
+        lines.append(f"  store: {summary.db_path}")
+    if summary.engine_log is not None:
+        lines.append(f"  engine log: {summary.engine_log}")
+    if log_lines and summary.status == "failed" and summary.last_log:
+        lines.append("  last log lines:")
+        lines += [f"    {line}" for line in summary.last_log]
+    width = max(len(what) for what, _ in next_commands(summary)) + 1
+    lines += [f"  {(what + ':').ljust(width)} {command}"
+              for what, command in next_commands(summary)]
+    return lines + list(summary.trackers)  # last: where W&B / TensorBoard records went

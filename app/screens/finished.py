@@ -1,0 +1,93 @@
+"""The finish screen: the run ended (completed, stopped or failed) and the dashboard stays,
+with how it ended, its rewards and last checkpoint, and the commands to look at it again or
+continue it, until `q`. `esc` hides it to look at the dashboard (`q` there leaves too)."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Static
+from tinker_tui.app.run_summary import RunSummary, next_commands
+
+TITLES = {"completed": "Run completed", "stopped": "Run stopped", "failed": "Run failed"}
+
+
+def finished_content(summary: RunSummary) -> Content:
+    """The screen's text, from the same summary the terminal gets on exit."""
+    rows: list[tuple[str, str]] = []
+    if summary.reason:
+        rows.append(("reason", summary.reason))
+    of = f" of {summary.max_steps}" if summary.max_steps else ""
+    rows.append(("steps", f"{summary.step}{of}"))
+    if summary.final_reward is None:
+        rows.append(("reward", "no step trained"))
+    else:
+        rows.append(("reward", f"final {summary.final_reward:.3f} · best "
+                               f"{summary.best_reward:.3f} (step {summary.best_step})"))
+    rows.append(("checkpoint", f"{summary.checkpoint} (step {summary.checkpoint_step})"
+                 if summary.checkpoint else "none"))
+    if summary.db_path is not None:
+        rows.append(("store", str(summary.db_path)))
+    commands = next_commands(summary)
+    width = max(len(label) for label, _ in rows + commands) + 2
+    lines = [Content.assemble((f"{label:<{width}}", "bold $text-accent"), value)
+             for label, value in rows]
+    if summary.status == "failed" and summary.last_log:
+        lines.append(Content(""))
+        lines.append(Content.styled("last log lines", "bold $text-error"))
+        lines += [Content.styled(line, "$text-muted") for line in summary.last_log]
+    lines.append(Content(""))
+    lines += [Content.assemble((f"{what:<{width}}", "bold $text-accent"), (command, "bold"))
+              for what, command in commands]
+    return Content("\n").join(lines)
+
+
+class FinishedScreen(ModalScreen[None]):
+    """How the run ended (see the module docstring); `q` leaves the app."""
+
+    DEFAULT_CSS = """
+    FinishedScreen #finished-dialog {
+        width: 100;
+        padding: 0 1;
+        &.-completed { border: thick $success; }
+        &.-stopped { border: thick $warning; }
+        &.-failed { border: thick $error; }
+    }
+    FinishedScreen #finished-scroll {
+        height: auto;
+        max-height: 100%;
+    }
+    """
+
+    BINDINGS = [
+        Binding("q,ctrl+c", "leave", "Quit", id="finished_quit", priority=True),
+        Binding("escape", "close", "Dashboard", id="finished_close"),
+    ]
+
+    def __init__(self, summary: RunSummary) -> None:
+        super().__init__()
+        self.summary = summary
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="finished-dialog", classes=f"dialog -{self.summary.status}"):
+            with VerticalScroll(id="finished-scroll"):
+                yield Static(finished_content(self.summary), id="finished-text")
+
+    def on_mount(self) -> None:
+        dialog = self.query_one("#finished-dialog")
+        dialog.border_title = f"{TITLES.get(self.summary.status, 'Run ended')}: " \
+                              f"{self.summary.run_id}"
+        dialog.border_subtitle = "q quit · esc dashboard"
+
+    def action_leave(self) -> None:
+        leave = getattr(self.app, "leave_finished", None)
+        if leave is not None:
+            leave()
+        else:
+            self.app.exit()
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,50 @@
+"""The dashboard on a run another process runs (`tinker-tui run` and `tinker-tui attach`),
+and what the terminal gets when it closes: the run's summary, how to attach again after a
+detach, or what the engine said when it ended before its run started."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from tinker_tui.app.run_summary import SummaryCollector, db_flag, summary_lines
+
+EXIT_OK = 0
+
+
+def _say(lines: list[str], *, err: bool = False) -> None:
+    """Print, unless the terminal is gone (after SIGHUP)."""
+    try:
+        print("\n".join(lines), file=sys.stderr if err else sys.stdout, flush=True)
+    except OSError:
+        pass
+
+
+def watch(session: Any, summary: SummaryCollector) -> int:
+    """Open the dashboard on `session` (a following `StoreSession`) until the user leaves;
+    returns the exit code (see `app.tui`)."""
+    from tinker_tui.app.engine_process import EngineExited, describe_exit
+    from tinker_tui.app.tui import TinkerTuiApp
+
+    engine = getattr(session, "engine", None)
+    summary.set_engine_log(getattr(engine, "log_path", None))
+    app = TinkerTuiApp(session, summary=summary)
+    app.run()
+    error = app.run_exception
+    if isinstance(error, EngineExited):
+        where = f"; its output: {error.log_path}" if error.log_path else ""
+        code = engine.exit_code() if engine is not None else None
+        said = error.lines or []
+        _say(said + [f"tinker-tui: the engine {describe_exit(code if code is not None else 1)} "
+                     f"before the run started{where}"], err=True)
+        return app.leave_code or error.exit_code
+    if error is not None:  # reported by the command line, now the screen is back
+        raise error
+    result = summary.summary()
+    if app.detached:
+        _say([f"detached from run {session.run_id}: it goes on in its own process",
+              f"  attach again: tinker-tui attach {session.run_id}{db_flag(session.db_path)}",
+              f"  list runs:    tinker-tui runs{db_flag(session.db_path)}"])
+    elif result.run_id:
+        _say(summary_lines(result))
+    return app.return_code if app.return_code is not None else EXIT_OK
