@@ -21,6 +21,7 @@ from tinker_tui.engine.events import (
     LogEmitted,
     RunFinished,
     RunStarted,
+    RunStateChanged,
     StepTrained,
     TrackerReported,
 )
@@ -67,6 +68,7 @@ class SummaryCollector:
         self._summary = RunSummary(task=task, db_path=Path(db_path) if db_path else None)
         self._log: deque[str] = deque(maxlen=LAST_LOG_LINES)
         self._trackers: dict[str, str] = {}
+        self._stop_reason = ""  # why it was asked to stop: the engine ends it "stopped"
 
     def handle(self, event: Event) -> None:
         s = self._summary
@@ -85,13 +87,19 @@ class SummaryCollector:
             if event.kind == "state":
                 s = replace(s, checkpoint=event.name, checkpoint_step=event.step)
         elif isinstance(event, TrackerReported):
-            self._trackers[event.tracker] = event.message if event.level == "info" \
-                else f"{event.level}: {event.message}"
+            if event.level == "info":  # a failing tracker's warning is in the log already
+                self._trackers[event.tracker] = event.message
             return
         elif isinstance(event, LogEmitted):
-            self._log.append(f"{event.level}: {event.message}")
+            self._log.append(event.message)
+        elif isinstance(event, RunStateChanged):
+            if event.state == "stopping" and event.reason:
+                self._stop_reason = event.reason
+            return
         elif isinstance(event, RunFinished):
-            s = replace(s, status=event.status, reason=event.reason, step=event.final_step)
+            reason = self._stop_reason if event.status == "stopped" and self._stop_reason \
+                else event.reason
+            s = replace(s, status=event.status, reason=reason, step=event.final_step)
         else:
             return
         self._summary = s

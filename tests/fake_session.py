@@ -352,6 +352,7 @@ class FakeSession:
         finish_on_stop: When False, `run()` keeps waiting after `stop()` (a run that is slow
             to wind down), so a second quit can be tested.
         script: Makes the event list from the clock (`scripted_events` by default).
+        end: With `wait_for_stop=False`, how the run ends: its status and reason.
     """
 
     def __init__(
@@ -362,6 +363,7 @@ class FakeSession:
         wait_for_stop: bool = True,
         finish_on_stop: bool = True,
         script: Callable[[FakeClock], list[Event]] | None = None,
+        end: tuple[RunStatus, str] = ("completed", "reached max_steps"),
     ) -> None:
         self.clock = clock if clock is not None else FakeClock(0.0)
         self.script = script or scripted_events
@@ -370,6 +372,7 @@ class FakeSession:
         self.fail_with = fail_with
         self.wait_for_stop = wait_for_stop
         self.finish_on_stop = finish_on_stop
+        self.end = end
         self.step = 0
         self.stop_reason = ""
         self.published: list[Event] = []
@@ -390,10 +393,13 @@ class FakeSession:
         if self.fail_with is not None:
             raise self.fail_with
         if not self.wait_for_stop:
-            self.publish(
-                RunFinished(time=self.clock.now(), status="completed", final_step=self.step)
-            )
-            return "completed"
+            status, reason = self.end
+            if status == "failed":
+                self.publish(LogEmitted(time=self.clock.now(), level="error",
+                                        message=f"run failed: {reason}"))
+            self.publish(RunFinished(time=self.clock.now(), status=status,
+                                     final_step=self.step, reason=reason))
+            return status
         await self.control.stop_requested.wait()
         if not self.finish_on_stop:
             await asyncio.Event().wait()  # until cancelled

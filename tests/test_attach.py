@@ -207,7 +207,7 @@ async def attach_pause_resume_stop(proc: subprocess.Popen, db_path: Path,
 def check_finished(proc: subprocess.Popen, db_path: Path, run_id: str) -> None:
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    assert "paused: paused by user" in out and "run stopped at step" in out
+    assert "paused: paused by user" in out and f"run {run_id} stopped at step" in out
     assert not list(db_path.parent.glob("*.control.json")), "the endpoint file is removed"
     lines = (db_path.parent / f"{run_id}.metrics.jsonl").read_text().splitlines()
     metrics = [json.loads(line) for line in lines]

@@ -124,7 +124,7 @@ def test_stopped_run_resumes_exactly_once(faulted, point, action, step, capsys):
 
     assert main(["run", "example", "--no-ui", "--db", str(db), "--resume"]) == 0
     out = capsys.readouterr().out
-    assert f"run completed at step {STEPS}" in out
+    assert f"completed at step {STEPS}/" in out
     assert integrity(db) == "ok"
     check_exactly_once(db, STEPS)  # the metrics file's steps too
     with sqlite3.connect(db) as conn:

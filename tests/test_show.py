@@ -253,7 +253,7 @@ def test_show_without_a_terminal_prints_one_line_per_step(stored, capsys):
     lines = [line for line in out.splitlines() if line.startswith("step ")]
     assert len(lines) == len(steps)
     assert "reward" in lines[-1] and "rollouts/s" in lines[-1] and "staleness" in lines[-1]
-    assert "run completed at step 20" in out
+    assert "completed at step 20/" in out
 
 
 def test_show_of_an_unknown_run_is_a_usage_error(stored, capsys):

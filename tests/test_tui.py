@@ -24,6 +24,7 @@ from textual.widgets import Input
 from textual.widgets._footer import FooterKey
 from tinker_tui.app.screens.confirm_quit import QuitScreen
 from tinker_tui.app.screens.control import ControlScreen
+from tinker_tui.app.screens.finished import FinishedScreen
 from tinker_tui.app.screens.help import HelpScreen
 from tinker_tui.app.screens.knob_edit import KnobEditScreen
 from tinker_tui.app.screens.metrics import MetricsScreen
@@ -419,10 +420,12 @@ async def test_the_mouse_focuses_panes_and_presses_buttons():
 # ------------------------------------------------------------------ run outcomes and structure
 
 
-async def test_a_run_that_completes_exits_0_with_its_status():
+async def test_a_run_that_completes_stays_until_q_then_exits_0_with_its_status():
     app = make_app(FakeSession(wait_for_stop=False))
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
+        await until(lambda: isinstance(app.screen, FinishedScreen), pilot)
+        assert app.is_running and app.return_code is None
+        await press(pilot, "q")
     assert app.return_code == EXIT_OK
     assert app.run_status == "completed"
 

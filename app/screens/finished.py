@@ -35,13 +35,13 @@ def finished_content(summary: RunSummary) -> Content:
     width = max(len(label) for label, _ in rows + commands) + 2
     lines = [Content.assemble((f"{label:<{width}}", "bold $text-accent"), value)
              for label, value in rows]
+    lines.append(Content(""))
+    lines += [Content.assemble((f"{what:<{width}}", "bold $text-accent"), (command, "bold"))
+              for what, command in commands]
     if summary.status == "failed" and summary.last_log:
         lines.append(Content(""))
         lines.append(Content.styled("last log lines", "bold $text-error"))
         lines += [Content.styled(line, "$text-muted") for line in summary.last_log]
-    lines.append(Content(""))
-    lines += [Content.assemble((f"{what:<{width}}", "bold $text-accent"), (command, "bold"))
-              for what, command in commands]
     return Content("\n").join(lines)
 
 

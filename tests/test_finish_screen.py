@@ -1,0 +1,207 @@
+"""The end of a run in the dashboard: the finish screen (snapshots of a completed and a
+failed run), the summary the terminal gets, signals, and a run whose engine process died
+without recording its end. In process, on the scripted session and a real store; the
+subprocess tests of the same life cycle are in test_lifecycle.py."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
+
+from fake_session import FakeSession, scripted_events
+from textual.pilot import Pilot
+from tinker_tui.app.engine_process import EngineExited
+from tinker_tui.app.run_summary import SummaryCollector, summary_lines
+from tinker_tui.app.screens.confirm_quit import QuitScreen
+from tinker_tui.app.screens.finished import FinishedScreen
+from tinker_tui.app.store_session import StoreSession
+from tinker_tui.app.tui import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, TinkerTuiApp
+from tinker_tui.engine.clock import FakeClock
+from tinker_tui.engine.events import LogEmitted, RunFinished, TrackerReported
+from tinker_tui.engine.store import RunStore
+
+FAILURE = "RuntimeError: the sampler lost its weights"
+
+
+def make_app(session: FakeSession) -> TinkerTuiApp:
+    summary = SummaryCollector(task="example", db_path=Path("runs/elsewhere.db"))
+    app = TinkerTuiApp(session, clock=session.clock, refresh_interval=0.05, summary=summary)
+    app.animation_level = "none"
+    return app
+
+
+async def until(predicate, pilot: Pilot, timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "condition not reached in time"
+        await pilot.pause(0.02)
+
+
+async def finished(pilot: Pilot) -> None:
+    await until(lambda: isinstance(pilot.app.screen, FinishedScreen), pilot)
+    await pilot.pause()
+
+
+# ------------------------------------------------------------------ snapshots
+
+
+def test_snapshot_finished_run(snap_compare):
+    app = make_app(FakeSession(wait_for_stop=False))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=finished)
+
+
+def test_snapshot_failed_run(snap_compare):
+    app = make_app(FakeSession(wait_for_stop=False, end=("failed", FAILURE)))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=finished)
+
+
+# ------------------------------------------------------------------ the finish screen
+
+
+async def test_the_finish_screen_says_how_the_run_ended_and_q_leaves_with_its_code():
+    app = make_app(FakeSession(wait_for_stop=False))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await finished(pilot)
+        text = str(app.screen.query_one("#finished-text").render())
+        assert "reached max_steps" in text and "20 of 50" in text
+        assert "final 0.834" in text and "best 0.838 (step 19)" in text
+        assert "step-000010 (step 10)" in text  # the last full checkpoint, not the sampler's
+        assert "tinker-tui show run-0001 --db runs/elsewhere.db" in text
+        assert "tinker-tui run example --resume run-0001 --db runs/elsewhere.db --steps 100" \
+            in text
+        await pilot.press("escape")  # look at the dashboard; the run stays finished
+        await pilot.pause()
+        assert not isinstance(app.screen, FinishedScreen) and app.is_running
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code == EXIT_OK and app.run_status == "completed"
+
+
+async def test_a_failed_run_shows_its_reason_and_last_log_lines_and_exits_1():
+    app = make_app(FakeSession(wait_for_stop=False, end=("failed", FAILURE)))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await finished(pilot)
+        text = str(app.screen.query_one("#finished-text").render())
+        assert FAILURE in text and "last log lines" in text
+        assert f"run failed: {FAILURE}" in text
+        assert "tinker-tui run example --resume run-0001" in text
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code == EXIT_FAILED and app.run_status == "failed"
+
+
+async def test_stop_from_q_leaves_once_stopped_without_the_finish_screen():
+    app = make_app(FakeSession())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(lambda: app.session.script_done.is_set(), pilot)
+        await pilot.press("q")
+        await pilot.pause()
+        assert isinstance(app.screen, QuitScreen) and app.screen.kind == "stop"
+        await pilot.press("y")
+        await pilot.pause()
+    assert app.return_code == EXIT_OK and app.run_status == "stopped"
+
+
+async def test_sigint_stops_gracefully_and_a_second_one_leaves_at_once():
+    app = make_app(FakeSession())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(lambda: app.session.script_done.is_set(), pilot)
+        app.signal_received(signal.SIGINT)  # what the handler calls (none under run_test)
+        await pilot.pause()
+    assert app.session.control.calls == [("stop", "received SIGINT")]
+    assert app.return_code == EXIT_INTERRUPTED and app.run_status == "stopped"
+
+    app = make_app(FakeSession(finish_on_stop=False))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(lambda: app.session.script_done.is_set(), pilot)
+        app.signal_received(signal.SIGINT)
+        await pilot.pause()
+        assert app.stopping and app.is_running
+        app.signal_received(signal.SIGINT)
+        await pilot.pause()
+    assert app.return_code == EXIT_INTERRUPTED and app.run_status is None
+
+
+# ------------------------------------------------------------------ the summary
+
+
+def test_the_summary_names_status_steps_rewards_checkpoint_store_and_next_commands():
+    clock = FakeClock(0.0)
+    collector = SummaryCollector(task="blue.py", db_path=Path("runs/tinker-tui.db"))
+    for event in scripted_events(clock):
+        collector.handle(event)
+    collector.handle(TrackerReported(time=clock.now(), level="info", tracker="wandb",
+                                     message="W&B: upload with `wandb sync x`"))
+    collector.handle(RunFinished(time=clock.now(), status="stopped", final_step=20,
+                                 reason="stopped by user"))
+    lines = summary_lines(collector.summary())
+    assert lines[0] == "run run-0001 stopped at step 20/50 (stopped by user)"
+    assert "  reward: final 0.834, best 0.838 at step 19" in lines
+    assert "  last checkpoint: step-000010 (step 10)" in lines
+    assert "  store: runs/tinker-tui.db" in lines
+    assert "  look again: tinker-tui show run-0001" in lines  # the default store: no --db
+    assert "  continue:   tinker-tui run blue.py --resume run-0001" in lines
+    assert lines[-1] == "W&B: upload with `wandb sync x`"  # where the records went, last
+
+
+# ------------------------------------------------------------------ an engine that died
+
+
+class DeadEngine:
+    """An engine process that is gone (killed, crashed) and left a log."""
+
+    def __init__(self, log_path: Path | None, code: int | None = -9) -> None:
+        self.log_path = log_path
+        self.code = code
+        self.signals: list[int] = []
+
+    def exit_code(self) -> int | None:
+        return self.code
+
+    def send_signal(self, signum: int) -> bool:
+        self.signals.append(signum)
+        return False
+
+
+async def store_events(path: Path, events: list) -> None:
+    store = await RunStore.open(path)
+    for event in events:
+        store.handle(event)
+    await store.close()
+
+
+async def test_an_engine_gone_without_an_end_shows_as_failed_with_its_last_log_lines(tmp_path):
+    path = tmp_path / "runs.db"
+    await store_events(path, scripted_events(FakeClock(1000.0)))
+    log = tmp_path / "run-0001.engine.log"
+    log.write_text("step   20/50  reward 0.814\nTraceback (most recent call last):\n"
+                   "MemoryError: out of memory\n")
+    session = StoreSession(path, run_id="run-0001", follow=True, poll_interval=0.05,
+                           engine=DeadEngine(log))
+    seen: list = []
+    session.events.subscribe(seen.append)
+    assert await asyncio.wait_for(session.run(), 10) == "failed"
+    end = seen[-1]
+    assert isinstance(end, RunFinished) and end.final_step == 20
+    assert end.reason == "the engine process was killed by SIGKILL without finishing the run"
+    logged = [e.message for e in seen if isinstance(e, LogEmitted) and e.level == "error"]
+    assert logged[-1] == "engine: MemoryError: out of memory"
+
+
+async def test_an_engine_that_ends_before_its_run_starts_raises_what_it_said(tmp_path):
+    log = tmp_path / "run-9.engine.log"
+    log.write_text("tinker-tui: error: run store runs.db is locked by another writer\n")
+    session = StoreSession(tmp_path / "runs.db", run_id="run-9", follow=True,
+                           poll_interval=0.05, engine=DeadEngine(log, code=2))
+    try:
+        await asyncio.wait_for(session.run(), 10)
+    except EngineExited as exc:
+        assert exc.exit_code == 2 and exc.lines == [
+            "tinker-tui: error: run store runs.db is locked by another writer"]
+    else:
+        raise AssertionError("no EngineExited")
