@@ -31,7 +31,9 @@ Exit codes (`app.return_code`):
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
@@ -66,6 +68,8 @@ EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 EXIT_SIGTERM = 143
 EXIT_SIGHUP = 129
+#: Seconds the app may take to leave after SIGHUP before the process exits regardless.
+HANGUP_GRACE = 2.0
 #: The exit code of the signals that stop a run.
 SIGNAL_EXIT_CODES = {signal.SIGINT: EXIT_INTERRUPTED, signal.SIGTERM: EXIT_SIGTERM}
 
@@ -242,6 +246,11 @@ class TinkerTuiApp(App[None]):
         stored run, a finished one) is only closed. SIGHUP: the terminal is gone; leave at
         once (a run in another process goes on)."""
         if signum == signal.SIGHUP:
+            # Leaving writes to the terminal, which may be gone: Textual's writer thread then
+            # dies and its shutdown waits on it for ever. Leave for sure, soon.
+            watchdog = threading.Timer(HANGUP_GRACE, os._exit, (EXIT_SIGHUP,))
+            watchdog.daemon = True
+            watchdog.start()
             self.exit(return_code=EXIT_SIGHUP)
             return
         code = SIGNAL_EXIT_CODES.get(signal.Signals(signum), EXIT_INTERRUPTED)

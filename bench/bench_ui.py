@@ -1,17 +1,28 @@
-"""Engine throughput with the dashboard attached vs headless, on the same workload, measured
-in this one run. Goal: ratio >= 0.9.
+"""The dashboard and the engine, each in its own process, measured in this one run:
 
-    python bench/bench_ui.py                 # 3 rounds of each, 40 RL steps per run
-    python bench/bench_ui.py --steps 20 --rounds 1
+1. engine throughput with the dashboard attached vs headless (goal: ratio >= 0.95);
+2. key press -> screen changed, p50/p99 over >= 50 presses while the engine trains the
+   example at full speed (goal: p99 <= 100 ms);
+3. store -> screen delay, p50/p99: a step's event published by the engine -> that step
+   shown in the dashboard's status line (goal: p99 <= 1 s).
 
-Workload: the built-in example on the local backend (no warm-up, no periodic checkpoints,
-no health pauses),
-same seed for every run, each run in a fresh process. Headless: the run with the headless
-reporter subscribed (its output discarded). UI: the same run driven by the Textual app in a
-pseudo-terminal of 160x48, so it draws and writes every frame as in a real terminal (this
-script reads and discards the output). Runs alternate so drift in the machine's load hits
-both sides. Throughput is rollouts sampled per second between the first and the last
-training step (start-up excluded); the ratio is UI / headless of the medians.
+    python bench/bench_ui.py                  # 2 rounds of each, 80 RL steps per run
+    python bench/bench_ui.py --steps 40 --rounds 1
+
+Workload: `tinker-tui run example` on the local backend (no warm-up, no periodic
+checkpoints, no health pauses), the same seed every time, each run in fresh processes, in
+a fresh store. Headless: `run ... --no-ui`. Dashboard: `run ...` on a pseudo-terminal of
+160x48 (this script reads what it draws, as a terminal would, and presses keys); its engine
+is the same headless run in a process of its own. Runs alternate so drift in the machine's
+load hits both sides. Throughput is rollouts sampled per second between the first and the
+last training step (start-up excluded), read back from each run's store; the ratio is
+dashboard / headless of the medians.
+
+Key presses: `3` (control view) and `1` (dashboard) in turn, 0.1-0.3 s apart, from the
+second step on; a press counts as shown when text only the new view draws (a knob's name,
+the throughput pane's title) arrives on the terminal. Store -> screen: for each step, the
+first time the status line reads that step (or a later one) minus the time the engine
+stamped the step's event with; both are this machine's wall clock.
 """
 
 from __future__ import annotations
@@ -19,146 +30,237 @@ from __future__ import annotations
 import argparse
 import asyncio
 import fcntl
-import io
-import json
 import os
 import pty
+import random
+import re
 import statistics
 import struct
 import subprocess
 import sys
 import tempfile
 import termios
+import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from tinker_tui.engine.events import GroupSampled, StepTrained  # noqa: E402
 
-
-class Meter:
-    """Rollouts per second between the first and the last StepTrained."""
-
-    def __init__(self) -> None:
-        self.first_step: float | None = None
-        self.last_step: float | None = None
-        self.samples: list[tuple[float, int]] = []
-        self.steps = 0
-
-    def handle(self, event: object) -> None:
-        if isinstance(event, GroupSampled):
-            self.samples.append((event.time, event.num_trajectories))
-        elif isinstance(event, StepTrained):
-            self.steps += 1
-            if self.first_step is None:
-                self.first_step = event.time
-            self.last_step = event.time
-
-    def rollouts_per_s(self) -> float:
-        if self.first_step is None or self.last_step is None or self.last_step <= self.first_step:
-            return float("nan")
-        rollouts = sum(n for t, n in self.samples if self.first_step < t <= self.last_step)
-        return rollouts / (self.last_step - self.first_step)
+RUN_ARGS = ["--warmup-steps", "0", "--checkpoint-every", "0", "--health-window", "1000000",
+            "--seed", "0"]
+ANSI = re.compile(rb"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][A-Z0-9]|[=>78])")
+#: What only the view a key switches to draws.
+VIEW_MARKERS = {"3": b"max_steps_off_policy", "1": b"Throughput"}
 
 
-def make_run(folder: Path, steps: int, seed: int):
-    from tinker_tui.engine.config import RunConfig
-    from tinker_tui.engine.run import Run
-    from tinker_tui.examples.yes_no_maybe import TASK
-
-    config = RunConfig().with_overrides(dict(TASK.settings)).with_overrides(
-        {"max_steps": steps, "warmup_steps": 0, "checkpoint_every": 0, "seed": seed,
-         # no health pauses: nobody is there to resume a benchmark run
-         "health_window": 1_000_000})
-    return Run(task=TASK, config=config, backend="local", db_path=folder / "runs.db")
+def environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "TINKER_API_KEY")}
+    env.update(TERM="xterm-256color", TEXTUAL_ANIMATIONS="none", PYTHONUNBUFFERED="1")
+    return env
 
 
-def run_headless(folder: Path, steps: int, seed: int) -> float:
-    from tinker_tui.app.headless import HeadlessReporter
-
-    session = make_run(folder, steps, seed)
-    meter = Meter()
-    session.events.subscribe(meter.handle)
-    session.events.subscribe(HeadlessReporter(out=io.StringIO()).handle)
-    asyncio.run(session.run())
-    return meter.rollouts_per_s()
+def command(db: Path, steps: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--db", str(db),
+            "--steps", str(steps), *RUN_ARGS, *extra]
 
 
-def run_with_ui(folder: Path, steps: int, seed: int) -> float:
-    from tinker_tui.app.tui import TinkerTuiApp
-
-    session = make_run(folder, steps, seed)
-    meter = Meter()
-    session.events.subscribe(meter.handle)
-    app = TinkerTuiApp(session)
-    app.run()
-    if app.run_error:
-        raise SystemExit(f"the UI run failed: {app.run_error}")
-    return meter.rollouts_per_s()
+# ------------------------------------------------------------------ reading a run back
 
 
-def child(kind: str, folder: Path, steps: int, out: Path) -> int:
-    runner = run_headless if kind == "headless" else run_with_ui
-    rate = runner(folder, steps, seed=0)
-    out.write_text(json.dumps({"rollouts_per_s": rate}))
-    return 0
+async def read_run(db: Path) -> tuple[float, dict[int, float]]:
+    """(rollouts/s between the first and the last step, {step: time of its event})."""
+    from tinker_tui.engine.store import StoreReader
+
+    async with await StoreReader.open_readonly(db) as store:
+        (run,) = await store.runs()
+        events = await store.events(run, kinds={GroupSampled, StepTrained})
+    step_times = {e.step: e.time for e in events if isinstance(e, StepTrained)}
+    first, last = min(step_times.values()), max(step_times.values())
+    rollouts = sum(e.num_trajectories for e in events
+                   if isinstance(e, GroupSampled) and first < e.time <= last)
+    return rollouts / (last - first), step_times
 
 
-def spawn(kind: str, folder: Path, steps: int) -> float:
-    """One run in a fresh process; the UI one on a 160x48 pseudo-terminal."""
-    out = folder / "result.json"
-    argv = [sys.executable, str(Path(__file__).resolve()), "--child", kind,
-            "--folder", str(folder), "--steps", str(steps), "--out", str(out)]
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
-    if kind == "headless":
-        subprocess.run(argv, check=True, env=env, stdout=subprocess.DEVNULL)
-    else:
-        env["TERM"] = "xterm-256color"
-        pid, fd = pty.fork()
-        if pid == 0:  # the child: the app draws on the pseudo-terminal
-            os.execvpe(argv[0], argv, env)
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 48, 160, 0, 0))
-        while True:  # read and drop what the app draws, as a terminal would
+# ------------------------------------------------------------------ a terminal
+
+
+class Terminal:
+    """A program on a pseudo-terminal; what it draws is kept with the time it arrived."""
+
+    def __init__(self, argv: list[str], size: tuple[int, int] = (160, 48)) -> None:
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
             try:
-                if not os.read(fd, 1 << 16):
-                    break
+                os.execvpe(argv[0], argv, environment())
+            finally:
+                os._exit(127)
+        columns, rows = size
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+        self.chunks: list[tuple[float, bytes]] = []
+        self.lock = threading.Lock()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.fd, 1 << 16)
             except OSError:
-                break
-        _, status = os.waitpid(pid, 0)
-        os.close(fd)
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise SystemExit(f"the UI run exited with {os.waitstatus_to_exitcode(status)}")
-    return float(json.loads(out.read_text())["rollouts_per_s"])
+                return
+            if not data:
+                return
+            with self.lock:
+                self.chunks.append((time.time(), data))
+
+    def since(self, index: int) -> tuple[int, bytes]:
+        with self.lock:
+            return len(self.chunks), b"".join(c for _, c in self.chunks[index:])
+
+    def press(self, key: str) -> tuple[float, int]:
+        with self.lock:
+            index = len(self.chunks)
+        sent = time.time()
+        os.write(self.fd, key.encode())
+        return sent, index
+
+    def wait_for(self, marker: bytes, index: int, timeout: float = 10.0) -> float | None:
+        """When `marker` first arrived after chunk `index` (None if not within timeout)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                chunks = self.chunks[index:]
+            text = b""
+            for arrived, data in chunks:
+                text += data
+                if marker in ANSI.sub(b"", text):
+                    return arrived
+            time.sleep(0.002)
+        return None
+
+    def shown_steps(self, steps: int) -> dict[int, float]:
+        """{step: when the status line first read that step or a later one}."""
+        pattern = re.compile(rb"step (\d+)/" + str(steps).encode() + rb"\b")
+        shown: dict[int, float] = {}
+        text = b""
+        with self.lock:
+            chunks = list(self.chunks)
+        for arrived, data in chunks:
+            tail = ANSI.sub(b"", text[-64:] + data)
+            text += data
+            for match in pattern.finditer(tail):
+                step = int(match.group(1))
+                for k in range(1, step + 1):
+                    shown.setdefault(k, arrived)
+        return shown
+
+    def wait(self) -> int:
+        _, status = os.waitpid(self.pid, 0)
+        self.reader.join(timeout=5)
+        os.close(self.fd)
+        return os.waitstatus_to_exitcode(status)
+
+
+# ------------------------------------------------------------------ the runs
+
+
+def headless(folder: Path, steps: int) -> float:
+    db = folder / "runs.db"
+    subprocess.run(command(db, steps, "--no-ui"), check=True, env=environment(),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rate, _ = asyncio.run(read_run(db))
+    return rate
+
+
+def with_dashboard(folder: Path, steps: int, presses: int, rng: random.Random
+                   ) -> tuple[float, list[float], list[float]]:
+    """(rollouts/s, key press -> shown seconds, store -> screen seconds)."""
+    db = folder / "runs.db"
+    terminal = Terminal(command(db, steps))
+    latencies: list[float] = []
+    while True:  # until the second step is in the store: the engine trains at full speed
+        time.sleep(0.1)
+        try:
+            rows = asyncio.run(read_run(db))[1] if db.exists() else {}
+        except Exception:
+            rows = {}
+        if len(rows) >= 2:
+            break
+    key = "3"
+    misses = 0
+    while len(latencies) < presses:
+        sent, index = terminal.press(key)
+        shown = terminal.wait_for(VIEW_MARKERS[key], index, timeout=5)
+        if shown is None:
+            misses += 1
+            if misses > 5:
+                raise SystemExit("the dashboard stopped answering keys")
+        else:
+            latencies.append(shown - sent)
+        key = "1" if key == "3" else "3"
+        time.sleep(rng.uniform(0.1, 0.3))
+    ended = terminal.wait_for(b"Run completed", 0, timeout=600)
+    if ended is None:
+        raise SystemExit("the run did not complete")
+    rate, step_times = asyncio.run(read_run(db))
+    trained_while_pressing = max(step_times)
+    terminal.press("q")
+    if (code := terminal.wait()) != 0:
+        raise SystemExit(f"the dashboard exited with {code}")
+    shown = terminal.shown_steps(steps)
+    delays = [shown[k] - t for k, t in step_times.items() if k in shown]
+    if trained_while_pressing < steps:
+        print(f"  (only {trained_while_pressing} steps trained)", flush=True)
+    return rate, latencies, delays
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=40, help="RL steps per run (default 40)")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="runs of each kind, alternating (default 3)")
-    parser.add_argument("--child", choices=("headless", "ui"), help=argparse.SUPPRESS)
-    parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--steps", type=int, default=80, help="RL steps per run (default 80)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="runs of each kind, alternating (default 2)")
+    parser.add_argument("--presses", type=int, default=30,
+                        help="key presses per dashboard run (default 30)")
     args = parser.parse_args()
-    if args.child:
-        return child(args.child, args.folder, args.steps, args.out)
 
-    headless: list[float] = []
-    ui: list[float] = []
+    rng = random.Random(0)
+    rates: dict[str, list[float]] = {"headless": [], "dashboard": []}
+    latencies: list[float] = []
+    delays: list[float] = []
+    print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):
-            for kind, results in (("headless", headless), ("ui", ui)):
+            for kind in ("headless", "dashboard"):
                 folder = Path(tmp) / f"{kind}-{round_}"
                 folder.mkdir()
-                rate = spawn(kind, folder, args.steps)
-                results.append(rate)
-                print(f"round {round_ + 1} {kind:>8}: {rate:7.1f} rollouts/s", flush=True)
-    ratio = statistics.median(ui) / statistics.median(headless)
-    print(f"headless median {statistics.median(headless):.1f} rollouts/s, "
-          f"UI median {statistics.median(ui):.1f} rollouts/s")
-    print(f"UI-attached / headless throughput ratio: {ratio:.3f} (goal >= 0.9)")
+                if kind == "headless":
+                    rate = headless(folder, args.steps)
+                else:
+                    rate, pressed, delayed = with_dashboard(folder, args.steps, args.presses,
+                                                            rng)
+                    latencies += pressed
+                    delays += delayed
+                rates[kind].append(rate)
+                print(f"round {round_ + 1} {kind:>9}: {rate:7.1f} rollouts/s "
+                      f"(load {os.getloadavg()[0]:.2f})", flush=True)
+    headless_median = statistics.median(rates["headless"])
+    dashboard_median = statistics.median(rates["dashboard"])
+    print(f"headless median {headless_median:.1f} rollouts/s, with the dashboard "
+          f"{dashboard_median:.1f} rollouts/s")
+    print(f"with the dashboard / headless throughput: {dashboard_median / headless_median:.3f} "
+          "(goal >= 0.95)")
+    print(f"key press -> screen changed over {len(latencies)} presses: p50 "
+          f"{1000 * percentile(latencies, 0.5):.0f} ms, p99 {1000 * percentile(latencies, 0.99):.0f}"
+          f" ms, max {1000 * max(latencies):.0f} ms (goal p99 <= 100 ms)")
+    print(f"store -> screen over {len(delays)} steps: p50 {1000 * percentile(delays, 0.5):.0f} ms,"
+          f" p99 {1000 * percentile(delays, 0.99):.0f} ms (goal p99 <= 1000 ms)")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 
 
