@@ -27,7 +27,7 @@ from tinker_tui.engine.events import (
 )
 
 #: Log lines kept for a failed run's summary.
-LAST_LOG_LINES = 8
+LAST_LOG_LINES = 5
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,13 @@ def watch(session: Any, summary: SummaryCollector) -> int:
     if isinstance(error, EngineExited):
         where = f"; its output: {error.log_path}" if error.log_path else ""
         code = engine.exit_code() if engine is not None else None
+        if app.leave_code is not None:  # the user stopped it before it had started
+            _say([f"run {session.run_id} stopped before it started{where}"])
+            return app.leave_code
         said = error.lines or []
         _say(said + [f"tinker-tui: the engine {describe_exit(code if code is not None else 1)} "
                      f"before the run started{where}"], err=True)
-        return app.leave_code or error.exit_code
+        return error.exit_code
     if error is not None:  # reported by the command line, now the screen is back
         raise error
     result = summary.summary()

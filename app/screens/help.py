@@ -15,8 +15,9 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("p", "pause / resume (no new rollouts start; in-flight ones finish)"),
     ("c", "checkpoint now (after the current step)"),
     ("e", "evaluate now, alongside training"),
-    ("q  ctrl+c", "stop gracefully, after a confirmation (step, checkpoint, flush)"),
-    ("ctrl+q", "quit at once"),
+    ("q  ctrl+c", "asks: stop the run gracefully (step, checkpoint, flush), detach (it "
+                  "goes on), or cancel"),
+    ("ctrl+q", "leave at once (a run in its own process goes on)"),
     ("1 2 3 4", "views: dashboard, rollouts, control, metrics"),
     ("tab  click", "move between panes"),
     ("+  esc", "maximize the focused pane (the reward chart if none) / restore"),
