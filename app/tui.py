@@ -87,6 +87,8 @@ class TinkerTuiApp(App[None]):
         log_lines: How many log lines the model and the log pane keep.
         summary: Folds the run's events for the finish screen (and the command's summary
             on exit); by default one that knows the session's store.
+        held_signals: Signals received before the app could handle them (`app.watch`),
+            handled as soon as it has mounted.
     """
 
     CSS_PATH = "tinker_tui.tcss"
@@ -132,6 +134,7 @@ class TinkerTuiApp(App[None]):
         refresh_interval: float = 0.25,
         log_lines: int = 500,
         summary: SummaryCollector | None = None,
+        held_signals: list[int] | None = None,
     ) -> None:
         super().__init__()
         self.session = session
@@ -153,6 +156,7 @@ class TinkerTuiApp(App[None]):
         self.detached = False
         self.summary = summary if summary is not None else SummaryCollector(
             db_path=getattr(session, "db_path", None))
+        self._held_signals = held_signals if held_signals is not None else []
         #: A session this process does not drive and cannot steer (a stored run).
         self.read_only = bool(getattr(session, "read_only", False))
         #: A session driven by another process (commands go over its control endpoint).
@@ -185,6 +189,9 @@ class TinkerTuiApp(App[None]):
         self.check_size()
         if not self.is_headless:
             self.install_signal_handlers()
+        for signum in self._held_signals:  # received while the app was loading
+            self.call_next(self.signal_received, signum)
+        self._held_signals.clear()
         # start after the first frame, so the screen is fully mounted even if run() ends at once
         self.call_after_refresh(self.start_session)
 

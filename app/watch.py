@@ -4,6 +4,7 @@ detach, or what the engine said when it ended before its run started."""
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Any
 
@@ -20,15 +21,29 @@ def _say(lines: list[str], *, err: bool = False) -> None:
         pass
 
 
-def watch(session: Any, summary: SummaryCollector) -> int:
+def hold_signals() -> list[int]:
+    """From now until the dashboard handles them itself, SIGINT and SIGTERM are kept (not
+    fatal) and handed to it when it starts: a signal sent while the dashboard loads must
+    still stop the run, not only kill the dashboard. Returns the list they are kept in."""
+    held: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        held.append(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, hold)
+    return held
+
+
+def watch(session: Any, summary: SummaryCollector, held: list[int] | None = None) -> int:
     """Open the dashboard on `session` (a following `StoreSession`) until the user leaves;
-    returns the exit code (see `app.tui`)."""
+    returns the exit code (see `app.tui`). `held`: signals `hold_signals` kept meanwhile."""
     from tinker_tui.app.engine_process import EngineExited, describe_exit
     from tinker_tui.app.tui import TinkerTuiApp
 
     engine = getattr(session, "engine", None)
     summary.set_engine_log(getattr(engine, "log_path", None))
-    app = TinkerTuiApp(session, summary=summary)
+    app = TinkerTuiApp(session, summary=summary, held_signals=held)
     app.run()
     error = app.run_exception
     if isinstance(error, EngineExited):

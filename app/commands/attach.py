@@ -112,7 +112,7 @@ def main(args: argparse.Namespace) -> int:
     from tinker_tui.app.engine_process import RunningEngine
     from tinker_tui.app.run_summary import SummaryCollector
     from tinker_tui.app.store_session import StoreSession
-    from tinker_tui.app.watch import watch
+    from tinker_tui.app.watch import hold_signals, watch
     from tinker_tui.engine.control_server import read_control_file
 
     db_path = store_path(args)
@@ -124,4 +124,5 @@ def main(args: argparse.Namespace) -> int:
     session = StoreSession(db_path, run, control=control, follow=True, engine=engine)
     if not wants_ui(args):
         return asyncio.run(follow_headless(session))
-    return watch(session, SummaryCollector(db_path=db_path))
+    held = hold_signals()
+    return watch(session, SummaryCollector(db_path=db_path), held)

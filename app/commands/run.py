@@ -314,14 +314,15 @@ def run_with_dashboard(plan: RunPlan, args: argparse.Namespace) -> int:
     from tinker_tui.app.engine_process import EngineProcess
     from tinker_tui.app.run_summary import SummaryCollector
     from tinker_tui.app.store_session import StoreSession
-    from tinker_tui.app.watch import watch
+    from tinker_tui.app.watch import hold_signals, watch
     from tinker_tui.engine.clock import SystemClock
     from tinker_tui.engine.run_id import new_run_id
 
     run_id = plan.run_id or new_run_id(plan.task.name, SystemClock())
+    held = hold_signals()  # from the engine's start on, a signal must reach the run
     engine = EngineProcess.start(args.argv, run_id=run_id, db_path=plan.db_path)
     session = StoreSession(plan.db_path, run_id=run_id, follow=True, engine=engine)
-    return watch(session, SummaryCollector(task=args.task, db_path=plan.db_path))
+    return watch(session, SummaryCollector(task=args.task, db_path=plan.db_path), held)
 
 
 @contextlib.contextmanager
