@@ -38,6 +38,10 @@ from tinker_tui.engine.store import EventCursor, StoredRun, StoreReader
 if TYPE_CHECKING:
     from tinker_tui.app.engine_process import Engine
 
+#: Seconds `StoreSession.read_tail` waits at most for an ended run's engine to let go of it
+#: (its trackers get up to 30 s to finish writing; most take well under one).
+TAIL_TIMEOUT = 35.0
+
 
 class ReadOnlyControl:
     """The control of a run that is over (or that this process cannot reach): every
@@ -114,6 +118,8 @@ class StoreSession:
         self.remote = follow or bool(getattr(self.control, "remote", False))
         self.attached = follow
         self.finished: RunFinished | None = None
+        #: Whether `read_tail` has read what the engine wrote after the run's end.
+        self.tail_read = False
         self._cursor = EventCursor(run) if run is not None else None
         self._warned_unreachable = False
         self._last_step = run.start_step if run is not None else 0
@@ -159,13 +165,15 @@ class StoreSession:
                 await self._show_stored()
             self.loaded.set()
             while True:
-                await self._refresh_control()
+                unreachable = await self._refresh_control()
                 stored = await self.store.run(self.run_id)
                 await self.publish_new()
                 finished = stored.finished() if stored is not None else None
                 if finished is None and self.engine is not None \
                         and self.engine.exit_code() is not None:
                     finished = await self._engine_gone()
+                if unreachable and finished is None:  # not merely closed with the run's end
+                    self._warn_unreachable(unreachable)
                 if finished is not None:
                     await self.publish_new()  # rows committed with the end of the run
                     self.finished = finished
@@ -253,18 +261,48 @@ class StoreSession:
     def _log(self, level: str, message: str) -> None:
         self.events.publish(LogEmitted(time=self.clock.now(), level=level, message=message))
 
-    async def _refresh_control(self) -> None:
+    async def _refresh_control(self) -> str | None:
+        """Refresh the control's state (knobs, paused) now and then; what went wrong, if
+        the endpoint could not be reached."""
         refresh = getattr(self.control, "refresh", None)
         now = time.monotonic()
         if refresh is None or now < self._next_control_refresh:
-            return
+            return None
         self._next_control_refresh = now + self.CONTROL_REFRESH
         try:
             await asyncio.to_thread(refresh)
         except (ControlUnavailable, PermissionError, ValueError) as exc:
-            if not self._warned_unreachable and (self.engine is None
-                                                 or self.engine.exit_code() is None):
-                self._warned_unreachable = True
-                self._log("warning", f"cannot reach the run's control endpoint: {exc}")
-            return
+            return str(exc)
         self._warned_unreachable = False
+        return None
+
+    def _warn_unreachable(self, problem: str) -> None:
+        if not self._warned_unreachable and (self.engine is None
+                                             or self.engine.exit_code() is None):
+            self._warned_unreachable = True
+            self._log("warning", f"cannot reach the run's control endpoint: {problem}")
+
+    async def read_tail(self, timeout: float = TAIL_TIMEOUT) -> None:
+        """After the run's end: publish what its engine still writes while it closes (the
+        trackers' last lines: where W&B and TensorBoard put the run's records), until the
+        engine lets go of the run (or ends), at most `timeout` seconds. Once per session."""
+        from tinker_tui.engine.resume import run_is_live
+
+        if self.finished is None or self.tail_read or self._cursor is None:
+            return
+        deadline = time.monotonic() + timeout
+
+        def writing() -> bool:
+            if self.engine is not None and self.engine.exit_code() is not None:
+                return False
+            return run_is_live(self.db_path, self.run_id)
+
+        self.store = await StoreReader.open_readonly(self.db_path)
+        try:
+            while await asyncio.to_thread(writing) and time.monotonic() < deadline:
+                await self.publish_new()
+                await asyncio.sleep(self.poll_interval)
+            await self.publish_new()
+            self.tail_read = True
+        finally:
+            await self.store.close()

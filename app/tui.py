@@ -224,6 +224,18 @@ class TinkerTuiApp(App[None]):
             return
         self.after_command()
         self.push_screen(FinishedScreen(self.summary.summary()))
+        self.run_worker(self.read_tail(), name="tail", exit_on_error=False)
+
+    async def read_tail(self) -> None:
+        """What the engine writes after the run's end (its trackers' last lines), onto the
+        finish screen."""
+        read_tail = getattr(self.session, "read_tail", None)
+        if read_tail is None:
+            return
+        await read_tail()
+        for screen in self.screen_stack:
+            if isinstance(screen, FinishedScreen):
+                screen.show_summary(self.summary.summary())
 
     @property
     def finished_code(self) -> int:

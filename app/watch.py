@@ -4,6 +4,7 @@ detach, or what the engine said when it ended before its run started."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sys
 from typing import Any
@@ -35,6 +36,20 @@ def hold_signals() -> list[int]:
     return held
 
 
+def _read_tail(session: Any, summary: SummaryCollector) -> None:
+    """Left before the engine let go of its ended run: what it still writes (its trackers'
+    last lines) belongs in the summary. A signal meanwhile skips it."""
+    if getattr(session, "tail_read", True):
+        return
+    unsubscribe = session.events.subscribe(summary.handle)
+    try:
+        asyncio.run(session.read_tail())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        unsubscribe()
+
+
 def watch(session: Any, summary: SummaryCollector, held: list[int] | None = None) -> int:
     """Open the dashboard on `session` (a following `StoreSession`) until the user leaves;
     returns the exit code (see `app.tui`). `held`: signals `hold_signals` kept meanwhile."""
@@ -58,6 +73,8 @@ def watch(session: Any, summary: SummaryCollector, held: list[int] | None = None
         return error.exit_code
     if error is not None:  # reported by the command line, now the screen is back
         raise error
+    if not app.detached and getattr(session, "finished", None) is not None:
+        _read_tail(session, summary)
     result = summary.summary()
     if app.detached:
         _say([f"detached from run {session.run_id}: it goes on in its own process",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 
-from fake_session import FakeSession, scripted_events
+from fake_session import FakeSession, finished_events, scripted_events
 from textual.pilot import Pilot
 from tinker_tui.app.engine_process import EngineExited
 from tinker_tui.app.run_summary import SummaryCollector, summary_lines
@@ -22,7 +22,8 @@ from tinker_tui.app.store_session import StoreSession
 from tinker_tui.app.tui import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, TinkerTuiApp
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.events import LogEmitted, RunFinished, TrackerReported
-from tinker_tui.engine.store import RunStore
+from tinker_tui.engine.resume import RunLock
+from tinker_tui.engine.store import RunStore, find_run
 
 FAILURE = "RuntimeError: the sampler lost its weights"
 
@@ -191,6 +192,53 @@ async def test_an_engine_gone_without_an_end_shows_as_failed_with_its_last_log_l
     assert end.reason == "the engine process was killed by SIGKILL without finishing the run"
     logged = [e.message for e in seen if isinstance(e, LogEmitted) and e.level == "error"]
     assert logged[-1] == "engine: MemoryError: out of memory"
+
+
+class LiveEngine(DeadEngine):
+    """An engine process still running (it may hold its run's lock)."""
+
+    def __init__(self) -> None:
+        super().__init__(None, code=None)
+
+
+WANDB_LAST_WORD = "W&B: offline run saved: files in wandb/; upload with `wandb sync x`"
+
+
+async def test_what_the_engine_writes_as_it_closes_reaches_the_finish_screen_and_summary(
+        tmp_path):
+    """The trackers' last lines come after the run's end (the engine closes them before its
+    store): the finish screen and the summary on exit still get them."""
+    path = tmp_path / "runs.db"
+    clock = FakeClock(1000.0)
+    lock = RunLock(path, "run-0001")
+    lock.acquire()  # the engine holds its run until its store is closed
+    store = await RunStore.open(path)
+    for event in finished_events(clock):
+        store.handle(event)
+    await store.flush()
+    session = StoreSession(path, await find_run(path, "run-0001"), follow=True,
+                           poll_interval=0.05, engine=LiveEngine())
+    summary = SummaryCollector(task="example", db_path=path)
+    app = TinkerTuiApp(session, refresh_interval=0.05, summary=summary)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await finished(pilot)
+
+        def shown() -> str:
+            return str(app.screen.query_one("#finished-text").render())
+
+        assert "Run completed" in str(app.screen.query_one("#finished-dialog").border_title)
+        assert "wandb sync" not in shown()
+        store.handle(TrackerReported(time=clock.now(), level="info", tracker="wandb",
+                                     message=WANDB_LAST_WORD))
+        store.handle(LogEmitted(time=clock.now(), level="info", message="W&B run closed"))
+        await store.close()
+        lock.release()
+        await until(lambda: WANDB_LAST_WORD in shown(), pilot)
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code == EXIT_OK
+    lines = summary_lines(summary.summary())
+    assert lines[-1] == WANDB_LAST_WORD and "W&B run closed" not in lines
 
 
 async def test_an_engine_that_ends_before_its_run_starts_raises_what_it_said(tmp_path):

@@ -34,7 +34,7 @@ from tinker_tui.engine.events import (
     TrackerReported,
     TrajectorySummary,
 )
-from tinker_tui.engine.store import StoredRun, StoreReader
+from tinker_tui.engine.store import EventCursor, StoredRun, StoreReader
 from tinker_tui.engine.trackers import TrackerFeeds, wandb_run_id_for
 from tinker_tui.engine.trackers.feed import TrackerFeed
 from tinker_tui.engine.trackers.tracker import SAMPLE_COLUMNS, RunInfo
@@ -224,6 +224,39 @@ def test_wandb_goes_offline_instead_of_asking_for_a_key(tmp_path):
         == "offline"
     assert choose_mode({"WANDB_API_KEY": "k", "WANDB_MODE": "offline"})[0] == "offline"
     assert choose_mode({"WANDB_MODE": "disabled"})[0] == "disabled"
+
+
+def test_a_trackers_lines_come_back_from_the_store_as_its_own(tmp_path):
+    """A dashboard reads the run from the store: the trackers' lines (where the records went)
+    must come back as `TrackerReported`, each tracker's by the name its lines begin with."""
+    from tinker_tui.engine.store import RunStore, find_run
+    from tinker_tui.engine.store.codec import TRACKER_LINE_NAMES
+    from tinker_tui.engine.trackers.tensorboard_tracker import TensorBoardTracker
+    from tinker_tui.engine.trackers.wandb_tracker import WandbTracker
+
+    assert {t.name: t.key for t in (WandbTracker, TensorBoardTracker)} == TRACKER_LINE_NAMES
+    path, clock = tmp_path / "runs.db", FakeClock(10.0)
+    said = [TrackerReported(time=clock.now(), level="info", tracker="tensorboard",
+                            message="TensorBoard: event files in tb/r1; view with it"),
+            TrackerReported(time=clock.now(), level="warning", tracker="wandb",
+                            message="W&B: logging failed and is off"),
+            LogEmitted(time=clock.now(), level="info", message="W&B is not a tracker line")]
+
+    async def store_and_read() -> list:
+        store = await RunStore.open(path)
+        store.handle(RunStarted(time=clock.now(), run_id="r1", name="t", backend="local",
+                                base_model="m", config={}, max_steps=1, start_step=0))
+        for event in said:
+            store.handle(event)
+        await store.close()
+        reader = await StoreReader.open_readonly(path)
+        try:
+            return [e for e in await reader.events_after(EventCursor(await find_run(path, "r1")))
+                    if isinstance(e, LogEmitted)]
+        finally:
+            await reader.close()
+
+    assert asyncio.run(store_and_read()) == said
 
 
 # ---------------------------------------------------------------- the feed (fake trackers)

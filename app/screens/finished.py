@@ -38,6 +38,9 @@ def finished_content(summary: RunSummary) -> Content:
     lines.append(Content(""))
     lines += [Content.assemble((f"{what:<{width}}", "bold $text-accent"), (command, "bold"))
               for what, command in commands]
+    if summary.trackers:  # where W&B / TensorBoard put the run's records
+        lines.append(Content(""))
+        lines += [Content(line) for line in summary.trackers]
     if summary.status == "failed" and summary.last_log:
         lines.append(Content(""))
         lines.append(Content.styled("last log lines", "bold $text-error"))
@@ -81,6 +84,11 @@ class FinishedScreen(ModalScreen[None]):
         dialog.border_title = f"{TITLES.get(self.summary.status, 'Run ended')}: " \
                               f"{self.summary.run_id}"
         dialog.border_subtitle = "q quit · esc dashboard"
+
+    def show_summary(self, summary: RunSummary) -> None:
+        """The run's summary again, with what its engine wrote while closing."""
+        self.summary = summary
+        self.query_one("#finished-text", Static).update(finished_content(summary))
 
     def action_leave(self) -> None:
         leave = getattr(self.app, "leave_finished", None)

@@ -40,6 +40,7 @@ from tinker_tui.engine.events import (
     StartupProgressed,
     StepTrained,
     ThroughputMeasured,
+    TrackerReported,
     TrajectorySummary,
 )
 
@@ -536,8 +537,23 @@ def _encode_log(rows: Rows, run_id: str | None, e: LogEmitted) -> None:
         (run_id, _float_or_none(e.time), _str(e.level), _str(e.message)))
 
 
+#: Outside trackers by the name each of their lines begins with ("W&B: logging to ..."): a
+#: `TrackerReported` is stored as a log line (level and text), and known again by it.
+TRACKER_LINE_NAMES = {"W&B": "wandb", "TensorBoard": "tensorboard"}
+
+
+def tracker_of_line(message: str) -> str | None:
+    """The tracker ("wandb", "tensorboard") a stored log line came from; None if none."""
+    name, sep, _ = message.partition(": ")
+    return TRACKER_LINE_NAMES.get(name) if sep else None
+
+
 def _decode_log(row: StoredRow) -> LogEmitted:
-    return LogEmitted(time=_time(row), level=row["level"], message=row["message"])
+    time, level, message = _time(row), row["level"], row["message"]
+    tracker = tracker_of_line(message)
+    if tracker is not None:
+        return TrackerReported(time=time, level=level, message=message, tracker=tracker)
+    return LogEmitted(time=time, level=level, message=message)
 
 
 # ---------------------------------------------------------------------- StartupProgressed
