@@ -54,15 +54,17 @@ def test_help_does_not_import_the_heavy_stack(tmp_path):
 
 def test_the_dashboard_is_drawn_before_the_engine_stack_is_imported(tmp_path):
     """What `run TASK` does before the dashboard's first frame (check the plan, import the
-    app, wrap the engine to be built later) imports nothing heavy: the first frame does not
-    wait for torch."""
+    app and what watches the engine's process) imports nothing heavy: the first frame does
+    not wait for torch."""
     probe = subprocess.run(
         [sys.executable, "-c",
          "import sys\n"
          "from tinker_tui.app.cli import build_parser\n"
          "from tinker_tui.app.commands.run import plan_run\n"
-         "from tinker_tui.app.deferred_session import DeferredSession\n"
+         "from tinker_tui.app.engine_process import EngineProcess\n"
+         "from tinker_tui.app.store_session import StoreSession\n"
          "from tinker_tui.app.tui import TinkerTuiApp\n"
+         "from tinker_tui.app.watch import watch\n"
          "plan_run(build_parser().parse_args(['run', 'example', '--db', sys.argv[1]]))\n"
          "print(sorted(m for m in ('torch', 'transformers', 'tinker_cookbook', 'tinker', "
          "'numpy', 'fastapi', 'uvicorn') if m in sys.modules))",
