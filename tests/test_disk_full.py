@@ -61,7 +61,7 @@ def test_a_full_disk_names_itself_and_the_run_resumes_after(tmp_path, capsys):
     assert_says_disk_full(first_err.splitlines()[-1], disk)
     second_err = (tmp_path / "second.err").read_text()
     assert (tmp_path / "second.rc").read_text().strip() == "0", second_err
-    assert f"run completed at step {STEPS}" in (tmp_path / "second.out").read_text()
+    assert f"completed at step {STEPS}/" in (tmp_path / "second.out").read_text()
     db = copy / "runs.db"
     assert integrity(db) == "ok"
     check_exactly_once(db, STEPS)
@@ -90,7 +90,7 @@ def test_a_checkpoint_writer_that_finds_the_disk_full(tmp_path, capsys, monkeypa
         "a half-written checkpoint was left"
     monkeypatch.setattr(checkpoints, "_torch_save", write)
     assert main(["run", "example", "--no-ui", "--db", str(db), "--resume"]) == 0
-    assert f"run completed at step {STEPS}" in capsys.readouterr().out
+    assert f"completed at step {STEPS}/" in capsys.readouterr().out
     check_exactly_once(db, STEPS)
 
 

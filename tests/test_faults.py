@@ -108,7 +108,7 @@ def test_stopped_run_resumes_exactly_once(faulted, point, action, step, capsys):
     if (point, action, step) in START_UP:
         signal = {"int": "SIGINT", "term": "SIGTERM"}[action]
         assert f"stopping: received {signal}" in proc.stdout
-        assert "run stopped at step 0" in proc.stdout
+        assert "stopped at step 0/" in proc.stdout
         assert confirmed_steps(db) == [], "no checkpoint of weights no resume could use"
     elif action == "kill":
         # Killed before checkpoint 4 was confirmed: the last is 2 (none when killed at once).
