@@ -5,6 +5,7 @@ from its group (`min_group_size`), and a health pause that stops a run nobody ca
 import asyncio
 import os
 import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -209,4 +210,4 @@ def test_run_no_ui_stops_on_a_health_pause_and_exits_3(tmp_path):
     assert done.returncode == 3, done.stdout + done.stderr
     assert "stopping: health check: rollout errors: 100% of the last 4 groups failed" \
         in done.stdout
-    assert "run stopped at step 0 (health check: rollout errors" in done.stdout
+    assert re.search(r"run \S+ stopped at step 0/5 \(health check: rollout errors", done.stdout)

@@ -153,7 +153,7 @@ def test_the_example_learns_through_the_sdk_and_resumes_exactly_once_after_sigki
     assert "Traceback" not in killed.stderr + resumed.stderr
     assert "deprecated" not in killed.stderr.lower()
     assert not [w for w in raised if "deprecat" in w.lower()], raised
-    assert f"run completed at step {LEARN_STEPS}" in resumed.stdout
+    assert f"completed at step {LEARN_STEPS}/" in resumed.stdout
     check_exactly_once(resumed.db, LEARN_STEPS)
     with sqlite3.connect(resumed.db) as conn:
         rewards = [json.loads(m)["reward/mean"] for (m,) in
@@ -276,7 +276,7 @@ def test_a_slow_config_is_waited_for_visibly_and_can_be_stopped(tmp_path, monkey
     line = run.first("has waited")
     assert line.startswith("Tinker: create training client has waited")
     _stopped_in_time(run)
-    assert "run stopped at step 0" in run.stdout
+    assert "stopped at step 0/" in run.stdout
 
 
 def test_an_unreachable_service_can_be_stopped_at_once(tmp_path, monkeypatch, capsys):
@@ -290,7 +290,7 @@ def test_a_429_burst_is_shown_and_the_run_goes_on(tmp_path, monkeypatch, capsys)
                           Faults(fail={"asample": Burst(429, 12, retry_after=0.25)}), SHORT, None)
     assert run.error is None and run.returncode == 0
     assert run.first("asample 429").startswith("Tinker: asample 429 Too Many Requests")
-    assert "run completed at step 2" in run.stdout
+    assert "completed at step 2/" in run.stdout
     assert loop_lag(run.db)[1] < BLOCKED
 
 
