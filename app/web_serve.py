@@ -13,6 +13,9 @@ reach the port, with no limit on processes; this module is the small layer in fr
   `idle_timeout` seconds without a key, mouse or resize event from its page, and its
   process ended (asked to quit, then terminated, then killed) when its page goes away.
 - No access log: request lines would carry the token.
+- With `list_runs` (serve without a RUN), a store of several runs first gets a page that
+  lists them; each links to `/?run=ID`, whose page's websocket (`/ws/ID`) starts a viewer
+  for that run. Only ids in the store's list are accepted.
 
 The page is our own (textual-serve's links a font from the internet; this one uses the font
 the package ships, so a machine without internet serves it whole).
@@ -27,10 +30,11 @@ import json
 import shlex
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from importlib import resources
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import WSCloseCode, WSMsgType, web
 from textual_serve.app_service import AppService
@@ -107,12 +111,19 @@ class WebServer:
         max_viewers: Viewer processes allowed at once.
         idle_timeout: Seconds without input from a page before its viewer is closed.
         log: Where one line per viewer event goes (never the token).
+        list_runs: The store's runs, newest first (rows of `tinker-tui runs`); given, the
+            page picks a run (see the module docstring) and `viewer_argv` is ignored.
+        run_argv: The command line of a viewer of one run (with `list_runs`).
     """
 
     def __init__(self, viewer_argv: Sequence[str], *, token: str, title: str = "tinker-tui",
                  max_viewers: int, idle_timeout: float,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None,
+                 list_runs: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
+                 run_argv: Callable[[str], Sequence[str]] | None = None) -> None:
         self.viewer_argv = list(viewer_argv)
+        self.list_runs = list_runs
+        self.run_argv = run_argv
         self.token = token
         self.title = title
         self.max_viewers = max_viewers
@@ -131,6 +142,7 @@ class WebServer:
         app.add_routes([
             web.get("/", self.handle_index),
             web.get("/ws", self.handle_websocket),
+            web.get("/ws/{run}", self.handle_websocket),
             web.static("/static", str(STATIC_DIR)),
         ])
         return app
@@ -178,15 +190,55 @@ class WebServer:
 
     # ---------------------------------------------------------------- the page
 
+    async def chosen_run(self, asked: str | None) -> tuple[str | None, list[dict[str, Any]]]:
+        """The run a request names (or the store's only run), if it is in the store's list;
+        and the list."""
+        assert self.list_runs is not None
+        rows = await self.list_runs()
+        ids = [str(row["RUN"]) for row in rows]
+        if asked is None:
+            return (ids[0] if len(ids) == 1 else None), rows
+        return (asked if asked in ids else None), rows
+
     async def handle_index(self, request: web.Request) -> web.Response:
+        path, title = "/", self.title
+        websocket_path = "/ws"
+        if self.list_runs is not None:
+            run, rows = await self.chosen_run(request.query.get("run"))
+            if run is None and "run" in request.query:
+                return web.Response(status=404, text=f"404: no run {request.query['run']!r} "
+                                                     "in the store; the runs are listed at /\n")
+            if run is None:
+                return self.picker_page(rows)
+            if len(rows) > 1:
+                path = f"/?run={quote(run, safe='')}"
+            websocket_path = f"/ws/{quote(run, safe='')}"
+            title = f"tinker-tui · {run}"
         if len(self.viewers) >= self.max_viewers:
             return self.full()
         scheme = "wss" if request.secure else "ws"
         font_size = clamp(request.query.get("fontsize"), 16, 6, 64)
         page = INDEX_PAGE.format(
-            title=html.escape(self.title),
-            websocket_url=html.escape(f"{scheme}://{request.host}/ws", quote=True),
+            title=html.escape(title),
+            page_path=json.dumps(path).replace("<", "\\u003c"),
+            websocket_url=html.escape(f"{scheme}://{request.host}{websocket_path}",
+                                      quote=True),
             font_size=font_size)
+        return web.Response(text=page, content_type="text/html", headers={
+            "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
+
+    def picker_page(self, rows: list[dict[str, Any]]) -> web.Response:
+        """The store's runs, newest first, each a link to its dashboard."""
+        columns = ("RUN", "TASK", "STATUS", "STEP", "REWARD", "STARTED")
+        head = "".join(f"<th>{column}</th>" for column in columns)
+        lines = []
+        for row in rows:
+            link = html.escape(f"/?run={quote(str(row['RUN']), safe='')}", quote=True)
+            cells = [f'<td><a href="{link}">{html.escape(str(row["RUN"]))}</a></td>']
+            cells += [f"<td>{html.escape(str(row[column]))}</td>" for column in columns[1:]]
+            lines.append(f"<tr>{''.join(cells)}</tr>")
+        page = PICKER_PAGE.format(title=html.escape(self.title), count=len(rows), head=head,
+                                  rows="\n".join(lines))
         return web.Response(text=page, content_type="text/html", headers={
             "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
 
@@ -206,12 +258,20 @@ class WebServer:
     async def handle_websocket(self, request: web.Request) -> web.StreamResponse:
         if not self.same_origin(request):
             return web.Response(status=403, text="403: this page is served elsewhere\n")
+        argv = self.viewer_argv
+        if self.list_runs is not None and self.run_argv is not None:
+            run, _ = await self.chosen_run(request.match_info.get("run"))
+            if run is None:
+                return web.Response(status=404, text="404: no such run in the store\n")
+            argv = list(self.run_argv(run))
+        elif "run" in request.match_info:  # serving one run: there is no other
+            return web.Response(status=404, text="404: this server shows one run\n")
         if len(self.viewers) >= self.max_viewers:
             return self.full()
         websocket = web.WebSocketResponse(heartbeat=HEARTBEAT)
         self.viewers_started += 1
         number = self.viewers_started
-        process = ViewerProcess(self.viewer_argv, write_bytes=websocket.send_bytes,
+        process = ViewerProcess(argv, write_bytes=websocket.send_bytes,
                                 write_str=websocket.send_str, close=websocket.close,
                                 download_manager=self.downloads)
         self.viewers[number] = Viewer(number, websocket, process)  # before any await
@@ -296,7 +356,7 @@ INDEX_PAGE = """<!DOCTYPE html>
 <head>
 <meta charset="utf-8">
 <title>{title}</title>
-<script>history.replaceState(null, "", location.pathname);</script>
+<script>history.replaceState(null, "", {page_path});</script>
 <link rel="stylesheet" href="static/css/xterm.css">
 <script src="static/js/textual.js"></script>
 <style>
@@ -325,6 +385,35 @@ body.-closed .closed {{ display: flex; flex-direction: column; background: #0c18
   <button type="button" onclick="location.reload()">Open again</button></div>
 <div id="terminal" class="textual-terminal" data-session-websocket-url="{websocket_url}"
   data-font-size="{font_size}"></div>
+</body>
+</html>
+"""
+
+
+#: The list of runs shown first when the store holds several and no RUN was named.
+PICKER_PAGE = """<!DOCTYPE html>
+<html>
+<head>
+<meta charset="utf-8">
+<title>{title}</title>
+<script>history.replaceState(null, "", location.pathname);</script>
+<style>
+@font-face {{ font-family: "Roboto Mono"; font-style: normal;
+  src: url("static/fonts/RobotoMono-VariableFont_wght.ttf") format("truetype"); }}
+body {{ background: #0c181f; color: #eee; font-family: "Roboto Mono", monospace;
+  margin: 2em; }}
+a {{ color: #c9a0ff; }}
+th, td {{ text-align: left; padding: 4px 16px 4px 0; }}
+th {{ color: #999; font-weight: normal; }}
+</style>
+</head>
+<body>
+<h1>{title}</h1>
+<p>{count} runs in the store, newest first; open one to watch its dashboard.</p>
+<table>
+<tr>{head}</tr>
+{rows}
+</table>
 </body>
 </html>
 """

@@ -271,7 +271,8 @@ async def test_without_the_token_everything_is_401_and_no_process_starts(tmp_pat
                 page = await response.text()
                 cookie = response.headers["Set-Cookie"]
             assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-            assert f'data-session-websocket-url="ws://127.0.0.1:{served.port}/ws"' in page
+            assert f'data-session-websocket-url="ws://127.0.0.1:{served.port}/ws/{run_id}"' \
+                in page
             assert "http" not in page.split("<body>")[0].replace("http-equiv", "")  # offline
             assert served.token not in page
             async with browser.get(served.base + "/") as response:  # the cookie alone
@@ -303,6 +304,58 @@ async def test_without_the_token_everything_is_401_and_no_process_starts(tmp_pat
     assert "viewer 2" not in err
     for pid in processes:
         assert not Path(f"/proc/{pid}").exists(), "a viewer outlived the server"
+
+
+# ------------------------------------------------------------------ several runs
+
+
+async def test_a_store_of_several_runs_is_listed_and_each_opens_its_dashboard(tmp_path):
+    db_path = tmp_path / "runs.db"
+    await LiveFakeSession(str(db_path), step_seconds=0.0, max_steps=3, run_id="old-0001").run()
+    await asyncio.sleep(1.1)  # a later start: the list is newest first
+    await LiveFakeSession(str(db_path), step_seconds=0.0, max_steps=5, run_id="new-0002").run()
+    served = Served(db_path)
+    try:
+        assert f"serving the runs of {db_path} (watch and steer) at" in served.printed
+        async with browser_session() as browser:
+            async with browser.get(served.url) as response:
+                assert response.status == 200
+                listing = await response.text()
+            assert served.token not in listing
+            assert "2 runs in the store" in listing
+            assert listing.index('href="/?run=new-0002"') < listing.index('href="/?run=old-0001"')
+            assert "<td>5/5</td>" in listing and "<td>3/3</td>" in listing
+            assert listing.count("<td>completed</td>") == 2
+            assert "data-session-websocket-url" not in listing
+            assert children_of(served.proc.pid) == [], "the list started a process"
+
+            async with browser.get(served.base + "/?run=old-0001") as response:
+                assert response.status == 200
+                page = await response.text()
+            assert f'data-session-websocket-url="ws://127.0.0.1:{served.port}/ws/old-0001"' \
+                in page
+            assert 'history.replaceState(null, "", "/?run=old-0001")' in page
+            for path in ("/?run=nothing", "/?run=old"):  # only a listed id, not a prefix
+                async with browser.get(served.base + path) as response:
+                    assert response.status == 404, path
+            for path in ("/ws", "/ws/nothing"):  # several runs: a websocket names one
+                with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                    await browser.ws_connect(served.base + path)
+                assert refused.value.status == 404, path
+            assert children_of(served.proc.pid) == []
+
+            for run_id, steps in (("old-0001", "3/3"), ("new-0002", "5/5")):
+                websocket = await browser.ws_connect(
+                    f"{served.base}/ws/{run_id}?width=100&height=30")
+                await websocket.send_str(json.dumps(["resize", {"width": 100, "height": 30}]))
+                viewer = Page(websocket)
+                await viewer.until_text("FINISHED (completed)")
+                await viewer.until_text(steps)
+                await viewer.close()
+    finally:
+        out, err = served.stop()
+    assert "viewer 1 closed: page closed" in err and "viewer 2 closed: page closed" in err, err
+    assert served.token not in out + err
 
 
 # ------------------------------------------------------------------ the limits

@@ -138,3 +138,38 @@ async def test_read_only_in_the_browser_p_does_not_pause(live_run, tmp_path):  #
         served.stop()
     assert "pause" not in [c.command for c in commands]
     assert after > before + 5, "the run kept stepping"
+
+
+async def test_a_click_in_the_list_of_runs_opens_that_runs_dashboard(tmp_path):
+    from fake_session import LiveFakeSession
+
+    shots = artifact_dir(tmp_path)
+    db_path = tmp_path / "runs.db"
+    await LiveFakeSession(str(db_path), step_seconds=0.0, max_steps=3, run_id="old-0001").run()
+    await asyncio.sleep(1.1)  # a later start: the list is newest first
+    await LiveFakeSession(str(db_path), step_seconds=0.0, max_steps=5, run_id="new-0002").run()
+    served = Served(db_path)
+    try:
+        async with async_playwright() as playwright:
+            browser = await launch(playwright)
+            try:
+                page = BrowserPage(await browser.new_page(viewport={"width": 1280,
+                                                                    "height": 800}))
+                await page.page.goto(served.url)
+                assert "token" not in page.page.url
+                await page.page.screenshot(path=str(shots / "serve-runs.png"))
+                await page.page.click("text=old-0001")
+                await page.page.wait_for_selector("body.-first-byte", state="attached",
+                                                  timeout=90_000)
+                assert page.page.url.endswith("/?run=old-0001")
+                await page.until_text("FINISHED (completed)")
+                await page.until_text("3/3")
+                assert "5/5" not in page.text()
+                await page.page.close()
+            finally:
+                await browser.close()
+    finally:
+        out, err = served.stop()
+    assert (shots / "serve-runs.png").stat().st_size > 5_000
+    assert "viewer 1 closed: page closed" in err, err
+    assert served.token not in out + err

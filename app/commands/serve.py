@@ -1,6 +1,8 @@
 """`tinker-tui serve [RUN]`: the dashboard of a run as a web page (see `app.web_serve`).
 
-RUN is a run id, a unique prefix of one, or omitted for the newest run in the store. A
+RUN is a run id, a unique prefix of one, or omitted: then a store of one run serves it, and
+a store of several first shows a list of its runs (newest first, as `tinker-tui runs`) whose
+links open each one's dashboard. A
 running run (one with a control endpoint) is followed and can be steered from the page
 unless `--read-only`; a finished run is shown. Each open page is its own dashboard process.
 
@@ -41,7 +43,8 @@ def add_parser(commands: Any) -> None:
                     f"ssh -L {DEFAULT_PORT}:127.0.0.1:{DEFAULT_PORT} HOST, then open the "
                     "address there.")
     serve.add_argument("run", nargs="?", metavar="RUN",
-                       help="run id or a unique prefix of one (default: the newest run)")
+                       help="run id or a unique prefix of one (default: a list of the "
+                            "store's runs to pick from, or its only run)")
     add_db_option(serve)
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (default 127.0.0.1; another one is "
@@ -128,21 +131,27 @@ async def serve(server: Any, sock: socket.socket) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from tinker_tui.app.commands.runs import read_table
     from tinker_tui.engine.store import find_run
 
     check_limits(args)
     db_path = store_path(args)
     run = asyncio.run(find_run(db_path, args.run))
+    several = args.run is None and len(asyncio.run(read_table(db_path))) > 1
     sock = bind(args.host, args.port)
     from tinker_tui.app.web_serve import WebServer
 
     token = secrets.token_urlsafe(24)
+    picker: dict[str, Any] = {}
+    if args.run is None:  # the page lists the store's runs while it holds several
+        picker = {"list_runs": lambda: read_table(db_path),
+                  "run_argv": lambda run_id: viewer_argv(db_path, run_id, args.read_only)}
     server = WebServer(viewer_argv(db_path, run.run_id, args.read_only), token=token,
-                       title=f"tinker-tui · {run.run_id}", max_viewers=args.max_viewers,
-                       idle_timeout=args.idle_timeout)
+                       title="tinker-tui" if several else f"tinker-tui · {run.run_id}",
+                       max_viewers=args.max_viewers, idle_timeout=args.idle_timeout, **picker)
     mode = "read-only" if args.read_only else "watch and steer"
-    print(f"serving run {run.run_id} ({mode}) at {page_address(sock, args.host, token)}",
-          flush=True)
+    what = f"the runs of {db_path}" if several else f"run {run.run_id}"
+    print(f"serving {what} ({mode}) at {page_address(sock, args.host, token)}", flush=True)
     if not is_loopback(sock):
         print(f"warning: listening on {args.host}, not 127.0.0.1: anyone who can reach it "
               "and learns the token can watch" + ("" if args.read_only else " and steer")
