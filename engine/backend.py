@@ -10,6 +10,7 @@ the seam is `tinker_tui.engine.policy.Policy`.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -115,6 +116,26 @@ def service_address(service_client: Any) -> str:
     from tinker.lib.base_url import resolve_base_url
 
     return resolve_base_url(getattr(service_client, "_base_url", None))
+
+
+async def context_length_of(backend: str, base_model: str) -> int | None:
+    """The base model's context in tokens, as the backend states it: the local backend from the
+    model itself (the embedded model's spec, a folder's config and tokenizer: what its sampler
+    enforces), Tinker from its server capabilities (None when it does not list the model or
+    gives no length). The policy server refuses longer prompts with this."""
+    if backend == "local":
+        from tinker_tui.engine.local.model import max_context_of
+
+        return await asyncio.to_thread(max_context_of, base_model)
+    import tinker
+
+    # The SDK's way: a RestClient, which needs no session (ServiceClient's method is deprecated).
+    capabilities: tinker.types.GetServerCapabilitiesResponse = (
+        await tinker.RestClient().get_server_capabilities())
+    for model in capabilities.supported_models:
+        if model.model_name == base_model:
+            return model.max_context_length
+    return None
 
 
 # ---------------------------------------------------------------------------- renderers

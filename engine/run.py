@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tinker_tui.engine import faults
-from tinker_tui.engine.backend import make_service_client
+from tinker_tui.engine.backend import context_length_of, make_service_client
 from tinker_tui.engine.blocking import on_daemon_thread
 from tinker_tui.engine.clock import Clock, SystemClock
 from tinker_tui.engine.config import RunConfig
@@ -39,7 +39,7 @@ from tinker_tui.engine.loop_lag import LoopLagMonitor
 from tinker_tui.engine.pipeline import Pipeline
 from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeError, ResumeState, RunLock
-from tinker_tui.engine.retry import BackendInterrupted
+from tinker_tui.engine.retry import BackendInterrupted, call_with_retry
 from tinker_tui.engine.rollout_loop import CLOSE_TIMEOUT, RolloutThread, SameLoop
 from tinker_tui.engine.run_id import new_run_id
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
@@ -132,14 +132,33 @@ class Run:
         return self._openai
 
     async def _serve(self) -> None:
-        """On the main loop: the policy server started and warmed up on the rollout loop, which
-        serves it (`_start_server`), then its address logged."""
-        await self.rollouts.run(self._start_server())
+        """On the main loop: the model's context length read from the backend, the policy
+        server started and warmed up on the rollout loop, which serves it (`_start_server`),
+        then its address logged."""
+        context_length = await self._context_length()
+        await self.rollouts.run(self._start_server(context_length))
         assert self.server is not None
+        context = "" if context_length is None else f", context {context_length} tokens"
         self._log("info", f"policy server on {self.server.base_url} "
-                          f"(token {self.server.token_hint})")
+                          f"(token {self.server.token_hint}{context})")
 
-    async def _start_server(self) -> None:
+    async def _context_length(self) -> int | None:
+        """The base model's context as the backend states it, so the policy server refuses a
+        longer prompt (`context_length_exceeded`) before it reaches the sampler. If the backend
+        cannot say, the server falls back on the tokenizer's `model_max_length`."""
+        assert self.policy is not None
+        try:
+            return await call_with_retry(
+                lambda _: context_length_of(self.backend, self.config.base_model),
+                operation="read the model's context length", policy=self.policy.retry,
+                retry=False)
+        except Exception as exc:
+            self._log("warning", f"could not read {self.config.base_model}'s context length "
+                                 f"({type(exc).__name__}: {exc}); prompts are checked against "
+                                 "the tokenizer's")
+            return None
+
+    async def _start_server(self, context_length: int | None) -> None:
         """Runs on the rollout loop, which serves it: start the policy server, then pay its
         one-time costs (`_warm_up_server`). Its module is imported in a thread: fastapi and the
         request models take a while."""
@@ -148,7 +167,8 @@ class Run:
         server = await on_daemon_thread(importlib.import_module, "tinker_tui.engine.server")
         self.server = server.PolicyServer(self.rollouts.policy_for_server(self.policy),
                                           model_name=self.task.name,
-                                          defaults=self.sampling_defaults)
+                                          defaults=self.sampling_defaults,
+                                          context_length=context_length)
         await self.server.start()
         await self._warm_up_server()
 

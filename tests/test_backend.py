@@ -13,6 +13,7 @@ from tinker_tui.engine import retry
 from tinker_tui.engine.backend import (
     BackendError,
     choose_backend,
+    context_length_of,
     make_renderer,
     make_service_client,
     renderer_name_for,
@@ -152,6 +153,33 @@ def test_the_tinker_backend_is_the_sdk_service_client(tmp_path, monkeypatch):
     policy = Policy(client, base_model="Qwen/Qwen3-8B")
     assert policy.renderer_name == "qwen3"
     assert isinstance(make_service_client("local", tmp_path), LocalServiceClient)
+
+
+async def test_the_context_length_is_the_backends(monkeypatch):
+    """Local: the model's own (what its sampler enforces). Tinker: its server capabilities,
+    read through a RestClient (the SDK's session-less client), for the exact model name."""
+    assert await context_length_of("local", DEFAULT_BASE_MODEL) == 2048
+    asked = []
+
+    class Capabilities:  # the service's answer, without the network
+        def get_server_capabilities(self):
+            asked.append("get_server_capabilities")
+
+            async def answer():
+                return tinker.types.GetServerCapabilitiesResponse(supported_models=[
+                    tinker.types.SupportedModel(model_name="Qwen/Qwen3-8B",
+                                                max_context_length=32768),
+                    tinker.types.SupportedModel(model_name="Qwen/Qwen3-4B")])
+
+            return answer()
+
+    assert inspect.signature(tinker.RestClient.get_server_capabilities).parameters.keys() == {
+        "self"}
+    monkeypatch.setattr(tinker, "RestClient", Capabilities)
+    assert await context_length_of("tinker", "Qwen/Qwen3-8B") == 32768
+    assert await context_length_of("tinker", "Qwen/Qwen3-4B") is None  # listed, no length
+    assert await context_length_of("tinker", "Qwen/Qwen3") is None  # not listed
+    assert asked == ["get_server_capabilities"] * 3
 
 
 def test_backend_is_chosen_from_credentials_up_front(monkeypatch):

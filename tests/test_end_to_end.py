@@ -34,6 +34,40 @@ async def test_headless_run_learns_and_records_everything(tmp_path):
     assert db.execute("select count(*) from log").fetchone()[0] > 0
 
 
+async def test_the_runs_policy_server_refuses_a_prompt_over_the_models_context(tmp_path):
+    """The run hands the backend's context length (the embedded model's 2048 tokens) to its
+    policy server: a longer prompt is refused with the OpenAI code, the run goes on."""
+    import openai
+    from tinker_tui.engine.events import LogEmitted
+    from tinker_tui.engine.task import Task
+    from tinker_tui.examples.yes_no_maybe import rollout as example_rollout
+
+    asked, refusals = [], []
+
+    async def rollout(client, model, scenario):
+        if not asked:  # the first rollout only
+            asked.append(scenario.id)
+            try:
+                await client.chat.completions.create(
+                    model=model, messages=[{"role": "user", "content": "yes " * 3000}],
+                    max_tokens=1)
+            except openai.BadRequestError as refused:
+                refusals.append(refused)
+        return await example_rollout(client, model, scenario)
+
+    config = RunConfig(max_steps=1, warmup_steps=0, checkpoint_every=0, group_size=2,
+                       groups_per_step=1, eval_at_start=False, eval_every=0)
+    run = Run(task=Task(name=TASK.name, scenarios=TASK.scenarios, rollout=rollout),
+              config=config, backend="local", db_path=tmp_path / "runs.db")
+    logs = []
+    run.events.subscribe(lambda e: logs.append(e.message) if isinstance(e, LogEmitted) else None)
+    assert await asyncio.wait_for(run.run(), timeout=300) == "completed"
+    [refused] = refusals
+    assert refused.code == "context_length_exceeded"
+    assert "maximum context length is 2048 tokens" in refused.message
+    assert any(m.startswith("policy server on ") and "context 2048 tokens" in m for m in logs)
+
+
 def test_sigint_stops_gracefully_with_checkpoint_and_rows(tmp_path):
     db_path = tmp_path / "runs.db"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
