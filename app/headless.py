@@ -8,9 +8,10 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tinker_tui.engine import metric_keys as keys
+from tinker_tui.engine.control import Session
 from tinker_tui.engine.events import (
     DISCARD_REASONS,
     CheckpointSaved,
@@ -25,6 +26,8 @@ from tinker_tui.engine.events import (
     TrackerReported,
 )
 
+if TYPE_CHECKING:
+    from tinker_tui.engine.control_server import ControlServer
 
 class HeadlessReporter:
     """Prints what a person watching a log needs; subscribe `handle` to the event bus. The
@@ -191,12 +194,12 @@ def _keep_until(path: Path, step: int) -> None:
     os.replace(tmp, path)
 
 
-async def start_control_endpoint(session: Any, out: TextIO | None = None) -> Any:
+async def start_control_endpoint(session: Session, out: TextIO | None = None
+                                 ) -> ControlServer | None:
     """Serve the session's control on 127.0.0.1 for `tinker-tui attach`, with its address
     and token in a 0600 file beside the store; None for a session without a store.
     Call `stop()` on the result when the run is over (it removes the file)."""
-    db_path = getattr(session, "db_path", None)
-    run_id = getattr(session, "run_id", None)
+    db_path, run_id = session.db_path, session.run_id
     if db_path is None or not run_id:
         return None
     from tinker_tui.engine.control_server import ControlServer, control_file_path

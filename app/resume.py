@@ -12,12 +12,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tinker_tui.engine.errors import UsageError
 
+if TYPE_CHECKING:
+    from tinker_tui.engine.config import RunConfig
+    from tinker_tui.engine.task import Task
 
-def resume_plan(args: argparse.Namespace, task: Any, db_path: Path) -> tuple[Any, str, str]:
+
+def resume_plan(args: argparse.Namespace, task: Task, db_path: Path
+                ) -> tuple[RunConfig, str, str]:
     """(settings, backend, run id) of the run `args.resume` names (see the module
     docstring); `args.run_id`, when set, names it instead (the run a dashboard resolved
     before starting the engine). UsageError for a run that cannot be resumed. Nothing

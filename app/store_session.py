@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from tinker_tui.engine.clock import Clock, FakeClock, SystemClock
 from tinker_tui.engine.control import Control
-from tinker_tui.engine.control_server import ControlUnavailable
+from tinker_tui.engine.control_server import ControlUnavailable, RemoteControl
 from tinker_tui.engine.events import (
     Event,
     EventBus,
@@ -54,6 +54,10 @@ class ReadOnlyControl:
 
     @property
     def paused(self) -> bool:
+        return False
+
+    @property
+    def stopping(self) -> bool:
         return False
 
     def _refuse(self, *args: object, **kwargs: object) -> None:
@@ -114,8 +118,8 @@ class StoreSession:
         self.follow = follow
         self.poll_interval = poll_interval
         self.engine = engine
-        self.read_only = bool(getattr(self.control, "read_only", False))
-        self.remote = follow or bool(getattr(self.control, "remote", False))
+        self.read_only = isinstance(control, ReadOnlyControl) and control.read_only
+        self.remote = follow or isinstance(control, RemoteControl)
         self.attached = follow
         self.finished: RunFinished | None = None
         #: Whether `read_tail` has read what the engine wrote after the run's end.
@@ -230,7 +234,7 @@ class StoreSession:
             await asyncio.sleep(self.poll_interval)
 
     async def _connect(self, control_file: Path) -> None:
-        from tinker_tui.engine.control_server import ControlClient, RemoteControl
+        from tinker_tui.engine.control_server import ControlClient
 
         try:
             control = RemoteControl(ControlClient.from_file(control_file))
@@ -264,13 +268,13 @@ class StoreSession:
     async def _refresh_control(self) -> str | None:
         """Refresh the control's state (knobs, paused) now and then; what went wrong, if
         the endpoint could not be reached."""
-        refresh = getattr(self.control, "refresh", None)
+        control = self.control
         now = time.monotonic()
-        if refresh is None or now < self._next_control_refresh:
+        if not isinstance(control, RemoteControl) or now < self._next_control_refresh:
             return None
         self._next_control_refresh = now + self.CONTROL_REFRESH
         try:
-            await asyncio.to_thread(refresh)
+            await asyncio.to_thread(control.refresh)
         except (ControlUnavailable, PermissionError, ValueError) as exc:
             return str(exc)
         self._warned_unreachable = False

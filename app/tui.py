@@ -54,8 +54,9 @@ from tinker_tui.app.screens.help import HelpScreen
 from tinker_tui.app.screens.knob_edit import KnobEditScreen
 from tinker_tui.app.screens.metrics import MetricsScreen
 from tinker_tui.app.screens.rollouts import RolloutsScreen
+from tinker_tui.app.screens.run_view import DashboardHost, RunView
 from tinker_tui.app.screens.too_small import TooSmallScreen, too_small
-from tinker_tui.engine.clock import Clock, SystemClock
+from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import LIVE_KNOBS
 from tinker_tui.engine.control import Session
 from tinker_tui.engine.events import RunStatus
@@ -81,8 +82,7 @@ class TinkerTuiApp(App[None]):
 
     Args:
         session: The run to watch and steer (see the module docstring).
-        clock: The clock the session stamps events with; rates are computed against it.
-            Defaults to the session's `clock` attribute, else the system clock.
+        clock: The clock rates are computed against; defaults to the session's.
         refresh_interval: Seconds between redraws.
         log_lines: How many log lines the model and the log pane keep.
         summary: Folds the run's events for the finish screen (and the command's summary
@@ -138,10 +138,7 @@ class TinkerTuiApp(App[None]):
     ) -> None:
         super().__init__()
         self.session = session
-        if clock is None:
-            session_clock = getattr(session, "clock", None)
-            clock = session_clock if hasattr(session_clock, "now") else SystemClock()
-        self.clock: Clock = clock
+        self.clock: Clock = clock if clock is not None else session.clock
         self.refresh_interval = refresh_interval
         self.log_lines = log_lines
         self.model = RunModel(self.clock, log_lines=log_lines)
@@ -158,9 +155,9 @@ class TinkerTuiApp(App[None]):
             db_path=getattr(session, "db_path", None))
         self._held_signals = held_signals if held_signals is not None else []
         #: A session this process does not drive and cannot steer (a stored run).
-        self.read_only = bool(getattr(session, "read_only", False))
+        self.read_only = session.read_only
         #: A session driven by another process (commands go over its control endpoint).
-        self.attached = bool(getattr(session, "attached", False))
+        self.attached = session.attached
         self.mode_label = ("read-only" if self.read_only and self.attached
                            else "finished run" if self.read_only
                            else "attached" if self.attached else "")
@@ -309,9 +306,8 @@ class TinkerTuiApp(App[None]):
         try:
             now = self.clock.now()
             for screen in self.screen_stack:
-                update = getattr(screen, "update_from_model", None)
-                if update is not None and screen.is_mounted:
-                    update(self.model, now)
+                if isinstance(screen, RunView | TooSmallScreen) and screen.is_mounted:
+                    screen.update_from_model(self.model, now)
             self.sync_bindings()
             if isinstance(self.screen, TooSmallScreen) and not too_small(*self.size):
                 self.pop_screen()
@@ -345,7 +341,7 @@ class TinkerTuiApp(App[None]):
         For a run in another process the call is an HTTP request: it runs in a thread so a
         busy run never freezes the dashboard.
         """
-        if getattr(self.session, "remote", False):
+        if self.session.attached:
             self.run_worker(lambda: self._send_blocking(description, command), thread=True,
                             group="control", exit_on_error=False)
             return True
@@ -571,16 +567,20 @@ class TinkerTuiApp(App[None]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """The command palette (`ctrl+p`, `:`): every command and view, and each knob."""
-        commands: list[tuple[str, str, str]] = [
-            ("Pause", "No new rollouts start; in-flight ones finish", "pause"),
-            ("Resume", "Start rollouts again", "resume"),
-            ("Checkpoint now", "Save a full checkpoint after the current step", "checkpoint"),
-            ("Evaluate now", "Run the evaluator on the current policy", "eval"),
-            ("Stop the run", "Finish the step, checkpoint, flush, exit", "stop"),
+        commands: list[tuple[str, str, str, Callable[[], object]]] = [
+            ("Pause", "No new rollouts start; in-flight ones finish", "pause",
+             self.action_pause),
+            ("Resume", "Start rollouts again", "resume", self.action_resume),
+            ("Checkpoint now", "Save a full checkpoint after the current step", "checkpoint",
+             self.action_checkpoint),
+            ("Evaluate now", "Run the evaluator on the current policy", "eval",
+             self.action_eval),
+            ("Stop the run", "Finish the step, checkpoint, flush, exit", "stop",
+             self.action_stop),
         ]
-        for title, help_text, action in commands:
+        for title, help_text, action, call in commands:
             if self.allowed(action):
-                yield SystemCommand(title, help_text, getattr(self, f"action_{action}"))
+                yield SystemCommand(title, help_text, call)
         for view in VIEWS:
             yield SystemCommand(f"View: {view}", f"Show the {view} view",
                                 lambda view=view: self.action_view(view))
@@ -607,3 +607,9 @@ class TinkerTuiApp(App[None]):
         if self._refresh_timer is not None:
             self._refresh_timer.stop()
         super().exit(result, return_code, message)
+
+
+if TYPE_CHECKING:  # the screens reach the app only through `DashboardHost`: mypy checks it
+
+    def _screens_host(app: TinkerTuiApp) -> DashboardHost:
+        return app

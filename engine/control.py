@@ -1,23 +1,30 @@
-"""The one control interface through which the UI, signal handlers and (later) other
-processes steer a run, and the session shape a front end drives.
+"""The one control interface through which the UI, signal handlers and other processes
+steer a run, and the session shape every front end drives.
 
-Front ends never reach into the pipeline; they call these methods and watch events.
+Front ends never reach into the pipeline; they call these methods and watch events. A
+`Session` is everything the dashboard and the headless runner use of a run: the engine's
+`Run` (this process drives it, headless), `app.store_session.StoreSession` (a stored run,
+or one another process drives: the engine process a dashboard started, or one it attached to) and the tests' scripted fake all implement it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Protocol
 
-from tinker_tui.engine.config import LIVE_KNOBS
+from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.events import EventBus, RunStatus
-
-__all__ = ["LIVE_KNOBS", "Control", "Session"]  # LIVE_KNOBS: defined with the settings
 
 
 class Control(Protocol):
     @property
     def paused(self) -> bool: ...
+
+    @property
+    def stopping(self) -> bool:
+        """A graceful stop was asked for; the run is winding down."""
+        ...
 
     def pause(self, reason: str = "paused by user") -> None:
         """No new rollouts start; in-flight ones finish; the trainer finishes its step."""
@@ -46,8 +53,35 @@ class Control(Protocol):
 class Session(Protocol):
     """A run as a front end sees it: events out, commands in, and a coroutine to drive it."""
 
-    events: EventBus
-    control: Control
+    @property
+    def events(self) -> EventBus: ...
+
+    @property
+    def control(self) -> Control: ...
+
+    @property
+    def clock(self) -> Clock:
+        """The clock the run's events are stamped with; rates are computed against it."""
+        ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def db_path(self) -> Path | None:
+        """The run store the run records to (or is read from); None: no store."""
+        ...
+
+    @property
+    def read_only(self) -> bool:
+        """Nothing to steer: a stored run (`show`); every command is refused."""
+        ...
+
+    @property
+    def attached(self) -> bool:
+        """Driven by another process: commands go over its control endpoint (blocking
+        calls, so a front end sends them from a thread) and leaving only detaches."""
+        ...
 
     async def run(self) -> RunStatus:
         """Run to the end (or until stopped); returns how it ended."""

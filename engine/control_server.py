@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tinker_tui.engine.control import LIVE_KNOBS, Control
+from tinker_tui.engine.config import LIVE_KNOBS
+from tinker_tui.engine.control import Control
 from tinker_tui.engine.errors import UsageError
 
 logger = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ def control_state(control: Control, run_id: str = "") -> dict[str, Any]:
     return {
         "run_id": run_id,
         "paused": bool(control.paused),
-        "stopping": bool(getattr(control, "stopping", False)),
+        "stopping": control.stopping,
         "knobs": dict(control.knobs()),
     }
 
@@ -303,8 +304,6 @@ class RemoteControl:
     `paused`, `stopping` and `knobs()` answer from the last state the server sent (after
     every command, and whenever `refresh()` is called), so reading them never blocks.
     """
-
-    remote = True
 
     def __init__(self, client: ControlClient) -> None:
         self.client = client

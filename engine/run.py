@@ -57,6 +57,11 @@ _SESSION_STATUS = {"completed": "success", "stopped": "interrupted", "failed": "
 
 
 class Run:
+    """The engine's `Session` (see `engine.control`): this process drives the run."""
+
+    read_only = False
+    attached = False
+
     def __init__(
         self,
         *,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.clock import FakeClock
@@ -274,6 +275,10 @@ class FakeControl:
     def paused(self) -> bool:
         return self._paused
 
+    @property
+    def stopping(self) -> bool:
+        return self.stop_requested.is_set()
+
     def _command(self, command: str, **args: object) -> None:
         self._session.publish(
             CommandReceived(time=self._session.clock.now(), command=command, args=args)
@@ -343,7 +348,7 @@ class FakeControl:
 
 
 class FakeSession:
-    """Implements `engine.control.Session` with a scripted run.
+    """Implements `engine.control.Session` with a scripted run (driven here, no store).
 
     Args:
         clock: The clock the events are stamped with (a fresh `FakeClock(0)` by default).
@@ -367,6 +372,10 @@ class FakeSession:
     ) -> None:
         self.clock = clock if clock is not None else FakeClock(0.0)
         self.script = script or scripted_events
+        self.run_id = "run-0001"
+        self.db_path: Path | None = None
+        self.read_only = False
+        self.attached = False
         self.events = EventBus()
         self.control = FakeControl(self)
         self.fail_with = fail_with
@@ -428,7 +437,7 @@ class LiveFakeSession(FakeSession):
 
         super().__init__()
         self.clock = SystemClock()  # type: ignore[assignment]
-        self.db_path = db_path
+        self.db_path = Path(db_path)
         self.run_id = run_id
         self.step_seconds = step_seconds
         self.max_steps = max_steps

@@ -26,6 +26,7 @@ from tinker_tui.app.commands.run import EXIT_OK, add_db_option, store_path
 from tinker_tui.engine.errors import UsageError
 
 if TYPE_CHECKING:
+    from tinker_tui.engine.control import Session
     from tinker_tui.engine.store import StoredRun
 
 FIND_RUN_TIMEOUT = 15.0  # seconds to wait for a just-started run to appear in the store
@@ -95,7 +96,7 @@ async def wait_for_run(db_path: Path, run_id: str, timeout: float = FIND_RUN_TIM
             await asyncio.sleep(0.25)  # the run has started but not yet written its row
 
 
-async def follow_headless(session: Any) -> int:
+async def follow_headless(session: Session) -> int:
     from tinker_tui.app.headless import HeadlessReporter
     from tinker_tui.app.run_summary import SummaryCollector, summary_lines
 

@@ -24,9 +24,16 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_tui.engine.errors import EXIT_HEALTH_STOP, UsageError
+
+if TYPE_CHECKING:
+    from tinker_tui.engine.clock import Clock
+    from tinker_tui.engine.config import RunConfig
+    from tinker_tui.engine.control import Session
+    from tinker_tui.engine.run import Run
+    from tinker_tui.engine.task import Task
 
 EXIT_OK = 0
 SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -163,7 +170,7 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
-def load_task(name: str) -> Any:
+def load_task(name: str) -> Task:
     """The checked task: a built-in name, a task file or a module (see app.task_loader)."""
     from tinker_tui.app.task_loader import load_task as load
 
@@ -177,8 +184,8 @@ def load_task(name: str) -> Any:
 class RunPlan:
     """A run that passed every check that needs no model: what `build_session` builds."""
 
-    task: Any
-    config: Any
+    task: Task
+    config: RunConfig
     backend: str
     db_path: Path
     run_id: str | None = None  # set when resuming, or pinned by `--run-id`
@@ -229,7 +236,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
                    run_id=getattr(args, "run_id", None))
 
 
-def build_session(plan: RunPlan, clock: Any = None, *, headless: bool = False) -> Any:
+def build_session(plan: RunPlan, clock: Clock | None = None, *, headless: bool = False) -> Run:
     """The engine's `Run` for a checked plan (imports torch and the backend). `headless`:
     no dashboard watches it, so a health pause stops it (on_health_pause = auto)."""
     from tinker_tui.engine.run import Run
@@ -240,7 +247,7 @@ def build_session(plan: RunPlan, clock: Any = None, *, headless: bool = False) -
     return run
 
 
-def make_session(args: argparse.Namespace) -> Any:
+def make_session(args: argparse.Namespace) -> Run:
     return build_session(plan_run(args))
 
 
@@ -250,7 +257,7 @@ def wants_ui(args: argparse.Namespace) -> bool:
     return sys.stdout.isatty() and sys.stderr.isatty()
 
 
-async def run_headless(session: Any, *, stop_timeout: float = STOP_TIMEOUT,
+async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
                        task: str = "") -> int:
     """Run without a dashboard; its last lines are the run's summary (`app.run_summary`;
     `task`: how the command line named the task, for the command that continues it).
@@ -265,9 +272,9 @@ async def run_headless(session: Any, *, stop_timeout: float = STOP_TIMEOUT,
     from tinker_tui.app.run_summary import SummaryCollector, summary_lines
 
     session.events.subscribe(HeadlessReporter().handle)
-    summary = SummaryCollector(task=task, db_path=getattr(session, "db_path", None))
+    summary = SummaryCollector(task=task, db_path=session.db_path)
     session.events.subscribe(summary.handle)
-    metrics = MetricsFile(Path(session.db_path).parent) if hasattr(session, "db_path") else None
+    metrics = MetricsFile(session.db_path.parent) if session.db_path is not None else None
     if metrics is not None:
         session.events.subscribe(metrics.handle)
     endpoint = await start_control_endpoint(session)  # for `tinker-tui attach`

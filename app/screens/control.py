@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Label
 from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.screens.run_view import RunView
 from tinker_tui.app.widgets.commands import CommandsTable
 from tinker_tui.app.widgets.knobs import KnobsTable
 from tinker_tui.app.widgets.status_bar import RunStatusPanel
 
 
-class ControlScreen(Screen):
+class ControlScreen(RunView):
     """Steer the run: knobs and commands."""
 
     AUTO_FOCUS = "#knobs"
@@ -22,7 +22,7 @@ class ControlScreen(Screen):
         super().__init__(id="control")
 
     def compose(self) -> ComposeResult:
-        yield RunStatusPanel(id="status", mode=getattr(self.app, "mode_label", ""))
+        yield RunStatusPanel(id="status", mode=self.host.mode_label)
         with Vertical(id="control-panes"):
             yield KnobsTable(id="knobs")
             with Horizontal(id="control-actions"):
@@ -37,9 +37,7 @@ class ControlScreen(Screen):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if isinstance(event.data_table, KnobsTable):
             event.stop()
-            edit = getattr(self.app, "edit_knob", None)
-            if edit is not None:
-                edit(event.data_table.selected_knob)
+            self.host.edit_knob(event.data_table.selected_knob)
 
     async def on_button_pressed(self, event: Button.Pressed) -> None:
         action = {
@@ -54,13 +52,9 @@ class ControlScreen(Screen):
 
     def update_from_model(self, model: RunModel, now: float) -> None:
         self.query_one(RunStatusPanel).update_from_model(model, now)
-        live = {}
-        knobs = getattr(self.app, "live_knobs", None)
-        if knobs is not None:
-            live = knobs()
-        self.query_one(KnobsTable).update_from_model(model, live)
+        self.query_one(KnobsTable).update_from_model(model, self.host.live_knobs())
         self.query_one(CommandsTable).update_from_model(model)
-        read_only = bool(getattr(self.app, "read_only", False))
+        read_only = self.host.read_only
         paused = model.state == "paused"
         pause = self.query_one("#action-pause", Button)
         label = "Resume" if paused else "Pause"

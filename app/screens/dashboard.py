@@ -5,9 +5,9 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
-from textual.screen import Screen
 from textual.widgets import Footer
 from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.screens.run_view import RunView
 from tinker_tui.app.widgets.chart_pane import ChartPane
 from tinker_tui.app.widgets.checkpoints import CheckpointsTable
 from tinker_tui.app.widgets.discarded import DiscardedPanel
@@ -16,7 +16,7 @@ from tinker_tui.app.widgets.status_bar import RunStatusPanel
 from tinker_tui.app.widgets.throughput import ThroughputPanel
 
 
-class DashboardScreen(Screen):
+class DashboardScreen(RunView):
     """The run at a glance. The panes do not watch events themselves: the app calls
     `update_from_model` on a timer. `tab` moves between panes, `+` maximizes one."""
 
@@ -30,14 +30,14 @@ class DashboardScreen(Screen):
         super().__init__(id="dashboard")
 
     def compose(self) -> ComposeResult:
-        yield RunStatusPanel(id="status", mode=getattr(self.app, "mode_label", ""))
+        yield RunStatusPanel(id="status", mode=self.host.mode_label)
         with Grid(id="panes"):
             yield ThroughputPanel(id="throughput")
             yield DiscardedPanel(id="discarded")
             # the chart's module imports numpy: it loads after the first frame
             yield ChartPane("Reward", lambda charts: charts.RewardsChart(), id="rewards")
             yield CheckpointsTable(id="checkpoints")
-            yield LogPanel(id="log", max_lines=getattr(self.app, "log_lines", 500))
+            yield LogPanel(id="log", max_lines=self.host.log_lines)
         yield Footer(compact=True)
 
     def action_cycle_log_level(self) -> None:
@@ -45,9 +45,7 @@ class DashboardScreen(Screen):
 
         log = self.query_one(LogPanel)
         log.set_minimum(next_log_level(log.minimum))
-        refresh = getattr(self.app, "refresh_panes", None)
-        if refresh is not None:
-            refresh()
+        self.host.refresh_panes()
 
     def update_from_model(self, model: RunModel, now: float) -> None:
         self.query_one(RunStatusPanel).update_from_model(model, now)

@@ -10,6 +10,7 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
+from tinker_tui.app.screens.run_view import host
 
 KEYS: tuple[tuple[str, str], ...] = (
     ("p", "pause / resume (no new rollouts start; in-flight ones finish)"),
@@ -65,7 +66,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-dialog", classes="dialog"):
-            yield Static(help_content(getattr(self.app, "mode_label", "")), id="help-text")
+            yield Static(help_content(host(self.app).mode_label), id="help-text")
 
     def on_mount(self) -> None:
         dialog = self.query_one("#help-dialog")
@@ -81,7 +82,7 @@ class HelpScreen(ModalScreen[None]):
         width = self.query_one("#help-text", Static).content_region.width
         if width > 0:
             self.query_one("#help-text", Static).update(
-                help_content(getattr(self.app, "mode_label", ""), width))
+                help_content(host(self.app).mode_label, width))
 
     def action_close(self) -> None:
         self.dismiss(None)

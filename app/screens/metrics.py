@@ -14,10 +14,10 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Label, SelectionList
 from textual.widgets.selection_list import Selection
 from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.screens.run_view import RunView
 from tinker_tui.app.widgets.status_bar import RunStatusPanel
 
 
@@ -26,7 +26,7 @@ def chart_id(key: str) -> str:
     return "metric-" + "".join(c if c.isalnum() else f"_{ord(c):x}_" for c in key)
 
 
-class MetricsScreen(Screen):
+class MetricsScreen(RunView):
     """Charts of the run's metrics by step; `m` shows or hides the picker."""
 
     AUTO_FOCUS = ""
@@ -48,7 +48,7 @@ class MetricsScreen(Screen):
         self._shown: list[str] = []
 
     def compose(self) -> ComposeResult:
-        yield RunStatusPanel(id="status", mode=getattr(self.app, "mode_label", ""))
+        yield RunStatusPanel(id="status", mode=self.host.mode_label)
         with Horizontal(id="metrics-panes"):
             yield SelectionList[str](id="metric-picker")
             with VerticalScroll(id="metric-scroll"):

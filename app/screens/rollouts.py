@@ -11,15 +11,15 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.screen import Screen
 from textual.widgets import Footer, Input, Tree
 from tinker_tui.app.run_model import RolloutFilter, RunModel
+from tinker_tui.app.screens.run_view import RunView
 from tinker_tui.app.widgets.rollout_detail import RolloutDetail
 from tinker_tui.app.widgets.rollouts_tree import RolloutRef, RolloutsTree
 from tinker_tui.app.widgets.status_bar import RunStatusPanel
 
 
-class RolloutsScreen(Screen):
+class RolloutsScreen(RunView):
     """Browse every sampled group and trajectory; discarded groups carry their reason."""
 
     AUTO_FOCUS = "#rollout-tree"
@@ -34,7 +34,7 @@ class RolloutsScreen(Screen):
         self._model: RunModel | None = None
 
     def compose(self) -> ComposeResult:
-        yield RunStatusPanel(id="status", mode=getattr(self.app, "mode_label", ""))
+        yield RunStatusPanel(id="status", mode=self.host.mode_label)
         yield Input(placeholder="filter: reward<0.5  stale  discarded  scenario:q03  words…",
                     id="rollout-filter", select_on_focus=False)
         with Horizontal(id="rollout-panes"):
