@@ -25,9 +25,13 @@ import traceback
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_tui.engine.errors import UsageError
+
+if TYPE_CHECKING:
+    from tinker_tui.engine.config import RunConfig
+    from tinker_tui.engine.task import Task
 
 #: Built-in task names and where they live.
 BUILTIN_TASKS = {
@@ -47,7 +51,7 @@ class TaskLoadError(UsageError):
 
 
 # ---------------------------------------------------------------------- tasks
-def load_task(spec: str) -> Any:
+def load_task(spec: str) -> Task:
     """The checked `Task` named by `spec` (a built-in name, a file or a module)."""
     from tinker_tui.engine.config import SETTINGS
     from tinker_tui.engine.task import TaskError, check_task
@@ -107,9 +111,9 @@ def _import_file(path: Path) -> types.ModuleType:
         if not path.exists():
             from tinker_tui.app.cli import did_you_mean
 
-            folder = path.parent
+            parent = path.parent
             try:
-                near = [str(folder / p.name) for p in folder.glob("*.py")][:200]
+                near = [str(parent / p.name) for p in parent.glob("*.py")][:200]
             except OSError:
                 near = []
             hint = did_you_mean(str(path), near)
@@ -169,7 +173,7 @@ def _import_failure(what: str, exc: BaseException, path: Path | None) -> str:
     return f"{what} failed to load{line}: {kind}{exc}"
 
 
-def _located(task: Any, where: str) -> Any:
+def _located(task: Task, where: str) -> Task:
     """The task with its rollout wrapped so rollout mistakes name the task's file."""
     from tinker_tui.engine.task import group_rollout_of
 
@@ -274,9 +278,9 @@ def _type_name(expected: Any) -> str:
             str: "a string"}.get(expected, str(expected))
 
 
-def layered_config(task: Any, backend: str, file_settings: dict[str, Any] | None = None,
+def layered_config(task: Task, backend: str, file_settings: dict[str, Any] | None = None,
                    flags: dict[str, Any] | None = None, *, config_path: Path | None = None,
-                   where: str | None = None) -> Any:
+                   where: str | None = None) -> RunConfig:
     """RunConfig from, later winning: engine defaults, the task's settings, the task's
     settings for this backend, the TOML file, flags. A bad value is a usage error naming
     where it came from."""
@@ -299,7 +303,7 @@ def layered_config(task: Any, backend: str, file_settings: dict[str, Any] | None
     return config
 
 
-def task_source(task: Any) -> str | None:
+def task_source(task: Task) -> str | None:
     """Where a loaded task came from (its file or module), for messages."""
     from tinker_tui.engine.task import group_rollout_of
 

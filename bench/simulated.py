@@ -20,6 +20,7 @@ class SimulatedPolicy:
     def __init__(self, train_seconds: float = 0.005) -> None:
         self.version = 0
         self.train_seconds = train_seconds
+        self.tokenizer = None  # rollouts give their messages
         self.trained_batches: list[list[int]] = []
         self.saved: list[str] = []
         self.train_time = 0.0

@@ -289,6 +289,8 @@ class ControlClient:
             raise PermissionError(f"control endpoint {self.url} refused the token")
         if response.status != 200:
             raise ValueError(str(data.get("error", f"HTTP {response.status}")))
+        if not isinstance(data, dict):
+            raise ValueError(f"control endpoint {self.url} answered {data!r}, not an object")
         return data
 
     def state(self) -> dict[str, Any]:

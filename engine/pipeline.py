@@ -432,7 +432,7 @@ class Pipeline:
 
     def _summary(self, trajectory: Trajectory) -> TrajectorySummary:
         messages: tuple[Any, ...] = trajectory.messages
-        tokenizer = getattr(self.policy, "tokenizer", None)
+        tokenizer = self.policy.tokenizer
         if not messages and tokenizer is not None:
             last = trajectory.turns[-1]
             text = tokenizer.decode(list(last.prompt_tokens) + list(last.tokens))
@@ -443,6 +443,7 @@ class Pipeline:
                                  metrics=dict(trajectory.metrics))
 
     async def _rollout(self, client: Any, scenario: Scenario) -> Trajectory:
+        assert self.task.rollout is not None  # check_task: a rollout, or a group_rollout
         limit = self.config.rollout_timeout or None
         try:
             async with asyncio.timeout(limit):
@@ -477,7 +478,7 @@ class Pipeline:
         return f"task {part_task.name!r}"
 
     # ------------------------------------------------------------------ trainer
-    def _discard_counts(self, reason: str) -> None:
+    def _discard_counts(self, reason: DiscardReason) -> None:
         self._discards_this_step[reason] += 1
 
     def _consumed(self, group_id: int) -> int:
@@ -635,7 +636,7 @@ class Pipeline:
             self._best_group_reward = max(self._best_group_reward, reward)
         self._recent_groups.append((outcome, reward))
         window = self._recent_groups
-        if len(window) < window.maxlen or self._paused or self._stopping:
+        if len(window) < self.config.health_window or self._paused or self._stopping:
             return
         errors = sum(o == "error" for o, _ in window) / len(window)
         collapsed = sum(o == "zero_variance" for o, _ in window) / len(window)

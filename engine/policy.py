@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import tinker
 from tinker_tui.engine import metric_keys as keys
@@ -55,6 +55,14 @@ if TYPE_CHECKING:
     from tinker_tui.engine.config import RunConfig
     from tinker_tui.engine.events import Event
 
+
+T = TypeVar("T")
+
+
+def _loss_inputs(**arrays: Sequence[float]) -> tinker.types.LossFnInputs:
+    """Per-token loss inputs as plain lists: `tinker.Datum` turns each into its TensorData
+    (with the dtype its key needs), though its annotation names only TensorData."""
+    return cast("tinker.types.LossFnInputs", dict(arrays))
 
 class UnknownVersionError(TinkerTuiError, LookupError):
     """A policy version that this run does not serve (never existed, or evicted)."""
@@ -272,8 +280,8 @@ class Policy:
         if wait.retrying or self._once_per(self.retry.slow_after * 0.9, "slow", wait.operation):
             self._log("warning", wait.describe())
 
-    async def _call(self, operation: str, call: Callable[[int], Awaitable[Any]], *,
-                    retry: bool = True, abandon_on_stop: bool = False) -> Any:
+    async def _call(self, operation: str, call: Callable[[int], Awaitable[T]], *,
+                    retry: bool = True, abandon_on_stop: bool = False) -> T:
         return await call_with_retry(call, operation=operation, policy=self.retry,
                                      on_wait=self._report_wait, retry=retry,
                                      context=self.wait_context,
@@ -582,7 +590,8 @@ class Policy:
             weight_list = [float(w) for w in weights.tolist()]
             datums.append(tinker.Datum(
                 model_input=tinker.ModelInput.from_ints(tokens[:-1]),
-                loss_fn_inputs={"target_tokens": tokens[1:], "weights": weight_list[1:]}))
+                loss_fn_inputs=_loss_inputs(target_tokens=tokens[1:],
+                                            weights=weight_list[1:])))
         return datums
 
     async def train_supervised(
@@ -610,7 +619,7 @@ class Policy:
         training = self.training_client
         response = await self._call("save state", lambda attempt: training.save_state(
             name, overwrite=attempt > 1, user_metadata=dict(metadata or {})))
-        return response.path
+        return str(response.path)
 
     async def load_training_state(self, path: str) -> None:
         """Replace the training client's weights and optimizer state with a saved state of
@@ -633,7 +642,7 @@ class Policy:
             name, overwrite=attempt > 1))
         await self._record_checkpoint(CheckpointRecord(
             "state", self.version if step is None else step, name, response.path))
-        return response.path
+        return str(response.path)
 
     async def _record_checkpoint(self, record: CheckpointRecord) -> None:
         self.checkpoints.append(record)

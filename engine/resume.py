@@ -24,9 +24,12 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_tui.engine.store import StoreError
+
+if TYPE_CHECKING:
+    from tinker_tui.engine.task import Scenario, Task
 
 try:
     import fcntl
@@ -97,11 +100,11 @@ class ScenarioSource:
     Replaying to `next_position` costs one generator step per position.
     """
 
-    def __init__(self, task: Any, rng: random.Random, *, next_position: int = 0,
+    def __init__(self, task: Task, rng: random.Random, *, next_position: int = 0,
                  redo: Iterable[int] = (), rng_state: Any = None) -> None:
         self._rng = rng
         self._iter = iter(task.scenarios(rng))
-        self._redo: deque[tuple[int, Any]] = deque()
+        self._redo: deque[tuple[int, Scenario]] = deque()
         self.next_position = 0
         wanted = set(redo)
         while self.next_position < next_position:
@@ -124,7 +127,7 @@ class ScenarioSource:
                 self.reproducible = False
                 rng.setstate(saved)
 
-    def draw(self) -> tuple[int, Any]:
+    def draw(self) -> tuple[int, Scenario]:
         """(position, scenario) of the next scenario to run."""
         if self._redo:
             return self._redo.popleft()

@@ -68,8 +68,8 @@ class RetryPolicy:
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """Backoff before retry number `attempt` (1-based): base * 2^(attempt-1), capped,
         with up to 25 % jitter either way."""
-        raw = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
-        jitter = (rng or random).uniform(-0.25, 0.25)
+        raw = min(self.max_delay, self.base_delay * 2.0 ** (attempt - 1))
+        jitter = (rng.uniform if rng is not None else random.uniform)(-0.25, 0.25)
         return max(0.0, raw * (1 + jitter))
 
 

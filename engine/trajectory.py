@@ -62,7 +62,7 @@ class SampledTurn:
 def _extra_fields(choice: Any) -> dict[str, Any]:
     extra = getattr(choice, "model_extra", None)
     if extra:
-        return extra
+        return dict(extra)
     return {name: getattr(choice, name, None) for name in
             ("prompt_token_ids", "token_ids", "token_logprobs", "policy_version")}
 

@@ -13,10 +13,12 @@ import asyncio
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import LIVE_KNOBS, check_knob
+from tinker_tui.engine.control import Session
 from tinker_tui.engine.events import (
     CheckpointSaved,
     CommandReceived,
@@ -36,6 +38,9 @@ from tinker_tui.engine.events import (
     ThroughputMeasured,
     TrajectorySummary,
 )
+
+if TYPE_CHECKING:
+    from textual.pilot import Pilot
 
 NUM_STEPS = 20
 MAX_STEPS = 50
@@ -391,7 +396,7 @@ class FakeSession:
         if isinstance(event, StepTrained):
             self.step = event.step
         if isinstance(event, CommandReceived) and event.command == "set":
-            self.control._knobs[str(event.args["name"])] = event.args["value"]  # type: ignore
+            self.control._knobs[str(event.args["name"])] = event.args["value"]
         self.published.append(event)
         self.events.publish(event)
 
@@ -445,6 +450,7 @@ class LiveFakeSession(FakeSession):
     async def run(self) -> RunStatus:
         from tinker_tui.engine.store import RunStore
 
+        assert self.db_path is not None
         store = await RunStore.open(self.db_path)
         self.events.subscribe(store.handle)
         try:
@@ -536,7 +542,7 @@ def finished_events(clock: FakeClock) -> list[Event]:
     return events
 
 
-async def wait_for_charts(pilot, timeout: float = 10.0) -> None:
+async def wait_for_charts(pilot: Pilot[None], timeout: float = 10.0) -> None:
     """Let the app run until every chart pane (loaded after the first frame) has its chart."""
     from tinker_tui.app.widgets.chart_pane import ChartPane
 
@@ -547,3 +553,9 @@ async def wait_for_charts(pilot, timeout: float = 10.0) -> None:
         if loop.time() > deadline:
             raise AssertionError("the charts did not load")
         await pilot.pause(0.02)
+
+
+if TYPE_CHECKING:  # mypy (tests/typecheck.py) checks the fake is a session the app can drive
+
+    def _fake_is_a_session(session: FakeSession, live: LiveFakeSession) -> list[Session]:
+        return [session, live]

@@ -27,6 +27,7 @@ from tinker_tui.engine.errors import UsageError
 
 if TYPE_CHECKING:
     from tinker_tui.engine.control import Session
+    from tinker_tui.engine.control_server import RemoteControl
     from tinker_tui.engine.store import StoredRun
 
 FIND_RUN_TIMEOUT = 15.0  # seconds to wait for a just-started run to appear in the store
@@ -69,7 +70,7 @@ def control_file_for(db_path: Path, wanted: str | None) -> Path:
     return files[0]
 
 
-def connect(control_file: Path) -> tuple[Any, str]:
+def connect(control_file: Path) -> tuple[RemoteControl, str]:
     """A `RemoteControl` that answered, and the run id it controls."""
     from tinker_tui.engine.control_server import ControlClient, ControlUnavailable, RemoteControl
 

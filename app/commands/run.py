@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from tinker_tui.engine.task import Task
 
 EXIT_OK = 0
-SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+SIGNAL_EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
 DEFAULT_DB = Path("runs") / "tinker-tui.db"
 #: Seconds a graceful stop may take after SIGINT/SIGTERM before the run is cancelled.
 STOP_TIMEOUT = 60.0

@@ -52,7 +52,9 @@ class ChartPane(Vertical):
 
     def _import(self) -> None:
         module = importlib.import_module(CHART_MODULE)
-        self.app.call_from_thread(self._mount_chart, module)
+        # textual types the callback as `T | Awaitable[T]`, which mypy cannot solve for a
+        # coroutine function (it infers Never); the call itself awaits the mount
+        self.app.call_from_thread(self._mount_chart, module)  # type: ignore[arg-type]
 
     async def _mount_chart(self, module: Any) -> None:
         self.chart = self._make(module)

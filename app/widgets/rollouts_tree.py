@@ -11,7 +11,9 @@ and `home` shows them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rich.text import Text
 from textual.binding import Binding
@@ -80,7 +82,7 @@ def group_label(group: GroupRecord) -> Text:
     return label
 
 
-def last_words(messages) -> str:
+def last_words(messages: Sequence[Mapping[str, Any]]) -> str:
     """What the policy said last: the last assistant message, or in a transcript the text
     after its last "Assistant:"."""
     for message in reversed(messages):

@@ -36,7 +36,7 @@ def verdict_text(model: RunModel) -> str:
     if phase is not None:
         return f"▶ {phase}"
     if measured is None:
-        return "▶ measuring…" if model.state != "finished" else "▶ no measurements stored"
+        return "▶ measuring…"
     return f"▶ {measured.verdict}" if measured.verdict else "▶ -"
 
 

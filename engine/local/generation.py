@@ -390,8 +390,8 @@ def generate(
         chosen_lp = logp_all.gather(1, chosen.unsqueeze(1)).squeeze(1)
         k_max = max(topk_rows[row] for row in live)
         if k_max:
-            top_values, top_indices = torch.topk(logp_all, k_max, dim=-1)
-            top_values, top_indices = top_values.cpu().numpy(), top_indices.cpu().numpy()
+            values, indices = torch.topk(logp_all, k_max, dim=-1)
+            top_values, top_indices = values.cpu().numpy(), indices.cpu().numpy()
 
         keep: list[int] = []
         for b, (tok, lp) in enumerate(zip(chosen.tolist(), chosen_lp.tolist(), strict=True)):

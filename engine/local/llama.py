@@ -129,7 +129,8 @@ class Attention(nn.Module):
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=mask is None and length > 1
         )
-        return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
+        projected: torch.Tensor = self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
+        return projected
 
 
 class MLP(nn.Module):
@@ -140,7 +141,8 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        down: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return down
 
 
 class DecoderLayer(nn.Module):
@@ -160,11 +162,15 @@ class DecoderLayer(nn.Module):
         cache: KVCache | None,
     ) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        out: torch.Tensor = x + self.mlp(self.post_attention_layernorm(x))
+        return out
 
 
 class LlamaModel(nn.Module):
     """The transformer without its output projection (returns normalised hidden states)."""
+
+    rope_cos: torch.Tensor  # buffers (registered in __init__)
+    rope_sin: torch.Tensor
 
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()

@@ -27,10 +27,14 @@ import contextlib
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from tinker_tui.engine.local.model import CausalLM
 
 LORA_ALPHA = 32.0
 #: Largest layer (in * out weights) whose adapter may be fused into a temporary weight.
@@ -80,7 +84,8 @@ class LoRALinear(nn.Module):
         if self.merged is not None:
             return F.linear(x, self.merged, self.base.bias)
         if self.lora is None:
-            return self.base(x)
+            plain: torch.Tensor = self.base(x)
+            return plain
         a, b, scale = self.lora
         weight = self.base.weight
         if (
@@ -91,7 +96,7 @@ class LoRALinear(nn.Module):
             # Fused: one projection with W + scale * B A, built on each call and
             # differentiable in A and B: fewer, larger matmuls than W x + scale * B (A x).
             return F.linear(x, torch.addmm(weight, b, a, alpha=scale), self.base.bias)
-        y = self.base(x)
+        y: torch.Tensor = self.base(x)
         low = F.linear(x.to(a.dtype), a)
         if y.dtype == b.dtype:  # one fused y + scale * low @ B^T
             flat = torch.addmm(
@@ -113,13 +118,13 @@ def _kind_of(name: str) -> str | None:
     return None
 
 
-def install(model: nn.Module) -> dict[str, LoRALinear]:
+def install(model: CausalLM) -> dict[str, LoRALinear]:
     """Wrap every adaptable `nn.Linear` of `model` in place; returns them by qualified name.
 
     Attention and MLP projections are found by module name (``self_attn``, ``attention``,
     ``mlp``, ``feed_forward``...); the unembedding is `model.get_output_embeddings()`.
     """
-    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    output = model.get_output_embeddings()
     targets: list[tuple[str, nn.Linear, str]] = []
     for name, module in model.named_modules():
         if not isinstance(module, nn.Linear):

@@ -29,7 +29,7 @@ import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from tinker_tui.engine.local import (
     DEFAULT_BASE_MODEL,  # defined in __init__ so importing it is cheap
@@ -39,8 +39,15 @@ from tinker_tui.engine.local.tokenizer import WordTokenizer
 
 if TYPE_CHECKING:
     import torch
+    from tinker_tui.engine.local.llama import LlamaForCausalLM
     from tinker_tui.engine.local.lora import LoRALinear
     from torch import nn
+    from transformers import PreTrainedModel
+
+    #: A causal LM as the backend runs it: the embedded model's own module, or a
+    #: transformers model loaded from a folder (both give get_output_embeddings,
+    #: base_model, tie_weights).
+    CausalLM: TypeAlias = LlamaForCausalLM | PreTrainedModel
 
 DEVICE_ENV = "TINKER_TUI_DEVICE"
 MODELS_ENV = "TINKER_TUI_LOCAL_MODELS"
@@ -175,13 +182,14 @@ class BaseModel:
     def __init__(
         self,
         name: str,
-        module: nn.Module,
+        module: CausalLM,
         tokenizer: Any,
         *,
         max_context: int,
         embedded: bool,
     ) -> None:
         from tinker_tui.engine.local import lora
+        from torch import nn
 
         self.name = name
         self.module = module
@@ -193,7 +201,10 @@ class BaseModel:
         self.layers: dict[str, LoRALinear] = lora.install(module)
         self._weight_bytes: int | None = None
         self._fingerprint: str | None = None
-        output = module.get_output_embeddings()
+        output = module.get_output_embeddings()  # a linear layer, wrapped by lora.install
+        if not isinstance(output, nn.Linear | lora.LoRALinear):
+            raise bad_request(f"model {name!r}: its output embeddings are a "
+                              f"{type(output).__name__}, not a linear layer", what="model")
         self.vocab_size = int(output.out_features)
         self.device = next(module.parameters()).device
         self.dtype = next(module.parameters()).dtype
@@ -240,7 +251,7 @@ class BaseModel:
         """Float32 logits from final hidden states, as the model's own forward computes them."""
         import torch
 
-        logits = self.lm_head(hidden).float()
+        logits: torch.Tensor = self.lm_head(hidden).float()
         if self._logit_scale is not None:
             logits = logits * float(self._logit_scale)
         if self._softcap is not None:
@@ -315,7 +326,7 @@ def tiny_config(spec: BaseModelSpec, tokenizer: WordTokenizer) -> Any:
     return config
 
 
-def build_tiny_module(base_model: str, *, pretrained: bool = True) -> nn.Module:
+def build_tiny_module(base_model: str, *, pretrained: bool = True) -> PreTrainedModel:
     """A fresh transformers `LlamaForCausalLM` for an embedded model: shipped weights, or the
     seeded random init (`pretrained=False`, what `tinker_tui.engine.local.pretrain` starts
     from). The reference the weights were trained on; the backend runs `build_runtime_module`.
@@ -335,7 +346,7 @@ def build_tiny_module(base_model: str, *, pretrained: bool = True) -> nn.Module:
     return module
 
 
-def build_runtime_module(base_model: str) -> nn.Module:
+def build_runtime_module(base_model: str) -> LlamaForCausalLM:
     """The embedded model as the backend runs it: `tinker_tui.engine.local.llama` (plain
     torch, no transformers import) holding the shipped weights."""
     spec = get_spec(base_model)
@@ -358,7 +369,7 @@ def build_runtime_module(base_model: str) -> nn.Module:
     return module
 
 
-def _load_shipped(module: nn.Module, base_model: str) -> None:
+def _load_shipped(module: CausalLM, base_model: str) -> None:
     """Load the shipped weights into `module` (either form) and tie the unembedding."""
     path = WEIGHTS_DIR / get_spec(base_model).weights_file
     try:
@@ -435,9 +446,9 @@ def local_models() -> list[str]:
         candidates = [root_path] + (
             sorted(p for p in root_path.iterdir() if p.is_dir()) if root_path.is_dir() else []
         )
-        for folder in candidates:
-            if (folder / "config.json").is_file():
-                resolved = str(folder.resolve())
+        for candidate in candidates:
+            if (candidate / "config.json").is_file():
+                resolved = str(candidate.resolve())
                 if resolved not in names:
                     names.append(resolved)
     return names

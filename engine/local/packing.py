@@ -64,7 +64,7 @@ def shared_prefix(
 ) -> Layout | None:
     """The trie layout, or None when it would not save enough (see the module's docstring)."""
     positions = sum(len(t) for t in tokens)
-    order = sorted(range(len(tokens)), key=lambda i: tokens[i])  # neighbours share most
+    order = sorted(range(len(tokens)), key=lambda i: tuple(tokens[i]))  # neighbours share most
     tries: list[dict[tuple[int, int], int]] = []  # (parent node, token) -> node, per row
     row_tokens: list[list[int]] = []
     row_depth: list[list[int]] = []
@@ -100,7 +100,7 @@ def shared_prefix(
     for r, (toks, depth) in enumerate(zip(row_tokens, row_depth, strict=True)):
         input_ids[r, : len(toks)] = toks
         position_ids[r, : len(depth)] = depth
-    node = np.empty(positions, dtype=np.int64)
+    node_at = np.empty(positions, dtype=np.int64)  # each position's node, row-major
     at = 0
     for entry in paths:
         assert entry is not None
@@ -108,9 +108,9 @@ def shared_prefix(
         p = np.asarray(path, dtype=np.int64)
         q, k = _lower_triangle(len(p))
         attention[r, p[q], p[k]] = True  # each node: its ancestors and itself
-        node[at : at + len(p)] = r * width + p
+        node_at[at : at + len(p)] = r * width + p
         at += len(p)
-    return Layout(input_ids, position_ids, attention, node)
+    return Layout(input_ids, position_ids, attention, node_at)
 
 
 @functools.lru_cache(maxsize=256)

@@ -30,8 +30,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL
+
+if TYPE_CHECKING:
+    import torch
 from tinker_tui.engine.local._words import LOWER_WORDS
 
 CORPUS_SEED = 1234
@@ -164,7 +168,7 @@ def _lr(step: int, steps: int) -> float:
     return FINAL_LR + 0.5 * (PEAK_LR - FINAL_LR) * (1 + math.cos(math.pi * progress))
 
 
-def train(steps: int = DEFAULT_STEPS, log_every: int = 250) -> tuple[dict, dict[str, str]]:
+def train(steps: int = DEFAULT_STEPS, log_every: int = 250) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Pre-train from the seeded random init; returns (state_dict without lm_head, metadata)."""
     import torch
     import torch.nn.functional as F
@@ -204,7 +208,7 @@ def train(steps: int = DEFAULT_STEPS, log_every: int = 250) -> tuple[dict, dict[
         for group in optimizer.param_groups:
             group["lr"] = _lr(step, steps)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        torch.autograd.backward(loss)  # loss.backward(), typed
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         recent.append(float(loss.detach()))
@@ -231,7 +235,7 @@ def train(steps: int = DEFAULT_STEPS, log_every: int = 250) -> tuple[dict, dict[
     return state, meta
 
 
-def evaluate(state: dict) -> dict[str, float]:
+def evaluate(state: dict[str, torch.Tensor]) -> dict[str, float]:
     """Next-token probabilities of the answers after "Answer with one word: <options>. <q>",
     averaged over questions: for yes/no/maybe (the example's options) each option's share, and
     for those and two other option sets the mass on the listed options (valid answers)."""
@@ -263,7 +267,7 @@ def evaluate(state: dict) -> dict[str, float]:
     return report
 
 
-def save(state: dict, meta: dict[str, str], path: Path) -> str:
+def save(state: dict[str, torch.Tensor], meta: dict[str, str], path: Path) -> str:
     from safetensors.torch import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -254,7 +254,7 @@ class LocalSamplingClient:
             target_prompt_logprobs,
             prompt_alt_tokens_k,
             prompt_logprobs_last_n,
-        )
+        ).result_async()
 
     def compute_logprobs(
         self, prompt: tinker.ModelInput, prompt_logprobs_last_n: int | None = None
@@ -285,7 +285,7 @@ class LocalSamplingClient:
         self, prompt: tinker.ModelInput, prompt_logprobs_last_n: int | None = None
     ) -> list[float | None]:
         """Deprecated alias kept from the SDK: ``await compute_logprobs(...)``."""
-        return await self.compute_logprobs(prompt, prompt_logprobs_last_n)
+        return await self.compute_logprobs(prompt, prompt_logprobs_last_n).result_async()
 
     # -- torch thread -----------------------------------------------------------------------
     def _drain(self) -> None:

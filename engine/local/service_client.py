@@ -193,7 +193,7 @@ class LocalServiceClient:
         """Deprecated SDK alias: ``await create_lora_training_client(...)``."""
         return await self.create_lora_training_client(
             base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata, optimizer
-        )
+        ).result_async()
 
     def _from_state(
         self, path: str, with_optimizer: bool, base_model: str | None
@@ -255,7 +255,7 @@ class LocalServiceClient:
         """Deprecated SDK alias: ``await create_training_client_from_state(...)``."""
         return await self.create_training_client_from_state(
             path, base_model, user_metadata, weights_access_token, optimizer
-        )
+        ).result_async()
 
     async def create_training_client_from_state_with_optimizer_async(
         self,
@@ -267,7 +267,7 @@ class LocalServiceClient:
         """Deprecated SDK alias: ``await create_training_client_from_state_with_optimizer(...)``."""
         return await self.create_training_client_from_state_with_optimizer(
             path, base_model, user_metadata, weights_access_token
-        )
+        ).result_async()
 
     # -- sampling clients -------------------------------------------------------------------
     def create_sampling_client(
@@ -297,7 +297,7 @@ class LocalServiceClient:
         """Deprecated SDK alias: ``await create_sampling_client(...)``."""
         return await self.create_sampling_client(
             model_path, base_model, retry_config, record_stability_info
-        )
+        ).result_async()
 
 
 def _new_model_id() -> str:

@@ -400,7 +400,7 @@ class LocalTrainingClient:
                     elementwise = losses.elementwise_loss(loss_fn, logprobs, inputs, config)
                     loss = elementwise.sum()
                     if backward and loss.requires_grad:  # not when every coefficient is zero
-                        loss.backward()
+                        torch.autograd.backward(loss)  # loss.backward(), typed
                 total += float(loss.detach())
                 bounds = np.cumsum([len(t) for t in tokens])[:-1]
                 lp = np.split(logprobs.detach().float().cpu().numpy(), bounds)
@@ -445,7 +445,7 @@ class LocalTrainingClient:
             loss, metrics = result
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 raise bad_request("custom loss_fn must return a scalar torch.Tensor loss")
-            loss.backward()
+            torch.autograd.backward(loss)  # loss.backward(), typed
         outputs = [
             {"logprobs": tinker.TensorData.from_numpy(lp.detach().numpy().astype(np.float32))}
             for lp in per_datum
@@ -650,7 +650,7 @@ class LocalTrainingClient:
         """Deprecated SDK alias: ``await save_weights_and_get_sampling_client(...)``."""
         return await self.save_weights_and_get_sampling_client(
             name, retry_config, record_stability_info, kind
-        )
+        ).result_async()
 
     def _snapshot_sampler(self) -> LocalSamplingClient:
         return LocalSamplingClient(self._base, self._adapter.snapshot())
@@ -665,7 +665,7 @@ class LocalTrainingClient:
         self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
     ) -> LocalSamplingClient:
         """Deprecated SDK alias: ``await create_sampling_client(...)``."""
-        return await self.create_sampling_client(model_path, retry_config, record_stability_info)
+        return await self.create_sampling_client(model_path, retry_config, record_stability_info).result_async()
 
 
 @functools.cache

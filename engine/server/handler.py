@@ -14,7 +14,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 import tinker
 from tinker_tui.engine.retry import BackendInterrupted, BackendTimeoutError
@@ -42,6 +42,9 @@ from tinker_tui.engine.server.tools import (
 #: Requests whose messages hold more characters than this are rendered and tokenized on a
 #: worker thread, so the event loop never waits for them.
 OFF_LOOP_CHARS = 4096
+
+if TYPE_CHECKING:
+    from tinker_cookbook.renderers import Message
 
 
 class PolicySource(Protocol):
@@ -131,7 +134,8 @@ class ChatHandler:
     # -- messages -----------------------------------------------------------------------
     def prepare(self, body: ChatCompletionRequest, renderer: Any) -> Prepared:
         info = self.renderer_info(renderer)
-        tools = [{"name": t.function.name, "description": t.function.description,
+        tools: list[dict[str, Any]] = [
+                 {"name": t.function.name, "description": t.function.description,
                   "parameters": t.function.parameters or {"type": "object", "properties": {}}}
                  for t in body.tools or []]
         for i, tool in enumerate(body.tools or []):
@@ -139,7 +143,7 @@ class ChatHandler:
                 raise RequestError(400, "strict function schemas need constrained decoding, "
                                         "which this server does not offer",
                                    param=f"tools.{i}.function.strict")
-        names = [t["name"] for t in tools]
+        names = [t.function.name for t in body.tools or []]
         if len(set(names)) != len(names):
             raise RequestError(400, "tool names must be unique", param="tools")
         choice = body.tool_choice
@@ -283,7 +287,7 @@ class ChatHandler:
 
             system = ""
             if out and out[0]["role"] == "system":
-                system = get_text_content(out.pop(0))
+                system = get_text_content(cast("Message", out.pop(0)))
             prefix = renderer.create_conversation_prefix_with_tools(tools, system)
             out = list(prefix) + out
         return out
@@ -393,23 +397,13 @@ class ChatHandler:
                       prepared: Prepared | None = None) -> tuple[Any, int]:
         from tinker_tui.engine.policy import UnknownVersionError
 
-        policy = self.policy
         try:
-            if hasattr(policy, "sample"):
-                constrained = {}
-                if prepared is not None and prepared.constraint is not None:
-                    constrained = {"constraint": prepared.constraint,
-                                   "constraint_prefix": prepared.constraint_prefix}
-                return await policy.sample(prompt, n, params, version=version,
-                                           top_logprobs=top_logprobs, **constrained)
-            # A bare policy object: its current sampling client only.
-            if version not in (None, policy.version):
-                raise UnknownVersionError(f"policy version {version} is not available")
-            extra = {"topk_sample_logprobs": top_logprobs} if top_logprobs else {}
-            used = policy.version
-            result = await policy.sampling_client.sample(prompt=prompt, num_samples=n,
-                                                         sampling_params=params, **extra)
-            return result, used
+            constrained: dict[str, Any] = {}
+            if prepared is not None and prepared.constraint is not None:
+                constrained = {"constraint": prepared.constraint,
+                               "constraint_prefix": prepared.constraint_prefix}
+            return await self.policy.sample(prompt, n, params, version=version,
+                                            top_logprobs=top_logprobs, **constrained)
         except UnknownVersionError as exc:
             raise RequestError(404, str(exc), param="model", code="model_not_found") from None
         except (tinker.BadRequestError, tinker.UnprocessableEntityError) as exc:

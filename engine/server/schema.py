@@ -8,7 +8,7 @@ OpenAI error body.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -127,7 +127,7 @@ def _param(loc: Sequence[Any]) -> str | None:
 
 def validation_error(exc: ValidationError) -> RequestError:
     errors = exc.errors(include_url=False)
-    first = errors[0] if errors else {}
+    first: Mapping[str, Any] = errors[0] if errors else {}
     loc = list(first.get("loc", ()))
     param = _param(loc)
     kind = first.get("type", "")

@@ -167,6 +167,6 @@ class ToolTextCache:
 
 def _json_equal(a: str, b: str) -> bool:
     try:
-        return json.loads(a) == json.loads(b)
+        return bool(json.loads(a) == json.loads(b))
     except ValueError:
         return a == b

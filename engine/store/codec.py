@@ -217,8 +217,8 @@ def _encode_step(rows: Rows, run_id: str, e: StepTrained) -> None:
     rows.by_statement[_SQL_GROUP_TRAINED].extend(trained)
 
 
-def _decode_step(row: StoredRow) -> StepTrained:
-    # `group_ids` is not a column: the reader adds it from the groups' life cycle
+def _decode_step(row: Mapping[str, Any]) -> StepTrained:
+    # `group_ids` is not a column: the reader adds it from the groups' life cycle (a dict)
     return StepTrained(time=_time(row), step=int(row["step"]),
                        policy_version=int(row["policy_version"] or 0),
                        metrics=_dict(row["metrics"]),
@@ -384,7 +384,7 @@ def _encode_group_discarded(rows: Rows, run_id: str, e: GroupDiscarded) -> None:
     rows.by_statement[_SQL_GROUP_DISCARDED].append(fate)
 
 
-def _decode_group_discarded(row: StoredRow) -> GroupDiscarded:
+def _decode_group_discarded(row: Mapping[str, Any]) -> GroupDiscarded:
     return GroupDiscarded(time=_time(row), group_id=group_of(row),
                           scenario_id=row["scenario_id"] or "", reason=row["reason"],
                           policy_version=int(row["policy_version"] or 0),

@@ -228,14 +228,14 @@ class StoreReader:
             return
         if table == "steps":
             taken: dict[int, list[int]] = {}
-            for row in await self._lifecycle("step", [int(r["step"]) for r in rows], run_id):
-                taken.setdefault(int(row["step"]), []).append(int(row["group_id"]))
+            for fate in await self._lifecycle("step", [int(r["step"]) for r in rows], run_id):
+                taken.setdefault(int(fate["step"]), []).append(int(fate["group_id"]))
             for row in rows:
                 row["group_ids"] = tuple(taken.get(int(row["step"]), ()))
             return
-        steps = {int(row["group_id"]): int(row["step"])
-                 for row in await self._lifecycle("group_id", [group_of(r) for r in rows],
-                                                  run_id) if row["step"] is not None}
+        steps = {int(fate["group_id"]): int(fate["step"])
+                 for fate in await self._lifecycle("group_id", [group_of(r) for r in rows],
+                                                   run_id) if fate["step"] is not None}
         for row in rows:
             row["step"] = steps.get(group_of(row), -1)
 
