@@ -60,6 +60,10 @@ class ReadOnlyControl:
     def stopping(self) -> bool:
         return False
 
+    @property
+    def health_stop_reason(self) -> str:
+        return ""
+
     def _refuse(self, *args: object, **kwargs: object) -> None:
         raise ValueError(self.why)
 

@@ -26,6 +26,12 @@ class Control(Protocol):
         """A graceful stop was asked for; the run is winding down."""
         ...
 
+    @property
+    def health_stop_reason(self) -> str:
+        """The health check's reason when it stopped the run (on_health_pause = stop), else
+        empty: a headless run then exits with its own code."""
+        ...
+
     def pause(self, reason: str = "paused by user") -> None:
         """No new rollouts start; in-flight ones finish; the trainer finishes its step."""
 

@@ -341,6 +341,11 @@ class RemoteControl:
     def stopping(self) -> bool:
         return bool(self._state.get("stopping"))
 
+    @property
+    def health_stop_reason(self) -> str:
+        """Not reported by the endpoint: the run's own process exits with that code."""
+        return ""
+
     def pause(self, reason: str = "paused by user") -> None:
         self._send("pause", reason=reason)
 

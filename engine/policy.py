@@ -73,8 +73,8 @@ def _datum(model_input: list[int], target_tokens: list[int], logprobs: list[floa
     """An RL Datum (the inputs every RL loss takes)."""
     return tinker.Datum(
         model_input=tinker.ModelInput.from_ints(model_input),
-        loss_fn_inputs={"target_tokens": target_tokens, "logprobs": logprobs,
-                        "advantages": advantages})
+        loss_fn_inputs=_loss_inputs(target_tokens=target_tokens, logprobs=logprobs,
+                                    advantages=advantages))
 
 
 # ---------------------------------------------------------------------------- checkpoints

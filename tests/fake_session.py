@@ -284,6 +284,10 @@ class FakeControl:
     def stopping(self) -> bool:
         return self.stop_requested.is_set()
 
+    @property
+    def health_stop_reason(self) -> str:
+        return ""  # the fake has no health check
+
     def _command(self, command: str, **args: object) -> None:
         self._session.publish(
             CommandReceived(time=self._session.clock.now(), command=command, args=args)

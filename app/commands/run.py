@@ -310,7 +310,7 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
             print("\n".join(summary_lines(summary.summary())), flush=True)
     if received:
         return received[0]
-    if getattr(session.control, "health_stop_reason", ""):  # on_health_pause = stop
+    if session.control.health_stop_reason:  # on_health_pause = stop
         return EXIT_HEALTH_STOP
     return EXIT_OK
 

@@ -256,7 +256,8 @@ def _constrained_choice(r: GenRequest, tokens: list[int], tok: int, weights: tor
                 ok = first_ok[text[0]] = state.copy().feed(text[0]) != "reject"
             if not ok:
                 return "reject"
-        return state.copy().feed(text)
+        result: str = state.copy().feed(text)  # the constraint is duck-typed (see GenRequest)
+        return result
 
     weights = weights.clone()
     for _ in range(CONSTRAINED_DRAWS):

@@ -167,7 +167,7 @@ class ChatHandler:
                                     "renderers without native tool support; use 'auto'",
                                param="tool_choice")
         messages = self._convert_messages(body.messages, mode, tools, renderer)
-        prefill, prefill_tokens = "", []
+        prefill, prefill_tokens = "", list[int]()
         constraint = None
         if mode == "text" and (choice == "required" or forced_name):
             prefill, prefill_tokens = forced_call_prefill(renderer.tokenizer,
