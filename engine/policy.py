@@ -325,7 +325,11 @@ class Policy:
         if watch is None or watch.on_notice is not None:
             return
         loop = asyncio.get_running_loop()
-        watch.on_notice = lambda notice: loop.call_soon_threadsafe(self._on_notice, notice)
+
+        def notify(notice: Notice) -> None:  # from the SDK's threads: handled on this loop
+            loop.call_soon_threadsafe(self._on_notice, notice)
+
+        watch.on_notice = notify
         watch.install()
 
     async def close(self, status: str, detail: str | None = None,

@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import Any
 from urllib.parse import urlsplit
 
 _CLIENT_LOGGER = "tinker._base_client"
@@ -164,7 +165,7 @@ class SdkWatch:
                                 level="warning" if record.levelno >= logging.WARNING
                                 else "info"))
 
-    def _read_client(self, message: object, args: tuple, record: logging.LogRecord,
+    def _read_client(self, message: object, args: tuple[Any, ...], record: logging.LogRecord,
                      task: int, now: float) -> None:
         if message == "Sending HTTP Request: %s %s" and len(args) == 2:
             url = str(args[1])

@@ -111,7 +111,7 @@ class StepAxisFormatter(NumericAxisFormatter):
 
     def get_ticks(self, min_: float, max_: float, max_ticks: int = 8) -> list[float]:
         ticks = super().get_ticks(min_, max_, max_ticks)
-        interval = max(1, round(ticks[1] - ticks[0])) if len(ticks) >= 2 else 1
+        interval: float = max(1, round(ticks[1] - ticks[0])) if len(ticks) >= 2 else 1
         while True:
             ticks = [float(k * interval)
                      for k in range(math.ceil(min_ / interval), math.floor(max_ / interval) + 1)]
