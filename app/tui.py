@@ -152,7 +152,7 @@ class TinkerTuiApp(App[None]):
         #: The user detached: the run goes on in its process.
         self.detached = False
         self.summary = summary if summary is not None else SummaryCollector(
-            db_path=getattr(session, "db_path", None))
+            db_path=session.db_path)
         self._held_signals = held_signals if held_signals is not None else []
         #: A session this process does not drive and cannot steer (a stored run).
         self.read_only = session.read_only

@@ -4,7 +4,8 @@ steer a run, and the session shape every front end drives.
 Front ends never reach into the pipeline; they call these methods and watch events. A
 `Session` is everything the dashboard and the headless runner use of a run: the engine's
 `Run` (this process drives it, headless), `app.store_session.StoreSession` (a stored run,
-or one another process drives: the engine process a dashboard started, or one it attached to) and the tests' scripted fake all implement it.
+or one another process drives: the engine a dashboard started, or one it attached to) and
+the tests' scripted fake all implement it.
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ import errno
 import os
 import shutil
 from pathlib import Path
-from typing import ClassVar
 
 EXIT_OK = 0
 #: The run failed (or a bug): one line, the traceback with TINKER_TUI_DEBUG=1.
@@ -30,16 +29,16 @@ EXIT_HEALTH_STOP = 3
 
 class TinkerTuiError(Exception):
     """An error tinker-tui raises on purpose; `exit_code` is what the command line exits
-    with when it gets there."""
+    with when it gets there (a class's own, or an instance's: an engine's that ended)."""
 
-    exit_code: ClassVar[int] = EXIT_FAILED
+    exit_code: int = EXIT_FAILED
 
 
 class UsageError(TinkerTuiError):
     """A mistake on the command line, in the settings, the task, the store or the
     environment: the message says what to change."""
 
-    exit_code: ClassVar[int] = EXIT_USAGE
+    exit_code: int = EXIT_USAGE
 
 
 class DiskFull(TinkerTuiError, OSError):

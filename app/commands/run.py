@@ -284,7 +284,7 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
 
     def on_signal(signum: int) -> None:
         code = SIGNAL_EXIT_CODES[signum]
-        if received or getattr(session.control, "stopping", False):
+        if received or session.control.stopping:
             os._exit(code)
         received.append(code)
         session.control.stop(f"received {signal.Signals(signum).name}")

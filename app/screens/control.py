@@ -65,7 +65,7 @@ class ControlScreen(RunView):
             if button.disabled != disabled:
                 button.disabled = disabled
         note = ("read-only view: the run cannot be steered from here"
-                if read_only and getattr(self.app, "attached", False) else
+                if read_only and self.host.attached else
                 "read-only: this run is not running here" if read_only else
                 "applies at the next rollout (temperature, workers) or step")
         label_widget = self.query_one("#control-note", Label)
