@@ -56,6 +56,7 @@ from tinker_tui.app.screens.metrics import MetricsScreen
 from tinker_tui.app.screens.rollouts import RolloutsScreen
 from tinker_tui.app.screens.run_view import DashboardHost, RunView
 from tinker_tui.app.screens.too_small import TooSmallScreen, too_small
+from tinker_tui.app.store_session import StartingControl
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import LIVE_KNOBS
 from tinker_tui.engine.control import Session
@@ -487,7 +488,7 @@ class TinkerTuiApp(App[None]):
         A signal is passed on to a run in another process, which stops as a headless run
         does on it; so is a stop asked for before the run can take commands."""
         engine = self.engine
-        starting = bool(getattr(self.session.control, "starting", False))
+        starting = isinstance(self.session.control, StartingControl)
         if engine is not None and (signum is not None or starting) \
                 and engine.send_signal(signum or signal.SIGTERM):
             self.stopping = True

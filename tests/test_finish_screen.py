@@ -253,3 +253,26 @@ async def test_an_engine_that_ends_before_its_run_starts_raises_what_it_said(tmp
             "tinker-tui: error: run store runs.db is locked by another writer"]
     else:
         raise AssertionError("no EngineExited")
+
+
+class StartingEngine(LiveEngine):
+    """An engine process still importing: no control endpoint yet, but it takes signals."""
+
+    def send_signal(self, signum: int) -> bool:
+        self.signals.append(signum)
+        return True
+
+
+async def test_a_stop_before_the_engine_takes_commands_is_a_signal_to_it(tmp_path):
+    """Until the engine listens, its control refuses commands: a stop goes to the process
+    (SIGTERM, which stops a headless run as a stop command would)."""
+    engine = StartingEngine()
+    session = StoreSession(tmp_path / "runs.db", run_id="run-9", follow=True,
+                           poll_interval=0.05, engine=engine)
+    app = TinkerTuiApp(session)
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        app.begin_stop()
+        await pilot.pause()
+        assert engine.signals == [signal.SIGTERM] and app.stopping
+        app.exit()
