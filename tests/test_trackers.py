@@ -17,6 +17,7 @@ import math
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,18 @@ def wandb_segments(folder: Path, wandb_id: str) -> list[dict]:
                                         for item in record.history.item})
         segments.append(segment)
     return segments
+
+
+def settled_wandb_segments(folder: Path, wandb_id: str, wait: float = 20.0) -> list[dict]:
+    """`wandb_segments` once each folder's log holds its run record. W&B's service writes the
+    transaction log in a process of its own; on a busy machine (load 7) one export's log read
+    right after it returned had no run record (1 run in 5), so wait for it instead."""
+    deadline = time.monotonic() + wait
+    while True:
+        segments = wandb_segments(folder, wandb_id)
+        if all("run_id" in s for s in segments) or time.monotonic() > deadline:
+            return segments
+        time.sleep(0.2)
 
 
 def same(a, b) -> bool:
@@ -486,7 +499,7 @@ def test_a_run_and_its_resume_log_every_step_to_one_wandb_run_and_to_tensorboard
     err = capsys.readouterr().err
     assert "exported run" in err and "upload with `wandb sync " in err
     (exported,) = (out_wandb / "wandb").glob("offline-run-*")
-    (segment,) = wandb_segments(out_wandb, exported.name.rsplit("-", 1)[-1])
+    (segment,) = settled_wandb_segments(out_wandb, exported.name.rsplit("-", 1)[-1])
     assert segment["run_id"] != wandb_id and segment["project"] == "team-charts"
     logged = {row["step"]: row for row in segment["rows"] if "reward/mean" in row}
     assert {s: logged[s]["reward/mean"] for s in logged} == \
