@@ -56,7 +56,7 @@ from tinker_tui.app.screens.metrics import MetricsScreen
 from tinker_tui.app.screens.rollouts import RolloutsScreen
 from tinker_tui.app.screens.run_view import DashboardHost, RunView
 from tinker_tui.app.screens.too_small import TooSmallScreen, too_small
-from tinker_tui.app.store_session import StartingControl
+from tinker_tui.app.store_session import ReadOnlyControl, StartingControl, StoreSession
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import LIVE_KNOBS
 from tinker_tui.engine.control import Session
@@ -227,10 +227,9 @@ class TinkerTuiApp(App[None]):
     async def read_tail(self) -> None:
         """What the engine writes after the run's end (its trackers' last lines), onto the
         finish screen."""
-        read_tail = getattr(self.session, "read_tail", None)
-        if read_tail is None:
-            return
-        await read_tail()
+        if not isinstance(self.session, StoreSession):
+            return  # a run in this process: nothing is written after its end
+        await self.session.read_tail()
         for screen in self.screen_stack:
             if isinstance(screen, FinishedScreen):
                 screen.show_summary(self.summary.summary())
@@ -244,7 +243,7 @@ class TinkerTuiApp(App[None]):
     @property
     def engine(self) -> Engine | None:
         """The process that runs the run, when it is another one (`app.engine_process`)."""
-        return getattr(self.session, "engine", None)
+        return self.session.engine if isinstance(self.session, StoreSession) else None
 
     def install_signal_handlers(self) -> None:
         """SIGINT and SIGTERM stop the run; SIGHUP leaves. All leave through `exit`, so the
@@ -384,7 +383,9 @@ class TinkerTuiApp(App[None]):
 
     def edit_knob(self, name: str) -> None:
         if self.read_only:
-            why = getattr(self.session.control, "why", "this run is not running here")
+            control = self.session.control
+            why = control.why if isinstance(control, ReadOnlyControl) \
+                else "this run is not running here"
             self.notify(f"read-only: {why}", severity="warning")
             return
         if self.model.state in ("finished", "stopping"):

@@ -7,9 +7,12 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tinker_tui.app.run_summary import SummaryCollector, db_flag, summary_lines
+
+if TYPE_CHECKING:
+    from tinker_tui.app.store_session import StoreSession
 
 EXIT_OK = 0
 
@@ -36,10 +39,10 @@ def hold_signals() -> list[int]:
     return held
 
 
-def _read_tail(session: Any, summary: SummaryCollector) -> None:
+def _read_tail(session: StoreSession, summary: SummaryCollector) -> None:
     """Left before the engine let go of its ended run: what it still writes (its trackers'
     last lines) belongs in the summary. A signal meanwhile skips it."""
-    if getattr(session, "tail_read", True):
+    if session.tail_read:
         return
     unsubscribe = session.events.subscribe(summary.handle)
     try:
@@ -50,14 +53,15 @@ def _read_tail(session: Any, summary: SummaryCollector) -> None:
         unsubscribe()
 
 
-def watch(session: Any, summary: SummaryCollector, held: list[int] | None = None) -> int:
+def watch(session: StoreSession, summary: SummaryCollector,
+          held: list[int] | None = None) -> int:
     """Open the dashboard on `session` (a following `StoreSession`) until the user leaves;
     returns the exit code (see `app.tui`). `held`: signals `hold_signals` kept meanwhile."""
     from tinker_tui.app.engine_process import EngineExited, describe_exit
     from tinker_tui.app.tui import TinkerTuiApp
 
-    engine = getattr(session, "engine", None)
-    summary.set_engine_log(getattr(engine, "log_path", None))
+    engine = session.engine
+    summary.set_engine_log(engine.log_path if engine is not None else None)
     app = TinkerTuiApp(session, summary=summary, held_signals=held)
     app.run()
     error = app.run_exception
@@ -73,7 +77,7 @@ def watch(session: Any, summary: SummaryCollector, held: list[int] | None = None
         return error.exit_code
     if error is not None:  # reported by the command line, now the screen is back
         raise error
-    if not app.detached and getattr(session, "finished", None) is not None:
+    if not app.detached and session.finished is not None:
         _read_tail(session, summary)
     result = summary.summary()
     if app.detached:

@@ -19,7 +19,7 @@ import netrc
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 from tinker_tui.engine.trackers.tracker import SAMPLE_COLUMNS, RunInfo, numeric
@@ -54,8 +54,12 @@ def has_api_key(environ: Mapping[str, str], default_urls: tuple[str, ...] = DEFA
     return any(entries.authenticators(urlparse(url).hostname or "") for url in urls)
 
 
+#: The modes this tracker gives wandb.init (None: W&B's own choice).
+WandbMode = Literal["offline", "disabled"] | None
+
+
 def choose_mode(environ: Mapping[str, str],
-                default_urls: tuple[str, ...] = DEFAULT_URLS) -> tuple[str | None, str]:
+                default_urls: tuple[str, ...] = DEFAULT_URLS) -> tuple[WandbMode, str]:
     """(the mode to give wandb.init, why it was chosen). None lets W&B choose (online, or
     offline by its own settings): only when it has a key, so it never prompts for one."""
     asked = environ.get("WANDB_MODE", "").strip().lower()
