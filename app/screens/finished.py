@@ -11,6 +11,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
 from tinker_tui.app.run_summary import RunSummary, next_commands
+from tinker_tui.app.screens.run_view import host
 
 TITLES = {"completed": "Run completed", "stopped": "Run stopped", "failed": "Run failed"}
 
@@ -91,11 +92,7 @@ class FinishedScreen(ModalScreen[None]):
         self.query_one("#finished-text", Static).update(finished_content(summary))
 
     def action_leave(self) -> None:
-        leave = getattr(self.app, "leave_finished", None)
-        if leave is not None:
-            leave()
-        else:
-            self.app.exit()
+        host(self.app).leave_finished()
 
     def action_close(self) -> None:
         self.dismiss(None)

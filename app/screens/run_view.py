@@ -34,6 +34,10 @@ class DashboardHost(Protocol):
 
     def live_knobs(self) -> Mapping[str, float | int]: ...
 
+    def leave_finished(self) -> None:
+        """`q` on the finish screen: leave with the ended run's exit code."""
+        ...
+
 
 def host(app: App[Any]) -> DashboardHost:
     """The app a screen is mounted in, as its `DashboardHost` (screens live only there)."""
