@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from tinker_tui.app.run_summary import db_flag
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.control import Session
 from tinker_tui.engine.events import (
@@ -33,12 +35,14 @@ class HeadlessReporter:
     """Prints what a person watching a log needs; subscribe `handle` to the event bus. The
     run's end is printed by its summary (`app.run_summary`), after every other line."""
 
-    def __init__(self, out: TextIO | None = None) -> None:
+    def __init__(self, out: TextIO | None = None, *, db_path: Path | None = None) -> None:
         self.out = out or sys.stdout
+        self.db_path = db_path  # for the command that shows a logged traceback whole
         self.max_steps = 0
         self.discarded = dict.fromkeys(DISCARD_REASONS, 0)
         self.started_at: float | None = None
         self._phase: str | None = None
+        self._run_id = "RUN"
 
     def _startup(self, event: StartupProgressed) -> None:
         """One line when the start-up enters a phase (not one per warm-up step)."""
@@ -60,6 +64,7 @@ class HeadlessReporter:
     def handle(self, event: Event) -> None:
         if isinstance(event, RunStarted):
             self.max_steps = event.max_steps
+            self._run_id = event.run_id
             self.started_at = event.time
             self._print(f"run {event.run_id}: task {event.name}, {event.backend} backend, "
                         f"base model {event.base_model}, {event.max_steps} steps")
@@ -90,7 +95,29 @@ class HeadlessReporter:
             self._print(event.message if event.level == "info"
                         else f"{event.level}: {event.message}")
         elif isinstance(event, LogEmitted) and event.level in ("warning", "error"):
-            self._print(f"{event.level}: {event.message.splitlines()[0]}")
+            lines = event.message.splitlines()
+            self._print(f"{event.level}: {lines[0]}")
+            where = innermost_frame(lines)
+            if where:
+                show = f"tinker-tui show {self._run_id} --log{db_flag(self.db_path)}"
+                self._print(f"  {where}  (whole: {show})")
+
+
+def innermost_frame(lines: list[str]) -> str:
+    """Where a logged traceback was raised, in one line (`at FILE:LINE in FUNC: CODE`), or
+    "" when the message holds none: a headless log keeps one line per message, and the place
+    in the user's code is what they need first; the whole traceback is in the stored log."""
+    for i in range(len(lines) - 1, -1, -1):
+        match = _FRAME.match(lines[i])
+        if match:
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            code = "" if _FRAME.match(code) or code.startswith(("^", "~")) else code
+            where = f"at {match['file']}:{match['line']} in {match['func']}"
+            return f"{where}: {code}" if code else where
+    return ""
+
+
+_FRAME = re.compile(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
 
 
 def eval_line(event: EvalCompleted, max_steps: int) -> str:

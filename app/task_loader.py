@@ -65,7 +65,7 @@ def load_task(spec: str) -> Task:
         raise TaskLoadError(_unknown(spec))
     name = attribute or "TASK"
     if not hasattr(module, name):
-        hint = ("a module-level TASK = Task(...) (from engine.task import Task)" if not attribute
+        hint = ("a module-level TASK = Task(...) (from tinker_tui import Task)" if not attribute
                 else f"a module-level {name} = Task(...)")
         raise TaskLoadError(f"{where} defines no {name}: expected {hint}")
     try:

@@ -211,3 +211,36 @@ def test_run_no_ui_stops_on_a_health_pause_and_exits_3(tmp_path):
     assert "stopping: health check: rollout errors: 100% of the last 4 groups failed" \
         in done.stdout
     assert re.search(r"run \S+ stopped at step 0/5 \(health check: rollout errors", done.stdout)
+
+
+def _score(scenario):
+    return {"right": 1.0}[scenario.data]  # raises KeyError: the task's own mistake
+
+
+async def test_the_headless_log_says_where_in_the_task_a_rollout_raised(tmp_path):
+    """`--no-ui` keeps one line per message, plus the line of the user's code that raised
+    (not the engine's frames above it); `show RUN --log` has the whole traceback."""
+    import io
+
+    from tinker_tui.app.headless import HeadlessReporter
+
+    async def rollout(client, model, scenario):
+        choice = await client.chat.completions.create(model=model, messages=[])
+        return Trajectory.from_choices([choice], reward=_score(scenario))
+
+    pipeline, events = make_pipeline(Task(name="t", scenarios=scenarios, rollout=rollout),
+                                     max_steps=1, on_health_pause="stop")
+    out = io.StringIO()
+    reporter = HeadlessReporter(out, db_path=tmp_path / "r.db")
+    await asyncio.wait_for(pipeline.run(), 30)
+    for event in events:
+        reporter.handle(event)
+    lines = out.getvalue().splitlines()
+    first = next(i for i, line in enumerate(lines) if "rollout of scenario" in line)
+    assert lines[first].startswith("error: ") and "KeyError: 0" in lines[first]
+    where = lines[first + 1]
+    assert where.startswith(f"  at {__file__}:") and "in _score: return {\"right\": 1.0}" in where
+    assert where.endswith(f"--log --db {tmp_path / 'r.db'})")
+    log = next(e for e in events if isinstance(e, LogEmitted) and "rollout of" in e.message)
+    assert log.message.startswith(lines[first][len("error: "):] + "\n")
+    assert "Traceback (most recent call last)" in log.message  # what `show --log` prints

@@ -260,3 +260,15 @@ def test_show_of_an_unknown_run_is_a_usage_error(stored, capsys):
     path, _ = stored
     assert cli_main(["show", "nope", "--db", str(path), "--no-ui"]) == 2
     assert "no run 'nope'" in capsys.readouterr().err
+
+
+def test_show_log_prints_every_stored_message_whole(tmp_path, capsys):
+    from tinker_tui.engine.events import LogEmitted
+
+    path = tmp_path / "runs.db"
+    events = write_run(path)
+    logs = [e for e in events if isinstance(e, LogEmitted)]
+    assert logs  # the script logs
+    assert cli_main(["show", "--db", str(path), "--log"]) == 0
+    out = capsys.readouterr().out
+    assert out == "".join(f"{e.level}: {e.message}\n" for e in logs)

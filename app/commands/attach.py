@@ -101,7 +101,7 @@ async def follow_headless(session: Session) -> int:
     from tinker_tui.app.headless import HeadlessReporter
     from tinker_tui.app.run_summary import SummaryCollector, summary_lines
 
-    session.events.subscribe(HeadlessReporter().handle)
+    session.events.subscribe(HeadlessReporter(db_path=session.db_path).handle)
     summary = SummaryCollector(db_path=session.db_path)
     session.events.subscribe(summary.handle)
     status = await session.run()

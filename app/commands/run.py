@@ -271,7 +271,7 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
     from tinker_tui.app.headless import HeadlessReporter, MetricsFile, start_control_endpoint
     from tinker_tui.app.run_summary import SummaryCollector, summary_lines
 
-    session.events.subscribe(HeadlessReporter().handle)
+    session.events.subscribe(HeadlessReporter(db_path=session.db_path).handle)
     summary = SummaryCollector(task=task, db_path=session.db_path)
     session.events.subscribe(summary.handle)
     metrics = MetricsFile(session.db_path.parent) if session.db_path is not None else None

@@ -2,7 +2,8 @@
 
 RUN is a run id, a unique prefix of one, or omitted (or "latest") for the newest run in the
 store. Without a terminal (or with `--no-ui`) it prints the run as the headless reporter
-printed it: one line per step.
+printed it: one line per step. `--log` prints the run's log instead, every message whole
+(a failed rollout's traceback included), as the dashboard's log view holds it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ def add_parser(commands: Any) -> None:
     add_db_option(show)
     show.add_argument("--no-ui", action="store_true",
                       help="print one line per step instead (also when not on a terminal)")
+    show.add_argument("--log", action="store_true",
+                      help="print the run's log, every message whole (tracebacks included)")
 
 
 async def print_run(db_path: Path, run: StoredRun) -> int:
@@ -36,7 +39,7 @@ async def print_run(db_path: Path, run: StoredRun) -> int:
     from tinker_tui.app.store_session import StoreSession
 
     session = StoreSession(db_path, run)
-    reporter = HeadlessReporter()
+    reporter = HeadlessReporter(db_path=db_path)
     summary = SummaryCollector(db_path=db_path)
     for event in await session.read_all():
         reporter.handle(event)
@@ -51,12 +54,26 @@ async def print_run(db_path: Path, run: StoredRun) -> int:
     return EXIT_OK
 
 
+async def print_log(db_path: Path, run: StoredRun) -> int:
+    """Every stored log message of the run, whole, oldest first."""
+    from tinker_tui.app.store_session import StoreSession
+    from tinker_tui.engine.events import LogEmitted
+
+    session = StoreSession(db_path, run)
+    for event in await session.read_all():
+        if isinstance(event, LogEmitted):
+            print(f"{event.level}: {event.message}")
+    return EXIT_OK
+
+
 def main(args: argparse.Namespace) -> int:
     from tinker_tui.app.commands.run import wants_ui
     from tinker_tui.app.store_session import StoreSession
     from tinker_tui.engine.store import find_run
 
     run = asyncio.run(find_run(store_path(args), args.run))
+    if args.log:
+        return asyncio.run(print_log(store_path(args), run))
     if not wants_ui(args):
         return asyncio.run(print_run(store_path(args), run))
     from tinker_tui.app.tui import TinkerTuiApp

@@ -11,7 +11,7 @@ Modules: `model` (base models), `llama` (the embedded models in plain torch), `l
 cache), `losses`, `checkpoints`, `pretrain` (rebuilds the embedded weights), and the three
 clients.
 
-Imports are lazy: `import engine.local` stays cheap (no torch/transformers) until a client or
+Imports are lazy: `import tinker_tui.engine.local` stays cheap (no torch/transformers) until a client or
 the tokenizer is used.
 """
 
