@@ -14,8 +14,10 @@ reach the port, with no limit on processes; this module is the small layer in fr
   process ended (asked to quit, then terminated, then killed) when its page goes away.
 - No access log: request lines would carry the token.
 - With `list_runs` (serve without a RUN), a store of several runs first gets a page that
-  lists them; each links to `/?run=ID`, whose page's websocket (`/ws/ID`) starts a viewer
-  for that run. Only ids in the store's list are accepted.
+  lists them (read again every `PICKER_REFRESH` seconds, so a new run or a run's progress
+  shows without a reload); each links to `/?run=ID`, whose page's websocket (`/ws/ID`)
+  starts a viewer for that run, and whose page links back to the list. Only ids in the
+  store's list are accepted.
 
 The page is our own (textual-serve's links a font from the internet; this one uses the font
 the package ships, so a machine without internet serves it whole).
@@ -43,6 +45,7 @@ from textual_serve.download_manager import DownloadManager
 COOKIE = "tinker_tui_serve"
 QUIT_GRACE = 5.0  # seconds a viewer process has to quit before it is terminated, then killed
 HEARTBEAT = 15.0  # websocket pings: a page that vanished without closing is noticed
+PICKER_REFRESH = 5  # seconds between reloads of the run list page
 
 STATIC_DIR = resources.files("textual_serve") / "static"
 
@@ -203,6 +206,7 @@ class WebServer:
     async def handle_index(self, request: web.Request) -> web.Response:
         path, title = "/", self.title
         websocket_path = "/ws"
+        back = ""  # a link to the run list, when there is one to go back to
         if self.list_runs is not None:
             run, rows = await self.chosen_run(request.query.get("run"))
             if run is None and "run" in request.query:
@@ -212,6 +216,7 @@ class WebServer:
                 return self.picker_page(rows)
             if len(rows) > 1:
                 path = f"/?run={quote(run, safe='')}"
+                back = BACK_LINK
             websocket_path = f"/ws/{quote(run, safe='')}"
             title = f"tinker-tui · {run}"
         if len(self.viewers) >= self.max_viewers:
@@ -223,7 +228,7 @@ class WebServer:
             page_path=json.dumps(path).replace("<", "\\u003c"),
             websocket_url=html.escape(f"{scheme}://{request.host}{websocket_path}",
                                       quote=True),
-            font_size=font_size)
+            font_size=font_size, back=back)
         return web.Response(text=page, content_type="text/html", headers={
             "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
 
@@ -238,7 +243,7 @@ class WebServer:
             cells += [f"<td>{html.escape(str(row[column]))}</td>" for column in columns[1:]]
             lines.append(f"<tr>{''.join(cells)}</tr>")
         page = PICKER_PAGE.format(title=html.escape(self.title), count=len(rows), head=head,
-                                  rows="\n".join(lines))
+                                  rows="\n".join(lines), refresh=PICKER_REFRESH)
         return web.Response(text=page, content_type="text/html", headers={
             "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
 
@@ -376,13 +381,14 @@ body.-first-byte .textual-terminal {{ opacity: 1; }}
 .closed {{ display: none; }}
 body.-closed .closed {{ display: flex; flex-direction: column; background: #0c181f; }}
 #start {{ display: none; }}
+.back {{ color: #c9a0ff; }}
 </style>
 </head>
 <body>
 <div class="dialog starting">{title}: starting the dashboard…<button id="start"
   type="button" onclick="location.reload()">Start</button></div>
 <div class="dialog closed"><div>Session ended.</div>
-  <button type="button" onclick="location.reload()">Open again</button></div>
+  <button type="button" onclick="location.reload()">Open again</button>{back}</div>
 <div id="terminal" class="textual-terminal" data-session-websocket-url="{websocket_url}"
   data-font-size="{font_size}"></div>
 </body>
@@ -390,11 +396,16 @@ body.-closed .closed {{ display: flex; flex-direction: column; background: #0c18
 """
 
 
+#: On a run's page, when the store holds several: back to the list (the cookie carries the
+#: token).
+BACK_LINK = '<a class="back" href="/">All runs</a>'
+
 #: The list of runs shown first when the store holds several and no RUN was named.
 PICKER_PAGE = """<!DOCTYPE html>
 <html>
 <head>
 <meta charset="utf-8">
+<meta http-equiv="refresh" content="{refresh}">
 <title>{title}</title>
 <script>history.replaceState(null, "", location.pathname);</script>
 <style>
@@ -409,7 +420,8 @@ th {{ color: #999; font-weight: normal; }}
 </head>
 <body>
 <h1>{title}</h1>
-<p>{count} runs in the store, newest first; open one to watch its dashboard.</p>
+<p>{count} runs in the store, newest first; open one to watch its dashboard. This list
+updates every {refresh} s.</p>
 <table>
 <tr>{head}</tr>
 {rows}

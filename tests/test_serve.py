@@ -335,6 +335,7 @@ async def test_a_store_of_several_runs_is_listed_and_each_opens_its_dashboard(tm
             assert f'data-session-websocket-url="ws://127.0.0.1:{served.port}/ws/old-0001"' \
                 in page
             assert 'history.replaceState(null, "", "/?run=old-0001")' in page
+            assert '<a class="back" href="/">All runs</a>' in page  # back to the list
             for path in ("/?run=nothing", "/?run=old"):  # only a listed id, not a prefix
                 async with browser.get(served.base + path) as response:
                     assert response.status == 404, path

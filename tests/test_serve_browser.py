@@ -158,6 +158,12 @@ async def test_a_click_in_the_list_of_runs_opens_that_runs_dashboard(tmp_path):
                 await page.page.goto(served.url)
                 assert "token" not in page.page.url
                 await page.page.screenshot(path=str(shots / "serve-runs.png"))
+                assert "2 runs in the store" in await page.page.inner_text("body")
+                # a run started meanwhile shows up in the open list, with no reload asked
+                await LiveFakeSession(str(db_path), step_seconds=0.0, max_steps=2,
+                                      run_id="newer-0003").run()
+                await page.page.wait_for_selector("text=newer-0003", timeout=15_000)
+                assert "3 runs in the store" in await page.page.inner_text("body")
                 await page.page.click("text=old-0001")
                 await page.page.wait_for_selector("body.-first-byte", state="attached",
                                                   timeout=90_000)
