@@ -173,7 +173,8 @@ class ChatHandler:
             prefill, prefill_tokens = forced_call_prefill(renderer.tokenizer,
                                                           info.content_prefix, names,
                                                           forced_name)
-            constraint = ToolCallConstraint(tuple([forced_name] if forced_name else names))
+            constraint = ToolCallConstraint.for_tools(
+                tools, tuple([forced_name] if forced_name else names))
         try:
             prompt = renderer.build_generation_prompt(messages)
         except RequestError:

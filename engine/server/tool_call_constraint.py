@@ -9,7 +9,14 @@ between tokens (JSON allows any run of whitespace, and a small model given that 
 fills `max_tokens` with newlines). The sampler asks, for each token it draws, whether the
 reply can still become such a call, redraws one that cannot, and stops the sample once the
 call is whole (see `engine.local.generation`). So a forced call that ends within
-`max_tokens` always parses. Tinker samples on the service, which offers no such
+`max_tokens` always parses.
+
+The arguments also follow the top level of the tool's `parameters` schema (`ArgumentRules`):
+only its declared properties as keys, each at most once; a value of the property's `type`
+(string, number, integer, boolean, null, object, array, or a list of them) and, with an
+`enum`, one of its values; the object closes only once every `required` property is there.
+Deeper levels are plain JSON. Without this, the untrained model given only the JSON shape
+wrote keys of its own and rarely closed a call within a small `max_tokens`. Tinker samples on the service, which offers no such
 constraint: there the prefill alone steers the model, and a reply that does not parse
 comes back as plain content.
 
@@ -21,9 +28,11 @@ candidate tokens per step cheaply.
 from __future__ import annotations
 
 import json
+import math
 import re
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from tinker_tui.engine.errors import TinkerTuiError
 
@@ -34,21 +43,90 @@ _HEX = set("0123456789abcdefABCDEF")
 _LITERALS = ("true", "false", "null")
 _NUMBER = re.compile(r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?")
 _NUMBER_START = re.compile(r"-?((0|[1-9]\d*)(\.\d*)?([eE][+-]?\d*)?)?")
+_INTEGER = re.compile(r"-?(0|[1-9]\d*)")
+_INTEGER_START = re.compile(r"-?((0|[1-9]\d*))?")
+#: The longest number a call may hold: the longest a float64 takes in JSON
+#: (-2.2250738585072014e-308). A small model otherwise writes digits until `max_tokens`.
+MAX_NUMBER_LENGTH = 24
+#: JSON Schema's types, as the kinds of value this scanner tells apart.
+_KINDS = frozenset({"string", "number", "integer", "boolean", "null", "object", "array"})
 #: The keys of a call object, in order.
 CALL_KEYS = ("name", "arguments")
 
 
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentRules:
+    """What a tool's `parameters` schema says of its arguments object's top level, with keys
+    and string values as JSON writes them (without quotes). `keys` None: any key (the schema
+    declares no properties); a property missing from `kinds` takes any value."""
+
+    keys: tuple[str, ...] | None = None
+    required: frozenset[str] = frozenset()
+    kinds: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    enums: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def from_schema(cls, schema: Mapping[str, Any] | None) -> ArgumentRules:
+        """The rules of a `parameters` schema; parts it cannot use (not a mapping, unknown
+        types) constrain nothing rather than everything."""
+        if not isinstance(schema, Mapping):
+            return cls()
+        properties = schema.get("properties")
+        if not isinstance(properties, Mapping) or not properties:
+            return cls()
+        keys = tuple(_json(str(k))[1:-1] for k in properties)
+        required = schema.get("required")
+        kinds: dict[str, frozenset[str]] = {}
+        enums: dict[str, tuple[str, ...]] = {}
+        for name, key in zip(properties, keys, strict=True):
+            spec = properties[name]
+            if not isinstance(spec, Mapping):
+                continue
+            declared = spec.get("type")
+            types = [declared] if isinstance(declared, str) else declared
+            if isinstance(types, list) and types and set(types) <= _KINDS:
+                kinds[key] = frozenset(types)
+            enum = spec.get("enum")
+            if isinstance(enum, list) and enum and all(
+                    isinstance(v, str | int | float | bool) or v is None for v in enum):
+                enums[key] = tuple(_json(v) for v in enum)
+        return cls(keys=keys,
+                   required=frozenset(_json(str(k))[1:-1] for k in required
+                                      if k in properties) if isinstance(required, list)
+                   else frozenset(),
+                   kinds=kinds, enums=enums)
+
+    def allows(self, key: str, kind: str) -> bool:
+        kinds = self.kinds.get(key)
+        if kinds is None:
+            return True
+        return kind in kinds or (kind == "integer" and "number" in kinds)
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCallConstraint:
-    """The reply (prefill included) must be one call of `tool_names`; see the module
-    docstring."""
+    """The reply (prefill included) must be one call of `tool_names`, its arguments within
+    `arguments[name]` where given; see the module docstring."""
 
     tool_names: tuple[str, ...]
+    arguments: Mapping[str, ArgumentRules] = field(default_factory=dict)
+
+    @classmethod
+    def for_tools(cls, tools: list[dict[str, Any]], names: tuple[str, ...]
+                  ) -> ToolCallConstraint:
+        """A call of one of `names`, each with its tool's `parameters` (tools as the handler
+        lists them: name, description, parameters)."""
+        return cls(names, {t["name"]: ArgumentRules.from_schema(t.get("parameters"))
+                           for t in tools if t["name"] in names})
 
     def start(self, text: str) -> ScanState:
         """The scan of `text` (check its `verdict`)."""
-        state = ScanState(tuple(json.dumps(n, ensure_ascii=False)[1:-1]
-                                for n in self.tool_names))
+        state = ScanState(tuple(_json(n)[1:-1] for n in self.tool_names),
+                          {_json(n)[1:-1]: rules for n, rules in self.arguments.items()})
         state.feed(text)
         return state
 
@@ -68,15 +146,20 @@ class ScanState:
     `stack` holds, per open container, [kind, what it expects next]: an object expects
     "key_or_end" (after "{"), "key", ":", "value" or "comma_or_end"; an array
     "value_or_end" (after "["), "value" or "comma_or_end". Inside a string or a bare
-    scalar, `mode` says so and `buffer` holds its text as written."""
+    scalar, `mode` says so and `buffer` holds its text as written. The arguments object is
+    the one object two levels down (the call's only object value)."""
 
-    __slots__ = ("names", "stack", "keys", "mode", "buffer", "is_key", "unicode_left",
-                 "last", "started", "done", "verdict")
+    __slots__ = ("names", "rules", "name", "stack", "keys", "arg_keys", "mode", "buffer",
+                 "is_key", "unicode_left", "last", "started", "done", "verdict")
 
-    def __init__(self, names: tuple[str, ...]) -> None:
+    def __init__(self, names: tuple[str, ...],
+                 rules: Mapping[str, ArgumentRules] | None = None) -> None:
         self.names = names  # as JSON writes them, without quotes
+        self.rules = rules or {}  # per name, as JSON writes it
+        self.name = ""  # the tool called, once its name is written
         self.stack: list[list[str]] = []
         self.keys: list[str] = []  # keys of the call object so far
+        self.arg_keys: list[str] = []  # keys of the arguments object so far
         self.mode = "normal"  # normal, string, escape, unicode, scalar
         self.buffer = ""
         self.is_key = False
@@ -88,9 +171,10 @@ class ScanState:
 
     def copy(self) -> ScanState:
         other = ScanState.__new__(ScanState)
-        other.names = self.names
+        other.names, other.rules, other.name = self.names, self.rules, self.name
         other.stack = [frame[:] for frame in self.stack]
         other.keys = self.keys[:]
+        other.arg_keys = self.arg_keys[:]
         other.mode, other.buffer, other.is_key = self.mode, self.buffer, self.is_key
         other.unicode_left, other.last = self.unicode_left, self.last
         other.started, other.done, other.verdict = self.started, self.done, self.verdict
@@ -189,6 +273,8 @@ class ScanState:
             elif c == ",":
                 if len(self.stack) == 1 and len(self.keys) >= len(CALL_KEYS):
                     raise _Reject  # only name and arguments
+                if len(self.stack) == 2 and self._keys_left() == []:
+                    raise _Reject  # every declared property is there
                 frame[1] = "key" if kind == "object" else "value"
             else:
                 raise _Reject
@@ -213,6 +299,10 @@ class ScanState:
             raise _Reject
 
     def _close(self) -> None:
+        if len(self.stack) == 2:
+            rules = self._rules()
+            if rules is not None and not rules.required <= set(self.arg_keys):
+                raise _Reject  # a required property is missing
         self.stack.pop()
         if not self.stack:
             if tuple(self.keys) != CALL_KEYS:
@@ -224,10 +314,27 @@ class ScanState:
         self._check_top_string(closed=True)
         if self.is_key and len(self.stack) == 1:
             self.keys.append(self.buffer)
+        elif self.is_key and len(self.stack) == 2:
+            self.arg_keys.append(self.buffer)
+        elif len(self.stack) == 1 and self.keys and self.keys[-1] == "name":
+            self.name = self.buffer
+
+    def _rules(self) -> ArgumentRules | None:
+        return self.rules.get(self.name)
+
+    def _keys_left(self) -> list[str] | None:
+        """The declared properties not yet written (None: any key may come)."""
+        rules = self._rules()
+        if rules is None or rules.keys is None:
+            return None
+        return [k for k in rules.keys if k not in self.arg_keys]
 
     def _check_top_string(self, *, closed: bool) -> None:
         """A key of the call object must be the next of CALL_KEYS, its name one of the
         tools', both as JSON writes them (no escapes they do not need)."""
+        if len(self.stack) == 2:
+            self._check_argument_string(closed=closed)
+            return
         if len(self.stack) != 1:
             return
         raw = self.buffer
@@ -240,8 +347,31 @@ class ScanState:
                     (closed and raw not in self.names):
                 raise _Reject
 
+    def _check_argument_string(self, *, closed: bool) -> None:
+        """A key of the arguments object: a declared property not yet written. A string
+        value: one of its property's enum, if it has one."""
+        raw = self.buffer
+        if self.is_key:
+            left = self._keys_left()
+            if left is not None and (not any(k.startswith(raw) for k in left)
+                                     or (closed and raw not in left)):
+                raise _Reject
+            return
+        rules = self._rules()
+        enum = rules.enums.get(self.arg_keys[-1]) if rules is not None else None
+        if enum is not None:
+            quoted = '"' + raw + ('"' if closed else "")
+            if not any(v.startswith(quoted) for v in enum):
+                raise _Reject
+
     def _top_value(self, kind: str) -> None:
-        """The call's name is a string, its arguments an object."""
+        """The call's name is a string, its arguments an object; an argument's value is of
+        its property's type (a scalar's is checked as it is written)."""
+        if len(self.stack) == 2 and kind != "scalar":
+            rules = self._rules()
+            if rules is not None and not rules.allows(self.arg_keys[-1], kind):
+                raise _Reject
+            return
         if len(self.stack) != 1:
             return
         key = self.keys[-1] if self.keys else ""
@@ -256,8 +386,34 @@ class ScanState:
         word = self.buffer
         if word[:1] in "-0123456789":
             pattern = _NUMBER if ended else _NUMBER_START
-            if pattern.fullmatch(word) is None:
+            if pattern.fullmatch(word) is None or len(word) > MAX_NUMBER_LENGTH:
                 raise _Reject
+            if _NUMBER.fullmatch(word) and not math.isfinite(float(word)):
+                raise _Reject  # beyond a float64: more exponent digits only make it larger
         elif not any(lit == word if ended else lit.startswith(word) for lit in _LITERALS):
+            raise _Reject
+        if len(self.stack) == 2:
+            self._check_argument_scalar(word, ended=ended)
+
+    def _check_argument_scalar(self, word: str, *, ended: bool) -> None:
+        """A number, true/false or null as an argument: of its property's type and in its
+        enum, if it has them."""
+        rules = self._rules()
+        if rules is None:
+            return
+        key = self.arg_keys[-1]
+        enum = rules.enums.get(key)
+        if enum is not None and not any(v == word if ended else v.startswith(word)
+                                        for v in enum):
+            raise _Reject
+        if key not in rules.kinds:
+            return
+        if word[:1] in "-0123456789":
+            whole = (_INTEGER if ended else _INTEGER_START).fullmatch(word) is not None
+            if not (rules.allows(key, "number") or (whole and rules.allows(key, "integer"))):
+                raise _Reject
+        elif not any(rules.allows(key, kind) and (lit == word if ended else lit.startswith(word))
+                     for kind, lit in (("boolean", "true"), ("boolean", "false"),
+                                       ("null", "null"))):
             raise _Reject
 

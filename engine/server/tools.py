@@ -67,6 +67,20 @@ def forced_call_prefill(tokenizer: Any, content_prefix: str, tool_names: Sequenc
     return tokenizer.decode(tokens[:cut]) if cut else "", tokens[:cut]
 
 
+def _not_json(word: str) -> Any:
+    """NaN and Infinity, which Python's decoder takes and JSON does not."""
+    raise ValueError(f"{word} is not JSON")
+
+
+def _encode(arguments: dict[str, Any]) -> str | None:
+    """Arguments as JSON, or None if they cannot be (a number beyond a float64 read as
+    infinity, which JSON cannot write)."""
+    try:
+        return json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return None
+
+
 def parse_text_tool_calls(text: str, tool_names: Sequence[str], *,
                           limit: int | None = None) -> tuple[str, list[tuple[str, str]]]:
     """Split a reply into content and tool calls written in the text protocol.
@@ -74,7 +88,7 @@ def parse_text_tool_calls(text: str, tool_names: Sequence[str], *,
     A tool call is a JSON object with a `name` among `tool_names` and an `arguments` object
     (or a string holding one; missing means {}), and no other keys. Returns the rest of the
     text (stripped) and the calls as (name, arguments as a JSON string), at most `limit`."""
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(parse_constant=_not_json)
     calls: list[tuple[str, str]] = []
     spans: list[tuple[int, int]] = []
     names = set(tool_names)
@@ -91,12 +105,13 @@ def parse_text_tool_calls(text: str, tool_names: Sequence[str], *,
         arguments = obj.get("arguments", {}) if isinstance(obj, dict) else None
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments)
+                arguments = decoder.decode(arguments)
             except ValueError:
                 arguments = None
-        if (isinstance(obj, dict) and obj.get("name") in names and isinstance(arguments, dict)
+        encoded = _encode(arguments) if isinstance(arguments, dict) else None
+        if (isinstance(obj, dict) and obj.get("name") in names and encoded is not None
                 and set(obj) <= {"name", "arguments"}):
-            calls.append((obj["name"], json.dumps(arguments, ensure_ascii=False)))
+            calls.append((obj["name"], encoded))
             spans.append((start, end))
             position = end
         else:
