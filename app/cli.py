@@ -5,6 +5,9 @@ failed; 2 bad usage (unknown task, bad setting, missing Tinker key, unusable sto
 130 stopped by SIGINT (Ctrl+C) and 143 by SIGTERM, both after a graceful shutdown
 (current step finished, checkpoint written, store flushed). A second signal exits at once.
 
+A SIGINT or SIGTERM before the command handles signals itself ends it with 130 or 143 and
+one line (`app.interrupts`); the module imports little, so that starts early.
+
 Everything that can be checked without a model (arguments, settings, the task file, the
 store, the Tinker key) is checked before torch, transformers or the dashboard are imported,
 so a mistake is answered in well under a second.
@@ -13,15 +16,14 @@ so a mistake is answered in well under a second.
 from __future__ import annotations
 
 import argparse
-import difflib
 import gc
 import importlib
 import os
 import re
 import sys
-import traceback
 from collections.abc import Iterable, Sequence
 
+from tinker_tui.app.interrupts import Interrupted, interrupting
 from tinker_tui.engine.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, TinkerTuiError
 
 #: Sub-command modules under app/commands, in the order `--help` lists them.
@@ -30,6 +32,8 @@ COMMANDS = ("run", "show", "attach", "serve", "runs", "export")
 
 def close_match(word: str, candidates: Iterable[str]) -> str | None:
     """The candidate `word` was most likely meant to be, if one is close enough."""
+    import difflib
+
     matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return matches[0] if matches else None
 
@@ -131,11 +135,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    args = parse(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # a dashboard's engine gets them
-    command = importlib.import_module(f"tinker_tui.app.commands.{args.command}")
     try:
+        with interrupting():  # a signal now: one line and 130/143, never a traceback
+            args = parse(argv)
+            args.argv = list(sys.argv[1:] if argv is None else argv)  # a dashboard's engine
+            command = importlib.import_module(f"tinker_tui.app.commands.{args.command}")
         return command.main(args)
+    except Interrupted as exc:  # before the command handled signals: nothing has started
+        print(f"tinker-tui: stopped by {exc}; nothing was started", file=sys.stderr)
+        return exc.exit_code
     except TinkerTuiError as exc:  # the one place an error becomes an exit code
         return report(exc, exc.exit_code)
     except BrokenPipeError:  # `tinker-tui show | head`: the reader has all it wanted
@@ -154,6 +162,8 @@ def report(exc: Exception, code: int) -> int:
         print(f"tinker-tui: error: {exc}", file=sys.stderr)
         return code
     if os.environ.get("TINKER_TUI_DEBUG"):
+        import traceback
+
         traceback.print_exception(exc)
     print(f"tinker-tui: run failed: {type(exc).__name__}: {exc} "
           "(set TINKER_TUI_DEBUG=1 for the traceback)", file=sys.stderr)

@@ -1,7 +1,8 @@
 """The engine in a process of its own, watched by a dashboard.
 
 `tinker-tui run TASK` with the dashboard starts the headless run — the same command with
-`--no-ui`, and the run id it chose pinned with `--run-id` — as `EngineProcess`: in a new
+`--no-ui`, and the run id it chose pinned with `--run-id` — as `EngineProcess`, once the
+dashboard has drawn its first frame: in a new
 session (its own process group, so neither the terminal's Ctrl+C nor its hangup reaches
 it), stdin from /dev/null, stdout and stderr appended to `RUN_ID.engine.log` beside the
 store. The dashboard then reads the run from the store and steers it through its control
@@ -14,11 +15,13 @@ it holds the run's lock, signalled through the pid in its control file.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 from collections import deque
 from pathlib import Path
 from typing import Protocol
@@ -83,40 +86,65 @@ class Engine(Protocol):
     def send_signal(self, signum: int) -> bool:
         """Signal it (SIGINT/SIGTERM: the headless run's own stop); False if it is gone."""
 
+    async def start(self) -> None:
+        """Start it, where this process is the one to (and it has not started)."""
+
 
 class EngineProcess:
-    """An engine this dashboard started (see the module docstring)."""
+    """An engine this dashboard starts (see the module docstring).
 
-    def __init__(self, process: subprocess.Popen[bytes], log_path: Path) -> None:
-        self.process = process
-        self.log_path: Path | None = log_path
-        self.pid = process.pid
+    It starts when the dashboard asks (`start`: once its first frame is drawn, so the
+    engine's imports do not compete with the dashboard's for the CPU). A signal before that
+    cancels it: it never starts, nothing of its run is stored, and its exit code is the
+    signal's, as if it had started and been stopped by it at once."""
 
-    @classmethod
-    def start(cls, run_args: list[str], *, run_id: str, db_path: str | Path) -> EngineProcess:
-        """Start `tinker-tui <run_args> --no-ui --watched --run-id RUN_ID` (run_args: the
-        `run` command's arguments as the user gave them)."""
-        log_path = engine_log_path(db_path, run_id)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "tinker_tui.app.cli", *run_args,
-                   "--no-ui", "--watched", "--run-id", run_id]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        with open(log_path, "ab") as log:
-            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, start_new_session=True,
-                                       env=env, close_fds=True)
-        return cls(process, log_path)
+    def __init__(self, run_args: list[str], *, run_id: str, db_path: str | Path) -> None:
+        """`tinker-tui <run_args> --no-ui --watched --run-id RUN_ID`, not started yet
+        (run_args: the `run` command's arguments as the user gave them)."""
+        self.command = [sys.executable, "-m", "tinker_tui.app.cli", *run_args,
+                        "--no-ui", "--watched", "--run-id", run_id]
+        self.log_path: Path | None = engine_log_path(db_path, run_id)
+        self.process: subprocess.Popen[bytes] | None = None
+        #: The signal that came before the start, which then never happens.
+        self.cancelled_by: int | None = None
+        self._lock = threading.Lock()  # `start` runs in a thread; a signal may come meanwhile
+
+    async def start(self) -> None:
+        """Start the process, in a thread (a fork is not for the loop); nothing if it was
+        cancelled or has started."""
+        await asyncio.to_thread(self._start)
+
+    def _start(self) -> None:
+        with self._lock:
+            if self.process is not None or self.cancelled_by is not None:
+                return
+            assert self.log_path is not None
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            with open(self.log_path, "ab") as log:
+                self.process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL,
+                                                stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True, env=env,
+                                                close_fds=True)
 
     def exit_code(self) -> int | None:
-        return self.process.poll()
+        with self._lock:
+            if self.process is None:
+                return -self.cancelled_by if self.cancelled_by is not None else None
+            return self.process.poll()
 
     def send_signal(self, signum: int) -> bool:
-        if self.process.poll() is not None:
+        with self._lock:
+            if self.process is None:
+                if self.cancelled_by is None:
+                    self.cancelled_by = signum
+                return True
+            if self.process.poll() is not None:
+                return False
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signum)
+                return True
             return False
-        with contextlib.suppress(ProcessLookupError):
-            self.process.send_signal(signum)
-            return True
-        return False
 
 
 class RunningEngine:
@@ -142,3 +170,6 @@ class RunningEngine:
         except (ProcessLookupError, PermissionError):
             return False
         return True
+
+    async def start(self) -> None:
+        """Nothing: another process started it."""

@@ -209,12 +209,15 @@ class StoreSession:
         await asyncio.Event().wait()  # a stored run stays on screen until quit
 
     async def _wait_for_start(self) -> None:
-        """Until the engine has a control endpoint and its run is in the store; EngineExited
-        if the engine ends first (the command prints what it said)."""
+        """Start the engine (`Engine.start`), then wait until it has a control endpoint and
+        its run is in the store; EngineExited if the engine ends first (the command prints
+        what it said), or was cancelled by a signal before it started."""
         from tinker_tui.app.engine_process import EngineExited, log_tail
         from tinker_tui.engine.control_server import control_file_path
         from tinker_tui.engine.store import StoreError, find_run
 
+        if self.engine is not None:
+            await self.engine.start()
         where = f"; its output goes to {self.engine.log_path}" if self.engine and \
             self.engine.log_path else ""
         self._log("info", f"starting the engine for run {self.run_id}{where}")
@@ -234,7 +237,8 @@ class StoreSession:
                     return
             if code is not None:
                 assert self.engine is not None
-                raise EngineExited(code, log_tail(self.engine.log_path), self.engine.log_path)
+                log = self.engine.log_path
+                raise EngineExited(code, log_tail(log), log if log and log.is_file() else None)
             await asyncio.sleep(self.poll_interval)
 
     async def _connect(self, control_file: Path) -> None:

@@ -44,6 +44,7 @@ from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
+from tinker_tui.app.interrupts import EXIT_CODES
 from tinker_tui.app.run_model import RunModel
 from tinker_tui.app.run_summary import SummaryCollector
 from tinker_tui.app.screens.confirm_quit import DETACH, FORCE, STOP, QuitScreen
@@ -73,7 +74,7 @@ EXIT_SIGHUP = 129
 #: Seconds the app may take to leave after SIGHUP before the process exits regardless.
 HANGUP_GRACE = 2.0
 #: The exit code of the signals that stop a run.
-SIGNAL_EXIT_CODES = {signal.SIGINT: EXIT_INTERRUPTED, signal.SIGTERM: EXIT_SIGTERM}
+SIGNAL_EXIT_CODES = EXIT_CODES
 
 VIEWS = ("dashboard", "rollouts", "control", "metrics")
 

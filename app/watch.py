@@ -5,7 +5,6 @@ detach, or what the engine said when it ended before its run started."""
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 from typing import TYPE_CHECKING
 
@@ -25,20 +24,6 @@ def _say(lines: list[str], *, err: bool = False) -> None:
         pass
 
 
-def hold_signals() -> list[int]:
-    """From now until the dashboard handles them itself, SIGINT and SIGTERM are kept (not
-    fatal) and handed to it when it starts: a signal sent while the dashboard loads must
-    still stop the run, not only kill the dashboard. Returns the list they are kept in."""
-    held: list[int] = []
-
-    def hold(signum: int, frame: object) -> None:
-        held.append(signum)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, hold)
-    return held
-
-
 def _read_tail(session: StoreSession, summary: SummaryCollector) -> None:
     """Left before the engine let go of its ended run: what it still writes (its trackers'
     last lines) belongs in the summary. A signal meanwhile skips it."""
@@ -56,7 +41,8 @@ def _read_tail(session: StoreSession, summary: SummaryCollector) -> None:
 def watch(session: StoreSession, summary: SummaryCollector,
           held: list[int] | None = None) -> int:
     """Open the dashboard on `session` (a following `StoreSession`) until the user leaves;
-    returns the exit code (see `app.tui`). `held`: signals `hold_signals` kept meanwhile."""
+    returns the exit code (see `app.tui`). `held`: the signals `app.interrupts.hold_signals`
+    kept meanwhile."""
     from tinker_tui.app.engine_process import EngineExited, describe_exit
     from tinker_tui.app.tui import TinkerTuiApp
 

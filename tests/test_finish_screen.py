@@ -14,7 +14,7 @@ os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 
 from fake_session import FakeSession, finished_events, scripted_events
 from textual.pilot import Pilot
-from tinker_tui.app.engine_process import EngineExited
+from tinker_tui.app.engine_process import EngineExited, EngineProcess
 from tinker_tui.app.run_summary import SummaryCollector, summary_lines
 from tinker_tui.app.screens.confirm_quit import QuitScreen
 from tinker_tui.app.screens.finished import FinishedScreen
@@ -168,6 +168,9 @@ class DeadEngine:
         self.signals.append(signum)
         return False
 
+    async def start(self) -> None:
+        """Started before the test (and gone)."""
+
 
 async def store_events(path: Path, events: list) -> None:
     store = await RunStore.open(path)
@@ -276,3 +279,40 @@ async def test_a_stop_before_the_engine_takes_commands_is_a_signal_to_it(tmp_pat
         await pilot.pause()
         assert engine.signals == [signal.SIGTERM] and app.stopping
         app.exit()
+
+
+async def test_a_signal_before_the_engine_starts_cancels_its_start(tmp_path):
+    """The dashboard starts its engine only after its first frame: a signal held while it
+    loaded stops the run before that, so the engine never starts and nothing is stored;
+    the app leaves with the signal's code and the session says the engine was stopped."""
+    path = tmp_path / "runs.db"
+    engine = EngineProcess(["run", "example", "--db", str(path)], run_id="run-9", db_path=path)
+    session = StoreSession(path, run_id="run-9", follow=True, poll_interval=0.05,
+                           engine=engine)
+    app = TinkerTuiApp(session, refresh_interval=0.05, held_signals=[signal.SIGTERM])
+    async with app.run_test() as pilot:
+        await until(lambda: app.return_code is not None, pilot)
+    assert app.return_code == 143
+    assert isinstance(app.run_exception, EngineExited) and app.leave_code == 143
+    assert engine.process is None and engine.exit_code() == -signal.SIGTERM
+    assert app.run_exception.log_path is None  # it never wrote one
+    assert not path.exists() and not engine.log_path.exists()
+
+
+async def test_the_session_starts_its_engine_and_reports_what_it_said(tmp_path):
+    """The engine is made unstarted; the session's run starts its process (here one that
+    fails at once, on a store that is not one) and reports what it said."""
+    path = tmp_path / "runs.db"
+    path.write_bytes(b"this is not a run store" * 100)
+    engine = EngineProcess(["run", "example", "--db", str(path)], run_id="run-9", db_path=path)
+    session = StoreSession(path, run_id="run-9", follow=True, poll_interval=0.05,
+                           engine=engine)
+    assert engine.process is None
+    try:
+        await asyncio.wait_for(session.run(), 60)
+    except EngineExited as exc:
+        assert exc.exit_code == 2 and exc.log_path == engine.log_path
+        assert any(str(path) in line for line in exc.lines)
+    else:
+        raise AssertionError("no EngineExited")
+    assert engine.process is not None and engine.exit_code() == 2

@@ -89,6 +89,17 @@ class Dashboard:
             assert time.monotonic() < deadline, f"{pattern!r} never showed:\n{self.text()[-3000:]}"
             time.sleep(0.05)
 
+    def wait_for_bytes(self, marker: bytes, timeout: float = TIMEOUT) -> None:
+        """Until `marker` was written to the terminal (raw, escape sequences and all)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if marker in self._output:
+                    return
+            assert self.poll() is None, f"the dashboard exited ({self.returncode})"
+            assert time.monotonic() < deadline, f"{marker!r} never written"
+            time.sleep(0.002)
+
     def press(self, keys: str) -> None:
         os.write(self.fd, keys.encode())
 
@@ -223,6 +234,24 @@ def test_sigterm_twice_stops_the_engine_at_once_with_the_store_intact(dashboards
     assert query(store, "pragma integrity_check") == [("ok",)]
     steps = [r[0] for r in query(store, "select step from steps order by step")]
     assert steps == list(range(1, len(steps) + 1))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_before_the_engine_starts_leaves_no_run_and_one_line(dashboards, store,
+                                                                      signum):
+    """The engine starts once the dashboard has drawn its first frame. A signal sent once
+    the dashboard has taken the terminal (before its first frame) cancels that start: the
+    command leaves with 130/143 and one line, the engine never ran (no log) and the store
+    has no run."""
+    dashboard = start_run(dashboards, store, "--steps", "500")
+    dashboard.wait_for_bytes(b"\x1b[?1049h")  # the alternate screen: the app has started
+    dashboard.kill(signum)
+    assert dashboard.wait() == {signal.SIGINT: 130, signal.SIGTERM: 143}[signum]
+    out = dashboard.text()
+    assert re.search(r"run \S+ stopped before it started\s*$", out), out[-1500:]
+    assert "Traceback" not in out
+    assert not list(store.parent.glob("*.engine.log")), "the engine started"
+    assert query(store, "select run_id from runs") == []
 
 
 # ------------------------------------------------------------------ the run outlives its dashboard

@@ -89,3 +89,23 @@ def test_a_ctrl_c_an_import_swallowed_still_stops_the_command(tmp_path, monkeypa
     assert built, "the session was built"
     assert not db.exists()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_sigterm_while_the_command_checks_its_plan_ends_it_with_143_and_one_line(
+        tmp_path, monkeypatch, capsys):
+    """Before the command handles signals itself, SIGTERM ends it as SIGINT does: its exit
+    code, one line, no traceback, nothing started; the handlers are put back."""
+    from tinker_tui.app.cli import main
+    from tinker_tui.app.commands import run
+
+    def plan_run(args):
+        signal.raise_signal(signal.SIGTERM)  # as if sent while the task loads
+        pytest.fail("the signal did not stop the command")
+
+    monkeypatch.setattr(run, "plan_run", plan_run)
+    db = tmp_path / "runs.db"
+    assert main(["run", "example", "--no-ui", "--db", str(db)]) == 143
+    assert capsys.readouterr().err == "tinker-tui: stopped by SIGTERM; nothing was started\n"
+    assert not db.exists()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

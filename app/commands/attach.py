@@ -112,9 +112,10 @@ async def follow_headless(session: Session) -> int:
 def main(args: argparse.Namespace) -> int:
     from tinker_tui.app.commands.run import wants_ui
     from tinker_tui.app.engine_process import RunningEngine
+    from tinker_tui.app.interrupts import hold_signals
     from tinker_tui.app.run_summary import SummaryCollector
     from tinker_tui.app.store_session import StoreSession
-    from tinker_tui.app.watch import hold_signals, watch
+    from tinker_tui.app.watch import watch
     from tinker_tui.engine.control_server import read_control_file
 
     db_path = store_path(args)

@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import shutil
 import signal
 import sys
 import textwrap
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tinker_tui.app.interrupts import EXIT_CODES as SIGNAL_EXIT_CODES
 from tinker_tui.engine.errors import EXIT_HEALTH_STOP, UsageError
 
 if TYPE_CHECKING:
@@ -36,7 +34,6 @@ if TYPE_CHECKING:
     from tinker_tui.engine.task import Task
 
 EXIT_OK = 0
-SIGNAL_EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
 DEFAULT_DB = Path("runs") / "tinker-tui.db"
 #: Seconds a graceful stop may take after SIGINT/SIGTERM before the run is cancelled.
 STOP_TIMEOUT = 60.0
@@ -315,53 +312,42 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
     return EXIT_OK
 
 
-def run_with_dashboard(plan: RunPlan, args: argparse.Namespace) -> int:
-    """Start the engine (the headless run, in its own process) for a checked plan, and
-    watch it."""
+def run_with_dashboard(plan: RunPlan, args: argparse.Namespace, held: list[int]) -> int:
+    """Watch a checked plan's run in the dashboard; its engine (the headless run, in its own
+    process) starts once the dashboard has drawn its first frame, so that frame does not
+    wait behind the engine's imports. `held`: the signals `hold_signals` keeps meanwhile; one
+    before the engine's start cancels it (nothing of the run is stored)."""
     from tinker_tui.app.engine_process import EngineProcess
     from tinker_tui.app.run_summary import SummaryCollector
     from tinker_tui.app.store_session import StoreSession
-    from tinker_tui.app.watch import hold_signals, watch
+    from tinker_tui.app.watch import watch
     from tinker_tui.engine.clock import SystemClock
     from tinker_tui.engine.run_id import new_run_id
 
     run_id = plan.run_id or new_run_id(plan.task.name, SystemClock())
-    held = hold_signals()  # from the engine's start on, a signal must reach the run
-    engine = EngineProcess.start(args.argv, run_id=run_id, db_path=plan.db_path)
+    engine = EngineProcess(args.argv, run_id=run_id, db_path=plan.db_path)  # not started yet
     session = StoreSession(plan.db_path, run_id=run_id, follow=True, engine=engine)
     return watch(session, SummaryCollector(task=args.task, db_path=plan.db_path), held)
 
 
-@contextlib.contextmanager
-def sigint_noted() -> Iterator[list[int]]:
-    """While the command plans and imports the engine: SIGINT raises KeyboardInterrupt, as
-    Python's own handler does, and is also noted in the list this yields. The exception
-    comes wherever the main thread is, and an import that runs Python code under C code
-    which clears errors can lose it and go on: a sweep of signals at random moments found a
-    Ctrl+C during the imports that the run never saw (it trained to its end, exit 0)."""
-    noted: list[int] = []
-
-    def note(signum: int, frame: Any) -> None:
-        noted.append(signum)
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is not threading.main_thread():
-        yield noted  # signals reach the main thread only
-        return
-    previous = signal.signal(signal.SIGINT, note)
-    try:
-        yield noted
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def main(args: argparse.Namespace) -> int:
-    with sigint_noted() as noted:
+    """Check the plan, then run it headless or with the dashboard. A signal until then ends
+    the command before anything has started (`app.interrupts`); the dashboard holds them
+    from before its imports on."""
+    from tinker_tui.app.interrupts import Interrupted, hold_signals, interrupting
+
+    held: list[int] | None = None
+    session = None
+    with interrupting() as noted:
         plan = plan_run(args)
-        watched = getattr(args, "watched", False)  # a dashboard started this engine
-        session = None if wants_ui(args) else build_session(plan, headless=not watched)
+        if wants_ui(args):
+            held = hold_signals()  # takes over from `interrupting` with no gap
+        else:
+            watched = getattr(args, "watched", False)  # a dashboard started this engine
+            session = build_session(plan, headless=not watched)
     if noted:
-        raise KeyboardInterrupt  # one that an import swallowed: the run never starts
-    if session is None:
-        return run_with_dashboard(plan, args)
+        raise Interrupted(noted[0])  # one that an import swallowed: the run never starts
+    if held is not None:
+        return run_with_dashboard(plan, args, held)
+    assert session is not None
     return asyncio.run(run_headless(session, task=args.task))

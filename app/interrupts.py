@@ -1,0 +1,73 @@
+"""SIGINT and SIGTERM before a command handles them itself.
+
+From the command line's start until the command is chosen (`app.cli`), and while `run`
+checks its plan and imports the engine (`app.commands.run`), either signal raises
+`Interrupted` (`interrupting`): the command ends at once, before anything has started, with
+130 or 143 and one line, never a traceback. The signal is also noted: an import that runs
+Python code under C code which clears errors can lose the exception and go on (a sweep of
+signals at random moments found a Ctrl+C during the imports that the run never saw: it
+trained to its end), so the caller checks the note once the imports are done.
+
+A dashboard then holds them (`hold_signals`): kept, not fatal, and handed to it once it
+handles them itself, so a signal sent while it loads still stops the run (or cancels the
+engine's start).
+
+Standard library only: the command line imports this before anything else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+#: The exit code of a command a signal ended.
+EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class Interrupted(KeyboardInterrupt):
+    """A SIGINT or SIGTERM before the command handled signals itself; `exit_code` 130/143.
+    A KeyboardInterrupt, so code that lets a Ctrl+C through lets this through too."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.exit_code = EXIT_CODES.get(signum, 130)
+        super().__init__(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def interrupting() -> Iterator[list[int]]:
+    """While inside: SIGINT and SIGTERM raise `Interrupted` and are noted in the list this
+    yields. On leaving, the handlers before are put back, except where one was installed
+    meanwhile (`hold_signals`): that one takes over with no moment without a handler."""
+    noted: list[int] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        noted.append(signum)
+        raise Interrupted(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield noted  # signals reach the main thread only
+        return
+    previous = {signum: signal.signal(signum, interrupt) for signum in EXIT_CODES}
+    try:
+        yield noted
+    finally:
+        for signum, handler in previous.items():
+            if signal.getsignal(signum) is interrupt:
+                signal.signal(signum, handler)
+
+
+def hold_signals() -> list[int]:
+    """From now until the dashboard handles them itself, SIGINT and SIGTERM are kept (not
+    fatal) and handed to it when it starts: a signal sent while the dashboard loads must
+    still stop the run, not only kill the dashboard. Returns the list they are kept in."""
+    held: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        held.append(signum)
+
+    for signum in EXIT_CODES:
+        signal.signal(signum, hold)
+    return held
