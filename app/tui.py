@@ -48,13 +48,7 @@ from tinker_tui.app.interrupts import EXIT_CODES
 from tinker_tui.app.run_model import RunModel
 from tinker_tui.app.run_summary import SummaryCollector
 from tinker_tui.app.screens.confirm_quit import DETACH, FORCE, STOP, QuitScreen
-from tinker_tui.app.screens.control import ControlScreen
 from tinker_tui.app.screens.dashboard import DashboardScreen
-from tinker_tui.app.screens.finished import FinishedScreen
-from tinker_tui.app.screens.help import HelpScreen
-from tinker_tui.app.screens.knob_edit import KnobEditScreen
-from tinker_tui.app.screens.metrics import MetricsScreen
-from tinker_tui.app.screens.rollouts import RolloutsScreen
 from tinker_tui.app.screens.run_view import DashboardHost, RunView
 from tinker_tui.app.screens.too_small import TooSmallScreen, too_small
 from tinker_tui.app.store_session import ReadOnlyControl, StartingControl, StoreSession
@@ -79,6 +73,21 @@ SIGNAL_EXIT_CODES = EXIT_CODES
 VIEWS = ("dashboard", "rollouts", "control", "metrics")
 
 
+def _view(name: str) -> Screen:
+    """A view other than the dashboard, imported on first use (`TinkerTuiApp.MODES`)."""
+    if name == "rollouts":
+        from tinker_tui.app.screens.rollouts import RolloutsScreen
+
+        return RolloutsScreen()
+    if name == "control":
+        from tinker_tui.app.screens.control import ControlScreen
+
+        return ControlScreen()
+    from tinker_tui.app.screens.metrics import MetricsScreen
+
+    return MetricsScreen()
+
+
 class TinkerTuiApp(App[None]):
     """Dashboard, rollouts and control views of one run.
 
@@ -96,8 +105,10 @@ class TinkerTuiApp(App[None]):
     CSS_PATH = "tinker_tui.tcss"
     TITLE = "tinker-tui"
     DEFAULT_MODE = "dashboard"
-    MODES = {"dashboard": DashboardScreen, "rollouts": RolloutsScreen, "control": ControlScreen,
-             "metrics": MetricsScreen}
+    # The views other than the dashboard are imported when first shown: the first frame
+    # does not wait for them.
+    MODES = {"dashboard": DashboardScreen, "rollouts": lambda: _view("rollouts"),
+             "control": lambda: _view("control"), "metrics": lambda: _view("metrics")}
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
 
@@ -221,6 +232,8 @@ class TinkerTuiApp(App[None]):
         if self.leave_code is not None:
             self.exit(return_code=self.leave_code)
             return
+        from tinker_tui.app.screens.finished import FinishedScreen
+
         self.after_command()
         self.push_screen(FinishedScreen(self.summary.summary()))
         self.run_worker(self.read_tail(), name="tail", exit_on_error=False)
@@ -228,6 +241,8 @@ class TinkerTuiApp(App[None]):
     async def read_tail(self) -> None:
         """What the engine writes after the run's end (its trackers' last lines), onto the
         finish screen."""
+        from tinker_tui.app.screens.finished import FinishedScreen
+
         if not isinstance(self.session, StoreSession):
             return  # a run in this process: nothing is written after its end
         await self.session.read_tail()
@@ -399,6 +414,8 @@ class TinkerTuiApp(App[None]):
             if value is not None:
                 self.notify(f"{name} set to {value:g}", timeout=3)
 
+        from tinker_tui.app.screens.knob_edit import KnobEditScreen
+
         self.push_screen(KnobEditScreen(name, current, self.apply_knob), applied)
 
     # ---------------------------------------------------------------- actions
@@ -535,6 +552,8 @@ class TinkerTuiApp(App[None]):
         self.action_quit_now()
 
     def action_help(self) -> None:
+        from tinker_tui.app.screens.help import HelpScreen
+
         self.push_screen(HelpScreen())
 
     def action_view(self, name: str) -> None:
