@@ -10,8 +10,10 @@ so the one dashboard draws a live run, a finished run and a run another process 
   commands go to the engine's process through `engine.control_server.RemoteControl`. `run()`
   returns when the run has finished, or when its process is gone without finishing it (a
   crash, `kill -9`): then the run is shown as failed with the engine's last log lines.
-  `run` starts the session before the engine has a control endpoint or a row in the store
-  (`run=None`): `run()` waits for both, and raises `EngineExited` if the engine ends first.
+  `run` starts the session before its engine has started (`run=None`): `run()` starts it
+  (`Engine.start`: the dashboard calls `run()` once its first frame is drawn), waits for its
+  control endpoint and its row in the store, and raises `EngineExited` if the engine ends
+  first (or a signal cancelled its start).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ usage error, each against `tinker-tui --help` measured in the same run. Goals: f
 Each measurement is a fresh process. `--help` and the usage errors (`run exampel`: a task
 name off by two letters; `run example --steps 0`: a bad setting) run to their exit. The
 first frame: `run example` on a pseudo-terminal of 80x24, timed until the dashboard's status
-line ("STARTING") is written to the terminal, then the process group is killed (the run
-itself is not measured). The three kinds alternate, so drift in the machine's load hits all
+line ("STARTING") is written to the terminal, then it is stopped with SIGTERM (it stops
+its engine; the run itself is not measured). The three kinds alternate, so drift in the machine's load hits all
 of them. Figures: median and min per kind, and each median over the `--help` median.
 """
 
@@ -76,9 +76,27 @@ def time_to_first_frame(env: dict[str, str], cwd: Path, timeout: float = 60.0) -
             if FRAME_MARKER in seen:
                 return time.perf_counter() - started
     finally:
+        stop(proc, leader)
+
+
+def stop(proc: subprocess.Popen[bytes], leader: int, timeout: float = 60.0) -> None:
+    """SIGTERM, as a user's `kill`: the dashboard stops its engine (or cancels its start)
+    and leaves. The engine has a session of its own, so killing the dashboard's process
+    group would leave it training, loading the machine for the rounds after. The terminal
+    is drained meanwhile; SIGKILL after `timeout` seconds."""
+    proc.send_signal(signal.SIGTERM)
+    deadline = time.perf_counter() + timeout
+    while proc.poll() is None and time.perf_counter() < deadline:
+        ready, _, _ = select.select([leader], [], [], 0.1)
+        if ready:
+            try:
+                os.read(leader, 65536)
+            except OSError:
+                break
+    if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        os.close(leader)
+    proc.wait()
+    os.close(leader)
 
 
 def main() -> None:
