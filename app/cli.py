@@ -20,10 +20,11 @@ import gc
 import importlib
 import os
 import re
+import signal
 import sys
 from collections.abc import Iterable, Sequence
 
-from tinker_tui.app.interrupts import Interrupted, interrupting
+from tinker_tui.app.interrupts import EXIT_CODES, interrupting, signal_of
 from tinker_tui.engine.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, TinkerTuiError
 
 #: Sub-command modules under app/commands, in the order `--help` lists them.
@@ -141,16 +142,19 @@ def _main(argv: list[str] | None) -> int:
             args.argv = list(sys.argv[1:] if argv is None else argv)  # a dashboard's engine
             command = importlib.import_module(f"tinker_tui.app.commands.{args.command}")
         return command.main(args)
-    except Interrupted as exc:  # before the command handled signals: nothing has started
-        print(f"tinker-tui: stopped by {exc}; nothing was started", file=sys.stderr)
-        return exc.exit_code
     except TinkerTuiError as exc:  # the one place an error becomes an exit code
         return report(exc, exc.exit_code)
     except BrokenPipeError:  # `tinker-tui show | head`: the reader has all it wanted
         _quiet_stdout()
         return EXIT_OK
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = signal_of(exc)
+        if signum is None:  # Python's own, where a command lets Ctrl+C through
+            return 130
+        # before the command handled signals (`app.interrupts`): nothing has started
+        print(f"tinker-tui: stopped by {signal.Signals(signum).name}; nothing was started",
+              file=sys.stderr)
+        return EXIT_CODES[signum]
     except Exception as exc:  # a bug or a failing backend
         return report(exc, EXIT_FAILED)
 

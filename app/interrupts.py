@@ -1,9 +1,9 @@
 """SIGINT and SIGTERM before a command handles them itself.
 
 From the command line's start until the command is chosen (`app.cli`), and while `run`
-checks its plan and imports the engine (`app.commands.run`), either signal raises
-`Interrupted` (`interrupting`): the command ends at once, before anything has started, with
-130 or 143 and one line, never a traceback. The signal is also noted: an import that runs
+checks its plan and imports the engine (`app.commands.run`), either signal raises a
+KeyboardInterrupt that names it (`interrupting`): the command ends at once, before anything
+has started, with 130 or 143 and one line, never a traceback. The signal is also noted: an import that runs
 Python code under C code which clears errors can lose the exception and go on (a sweep of
 signals at random moments found a Ctrl+C during the imports that the run never saw: it
 trained to its end), so the caller checks the note once the imports are done.
@@ -12,7 +12,7 @@ A dashboard then holds them (`hold_signals`): kept, not fatal, and handed to it 
 handles them itself, so a signal sent while it loads still stops the run (or cancels the
 engine's start).
 
-Standard library only: the command line imports this before anything else.
+Standard library only: every command imports it before its signals are handled.
 """
 
 from __future__ import annotations
@@ -26,26 +26,28 @@ from collections.abc import Iterator
 EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
-class Interrupted(KeyboardInterrupt):
-    """A SIGINT or SIGTERM before the command handled signals itself; `exit_code` 130/143.
-    A KeyboardInterrupt, so code that lets a Ctrl+C through lets this through too."""
+def interrupted(signum: int) -> KeyboardInterrupt:
+    """The exception `interrupting` raises for a signal: a KeyboardInterrupt (code that
+    lets a Ctrl+C through lets it through too) that carries the signal's number."""
+    return KeyboardInterrupt(signum)
 
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        self.exit_code = EXIT_CODES.get(signum, 130)
-        super().__init__(signal.Signals(signum).name)
+
+def signal_of(exc: KeyboardInterrupt) -> int | None:
+    """The signal `interrupted` made `exc` for; None for Python's own KeyboardInterrupt."""
+    signum = exc.args[0] if len(exc.args) == 1 else None
+    return signum if isinstance(signum, int) and signum in EXIT_CODES else None
 
 
 @contextlib.contextmanager
 def interrupting() -> Iterator[list[int]]:
-    """While inside: SIGINT and SIGTERM raise `Interrupted` and are noted in the list this
-    yields. On leaving, the handlers before are put back, except where one was installed
-    meanwhile (`hold_signals`): that one takes over with no moment without a handler."""
+    """While inside: SIGINT and SIGTERM raise `interrupted(signum)` and are noted in the
+    list this yields. On leaving, the handlers before are put back, except where one was
+    installed meanwhile (`hold_signals`): that one takes over with no moment without one."""
     noted: list[int] = []
 
     def interrupt(signum: int, frame: object) -> None:
         noted.append(signum)
-        raise Interrupted(signum)
+        raise interrupted(signum)
 
     if threading.current_thread() is not threading.main_thread():
         yield noted  # signals reach the main thread only

@@ -334,7 +334,7 @@ def main(args: argparse.Namespace) -> int:
     """Check the plan, then run it headless or with the dashboard. A signal until then ends
     the command before anything has started (`app.interrupts`); the dashboard holds them
     from before its imports on."""
-    from tinker_tui.app.interrupts import Interrupted, hold_signals, interrupting
+    from tinker_tui.app.interrupts import hold_signals, interrupted, interrupting
 
     held: list[int] | None = None
     session = None
@@ -346,7 +346,7 @@ def main(args: argparse.Namespace) -> int:
             watched = getattr(args, "watched", False)  # a dashboard started this engine
             session = build_session(plan, headless=not watched)
     if noted:
-        raise Interrupted(noted[0])  # one that an import swallowed: the run never starts
+        raise interrupted(noted[0])  # one an import swallowed: the run never starts
     if held is not None:
         return run_with_dashboard(plan, args, held)
     assert session is not None
