@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
-from pathlib import Path
 
 EXIT_OK = 0
 #: The run failed (or a bug): one line, the traceback with TINKER_TUI_DEBUG=1.
@@ -49,6 +47,9 @@ class DiskFull(TinkerTuiError, OSError):
     def writing(cls, what: str, path: str | os.PathLike[str]) -> DiskFull:
         """The error for `what` (a checkpoint, the run store...) that could not be written
         to `path`: it says the disk is full, where, and how much room is left."""
+        import shutil  # here: every command imports this module first, before its signals
+        from pathlib import Path  # are handled, so it imports only what all need
+
         folder = Path(path)
         while not folder.is_dir() and folder != folder.parent:
             folder = folder.parent
