@@ -53,6 +53,7 @@ from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeState, ScenarioSource
 from tinker_tui.engine.retry import BackendInterrupted
 from tinker_tui.engine.rollout_loop import (
+    DeadlinePassed,
     RolloutLoop,
     RolloutLoopClosed,
     SameLoop,
@@ -424,8 +425,14 @@ class Pipeline:
         summaries of those that succeeded, in order, for `GroupSampled` (decoding text is
         rollout-side work). Touches no pipeline state and publishes nothing: that is the
         engine loop's."""
+        limit = self.config.rollout_timeout or None
         results: list[Trajectory | BaseException] = await run_together(
-            self._rollout(client, s) for s in scenarios)
+            (self._rollout(client, s) for s in scenarios), timeout=limit)
+        for i, result in enumerate(results):
+            if isinstance(result, DeadlinePassed):
+                results[i] = RolloutTimeout(
+                    f"timed out after {limit:g} s (rollout_timeout) and was cancelled; "
+                    f"{self._waiting_at(scenarios[i], result)}")
         if not summarize:
             return results, ()
         return results, tuple(self._summary(t) for t in results if isinstance(t, Trajectory))
@@ -443,16 +450,9 @@ class Pipeline:
                                  metrics=dict(trajectory.metrics))
 
     async def _rollout(self, client: Any, scenario: Scenario) -> Trajectory:
+        """One rollout, checked; `_roll_out` bounds it by `rollout_timeout`."""
         assert self.task.rollout is not None  # check_task: a rollout, or a group_rollout
-        limit = self.config.rollout_timeout or None
-        try:
-            async with asyncio.timeout(limit):
-                trajectory = await self.task.rollout(client, self.model_name, scenario)
-        except TimeoutError as exc:
-            if not isinstance(exc.__context__, asyncio.CancelledError) or limit is None:
-                raise  # the rollout's own timeout, not ours
-            raise RolloutTimeout(f"timed out after {limit:g} s (rollout_timeout) and was "
-                                 f"cancelled; {self._waiting_at(scenario, exc)}") from None
+        trajectory = await self.task.rollout(client, self.model_name, scenario)
         if not isinstance(trajectory, Trajectory):
             raise TrajectoryError(
                 f"the rollout of task {self.task.name!r} returned "

@@ -5,6 +5,7 @@ import asyncio
 import random
 import sys
 import threading
+import traceback
 
 import pytest
 from tinker_tui.engine.clock import FakeClock
@@ -12,6 +13,7 @@ from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import EventBus, GroupSampled, LogEmitted, StepTrained
 from tinker_tui.engine.pipeline import Pipeline
 from tinker_tui.engine.rollout_loop import (
+    DeadlinePassed,
     EngineLoopPolicy,
     RolloutLoopClosed,
     RolloutThread,
@@ -49,6 +51,22 @@ async def test_run_together_gives_each_result_or_error_in_order():
     assert isinstance(results[1], ValueError)
     assert isinstance(results[3], asyncio.CancelledError)
     assert await run_together([]) == []
+
+
+async def test_run_together_cancels_what_still_runs_at_its_deadline_and_says_where():
+    async def value(x, delay):
+        await asyncio.sleep(delay)
+        return x
+
+    async def own_timeout():
+        raise TimeoutError("the rollout's own")
+
+    results = await run_together([value(1, 0), value(2, 3600), own_timeout()], timeout=0.05)
+    assert results[0] == 1
+    assert isinstance(results[1], DeadlinePassed)
+    waited_in = [f.name for f in traceback.extract_tb(results[1].__context__.__traceback__)]
+    assert "value" in waited_in
+    assert type(results[2]) is TimeoutError  # not the deadline's
 
 
 async def test_cancelling_run_together_cancels_every_coroutine_and_waits_for_them():
