@@ -90,17 +90,17 @@ class _Job(Generic[T]):
 
 class _LoopJob(_Job[T]):
     """A coroutine submitted with `run`, by a caller on an event loop: its outcome and end
-    are futures of the caller's loop, set there in one hop when the coroutine ends. One
-    round trip per group of rollouts, so no locks and no chained futures (a `_Job` and
+    are futures of the caller's loop, set there in one hop (through its `_Mailbox`) when the
+    coroutine ends. One round trip per group of rollouts, no chained futures (a `_Job` and
     `wrap_future` cost about a third of the engine loop's share of each round trip).
     `task` and `cancel_requested` are only touched on the rollout thread."""
 
-    __slots__ = ("cancel_requested", "caller_loop", "task")
+    __slots__ = ("cancel_requested", "mailbox", "task")
 
-    def __init__(self, caller_loop: asyncio.AbstractEventLoop) -> None:
-        self.caller_loop = caller_loop
-        self.result: asyncio.Future[T] = caller_loop.create_future()  # type: ignore[assignment]
-        self.ended: asyncio.Future[None] = caller_loop.create_future()  # type: ignore[assignment]
+    def __init__(self, mailbox: _Mailbox) -> None:
+        self.mailbox = mailbox
+        self.result: asyncio.Future[T] = mailbox.loop.create_future()  # type: ignore[assignment]
+        self.ended: asyncio.Future[None] = mailbox.loop.create_future()  # type: ignore[assignment]
         self.task: asyncio.Task[T] | None = None
         self.cancel_requested = False
 
@@ -119,8 +119,43 @@ class _LoopJob(_Job[T]):
 
     def end(self, outcome: _Outcome) -> None:
         with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
-            self.caller_loop.call_soon_threadsafe(
-                _settle, self.result, self.ended, outcome, asyncio.InvalidStateError)
+            self.mailbox.post(_settle, self.result, self.ended, outcome,
+                              asyncio.InvalidStateError)
+
+
+class _Mailbox:
+    """Calls handed to one loop from another thread, delivered in batches.
+
+    `call_soon_threadsafe` per call wakes the loop (a write to its self-pipe, a wake-up from
+    its selector, the GIL handed over) once per call: per group of rollouts, both ways. Here
+    only the first call posted while none wait schedules a delivery; the calls posted before
+    the loop gets to it go with it, in order, so a burst of groups costs one wake-up."""
+
+    __slots__ = ("_items", "_lock", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._items: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+
+    def post(self, callback: Callable[..., Any], *args: Any) -> None:
+        """Call `callback(*args)` on the loop soon (from any thread). RuntimeError: the loop
+        is closed."""
+        with self._lock:
+            self._items.append((callback, args))
+            if len(self._items) > 1:
+                return  # a delivery is already scheduled and has not started
+        self.loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+        for callback, args in items:
+            try:
+                callback(*args)
+            except Exception as exc:  # as the loop treats a failing callback: report, go on
+                self.loop.call_exception_handler(
+                    {"message": f"exception in {callback!r}", "exception": exc})
 
 
 #: How a coroutine ended: ("result", value), ("error", exception) or ("cancelled", None).
@@ -259,6 +294,9 @@ class RolloutThread:
         self._lock = threading.Lock()
         # Coroutines submitted and not ended: failed if the thread ends first.
         self._pending: set[_Job[Any]] = set()
+        # Calls to the rollout loop, and back to each caller's loop (see `_Mailbox`).
+        self._inbox: _Mailbox | None = None
+        self._outboxes: dict[asyncio.AbstractEventLoop, _Mailbox] = {}
 
     @property
     def alive(self) -> bool:
@@ -279,6 +317,7 @@ class RolloutThread:
         def main() -> None:
             loop = asyncio.new_event_loop()
             asyncio.set_event_loop(loop)
+            self._inbox = _Mailbox(loop)
             self.loop = loop
             lag = loop.create_task(self.lag.run(), name="rollout-loop-lag")
             loop.call_soon(engine_loop.call_soon_threadsafe, started)
@@ -329,10 +368,10 @@ class RolloutThread:
     def _submit(self, coro: Coroutine[Any, Any, T], job: _Job[T] | None = None) -> _Job[T]:
         job = job if job is not None else _Job()
         with self._lock:
-            if self._closing or self.loop is None or not self.alive:
+            if self._closing or self.loop is None or self._inbox is None or not self.alive:
                 coro.close()
                 raise RolloutLoopClosed(self._ended() if self.died else "the rollout loop is closed")
-            loop = self.loop
+            loop, inbox = self.loop, self._inbox
             self._pending.add(job)
 
         def start() -> None:  # on the rollout loop
@@ -345,7 +384,7 @@ class RolloutThread:
             job.started(task)
 
         try:
-            loop.call_soon_threadsafe(start)
+            inbox.post(start)
         except RuntimeError:  # the loop closed meanwhile
             coro.close()
             self._end(job)
@@ -377,7 +416,7 @@ class RolloutThread:
         until it has ended (at most `CANCEL_WAIT` seconds: a rollout blocked in synchronous
         code cannot be waited for), so what it held (requests, connections) is let go
         before the caller goes on."""
-        job: _LoopJob[T] = _LoopJob(asyncio.get_running_loop())
+        job: _LoopJob[T] = _LoopJob(self._outbox(asyncio.get_running_loop()))
         self._submit(coro, job)
         try:
             return await job.result
@@ -386,13 +425,21 @@ class RolloutThread:
             if self.died is not None and caller is not None and not caller.cancelling():
                 # Cancelled there because the thread died, not because the caller was.
                 raise RolloutLoopClosed(self._ended()) from None
-            loop = self.loop
-            if loop is not None:
+            inbox = self._inbox
+            if inbox is not None:
                 with contextlib.suppress(RuntimeError):  # the loop is closed: it ended
-                    loop.call_soon_threadsafe(job.cancel_there)
+                    inbox.post(job.cancel_there)  # after its start, if that still waits
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(job.ended), CANCEL_WAIT)
             raise
+
+    def _outbox(self, caller_loop: asyncio.AbstractEventLoop) -> _Mailbox:
+        """The mailbox to `caller_loop` (on that loop's thread; one per caller loop)."""
+        box = self._outboxes.get(caller_loop)
+        if box is None:
+            with self._lock:
+                box = self._outboxes.setdefault(caller_loop, _Mailbox(caller_loop))
+        return box
 
     def policy_for_server(self, policy: Any) -> Any:
         """The policy as a server on this loop must see it (see `EngineLoopPolicy`)."""
