@@ -109,24 +109,34 @@ class Trajectory:
     num_tokens: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.reward, bool) or not isinstance(self.reward, int | float):
-            raise TrajectoryError(f"reward must be a number, got {type(self.reward).__name__}")
-        if not math.isfinite(self.reward):
-            raise TrajectoryError(f"reward must be a finite number, got {self.reward!r}")
-        if not self.turns:
+        reward, turns, metrics = self.reward, self.turns, self.metrics
+        if type(reward) is not float and (isinstance(reward, bool)
+                                          or not isinstance(reward, (int, float))):
+            raise TrajectoryError(f"reward must be a number, got {type(reward).__name__}")
+        if not math.isfinite(reward):
+            raise TrajectoryError(f"reward must be a finite number, got {reward!r}")
+        if not turns:
             raise TrajectoryError("a trajectory needs at least one sampled assistant turn")
         # Read many times per group (staleness, accounting, events, the store); a
-        # trajectory never changes, so they are computed once here.
-        object.__setattr__(self, "policy_version", min(t.policy_version for t in self.turns))
-        object.__setattr__(self, "num_tokens", sum(len(t.tokens) for t in self.turns))
-        object.__setattr__(self, "metrics", check_metrics(self.metrics))
+        # trajectory never changes, so they are computed once here. Built once per rollout,
+        # tens of thousands of times a minute: the one-turn case goes without generators.
+        if len(turns) == 1:
+            version, tokens = turns[0].policy_version, len(turns[0].tokens)
+        else:
+            version = min(t.policy_version for t in turns)
+            tokens = sum(len(t.tokens) for t in turns)
+        object.__setattr__(self, "policy_version", version)
+        object.__setattr__(self, "num_tokens", tokens)
+        object.__setattr__(self, "metrics",
+                           {} if type(metrics) is dict and not metrics else check_metrics(metrics))
 
     @classmethod
     def from_choices(cls, choices: Iterable[Any], reward: float, *,
                      messages: Iterable[dict[str, Any]] = (),
                      **metrics: float | bool) -> Trajectory:
-        return cls(turns=tuple(SampledTurn.from_choice(c) for c in choices),
-                   reward=reward, metrics=dict(metrics), messages=tuple(messages))
+        # `metrics` is this call's own dict; __post_init__ keeps a checked copy of it.
+        return cls(turns=tuple([SampledTurn.from_choice(c) for c in choices]),
+                   reward=reward, metrics=metrics, messages=tuple(messages))
 
 
 @dataclass(frozen=True, slots=True)

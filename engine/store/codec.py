@@ -71,10 +71,21 @@ def _json_default(obj: Any) -> Any:
 
 
 _ENCODER = json.JSONEncoder(default=_json_default)  # NaN/inf allowed: json.loads reads them back
+# The C encoder `_ENCODER.encode` builds on every call, built once: a group's rows encode 2
+# JSON columns per rollout, and building it was most of each call's cost. The same settings
+# but no circular-reference bookkeeping (one shared `markers` dict would be left dirty by
+# an error): a cyclic value is a RecursionError, reported and skipped like a ValueError.
+_MAKE_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # None without the C module
+_C_ENCODE = _MAKE_C_ENCODER(
+    None, _ENCODER.default, json.encoder.encode_basestring_ascii, None,
+    _ENCODER.key_separator, _ENCODER.item_separator, _ENCODER.sort_keys, _ENCODER.skipkeys,
+    _ENCODER.allow_nan) if _MAKE_C_ENCODER is not None else None
 
 
 def _dumps(obj: Any) -> str:
-    return _ENCODER.encode(obj)
+    if _C_ENCODE is None or isinstance(obj, str):
+        return _ENCODER.encode(obj)
+    return "".join(_C_ENCODE(obj, 0))
 
 
 def _int_or_none(x: Any) -> int | None:
@@ -300,7 +311,7 @@ def _encode_group_sampled(rows: Rows, run_id: str, e: GroupSampled) -> None:
     trajectories = [
         (run_id, group_id, idx, _float_or_none(trajectory.reward),
          _int_or_none(trajectory.policy_version), _int_or_none(trajectory.num_tokens),
-         _dumps([dict(m) for m in trajectory.messages]), t, _dumps(dict(trajectory.metrics)))
+         _dumps(trajectory.messages), t, _dumps(trajectory.metrics))
         for idx, trajectory in enumerate(e.trajectories)]
     rows.by_statement[_SQL_SAMPLED_GROUP].append(group)
     rows.by_statement[_SQL_TRAJECTORY].extend(trajectories)
