@@ -621,3 +621,20 @@ async def test_handle_from_another_thread_is_marshalled_to_the_loop(store: RunSt
     await asyncio.sleep(0)  # let the call_soon_threadsafe callback run
     await store.flush()
     assert [s for s, _ in await stored_steps(store, "r1")] == [1]
+
+
+def test_json_columns_encode_as_the_standard_encoder_does():
+    import json
+    from types import MappingProxyType
+
+    from tinker_tui.engine.store import codec
+
+    values = [[], {}, ({"role": "user", "content": "héllo \"x\"\n"},), {"nan": float("nan")},
+              {"inf": float("-inf"), "b": True, "n": None, "t": (1, 2.5)},
+              (MappingProxyType({"role": "tool"}),), {"set": {3}}, {1: "int key"}]
+    for value in values:
+        assert codec._dumps(value) == json.JSONEncoder(default=codec._json_default).encode(value)
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises((ValueError, RecursionError)):
+        codec._dumps(loop)
