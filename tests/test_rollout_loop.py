@@ -17,6 +17,7 @@ from tinker_tui.engine.rollout_loop import (
     EngineLoopPolicy,
     RolloutLoopClosed,
     RolloutThread,
+    _Mailbox,
     run_together,
 )
 from tinker_tui.engine.task import Scenario, Task
@@ -449,3 +450,29 @@ async def test_a_run_stops_and_ends_while_a_rollout_blocks_its_loop(tmp_path):
     assert any(e.level == "warning" and "left behind" in e.message for e in logs)
     await asyncio.to_thread(run.rollouts._thread.join, 30)
     assert not run.rollouts.alive
+
+
+async def test_calls_posted_before_the_loop_gets_to_them_arrive_in_order_with_one_wake_up():
+    loop = asyncio.get_running_loop()
+    box = _Mailbox(loop)
+    wake_ups = []
+    real = loop.call_soon_threadsafe
+
+    def counted(callback, *args):
+        wake_ups.append(callback)
+        return real(callback, *args)
+
+    loop.call_soon_threadsafe = counted
+    got = []
+    try:
+        # Posted from another thread while this loop is busy (blocked in join): one wake-up.
+        poster = threading.Thread(target=lambda: [box.post(got.append, i) for i in range(50)])
+        poster.start()
+        poster.join()
+        await asyncio.sleep(0.05)
+        assert got == list(range(50)) and len(wake_ups) == 1
+        box.post(got.append, 50)  # the next one wakes it again
+        await asyncio.sleep(0.05)
+        assert got[-1] == 50 and len(wake_ups) == 2
+    finally:
+        del loop.call_soon_threadsafe
