@@ -179,7 +179,7 @@ def _settle(result: Any, ended: Any, outcome: _Outcome, invalid: type[Exception]
             ended.set_result(None)
 
 
-class DeadlinePassed(TimeoutError):
+class DeadlinePassed(TinkerTuiError, TimeoutError):
     """A coroutine of `run_together` was still running when its deadline passed and was
     cancelled; `__context__` is the `CancelledError` raised where it was waiting (its
     traceback says where)."""
