@@ -19,6 +19,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         session.config.stash[typecheck.RUNNING] = typecheck.start()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `slow` (learning runs and sweeps of minutes, or the same proof as a
+    default test at a higher price) are opt-in: a plain run skips them, saying how to opt in;
+    with any -m expression the expression decides."""
+    if config.getoption("markexpr"):
+        return
+    opt_in = pytest.mark.skip(reason="slow: opt in with -m slow")
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(opt_in)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     import typecheck
 

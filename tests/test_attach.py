@@ -228,7 +228,10 @@ async def test_attach_pauses_resumes_and_stops_a_headless_run_in_another_process
 
 @pytest.mark.slow
 async def test_attach_steers_the_real_example_run_headless(tmp_path):
-    """The same, on `tinker-tui run example --no-ui` (the local backend: slower to start)."""
+    """The same, on `tinker-tui run example --no-ui` (the local backend: slower to start).
+    Opt-in: the default suite proves it in two halves, the dashboard, endpoint and headless
+    path with a scripted run (above), and p, p, d and q-y from `attach` on the real engine
+    (test_lifecycle.py, the hang-up test)."""
     db_path = tmp_path / "runs.db"
     proc = start_process(["-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--steps", "2000",
                           "--warmup-steps", "0", "--checkpoint-every", "0", "--db", str(db_path)])

@@ -12,13 +12,7 @@ from tinker_tui.app.task_loader import layered_config, load_task
 from tinker_tui.engine.events import EvalCompleted, StepTrained
 from tinker_tui.engine.run import Run
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def opt_in(request):
-    if not request.config.getoption("markexpr"):
-        pytest.skip("a learning run of minutes: opt in with -m slow")
+pytestmark = pytest.mark.slow  # opt-in: tests/conftest.py skips it without -m
 
 
 async def learn(name, tmp_path, *, budget_s, reached, **overrides):

@@ -198,10 +198,8 @@ def test_a_signal_at_a_random_moment_then_resume(fault, seed, reference, tmp_pat
 
 
 @pytest.mark.slow
-def test_sweep_of_random_moments(reference, tmp_path, capsys, request):
+def test_sweep_of_random_moments(reference, tmp_path, capsys):
     """Opt-in (`-m slow`, minutes): every signal at `SWEEP_SEEDS` moments; prints the table."""
-    if not request.config.getoption("markexpr"):
-        pytest.skip("a sweep of many runs: opt in with -m slow")
     trials = []
     with capsys.disabled():  # each row as it comes: the sweep takes many minutes
         print(f"\nreference run: {reference:.1f} s; load {os.getloadavg()[0]:.1f}\n{HEADER}")

@@ -5,7 +5,7 @@ local backend, in its own process. Signals come from outside, as a user's `kill`
 - SIGINT to the dashboard stops the run gracefully, then it leaves with 130.
 - SIGTERM the same with 143; a second one while stopping stops the engine at once.
 - The terminal closing (SIGHUP) and `kill -9` of a dashboard leave the run going: `runs`
-  lists it as running and `attach` brings it back; detach and stop from there.
+  lists it as running and `attach` brings it back; pause, resume, detach and stop from there.
 - The run completing shows the finish screen until `q`; the terminal gets the summary.
 - The engine killed shows as failed with its last log lines; an engine that fails before
   its run starts has its error printed, with its exit code.
@@ -282,6 +282,17 @@ def test_hangup_and_kill_9_leave_the_run_going_and_attach_brings_it_back(dashboa
 
     attached = dashboards(["attach", run_id, "--db", str(store)])
     attached.wait_for("RUNNING")
+    # p pauses the engine through its control endpoint: its store says so, and the badge
+    # (drawn from the store) too; no new rollouts start, so at most one more step trains
+    attached.press("p")
+    attached.wait_for("PAUSED: paused by user")
+    assert query(store, "select command from commands") == [("pause",)]
+    paused_at = query(store, "select max(step) from steps")[0][0]
+    time.sleep(1.0)
+    assert query(store, "select max(step) from steps")[0][0] <= paused_at + 1
+    attached.press("p")  # resumes: it trains on
+    wait_for_step(store, paused_at + 2, attached)
+    assert query(store, "select command from commands") == [("pause",), ("resume",)]
     attached.press("q")
     attached.wait_for(r"Detach \(d\)")
     attached.press("d")
@@ -333,10 +344,7 @@ def test_the_engine_killed_shows_as_failed_with_its_last_log_lines(dashboards, s
 
 
 @pytest.mark.slow  # opt in (-m slow): the engine imports torch before it reads the store
-def test_an_engine_that_fails_before_its_run_starts_prints_its_error(dashboards, store,
-                                                                     request):
-    if not request.config.getoption("markexpr"):
-        pytest.skip("opt in with -m slow")
+def test_an_engine_that_fails_before_its_run_starts_prints_its_error(dashboards, store):
     store.write_bytes(b"this is not a run store" * 100)
     dashboard = start_run(dashboards, store, "--steps", "5")
     assert dashboard.wait() == 2
