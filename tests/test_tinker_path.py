@@ -218,9 +218,11 @@ class Stopped:
 
 
 def run_under_fault(tmp_path: Path, monkeypatch, capsys, faults: Faults | None,
-                    args: list[str], sigint_when: Callable[[str], bool] | None) -> Stopped:
+                    args: list[str], sigint_when: Callable[[str], bool] | None, *,
+                    hold: float = 1.0) -> Stopped:
     """The `run` command's own path (make_session, preload, run_headless), in this process;
-    SIGINT (a real one, to this process) as soon as a warning matches `sigint_when`."""
+    SIGINT (a real one, to this process) as soon as a warning matches `sigint_when`. `hold`:
+    how long the double holds a poll of a future that is not done."""
     from tinker_tui.app.commands.run import make_session, run_headless
 
     double = None
@@ -228,7 +230,7 @@ def run_under_fault(tmp_path: Path, monkeypatch, capsys, faults: Faults | None,
         env = {"TINKER_BASE_URL": f"http://127.0.0.1:{closed_port()}",
                "TINKER_API_KEY": "tml-nobody-answers"}
     else:
-        double = TinkerDouble(tmp_path / "service", faults=faults).start()
+        double = TinkerDouble(tmp_path / "service", faults=faults, hold=hold).start()
         env = double.env()
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -286,8 +288,10 @@ def test_an_unreachable_service_can_be_stopped_at_once(tmp_path, monkeypatch, ca
 
 
 def test_a_429_burst_is_shown_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    # Four in a row: the SDK waits about 1 s after each whatever Retry-After says, so each
+    # one costs a second here (the bench runs the full-size burst).
     run = run_under_fault(tmp_path, monkeypatch, capsys,
-                          Faults(fail={"asample": Burst(429, 12, retry_after=0.25)}), SHORT, None)
+                          Faults(fail={"asample": Burst(429, 4, retry_after=0.25)}), SHORT, None)
     assert run.error is None and run.returncode == 0
     assert run.first("asample 429").startswith("Tinker: asample 429 Too Many Requests")
     assert "completed at step 2/" in run.stdout
@@ -315,9 +319,11 @@ def test_a_persistent_503_on_optim_step_is_shown_and_abandoned_on_stop(
 
 def test_a_future_that_stays_try_again_is_shown_and_abandoned_on_stop(
         tmp_path, monkeypatch, capsys):
+    # Polls held 0.2 s, not 1 s: held 1 s, the first try_again could come after the first wait
+    # line at 1 s (its cause then "the service is working on it").
     run = run_under_fault(tmp_path, monkeypatch, capsys, Faults(stuck_futures={"optim_step"}),
-                          SHORT, waited("optim_step has waited"))
-    assert "try_again" in run.first("optim_step has waited")
+                          SHORT, waited("optim_step has waited"), hold=0.2)
+    assert "queued by the service: try_again" in run.first("optim_step has waited")
     _stopped_in_time(run)
 
 
