@@ -424,9 +424,13 @@ async def test_a_run_rolls_out_and_serves_on_its_thread_and_ends_it(tmp_path):
     assert sys.getswitchinterval() == switch_interval
 
 
-async def test_a_run_stops_and_ends_while_a_rollout_blocks_its_loop(tmp_path):
+async def test_a_run_stops_and_ends_while_a_rollout_blocks_its_loop(tmp_path, monkeypatch):
+    from tinker_tui.engine import run as run_module
     from tinker_tui.engine.run import Run
     from tinker_tui.examples.yes_no_maybe import rollout as example_rollout
+
+    # The run waits this long for the blocked loop before it leaves it behind (5 s in use)
+    monkeypatch.setattr(run_module, "CLOSE_TIMEOUT", 0.5)
 
     gate, entered = threading.Event(), threading.Event()
 
@@ -447,7 +451,8 @@ async def test_a_run_stops_and_ends_while_a_rollout_blocks_its_loop(tmp_path):
         assert await asyncio.wait_for(running, 60) == "stopped"
     finally:
         gate.set()
-    assert any(e.level == "warning" and "left behind" in e.message for e in logs)
+    assert any(e.level == "warning" and "did not end within 0.5 s" in e.message
+               and "left behind" in e.message for e in logs)
     await asyncio.to_thread(run.rollouts._thread.join, 30)
     assert not run.rollouts.alive
 
