@@ -24,6 +24,7 @@ import pytest
 from fake_session import LiveFakeSession
 from test_attach import LIVE_FAKE_RUN, ROOT
 from tinker_tui.app.cli import main as cli_main
+from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.events import CommandReceived, StepTrained
 from tinker_tui.engine.store import StoreReader, find_run
 
@@ -309,11 +310,18 @@ async def test_without_the_token_everything_is_401_and_no_process_starts(tmp_pat
 # ------------------------------------------------------------------ several runs
 
 
+async def two_finished_runs(db_path: Path) -> None:
+    """old-0001 (3 steps), started a minute before new-0002 (5 steps): the list is newest
+    first."""
+    old = LiveFakeSession(str(db_path), step_seconds=0.0, max_steps=3, run_id="old-0001")
+    old.clock = FakeClock(time.time() - 60)
+    await old.run()
+    await LiveFakeSession(str(db_path), step_seconds=0.0, max_steps=5, run_id="new-0002").run()
+
+
 async def test_a_store_of_several_runs_is_listed_and_each_opens_its_dashboard(tmp_path):
     db_path = tmp_path / "runs.db"
-    await LiveFakeSession(str(db_path), step_seconds=0.0, max_steps=3, run_id="old-0001").run()
-    await asyncio.sleep(1.1)  # a later start: the list is newest first
-    await LiveFakeSession(str(db_path), step_seconds=0.0, max_steps=5, run_id="new-0002").run()
+    await two_finished_runs(db_path)
     served = Served(db_path)
     try:
         assert f"serving the runs of {db_path} (watch and steer) at" in served.printed

@@ -18,7 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
-from test_serve import Served, live_run, screen_text, stored  # noqa: F401 (a fixture)
+from test_serve import (  # noqa: F401 (live_run: a fixture)
+    Served,
+    live_run,
+    screen_text,
+    stored,
+    two_finished_runs,
+)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 try:
@@ -141,13 +147,9 @@ async def test_read_only_in_the_browser_p_does_not_pause(live_run, tmp_path):  #
 
 
 async def test_a_click_in_the_list_of_runs_opens_that_runs_dashboard(tmp_path):
-    from fake_session import LiveFakeSession
-
     shots = artifact_dir(tmp_path)
     db_path = tmp_path / "runs.db"
-    await LiveFakeSession(str(db_path), step_seconds=0.0, max_steps=3, run_id="old-0001").run()
-    await asyncio.sleep(1.1)  # a later start: the list is newest first
-    await LiveFakeSession(str(db_path), step_seconds=0.0, max_steps=5, run_id="new-0002").run()
+    await two_finished_runs(db_path)
     served = Served(db_path)
     try:
         async with async_playwright() as playwright:
