@@ -147,6 +147,8 @@ async def test_read_only_in_the_browser_p_does_not_pause(live_run, tmp_path):  #
 
 
 async def test_a_click_in_the_list_of_runs_opens_that_runs_dashboard(tmp_path):
+    from fake_session import LiveFakeSession
+
     shots = artifact_dir(tmp_path)
     db_path = tmp_path / "runs.db"
     await two_finished_runs(db_path)
