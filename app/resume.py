@@ -4,7 +4,8 @@ stored one.
 A resumed run keeps its id, its settings (those recorded when it started) and its backend;
 flags given on the command line (and a `--config` file) override the settings, except the
 seed, which fixes the scenario stream the run is built on. `--steps` is the total for the
-whole run, so raising it continues a completed run.
+whole run, so raising it continues a completed run; fewer steps than the run's last
+checkpoint is a usage error before anything loads (the stored run is left as it was).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tinker_tui.engine.errors import UsageError
 
 if TYPE_CHECKING:
     from tinker_tui.engine.config import RunConfig
+    from tinker_tui.engine.store import StoredRun
     from tinker_tui.engine.task import Task
 
 
@@ -35,10 +37,9 @@ def resume_plan(args: argparse.Namespace, task: Task, db_path: Path
         raise UsageError(f"no run store at {db_path}: nothing to resume "
                          "(start the run without --resume)")
     from tinker_tui.engine.resume import run_is_live
-    from tinker_tui.engine.store import find_run
 
     wanted = getattr(args, "run_id", None) or args.resume
-    run = asyncio.run(find_run(db_path, wanted, task=task.name))
+    run, resume_step = asyncio.run(_stored_run(db_path, wanted, task.name))
     if run_is_live(db_path, run.run_id):  # refuse before anything else starts for it
         raise UsageError(f"run {run.run_id} is running in another process; stop it "
                          "first (or `tinker-tui attach` to it)")
@@ -54,9 +55,23 @@ def resume_plan(args: argparse.Namespace, task: Task, db_path: Path
         raise UsageError(f"--seed cannot change when resuming: run {run.run_id} draws "
                          f"its scenarios from seed {config.seed}")
     config = config.with_overrides(overrides)
+    if resume_step is not None and resume_step > config.max_steps:
+        raise UsageError(f"run {run.run_id} resumes from step {resume_step}; --steps "
+                         f"{config.max_steps} must be larger (e.g. --steps {resume_step * 2})")
     backend = run.backend or "local"
     if args.backend and args.backend != backend:
         raise UsageError(f"run {run.run_id} trains on the {backend} backend; its "
                          f"checkpoints cannot be resumed with --backend {args.backend}")
     backend = choose_backend(backend)
     return config, backend, run.run_id
+
+
+async def _stored_run(db_path: Path, wanted: str | None, task: str) -> tuple[StoredRun, int | None]:
+    """The stored run `wanted` names, and the step of the checkpoint it would resume from
+    (None: it has none and starts over)."""
+    from tinker_tui.engine.store import StoreReader
+
+    async with await StoreReader.open_readonly(db_path) as store:
+        run = await store.find_run(wanted, task=task)
+        points = await store.resume_points(run.run_id)
+    return run, (points[0]["step"] if points else None)

@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
+import os
 import random
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -374,6 +377,27 @@ def test_resume_refuses_what_it_cannot_do(tmp_path, capsys):
         assert "running in another process" in capsys.readouterr().err
     finally:
         lock.release()
+
+
+def test_resume_with_fewer_steps_than_its_checkpoint_is_refused_before_anything_loads(
+        tmp_path):
+    """`--steps` below the checkpoint's step: a usage error from the plan (no torch imported,
+    no engine started) that leaves the stored run as it was."""
+    path = tmp_path / "runs.db"
+    write_run(path)  # its last checkpoint: step 2
+    before = path.read_bytes()
+    env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "tinker_tui.app.cli", "run", "example",
+         "--no-ui", "--db", str(path), "--resume", "r1", "--steps", "1"],
+        capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "run r1 resumes from step 2; --steps 1 must be larger (e.g. --steps 4)" in proc.stderr
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "torch" not in imported and "tinker_tui.engine.run" not in imported
+    assert path.read_bytes() == before
+    assert not list(tmp_path.glob("*.lock")) and not list(tmp_path.glob("*.control.json"))
 
 
 # ---------------------------------------------------------------------- stopped in start-up
