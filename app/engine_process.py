@@ -63,6 +63,16 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
+def exit_interrupts(code: int) -> bool:
+    """Whether an engine that ended this way, without recording the run's end, interrupted
+    the run rather than failed it: it stopped at once for a second SIGINT/SIGTERM (130/143,
+    or killed by one), or it ended where this process cannot know how (as `tinker-tui runs`
+    calls such a run interrupted). Either way `--resume` continues it."""
+    from tinker_tui.app.interrupts import EXIT_CODES
+
+    return code == EXIT_UNKNOWN or code in EXIT_CODES.values() or -code in EXIT_CODES
+
+
 class EngineExited(TinkerTuiError):
     """The engine ended before its run could be watched (a bad task, a broken store...):
     `lines` is what it said (its log's last lines), `exit_code` its own exit code."""

@@ -34,7 +34,8 @@ LAST_LOG_LINES = 5
 class RunSummary:
     """A run as it ended (or as far as it got).
 
-    `status` is "completed", "stopped" or "failed" once the run ended, "running" before.
+    `status` is "completed", "stopped", "failed" or "interrupted" (its process ended without
+    recording its end) once the run ended, "running" before.
     `task` is how to name the task on the command line again (a built-in name, a file).
     """
 
@@ -58,7 +59,7 @@ class RunSummary:
 
     @property
     def ended(self) -> bool:
-        return self.status in ("completed", "stopped", "failed")
+        return self.status in ("completed", "stopped", "failed", "interrupted")
 
 
 class SummaryCollector:

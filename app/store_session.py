@@ -8,8 +8,10 @@ so the one dashboard draws a live run, a finished run and a run another process 
   app quits. Its control is `ReadOnlyControl`: nothing to steer.
 - `attach` and `run` (`follow=True`): new events are polled every `poll_interval` seconds;
   commands go to the engine's process through `engine.control_server.RemoteControl`. `run()`
-  returns when the run has finished, or when its process is gone without finishing it (a
-  crash, `kill -9`): then the run is shown as failed with the engine's last log lines.
+  returns when the run has finished, or when its process is gone without finishing it:
+  then the run is shown as interrupted (stopped at once by a second signal; for `attach`,
+  which cannot know how its process ended, always) or failed (a crash, `kill -9`), with the
+  engine's last log lines.
   `run` starts the session before its engine has started (`run=None`): `run()` starts it
   (`Engine.start`: the dashboard calls `run()` once its first frame is drawn), waits for its
   control endpoint and its row in the store, and raises `EngineExited` if the engine ends
@@ -254,9 +256,9 @@ class StoreSession:
         self.control = control
 
     async def _engine_gone(self) -> RunFinished | None:
-        """The engine's process ended: the run's stored end if it wrote one, else a failure
-        with the engine's last log lines."""
-        from tinker_tui.app.engine_process import describe_exit, log_tail
+        """The engine's process ended: the run's stored end if it wrote one, else an
+        interruption (`exit_interrupts`) or a failure, with the engine's last log lines."""
+        from tinker_tui.app.engine_process import describe_exit, exit_interrupts, log_tail
 
         assert self.store is not None and self.engine is not None
         await self.publish_new()
@@ -266,11 +268,14 @@ class StoreSession:
             return finished
         self.control = ReadOnlyControl("the run's process is gone; nothing to control")
         code = self.engine.exit_code()
-        what = describe_exit(code if code is not None else 0)
+        code = code if code is not None else 0
+        interrupted = exit_interrupts(code)
         for line in log_tail(self.engine.log_path):
-            self._log("error", f"engine: {line}")
-        return RunFinished(time=self.clock.now(), status="failed", final_step=self._last_step,
-                           reason=f"the engine process {what} without finishing the run")
+            self._log("warning" if interrupted else "error", f"engine: {line}")
+        return RunFinished(time=self.clock.now(), status="interrupted" if interrupted else "failed",
+                           final_step=self._last_step,
+                           reason=f"the engine process {describe_exit(code)} without finishing "
+                                  "the run")
 
     def _log(self, level: str, message: str) -> None:
         self.events.publish(LogEmitted(time=self.clock.now(), level=level, message=message))

@@ -78,6 +78,25 @@ def read_control_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def control_file_orphaned(path: str | Path) -> int | None:
+    """The pid in a control file whose process is gone (killed before it could remove the
+    file): nothing listens there any more. None when that process may still run, or the
+    file names none."""
+    try:
+        pid = json.loads(Path(path).read_text()).get("pid")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return pid
+    except PermissionError:  # someone else's process now: not the run's
+        return pid
+    return None
+
+
 def _write_private(path: Path, text: str) -> None:
     """Write `text` to `path` readable and writable by the user only (0600), atomically."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -225,12 +244,17 @@ class ControlServer:
                            "pid": os.getpid(), **dict(extra or {})}
             _write_private(self.file, json.dumps(description, indent=2) + "\n")
 
-    async def stop(self) -> None:
-        """Remove the control file and stop listening. Safe to call more than once."""
+    def remove_file(self) -> None:
+        """Remove the control file (no client may find an endpoint that is going away);
+        also what a process that exits at once does, with no time to `stop`."""
         if self.file is not None:
             with contextlib.suppress(FileNotFoundError):
                 self.file.unlink()
             self.file = None
+
+    async def stop(self) -> None:
+        """Remove the control file and stop listening. Safe to call more than once."""
+        self.remove_file()
         if self._server is not None:
             server, self._server = self._server, None
             await server.stop()

@@ -19,7 +19,10 @@ DiscardReason = Literal["stale", "zero_variance", "error"]
 #: Every `DiscardReason`, in the order panes list them.
 DISCARD_REASONS: tuple[DiscardReason, ...] = get_args(DiscardReason)
 RunState = Literal["starting", "running", "paused", "stopping", "finished"]
-RunStatus = Literal["completed", "stopped", "failed"]
+#: How a run ended. The engine records completed, stopped or failed; "interrupted" is what
+#: a front end says of a run whose process ended without recording its end (stopped at once
+#: by a second signal, killed): `--resume` continues it from its last checkpoint.
+RunStatus = Literal["completed", "stopped", "failed", "interrupted"]
 CheckpointKind = Literal["state", "sampler"]
 #: The start-up of a run before its first training step, in order.
 StartupPhase = Literal["loading_model", "warmup", "first_rollouts"]

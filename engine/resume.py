@@ -193,6 +193,18 @@ class RunLock:
             os.close(fd)
 
 
+def drop_lock_file(db_path: str | Path, run_id: str) -> None:
+    """Remove the run's lock file if this process holds it, for a process about to exit at
+    once (`os._exit`, no `RunLock.release`): the kernel drops the lock, the file would stay."""
+    path = lock_path(db_path, run_id)
+    try:
+        holder = path.read_text().strip()
+    except OSError:
+        return
+    if holder == str(os.getpid()):
+        path.unlink(missing_ok=True)
+
+
 def run_is_live(db_path: str | Path, run_id: str) -> bool:
     """Whether a process holds the run's lock now (never creates the lock file)."""
     if fcntl is None:

@@ -1,6 +1,7 @@
 """Signals in a real headless run (subprocess, local backend): SIGTERM stops gracefully with
 143; a second signal exits at once and leaves the store consistent."""
 
+import asyncio
 import os
 import signal
 import sqlite3
@@ -46,24 +47,106 @@ def test_sigterm_stops_gracefully_with_143(tmp_path):
     assert db.execute("select max(step) from checkpoints").fetchone()[0] == final_step
 
 
-def test_second_signal_exits_at_once_with_a_consistent_store(tmp_path):
+def test_second_signal_exits_at_once_with_a_consistent_store(tmp_path, capsys):
+    """...and as a run that ends: no control file or lock file left beside the store, the
+    summary of an interrupted run; `attach` then finds nothing to attach to."""
+    from tinker_tui.app.cli import main
+
     proc = start_run(tmp_path)
     try:
         wait_for_step(proc, 2)
+        # Two of a kind may merge into one while pending; these two arrive in either order.
         proc.send_signal(signal.SIGINT)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)
         started = time.monotonic()
-        proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=30)
         elapsed = time.monotonic() - started
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130
+    second = {130: "SIGINT", 143: "SIGTERM"}[proc.returncode]
     assert elapsed < 5
     db = sqlite3.connect(tmp_path / "runs.db")
     assert db.execute("pragma integrity_check").fetchone() == ("ok",)
     steps = [r[0] for r in db.execute("select step from steps order by step")]
     assert steps == list(range(1, len(steps) + 1))
+    (run_id,) = db.execute("select run_id from runs").fetchone()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(run_id)) \
+        == [f"{run_id}.metrics.jsonl"]
+    assert f"run {run_id} interrupted at step " in out
+    assert f"({second} while stopping: stopped at once)" in out
+    assert f"continue:   tinker-tui run example --resume {run_id}" in out
+    assert main(["attach", run_id, "--db", str(tmp_path / "runs.db"), "--no-ui"]) == 2
+    err = capsys.readouterr().err
+    assert "no control endpoint for run" in err and "does not answer" not in err
+
+
+def test_attach_to_a_killed_run_says_its_process_is_gone(tmp_path, capsys):
+    """kill -9 leaves the control file: `attach` names it stale instead of failing to
+    connect to it."""
+    from tinker_tui.app.cli import main
+
+    proc = start_run(tmp_path)
+    try:
+        wait_for_step(proc, 1)
+        proc.kill()
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (control,) = tmp_path.glob("*.control.json")
+    run_id = control.name.removesuffix(".control.json")
+    db = str(tmp_path / "runs.db")
+    assert main(["attach", run_id, "--db", db, "--no-ui"]) == 2
+    err = capsys.readouterr().err
+    assert f"run {run_id} is not running: its process (pid {proc.pid}) is gone" in err
+    assert "does not answer" not in err
+    assert main(["attach", "--db", db, "--no-ui"]) == 2  # the newest live run: none
+    assert "no control endpoint for any run" in capsys.readouterr().err
+
+
+async def test_dashboards_show_a_run_stopped_at_once_as_interrupted(tmp_path):
+    """The engine a dashboard started, stopped at once by a second SIGINT: that dashboard
+    and one attached to the run both end it as interrupted, not failed."""
+    from tinker_tui.app.commands.attach import connect, control_file_for
+    from tinker_tui.app.engine_process import EngineProcess, RunningEngine
+    from tinker_tui.app.run_summary import SummaryCollector, summary_lines
+    from tinker_tui.app.store_session import StoreSession
+    from tinker_tui.engine.events import StepTrained
+    from tinker_tui.engine.store import find_run
+
+    db = tmp_path / "runs.db"
+    engine = EngineProcess(["run", "example", "--steps", "500", "--warmup-steps", "0",
+                            "--db", str(db)], run_id="r-1", db_path=db)
+    started = StoreSession(db, run_id="r-1", follow=True, poll_interval=0.05, engine=engine)
+    steps: list[int] = []
+    started.events.subscribe(lambda e: isinstance(e, StepTrained) and steps.append(e.step))
+    summary = SummaryCollector(task="example", db_path=db)
+    started.events.subscribe(summary.handle)
+    running = asyncio.ensure_future(started.run())
+    try:
+        deadline = time.monotonic() + 120
+        while not steps:
+            assert time.monotonic() < deadline and not running.done()
+            await asyncio.sleep(0.05)
+        control, run_id = await asyncio.to_thread(connect, control_file_for(db, "r-1"))
+        pid = engine.process.pid
+        attached = StoreSession(db, await find_run(db, run_id), control=control, follow=True,
+                                poll_interval=0.05, engine=RunningEngine(db, run_id, pid))
+        following = asyncio.ensure_future(attached.run())
+        engine.send_signal(signal.SIGINT)
+        engine.send_signal(signal.SIGTERM)  # either comes second (two SIGINTs may merge)
+        assert await asyncio.wait_for(running, 30) == "interrupted"
+        assert await asyncio.wait_for(following, 30) == "interrupted"
+    finally:
+        if engine.process is not None and engine.process.poll() is None:
+            engine.process.kill()
+    code = engine.exit_code()
+    assert code in (130, 143)
+    assert started.finished is not None
+    assert started.finished.reason == \
+        f"the engine process exited with code {code} without finishing the run"
+    assert summary_lines(summary.summary())[0].startswith("run r-1 interrupted at step ")
 
 
 def test_a_ctrl_c_an_import_swallowed_still_stops_the_command(tmp_path, monkeypatch, capsys):

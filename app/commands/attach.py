@@ -46,17 +46,28 @@ def add_parser(commands: Any) -> None:
 
 
 def control_file_for(db_path: Path, wanted: str | None) -> Path:
-    """The control file of the run `wanted` names (UsageError if there is none)."""
+    """The control file of the run `wanted` names (UsageError if there is none). A file
+    whose process is gone (`control_file_orphaned`) is stale: passed over, and named as
+    such when it is the one asked for."""
+    from tinker_tui.app.run_summary import db_flag
     from tinker_tui.engine.control_server import (
         CONTROL_FILE_SUFFIX,
+        control_file_orphaned,
         control_file_path,
         find_control_files,
     )
 
-    files = find_control_files(db_path)
+    files = [f for f in find_control_files(db_path) if control_file_orphaned(f) is None]
     if wanted:
         exact = control_file_path(db_path, wanted)
         if exact.is_file():
+            pid = control_file_orphaned(exact)
+            if pid is not None:
+                db = db_flag(db_path)
+                raise UsageError(
+                    f"run {wanted} is not running: its process (pid {pid}) is gone and its "
+                    f"control file {exact} is stale. `tinker-tui show {wanted}{db}` shows "
+                    f"it; `tinker-tui run TASK --resume {wanted}{db}` continues it")
             return exact
         files = [f for f in files if f.name.startswith(wanted)]
         if len(files) > 1:

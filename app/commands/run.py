@@ -263,10 +263,14 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
     takes longer than `stop_timeout` seconds the run is cancelled, which still closes the
     store. A second signal, or one while the run is already stopping (a stop command from a
     dashboard), exits at once: SQLite's committed transactions keep the store consistent;
-    at most the last fraction of a second of events is lost.
+    at most the last fraction of a second of events is lost. It still removes the control
+    file and the lock file and prints the summary, of a run interrupted.
     """
+    from dataclasses import replace
+
     from tinker_tui.app.headless import HeadlessReporter, MetricsFile, start_control_endpoint
     from tinker_tui.app.run_summary import SummaryCollector, summary_lines
+    from tinker_tui.engine.resume import drop_lock_file
 
     session.events.subscribe(HeadlessReporter(db_path=session.db_path).handle)
     summary = SummaryCollector(task=task, db_path=session.db_path)
@@ -279,10 +283,22 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
     received: list[int] = []
     run_task = asyncio.ensure_future(session.run())
 
+    def exit_at_once(signum: int) -> None:
+        if endpoint is not None:
+            endpoint.remove_file()
+        if session.db_path is not None:
+            drop_lock_file(session.db_path, session.run_id)
+        if summary.summary().run_id:
+            name = signal.Signals(signum).name
+            ended = replace(summary.summary(), status="interrupted",
+                            reason=f"{name} while stopping: stopped at once")
+            print("\n".join(summary_lines(ended)), flush=True)
+        os._exit(SIGNAL_EXIT_CODES[signum])
+
     def on_signal(signum: int) -> None:
         code = SIGNAL_EXIT_CODES[signum]
         if received or session.control.stopping:
-            os._exit(code)
+            exit_at_once(signum)
         received.append(code)
         session.control.stop(f"received {signal.Signals(signum).name}")
         loop.call_later(stop_timeout, run_task.cancel)

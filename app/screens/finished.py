@@ -1,6 +1,6 @@
-"""The finish screen: the run ended (completed, stopped or failed) and the dashboard stays,
-with how it ended, its rewards and last checkpoint, and the commands to look at it again or
-continue it, until `q`. `esc` hides it to look at the dashboard (`q` there leaves too)."""
+"""The finish screen: the run ended (completed, stopped, failed or interrupted) and the
+dashboard stays, with how it ended, its rewards and last checkpoint, and the commands to look
+at it again or continue it, until `q`. `esc` hides it to look at the dashboard (`q` there leaves too)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from textual.widgets import Static
 from tinker_tui.app.run_summary import RunSummary, next_commands
 from tinker_tui.app.screens.run_view import host
 
-TITLES = {"completed": "Run completed", "stopped": "Run stopped", "failed": "Run failed"}
+TITLES = {"completed": "Run completed", "stopped": "Run stopped", "failed": "Run failed",
+          "interrupted": "Run interrupted"}
 
 
 def finished_content(summary: RunSummary) -> Content:
@@ -57,7 +58,7 @@ class FinishedScreen(ModalScreen[None]):
         width: 100;
         padding: 0 1;
         &.-completed { border: thick $success; }
-        &.-stopped { border: thick $warning; }
+        &.-stopped, &.-interrupted { border: thick $warning; }
         &.-failed { border: thick $error; }
     }
     FinishedScreen #finished-scroll {
