@@ -3,7 +3,8 @@ when a run ends, from the headless run and from the dashboard alike (`summary_li
 one place the words are chosen).
 
 `SummaryCollector` folds the engine's typed events (live, or read back from the store) into
-a `RunSummary`; nothing here knows where the events came from.
+a `RunSummary`. A resumed run's live events start where it resumed; its earlier steps are in
+the store (`read_earlier`), so the summary still covers the whole run.
 """
 
 from __future__ import annotations
@@ -70,12 +71,36 @@ class SummaryCollector:
         self._log: deque[str] = deque(maxlen=LAST_LOG_LINES)
         self._trackers: dict[str, str] = {}
         self._stop_reason = ""  # why it was asked to stop: the engine ends it "stopped"
+        self._earlier: list[Event] = []  # `read_earlier`'s, until the run says where it starts
+
+    async def read_earlier(self, db_path: str | Path, run_id: str) -> None:
+        """Read the steps and checkpoints the store holds of run `run_id` before it starts
+        here; its `RunStarted` then takes in those up to the step it resumes from (the
+        rest are undone by the resume). Nothing for a run the store does not hold yet."""
+        from tinker_tui.engine.store import StoreError, StoreReader
+
+        if not Path(db_path).is_file():
+            return
+        try:
+            async with await StoreReader.open_readonly(db_path) as store:
+                run = await store.run(run_id)
+                if run is not None:
+                    self._earlier = await store.events(run, (StepTrained, CheckpointSaved))
+        except StoreError:  # unreadable now: the run's own start says why
+            return
 
     def handle(self, event: Event) -> None:
         s = self._summary
         if isinstance(event, RunStarted):
-            s = replace(s, run_id=event.run_id, task=s.task or task_spec_for(event.name),
-                        max_steps=event.max_steps, step=max(s.step, event.start_step))
+            self._summary = replace(s, run_id=event.run_id,
+                                    task=s.task or task_spec_for(event.name),
+                                    max_steps=event.max_steps, step=max(s.step, event.start_step))
+            earlier, self._earlier = self._earlier, []
+            for before in earlier:  # first: an equal best stays at its earlier step
+                if isinstance(before, StepTrained | CheckpointSaved) \
+                        and before.step <= event.start_step:
+                    self.handle(before)
+            return
         elif isinstance(event, StepTrained):
             reward = event.metrics.get(keys.REWARD_MEAN)
             s = replace(s, step=event.step)

@@ -6,8 +6,10 @@ subprocess tests of the same life cycle are in test_lifecycle.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import sqlite3
 from pathlib import Path
 
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
@@ -148,6 +150,27 @@ def test_the_summary_names_status_steps_rewards_checkpoint_store_and_next_comman
     assert "  look again: tinker-tui show run-0001" in lines  # the default store: no --db
     assert "  continue:   tinker-tui run blue.py --resume run-0001" in lines
     assert lines[-1] == "W&B: upload with `wandb sync x`"  # where the records went, last
+
+
+def test_the_summary_of_a_resumed_headless_run_covers_the_whole_run(tmp_path, capsys):
+    """Best reward and last checkpoint come from the steps before the resume too (the store
+    has them; this process's events start at the resume)."""
+    from tinker_tui.app.cli import main
+
+    db = tmp_path / "runs.db"
+    args = ["run", "example", "--no-ui", "--db", str(db), "--warmup-steps", "0",
+            "--checkpoint-every", "2"]
+    assert main([*args, "--steps", "4"]) == 0
+    with sqlite3.connect(db) as conn:  # a best no later step can reach: step 2's
+        (metrics,) = conn.execute("select metrics from steps where step = 2").fetchone()
+        conn.execute("update steps set metrics = ? where step = 2",
+                     (json.dumps({**json.loads(metrics), "reward/mean": 2.0}),))
+    capsys.readouterr()
+    assert main([*args, "--steps", "5", "--resume", "--checkpoint-every", "0"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    (headline,) = [i for i, line in enumerate(out) if " completed at step 5/5 " in line]
+    assert out[headline + 1].endswith(", best 2.000 at step 2")
+    assert out[headline + 2] == "  last checkpoint: step-000005 (step 5)"
 
 
 # ------------------------------------------------------------------ an engine that died
