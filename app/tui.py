@@ -468,8 +468,9 @@ class TinkerTuiApp(App[None]):
             self.action_pause()
 
     def action_checkpoint(self) -> None:
+        when = "now (paused)" if self.control_paused else "after the current step"
         if self.send("checkpoint", self.session.control.request_checkpoint):
-            self.notify("Checkpoint requested: written after the current step", timeout=2)
+            self.notify(f"Checkpoint requested: written {when}", timeout=2)
 
     def action_eval(self) -> None:
         if self.send("eval", self.session.control.request_eval):

@@ -121,6 +121,10 @@ class Pipeline:
         self._pause_reason = ""
         self._stopping = False
         self._checkpoint_requested = False
+        # The trainer waits for groups (no step in progress): a checkpoint asked for while
+        # paused is written at once, by `_paused_checkpoint`, which the trainer then awaits.
+        self._trainer_idle = False
+        self._paused_checkpoint: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._stop_event = asyncio.Event()  # set once by stop(); see stop_requested()
         self._discards_this_step: dict[DiscardReason, int] = dict.fromkeys(DISCARD_REASONS, 0)
@@ -187,9 +191,16 @@ class Pipeline:
         self._wake.set()
 
     def request_checkpoint(self) -> None:
+        """After the current step; at once while paused with no step in progress (the pause
+        may last: the checkpoint must not wait for the resume)."""
         self._command("checkpoint")
         self._checkpoint_requested = True
-        self.log("info", "checkpoint requested; it is written after the current step")
+        if self._paused and self._trainer_idle and not self._stopping:
+            if self._paused_checkpoint is None:
+                self.log("info", "checkpoint requested; the run is paused: writing it now")
+                self._paused_checkpoint = asyncio.ensure_future(self._checkpoint("requested"))
+        else:
+            self.log("info", "checkpoint requested; it is written after the current step")
         self._wake.set()
 
     def stop(self, reason: str = "stopped by user") -> None:
@@ -539,8 +550,15 @@ class Pipeline:
         while self.step < self.config.max_steps and not self._stopping:
             wait_started = self.clock.now()
             self.meter.waiting_started(wait_started)
-            batch = await self._collect_batch()
+            self._trainer_idle = True
+            try:
+                batch = await self._collect_batch()
+            finally:
+                self._trainer_idle = False
             self.meter.waiting_finished(self.clock.now())
+            if self._paused_checkpoint is not None:  # written while paused: before training
+                checkpoint, self._paused_checkpoint = self._paused_checkpoint, None
+                await checkpoint  # its failure fails the run, as a step's checkpoint's does
             if batch is None:
                 return
             train_started = self.clock.now()
@@ -765,7 +783,10 @@ class Pipeline:
 
     async def _checkpoint(self, why: str) -> None:
         self._checkpoint_requested = False
+        name = f"step-{self.step:06d}"
         if self._last_checkpoint_step == self.step:
+            if why == "requested":
+                self.log("info", f"checkpoint {name} is written already")
             return
         if not self.warmup_done:
             # The weights are the base's, or part-way through the format warm-up: no resume
@@ -774,7 +795,6 @@ class Pipeline:
                              "a resumed run starts over and runs it")
             return
         self._last_checkpoint_step = self.step
-        name = f"step-{self.step:06d}"
         state = self.resume_state()
         self._emit(CheckpointStarted(time=self.clock.now(), step=self.step, kind="state",
                                      name=name))

@@ -242,3 +242,64 @@ async def test_attach_steers_the_real_example_run_headless(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def test_a_checkpoint_asked_for_while_paused_is_written_at_once(tmp_path):
+    """Paused with the trainer idle, the control endpoint's checkpoint command (what `c`
+    sends from `attach`) writes the checkpoint at once, at the current step: the pause may
+    last, the checkpoint must not wait for the resume."""
+    import sqlite3
+
+    db_path = tmp_path / "runs.db"
+    proc = start_process(["-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--steps",
+                          "2000", "--warmup-steps", "0", "--checkpoint-every", "0",
+                          "--db", str(db_path)])
+
+    def last_step() -> int:
+        try:
+            with sqlite3.connect(db_path) as db:
+                return db.execute("select coalesce(max(step), 0) from steps").fetchone()[0]
+        except sqlite3.OperationalError:  # the store is being made
+            return 0
+
+    def checkpoints() -> list[int]:
+        with sqlite3.connect(db_path) as db:
+            return [r[0] for r in db.execute(
+                "select step from checkpoints where kind = 'state' and confirmed = 1")]
+
+    def until(predicate, what: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.05)
+
+    try:
+        until(lambda: list(tmp_path.glob("*.control.json")), "the control endpoint", 120)
+        client = ControlClient.from_file(control_file_for(db_path, None))
+        until(lambda: db_path.exists() and last_step() >= 2, "two steps", 120)
+        assert client.command("pause")["state"]["paused"]
+        quiet = [last_step(), time.monotonic()]  # the in-flight groups are trained (or not)
+
+        def trainer_idle() -> bool:
+            if last_step() != quiet[0]:
+                quiet[:] = [last_step(), time.monotonic()]
+            return time.monotonic() - quiet[1] > 1.5
+
+        until(trainer_idle, "the paused run to go quiet", 30)
+        step = last_step()
+        assert checkpoints() == []
+        client.command("checkpoint")
+        until(lambda: checkpoints() == [step], f"the checkpoint of step {step}", 15)
+        assert client.state()["paused"] and last_step() == step
+        client.command("stop")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    with sqlite3.connect(db_path) as db:
+        log = [r[0] for r in db.execute("select message from log")]
+    assert "checkpoint requested; the run is paused: writing it now" in log
+    assert "run yes_no_maybe" in out and f"stopped at step {step}/2000" in out
