@@ -85,6 +85,9 @@ class Setting:
                 if int(value) != value:
                     raise ConfigError(f"{self.name} must be a whole number, got {value}")
                 value = int(value)
+                if abs(value) > LARGEST_WHOLE:
+                    raise ConfigError(f"{self.name} must be at most {LARGEST_WHOLE:,} (the "
+                                      f"largest whole number the run store holds), got {value}")
             else:
                 value = float(value)
             if not self._in_range(value):
@@ -124,6 +127,11 @@ class Setting:
 
 def _show(bound: float | None) -> str:
     return f"{bound:g}" if bound is not None else ""
+
+
+#: The largest whole-number setting: the run store's INTEGER is 64-bit, and a run whose
+#: setting it cannot store would train with nothing recorded.
+LARGEST_WHOLE = 2**63 - 1
 
 
 def setting(default: T, meaning: str, group: Group = "run", *, low: float | None = None,

@@ -87,6 +87,12 @@ def test_types_are_checked_and_whole_floats_become_ints():
             RunConfig(max_steps=value)
     with pytest.raises(ConfigError, match="loss_fn must be importance_sampling, ppo"):
         RunConfig(loss_fn="sgd")
+    # the store holds 64-bit whole numbers: a run it could not record is refused up front
+    assert RunConfig(max_steps=2**63 - 1).max_steps == 2**63 - 1
+    for value in (2**63, 10**20, 1e20):
+        with pytest.raises(ConfigError, match="max_steps must be at most 9,223,372,036,854,775,"
+                                              "807 .the largest whole number the run store"):
+            RunConfig(max_steps=value)
     with pytest.raises(ConfigError, match="min_groups_per_step must be between 0 and "
                                           "groups_per_step"):
         RunConfig(groups_per_step=2, min_groups_per_step=3)
