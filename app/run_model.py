@@ -43,6 +43,7 @@ from tinker_tui.engine.events import (
     ThroughputMeasured,
     TrajectorySummary,
 )
+from tinker_tui.engine.health import RewardRange
 
 #: EMA weights `s` cycles through (0 = no smoothing), as W&B's and TensorBoard's slider.
 SMOOTHING_STEPS = (0.9, 0.95, 0.99, 0.0, 0.6, 0.8)
@@ -275,11 +276,13 @@ def message_shape(message: str) -> str:
 COLLAPSE_LOOKBACK = 8
 
 
-def health_verdict(outcomes: Sequence[str], best: float | None, *,
+def health_verdict(outcomes: Sequence[str], rewards: RewardRange, *,
                    zero_variance_rate: float = 0.9, error_rate: float = 0.5
                    ) -> tuple[str, str]:
     """(kind, words) for the recent groups' outcomes ("ok", "converged", "no_signal",
-    "error"): what a person needs to tell a converged run from a stuck or failing one.
+    "uniform", "error"; `engine.health`): what a person needs to tell a converged run from a
+    stuck or failing one. Groups of a run that has seen one reward only read as "no learning
+    signal yet", never as converged.
 
     kind is "none", "learning", "converged", "no_signal" or "error". The thresholds are the
     run's own pause rates, so the words agree with the engine's health pauses.
@@ -288,13 +291,15 @@ def health_verdict(outcomes: Sequence[str], best: float | None, *,
     if n == 0:
         return "none", "no groups sampled yet"
     share = {kind: sum(o == kind for o in outcomes) / n
-             for kind in ("ok", "converged", "no_signal", "error")}
-    best_text = f" ({best:.3g})" if best is not None and math.isfinite(best) else ""
+             for kind in ("ok", "converged", "no_signal", "uniform", "error")}
+    best = rewards.best
+    best_text = f" ({best:.3g})" if math.isfinite(best) else ""
     if share["error"] >= error_rate:
         return "error", f"errors: {share['error']:.0%} of the last {n} groups failed"
     if share["no_signal"] >= zero_variance_rate:
-        return "no_signal", (f"no learning signal: {share['no_signal']:.0%} of the last {n} "
-                             f"groups had equal rewards below the best{best_text}")
+        return "no_signal", rewards.no_signal_words(share["no_signal"], n)
+    if share["uniform"] + share["no_signal"] >= zero_variance_rate:
+        return "no_signal", rewards.uniform_words()
     if share["converged"] >= zero_variance_rate:
         if share["converged"] == 1:
             return "converged", f"converged: every group earns the best reward seen{best_text}"
@@ -609,7 +614,7 @@ class RunModel:
         #: Zero-variance groups split: at the best reward seen (converged) or below it.
         self.converged_groups = 0
         self.no_signal_groups = 0
-        self.best_group_reward: float | None = None
+        self.reward_range = RewardRange()  # best group reward, lowest reward (engine.health)
         self.outcomes: deque[str] = deque(maxlen=32)
 
         # rollouts, by group id; the steps that took them; those still queued
@@ -720,18 +725,16 @@ class RunModel:
         self.rollouts_since_startup += event.num_trajectories
         self.tokens_sampled += event.num_tokens
         self._tokens_since_step += event.num_tokens
-        # the engine's health rule: equal rewards at the best group reward seen so far
-        # mean the policy converged; below it, that the learning signal is gone
-        best = self.best_group_reward
-        at_best = best is None or event.reward_mean >= best - 1e-9
+        # the engine's health rule (engine.health): equal rewards have converged, or carry
+        # no learning signal
+        outcome = self.reward_range.classify(event.reward_mean)
+        at_best = outcome == "converged"
         rewards = {t.reward for t in event.trajectories}
         if len(rewards) > 1 or not event.trajectories:
             self.outcomes.append("ok")
         else:
-            self.outcomes.append("converged" if at_best else "no_signal")
-        if math.isfinite(event.reward_mean):
-            self.best_group_reward = (event.reward_mean if best is None
-                                      else max(best, event.reward_mean))
+            self.outcomes.append(outcome)
+        self.reward_range.saw(event.reward_mean, min(rewards, default=math.nan))
         record = self.groups.get(event.group_id)
         if record is None:
             record = GroupRecord(group_id=event.group_id, scenario_id=event.scenario_id,
@@ -926,7 +929,7 @@ class RunModel:
         """(kind, words) for the recent groups; see `health_verdict`."""
         zero = self.config.get("zero_variance_pause_rate", 0.9)
         errors = self.config.get("error_pause_rate", 0.5)
-        return health_verdict(list(self.outcomes), self.best_group_reward,
+        return health_verdict(list(self.outcomes), self.reward_range,
                               zero_variance_rate=float(zero), error_rate=float(errors))
 
     def rollouts_per_s(self, now: float | None = None) -> float:

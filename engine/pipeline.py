@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import random
 import traceback
 from collections import deque
@@ -48,6 +49,7 @@ from tinker_tui.engine.events import (
     ThroughputMeasured,
     TrajectorySummary,
 )
+from tinker_tui.engine.health import RewardRange
 from tinker_tui.engine.loop_lag import LoopLagMonitor
 from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeState, ScenarioSource
@@ -144,7 +146,7 @@ class Pipeline:
         self.report_interval = 1.0
         self._finish_version: dict[int, int] = {}
         self._recent_groups: deque[tuple[str, float]] = deque(maxlen=config.health_window)
-        self._best_group_reward = float("-inf")
+        self._rewards = RewardRange()  # for the health rule (engine.health)
         self._started_at = 0.0
         self._last_step_end: float | None = None
         self._last_checkpoint_step: int | None = None
@@ -392,7 +394,8 @@ class Pipeline:
         self._rollouts_since_step += len(trajectories)
         self._finish_version[group_id] = self.policy.version
         self.meter.rollouts_finished(group.finished_at, len(trajectories), group.num_tokens)
-        self._check_health("ok" if group.has_variance() else "zero_variance", group.reward_mean)
+        self._check_health("ok" if group.has_variance() else "zero_variance", group.reward_mean,
+                           min(group.rewards))
         self._emit(GroupSampled(
             time=group.finished_at, group_id=group_id, scenario_id=scenario.id,
             policy_version=group.policy_version, num_trajectories=len(trajectories),
@@ -642,16 +645,16 @@ class Pipeline:
         return finished_at - group.policy_version, trained_at - finished_at
 
     # ------------------------------------------------------------------ health
-    def _check_health(self, outcome: str, reward: float) -> None:
+    def _check_health(self, outcome: str, reward: float, lowest: float = math.nan) -> None:
         """Pause (never exit) when the recent groups say the run has stopped learning.
 
-        A zero-variance group counts toward collapse only below the best group reward seen
-        so far: a policy that always earns the best reward has converged, not collapsed.
-        """
-        if outcome == "zero_variance" and reward >= self._best_group_reward - 1e-9:
+        A zero-variance group counts toward collapse only below the best reward seen
+        (`engine.health`): one that has converged, or a run that has seen one reward only,
+        goes on."""
+        if outcome == "zero_variance" and self._rewards.classify(reward) != "no_signal":
             outcome = "converged"
         if outcome != "error":
-            self._best_group_reward = max(self._best_group_reward, reward)
+            self._rewards.saw(reward, lowest)
         self._recent_groups.append((outcome, reward))
         window = self._recent_groups
         if len(window) < self.config.health_window or self._paused or self._stopping:
@@ -663,8 +666,7 @@ class Pipeline:
                                "failed")
             window.clear()
         elif collapsed >= self.config.zero_variance_pause_rate:
-            self._health_pause(f"no learning signal: {collapsed:.0%} of the last {len(window)} "
-                               "groups had equal rewards below the best seen")
+            self._health_pause(self._rewards.no_signal_words(collapsed, len(window)))
             window.clear()
 
     def _health_pause(self, reason: str) -> None:

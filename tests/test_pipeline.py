@@ -178,10 +178,17 @@ async def test_error_rate_pauses_the_run_with_a_reason():
 async def test_collapse_pauses_but_convergence_does_not():
     from tinker_tui.engine.events import RunStateChanged
 
-    # Every group earns the same reward, and it is the best ever seen: converged, keep going.
-    converged, _, _, _ = make_pipeline(task=simulated_task(reward=lambda s: 1.0), max_steps=12,
-                                       health_window=8)
-    assert await converged.run() == "completed"
+    # Every group earns the same reward from the start: nothing tells a reward that is always
+    # 1 from one always 0 (engine.health), so neither pauses.
+    for reward in (1.0, 0.0):
+        uniform, _, _, _ = make_pipeline(task=simulated_task(reward=lambda s, r=reward: r),
+                                         max_steps=12, health_window=8)
+        assert await asyncio.wait_for(uniform.run(), 30) == "completed"
+    # Rewards vary at first, then every group earns the best: converged, keep going.
+    converged, _, _, _ = make_pipeline(
+        task=simulated_task(reward=lambda s: (s.data % 2) if s.data < 16 else 1.0),
+        max_steps=12, health_window=8)
+    assert await asyncio.wait_for(converged.run(), 30) == "completed"
     # Rewards vary at first, then every group gets the same low reward: collapse, pause.
     collapse_task = simulated_task(reward=lambda s: (s.data % 2) if s.data < 16 else 0.0)
     pipeline, _, _, events = make_pipeline(task=collapse_task, max_steps=10_000,

@@ -545,12 +545,35 @@ def test_model_tells_converged_groups_from_a_lost_learning_signal():
                                    reason="zero_variance", policy_version=0,
                                    trainer_version=0, num_tokens=4, step=2))
     kind, words = model.health()
-    assert kind == "no_signal" and "below the best (1)" in words
+    assert kind == "no_signal" and "below the best seen (1)" in words
     assert model.no_signal_groups == 4 and model.discard_rate == pytest.approx(4 / 9)
     for gid in range(100, 104):
         model.apply(GroupDiscarded(time=0.4, group_id=gid, scenario_id="s", reason="error",
                                    policy_version=0, trainer_version=0, num_tokens=0, step=3))
     assert model.health() == ("error", "errors: 100% of the last 4 groups failed")
+
+
+def test_a_run_that_has_seen_one_reward_only_has_not_converged():
+    """A reward that is always 0 (or always 1) from the start gives no learning signal: the
+    words say so (never "converged"); the engine does not pause for it (engine.health)."""
+    model = RunModel(FakeClock())
+    model.apply(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
+                           max_steps=10, start_step=0,
+                           config={"health_window": 4, "zero_variance_pause_rate": 0.75}))
+    for gid in range(4):
+        model.apply(sampled(gid, 0.1, rewards=(0.0, 0.0)))
+        model.apply(GroupDiscarded(time=0.2, group_id=gid, scenario_id="s",
+                                   reason="zero_variance", policy_version=0,
+                                   trainer_version=0, num_tokens=4, step=1))
+    kind, words = model.health()
+    assert (kind, words) == ("no_signal", "no learning signal yet: every reward so far is 0 "
+                                          "(check the reward if this lasts)")
+    assert model.converged_groups == 0 and model.no_signal_groups == 4
+    assert not any(g.at_best for g in model.groups.values())
+    model.apply(sampled(4, 0.3, rewards=(0.0, 1.0)))  # a first higher reward...
+    for gid in range(5, 9):  # ...then every group earns it: now that is converged
+        model.apply(sampled(gid, 0.4, rewards=(1.0, 1.0)))
+    assert model.health()[0] == "converged"
 
 
 def test_repeated_info_lines_collapse_into_one_with_a_count():
