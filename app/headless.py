@@ -8,6 +8,7 @@ import math
 import os
 import re
 import sys
+import sysconfig
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -43,6 +44,8 @@ class HeadlessReporter:
         self.started_at: float | None = None
         self._phase: str | None = None
         self._run_id = "RUN"
+        self._last_shape: tuple[str, str, str] | None = None  # the last warning/error printed
+        self._repeats = 0  # how often it came again since
 
     def _startup(self, event: StartupProgressed) -> None:
         """One line when the start-up enters a phase (not one per warm-up step)."""
@@ -90,26 +93,44 @@ class HeadlessReporter:
             self._print(f"checkpoint {event.name} ({event.kind}) at step {event.step}: "
                         f"{event.path}")
         elif isinstance(event, RunStateChanged) and event.state in ("paused", "stopping"):
+            self._end_repeats()
             self._print(f"{event.state}: {event.reason}")
         elif isinstance(event, TrackerReported):  # where W&B / TensorBoard records go
             self._print(event.message if event.level == "info"
                         else f"{event.level}: {event.message}")
+        elif isinstance(event, RunFinished):
+            self._end_repeats()
         elif isinstance(event, LogEmitted) and event.level in ("warning", "error"):
             lines = event.message.splitlines()
-            self._print(f"{event.level}: {lines[0]}")
             where = innermost_frame(lines)
+            shape = (event.level, _NUMBERS.sub("#", lines[0]), where)
+            if shape == self._last_shape:  # the same message with other numbers: counted
+                self._repeats += 1
+                return
+            self._end_repeats()
+            self._last_shape = shape
+            self._print(f"{event.level}: {lines[0]}")
             if where:
                 show = f"tinker-tui show {self._run_id} --log{db_flag(self.db_path)}"
                 self._print(f"  {where}  (whole: {show})")
 
 
+    def _end_repeats(self) -> None:
+        """Say how often the last warning or error came again, if it did."""
+        if self._repeats:
+            self._print(f"  (and {self._repeats} more like it)")
+        self._repeats, self._last_shape = 0, None
+
+
 def innermost_frame(lines: list[str]) -> str:
-    """Where a logged traceback was raised, in one line (`at FILE:LINE in FUNC: CODE`), or
-    "" when the message holds none: a headless log keeps one line per message, and the place
-    in the user's code is what they need first; the whole traceback is in the stored log."""
+    """Where a logged traceback was raised in the user's code, in one line (`at FILE:LINE in
+    FUNC: CODE`), or "" when the message holds none: the deepest frame that is not this
+    package's, the standard library's or an installed package's (a chained traceback's cause
+    included). A headless log keeps one line per message, and that place is what the user
+    needs first; the whole traceback is in the stored log."""
     for i in range(len(lines) - 1, -1, -1):
         match = _FRAME.match(lines[i])
-        if match:
+        if match and _is_user_file(match["file"]):
             code = lines[i + 1].strip() if i + 1 < len(lines) else ""
             code = "" if _FRAME.match(code) or code.startswith(("^", "~")) else code
             where = f"at {match['file']}:{match['line']} in {match['func']}"
@@ -118,6 +139,23 @@ def innermost_frame(lines: list[str]) -> str:
 
 
 _FRAME = re.compile(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+_NUMBERS = re.compile(r"\d+")
+
+
+def _is_user_file(filename: str) -> bool:
+    return not filename.startswith(_NOT_USER_CODE) and not filename.startswith("<")
+
+
+#: Where code that is not the user's lives: this package's folders, the standard library and
+#: installed packages.
+_NOT_USER_CODE = tuple(
+    {str(form) + os.sep
+     for folder in [Path(module.__file__).parent
+                    for module in (sys.modules["tinker_tui.app"], sys.modules["tinker_tui.engine"])
+                    if module.__file__]
+     + [Path(path) for name, path in sysconfig.get_paths().items()
+        if name in ("stdlib", "platstdlib", "purelib", "platlib")]
+     for form in (folder, folder.resolve())})
 
 
 def eval_line(event: EvalCompleted, max_steps: int) -> str:

@@ -147,6 +147,7 @@ class Pipeline:
         self._finish_version: dict[int, int] = {}
         self._recent_groups: deque[tuple[str, float]] = deque(maxlen=config.health_window)
         self._rewards = RewardRange()  # for the health rule (engine.health)
+        self._last_failure = ""  # why the last failed group failed, for a health pause
         self._started_at = 0.0
         self._last_step_end: float | None = None
         self._last_checkpoint_step: int | None = None
@@ -420,6 +421,7 @@ class Pipeline:
             trainer_version=self.policy.version, num_tokens=0, detail=detail,
             scenario_index=self._consumed(group_id), step=self.step + 1))
         self._log_failures("error", scenario, errors, members, "the group is discarded")
+        self._last_failure = _describe(error).splitlines()[0]
         self._check_health("error", 0.0)
 
     def _log_failures(self, level: str, scenario: Scenario, errors: list[BaseException],
@@ -663,7 +665,7 @@ class Pipeline:
         collapsed = sum(o == "zero_variance" for o, _ in window) / len(window)
         if errors >= self.config.error_pause_rate:
             self._health_pause(f"rollout errors: {errors:.0%} of the last {len(window)} groups "
-                               "failed")
+                               f"failed; the last: {_shorten(self._last_failure)}")
             window.clear()
         elif collapsed >= self.config.zero_variance_pause_rate:
             self._health_pause(self._rewards.no_signal_words(collapsed, len(window)))
@@ -813,3 +815,8 @@ class Pipeline:
 def _describe(error: BaseException) -> str:
     """An error in one line: `ValueError: message`."""
     return f"{type(error).__name__}: {error}"
+
+
+def _shorten(text: str, most: int = 160) -> str:
+    """At most `most` characters, cut with an ellipsis (a pause reason is one line)."""
+    return text if len(text) <= most else text[:most - 1] + "…"

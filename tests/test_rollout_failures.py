@@ -244,3 +244,34 @@ async def test_the_headless_log_says_where_in_the_task_a_rollout_raised(tmp_path
     log = next(e for e in events if isinstance(e, LogEmitted) and "rollout of" in e.message)
     assert log.message.startswith(lines[first][len("error: "):] + "\n")
     assert "Traceback (most recent call last)" in log.message  # what `show --log` prints
+
+
+async def test_the_headless_log_names_the_users_line_of_an_error_raised_in_ours(tmp_path):
+    """A reward of the wrong type is refused inside the engine's Trajectory; the place to
+    fix is the rollout's line that passed it. The same error again is counted, not
+    repeated."""
+    import io
+
+    from tinker_tui.app.headless import HeadlessReporter
+    from tinker_tui.engine.events import RunFinished
+
+    async def rollout(client, model, scenario):
+        choice = await client.chat.completions.create(model=model, messages=[])
+        return Trajectory.from_choices([choice], reward="1")  # the mistake
+
+    pipeline, events = make_pipeline(Task(name="t", scenarios=scenarios, rollout=rollout),
+                                     max_steps=1, on_health_pause="stop", health_window=4)
+    out = io.StringIO()
+    reporter = HeadlessReporter(out)
+    await asyncio.wait_for(pipeline.run(), 30)
+    for event in events:
+        reporter.handle(event)
+    reporter.handle(RunFinished(time=0.0, status="stopped", final_step=0, reason="health"))
+    lines = out.getvalue().splitlines()
+    errors = [i for i, line in enumerate(lines) if line.startswith("error: rollout of")]
+    assert len(errors) == 1, lines  # once, then counted
+    assert "reward must be a number, got str" in lines[errors[0]]
+    assert lines[errors[0] + 1].startswith(f"  at {__file__}:")
+    assert 'reward="1")  # the mistake' in lines[errors[0] + 1]
+    failed = sum(isinstance(e, GroupDiscarded) and e.reason == "error" for e in events)
+    assert failed >= 4 and f"  (and {failed - 1} more like it)" in lines
