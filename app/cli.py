@@ -145,7 +145,7 @@ def _main(argv: list[str] | None) -> int:
     except TinkerTuiError as exc:  # the one place an error becomes an exit code
         return report(exc, exc.exit_code)
     except BrokenPipeError:  # `tinker-tui show | head`: the reader has all it wanted
-        _quiet_stdout()
+        quiet_stdout()
         return EXIT_OK
     except KeyboardInterrupt as exc:
         signum = signal_of(exc)
@@ -174,7 +174,7 @@ def report(exc: Exception, code: int) -> int:
     return code
 
 
-def _quiet_stdout() -> None:
+def quiet_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's final flush into the closed pipe
     does not print a second BrokenPipeError."""
     try:

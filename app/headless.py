@@ -44,6 +44,7 @@ class HeadlessReporter:
         self.started_at: float | None = None
         self._phase: str | None = None
         self._run_id = "RUN"
+        self._closed = False  # the output's reader went away
         self._last_shape: tuple[str, str, str] | None = None  # the last warning/error printed
         self._repeats = 0  # how often it came again since
 
@@ -62,7 +63,16 @@ class HeadlessReporter:
             self._print("starting: first rollouts")
 
     def _print(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
+        if self._closed:
+            return
+        try:
+            print(line, file=self.out, flush=True)
+        except BrokenPipeError:  # `run --no-ui | head`: the reader has what it wanted
+            self._closed = True  # the run goes on, recorded in the store as ever
+            if self.out is sys.stdout:
+                from tinker_tui.app.cli import quiet_stdout
+
+                quiet_stdout()
 
     def handle(self, event: Event) -> None:
         if isinstance(event, RunStarted):

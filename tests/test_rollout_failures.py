@@ -275,3 +275,24 @@ async def test_the_headless_log_names_the_users_line_of_an_error_raised_in_ours(
     assert 'reward="1")  # the mistake' in lines[errors[0] + 1]
     failed = sum(isinstance(e, GroupDiscarded) and e.reason == "error" for e in events)
     assert failed >= 4 and f"  (and {failed - 1} more like it)" in lines
+
+
+def test_the_headless_lines_stop_quietly_when_their_reader_goes_away():
+    """`run --no-ui | head -3`: once the pipe is closed, nothing more is printed and no
+    handler fails (the event bus would log each failure); the run is not disturbed."""
+    from tinker_tui.app.headless import HeadlessReporter
+
+    class ClosedPipe:
+        writes = 0
+
+        def write(self, text):
+            ClosedPipe.writes += 1
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+    reporter = HeadlessReporter(ClosedPipe())
+    for i in range(3):
+        reporter.handle(LogEmitted(time=float(i), level="error", message=f"failure {i}"))
+    assert ClosedPipe.writes == 1  # the first write found the pipe closed; then silence
