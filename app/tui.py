@@ -286,9 +286,8 @@ class TinkerTuiApp(App[None]):
             self.exit(return_code=EXIT_SIGHUP)
             return
         code = SIGNAL_EXIT_CODES.get(signal.Signals(signum), EXIT_INTERRUPTED)
-        if (self.read_only and not self.attached) or self.run_status is not None \
-                or self.model.state == "finished":
-            self.exit(return_code=code)
+        if self.read_only or self.run_status is not None or self.model.state == "finished":
+            self.exit(return_code=code)  # nothing here can stop the run: only close
         elif self.stopping:
             if not self.leave_code:
                 self.leave_code = code

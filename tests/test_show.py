@@ -4,6 +4,7 @@ back as the same events, and the same dashboard draws the finished run."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 from pathlib import Path
@@ -272,3 +273,58 @@ def test_show_log_prints_every_stored_message_whole(tmp_path, capsys):
     assert cli_main(["show", "--db", str(path), "--log"]) == 0
     out = capsys.readouterr().out
     assert out == "".join(f"{e.level}: {e.message}\n" for e in logs)
+
+
+async def test_show_follows_a_run_still_running_read_only_until_it_ends(tmp_path):
+    """`show` of a run whose process still holds it: drawn as it goes (not a frozen
+    snapshot), labelled read-only, refusing commands, and finished when the run ends."""
+    from fake_session import LiveFakeSession
+    from tinker_tui.app.commands.show import shown_session
+    from tinker_tui.app.tui import TinkerTuiApp
+    from tinker_tui.engine.resume import RunLock
+
+    path = tmp_path / "runs.db"
+    live = LiveFakeSession(str(path), step_seconds=0.05, max_steps=40, run_id="live-0001")
+    lock = RunLock(path, "live-0001")
+    lock.acquire()  # what a running engine holds
+    running = asyncio.create_task(live.run())
+    try:
+        run = None
+        while run is None:
+            await asyncio.sleep(0.05)
+            with contextlib.suppress(StoreError):  # the store or its run not there yet
+                run = await find_run(path, "live-0001")
+        session = shown_session(path, run)
+        assert session.follow and session.read_only
+        app = TinkerTuiApp(session, refresh_interval=0.05)
+        async with app.run_test(size=(120, 40)) as pilot:
+            async def step_shown() -> int:
+                await pilot.pause(0.2)
+                return app.model.step
+
+            first = await step_shown()
+            while (later := await step_shown()) <= first:
+                pass
+            assert later > first  # it moves
+            assert "read-only" in app.mode_label
+            await pilot.press("p")
+            await pilot.pause(0.2)
+            assert not live.control.paused  # read-only: nothing reaches the run
+            await asyncio.wait_for(running, 30)
+            while app.model.state != "finished":
+                await pilot.pause(0.1)
+            assert app.model.step == 40
+    finally:
+        lock.release()
+        live.control.stop("test over")
+        await asyncio.gather(running, return_exceptions=True)
+
+
+def test_show_of_a_run_whose_process_is_gone_is_the_stored_snapshot(tmp_path):
+    """No end in the store and nobody holds the run: it was interrupted; shown as stored."""
+    from tinker_tui.app.commands.show import shown_session
+
+    path = tmp_path / "runs.db"
+    write_run(path, finish=False)
+    session = shown_session(path, asyncio.run(find_run(path, None)))
+    assert not session.follow and session.read_only

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tinker_tui.app.commands.run import EXIT_OK, add_db_option, store_path
 
 if TYPE_CHECKING:
+    from tinker_tui.app.store_session import StoreSession
     from tinker_tui.engine.store import StoredRun
 
 
@@ -66,9 +67,24 @@ async def print_log(db_path: Path, run: StoredRun) -> int:
     return EXIT_OK
 
 
+def shown_session(db_path: Path, run: StoredRun) -> StoreSession:
+    """A finished run as stored; a run still running is followed as it goes, read-only
+    (`attach` steers it), until it ends."""
+    from tinker_tui.app.engine_process import RunningEngine
+    from tinker_tui.app.run_summary import db_flag
+    from tinker_tui.app.store_session import ReadOnlyControl, StoreSession
+    from tinker_tui.engine.resume import run_is_live
+
+    if run.finished() is None and run_is_live(db_path, run.run_id):
+        why = (f"shown with show; to steer it: tinker-tui attach {run.run_id}"
+               f"{db_flag(db_path)}")
+        return StoreSession(db_path, run, control=ReadOnlyControl(why), follow=True,
+                            engine=RunningEngine(db_path, run.run_id, pid=None))
+    return StoreSession(db_path, run)
+
+
 def main(args: argparse.Namespace) -> int:
     from tinker_tui.app.commands.run import wants_ui
-    from tinker_tui.app.store_session import StoreSession
     from tinker_tui.engine.store import find_run
 
     run = asyncio.run(find_run(store_path(args), args.run))
@@ -78,9 +94,8 @@ def main(args: argparse.Namespace) -> int:
         return asyncio.run(print_run(store_path(args), run))
     from tinker_tui.app.tui import TinkerTuiApp
 
-    session = StoreSession(store_path(args), run)
-    app = TinkerTuiApp(session)
+    app = TinkerTuiApp(shown_session(store_path(args), run))
     app.run()
     if app.run_exception is not None:  # reported by the command line, now the screen is back
         raise app.run_exception
-    return EXIT_OK
+    return app.return_code or EXIT_OK  # 130/143 when a signal closed it
