@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Button, DataTable, Footer, Label
+from textual.widgets import Button, DataTable, Label
 from tinker_tui.app.run_model import RunModel
 from tinker_tui.app.screens.run_view import RunView
 from tinker_tui.app.widgets.commands import CommandsTable
+from tinker_tui.app.widgets.footer import KeyFooter
 from tinker_tui.app.widgets.knobs import KnobsTable
 from tinker_tui.app.widgets.status_bar import RunStatusPanel
 
@@ -32,7 +33,7 @@ class ControlScreen(RunView):
                 yield Button("Stop", id="action-stop", compact=True, variant="error")
                 yield Label("", id="control-note")
             yield CommandsTable(id="commands")
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if isinstance(event.data_table, KnobsTable):

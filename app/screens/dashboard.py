@@ -5,12 +5,12 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
-from textual.widgets import Footer
 from tinker_tui.app.run_model import RunModel
 from tinker_tui.app.screens.run_view import RunView
 from tinker_tui.app.widgets.chart_pane import ChartPane
 from tinker_tui.app.widgets.checkpoints import CheckpointsTable
 from tinker_tui.app.widgets.discarded import DiscardedPanel
+from tinker_tui.app.widgets.footer import KeyFooter
 from tinker_tui.app.widgets.log import LogPanel
 from tinker_tui.app.widgets.status_bar import RunStatusPanel
 from tinker_tui.app.widgets.throughput import ThroughputPanel
@@ -38,7 +38,7 @@ class DashboardScreen(RunView):
             yield ChartPane("Reward", lambda charts: charts.RewardsChart(), id="rewards")
             yield CheckpointsTable(id="checkpoints")
             yield LogPanel(id="log", max_lines=self.host.log_lines)
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def action_cycle_log_level(self) -> None:
         from tinker_tui.app.run_model import next_log_level

@@ -14,10 +14,11 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, VerticalScroll
-from textual.widgets import Footer, Label, SelectionList
+from textual.widgets import Label, SelectionList
 from textual.widgets.selection_list import Selection
 from tinker_tui.app.run_model import RunModel
 from tinker_tui.app.screens.run_view import RunView
+from tinker_tui.app.widgets.footer import KeyFooter
 from tinker_tui.app.widgets.status_bar import RunStatusPanel
 
 
@@ -55,7 +56,7 @@ class MetricsScreen(RunView):
                 yield Label("No step metrics yet: the charts appear with the first step.",
                             id="metrics-empty")
                 yield Grid(id="metric-grid")
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
         picker = self.query_one("#metric-picker", SelectionList)

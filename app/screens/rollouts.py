@@ -11,9 +11,10 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.widgets import Footer, Input, Tree
+from textual.widgets import Input, Tree
 from tinker_tui.app.run_model import RolloutFilter, RunModel
 from tinker_tui.app.screens.run_view import RunView
+from tinker_tui.app.widgets.footer import KeyFooter
 from tinker_tui.app.widgets.rollout_detail import RolloutDetail
 from tinker_tui.app.widgets.rollouts_tree import RolloutRef, RolloutsTree
 from tinker_tui.app.widgets.status_bar import RunStatusPanel
@@ -40,7 +41,7 @@ class RolloutsScreen(RunView):
         with Horizontal(id="rollout-panes"):
             yield RolloutsTree(id="rollout-tree")
             yield RolloutDetail(id="rollout-detail")
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def action_filter(self) -> None:
         field = self.query_one("#rollout-filter", Input)
