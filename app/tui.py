@@ -180,6 +180,9 @@ class TinkerTuiApp(App[None]):
         self._signals_installed = False
         self._refresh_timer: Timer | None = None
         self._binding_state: tuple[object, ...] | None = None
+        #: The views composed so far (`action_view`), and whether one is being switched back to.
+        self._views_composed = {self.DEFAULT_MODE}
+        self._switching_back = False
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -557,9 +560,30 @@ class TinkerTuiApp(App[None]):
         self.push_screen(HelpScreen())
 
     def action_view(self, name: str) -> None:
-        if name in VIEWS and self.current_mode != name:
+        """Switch views. A view shown before is brought back at once, redrawn from the model
+        before its first frame (it is not redrawn while hidden); a new one is composed
+        first, behind Textual's short `delay_update`, and redrawn after."""
+        if name not in VIEWS or self.current_mode == name:
+            return
+        if name not in self._views_composed:
+            self._views_composed.add(name)
             self.switch_mode(name)
             self.call_after_refresh(self.refresh_panes)
+            return
+        with self.batch_update():
+            self._switching_back = True
+            try:
+                self.switch_mode(name)
+            finally:
+                self._switching_back = False
+            self.refresh_panes()
+
+    def delay_update(self, delay: float = 0.05) -> None:
+        """Textual's `switch_mode` hides the screen for `delay` seconds, to mask a new
+        screen being composed. A view switched back to is composed already: `action_view`
+        draws it in one batch instead, so the key's answer is the next frame."""
+        if not self._switching_back:
+            super().delay_update(delay)
 
     def action_toggle_maximize(self) -> None:
         screen = self.screen
