@@ -1,11 +1,14 @@
 """Small helpers so the timer-driven redraw only touches widgets whose content changed.
 
-A `Static.update` always schedules a layout pass; doing that for every label four times a
-second costs real CPU on a busy 2-core machine. Comparing first makes idle ticks nearly free.
+A `Static.update` schedules a layout pass of the whole screen unless told the size cannot
+change; doing that for every label four times a second costs real CPU on a busy 2-core
+machine (and delays the keys waiting behind it). Comparing first makes idle ticks nearly
+free, and a changed text that cannot change its widget's size is only repainted.
 """
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from textual.content import Content
 from textual.widget import Widget
 from textual.widgets import Digits, Static
@@ -17,10 +20,34 @@ def same_content(old: object, new: str | Content) -> bool:
     return isinstance(old, Content) and (old.plain, old.spans) == (new.plain, new.spans)
 
 
+def line_widths(content: object) -> list[int] | None:
+    """The cell width of each line of a text (None for anything else)."""
+    if isinstance(content, Content):
+        content = content.plain
+    if not isinstance(content, str):
+        return None
+    return [cell_len(line) for line in content.split("\n")]
+
+
+def same_size(widget: Static, old: object, new: str | Content) -> bool:
+    """Whether showing `new` instead of `old` leaves `widget`'s size as it is: its size
+    does not follow its content (fixed or fractional width and height), or both texts
+    have lines of the same widths, none wider than the widget (so none wraps)."""
+    styles = widget.styles
+    width, height = styles.width, styles.height
+    if width is not None and not width.is_auto and height is not None and not height.is_auto:
+        return True
+    widths = line_widths(new)
+    return widths is not None and widths == line_widths(old) \
+        and max(widths) <= widget.content_region.width
+
+
 def update_static(widget: Static, content: str | Content) -> None:
-    """`widget.update(content)` unless it already shows exactly that."""
-    if not same_content(widget.content, content):
-        widget.update(content)
+    """`widget.update(content)` unless it already shows exactly that; without a layout
+    pass when its size cannot change."""
+    old = widget.content
+    if not same_content(old, content):
+        widget.update(content, layout=not same_size(widget, old, content))
 
 
 def update_digits(widget: Digits, value: str) -> None:
