@@ -26,8 +26,8 @@ def shown_keys(screen: Screen) -> tuple[object, ...]:
 
 class KeyFooter(Footer):
     """A `Footer` that recomposes only when the keys it would show differ from those shown,
-    and not while its view is switched away from (the app's keys are then worked out for
-    the view shown: `s` applies only to some)."""
+    and not while its view is not shown (the app's keys are then worked out for the view
+    shown: `s` applies only to some)."""
 
     def __init__(self, *, compact: bool = False) -> None:
         super().__init__(compact=compact)
@@ -39,9 +39,9 @@ class KeyFooter(Footer):
         yield from super().compose()
 
     def bindings_changed(self, screen: Screen) -> None:
-        if self._composed is not None and self.is_attached and screen is self.screen:
-            if screen not in self.app.screen_stack:
-                return  # a view switched away from: it is checked again when it resumes
-            if shown_keys(screen) == self._composed:
-                return
+        if screen is self.screen and screen not in self.app.screen_stack:
+            return  # a view not shown: it is checked again when it is
+        if self._composed is not None and self.is_attached and screen is self.screen \
+                and shown_keys(screen) == self._composed:
+            return
         super().bindings_changed(screen)
