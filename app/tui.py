@@ -180,7 +180,7 @@ class TinkerTuiApp(App[None]):
         self._signals_installed = False
         self._refresh_timer: Timer | None = None
         self._binding_state: tuple[object, ...] | None = None
-        #: The views composed so far (`action_view`), and whether one is being switched back to.
+        #: The views composed so far, and whether one is being switched back to.
         self._views_composed = {self.DEFAULT_MODE}
         self._switching_back = False
 
@@ -207,6 +207,26 @@ class TinkerTuiApp(App[None]):
         self._held_signals.clear()
         # start after the first frame, so the screen is fully mounted even if run() ends at once
         self.call_after_refresh(self.start_session)
+        self.call_after_refresh(self.compose_next_view)
+
+    def compose_next_view(self) -> None:
+        """Compose a view not shown yet, one per frame once the dashboard is up, so that
+        the first key to switch to it only lays it out and draws it: composing it, and
+        reparsing the app's CSS for a screen new to it, are most of a first switch's cost
+        (over half a second on a busy machine).
+
+        This is what `switch_mode` does first (`_init_mode`: Textual is pinned), which
+        styles the new screen with the CSS of now; it is then marked as such, as
+        `refresh_css` marks the screens it updates, so that showing it later reparses the
+        CSS only if it changed meanwhile (a theme)."""
+        for name in VIEWS:
+            if name not in self._views_composed:
+                self._views_composed.add(name)
+                self._init_mode(name)
+                screen = self.get_screen_stack(name)[0]
+                screen._css_update_count = self._css_update_count
+                self.call_after_refresh(self.compose_next_view)
+                return
 
     def start_session(self) -> None:
         self.run_worker(self.drive_session(), name="session", exit_on_error=False)
@@ -560,9 +580,10 @@ class TinkerTuiApp(App[None]):
         self.push_screen(HelpScreen())
 
     def action_view(self, name: str) -> None:
-        """Switch views. A view shown before is brought back at once, redrawn from the model
-        before its first frame (it is not redrawn while hidden); a new one is composed
-        first, behind Textual's short `delay_update`, and redrawn after."""
+        """Switch views. A view composed already (`compose_next_view`) is brought up at
+        once, redrawn from the model before its first frame (it is not redrawn while
+        hidden); one that is not is composed first, behind Textual's short `delay_update`,
+        and redrawn after."""
         if name not in VIEWS or self.current_mode == name:
             return
         if name not in self._views_composed:
