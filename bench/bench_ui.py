@@ -21,7 +21,12 @@ dashboard / headless of the medians.
 
 Key presses: `3` (control view) and `1` (dashboard) in turn, 0.1-0.3 s apart, from the
 second step on; a press counts as shown when text only the new view draws (a knob's name,
-the throughput pane's title) arrives on the terminal. Store -> screen: for each step, the
+the throughput pane's title) arrives on the terminal. Where a press's time went, from the
+kernel's account of the dashboard's main thread (/proc/PID/task/PID/schedstat, Linux):
+running, waiting for a CPU (runnable, the scheduler gave the cores to others), or neither
+(blocked: on the GIL, on I/O, or idle before the key was read). Dashboard CPU: the
+process's user + system time while the engine trains (from the second step to the run's
+end) per second of that time. Store -> screen: for each step, the
 first time the status line reads that step (or a later one) minus the first time a reader
 polling the store every 10 ms saw it (the time the engine stamped the event with, for the
 engine's part); all are this machine's wall clock.
@@ -46,6 +51,7 @@ import termios
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -56,6 +62,13 @@ RUN_ARGS = ["--warmup-steps", "0", "--checkpoint-every", "0", "--health-window",
 ANSI = re.compile(rb"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][A-Z0-9]|[=>78])")
 #: What only the view a key switches to draws.
 VIEW_MARKERS = {"3": b"max_steps_off_policy", "1": b"Throughput"}
+
+
+def schedstat(pid: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one) of a process's main thread
+    so far (Linux)."""
+    running, waiting, _ = Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()
+    return int(running) / 1e9, int(waiting) / 1e9
 
 
 def environment() -> dict[str, str]:
@@ -209,14 +222,23 @@ def headless(folder: Path, steps: int) -> float:
     return rate
 
 
+class Press(NamedTuple):
+    """One key press: seconds until shown, and the main thread's share of them on a CPU
+    and waiting for one."""
+
+    latency: float
+    running: float
+    waiting: float
+
+
 def with_dashboard(folder: Path, steps: int, presses: int, rng: random.Random
-                   ) -> tuple[float, list[float], list[float], list[float]]:
-    """(rollouts/s, key press -> shown seconds, store -> screen seconds, event -> store
-    seconds)."""
+                   ) -> tuple[float, list[Press], list[float], list[float], float]:
+    """(rollouts/s, key presses, store -> screen seconds, event -> store seconds, the
+    dashboard's CPU seconds per second of training)."""
     db = folder / "runs.db"
     poller = StorePoller(db)
     terminal = Terminal(command(db, steps))
-    latencies: list[float] = []
+    latencies: list[Press] = []
     while True:  # until the second step is in the store: the engine trains at full speed
         time.sleep(0.1)
         try:
@@ -225,9 +247,11 @@ def with_dashboard(folder: Path, steps: int, presses: int, rng: random.Random
             rows = {}
         if len(rows) >= 2:
             break
+    busy_from, training_from = cpu_seconds(terminal.pid), time.time()
     key = "3"
     misses = 0
     while len(latencies) < presses:
+        running, waiting = schedstat(terminal.pid)
         sent, index = terminal.press(key)
         shown = terminal.wait_for(VIEW_MARKERS[key], index, timeout=5)
         if shown is None:
@@ -235,18 +259,21 @@ def with_dashboard(folder: Path, steps: int, presses: int, rng: random.Random
             if misses > 5:
                 raise SystemExit("the dashboard stopped answering keys")
         else:
-            latencies.append(shown - sent)
+            ran, waited = schedstat(terminal.pid)
+            latencies.append(Press(shown - sent, ran - running, waited - waiting))
         key = "1" if key == "3" else "3"
         time.sleep(rng.uniform(0.1, 0.3))
     ended = terminal.wait_for(b"Run completed", 0, timeout=600)
     if ended is None:
         raise SystemExit("the run did not complete")
+    busy_training = (cpu_seconds(terminal.pid) - busy_from) / (time.time() - training_from)
     rate, step_times = asyncio.run(read_run(db))
     trained_while_pressing = max(step_times)
     busy = cpu_seconds(terminal.pid)
     span = max(step_times.values()) - min(step_times.values())
     print(f"  the dashboard's process used {busy:.1f} s of CPU in all ({steps} steps trained "
-          f"in {span:.1f} s)", flush=True)
+          f"in {span:.1f} s); {busy_training:.2f} s per second while the engine trained",
+          flush=True)
     terminal.press("q")
     if (code := terminal.wait()) != 0:
         raise SystemExit(f"the dashboard exited with {code}")
@@ -256,7 +283,7 @@ def with_dashboard(folder: Path, steps: int, presses: int, rng: random.Random
     commits = [poller.seen[k] - t for k, t in step_times.items() if k in poller.seen]
     if trained_while_pressing < steps:
         print(f"  (only {trained_while_pressing} steps trained)", flush=True)
-    return rate, latencies, delays, commits
+    return rate, latencies, delays, commits, busy_training
 
 
 def cpu_seconds(pid: int) -> float:
@@ -281,9 +308,10 @@ def main() -> int:
 
     rng = random.Random(0)
     rates: dict[str, list[float]] = {"headless": [], "dashboard": []}
-    latencies: list[float] = []
+    latencies: list[Press] = []
     delays: list[float] = []
     commits: list[float] = []
+    busy: list[float] = []
     print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):
@@ -293,11 +321,12 @@ def main() -> int:
                 if kind == "headless":
                     rate = headless(folder, args.steps)
                 else:
-                    rate, pressed, delayed, committed = with_dashboard(
+                    rate, pressed, delayed, committed, cpu = with_dashboard(
                         folder, args.steps, args.presses, rng)
                     latencies += pressed
                     delays += delayed
                     commits += committed
+                    busy.append(cpu)
                 rates[kind].append(rate)
                 print(f"round {round_ + 1} {kind:>9}: {rate:7.1f} rollouts/s "
                       f"(load {os.getloadavg()[0]:.2f})", flush=True)
@@ -307,9 +336,22 @@ def main() -> int:
           f"{dashboard_median:.1f} rollouts/s")
     print(f"with the dashboard / headless throughput: {dashboard_median / headless_median:.3f} "
           "(goal >= 0.95)")
+    shown = [p.latency for p in latencies]
     print(f"key press -> screen changed over {len(latencies)} presses: p50 "
-          f"{1000 * percentile(latencies, 0.5):.0f} ms, p99 {1000 * percentile(latencies, 0.99):.0f}"
-          f" ms, max {1000 * max(latencies):.0f} ms (goal p99 <= 100 ms)")
+          f"{1000 * percentile(shown, 0.5):.0f} ms, p99 {1000 * percentile(shown, 0.99):.0f}"
+          f" ms, max {1000 * max(shown):.0f} ms (goal p99 <= 100 ms)")
+    for title, chosen in (("all presses", latencies),
+                          ("presses over 100 ms", [p for p in latencies if p.latency > 0.1])):
+        if chosen:
+            total = sum(p.latency for p in chosen)
+            running = sum(p.running for p in chosen)
+            waiting = sum(p.waiting for p in chosen)
+            print(f"  {title} ({len(chosen)}): the dashboard's main thread ran "
+                  f"{running / total:.0%} of their time, waited for a CPU {waiting / total:.0%},"
+                  f" was blocked or idle {max(0.0, total - running - waiting) / total:.0%}; "
+                  f"{1000 * running / len(chosen):.0f} ms on a CPU per press")
+    print(f"the dashboard's CPU while the engine trains: {statistics.median(busy):.2f} s per "
+          "second (median over runs)")
     print(f"store -> screen over {len(delays)} steps: p50 {1000 * percentile(delays, 0.5):.0f} ms,"
           f" p99 {1000 * percentile(delays, 0.99):.0f} ms (goal p99 <= 1000 ms)")
     print(f"  the engine's part, step event -> committed to the store: p50 "
