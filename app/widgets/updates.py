@@ -31,11 +31,13 @@ def line_widths(content: object) -> list[int] | None:
 
 def same_size(widget: Static, old: object, new: str | Content) -> bool:
     """Whether showing `new` instead of `old` leaves `widget`'s size as it is: its size
-    does not follow its content (fixed or fractional width and height), or both texts
-    have lines of the same widths, none wider than the widget (so none wraps)."""
+    does not follow its content (fixed or fractional width and height, no scrollbars),
+    or both texts have lines of the same widths, none wider than the widget (so none
+    wraps)."""
     styles = widget.styles
     width, height = styles.width, styles.height
-    if width is not None and not width.is_auto and height is not None and not height.is_auto:
+    if width is not None and not width.is_auto and height is not None and not height.is_auto \
+            and styles.overflow_x == styles.overflow_y == "hidden":
         return True
     widths = line_widths(new)
     return widths is not None and widths == line_widths(old) \
