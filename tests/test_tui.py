@@ -20,7 +20,7 @@ from fake_session import (
 )
 from textual.command import CommandPalette
 from textual.pilot import Pilot
-from textual.widgets import Input
+from textual.widgets import Input, Label
 from textual.widgets._footer import FooterKey
 from tinker_tui.app.screens.confirm_quit import QuitScreen
 from tinker_tui.app.screens.control import ControlScreen
@@ -31,16 +31,25 @@ from tinker_tui.app.screens.metrics import MetricsScreen
 from tinker_tui.app.screens.rollouts import RolloutsScreen
 from tinker_tui.app.screens.text_view import TextScreen
 from tinker_tui.app.screens.too_small import TooSmallScreen
-from tinker_tui.app.tui import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SIGTERM, TinkerTuiApp
+from tinker_tui.app.tui import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SIGTERM,
+    VIEWS,
+    TinkerTuiApp,
+)
 from tinker_tui.app.widgets.chart_pane import ChartPane
 from tinker_tui.app.widgets.checkpoints import CheckpointsTable
 from tinker_tui.app.widgets.commands import CommandsTable
+from tinker_tui.app.widgets.discarded import DiscardedPanel
 from tinker_tui.app.widgets.log import LogPanel
 from tinker_tui.app.widgets.rewards import RewardsChart
 from tinker_tui.app.widgets.rollout_detail import RolloutDetail
 from tinker_tui.app.widgets.rollouts_tree import RolloutsTree
 from tinker_tui.app.widgets.status_bar import RunStatusPanel
 from tinker_tui.app.widgets.throughput import ThroughputPanel
+from tinker_tui.app.widgets.updates import same_size
 
 
 def make_app(session: FakeSession | None = None, *, refresh_interval: float = 0.05) -> TinkerTuiApp:
@@ -717,3 +726,39 @@ def test_the_rollouts_detail_says_what_the_run_does_before_its_first_rollouts():
     text = detail_content(model, None).plain
     assert text.startswith(f"No rollouts yet: {model.phase_text()}.")
     assert "format warm-up" in text
+
+
+async def test_views_are_composed_ahead_and_switching_keeps_the_footer_until_keys_change():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settled(pilot)
+        # every view is composed in the background, before any key asks for it
+        await until(lambda: all(app.get_screen_stack(view) for view in VIEWS), pilot)
+        dashboard = app.screen
+        keys = list(dashboard.query(FooterKey))
+        assert "Smooth" in footer_labels(app)
+        await press(pilot, "3")
+        assert isinstance(app.screen, ControlScreen)
+        assert "Smooth" not in footer_labels(app)  # `s` applies to the dashboard and metrics
+        await press(pilot, "1")
+        assert app.screen is dashboard
+        # the same keys shown: the footer was not rebuilt, on either switch
+        assert list(dashboard.query(FooterKey)) == keys
+        assert "Smooth" in footer_labels(app)
+        # the keys change: it is
+        await press(pilot, "p")
+        await until(lambda: "Resume" in footer_labels(app), pilot)
+        assert list(dashboard.query(FooterKey)) != keys
+
+
+async def test_a_text_update_lays_the_screen_out_only_when_the_widget_can_change_size():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settled(pilot)
+        progress = app.screen.query_one("#progress-label", Label)  # sized by its text
+        assert same_size(progress, "step 1/50", "step 2/50")
+        assert not same_size(progress, "step 9/50", "step 10/50")
+        assert not same_size(progress, "step 1/50", "step 1/50\nETA 00:10")
+        assert not same_size(progress, "x", "y" * (progress.content_region.width + 5))
+        health = app.screen.query_one(DiscardedPanel)  # sized by the panes' grid
+        assert same_size(health, "learning", "no learning signal\nstale 3")
