@@ -174,18 +174,24 @@ class Terminal:
         os.write(self.fd, key.encode())
         return sent, index
 
-    def wait_for(self, marker: bytes, index: int, timeout: float = 10.0) -> float | None:
-        """When `marker` first arrived after chunk `index` (None if not within timeout)."""
+    def wait_for(self, marker: bytes, index: int, timeout: float = 10.0,
+                 poll: float = 0.002) -> float | None:
+        """When `marker` first arrived after chunk `index` (None if not within timeout).
+        Each chunk is looked at once, with the end of the one before (a marker or an escape
+        sequence may be cut between two): this process shares the cores with the run it
+        measures, so its own reading must stay cheap however long the run draws."""
         deadline = time.monotonic() + timeout
+        tail = b""
         while time.monotonic() < deadline:
             with self.lock:
                 chunks = self.chunks[index:]
-            text = b""
+            index += len(chunks)
             for arrived, data in chunks:
-                text += data
-                if marker in ANSI.sub(b"", text):
+                window = tail + data
+                if marker in ANSI.sub(b"", window):
                     return arrived
-            time.sleep(0.002)
+                tail = window[-256:]
+            time.sleep(poll)
         return None
 
     def shown_steps(self, steps: int) -> dict[int, float]:
@@ -260,10 +266,14 @@ def with_dashboard(folder: Path, steps: int, presses: int, rng: random.Random
                 raise SystemExit("the dashboard stopped answering keys")
         else:
             ran, waited = schedstat(terminal.pid)
-            latencies.append(Press(shown - sent, ran - running, waited - waiting))
+            # the account is read a little after the screen changed: its shares of that
+            # span stand for the press's
+            share = (shown - sent) / (time.time() - sent)
+            latencies.append(Press(shown - sent, share * (ran - running),
+                                   share * (waited - waiting)))
         key = "1" if key == "3" else "3"
         time.sleep(rng.uniform(0.1, 0.3))
-    ended = terminal.wait_for(b"Run completed", 0, timeout=600)
+    ended = terminal.wait_for(b"Run completed", 0, timeout=600, poll=0.1)
     if ended is None:
         raise SystemExit("the run did not complete")
     busy_training = (cpu_seconds(terminal.pid) - busy_from) / (time.time() - training_from)
