@@ -78,13 +78,21 @@ def choose_backend(requested: str | None) -> str:
 
 def check_base_model(backend: str, base_model: str) -> None:
     """The embedded models exist only here: the Tinker service cannot serve them. A service
-    at another address (TINKER_BASE_URL: a self-hosted or test service) may."""
+    at another address (TINKER_BASE_URL: a self-hosted or test service) may. The local
+    backend loads an embedded model or a model folder; anything else is refused now, before
+    the engine loads."""
     from tinker_tui.engine.local import DEFAULT_BASE_MODEL
 
     embedded = base_model.startswith(DEFAULT_BASE_MODEL.split("/")[0] + "/")
     if backend == "tinker" and embedded and not os.environ.get("TINKER_BASE_URL"):
         raise BackendError("the embedded base model runs only on the local backend; "
                            "choose a Tinker base model for --backend tinker (--base-model NAME)")
+    if backend == "local":
+        from tinker_tui.engine.local.base_model_names import base_model_problem
+
+        problem = base_model_problem(base_model)
+        if problem is not None:
+            raise BackendError(problem)
 
 
 def make_service_client(backend: str, checkpoint_dir: Path) -> Any:

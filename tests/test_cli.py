@@ -96,6 +96,9 @@ USAGE_ERRORS = [
     (["run", "{tmp}/broken_task.py"], "syntax error at line 2"),
     (["run", "example", "--resume", "--db", "{tmp}/none.db"], "nothing to resume"),
     (["show", "--db", "{tmp}/none.db"], "does not exist"),
+    (["run", "example", "--base-model", "{tmp}/no-model"], "no-model/config.json does not exist"),
+    (["run", "example", "--base-model", "Qwen/Qwen3-8B"], "Unknown base model 'Qwen/Qwen3-8B'"),
+    (["run", "example", "--steps", "99999999999999999999"], "the largest whole number"),
     (["export", "nope", "--db", "{tmp}/garbage.db"], "not a SQLite database"),
 ]
 

@@ -34,6 +34,10 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from tinker_tui.engine.local import (
     DEFAULT_BASE_MODEL,  # defined in __init__ so importing it is cheap
 )
+from tinker_tui.engine.local.base_model_names import (
+    EMBEDDED_MODELS,
+    base_model_problem,
+)
 from tinker_tui.engine.local.errors import bad_request, not_found
 from tinker_tui.engine.local.tokenizer import WordTokenizer
 
@@ -69,7 +73,7 @@ class BaseModelSpec:
     initializer_range: float = 0.02
 
 
-_SPECS: dict[str, BaseModelSpec] = {
+_SPECS: dict[str, BaseModelSpec] = {  # one per EMBEDDED_MODELS
     DEFAULT_BASE_MODEL: BaseModelSpec(
         name=DEFAULT_BASE_MODEL,
         num_layers=2,
@@ -91,35 +95,20 @@ def get_spec(base_model: str) -> BaseModelSpec:
 
 
 def unknown_model(base_model: str) -> Exception:
-    return bad_request(
-        f"Unknown base model {base_model!r} for the local backend: it embeds "
-        f"{', '.join(repr(n) for n in _SPECS)}, and also loads a Hugging Face causal-LM folder "
-        "given by its path (a directory with config.json and weights). Models by hub name "
-        "need the Tinker service (set TINKER_API_KEY).",
-        what="model",
-    )
-
-
-def looks_like_path(name: str) -> bool:
-    return name.startswith(("/", "./", "../", "~")) or os.sep in name and Path(name).exists()
+    return bad_request(base_model_problem(base_model) or f"Unknown base model {base_model!r}",
+                       what="model")
 
 
 def canonical_name(base_model: str) -> str:
     """The name a base model is known by: embedded names as is, folders as absolute paths."""
     if not isinstance(base_model, str) or not base_model:
         raise bad_request(f"base_model must be a non-empty string, got {base_model!r}")
+    problem = base_model_problem(base_model)
+    if problem is not None:
+        raise bad_request(problem, what="model")
     if base_model in _SPECS:
         return base_model
-    if looks_like_path(base_model):
-        folder = Path(base_model).expanduser().resolve()
-        if not (folder / "config.json").is_file():
-            raise bad_request(
-                f"Base model folder {base_model!r} is not a Hugging Face model folder: "
-                f"{folder / 'config.json'} does not exist",
-                what="model",
-            )
-        return str(folder)
-    raise unknown_model(base_model)
+    return str(Path(base_model).expanduser().resolve())
 
 
 def ensure_offline() -> None:
@@ -469,3 +458,6 @@ def max_context_of(base_model: str) -> int:
     except Exception:
         return 2048
     return int(config.get("max_position_embeddings") or 2048)
+
+
+assert tuple(_SPECS) == EMBEDDED_MODELS, "an embedded model without its architecture"
