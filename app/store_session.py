@@ -21,6 +21,7 @@ so the one dashboard draws a live run, a finished run and a run another process 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -45,6 +46,12 @@ if TYPE_CHECKING:
 #: Seconds `StoreSession.read_tail` waits at most for an ended run's engine to let go of it
 #: (its trackers get up to 30 s to finish writing; most take well under one).
 TAIL_TIMEOUT = 35.0
+
+
+#: A line of the engine's output that reports an error (an exception's last line, a
+#: traceback's start, a warning or error of the headless run), not a step line.
+_SAYS_ERROR = re.compile(r"(Traceback|\w*(Error|Exception|Interrupt)\b|(tinker-tui: )?"
+                         r"(error|warning)\b)")
 
 
 class ReadOnlyControl:
@@ -270,8 +277,9 @@ class StoreSession:
         code = self.engine.exit_code()
         code = code if code is not None else 0
         interrupted = exit_interrupts(code)
-        for line in log_tail(self.engine.log_path):
-            self._log("warning" if interrupted else "error", f"engine: {line}")
+        for line in log_tail(self.engine.log_path):  # its output: step lines, then what broke
+            level = "warning" if interrupted else "error"
+            self._log(level if _SAYS_ERROR.match(line) else "info", f"engine: {line}")
         return RunFinished(time=self.clock.now(), status="interrupted" if interrupted else "failed",
                            final_step=self._last_step,
                            reason=f"the engine process {describe_exit(code)} without finishing "

@@ -216,8 +216,11 @@ async def test_an_engine_gone_without_an_end_shows_as_failed_with_its_last_log_l
     end = seen[-1]
     assert isinstance(end, RunFinished) and end.final_step == 20
     assert end.reason == "the engine process was killed by SIGKILL without finishing the run"
-    logged = [e.message for e in seen if isinstance(e, LogEmitted) and e.level == "error"]
-    assert logged[-1] == "engine: MemoryError: out of memory"
+    logged = [(e.level, e.message) for e in seen if isinstance(e, LogEmitted)
+              and e.message.startswith("engine: ")]
+    assert logged == [("info", "engine: step   20/50  reward 0.814"),  # output, not an error
+                      ("error", "engine: Traceback (most recent call last):"),
+                      ("error", "engine: MemoryError: out of memory")]
 
 
 class LiveEngine(DeadEngine):

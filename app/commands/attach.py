@@ -34,9 +34,10 @@ FIND_RUN_TIMEOUT = 15.0  # seconds to wait for a just-started run to appear in t
 
 
 def add_parser(commands: Any) -> None:
-    attach = commands.add_parser("attach", help="watch and steer a run started with --no-ui",
+    attach = commands.add_parser("attach", help="watch and steer a running run",
                                  description="Open the dashboard on a run that another "
-                                             "process runs headless, and steer it.")
+                                             "process runs (started with or without the "
+                                             "dashboard), and steer it.")
     attach.add_argument("run", nargs="?", metavar="RUN",
                         help="run id or a unique prefix of one (default: the newest running "
                              "run with a control endpoint)")
