@@ -174,7 +174,9 @@ class TinkerTuiApp(App[None]):
         self.mode_label = ("read-only" if self.read_only and self.attached
                            else "finished run" if self.read_only
                            else "attached" if self.attached else "")
-        if self.read_only or self.attached:
+        if isinstance(session, StoreSession) and session.stored_run is None:
+            self.model.waiting_for = "starting the engine"  # `run`: this session starts it
+        elif self.read_only or self.attached:
             self.model.waiting_for = "reading the run store"
         self._unsubscribe: Callable[[], None] | None = None
         self._signals_installed = False
@@ -258,6 +260,11 @@ class TinkerTuiApp(App[None]):
         from tinker_tui.app.screens.finished import FinishedScreen
 
         self.after_command()
+        # a dialog open at the end (help, a knob, the quit question) would sit over the
+        # finish screen's place: close it, the finish screen says what matters now
+        while isinstance(self.screen, ModalScreen) and not isinstance(self.screen,
+                                                                       TooSmallScreen):
+            self.pop_screen()
         self.push_screen(FinishedScreen(self.summary.summary()))
         self.run_worker(self.read_tail(), name="tail", exit_on_error=False)
 

@@ -85,6 +85,25 @@ async def test_the_finish_screen_says_how_the_run_ended_and_q_leaves_with_its_co
     assert app.return_code == EXIT_OK and app.run_status == "completed"
 
 
+async def test_the_finish_screen_shows_over_a_dialog_open_when_the_run_ends():
+    """Help open when the run ends: the finish screen is what shows, and esc then returns to
+    the dashboard, not to the help."""
+    from tinker_tui.app.screens.help import HelpScreen
+
+    session = FakeSession()
+    app = make_app(session)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        await pilot.press("question_mark")
+        await until(lambda: isinstance(app.screen, HelpScreen), pilot)
+        session.control.stop("stopped elsewhere")  # the run ends while help is open
+        await finished(pilot)
+        assert not any(isinstance(s, HelpScreen) for s in app.screen_stack)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, FinishedScreen | HelpScreen) and app.is_running
+
+
 async def test_a_failed_run_shows_its_reason_and_last_log_lines_and_exits_1():
     app = make_app(FakeSession(wait_for_stop=False, end=("failed", FAILURE)))
     async with app.run_test(size=(100, 30)) as pilot:

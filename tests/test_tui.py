@@ -762,3 +762,19 @@ async def test_a_text_update_lays_the_screen_out_only_when_the_widget_can_change
         assert not same_size(progress, "x", "y" * (progress.content_region.width + 5))
         health = app.screen.query_one(DiscardedPanel)  # sized by the panes' grid
         assert same_size(health, "learning", "no learning signal\nstale 3")
+
+
+def test_run_says_it_starts_the_engine_and_attach_that_it_reads_the_store(tmp_path):
+    """`run`'s session starts the engine (its run is not stored yet); `attach` follows a
+    stored run another process runs."""
+    from tinker_tui.app.store_session import StoreSession
+
+    starting = StoreSession(tmp_path / "runs.db", run_id="run-0001", follow=True)
+    assert TinkerTuiApp(starting).model.phase_text().startswith("starting the engine… ")
+    db = tmp_path / "show.db"
+    from test_show import write_run
+    from tinker_tui.engine.store import find_run
+
+    write_run(db)
+    attached = StoreSession(db, asyncio.run(find_run(db, None)), follow=True)
+    assert TinkerTuiApp(attached).model.phase_text().startswith("reading the run store… ")
