@@ -344,6 +344,9 @@ async def test_help_palette_views_maximize_smoothing_and_log_level_keys():
         await press(pilot, "l", "l")
         assert log.minimum == "warning"
         await until(lambda: len(log.lines) == 1 < before, pilot)
+        total = app.model.log_total
+        await until(lambda: str(log.border_subtitle).startswith(
+            f"≥ warning · 1 of {total:,} lines"), pilot)  # what it shows, of how many
         # 1, 2, 3 switch views
         await press(pilot, "2")
         assert isinstance(app.screen, RolloutsScreen)

@@ -80,12 +80,20 @@ class LogPanel(OptionList):
         """The lines shown, oldest first."""
         return list(self._log_lines)
 
+    def _show_counts(self, model: RunModel) -> None:
+        """The level shown and how many lines, of how many, in the border: a filter that
+        hides every line reads "0 of N", not N."""
+        if self.minimum == "debug":
+            counts = f"all · {model.log_total:,} lines"
+        else:
+            counts = f"≥ {self.minimum} · {len(self._log_lines):,} of {model.log_total:,} lines"
+        set_subtitle(self, f"{counts} · enter: whole · l: level")
+
     def update_from_model(self, model: RunModel, now: float) -> None:
         self._model = model
-        shown = "all" if self.minimum == "debug" else f"≥ {self.minimum}"
-        set_subtitle(self, f"{shown} · {model.log_total:,} lines · enter: whole · l: level")
         new = model.log_total - self._written
         if not (self._rewrite or model.log_rewrites != self._rewrites or new > 0):
+            self._show_counts(model)
             return
         follow = self.following
         if self._rewrite or model.log_rewrites != self._rewrites:
@@ -103,6 +111,7 @@ class LogPanel(OptionList):
                 self._log_lines.pop(0)
                 self.remove_option_at_index(0)
         self._written = model.log_total
+        self._show_counts(model)
         if follow:
             if self.highlighted is not None and self._log_lines:
                 self.highlighted = len(self._log_lines) - 1
