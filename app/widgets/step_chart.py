@@ -249,17 +249,18 @@ class StepChart(PlotWidget, inherit_bindings=False):
         last = max([steps[-1]] + [s for s, _ in extra])
         self.set_xlimits(first, max(last, first + 1))
         self.set_ylimits(low, high)
-        # markers first, so the lines draw over them
-        dots = max(16, (self.size.height or 8) * 4)
-        ys = [low + (high - low) * (i + 0.5) / dots for i in range(dots)]
+        # markers first, so the lines draw over them: a dotted rule (┊) per text row, which
+        # no braille line looks like (a braille column of dots read as data in small charts)
+        rows = max(1, self._plot_rows())
+        ys = [low + (high - low) * (i + 0.5) / rows for i in range(rows)]
         for component, marks in (
             ("step-chart--checkpoint", sorted({c.step for c in model.checkpoints})),
             ("step-chart--knob", sorted({c.step for c in knobs})),
         ):
             marks = [m for m in marks if first <= m <= last]
             if marks:
-                self.scatter([m for m in marks for _ in ys], ys * len(marks),
-                             marker_style=self._style(component), hires_mode=HiResMode.BRAILLE)
+                self.scatter([m for m in marks for _ in ys], ys * len(marks), marker="┊",
+                             marker_style=self._style(component))
         if ema:
             self.plot(steps, ema, line_style=self._style("step-chart--ema"),
                       hires_mode=HiResMode.BRAILLE)
