@@ -13,6 +13,9 @@
    the lag measured throughout. Goal: lag p99 <= 5 ms.
 3. open and resume: opening the resulting file (includes the integrity quick check) and
    reconciling it to an earlier step, with the file's size.
+4. follow: what a dashboard following that long run pays: reading it whole (`show`,
+   `attach`'s first read), then a poll that finds nothing new (what `run` and `attach` do
+   four times a second). A poll must not cost more as the run grows.
 
 A baseline (the same lag probe with no store at all) comes first: on a busy machine the
 lag figures include the scheduler's noise, and the baseline says how much.
@@ -195,6 +198,28 @@ async def reopen(path: Path, steps: int) -> None:
           f"{counts['groups_requeued']} groups requeued): {reconciled * 1000:.0f} ms")
 
 
+async def follow(path: Path, steps: int) -> None:
+    from tinker_tui.engine.store import EventCursor
+
+    store = await StoreReader.open_readonly(path)
+    try:
+        run = await store.run("bench")
+        assert run is not None
+        cursor = EventCursor(run)
+        started = time.perf_counter()
+        events = await store.events_after(cursor)
+        whole = time.perf_counter() - started
+        polls = 20
+        started = time.perf_counter()
+        for _ in range(polls):
+            assert await store.events_after(cursor) == []
+        idle = (time.perf_counter() - started) / polls
+    finally:
+        await store.close()
+    print(f"follow a run of {steps:,} steps ({len(events):,} events): read whole "
+          f"{whole * 1000:.0f} ms; a poll with nothing new {idle * 1000:.2f} ms")
+
+
 async def baseline(seconds: float) -> None:
     """The lag probe with no store: idle, and beside a task that computes in 2 ms slices
     (as the writer encodes events). On a quiet machine the busy p99 is about 2 ms; more
@@ -226,6 +251,7 @@ async def main() -> None:
         await baseline(2.0)
         path = await burst(folder, steps)
         await steady(folder, 40 if args.quick else 200)
+        await follow(path, steps)
         await reopen(path, steps)
 
 
