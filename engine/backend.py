@@ -107,6 +107,22 @@ def make_service_client(backend: str, checkpoint_dir: Path) -> Any:
     return LocalServiceClient(checkpoint_dir=checkpoint_dir)
 
 
+def rest_client() -> Any:
+    """A `tinker.RestClient` for the service and key the environment names now.
+
+    The SDK keeps one REST connection set per process for each (base URL, API key) *as
+    passed*, resolving the environment only when it makes one: a bare `RestClient()` would
+    reuse the first one made, still aimed at the service of the process's first run after
+    TINKER_BASE_URL changed (a second run in the same process then waits minutes on a
+    service that is gone, its retries unseen). Passing both resolved keeps one per service.
+    Its constructor fetches the service's config: call it off the loop (`sdk_call`)."""
+    import tinker
+    from tinker.lib.base_url import resolve_base_url
+
+    return tinker.RestClient(base_url=resolve_base_url(None),
+                             api_key=os.environ.get("TINKER_API_KEY") or None)
+
+
 def is_tinker_sdk(service_client: Any) -> bool:
     """Whether this is the real SDK's client (which talks to a service over HTTP)."""
     import tinker
@@ -136,10 +152,12 @@ async def context_length_of(backend: str, base_model: str) -> int | None:
 
         return await asyncio.to_thread(max_context_of, base_model)
     import tinker
+    from tinker_tui.engine.blocking import sdk_call
 
     # The SDK's way: a RestClient, which needs no session (ServiceClient's method is deprecated).
+    rest: Any = await sdk_call(rest_client)
     capabilities: tinker.types.GetServerCapabilitiesResponse = (
-        await tinker.RestClient().get_server_capabilities())
+        await rest.get_server_capabilities())
     for model in capabilities.supported_models:
         if model.model_name == base_model:
             return model.max_context_length

@@ -42,6 +42,7 @@ from tinker_tui.engine.backend import (
     is_tinker_sdk,
     make_renderer,
     renderer_name_for,
+    rest_client,
     service_address,
 )
 from tinker_tui.engine.blocking import on_daemon_thread, sdk_call
@@ -673,7 +674,7 @@ class Policy:
                 self._rest = _LocalCheckpointRemover(self.service_client.checkpoint_dir)
             elif self.tinker_sdk:
                 self._rest = await self._call("connect to the checkpoint API",
-                                              lambda _: sdk_call(tinker.RestClient))
+                                              lambda _: sdk_call(rest_client))
         return self._rest
 
     async def _delete(self, record: CheckpointRecord) -> None:

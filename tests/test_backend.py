@@ -157,11 +157,19 @@ def test_the_tinker_backend_is_the_sdk_service_client(tmp_path, monkeypatch):
 
 async def test_the_context_length_is_the_backends(monkeypatch):
     """Local: the model's own (what its sampler enforces). Tinker: its server capabilities,
-    read through a RestClient (the SDK's session-less client), for the exact model name."""
+    read through a RestClient (the SDK's session-less client), for the exact model name, made
+    for the service and key the environment names (the SDK shares one per process by its
+    arguments: a bare one would stay aimed at the process's first service)."""
     assert await context_length_of("local", DEFAULT_BASE_MODEL) == 2048
-    asked = []
+    asked, made = [], []
+    where = {"base_url": "http://127.0.0.1:9", "api_key": "tml-test-not-a-real-key"}
+    monkeypatch.setenv("TINKER_BASE_URL", where["base_url"])
+    monkeypatch.setenv("TINKER_API_KEY", where["api_key"])
 
     class Capabilities:  # the service's answer, without the network
+        def __init__(self, **kwargs):
+            made.append(kwargs)
+
         def get_server_capabilities(self):
             asked.append("get_server_capabilities")
 
@@ -175,11 +183,13 @@ async def test_the_context_length_is_the_backends(monkeypatch):
 
     assert inspect.signature(tinker.RestClient.get_server_capabilities).parameters.keys() == {
         "self"}
+    inspect.signature(tinker.RestClient).bind(**where)  # raises if the SDK refuses
     monkeypatch.setattr(tinker, "RestClient", Capabilities)
     assert await context_length_of("tinker", "Qwen/Qwen3-8B") == 32768
     assert await context_length_of("tinker", "Qwen/Qwen3-4B") is None  # listed, no length
     assert await context_length_of("tinker", "Qwen/Qwen3") is None  # not listed
     assert asked == ["get_server_capabilities"] * 3
+    assert made == [where] * 3
 
 
 def test_backend_is_chosen_from_credentials_up_front(monkeypatch):

@@ -197,6 +197,25 @@ def test_with_no_service_the_command_ends_with_a_clear_error(tmp_path, monkeypat
     assert loop_lag(db)[1] < BLOCKED
 
 
+def test_a_run_after_another_in_the_process_asks_its_own_service(tmp_path, monkeypatch):
+    """The SDK keeps REST connections for the life of the process: a run that comes after
+    another (its service gone, TINKER_BASE_URL now naming another) must still ask its own
+    service, not wait minutes on the gone one (its connection retries unseen)."""
+    from tinker_tui.engine.backend import context_length_of
+
+    async def context_length() -> int | None:
+        return await asyncio.wait_for(context_length_of("tinker", DEFAULT_BASE_MODEL), 30)
+
+    lengths = []
+    for name in ("first", "second"):
+        with TinkerDouble(tmp_path / name) as double:
+            for key, value in double.env().items():
+                monkeypatch.setenv(key, value)
+            lengths.append(asyncio.run(context_length()))
+        assert ("GET", "get_server_capabilities", 200) in double.service.calls
+    assert lengths[0] == lengths[1] and lengths[0] is not None
+
+
 # ---------------------------------------------------------------------- faults, in this process
 @dataclass
 class Stopped:
