@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tinker_tui.engine.resume import run_is_live
+from tinker_tui.engine.resume import RunLock, run_is_live
 
 ROOT = Path(__file__).resolve().parent.parent
 #: A short real run: no warm-up, no periodic checkpoint, no health pauses.
@@ -343,11 +343,23 @@ def test_the_engine_killed_shows_as_failed_with_its_last_log_lines(dashboards, s
     assert f"run {run_id} failed at step" in dashboard.text()
 
 
-@pytest.mark.slow  # opt in (-m slow): the engine imports torch before it reads the store
+@pytest.mark.slow  # opt in (-m slow): the engine imports torch before it takes the run
 def test_an_engine_that_fails_before_its_run_starts_prints_its_error(dashboards, store):
-    store.write_bytes(b"this is not a run store" * 100)
-    dashboard = start_run(dashboards, store, "--steps", "5")
-    assert dashboard.wait() == 2
+    """A failure only the engine meets: its run's lock is held by another process (as when
+    two `--resume`s of one run pass their dashboards' checks together). Held here from the
+    start, with the run id pinned as the dashboard pins it for its engine, so the dashboard,
+    which checks everything else before it starts the engine, cannot refuse it first."""
+    run_id = "example-held-elsewhere"
+    held = RunLock(store, run_id)
+    held.acquire()
+    try:
+        dashboard = start_run(dashboards, store, "--steps", "5", "--run-id", run_id)
+        code = dashboard.wait()
+    finally:
+        held.release()
     out = dashboard.text()
-    assert "tinker-tui: error:" in out and str(store) in out
-    assert "before the run started" in out
+    said = f"run {run_id} is running in another process (pid {os.getpid()})"
+    assert said in out  # the engine's own error, from its output
+    assert code == 2  # the engine's own exit code (a usage error), passed on
+    assert "the engine exited with code 2 before the run started" in out
+    assert not query(store, "select run_id from runs")  # nothing of it was stored
