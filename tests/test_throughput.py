@@ -53,3 +53,23 @@ def test_meter_memory_is_bounded():
     for t in range(10_000):
         meter.rollouts_finished(float(t), 1, 1)
     assert len(meter._rollouts) == 100
+
+
+def test_meter_reads_true_rates_far_above_its_record_count():
+    """2,000 groups/s of 8 rollouts, 500 steps/s busy half the time each: more records than
+    `max_records` in one window; merged per bucket, the whole window is still counted."""
+    meter = ThroughputMeter(window=10.0, max_records=4096)
+    for i in range(40_000):  # 20 s
+        now = i / 2000
+        meter.rollouts_finished(now, trajectories=8, tokens=16)
+        if i % 4 == 0:  # a step every 2 ms: trains for 1 ms of it
+            meter.trainer_started(now)
+            meter.trainer_finished(now + 0.001)
+            meter.trained(now + 0.001, tokens=64, staleness=[(0, 1)] * 4)
+    snap = meter.snapshot(20.0)
+    assert snap.rollouts_per_s == pytest.approx(16_000, rel=0.02)
+    assert snap.sampled_tokens_per_s == pytest.approx(32_000, rel=0.02)
+    assert snap.trained_tokens_per_s == pytest.approx(64 * 500, rel=0.02)
+    assert snap.trainer_busy == pytest.approx(0.5, rel=0.02)
+    assert snap.staleness_in_flight[0] == pytest.approx(20_000, rel=0.02)
+    assert len(meter._rollouts) <= 2 * 100 + 1
