@@ -104,6 +104,61 @@ async def test_runs_a_coroutine_on_its_own_thread_and_loop():
     assert not rollouts.alive
 
 
+@pytest.mark.parametrize("after_turn", [False, True])
+async def test_a_mailbox_after_turn_wakes_the_receiver_once_the_posting_turn_is_done(after_turn):
+    """Posted from the rollout loop, results reach the engine loop after that loop's turn:
+    the engine thread is not woken (to take the GIL) while the rest of a burst still runs."""
+    engine_loop = asyncio.get_running_loop()
+    box = _Mailbox(engine_loop, after_turn=after_turn)
+    rollouts = RolloutThread()
+    await rollouts.start()
+    wake_ups = 0
+    original = engine_loop.call_soon_threadsafe
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        nonlocal wake_ups
+        wake_ups += 1
+        return original(*args)
+
+    delivered: list[int] = []
+    woken_during_turn: list[int] = []
+    all_in = asyncio.Event()
+
+    def burst() -> None:  # one turn of the rollout loop
+        for i in range(5):
+            box.post(delivered.append, i)
+        woken_during_turn.append(wake_ups)
+        box.post(all_in.set)
+
+    engine_loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    try:
+        assert rollouts.loop is not None
+        rollouts.loop.call_soon_threadsafe(burst)
+        await asyncio.wait_for(all_in.wait(), 5.0)
+    finally:
+        engine_loop.call_soon_threadsafe = original  # type: ignore[method-assign]
+        assert await rollouts.close()
+    assert delivered == [0, 1, 2, 3, 4]
+    assert woken_during_turn == [0 if after_turn else 1]
+    assert wake_ups == 1
+
+
+async def test_a_result_handed_over_as_the_rollout_loop_stops_still_arrives():
+    """Its hand-over is deferred to a turn of the rollout loop after the one that stops it:
+    the thread's way out still delivers it."""
+    rollouts = RolloutThread()
+    await rollouts.start()
+
+    async def last() -> int:
+        loop = asyncio.get_running_loop()
+        loop.call_soon(loop.stop)  # the turn that ends this task is the loop's last
+        return 42
+
+    assert await asyncio.wait_for(rollouts.run(last()), 5.0) == 42
+    await rollouts.close()
+    assert not rollouts.alive
+
+
 async def test_the_switch_interval_is_lowered_while_any_rollout_thread_runs():
     before = sys.getswitchinterval()
     first, second = RolloutThread(switch_interval=0.001), RolloutThread(switch_interval=0.002)
