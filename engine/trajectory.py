@@ -152,6 +152,11 @@ class TrajectoryGroup:
     #: from it); computed once, as the trajectories' own.
     policy_version: int = field(init=False, repr=False, compare=False)
     num_tokens: int = field(init=False, repr=False, compare=False)
+    #: The members' rewards, in order; their mean; whether they differ (a gradient). Read
+    #: several times per group (pacing, health, events, the batch): computed once.
+    rewards: tuple[float, ...] = field(init=False, repr=False, compare=False)
+    reward_mean: float = field(init=False, repr=False, compare=False)
+    _variance: bool = field(init=False, repr=False, compare=False)
     #: The members' advantages by the run's rule (`engine.advantages`), computed when the
     #: group was sampled; None: reward minus the group's mean.
     advantage_values: tuple[float, ...] | None = None
@@ -161,23 +166,19 @@ class TrajectoryGroup:
     failed: int = 0
 
     def __post_init__(self) -> None:
-        if not self.trajectories:
+        trajectories = self.trajectories
+        if not trajectories:
             raise TrajectoryError("a group needs at least one trajectory")
-        object.__setattr__(self, "policy_version",
-                           min(t.policy_version for t in self.trajectories))
-        object.__setattr__(self, "num_tokens", sum(t.num_tokens for t in self.trajectories))
+        rewards = tuple([t.reward for t in trajectories])
+        object.__setattr__(self, "policy_version", min([t.policy_version for t in trajectories]))
+        object.__setattr__(self, "num_tokens", sum([t.num_tokens for t in trajectories]))
+        object.__setattr__(self, "rewards", rewards)
+        object.__setattr__(self, "reward_mean", sum(rewards) / len(rewards))
+        object.__setattr__(self, "_variance", max(rewards) - min(rewards) > 1e-9)
         if self.advantage_values is not None and \
                 len(self.advantage_values) != len(self.trajectories):
             raise TrajectoryError(f"{len(self.advantage_values)} advantages for "
                                   f"{len(self.trajectories)} trajectories")
-
-    @property
-    def rewards(self) -> list[float]:
-        return [t.reward for t in self.trajectories]
-
-    @property
-    def reward_mean(self) -> float:
-        return sum(self.rewards) / len(self.trajectories)
 
     def advantages(self) -> list[float]:
         """Each member's advantage: as computed by the run's rule when the group was
@@ -188,8 +189,7 @@ class TrajectoryGroup:
         return [r - mean for r in self.rewards]
 
     def has_variance(self) -> bool:
-        rewards = self.rewards
-        return max(rewards) - min(rewards) > 1e-9
+        return self._variance
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,10 @@ _C_ENCODE = _MAKE_C_ENCODER(
 
 
 def _dumps(obj: Any) -> str:
+    # A rollout's metrics and messages are often empty: two encoder calls per trajectory row.
+    kind = type(obj)
+    if (kind is dict or kind is tuple) and not obj:
+        return "{}" if kind is dict else "[]"
     if _C_ENCODE is None or isinstance(obj, str):
         return _ENCODER.encode(obj)
     return "".join(_C_ENCODE(obj, 0))
