@@ -190,7 +190,8 @@ def _settle(result: Any, ended: Any, outcome: _Outcome, invalid: type[Exception]
     """Hand `outcome` over to `result` (unless it is already done) and mark `ended`; for
     both kinds of futures (concurrent and asyncio), on the thread that may set them."""
     kind, value = outcome
-    with contextlib.suppress(invalid):
+    # try/except, not contextlib.suppress: this runs once per group of rollouts.
+    try:
         if not result.done():
             if kind == "result":
                 result.set_result(value)
@@ -198,9 +199,13 @@ def _settle(result: Any, ended: Any, outcome: _Outcome, invalid: type[Exception]
                 result.set_exception(value)
             else:
                 result.cancel()
-    with contextlib.suppress(invalid):
+    except invalid:
+        pass
+    try:
         if not ended.done():
             ended.set_result(None)
+    except invalid:
+        pass
 
 
 class DeadlinePassed(TinkerTuiError, TimeoutError):

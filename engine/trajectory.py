@@ -45,13 +45,11 @@ class SampledTurn:
     def from_choice(cls, choice: Any) -> SampledTurn:
         """Read the extension fields the in-process server adds to every choice."""
         data = choice if isinstance(choice, dict) else _extra_fields(choice)
-        try:
-            return cls(
-                prompt_tokens=tuple(map(int, data["prompt_token_ids"])),
-                tokens=tuple(map(int, data["token_ids"])),
-                logprobs=tuple(map(float, data["token_logprobs"])),
-                policy_version=int(data["policy_version"]),
-            )
+        try:  # positional: built once per turn of every rollout
+            return cls(tuple(map(int, data["prompt_token_ids"])),
+                       tuple(map(int, data["token_ids"])),
+                       tuple(map(float, data["token_logprobs"])),
+                       int(data["policy_version"]))
         except (KeyError, TypeError) as exc:
             raise TrajectoryError(
                 "a choice without sampled tokens: pass the choices returned by this run's "
@@ -135,8 +133,9 @@ class Trajectory:
                      messages: Iterable[dict[str, Any]] = (),
                      **metrics: float | bool) -> Trajectory:
         # `metrics` is this call's own dict; __post_init__ keeps a checked copy of it.
-        return cls(turns=tuple([SampledTurn.from_choice(c) for c in choices]),
-                   reward=reward, metrics=metrics, messages=tuple(messages))
+        from_choice = SampledTurn.from_choice
+        return cls(tuple([from_choice(c) for c in choices]), reward, metrics,
+                   messages if type(messages) is tuple else tuple(messages))
 
 
 @dataclass(frozen=True, slots=True)

@@ -139,8 +139,10 @@ async def test_a_mailbox_after_turn_wakes_the_receiver_once_the_posting_turn_is_
         engine_loop.call_soon_threadsafe = original  # type: ignore[method-assign]
         assert await rollouts.close()
     assert delivered == [0, 1, 2, 3, 4]
-    assert woken_during_turn == [0 if after_turn else 1]
-    assert wake_ups == 1
+    if after_turn:
+        assert woken_during_turn == [0] and wake_ups == 1  # once, after the burst
+    else:  # at once, and again if the engine thread delivered part of the burst meanwhile
+        assert woken_during_turn[0] >= 1
 
 
 async def test_a_result_handed_over_as_the_rollout_loop_stops_still_arrives():
