@@ -261,19 +261,23 @@ class EventBus:
     """
 
     def __init__(self) -> None:
-        self._handlers: list[Handler] = []
+        # Replaced, never changed in place: `publish` (several times per group) iterates it
+        # without a copy while a handler may subscribe or unsubscribe.
+        self._handlers: tuple[Handler, ...] = ()
 
     def subscribe(self, handler: Handler) -> Callable[[], None]:
-        self._handlers.append(handler)
+        self._handlers = (*self._handlers, handler)
 
         def unsubscribe() -> None:
             if handler in self._handlers:
-                self._handlers.remove(handler)
+                handlers = list(self._handlers)
+                handlers.remove(handler)
+                self._handlers = tuple(handlers)
 
         return unsubscribe
 
     def publish(self, event: Event) -> None:
-        for handler in list(self._handlers):
+        for handler in self._handlers:
             try:
                 handler(event)
             except Exception:

@@ -371,7 +371,7 @@ class Pipeline:
         if any(isinstance(e, asyncio.CancelledError) for e in errors):
             raise asyncio.CancelledError
         trajectories: tuple[Trajectory, ...] = tuple(
-            r for r in results if isinstance(r, Trajectory))
+            [r for r in results if isinstance(r, Trajectory)])
         self._error_rollouts += len(errors)
         part, part_task = part_of(self.task, scenario)
         advantages: tuple[float, ...] | None = None

@@ -312,11 +312,13 @@ def _encode_group_sampled(rows: Rows, run_id: str, e: GroupSampled) -> None:
     tokens, reward_mean = int(e.num_tokens), _float_or_none(e.reward_mean)
     group = (run_id, group_id, _str(e.scenario_id), version, _int_or_none(e.num_trajectories),
              tokens, reward_mean, t, int(e.failed), _str(e.detail))
+    # Eight or more rows per group: the conversions written out, not called per value.
     trajectories = [
-        (run_id, group_id, idx, _float_or_none(trajectory.reward),
-         _int_or_none(trajectory.policy_version), _int_or_none(trajectory.num_tokens),
-         _dumps(trajectory.messages), t, _dumps(trajectory.metrics))
-        for idx, trajectory in enumerate(e.trajectories)]
+        (run_id, group_id, idx, None if m.reward is None else float(m.reward),
+         None if m.policy_version is None else int(m.policy_version),
+         None if m.num_tokens is None else int(m.num_tokens),
+         _dumps(m.messages), t, _dumps(m.metrics))
+        for idx, m in enumerate(e.trajectories)]
     rows.by_statement[_SQL_SAMPLED_GROUP].append(group)
     rows.by_statement[_SQL_TRAJECTORY].extend(trajectories)
     rows.by_statement[_SQL_GROUP_SAMPLED].append(
