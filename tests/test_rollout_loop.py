@@ -35,11 +35,13 @@ async def wait_until(predicate, timeout=10.0):
         await asyncio.sleep(0.005)
 
 
-async def test_run_together_gives_each_result_or_error_in_order():
-    async def value(x, delay):
-        await asyncio.sleep(delay)
-        return x
+async def value(x, delay):
+    """A rollout that returns `x` after `delay` seconds."""
+    await asyncio.sleep(delay)
+    return x
 
+
+async def test_run_together_gives_each_result_or_error_in_order():
     async def fails():
         raise ValueError("bad rollout")
 
@@ -55,10 +57,6 @@ async def test_run_together_gives_each_result_or_error_in_order():
 
 
 async def test_run_together_cancels_what_still_runs_at_its_deadline_and_says_where():
-    async def value(x, delay):
-        await asyncio.sleep(delay)
-        return x
-
     async def own_timeout():
         raise TimeoutError("the rollout's own")
 
