@@ -6,6 +6,7 @@ import asyncio
 import os
 
 import pytest
+from rich.cells import cell_len
 
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")  # before Textual reads it, if first
 
@@ -43,6 +44,7 @@ from tinker_tui.app.widgets.chart_pane import ChartPane
 from tinker_tui.app.widgets.checkpoints import CheckpointsTable
 from tinker_tui.app.widgets.commands import CommandsTable
 from tinker_tui.app.widgets.discarded import DiscardedPanel
+from tinker_tui.app.widgets.knobs import KnobsTable
 from tinker_tui.app.widgets.log import LogPanel
 from tinker_tui.app.widgets.rewards import RewardsChart
 from tinker_tui.app.widgets.rollout_detail import RolloutDetail
@@ -551,6 +553,32 @@ async def test_enter_opens_a_log_line_and_a_checkpoint_path_whole():
         assert isinstance(app.screen, TextScreen)
         assert "/tmp/runs/run-0001/sampler_weights/step-000020" in str(
             app.screen.query_one("#text-body").render())
+
+
+async def test_tables_fit_their_columns_when_filled_not_when_next_idle():
+    """A table filled while the app stayed busy was drawn with columns as wide as their
+    labels ("sampler" cut to "samp"): Textual widens them only once the table goes idle."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settled(pilot)
+        tables = [CheckpointsTable(), CommandsTable(), KnobsTable()]
+        await app.screen.mount_all(tables)
+        await pilot.pause()
+        checkpoints, commands, knobs = tables
+        # filled and measured with no await between: no idle turn can have run
+        checkpoints.update_from_model(app.model, 0.0)
+        commands.update_from_model(app.model)
+        knobs.update_from_model(app.model, {"learning_rate": 0.000123456})
+        for table in tables:
+            assert table.row_count > 0
+            for row in range(table.row_count):
+                for column, cell in zip(table.ordered_columns, table.get_row_at(row),
+                                        strict=True):
+                    assert cell_len(str(cell)) <= column.content_width, (table, cell)
+        kinds = [str(checkpoints.get_row_at(row)[1]) for row in range(checkpoints.row_count)]
+        assert "sampler" in kinds
+        widths = [c.get_render_width(checkpoints) for c in checkpoints.ordered_columns]
+        assert sum(widths) <= checkpoints.content_region.width  # the path fits
 
 
 async def test_pause_shows_at_once_in_every_pane():

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from textual.widgets import DataTable
 from tinker_tui.app.run_model import CheckpointRow, RunModel, shorten_middle
-from tinker_tui.app.widgets.updates import set_subtitle
+from tinker_tui.app.widgets.updates import fit_columns, set_subtitle
 
-#: Cells taken by the step, kind and time columns and the path's padding.
-FIXED_COLUMNS = 6 + 9 + 7 + 2
+#: The narrowest a path is cut to, however narrow the pane.
+MIN_PATH = 12
 
 
 class CheckpointsTable(DataTable):
@@ -44,21 +44,22 @@ class CheckpointsTable(DataTable):
         self._model = model
         count = len(model.checkpoints)
         set_subtitle(self, f"{count} saved" + (" · enter: path" if count else ""))
-        path_width = max(12, (self.content_region.width or 60) - FIXED_COLUMNS)
-        if (count, path_width) == self._shown:
+        width = self.content_region.width or 60
+        if (count, width) == self._shown:
             return
-        self._shown = (count, path_width)
+        self._shown = (count, width)
         cursor = self.cursor_row
         self.clear()
         self._rows = list(reversed(model.checkpoints))
+        # the path takes what the other columns (and every column's padding) leave
+        cells = [[str(row.step), row.kind, model.since_start(row.time), ""] for row in self._rows]
+        widths = fit_columns(self, cells)
+        path_width = max(MIN_PATH, width - sum(widths[:-1]) - 2 * self.cell_padding * len(widths))
+        for cell, row in zip(cells, self._rows, strict=True):
+            cell[-1] = shorten_middle(row.path, path_width)
+        fit_columns(self, cells)
         for index, row in enumerate(self._rows):
-            self.add_row(
-                str(row.step),
-                row.kind,
-                model.since_start(row.time),
-                shorten_middle(row.path, path_width),
-                key=f"{count - index}:{row.path}",
-            )
+            self.add_row(*cells[index], key=f"{count - index}:{row.path}")
         if self._rows:
             self.move_cursor(row=min(cursor, len(self._rows) - 1))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from textual.widgets import DataTable
 from tinker_tui.app.run_model import RunModel
-from tinker_tui.app.widgets.updates import set_subtitle
+from tinker_tui.app.widgets.updates import fit_columns, set_subtitle
 
 
 class CommandsTable(DataTable):
@@ -31,6 +31,8 @@ class CommandsTable(DataTable):
             return
         self._shown = count
         self.clear()
-        for command in reversed(model.commands):
-            self.add_row(model.since_start(command.time), str(command.step),
-                         command.describe(), command.source)
+        rows = [(model.since_start(command.time), str(command.step), command.describe(),
+                 command.source) for command in reversed(model.commands)]
+        fit_columns(self, rows)
+        for row in rows:
+            self.add_row(*row)

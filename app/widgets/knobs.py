@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from textual.widgets import DataTable
 from tinker_tui.app.run_model import RunModel, format_knob
-from tinker_tui.app.widgets.updates import set_subtitle
+from tinker_tui.app.widgets.updates import fit_columns, set_subtitle
 from tinker_tui.engine.config import LIVE_KNOBS
 
 
@@ -21,9 +21,11 @@ class KnobsTable(DataTable):
         self.add_column("value", key="value")
         self.add_column("at start", key="start")
         self.add_column("changed", key="changes")
-        for name in LIVE_KNOBS:
-            self.add_row(name, "-", "-", "0", key=name)
-        self._shown: dict[str, tuple[str, str, str]] = {}
+        self._shown: dict[str, tuple[str, str, str]] = {name: ("-", "-", "0")
+                                                          for name in LIVE_KNOBS}
+        for name, row in self._shown.items():
+            self.add_row(name, *row, key=name)
+        self._fit()
 
     def on_mount(self) -> None:
         self.border_title = "Knobs"
@@ -38,6 +40,7 @@ class KnobsTable(DataTable):
         for command in model.knob_markers():
             name = str(command.args.get("name"))
             changes[name] = changes.get(name, 0) + 1
+        changed = False
         for name in LIVE_KNOBS:
             value = live.get(name, model.knobs.get(name))
             row = (format_knob(name, value), format_knob(name, model.initial_knobs.get(name)),
@@ -48,3 +51,9 @@ class KnobsTable(DataTable):
             self.update_cell(name, "value", row[0])
             self.update_cell(name, "start", row[1])
             self.update_cell(name, "changes", row[2])
+            changed = True
+        if changed:
+            self._fit()
+
+    def _fit(self) -> None:
+        fit_columns(self, [(name, *row) for name, row in self._shown.items()])

@@ -8,10 +8,12 @@ free, and a changed text that cannot change its widget's size is only repainted.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.cells import cell_len
 from textual.content import Content
 from textual.widget import Widget
-from textual.widgets import Digits, Static
+from textual.widgets import DataTable, Digits, Static
 
 
 def same_content(old: object, new: str | Content) -> bool:
@@ -68,3 +70,16 @@ def set_subtitle(widget: Widget, text: str) -> None:
     if getattr(widget, "_shown_subtitle", None) != text:
         widget._shown_subtitle = text  # type: ignore[attr-defined]  # the markup read back differs
         widget.border_subtitle = text
+
+
+def fit_columns(table: DataTable, rows: Sequence[Sequence[str]]) -> list[int]:
+    """Size each of `table`'s columns to its label and its cells in `rows` now, and return
+    the widths. A DataTable widens its columns for new rows only when it next goes idle;
+    one filled while the app stays busy (a redraw timer, a view composed in the background)
+    was drawn with columns as wide as their labels, "sampler" cut to "samp"."""
+    widths = []
+    for index, column in enumerate(table.ordered_columns):
+        column.content_width = max([column.label.cell_len,
+                                    *(cell_len(row[index]) for row in rows)])
+        widths.append(column.content_width)
+    return widths
