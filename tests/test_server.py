@@ -265,9 +265,10 @@ async def test_errors_are_openai_shaped_and_the_server_keeps_serving(server):
     with pytest.raises(openai.BadRequestError, match="response_format"):
         await client.chat.completions.create(model="policy", messages=messages,
                                              response_format={"type": "json_object"})
-    wrong_token = openai.AsyncOpenAI(base_url=srv.base_url, api_key="wrong", max_retries=0)
-    with pytest.raises(openai.AuthenticationError):
-        await wrong_token.chat.completions.create(model="policy", messages=messages)
+    async with openai.AsyncOpenAI(base_url=srv.base_url, api_key="wrong",
+                                  max_retries=0) as wrong_token:
+        with pytest.raises(openai.AuthenticationError):
+            await wrong_token.chat.completions.create(model="policy", messages=messages)
     ok = await client.chat.completions.create(model="policy", messages=messages, max_tokens=2)
     assert ok.choices
 
@@ -326,9 +327,10 @@ async def test_the_token_never_reaches_the_logs(server, caplog):
     await client.chat.completions.create(model="policy", messages=QUESTION, max_tokens=2)
     with pytest.raises(openai.BadRequestError):
         await client.chat.completions.create(model="policy", messages=QUESTION, n=0)
-    wrong = openai.AsyncOpenAI(base_url=srv.base_url, api_key=srv.token[:-1], max_retries=0)
-    with pytest.raises(openai.AuthenticationError):
-        await wrong.models.list()
+    async with openai.AsyncOpenAI(base_url=srv.base_url, api_key=srv.token[:-1],
+                                  max_retries=0) as wrong:
+        with pytest.raises(openai.AuthenticationError):
+            await wrong.models.list()
     assert caplog.records and srv.token not in caplog.text
 
 
@@ -579,3 +581,17 @@ async def test_content_parts_say_what_is_wrong(server):
     ok = await client.chat.completions.create(
         model="policy", messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
     assert ok.choices
+
+
+async def test_stopping_the_server_closes_the_clients_it_made(tmp_path):
+    """A client left to the garbage collector closed its connections on whatever loop ran
+    then, or on none ("Event loop is closed")."""
+    policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
+    await policy.start()
+    srv = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=2))
+    await srv.start()
+    clients = [srv.client(), srv.client()]
+    await clients[0].chat.completions.create(model="policy", messages=QUESTION)
+    assert not any(client.is_closed() for client in clients)
+    await srv.stop()
+    assert all(client.is_closed() for client in clients)

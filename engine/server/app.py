@@ -218,6 +218,7 @@ class PolicyServer:
                               max_body_bytes=max_body_bytes, context_length=context_length)
         self._server = LoopbackServer(self.app, name="policy-server",
                                       request_timeout=request_timeout)
+        self._clients: list[Any] = []
 
     @property
     def port(self) -> int | None:
@@ -240,11 +241,21 @@ class PolicyServer:
         await self._server.start()
 
     async def stop(self) -> None:
-        await self._server.stop()
+        """Close the clients `client()` made, then stop listening. A client left to the
+        garbage collector closes its connections on a loop that may be gone by then."""
+        clients, self._clients = self._clients, []
+        try:
+            for client in clients:
+                await client.close()
+        finally:
+            await self._server.stop()
 
     def client(self) -> Any:
-        """An `openai.AsyncOpenAI` client pointed at this server, with the run's token."""
+        """An `openai.AsyncOpenAI` client pointed at this server, with the run's token;
+        closed when the server stops."""
         import openai
 
-        return openai.AsyncOpenAI(base_url=self.base_url, api_key=self.token, max_retries=0,
-                                  timeout=120.0)
+        client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.token, max_retries=0,
+                                    timeout=120.0)
+        self._clients.append(client)
+        return client
