@@ -25,6 +25,7 @@ from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import LIVE_KNOBS, SETTINGS
 from tinker_tui.engine.events import (
     DISCARD_REASONS,
+    CheckpointDeleted,
     CheckpointKind,
     CheckpointSaved,
     CommandReceived,
@@ -632,6 +633,8 @@ class RunModel:
 
         # checkpoints and log
         self.checkpoints: list[CheckpointRow] = []
+        #: Checkpoints shown once and since deleted by the retention policy.
+        self.checkpoints_deleted = 0
         self.log: deque[LogLine] = deque(maxlen=log_lines)
         self.log_total = 0
         #: Bumped when a line already shown changed (a repeat collapsed into it).
@@ -676,6 +679,10 @@ class RunModel:
                 self.checkpoints.append(
                     CheckpointRow(event.step, event.kind, event.name, event.path, event.time)
                 )
+            case CheckpointDeleted():
+                kept = [c for c in self.checkpoints if c.path != event.path]
+                self.checkpoints_deleted += len(self.checkpoints) - len(kept)
+                self.checkpoints = kept
             case RunStateChanged():
                 self._state_changed(event.time, event.state)
                 self.state = event.state

@@ -159,6 +159,17 @@ class CheckpointSaved(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointDeleted(Event):
+    """The retention policy (`keep_last_checkpoints`, `keep_every_checkpoints`) removed an
+    older checkpoint from the backend: its path no longer loads, and no resume uses it."""
+
+    step: int
+    kind: CheckpointKind
+    name: str
+    path: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunStateChanged(Event):
     """The pipeline moved to a new state (paused by the user, stopping, ...)."""
 

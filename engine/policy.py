@@ -54,7 +54,7 @@ from tinker_tui.engine.trajectory import TrajectoryGroup, trajectory_to_datum_ar
 if TYPE_CHECKING:
     from tinker_tui.engine.clock import Clock
     from tinker_tui.engine.config import RunConfig
-    from tinker_tui.engine.events import Event
+    from tinker_tui.engine.events import CheckpointKind, Event
 
 
 T = TypeVar("T")
@@ -96,7 +96,7 @@ def checkpoints_to_delete(steps: Sequence[int], keep_last: int, keep_every: int)
 
 @dataclass(frozen=True, slots=True)
 class CheckpointRecord:
-    kind: str   # "state" (weights + optimizer) or "sampler" (weights for sampling)
+    kind: CheckpointKind  # "state" (weights + optimizer) or "sampler" (weights for sampling)
     step: int
     name: str
     path: str
@@ -693,6 +693,13 @@ class Policy:
         except Exception as exc:
             self._log("warning", f"could not delete old checkpoint {record.path}: "
                                  f"{type(exc).__name__}: {exc}")
+            return
+        if self.on_event is not None:
+            from tinker_tui.engine.events import CheckpointDeleted
+
+            self.on_event(CheckpointDeleted(time=self._now(), step=record.step,
+                                            kind=record.kind,
+                                            name=record.name, path=record.path))
 
 
 def _own_tokenizer(training_client: Any) -> Any:

@@ -3,6 +3,7 @@ visible waits, checkpoint naming and retention, sampler eviction, renderer choic
 
 import asyncio
 import inspect
+import shutil
 import sys
 import types
 
@@ -19,7 +20,7 @@ from tinker_tui.engine.backend import (
     renderer_name_for,
 )
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL, RunConfig
-from tinker_tui.engine.events import BackendWaited, LogEmitted
+from tinker_tui.engine.events import BackendWaited, CheckpointDeleted, LogEmitted
 from tinker_tui.engine.local import LocalServiceClient
 from tinker_tui.engine.policy import Policy, UnknownVersionError, checkpoints_to_delete
 from tinker_tui.engine.retry import BackendTimeoutError, RetryPolicy, call_with_retry
@@ -440,11 +441,33 @@ def test_renderer_named_explicitly_or_from_a_local_model_folder(tmp_path, monkey
 
 
 async def test_at_least_two_full_checkpoints_survive_retention(tmp_path):
+    events = []
     policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL,
-                    keep_last_checkpoints=1, sampler_checkpoint_every=0)
+                    keep_last_checkpoints=1, sampler_checkpoint_every=0, on_event=events.append)
     await policy.start()
+    paths = []
     for step in range(3):
         policy.version = step
-        await policy.save_state(f"step-{step:06d}")
+        paths.append(await policy.save_state(f"step-{step:06d}"))
     assert [c.name for c in policy.checkpoints] == ["step-000001", "step-000002"]
     assert {p.name for p in tmp_path.glob("*/weights/*")} == {"step-000001", "step-000002"}
+    # the deletion is told, once it happened (the dashboards take the row off)
+    deleted = [e for e in events if isinstance(e, CheckpointDeleted)]
+    assert [(e.step, e.kind, e.name, e.path) for e in deleted] == [
+        (0, "state", "step-000000", paths[0])]
+
+
+async def test_a_deletion_that_fails_is_logged_and_not_told_as_done(tmp_path):
+    events = []
+    policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL,
+                    keep_last_checkpoints=1, sampler_checkpoint_every=0, on_event=events.append)
+    await policy.start()
+    for step in range(2):
+        policy.version = step
+        await policy.save_state(f"step-{step:06d}")
+    for folder in tmp_path.glob("*/weights/step-000000"):
+        shutil.rmtree(folder)  # gone already: the deletion fails
+    policy.version = 2
+    await policy.save_state("step-000002")
+    assert not [e for e in events if isinstance(e, CheckpointDeleted)]
+    assert any("could not delete old checkpoint" in getattr(e, "message", "") for e in events)

@@ -19,6 +19,7 @@ from tinker_tui.app.cli import main
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import (
+    CheckpointDeleted,
     CheckpointSaved,
     CheckpointStarted,
     EventBus,
@@ -229,6 +230,32 @@ def test_group_life_cycle_and_confirmed_checkpoints_are_stored(tmp_path):
         finally:
             await store.close()
     asyncio.run(read())
+
+
+def test_a_checkpoint_the_retention_deleted_is_no_resume_point(tmp_path):
+    path = tmp_path / "runs.db"
+    write_run(path)
+
+    async def go():
+        store = await RunStore.open(path)
+        try:
+            store.handle(started())
+            store.handle(CheckpointStarted(time=8.0, step=4, kind="state", name="step-4"))
+            store.handle(CheckpointSaved(
+                time=8.1, step=4, kind="state", name="step-4", path="tinker://a/weights/4",
+                resume_state=ResumeState(step=4, policy_version=4, next_position=8,
+                                         pending=(), next_group_id=8).as_dict()))
+            await store.flush()
+            assert [p["step"] for p in await store.resume_points("r1")] == [4, 2]
+            store.handle(CheckpointDeleted(time=8.2, step=2, kind="state", name="step-2",
+                                           path="tinker://a/weights/2"))
+            await store.flush()
+            assert [p["step"] for p in await store.resume_points("r1")] == [4]
+            # still listed among the checkpoints the run saved (a tracker export shows them)
+            assert [c.step for c in await store.checkpoints("r1")] == [2, 4]
+        finally:
+            await store.close()
+    asyncio.run(go())
 
 
 def test_reconcile_undoes_everything_after_the_checkpoint(tmp_path):

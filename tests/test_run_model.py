@@ -28,6 +28,7 @@ from tinker_tui.app.run_model import (
 )
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.events import (
+    CheckpointDeleted,
     CheckpointSaved,
     CommandReceived,
     EvalCompleted,
@@ -277,6 +278,13 @@ def test_model_checkpoints_and_bounded_log():
         (5, "state", "step-5", "/x/step-5")
     ]
     assert model.since_start(model.checkpoints[0].time) == "00:15"
+    model.apply(CheckpointSaved(time=75.0, step=7, kind="state", name="step-7", path="/x/step-7"))
+    # retention deleted the older one: its row goes, counted; an unknown path changes nothing
+    model.apply(CheckpointDeleted(time=75.1, step=5, kind="state", name="step-5",
+                                  path="/x/step-5"))
+    model.apply(CheckpointDeleted(time=75.2, step=1, kind="sampler", name="step-1",
+                                  path="/x/never-shown"))
+    assert [c.step for c in model.checkpoints] == [7] and model.checkpoints_deleted == 1
     for i, word in enumerate(("zero", "one", "two", "three", "four")):
         model.apply(LogEmitted(time=50.0 + i, level="INFO", message=f"line {word}"))
     assert [line.message for line in model.log] == ["line two", "line three", "line four"]

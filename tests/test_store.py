@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from tinker_tui.engine.events import (
+    CheckpointDeleted,
     CheckpointSaved,
     CommandReceived,
     EvalCompleted,
@@ -160,6 +161,8 @@ async def test_round_trip_of_every_event_type(store: RunStore) -> None:
             path="tinker://x/sampler_weights/000002",
         )
     )
+    bus.publish(CheckpointDeleted(time=103.15, step=1, kind="state", name="000001",
+                                  path="tinker://x/weights/000001"))
     bus.publish(EvalCompleted(time=102.5, step=2, policy_version=3,
                               metrics={"eval/reward_mean": 0.75}))
     bus.publish(CommandReceived(time=103.2, command="set",
@@ -207,7 +210,7 @@ async def test_round_trip_of_every_event_type(store: RunStore) -> None:
             ("before any run",)]
     assert [(g.group_id, g.scenario_index, g.status) for g in await store.groups("r1")] == [
         (4, 4, "unused")]  # the run ended before it was sampled
-    assert store.written == 17 and store.dropped == 0 and store.errors == 0
+    assert store.written == 18 and store.dropped == 0 and store.errors == 0
 
 
 async def test_events_follow_the_latest_run(store: RunStore) -> None:

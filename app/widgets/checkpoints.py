@@ -1,4 +1,5 @@
-"""Saved checkpoints, newest first: step, kind, when (time since the run began) and path.
+"""Saved checkpoints, newest first: step, kind, when (time since the run began) and path;
+those the retention policy deleted are taken off (and counted in the title).
 
 Paths are cut in the middle to the pane's width, so their start (where) and end (which
 step) stay readable; `enter` on a row shows the path whole.
@@ -22,7 +23,7 @@ class CheckpointsTable(DataTable):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=True,
                          show_cursor=False)
-        self._shown: tuple[int, int] = (-1, -1)
+        self._shown: tuple[int, int, int] = (-1, -1, -1)
         self._rows: list[CheckpointRow] = []
         self._model: RunModel | None = None
         # columns exist from the start, so rows added before mount size them correctly
@@ -43,11 +44,14 @@ class CheckpointsTable(DataTable):
     def update_from_model(self, model: RunModel, now: float) -> None:
         self._model = model
         count = len(model.checkpoints)
-        set_subtitle(self, f"{count} saved" + (" · enter: path" if count else ""))
+        deleted = f" ({model.checkpoints_deleted} older deleted)" if model.checkpoints_deleted \
+            else ""
+        set_subtitle(self, f"{count} saved{deleted}" + (" · enter: path" if count else ""))
         width = self.content_region.width or 60
-        if (count, width) == self._shown:
+        shown = (count, model.checkpoints_deleted, width)
+        if shown == self._shown:
             return
-        self._shown = (count, width)
+        self._shown = shown
         cursor = self.cursor_row
         self.clear()
         self._rows = list(reversed(model.checkpoints))

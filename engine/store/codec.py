@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.events import (
+    CheckpointDeleted,
     CheckpointSaved,
     CheckpointStarted,
     CommandReceived,
@@ -442,6 +443,22 @@ def _encode_checkpoint_saved(rows: Rows, run_id: str, e: CheckpointSaved) -> Non
     rows.confirms.append(step)
 
 
+_SQL_CHECKPOINT_DELETED = (
+    "INSERT INTO checkpoint_deletions (run_id, time, step, kind, name, path) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+
+
+def _encode_checkpoint_deleted(rows: Rows, run_id: str, e: CheckpointDeleted) -> None:
+    rows.by_statement[_SQL_CHECKPOINT_DELETED].append(
+        (run_id, _float_or_none(e.time), int(e.step), _str(e.kind), _str(e.name), _str(e.path)))
+
+
+def _decode_checkpoint_deleted(row: StoredRow) -> CheckpointDeleted:
+    return CheckpointDeleted(time=_time(row), step=int(row["step"]), kind=row["kind"],
+                             name=row["name"], path=row["path"])
+
+
 def decode_checkpoint(row: StoredRow) -> CheckpointSaved:
     """A row of `checkpoints` as the CheckpointSaved that wrote it (its resume state is
     `decode_resume_state`'s)."""
@@ -599,6 +616,7 @@ def _decode_startup(row: StoredRow) -> StartupProgressed:
 #: the group life cycle comes last, in its own order (a group's events arrive in that order).
 STATEMENT_ORDER = (
     _SQL_STEP, _SQL_CHECKPOINT_STARTED, _SQL_CHECKPOINT_UNCONFIRMED, _SQL_CHECKPOINT,
+    _SQL_CHECKPOINT_DELETED,
     _SQL_DISCARDED, _SQL_LOG, _SQL_STATE, _SQL_SAMPLED_GROUP, _SQL_TRAJECTORY, _SQL_EVAL,
     _SQL_COMMAND, _SQL_THROUGHPUT, _SQL_STARTUP,
     _SQL_GROUP_STARTED, _SQL_GROUP_SAMPLED, _SQL_GROUP_DISCARDED, _SQL_GROUP_TRAINED,
@@ -615,6 +633,7 @@ _ENCODERS: dict[type, _Encoder] = {
     GroupDiscarded: _encode_group_discarded,
     CheckpointStarted: _encode_checkpoint_started,
     CheckpointSaved: _encode_checkpoint_saved,
+    CheckpointDeleted: _encode_checkpoint_deleted,
     EvalCompleted: _encode_eval,
     CommandReceived: _encode_command,
     ThroughputMeasured: _encode_throughput,
@@ -705,6 +724,7 @@ REPLAYED = (
     Replayed("steps", StepTrained, _decode_step),
     Replayed("evals", EvalCompleted, _decode_eval),
     Replayed("checkpoints", CheckpointSaved, decode_checkpoint),
+    Replayed("checkpoint_deletions", CheckpointDeleted, _decode_checkpoint_deleted),
     Replayed("throughput", ThroughputMeasured, _decode_throughput),
 )
 #: The rollouts of sampled groups: read with their group, into its GroupSampled.

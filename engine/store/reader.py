@@ -311,8 +311,16 @@ class StoreReader:
         """SQL condition: a confirmed checkpoint (every row, in stores older than v3)."""
         return " AND confirmed = 1" if self.schema_version >= 3 else ""
 
+    def _not_deleted(self) -> str:
+        """SQL condition on `checkpoints`: not deleted by the retention policy (recorded
+        since v6)."""
+        return (" AND NOT EXISTS (SELECT 1 FROM checkpoint_deletions d WHERE d.run_id = "
+                "checkpoints.run_id AND d.path = checkpoints.path)"
+                if self.schema_version >= 6 else "")
+
     async def checkpoints(self, run_id: str) -> list[CheckpointSaved]:
-        """The run's confirmed checkpoints, in step order."""
+        """The run's confirmed checkpoints, in step order, those the retention policy
+        deleted since included (every checkpoint the run saved)."""
         rows = await self._fetchall(
             "SELECT * FROM checkpoints WHERE run_id = ?" + self._confirmed()
             + " ORDER BY step, id",
@@ -321,14 +329,16 @@ class StoreReader:
         return [decode_checkpoint(r) for r in rows]
 
     async def resume_points(self, run_id: str) -> list[dict[str, Any]]:
-        """Confirmed full checkpoints of the run that carry a resume state, newest first, as
+        """Confirmed full checkpoints of the run that carry a resume state and still exist,
+        newest first, as
         {"step", "kind", "name", "path", "time", "resume_state"} (a checkpoint whose state
         cannot be read is left out)."""
         if self.schema_version < 3:
             return []
         rows = await self._fetchall(
             "SELECT * FROM checkpoints WHERE run_id = ? AND kind = 'state' AND confirmed = 1 "
-            "AND resume_state IS NOT NULL ORDER BY step DESC, id DESC",
+            "AND resume_state IS NOT NULL" + self._not_deleted()
+            + " ORDER BY step DESC, id DESC",
             (run_id,),
         )
         points = []

@@ -25,7 +25,7 @@ from tinker_tui.engine.errors import UsageError
 logger = logging.getLogger(__name__)
 
 #: Schema version written to `PRAGMA user_version`.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: `PRAGMA application_id` of a tinker-tui run store ("ttui").
 APPLICATION_ID = 0x74747569
 
@@ -224,8 +224,25 @@ ALTER TABLE sampled_groups ADD COLUMN failed INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sampled_groups ADD COLUMN detail TEXT NOT NULL DEFAULT '';
 """
 
+# Version 6 keeps the checkpoints the retention policy deleted (CheckpointDeleted), so the
+# dashboards list only checkpoints that still exist and a resume never picks a deleted one.
+# Only a new table.
+SCHEMA_V6 = """
+CREATE TABLE checkpoint_deletions (
+    id              INTEGER PRIMARY KEY,
+    run_id          TEXT NOT NULL,
+    time            REAL,
+    step            INTEGER NOT NULL,
+    kind            TEXT NOT NULL,
+    name            TEXT NOT NULL,
+    path            TEXT NOT NULL
+);
+CREATE INDEX checkpoint_deletions_run ON checkpoint_deletions (run_id, path);
+"""
+
 #: Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5)
+MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5,
+                               SCHEMA_V6)
 
 
 # ---------------------------------------------------------------------- opening checks
