@@ -649,6 +649,12 @@ class Policy:
             "state", self.version if step is None else step, name, response.path))
         return str(response.path)
 
+    def adopt_checkpoints(self, records: Sequence[CheckpointRecord]) -> None:
+        """Checkpoints an earlier process of this run saved (oldest first), so the retention
+        policy counts them and deletes them in turn; without them, a resumed run kept every
+        checkpoint from before the resume for good."""
+        self.checkpoints[:0] = records
+
     async def _record_checkpoint(self, record: CheckpointRecord) -> None:
         self.checkpoints.append(record)
         same = [c for c in self.checkpoints if c.kind == record.kind]

@@ -37,7 +37,7 @@ from tinker_tui.engine.events import (
 )
 from tinker_tui.engine.loop_lag import LoopLagMonitor
 from tinker_tui.engine.pipeline import Pipeline
-from tinker_tui.engine.policy import Policy
+from tinker_tui.engine.policy import CheckpointRecord, Policy
 from tinker_tui.engine.resume import ResumeError, ResumeState, RunLock
 from tinker_tui.engine.retry import BackendInterrupted, call_with_retry
 from tinker_tui.engine.rollout_loop import CLOSE_TIMEOUT, RolloutThread, SameLoop
@@ -403,6 +403,9 @@ class Run:
                 # groups of equal reward, made no new version: it can trail the step).
                 await self.policy.start(from_state=point["path"],
                                         version=int(point["resume_state"]["policy_version"]))
+                self.policy.adopt_checkpoints([
+                    CheckpointRecord("state", p["step"], p["name"], p["path"])
+                    for p in reversed(points[i:])])
                 return point
             except BackendInterrupted:
                 raise  # stopping: no other checkpoint is tried

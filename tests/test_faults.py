@@ -146,3 +146,21 @@ def test_resuming_a_completed_run_does_nothing_until_steps_are_raised(faulted, c
         assert conn.execute("select count(*) from steps").fetchone()[0] == before
     assert main(["runs", "--db", str(db)]) == 0
     assert " completed " in capsys.readouterr().out
+
+
+def test_a_resumed_run_deletes_the_checkpoints_from_before_the_resume_in_turn(tmp_path):
+    """The retention policy counts the checkpoints the run saved before it was resumed: they
+    were kept for good (a long run resumed often filled its disk)."""
+    db = tmp_path / "runs.db"
+    common = ["run", "example", "--no-ui", "--db", str(db), "--checkpoint-every", "1",
+              "--keep-last-checkpoints", "2"]
+    assert main([*common, "--steps", "4"]) == 0
+    kept = sorted(p.name for p in tmp_path.glob("checkpoints/**/weights/*"))
+    assert kept == ["step-000003", "step-000004"]
+    assert main([*common, "--steps", "7", "--resume"]) == 0
+    kept = sorted(p.name for p in tmp_path.glob("checkpoints/**/weights/*"))
+    assert kept == ["step-000006", "step-000007"]
+    with sqlite3.connect(db) as conn:
+        deleted = [step for (step,) in conn.execute(
+            "select step from checkpoint_deletions where kind = 'state' order by id")]
+    assert deleted == [1, 2, 3, 4, 5]
