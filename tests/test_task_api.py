@@ -4,6 +4,7 @@ what a user's mistakes turn into (a clear message naming the file, or an error g
 import asyncio
 import math
 import random
+import re
 import textwrap
 
 import pytest
@@ -12,6 +13,7 @@ from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import EventBus, GroupDiscarded, GroupSampled
 from tinker_tui.engine.pipeline import Pipeline
+from tinker_tui.engine.run_id import new_run_id
 from tinker_tui.engine.task import (
     Scenario,
     Task,
@@ -63,6 +65,18 @@ def load_error(spec) -> str:
 ])
 def test_built_in_names_and_modules_load(name, task_name):
     assert load_task(name).name == task_name
+
+
+@pytest.mark.parametrize(("name", "prefix"), [
+    ("yes_no_maybe", "yes_no_maybe-"), ("../../evil", "evil-"), ("my task/1", "my-task-1-"),
+    ("-v", "v-"), ("?!", "run-"),
+])
+def test_a_run_id_names_files_only_beside_the_store_whatever_the_task_is_called(name, prefix):
+    """The run id names the metrics file, the engine log and exports, and is pasted into
+    commands: "../../evil" wrote files two folders up."""
+    run_id = new_run_id(name, FakeClock(0.0))
+    assert run_id.startswith(prefix + "19700101-000000-")
+    assert re.fullmatch(r"[A-Za-z0-9_.-]+", run_id) and not run_id.startswith((".", "-"))
 
 
 def test_a_task_file_loads_by_path_and_by_name_after_a_colon(tmp_path):
