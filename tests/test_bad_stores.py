@@ -112,6 +112,24 @@ def test_a_damaged_store(tmp_path, capsys, wal):
     assert "is damaged" in refused(db, capsys)
 
 
+@pytest.mark.parametrize("command", [["runs"], ["show", "--no-ui"], ["show", "--no-ui", "--log"],
+                                     ["export"]])
+def test_a_store_damaged_past_its_header_is_one_line_for_the_read_commands(tmp_path, capsys,
+                                                                         monkeypatch, command):
+    """The read commands open without the whole-file check `run` makes; SQLite finds the
+    damage on the pages a query reads. That was "run failed: DatabaseError", exit 1."""
+    db = tmp_path / "runs.db"
+    make_store(db, rows=3000)
+    data = bytearray(db.read_bytes())
+    data[4096:40960] = b"\x13" * (40960 - 4096)  # the pages after the header's
+    db.write_bytes(bytes(data))
+    monkeypatch.chdir(tmp_path)  # where export writes
+    assert main([*command, "--db", str(db)]) == 2
+    out, err = capsys.readouterr()
+    assert len(err.splitlines()) == 1 and err.startswith("tinker-tui: error: "), err
+    assert str(db) in err and "damaged" in err
+
+
 def test_a_store_another_writer_keeps_locked(tmp_path, capsys):
     db = tmp_path / "runs.db"
     assert main(["runs", "--db", str(db)]) == 2  # no store yet

@@ -32,7 +32,13 @@ from tinker_tui.engine.store.codec import (
     decode_run,
     group_of,
 )
-from tinker_tui.engine.store.schema import SCHEMA_VERSION, StoreError, check_ownership, store_error
+from tinker_tui.engine.store.schema import (
+    SCHEMA_VERSION,
+    StoreError,
+    check_ownership,
+    is_damaged,
+    store_error,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -162,9 +168,16 @@ class StoreReader:
         return self._conn
 
     async def _fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        """The rows of one query. A store damaged past its header (SQLite finds it on the
+        pages a query reads) is a StoreError naming the file, as at opening."""
         async with self._db_lock:
             conn = self._require_conn()
-            return list(await conn.execute_fetchall(sql, tuple(params)))
+            try:
+                return list(await conn.execute_fetchall(sql, tuple(params)))
+            except sqlite3.DatabaseError as exc:
+                if is_damaged(exc):
+                    raise store_error(self.path, exc) from exc
+                raise
 
     async def runs(self) -> list[StoredRun]:
         """All runs, newest first."""

@@ -253,11 +253,16 @@ def is_locked(exc: BaseException) -> bool:
     return "locked" in msg or "busy" in msg
 
 
+def is_damaged(exc: BaseException) -> bool:
+    msg = str(exc).lower()
+    return "not a database" in msg or "encrypted" in msg or "malformed" in msg
+
+
 def store_error(path: Path, exc: BaseException) -> StoreError:
     msg = str(exc).lower()
     if is_locked(exc):
         return StoreError(f"run store {path} is locked by another writer ({exc})")
-    if "not a database" in msg or "encrypted" in msg or "malformed" in msg:
+    if is_damaged(exc):
         return StoreError(
             f"{path} is not a SQLite database (or is damaged); refusing to use it "
             f"as a run store ({exc})"
