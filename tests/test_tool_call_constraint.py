@@ -2,6 +2,7 @@
 verdicts by hand, and the embedded model's constrained samples through the policy server."""
 
 import json
+import random
 
 import pytest
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
@@ -94,9 +95,35 @@ TYPED = ToolCallConstraint(("add", "find"), {name: ArgumentRules.from_schema(sch
     ('{"name": "add", "arguments": {"a": 1e308}}', "done"),
     ('{"name": "add", "arguments": {"a": 1e309', "reject"),
     ('{"name": "add", "arguments": {"a": 1234567890123456789012345', "reject"),
+    # a digit follows the point; an unfinished number of the longest length ends nowhere
+    ('{"name": "add", "arguments": {"a": 3.', "continue"),
+    ('{"name": "add", "arguments": {"a": 3.e', "reject"),
+    ('{"name": "add", "arguments": {"a": 3.0e', "continue"),
+    ('{"name": "add", "arguments": {"a": ' + "3." + "0" * 21 + "e", "reject"),  # 24 long
+    ('{"name": "add", "arguments": {"a": ' + "3." + "0" * 20 + "e", "continue"),
 ])
 def test_arguments_follow_the_tools_schema(text, verdict):
     assert TYPED.check(text) == verdict
+
+
+@pytest.mark.parametrize("constraint", [CALL, TYPED], ids=["shape", "schema"])
+def test_every_text_the_scanner_lets_through_can_still_become_a_call(constraint):
+    """The sampler redraws tokens the scanner rejects; a text it let through that no
+    character can continue was a dead end, where the sample ended as it was ("3.e8…" then
+    a word, no call parsed). Random walks over the characters a call is made of."""
+    rng = random.Random(0)
+    alphabet = '0123456789.eE+- },":[]{truefalsn'
+    for _ in range(300):
+        text = '{"name": "add", "arguments": {' + rng.choice(['"a": ', '"n": ', ""])
+        state = constraint.start(text)
+        for _ in range(60):
+            if state.verdict == "done":
+                break
+            allowed = [c for c in alphabet if state.copy().feed(c) != "reject"]
+            assert allowed, f"dead end: {text!r}"
+            text += rng.choice(allowed)
+            state.feed(text[-1])
+        assert constraint.check(text) == state.verdict  # fed piece by piece, or at once
 
 
 def test_schemas_it_cannot_use_constrain_nothing():

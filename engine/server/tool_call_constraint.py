@@ -42,7 +42,9 @@ _WHITESPACE = " \t\n\r"
 _HEX = set("0123456789abcdefABCDEF")
 _LITERALS = ("true", "false", "null")
 _NUMBER = re.compile(r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?")
-_NUMBER_START = re.compile(r"-?((0|[1-9]\d*)(\.\d*)?([eE][+-]?\d*)?)?")
+#: What a number can start with: a prefix of `_NUMBER`. A digit follows a "." before any
+#: exponent ("3.e8" is no number: accepting it left the sampler no way to go on).
+_NUMBER_START = re.compile(r"-?((0|[1-9]\d*)(\.(\d+([eE][+-]?\d*)?)?|[eE][+-]?\d*)?)?")
 _INTEGER = re.compile(r"-?(0|[1-9]\d*)")
 _INTEGER_START = re.compile(r"-?((0|[1-9]\d*))?")
 #: The longest number a call may hold: the longest a float64 takes in JSON
@@ -385,10 +387,13 @@ class ScanState:
     def _check_scalar(self, *, ended: bool) -> None:
         word = self.buffer
         if word[:1] in "-0123456789":
-            pattern = _NUMBER if ended else _NUMBER_START
-            if pattern.fullmatch(word) is None or len(word) > MAX_NUMBER_LENGTH:
+            whole = _NUMBER.fullmatch(word) is not None
+            if not (whole or not ended and _NUMBER_START.fullmatch(word)):
                 raise _Reject
-            if _NUMBER.fullmatch(word) and not math.isfinite(float(word)):
+            # An unfinished number needs one character more, so at the longest it is whole.
+            if len(word) > MAX_NUMBER_LENGTH or len(word) == MAX_NUMBER_LENGTH and not whole:
+                raise _Reject
+            if whole and not math.isfinite(float(word)):
                 raise _Reject  # beyond a float64: more exponent digits only make it larger
         elif not any(lit == word if ended else lit.startswith(word) for lit in _LITERALS):
             raise _Reject
