@@ -704,7 +704,10 @@ class Pipeline:
         if self._eval_task is not None and not self._eval_task.done():
             return  # the request stays pending and runs after the current evaluation
         self._eval_requested = False
-        self._eval_task = asyncio.create_task(self._evaluate(), name="evaluator")
+        # Stamped now: the task starts a loop turn later, often after the next step
+        # (`eval_every` 20 read 21, 42, ...).
+        self._eval_task = asyncio.create_task(self._evaluate(self.step, self.policy.version),
+                                              name="evaluator")
 
     async def _final_eval(self) -> None:
         """Evaluate the final policy, once, before the run ends (unless an evaluation of
@@ -724,11 +727,11 @@ class Pipeline:
             self._eval_task.cancel()  # type: ignore[union-attr]  # an older step's
             await asyncio.gather(self._eval_task, return_exceptions=True)  # type: ignore[arg-type]
         self.log("info", f"final evaluation at step {self.step}")
-        await self._evaluate()
+        await self._evaluate(self.step, self.policy.version)
 
-    async def _evaluate(self) -> None:
+    async def _evaluate(self, step: int, version: int) -> None:
+        """Evaluate the policy of `step` (version `version`, the newest when it began)."""
         assert self.task.eval_scenarios is not None
-        step, version = self.step, self.policy.version
         self._last_eval_step = step
         client = self._client_factory()
         scenarios = list(self.task.eval_scenarios())

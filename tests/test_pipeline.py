@@ -161,6 +161,21 @@ async def test_eval_every_and_eval_now_publish_eval_results():
     assert all(e.metrics["eval/num_scenarios"] == 5 for e in evals)
 
 
+async def test_an_eval_is_stamped_with_the_step_it_was_due_at():
+    """The evaluator's task starts a loop turn after the step that asked for it; steps with
+    nothing to train (every reward equal, as once a run has converged) do not wait on the
+    backend, so the next ones came first: `eval_every` 3 read 4, 7, 10."""
+    from tinker_tui.engine.events import EvalCompleted
+
+    pipeline, _, _, events = make_pipeline(task=simulated_task(eval_size=2, reward=lambda s: 1.0),
+                                           max_steps=12, eval_every=3, eval_at_start=False)
+    assert await pipeline.run() == "completed"
+    evals = [e for e in events if isinstance(e, EvalCompleted)]
+    trained = {e.step: e.policy_version for e in events if isinstance(e, StepTrained)}
+    assert [e.step for e in evals] == [3, 6, 9, 12]
+    assert all(e.policy_version == trained[e.step] for e in evals)
+
+
 async def test_error_rate_pauses_the_run_with_a_reason():
     from tinker_tui.engine.events import RunStateChanged
 
