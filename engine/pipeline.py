@@ -130,7 +130,6 @@ class Pipeline:
         self._wake = asyncio.Event()
         self._stop_event = asyncio.Event()  # set once by stop(); see stop_requested()
         self._discards_this_step: dict[DiscardReason, int] = dict.fromkeys(DISCARD_REASONS, 0)
-        self._rollouts_since_step = 0
         self.sampling_defaults = sampling_defaults or SamplingDefaults(
             temperature=config.temperature, max_tokens=config.max_tokens)
         # Live knobs: start from the config, change through set_knob.
@@ -392,7 +391,6 @@ class Pipeline:
                                 trajectories=trajectories, started_at=started,
                                 finished_at=self.clock.now(), advantage_values=advantages,
                                 part=part, failed=len(errors))
-        self._rollouts_since_step += len(trajectories)
         self._finish_version[group_id] = self.policy.version
         self.meter.rollouts_finished(group.finished_at, len(trajectories), group.num_tokens)
         self._check_health("ok" if group.has_variance() else "zero_variance", group.reward_mean,
@@ -628,7 +626,9 @@ class Pipeline:
             keys.STEP_TIME: elapsed,
             keys.WAIT_BATCH_TIME: train_started - wait_started,
             keys.TRAIN_TIME: now - train_started,
-            keys.ROLLOUTS_PER_S: self._rollouts_since_step / elapsed,
+            # The dashboard's windowed rate: rollouts finished during this step alone read
+            # 0.0 whenever sampling was ahead and the step took a batch already queued.
+            keys.ROLLOUTS_PER_S: self.meter.rollouts_per_s(now, elapsed=now - self._started_at),
             keys.LEARNING_RATE: self._learning_rate,
         }
         for reason, count in self._discards_this_step.items():
@@ -637,7 +637,6 @@ class Pipeline:
         metrics.update(step_task_metrics(batch))
         self._discards_this_step = dict.fromkeys(self._discards_this_step, 0)
         self._error_rollouts = 0
-        self._rollouts_since_step = 0
         self._last_step_end = now
         return metrics
 

@@ -147,6 +147,18 @@ class ThroughputMeter:
             self._sampler_since = None
 
     # ---------------------------------------------------------------- reading
+    def rollouts_per_s(self, now: float, elapsed: float | None = None) -> float:
+        """Rollouts finished per second over the last `window` seconds, as `snapshot` counts
+        them, without the rest of a snapshot (a step reads it)."""
+        window = self.window if elapsed is None else max(min(self.window, elapsed), 1e-9)
+        start = now - window
+        rollouts = 0.0
+        for record in reversed(self._rollouts):
+            if record[1] <= start:
+                break
+            rollouts += record[2]
+        return rollouts / window
+
     def snapshot(self, now: float, elapsed: float | None = None) -> ThroughputSnapshot:
         """Rates and busy fractions over the last `window` seconds (less early in a run).
         A merged record counts whole if its last part is in the window (an error of at most

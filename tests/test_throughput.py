@@ -73,3 +73,21 @@ def test_meter_reads_true_rates_far_above_its_record_count():
     assert snap.trainer_busy == pytest.approx(0.5, rel=0.02)
     assert snap.staleness_in_flight[0] == pytest.approx(20_000, rel=0.02)
     assert len(meter._rollouts) <= 2 * 100 + 1
+
+
+def test_the_rollout_rate_alone_is_the_snapshots():
+    """A step reads the rate without a whole snapshot; both count the same records."""
+    import random
+
+    rng = random.Random(3)
+    meter = ThroughputMeter(window=10.0)
+    now = 100.0
+    for _ in range(2000):
+        now += rng.expovariate(40.0)
+        meter.rollouts_finished(now, rng.randint(1, 8), 100)
+        if rng.random() < 0.05:
+            for elapsed in (None, 3.0, 0.5):
+                later = now + rng.random()
+                assert meter.rollouts_per_s(later, elapsed) == pytest.approx(
+                    meter.snapshot(later, elapsed).rollouts_per_s)
+    assert meter.rollouts_per_s(now + 11.0) == 0.0  # nothing finished in the last window
