@@ -651,6 +651,12 @@ class RunModel:
             case RunStarted():
                 self._run_started(event)
             case StartupProgressed():
+                if self.startup is not None and self.startup.phase == "first_rollouts" \
+                        and event.phase != "first_rollouts" and self.last_event_at is not None \
+                        and self.paused_since is None:
+                    # The engine starts again: a resumed run. The time it was down counts as
+                    # paused, so the pace (and ETA) after it is the working pace.
+                    self.paused_total += max(0.0, event.time - self.last_event_at)
                 self.startup = event
                 if event.phase == "first_rollouts":
                     self.rollouts_since_startup = 0

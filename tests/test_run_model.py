@@ -682,3 +682,20 @@ def test_shorten_middle_keeps_both_ends():
     assert shorten_middle(path, 80) == path
     short = shorten_middle(path, 20)
     assert len(short) == 20 and short.startswith("tink") and short.endswith("step-000012")
+
+
+def test_the_time_a_resumed_run_was_down_is_not_its_pace():
+    """A run resumed after 100 s: its ETA came from step times that included the gap."""
+    clock = FakeClock(0.0)
+    model = RunModel(clock)
+    started(clock, model)
+    model.apply(StartupProgressed(time=0.5, phase="first_rollouts"))
+    for step in range(1, 5):
+        model.apply(StepTrained(time=float(step), step=step, policy_version=step, metrics={}))
+    # the process ends; 100 s later `--resume` starts the engine again
+    model.apply(StartupProgressed(time=104.0, phase="loading_model"))
+    model.apply(StartupProgressed(time=104.5, phase="first_rollouts"))
+    for step in range(5, 7):
+        model.apply(StepTrained(time=100.0 + step, step=step, policy_version=step, metrics={}))
+    assert model.eta() == pytest.approx(4.0)  # 4 steps left at 1 s a step
+    assert model.working_time(106.0) == pytest.approx(6.0)
