@@ -952,6 +952,17 @@ class RunModel:
         points = ((t, float(n)) for t, n, _ in self._samples)
         return windowed_rate(points, now, self.rate_window, since=self.started_at)
 
+    def average_rates(self) -> tuple[float, float]:
+        """Rollouts/s and sampled tokens/s over the whole run, paused and down time left
+        out: what a finished run shows (its last window's rates are no longer true)."""
+        if self.started_at is None:
+            return 0.0, 0.0
+        end = self.finished_at if self.finished_at is not None else self.last_event_at
+        working = self.working_time(end or self.started_at) - self.started_at
+        if working <= 0:
+            return 0.0, 0.0
+        return self.rollouts_sampled / working, self.tokens_sampled / working
+
     def tokens_per_s(self, now: float | None = None) -> float:
         if self.throughput is not None:
             return self.throughput.sampled_tokens_per_s

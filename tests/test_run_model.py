@@ -699,3 +699,18 @@ def test_the_time_a_resumed_run_was_down_is_not_its_pace():
         model.apply(StepTrained(time=100.0 + step, step=step, policy_version=step, metrics={}))
     assert model.eta() == pytest.approx(4.0)  # 4 steps left at 1 s a step
     assert model.working_time(106.0) == pytest.approx(6.0)
+
+
+def test_a_finished_run_shows_its_average_rates_without_the_paused_time():
+    clock = FakeClock(0.0)
+    model = RunModel(clock)
+    started(clock, model)
+    for t in range(1, 11):
+        model.apply(GroupSampled(time=float(t), group_id=t, scenario_id=f"s{t}",
+                                 policy_version=0, num_trajectories=8, num_tokens=100,
+                                 reward_mean=0.5))
+    model.apply(RunStateChanged(time=12.0, state="paused", reason="user"))
+    model.apply(RunStateChanged(time=17.0, state="running"))
+    model.apply(RunFinished(time=20.0, status="completed", final_step=10, reason="done"))
+    rollouts, tokens = model.average_rates()
+    assert rollouts == pytest.approx(80 / 15) and tokens == pytest.approx(1000 / 15)

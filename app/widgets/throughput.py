@@ -1,6 +1,7 @@
 """Throughput: rollouts/s and tokens/s (big digits and sparklines), trainer and sampler
 idle time, and the pipeline's verdict on what holds it back. Before the first step it tells
-the start-up; while paused it says so at once (the engine's rates trail by their window)."""
+the start-up; while paused it says so at once (the engine's rates trail by their window);
+once finished it shows the run's average rates."""
 
 from __future__ import annotations
 
@@ -64,17 +65,21 @@ class ThroughputPanel(Vertical, can_focus=True):
 
     def update_from_model(self, model: RunModel, now: float) -> None:
         measured = model.throughput
-        if measured is not None:
+        finished = model.state == "finished"
+        if measured is not None and not finished:
             set_subtitle(self, f"queue {measured.queue_depth} · in flight {measured.in_flight}")
         else:
             set_subtitle(self, f"{model.rollouts_sampled:,} rollouts")
         paused = model.state == "paused"
         self.set_class(paused, "-paused")
-        rollouts, r_unit = split_rate(model.rollouts_per_s(now))
-        tokens, t_unit = split_rate(model.tokens_per_s(now))
+        # A finished run's last window is history: it shows the run's averages.
+        rollout_rate, token_rate = model.average_rates() if finished else (
+            model.rollouts_per_s(now), model.tokens_per_s(now))
+        rollouts, r_unit = split_rate(rollout_rate)
+        tokens, t_unit = split_rate(token_rate)
         update_digits(self.query_one("#rollouts-rate", Digits), rollouts)
         update_digits(self.query_one("#tokens-digits", Digits), tokens)
-        note = " · paused" if paused else ""
+        note = " · paused" if paused else " · run average" if finished else ""
         update_static(self.query_one("#rollouts-unit", Label),
                       f"{r_unit} rollouts/s{note}".lstrip())
         # where the tokens row has no room for digits the label carries the number
