@@ -90,8 +90,9 @@ class Setting:
                                       f"largest whole number the run store holds), got {value}")
             else:
                 value = float(value)
-            if not self._in_range(value):
-                raise ConfigError(f"{self.name} must be {self.allowed()}, got {original}")
+            if not self._in_range(value):  # a whole number as typed for an int setting: 0, not 0.0
+                raise ConfigError(f"{self.name} must be {self.allowed()}, "
+                                  f"got {value if self.value_type is int else original}")
             return value
         if self.choices and value not in self.choices:
             near = difflib.get_close_matches(str(value), self.choices, n=1, cutoff=0.6)

@@ -130,3 +130,15 @@ def test_every_setting_is_a_flag_that_says_what_it_means():
     args = build_parser().parse_args(["run", "example", "--rollout-workers", "8",
                                       "--no-eval-at-start", "--temperature", "0.7"])
     assert (args.rollout_workers, args.eval_at_start, args.temperature) == (8, False, 0.7)
+
+
+def test_a_whole_number_setting_says_what_was_typed_as_a_whole_number():
+    from tinker_tui.engine.config import SETTINGS
+
+    workers = SETTINGS["rollout_workers"]
+    with pytest.raises(ConfigError, match=r"between 1 and 256, got 0$"):
+        workers.parse("0")
+    with pytest.raises(ConfigError, match=r"got 1000$"):
+        workers.parse("1_000")
+    with pytest.raises(ConfigError, match=r"temperature must be .*, got 33.0$"):
+        SETTINGS["temperature"].parse("33")

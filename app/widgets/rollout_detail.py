@@ -151,8 +151,9 @@ def detail_content(model: RunModel, ref: RolloutRef | None) -> Content:
         assert ref.step is not None
         groups = model.groups_of(ref.step)
         trained = ref.step <= model.step
-        what = (f"{len(groups)} groups taken or dropped by step {ref.step}" if trained
-                else f"step {ref.step} is being collected: {len(groups)} groups dropped so far")
+        count = f"{len(groups)} group" + ("" if len(groups) == 1 else "s")
+        what = (f"{count} taken or dropped by step {ref.step}" if trained
+                else f"step {ref.step} is being collected: {count} dropped so far")
         lines = [Content.styled(f"step {ref.step}", "bold"), Content(what)]
         if not groups and trained:
             lines.append(Content.styled("its groups are no longer kept in memory",
