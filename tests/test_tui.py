@@ -402,6 +402,9 @@ async def test_enter_edits_a_knob_with_confirmation_and_shows_refusals():
         await press(pilot, "enter", "enter")
         message = str(app.screen.query_one("#knob-message").render())
         assert "temperature must be between 0 and 2" in message
+        await press(pilot, "backspace")  # the value changes: the refusal of the last goes
+        message = str(app.screen.query_one("#knob-message").render())
+        assert "between" not in message and message.startswith("enter: check the value")
         await press(pilot, "escape")
         assert app.session.control.call_names() == []
         # learning_rate: type, enter checks, enter again applies

@@ -12,6 +12,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 from tinker_tui.app.run_model import format_knob, parse_knob_value
 
+#: What the dialog says until a value is checked.
+HINT = "enter: check the value · esc: cancel"
 #: Applies a value; returns an error message, or None when the engine took it.
 Apply = Callable[[str, float | int], str | None]
 
@@ -39,7 +41,7 @@ class KnobEditScreen(ModalScreen[float | int | None]):
             yield Label(f"now {format_knob(self.knob, self.current)}", id="knob-current")
             yield Input(value=format_knob(self.knob, self.current) if self.current is not None
                         else "", id="knob-input", select_on_focus=True)
-            yield Label("enter: check the value · esc: cancel", id="knob-message")
+            yield Label(HINT, id="knob-message")
             with Horizontal(id="knob-buttons"):
                 yield Button("Apply (enter)", id="knob-apply", variant="warning", disabled=True)
                 yield Button("Cancel (esc)", id="knob-cancel")
@@ -54,8 +56,10 @@ class KnobEditScreen(ModalScreen[float | int | None]):
         label.set_class(error, "-error")
 
     def on_input_changed(self, event: Input.Changed) -> None:
+        """A new value: the message about the last one (an error, a confirmation) goes."""
         self.pending = None
         self.query_one("#knob-apply", Button).disabled = True
+        self._message(HINT)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
