@@ -21,6 +21,7 @@ so the one dashboard draws a live run, a finished run and a run another process 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from collections.abc import Mapping
@@ -223,7 +224,7 @@ class StoreSession:
         """Start the engine (`Engine.start`), then wait until it has a control endpoint and
         its run is in the store; EngineExited if the engine ends first (the command prints
         what it said), or was cancelled by a signal before it started."""
-        from tinker_tui.app.engine_process import EngineExited, log_tail
+        from tinker_tui.app.engine_process import EngineExited, exit_interrupts, log_tail
         from tinker_tui.engine.control_server import control_file_path
         from tinker_tui.engine.store import StoreError, find_run
 
@@ -249,7 +250,12 @@ class StoreSession:
             if code is not None:
                 assert self.engine is not None
                 log = self.engine.log_path
-                raise EngineExited(code, log_tail(log), log if log and log.is_file() else None)
+                lines = log_tail(log)
+                if exit_interrupts(code) and log is not None:
+                    # stopped before its run was stored: nothing started, nothing to keep
+                    with contextlib.suppress(OSError):
+                        log.unlink()
+                raise EngineExited(code, lines, log if log and log.is_file() else None)
             await asyncio.sleep(self.poll_interval)
 
     async def _connect(self, control_file: Path) -> None:

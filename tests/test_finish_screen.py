@@ -12,6 +12,8 @@ import signal
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 
 from fake_session import FakeSession, finished_events, scripted_events
@@ -301,6 +303,20 @@ async def test_an_engine_that_ends_before_its_run_starts_raises_what_it_said(tmp
             "tinker-tui: error: run store runs.db is locked by another writer"]
     else:
         raise AssertionError("no EngineExited")
+
+
+async def test_an_engine_stopped_before_its_run_was_stored_leaves_no_log(tmp_path):
+    """A signal to the engine while it imported: it said so and ended with 130, its run never
+    stored. Its log held only that line, left beside the store ("nothing is stored")."""
+    log = tmp_path / "run-9.engine.log"
+    log.write_text("tinker-tui: stopped by SIGINT; nothing was started\n")
+    session = StoreSession(tmp_path / "runs.db", run_id="run-9", follow=True,
+                           poll_interval=0.05, engine=DeadEngine(log, code=130))
+    with pytest.raises(EngineExited) as caught:
+        await asyncio.wait_for(session.run(), 10)
+    assert caught.value.exit_code == 130 and caught.value.log_path is None
+    assert caught.value.lines == ["tinker-tui: stopped by SIGINT; nothing was started"]
+    assert not log.exists()
 
 
 class StartingEngine(LiveEngine):
