@@ -93,7 +93,8 @@ class SummaryCollector:
         s = self._summary
         if isinstance(event, RunStarted):
             self._summary = replace(s, run_id=event.run_id,
-                                    task=s.task or task_spec_for(event.name),
+                                    task=s.task or event.task_spec
+                                    or task_spec_for(event.name),
                                     max_steps=event.max_steps, step=max(s.step, event.start_step))
             earlier, self._earlier = self._earlier, []
             for before in earlier:  # first: an equal best stays at its earlier step
@@ -139,8 +140,8 @@ class SummaryCollector:
 
 
 def task_spec_for(name: str) -> str:
-    """How to name a stored run's task on the command line: a built-in's name, else TASK
-    (the store does not keep which file a task came from)."""
+    """How to name a run's task on the command line when its store does not say
+    (`RunStarted.task_spec`, kept since schema v6): a built-in's name, else TASK."""
     from tinker_tui.app.task_loader import BUILTIN_TASKS
 
     return "example" if name == "yes_no_maybe" else name if name in BUILTIN_TASKS else "TASK"

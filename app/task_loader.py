@@ -75,6 +75,18 @@ def load_task(spec: str) -> Task:
     return _located(task, where)
 
 
+def spec_to_store(spec: str) -> str:
+    """How a run's task is written down for later commands (`run TASK --resume RUN` printed
+    by `show`, `attach`, another folder): a built-in or a module as given, a task file by
+    its absolute path."""
+    if spec in BUILTIN_TASKS:
+        return spec
+    target, attribute = _split(spec)
+    if not _looks_like_path(target):
+        return spec
+    return str(Path(target).expanduser().resolve()) + (f":{attribute}" if attribute else "")
+
+
 def _split(spec: str) -> tuple[str, str | None]:
     """'file.py:NAME' / 'pkg.mod:NAME' -> (target, NAME); a drive letter is no NAME."""
     head, sep, tail = spec.rpartition(":")

@@ -44,6 +44,9 @@ class RunStarted(Event):
     max_steps: int
     start_step: int
     config: Mapping[str, Any] = field(default_factory=dict)
+    #: How the command line named the task (a built-in's name, a task file's path), so a
+    #: printed `run TASK --resume RUN` can be run as it is ("" when not known).
+    task_spec: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -257,6 +257,33 @@ def test_show_without_a_terminal_prints_one_line_per_step(stored, capsys):
     assert "completed at step 20/" in out
 
 
+def test_show_names_the_task_as_the_run_was_started(tmp_path, capsys, monkeypatch):
+    """A run of a task file: `show` printed `run TASK --resume`; the store keeps how the
+    command line named the task (a file by its absolute path, as a shell takes it)."""
+    from tinker_tui.app.task_loader import spec_to_store
+
+    task_file = tmp_path / "my tasks" / "calc.py"
+    task_file.parent.mkdir()
+    task_file.write_text("")
+    monkeypatch.chdir(task_file.parent)
+    assert spec_to_store("calc.py") == str(task_file)
+    assert spec_to_store("calc.py:OTHER") == f"{task_file}:OTHER"
+    assert spec_to_store("example") == "example" and spec_to_store("pkg.mod") == "pkg.mod"
+    path = tmp_path / "runs.db"
+
+    async def store_run() -> None:
+        store = await RunStore.open(path)
+        store.handle(RunStarted(time=1.0, run_id="calc-1", name="calc", backend="local",
+                                base_model="tiny", max_steps=5, start_step=0,
+                                task_spec=spec_to_store("calc.py")))
+        store.handle(RunFinished(time=2.0, status="stopped", final_step=0, reason="user"))
+        await store.close()
+    asyncio.run(store_run())
+    assert cli_main(["show", "--db", str(path), "--no-ui"]) == 0
+    out = capsys.readouterr().out
+    assert f"tinker-tui run '{task_file}' --resume calc-1 --db {path}" in out
+
+
 def test_show_of_an_unknown_run_is_a_usage_error(stored, capsys):
     path, _ = stored
     assert cli_main(["show", "nope", "--db", str(path), "--no-ui"]) == 2

@@ -101,8 +101,11 @@ def test_attach_to_a_killed_run_says_its_process_is_gone(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"run {run_id} is not running: its process (pid {proc.pid}) is gone" in err
     assert "does not answer" not in err
-    assert main(["attach", "--db", db, "--no-ui"]) == 2  # the newest live run: none
-    assert "no control endpoint for any run" in capsys.readouterr().err
+    # the commands that show and continue it name the task as the run was started
+    assert f"`tinker-tui run example --resume {run_id} --db {db}` continues it" in err
+    # no run named, none live: the newest that did not end is named, not "no endpoint"
+    assert main(["attach", "--db", db, "--no-ui"]) == 2
+    assert err == capsys.readouterr().err
 
 
 async def test_dashboards_show_a_run_stopped_at_once_as_interrupted(tmp_path):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,7 +51,6 @@ def control_file_for(db_path: Path, wanted: str | None) -> Path:
     """The control file of the run `wanted` names (UsageError if there is none). A file
     whose process is gone (`control_file_orphaned`) is stale: passed over, and named as
     such when it is the one asked for."""
-    from tinker_tui.app.run_summary import db_flag
     from tinker_tui.engine.control_server import (
         CONTROL_FILE_SUFFIX,
         control_file_orphaned,
@@ -58,28 +58,47 @@ def control_file_for(db_path: Path, wanted: str | None) -> Path:
         find_control_files,
     )
 
-    files = [f for f in find_control_files(db_path) if control_file_orphaned(f) is None]
+    every = find_control_files(db_path)
+    files = [f for f in every if control_file_orphaned(f) is None]
     if wanted:
         exact = control_file_path(db_path, wanted)
         if exact.is_file():
             pid = control_file_orphaned(exact)
             if pid is not None:
-                db = db_flag(db_path)
-                raise UsageError(
-                    f"run {wanted} is not running: its process (pid {pid}) is gone and its "
-                    f"control file {exact} is stale. `tinker-tui show {wanted}{db}` shows "
-                    f"it; `tinker-tui run TASK --resume {wanted}{db}` continues it")
+                raise _gone(db_path, wanted, pid, exact)
             return exact
         files = [f for f in files if f.name.startswith(wanted)]
         if len(files) > 1:
             names = ", ".join(f.name.removesuffix(CONTROL_FILE_SUFFIX) for f in files)
             raise UsageError(f"{wanted!r} matches several running runs: {names}")
+    stale = [f for f in every if f not in files]
+    if not files and not wanted and stale:  # the newest run that did not end: say what it is
+        newest = max(stale, key=lambda f: f.stat().st_mtime)
+        run_id = newest.name.removesuffix(CONTROL_FILE_SUFFIX)
+        raise _gone(db_path, run_id, control_file_orphaned(newest), newest)
     if not files:
         which = f"run {wanted!r}" if wanted else "any run"
         raise UsageError(f"no control endpoint for {which} beside {db_path}: start the run "
                          "with `tinker-tui run TASK --no-ui` (same --db), or use "
                          "`tinker-tui show` for a finished run")
     return files[0]
+
+
+def _gone(db_path: Path, run_id: str, pid: int | None, control_file: Path) -> UsageError:
+    """A run whose process is gone, with the commands that show and continue it."""
+    from tinker_tui.app.run_summary import db_flag, task_spec_for
+    from tinker_tui.engine.store import StoreError, find_run
+
+    try:
+        run = asyncio.run(find_run(db_path, run_id))
+        task = shlex.quote(run.task_spec or task_spec_for(run.name))
+    except StoreError:
+        task = "TASK"
+    db = db_flag(db_path)
+    return UsageError(
+        f"run {run_id} is not running: its process (pid {pid}) is gone and its control file "
+        f"{control_file} is stale. `tinker-tui show {run_id}{db}` shows it; "
+        f"`tinker-tui run {task} --resume {run_id}{db}` continues it")
 
 
 def connect(control_file: Path) -> tuple[RemoteControl, str]:

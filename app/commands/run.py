@@ -187,6 +187,7 @@ class RunPlan:
     db_path: Path
     run_id: str | None = None  # set when resuming, or pinned by `--run-id`
     resume: bool = False
+    task_spec: str = ""  # how later commands name the task (`task_loader.spec_to_store`)
 
 
 def check_store(path: Path, *, explicit: bool) -> None:
@@ -209,10 +210,16 @@ def check_store(path: Path, *, explicit: bool) -> None:
 def plan_run(args: argparse.Namespace) -> RunPlan:
     """Check the task, the settings, the backend's credentials and the store (UsageError
     or StoreError at once); nothing heavy is imported here."""
-    from tinker_tui.app.task_loader import layered_config, load_config_file, task_source
+    from tinker_tui.app.task_loader import (
+        layered_config,
+        load_config_file,
+        spec_to_store,
+        task_source,
+    )
     from tinker_tui.engine.backend import check_base_model, choose_backend
 
     task = load_task(args.task)
+    spec = spec_to_store(args.task)
     path = store_path(args)
     if getattr(args, "resume", None) is not None:
         from tinker_tui.app.resume import resume_plan
@@ -220,7 +227,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         check_store(path, explicit=args.db is not None)  # before reading the run from it
         config, backend, run_id = resume_plan(args, task, path)
         return RunPlan(task=task, config=config, backend=backend, db_path=path,
-                       run_id=run_id, resume=True)
+                       run_id=run_id, resume=True, task_spec=spec)
     backend = choose_backend(args.backend)
     config_path = getattr(args, "config", None)
     config = layered_config(task, backend,
@@ -230,7 +237,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     check_base_model(backend, config.base_model)
     check_store(path, explicit=args.db is not None)
     return RunPlan(task=task, config=config, backend=backend, db_path=path,
-                   run_id=getattr(args, "run_id", None))
+                   run_id=getattr(args, "run_id", None), task_spec=spec)
 
 
 def build_session(plan: RunPlan, clock: Clock | None = None, *, headless: bool = False) -> Run:
@@ -239,7 +246,8 @@ def build_session(plan: RunPlan, clock: Clock | None = None, *, headless: bool =
     from tinker_tui.engine.run import Run
 
     run = Run(task=plan.task, config=plan.config, backend=plan.backend, db_path=plan.db_path,
-              run_id=plan.run_id, resume=plan.resume, clock=clock, headless=headless)
+              run_id=plan.run_id, resume=plan.resume, clock=clock, headless=headless,
+              task_spec=plan.task_spec)
     run.preload()  # before the run's loop (headless) or in the dashboard's build thread
     return run
 

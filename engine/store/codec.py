@@ -105,6 +105,14 @@ def _str(x: Any) -> str:
     return x if isinstance(x, str) else str(x)
 
 
+def _column(row: StoredRow, name: str) -> Any:
+    """A column a store of an older schema may not have (None then)."""
+    try:
+        return row[name]
+    except (IndexError, KeyError):  # sqlite3.Row, dict
+        return None
+
+
 def _time(row: StoredRow) -> float:
     return float(row["time"] or 0.0)
 
@@ -121,12 +129,13 @@ def _dict(value: Any) -> dict[str, Any]:
 
 SQL_RUN_STARTED = """
 INSERT INTO runs (run_id, name, backend, base_model, config, status, started_at, max_steps,
-                  start_step)
-VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?)
+                  start_step, task_spec)
+VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)
 ON CONFLICT (run_id) DO UPDATE SET
     name = excluded.name, backend = excluded.backend, base_model = excluded.base_model,
     config = excluded.config, status = 'running', reason = '', ended_at = NULL,
-    final_step = NULL, max_steps = excluded.max_steps, start_step = excluded.start_step
+    final_step = NULL, max_steps = excluded.max_steps, start_step = excluded.start_step,
+    task_spec = CASE WHEN excluded.task_spec != '' THEN excluded.task_spec ELSE task_spec END
 """
 SQL_RUN_FINISHED = (
     "UPDATE runs SET status = ?, reason = ?, ended_at = ?, final_step = ? WHERE run_id = ?"
@@ -141,7 +150,7 @@ def _encode_run_started(rows: Rows, run_id: str | None, e: RunStarted) -> None:
     rows.run_ops.append((SQL_RUN_STARTED, (
         _str(e.run_id), _str(e.name), _str(e.backend), _str(e.base_model),
         _dumps(dict(e.config)), _float_or_none(e.time), _int_or_none(e.max_steps),
-        int(e.start_step))))
+        int(e.start_step), _str(e.task_spec))))
 
 
 def _encode_run_finished(rows: Rows, run_id: str, e: RunFinished) -> None:
@@ -172,13 +181,15 @@ class StoredRun:
     final_step: int | None
     groups_sampled: int
     tokens_sampled: int
+    #: How the command line named the task ("" in stores older than v6).
+    task_spec: str = ""
 
     def started(self) -> RunStarted:
         """The run's RunStarted, as its last start recorded it (time: its first start)."""
         return RunStarted(time=float(self.started_at or 0.0), run_id=self.run_id,
                           name=self.name, backend=self.backend, base_model=self.base_model,
                           max_steps=int(self.max_steps or 0), start_step=self.start_step,
-                          config=dict(self.config))
+                          config=dict(self.config), task_spec=self.task_spec)
 
     def finished(self) -> RunFinished | None:
         """The run's RunFinished; None while the store has no end for it."""
@@ -202,7 +213,8 @@ def decode_run(row: StoredRow) -> StoredRun:
         reason=row["reason"] or "", started_at=row["started_at"], ended_at=row["ended_at"],
         max_steps=row["max_steps"], start_step=int(row["start_step"] or 0),
         final_step=row["final_step"], groups_sampled=int(row["groups_sampled"] or 0),
-        tokens_sampled=int(row["tokens_sampled"] or 0))
+        tokens_sampled=int(row["tokens_sampled"] or 0),
+        task_spec=_column(row, "task_spec") or "")
 
 
 # ---------------------------------------------------------------------- StepTrained

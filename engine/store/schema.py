@@ -225,9 +225,10 @@ ALTER TABLE sampled_groups ADD COLUMN detail TEXT NOT NULL DEFAULT '';
 """
 
 # Version 6 keeps the checkpoints the retention policy deleted (CheckpointDeleted), so the
-# dashboards list only checkpoints that still exist and a resume never picks a deleted one.
-# Only a new table.
+# dashboards list only checkpoints that still exist and a resume never picks a deleted one,
+# and how the command line named each run's task (RunStarted.task_spec).
 SCHEMA_V6 = """
+ALTER TABLE runs ADD COLUMN task_spec TEXT NOT NULL DEFAULT '';
 CREATE TABLE checkpoint_deletions (
     id              INTEGER PRIMARY KEY,
     run_id          TEXT NOT NULL,
