@@ -47,6 +47,7 @@ class HeadlessReporter:
         self._closed = False  # the output's reader went away
         self._last_shape: tuple[str, str, str] | None = None  # the last warning/error printed
         self._repeats = 0  # how often it came again since
+        self._last_line = ""  # its first line, as printed
 
     def _startup(self, event: StartupProgressed) -> None:
         """One line when the start-up enters a phase (not one per warm-up step)."""
@@ -113,12 +114,12 @@ class HeadlessReporter:
         elif isinstance(event, LogEmitted) and event.level in ("warning", "error"):
             lines = event.message.splitlines()
             where = innermost_frame(lines)
-            shape = (event.level, _NUMBERS.sub("#", lines[0]), where)
-            if shape == self._last_shape:  # the same message with other numbers: counted
+            shape = (event.level, _VALUES.sub("#", lines[0]), where)
+            if shape == self._last_shape:  # the same message with other values: counted
                 self._repeats += 1
                 return
             self._end_repeats()
-            self._last_shape = shape
+            self._last_shape, self._last_line = shape, lines[0]
             self._print(f"{event.level}: {lines[0]}")
             if where:
                 show = f"tinker-tui show {self._run_id} --log{db_flag(self.db_path)}"
@@ -127,8 +128,8 @@ class HeadlessReporter:
 
     def _end_repeats(self) -> None:
         """Say how often the last warning or error came again, if it did."""
-        if self._repeats:
-            self._print(f"  (and {self._repeats} more like it)")
+        if self._repeats:  # lines may have come between: it says which message it counts
+            self._print(f"  (and {self._repeats} more like {_shorten(self._last_line)!r})")
         self._repeats, self._last_shape = 0, None
 
 
@@ -149,7 +150,13 @@ def innermost_frame(lines: list[str]) -> str:
 
 
 _FRAME = re.compile(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
-_NUMBERS = re.compile(r"\d+")
+#: What differs between repeats of one message: numbers and quoted values
+#: ("invalid literal for int() with base 10: 'man'", then 'travel').
+_VALUES = re.compile(r"'[^']*'|\"[^\"]*\"|\d+")
+
+
+def _shorten(line: str, most: int = 72) -> str:
+    return line if len(line) <= most else line[:most - 1] + "…"
 
 
 def _is_user_file(filename: str) -> bool:

@@ -3,6 +3,7 @@ from its group (`min_group_size`), and a health pause that stops a run nobody ca
 (`on_health_pause`), down to the exit code of `run --no-ui`."""
 
 import asyncio
+import io
 import os
 import random
 import re
@@ -220,7 +221,6 @@ def _score(scenario):
 async def test_the_headless_log_says_where_in_the_task_a_rollout_raised(tmp_path):
     """`--no-ui` keeps one line per message, plus the line of the user's code that raised
     (not the engine's frames above it); `show RUN --log` has the whole traceback."""
-    import io
 
     from tinker_tui.app.headless import HeadlessReporter
 
@@ -250,7 +250,6 @@ async def test_the_headless_log_names_the_users_line_of_an_error_raised_in_ours(
     """A reward of the wrong type is refused inside the engine's Trajectory; the place to
     fix is the rollout's line that passed it. The same error again is counted, not
     repeated."""
-    import io
 
     from tinker_tui.app.headless import HeadlessReporter
     from tinker_tui.engine.events import RunFinished
@@ -274,7 +273,8 @@ async def test_the_headless_log_names_the_users_line_of_an_error_raised_in_ours(
     assert lines[errors[0] + 1].startswith(f"  at {__file__}:")
     assert 'reward="1")  # the mistake' in lines[errors[0] + 1]
     failed = sum(isinstance(e, GroupDiscarded) and e.reason == "error" for e in events)
-    assert failed >= 4 and f"  (and {failed - 1} more like it)" in lines
+    assert failed >= 4 and any(line.startswith(f"  (and {failed - 1} more like 'rollout of")
+                               for line in lines), lines
 
 
 def test_the_headless_lines_stop_quietly_when_their_reader_goes_away():
@@ -296,3 +296,23 @@ def test_the_headless_lines_stop_quietly_when_their_reader_goes_away():
     for i in range(3):
         reporter.handle(LogEmitted(time=float(i), level="error", message=f"failure {i}"))
     assert ClosedPipe.writes == 1  # the first write found the pipe closed; then silence
+
+
+def test_headless_errors_that_differ_in_a_quoted_value_are_counted_as_one():
+    """`int(answer)` raising for every answer printed one error per answer ('man', then
+    'travel', ...); the count says which message it counts, wherever it lands."""
+    from tinker_tui.app.headless import HeadlessReporter
+    from tinker_tui.engine.events import LogEmitted, RunFinished
+
+    out = io.StringIO()
+    reporter = HeadlessReporter(out)
+    for word in ("man", "travel", "song"):
+        reporter.handle(LogEmitted(time=1.0, level="error", message=(
+            f"rollout of s1 failed: ValueError: invalid literal for int() with base 10: "
+            f"'{word}'")))
+    reporter.handle(RunFinished(time=2.0, status="stopped", final_step=0, reason="health"))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0] == ("error: rollout of s1 failed: ValueError: invalid literal for int() "
+                        "with base 10: 'man'")
+    assert lines[1].startswith("  (and 2 more like 'rollout of s1 failed: ValueError: invalid")
