@@ -110,7 +110,8 @@ class TinkerTuiApp(App[None]):
     MODES = {"dashboard": DashboardScreen, "rollouts": lambda: _view("rollouts"),
              "control": lambda: _view("control"), "metrics": lambda: _view("metrics")}
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
-    VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
+    # "-cramped": the smallest heights the views take (18-23 rows), where every row counts
+    VERTICAL_BREAKPOINTS = [(0, "-cramped"), (24, "-short"), (36, "-tall")]
 
     # Two bindings share `p` (and `q`): `check_action` enables exactly one of each pair, so
     # the footer reads "Pause"/"Resume" and "Quit"/"Force quit" according to the state.

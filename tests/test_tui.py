@@ -812,3 +812,16 @@ def test_run_says_it_starts_the_engine_and_attach_that_it_reads_the_store(tmp_pa
     write_run(db)
     attached = StoreSession(db, asyncio.run(find_run(db, None)), follow=True)
     assert TinkerTuiApp(attached).model.phase_text().startswith("reading the run store… ")
+
+
+@pytest.mark.parametrize("height", [18, 21, 23])
+async def test_the_reward_chart_keeps_room_at_the_smallest_heights(height):
+    """At 60x18 (the smallest size the views take) the reward pane had only its borders:
+    the panes above and below kept their usual rows."""
+    app = make_app()
+    async with app.run_test(size=(60 if height == 18 else 80, height)) as pilot:
+        await settled(pilot)
+        chart = app.screen.query_one("#rewards")
+        assert chart.content_region.height >= 3 + (height - 18) // 2, chart.content_region
+        verdict = app.screen.query_one(ThroughputPanel).query_one("#verdict")
+        assert verdict.region.height >= 1  # the verdict still shows (the idle line gives way)
