@@ -16,7 +16,6 @@ so a mistake is answered in well under a second.
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import os
 import re
@@ -24,7 +23,7 @@ import signal
 import sys
 from collections.abc import Iterable, Sequence
 
-from tinker_tui.app.interrupts import EXIT_CODES, interrupting, signal_of
+from tinker_tui.app.interrupts import EXIT_CODES, exit_now, interrupting, signal_of
 from tinker_tui.engine.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, TinkerTuiError
 
 #: Sub-command modules under app/commands, in the order `--help` lists them.
@@ -125,14 +124,20 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
+    """The command line (`argv`: the process's own when None). Called for the process, it
+    does not return: the process ends with the command's code at once (`exit_now`). Tests
+    pass `argv` and get the code back."""
+    if argv is not None:
         return _main(argv)
-    finally:
-        if argv is None:
-            # The program exits next. Its last garbage collection would walk every object
-            # torch and transformers made (seconds on a busy machine, after a Ctrl+C too);
-            # frozen objects are skipped. Callers passing argv (tests) keep their GC whole.
-            gc.freeze()
+    try:
+        code = _main(None)
+    except SystemExit as exc:  # argparse's usage errors and --help (their words are out)
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or EXIT_OK
+        else:  # sys.exit("message"), as Python would say it
+            print(exc.code, file=sys.stderr)
+            code = EXIT_FAILED
+    exit_now(code)
 
 
 def _main(argv: list[str] | None) -> int:

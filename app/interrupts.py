@@ -18,9 +18,12 @@ Standard library only: every command imports it before its signals are handled.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
+from typing import NoReturn
 
 #: The exit code of a command a signal ended.
 EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -59,6 +62,22 @@ def interrupting() -> Iterator[list[int]]:
         for signum, handler in previous.items():
             if signal.getsignal(signum) is interrupt:
                 signal.signal(signum, handler)
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with the command's `code` once it is done, without the interpreter's
+    teardown. A second Ctrl+C that came during that teardown killed a run that had stopped
+    cleanly: first a KeyboardInterrupt in an exit hook (torch's), and once Python had put
+    the default signal handlers back, the signal's own exit (-2) with no word. Everything
+    the command wrote is flushed here; its files, store and trackers it closed itself."""
+    import logging
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):
+        logging.shutdown()
+    os._exit(code)
 
 
 def hold_signals() -> list[int]:

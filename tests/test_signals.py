@@ -2,6 +2,7 @@
 143; a second signal exits at once and leaves the store consistent."""
 
 import asyncio
+import contextlib
 import os
 import signal
 import sqlite3
@@ -45,6 +46,32 @@ def test_sigterm_stops_gracefully_with_143(tmp_path):
     status, final_step = db.execute("select status, final_step from runs").fetchone()
     assert status == "stopped"
     assert db.execute("select max(step) from checkpoints").fetchone()[0] == final_step
+
+
+def test_signals_after_the_run_stopped_keep_its_exit_code(tmp_path):
+    """A second Ctrl+C that came once the run had stopped, while the interpreter tore down,
+    raised a KeyboardInterrupt in an exit hook: the process died by SIGINT (-2) with a
+    traceback. Signals from the summary line until the process is gone must not change its
+    code."""
+    proc = start_run(tmp_path)
+    try:
+        wait_for_step(proc, 2)
+        proc.send_signal(signal.SIGINT)
+        for line in proc.stdout:
+            if " stopped at step " in line:  # the summary: the command is done
+                break
+        sent = 0
+        while proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+                sent += 1
+            time.sleep(0.002)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (proc.returncode, sent, err[-2000:])
+    assert "Traceback" not in err and "Exception ignored" not in err, err[-2000:]
 
 
 def test_second_signal_exits_at_once_with_a_consistent_store(tmp_path, capsys):
