@@ -1,4 +1,4 @@
-"""SIGINT and SIGTERM before a command handles them itself.
+"""SIGINT, SIGTERM and SIGHUP before a command handles them itself.
 
 From the command line's start until the command is chosen (`app.cli`), and while `run`
 checks its plan and imports the engine (`app.commands.run`), either signal raises a
@@ -25,8 +25,9 @@ import threading
 from collections.abc import Iterator
 from typing import NoReturn
 
-#: The exit code of a command a signal ended.
-EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
+#: The exit code of a command a signal ended. SIGHUP (the terminal went away) too: before
+#: a dashboard handled it, a hang-up in its first half second killed it without a word.
+EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
 def interrupted(signum: int) -> KeyboardInterrupt:
@@ -43,7 +44,7 @@ def signal_of(exc: KeyboardInterrupt) -> int | None:
 
 @contextlib.contextmanager
 def interrupting() -> Iterator[list[int]]:
-    """While inside: SIGINT and SIGTERM raise `interrupted(signum)` and are noted in the
+    """While inside: SIGINT, SIGTERM and SIGHUP raise `interrupted(signum)` and are noted in the
     list this yields. On leaving, the handlers before are put back, except where one was
     installed meanwhile (`hold_signals`): that one takes over with no moment without one."""
     noted: list[int] = []
@@ -81,7 +82,7 @@ def exit_now(code: int) -> NoReturn:
 
 
 def hold_signals() -> list[int]:
-    """From now until the dashboard handles them itself, SIGINT and SIGTERM are kept (not
+    """From now until the dashboard handles them itself, SIGINT, SIGTERM and SIGHUP are kept (not
     fatal) and handed to it when it starts: a signal sent while the dashboard loads must
     still stop the run, not only kill the dashboard. Returns the list they are kept in."""
     held: list[int] = []
