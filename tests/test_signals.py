@@ -48,6 +48,23 @@ def test_sigterm_stops_gracefully_with_143(tmp_path):
     assert db.execute("select max(step) from checkpoints").fetchone()[0] == final_step
 
 
+def test_sighup_stops_a_headless_run_gracefully_with_129(tmp_path):
+    """It died by the hang-up, leaving its control and lock files and a run marked running."""
+    proc = start_run(tmp_path)
+    try:
+        wait_for_step(proc, 2)
+        proc.send_signal(signal.SIGHUP)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 129, err
+    assert "stopping: received SIGHUP" in out
+    db = sqlite3.connect(tmp_path / "runs.db")
+    assert db.execute("select status from runs").fetchone() == ("stopped",)
+    assert not list(tmp_path.glob("*.control.json")) and not list(tmp_path.glob("*.lock"))
+
+
 def test_signals_after_the_run_stopped_keep_its_exit_code(tmp_path):
     """A second Ctrl+C that came once the run had stopped, while the interpreter tore down,
     raised a KeyboardInterrupt in an exit hook: the process died by SIGINT (-2) with a
