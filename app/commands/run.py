@@ -365,12 +365,17 @@ def main(args: argparse.Namespace) -> int:
     held: list[int] | None = None
     session = None
     with interrupting() as noted:
-        plan = plan_run(args)
-        if wants_ui(args):
-            held = hold_signals()  # takes over from `interrupting` with no gap
-        else:
-            watched = getattr(args, "watched", False)  # a dashboard started this engine
-            session = build_session(plan, headless=not watched)
+        try:
+            plan = plan_run(args)
+            if wants_ui(args):
+                held = hold_signals()  # takes over from `interrupting` with no gap
+            else:
+                watched = getattr(args, "watched", False)  # a dashboard started this engine
+                session = build_session(plan, headless=not watched)
+        except Exception:
+            if noted:  # the signal, wrapped into another error by the code it hit (pydantic)
+                raise interrupted(noted[0]) from None
+            raise
     if noted:
         raise interrupted(noted[0])  # one an import swallowed: the run never starts
     if held is not None:
