@@ -19,6 +19,7 @@ from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.events import (
     CheckpointSaved,
     Event,
+    GroupDiscarded,
     LogEmitted,
     RunFinished,
     RunStarted,
@@ -51,6 +52,8 @@ class RunSummary:
     best_step: int | None = None
     checkpoint: str = ""  # the last full checkpoint's name (what --resume continues from)
     checkpoint_step: int | None = None
+    #: Groups whose every rollout failed (dropped with reason "error"): the task's errors.
+    failed_groups: int = 0
     db_path: Path | None = None
     last_log: tuple[str, ...] = field(default_factory=tuple)
     #: The last word of each outside tracker (W&B, TensorBoard): where its records went.
@@ -85,7 +88,8 @@ class SummaryCollector:
             async with await StoreReader.open_readonly(db_path) as store:
                 run = await store.run(run_id)
                 if run is not None:
-                    self._earlier = await store.events(run, (StepTrained, CheckpointSaved))
+                    self._earlier = await store.events(
+                        run, (StepTrained, CheckpointSaved, GroupDiscarded))
         except StoreError:  # unreadable now: the run's own start says why
             return
 
@@ -98,7 +102,7 @@ class SummaryCollector:
                                     max_steps=event.max_steps, step=max(s.step, event.start_step))
             earlier, self._earlier = self._earlier, []
             for before in earlier:  # first: an equal best stays at its earlier step
-                if isinstance(before, StepTrained | CheckpointSaved) \
+                if isinstance(before, StepTrained | CheckpointSaved | GroupDiscarded) \
                         and before.step <= event.start_step:
                     self.handle(before)
             return
@@ -110,6 +114,10 @@ class SummaryCollector:
                 s = replace(s, final_reward=float(reward),
                             best_reward=float(reward) if best else s.best_reward,
                             best_step=event.step if best else s.best_step)
+        elif isinstance(event, GroupDiscarded):
+            if event.reason != "error":
+                return
+            s = replace(s, failed_groups=s.failed_groups + 1)
         elif isinstance(event, CheckpointSaved):
             if event.kind == "state":
                 s = replace(s, checkpoint=event.name, checkpoint_step=event.step)
@@ -182,6 +190,12 @@ def headline(summary: RunSummary) -> str:
     return f"run {summary.run_id} {summary.status} at step {summary.step}{of}{why}"
 
 
+def failed_groups_text(summary: RunSummary) -> str:
+    """How many groups the task's errors cost, and where each error is."""
+    groups = f"{summary.failed_groups} group" + ("" if summary.failed_groups == 1 else "s")
+    return f"{groups} failed: every rollout raised (`show --log`)"
+
+
 def summary_lines(summary: RunSummary, *, log_lines: bool = True) -> list[str]:
     """The summary printed when a run ends: status, steps, rewards, checkpoint, store, the
     commands to look again and to continue; a failed run's last log lines (`log_lines`)."""
@@ -194,6 +208,8 @@ def summary_lines(summary: RunSummary, *, log_lines: bool = True) -> list[str]:
         lines.append(f"  last checkpoint: {summary.checkpoint} (step {summary.checkpoint_step})")
     else:
         lines.append("  last checkpoint: none")
+    if summary.failed_groups:
+        lines.append(f"  errors: {failed_groups_text(summary)}")
     if summary.db_path is not None:
         lines.append(f"  store: {summary.db_path}")
     if summary.engine_log is not None:

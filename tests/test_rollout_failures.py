@@ -316,3 +316,20 @@ def test_headless_errors_that_differ_in_a_quoted_value_are_counted_as_one():
     assert lines[0] == ("error: rollout of s1 failed: ValueError: invalid literal for int() "
                         "with base 10: 'man'")
     assert lines[1].startswith("  (and 2 more like 'rollout of s1 failed: ValueError: invalid")
+
+
+def test_the_summary_counts_the_groups_the_tasks_errors_cost():
+    """A completed run whose groups failed by the dozen said nothing of it at its end."""
+    from tinker_tui.app.run_summary import SummaryCollector, summary_lines
+    from tinker_tui.engine.events import RunFinished, RunStarted
+
+    summary = SummaryCollector(task="calc.py")
+    summary.handle(RunStarted(time=0.0, run_id="r", name="calc", backend="local",
+                              base_model="tiny", max_steps=2, start_step=0))
+    for group_id, reason in ((1, "error"), (2, "stale"), (3, "error")):
+        summary.handle(GroupDiscarded(time=1.0, group_id=group_id, scenario_id="s",
+                                      reason=reason, policy_version=0, trainer_version=0,
+                                      num_tokens=0, step=1))
+    summary.handle(RunFinished(time=2.0, status="completed", final_step=2, reason="done"))
+    assert "  errors: 2 groups failed: every rollout raised (`show --log`)" in summary_lines(
+        summary.summary())

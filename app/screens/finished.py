@@ -10,7 +10,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
-from tinker_tui.app.run_summary import RunSummary, next_commands
+from tinker_tui.app.run_summary import RunSummary, failed_groups_text, next_commands
 from tinker_tui.app.screens.run_view import host
 
 TITLES = {"completed": "Run completed", "stopped": "Run stopped", "failed": "Run failed",
@@ -31,6 +31,8 @@ def finished_content(summary: RunSummary) -> Content:
                                f"{summary.best_reward:.3f} (step {summary.best_step})"))
     rows.append(("checkpoint", f"{summary.checkpoint} (step {summary.checkpoint_step})"
                  if summary.checkpoint else "none"))
+    if summary.failed_groups:
+        rows.append(("errors", failed_groups_text(summary)))
     if summary.db_path is not None:
         rows.append(("store", str(summary.db_path)))
     commands = next_commands(summary)
