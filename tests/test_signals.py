@@ -31,37 +31,24 @@ def wait_for_step(proc, step):
     raise AssertionError(f"the run ended before step {step}: {proc.stderr.read()}")
 
 
-def test_sigterm_stops_gracefully_with_143(tmp_path):
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_stop_gracefully(tmp_path, signum, code):
+    """SIGHUP too: it died by the hang-up, leaving its control and lock files and a run
+    marked running."""
     proc = start_run(tmp_path)
     try:
         wait_for_step(proc, 2)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 143, err
-    assert "stopping: received SIGTERM" in out
+    assert proc.returncode == code, err
+    assert f"stopping: received {signal.Signals(signum).name}" in out
     db = sqlite3.connect(tmp_path / "runs.db")
     status, final_step = db.execute("select status, final_step from runs").fetchone()
     assert status == "stopped"
     assert db.execute("select max(step) from checkpoints").fetchone()[0] == final_step
-
-
-def test_sighup_stops_a_headless_run_gracefully_with_129(tmp_path):
-    """It died by the hang-up, leaving its control and lock files and a run marked running."""
-    proc = start_run(tmp_path)
-    try:
-        wait_for_step(proc, 2)
-        proc.send_signal(signal.SIGHUP)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 129, err
-    assert "stopping: received SIGHUP" in out
-    db = sqlite3.connect(tmp_path / "runs.db")
-    assert db.execute("select status from runs").fetchone() == ("stopped",)
     assert not list(tmp_path.glob("*.control.json")) and not list(tmp_path.glob("*.lock"))
 
 
