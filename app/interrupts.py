@@ -30,6 +30,13 @@ from typing import NoReturn
 EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
+def taken_signals() -> list[int]:
+    """The signals of EXIT_CODES this process handles: not one it was started ignoring
+    (`nohup` ignores SIGHUP; a script's background job ignores SIGINT). Taking SIGHUP from
+    `nohup tinker-tui run … --no-ui &` stopped the run when its terminal closed."""
+    return [signum for signum in EXIT_CODES if signal.getsignal(signum) is not signal.SIG_IGN]
+
+
 def interrupted(signum: int) -> KeyboardInterrupt:
     """The exception `interrupting` raises for a signal: a KeyboardInterrupt (code that
     lets a Ctrl+C through lets it through too) that carries the signal's number."""
@@ -56,7 +63,7 @@ def interrupting() -> Iterator[list[int]]:
     if threading.current_thread() is not threading.main_thread():
         yield noted  # signals reach the main thread only
         return
-    previous = {signum: signal.signal(signum, interrupt) for signum in EXIT_CODES}
+    previous = {signum: signal.signal(signum, interrupt) for signum in taken_signals()}
     try:
         yield noted
     finally:
@@ -90,6 +97,6 @@ def hold_signals() -> list[int]:
     def hold(signum: int, frame: object) -> None:
         held.append(signum)
 
-    for signum in EXIT_CODES:
+    for signum in taken_signals():  # within `interrupting`: an ignored one is still ignored
         signal.signal(signum, hold)
     return held

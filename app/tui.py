@@ -44,7 +44,7 @@ from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
-from tinker_tui.app.interrupts import EXIT_CODES
+from tinker_tui.app.interrupts import EXIT_CODES, taken_signals
 from tinker_tui.app.run_model import RunModel
 from tinker_tui.app.run_summary import SummaryCollector
 from tinker_tui.app.screens.confirm_quit import DETACH, FORCE, STOP, QuitScreen
@@ -180,7 +180,7 @@ class TinkerTuiApp(App[None]):
         elif self.read_only or self.attached:
             self.model.waiting_for = "reading the run store"
         self._unsubscribe: Callable[[], None] | None = None
-        self._signals_installed = False
+        self._signals_installed: list[int] = []  # the signals its loop handles
         self._refresh_timer: Timer | None = None
         self._binding_state: tuple[object, ...] | None = None
         #: The views composed so far, and whether one of them is being switched to.
@@ -237,9 +237,9 @@ class TinkerTuiApp(App[None]):
     def on_unmount(self) -> None:
         if self._signals_installed:
             loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            for sig in self._signals_installed:
                 loop.remove_signal_handler(sig)
-            self._signals_installed = False
+            self._signals_installed = []
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -297,9 +297,9 @@ class TinkerTuiApp(App[None]):
         terminal is restored."""
         loop = asyncio.get_running_loop()
         try:
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            for sig in taken_signals():
                 loop.add_signal_handler(sig, self.call_next, self.signal_received, sig)
-            self._signals_installed = True
+                self._signals_installed.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):  # not on this platform/thread
             pass
 

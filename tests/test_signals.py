@@ -52,6 +52,30 @@ def test_sigterm_and_sighup_stop_gracefully(tmp_path, signum, code):
     assert not list(tmp_path.glob("*.control.json")) and not list(tmp_path.glob("*.lock"))
 
 
+def test_a_signal_the_run_was_started_ignoring_stays_ignored(tmp_path):
+    """`nohup tinker-tui run … --no-ui &` ignores SIGHUP: taking it stopped the run when the
+    terminal closed. The run goes on past the hang-up; SIGTERM still stops it."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("TINKER_API_KEY", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--steps",
+         "500", "--warmup-steps", "0", "--db", str(tmp_path / "runs.db")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        proc.send_signal(signal.SIGHUP)  # while it starts: ignored too
+        wait_for_step(proc, 2)
+        proc.send_signal(signal.SIGHUP)
+        wait_for_step(proc, 6)  # trains on
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert "SIGHUP" not in out + err
+
+
 def test_signals_after_the_run_stopped_keep_its_exit_code(tmp_path):
     """A second Ctrl+C that came once the run had stopped, while the interpreter tore down,
     raised a KeyboardInterrupt in an exit hook: the process died by SIGINT (-2) with a

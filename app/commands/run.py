@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tinker_tui.app.interrupts import EXIT_CODES as SIGNAL_EXIT_CODES
+from tinker_tui.app.interrupts import taken_signals
 from tinker_tui.engine.errors import EXIT_HEALTH_STOP, UsageError
 
 if TYPE_CHECKING:
@@ -313,7 +314,8 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
         session.control.stop(f"received {signal.Signals(signum).name}")
         loop.call_later(stop_timeout, run_task.cancel)
 
-    for signum in SIGNAL_EXIT_CODES:
+    taken = taken_signals()
+    for signum in taken:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
         await run_task
@@ -323,7 +325,7 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
         print(f"tinker-tui: graceful stop took over {stop_timeout:g} s; cancelled",
               file=sys.stderr)
     finally:
-        for signum in SIGNAL_EXIT_CODES:
+        for signum in taken:
             loop.remove_signal_handler(signum)
         if endpoint is not None:
             await endpoint.stop()
