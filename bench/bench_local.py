@@ -59,6 +59,7 @@ sys.path.insert(0, str(ROOT))
 import tinker  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient, lora  # noqa: E402
 
 PROMPT = "User: Answer with one word: yes, no or maybe. Is the sky blue?\n\nAssistant:"

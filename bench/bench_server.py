@@ -337,6 +337,7 @@ async def abandoned_requests(checkpoint_dir: str) -> dict[str, float]:
     """The real local sampler: a request on an idle server, then the same request after 10
     abandoned n=128 requests; and how many of those were cancelled before they ran."""
     import openai
+
     from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
     from tinker_tui.engine.policy import Policy
     from tinker_tui.engine.sampling_defaults import SamplingDefaults

@@ -17,6 +17,7 @@ os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 
 import pytest
 from fake_session import FakeSession
+
 from tinker_tui.app.commands.attach import connect, control_file_for, wait_for_run
 from tinker_tui.app.screens.confirm_quit import QuitScreen
 from tinker_tui.app.store_session import StoreSession

@@ -10,6 +10,7 @@ import types
 import httpx
 import pytest
 import tinker
+
 from tinker_tui.engine import retry
 from tinker_tui.engine.backend import (
     BackendError,

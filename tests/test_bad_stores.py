@@ -17,6 +17,7 @@ from pathlib import Path
 
 import private_mount
 import pytest
+
 from tinker_tui.app.cli import main
 from tinker_tui.engine.events import LogEmitted, RunStarted
 from tinker_tui.engine.store import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, RunStore

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 from fake_session import KNOBS, FakeSession
+
 from tinker_tui.app.cli import build_parser
 from tinker_tui.app.commands.run import _default_text as default_text
 from tinker_tui.app.run_model import format_knob, parse_knob_value

@@ -20,6 +20,7 @@ from pathlib import Path
 import private_mount
 import pytest
 from exactly_once import check_exactly_once, integrity
+
 from tinker_tui.app.cli import main
 from tinker_tui.engine.errors import DiskFull
 from tinker_tui.engine.events import LogEmitted, RunStarted

@@ -38,6 +38,7 @@ async def test_the_runs_policy_server_refuses_a_prompt_over_the_models_context(t
     """The run hands the backend's context length (the embedded model's 2048 tokens) to its
     policy server: a longer prompt is refused with the OpenAI code, the run goes on."""
     import openai
+
     from tinker_tui.engine.events import LogEmitted
     from tinker_tui.engine.task import Task
     from tinker_tui.examples.yes_no_maybe import rollout as example_rollout

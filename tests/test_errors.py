@@ -8,6 +8,7 @@ import pkgutil
 
 import pytest
 import tinker
+
 import tinker_tui.app
 import tinker_tui.engine
 from tinker_tui.app import cli

@@ -12,13 +12,13 @@ from types import SimpleNamespace
 import httpx
 import openai
 import pytest
+
+from tinker_tui import Scenario
 from tinker_tui.app.task_loader import layered_config, load_task
 from tinker_tui.engine.events import EvalCompleted, GroupDiscarded, GroupSampled, StepTrained
 from tinker_tui.engine.run import Run
 from tinker_tui.examples import binary_prefix_tool as bp
 from tinker_tui.examples import next_number
-
-from tinker_tui import Scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 

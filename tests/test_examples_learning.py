@@ -8,6 +8,7 @@ machine; another process busy on the same cores slows every step.
 import time
 
 import pytest
+
 from tinker_tui.app.task_loader import layered_config, load_task
 from tinker_tui.engine.events import EvalCompleted, StepTrained
 from tinker_tui.engine.run import Run

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 from exactly_once import integrity, positions_consumed_twice, problems
+
 from tinker_tui.app.cli import main
 
 STEPS = 4

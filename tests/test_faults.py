@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from exactly_once import check_exactly_once, confirmed_steps, integrity
+
 from tinker_tui.app.cli import main
 from tinker_tui.engine.faults import ENV
 

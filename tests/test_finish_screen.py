@@ -18,6 +18,7 @@ os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 
 from fake_session import FakeSession, finished_events, scripted_events
 from textual.pilot import Pilot
+
 from tinker_tui.app.engine_process import EngineExited, EngineProcess
 from tinker_tui.app.run_summary import SummaryCollector, summary_lines
 from tinker_tui.app.screens.confirm_quit import QuitScreen

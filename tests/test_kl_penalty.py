@@ -4,6 +4,7 @@ pulled back by the penalty alone."""
 
 import pytest
 import tinker
+
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
 from tinker_tui.engine.policy import Policy, kl_penalized_advantages

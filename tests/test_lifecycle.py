@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tinker_tui.engine.resume import RunLock, run_is_live
 
 ROOT = Path(__file__).resolve().parent.parent

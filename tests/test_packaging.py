@@ -18,9 +18,8 @@ def test_the_wheel_installs_only_tinker_tui(tmp_path: Path) -> None:
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    for folder in ("tinker_tui", "app", "engine", "examples"):
-        shutil.copytree(ROOT / folder, source / folder,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "tinker_tui", source / "tinker_tui",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "--quiet", "-w", str(tmp_path), str(source)], check=True,
                    capture_output=True, timeout=300)
@@ -32,7 +31,7 @@ def test_the_wheel_installs_only_tinker_tui(tmp_path: Path) -> None:
                    "tinker_tui/engine/local/weights/tiny-chat.safetensors",
                    "tinker_tui/engine/store/codec.py",
                    "tinker_tui/engine/local/tiny_chat_tokenizer/tokenizer.json",
-                   "tinker_tui/examples/yes_no_maybe.py"):
+                   "tinker_tui/examples/yes_no_maybe.py", "tinker_tui/py.typed"):
         assert needed in names
 
 

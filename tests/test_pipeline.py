@@ -5,6 +5,8 @@ import asyncio
 import random
 
 import pytest
+
+from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import (
@@ -16,8 +18,6 @@ from tinker_tui.engine.events import (
 )
 from tinker_tui.engine.pipeline import Pipeline
 from tinker_tui.engine.trajectory import Trajectory
-
-from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task
 
 
 def make_pipeline(policy=None, client=None, task=None, clock=None, **overrides):

@@ -15,6 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task
+from tinker_tui import Scenario, Task
 from tinker_tui.app.cli import main
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import RunConfig
@@ -47,9 +50,6 @@ from tinker_tui.engine.store import (
     RunStore,
     StoreReader,
 )
-
-from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task
-from tinker_tui import Scenario, Task
 
 
 def make_pipeline(events, **overrides):

@@ -12,6 +12,8 @@ import sys
 import textwrap
 
 import pytest
+
+from bench.simulated import SimulatedClient, SimulatedPolicy
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import (
@@ -25,8 +27,6 @@ from tinker_tui.engine.events import (
 from tinker_tui.engine.pipeline import Pipeline
 from tinker_tui.engine.task import Scenario, Task
 from tinker_tui.engine.trajectory import Trajectory
-
-from bench.simulated import SimulatedClient, SimulatedPolicy
 
 
 def scenarios(rng):

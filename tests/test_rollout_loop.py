@@ -8,6 +8,8 @@ import threading
 import traceback
 
 import pytest
+
+from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import EventBus, GroupSampled, LogEmitted, StepTrained
@@ -22,8 +24,6 @@ from tinker_tui.engine.rollout_loop import (
 )
 from tinker_tui.engine.task import Scenario, Task
 from tinker_tui.engine.trajectory import Trajectory
-
-from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task
 
 
 async def wait_until(predicate, timeout=10.0):

@@ -6,6 +6,7 @@ import math
 
 import pytest
 from fake_session import FakeSession, reward_at, scripted_events
+
 from tinker_tui.app.run_model import (
     SMOOTHING_STEPS,
     GroupRecord,

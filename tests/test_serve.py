@@ -23,6 +23,7 @@ import aiohttp
 import pytest
 from fake_session import LiveFakeSession
 from test_attach import LIVE_FAKE_RUN, ROOT
+
 from tinker_tui.app.cli import main as cli_main
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.events import CommandReceived, StepTrained

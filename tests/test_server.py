@@ -10,6 +10,7 @@ import time
 import httpx
 import openai
 import pytest
+
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
 from tinker_tui.engine.policy import Policy

@@ -14,6 +14,7 @@ import openai
 import pytest
 import tinker
 from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
+
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
 from tinker_tui.engine.policy import Policy

@@ -14,6 +14,7 @@ os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 import pytest
 from fake_session import GROUP_SIZE, scripted_events, wait_for_charts
 from textual.pilot import Pilot
+
 from tinker_tui.app.cli import main as cli_main
 from tinker_tui.app.run_model import RunModel
 from tinker_tui.app.store_session import StoreSession
@@ -306,6 +307,7 @@ async def test_show_follows_a_run_still_running_read_only_until_it_ends(tmp_path
     """`show` of a run whose process still holds it: drawn as it goes (not a frozen
     snapshot), labelled read-only, refusing commands, and finished when the run ends."""
     from fake_session import LiveFakeSession
+
     from tinker_tui.app.commands.show import shown_session
     from tinker_tui.app.tui import TinkerTuiApp
     from tinker_tui.engine.resume import RunLock

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tinker_tui.engine.events import (
     CheckpointDeleted,
     CheckpointSaved,

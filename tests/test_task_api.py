@@ -8,6 +8,8 @@ import re
 import textwrap
 
 import pytest
+
+from bench.simulated import SimulatedClient, SimulatedPolicy
 from tinker_tui.app.task_loader import TaskLoadError, layered_config, load_config_file, load_task
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import RunConfig
@@ -22,8 +24,6 @@ from tinker_tui.engine.task import (
     TrajectoryError,
     check_task,
 )
-
-from bench.simulated import SimulatedClient, SimulatedPolicy
 
 MINIMAL = '''
 from tinker_tui import Scenario, Task, Trajectory

@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import pytest
+
 from tinker_tui.engine.task_metrics import (
     eval_task_metrics,
     step_task_metrics,

@@ -1,6 +1,7 @@
 from collections import deque
 
 import pytest
+
 from tinker_tui.engine.throughput import (
     BALANCED,
     SAMPLER_BOUND,

@@ -14,6 +14,7 @@ from tinker.proto import response_conv
 from tinker.proto.request_conv import forward_backward_request_to_proto
 from tinker_double import API_KEY, TinkerDouble, wire
 from tinker_double.service import Sequencer
+
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local.hf_tokenizer import TOKENIZER_DIR
 

@@ -38,6 +38,7 @@ from pathlib import Path
 import pytest
 from exactly_once import check_exactly_once
 from tinker_double import Burst, Faults, TinkerDouble
+
 from tinker_tui.app.cli import build_parser, main
 from tinker_tui.engine.events import Event, LogEmitted
 from tinker_tui.engine.faults import ENV as FAULT_ENV

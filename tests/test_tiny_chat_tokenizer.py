@@ -8,6 +8,7 @@ import random
 
 import pytest
 from tinker.lib.public_interfaces.sampling_client import _load_tokenizer_from_model_info
+
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL, hf_tokenizer
 from tinker_tui.engine.local.tokenizer import WordTokenizer, _shared_tables
 from tinker_tui.examples import yes_no_maybe

@@ -5,6 +5,7 @@ import json
 import random
 
 import pytest
+
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
 from tinker_tui.engine.policy import Policy

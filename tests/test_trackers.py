@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tinker_tui.app.cli import main
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.events import (

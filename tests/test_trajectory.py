@@ -1,6 +1,7 @@
 import math
 
 import pytest
+
 from tinker_tui.engine.trajectory import (
     SampledTurn,
     Trajectory,

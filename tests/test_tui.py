@@ -23,6 +23,7 @@ from textual.command import CommandPalette
 from textual.pilot import Pilot
 from textual.widgets import Input, Label
 from textual.widgets._footer import FooterKey
+
 from tinker_tui.app.screens.confirm_quit import QuitScreen
 from tinker_tui.app.screens.control import ControlScreen
 from tinker_tui.app.screens.finished import FinishedScreen
@@ -807,6 +808,7 @@ def test_run_says_it_starts_the_engine_and_attach_that_it_reads_the_store(tmp_pa
     assert TinkerTuiApp(starting).model.phase_text().startswith("starting the engine… ")
     db = tmp_path / "show.db"
     from test_show import write_run
+
     from tinker_tui.engine.store import find_run
 
     write_run(db)

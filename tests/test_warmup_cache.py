@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+
 from tinker_tui.app.task_loader import layered_config, load_task
 from tinker_tui.engine.events import LogEmitted
 from tinker_tui.engine.run import Run

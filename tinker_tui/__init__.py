@@ -8,7 +8,7 @@ and the helpers: `scenarios_from_jsonl` / `scenarios_from_dataset` (scenarios fr
 `mix_tasks` (several tasks in one run), `group_advantages` (the built-in advantage rules,
 for a task's own `advantages` hook to build on).
 
-The code lives in three folders at the repository's top, installed under this name:
+The code lives in three folders of this package (linked from the repository's top):
 `tinker_tui.engine` (backends, policy server, pipeline, store, events; never imports
 Textual), `tinker_tui.app` (command line, dashboard, headless reporter) and
 `tinker_tui.examples` (the built-in tasks). Names are loaded on first use, so

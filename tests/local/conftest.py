@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import tinker
+
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
 
 QUESTION = "Answer with one word: yes, no or maybe. Is the sky blue?"

@@ -18,6 +18,7 @@ import tempfile
 import time
 
 import tinker
+
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
 
 QUESTION = "Answer with one word: yes, no or maybe. Is the sky blue?"

@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+
 from tinker_tui.engine.local.adamw import AdamW
 
 

@@ -10,6 +10,7 @@ import pytest
 import tinker
 import torch
 from tinker_cookbook.renderers.base import ParseTermination, TrainOnWhat
+
 from tinker_tui.engine.chat_template_renderer import ChatTemplateRenderer, renderer_for_tokenizer
 
 QUESTION = [{"role": "user", "content": "Is the sky blue?"}]

@@ -8,6 +8,7 @@ import inspect
 
 import pytest
 import tinker
+
 from tinker_tui.engine.local import LocalSamplingClient, LocalServiceClient, LocalTrainingClient
 
 # SDK methods the local backend deliberately does not offer, and why.

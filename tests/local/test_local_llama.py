@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local.model import build_runtime_module, build_tiny_module
 

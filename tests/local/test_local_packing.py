@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tinker
 import torch
+
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL, packing
 
 

@@ -11,6 +11,7 @@ import weakref
 import numpy as np
 import pytest
 import tinker
+
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL
 
 

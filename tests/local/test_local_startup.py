@@ -43,6 +43,7 @@ def test_example_path_never_imports_transformers_or_dynamo():
 
 def test_role_colon_renderer_is_the_cookbooks():
     from tinker_cookbook.renderers import get_renderer
+
     from tinker_tui.engine.backend import cookbook_renderer
 
     tokenizer = WordTokenizer(name_or_path=DEFAULT_BASE_MODEL)

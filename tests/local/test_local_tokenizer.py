@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from tinker_tui.engine.local import WordTokenizer
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker import types
+
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient, checkpoints
 from tinker_tui.engine.local.hf_tokenizer import TOKENIZER_DIR
 

@@ -1,0 +1,1 @@
+tinker_tui/app

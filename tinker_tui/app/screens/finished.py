@@ -1,0 +1,102 @@
+"""The finish screen: the run ended (completed, stopped, failed or interrupted) and the
+dashboard stays, with how it ended, its rewards and last checkpoint, and the commands to look
+at it again or continue it, until `q`. `esc` hides it to look at the dashboard (`q` there leaves too)."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from tinker_tui.app.run_summary import RunSummary, failed_groups_text, next_commands
+from tinker_tui.app.screens.run_view import host
+
+TITLES = {"completed": "Run completed", "stopped": "Run stopped", "failed": "Run failed",
+          "interrupted": "Run interrupted"}
+
+
+def finished_content(summary: RunSummary) -> Content:
+    """The screen's text, from the same summary the terminal gets on exit."""
+    rows: list[tuple[str, str]] = []
+    if summary.reason:
+        rows.append(("reason", summary.reason))
+    of = f" of {summary.max_steps}" if summary.max_steps else ""
+    rows.append(("steps", f"{summary.step}{of}"))
+    if summary.final_reward is None:
+        rows.append(("reward", "no step trained"))
+    else:
+        rows.append(("reward", f"final {summary.final_reward:.3f} · best "
+                               f"{summary.best_reward:.3f} (step {summary.best_step})"))
+    rows.append(("checkpoint", f"{summary.checkpoint} (step {summary.checkpoint_step})"
+                 if summary.checkpoint else "none"))
+    if summary.failed_groups:
+        rows.append(("errors", failed_groups_text(summary)))
+    if summary.db_path is not None:
+        rows.append(("store", str(summary.db_path)))
+    commands = next_commands(summary)
+    width = max(len(label) for label, _ in rows + commands) + 2
+    lines = [Content.assemble((f"{label:<{width}}", "bold $text-accent"), value)
+             for label, value in rows]
+    lines.append(Content(""))
+    lines += [Content.assemble((f"{what:<{width}}", "bold $text-accent"), (command, "bold"))
+              for what, command in commands]
+    if summary.trackers:  # where W&B / TensorBoard put the run's records
+        lines.append(Content(""))
+        lines += [Content(line) for line in summary.trackers]
+    if summary.status == "failed" and summary.last_log:
+        lines.append(Content(""))
+        lines.append(Content.styled("last log lines", "bold $text-error"))
+        lines += [Content.styled(line, "$text-muted") for line in summary.last_log]
+    return Content("\n").join(lines)
+
+
+class FinishedScreen(ModalScreen[None]):
+    """How the run ended (see the module docstring); `q` leaves the app."""
+
+    DEFAULT_CSS = """
+    FinishedScreen #finished-dialog {
+        width: 100;
+        padding: 0 1;
+        &.-completed { border: thick $success; }
+        &.-stopped, &.-interrupted { border: thick $warning; }
+        &.-failed { border: thick $error; }
+    }
+    FinishedScreen #finished-scroll {
+        height: auto;
+        max-height: 100%;
+    }
+    """
+
+    BINDINGS = [
+        Binding("q,ctrl+c", "leave", "Quit", id="finished_quit", priority=True),
+        Binding("escape", "close", "Dashboard", id="finished_close"),
+    ]
+
+    def __init__(self, summary: RunSummary) -> None:
+        super().__init__()
+        self.summary = summary
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="finished-dialog", classes=f"dialog -{self.summary.status}"):
+            with VerticalScroll(id="finished-scroll"):
+                yield Static(finished_content(self.summary), id="finished-text")
+
+    def on_mount(self) -> None:
+        dialog = self.query_one("#finished-dialog")
+        dialog.border_title = f"{TITLES.get(self.summary.status, 'Run ended')}: " \
+                              f"{self.summary.run_id}"
+        dialog.border_subtitle = "q quit · esc dashboard"
+
+    def show_summary(self, summary: RunSummary) -> None:
+        """The run's summary again, with what its engine wrote while closing."""
+        self.summary = summary
+        self.query_one("#finished-text", Static).update(finished_content(summary))
+
+    def action_leave(self) -> None:
+        host(self.app).leave_finished()
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,89 @@
+"""`?`: the keys and views, on top of whatever view is showing."""
+
+from __future__ import annotations
+
+import textwrap
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from tinker_tui.app.screens.run_view import host
+
+KEYS: tuple[tuple[str, str], ...] = (
+    ("p", "pause / resume (no new rollouts start; in-flight ones finish)"),
+    ("c", "checkpoint now (after the current step)"),
+    ("e", "evaluate now, alongside training"),
+    ("q  ctrl+c", "asks: stop the run gracefully (step, checkpoint, flush), detach (it "
+                  "goes on), or cancel"),
+    ("ctrl+q", "leave at once (a run in its own process goes on)"),
+    ("1 2 3 4", "views: dashboard, rollouts, control, metrics"),
+    ("tab  click", "move between panes"),
+    ("+  esc", "maximize the focused pane (the reward chart if none) / restore"),
+    ("enter", "log, checkpoints: the line whole · rollouts: expand · control: edit"),
+    ("s", "smoothing of the charts: 0.9 → 0.95 → 0.99 → off → 0.6 → 0.8"),
+    ("l", "log level filter: all → info → warning → error"),
+    ("/", "rollouts: filter (reward<0.5, stale, discarded, scenario:q03, words)"),
+    ("home", "rollouts: show the newest steps (the list holds still otherwise)"),
+    ("m", "metrics: pick the charts"),
+    ("ctrl+p  :", "command palette"),
+    ("?", "this help"),
+)
+
+
+def help_content(mode: str = "", width: int = 80) -> Content:
+    """The keys in two columns, each description wrapped to `width` cells under itself."""
+    column = max(len(key) for key, _ in KEYS) + 2
+    room = max(20, width - column)
+    lines: list[Content] = []
+    for key, text in KEYS:
+        for index, part in enumerate(textwrap.wrap(text, room) or [""]):
+            head = f"{key:<{column}}" if index == 0 else " " * column
+            lines.append(Content.assemble((head, "bold $text-accent"), part))
+    note = ""
+    if mode == "attached":
+        note = ("Attached to a run in another process: commands go to it; q asks whether to "
+                "stop the run or only detach.")
+    elif mode == "read-only":
+        note = ("A read-only view of a running run: pause, checkpoint, eval, knobs and stop "
+                "are disabled; q closes this view.")
+    elif mode == "finished run":
+        note = "A stored run: nothing to steer; q quits."
+    if note:
+        lines.append(Content(""))
+        lines += [Content.styled(part, "$text-muted") for part in textwrap.wrap(note, width)]
+    return Content("\n").join(lines)
+
+
+class HelpScreen(ModalScreen[None]):
+    """Keys and views; any of escape, q, ? closes it."""
+
+    BINDINGS = [
+        Binding("escape,q,question_mark", "close", "Close", id="close_help"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-dialog", classes="dialog"):
+            yield Static(help_content(host(self.app).mode_label), id="help-text")
+
+    def on_mount(self) -> None:
+        dialog = self.query_one("#help-dialog")
+        dialog.border_title = "tinker-tui keys"
+        dialog.border_subtitle = "esc closes"
+        self.call_after_refresh(self._wrap)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._wrap)
+
+    def _wrap(self) -> None:
+        """Wrap the descriptions to the dialog's width (known once it is laid out)."""
+        width = self.query_one("#help-text", Static).content_region.width
+        if width > 0:
+            self.query_one("#help-text", Static).update(
+                help_content(host(self.app).mode_label, width))
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,124 @@
+"""Health and discarded groups: in words, whether the run is learning, has converged, has
+lost its learning signal or is failing; counts by reason; and how far behind the trainer
+the trained groups were (staleness histogram, in flight vs queued).
+
+Groups whose rewards were all equal carry no gradient. At the best reward seen they mean
+the policy converged (shown as such, in a calm colour); below it, that the learning signal
+is gone ("no signal"). Only the second is a problem, so only it counts as discarded.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from textual.content import Content
+from textual.widgets import Static
+
+from tinker_tui.app.run_model import RunModel, bar, staleness_rows
+from tinker_tui.app.widgets.updates import set_subtitle, update_static
+from tinker_tui.engine import metric_keys as keys
+
+#: The rows: label, the model's count, the style of a positive count.
+ROWS = (
+    ("stale", "stale", "$warning"),
+    ("no signal", "no_signal", "$warning"),
+    ("converged", "converged", "$success"),
+    ("error", "error", "$error"),
+)
+
+HEALTH_STYLES = {
+    "none": "$text-muted",
+    "learning": "$text-success",
+    "converged": "bold $text-success",
+    "no_signal": "bold $text-warning",
+    "error": "bold $text-error",
+}
+
+
+def reason_counts(model: RunModel) -> dict[str, int]:
+    return {
+        "stale": model.discarded.get("stale", 0),
+        "no_signal": model.no_signal_groups,
+        "converged": model.converged_groups,
+        "error": model.discarded.get("error", 0),
+    }
+
+
+def health_lines(model: RunModel, width: int, room: int = 2) -> list[Content]:
+    kind, words = model.health()
+    lines = textwrap.wrap(words, max(10, width)) or [""]
+    if len(lines) > room:
+        lines = lines[:room]
+        lines[-1] = lines[-1][: max(0, width - 1)] + "…"
+    return [Content.styled(line, HEALTH_STYLES.get(kind, "")) for line in lines]
+
+
+def reason_lines(model: RunModel, bar_width: int) -> list[Content]:
+    counts = reason_counts(model)
+    most = max(counts.values(), default=0)
+    lines = []
+    for label, key, style in ROWS:
+        count = counts[key]
+        lines.append(Content.assemble(
+            (f"{label:<11}", "$text-muted" if not count else ""),
+            (f"{count:>6}", f"bold {style}" if count else "$text-muted"),
+            " ",
+            (bar(count, most, bar_width), style),
+        ))
+    return lines
+
+
+def staleness_lines(model: RunModel, width: int, room: int) -> list[Content]:
+    """The histogram of versions behind, in flight vs queued, in at most `room` lines."""
+    if room <= 0:
+        return []
+    measured = model.throughput
+    if measured is None:
+        mean = model.last_metrics.get(keys.STALENESS_MEAN)
+        if mean is None:
+            return [Content.styled("staleness: no steps yet", "$text-muted")]
+        worst = model.last_metrics.get(keys.STALENESS_MAX, mean)
+        return [Content.assemble(("staleness", "$text-muted"),
+                                 f"  mean {mean:.2f}  max {worst:g}")]
+    rows = staleness_rows(measured.staleness_in_flight, measured.staleness_queued)
+    if not rows:
+        return [Content.styled("staleness: no group trained lately", "$text-muted")]
+    if room < 2:  # no room for the histogram: versions behind × groups, on one line
+        counts = "  ".join(f"{behind}×{a + b}" for behind, a, b in rows)
+        return [Content.assemble(("versions behind ", "$text-muted"), counts)]
+    column = min(26, max(4, (width - 10) // 2))
+    most = max(max(a, b) for _, a, b in rows)
+    lines = [Content.assemble(("behind", "$text-muted"), "  ",
+                              (f"{'in flight':<{column}}", "$text-accent"),
+                              ("queued", "$text-primary"))]
+    for behind, in_flight, queued in rows[: room - 1]:
+        left = f"{bar(in_flight, most, column - 5)} {in_flight}"
+        right = f"{bar(queued, most, column - 5)} {queued}"
+        lines.append(Content.assemble(f"{behind:>6}", "  ",
+                                      (f"{left:<{column}}", "$accent"),
+                                      (right, "$primary")))
+    return lines
+
+
+def discarded_content(model: RunModel, width: int, height: int = 7) -> Content:
+    """The pane's text for an inner area of `width` × `height`."""
+    lines = health_lines(model, width, room=2 if height >= 7 else 1)
+    lines += reason_lines(model, min(30, max(0, width - 19)))
+    lines += staleness_lines(model, width, height - len(lines))
+    return Content("\n").join(lines[: max(1, height)])
+
+
+class DiscardedPanel(Static, can_focus=True):
+    """Health words, dropped and converged groups, and the staleness of trained ones."""
+
+    ALLOW_MAXIMIZE = True
+
+    def on_mount(self) -> None:
+        self.border_title = "Health & discards"
+
+    def update_from_model(self, model: RunModel, now: float) -> None:
+        width = self.content_region.width or self.size.width
+        height = self.content_region.height or 7
+        update_static(self, discarded_content(model, width, height))
+        groups = max(model.groups_sampled, model.discarded_total)
+        set_subtitle(self, f"{model.discard_rate:.1%} of {groups:,} groups discarded")

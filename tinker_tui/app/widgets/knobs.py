@@ -1,0 +1,60 @@
+"""The live knobs: current value, value at the start of the run, and how often changed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from textual.widgets import DataTable
+
+from tinker_tui.app.run_model import RunModel, format_knob
+from tinker_tui.app.widgets.updates import fit_columns, set_subtitle
+from tinker_tui.engine.config import LIVE_KNOBS
+
+
+class KnobsTable(DataTable):
+    """One row per live knob; `enter` on a row asks the app to edit it."""
+
+    ALLOW_MAXIMIZE = True
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        self.add_column("knob", key="knob")
+        self.add_column("value", key="value")
+        self.add_column("at start", key="start")
+        self.add_column("changed", key="changes")
+        self._shown: dict[str, tuple[str, str, str]] = {name: ("-", "-", "0")
+                                                          for name in LIVE_KNOBS}
+        for name, row in self._shown.items():
+            self.add_row(name, *row, key=name)
+        self._fit()
+
+    def on_mount(self) -> None:
+        self.border_title = "Knobs"
+        set_subtitle(self, "enter: edit")
+
+    @property
+    def selected_knob(self) -> str:
+        return LIVE_KNOBS[max(0, min(self.cursor_row, len(LIVE_KNOBS) - 1))]
+
+    def update_from_model(self, model: RunModel, live: Mapping[str, float | int]) -> None:
+        changes: dict[str, int] = {}
+        for command in model.knob_markers():
+            name = str(command.args.get("name"))
+            changes[name] = changes.get(name, 0) + 1
+        changed = False
+        for name in LIVE_KNOBS:
+            value = live.get(name, model.knobs.get(name))
+            row = (format_knob(name, value), format_knob(name, model.initial_knobs.get(name)),
+                   str(changes.get(name, 0)))
+            if self._shown.get(name) == row:
+                continue
+            self._shown[name] = row
+            self.update_cell(name, "value", row[0])
+            self.update_cell(name, "start", row[1])
+            self.update_cell(name, "changes", row[2])
+            changed = True
+        if changed:
+            self._fit()
+
+    def _fit(self) -> None:
+        fit_columns(self, [(name, *row) for name, row in self._shown.items()])

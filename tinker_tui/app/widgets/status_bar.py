@@ -1,0 +1,82 @@
+"""The one-line run status: state badge, run name, backend and model, step k of N with
+ETA, policy version and elapsed time."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import Label
+
+from tinker_tui.app.run_model import RunModel, format_elapsed
+from tinker_tui.app.widgets.updates import set_state_class, update_static
+
+STATE_CLASSES = ("-starting", "-running", "-paused", "-stopping", "-finished", "-failed")
+
+
+def state_badge_text(model: RunModel) -> str:
+    """The badge text: `STARTING`, `RUNNING`, `PAUSED: reason`, `FINISHED (stopped)`, ..."""
+    state = model.state
+    if state in ("starting", "running") and model.phase_text() is not None:
+        return "STARTING"
+    if state == "paused":
+        return f"PAUSED: {model.reason}" if model.reason else "PAUSED"
+    if state == "finished":
+        return f"FINISHED ({model.status})" if model.status else "FINISHED"
+    return state.upper()
+
+
+def state_class(model: RunModel) -> str:
+    if model.state == "finished" and model.status == "failed":
+        return "-failed"
+    if model.state == "running" and model.phase_text() is not None:
+        return "-starting"
+    return f"-{model.state}"
+
+
+def progress_text(model: RunModel, now: float) -> str:
+    """`step 12/60 ETA 00:31 │ v12 │ 00:09`; before the first step the start-up phase
+    (`format warm-up 23/60 · loss 0.412 │ 00:09`); while paused the ETA says so."""
+    elapsed = format_elapsed(model.elapsed(now))
+    phase = model.phase_text()
+    if phase is not None:
+        return f"{phase} │ {elapsed}"
+    steps = f"step {model.step}"
+    if model.max_steps:
+        steps += f"/{model.max_steps}"
+    if model.state == "paused" and model.step < model.max_steps:
+        steps += " ETA paused"
+    else:
+        eta = model.eta()
+        if eta is not None and model.step < model.max_steps:
+            steps += f" ETA {format_elapsed(eta)}"
+    return f"{steps} │ v{model.policy_version} │ {elapsed}"
+
+
+class RunStatusPanel(Horizontal):
+    """A single line at the top of every view that says what the run is doing.
+
+    Args:
+        mode: Shown after the model name: "attached", "read-only", "finished run", or "" for a run
+            this process drives.
+    """
+
+    def __init__(self, *, mode: str = "", id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.mode = mode
+
+    def compose(self) -> ComposeResult:
+        yield Label("STARTING", id="state-badge", classes="-starting")
+        yield Label("", id="run-label")
+        yield Label("", id="progress-label")
+
+    def update_from_model(self, model: RunModel, now: float) -> None:
+        badge = self.query_one("#state-badge", Label)
+        update_static(badge, state_badge_text(model))
+        set_state_class(badge, state_class(model))
+
+        parts = [self.mode] if self.mode else []
+        parts.append(model.name or "waiting for the run to start")
+        if model.backend or model.base_model:
+            parts.append(" · ".join(p for p in (model.backend, model.base_model) if p))
+        update_static(self.query_one("#run-label", Label), " │ ".join(parts))
+        update_static(self.query_one("#progress-label", Label), progress_text(model, now))

@@ -1,0 +1,101 @@
+"""Throughput: rollouts/s and tokens/s (big digits and sparklines), trainer and sampler
+idle time, and the pipeline's verdict on what holds it back. Before the first step it tells
+the start-up; while paused it says so at once (the engine's rates trail by their window);
+once finished it shows the run's average rates."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Digits, Label, Sparkline
+
+from tinker_tui.app.run_model import RunModel, format_rate, idle_percent, split_rate
+from tinker_tui.app.widgets.updates import set_subtitle, update_digits, update_static
+
+__all__ = ["ThroughputPanel", "format_rate", "idle_text", "verdict_text"]
+
+
+def idle_text(model: RunModel) -> str:
+    measured = model.throughput
+    if measured is None:
+        return "idle  trainer -  sampler -"
+    return (f"idle  trainer {idle_percent(measured.trainer_busy)}%  "
+            f"sampler {idle_percent(measured.sampler_busy)}%")
+
+
+def verdict_text(model: RunModel) -> str:
+    """What holds the pipeline back, or why nothing flows: starting, paused, stopping."""
+    measured = model.throughput
+    if model.state == "paused":
+        flying = f"; {measured.in_flight} in flight finishing" if measured and \
+            measured.in_flight else ""
+        return f"⏸ paused: no new rollouts start{flying}"
+    if model.state == "stopping":
+        return "■ stopping: finishing the current step"
+    if model.state == "finished":
+        return f"■ finished: {model.status}" if model.status else "■ finished"
+    phase = model.phase_text()
+    if phase is not None:
+        return f"▶ {phase}"
+    if measured is None:
+        return "▶ measuring…"
+    return f"▶ {measured.verdict}" if measured.verdict else "▶ -"
+
+
+class ThroughputPanel(Vertical, can_focus=True):
+    """How fast the pipeline samples, and which side of it is idle."""
+
+    ALLOW_MAXIMIZE = True
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="rollouts-row", classes="rate-row"):
+            yield Digits("0.0", id="rollouts-rate")
+            with Vertical(classes="rate-side"):
+                yield Label("rollouts/s", id="rollouts-unit", classes="rate-unit")
+                yield Sparkline([], id="rollouts-history", classes="rate-history")
+        with Horizontal(id="tokens-row", classes="rate-row"):
+            yield Digits("0", id="tokens-digits")
+            with Vertical(classes="rate-side"):
+                yield Label("tokens/s", id="tokens-rate", classes="rate-unit")
+                yield Sparkline([], id="tokens-history", classes="rate-history")
+        yield Label("", id="idle")
+        yield Label("", id="verdict")
+
+    def on_mount(self) -> None:
+        self.border_title = "Throughput"
+
+    def update_from_model(self, model: RunModel, now: float) -> None:
+        measured = model.throughput
+        finished = model.state == "finished"
+        if measured is not None and not finished:
+            set_subtitle(self, f"queue {measured.queue_depth} · in flight {measured.in_flight}")
+        else:
+            set_subtitle(self, f"{model.rollouts_sampled:,} rollouts")
+        paused = model.state == "paused"
+        self.set_class(paused, "-paused")
+        # A finished run's last window is history: it shows the run's averages.
+        rollout_rate, token_rate = model.average_rates() if finished else (
+            model.rollouts_per_s(now), model.tokens_per_s(now))
+        rollouts, r_unit = split_rate(rollout_rate)
+        tokens, t_unit = split_rate(token_rate)
+        update_digits(self.query_one("#rollouts-rate", Digits), rollouts)
+        update_digits(self.query_one("#tokens-digits", Digits), tokens)
+        note = " · paused" if paused else " · run average" if finished else ""
+        update_static(self.query_one("#rollouts-unit", Label),
+                      f"{r_unit} rollouts/s{note}".lstrip())
+        # where the tokens row has no room for digits the label carries the number
+        short = not self.query_one("#tokens-digits", Digits).display
+        tokens_label = (f"{tokens}{t_unit} tokens/s" if short
+                        else f"{t_unit} tokens/s{note}".lstrip())
+        update_static(self.query_one("#tokens-rate", Label), tokens_label)
+        for selector, history in (("#rollouts-history", model.rollout_rate_history(now)),
+                                  ("#tokens-history", model.token_rate_history(now))):
+            sparkline = self.query_one(selector, Sparkline)
+            sparkline.data = history
+            sparkline.visible = bool(history)  # an empty sparkline draws full bars
+        update_static(self.query_one("#idle", Label), idle_text(model))
+        verdict = verdict_text(model)
+        label = self.query_one("#verdict", Label)
+        update_static(label, verdict)
+        if label.tooltip != verdict:
+            label.tooltip = verdict

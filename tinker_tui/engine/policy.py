@@ -1,0 +1,719 @@
+"""The policy: drives any object with the Tinker client interface.
+
+`Policy` is the code above the seam. It is identical for the embedded local backend
+(`tinker_tui.engine.local.LocalServiceClient`) and for the real `tinker.ServiceClient`; only the
+service client object handed to it differs. It owns the training client, the sampling
+clients of recent policy versions, the renderer, and the checkpoints; it turns trajectory
+groups into Datums, trains, and publishes the next sampling client.
+
+Every call to the backend goes through `tinker_tui.engine.retry.call_with_retry`: it has a timeout,
+transient errors are retried with backoff (idempotent calls only), and waits are published
+as `BackendWaited` events and log lines that name the backend and the cause, never a silent
+hang. With the tinker SDK, calls that may block (creating clients, which builds the SDK's
+session on first use; the checkpoint REST client; the tokenizer; closing) run on daemon
+threads (`engine.blocking`), the SDK's own retries are read from its log records and shown
+as they happen (`engine.sdk_watch`), a service that answers nothing fails the call after
+`backend_unreachable_after` seconds, and the session is closed at the end (`close`).
+`interrupt()` (the run is stopping) abandons calls that wait on a degraded backend.
+
+Checkpoints carry the step in their name (`step-000012`): sampler weights every
+`sampler_checkpoint_every` steps, full state (weights + optimizer) whenever the pipeline
+asks (`save_state`). Of each kind the last `keep_last_checkpoints` are kept, plus those
+whose step is a multiple of `keep_every_checkpoints`; older ones are deleted. Sampling
+clients of the last `sampler_clients_to_keep` versions stay loaded for `model@step`
+requests; older versions are loaded again from their sampler weights if still kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import tinker
+
+from tinker_tui.engine import metric_keys as keys
+from tinker_tui.engine.backend import (
+    backend_label,
+    is_tinker_sdk,
+    make_renderer,
+    renderer_name_for,
+    rest_client,
+    service_address,
+)
+from tinker_tui.engine.blocking import on_daemon_thread, sdk_call
+from tinker_tui.engine.errors import DiskFull, TinkerTuiError
+from tinker_tui.engine.retry import RetryPolicy, Wait, WaitContext, call_with_retry
+from tinker_tui.engine.sdk_watch import Notice, SdkWatch
+from tinker_tui.engine.trajectory import TrajectoryGroup, trajectory_to_datum_arrays
+
+if TYPE_CHECKING:
+    from tinker_tui.engine.clock import Clock
+    from tinker_tui.engine.config import RunConfig
+    from tinker_tui.engine.events import CheckpointKind, Event
+
+
+T = TypeVar("T")
+
+
+def _loss_inputs(**arrays: Sequence[float]) -> tinker.types.LossFnInputs:
+    """Per-token loss inputs as plain lists: `tinker.Datum` turns each into its TensorData
+    (with the dtype its key needs), though its annotation names only TensorData."""
+    return cast("tinker.types.LossFnInputs", dict(arrays))
+
+class UnknownVersionError(TinkerTuiError, LookupError):
+    """A policy version that this run does not serve (never existed, or evicted)."""
+
+
+def _datum(model_input: list[int], target_tokens: list[int], logprobs: list[float],
+           advantages: list[float]) -> tinker.Datum:
+    """An RL Datum (the inputs every RL loss takes)."""
+    return tinker.Datum(
+        model_input=tinker.ModelInput.from_ints(model_input),
+        loss_fn_inputs=_loss_inputs(target_tokens=target_tokens, logprobs=logprobs,
+                                    advantages=advantages))
+
+
+# ---------------------------------------------------------------------------- checkpoints
+def checkpoint_name(step: int, suffix: str = "") -> str:
+    return f"step-{step:06d}{suffix}"
+
+
+def checkpoints_to_delete(steps: Sequence[int], keep_last: int, keep_every: int) -> list[int]:
+    """Indices (into `steps`, oldest first) of the checkpoints a retention policy removes:
+    all but the last `keep_last` (0 keeps everything) and those whose step is a multiple of
+    `keep_every` (0: none kept for that reason)."""
+    if keep_last <= 0:
+        return []
+    first_kept = max(0, len(steps) - keep_last)
+    return [i for i, step in enumerate(steps[:first_kept])
+            if not (keep_every > 0 and step % keep_every == 0)]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRecord:
+    kind: CheckpointKind  # "state" (weights + optimizer) or "sampler" (weights for sampling)
+    step: int
+    name: str
+    path: str
+
+
+class _LocalCheckpointRemover:
+    """Deletes checkpoints of the local backend by path, as `tinker.RestClient` deletes
+    them on the service (`delete_checkpoint_from_tinker_path`)."""
+
+    def __init__(self, checkpoint_dir: Path) -> None:
+        self.checkpoint_dir = Path(checkpoint_dir)
+
+    def delete_checkpoint_from_tinker_path(self, path: str) -> Awaitable[None]:
+        from tinker_tui.engine.local import checkpoints
+
+        def remove() -> None:
+            shutil.rmtree(checkpoints.resolve(self.checkpoint_dir, path))
+
+        return asyncio.to_thread(remove)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainResult:
+    policy_version: int
+    metrics: dict[str, float]
+    num_datums: int
+    num_tokens: int
+
+
+class DatumBatch(list):  # type: ignore[type-arg]
+    """The Datums of one training step (a list), with metrics about how they were built and,
+    per Datum, which of its targets were sampled (1.0) rather than context (0.0)."""
+
+    metrics: dict[str, float]
+    masks: list[list[float]]
+
+    def __init__(self, datums: Sequence[tinker.Datum] = (),
+                 metrics: Mapping[str, float] | None = None,
+                 masks: Sequence[Sequence[float]] | None = None) -> None:
+        super().__init__(datums)
+        self.metrics = dict(metrics or {})
+        self.masks = [list(m) for m in masks] if masks is not None else []
+
+
+def kl_penalized_advantages(advantages: Sequence[Sequence[float]],
+                            sampled_logprobs: Sequence[Sequence[float]],
+                            base_logprobs: Sequence[Sequence[float]],
+                            masks: Sequence[Sequence[float]],
+                            coef: float) -> tuple[list[list[float]], float]:
+    """The KL penalty against the base model, as tinker-cookbook's `incorporate_kl_penalty`
+    applies it: per sampled token, d = logp_sampled - logp_base; the advantage of that token
+    gains coef * (mean d over every sampled token of the batch - d). Tokens the base finds
+    much less likely than the policy did are pushed down, the others up; the batch's mean
+    advantage is unchanged. Returns the new advantages and the mean d (an estimate of
+    KL(policy || base) on the sampled tokens)."""
+    diffs = [[(s - b) * m for s, b, m in zip(sampled, base, mask, strict=True)]
+             for sampled, base, mask in zip(sampled_logprobs, base_logprobs, masks,
+                                            strict=True)]
+    count = sum(sum(mask) for mask in masks)
+    mean = sum(sum(d) for d in diffs) / count if count else 0.0
+    new = [[a + coef * m * (mean - d) for a, d, m in zip(adv, diff, mask, strict=True)]
+           for adv, diff, mask in zip(advantages, diffs, masks, strict=True)]
+    return new, mean
+
+
+class Policy:
+    """The policy being trained: training client, versioned sampling clients, renderer."""
+
+    def __init__(
+        self,
+        service_client: Any,
+        *,
+        base_model: str,
+        lora_rank: int = 32,
+        seed: int = 0,
+        renderer_name: str | None = None,
+        loss_fn_config: Mapping[str, float] | None = None,
+        adam_beta1: float = 0.9,
+        adam_beta2: float = 0.95,
+        adam_eps: float = 1e-12,
+        weight_decay: float = 0.0,
+        grad_clip_norm: float = 0.0,
+        sampler_checkpoint_every: int = 1,
+        keep_last_checkpoints: int = 5,
+        keep_every_checkpoints: int = 0,
+        sampler_clients_to_keep: int = 4,
+        kl_penalty_coef: float = 0.0,
+        retry: RetryPolicy | None = None,
+        on_event: Callable[[Event], None] | None = None,
+        clock: Clock | None = None,
+        backend: str | None = None,
+        rest_client: Any = None,
+    ) -> None:
+        self.service_client = service_client
+        self.base_model = base_model
+        self.lora_rank = lora_rank
+        self.seed = seed
+        self.requested_renderer = renderer_name or None
+        self.renderer_name = renderer_name or renderer_name_for(base_model)
+        self.loss_fn_config = dict(loss_fn_config or {})
+        self.adam = {"beta1": adam_beta1, "beta2": adam_beta2, "eps": adam_eps,
+                     "weight_decay": weight_decay, "grad_clip_norm": grad_clip_norm}
+        self.sampler_checkpoint_every = sampler_checkpoint_every
+        self.keep_last_checkpoints = keep_last_checkpoints
+        self.keep_every_checkpoints = keep_every_checkpoints
+        self.sampler_clients_to_keep = max(1, sampler_clients_to_keep)
+        self.kl_penalty_coef = kl_penalty_coef
+        #: The base model's sampling client, the KL penalty's reference (when it is on).
+        self.reference: Any = None
+        self.retry = retry or RetryPolicy()
+        self.on_event = on_event
+        self.clock = clock
+        self.version = 0
+        self.training_client: Any = None
+        self.sampling_client: Any = None
+        self.renderer: Any = None
+        self.tokenizer: Any = None
+        #: Every checkpoint this policy saved and still keeps, oldest first.
+        self.checkpoints: list[CheckpointRecord] = []
+        self._samplers: OrderedDict[int, Any] = OrderedDict()
+        self._loaded_from: dict[int, str] = {}  # version -> path its cached client was loaded from
+        #: What deletes old checkpoints: a tinker.RestClient (made on first use), or by path.
+        self._rest: Any = rest_client
+        self.tinker_sdk = is_tinker_sdk(service_client)
+        #: How waits name the backend ("Tinker", "local backend").
+        self.backend_label = backend or backend_label(service_client)
+        self.watch = SdkWatch(service_address(service_client)) if self.tinker_sdk else None
+        watch = self.watch
+        self.wait_context = WaitContext(
+            backend=self.backend_label, where=watch.base_url if watch else "",
+            cause=(lambda since: watch.cause(since)) if watch else (lambda since: ""),
+            unreachable=((lambda: (watch.unreachable_for(), watch.unreachable_cause()))
+                         if watch else (lambda: (0.0, ""))))
+        self._shown: dict[tuple[str, ...], float] = {}  # throttles the SDK's notices
+
+    @classmethod
+    def from_config(cls, service_client: Any, config: RunConfig, *,
+                    on_event: Callable[[Event], None] | None = None,
+                    clock: Clock | None = None, rest_client: Any = None) -> Policy:
+        """A policy with every backend setting of a `RunConfig`."""
+        from tinker_tui.engine.config import parse_loss_fn_config
+
+        return cls(
+            service_client, base_model=config.base_model, lora_rank=config.lora_rank,
+            seed=config.seed, renderer_name=config.renderer or None,
+            loss_fn_config=parse_loss_fn_config(config.loss_fn_config),
+            adam_beta1=config.adam_beta1, adam_beta2=config.adam_beta2,
+            adam_eps=config.adam_eps, weight_decay=config.weight_decay,
+            grad_clip_norm=config.grad_clip_norm,
+            sampler_checkpoint_every=config.sampler_checkpoint_every,
+            keep_last_checkpoints=config.keep_last_checkpoints,
+            keep_every_checkpoints=config.keep_every_checkpoints,
+            sampler_clients_to_keep=config.sampler_clients_to_keep,
+            kl_penalty_coef=config.kl_penalty_coef,
+            retry=RetryPolicy(timeout=config.backend_timeout,
+                              attempts=config.backend_retries + 1,
+                              slow_after=config.backend_wait_report,
+                              unreachable_after=config.backend_unreachable_after),
+            on_event=on_event, clock=clock, rest_client=rest_client)
+
+    # ------------------------------------------------------------------ events
+    def _now(self) -> float:
+        return self.clock.now() if self.clock is not None else time.time()
+
+    def _log(self, level: str, message: str) -> None:
+        if self.on_event is None:
+            return
+        from tinker_tui.engine.events import LogEmitted
+
+        self.on_event(LogEmitted(time=self._now(), level=level, message=message))
+
+    def _report_wait(self, wait: Wait) -> None:
+        if self.on_event is None:
+            return
+        from tinker_tui.engine.events import BackendWaited
+
+        self.on_event(BackendWaited(time=self._now(), operation=wait.operation,
+                                    reason=wait.reason, attempt=wait.attempt, delay=wait.delay))
+        # Concurrent calls of one kind (32 samples) that wait on the same trouble report at
+        # about the same time: one log line per kind and report interval says it; each
+        # still has its event.
+        if wait.retrying or self._once_per(self.retry.slow_after * 0.9, "slow", wait.operation):
+            self._log("warning", wait.describe())
+
+    async def _call(self, operation: str, call: Callable[[int], Awaitable[T]], *,
+                    retry: bool = True, abandon_on_stop: bool = False) -> T:
+        return await call_with_retry(call, operation=operation, policy=self.retry,
+                                     on_wait=self._report_wait, retry=retry,
+                                     context=self.wait_context,
+                                     abandon_on_stop=abandon_on_stop)
+
+    def interrupt(self) -> None:
+        """The run is stopping: calls waiting on a degraded backend (reported, or sleeping
+        before a retry) and start-up calls give up with `BackendInterrupted`."""
+        self.wait_context.stopping.set()
+
+    def _once_per(self, seconds: float, *key: str) -> bool:
+        now = time.monotonic()
+        if now - self._shown.get(key, float("-inf")) < seconds:
+            return False
+        self._shown[key] = now
+        return True
+
+    def _on_notice(self, notice: Notice) -> None:
+        """What the SDK did on its own (on the loop's thread: see `_watch_sdk`)."""
+        if notice.kind == "retry" and self._once_per(5.0, notice.endpoint, notice.cause):
+            self._report_wait(Wait(self.backend_label, notice.endpoint, notice.cause,
+                                   notice.attempt + 1, notice.delay, True))
+        elif notice.kind == "error" and self._once_per(5.0, notice.endpoint, notice.cause):
+            self._report_failure(notice.endpoint, notice.cause)
+        elif notice.kind == "log" and self._once_per(60.0, notice.cause):
+            self._log(notice.level, f"Tinker SDK: {notice.cause}")
+
+    def _report_failure(self, endpoint: str, cause: str) -> None:
+        """A request the SDK's HTTP client gave up on (its session code may try again)."""
+        if self.on_event is None:
+            return
+        from tinker_tui.engine.events import BackendWaited
+
+        self.on_event(BackendWaited(time=self._now(), operation=endpoint,
+                                    reason=f"{self.backend_label}: {cause}", attempt=0,
+                                    delay=0.0))
+        self._log("warning", f"{self.backend_label}: {endpoint} {cause}")
+
+    def _watch_sdk(self) -> None:
+        watch = self.watch
+        if watch is None or watch.on_notice is not None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def notify(notice: Notice) -> None:  # from the SDK's threads: handled on this loop
+            loop.call_soon_threadsafe(self._on_notice, notice)
+
+        watch.on_notice = notify
+        watch.install()
+
+    async def close(self, status: str, detail: str | None = None,
+                    timeout: float = 5.0) -> None:
+        """Finish the backend session ("success", "errored" or "interrupted"): the SDK's
+        `ServiceClient.close`, bounded by `timeout` (a service that does not answer ends
+        the session itself when its heartbeats stop)."""
+        close = getattr(self.service_client, "close", None)
+        try:
+            # No training client, no session to finish: the SDK makes its session on the
+            # first call, and a session still being made cannot be closed (its close waits
+            # for it); the service ends it when its heartbeats stop.
+            if close is not None and self.training_client is not None:
+                await asyncio.wait_for(sdk_call(close, status, detail), timeout)
+        except Exception as exc:
+            text = str(exc) or f"no answer within {timeout:g} s"
+            self._log("warning", f"{self.backend_label}: could not close the session "
+                                 f"({type(exc).__name__}: {text})")
+        finally:
+            if self.watch is not None:
+                self.watch.uninstall()
+                self.watch.on_notice = None
+
+    def _adam(self, learning_rate: float) -> tinker.AdamParams:
+        return tinker.AdamParams(learning_rate=learning_rate, **self.adam)
+
+    # ------------------------------------------------------------------ life cycle
+    async def start(self, *, from_state: str | None = None, version: int = 0) -> None:
+        """Create the training client (fresh, or from a saved state) and sampler `version`.
+
+        The first call builds the SDK's session (blocking, retried by the SDK): on a daemon
+        thread, abandoned if the run stops meanwhile."""
+        self._watch_sdk()
+        service = self.service_client
+        if from_state is None:
+            self.training_client = await self._call(
+                "create training client", lambda _: sdk_call(
+                    service.create_lora_training_client, base_model=self.base_model,
+                    rank=self.lora_rank, seed=self.seed), abandon_on_stop=True)
+        else:
+            self.training_client = await self._call(
+                "create training client from state", lambda _: sdk_call(
+                    service.create_training_client_from_state_with_optimizer, from_state),
+                abandon_on_stop=True)
+        training = self.training_client
+        load = _sdk_tokenizer if self.tinker_sdk else _own_tokenizer
+        self.tokenizer = await self._call(
+            "get tokenizer", lambda _: on_daemon_thread(load, training, name="get-tokenizer"),
+            retry=False, abandon_on_stop=True)
+        warnings: list[str] = []  # make_renderer runs on a thread: log its words after
+        self.renderer, self.renderer_name = await on_daemon_thread(
+            make_renderer, self.base_model, self.tokenizer, self.requested_renderer,
+            warn=warnings.append, name="make-renderer")
+        for message in warnings:
+            self._log("warning", message)
+        if self.kl_penalty_coef > 0 and self.reference is None:
+            # The untrained base model, as tinker-cookbook's KL reference defaults to.
+            self.reference = await self._call(
+                "create KL reference sampler",
+                lambda _: service.create_sampling_client(base_model=self.base_model))
+        self.version = version
+        await self._publish(version)
+
+    async def _publish(self, version: int, suffix: str = "") -> float:
+        """Snapshot the weights as sampler `version` (and save them, if due); returns the
+        seconds it took. Both are submitted before either is awaited, so they hold the same
+        weights."""
+        started = time.perf_counter()
+        training = self.training_client
+        snapshot = training.save_weights_and_get_sampling_client()
+        name = checkpoint_name(version, suffix)
+        every = self.sampler_checkpoint_every
+        saved = training.save_weights_for_sampler(name) \
+            if every and version % every == 0 else None
+        client = await self._call("publish weights", lambda attempt: snapshot if attempt == 1
+                                  else training.save_weights_and_get_sampling_client())
+        path = None
+        if saved is not None:
+            try:
+                response = await self._call(
+                    "save sampler weights", lambda attempt: saved if attempt == 1
+                    else training.save_weights_for_sampler(f"{name}-retry{attempt}"))
+                path = response.path
+            except DiskFull:
+                raise  # every later write fails too: stop now, saying why
+            except Exception as exc:  # a missing copy on disk must not stop training
+                self._log("warning", f"could not save sampler weights {name}: "
+                                     f"{type(exc).__name__}: {exc}")
+        # Version and client change together: a request never sees one without the other.
+        self.version = version
+        self.sampling_client = client
+        self._samplers[version] = client
+        self._samplers.move_to_end(version)
+        self._loaded_from.pop(version, None)
+        self._evict_samplers()
+        if path is not None:
+            await self._record_checkpoint(CheckpointRecord("sampler", version, name, path))
+        return time.perf_counter() - started
+
+    # ------------------------------------------------------------------ sampling
+    def available_versions(self) -> list[int]:
+        """Policy versions that can be sampled: loaded, or saved as sampler weights."""
+        saved = {c.step for c in self.checkpoints if c.kind == "sampler"}
+        return sorted(set(self._samplers) | saved)
+
+    async def sampling_client_for(self, version: int) -> Any:
+        """The sampling client of an earlier (or the current) policy version."""
+        client = self._samplers.get(version)
+        if client is not None:
+            self._samplers.move_to_end(version)
+            return client
+        record = next((c for c in reversed(self.checkpoints)
+                       if c.kind == "sampler" and c.step == version), None)
+        if record is None:
+            available = ", ".join(str(v) for v in self.available_versions()) or "none"
+            raise UnknownVersionError(f"policy version {version} is not available "
+                                      f"(available: {available})")
+        service = self.service_client
+        client = await self._call("load sampler weights", lambda _: service.create_sampling_client(
+            model_path=record.path))
+        if version in self._samplers:  # loaded concurrently by another request
+            return self._samplers[version]
+        self._samplers[version] = client
+        self._loaded_from[version] = record.path
+        self._evict_samplers()
+        return client
+
+    def _evict_samplers(self) -> None:
+        """Keep the `sampler_clients_to_keep` most recently used, always the current one."""
+        while len(self._samplers) > self.sampler_clients_to_keep:
+            victim = next(v for v in self._samplers if v != self.version)
+            del self._samplers[victim]
+            self._loaded_from.pop(victim, None)
+
+    async def sample(self, prompt: tinker.ModelInput, num_samples: int,
+                     sampling_params: tinker.SamplingParams, *, version: int | None = None,
+                     top_logprobs: int = 0, constraint: Any = None,
+                     constraint_prefix: str = "") -> tuple[tinker.SampleResponse, int]:
+        """Sample from the current policy (or `version`); returns the response and the
+        version that produced it. `constraint` (with the text it starts from) keeps the
+        samples' text within a shape where the backend samples in this process (the local
+        backend's `sample_constrained`); elsewhere it is not applied."""
+        if version is None or version == self.version:
+            client, version = self.sampling_client, self.version
+        else:
+            client = await self.sampling_client_for(version)
+        extra = {"topk_sample_logprobs": top_logprobs} if top_logprobs else {}
+        constrained = getattr(client, "sample_constrained", None) \
+            if constraint is not None else None
+        if constrained is not None:
+            response = await self._call("sample", lambda _: constrained(
+                prompt, num_samples, sampling_params, constraint, constraint_prefix, **extra))
+        else:
+            response = await self._call("sample", lambda _: client.sample(
+                prompt=prompt, num_samples=num_samples, sampling_params=sampling_params,
+                **extra))
+        return response, version
+
+    def can_constrain(self) -> bool:
+        """Whether `sample` applies a constraint: the backend samples in this process."""
+        return hasattr(self.sampling_client, "sample_constrained")
+
+    # ------------------------------------------------------------------ training
+    def build_datums(self, groups: Sequence[TrajectoryGroup]) -> DatumBatch:
+        """Datums for every sampled assistant turn, weighted by its group-relative advantage.
+
+        The turns of one trajectory share a Datum while each prompt extends what was sampled
+        before it (see `trajectory_to_datum_arrays`); `metrics` counts the turns and the
+        prefix mismatches that split a trajectory into several Datums.
+        """
+        datums: list[tinker.Datum] = []
+        masks: list[list[float]] = []
+        turns = mismatches = 0
+        for group in groups:
+            for trajectory, advantage in zip(group.trajectories, group.advantages(), strict=True):
+                arrays = trajectory_to_datum_arrays(trajectory.turns, advantage)
+                turns += arrays.turns
+                mismatches += arrays.prefix_mismatches
+                for example in arrays.examples:
+                    datums.append(_datum(list(example["model_input"]),
+                                         list(example["target_tokens"]),
+                                         list(example["logprobs"]),
+                                         list(example["advantages"])))
+                    masks.append(list(example["mask"]))
+        return DatumBatch(datums, {keys.TRAIN_TURNS: float(turns),
+                                   keys.TRAIN_PREFIX_MISMATCH: float(mismatches)}, masks)
+
+    async def apply_kl_penalty(self, datums: DatumBatch) -> tuple[DatumBatch, dict[str, float]]:
+        """The batch with the KL penalty against the base model added to its advantages
+        (`kl_penalized_advantages`), and the step's `kl/...` metrics. The base model scores
+        every Datum's sequence from its first sampled token on."""
+        started = time.perf_counter()
+        reference = self.reference
+        inputs = [d.model_input.to_ints() for d in datums]
+        targets = [d.loss_fn_inputs["target_tokens"].tolist() for d in datums]
+        sampled = [d.loss_fn_inputs["logprobs"].tolist() for d in datums]
+        advantages = [d.loss_fn_inputs["advantages"].tolist() for d in datums]
+        masks = datums.masks or [[1.0 if a else 0.0 for a in adv] for adv in advantages]
+
+        async def base_logprobs(index: int) -> list[float]:
+            full = inputs[index] + targets[index][-1:]
+            first = next((j for j, m in enumerate(masks[index]) if m), None)
+            if first is None:
+                return [0.0] * len(targets[index])
+            last_n = len(full) - (first + 1)  # from the first sampled target to the end
+            scored = await self._call("KL reference logprobs", lambda _: reference.compute_logprobs(
+                tinker.ModelInput.from_ints(full), prompt_logprobs_last_n=last_n))
+            # scored[i + 1] is log p_base(full[i + 1] | full[:i + 1]), i.e. of target i
+            return [0.0 if v is None else float(v) for v in list(scored)[1:]]
+
+        base = await asyncio.gather(*(base_logprobs(i) for i in range(len(datums))))
+        new_advantages, mean_kl = await asyncio.to_thread(
+            kl_penalized_advantages, advantages, sampled, base, masks, self.kl_penalty_coef)
+        batch = DatumBatch([_datum(i, t, s, a) for i, t, s, a in
+                            zip(inputs, targets, sampled, new_advantages, strict=True)],
+                           datums.metrics, masks)
+        return batch, {keys.KL_POLICY_BASE: mean_kl,
+                       keys.KL_REFERENCE_TIME: time.perf_counter() - started}
+
+    async def train(
+        self,
+        datums: list[tinker.Datum],
+        *,
+        loss_fn: str = "importance_sampling",
+        learning_rate: float,
+    ) -> TrainResult:
+        """One optimizer step (with the KL penalty, when it is on), then publish the next
+        sampling client (version + 1)."""
+        kl_metrics: dict[str, float] = {}
+        if self.kl_penalty_coef > 0 and self.reference is not None and datums:
+            batch = datums if isinstance(datums, DatumBatch) else DatumBatch(datums)
+            datums, kl_metrics = await self.apply_kl_penalty(batch)
+        training = self.training_client
+        config = self.loss_fn_config or None
+        # Submit both before awaiting either, so the service can pipeline them. Neither is
+        # retried: a step must not be applied twice (and a failed one poisons the client).
+        started = time.perf_counter()
+        fb_future = training.forward_backward(datums, loss_fn, config)
+        optim_future = training.optim_step(self._adam(learning_rate))
+        fb = await self._call("forward_backward", lambda _: fb_future, retry=False)
+        fb_done = time.perf_counter()
+        await self._call("optim_step", lambda _: optim_future, retry=False)
+        optim_done = time.perf_counter()
+        publish_seconds = await self._publish(self.version + 1)
+        num_tokens = sum(d.model_input.length for d in datums)
+        metrics = {keys.TRAIN_LOSS_SUM: float(fb.metrics.get("loss:sum", 0.0)),
+                   keys.FORWARD_BACKWARD_TIME: fb_done - started,
+                   keys.OPTIM_STEP_TIME: optim_done - fb_done,
+                   keys.PUBLISH_WEIGHTS_TIME: publish_seconds}
+        metrics.update(getattr(datums, "metrics", {}))
+        metrics.update(kl_metrics)
+        return TrainResult(self.version, metrics, len(datums), num_tokens)
+
+    def supervised_datums(
+        self, conversations: Sequence[Sequence[Mapping[str, Any]]]
+    ) -> list[tinker.Datum]:
+        """One cross-entropy Datum per conversation (its last assistant turn trained)."""
+        datums = []
+        for messages in conversations:
+            model_input, weights = self.renderer.build_supervised_example(list(messages))
+            tokens = model_input.to_ints()
+            weight_list = [float(w) for w in weights.tolist()]
+            datums.append(tinker.Datum(
+                model_input=tinker.ModelInput.from_ints(tokens[:-1]),
+                loss_fn_inputs=_loss_inputs(target_tokens=tokens[1:],
+                                            weights=weight_list[1:])))
+        return datums
+
+    async def train_supervised(
+        self, conversations: Sequence[Sequence[Mapping[str, Any]]], *, learning_rate: float
+    ) -> float:
+        """One cross-entropy step on whole conversations (last assistant turn trained)."""
+        return await self.train_cross_entropy(self.supervised_datums(conversations),
+                                              learning_rate=learning_rate)
+
+    async def train_cross_entropy(self, datums: Sequence[tinker.Datum], *,
+                                  learning_rate: float) -> float:
+        """One cross-entropy step on `supervised_datums`; returns the summed loss. No new
+        policy version (call `publish` when done)."""
+        training = self.training_client
+        fb_future = training.forward_backward(list(datums), "cross_entropy")
+        optim_future = training.optim_step(self._adam(learning_rate))
+        fb = await self._call("forward_backward", lambda _: fb_future, retry=False)
+        await self._call("optim_step", lambda _: optim_future, retry=False)
+        return float(fb.metrics.get("loss:sum", 0.0))
+
+    async def save_training_state(self, name: str,
+                                  metadata: Mapping[str, str] | None = None) -> str:
+        """Save weights and optimizer state without recording a run checkpoint (no
+        retention, not a resume point); returns its path."""
+        training = self.training_client
+        response = await self._call("save state", lambda attempt: training.save_state(
+            name, overwrite=attempt > 1, user_metadata=dict(metadata or {})))
+        return str(response.path)
+
+    async def load_training_state(self, path: str) -> None:
+        """Replace the training client's weights and optimizer state with a saved state of
+        the same model (no new policy version: call `publish`)."""
+        training = self.training_client
+        await self._call("load state", lambda _: training.load_state_with_optimizer(path),
+                         retry=False)
+
+    async def publish(self) -> None:
+        """Publish the current weights as the sampling client (after supervised steps)."""
+        await self._publish(self.version, suffix="-warmup")
+
+    # ------------------------------------------------------------------ checkpoints
+    async def save_state(self, name: str, *, step: int | None = None) -> str:
+        """Full checkpoint with optimizer state; returns its tinker:// path.
+
+        `step` (default: the current policy version) orders it for the retention policy."""
+        training = self.training_client
+        response = await self._call("save state", lambda attempt: training.save_state(
+            name, overwrite=attempt > 1))
+        await self._record_checkpoint(CheckpointRecord(
+            "state", self.version if step is None else step, name, response.path))
+        return str(response.path)
+
+    def adopt_checkpoints(self, records: Sequence[CheckpointRecord]) -> None:
+        """Checkpoints an earlier process of this run saved (oldest first), so the retention
+        policy counts them and deletes them in turn; without them, a resumed run kept every
+        checkpoint from before the resume for good."""
+        self.checkpoints[:0] = records
+
+    async def _record_checkpoint(self, record: CheckpointRecord) -> None:
+        self.checkpoints.append(record)
+        same = [c for c in self.checkpoints if c.kind == record.kind]
+        keep_last = self.keep_last_checkpoints
+        if record.kind == "state" and keep_last:
+            # Never fewer than two: the newest may not be confirmed by the run store yet when
+            # a crash hits, and a resume then needs the one before it.
+            keep_last = max(keep_last, 2)
+        doomed = [same[i] for i in checkpoints_to_delete(
+            [c.step for c in same], keep_last, self.keep_every_checkpoints)]
+        for old in doomed:
+            self.checkpoints.remove(old)
+            if record.kind == "sampler" and self._loaded_from.get(old.step) == old.path:
+                self._samplers.pop(old.step, None)
+                self._loaded_from.pop(old.step, None)
+            await self._delete(old)
+
+    async def _remover(self) -> Any:
+        """What deletes checkpoints: the local backend's folders by path, or a
+        `tinker.RestClient` (its constructor fetches the service's config: off the loop)."""
+        if self._rest is None:
+            if hasattr(self.service_client, "checkpoint_dir"):
+                self._rest = _LocalCheckpointRemover(self.service_client.checkpoint_dir)
+            elif self.tinker_sdk:
+                self._rest = await self._call("connect to the checkpoint API",
+                                              lambda _: sdk_call(rest_client))
+        return self._rest
+
+    async def _delete(self, record: CheckpointRecord) -> None:
+        """Delete an old checkpoint; a failure is logged, never fatal."""
+        try:
+            remover = await self._remover()
+        except Exception as exc:
+            self._log("warning", f"could not delete old checkpoint {record.path}: "
+                                 f"{type(exc).__name__}: {exc}")
+            return
+        if remover is None:
+            return
+        try:
+            await self._call(f"delete checkpoint {record.name}",
+                             lambda _: remover.delete_checkpoint_from_tinker_path(record.path))
+        except Exception as exc:
+            self._log("warning", f"could not delete old checkpoint {record.path}: "
+                                 f"{type(exc).__name__}: {exc}")
+            return
+        if self.on_event is not None:
+            from tinker_tui.engine.events import CheckpointDeleted
+
+            self.on_event(CheckpointDeleted(time=self._now(), step=record.step,
+                                            kind=record.kind,
+                                            name=record.name, path=record.path))
+
+
+def _own_tokenizer(training_client: Any) -> Any:
+    return training_client.get_tokenizer()
+
+
+def _sdk_tokenizer(training_client: Any) -> Any:
+    from tinker_tui.engine.hub_tokenizer import load_tokenizer
+
+    return load_tokenizer(training_client)

@@ -1,0 +1,262 @@
+"""The policy server's app: FastAPI routes behind the bearer token, and `PolicyServer`,
+which runs them on uvicorn on 127.0.0.1 in the run's own event loop.
+
+Endpoints: `GET /health`, `GET /v1/models`, `GET /v1/models/{model}` and
+`POST /v1/chat/completions` (plain, or streamed as server-sent events). The model is the run's
+policy by its name, or `NAME@STEP` for the policy of an earlier step while it is still kept.
+The random per-run token is compared in constant time and never logged;
+`PolicyServer.token_hint` is the only form of it to show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive
+
+from tinker_tui.engine.errors import TinkerTuiError
+from tinker_tui.engine.loopback_http import (
+    REQUEST_TIMEOUT,
+    BearerAuth,
+    BodyTooLarge,
+    LoopbackServer,
+    read_body,
+)
+from tinker_tui.engine.sampling_defaults import SamplingDefaults
+from tinker_tui.engine.server.handler import ChatHandler, PolicySource, Prepared, usage
+from tinker_tui.engine.server.schema import ChatCompletionRequest, RequestError, validation_error
+
+logger = logging.getLogger(__name__)
+
+#: The largest request body accepted; a bigger one is refused (413) before it is parsed.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+T = TypeVar("T")
+
+
+def _dumps(payload: Any) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def openai_error(status: int, message: str, *, param: str | None = None,
+                 code: str | None = None, kind: str = "invalid_request_error") -> Response:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return Response(_dumps(body), status_code=status, media_type="application/json")
+
+
+def _sse(body: ChatCompletionRequest, choices: list[dict[str, Any]], prepared: Prepared,
+         model: str) -> bytes:
+    """The whole completion as server-sent `chat.completion.chunk` events (sampling returns
+    complete sequences, so every chunk is ready at once)."""
+    base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": model}
+    events: list[bytes] = []
+
+    def emit(choice_list: list[dict[str, Any]], **extra: Any) -> None:
+        events.append(b"data: " + _dumps({**base, "choices": choice_list, **extra}) + b"\n\n")
+
+    for c in choices:
+        message = c["message"]
+        i = c["index"]
+        emit([{"index": i, "delta": {"role": "assistant", "content": ""},
+               "logprobs": None, "finish_reason": None}])
+        if message.get("reasoning_content"):
+            emit([{"index": i, "delta": {"reasoning_content": message["reasoning_content"]},
+                   "logprobs": None, "finish_reason": None}])
+        if message.get("content") or c["logprobs"]:
+            emit([{"index": i, "delta": {"content": message.get("content") or ""},
+                   "logprobs": c["logprobs"], "finish_reason": None}])
+        for k, call in enumerate(message.get("tool_calls") or []):
+            emit([{"index": i, "delta": {"tool_calls": [{"index": k, **call}]},
+                   "logprobs": None, "finish_reason": None}])
+        emit([{"index": i, "delta": {}, "logprobs": None, "finish_reason": c["finish_reason"],
+               "prompt_token_ids": c["prompt_token_ids"], "token_ids": c["token_ids"],
+               "token_logprobs": c["token_logprobs"], "policy_version": c["policy_version"]}])
+    if body.stream_options is not None and body.stream_options.include_usage:
+        emit([], usage=usage(prepared, choices))
+    events.append(b"data: [DONE]\n\n")
+    return b"".join(events)
+
+
+class ClientGone(TinkerTuiError):
+    """The client closed its connection before its completion was ready."""
+
+
+async def _until_disconnected(receive: Receive) -> None:
+    """Returns when the client goes away (the body is already read, so the only message
+    still to come is the disconnect)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
+    """`await work`, cancelled (and ClientGone raised) if the client disconnects first:
+    sampling that nobody waits for any more must not hold up the requests after it."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_until_disconnected(request.receive))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})  # let the cancellation reach the sampler
+        gone.cancel()
+    if task.cancelled():
+        raise ClientGone()
+    return task.result()
+
+
+def create_app(policy: PolicySource, *, model_name: str, token: str,
+               defaults: SamplingDefaults, max_tokens_limit: int = 1024,
+               max_body_bytes: int = MAX_BODY_BYTES,
+               context_length: int | None = None) -> FastAPI:
+    app = FastAPI(title="tinker-tui policy server", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.add_middleware(BearerAuth, token=token, refusal=lambda: openai_error(
+        401, "missing or wrong bearer token", kind="authentication_error",
+        code="invalid_api_key"))
+    handler = ChatHandler(policy, model_name=model_name, defaults=defaults,
+                          max_tokens_limit=max_tokens_limit, context_length=context_length)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> Response:
+        return openai_error(exc.status_code, str(exc.detail),
+                            code="not_found" if exc.status_code == 404 else None)
+
+    def model_entry(name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": 0, "owned_by": "tinker-tui"}
+
+    def model_names() -> list[str]:
+        versions = getattr(policy, "available_versions", None)
+        older = [f"{model_name}@{v}" for v in versions()] if versions is not None else []
+        return [model_name, *older]
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(_dumps({"status": "ok", "policy_version": policy.version}),
+                        media_type="application/json")
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        return Response(_dumps({"object": "list",
+                                "data": [model_entry(n) for n in model_names()]}),
+                        media_type="application/json")
+
+    @app.get("/v1/models/{model:path}")
+    async def model(model: str) -> Response:
+        if model not in model_names():
+            return openai_error(404, f"unknown model {model!r}", param="model",
+                                code="model_not_found")
+        return Response(_dumps(model_entry(model)), media_type="application/json")
+
+    async def chat_completions(request: Request) -> Response:
+        try:
+            try:
+                raw = await read_body(request, max_body_bytes)
+            except BodyTooLarge as exc:
+                raise RequestError(413, str(exc), code="request_too_large") from None
+            try:
+                body = ChatCompletionRequest.model_validate_json(raw)
+            except ValidationError as exc:
+                raise validation_error(exc) from None
+            choices, prepared, _version = await unless_client_leaves(
+                request, handler.complete(body))
+        except RequestError as exc:
+            return openai_error(exc.status, exc.message, param=exc.param, code=exc.code,
+                                kind=exc.kind)
+        except (ClientDisconnect, ClientGone) as exc:
+            logger.debug("chat completion: the client went away %s",
+                         "while sampling; sampling cancelled" if isinstance(exc, ClientGone)
+                         else "before its request was whole")
+            return Response(status_code=499)  # nobody reads it
+        except Exception as exc:  # a bug here must not take the server down
+            logger.exception("chat completion failed")
+            return openai_error(500, f"internal error: {type(exc).__name__}",
+                                kind="server_error")
+        if body.stream:
+            return Response(_sse(body, choices, prepared, body.model),
+                            media_type="text/event-stream",
+                            headers={"Cache-Control": "no-cache"})
+        payload = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.model,
+            "choices": choices,
+            "usage": usage(prepared, choices),
+        }
+        return Response(_dumps(payload), media_type="application/json")
+
+    # A plain Starlette route: the body is parsed and validated here, so FastAPI's
+    # per-request dependency solving would be pure overhead on the hot path.
+    app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    return app
+
+
+class PolicyServer:
+    """Runs the app on 127.0.0.1 in the current event loop; start() returns once it listens."""
+
+    def __init__(self, policy: PolicySource, *, model_name: str, token: str | None = None,
+                 defaults: SamplingDefaults | None = None, max_tokens_limit: int = 1024,
+                 max_body_bytes: int = MAX_BODY_BYTES, context_length: int | None = None,
+                 request_timeout: float = REQUEST_TIMEOUT) -> None:
+        self.model_name = model_name
+        self.token = token or secrets.token_urlsafe(24)
+        self.defaults = defaults or SamplingDefaults()
+        self.app = create_app(policy, model_name=model_name, token=self.token,
+                              defaults=self.defaults, max_tokens_limit=max_tokens_limit,
+                              max_body_bytes=max_body_bytes, context_length=context_length)
+        self._server = LoopbackServer(self.app, name="policy-server",
+                                      request_timeout=request_timeout)
+        self._clients: list[Any] = []
+
+    @property
+    def port(self) -> int | None:
+        return self._server.port
+
+    def __repr__(self) -> str:
+        return f"PolicyServer({self.model_name!r}, port={self.port}, token={self.token_hint})"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def token_hint(self) -> str:
+        """The token as it may be shown: never in full."""
+        return self.token[:4] + "…"
+
+    async def start(self) -> None:
+        """Listen on 127.0.0.1; returns once the server accepts requests."""
+        await self._server.start()
+
+    async def stop(self) -> None:
+        """Close the clients `client()` made, then stop listening. A client left to the
+        garbage collector closes its connections on a loop that may be gone by then."""
+        clients, self._clients = self._clients, []
+        try:
+            for client in clients:
+                await client.close()
+        finally:
+            await self._server.stop()
+
+    def client(self) -> Any:
+        """An `openai.AsyncOpenAI` client pointed at this server, with the run's token;
+        closed when the server stops."""
+        import openai
+
+        client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.token, max_retries=0,
+                                    timeout=120.0)
+        self._clients.append(client)
+        return client
