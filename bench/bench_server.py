@@ -5,7 +5,7 @@ character prompt does to its event loop; and what abandoned requests cost the ne
     python bench/bench_server.py [--requests 2000] [--seconds 5] [--concurrency 32]
                                  [--only overhead|large-prompt|abandoned]
 
-The server runs as in a training run (FastAPI + uvicorn, the real `Policy` on the local
+The server runs as in a training run (FastAPI + uvicorn, the real `BackendSession` on the local
 backend with its role_colon renderer and tokenizer) in a child process; only the sampling
 client is replaced by one that answers at once with a fixed completion, so what is measured is
 the server: HTTP, validation, rendering, parsing, JSON. The load comes from this process over
@@ -71,10 +71,10 @@ class InstantSamplingClient:
 
 
 async def make_policy(checkpoint_dir: str) -> Any:
+    from tinker_tui.engine.backend_session import BackendSession
     from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
-    from tinker_tui.engine.policy import Policy
 
-    policy = Policy(LocalServiceClient(checkpoint_dir=checkpoint_dir),
+    policy = BackendSession(LocalServiceClient(checkpoint_dir=checkpoint_dir),
                     base_model=DEFAULT_BASE_MODEL, sampler_checkpoint_every=0)
     await policy.start()
     policy.sampling_client = InstantSamplingClient(policy.tokenizer.encode(COMPLETION))
@@ -171,7 +171,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def direct_latencies(n: int, checkpoint_dir: str) -> tuple[list[float], list[float]]:
-    """A direct sampling call, as the server makes it (Policy.sample, with its retry wrapper)
+    """A direct sampling call, as the server makes it (BackendSession.sample, with its retry wrapper)
     and as a bare sampling-client call."""
     import tinker
 
@@ -338,12 +338,12 @@ async def abandoned_requests(checkpoint_dir: str) -> dict[str, float]:
     abandoned n=128 requests; and how many of those were cancelled before they ran."""
     import openai
 
+    from tinker_tui.engine.backend_session import BackendSession
     from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
-    from tinker_tui.engine.policy import Policy
     from tinker_tui.engine.sampling_defaults import SamplingDefaults
     from tinker_tui.engine.server import PolicyServer
 
-    policy = Policy(LocalServiceClient(checkpoint_dir=checkpoint_dir),
+    policy = BackendSession(LocalServiceClient(checkpoint_dir=checkpoint_dir),
                     base_model=DEFAULT_BASE_MODEL, sampler_checkpoint_every=0)
     await policy.start()
     futures: list[Any] = []
@@ -451,7 +451,7 @@ def report_overhead(r: dict[str, Any], args: argparse.Namespace) -> None:
     ms = 1000.0
     print(f"requests: {args.requests} sequential, {args.concurrency} concurrent for "
           f"{args.seconds:g} s")
-    print(f"direct sampling call (Policy.sample, instant sampler): p50 {r['direct_p50'] * ms:.3f} ms"
+    print(f"direct sampling call (BackendSession.sample, instant sampler): p50 {r['direct_p50'] * ms:.3f} ms"
           f"  p99 {r['direct_p99'] * ms:.3f} ms   (bare client call p50 "
           f"{r['bare_p50'] * ms:.3f} ms)")
     print(f"through the server, minimal HTTP client:  round trip p50 {r['raw_p50'] * ms:.3f} ms"

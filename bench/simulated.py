@@ -1,7 +1,7 @@
 """A backend whose sampling and training take a set time: for timing the pipeline alone.
 
 `SimulatedPolicy` trains by sleeping and moves the policy version exactly as the real
-`engine.backend.Policy` does; `SimulatedClient` stands in for `openai.AsyncOpenAI` and
+`engine.backend_session.BackendSession` does; `SimulatedClient` stands in for `openai.AsyncOpenAI` and
 answers after a delay, stamped with the version that sampled it. No torch, no HTTP.
 """
 
@@ -11,7 +11,7 @@ import asyncio
 import random
 from typing import Any
 
-from tinker_tui.engine.policy import TrainResult
+from tinker_tui.engine.backend_session import TrainResult
 from tinker_tui.engine.task import Scenario, Task
 from tinker_tui.engine.trajectory import Trajectory
 

@@ -20,10 +20,14 @@ from tinker_tui.engine.backend import (
     make_service_client,
     renderer_name_for,
 )
+from tinker_tui.engine.backend_session import (
+    BackendSession,
+    UnknownVersionError,
+    checkpoints_to_delete,
+)
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL, RunConfig
 from tinker_tui.engine.events import BackendWaited, CheckpointDeleted, LogEmitted
 from tinker_tui.engine.local import LocalServiceClient
-from tinker_tui.engine.policy import Policy, UnknownVersionError, checkpoints_to_delete
 from tinker_tui.engine.retry import BackendTimeoutError, RetryPolicy, call_with_retry
 from tinker_tui.engine.trajectory import SampledTurn, Trajectory, TrajectoryGroup
 
@@ -63,7 +67,7 @@ class Recorder:
 
 class RecordingRest:
     def __init__(self, local_dir, log):
-        from tinker_tui.engine.policy import _LocalCheckpointRemover
+        from tinker_tui.engine.backend_session import _LocalCheckpointRemover
 
         self._remover = _LocalCheckpointRemover(local_dir)
         self._log = log
@@ -110,7 +114,7 @@ async def test_the_policy_calls_only_the_tinker_sdk_interface(tmp_path):
                        adam_beta1=0.8, adam_beta2=0.99, adam_eps=1e-8, weight_decay=0.01,
                        grad_clip_norm=1.0, keep_last_checkpoints=1, kl_penalty_coef=0.1)
     # the SDK deletes checkpoints through a tinker.RestClient: give it one that records
-    policy = Policy.from_config(recorded_service(tmp_path, log), config,
+    policy = BackendSession.from_config(recorded_service(tmp_path, log), config,
                                 rest_client=RecordingRest(tmp_path, log))
     await policy.start()
     for _ in range(2):
@@ -152,7 +156,7 @@ def test_the_tinker_backend_is_the_sdk_service_client(tmp_path, monkeypatch):
     monkeypatch.setenv("TINKER_API_KEY", "tml-test-not-a-real-key")
     client = make_service_client("tinker", tmp_path)  # builds no connection
     assert type(client) is tinker.ServiceClient
-    policy = Policy(client, base_model="Qwen/Qwen3-8B")
+    policy = BackendSession(client, base_model="Qwen/Qwen3-8B")
     assert policy.renderer_name == "qwen3"
     assert isinstance(make_service_client("local", tmp_path), LocalServiceClient)
 
@@ -360,7 +364,7 @@ async def test_backend_waits_become_events_and_log_lines(tmp_path):
                 raise failures.pop()
             return local.create_lora_training_client(**kwargs)
 
-    policy = Policy(Flaky(), base_model=DEFAULT_BASE_MODEL, on_event=events.append,
+    policy = BackendSession(Flaky(), base_model=DEFAULT_BASE_MODEL, on_event=events.append,
                     retry=RetryPolicy(base_delay=0.01))
     await policy.start()
     [waited] = [e for e in events if isinstance(e, BackendWaited)]
@@ -380,7 +384,7 @@ def test_retention_keeps_the_last_n_and_every_mth():
 
 
 async def test_checkpoints_carry_the_step_and_old_ones_are_deleted(tmp_path):
-    policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL,
+    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL,
                     keep_last_checkpoints=2, keep_every_checkpoints=2, sampler_clients_to_keep=2)
     await policy.start()
     states = []
@@ -443,7 +447,7 @@ def test_renderer_named_explicitly_or_from_a_local_model_folder(tmp_path, monkey
 
 async def test_at_least_two_full_checkpoints_survive_retention(tmp_path):
     events = []
-    policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL,
+    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL,
                     keep_last_checkpoints=1, sampler_checkpoint_every=0, on_event=events.append)
     await policy.start()
     paths = []
@@ -460,7 +464,7 @@ async def test_at_least_two_full_checkpoints_survive_retention(tmp_path):
 
 async def test_a_deletion_that_fails_is_logged_and_not_told_as_done(tmp_path):
     events = []
-    policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL,
+    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL,
                     keep_last_checkpoints=1, sampler_checkpoint_every=0, on_event=events.append)
     await policy.start()
     for step in range(2):

@@ -9,7 +9,7 @@ from fake_session import KNOBS, FakeSession
 
 from tinker_tui.app.cli import build_parser
 from tinker_tui.app.commands.run import _default_text as default_text
-from tinker_tui.app.run_model import format_knob, parse_knob_value
+from tinker_tui.app.view_maths import format_knob, parse_knob_value
 from tinker_tui.engine.config import (
     LIVE_KNOBS,
     SETTINGS,

@@ -5,9 +5,9 @@ pulled back by the penalty alone."""
 import pytest
 import tinker
 
+from tinker_tui.engine.backend_session import BackendSession, kl_penalized_advantages
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
-from tinker_tui.engine.policy import Policy, kl_penalized_advantages
 from tinker_tui.engine.trajectory import SampledTurn, Trajectory, TrajectoryGroup
 
 
@@ -46,7 +46,7 @@ async def kl_to_base(policy, samples=64):
 
 
 async def drifted_policy(tmp_path, coef):
-    policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL,
+    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL,
                     kl_penalty_coef=coef)
     await policy.start()
     for _ in range(6):  # push it towards always answering "yes"

@@ -1,4 +1,4 @@
-"""The rollout loop thread: rollouts run apart from the engine loop, the Policy and the event
+"""The rollout loop thread: rollouts run apart from the engine loop, the BackendSession and the event
 bus are only used on the engine loop's thread, and every way of ending ends the thread."""
 
 import asyncio

@@ -11,9 +11,9 @@ import httpx
 import openai
 import pytest
 
+from tinker_tui.engine.backend_session import BackendSession
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
-from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server import TOOLS_HEADER, PolicyServer
 from tinker_tui.engine.server.schema import ChatCompletionRequest
@@ -28,7 +28,7 @@ ADD_TOOL = {"type": "function", "function": {
 
 @pytest.fixture
 async def server(tmp_path):
-    policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
+    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
     await policy.start()
     server = PolicyServer(policy, model_name="policy",
                           defaults=SamplingDefaults(max_tokens=8))
@@ -341,7 +341,7 @@ async def test_the_token_never_reaches_the_logs(server, caplog):
 async def make_server(tmp_path):
     """A server on the real local backend, with the limits a test chooses."""
     servers = []
-    policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
+    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
     await policy.start()
 
     async def make(**limits):
@@ -587,7 +587,7 @@ async def test_content_parts_say_what_is_wrong(server):
 async def test_stopping_the_server_closes_the_clients_it_made(tmp_path):
     """A client left to the garbage collector closed its connections on whatever loop ran
     then, or on none ("Event loop is closed")."""
-    policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
+    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
     await policy.start()
     srv = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=2))
     await srv.start()

@@ -15,9 +15,9 @@ import pytest
 import tinker
 from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
 
+from tinker_tui.engine.backend_session import BackendSession
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
-from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server import PolicyServer, parse_text_tool_calls
 from tinker_tui.engine.trajectory import Trajectory, TrajectoryGroup
@@ -53,7 +53,7 @@ class ScriptedSampler:
 
 @pytest.fixture
 async def scripted(tmp_path):
-    policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
+    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
     await policy.start()
     server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=32))
     await server.start()

@@ -16,7 +16,7 @@ from fake_session import GROUP_SIZE, scripted_events, wait_for_charts
 from textual.pilot import Pilot
 
 from tinker_tui.app.cli import main as cli_main
-from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.store_session import StoreSession
 from tinker_tui.app.tui import EXIT_OK, TinkerTuiApp
 from tinker_tui.engine.clock import FakeClock
@@ -63,8 +63,8 @@ def stored(tmp_path_factory) -> tuple[Path, list]:
     return path, write_run(path)
 
 
-def fold(events) -> RunModel:
-    model = RunModel(FakeClock())
+def fold(events) -> DashboardState:
+    model = DashboardState(FakeClock())
     for event in events:
         model.apply(event)
     return model

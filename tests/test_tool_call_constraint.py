@@ -6,9 +6,9 @@ import random
 
 import pytest
 
+from tinker_tui.engine.backend_session import BackendSession
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
-from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server import PolicyServer
 from tinker_tui.engine.server.tool_call_constraint import ArgumentRules, ToolCallConstraint
@@ -152,7 +152,7 @@ ADD = {"type": "function", "function": {
 
 @pytest.fixture
 async def local_server(tmp_path):
-    policy = Policy(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
+    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
     await policy.start()
     server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=8))
     await server.start()

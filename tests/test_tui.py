@@ -723,13 +723,13 @@ def test_chart_step_axis_ticks_are_whole_steps():
 
 
 def test_groups_left_when_a_run_ends_are_not_called_queued():
-    from tinker_tui.app.run_model import RunModel
+    from tinker_tui.app.dashboard_state import DashboardState
     from tinker_tui.app.widgets.rollout_detail import detail_content
     from tinker_tui.app.widgets.rollouts_tree import RolloutRef, waiting_label
     from tinker_tui.engine.clock import FakeClock
 
     clock = FakeClock()
-    model = RunModel(clock)
+    model = DashboardState(clock)
     events = finished_events(clock)
     left = step_events(clock, 21, rewards=(0.0, 1.0) * 8)[:-1]  # sampled, not taken
     for event in events[:-1] + left:
@@ -750,12 +750,12 @@ def test_a_stored_run_waits_for_the_store_not_for_an_engine():
 
 
 def test_the_rollouts_detail_says_what_the_run_does_before_its_first_rollouts():
-    from tinker_tui.app.run_model import RunModel
+    from tinker_tui.app.dashboard_state import DashboardState
     from tinker_tui.app.widgets.rollout_detail import detail_content
     from tinker_tui.engine.clock import FakeClock
 
     clock = FakeClock()
-    model = RunModel(clock)
+    model = DashboardState(clock)
     for event in [run_started(clock)] + startup_events(clock, warmup_until=7):
         model.apply(event)
     text = detail_content(model, None).plain

@@ -14,10 +14,10 @@ import asyncio, sys, tempfile
 import tinker
 import tinker_tui.engine.run, tinker_tui.app.headless
 from tinker_tui.engine.local import LocalServiceClient
-from tinker_tui.engine.policy import Policy
+from tinker_tui.engine.backend_session import BackendSession
 
 async def main():
-    policy = Policy(LocalServiceClient(checkpoint_dir=tempfile.mkdtemp()),
+    policy = BackendSession(LocalServiceClient(checkpoint_dir=tempfile.mkdtemp()),
                     base_model="tinker-tui/tiny-chat", lora_rank=4)
     await policy.start()
     await policy.train_supervised(

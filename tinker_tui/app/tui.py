@@ -2,7 +2,7 @@
 
 The session is given to the constructor: the engine's `Run` (this process drives it), a
 `StoreSession` (a stored run for `show`, or a run another process drives for `attach`), or
-a scripted fake in tests. The app subscribes `RunModel.apply` to the session's event bus
+a scripted fake in tests. The app subscribes `DashboardState.apply` to the session's event bus
 and drives `session.run()` in an async worker; views are redrawn from the model on a
 timer, never per event.
 
@@ -45,8 +45,8 @@ from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 
+from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.interrupts import EXIT_CODES, taken_signals
-from tinker_tui.app.run_model import RunModel
 from tinker_tui.app.run_summary import SummaryCollector
 from tinker_tui.app.screens.confirm_quit import DETACH, FORCE, STOP, QuitScreen
 from tinker_tui.app.screens.dashboard import DashboardScreen
@@ -156,7 +156,7 @@ class TinkerTuiApp(App[None]):
         self.clock: Clock = clock if clock is not None else session.clock
         self.refresh_interval = refresh_interval
         self.log_lines = log_lines
-        self.model = RunModel(self.clock, log_lines=log_lines)
+        self.model = DashboardState(self.clock, log_lines=log_lines)
         self.run_status: RunStatus | None = None
         self.run_error: str | None = None
         self.run_exception: Exception | None = None

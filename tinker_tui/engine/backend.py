@@ -5,7 +5,7 @@ service; `tinker_tui.engine.local.LocalServiceClient` runs the same interface in
 torch. This module decides between them up front, from credentials only (trying the network
 would hang for minutes while the SDK retries), builds the service client, and picks the
 tinker-cookbook renderer that turns chat messages into tokens for a base model. The code above
-the seam is `tinker_tui.engine.policy.Policy`.
+the seam is `tinker_tui.engine.backend_session.BackendSession`.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from typing import Any
 from tinker_tui.engine import faults
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.advantages import group_advantages
+from tinker_tui.engine.backend_session import BackendSession
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import RunConfig, check_knob
 from tinker_tui.engine.events import (
@@ -51,7 +52,6 @@ from tinker_tui.engine.events import (
 )
 from tinker_tui.engine.health import RewardRange
 from tinker_tui.engine.loop_lag import LoopLagMonitor
-from tinker_tui.engine.policy import Policy
 from tinker_tui.engine.resume import ResumeState, ScenarioSource
 from tinker_tui.engine.retry import BackendInterrupted
 from tinker_tui.engine.rollout_loop import (
@@ -78,7 +78,7 @@ class Pipeline:
         *,
         config: RunConfig,
         task: Task,
-        policy: Policy,
+        policy: BackendSession,
         client_factory: Callable[[], Any],
         model_name: str,
         bus: EventBus,

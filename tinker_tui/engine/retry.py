@@ -1,6 +1,6 @@
 """Timeouts, bounded retries and visible waits for calls to the training backend.
 
-Every remote call the `Policy` makes (creating clients, sampling, forward_backward,
+Every remote call the `BackendSession` makes (creating clients, sampling, forward_backward,
 optim_step, saving) goes through `call_with_retry`. An attempt has a timeout; errors the
 tinker SDK marks as transient (rate limits, a busy or unreachable service, server errors)
 are retried with exponential backoff and jitter, a bounded number of times. Waiting is never

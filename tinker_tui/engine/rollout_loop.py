@@ -9,8 +9,8 @@ control endpoint waiting for 100+ ms at a time. `RolloutThread` gives it its own
   store, the trainer, the control endpoint) and hands each group's rollouts over with
   `run(coroutine)`, which awaits the result; cancelling the caller cancels the rollouts;
 - the rollout loop runs the rollouts, the openai client and the policy server. The server
-  reaches the `Policy` only through `EngineLoopPolicy`, which runs `Policy.sample` on the
-  engine loop: the Policy (its version counter, its sampling clients per version, its
+  reaches the `BackendSession` only through `EngineLoopPolicy`, which runs `BackendSession.sample` on the
+  engine loop: the BackendSession (its version counter, its sampling clients per version, its
   retries) and the event bus are only ever used from the engine loop's thread. Two things
   do cross, each for a reason: the trajectories a group returns (built there, not changed
   after), and the run's `SamplingDefaults`, whose temperature a live knob sets on the engine
@@ -551,13 +551,13 @@ _switch_interval = _SwitchInterval()
 
 
 class EngineLoopPolicy:
-    """The `Policy` as the policy server on the rollout loop sees it.
+    """The `BackendSession` as the policy server on the rollout loop sees it.
 
-    `sample` runs `Policy.sample` on the engine loop, so the Policy's mutable state (the
-    current version and its sampling client, which change together in `Policy._publish`;
+    `sample` runs `BackendSession.sample` on the engine loop, so the BackendSession's mutable state (the
+    current version and its sampling client, which change together in `BackendSession._publish`;
     the cache of earlier versions' clients; retries, which publish events) is only touched
     there. Two plain reads cross threads, each for a stated reason: `renderer` is set by
-    `Policy.start` before the server starts and never replaced while it runs, and `version`
+    `BackendSession.start` before the server starts and never replaced while it runs, and `version`
     (an int, for `/health`) is informative only: a request for the current policy is
     resolved on the engine loop, not from this read.
     """

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tinker_tui.engine import faults
 from tinker_tui.engine.backend import context_length_of, make_service_client
+from tinker_tui.engine.backend_session import BackendSession, CheckpointRecord
 from tinker_tui.engine.blocking import on_daemon_thread
 from tinker_tui.engine.clock import Clock, SystemClock
 from tinker_tui.engine.config import RunConfig
@@ -37,7 +38,6 @@ from tinker_tui.engine.events import (
 )
 from tinker_tui.engine.loop_lag import LoopLagMonitor
 from tinker_tui.engine.pipeline import Pipeline
-from tinker_tui.engine.policy import CheckpointRecord, Policy
 from tinker_tui.engine.resume import ResumeError, ResumeState, RunLock
 from tinker_tui.engine.retry import BackendInterrupted, call_with_retry
 from tinker_tui.engine.rollout_loop import CLOSE_TIMEOUT, RolloutThread, SameLoop
@@ -91,7 +91,7 @@ class Run:
         self.checkpoint_dir = Path(checkpoint_dir or self.db_path.parent / "checkpoints")
         self.events = EventBus()
         self._service_client = service_client
-        self.policy: Policy | None = None
+        self.policy: BackendSession | None = None
         self.server: PolicyServer | None = None
         self._openai: Any = None
         # The rollouts, the openai client and the policy server run on a loop of their own
@@ -126,10 +126,10 @@ class Run:
     def control(self) -> Pipeline:
         return self.pipeline
 
-    def _make_policy(self) -> Policy:
+    def _make_policy(self) -> BackendSession:
         if self._service_client is None:
             self._service_client = make_service_client(self.backend, self.checkpoint_dir)
-        self.policy = Policy.from_config(self._service_client, self.config,
+        self.policy = BackendSession.from_config(self._service_client, self.config,
                                          on_event=self.events.publish, clock=self.clock)
         return self.policy
 

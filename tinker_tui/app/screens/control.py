@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, DataTable, Label
 
-from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.screens.run_view import RunView
 from tinker_tui.app.widgets.commands import CommandsTable
 from tinker_tui.app.widgets.footer import KeyFooter
@@ -52,7 +52,7 @@ class ControlScreen(RunView):
             event.stop()
             await self.app.run_action(action)
 
-    def update_from_model(self, model: RunModel, now: float) -> None:
+    def update_from_model(self, model: DashboardState, now: float) -> None:
         self.query_one(RunStatusPanel).update_from_model(model, now)
         self.query_one(KnobsTable).update_from_model(model, self.host.live_knobs())
         self.query_one(CommandsTable).update_from_model(model)

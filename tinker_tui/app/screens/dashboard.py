@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
 
-from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.screens.run_view import RunView
 from tinker_tui.app.widgets.chart_pane import ChartPane
 from tinker_tui.app.widgets.checkpoints import CheckpointsTable
@@ -42,13 +42,13 @@ class DashboardScreen(RunView):
         yield KeyFooter(compact=True)
 
     def action_cycle_log_level(self) -> None:
-        from tinker_tui.app.run_model import next_log_level
+        from tinker_tui.app.view_maths import next_log_level
 
         log = self.query_one(LogPanel)
         log.set_minimum(next_log_level(log.minimum))
         self.host.refresh_panes()
 
-    def update_from_model(self, model: RunModel, now: float) -> None:
+    def update_from_model(self, model: DashboardState, now: float) -> None:
         self.query_one(RunStatusPanel).update_from_model(model, now)
         self.query_one(ThroughputPanel).update_from_model(model, now)
         self.query_one(DiscardedPanel).update_from_model(model, now)

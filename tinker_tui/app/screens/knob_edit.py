@@ -11,7 +11,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
-from tinker_tui.app.run_model import format_knob, parse_knob_value
+from tinker_tui.app.view_maths import format_knob, parse_knob_value
 
 #: What the dialog says until a value is checked.
 HINT = "enter: check the value · esc: cancel"

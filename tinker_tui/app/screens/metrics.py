@@ -17,7 +17,7 @@ from textual.containers import Grid, Horizontal, VerticalScroll
 from textual.widgets import Label, SelectionList
 from textual.widgets.selection_list import Selection
 
-from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.screens.run_view import RunView
 from tinker_tui.app.widgets.footer import KeyFooter
 from tinker_tui.app.widgets.status_bar import RunStatusPanel
@@ -128,7 +128,7 @@ class MetricsScreen(RunView):
         self.query_one("#metric-scroll").border_subtitle = (
             f"{len(shown)} of {len(self._keys)} metrics · s: smoothing · m: pick")
 
-    def update_from_model(self, model: RunModel, now: float) -> None:
+    def update_from_model(self, model: DashboardState, now: float) -> None:
         self.query_one(RunStatusPanel).update_from_model(model, now)
         keys = model.metric_keys()
         if keys != self._keys:

@@ -13,7 +13,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Input, Tree
 
-from tinker_tui.app.run_model import RolloutFilter, RunModel
+from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.rollout_filter import RolloutFilter
 from tinker_tui.app.screens.run_view import RunView
 from tinker_tui.app.widgets.footer import KeyFooter
 from tinker_tui.app.widgets.rollout_detail import RolloutDetail
@@ -33,7 +34,7 @@ class RolloutsScreen(RunView):
 
     def __init__(self) -> None:
         super().__init__(id="rollouts")
-        self._model: RunModel | None = None
+        self._model: DashboardState | None = None
 
     def compose(self) -> ComposeResult:
         yield RunStatusPanel(id="status", mode=self.host.mode_label)
@@ -79,11 +80,11 @@ class RolloutsScreen(RunView):
         if self._model is not None:
             self.query_one(RolloutDetail).show(self._model, event.node.data)
 
-    def _show_selection(self, model: RunModel) -> None:
+    def _show_selection(self, model: DashboardState) -> None:
         node = self.query_one(RolloutsTree).cursor_node
         self.query_one(RolloutDetail).show(model, node.data if node is not None else None)
 
-    def update_from_model(self, model: RunModel, now: float) -> None:
+    def update_from_model(self, model: DashboardState, now: float) -> None:
         self._model = model
         self.query_one(RunStatusPanel).update_from_model(model, now)
         self.query_one(RolloutsTree).sync(model)

@@ -10,7 +10,7 @@ from textual import events
 from textual.app import App
 from textual.screen import Screen
 
-from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.dashboard_state import DashboardState
 
 
 class DashboardHost(Protocol):
@@ -54,7 +54,7 @@ class RunView(Screen[None]):
     def host(self) -> DashboardHost:
         return host(self.app)
 
-    def update_from_model(self, model: RunModel, now: float) -> None:
+    def update_from_model(self, model: DashboardState, now: float) -> None:
         raise NotImplementedError
 
     def _on_screen_resume(self, event: events.ScreenResume) -> None:

@@ -10,7 +10,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.widgets.status_bar import progress_text, state_badge_text
 from tinker_tui.app.widgets.updates import update_static
 
@@ -23,7 +23,7 @@ def too_small(width: int, height: int) -> bool:
     return width < MIN_WIDTH or height < MIN_HEIGHT
 
 
-def compact_status(model: RunModel, now: float, width: int, height: int) -> Content:
+def compact_status(model: DashboardState, now: float, width: int, height: int) -> Content:
     lines = [
         Content.styled(f"Terminal too small: {width}×{height}", "bold $text-warning"),
         Content(f"tinker-tui needs {MIN_WIDTH}×{MIN_HEIGHT}. Resize, or q to quit."),
@@ -49,6 +49,6 @@ class TooSmallScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         yield Static("", id="too-small-text")
 
-    def update_from_model(self, model: RunModel, now: float) -> None:
+    def update_from_model(self, model: DashboardState, now: float) -> None:
         update_static(self.query_one("#too-small-text", Static),
                       compact_status(model, now, self.app.size.width, self.app.size.height))

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from textual.widgets import DataTable
 
-from tinker_tui.app.run_model import CheckpointRow, RunModel, shorten_middle
+from tinker_tui.app.dashboard_rows import CheckpointRow
+from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.view_maths import shorten_middle
 from tinker_tui.app.widgets.updates import fit_columns, set_subtitle
 
 #: The narrowest a path is cut to, however narrow the pane.
@@ -26,7 +28,7 @@ class CheckpointsTable(DataTable):
                          show_cursor=False)
         self._shown: tuple[int, int, int] = (-1, -1, -1)
         self._rows: list[CheckpointRow] = []
-        self._model: RunModel | None = None
+        self._model: DashboardState | None = None
         # columns exist from the start, so rows added before mount size them correctly
         self.add_column("step", key="step")
         self.add_column("kind", key="kind")
@@ -42,7 +44,7 @@ class CheckpointsTable(DataTable):
     def on_blur(self) -> None:
         self.show_cursor = False
 
-    def update_from_model(self, model: RunModel, now: float) -> None:
+    def update_from_model(self, model: DashboardState, now: float) -> None:
         self._model = model
         count = len(model.checkpoints)
         deleted = f" ({model.checkpoints_deleted} older deleted)" if model.checkpoints_deleted \

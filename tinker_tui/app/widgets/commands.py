@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from textual.widgets import DataTable
 
-from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.widgets.updates import fit_columns, set_subtitle
 
 
@@ -25,7 +25,7 @@ class CommandsTable(DataTable):
     def on_mount(self) -> None:
         self.border_title = "Commands"
 
-    def update_from_model(self, model: RunModel) -> None:
+    def update_from_model(self, model: DashboardState) -> None:
         count = len(model.commands)
         set_subtitle(self, f"{count} received")
         if count == self._shown:

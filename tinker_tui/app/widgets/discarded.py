@@ -14,7 +14,8 @@ import textwrap
 from textual.content import Content
 from textual.widgets import Static
 
-from tinker_tui.app.run_model import RunModel, bar, staleness_rows
+from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.view_maths import bar, staleness_rows
 from tinker_tui.app.widgets.updates import set_subtitle, update_static
 from tinker_tui.engine import metric_keys as keys
 
@@ -35,7 +36,7 @@ HEALTH_STYLES = {
 }
 
 
-def reason_counts(model: RunModel) -> dict[str, int]:
+def reason_counts(model: DashboardState) -> dict[str, int]:
     return {
         "stale": model.discarded.get("stale", 0),
         "no_signal": model.no_signal_groups,
@@ -44,7 +45,7 @@ def reason_counts(model: RunModel) -> dict[str, int]:
     }
 
 
-def health_lines(model: RunModel, width: int, room: int = 2) -> list[Content]:
+def health_lines(model: DashboardState, width: int, room: int = 2) -> list[Content]:
     kind, words = model.health()
     lines = textwrap.wrap(words, max(10, width)) or [""]
     if len(lines) > room:
@@ -53,7 +54,7 @@ def health_lines(model: RunModel, width: int, room: int = 2) -> list[Content]:
     return [Content.styled(line, HEALTH_STYLES.get(kind, "")) for line in lines]
 
 
-def reason_lines(model: RunModel, bar_width: int) -> list[Content]:
+def reason_lines(model: DashboardState, bar_width: int) -> list[Content]:
     counts = reason_counts(model)
     most = max(counts.values(), default=0)
     lines = []
@@ -68,7 +69,7 @@ def reason_lines(model: RunModel, bar_width: int) -> list[Content]:
     return lines
 
 
-def staleness_lines(model: RunModel, width: int, room: int) -> list[Content]:
+def staleness_lines(model: DashboardState, width: int, room: int) -> list[Content]:
     """The histogram of versions behind, in flight vs queued, in at most `room` lines."""
     if room <= 0:
         return []
@@ -100,7 +101,7 @@ def staleness_lines(model: RunModel, width: int, room: int) -> list[Content]:
     return lines
 
 
-def discarded_content(model: RunModel, width: int, height: int = 7) -> Content:
+def discarded_content(model: DashboardState, width: int, height: int = 7) -> Content:
     """The pane's text for an inner area of `width` × `height`."""
     lines = health_lines(model, width, room=2 if height >= 7 else 1)
     lines += reason_lines(model, min(30, max(0, width - 19)))
@@ -116,7 +117,7 @@ class DiscardedPanel(Static, can_focus=True):
     def on_mount(self) -> None:
         self.border_title = "Health & discards"
 
-    def update_from_model(self, model: RunModel, now: float) -> None:
+    def update_from_model(self, model: DashboardState, now: float) -> None:
         width = self.content_region.width or self.size.width
         height = self.content_region.height or 7
         update_static(self, discarded_content(model, width, height))

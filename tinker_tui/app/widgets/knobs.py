@@ -6,7 +6,8 @@ from collections.abc import Mapping
 
 from textual.widgets import DataTable
 
-from tinker_tui.app.run_model import RunModel, format_knob
+from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.view_maths import format_knob
 from tinker_tui.app.widgets.updates import fit_columns, set_subtitle
 from tinker_tui.engine.config import LIVE_KNOBS
 
@@ -36,7 +37,7 @@ class KnobsTable(DataTable):
     def selected_knob(self) -> str:
         return LIVE_KNOBS[max(0, min(self.cursor_row, len(LIVE_KNOBS) - 1))]
 
-    def update_from_model(self, model: RunModel, live: Mapping[str, float | int]) -> None:
+    def update_from_model(self, model: DashboardState, live: Mapping[str, float | int]) -> None:
         changes: dict[str, int] = {}
         for command in model.knob_markers():
             name = str(command.args.get("name"))

@@ -9,7 +9,9 @@ from __future__ import annotations
 from textual.content import Content
 from textual.widgets import OptionList
 
-from tinker_tui.app.run_model import LogLine, RunModel, level_at_least, normalise_level
+from tinker_tui.app.dashboard_rows import LogLine
+from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.view_maths import level_at_least, normalise_level
 from tinker_tui.app.widgets.updates import set_subtitle
 
 LEVEL_STYLES = {
@@ -22,7 +24,7 @@ LEVEL_STYLES = {
 SHORT_LEVELS = {"warning": "WARN", "error": "ERROR", "info": "INFO", "debug": "DEBUG"}
 
 
-def log_line_content(model: RunModel, line: LogLine) -> Content:
+def log_line_content(model: DashboardState, line: LogLine) -> Content:
     """`MM:SS LEVEL ×N message`, on one line (the first line of the message); the count
     comes first so a cut line still shows it."""
     level = normalise_level(line.level)
@@ -39,7 +41,7 @@ def log_line_content(model: RunModel, line: LogLine) -> Content:
     )
 
 
-def log_line_text(model: RunModel, line: LogLine) -> str:
+def log_line_text(model: DashboardState, line: LogLine) -> str:
     """The whole line, for the `enter` view."""
     repeats = f"\n\n(seen {line.count} times; this is the latest)" if line.count > 1 else ""
     return f"{model.since_start(line.time)}  {line.level.upper()}\n\n{line.message}{repeats}"
@@ -62,7 +64,7 @@ class LogPanel(OptionList):
         #: The least severe level shown ("debug" shows everything).
         self.minimum = "debug"
         self._rewrite = False
-        self._model: RunModel | None = None
+        self._model: DashboardState | None = None
 
     def on_mount(self) -> None:
         self.border_title = "Log"
@@ -81,7 +83,7 @@ class LogPanel(OptionList):
         """The lines shown, oldest first."""
         return list(self._log_lines)
 
-    def _show_counts(self, model: RunModel) -> None:
+    def _show_counts(self, model: DashboardState) -> None:
         """The level shown and how many lines, of how many, in the border: a filter that
         hides every line reads "0 of N", not N."""
         if self.minimum == "debug":
@@ -90,7 +92,7 @@ class LogPanel(OptionList):
             counts = f"≥ {self.minimum} · {len(self._log_lines):,} of {model.log_total:,} lines"
         set_subtitle(self, f"{counts} · enter: whole · l: level")
 
-    def update_from_model(self, model: RunModel, now: float) -> None:
+    def update_from_model(self, model: DashboardState, now: float) -> None:
         self._model = model
         new = model.log_total - self._written
         if not (self._rewrite or model.log_rewrites != self._rewrites or new > 0):

@@ -3,7 +3,7 @@ where checkpoints were saved and knobs changed: the dashboard's chart."""
 
 from __future__ import annotations
 
-from tinker_tui.app.run_model import RunModel
+from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.widgets.step_chart import Points, StepChart, y_limits
 from tinker_tui.engine import metric_keys as keys
 
@@ -19,17 +19,17 @@ class RewardsChart(StepChart):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(keys.REWARD_MEAN, title="Reward", id=id, classes=classes)
 
-    def points(self, model: RunModel) -> Points:
+    def points(self, model: DashboardState) -> Points:
         return model.rewards
 
-    def extra_points(self, model: RunModel) -> Points:
+    def extra_points(self, model: DashboardState) -> Points:
         return [(p.step, p.reward) for p in model.evals]
 
-    def empty_text(self, model: RunModel) -> str:
+    def empty_text(self, model: DashboardState) -> str:
         phase = model.phase_text()
         return f"no steps yet: {phase}" if phase else "no steps yet · s: smoothing"
 
-    def subtitle_text(self, model: RunModel) -> str:
+    def subtitle_text(self, model: DashboardState) -> str:
         last = model.last_reward
         if last is None:
             return self.empty_text(model)

@@ -13,7 +13,8 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
-from tinker_tui.app.run_model import GroupRecord, RunModel
+from tinker_tui.app.dashboard_rows import GroupRecord
+from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.widgets.rollouts_tree import REASON_LABELS, RolloutRef
 from tinker_tui.app.widgets.updates import set_subtitle
 
@@ -108,7 +109,7 @@ def group_status(group: GroupRecord, short: bool = False, finished: bool = False
                           "$text-error" if group.discarded == "error" else "$text-warning")
 
 
-def where_filed(model: RunModel, group: GroupRecord) -> str:
+def where_filed(model: DashboardState, group: GroupRecord) -> str:
     """Which step the group belongs to, in words."""
     if group.step is None:
         return ("left over after the last step" if model.state == "finished"
@@ -124,7 +125,7 @@ def summary_line(group: GroupRecord, finished: bool = False) -> Content:
                             group_status(group, short=True, finished=finished))
 
 
-def detail_content(model: RunModel, ref: RolloutRef | None) -> Content:
+def detail_content(model: DashboardState, ref: RolloutRef | None) -> Content:
     if ref is None and not model.groups:
         phase = model.phase_text()
         return Content.styled("No rollouts yet" + (f": {phase}." if phase else ".")
@@ -217,7 +218,7 @@ class RolloutDetail(VerticalScroll):
     def on_mount(self) -> None:
         self.border_title = "Detail"
 
-    def show(self, model: RunModel, ref: RolloutRef | None) -> None:
+    def show(self, model: DashboardState, ref: RolloutRef | None) -> None:
         group = model.groups.get(ref.group_id) if ref and ref.group_id is not None else None
         key = (ref, model.groups_revision if ref and ref.kind in ("step", "waiting") else None,
                (group.discarded, group.step, group.at_best) if group else None,

@@ -20,7 +20,9 @@ from textual.binding import Binding
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from tinker_tui.app.run_model import GroupRecord, RolloutFilter, RunModel
+from tinker_tui.app.dashboard_rows import GroupRecord
+from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.rollout_filter import RolloutFilter
 from tinker_tui.app.widgets.updates import set_subtitle
 
 REASON_LABELS = {"stale": "stale", "zero_variance": "no signal", "error": "error"}
@@ -60,7 +62,7 @@ def converged(group: GroupRecord) -> bool:
     return group.discarded == "zero_variance" and group.at_best
 
 
-def waiting_label(groups: list[GroupRecord], model: RunModel) -> Text:
+def waiting_label(groups: list[GroupRecord], model: DashboardState) -> Text:
     count = len(groups)
     groups_text = f" group{'s' if count != 1 else ''}"
     if model.state == "finished":  # nothing will take them now
@@ -118,7 +120,7 @@ class RolloutsTree(Tree[RolloutRef]):
         self.show_root = False
         self.guide_depth = 2
         self.filter = RolloutFilter()
-        self._model: RunModel | None = None
+        self._model: DashboardState | None = None
         self._waiting: TreeNode[RolloutRef] | None = None
         self._step_nodes: dict[int, TreeNode[RolloutRef]] = {}
         self._notes: list[TreeNode[RolloutRef]] = []
@@ -211,7 +213,7 @@ class RolloutsTree(Tree[RolloutRef]):
             self.sync(self._model)
             self.cursor_line = 0
 
-    def sync(self, model: RunModel) -> None:
+    def sync(self, model: DashboardState) -> None:
         """Bring the tree up to date with the model (cheap when nothing changed)."""
         self._model = model
         if model.groups_revision == self._revision:
@@ -264,7 +266,7 @@ class RolloutsTree(Tree[RolloutRef]):
         elif following and self.cursor_line < 0 and (self._step_nodes or self._waiting):
             self.cursor_line = 0
 
-    def _trimmed(self, model: RunModel, step: int) -> bool:
+    def _trimmed(self, model: DashboardState, step: int) -> bool:
         return model.trimmed_before is not None and step < model.trimmed_before
 
     def _add_step(self, step: int, label: Text) -> TreeNode[RolloutRef]:
@@ -277,7 +279,7 @@ class RolloutsTree(Tree[RolloutRef]):
             return self.root.add(label, ref, before=self._notes[0])
         return self.root.add(label, ref)
 
-    def _sync_waiting(self, model: RunModel, following: bool) -> None:
+    def _sync_waiting(self, model: DashboardState, following: bool) -> None:
         groups = [g for g in model.waiting_groups() if self.filter.matches_group(g)]
         if not groups:
             if self._waiting is not None:
@@ -298,7 +300,7 @@ class RolloutsTree(Tree[RolloutRef]):
                                                     and self._at_or_below_cursor(self._waiting)):
             self._fill_groups(self._waiting, groups)
 
-    def _sync_notes(self, model: RunModel) -> None:
+    def _sync_notes(self, model: DashboardState) -> None:
         """Why steps are missing: rollouts dropped from memory, or from before a resume."""
         notes: list[str] = []
         if model.trimmed_before is not None:
@@ -330,7 +332,7 @@ class RolloutsTree(Tree[RolloutRef]):
         if self.cursor_node is not node:
             self.move_cursor(node)
 
-    def _subtitle(self, model: RunModel) -> str:
+    def _subtitle(self, model: DashboardState) -> str:
         shown = sum(self._shown.get(s, 0) for s in self._step_nodes)
         text = (f"{shown:,} of {len(model.groups):,} groups match" if self.filter.active
                 else f"{len(model.groups):,} groups · {len(self._step_nodes)} steps")

@@ -7,13 +7,14 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label
 
-from tinker_tui.app.run_model import RunModel, format_elapsed
+from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.view_maths import format_elapsed
 from tinker_tui.app.widgets.updates import set_state_class, update_static
 
 STATE_CLASSES = ("-starting", "-running", "-paused", "-stopping", "-finished", "-failed")
 
 
-def state_badge_text(model: RunModel) -> str:
+def state_badge_text(model: DashboardState) -> str:
     """The badge text: `STARTING`, `RUNNING`, `PAUSED: reason`, `FINISHED (stopped)`, ..."""
     state = model.state
     if state in ("starting", "running") and model.phase_text() is not None:
@@ -25,7 +26,7 @@ def state_badge_text(model: RunModel) -> str:
     return state.upper()
 
 
-def state_class(model: RunModel) -> str:
+def state_class(model: DashboardState) -> str:
     if model.state == "finished" and model.status == "failed":
         return "-failed"
     if model.state == "running" and model.phase_text() is not None:
@@ -33,7 +34,7 @@ def state_class(model: RunModel) -> str:
     return f"-{model.state}"
 
 
-def progress_text(model: RunModel, now: float) -> str:
+def progress_text(model: DashboardState, now: float) -> str:
     """`step 12/60 ETA 00:31 │ v12 │ 00:09`; before the first step the start-up phase
     (`format warm-up 23/60 · loss 0.412 │ 00:09`); while paused the ETA says so."""
     elapsed = format_elapsed(model.elapsed(now))
@@ -69,7 +70,7 @@ class RunStatusPanel(Horizontal):
         yield Label("", id="run-label")
         yield Label("", id="progress-label")
 
-    def update_from_model(self, model: RunModel, now: float) -> None:
+    def update_from_model(self, model: DashboardState, now: float) -> None:
         badge = self.query_one("#state-badge", Label)
         update_static(badge, state_badge_text(model))
         set_state_class(badge, state_class(model))

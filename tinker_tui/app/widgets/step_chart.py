@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from textual_plot import HiResMode, PlotWidget
 from textual_plot.axis_formatter import NumericAxisFormatter
 
-from tinker_tui.app.run_model import RunModel, debiased_ema
+from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.view_maths import debiased_ema
 from tinker_tui.app.widgets.updates import set_subtitle
 
 Points = Sequence[tuple[int, float]]
@@ -187,14 +188,14 @@ class StepChart(PlotWidget, inherit_bindings=False):
         return max(0, self.query_one("#plot").size.height - 2) if self.is_mounted else 0
 
     # ------------------------------------------------------------------ data
-    def points(self, model: RunModel) -> Points:
+    def points(self, model: DashboardState) -> Points:
         return model.series.get(self.key, ())
 
-    def extra_points(self, model: RunModel) -> Points:
+    def extra_points(self, model: DashboardState) -> Points:
         """Points drawn as ◆ over the line (the reward chart's evaluations)."""
         return ()
 
-    def ema(self, model: RunModel, values: Sequence[float]) -> list[float]:
+    def ema(self, model: DashboardState, values: Sequence[float]) -> list[float]:
         count, beta, cached = self._ema
         if count != len(values) or beta != model.ema_beta:
             cached = debiased_ema(values, model.ema_beta) if model.ema_beta > 0 else []
@@ -213,10 +214,10 @@ class StepChart(PlotWidget, inherit_bindings=False):
         r, g, b = color.get_truecolor()
         return f"[#{r:02x}{g:02x}{b:02x}]{glyph}[/]"
 
-    def empty_text(self, model: RunModel) -> str:
+    def empty_text(self, model: DashboardState) -> str:
         return "no steps yet"
 
-    def subtitle_text(self, model: RunModel) -> str:
+    def subtitle_text(self, model: DashboardState) -> str:
         points = self.points(model)
         if not points:
             return self.empty_text(model)
@@ -226,7 +227,7 @@ class StepChart(PlotWidget, inherit_bindings=False):
             parts.append(f"{self.swatch('step-chart--ema')} ema {format_value(ema[-1])}")
         return "  ".join(parts)
 
-    def update_from_model(self, model: RunModel, now: float) -> None:
+    def update_from_model(self, model: DashboardState, now: float) -> None:
         points = self.points(model)
         extra = self.extra_points(model)
         knobs = model.knob_markers()

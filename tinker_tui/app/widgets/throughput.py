@@ -9,13 +9,14 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Digits, Label, Sparkline
 
-from tinker_tui.app.run_model import RunModel, format_rate, idle_percent, split_rate
+from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.view_maths import format_rate, idle_percent, split_rate
 from tinker_tui.app.widgets.updates import set_subtitle, update_digits, update_static
 
 __all__ = ["ThroughputPanel", "format_rate", "idle_text", "verdict_text"]
 
 
-def idle_text(model: RunModel) -> str:
+def idle_text(model: DashboardState) -> str:
     measured = model.throughput
     if measured is None:
         return "idle  trainer -  sampler -"
@@ -23,7 +24,7 @@ def idle_text(model: RunModel) -> str:
             f"sampler {idle_percent(measured.sampler_busy)}%")
 
 
-def verdict_text(model: RunModel) -> str:
+def verdict_text(model: DashboardState) -> str:
     """What holds the pipeline back, or why nothing flows: starting, paused, stopping."""
     measured = model.throughput
     if model.state == "paused":
@@ -64,7 +65,7 @@ class ThroughputPanel(Vertical, can_focus=True):
     def on_mount(self) -> None:
         self.border_title = "Throughput"
 
-    def update_from_model(self, model: RunModel, now: float) -> None:
+    def update_from_model(self, model: DashboardState, now: float) -> None:
         measured = model.throughput
         finished = model.state == "finished"
         if measured is not None and not finished:

@@ -8,7 +8,7 @@ count, compare, greet), and ship with the package (``weights/tiny-chat.safetenso
 So it follows that format and answers "one word: yes, no or maybe" questions with one of the
 options from the start, and LoRA adapters have something worth adapting: on a random-init
 model this small, low-rank adapters did not learn at all (the frozen final norm and the tied
-random embeddings bound the logits; see DESIGN.md). It knows no English beyond that corpus.
+random embeddings bound the logits near ±1.3, and adapters cannot raise that scale). It knows no English beyond that corpus.
 
 Any other `base_model` that names a folder (absolute, ``./relative`` or ``~/...``) holding a
 Hugging Face causal LM (``config.json``, weights, tokenizer files) is loaded from that folder

@@ -1,7 +1,7 @@
 """Pre-train the embedded model's base weights (reproducible): ``python -m tinker_tui.engine.local.pretrain``.
 
 Why: LoRA adapts a model that already does something. On a random-init model this small,
-low-rank adapters did not learn at all (DESIGN.md), so `tinker-tui/tiny-chat` ships weights
+low-rank adapters did not learn at all in 120 s where full fine-tuning did, so `tinker-tui/tiny-chat` ships weights
 pre-trained here, on a corpus this module generates: short chats in the role-colon format
 (``User: ...\\n\\nAssistant: ...\\n\\nUser:``) built from the tokenizer's word list, where the
 assistant

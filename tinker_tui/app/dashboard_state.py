@@ -1,6 +1,6 @@
 """What the dashboard shows, folded from engine events; no Textual here.
 
-`RunModel.apply` is subscribed to the engine's event bus and only updates plain Python
+`DashboardState.apply` is subscribed to the engine's event bus and only updates plain Python
 state, so it is cheap enough to call for every event. The panes read the model on a
 timer (a few times a second) and never per event.
 
@@ -10,23 +10,41 @@ The maths the panes show (debiased EMA, windowed rates, ETA, histograms, the rol
 filter, knob parsing) are plain functions here, tested alone.
 """
 
+
 from __future__ import annotations
 
 import math
-import re
-from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tinker_tui.app.dashboard_rows import (
+    CheckpointRow,
+    CommandRow,
+    EvalPoint,
+    GroupRecord,
+    LogLine,
+    ThroughputSample,
+)
+from tinker_tui.app.view_maths import (
+    COLLAPSE_LOOKBACK,
+    debiased_ema,
+    eta_seconds,
+    format_elapsed,
+    health_verdict,
+    level_at_least,
+    message_shape,
+    next_smoothing,
+    normalise_level,
+    rate_history,
+    windowed_rate,
+)
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.clock import Clock
-from tinker_tui.engine.config import LIVE_KNOBS, SETTINGS
+from tinker_tui.engine.config import LIVE_KNOBS
 from tinker_tui.engine.events import (
     DISCARD_REASONS,
     CheckpointDeleted,
-    CheckpointKind,
     CheckpointSaved,
     CommandReceived,
     EvalCompleted,
@@ -42,487 +60,13 @@ from tinker_tui.engine.events import (
     StartupProgressed,
     StepTrained,
     ThroughputMeasured,
-    TrajectorySummary,
 )
 from tinker_tui.engine.health import RewardRange
-
-#: EMA weights `s` cycles through (0 = no smoothing), as W&B's and TensorBoard's slider.
-SMOOTHING_STEPS = (0.9, 0.95, 0.99, 0.0, 0.6, 0.8)
-
-#: Log levels in increasing order; the log pane's filter shows lines at or above one.
-LOG_LEVELS = ("debug", "info", "warning", "error")
-_LEVEL_ALIASES = {"warn": "warning", "critical": "error", "fatal": "error"}
-
-
-# --------------------------------------------------------------------------- pure maths
-
-
-def windowed_rate(
-    points: Iterable[tuple[float, float]],
-    now: float,
-    window: float,
-    since: float | None = None,
-) -> float:
-    """Amount per second over the last `window` seconds before `now`.
-
-    `points` are `(time, amount)` pairs. Points in `(now - window, now]` count. When the
-    run began less than `window` seconds ago (`since`), the rate is taken over the time
-    actually elapsed, so the first seconds of a run are not under-reported.
-    """
-    if window <= 0:
-        raise ValueError("window must be positive")
-    start = now - window
-    total = sum(amount for t, amount in points if start < t <= now)
-    span = window
-    if since is not None:
-        span = min(window, now - since)
-    if span <= 0:
-        return 0.0
-    return total / span
-
-
-def rate_history(
-    points: Sequence[tuple[float, float]],
-    now: float,
-    window: float,
-    step: float,
-    count: int,
-    since: float | None = None,
-) -> list[float]:
-    """`windowed_rate` sampled every `step` seconds up to `now`, oldest first.
-
-    At most `count` samples; when `since` (the run's start) is given, no sample is taken
-    at or before it. `points` must be sorted by time (events arrive in time order).
-    """
-    if step <= 0:
-        raise ValueError("step must be positive")
-    if window <= 0:
-        raise ValueError("window must be positive")
-    times = [t for t, _ in points]
-    cumulative = [0.0]
-    for _, amount in points:
-        cumulative.append(cumulative[-1] + amount)
-
-    def total_in(start: float, end: float) -> float:
-        return cumulative[bisect_right(times, end)] - cumulative[bisect_right(times, start)]
-
-    samples: list[float] = []
-    for k in range(count - 1, -1, -1):
-        t = now - k * step
-        span = window if since is None else min(window, t - since)
-        if span <= 0:
-            continue
-        samples.append(total_in(t - window, t) / span)
-    return samples
-
-
-def debiased_ema(values: Iterable[float], beta: float = 0.9) -> list[float]:
-    """Exponential moving average with the start-up bias removed (as in Adam).
-
-    `beta` is the weight of the past (W&B's and TensorBoard's "smoothing"); 0 returns the
-    series unchanged. The first value of the result equals the first input.
-    """
-    if not 0.0 <= beta < 1.0:
-        raise ValueError("beta must be in [0, 1)")
-    out: list[float] = []
-    acc = 0.0
-    for i, value in enumerate(values, start=1):
-        acc = beta * acc + (1.0 - beta) * value
-        out.append(acc / (1.0 - beta**i))
-    return out
-
-
-def next_smoothing(beta: float) -> float:
-    """The smoothing after `beta` in `SMOOTHING_STEPS` (the first one if `beta` is not there)."""
-    try:
-        index = SMOOTHING_STEPS.index(beta)
-    except ValueError:
-        return SMOOTHING_STEPS[0]
-    return SMOOTHING_STEPS[(index + 1) % len(SMOOTHING_STEPS)]
-
-
-def eta_seconds(
-    step_times: Sequence[float], step: int, max_steps: int, window: int = 10
-) -> float | None:
-    """Seconds until `max_steps`, from the mean duration of the last `window` steps.
-
-    `step_times` are the times the most recent steps finished, oldest first. None when
-    there is nothing to go on (fewer than two step times, or no target).
-    """
-    if max_steps <= 0:
-        return None
-    remaining = max_steps - step
-    if remaining <= 0:
-        return 0.0
-    recent = list(step_times)[-(window + 1) :]
-    if len(recent) < 2:
-        return None
-    per_step = (recent[-1] - recent[0]) / (len(recent) - 1)
-    if per_step <= 0:
-        return None
-    return remaining * per_step
-
-
-def format_elapsed(seconds: float) -> str:
-    """`MM:SS`, or `H:MM:SS` from one hour on; negative durations show as 00:00."""
-    total = max(0, int(seconds))
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}:{minutes:02d}:{secs:02d}"
-    return f"{minutes:02d}:{secs:02d}"
-
-
-def format_rate(value: float) -> str:
-    """Short human form: 12.3, 456, 7.8k, 12k, 1.2M."""
-    if not math.isfinite(value):
-        return "-"
-    if value >= 1_000_000:
-        return f"{value / 1_000_000:.1f}M"
-    if value >= 10_000:
-        return f"{value / 1_000:.0f}k"
-    if value >= 1_000:
-        return f"{value / 1_000:.1f}k"
-    if value >= 100:
-        return f"{value:.0f}"
-    return f"{value:.1f}"
-
-
-def split_rate(value: float) -> tuple[str, str]:
-    """A rate as (number, unit prefix) for big digits: 2500 → ("2.5", "k"), 45.3 → ("45.3", "")."""
-    text = format_rate(value)
-    if text[-1:] in ("k", "M"):
-        return text[:-1], text[-1]
-    return text, ""
-
-
-def idle_percent(busy: float) -> int:
-    """A busy fraction (0..1, clamped) as whole percent idle."""
-    return round(100 * (1.0 - min(1.0, max(0.0, busy))))
-
-
-def staleness_rows(
-    in_flight: Mapping[int, int], queued: Mapping[int, int]
-) -> list[tuple[int, int, int]]:
-    """`(versions behind, in-flight count, queued count)` for every staleness seen, in order."""
-    keys = sorted(set(in_flight) | set(queued))
-    return [(k, int(in_flight.get(k, 0)), int(queued.get(k, 0))) for k in keys]
-
-
-def bar(count: float, most: float, width: int) -> str:
-    """A horizontal bar of `width` cells at most, scaled to `most`; at least one cell when
-    `count` is positive."""
-    if width <= 0 or most <= 0 or count <= 0:
-        return ""
-    return "█" * max(1, round(width * count / most))
-
-
-def normalise_level(level: str) -> str:
-    """A log level in lower case with the usual aliases folded (warn, critical)."""
-    low = level.strip().lower()
-    return _LEVEL_ALIASES.get(low, low)
-
-
-def level_at_least(level: str, minimum: str) -> bool:
-    """True if `level` is `minimum` or more severe; unknown levels count as info."""
-    rank = {name: i for i, name in enumerate(LOG_LEVELS)}
-    return rank.get(normalise_level(level), 1) >= rank.get(normalise_level(minimum), 0)
-
-
-def next_log_level(minimum: str) -> str:
-    """The log filter after `minimum`: debug → info → warning → error → debug."""
-    index = LOG_LEVELS.index(minimum) if minimum in LOG_LEVELS else 0
-    return LOG_LEVELS[(index + 1) % len(LOG_LEVELS)]
-
-
-def parse_knob_value(name: str, text: str) -> float | int:
-    """The value typed for knob `name`, checked as the engine checks it (`Setting.parse`);
-    ValueError with a message. Accepts `1e-3`, `0.001`, `4`."""
-    if name not in LIVE_KNOBS:
-        raise ValueError(f"unknown knob {name!r}")
-    value: float | int = SETTINGS[name].parse(text)
-    return value
-
-
-def format_knob(name: str, value: float | int | None) -> str:
-    spec = SETTINGS.get(name)
-    if spec is None:
-        return "-" if value is None else f"{value:g}"
-    return spec.format(value)
-
-
-def shorten_middle(text: str, width: int) -> str:
-    """`text` in at most `width` cells, cut in the middle (`/runs/…/step-000010`), so both
-    the start and the end of a path stay readable."""
-    if width <= 0:
-        return ""
-    if len(text) <= width:
-        return text
-    if width <= 2:
-        return text[:width]
-    head = max(1, (width - 1) // 4)  # the end (which file, which step) matters most
-    tail = width - 1 - head
-    return f"{text[:head]}…{text[len(text) - tail:]}"
-
-
-_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e-?\d+)?")
-
-
-def message_shape(message: str) -> str:
-    """A log message with its numbers masked: repeats of one message differ only there."""
-    return _NUMBER.sub("#", message)
-
-
-#: How far back a repeated info line is looked for before it is shown again.
-COLLAPSE_LOOKBACK = 8
-
-
-def health_verdict(outcomes: Sequence[str], rewards: RewardRange, *,
-                   zero_variance_rate: float = 0.9, error_rate: float = 0.5
-                   ) -> tuple[str, str]:
-    """(kind, words) for the recent groups' outcomes ("ok", "converged", "no_signal",
-    "uniform", "error"; `engine.health`): what a person needs to tell a converged run from a
-    stuck or failing one. Groups of a run that has seen one reward only read as "no learning
-    signal yet", never as converged.
-
-    kind is "none", "learning", "converged", "no_signal" or "error". The thresholds are the
-    run's own pause rates, so the words agree with the engine's health pauses.
-    """
-    n = len(outcomes)
-    if n == 0:
-        return "none", "no groups sampled yet"
-    share = {kind: sum(o == kind for o in outcomes) / n
-             for kind in ("ok", "converged", "no_signal", "uniform", "error")}
-    best = rewards.best
-    best_text = f" ({best:.3g})" if math.isfinite(best) else ""
-    if share["error"] >= error_rate:
-        return "error", f"errors: {share['error']:.0%} of the last {n} groups failed"
-    if share["no_signal"] >= zero_variance_rate:
-        return "no_signal", rewards.no_signal_words(share["no_signal"], n)
-    if share["uniform"] + share["no_signal"] >= zero_variance_rate:
-        return "no_signal", rewards.uniform_words()
-    if share["converged"] >= zero_variance_rate:
-        if share["converged"] == 1:
-            return "converged", f"converged: every group earns the best reward seen{best_text}"
-        return "converged", (f"converged: {share['converged']:.0%} of the last {n} groups earn "
-                             f"the best reward seen{best_text}")
-    words = f"learning: {share['ok']:.0%} of the last {n} groups carry a gradient"
-    if share["error"]:
-        words += f", {share['error']:.0%} failed"
-    return "learning", words
-
-
-# --------------------------------------------------------------------------- model rows
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointRow:
-    step: int
-    kind: CheckpointKind
-    name: str
-    path: str
-    time: float
-
-
-@dataclass(frozen=True, slots=True)
-class LogLine:
-    """A log line; `count` > 1 when it stands for that many repeats of one message
-    (numbers aside), the last of which it shows."""
-
-    time: float
-    level: str
-    message: str
-    count: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class EvalPoint:
-    step: int
-    policy_version: int
-    reward: float
-    time: float
-    metrics: Mapping[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class CommandRow:
-    """A control command the engine received; `step` is the last trained step then."""
-
-    time: float
-    step: int
-    command: str
-    args: Mapping[str, Any]
-    source: str
-
-    def describe(self) -> str:
-        if self.command == "set":
-            name = str(self.args.get("name", "?"))
-            old, new = self.args.get("old"), self.args.get("value")
-            if isinstance(old, int | float) and isinstance(new, int | float):
-                return f"set {name} {format_knob(name, old)} → {format_knob(name, new)}"
-            return f"set {name} → {new}"
-        reason = self.args.get("reason")
-        return f"{self.command} ({reason})" if reason else self.command
-
-
-@dataclass(slots=True)
-class GroupRecord:
-    """One group of rollouts as the rollouts view shows it.
-
-    `step` is the training step whose batch took the group (trained it, or counted it with
-    equal rewards), or the step that was being collected when it was dropped; None while it
-    waits in the queue. `discarded` is the reason the trainer dropped it, if it did;
-    `at_best` marks a group whose rewards were all equal to the best group reward seen
-    until then (a converged group, not a lost learning signal).
-    """
-
-    group_id: int
-    scenario_id: str
-    step: int | None
-    policy_version: int
-    time: float
-    reward_mean: float | None = None
-    num_tokens: int = 0
-    trajectories: tuple[TrajectorySummary, ...] = ()
-    discarded: str | None = None
-    detail: str = ""
-    trainer_version: int | None = None
-    at_best: bool = False
-    #: Members whose rollout failed and were dropped (the group trained with the rest), and
-    #: why the first of them failed.
-    failed: int = 0
-    failure: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ThroughputSample:
-    time: float
-    rollouts_per_s: float
-    tokens_per_s: float
-
-
-# --------------------------------------------------------------------------- the rollouts filter
-
-_COMPARISON = re.compile(r"^(reward|r|version|v|tokens)\s*(<=|>=|!=|==|=|<|>)\s*(-?[\d.]+(?:e-?\d+)?)$")
-_OPS = {
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-    "=": lambda a, b: math.isclose(a, b, abs_tol=1e-9),
-    "==": lambda a, b: math.isclose(a, b, abs_tol=1e-9),
-    "!=": lambda a, b: not math.isclose(a, b, abs_tol=1e-9),
-}
-_REASON_WORDS = {
-    "stale": "stale",
-    "zero_variance": "zero_variance",
-    "zero-variance": "zero_variance",
-    "zerovar": "zero_variance",
-    "error": "error",
-}
-
-
-def message_text(message: Mapping[str, Any]) -> str:
-    """Everything searchable in one message: content, tool names and arguments."""
-    parts = [str(message.get("role", "")), str(message.get("content") or "")]
-    for call in message.get("tool_calls") or ():
-        if isinstance(call, Mapping):
-            function = call.get("function", call)
-            if isinstance(function, Mapping):
-                parts.append(str(function.get("name", "")))
-                parts.append(str(function.get("arguments", "")))
-    if message.get("name"):
-        parts.append(str(message["name"]))
-    return "\n".join(parts)
-
-
-class RolloutFilter:
-    """What `/` typed in the rollouts view: space-separated terms, all of which must hold.
-
-    Terms: `reward>0.5` (`r`, `<`, `<=`, `>=`, `=`, `!=`), `version=3` (`v`), `tokens<20`,
-    `discarded`, `kept`, `stale`, `zero_variance`, `error`, `scenario:q03`, and any other
-    word, which must appear (case-insensitively) in the scenario id or the conversation.
-    Reward, version, tokens and text terms are checked per trajectory: a group is shown if
-    its group terms hold and at least one trajectory matches (or it has none and there are
-    no trajectory terms).
-    """
-
-    def __init__(self, text: str = "") -> None:
-        self.text = text.strip()
-        self.group_terms: list[tuple[str, str]] = []
-        self.trajectory_terms: list[tuple[str, str, float]] = []
-        self.words: list[str] = []
-        self.errors: list[str] = []
-        for raw in self.text.split():
-            term = raw.lower()
-            match = _COMPARISON.match(term)
-            if match:
-                key, op, number = match.groups()
-                key = {"r": "reward", "v": "version"}.get(key, key)
-                try:
-                    self.trajectory_terms.append((key, op, float(number)))
-                except ValueError:
-                    self.errors.append(raw)
-            elif term in ("discarded", "kept"):
-                self.group_terms.append((term, ""))
-            elif term in _REASON_WORDS:
-                self.group_terms.append(("reason", _REASON_WORDS[term]))
-            elif term.startswith("scenario:"):
-                self.group_terms.append(("scenario", term.split(":", 1)[1]))
-            else:
-                self.words.append(term)
-
-    @property
-    def active(self) -> bool:
-        return bool(self.text)
-
-    def _group_terms_hold(self, group: GroupRecord) -> bool:
-        for kind, value in self.group_terms:
-            if kind == "discarded" and group.discarded is None:
-                return False
-            if kind == "kept" and group.discarded is not None:
-                return False
-            if kind == "reason" and group.discarded != value:
-                return False
-            if kind == "scenario" and value not in group.scenario_id.lower():
-                return False
-        return True
-
-    def matches_trajectory(self, group: GroupRecord, trajectory: TrajectorySummary) -> bool:
-        for key, op, number in self.trajectory_terms:
-            value = {
-                "reward": trajectory.reward,
-                "version": trajectory.policy_version,
-                "tokens": trajectory.num_tokens,
-            }[key]
-            if not _OPS[op](float(value), number):
-                return False
-        if self.words:
-            haystack = "\n".join(
-                [group.scenario_id] + [message_text(m) for m in trajectory.messages]
-            ).lower()
-            if not all(word in haystack for word in self.words):
-                return False
-        return True
-
-    def matches_group(self, group: GroupRecord) -> bool:
-        if not self._group_terms_hold(group):
-            return False
-        if not self.trajectory_terms and not self.words:
-            return True
-        if not group.trajectories:
-            # an error discard has no trajectories: only words about the group can match it
-            if self.trajectory_terms:
-                return False
-            haystack = f"{group.scenario_id}\n{group.detail}".lower()
-            return all(word in haystack for word in self.words)
-        return any(self.matches_trajectory(group, t) for t in group.trajectories)
-
 
 # --------------------------------------------------------------------------- the model
 
 
-class RunModel:
+class DashboardState:
     """Dashboard state folded from engine events.
 
     Args:

@@ -7,11 +7,11 @@ import math
 import pytest
 from fake_session import FakeSession, reward_at, scripted_events
 
-from tinker_tui.app.run_model import (
+from tinker_tui.app.dashboard_rows import GroupRecord
+from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.rollout_filter import RolloutFilter
+from tinker_tui.app.view_maths import (
     SMOOTHING_STEPS,
-    GroupRecord,
-    RolloutFilter,
-    RunModel,
     bar,
     debiased_ema,
     eta_seconds,
@@ -138,7 +138,7 @@ def test_format_elapsed():
 # ------------------------------------------------------------------ the model
 
 
-def started(clock: FakeClock, model: RunModel) -> None:
+def started(clock: FakeClock, model: DashboardState) -> None:
     model.apply(
         RunStarted(
             time=clock.now(),
@@ -153,7 +153,7 @@ def started(clock: FakeClock, model: RunModel) -> None:
 
 
 def test_model_starts_empty():
-    model = RunModel(FakeClock())
+    model = DashboardState(FakeClock())
     assert model.state == "starting"
     assert model.rollouts_per_s() == 0.0
     assert model.rollout_rate_history() == []
@@ -164,7 +164,7 @@ def test_model_starts_empty():
 
 def test_model_run_info_and_state():
     clock = FakeClock(100.0)
-    model = RunModel(clock)
+    model = DashboardState(clock)
     started(clock, model)
     assert (model.name, model.backend, model.base_model, model.max_steps) == (
         "demo",
@@ -192,7 +192,7 @@ def test_model_run_info_and_state():
 
 def test_model_steps_rewards_and_ema():
     clock = FakeClock()
-    model = RunModel(clock, ema_beta=0.5)
+    model = DashboardState(clock, ema_beta=0.5)
     for step, reward in enumerate([0.1, 0.3, 0.5], start=1):
         model.apply(
             StepTrained(
@@ -209,7 +209,7 @@ def test_model_steps_rewards_and_ema():
 
 def test_model_throughput_uses_event_times_and_the_clock():
     clock = FakeClock()
-    model = RunModel(clock, rate_window=10.0)
+    model = DashboardState(clock, rate_window=10.0)
     started(clock, model)
     for i in range(1, 5):
         clock.advance(1.0)
@@ -239,7 +239,7 @@ def test_model_throughput_uses_event_times_and_the_clock():
 
 def test_model_discards_by_reason_and_rate():
     clock = FakeClock()
-    model = RunModel(clock)
+    model = DashboardState(clock)
     for i in range(4):
         model.apply(
             GroupSampled(
@@ -272,7 +272,7 @@ def test_model_discards_by_reason_and_rate():
 
 def test_model_checkpoints_and_bounded_log():
     clock = FakeClock(50.0)
-    model = RunModel(clock, log_lines=3)
+    model = DashboardState(clock, log_lines=3)
     started(clock, model)
     model.apply(CheckpointSaved(time=65.0, step=5, kind="state", name="step-5", path="/x/step-5"))
     assert [(c.step, c.kind, c.name, c.path) for c in model.checkpoints] == [
@@ -293,14 +293,14 @@ def test_model_checkpoints_and_bounded_log():
 
 
 def test_model_revision_counts_applied_events():
-    model = RunModel(FakeClock())
+    model = DashboardState(FakeClock())
     model.apply(LogEmitted(time=0.0, level="INFO", message="x"))
     assert model.revision == 1
 
 
 def test_model_folds_the_fake_session_script():
     session = FakeSession()
-    model = RunModel(session.clock)
+    model = DashboardState(session.clock)
     for event in scripted_events(session.clock):
         model.apply(event)
     assert model.name == "yes-no-maybe"
@@ -440,7 +440,7 @@ def test_filter_on_a_failed_group_without_rollouts():
 
 def test_model_uses_the_engines_throughput_measurements():
     clock = FakeClock()
-    model = RunModel(clock)
+    model = DashboardState(clock)
     started(clock, model)
     measured = ThroughputMeasured(time=1.0, window=10.0, rollouts_per_s=42.0,
                                   sampled_tokens_per_s=900.0, trained_tokens_per_s=800.0,
@@ -457,7 +457,7 @@ def test_model_uses_the_engines_throughput_measurements():
 
 
 def test_model_smoothing_recomputes_the_ema():
-    model = RunModel(FakeClock(), ema_beta=0.9)
+    model = DashboardState(FakeClock(), ema_beta=0.9)
     for step, reward in enumerate([0.0, 1.0, 1.0], start=1):
         model.apply(StepTrained(time=step, step=step, policy_version=step,
                                 metrics={"reward/mean": reward}))
@@ -469,7 +469,7 @@ def test_model_smoothing_recomputes_the_ema():
 
 def test_model_evals_commands_and_knobs():
     clock = FakeClock()
-    model = RunModel(clock)
+    model = DashboardState(clock)
     model.apply(RunStarted(time=0.0, run_id="r", name="n", backend="local", base_model="m",
                            max_steps=10, start_step=0,
                            config={"learning_rate": 3e-3, "temperature": 1.0, "seed": 3}))
@@ -499,7 +499,7 @@ def sampled(group_id: int, time: float, rewards=(1.0,), version: int = 0) -> Gro
 
 
 def test_model_files_each_group_under_the_step_that_took_it_and_keeps_a_bound():
-    model = RunModel(FakeClock(), max_groups=4)
+    model = DashboardState(FakeClock(), max_groups=4)
     for gid in range(3):
         model.apply(sampled(gid, 0.0))
     assert [g.group_id for g in model.waiting_groups()] == [0, 1, 2]
@@ -521,7 +521,7 @@ def test_model_files_each_group_under_the_step_that_took_it_and_keeps_a_bound():
 
 
 def test_model_without_group_ids_files_the_groups_sampled_by_then():
-    model = RunModel(FakeClock())
+    model = DashboardState(FakeClock())
     model.apply(sampled(0, 0.0))
     model.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}))
     model.apply(sampled(1, 1.5))
@@ -532,7 +532,7 @@ def test_model_without_group_ids_files_the_groups_sampled_by_then():
 
 
 def test_model_tells_converged_groups_from_a_lost_learning_signal():
-    model = RunModel(FakeClock())
+    model = DashboardState(FakeClock())
     model.apply(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
                            max_steps=10, start_step=0,
                            config={"health_window": 4, "zero_variance_pause_rate": 0.75}))
@@ -565,7 +565,7 @@ def test_model_tells_converged_groups_from_a_lost_learning_signal():
 def test_a_run_that_has_seen_one_reward_only_has_not_converged():
     """A reward that is always 0 (or always 1) from the start gives no learning signal: the
     words say so (never "converged"); the engine does not pause for it (engine.health)."""
-    model = RunModel(FakeClock())
+    model = DashboardState(FakeClock())
     model.apply(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
                            max_steps=10, start_step=0,
                            config={"health_window": 4, "zero_variance_pause_rate": 0.75}))
@@ -586,7 +586,7 @@ def test_a_run_that_has_seen_one_reward_only_has_not_converged():
 
 
 def test_repeated_info_lines_collapse_into_one_with_a_count():
-    model = RunModel(FakeClock())
+    model = DashboardState(FakeClock())
     model.apply(LogEmitted(time=1.0, level="info", message="step 3: every group had equal "
                                                            "rewards; no gradient"))
     model.apply(LogEmitted(time=2.0, level="info", message="checkpoint saved"))
@@ -601,7 +601,7 @@ def test_repeated_info_lines_collapse_into_one_with_a_count():
 
 def test_the_start_up_is_told_in_words_until_the_first_step():
     clock = FakeClock(100.0)
-    model = RunModel(clock)
+    model = DashboardState(clock)
     assert model.phase_text() == "starting the engine… 0s"
     clock.advance(4.2)  # the wait is counted, so a slow start-up does not look frozen
     assert model.phase_text() == "starting the engine… 4s"
@@ -621,7 +621,7 @@ def test_the_start_up_is_told_in_words_until_the_first_step():
 
 
 def test_the_eta_leaves_paused_time_out():
-    model = RunModel(FakeClock())
+    model = DashboardState(FakeClock())
     started(FakeClock(), model)
     for step in (1, 2):
         model.apply(StepTrained(time=2.0 * step, step=step, policy_version=step, metrics={}))
@@ -633,7 +633,7 @@ def test_the_eta_leaves_paused_time_out():
 
 
 def test_every_metric_becomes_a_series_by_step():
-    model = RunModel(FakeClock())
+    model = DashboardState(FakeClock())
     model.apply(sampled(0, 0.5))
     model.apply(StepTrained(time=1.0, step=1, policy_version=1,
                             metrics={"reward/mean": 0.5, "task/bits": 3, "bad": float("nan")}))
@@ -650,7 +650,7 @@ def test_every_metric_becomes_a_series_by_step():
 
 def test_model_eta_only_while_running():
     clock = FakeClock()
-    model = RunModel(clock)
+    model = DashboardState(clock)
     started(clock, model)
     for step in range(1, 4):
         model.apply(StepTrained(time=2.0 * step, step=step, policy_version=step, metrics={}))
@@ -660,7 +660,7 @@ def test_model_eta_only_while_running():
 
 
 def test_recent_log_filters_by_level():
-    model = RunModel(FakeClock())
+    model = DashboardState(FakeClock())
     for level in ("info", "WARNING", "error", "debug"):
         model.apply(LogEmitted(time=0.0, level=level, message=level))
     assert [line.message for line in model.recent_log(10, "warning")] == ["WARNING", "error"]
@@ -677,7 +677,7 @@ def test_a_transcript_loses_the_empty_turn_it_ends_with():
 
 
 def test_shorten_middle_keeps_both_ends():
-    from tinker_tui.app.run_model import shorten_middle
+    from tinker_tui.app.view_maths import shorten_middle
 
     path = "tinker://local-610271b47ebc4098/weights/step-000012"
     assert shorten_middle(path, 80) == path
@@ -688,7 +688,7 @@ def test_shorten_middle_keeps_both_ends():
 def test_the_time_a_resumed_run_was_down_is_not_its_pace():
     """A run resumed after 100 s: its ETA came from step times that included the gap."""
     clock = FakeClock(0.0)
-    model = RunModel(clock)
+    model = DashboardState(clock)
     started(clock, model)
     model.apply(StartupProgressed(time=0.5, phase="first_rollouts"))
     for step in range(1, 5):
@@ -704,7 +704,7 @@ def test_the_time_a_resumed_run_was_down_is_not_its_pace():
 
 def test_a_finished_run_shows_its_average_rates_without_the_paused_time():
     clock = FakeClock(0.0)
-    model = RunModel(clock)
+    model = DashboardState(clock)
     started(clock, model)
     for t in range(1, 11):
         model.apply(GroupSampled(time=float(t), group_id=t, scenario_id=f"s{t}",

@@ -1,0 +1,280 @@
+"""The maths and words the dashboard's panes show, as plain functions tested alone:
+debiased EMA, windowed rates, ETA, bars, knob parsing and formatting, the health verdict.
+No Textual here."""
+
+from __future__ import annotations
+
+import math
+import re
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+
+from tinker_tui.engine.config import LIVE_KNOBS, SETTINGS
+from tinker_tui.engine.health import RewardRange
+
+#: EMA weights `s` cycles through (0 = no smoothing), as W&B's and TensorBoard's slider.
+SMOOTHING_STEPS = (0.9, 0.95, 0.99, 0.0, 0.6, 0.8)
+
+#: Log levels in increasing order; the log pane's filter shows lines at or above one.
+LOG_LEVELS = ("debug", "info", "warning", "error")
+_LEVEL_ALIASES = {"warn": "warning", "critical": "error", "fatal": "error"}
+
+
+# --------------------------------------------------------------------------- pure maths
+
+
+def windowed_rate(
+    points: Iterable[tuple[float, float]],
+    now: float,
+    window: float,
+    since: float | None = None,
+) -> float:
+    """Amount per second over the last `window` seconds before `now`.
+
+    `points` are `(time, amount)` pairs. Points in `(now - window, now]` count. When the
+    run began less than `window` seconds ago (`since`), the rate is taken over the time
+    actually elapsed, so the first seconds of a run are not under-reported.
+    """
+    if window <= 0:
+        raise ValueError("window must be positive")
+    start = now - window
+    total = sum(amount for t, amount in points if start < t <= now)
+    span = window
+    if since is not None:
+        span = min(window, now - since)
+    if span <= 0:
+        return 0.0
+    return total / span
+
+
+def rate_history(
+    points: Sequence[tuple[float, float]],
+    now: float,
+    window: float,
+    step: float,
+    count: int,
+    since: float | None = None,
+) -> list[float]:
+    """`windowed_rate` sampled every `step` seconds up to `now`, oldest first.
+
+    At most `count` samples; when `since` (the run's start) is given, no sample is taken
+    at or before it. `points` must be sorted by time (events arrive in time order).
+    """
+    if step <= 0:
+        raise ValueError("step must be positive")
+    if window <= 0:
+        raise ValueError("window must be positive")
+    times = [t for t, _ in points]
+    cumulative = [0.0]
+    for _, amount in points:
+        cumulative.append(cumulative[-1] + amount)
+
+    def total_in(start: float, end: float) -> float:
+        return cumulative[bisect_right(times, end)] - cumulative[bisect_right(times, start)]
+
+    samples: list[float] = []
+    for k in range(count - 1, -1, -1):
+        t = now - k * step
+        span = window if since is None else min(window, t - since)
+        if span <= 0:
+            continue
+        samples.append(total_in(t - window, t) / span)
+    return samples
+
+
+def debiased_ema(values: Iterable[float], beta: float = 0.9) -> list[float]:
+    """Exponential moving average with the start-up bias removed (as in Adam).
+
+    `beta` is the weight of the past (W&B's and TensorBoard's "smoothing"); 0 returns the
+    series unchanged. The first value of the result equals the first input.
+    """
+    if not 0.0 <= beta < 1.0:
+        raise ValueError("beta must be in [0, 1)")
+    out: list[float] = []
+    acc = 0.0
+    for i, value in enumerate(values, start=1):
+        acc = beta * acc + (1.0 - beta) * value
+        out.append(acc / (1.0 - beta**i))
+    return out
+
+
+def next_smoothing(beta: float) -> float:
+    """The smoothing after `beta` in `SMOOTHING_STEPS` (the first one if `beta` is not there)."""
+    try:
+        index = SMOOTHING_STEPS.index(beta)
+    except ValueError:
+        return SMOOTHING_STEPS[0]
+    return SMOOTHING_STEPS[(index + 1) % len(SMOOTHING_STEPS)]
+
+
+def eta_seconds(
+    step_times: Sequence[float], step: int, max_steps: int, window: int = 10
+) -> float | None:
+    """Seconds until `max_steps`, from the mean duration of the last `window` steps.
+
+    `step_times` are the times the most recent steps finished, oldest first. None when
+    there is nothing to go on (fewer than two step times, or no target).
+    """
+    if max_steps <= 0:
+        return None
+    remaining = max_steps - step
+    if remaining <= 0:
+        return 0.0
+    recent = list(step_times)[-(window + 1) :]
+    if len(recent) < 2:
+        return None
+    per_step = (recent[-1] - recent[0]) / (len(recent) - 1)
+    if per_step <= 0:
+        return None
+    return remaining * per_step
+
+
+def format_elapsed(seconds: float) -> str:
+    """`MM:SS`, or `H:MM:SS` from one hour on; negative durations show as 00:00."""
+    total = max(0, int(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes:02d}:{secs:02d}"
+
+
+def format_rate(value: float) -> str:
+    """Short human form: 12.3, 456, 7.8k, 12k, 1.2M."""
+    if not math.isfinite(value):
+        return "-"
+    if value >= 1_000_000:
+        return f"{value / 1_000_000:.1f}M"
+    if value >= 10_000:
+        return f"{value / 1_000:.0f}k"
+    if value >= 1_000:
+        return f"{value / 1_000:.1f}k"
+    if value >= 100:
+        return f"{value:.0f}"
+    return f"{value:.1f}"
+
+
+def split_rate(value: float) -> tuple[str, str]:
+    """A rate as (number, unit prefix) for big digits: 2500 → ("2.5", "k"), 45.3 → ("45.3", "")."""
+    text = format_rate(value)
+    if text[-1:] in ("k", "M"):
+        return text[:-1], text[-1]
+    return text, ""
+
+
+def idle_percent(busy: float) -> int:
+    """A busy fraction (0..1, clamped) as whole percent idle."""
+    return round(100 * (1.0 - min(1.0, max(0.0, busy))))
+
+
+def staleness_rows(
+    in_flight: Mapping[int, int], queued: Mapping[int, int]
+) -> list[tuple[int, int, int]]:
+    """`(versions behind, in-flight count, queued count)` for every staleness seen, in order."""
+    keys = sorted(set(in_flight) | set(queued))
+    return [(k, int(in_flight.get(k, 0)), int(queued.get(k, 0))) for k in keys]
+
+
+def bar(count: float, most: float, width: int) -> str:
+    """A horizontal bar of `width` cells at most, scaled to `most`; at least one cell when
+    `count` is positive."""
+    if width <= 0 or most <= 0 or count <= 0:
+        return ""
+    return "█" * max(1, round(width * count / most))
+
+
+def normalise_level(level: str) -> str:
+    """A log level in lower case with the usual aliases folded (warn, critical)."""
+    low = level.strip().lower()
+    return _LEVEL_ALIASES.get(low, low)
+
+
+def level_at_least(level: str, minimum: str) -> bool:
+    """True if `level` is `minimum` or more severe; unknown levels count as info."""
+    rank = {name: i for i, name in enumerate(LOG_LEVELS)}
+    return rank.get(normalise_level(level), 1) >= rank.get(normalise_level(minimum), 0)
+
+
+def next_log_level(minimum: str) -> str:
+    """The log filter after `minimum`: debug → info → warning → error → debug."""
+    index = LOG_LEVELS.index(minimum) if minimum in LOG_LEVELS else 0
+    return LOG_LEVELS[(index + 1) % len(LOG_LEVELS)]
+
+
+def parse_knob_value(name: str, text: str) -> float | int:
+    """The value typed for knob `name`, checked as the engine checks it (`Setting.parse`);
+    ValueError with a message. Accepts `1e-3`, `0.001`, `4`."""
+    if name not in LIVE_KNOBS:
+        raise ValueError(f"unknown knob {name!r}")
+    value: float | int = SETTINGS[name].parse(text)
+    return value
+
+
+def format_knob(name: str, value: float | int | None) -> str:
+    spec = SETTINGS.get(name)
+    if spec is None:
+        return "-" if value is None else f"{value:g}"
+    return spec.format(value)
+
+
+def shorten_middle(text: str, width: int) -> str:
+    """`text` in at most `width` cells, cut in the middle (`/runs/…/step-000010`), so both
+    the start and the end of a path stay readable."""
+    if width <= 0:
+        return ""
+    if len(text) <= width:
+        return text
+    if width <= 2:
+        return text[:width]
+    head = max(1, (width - 1) // 4)  # the end (which file, which step) matters most
+    tail = width - 1 - head
+    return f"{text[:head]}…{text[len(text) - tail:]}"
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e-?\d+)?")
+
+
+def message_shape(message: str) -> str:
+    """A log message with its numbers masked: repeats of one message differ only there."""
+    return _NUMBER.sub("#", message)
+
+
+#: How far back a repeated info line is looked for before it is shown again.
+COLLAPSE_LOOKBACK = 8
+
+
+def health_verdict(outcomes: Sequence[str], rewards: RewardRange, *,
+                   zero_variance_rate: float = 0.9, error_rate: float = 0.5
+                   ) -> tuple[str, str]:
+    """(kind, words) for the recent groups' outcomes ("ok", "converged", "no_signal",
+    "uniform", "error"; `engine.health`): what a person needs to tell a converged run from a
+    stuck or failing one. Groups of a run that has seen one reward only read as "no learning
+    signal yet", never as converged.
+
+    kind is "none", "learning", "converged", "no_signal" or "error". The thresholds are the
+    run's own pause rates, so the words agree with the engine's health pauses.
+    """
+    n = len(outcomes)
+    if n == 0:
+        return "none", "no groups sampled yet"
+    share = {kind: sum(o == kind for o in outcomes) / n
+             for kind in ("ok", "converged", "no_signal", "uniform", "error")}
+    best = rewards.best
+    best_text = f" ({best:.3g})" if math.isfinite(best) else ""
+    if share["error"] >= error_rate:
+        return "error", f"errors: {share['error']:.0%} of the last {n} groups failed"
+    if share["no_signal"] >= zero_variance_rate:
+        return "no_signal", rewards.no_signal_words(share["no_signal"], n)
+    if share["uniform"] + share["no_signal"] >= zero_variance_rate:
+        return "no_signal", rewards.uniform_words()
+    if share["converged"] >= zero_variance_rate:
+        if share["converged"] == 1:
+            return "converged", f"converged: every group earns the best reward seen{best_text}"
+        return "converged", (f"converged: {share['converged']:.0%} of the last {n} groups earn "
+                             f"the best reward seen{best_text}")
+    words = f"learning: {share['ok']:.0%} of the last {n} groups carry a gradient"
+    if share["error"]:
+        words += f", {share['error']:.0%} failed"
+    return "learning", words
+
+
