@@ -38,3 +38,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if mypy is not None and mypy.poll() is None:  # the run stopped before the type check
         mypy.kill()
         mypy.communicate()
+
+
+# The real-format fixture (tests/real_format.py): Qwen3's tokenizer and a tiny random Qwen3,
+# built offline once per test session.
+@pytest.fixture(scope="session")
+def qwen3_tokenizer_folder(tmp_path_factory: pytest.TempPathFactory):
+    from real_format import write_qwen3_tokenizer
+
+    return write_qwen3_tokenizer(tmp_path_factory.mktemp("qwen3-tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def qwen3_folder(tmp_path_factory: pytest.TempPathFactory):
+    from real_format import write_tiny_qwen3
+
+    return write_tiny_qwen3(tmp_path_factory.mktemp("qwen3-tiny"))

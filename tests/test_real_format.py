@@ -1,0 +1,120 @@
+"""The real-format fixture is faithful: Qwen3's tokenizer gives Qwen3's ids, and the chat
+template renders token for token as tinker-cookbook's `qwen3_instruct` renderer does on
+conversations with a system message, tools, tool calls, tool results and several turns."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from real_format import (
+    ADDED_TOKENS,
+    ENDOFTEXT,
+    FIRST_ADDED_ID,
+    IM_END,
+    SPECIAL_COUNT,
+    VOCAB_SIZE,
+    openai_tools,
+)
+
+WEATHER = {"name": "get_weather", "description": "The weather in a city, now.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                          "required": ["city"]}}
+CLOCK = {"name": "get_time", "description": "The time in a timezone.",
+         "parameters": {"type": "object", "properties": {"tz": {"type": "string"},
+                                                         "hour24": {"type": "boolean"}}}}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(qwen3_tokenizer_folder):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(qwen3_tokenizer_folder)
+
+
+def test_known_ids(tokenizer) -> None:
+    assert tokenizer.encode("Hello world") == [9707, 1879]
+    assert tokenizer.encode("Hello, world!") == [9707, 11, 1879, 0]
+    assert tokenizer.encode("\n") == [198]
+    assert tokenizer.encode("\n\n") == [271]
+    assert len(tokenizer) == FIRST_ADDED_ID + len(ADDED_TOKENS) == 151669
+
+
+def test_added_tokens_sit_at_their_ids_and_only_the_first_fourteen_are_special(tokenizer):
+    for offset, text in enumerate(ADDED_TOKENS):
+        assert tokenizer.convert_tokens_to_ids(text) == FIRST_ADDED_ID + offset
+        assert tokenizer.encode(text) == [FIRST_ADDED_ID + offset]
+    special = set(tokenizer.all_special_tokens)
+    assert set(ADDED_TOKENS[:SPECIAL_COUNT]) <= special
+    assert not set(ADDED_TOKENS[SPECIAL_COUNT:]) & special
+    # a special token is dropped by skip_special_tokens; the tool and think tokens are text
+    ids = tokenizer.encode("<think>a</think><tool_call>b<|im_end|>")
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "<think>a</think><tool_call>b"
+    assert tokenizer.eos_token_id == IM_END and tokenizer.pad_token_id == ENDOFTEXT
+
+
+def _call(name: str, arguments: dict[str, object], call_id: str):
+    from tinker_cookbook.renderers import ToolCall
+
+    return ToolCall(function=ToolCall.FunctionBody(name=name, arguments=json.dumps(arguments)),
+                    id=call_id)
+
+
+def _conversations():
+    weather = _call("get_weather", {"city": "Paris"}, "c1")
+    return [
+        [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"}],
+        [{"role": "user", "content": "Weather in Paris?"},
+         {"role": "assistant", "content": "", "tool_calls": [weather]},
+         {"role": "tool", "content": "sunny, 21C", "tool_call_id": "c1"},
+         {"role": "assistant", "content": "It is sunny."},
+         {"role": "user", "content": "And Rome?\n\n  thanks  "}],
+        [{"role": "system", "content": "Be helpful."},
+         {"role": "user", "content": "Paris, then the time in Tokyo"},
+         {"role": "assistant", "content": "Let me check.",
+          "tool_calls": [weather, _call("get_time", {"tz": "Asia/Tokyo", "hour24": True}, "c2")]},
+         {"role": "tool", "content": "rain", "tool_call_id": "c1"},
+         {"role": "assistant", "content": "Rain in Paris."},
+         {"role": "user", "content": "ok, café?"}],
+    ]
+
+
+def _as_openai(conversation):
+    out = []
+    for message in conversation:
+        message = dict(message)
+        if "tool_calls" in message:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.function.name,
+                              "arguments": json.loads(c.function.arguments)}}
+                for c in message["tool_calls"]]
+        out.append(message)
+    return out
+
+
+@pytest.mark.parametrize("with_tools", [False, True], ids=["plain", "tools"])
+@pytest.mark.parametrize("index", range(3))
+def test_the_template_agrees_with_the_cookbook_renderer(tokenizer, with_tools, index) -> None:
+    from tinker_cookbook import renderers
+
+    renderer = renderers.get_renderer("qwen3_instruct", tokenizer)
+    conversation = _conversations()[index]
+    messages = conversation
+    if with_tools:
+        system = conversation[0]["content"] if conversation[0]["role"] == "system" else ""
+        rest = conversation[1:] if system else conversation
+        messages = renderer.create_conversation_prefix_with_tools([WEATHER, CLOCK], system) + rest
+    expected = renderer.build_generation_prompt(messages).to_ints()
+    rendered = tokenizer.apply_chat_template(
+        _as_openai(conversation), tools=openai_tools(WEATHER, CLOCK) if with_tools else None,
+        add_generation_prompt=True, tokenize=False)
+    assert tokenizer.encode(rendered) == expected, rendered
+
+
+def test_the_tiny_model_folder(qwen3_folder) -> None:
+    config = json.loads((qwen3_folder / "config.json").read_text())
+    assert config["vocab_size"] == VOCAB_SIZE and config["tie_word_embeddings"]
+    assert (config["num_hidden_layers"], config["hidden_size"], config["head_dim"]) == (2, 64, 16)
+    generation = json.loads((qwen3_folder / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == [IM_END, ENDOFTEXT]
