@@ -4,7 +4,8 @@ Point the SDK at it with `TINKER_BASE_URL=double.base_url` and `TINKER_API_KEY=A
 It speaks the wire protocol of SDK 0.38 (read from the SDK's source; see `app` for the
 endpoints) and runs every model on the embedded local backend (`tinker_tui.engine.local`), so
 a run through it learns like a local run. Faults (`faults.Faults`) make it slow, failing,
-stuck or silent, per endpoint.
+stuck or silent, per endpoint. `served_models` ({hub name: folder}) serves hub names from
+local model folders (`service.ServedModels`).
 
 In a test: `with TinkerDouble(tmp_path) as double: ...` serves on 127.0.0.1 from a thread of
 the test process (its state, `double.service`, can be read directly). `python -m
@@ -16,6 +17,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -32,8 +34,9 @@ class TinkerDouble:
     """The double served by uvicorn on a thread (its own event loop)."""
 
     def __init__(self, checkpoint_dir: Path, *, faults: Faults | None = None,
-                 api_key: str = API_KEY, hold: float = 1.0, port: int = 0) -> None:
-        self.service = DoubleService(Path(checkpoint_dir), faults)
+                 api_key: str = API_KEY, hold: float = 1.0, port: int = 0,
+                 served_models: Mapping[str, str | Path] | None = None) -> None:
+        self.service = DoubleService(Path(checkpoint_dir), faults, served_models)
         self.api_key = api_key
         self.hold = hold
         self._port = port

@@ -2,6 +2,7 @@
 
 Faults are set over HTTP: `curl -X POST localhost:8765/_double/faults -d '{"delay":
 {"client/config": 30}}'`; `GET /_double/record` shows the calls, deletions and sessions.
+`--serve-model Qwen/Qwen3-4B-Instruct-2507=./qwen3-folder` serves a hub name from a folder.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from . import API_KEY, TinkerDouble
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tinker_double",
                                      description="A Tinker service double on 127.0.0.1.")
     parser.add_argument("--port", type=int, default=8765)
@@ -22,11 +23,27 @@ def main() -> None:
                         help="where checkpoints go (default: a new temporary folder)")
     parser.add_argument("--hold", type=float, default=1.0,
                         help="seconds retrieve_future holds a poll before answering try_again")
-    args = parser.parse_args()
+    parser.add_argument("--serve-model", action="append", default=[], metavar="NAME=FOLDER",
+                        help="serve the hub name NAME from the local model folder FOLDER "
+                             "(repeatable): get_info names FOLDER's tokenizer, samplers and "
+                             "checkpoints report NAME")
+    args = parser.parse_args(argv)
+    served: dict[str, str] = {}
+    for item in args.serve_model:
+        name, sep, model_folder = item.partition("=")
+        if not sep or not name or not model_folder:
+            parser.error(f"--serve-model wants NAME=FOLDER, got {item!r}")
+        served[name] = model_folder
     folder = args.checkpoint_dir or Path(tempfile.mkdtemp(prefix="tinker-double-"))
-    double = TinkerDouble(folder, port=args.port, hold=args.hold).start()
+    try:
+        double = TinkerDouble(folder, port=args.port, hold=args.hold, served_models=served)
+    except ValueError as exc:
+        parser.error(str(exc))
+    double.start()
     print(f"serving on {double.base_url} (TINKER_API_KEY={API_KEY}), checkpoints in {folder}",
           flush=True)
+    for name, model_folder in double.service.served.folders.items():
+        print(f"serving {name} from {model_folder}", flush=True)
     try:
         while True:
             time.sleep(3600)

@@ -222,6 +222,14 @@ def create_app(service: DoubleService, *, api_key: str, hold: float = 1.0) -> Fa
         return _json(result)
 
     # -- checkpoints ---------------------------------------------------------------------
+    @app.post(PREFIX + "weights_info")
+    async def weights_info(request: Request) -> Any:
+        return _json(service.weights_info((await request.json())["tinker_path"]))
+
+    @app.get(PREFIX + "training_runs/{training_run_id}")
+    async def training_run(training_run_id: str) -> Any:
+        return _json(service.training_run(training_run_id))
+
     @app.get(PREFIX + "training_runs/{training_run_id}/checkpoints")
     async def list_checkpoints(training_run_id: str) -> Any:
         return _json(service.list_checkpoints(training_run_id))

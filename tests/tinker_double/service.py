@@ -7,6 +7,11 @@ sampler `<session>:sample:<sampling_session_seq_id>`; checkpoint paths
 `tinker://<model id>/weights/<name>` and `.../sampler_weights/<name>`. The local backend keeps
 its own paths; the double maps between the two.
 
+A hub name can be served from a local folder (`served_models`, `--serve-model NAME=FOLDER`):
+requests name the hub name, the local backend loads the folder, and everything the service
+reports — get_info (whose tokenizer is the folder's), samplers, training runs, checkpoints'
+weights info, capabilities — names the hub name, so a client picks that family's renderer.
+
 Requests on one training model run in `seq_id` order, as the service guarantees (the SDK
 numbers them; chunks of one forward_backward may arrive out of order). Everything here runs
 on the double's event loop; torch work runs on the local backend's thread.
@@ -16,10 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import secrets
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,6 +36,7 @@ from tinker import types
 
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient, checkpoints
 from tinker_tui.engine.local.hf_tokenizer import TOKENIZER_DIR
+from tinker_tui.engine.local.model import max_context_of
 
 from .faults import Faults
 
@@ -126,8 +133,32 @@ class CheckpointEntry:
     created: datetime
 
 
+class ServedModels:
+    """Hub names served from local folders: the one home of the mapping both ways."""
+
+    def __init__(self, served: Mapping[str, str | Path] | None = None) -> None:
+        self.folders: dict[str, str] = {}
+        for name, folder in (served or {}).items():
+            path = Path(folder).expanduser().resolve()
+            if not (path / "config.json").is_file():
+                raise ValueError(f"--serve-model {name}={folder}: {path} holds no config.json "
+                                 "(a Hugging Face model folder is needed)")
+            self.folders[name] = str(path)
+        self._names = {folder: name for name, folder in self.folders.items()}
+
+    def local(self, name: str) -> str:
+        """What the local backend loads for a requested base model."""
+        return self.folders.get(name, name)
+
+    def hub(self, local_name: str) -> str:
+        """What the service reports for a model the local backend knows by `local_name`."""
+        return self._names.get(local_name, local_name)
+
+
 class DoubleService:
-    def __init__(self, checkpoint_dir: Path, faults: Faults | None = None) -> None:
+    def __init__(self, checkpoint_dir: Path, faults: Faults | None = None,
+                 served_models: Mapping[str, str | Path] | None = None) -> None:
+        self.served = ServedModels(served_models)
         self.local = LocalServiceClient(checkpoint_dir=checkpoint_dir)
         self.checkpoint_dir = Path(checkpoint_dir)
         self.faults = faults or Faults()
@@ -199,7 +230,7 @@ class DoubleService:
         model_id = f"{request.session_id}:train:{request.model_seq_id}"
         register = self._register(request.session_id, model_id)
         created = self.local.create_lora_training_client(
-            request.base_model, rank=lora.rank, seed=lora.seed, train_mlp=lora.train_mlp,
+            self.served.local(request.base_model), rank=lora.rank, seed=lora.seed, train_mlp=lora.train_mlp,
             train_attn=lora.train_attn, train_unembed=lora.train_unembed,
             optimizer=request.optimizer_config)
         future = _chain(created, lambda client: (
@@ -209,12 +240,18 @@ class DoubleService:
     def get_info(self, model_id: str) -> types.GetInfoResponse:
         model = self.model(model_id)
         info = model.client.get_info()
+        local_name = info.model_data.model_name
         tokenizer_id = self.faults.tokenizer_id or info.model_data.tokenizer_id
-        if self.faults.tokenizer_id is None and info.model_data.model_name == DEFAULT_BASE_MODEL:
+        if self.faults.tokenizer_id is None and local_name == DEFAULT_BASE_MODEL:
             # The embedded model's tokenizer, as a folder AutoTokenizer can load.
             tokenizer_id = str(TOKENIZER_DIR)
-        data = info.model_data.model_copy(update={"tokenizer_id": tokenizer_id})
-        return info.model_copy(update={"model_id": model_id, "model_data": data})
+        elif self.faults.tokenizer_id is None and local_name in self.served.folders.values():
+            tokenizer_id = local_name  # the served folder's own tokenizer
+        name = self.served.hub(local_name or "")
+        data = info.model_data.model_copy(update={"tokenizer_id": tokenizer_id,
+                                                  "model_name": name})
+        return info.model_copy(update={"model_id": model_id, "model_data": data,
+                                       "model_name": name})
 
     def load_weights(self, request: types.LoadWeightsRequest) -> dict[str, Any]:
         local_path = self.local_path(request.path)
@@ -224,7 +261,9 @@ class DoubleService:
             make = (self.local.create_training_client_from_state_with_optimizer
                     if request.optimizer else self.local.create_training_client_from_state)
             register = self._register(request.session_id, model_id)
-            future = _chain(make(local_path, base_model=request.base_model), lambda client: (
+            base_model = (self.served.local(request.base_model)
+                          if request.base_model is not None else None)
+            future = _chain(make(local_path, base_model=base_model), lambda client: (
                 register(client), types.LoadWeightsResponse(path=request.path,
                                                             model_id=model_id))[1])
             return self._future("load_weights", future, model_id=model_id)
@@ -286,7 +325,7 @@ class DoubleService:
                     path=self._record_checkpoint(model, saved.path))))
         else:  # an ephemeral snapshot with its own sampling session
             sampler_id = f"{model.session_id}:sample:{request.sampling_session_seq_id}"
-            base_model = model.client.get_info().model_data.model_name
+            base_model = self.served.hub(model.client.get_info().model_data.model_name)
             snapshot = model.sequencer.submit(
                 request.seq_id, model.client.save_weights_and_get_sampling_client)
             self.samplers[sampler_id] = Sampler(sampler_id, base_model, None, snapshot)
@@ -301,6 +340,33 @@ class DoubleService:
                   for e in self.checkpoints.values()
                   if e.path.startswith(f"tinker://{training_run_id}/")]
         return types.CheckpointsListResponse(checkpoints=listed)
+
+    def _checkpoint_meta(self, path: str) -> dict[str, Any]:
+        folder = checkpoints.resolve(self.checkpoint_dir, self.local_path(path))
+        return json.loads((folder / "meta.json").read_text())
+
+    def weights_info(self, tinker_path: str) -> types.WeightsInfoResponse:
+        meta = self._checkpoint_meta(tinker_path)
+        kinds = set(meta.get("lora_kinds") or ())
+        return types.WeightsInfoResponse(
+            base_model=self.served.hub(meta["base_model"]), is_lora=True,
+            lora_rank=meta.get("lora_rank"), train_unembed="unembed" in kinds,
+            train_mlp="mlp" in kinds, train_attn="attn" in kinds)
+
+    def training_run(self, training_run_id: str) -> types.TrainingRun:
+        model = self.models.get(training_run_id)
+        if model is None:
+            raise ServiceError(404, f"no training run {training_run_id}")
+        info = model.client.get_info()
+        listed = self.list_checkpoints(training_run_id).checkpoints
+        last = {kind: max((c for c in listed if c.checkpoint_type == kind),
+                          key=lambda c: c.time, default=None)
+                for kind in ("training", "sampler")}
+        return types.TrainingRun(
+            training_run_id=training_run_id,
+            base_model=self.served.hub(info.model_data.model_name), model_owner="double",
+            is_lora=True, lora_rank=info.lora_rank, last_request_time=datetime.now(UTC),
+            last_checkpoint=last["training"], last_sampler_checkpoint=last["sampler"])
 
     def delete_checkpoint(self, training_run_id: str, checkpoint_id: str) -> None:
         path = f"tinker://{training_run_id}/{checkpoint_id}"
@@ -320,7 +386,8 @@ class DoubleService:
                 model_path=self.local_path(request.model_path)).future()
             base_model = request.base_model or ""
         elif request.base_model is not None:
-            client = self.local.create_sampling_client(base_model=request.base_model).future()
+            client = self.local.create_sampling_client(
+                base_model=self.served.local(request.base_model)).future()
             base_model = request.base_model
         else:
             raise ServiceError(400, "create_sampling_session needs model_path or base_model")
@@ -336,7 +403,7 @@ class DoubleService:
         except Exception as exc:
             raise ServiceError(400, f"sampler {sampler_id} could not be created: {exc}") from None
         if not sampler.base_model:
-            sampler.base_model = client.get_base_model()
+            sampler.base_model = self.served.hub(client.get_base_model())
         return sampler, client
 
     async def get_sampler(self, sampler_id: str) -> types.GetSamplerResponse:
@@ -358,4 +425,10 @@ class DoubleService:
         return self._future("sample", future, sample_sequence_ids=ids)
 
     def capabilities(self) -> types.GetServerCapabilitiesResponse:
-        return self.local.get_server_capabilities()
+        listed = self.local.get_server_capabilities().supported_models
+        served = [types.SupportedModel(model_name=name, max_context_length=max_context_of(folder),
+                                       trainable=True, sampleable=True)
+                  for name, folder in self.served.folders.items()]
+        hidden = set(self.served.folders.values())  # known by their hub names
+        return types.GetServerCapabilitiesResponse(
+            supported_models=served + [m for m in listed if m.model_name not in hidden])
