@@ -184,16 +184,19 @@ def prompt_logprobs(
     model: torch.nn.Module, ids: Sequence[int], device: torch.device, topk: int = 0
 ) -> tuple[np.ndarray, TopkLogprobs | None]:
     """``[nan, log p(ids[1] | ids[:1]), ...]`` as float32, and optionally the top-k
-    ``(length, k)`` matrices (row 0 is the sentinel: nothing predicts the first token)."""
+    ``(length, k)`` matrices (row 0 is the sentinel: nothing predicts the first token).
+    The vocabulary projection runs in chunks of positions (`unembed`): a long prompt on a
+    large vocabulary never holds its ``[length, vocab]`` logits."""
+    from tinker_tui.engine.local import unembed
+
     x = torch.tensor([list(ids)], dtype=torch.long, device=device)
-    logits = model(input_ids=x).logits[0, :-1].float()
-    logp = torch.log_softmax(logits, dim=-1)
-    lp = logp.gather(1, x[0, 1:, None]).squeeze(1)
+    backbone: Any = model.base_model
+    hidden = backbone(input_ids=x).last_hidden_state[0, :-1]
+    lp, values, indices = unembed.scored(unembed.Head.of(model), hidden, x[0, 1:], topk)
     out = np.full(len(ids), np.nan, dtype=np.float32)
     out[1:] = lp.cpu().numpy()
-    if topk <= 0:
+    if values is None or indices is None:
         return out, None
-    values, indices = torch.topk(logp, topk, dim=-1)
     token_ids = np.zeros((len(ids), topk), dtype=np.int32)
     lps = np.full((len(ids), topk), MASK_LOGPROB, dtype=np.float32)
     token_ids[1:] = indices.cpu().numpy()

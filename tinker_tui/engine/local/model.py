@@ -210,10 +210,7 @@ class BaseModel:
         elif isinstance(generation_eos, (list, tuple)):
             eos_ids.update(int(t) for t in generation_eos)
         self.eos_ids = frozenset(eos_ids)
-        config = module.config
-        self.arch = str(getattr(config, "model_type", "unknown"))
-        self._softcap = getattr(config, "final_logit_softcapping", None)
-        self._logit_scale = getattr(config, "logit_scale", None)
+        self.arch = str(getattr(module.config, "model_type", "unknown"))
 
     @property
     def facts(self) -> Any:
@@ -237,17 +234,6 @@ class BaseModel:
     @property
     def lm_head(self) -> nn.Module:
         return self.module.get_output_embeddings()
-
-    def output_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Float32 logits from final hidden states, as the model's own forward computes them."""
-        import torch
-
-        logits: torch.Tensor = self.lm_head(hidden).float()
-        if self._logit_scale is not None:
-            logits = logits * float(self._logit_scale)
-        if self._softcap is not None:
-            logits = torch.tanh(logits / self._softcap) * self._softcap
-        return logits
 
     @property
     def fingerprint(self) -> str:

@@ -25,7 +25,7 @@ import torch
 from tinker import types
 from tinker.types.optimizer import OptimParamsBase
 
-from tinker_tui.engine.local import checkpoints, lora, losses, packing, runtime
+from tinker_tui.engine.local import checkpoints, lora, losses, packing, runtime, unembed
 from tinker_tui.engine.local.adamw import AdamW
 from tinker_tui.engine.local.errors import POISONED_MESSAGE, bad_request
 from tinker_tui.engine.local.model import BaseModel, load_base
@@ -35,8 +35,23 @@ if TYPE_CHECKING:
     from tinker.lib.public_interfaces.api_future import APIFuture
 
 # Tokens (batch rows x padded length) per forward/backward micro-batch; bounds the memory of
-# the [rows, length, vocab] logits. Gradients of micro-batches add up, so results are the same.
+# the backbone's activations (the logits are never held whole: `unembed`). Gradients of
+# micro-batches add up, so results are the same.
 MAX_TOKENS_PER_MICROBATCH = 8192
+
+
+def _loss_grad(loss_fn: str, inputs: Mapping[str, torch.Tensor], config: Mapping[str, float],
+               logprobs: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """d loss / d logprob at positions `at`, given their logprobs (a built-in loss is a sum
+    of per-position terms, so this needs nothing of the other positions)."""
+    with torch.enable_grad():
+        logprobs = logprobs.detach().requires_grad_()
+        part = {key: value[at] for key, value in inputs.items()}
+        term = losses.elementwise_loss(loss_fn, logprobs, part, config).sum()
+        if not term.requires_grad:
+            return torch.zeros_like(logprobs)
+        (grad,) = torch.autograd.grad(term, logprobs)
+    return grad
 
 
 class LocalTrainingClient:
@@ -302,22 +317,15 @@ class LocalTrainingClient:
             batches.append(current)
         return batches
 
-    def _target_logprobs(
-        self,
-        tokens: Sequence[list[int]],
-        targets: Sequence[np.ndarray],
-        active: Sequence[np.ndarray] | None = None,
-    ) -> torch.Tensor:
-        """Logprobs of the targets at every datum position, datums concatenated (float32, on
-        the model's device). Call with the adapter active.
+    def _hidden_states(
+        self, tokens: Sequence[list[int]]
+    ) -> tuple[torch.Tensor, np.ndarray]:
+        """The backbone's final hidden states of a batch, flattened to ``[rows * width,
+        hidden]``, and per datum position (datums concatenated) the row that predicts its
+        target. Call with the adapter active.
 
         The batch runs in one forward pass, packed by shared prefixes when the model allows
-        it and that saves enough (`packing`). Only hidden states that some position flagged
-        in `active` reads (per datum, e.g. nonzero advantage or weight) get logits with
-        gradient; the others are computed without it. Their loss coefficient is zero, so the
-        gradient is unchanged, but the [positions, vocab] backward shrinks to the positions
-        that matter (an RL prompt is most of a datum). `active=None`: every position.
-        """
+        it and that saves enough (`packing`)."""
         base = self._base
         device = base.device
         layout = None
@@ -334,37 +342,71 @@ class LocalTrainingClient:
         input_ids = torch.from_numpy(layout.input_ids).to(device)
         # Right padding needs no attention mask: causal attention never looks ahead.
         hidden = base.backbone(input_ids=input_ids, **kwargs).last_hidden_state
-        hidden = hidden.reshape(rows * width, -1)
+        return hidden.reshape(rows * width, -1), layout.node
 
-        node = layout.node
-        target = np.concatenate([np.asarray(t, dtype=np.int64) for t in targets])
-        grad = torch.is_grad_enabled()
-        flags = np.ones(len(node), dtype=bool) if active is None or not grad else \
+    def _target_logprobs(
+        self,
+        tokens: Sequence[list[int]],
+        targets: Sequence[np.ndarray],
+        loss_grad: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        active: Sequence[np.ndarray] | None = None,
+    ) -> torch.Tensor:
+        """Logprobs of the targets at every datum position, datums concatenated (float32, on
+        the model's device). Call with the adapter active. The projection to the vocabulary
+        runs in chunks (`unembed`): no ``[positions, vocab]`` tensor is held.
+
+        Without gradient (`torch.no_grad`), or with gradient for an arbitrary loss of the
+        result (`loss_grad` None: custom losses). With `loss_grad` (a built-in, elementwise
+        loss: ``loss_grad(logprobs, positions)`` gives d loss / d logprob there) the loss's
+        gradient is back-propagated here, in the same pass, and the result is detached.
+        Then only hidden states that some position flagged in `active` reads (per datum,
+        e.g. nonzero advantage or weight) get gradient; the others are scored without it.
+        Their loss coefficient is zero, so the gradient is unchanged, but the backward
+        shrinks to the positions that matter (an RL prompt is most of a datum).
+        """
+        device = self._base.device
+        hidden, node = self._hidden_states(tokens)
+        head = unembed.Head.of(self._base.module)
+        target = torch.from_numpy(
+            np.concatenate([np.asarray(t, dtype=np.int64) for t in targets])).to(device)
+        if not torch.is_grad_enabled():
+            return unembed.target_logprobs(head, hidden, torch.from_numpy(node).to(device),
+                                           target)
+        # Each hidden state read once (positions sharing one read it together).
+        used, rows = np.unique(node, return_inverse=True)
+        if loss_grad is None:
+            picked = hidden.index_select(0, torch.from_numpy(used).to(device))
+            return unembed.differentiable_target_logprobs(
+                head, picked, torch.from_numpy(rows).to(device), target)
+        flags = np.ones(len(node), dtype=bool) if active is None else \
             np.concatenate([np.asarray(a, dtype=bool) for a in active])
-        # Hidden states read with gradient, and the rest; each position reads one of them.
-        with_grad = np.unique(node[flags])
-        without = np.setdiff1d(np.unique(node), with_grad, assume_unique=True)
-        where = np.full(rows * width, -1, dtype=np.int64)
-        where[with_grad] = np.arange(len(with_grad))
-        where[without] = len(with_grad) + np.arange(len(without))
-        out_parts = []
-
-        def node_logprobs(nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-            """Logits at the given hidden states and their log-normalisers."""
-            index = torch.from_numpy(nodes).to(device)
-            logits = base.output_logits(hidden.index_select(0, index))
-            return logits, torch.logsumexp(logits, dim=-1)
-
-        if len(with_grad):
-            out_parts.append(node_logprobs(with_grad))
-        if len(without):
+        trained = np.zeros(len(used), dtype=bool)
+        trained[rows[flags]] = True
+        out = torch.empty(len(node), dtype=torch.float32, device=device)
+        graded = trained[rows]  # positions that read a hidden state with gradient
+        if (~graded).any():
+            scored = np.flatnonzero(~trained)
+            remap = np.full(len(used), -1, dtype=np.int64)
+            remap[scored] = np.arange(len(scored))
+            at = np.flatnonzero(~graded)
             with torch.no_grad():
-                out_parts.append(node_logprobs(without))
-        logits = torch.cat([p[0] for p in out_parts]) if len(out_parts) > 1 else out_parts[0][0]
-        norms = torch.cat([p[1] for p in out_parts]) if len(out_parts) > 1 else out_parts[0][1]
-        rows_index = torch.from_numpy(where[node]).to(device)
-        target_index = torch.from_numpy(target).to(device)
-        return logits[rows_index, target_index] - norms.index_select(0, rows_index)
+                out[torch.from_numpy(at).to(device)] = unembed.target_logprobs(
+                    head, hidden.index_select(0, torch.from_numpy(used[scored]).to(device)),
+                    torch.from_numpy(remap[rows[at]]).to(device), target[at])
+        if graded.any():
+            kept = np.flatnonzero(trained)
+            remap = np.full(len(used), -1, dtype=np.int64)
+            remap[kept] = np.arange(len(kept))
+            trained_at = np.flatnonzero(graded)
+            positions = torch.from_numpy(trained_at).to(device)
+            picked = hidden.index_select(0, torch.from_numpy(used[kept]).to(device))
+            logprobs, grad = unembed.fused_loss_backward(
+                head, picked, torch.from_numpy(remap[rows[trained_at]]).to(device),
+                target[positions], lambda lp, where: loss_grad(lp, positions[where]))
+            out[positions] = logprobs
+            if picked.requires_grad:  # through the backbone (unless only the head trains)
+                torch.autograd.backward(picked, grad)
+        return out
 
     def _forward_backward(
         self,
@@ -387,22 +429,24 @@ class LocalTrainingClient:
                 # dro's quadratic term has gradient wherever the policy moved, not only where
                 # the advantage is nonzero.
                 active = None if coefficient is None else [a[coefficient] != 0 for a in arrays]
-                with torch.set_grad_enabled(backward):
+                inputs = {
+                    key: torch.from_numpy(
+                        np.concatenate([a[key] for a in arrays]).astype(np.float32)
+                    ).to(device)
+                    for key in spec.inputs
+                    if key != "target_tokens"
+                }
+                targets = [a["target_tokens"] for a in arrays]
+                if backward:
                     logprobs = self._target_logprobs(
-                        tokens, [a["target_tokens"] for a in arrays], active
-                    )
-                    inputs = {
-                        key: torch.from_numpy(
-                            np.concatenate([a[key] for a in arrays]).astype(np.float32)
-                        ).to(device)
-                        for key in spec.inputs
-                        if key != "target_tokens"
-                    }
+                        tokens, targets, functools.partial(_loss_grad, loss_fn, inputs, config),
+                        active)
+                else:
+                    with torch.no_grad():
+                        logprobs = self._target_logprobs(tokens, targets)
+                with torch.no_grad():
                     elementwise = losses.elementwise_loss(loss_fn, logprobs, inputs, config)
-                    loss = elementwise.sum()
-                    if backward and loss.requires_grad:  # not when every coefficient is zero
-                        torch.autograd.backward(loss)  # loss.backward(), typed
-                total += float(loss.detach())
+                total += float(elementwise.sum())
                 bounds = np.cumsum([len(t) for t in tokens])[:-1]
                 lp = np.split(logprobs.detach().float().cpu().numpy(), bounds)
                 el = np.split(elementwise.detach().float().cpu().numpy(), bounds)
