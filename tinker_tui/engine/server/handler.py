@@ -502,7 +502,9 @@ class ChatHandler:
                 topk = topk[:cut] if topk else topk
         message, _ = renderer.parse_response(_as_parsed(prepared.prefill_tokens + tokens, info))
         content, reasoning = _text_and_thinking(message.get("content", ""))
-        if not reasoning:
+        if reasoning:  # the newlines that frame a block are the template's, not the text's
+            content, reasoning = content.lstrip("\n"), reasoning.strip("\n")
+        else:
             content, reasoning = _split_thinking(content)
         if prepared.prefill_tokens and not content.startswith(prepared.prefill_text):
             content = prepared.prefill_text + content  # a renderer that dropped the prefill
