@@ -4,8 +4,6 @@ visible waits, checkpoint naming and retention, sampler eviction, renderer choic
 import asyncio
 import inspect
 import shutil
-import sys
-import types
 
 import httpx
 import pytest
@@ -432,17 +430,10 @@ def test_renderer_named_explicitly_or_from_a_local_model_folder(tmp_path, monkey
     assert name == "role_colon"
     with pytest.raises(BackendError, match="no_such_renderer"):
         make_renderer(DEFAULT_BASE_MODEL, tokenizer, "no_such_renderer")
-    # a Hugging Face folder on disk: its own chat template, through chat_template_renderer
-    fake = types.ModuleType("tinker_tui.engine.chat_template_renderer")
-    fake.renderer_for_tokenizer = lambda tok: ("chat template of", tok)
-    monkeypatch.setitem(sys.modules, "tinker_tui.engine.chat_template_renderer", fake)
-    assert make_renderer(str(tmp_path), tokenizer) == (("chat template of", tokenizer),
-                                                       "chat_template")
-    # without that module: role_colon, and a warning says so
-    monkeypatch.setitem(sys.modules, "tinker_tui.engine.chat_template_renderer", None)
-    warnings = []
-    _, name = make_renderer(str(tmp_path), tokenizer, warn=warnings.append)
-    assert name == "role_colon" and "--renderer" in warnings[0]
+    # a Hugging Face folder on disk whose tokenizer has no chat template: role_colon (the
+    # renderers a folder with a template gets: tests/test_real_format.py)
+    renderer, name = make_renderer(str(tmp_path), tokenizer)
+    assert name == "role_colon" and type(renderer).__name__ == "RoleColonRenderer"
 
 
 async def test_at_least_two_full_checkpoints_survive_retention(tmp_path):

@@ -118,3 +118,28 @@ def test_the_tiny_model_folder(qwen3_folder) -> None:
     assert (config["num_hidden_layers"], config["hidden_size"], config["head_dim"]) == (2, 64, 16)
     generation = json.loads((qwen3_folder / "generation_config.json").read_text())
     assert generation["eos_token_id"] == [IM_END, ENDOFTEXT]
+
+
+@pytest.mark.parametrize(("model_type", "template_edit", "expected"), [
+    ("qwen3", None, "qwen3_instruct"),
+    ("mistral", None, "chat_template"),  # a family the cookbook has no renderer for
+    ("qwen3", "a fine-tune's own template", "chat_template"),
+])
+def test_a_folder_renders_through_its_familys_renderer_only_where_it_agrees_with_its_template(
+        qwen3_tokenizer_folder, tmp_path, model_type, template_edit, expected) -> None:
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from tinker_tui.engine.backend import make_renderer
+
+    folder = tmp_path / "model"
+    shutil.copytree(qwen3_tokenizer_folder, folder)
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type}))
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if template_edit:  # a default system turn the cookbook's renderer does not write
+        tokenizer.chat_template = ("{%- if messages[0].role != 'system' %}<|im_start|>system\n"
+                                   "You are helpful.<|im_end|>\n{%- endif %}"
+                                   + tokenizer.chat_template)
+    renderer, name = make_renderer(str(folder), tokenizer)
+    assert name == expected

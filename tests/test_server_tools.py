@@ -10,7 +10,6 @@ import re
 from concurrent.futures import Future
 
 import numpy as np
-import openai
 import pytest
 import tinker
 from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
@@ -270,13 +269,14 @@ class NativePolicy:
         self.sampler = ScriptedSampler(self.tokenizer, replies)
 
     async def sample(self, prompt, num_samples, sampling_params, *, version=None,
-                     top_logprobs=0):
+                     top_logprobs=0, **_):
         return await self.sampler.sample(prompt, num_samples, sampling_params), self.version
 
 
 async def test_a_renderer_with_native_tool_support_uses_its_own_format():
     policy = NativePolicy(['<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n'
-                           "</tool_call><|im_end|>", "5, so 5.<|im_end|>"])
+                           "</tool_call><|im_end|>", "5, so 5.<|im_end|>",
+                           'mul", "arguments": {"a": 1, "b": 2}}\n</tool_call><|im_end|>'])
     server = PolicyServer(policy, model_name="qwen")
     await server.start()
     try:
@@ -299,8 +299,13 @@ async def test_a_renderer_with_native_tool_support_uses_its_own_format():
         # a user stop string with a renderer whose own stops are token ids: cut after sampling
         assert second.choices[0].message.content == "5"
         assert policy.tokenizer.decode(second.choices[0].model_extra["token_ids"]) == "5, "
-        with pytest.raises(openai.BadRequestError, match="native tool support"):
-            await client.chat.completions.create(model="qwen", messages=QUESTION, tools=TOOLS,
-                                                 tool_choice="required")
+        # tool_choice "required": Qwen3's own call opening after the one assistant header
+        forced = await client.chat.completions.create(model="qwen", messages=QUESTION,
+                                                      tools=TOOLS, tool_choice="required")
+        prompt = policy.tokenizer.decode(policy.sampler.prompts[2])
+        assert prompt.endswith('<|im_start|>assistant\n<tool_call>\n{"name": "')
+        [call] = forced.choices[0].message.tool_calls
+        assert (call.function.name, call.function.arguments) == ("mul", '{"a": 1, "b": 2}')
+        assert forced.choices[0].message.content is None
     finally:
         await server.stop()

@@ -189,9 +189,11 @@ def make_renderer(base_model: str, tokenizer: Any, name: str | None = None,
     """The renderer for a policy and the name it is known by.
 
     An explicit `name` is any tinker-cookbook renderer. Otherwise: the embedded model uses
-    role_colon; a base model that is a folder on disk (a local Hugging Face model) uses its
-    own chat template (`engine.chat_template_renderer`); a hub model name uses the
-    cookbook's recommendation (Qwen3 -> qwen3, Llama 3 -> llama3, gpt-oss -> gpt_oss_...).
+    role_colon; a base model that is a folder on disk (a local Hugging Face model) uses the
+    cookbook's renderer for its family where that agrees with the folder's own chat
+    template, else the template (`engine.folder_renderer`); a hub model name uses the
+    cookbook's recommendation (Qwen3-4B-Instruct-2507 -> qwen3_instruct, Llama 3 -> llama3,
+    gpt-oss -> gpt_oss_...).
     """
     if name:
         try:
@@ -202,14 +204,9 @@ def make_renderer(base_model: str, tokenizer: Any, name: str | None = None,
     from tinker_tui.engine.local import DEFAULT_BASE_MODEL
 
     if base_model != DEFAULT_BASE_MODEL and Path(base_model).expanduser().is_dir():
-        try:
-            from tinker_tui.engine.chat_template_renderer import renderer_for_tokenizer
-        except ImportError:
-            if warn is not None:
-                warn(f"no chat-template renderer is available for the local model folder "
-                     f"{base_model}; using {LOCAL_RENDERER} (pass --renderer to choose one)")
-            return cookbook_renderer(LOCAL_RENDERER, tokenizer), LOCAL_RENDERER
-        return renderer_for_tokenizer(tokenizer), "chat_template"
+        from tinker_tui.engine.folder_renderer import folder_renderer
+
+        return folder_renderer(base_model, tokenizer, cookbook_renderer)
     chosen = renderer_name_for(base_model)
     if chosen == LOCAL_RENDERER and base_model != DEFAULT_BASE_MODEL and warn is not None:
         warn(f"no recommended renderer is known for {base_model}; using {LOCAL_RENDERER} "

@@ -48,6 +48,7 @@ from tinker_tui.engine.backend import (
 )
 from tinker_tui.engine.blocking import on_daemon_thread, sdk_call
 from tinker_tui.engine.errors import DiskFull, TinkerTuiError
+from tinker_tui.engine.folder_renderer import declared_end_tokens
 from tinker_tui.engine.retry import RetryPolicy, Wait, WaitContext, call_with_retry
 from tinker_tui.engine.sdk_watch import Notice, SdkWatch
 from tinker_tui.engine.trajectory import TrajectoryGroup, trajectory_to_datum_arrays
@@ -214,6 +215,8 @@ class BackendSession:
         self.training_client: Any = None
         self.sampling_client: Any = None
         self.renderer: Any = None
+        #: Every end token the model declares (`engine.folder_renderer.declared_end_tokens`).
+        self.end_tokens: list[int] = []
         self.tokenizer: Any = None
         #: Every checkpoint this policy saved and still keeps, oldest first.
         self.checkpoints: list[CheckpointRecord] = []
@@ -387,6 +390,8 @@ class BackendSession:
             warn=warnings.append, name="make-renderer")
         for message in warnings:
             self._log("warning", message)
+        self.end_tokens = await on_daemon_thread(
+            declared_end_tokens, self.tokenizer, self.base_model, name="end-tokens")
         if self.kl_penalty_coef > 0 and self.reference is None:
             # The untrained base model, as tinker-cookbook's KL reference defaults to.
             self.reference = await self._call(

@@ -57,7 +57,8 @@ class GenRequest:
     topk_prompt: int = 0
     topk_sample: int = 0
     #: Optional: keeps the sampled text within a shape (`check(text)` -> "reject",
-    #: "continue" or "done"; see engine.server.tool_call_constraint). `text` is
+    #: "continue", "done", or "end": whole, and only a stop token may follow; see
+    #: engine.server.tool_call_constraint and engine.server.native_calls). `text` is
     #: `constraint_prefix` plus the decoded sample so far.
     constraint: Any = None
     constraint_prefix: str = ""
@@ -246,14 +247,42 @@ def _constrained_choice(r: GenRequest, tokens: list[int], tok: int, weights: tor
     (the token, or None if no token with any weight is allowed; whether the text is then
     complete). `token_text` caches each token's own text."""
     state = r.constraint.start(r.constraint_prefix + tokenizer.decode(tokens))
+    if state.verdict == "end" and r.stop_ids:
+        # whole, and only the end of the turn may follow (even where sampling's filters
+        # left an end token no weight): the drawn one, else the constraint's own
+        end = getattr(r.constraint, "end_token", None)
+        return (tok if tok in r.stop_ids else end if end in r.stop_ids
+                else min(r.stop_ids)), True
     first_ok: dict[str, bool] = {}  # a text can only pass if its first character does
+    # The budget: the fewest tokens that close the call (and end the turn, where the
+    # constraint wants an end token) must still fit after this one.
+    left = r.max_tokens - len(tokens)
+    end = 1 if getattr(r.constraint, "end_token", None) is not None else 0
+    closing = _closing_tokens(r.constraint, state, tokenizer)
+    if closing is not None and closing and left <= len(closing) + end:
+        forced = closing[0]
+        text = tokenizer.decode([forced])
+        return forced, state.copy().feed(text) == "done"
+    near = closing is not None and left <= len(closing) + end + BUDGET_WATCH
 
     def verdict(candidate: int) -> str:
+        result = shape_verdict(candidate)
+        if near and result == "continue":
+            after = state.copy()
+            after.feed(token_text[candidate])
+            need = _closing_tokens(r.constraint, after, tokenizer)
+            if need is not None and len(need) + end > left - 1:
+                return "reject"  # it would leave too few tokens to close the call
+        return result
+
+    def shape_verdict(candidate: int) -> str:
         if candidate in r.stop_ids:  # ending is allowed only once the text is complete
-            return "done" if state.verdict == "done" else "reject"
+            return "done" if state.verdict in ("done", "end") else "reject"
         text = token_text.get(candidate)
         if text is None:
             text = token_text[candidate] = tokenizer.decode([candidate])
+        if not text:  # no text (a padding row of the vocabulary): it never advances a shape
+            return "reject"
         if text:
             ok = first_ok.get(text[0])
             if ok is None:
@@ -279,6 +308,21 @@ def _constrained_choice(r: GenRequest, tokens: list[int], tok: int, weights: tor
         if v != "reject":
             return candidate, v == "done"
     return None, False
+
+
+#: How near the budget's end (in tokens beyond the fewest that close a forced call) the
+#: sampler checks that a token leaves the call room to close.
+BUDGET_WATCH = 12
+
+
+def _closing_tokens(constraint: Any, state: Any, tokenizer: Any) -> list[int] | None:
+    """The tokens of the shortest text that makes a constrained reply whole, or None where
+    the constraint cannot say (`completion` is optional, duck-typed)."""
+    complete = getattr(constraint, "completion", None)
+    text = complete(state) if complete is not None else None
+    if text is None:
+        return None
+    return list(tokenizer.encode(text, add_special_tokens=False)) if text else []
 
 
 def _hits_stop_string(

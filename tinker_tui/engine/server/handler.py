@@ -20,6 +20,14 @@ import tinker
 
 from tinker_tui.engine.retry import BackendInterrupted, BackendTimeoutError
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
+from tinker_tui.engine.server.native_calls import FramedCallConstraint, call_frame, call_opening
+from tinker_tui.engine.server.sampled_turns import (
+    MessageKey,
+    SampledTurns,
+    build_prompt,
+    message_key,
+    splices,
+)
 from tinker_tui.engine.server.schema import (
     MAX_STOP,
     ChatCompletionRequest,
@@ -53,6 +61,9 @@ class PolicySource(Protocol):
 
     renderer: Any
     version: int
+    #: Every end token the model declares (its EOS, generation_config's eos_token_id list),
+    #: which end a sample as the renderer's own stops do.
+    end_tokens: Sequence[int]
 
     async def sample(self, prompt: tinker.ModelInput, num_samples: int,
                      sampling_params: tinker.SamplingParams, *, version: int | None = None,
@@ -68,6 +79,11 @@ class RendererInfo:
     content_prefix: str
     string_stops: bool
     stops: list[Any]
+    #: Token ids that end a sample (the renderer's stops and the model's end tokens); empty
+    #: for a renderer whose stops are strings.
+    end_tokens: list[int] = field(default_factory=list)
+    #: Whether a sampled reply can take its message's place in a prompt (`sampled_turns`).
+    splices: bool = False
     #: The most tokens a prompt may have (None: unknown, the sampler alone decides).
     context_length: int | None = None
     #: The most characters one token stands for (None until a large prompt needs it).
@@ -102,6 +118,7 @@ class ChatHandler:
         #: The policy's context in tokens; None: the tokenizer's `model_max_length`, if set.
         self.context_length = context_length
         self.tool_texts = ToolTextCache()
+        self.sampled_turns = SampledTurns()
         # Rendered prompts by request signature: a group's rollouts send the same messages.
         self._prepared: OrderedDict[tuple[Any, ...], Prepared] = OrderedDict()
         self.prepared_cache_size = 512
@@ -123,9 +140,13 @@ class ChatHandler:
         if cached is not None and cached[0] is renderer:
             return cached[1]
         stops = list(renderer.get_stop_sequences())
+        string_stops = all(isinstance(s, str) for s in stops)
+        ends = [] if string_stops else list(dict.fromkeys(
+            [*stops, *(int(t) for t in getattr(self.policy, "end_tokens", ()) or ())]))
         info = RendererInfo(native_tools=supports_native_tools(renderer),
                             content_prefix=content_prefix(renderer),
-                            string_stops=all(isinstance(s, str) for s in stops), stops=stops,
+                            string_stops=string_stops, stops=stops, end_tokens=ends,
+                            splices=not string_stops and splices(renderer),
                             context_length=self.context_length
                             or _tokenizer_context_length(renderer.tokenizer))
         self._renderer_info = (renderer, info)
@@ -162,22 +183,36 @@ class ChatHandler:
         mode: Literal["off", "text", "native"] = "off"
         if tools:
             mode = "native" if info.native_tools else "text"
-        if mode == "native" and (choice == "required" or forced_name):
-            raise RequestError(400, "tool_choice 'required' or a named function needs a "
-                                    "prefilled tool call, which this server offers only for "
-                                    "renderers without native tool support; use 'auto'",
-                               param="tool_choice")
-        messages = self._convert_messages(body.messages, mode, tools, renderer)
+        messages, keys, reasonings = self._convert_messages(body.messages, mode, tools,
+                                                            renderer)
         prefill, prefill_tokens = "", list[int]()
-        constraint = None
-        if mode == "text" and (choice == "required" or forced_name):
+        constraint: Any = None
+        forced = choice == "required" or forced_name is not None
+        allowed = tuple([forced_name] if forced_name else names)
+        if mode == "text" and forced:
             prefill, prefill_tokens = forced_call_prefill(renderer.tokenizer,
                                                           info.content_prefix, names,
                                                           forced_name)
-            constraint = ToolCallConstraint.for_tools(
-                tools, tuple([forced_name] if forced_name else names))
+            constraint = ToolCallConstraint.for_tools(tools, allowed)
+        elif mode == "native" and forced:
+            opening = call_opening(renderer, forced_name, names[0])
+            if opening is None or not opening[1]:
+                raise RequestError(400, "tool_choice 'required' or a named function needs "
+                                        "the start of a tool call in the renderer's format, "
+                                        "and this renderer writes none this server can "
+                                        "find; use 'auto'", param="tool_choice")
+            prefill, prefill_tokens = opening
+            frame = call_frame(renderer, allowed[0])
+            if frame is not None:
+                end = next((int(t) for t in info.stops if isinstance(t, int)), None)
+                constraint = FramedCallConstraint(frame[0], ToolCallConstraint.for_tools(
+                    tools, allowed), frame[1], end_token=end)
         try:
-            prompt = renderer.build_generation_prompt(messages)
+            if info.splices:
+                prompt = build_prompt(renderer, messages, keys, reasonings,
+                                      self.sampled_turns, info.end_tokens)
+            else:
+                prompt = renderer.build_generation_prompt(messages)
         except RequestError:
             raise
         except Exception as exc:
@@ -191,7 +226,9 @@ class ChatHandler:
         if info.context_length is not None and len(prompt_tokens) >= info.context_length:
             raise _too_long(info.context_length, f"these messages are {len(prompt_tokens)} "
                                                  f"tokens")
-        prefill_text = prefill[len(info.content_prefix):] \
+        # The text a reply's content starts with (native calls: none, the prefill is part
+        # of the call the renderer parses).
+        prefill_text = "" if mode == "native" else prefill[len(info.content_prefix):] \
             if prefill.startswith(info.content_prefix) else prefill.lstrip()
         return Prepared(prompt=prompt, prompt_tokens=prompt_tokens,
                         prefill_tokens=prefill_tokens, prefill_text=prefill_text,
@@ -215,10 +252,17 @@ class ChatHandler:
         return self.prepare(body, renderer)
 
     def _convert_messages(self, messages: Sequence[ChatMessage], mode: str,
-                          tools: list[dict[str, Any]], renderer: Any) -> list[dict[str, Any]]:
-        from tinker_cookbook.renderers import ToolCall
+                          tools: list[dict[str, Any]], renderer: Any
+                          ) -> tuple[list[dict[str, Any]], list[MessageKey | None],
+                                     list[str | None]]:
+        """The messages for the renderer, and per message its key among sampled replies
+        (assistant messages) and the reasoning it carries."""
+        from tinker_cookbook.renderers import TextPart, ThinkingPart, ToolCall
+        from tinker_cookbook.renderers.role_colon import RoleColonRenderer
 
         out: list[dict[str, Any]] = []
+        keys: list[MessageKey | None] = []
+        reasonings: list[str | None] = []
         # The calls a tool message may answer: those of the assistant message before it
         # (with only tool messages between), as OpenAI requires.
         open_calls: dict[str, str] = {}
@@ -229,9 +273,9 @@ class ChatHandler:
             if m.annotations:
                 raise RequestError(400, "message annotations are not supported",
                                    param=f"{where}.annotations")
-            if m.reasoning_content:
-                raise RequestError(400, "reasoning_content in a request message is not "
-                                        "supported", param=f"{where}.reasoning_content")
+            if m.reasoning_content is not None and role != "assistant":
+                raise RequestError(400, "only assistant messages carry reasoning_content",
+                                   param=f"{where}.reasoning_content")
             if m.name is not None and role != "tool":
                 raise RequestError(400, "name is supported on tool messages only",
                                    param=f"{where}.name")
@@ -245,6 +289,16 @@ class ChatHandler:
                 raise RequestError(400, f"{m.role} messages need content",
                                    param=f"{where}.content")
             message: dict[str, Any] = {"role": role, "content": text or ""}
+            if m.reasoning_content and not isinstance(renderer, RoleColonRenderer):
+                # As the renderer renders history: Qwen3-Instruct drops it, a thinking
+                # template may keep it (role_colon has no place for it and drops it).
+                message["content"] = [ThinkingPart(type="thinking",
+                                                   thinking=m.reasoning_content),
+                                      TextPart(type="text", text=text or "")]
+            keys.append(message_key(text, [(c.function.name, c.function.arguments)
+                                           for c in m.tool_calls or []])
+                        if role == "assistant" else None)
+            reasonings.append(m.reasoning_content)
             if role != "tool":
                 open_calls = {}
             if role == "assistant" and m.tool_calls:
@@ -255,6 +309,7 @@ class ChatHandler:
                         for c in m.tool_calls]
                 else:
                     message["content"] = self._assistant_text(text or "", m.tool_calls)
+                    keys[-1] = None  # the text protocol has its own exact replies
             if role == "tool":
                 if m.tool_call_id is None:
                     raise RequestError(400, "tool messages need tool_call_id",
@@ -284,15 +339,21 @@ class ChatHandler:
                           if out[0]["content"] else section}
             else:
                 out.insert(0, {"role": "system", "content": section})
+                keys.insert(0, None)
+                reasonings.insert(0, None)
         elif mode == "native":
             from tinker_cookbook.renderers import get_text_content
 
             system = ""
             if out and out[0]["role"] == "system":
                 system = get_text_content(cast("Message", out.pop(0)))
-            prefix = renderer.create_conversation_prefix_with_tools(tools, system)
-            out = list(prefix) + out
-        return out
+                keys.pop(0)
+                reasonings.pop(0)
+            prefix = list(renderer.create_conversation_prefix_with_tools(tools, system))
+            out = prefix + out
+            keys[:0] = [None] * len(prefix)
+            reasonings[:0] = [None] * len(prefix)
+        return out, keys, reasonings
 
     @staticmethod
     def _text(m: ChatMessage, where: str) -> str | None:
@@ -379,7 +440,9 @@ class ChatHandler:
         if info.string_stops:
             stop: list[Any] = info.stops + user_stop
         else:
-            stop = info.stops  # token ids; user strings are applied to the samples below
+            # token ids (the renderer's and the model's end tokens); user strings are
+            # applied to the samples below
+            stop = list(info.end_tokens)
         params = tinker.SamplingParams(
             max_tokens=max_tokens,
             temperature=self.defaults.temperature if body.temperature is None
@@ -425,13 +488,24 @@ class ChatHandler:
         topk = getattr(sequence, "topk_logprobs", None) if body.top_logprobs else None
         finish = "stop" if sequence.stop_reason == "stop" else "length"
         tokenizer = renderer.tokenizer
-        if user_stop and not self.renderer_info(renderer).string_stops:
+        info = self.renderer_info(renderer)
+        # A sample ends at the first end token the model declares, whether or not the
+        # sampler stopped there.
+        end_at = next((i for i, t in enumerate(tokens) if t in info.end_tokens), None)
+        if end_at is not None and end_at + 1 < len(tokens):
+            tokens, logprobs, finish = tokens[:end_at + 1], logprobs[:end_at + 1], "stop"
+            topk = topk[:end_at + 1] if topk else topk
+        if user_stop and not info.string_stops:
             cut = _stop_cut(tokenizer, tokens, user_stop)
             if cut is not None:
                 tokens, logprobs, finish = tokens[:cut], logprobs[:cut], "stop"
                 topk = topk[:cut] if topk else topk
-        message, _ = renderer.parse_response(prepared.prefill_tokens + tokens)
+        message, _ = renderer.parse_response(_as_parsed(prepared.prefill_tokens + tokens, info))
         content, reasoning = _text_and_thinking(message.get("content", ""))
+        if reasoning:  # the newlines that frame a block are the template's, not the text's
+            content, reasoning = content.lstrip("\n"), reasoning.strip("\n")
+        else:
+            content, reasoning = _split_thinking(content)
         if prepared.prefill_tokens and not content.startswith(prepared.prefill_text):
             content = prepared.prefill_text + content  # a renderer that dropped the prefill
         for s in user_stop:
@@ -462,6 +536,11 @@ class ChatHandler:
             finish = "tool_calls"
         if reasoning:
             out_message["reasoning_content"] = reasoning
+        if info.splices:
+            before = prepared.prompt_tokens[:len(prepared.prompt_tokens)
+                                            - len(prepared.prefill_tokens)]
+            self.sampled_turns.put(before, message_key(out_message["content"], calls),
+                                   prepared.prefill_tokens + tokens, reasoning)
         return {
             "index": index,
             "message": out_message,
@@ -556,6 +635,25 @@ def _text_and_thinking(content: Any) -> tuple[str, str]:
     text = "".join(p.get("text", "") for p in content if p.get("type") == "text")
     thinking = "".join(p.get("thinking", "") for p in content if p.get("type") == "thinking")
     return text, thinking
+
+
+def _as_parsed(tokens: list[int], info: RendererInfo) -> list[int]:
+    """A sample as the renderer parses it: one that ended at an end token other than the
+    renderer's own ends at the renderer's (which parsers look for)."""
+    own = [t for t in info.stops if isinstance(t, int)]
+    if tokens and own and tokens[-1] in info.end_tokens and tokens[-1] not in own:
+        return [*tokens[:-1], own[0]]
+    return tokens
+
+
+def _split_thinking(text: str) -> tuple[str, str]:
+    """A reply that opens with a `<think>` block, as (content, reasoning), for renderers
+    that do not parse it themselves; otherwise (text, "")."""
+    head = text.lstrip()
+    if not head.startswith("<think>") or "</think>" not in head:
+        return text, ""
+    reasoning, _, rest = head[len("<think>"):].partition("</think>")
+    return rest.lstrip("\n"), reasoning.strip("\n")
 
 
 def _stop_cut(tokenizer: Any, tokens: list[int], stops: list[str]) -> int | None:

@@ -137,6 +137,12 @@ class ToolCallConstraint:
         may follow), else "continue"."""
         return self.start(text).verdict
 
+    def completion(self, scan: ScanState) -> str | None:
+        """The shortest text that makes `scan`'s call whole (`engine.server.call_completion`)."""
+        from tinker_tui.engine.server.call_completion import completion
+
+        return completion(scan)
+
 
 class _Reject(TinkerTuiError):
     """The reply can no longer become a call (raised and caught inside `ScanState.feed`)."""
