@@ -52,7 +52,12 @@ from tinker_tui.engine.events import (
 )
 from tinker_tui.engine.health import RewardRange
 from tinker_tui.engine.loop_lag import LoopLagMonitor
-from tinker_tui.engine.resume import ResumeState, ScenarioSource
+from tinker_tui.engine.resume import (
+    ResumeState,
+    ScenarioError,
+    ScenariosExhausted,
+    ScenarioSource,
+)
 from tinker_tui.engine.retry import BackendInterrupted
 from tinker_tui.engine.rollout_loop import (
     DeadlinePassed,
@@ -130,6 +135,7 @@ class Pipeline:
         self._wake = asyncio.Event()
         self._stop_event = asyncio.Event()  # set once by stop(); see stop_requested()
         self._discards_this_step: dict[DiscardReason, int] = dict.fromkeys(DISCARD_REASONS, 0)
+        self._ran_out_at: int | None = None  # scenarios drawn when they ran out
         self.sampling_defaults = sampling_defaults or SamplingDefaults(
             temperature=config.temperature, max_tokens=config.max_tokens)
         # Live knobs: start from the config, change through set_knob.
@@ -161,6 +167,11 @@ class Pipeline:
         self.stop_reason = ""
         #: The health check's reason when it stopped the run (on_health_pause = stop).
         self.health_stop_reason = ""
+        #: Why a run that ended by itself before max_steps did ("scenarios ran out ...").
+        self.end_reason = ""
+        #: The task's scenarios failed: the run checkpoints what it trained, then fails
+        #: with this (exit 1; `--resume` continues it once the task is fixed).
+        self.scenario_failure: ScenarioError | None = None
 
     # ------------------------------------------------------------------ control
     @property
@@ -270,7 +281,7 @@ class Pipeline:
         it writes the final checkpoint, if the weights are worth one (`_checkpoint`)."""
         if self._stopping:
             await self._checkpoint("final")
-            return "completed" if self.step >= self.config.max_steps else "stopped"
+            return self._status()
         self._emit(RunStateChanged(time=self.clock.now(), state="running"))
         self._last_step_end = self._started_at = self.clock.now()
         self._ensure_workers()
@@ -281,7 +292,7 @@ class Pipeline:
             self._start_eval_if_due()
         try:
             await self._train_loop()
-            if self.step >= self.config.max_steps and not self._stopping:
+            if (self.step >= self.config.max_steps or self.end_reason) and not self._stopping:
                 await self._final_eval()
         except BackendInterrupted as exc:
             if not self._stopping:
@@ -305,7 +316,16 @@ class Pipeline:
         except BackendInterrupted as exc:
             self.log("warning", f"the final checkpoint was not written: {exc}")
             return "stopped"
-        return "completed" if self.step >= self.config.max_steps else "stopped"
+        if self.scenario_failure is not None:
+            raise self.scenario_failure
+        return self._status()
+
+    def _status(self) -> RunStatus:
+        """How a run that ended without failing ended: completed at max_steps, or when the
+        task's scenarios ran out (and all drawn were trained); else stopped."""
+        if self.step >= self.config.max_steps or (self.end_reason and not self.stop_reason):
+            return "completed"
+        return "stopped"
 
     # ------------------------------------------------------------------ workers
     def _may_start_group(self) -> bool:
@@ -335,7 +355,14 @@ class Pipeline:
                     return
                 self._wake.clear()
                 await self._wake.wait()
-            position, scenario = self._source.draw()
+            try:
+                position, scenario = self._source.draw()
+            except ScenariosExhausted as exc:
+                self._scenarios_ran_out(exc.drawn)
+                return
+            except ScenarioError as exc:
+                self._scenarios_failed(exc)
+                return
             group_id = self._next_group_id
             self._next_group_id += 1
             self._position_of[group_id] = position
@@ -353,6 +380,28 @@ class Pipeline:
                 self._wake.set()
             if group is not None:
                 self._queue.put_nowait(group)
+            if self._source.exhausted and not self._in_flight:
+                self._queue.put_nowait(None)  # the trainer trains what is left, then ends
+
+    def _scenarios_ran_out(self, drawn: int) -> None:
+        """No scenario is left: once the groups drawn are sampled, the trainer trains them
+        (a last batch may be smaller than min_batch) and the run ends, completed."""
+        if self._ran_out_at is not None:
+            return
+        self._ran_out_at = drawn
+        self.log("info", f"the task's scenarios ran out after {drawn}: training what was "
+                         "drawn, then the run ends")
+        if not self._in_flight:
+            self._queue.put_nowait(None)  # wake the trainer
+
+    def _scenarios_failed(self, error: ScenarioError) -> None:
+        """The task's scenarios raised: stop (the step in progress finishes and is
+        checkpointed), then fail the run with this error (`run`)."""
+        if self.scenario_failure is not None:
+            return
+        self.scenario_failure = error
+        self.log("error", str(error))
+        self.stop("the task's scenarios failed")
 
     async def _sample_group(self, client: Any, group_id: int,
                             scenario: Scenario) -> TrajectoryGroup | None:
@@ -510,7 +559,8 @@ class Pipeline:
         (no helper task) matters for pacing: a group leaves the queue only when this
         coroutine resumes and counts it as held, so workers never see it in neither place.
         """
-        if self._stopping:
+        if self._stopping or (self._ran_out_at is not None and not self._in_flight
+                              and self._queue.empty()):
             return None
         group = await self._queue.get()
         self._wake.set()
@@ -524,7 +574,9 @@ class Pipeline:
                 break
             group = await self._next_group()
             if group is None:
-                return None
+                if self._stopping or not batch:
+                    return None
+                return batch  # the scenarios ran out: train what there is
             staleness = self.policy.version - group.policy_version
             if staleness > self._max_off:
                 self._discard_counts("stale")
@@ -563,6 +615,10 @@ class Pipeline:
                 checkpoint, self._paused_checkpoint = self._paused_checkpoint, None
                 await checkpoint  # its failure fails the run, as a step's checkpoint's does
             if batch is None:
+                if self._ran_out_at is not None and not self._stopping:
+                    self.end_reason = (f"scenarios ran out after {self._ran_out_at}: "
+                                       f"{self.step} of {self.config.max_steps} steps trained")
+                    self.log("info", self.end_reason)
                 return
             train_started = self.clock.now()
             self.meter.trainer_started(train_started)
