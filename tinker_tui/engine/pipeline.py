@@ -136,6 +136,7 @@ class Pipeline:
         self._stop_event = asyncio.Event()  # set once by stop(); see stop_requested()
         self._discards_this_step: dict[DiscardReason, int] = dict.fromkeys(DISCARD_REASONS, 0)
         self._ran_out_at: int | None = None  # scenarios drawn when they ran out
+        self._training_since: float | None = None  # the step's training call began
         self.sampling_defaults = sampling_defaults or SamplingDefaults(
             temperature=config.temperature, max_tokens=config.max_tokens)
         # Live knobs: start from the config, change through set_knob.
@@ -224,10 +225,22 @@ class Pipeline:
         self._stop_event.set()
         self.stop_reason = reason
         self._emit(RunStateChanged(time=self.clock.now(), state="stopping", reason=reason))
-        self.log("info", f"stopping ({reason}): no new rollouts; finishing the current step")
+        self.log("info", f"stopping ({reason}): no new rollouts; {self.waiting_for()}")
         self.policy.interrupt()  # backend calls waiting on trouble give up
         self._queue.put_nowait(None)
         self._wake.set()
+
+    def waiting_for(self) -> str:
+        """What a graceful stop waits for, in words: the step in flight (its training call
+        is never abandoned for a stop: a slow call is waited for, so no completed step is
+        lost), then the final checkpoint."""
+        if self._training_since is not None:
+            running = self.clock.now() - self._training_since
+            return (f"waiting for step {self.step + 1}'s training call (running "
+                    f"{running:.0f} s) to finish, then a checkpoint")
+        if self._last_checkpoint_step == self.step:
+            return f"step {self.step} is checkpointed already"
+        return f"writing a checkpoint of step {self.step}"
 
     async def stop_requested(self) -> None:
         """Returns once `stop` has been called (at once if it was): the run's start-up
@@ -628,8 +641,13 @@ class Pipeline:
             metrics: dict[str, float] = {}
             faults.hit("train", self.step + 1)
             if datums:
-                result = await self.policy.train(datums, loss_fn=self.config.loss_fn,
-                                                 learning_rate=self._learning_rate)
+                self._training_since = train_started
+                try:
+                    await faults.slow_down("train", self.step + 1)  # test hook
+                    result = await self.policy.train(datums, loss_fn=self.config.loss_fn,
+                                                     learning_rate=self._learning_rate)
+                finally:
+                    self._training_since = None
                 metrics.update(result.metrics)
                 metrics[keys.TRAIN_NUM_DATUMS] = result.num_datums
                 metrics[keys.TRAIN_TOKENS] = result.num_tokens
