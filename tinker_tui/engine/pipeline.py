@@ -151,14 +151,18 @@ class Pipeline:
         self.loop_lag = LoopLagMonitor()
         self.report_interval = 1.0
         self._finish_version: dict[int, int] = {}
-        self._recent_groups: deque[tuple[str, float]] = deque(maxlen=config.health_window)
+        # (outcome, reward, rollouts failed, rollouts) of the recent groups, for the health
+        # rule: the error rate is the share of their rollouts that failed.
+        self._recent_groups: deque[tuple[str, float, int, int]] = deque(
+            maxlen=config.health_window)
         self._rewards = RewardRange()  # for the health rule (engine.health)
-        self._last_failure = ""  # why the last failed group failed, for a health pause
+        self._last_failure = ""  # why the last failed rollout failed, for a health pause
         self._started_at = 0.0
         self._last_step_end: float | None = None
         self._last_checkpoint_step: int | None = None
         self._skipping = False  # the last step had no gradient (all groups zero-variance)
         self._error_rollouts = 0  # rollouts that failed since the last step
+        self._rollouts_ended = 0  # rollouts that ended (succeeded or failed) since then
         self._last_eval_step: int | None = None  # the step the latest evaluation started at
         # What a health pause does: the setting, or the front end's choice for "auto"
         # (stop without a dashboard, wait with one).
@@ -434,6 +438,9 @@ class Pipeline:
         trajectories: tuple[Trajectory, ...] = tuple(
             [r for r in results if isinstance(r, Trajectory)])
         self._error_rollouts += len(errors)
+        self._rollouts_ended += len(results)
+        if errors:
+            self._last_failure = _describe(errors[0]).splitlines()[0]
         part, part_task = part_of(self.task, scenario)
         advantages: tuple[float, ...] | None = None
         if len(trajectories) >= self.config.min_members:
@@ -444,7 +451,8 @@ class Pipeline:
             except Exception as exc:  # the task's advantages hook: its error first
                 errors.insert(0, exc)
         if advantages is None:
-            self._fail_group(group_id, scenario, errors, len(results))
+            self._fail_group(group_id, scenario, errors, len(results),
+                             raised=len(results) - len(trajectories))
             return None
         if errors:
             self._log_failures("warning", scenario, errors, len(results),
@@ -456,7 +464,7 @@ class Pipeline:
         self._finish_version[group_id] = self.policy.version
         self.meter.rollouts_finished(group.finished_at, len(trajectories), group.num_tokens)
         self._check_health("ok" if group.has_variance() else "zero_variance", group.reward_mean,
-                           min(group.rewards))
+                           min(group.rewards), failed=len(errors), members=len(results))
         self._emit(GroupSampled(
             time=group.finished_at, group_id=group_id, scenario_id=scenario.id,
             policy_version=group.policy_version, num_trajectories=len(trajectories),
@@ -467,7 +475,7 @@ class Pipeline:
         return group
 
     def _fail_group(self, group_id: int, scenario: Scenario, errors: list[BaseException],
-                    members: int) -> None:
+                    members: int, raised: int) -> None:
         """Too few members left (or the advantages hook failed): the group is discarded as
         an error."""
         error = errors[0]
@@ -482,7 +490,7 @@ class Pipeline:
             scenario_index=self._consumed(group_id), step=self.step + 1))
         self._log_failures("error", scenario, errors, members, "the group is discarded")
         self._last_failure = _describe(error).splitlines()[0]
-        self._check_health("error", 0.0)
+        self._check_health("error", 0.0, failed=raised, members=members)
 
     def _log_failures(self, level: str, scenario: Scenario, errors: list[BaseException],
                       members: int, outcome: str) -> None:
@@ -707,10 +715,12 @@ class Pipeline:
         }
         for reason, count in self._discards_this_step.items():
             metrics[keys.discarded(reason)] = float(count)
-        metrics[keys.ERROR_ROLLOUTS] = float(self._error_rollouts)
+        metrics[keys.ROLLOUTS_FAILED] = float(self._error_rollouts)
+        metrics[keys.ROLLOUTS_ENDED] = float(self._rollouts_ended)
         metrics.update(step_task_metrics(batch))
         self._discards_this_step = dict.fromkeys(self._discards_this_step, 0)
         self._error_rollouts = 0
+        self._rollouts_ended = 0
         self._last_step_end = now
         return metrics
 
@@ -720,25 +730,31 @@ class Pipeline:
         return finished_at - group.policy_version, trained_at - finished_at
 
     # ------------------------------------------------------------------ health
-    def _check_health(self, outcome: str, reward: float, lowest: float = math.nan) -> None:
+    def _check_health(self, outcome: str, reward: float, lowest: float = math.nan, *,
+                      failed: int = 0, members: int = 1) -> None:
         """Pause (never exit) when the recent groups say the run has stopped learning.
 
-        A zero-variance group counts toward collapse only below the best reward seen
-        (`engine.health`): one that has converged, or a run that has seen one reward only,
-        goes on."""
+        The error rate is the share of the recent groups' rollouts that failed (`failed` of
+        `members` in this group, as `rollouts/failed` counts them): a reward that
+        raises on most answers fails most rollouts while every group still trains on its
+        few survivors. A zero-variance group counts toward collapse only below the best
+        reward seen (`engine.health`): one that has converged, or a run that has seen one
+        reward only, goes on."""
         if outcome == "zero_variance" and self._rewards.classify(reward) != "no_signal":
             outcome = "converged"
         if outcome != "error":
             self._rewards.saw(reward, lowest)
-        self._recent_groups.append((outcome, reward))
+        self._recent_groups.append((outcome, reward, failed, members))
         window = self._recent_groups
         if len(window) < self.config.health_window or self._paused or self._stopping:
             return
-        errors = sum(o == "error" for o, _ in window) / len(window)
-        collapsed = sum(o == "zero_variance" for o, _ in window) / len(window)
+        rollouts = sum(m for *_, m in window)
+        errors = sum(f for *_, f, _ in window) / max(1, rollouts)
+        collapsed = sum(o == "zero_variance" for o, *_ in window) / len(window)
         if errors >= self.config.error_pause_rate:
-            self._health_pause(f"rollout errors: {errors:.0%} of the last {len(window)} groups "
-                               f"failed; the last: {_shorten(self._last_failure)}")
+            self._health_pause(f"rollout errors: {errors:.0%} of the last {rollouts} rollouts "
+                               f"({len(window)} groups) failed; the last: "
+                               f"{_shorten(self._last_failure)}")
             window.clear()
         elif collapsed >= self.config.zero_variance_pause_rate:
             self._health_pause(self._rewards.no_signal_words(collapsed, len(window)))
