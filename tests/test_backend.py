@@ -317,7 +317,8 @@ async def test_an_unreachable_service_fails_the_call_after_the_configured_time()
 
 
 async def test_a_stop_abandons_calls_waiting_on_trouble_and_start_up_calls():
-    context = retry.WaitContext(backend="Tinker", cause=lambda since: "503 Service Unavailable")
+    context = retry.WaitContext(backend="Tinker", cause=lambda since: "503 Service Unavailable",
+                                troubled=lambda since: True)
     gate = asyncio.Event()
 
     async def slow(_):
@@ -346,6 +347,28 @@ async def test_a_stop_abandons_calls_waiting_on_trouble_and_start_up_calls():
         await call_with_retry(lambda _: (_ for _ in ()).throw(
             _status_error(tinker.InternalServerError, 503)), operation="sample",
             policy=RetryPolicy(base_delay=30), context=context)
+
+
+async def test_a_stop_waits_for_a_call_that_is_only_slow():
+    """A long forward_backward, reported as slow, with no failure from the service: a
+    graceful stop lets it finish (it was abandoned after 20 s, losing the step)."""
+    context = retry.WaitContext(backend="Tinker",
+                                cause=lambda since: "the service is working on it")
+    gate = asyncio.Event()
+
+    async def slow(_):
+        await gate.wait()
+        return "trained"
+
+    call = asyncio.ensure_future(call_with_retry(
+        slow, operation="forward_backward", policy=RetryPolicy(slow_after=0.05),
+        context=context, retry=False))
+    await asyncio.sleep(0.2)  # reported as slow by now
+    context.stopping.set()
+    await asyncio.sleep(0.7)  # past the check interval: it would have been abandoned
+    assert not call.done()
+    gate.set()
+    assert await asyncio.wait_for(call, 2) == "trained"
 
 
 async def test_backend_waits_become_events_and_log_lines(tmp_path):

@@ -147,6 +147,10 @@ async def test_sigint_stops_gracefully_and_a_second_one_leaves_at_once():
         app.signal_received(signal.SIGINT)
         await pilot.pause()
         assert app.stopping and app.is_running
+        app.signal_received(signal.SIGINT)  # within a moment: the same stop (`timeout`)
+        await pilot.pause()
+        assert app.stopping and app.is_running
+        app.session.clock.advance(0.6)  # a person's second Ctrl+C
         app.signal_received(signal.SIGINT)
         await pilot.pause()
     assert app.return_code == EXIT_INTERRUPTED and app.run_status is None

@@ -227,6 +227,7 @@ def test_sigterm_twice_stops_the_engine_at_once_with_the_store_intact(dashboards
     dashboard = start_run(dashboards, store, "--steps", "500")
     run_id = wait_for_step(store, 1, dashboard)
     dashboard.kill(signal.SIGTERM)
+    time.sleep(0.7)  # a second signal, once the stop was announced (not the same one twice)
     dashboard.kill(signal.SIGTERM)  # while it stops (a graceful stop may take a step)
     started = time.monotonic()
     assert dashboard.wait(timeout=30) == 143
@@ -235,6 +236,22 @@ def test_sigterm_twice_stops_the_engine_at_once_with_the_store_intact(dashboards
     assert query(store, "pragma integrity_check") == [("ok",)]
     steps = [r[0] for r in query(store, "select step from steps order by step")]
     assert steps == list(range(1, len(steps) + 1))
+    assert run_row(store)[1] == "interrupted"
+
+
+def test_sigterm_twice_within_a_moment_is_one_graceful_stop(dashboards, store):
+    """`timeout` (or a kill of a job's group) signals the dashboard twice, 20 ms apart."""
+    dashboard = start_run(dashboards, store, "--steps", "500")
+    run_id = wait_for_step(store, 1, dashboard)
+    dashboard.kill(signal.SIGTERM)
+    time.sleep(0.02)
+    dashboard.kill(signal.SIGTERM)
+    assert dashboard.wait(timeout=60) == 143
+    _, status, final_step = run_row(store)
+    assert status == "stopped" and final_step >= 1
+    assert query(store, "select max(step) from checkpoints")[0][0] == final_step
+    assert f"run {run_id} stopped at step {final_step}/500 (received SIGTERM)" in \
+        dashboard.text()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -185,7 +185,7 @@ async def test_error_rate_pauses_the_run_with_a_reason():
     while not pipeline.paused:
         await asyncio.sleep(0.005)
     reason = [e.reason for e in events if isinstance(e, RunStateChanged) and e.state == "paused"]
-    assert reason and "rollout errors: 100% of the last 8 groups failed" in reason[0]
+    assert reason and "rollout errors: 100% of the last 32 rollouts (8 groups) failed" in reason[0]
     assert reason[0].endswith("; the last: RuntimeError: tool crashed")  # why, at once
     pipeline.stop()
     assert await task == "stopped"

@@ -71,7 +71,7 @@ async def test_a_hung_rollout_is_cancelled_logged_with_its_line_and_counted():
     assert f"{__file__}:" in log.message and "await asyncio.sleep(10**6)" in log.message
     steps = [e for e in events if isinstance(e, StepTrained)]
     assert sum(e.metrics["discarded/error"] for e in steps) == 1
-    assert sum(e.metrics["discarded/error_rollouts"] for e in steps) == 4
+    assert sum(e.metrics["rollouts/failed"] for e in steps) == 4
 
 
 async def test_a_hung_group_rollout_fails_its_group_within_the_timeout():
@@ -110,7 +110,7 @@ async def test_failed_members_are_dropped_and_the_group_trains_with_the_rest():
     assert all("ValueError: the tool crashed" in e.detail for e in partial)
     assert not [e for e in events if isinstance(e, RunStateChanged) and e.state == "paused"]
     steps = [e for e in events if isinstance(e, StepTrained)]
-    failed_in_steps = sum(e.metrics["discarded/error_rollouts"] for e in steps)
+    failed_in_steps = sum(e.metrics["rollouts/failed"] for e in steps)
     assert failed_in_steps >= sum(e.failed for e in sampled if e.group_id in
                                   {g for s in steps for g in s.group_ids})
     assert any("dropped; the group trains with the other" in e.message for e in events
@@ -202,15 +202,18 @@ TASK = Task(name="down", scenarios=scenarios, rollout=rollout,
 
 
 def test_run_no_ui_stops_on_a_health_pause_and_exits_3(tmp_path):
+    from pathlib import Path
+
     (tmp_path / "down.py").write_text(textwrap.dedent(FAILING_TASK))
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1",
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]))  # this checkout's code
     env.pop("TINKER_API_KEY", None)
     done = subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", "run", "down.py",
                            "--no-ui", "--steps", "5", "--db", str(tmp_path / "runs.db")],
                           cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 3, done.stdout + done.stderr
-    assert "stopping: health check: rollout errors: 100% of the last 4 groups failed" \
-        in done.stdout
+    assert ("stopping: health check: rollout errors: 100% of the last 8 rollouts (4 groups) "
+            "failed") in done.stdout
     assert re.search(r"run \S+ stopped at step 0/5 \(health check: rollout errors", done.stdout)
 
 
@@ -331,5 +334,103 @@ def test_the_summary_counts_the_groups_the_tasks_errors_cost():
                                       reason=reason, policy_version=0, trainer_version=0,
                                       num_tokens=0, step=1))
     summary.handle(RunFinished(time=2.0, status="completed", final_step=2, reason="done"))
-    assert "  errors: 2 groups failed: every rollout raised (`show --log`)" in summary_lines(
-        summary.summary())
+    assert "  errors: 2 groups lost to failed rollouts (`show --log`)" \
+        in summary_lines(summary.summary())
+
+
+def _maybe_only(scenario_data, answer):
+    return {"maybe": 1.0}[answer]  # the bug: raises for every answer but "maybe"
+
+
+async def test_failed_rollouts_count_toward_the_error_rate_though_their_groups_train():
+    """A reward that raises on most answers: each group trains on its few survivors (all
+    rewarded 1.0, so every step read `reward 1.000`), and no group failed as a whole, so
+    the health check never saw an error. The rate is the share of rollouts that failed."""
+    answers = random.Random(1)
+
+    async def rollout(client, model, scenario):
+        choice = await client.chat.completions.create(model=model, messages=[])
+        answer = answers.choice(["maybe", "no", "yes", "no"])  # about 75 % raise
+        return Trajectory.from_choices([choice], reward=_maybe_only(scenario.data, answer))
+
+    pipeline, events = make_pipeline(Task(name="t", scenarios=scenarios, rollout=rollout),
+                                     max_steps=1000, group_size=8, min_group_size=1,
+                                     health_window=8, error_pause_rate=0.5,
+                                     on_health_pause="stop")
+    assert await asyncio.wait_for(pipeline.run(), 30) == "stopped"
+    assert re.fullmatch(r"rollout errors: \d+% of the last 64 rollouts \(8 groups\) failed; "
+                        r"the last: KeyError: '(no|yes)'", pipeline.health_stop_reason)
+    steps = [e for e in events if isinstance(e, StepTrained)]
+    assert steps and all(e.metrics["reward/mean"] == 1.0 for e in steps)  # survivors only
+    failed = sum(e.metrics["rollouts/failed"] for e in steps)
+    ended = sum(e.metrics["rollouts/ended"] for e in steps)
+    assert 0.5 < failed / ended < 0.95
+    assert not [e for e in events if isinstance(e, GroupDiscarded) and e.reason == "error"]
+
+
+MOSTLY_FAILING_TASK = '''
+import random
+from tinker_tui import Scenario, Task, Trajectory
+
+def scenarios(rng):
+    i = 0
+    while True:
+        yield Scenario(id=f"s{i}", data=i)
+        i += 1
+
+def reward(answer):
+    return {"maybe": 1.0}[answer]
+
+async def rollout(client, model, scenario):
+    completion = await client.chat.completions.create(
+        model=model, max_tokens=2, messages=[{"role": "user", "content": "?"}])
+    choice = completion.choices[0]
+    answer = random.choice(["maybe", "no", "yes", "no", "yes"])
+    return Trajectory.from_choices([choice], reward=reward(answer))
+
+TASK = Task(name="mostly", scenarios=scenarios, rollout=rollout,
+            settings={"health_window": 8, "group_size": 8, "min_group_size": 1,
+                      "warmup_steps": 0})
+'''
+
+
+def test_run_no_ui_shows_failed_rollouts_and_stops_on_their_rate(tmp_path):
+    """Headless: the step line, the JSONL (`rollouts/failed`) and the summary count the
+    failed rollouts; the run stops with exit 3 naming the rate and the last error."""
+    import json
+    from pathlib import Path
+
+    (tmp_path / "mostly.py").write_text(textwrap.dedent(MOSTLY_FAILING_TASK))
+    env = dict(os.environ, PYTHONUNBUFFERED="1",
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]))  # this checkout's code
+    env.pop("TINKER_API_KEY", None)
+    done = subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", "run", "mostly.py",
+                           "--no-ui", "--steps", "200", "--db", str(tmp_path / "runs.db")],
+                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 3, done.stdout + done.stderr
+    out = done.stdout
+    assert re.search(r"stopping: health check: rollout errors: \d+% of the last 64 rollouts "
+                     r"\(8 groups\) failed; the last: KeyError: '(no|yes)'", out), out
+    step_lines = [line for line in out.splitlines() if line.startswith("step ")]
+    assert step_lines and all(re.search(r"failed rollouts \d+/\d+ \(\d+ in all\)", line)
+                              for line in step_lines), step_lines
+    (jsonl,) = tmp_path.glob("*.metrics.jsonl")
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    failed = int(sum(r["rollouts/failed"] for r in records if r["event"] == "step"))
+    ended = int(sum(r["rollouts/ended"] for r in records if r["event"] == "step"))
+    assert failed > 0 and ended >= failed
+    assert f"  errors: {failed:,} of {ended:,} rollouts failed ({failed / ended:.0%})" in out
+
+
+def test_the_dashboard_counts_failed_rollouts_per_step_and_in_all():
+    from tinker_tui.app.dashboard_state import DashboardState
+    from tinker_tui.app.widgets.discarded import discarded_subtitle
+
+    model = DashboardState(FakeClock())
+    for step, (failed, ended) in enumerate([(6, 8), (13, 16)], start=1):
+        model.apply(StepTrained(time=float(step), step=step, policy_version=step,
+                                metrics={"reward/mean": 1.0, "rollouts/failed": failed,
+                                         "rollouts/ended": ended}))
+    assert model.rollouts_failed == 19 and model.rollouts_ended == 24
+    assert discarded_subtitle(model).endswith(" · 19 of 24 rollouts failed")
+    assert model.series["rollouts/failed"] == [(1, 6.0), (2, 13.0)]  # the metrics view's

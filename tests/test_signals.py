@@ -13,9 +13,11 @@ import time
 import pytest
 
 
-def start_run(tmp_path):
+def start_run(tmp_path, fault=None):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("TINKER_API_KEY", None)
+    if fault:
+        env["TINKER_TUI_FAULT"] = fault  # engine.faults: e.g. step 3's training is slow
     return subprocess.Popen(
         [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--steps", "500",
          "--warmup-steps", "0", "--db", str(tmp_path / "runs.db")],
@@ -107,11 +109,13 @@ def test_second_signal_exits_at_once_with_a_consistent_store(tmp_path, capsys):
     summary of an interrupted run; `attach` then finds nothing to attach to."""
     from tinker_tui.app.cli import main
 
-    proc = start_run(tmp_path)
+    proc = start_run(tmp_path, fault="train:slow:3")
     try:
         wait_for_step(proc, 2)
+        time.sleep(1.0)  # step 3 trains, slowly: the graceful stop waits for it
         # Two of a kind may merge into one while pending; these two arrive in either order.
         proc.send_signal(signal.SIGINT)
+        time.sleep(0.7)  # a person's second signal, after the stop was announced
         proc.send_signal(signal.SIGTERM)
         started = time.monotonic()
         out, _ = proc.communicate(timeout=30)
@@ -123,6 +127,9 @@ def test_second_signal_exits_at_once_with_a_consistent_store(tmp_path, capsys):
     assert elapsed < 5
     db = sqlite3.connect(tmp_path / "runs.db")
     assert db.execute("pragma integrity_check").fetchone() == ("ok",)
+    # marked interrupted in the store: it said `running` for ever
+    assert db.execute("select status, reason from runs").fetchone() == (
+        "interrupted", f"{second} while stopping: stopped at once")
     steps = [r[0] for r in db.execute("select step from steps order by step")]
     assert steps == list(range(1, len(steps) + 1))
     (run_id,) = db.execute("select run_id from runs").fetchone()
@@ -134,6 +141,70 @@ def test_second_signal_exits_at_once_with_a_consistent_store(tmp_path, capsys):
     assert main(["attach", run_id, "--db", str(tmp_path / "runs.db"), "--no-ui"]) == 2
     err = capsys.readouterr().err
     assert "no control endpoint for run" in err and "does not answer" not in err
+
+
+def _assert_one_graceful_stop(tmp_path, out, code):
+    db = sqlite3.connect(tmp_path / "runs.db")
+    status, final_step = db.execute("select status, final_step from runs").fetchone()
+    assert status == "stopped", out[-2000:]
+    assert "stopped at once" not in out
+    assert db.execute("select max(step) from checkpoints").fetchone()[0] == final_step
+    assert out.count("stopping: received SIGTERM") == 1
+    return final_step
+
+
+def test_two_signals_20_ms_apart_are_one_graceful_stop(tmp_path):
+    """A shell's `kill` of a job and its group, or `timeout`: one stop request arriving
+    twice. It was taken as a second Ctrl+C: stopped at once, no checkpoint, steps lost."""
+    proc = start_run(tmp_path)
+    try:
+        wait_for_step(proc, 2)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err[-2000:]
+    assert _assert_one_graceful_stop(tmp_path, out, 143) >= 2
+    assert "Ctrl+C again stops at once" in out
+
+
+def test_a_graceful_stop_waits_for_a_slow_step_and_checkpoints_it(tmp_path):
+    """A stop during a slow training call: the step finishes and is checkpointed, and the
+    log says what the stop waits for (it was abandoned, losing every completed step)."""
+    proc = start_run(tmp_path, fault="train:slow:3")
+    try:
+        wait_for_step(proc, 2)
+        time.sleep(1.0)  # step 3's training is under way (it takes seconds)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err[-2000:]
+    assert "  waiting for step 3's training call (running " in out
+    assert "to finish, then a checkpoint; Ctrl+C again stops at once" in out
+    assert _assert_one_graceful_stop(tmp_path, out, 143) == 3
+
+
+def test_gnu_timeout_stops_the_run_gracefully(tmp_path):
+    """`timeout` signals the run, then its whole process group, 20 ms apart."""
+    import shutil
+
+    timeout = shutil.which("timeout")
+    if timeout is None:
+        pytest.skip("no GNU timeout here")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("TINKER_API_KEY", None)
+    done = subprocess.run(
+        [timeout, "-s", "TERM", "25", sys.executable, "-m", "tinker_tui.app.cli", "run",
+         "example", "--no-ui", "--steps", "100000", "--warmup-steps", "0",
+         "--db", str(tmp_path / "runs.db")],
+        capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 124, done.stderr[-2000:]  # timeout's own: it timed out
+    _assert_one_graceful_stop(tmp_path, done.stdout, 143)
 
 
 def test_attach_to_a_killed_run_says_its_process_is_gone(tmp_path, capsys):
@@ -193,7 +264,8 @@ async def test_dashboards_show_a_run_stopped_at_once_as_interrupted(tmp_path):
                                 poll_interval=0.05, engine=RunningEngine(db, run_id, pid))
         following = asyncio.ensure_future(attached.run())
         engine.send_signal(signal.SIGINT)
-        engine.send_signal(signal.SIGTERM)  # either comes second (two SIGINTs may merge)
+        await asyncio.sleep(0.7)  # a second signal, not the same one twice
+        engine.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(running, 30) == "interrupted"
         assert await asyncio.wait_for(following, 30) == "interrupted"
     finally:
@@ -250,3 +322,14 @@ def test_a_sigterm_while_the_command_checks_its_plan_ends_it_with_143_and_one_li
     assert not db.exists()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_the_dashboard_says_what_a_stop_waits_for_and_how_to_stop_at_once():
+    from tinker_tui.app.dashboard_state import DashboardState
+    from tinker_tui.app.widgets.status_bar import state_badge_text
+    from tinker_tui.engine.clock import FakeClock
+    from tinker_tui.engine.events import RunStateChanged
+
+    model = DashboardState(FakeClock())
+    model.apply(RunStateChanged(time=1.0, state="stopping", reason="received SIGTERM"))
+    assert state_badge_text(model) == "STOPPING: finishing the step · ctrl+c again: at once"

@@ -239,7 +239,7 @@ class Stopped:
 
 def run_under_fault(tmp_path: Path, monkeypatch, capsys, faults: Faults | None,
                     args: list[str], sigint_when: Callable[[str], bool] | None, *,
-                    hold: float = 1.0) -> Stopped:
+                    hold: float = 1.0, stop_timeout: float | None = None) -> Stopped:
     """The `run` command's own path (make_session, preload, run_headless), in this process;
     SIGINT (a real one, to this process) as soon as a warning matches `sigint_when`. `hold`:
     how long the double holds a poll of a future that is not done."""
@@ -271,7 +271,8 @@ def run_under_fault(tmp_path: Path, monkeypatch, capsys, faults: Faults | None,
     session.events.subscribe(watch)
     returncode = error = None
     try:
-        returncode = asyncio.run(run_headless(session))
+        returncode = asyncio.run(run_headless(session) if stop_timeout is None
+                                 else run_headless(session, stop_timeout=stop_timeout))
     except Exception as exc:
         error = exc
     ended = time.monotonic()
@@ -337,14 +338,31 @@ def test_a_persistent_503_on_optim_step_is_shown_and_abandoned_on_stop(
     assert "stopped during step 1" in run.stdout
 
 
-def test_a_future_that_stays_try_again_is_shown_and_abandoned_on_stop(
+def test_a_future_that_stays_try_again_is_shown_and_waited_for_by_a_stop(
         tmp_path, monkeypatch, capsys):
+    """The service queues the call (try_again) without failing it: the call is slow, not in
+    trouble, so a graceful stop waits for the step (a second Ctrl+C, or the stop's time
+    limit, ends it at once)."""
     # Polls held 0.2 s, not 1 s: held 1 s, the first try_again could come after the first wait
     # line at 1 s (its cause then "the service is working on it").
     run = run_under_fault(tmp_path, monkeypatch, capsys, Faults(stuck_futures={"optim_step"}),
-                          SHORT, waited("optim_step has waited"), hold=0.2)
+                          SHORT, waited("optim_step has waited"), hold=0.2, stop_timeout=4)
     assert "queued by the service: try_again" in run.first("optim_step has waited")
+    assert "  waiting for step 1's training call (running " in run.stdout
     _stopped_in_time(run)
+    assert run.ended - run.signalled >= 4  # it waited, to the stop's limit
+
+
+def test_a_stop_during_a_slow_forward_backward_finishes_and_checkpoints_the_step(
+        tmp_path, monkeypatch, capsys):
+    """SIGINT while forward_backward is slow (the double takes 6 s to answer it): the step
+    finishes and is checkpointed. It was abandoned ("last checkpoint: none")."""
+    run = run_under_fault(tmp_path, monkeypatch, capsys, Faults(delay={"forward_backward": 6.0}),
+                          SHORT, waited("forward_backward has waited"))
+    _stopped_in_time(run)
+    assert "  waiting for step 1's training call (running " in run.stdout
+    assert "stopped at step 1/2" in run.stdout
+    assert "last checkpoint: step-000001 (step 1)" in run.stdout
 
 
 def test_a_sampler_that_never_answers_is_shown_and_the_run_stops(tmp_path, monkeypatch, capsys):

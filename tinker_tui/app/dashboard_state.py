@@ -159,6 +159,10 @@ class DashboardState:
         #: Zero-variance groups split: at the best reward seen (converged) or below it.
         self.converged_groups = 0
         self.no_signal_groups = 0
+        #: Rollouts that failed, and all that ended, over the steps trained
+        #: (`rollouts/failed`, `rollouts/ended`: the engine's one count of them).
+        self.rollouts_failed = 0
+        self.rollouts_ended = 0
         self.reward_range = RewardRange()  # best group reward, lowest reward (engine.health)
         self.outcomes: deque[str] = deque(maxlen=32)
 
@@ -335,6 +339,8 @@ class DashboardState:
         self.step_times.append(self.working_time(event.time))
         self.last_metrics = event.metrics
         metrics = {k: float(v) for k, v in event.metrics.items() if _number(v)}
+        self.rollouts_failed += int(metrics.get(keys.ROLLOUTS_FAILED, 0))
+        self.rollouts_ended += int(metrics.get(keys.ROLLOUTS_ENDED, 0))
         for key, value in metrics.items():
             self._add_point(key, event.step, value)
         if self._last_step_time is not None and event.time > self._last_step_time:
@@ -638,7 +644,7 @@ SAMPLED_TOKENS_KEY = "throughput/sampled_tokens_per_s"
 
 #: Metric families in the order the metrics view lists them.
 _FAMILY_ORDER = ("reward", "eval", "task", "loss", "train", "optim", "time", "throughput",
-                 "discarded", "async")
+                 "rollouts", "discarded", "async")
 
 
 def metric_order(key: str) -> tuple[int, int, str]:

@@ -41,6 +41,7 @@ class HeadlessReporter:
         self.db_path = db_path  # for the command that shows a logged traceback whole
         self.max_steps = 0
         self.discarded = dict.fromkeys(DISCARD_REASONS, 0)
+        self.rollouts_failed = 0  # over the run (this process's steps)
         self.started_at: float | None = None
         self._phase: str | None = None
         self._run_id = "RUN"
@@ -89,12 +90,20 @@ class HeadlessReporter:
             for reason in self.discarded:
                 self.discarded[reason] += int(m.get(keys.discarded(reason), 0))
             d = self.discarded
+            failed = int(m.get(keys.ROLLOUTS_FAILED, 0))
+            self.rollouts_failed += failed
             elapsed = event.time - self.started_at if self.started_at is not None else 0.0
+            failures = ""
+            if self.rollouts_failed:  # a reward that raises on most answers must show
+                ended = int(m.get(keys.ROLLOUTS_ENDED, 0))
+                failures = (f"failed rollouts {failed}/{ended} ({self.rollouts_failed} in "
+                            "all)  ")
             self._print(
                 f"step {event.step:>4}/{self.max_steps}  "
                 f"reward {m.get(keys.REWARD_MEAN, float('nan')):.3f}  "
                 f"rollouts/s {m.get(keys.ROLLOUTS_PER_S, 0.0):6.1f}  "
                 f"discarded stale/zero-var/error {d['stale']}/{d['zero_variance']}/{d['error']}  "
+                f"{failures}"
                 f"staleness {m.get(keys.STALENESS_MEAN, 0.0):.2f}  "
                 f"step {m.get(keys.STEP_TIME, 0.0):.2f}s  "
                 f"elapsed {elapsed:.1f}s")

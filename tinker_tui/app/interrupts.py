@@ -22,12 +22,42 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from typing import NoReturn
+import time
+from collections.abc import Callable, Iterator
+from typing import Literal, NoReturn
 
 #: The exit code of a command a signal ended. SIGHUP (the terminal went away) too: before
 #: a dashboard handled it, a hang-up in its first half second killed it without a word.
 EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+
+#: Seconds after a stop began during which another signal is the same request, not a second
+#: one: GNU `timeout` signals the run and then its process group (about 20 ms apart), a
+#: shell's kill of a job may do the same. A person's second Ctrl+C comes later than this.
+SAME_STOP_WINDOW = 0.5
+
+StopAction = Literal["stop", "same", "force"]
+
+
+class StopSignals:
+    """The one rule for SIGINT/SIGTERM during a run, for the headless run and the dashboard:
+    the first signal stops gracefully ("stop"); another within `SAME_STOP_WINDOW` seconds is
+    the same request ("same", ignored); one after that, once the stop was announced, stops
+    at once ("force"). A signal while a stop asked for otherwise (a dashboard's command) is
+    under way forces too."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.began: float | None = None  # when the first signal came
+
+    def take(self, *, stopping: bool = False) -> StopAction:
+        now = self._clock()
+        if self.began is None:
+            if stopping:
+                return "force"
+            self.began = now
+            return "stop"
+        return "same" if now - self.began < SAME_STOP_WINDOW else "force"
 
 
 def taken_signals() -> list[int]:

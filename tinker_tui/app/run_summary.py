@@ -52,8 +52,13 @@ class RunSummary:
     best_step: int | None = None
     checkpoint: str = ""  # the last full checkpoint's name (what --resume continues from)
     checkpoint_step: int | None = None
-    #: Groups whose every rollout failed (dropped with reason "error"): the task's errors.
+    #: Groups discarded for the task's errors (reason "error": too few rollouts left, or
+    #: the advantages hook failed).
     failed_groups: int = 0
+    #: Rollouts that failed (raised, timed out), and all that ended, over the steps trained
+    #: (`rollouts/failed`, `rollouts/ended`).
+    failed_rollouts: int = 0
+    rollouts: int = 0
     db_path: Path | None = None
     last_log: tuple[str, ...] = field(default_factory=tuple)
     #: The last word of each outside tracker (W&B, TensorBoard): where its records went.
@@ -108,7 +113,10 @@ class SummaryCollector:
             return
         elif isinstance(event, StepTrained):
             reward = event.metrics.get(keys.REWARD_MEAN)
-            s = replace(s, step=event.step)
+            s = replace(s, step=event.step,
+                        failed_rollouts=s.failed_rollouts
+                        + int(event.metrics.get(keys.ROLLOUTS_FAILED, 0)),
+                        rollouts=s.rollouts + int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)))
             if reward is not None and math.isfinite(reward):
                 best = s.best_reward is None or reward > s.best_reward
                 s = replace(s, final_reward=float(reward),
@@ -191,9 +199,17 @@ def headline(summary: RunSummary) -> str:
 
 
 def failed_groups_text(summary: RunSummary) -> str:
-    """How many groups the task's errors cost, and where each error is."""
-    groups = f"{summary.failed_groups} group" + ("" if summary.failed_groups == 1 else "s")
-    return f"{groups} failed: every rollout raised (`show --log`)"
+    """What the task's errors cost: the rollouts that failed, of all, and the groups
+    discarded for them; where each error is."""
+    parts = []
+    if summary.failed_rollouts:
+        share = f" ({summary.failed_rollouts / summary.rollouts:.0%})" if summary.rollouts else ""
+        parts.append(f"{summary.failed_rollouts:,} of {summary.rollouts:,} rollouts "
+                     f"failed{share}")
+    if summary.failed_groups:
+        groups = f"{summary.failed_groups:,} group" + ("" if summary.failed_groups == 1 else "s")
+        parts.append(f"{groups} lost" if parts else f"{groups} lost to failed rollouts")
+    return "; ".join(parts) + " (`show --log`)"
 
 
 def summary_lines(summary: RunSummary, *, log_lines: bool = True) -> list[str]:
@@ -208,7 +224,7 @@ def summary_lines(summary: RunSummary, *, log_lines: bool = True) -> list[str]:
         lines.append(f"  last checkpoint: {summary.checkpoint} (step {summary.checkpoint_step})")
     else:
         lines.append("  last checkpoint: none")
-    if summary.failed_groups:
+    if summary.failed_groups or summary.failed_rollouts:
         lines.append(f"  errors: {failed_groups_text(summary)}")
     if summary.db_path is not None:
         lines.append(f"  store: {summary.db_path}")

@@ -46,7 +46,7 @@ from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 
 from tinker_tui.app.dashboard_state import DashboardState
-from tinker_tui.app.interrupts import EXIT_CODES, taken_signals
+from tinker_tui.app.interrupts import EXIT_CODES, StopSignals, taken_signals
 from tinker_tui.app.run_summary import SummaryCollector
 from tinker_tui.app.screens.confirm_quit import DETACH, FORCE, STOP, QuitScreen
 from tinker_tui.app.screens.dashboard import DashboardScreen
@@ -161,6 +161,8 @@ class TinkerTuiApp(App[None]):
         self.run_error: str | None = None
         self.run_exception: Exception | None = None
         self.stopping = False
+        #: Signals during a stop: the same request within a moment, else a second one.
+        self.stop_signals = StopSignals(self.clock.now)
         #: The exit code to leave with once the run has stopped (set by a stop from `q`
         #: or by a signal); None: the run ending shows the finish screen instead.
         self.leave_code: int | None = None
@@ -320,7 +322,11 @@ class TinkerTuiApp(App[None]):
         code = SIGNAL_EXIT_CODES.get(signal.Signals(signum), EXIT_INTERRUPTED)
         if self.read_only or self.run_status is not None or self.model.state == "finished":
             self.exit(return_code=code)  # nothing here can stop the run: only close
-        elif self.stopping:
+            return
+        action = self.stop_signals.take(stopping=self.stopping)
+        if action == "same":
+            return  # one stop signalled twice (`timeout`: the process, then its group)
+        if action == "force":
             if not self.leave_code:
                 self.leave_code = code
             self.stop_now(signum)

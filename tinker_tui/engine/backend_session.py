@@ -232,6 +232,7 @@ class BackendSession:
         self.wait_context = WaitContext(
             backend=self.backend_label, where=watch.base_url if watch else "",
             cause=(lambda since: watch.cause(since)) if watch else (lambda since: ""),
+            troubled=(lambda since: watch.troubled(since)) if watch else (lambda since: False),
             unreachable=((lambda: (watch.unreachable_for(), watch.unreachable_cause()))
                          if watch else (lambda: (0.0, ""))))
         self._shown: dict[tuple[str, ...], float] = {}  # throttles the SDK's notices

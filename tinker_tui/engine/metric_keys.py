@@ -56,9 +56,12 @@ EVAL_NUM_SCENARIOS = "eval/num_scenarios"
 EVAL_ERRORS = "eval/errors"
 
 
-#: Rollouts that failed (raised, timed out) during the step, whether their group trained with
-#: the rest or was discarded.
-ERROR_ROLLOUTS = "discarded/error_rollouts"
+#: Rollouts that failed (raised, timed out) since the previous step, whether their group
+#: trained with the rest or was discarded; and all that ended (failed or not) in that time.
+#: The one count of failed rollouts: the step line, the JSONL, the dashboard and the
+#: summary all read these.
+ROLLOUTS_FAILED = "rollouts/failed"
+ROLLOUTS_ENDED = "rollouts/ended"
 
 
 def discarded(reason: DiscardReason) -> str:

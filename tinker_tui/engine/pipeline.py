@@ -52,7 +52,12 @@ from tinker_tui.engine.events import (
 )
 from tinker_tui.engine.health import RewardRange
 from tinker_tui.engine.loop_lag import LoopLagMonitor
-from tinker_tui.engine.resume import ResumeState, ScenarioSource
+from tinker_tui.engine.resume import (
+    ResumeState,
+    ScenarioError,
+    ScenariosExhausted,
+    ScenarioSource,
+)
 from tinker_tui.engine.retry import BackendInterrupted
 from tinker_tui.engine.rollout_loop import (
     DeadlinePassed,
@@ -130,6 +135,8 @@ class Pipeline:
         self._wake = asyncio.Event()
         self._stop_event = asyncio.Event()  # set once by stop(); see stop_requested()
         self._discards_this_step: dict[DiscardReason, int] = dict.fromkeys(DISCARD_REASONS, 0)
+        self._ran_out_at: int | None = None  # scenarios drawn when they ran out
+        self._training_since: float | None = None  # the step's training call began
         self.sampling_defaults = sampling_defaults or SamplingDefaults(
             temperature=config.temperature, max_tokens=config.max_tokens)
         # Live knobs: start from the config, change through set_knob.
@@ -144,14 +151,18 @@ class Pipeline:
         self.loop_lag = LoopLagMonitor()
         self.report_interval = 1.0
         self._finish_version: dict[int, int] = {}
-        self._recent_groups: deque[tuple[str, float]] = deque(maxlen=config.health_window)
+        # (outcome, reward, rollouts failed, rollouts) of the recent groups, for the health
+        # rule: the error rate is the share of their rollouts that failed.
+        self._recent_groups: deque[tuple[str, float, int, int]] = deque(
+            maxlen=config.health_window)
         self._rewards = RewardRange()  # for the health rule (engine.health)
-        self._last_failure = ""  # why the last failed group failed, for a health pause
+        self._last_failure = ""  # why the last failed rollout failed, for a health pause
         self._started_at = 0.0
         self._last_step_end: float | None = None
         self._last_checkpoint_step: int | None = None
         self._skipping = False  # the last step had no gradient (all groups zero-variance)
         self._error_rollouts = 0  # rollouts that failed since the last step
+        self._rollouts_ended = 0  # rollouts that ended (succeeded or failed) since then
         self._last_eval_step: int | None = None  # the step the latest evaluation started at
         # What a health pause does: the setting, or the front end's choice for "auto"
         # (stop without a dashboard, wait with one).
@@ -161,6 +172,11 @@ class Pipeline:
         self.stop_reason = ""
         #: The health check's reason when it stopped the run (on_health_pause = stop).
         self.health_stop_reason = ""
+        #: Why a run that ended by itself before max_steps did ("scenarios ran out ...").
+        self.end_reason = ""
+        #: The task's scenarios failed: the run checkpoints what it trained, then fails
+        #: with this (exit 1; `--resume` continues it once the task is fixed).
+        self.scenario_failure: ScenarioError | None = None
 
     # ------------------------------------------------------------------ control
     @property
@@ -213,10 +229,22 @@ class Pipeline:
         self._stop_event.set()
         self.stop_reason = reason
         self._emit(RunStateChanged(time=self.clock.now(), state="stopping", reason=reason))
-        self.log("info", f"stopping ({reason}): no new rollouts; finishing the current step")
+        self.log("info", f"stopping ({reason}): no new rollouts; {self.waiting_for()}")
         self.policy.interrupt()  # backend calls waiting on trouble give up
         self._queue.put_nowait(None)
         self._wake.set()
+
+    def waiting_for(self) -> str:
+        """What a graceful stop waits for, in words: the step in flight (its training call
+        is never abandoned for a stop: a slow call is waited for, so no completed step is
+        lost), then the final checkpoint."""
+        if self._training_since is not None:
+            running = self.clock.now() - self._training_since
+            return (f"waiting for step {self.step + 1}'s training call (running "
+                    f"{running:.0f} s) to finish, then a checkpoint")
+        if self._last_checkpoint_step == self.step:
+            return f"step {self.step} is checkpointed already"
+        return f"writing a checkpoint of step {self.step}"
 
     async def stop_requested(self) -> None:
         """Returns once `stop` has been called (at once if it was): the run's start-up
@@ -270,7 +298,7 @@ class Pipeline:
         it writes the final checkpoint, if the weights are worth one (`_checkpoint`)."""
         if self._stopping:
             await self._checkpoint("final")
-            return "completed" if self.step >= self.config.max_steps else "stopped"
+            return self._status()
         self._emit(RunStateChanged(time=self.clock.now(), state="running"))
         self._last_step_end = self._started_at = self.clock.now()
         self._ensure_workers()
@@ -281,7 +309,7 @@ class Pipeline:
             self._start_eval_if_due()
         try:
             await self._train_loop()
-            if self.step >= self.config.max_steps and not self._stopping:
+            if (self.step >= self.config.max_steps or self.end_reason) and not self._stopping:
                 await self._final_eval()
         except BackendInterrupted as exc:
             if not self._stopping:
@@ -305,7 +333,16 @@ class Pipeline:
         except BackendInterrupted as exc:
             self.log("warning", f"the final checkpoint was not written: {exc}")
             return "stopped"
-        return "completed" if self.step >= self.config.max_steps else "stopped"
+        if self.scenario_failure is not None:
+            raise self.scenario_failure
+        return self._status()
+
+    def _status(self) -> RunStatus:
+        """How a run that ended without failing ended: completed at max_steps, or when the
+        task's scenarios ran out (and all drawn were trained); else stopped."""
+        if self.step >= self.config.max_steps or (self.end_reason and not self.stop_reason):
+            return "completed"
+        return "stopped"
 
     # ------------------------------------------------------------------ workers
     def _may_start_group(self) -> bool:
@@ -335,7 +372,14 @@ class Pipeline:
                     return
                 self._wake.clear()
                 await self._wake.wait()
-            position, scenario = self._source.draw()
+            try:
+                position, scenario = self._source.draw()
+            except ScenariosExhausted as exc:
+                self._scenarios_ran_out(exc.drawn)
+                return
+            except ScenarioError as exc:
+                self._scenarios_failed(exc)
+                return
             group_id = self._next_group_id
             self._next_group_id += 1
             self._position_of[group_id] = position
@@ -353,6 +397,28 @@ class Pipeline:
                 self._wake.set()
             if group is not None:
                 self._queue.put_nowait(group)
+            if self._source.exhausted and not self._in_flight:
+                self._queue.put_nowait(None)  # the trainer trains what is left, then ends
+
+    def _scenarios_ran_out(self, drawn: int) -> None:
+        """No scenario is left: once the groups drawn are sampled, the trainer trains them
+        (a last batch may be smaller than min_batch) and the run ends, completed."""
+        if self._ran_out_at is not None:
+            return
+        self._ran_out_at = drawn
+        self.log("info", f"the task's scenarios ran out after {drawn}: training what was "
+                         "drawn, then the run ends")
+        if not self._in_flight:
+            self._queue.put_nowait(None)  # wake the trainer
+
+    def _scenarios_failed(self, error: ScenarioError) -> None:
+        """The task's scenarios raised: stop (the step in progress finishes and is
+        checkpointed), then fail the run with this error (`run`)."""
+        if self.scenario_failure is not None:
+            return
+        self.scenario_failure = error
+        self.log("error", str(error))
+        self.stop("the task's scenarios failed")
 
     async def _sample_group(self, client: Any, group_id: int,
                             scenario: Scenario) -> TrajectoryGroup | None:
@@ -372,6 +438,9 @@ class Pipeline:
         trajectories: tuple[Trajectory, ...] = tuple(
             [r for r in results if isinstance(r, Trajectory)])
         self._error_rollouts += len(errors)
+        self._rollouts_ended += len(results)
+        if errors:
+            self._last_failure = _describe(errors[0]).splitlines()[0]
         part, part_task = part_of(self.task, scenario)
         advantages: tuple[float, ...] | None = None
         if len(trajectories) >= self.config.min_members:
@@ -382,7 +451,8 @@ class Pipeline:
             except Exception as exc:  # the task's advantages hook: its error first
                 errors.insert(0, exc)
         if advantages is None:
-            self._fail_group(group_id, scenario, errors, len(results))
+            self._fail_group(group_id, scenario, errors, len(results),
+                             raised=len(results) - len(trajectories))
             return None
         if errors:
             self._log_failures("warning", scenario, errors, len(results),
@@ -394,7 +464,7 @@ class Pipeline:
         self._finish_version[group_id] = self.policy.version
         self.meter.rollouts_finished(group.finished_at, len(trajectories), group.num_tokens)
         self._check_health("ok" if group.has_variance() else "zero_variance", group.reward_mean,
-                           min(group.rewards))
+                           min(group.rewards), failed=len(errors), members=len(results))
         self._emit(GroupSampled(
             time=group.finished_at, group_id=group_id, scenario_id=scenario.id,
             policy_version=group.policy_version, num_trajectories=len(trajectories),
@@ -405,7 +475,7 @@ class Pipeline:
         return group
 
     def _fail_group(self, group_id: int, scenario: Scenario, errors: list[BaseException],
-                    members: int) -> None:
+                    members: int, raised: int) -> None:
         """Too few members left (or the advantages hook failed): the group is discarded as
         an error."""
         error = errors[0]
@@ -420,7 +490,7 @@ class Pipeline:
             scenario_index=self._consumed(group_id), step=self.step + 1))
         self._log_failures("error", scenario, errors, members, "the group is discarded")
         self._last_failure = _describe(error).splitlines()[0]
-        self._check_health("error", 0.0)
+        self._check_health("error", 0.0, failed=raised, members=members)
 
     def _log_failures(self, level: str, scenario: Scenario, errors: list[BaseException],
                       members: int, outcome: str) -> None:
@@ -510,7 +580,8 @@ class Pipeline:
         (no helper task) matters for pacing: a group leaves the queue only when this
         coroutine resumes and counts it as held, so workers never see it in neither place.
         """
-        if self._stopping:
+        if self._stopping or (self._ran_out_at is not None and not self._in_flight
+                              and self._queue.empty()):
             return None
         group = await self._queue.get()
         self._wake.set()
@@ -524,7 +595,9 @@ class Pipeline:
                 break
             group = await self._next_group()
             if group is None:
-                return None
+                if self._stopping or not batch:
+                    return None
+                return batch  # the scenarios ran out: train what there is
             staleness = self.policy.version - group.policy_version
             if staleness > self._max_off:
                 self._discard_counts("stale")
@@ -563,6 +636,10 @@ class Pipeline:
                 checkpoint, self._paused_checkpoint = self._paused_checkpoint, None
                 await checkpoint  # its failure fails the run, as a step's checkpoint's does
             if batch is None:
+                if self._ran_out_at is not None and not self._stopping:
+                    self.end_reason = (f"scenarios ran out after {self._ran_out_at}: "
+                                       f"{self.step} of {self.config.max_steps} steps trained")
+                    self.log("info", self.end_reason)
                 return
             train_started = self.clock.now()
             self.meter.trainer_started(train_started)
@@ -572,8 +649,13 @@ class Pipeline:
             metrics: dict[str, float] = {}
             faults.hit("train", self.step + 1)
             if datums:
-                result = await self.policy.train(datums, loss_fn=self.config.loss_fn,
-                                                 learning_rate=self._learning_rate)
+                self._training_since = train_started
+                try:
+                    await faults.slow_down("train", self.step + 1)  # test hook
+                    result = await self.policy.train(datums, loss_fn=self.config.loss_fn,
+                                                     learning_rate=self._learning_rate)
+                finally:
+                    self._training_since = None
                 metrics.update(result.metrics)
                 metrics[keys.TRAIN_NUM_DATUMS] = result.num_datums
                 metrics[keys.TRAIN_TOKENS] = result.num_tokens
@@ -633,10 +715,12 @@ class Pipeline:
         }
         for reason, count in self._discards_this_step.items():
             metrics[keys.discarded(reason)] = float(count)
-        metrics[keys.ERROR_ROLLOUTS] = float(self._error_rollouts)
+        metrics[keys.ROLLOUTS_FAILED] = float(self._error_rollouts)
+        metrics[keys.ROLLOUTS_ENDED] = float(self._rollouts_ended)
         metrics.update(step_task_metrics(batch))
         self._discards_this_step = dict.fromkeys(self._discards_this_step, 0)
         self._error_rollouts = 0
+        self._rollouts_ended = 0
         self._last_step_end = now
         return metrics
 
@@ -646,25 +730,31 @@ class Pipeline:
         return finished_at - group.policy_version, trained_at - finished_at
 
     # ------------------------------------------------------------------ health
-    def _check_health(self, outcome: str, reward: float, lowest: float = math.nan) -> None:
+    def _check_health(self, outcome: str, reward: float, lowest: float = math.nan, *,
+                      failed: int = 0, members: int = 1) -> None:
         """Pause (never exit) when the recent groups say the run has stopped learning.
 
-        A zero-variance group counts toward collapse only below the best reward seen
-        (`engine.health`): one that has converged, or a run that has seen one reward only,
-        goes on."""
+        The error rate is the share of the recent groups' rollouts that failed (`failed` of
+        `members` in this group, as `rollouts/failed` counts them): a reward that
+        raises on most answers fails most rollouts while every group still trains on its
+        few survivors. A zero-variance group counts toward collapse only below the best
+        reward seen (`engine.health`): one that has converged, or a run that has seen one
+        reward only, goes on."""
         if outcome == "zero_variance" and self._rewards.classify(reward) != "no_signal":
             outcome = "converged"
         if outcome != "error":
             self._rewards.saw(reward, lowest)
-        self._recent_groups.append((outcome, reward))
+        self._recent_groups.append((outcome, reward, failed, members))
         window = self._recent_groups
         if len(window) < self.config.health_window or self._paused or self._stopping:
             return
-        errors = sum(o == "error" for o, _ in window) / len(window)
-        collapsed = sum(o == "zero_variance" for o, _ in window) / len(window)
+        rollouts = sum(m for *_, m in window)
+        errors = sum(f for *_, f, _ in window) / max(1, rollouts)
+        collapsed = sum(o == "zero_variance" for o, *_ in window) / len(window)
         if errors >= self.config.error_pause_rate:
-            self._health_pause(f"rollout errors: {errors:.0%} of the last {len(window)} groups "
-                               f"failed; the last: {_shorten(self._last_failure)}")
+            self._health_pause(f"rollout errors: {errors:.0%} of the last {rollouts} rollouts "
+                               f"({len(window)} groups) failed; the last: "
+                               f"{_shorten(self._last_failure)}")
             window.clear()
         elif collapsed >= self.config.zero_variance_pause_rate:
             self._health_pause(self._rewards.no_signal_words(collapsed, len(window)))

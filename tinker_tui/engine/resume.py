@@ -17,15 +17,18 @@ when the process dies, even by SIGKILL.
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
 import time
+import traceback
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tinker_tui.engine.errors import TinkerTuiError
 from tinker_tui.engine.store import StoreError
 
 if TYPE_CHECKING:
@@ -47,6 +50,44 @@ class ResumeError(StoreError):
 
 class RunLocked(ResumeError):
     """Another live process runs this run."""
+
+
+class ScenarioError(TinkerTuiError):
+    """The task's `scenarios` raised, or yielded something that is not a `Scenario`: the
+    run fails (exit 1) with one line naming the line of the task's file; what it trained
+    is checkpointed, so `--resume` continues it once the task is fixed."""
+
+
+class ScenariosExhausted(Exception):
+    """The task's scenarios ran out (a finite list, or a generator that returned): the
+    run ends by itself once it has trained what was drawn."""
+
+    def __init__(self, drawn: int) -> None:
+        super().__init__(f"scenarios ran out after {drawn}")
+        self.drawn = drawn
+
+
+def scenario_error(task: Task, exc: BaseException, position: int) -> ScenarioError:
+    """`exc`, raised by the task's scenarios at `position`, in one line with where: the
+    deepest frame in the file that defines them (else the deepest outside this package)."""
+    try:
+        source = inspect.getsourcefile(inspect.unwrap(task.scenarios))
+    except TypeError:
+        source = None
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if source is not None and f.filename == source] or [
+        f for f in frames if not f.filename.startswith(_PACKAGE)]
+    where = ""
+    if own:
+        frame = own[-1]
+        code = (frame.line or "").strip()
+        where = f" at {frame.filename}:{frame.lineno}" + (f" ({code})" if code else "")
+    message = f"{type(exc).__name__}: {exc}" if not isinstance(exc, ScenarioError) else str(exc)
+    return ScenarioError(f"the scenarios of task {task.name!r} failed at scenario {position}"
+                         f"{where}: {message}; fix them, then continue the run with --resume")
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,15 +143,18 @@ class ScenarioSource:
 
     def __init__(self, task: Task, rng: random.Random, *, next_position: int = 0,
                  redo: Iterable[int] = (), rng_state: Any = None) -> None:
+        self._task = task
         self._rng = rng
-        self._iter = iter(task.scenarios(rng))
+        self._iter: Iterator[Scenario] | None = None  # the task's, on the first draw
         self._redo: deque[tuple[int, Scenario]] = deque()
         self.next_position = 0
+        #: True once the task's scenarios ran out (`draw` raised ScenariosExhausted).
+        self.exhausted = False
         wanted = set(redo)
         while self.next_position < next_position:
             try:
-                scenario = next(self._iter)
-            except StopIteration:
+                scenario = self._next()
+            except ScenariosExhausted:
                 raise ResumeError(
                     f"the task's scenario stream ends at position {self.next_position}, "
                     f"before the checkpoint's position {next_position}: it is not the "
@@ -127,11 +171,36 @@ class ScenarioSource:
                 self.reproducible = False
                 rng.setstate(saved)
 
+    def _next(self) -> Scenario:
+        """The task's next scenario. ScenariosExhausted when there is none; ScenarioError
+        when the task's code raised (or yielded something else than a Scenario)."""
+        from tinker_tui.engine.task import Scenario
+
+        if self.exhausted:
+            raise ScenariosExhausted(self.next_position)
+        try:
+            if self._iter is None:
+                self._iter = iter(self._task.scenarios(self._rng))
+            scenario = next(self._iter)
+        except StopIteration:
+            self.exhausted = True
+            raise ScenariosExhausted(self.next_position) from None
+        except Exception as exc:
+            self.exhausted = True  # a generator that raised is finished too
+            raise scenario_error(self._task, exc, self.next_position) from exc
+        if not isinstance(scenario, Scenario):
+            self.exhausted = True
+            raise scenario_error(self._task, ScenarioError(
+                f"it gave a {type(scenario).__name__}, expected a Scenario(id=..., data=...)"),
+                self.next_position)
+        return scenario
+
     def draw(self) -> tuple[int, Scenario]:
-        """(position, scenario) of the next scenario to run."""
+        """(position, scenario) of the next scenario to run; ScenariosExhausted or
+        ScenarioError (see `_next`) when there is none."""
         if self._redo:
             return self._redo.popleft()
-        scenario = next(self._iter)
+        scenario = self._next()
         position = self.next_position
         self.next_position += 1
         return position, scenario

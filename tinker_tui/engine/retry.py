@@ -82,6 +82,10 @@ def _never_unreachable() -> tuple[float, str]:
     return 0.0, ""
 
 
+def _never_troubled(since: float) -> bool:
+    return False
+
+
 @dataclass(slots=True)
 class WaitContext:
     """What `call_with_retry` knows about the backend beyond the call itself."""
@@ -92,7 +96,11 @@ class WaitContext:
     cause: Callable[[float], str] = _no_cause
     #: (seconds the service has answered nothing, the last connection error).
     unreachable: Callable[[], tuple[float, str]] = _never_unreachable
-    #: Set when the run stops: calls waiting on trouble are abandoned.
+    #: Whether the service failed calls (or answered nothing) since a time (`loop.time()`
+    #: clock): a call that is only slow is not in trouble.
+    troubled: Callable[[float], bool] = _never_troubled
+    #: Set when the run stops: calls waiting on trouble are abandoned; a call that is only
+    #: slow (a long forward_backward) is waited for, so a graceful stop loses no step.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -239,7 +247,7 @@ async def _attempt(awaitable: Awaitable[T], *, operation: str, attempt: int,
             if now >= deadline:
                 raise BackendTimeoutError(
                     f"{operation} took longer than {policy.timeout:g} s")
-            if stop.done() and (abandon_on_stop or reported):
+            if stop.done() and (abandon_on_stop or reported and context.troubled(started)):
                 cause = context.cause(started) or "waiting"
                 raise BackendInterrupted(
                     f"{operation} abandoned after {now - started:.0f} s: the run is stopping "

@@ -320,7 +320,7 @@ class Run:
             status = await self.pipeline.run()
             if store.failure is not None:
                 raise store.failure
-            reason = ("reached max_steps" if status == "completed"
+            reason = (self.pipeline.end_reason or "reached max_steps" if status == "completed"
                       else self.pipeline.stop_reason or "stopped before max_steps")
             return status
         except BaseException as exc:

@@ -231,6 +231,13 @@ class SdkWatch:
         with self._lock:
             return self._last_failure
 
+    def troubled(self, since: float) -> bool:
+        """Whether the service failed a call (or answered nothing) since `since`: a wait
+        worth abandoning when the run stops, unlike a call that is only slow."""
+        with self._lock:
+            return self._first_failure is not None or any(
+                f[0] >= since for f in self._failures)
+
     def cause(self, since: float | None = None) -> str:
         """Why calls are waiting, as far as the wire shows, over the last `RECENT` seconds
         (or since `since`, a time of this watch's clock); "" when nothing shows."""

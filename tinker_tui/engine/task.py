@@ -90,7 +90,7 @@ GroupRollout = Callable[[Any, str, Scenario, int], Awaitable[Sequence[Trajectory
 @dataclass(frozen=True, slots=True)
 class Task:
     name: str
-    #: Given the run's seeded random generator, yields training scenarios (may be endless).
+    #: Given the run's seeded random generator, yields training scenarios (may be endless; a finite stream ends the run once trained).
     scenarios: Callable[[random.Random], Iterator[Scenario]]
     #: async rollout(client, model, scenario) -> Trajectory. Give this or `group_rollout`.
     rollout: Rollout | None = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tinker_tui.app.interrupts import EXIT_CODES as SIGNAL_EXIT_CODES
-from tinker_tui.app.interrupts import taken_signals
+from tinker_tui.app.interrupts import StopSignals, taken_signals
 from tinker_tui.engine.errors import EXIT_HEALTH_STOP, UsageError
 
 if TYPE_CHECKING:
@@ -270,10 +271,12 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
 
     The first SIGINT/SIGTERM stops gracefully (current step, checkpoint, flush); if that
     takes longer than `stop_timeout` seconds the run is cancelled, which still closes the
-    store. A second signal, or one while the run is already stopping (a stop command from a
-    dashboard), exits at once: SQLite's committed transactions keep the store consistent;
-    at most the last fraction of a second of events is lost. It still removes the control
-    file and the lock file and prints the summary, of a run interrupted.
+    store. Signals within `SAME_STOP_WINDOW` of the first are the same request (`timeout`
+    signals the process, then its group). A later one, or one while the run is already
+    stopping (a stop command from a dashboard), exits at once: SQLite's committed
+    transactions keep the store consistent; at most the last fraction of a second of events
+    is lost. It still marks the run interrupted in the store, removes the control file and
+    the lock file and prints the summary, of a run interrupted.
     """
     from dataclasses import replace
 
@@ -292,26 +295,34 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
     endpoint = await start_control_endpoint(session)  # for `tinker-tui attach`
     loop = asyncio.get_running_loop()
     received: list[int] = []
+    stops = StopSignals()
     run_task = asyncio.ensure_future(session.run())
 
     def exit_at_once(signum: int) -> None:
+        name = signal.Signals(signum).name
+        reason = f"{name} while stopping: stopped at once"
         if endpoint is not None:
             endpoint.remove_file()
         if session.db_path is not None:
+            mark_interrupted(session.db_path, session.run_id, reason, summary.summary().step)
             drop_lock_file(session.db_path, session.run_id)
         if summary.summary().run_id:
-            name = signal.Signals(signum).name
-            ended = replace(summary.summary(), status="interrupted",
-                            reason=f"{name} while stopping: stopped at once")
+            ended = replace(summary.summary(), status="interrupted", reason=reason)
             print("\n".join(summary_lines(ended)), flush=True)
         os._exit(SIGNAL_EXIT_CODES[signum])
 
     def on_signal(signum: int) -> None:
         code = SIGNAL_EXIT_CODES[signum]
-        if received or session.control.stopping:
+        action = stops.take(stopping=session.control.stopping and not received)
+        if action == "same":
+            return  # the same stop, signalled twice (`timeout`: the process, then its group)
+        if action == "force":
             exit_at_once(signum)
         received.append(code)
         session.control.stop(f"received {signal.Signals(signum).name}")
+        waiting = getattr(session.control, "waiting_for", None)
+        print(f"  {waiting() + '; ' if callable(waiting) else ''}Ctrl+C again stops at once "
+              "(the step in flight is lost)", flush=True)
         loop.call_later(stop_timeout, run_task.cancel)
 
     taken = taken_signals()
@@ -338,6 +349,24 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
     if session.control.health_stop_reason:  # on_health_pause = stop
         return EXIT_HEALTH_STOP
     return EXIT_OK
+
+
+def mark_interrupted(db_path: Path, run_id: str, reason: str, step: int) -> None:
+    """Record in the store that the run ended at once (the process is about to `_exit`,
+    its writer's last batch unwritten): status interrupted, not `running` for ever. A
+    plain sqlite3 write with a short wait; the run's rows are as the last commit left them."""
+    import sqlite3
+    import time
+
+    try:
+        with contextlib.closing(sqlite3.connect(db_path, timeout=2.0)) as db, db:
+            db.execute(
+                "UPDATE runs SET status = 'interrupted', reason = ?, ended_at = ?, "
+                "final_step = max(?, coalesce((SELECT max(step) FROM steps WHERE run_id = ?), "
+                "0)) WHERE run_id = ? AND status = 'running'",
+                (reason, time.time(), step, run_id, run_id))
+    except sqlite3.Error:  # locked or gone: front ends say "interrupted" of it anyway
+        pass
 
 
 def run_with_dashboard(plan: RunPlan, args: argparse.Namespace, held: list[int]) -> int:

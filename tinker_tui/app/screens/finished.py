@@ -32,7 +32,7 @@ def finished_content(summary: RunSummary) -> Content:
                                f"{summary.best_reward:.3f} (step {summary.best_step})"))
     rows.append(("checkpoint", f"{summary.checkpoint} (step {summary.checkpoint_step})"
                  if summary.checkpoint else "none"))
-    if summary.failed_groups:
+    if summary.failed_groups or summary.failed_rollouts:
         rows.append(("errors", failed_groups_text(summary)))
     if summary.db_path is not None:
         rows.append(("store", str(summary.db_path)))

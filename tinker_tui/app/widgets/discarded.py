@@ -109,6 +109,15 @@ def discarded_content(model: DashboardState, width: int, height: int = 7) -> Con
     return Content("\n").join(lines[: max(1, height)])
 
 
+def discarded_subtitle(model: DashboardState) -> str:
+    """`0.0% of 12,000 groups discarded`, and the rollouts that failed, when any did."""
+    groups = max(model.groups_sampled, model.discarded_total)
+    text = f"{model.discard_rate:.1%} of {groups:,} groups discarded"
+    if model.rollouts_failed:
+        text += f" · {model.rollouts_failed:,} of {model.rollouts_ended:,} rollouts failed"
+    return text
+
+
 class DiscardedPanel(Static, can_focus=True):
     """Health words, dropped and converged groups, and the staleness of trained ones."""
 
@@ -121,5 +130,4 @@ class DiscardedPanel(Static, can_focus=True):
         width = self.content_region.width or self.size.width
         height = self.content_region.height or 7
         update_static(self, discarded_content(model, width, height))
-        groups = max(model.groups_sampled, model.discarded_total)
-        set_subtitle(self, f"{model.discard_rate:.1%} of {groups:,} groups discarded")
+        set_subtitle(self, discarded_subtitle(model))
