@@ -107,8 +107,8 @@ async def settled_with_titled_panes(pilot: Pilot) -> None:
         assert pane.region.width > 0 and pane.region.height > 2, pane
 
 
-@pytest.mark.parametrize("size", [(80, 24), (100, 30), (160, 48)],
-                         ids=["80x24", "100x30", "160x48"])
+@pytest.mark.parametrize("size", [(60, 18), (80, 24), (100, 30), (160, 48)],
+                         ids=["60x18", "80x24", "100x30", "160x48"])
 def test_snapshot_dashboard(snap_compare, size):
     assert snap_compare(make_app(), terminal_size=size, run_before=settled_with_titled_panes)
 
@@ -820,10 +820,16 @@ def test_run_says_it_starts_the_engine_and_attach_that_it_reads_the_store(tmp_pa
 async def test_the_reward_chart_keeps_room_at_the_smallest_heights(height):
     """At 60x18 (the smallest size the views take) the reward pane had only its borders:
     the panes above and below kept their usual rows."""
+    from tinker_tui.app.widgets.step_chart import MIN_PLOT_ROWS
+
     app = make_app()
     async with app.run_test(size=(60 if height == 18 else 80, height)) as pilot:
         await settled(pilot)
         chart = app.screen.query_one("#rewards")
         assert chart.content_region.height >= 3 + (height - 18) // 2, chart.content_region
+        # rows to plot in, not only axes and labels (at 60x18 it had none)
+        rewards = app.screen.query_one(RewardsChart)
+        await until(lambda: rewards._plot_rows() >= MIN_PLOT_ROWS, pilot)
+        assert rewards.margin_bottom == (0 if height == 18 else 1)  # step labels gave way
         verdict = app.screen.query_one(ThroughputPanel).query_one("#verdict")
         assert verdict.region.height >= 1  # the verdict still shows (the idle line gives way)

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from rich.console import RenderableType
+from textual import events
 from textual.app import App, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.css.query import NoMatches
@@ -189,6 +190,8 @@ class TinkerTuiApp(App[None]):
         #: The views composed so far, and whether one of them is being switched to.
         self._views_composed = {self.DEFAULT_MODE}
         self._switching_to_composed = False
+        #: Keys typed while a dialog opens (`hold_keys`), None when keys go straight on.
+        self._held_keys: list[events.Key] | None = None
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -386,6 +389,34 @@ class TinkerTuiApp(App[None]):
     def modal_open(self) -> bool:
         return isinstance(self.screen, ModalScreen)
 
+    # ---------------------------------------------------------------- keys
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key) and not event.is_forwarded \
+                and self._held_keys is not None:
+            self._held_keys.append(event)
+            return
+        await super().on_event(event)
+
+    def hold_keys(self) -> None:
+        """Keep the keys that arrive from now on until `release_keys`: a dialog opening
+        takes them once its field has focus. Keys typed in one burst with the key that
+        opens it (a paste, tmux, a laggy SSH link) would otherwise reach the view below it,
+        which ignores them. A second can pass before the dialog takes them."""
+        if self._held_keys is None:
+            self._held_keys = []
+            self.set_timer(1.0, self.release_keys)  # a dialog that never took them
+
+    def release_keys(self) -> None:
+        """Deliver the held keys, in order, to whatever has focus now. The app's own queue
+        delivers them, after the keys of the burst still in it (held too, then)."""
+        self.call_later(self._deliver_held_keys)
+
+    async def _deliver_held_keys(self) -> None:
+        held, self._held_keys = self._held_keys, None
+        for key in held or ():
+            await super().on_event(key)
+
     # ---------------------------------------------------------------- commands
 
     def send(self, description: str, command: Callable[[], object]) -> bool:
@@ -453,6 +484,7 @@ class TinkerTuiApp(App[None]):
 
         from tinker_tui.app.screens.knob_edit import KnobEditScreen
 
+        self.hold_keys()  # the dialog takes what is typed while it opens
         self.push_screen(KnobEditScreen(name, current, self.apply_knob), applied)
 
     # ---------------------------------------------------------------- actions

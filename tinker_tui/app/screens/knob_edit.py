@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
+from tinker_tui.app.screens.run_view import host
 from tinker_tui.app.view_maths import format_knob, parse_knob_value
+from tinker_tui.app.widgets.in_order_keys import InOrderInput
 
 #: What the dialog says until a value is checked.
 HINT = "enter: check the value · esc: cancel"
@@ -40,8 +43,9 @@ class KnobEditScreen(ModalScreen[float | int | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="knob-dialog", classes="dialog"):
             yield Label(f"now {format_knob(self.knob, self.current)}", id="knob-current")
-            yield Input(value=format_knob(self.knob, self.current) if self.current is not None
-                        else "", id="knob-input", select_on_focus=True)
+            yield InOrderInput(value=format_knob(self.knob, self.current)
+                               if self.current is not None else "",
+                               id="knob-input", select_on_focus=True)
             yield Label(HINT, id="knob-message")
             with Horizontal(id="knob-buttons"):
                 yield Button("Apply (enter)", id="knob-apply", variant="warning", disabled=True)
@@ -50,6 +54,10 @@ class KnobEditScreen(ModalScreen[float | int | None]):
     def on_mount(self) -> None:
         self.query_one("#knob-dialog").border_title = f"Set {self.knob}"
         self.query_one("#knob-input", Input).focus()
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        """The field has focus: what was typed while the dialog opened goes into it."""
+        host(self.app).release_keys()
 
     def _message(self, text: str, error: bool = False) -> None:
         label = self.query_one("#knob-message", Label)

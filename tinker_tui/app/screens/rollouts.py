@@ -17,6 +17,7 @@ from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.rollout_filter import RolloutFilter
 from tinker_tui.app.screens.run_view import RunView
 from tinker_tui.app.widgets.footer import KeyFooter
+from tinker_tui.app.widgets.in_order_keys import InOrderInput
 from tinker_tui.app.widgets.rollout_detail import RolloutDetail
 from tinker_tui.app.widgets.rollouts_tree import RolloutRef, RolloutsTree
 from tinker_tui.app.widgets.status_bar import RunStatusPanel
@@ -38,8 +39,9 @@ class RolloutsScreen(RunView):
 
     def compose(self) -> ComposeResult:
         yield RunStatusPanel(id="status", mode=self.host.mode_label)
-        yield Input(placeholder="filter: reward<0.5  stale  discarded  scenario:q03  words…",
-                    id="rollout-filter", select_on_focus=False)
+        yield InOrderInput(
+            placeholder="filter: reward<0.5  stale  discarded  scenario:q03  words…",
+            id="rollout-filter", select_on_focus=False)
         with Horizontal(id="rollout-panes"):
             yield RolloutsTree(id="rollout-tree")
             yield RolloutDetail(id="rollout-detail")

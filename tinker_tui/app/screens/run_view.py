@@ -34,6 +34,10 @@ class DashboardHost(Protocol):
 
     def edit_knob(self, name: str) -> None: ...
 
+    def release_keys(self) -> None:
+        """A dialog has focus: the keys typed while it opened go to it."""
+        ...
+
     def live_knobs(self) -> Mapping[str, float | int]: ...
 
     def leave_finished(self) -> None:

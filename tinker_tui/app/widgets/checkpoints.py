@@ -38,6 +38,12 @@ class CheckpointsTable(DataTable):
     def on_mount(self) -> None:
         self.border_title = "Checkpoints"
 
+    def on_resize(self) -> None:
+        """A pane with room for one line shows the newest checkpoint, not the header."""
+        show = self.content_size.height >= 2
+        if self.show_header != show:
+            self.show_header = show
+
     def on_focus(self) -> None:
         self.show_cursor = True
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from textual import events
 from textual.widgets import DataTable
 
 from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.screens.run_view import host
 from tinker_tui.app.view_maths import format_knob
+from tinker_tui.app.widgets.in_order_keys import take_key_in_order
 from tinker_tui.app.widgets.updates import fit_columns, set_subtitle
 from tinker_tui.engine.config import LIVE_KNOBS
 
@@ -32,6 +35,14 @@ class KnobsTable(DataTable):
     def on_mount(self) -> None:
         self.border_title = "Knobs"
         set_subtitle(self, "enter: edit")
+
+    async def _on_key(self, event: events.Key) -> None:
+        await take_key_in_order(self, event)
+
+    def action_select_cursor(self) -> None:
+        """`enter` edits the knob at once (not through a `RowSelected` message, which the
+        keys typed behind it would overtake); a click still selects the row."""
+        host(self.app).edit_knob(self.selected_knob)
 
     @property
     def selected_knob(self) -> str:

@@ -17,6 +17,26 @@ from tinker_tui.app.widgets.updates import set_subtitle
 
 Points = Sequence[tuple[int, float]]
 
+#: The fewest plot rows a chart keeps: its step labels go first (`StepChart.on_resize`).
+MIN_PLOT_ROWS = 3
+#: The closest two markers (◆, ┊) are drawn, in columns: denser ones are thinned, so a ◆
+#: drawn over the line covers at most one cell in this many.
+MARKER_SPACING = 6
+
+
+def thin_markers(points: Points, first: float, last: float, columns: int,
+                 spacing: int = MARKER_SPACING) -> list[tuple[int, float]]:
+    """The points to mark on a plot `columns` wide spanning steps `first`..`last`: the
+    newest of each stretch of `spacing` columns, so markers stay apart however many
+    there are (an evaluation every 20 steps over thousands of steps filled every column)."""
+    if columns <= 0 or last <= first:
+        return list(points)
+    kept: dict[int, tuple[int, float]] = {}
+    for step, value in points:
+        column = math.floor((step - first) / (last - first) * (columns - 1))
+        kept[column // spacing] = (step, value)
+    return [kept[stretch] for stretch in sorted(kept)]
+
 
 def y_limits(values: Sequence[float], min_span: float = 0.0) -> tuple[float, float]:
     """A y range holding `values` with a little room, never thinner than `min_span` (nor
@@ -166,6 +186,7 @@ class StepChart(PlotWidget, inherit_bindings=False):
         self._drawn: tuple[object, ...] | None = None
         self._ema: tuple[int, float, list[float]] = (-1, -1.0, [])
         self._subtitle_key: tuple[object, ...] | None = None
+        self._plot_size = (0, 0)
         self.y_axis = CompactAxisFormatter(rows=self._plot_rows)
 
     def on_mount(self) -> None:
@@ -177,7 +198,18 @@ class StepChart(PlotWidget, inherit_bindings=False):
         self.set_x_formatter(StepAxisFormatter(columns=self._plot_columns))
 
     def on_resize(self) -> None:
-        self._drawn = None  # marker density depends on the height
+        self._drawn = None  # marker density depends on the size
+        self._fit_labels()
+
+    def _fit_labels(self) -> None:
+        """The step labels under the plot give way before the plot drops below its
+        minimum (at 60x18 the reward chart had its axes and labels, and no room for a
+        line). Checked on every redraw too: the first resize can come before the mount."""
+        height = self.content_size.height
+        labels = 1 if height == 0 or height >= MIN_PLOT_ROWS + 3 else 0
+        if self.margin_bottom != labels:
+            self.margin_bottom = labels
+            self._drawn = None
 
     def _plot_columns(self) -> int:
         """The plot's width in columns: its canvas less the two axis lines."""
@@ -192,7 +224,8 @@ class StepChart(PlotWidget, inherit_bindings=False):
         return model.series.get(self.key, ())
 
     def extra_points(self, model: DashboardState) -> Points:
-        """Points drawn as ◆ over the line (the reward chart's evaluations)."""
+        """Points marked ◆ over the lines (the reward chart's evaluations), thinned
+        (`thin_markers`) so that they never hide the line."""
         return ()
 
     def ema(self, model: DashboardState, values: Sequence[float]) -> list[float]:
@@ -228,11 +261,18 @@ class StepChart(PlotWidget, inherit_bindings=False):
         return "  ".join(parts)
 
     def update_from_model(self, model: DashboardState, now: float) -> None:
+        self._fit_labels()
         points = self.points(model)
         extra = self.extra_points(model)
         knobs = model.knob_markers()
+        plot_size = (self._plot_columns(), self._plot_rows())
+        if plot_size != self._plot_size:
+            # the plot's canvas changed size without the chart (the step labels gave way):
+            # textual-plot resizes its canvases only on a layout refresh of the chart
+            self._plot_size = plot_size
+            self.refresh(layout=True)
         key = (len(points), points[-1] if points else None, model.ema_beta, len(extra),
-               len(model.checkpoints), len(knobs), self.size)
+               len(model.checkpoints), len(knobs), self.size, plot_size)
         subtitle_key = key[:-1] + (model.phase_text(),)
         if subtitle_key != self._subtitle_key:
             self._subtitle_key = subtitle_key
@@ -252,14 +292,17 @@ class StepChart(PlotWidget, inherit_bindings=False):
         self.set_xlimits(first, max(last, first + 1))
         self.set_ylimits(low, high)
         # markers first, so the lines draw over them: a dotted rule (┊) per text row, which
-        # no braille line looks like (a braille column of dots read as data in small charts)
+        # no braille line looks like (a braille column of dots read as data in small charts),
+        # thinned as the ◆ are: one every few columns at most
         rows = max(1, self._plot_rows())
         ys = [low + (high - low) * (i + 0.5) / rows for i in range(rows)]
         for component, marks in (
             ("step-chart--checkpoint", sorted({c.step for c in model.checkpoints})),
             ("step-chart--knob", sorted({c.step for c in knobs})),
         ):
-            marks = [m for m in marks if first <= m <= last]
+            marks = [m for m, _ in thin_markers([(m, 0.0) for m in marks if first <= m <= last],
+                                                first, max(last, first + 1),
+                                                self._plot_columns())]
             if marks:
                 self.scatter([m for m in marks for _ in ys], ys * len(marks), marker="┊",
                              marker_style=self._style(component))
@@ -271,6 +314,7 @@ class StepChart(PlotWidget, inherit_bindings=False):
         if len(steps) == 1:  # a line needs two points: show the first one as a dot
             self.scatter(steps, values, marker="•",
                          marker_style=self._style("step-chart--value"))
-        if extra:
-            self.scatter([s for s, _ in extra], [v for _, v in extra], marker="◆",
+        if extra:  # over the lines, so they show, but never closer than MARKER_SPACING
+            marks_at = thin_markers(extra, first, max(last, first + 1), self._plot_columns())
+            self.scatter([s for s, _ in marks_at], [v for _, v in marks_at], marker="◆",
                          marker_style=self._style("step-chart--eval"))

@@ -82,8 +82,11 @@ class ThroughputPanel(Vertical, can_focus=True):
         update_digits(self.query_one("#rollouts-rate", Digits), rollouts)
         update_digits(self.query_one("#tokens-digits", Digits), tokens)
         note = " · paused" if paused else " · run average" if finished else ""
-        update_static(self.query_one("#rollouts-unit", Label),
-                      f"{r_unit} rollouts/s{note}".lstrip())
+        # a row without room for digits (the smallest terminals) has its label carry them
+        rollouts_label = (f"{rollouts}{r_unit} rollouts/s"
+                          if not self.query_one("#rollouts-rate", Digits).display
+                          else f"{r_unit} rollouts/s{note}".lstrip())
+        update_static(self.query_one("#rollouts-unit", Label), rollouts_label)
         # where the tokens row has no room for digits the label carries the number
         short = not self.query_one("#tokens-digits", Digits).display
         tokens_label = (f"{tokens}{t_unit} tokens/s" if short

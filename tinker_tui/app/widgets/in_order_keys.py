@@ -1,0 +1,43 @@
+"""Keys that arrive together (a paste, tmux, a laggy SSH link) apply whole and in order.
+
+Textual gives a key to the focused widget's queue; a printable key is typed there, but a
+bound key (backspace, arrows, enter) runs only once its event has bubbled through every
+parent's queue up to the app, so the keys behind it overtake it: `backspace 0 . 8 enter`
+typed "0.8", then deleted the 8 and submitted "0.". And keys queued behind one that opens a
+dialog reached the view under it, which ignored them. A widget whose `_on_key` starts with
+`take_key_in_order` has neither problem.
+"""
+
+from __future__ import annotations
+
+from textual import events
+from textual.widget import Widget
+from textual.widgets import Input
+
+
+async def take_key_in_order(widget: Widget, event: events.Key) -> None:
+    """Run `widget`'s own binding for `event` now; or, when a dialog covers its screen (the
+    key was typed in the same burst as the key that opened it), pass the key on to the app,
+    which gives it to the dialog (`hold_keys`). Other keys go on as Textual sends them.
+
+    Textual calls the `_on_key` of every class of a widget's MRO in turn until one prevents
+    the default: a subclass's `_on_key` that calls this first runs before its bases'."""
+    if widget.screen is not widget.app.screen:
+        event.stop()
+        event.prevent_default()
+        widget.app.post_message(events.Key(event.key, event.character))
+        return
+    if event.is_printable:
+        return
+    for binding in widget._bindings.key_to_bindings.get(event.key, ()):
+        if not binding.priority and await widget.app.run_action(binding.action, widget):
+            event.stop()
+            event.prevent_default()
+            return
+
+
+class InOrderInput(Input):
+    """A text field whose editing keys apply in the order they were typed."""
+
+    async def _on_key(self, event: events.Key) -> None:
+        await take_key_in_order(self, event)
