@@ -143,3 +143,23 @@ def test_a_folder_renders_through_its_familys_renderer_only_where_it_agrees_with
                                    + tokenizer.chat_template)
     renderer, name = make_renderer(str(folder), tokenizer)
     assert name == expected
+
+
+def test_a_forced_call_on_a_folders_own_template_opens_after_one_assistant_header(tokenizer):
+    """A template renderer (a family the cookbook does not know) keeps the text tool
+    protocol; its forced call's prefill follows the generation prompt's header, once."""
+    from tinker_tui.engine.chat_template_renderer import ChatTemplateRenderer
+    from tinker_tui.engine.sampling_defaults import SamplingDefaults
+    from tinker_tui.engine.server.handler import ChatHandler
+    from tinker_tui.engine.server.schema import ChatCompletionRequest
+
+    renderer = ChatTemplateRenderer(tokenizer)
+    handler = ChatHandler(None, model_name="m", defaults=SamplingDefaults(),
+                          max_tokens_limit=64)
+    body = ChatCompletionRequest.model_validate({
+        "model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": openai_tools(WEATHER), "tool_choice": "required"})
+    prepared = handler.prepare(body, renderer)
+    text = tokenizer.decode(prepared.prompt_tokens)
+    assert text.count("<|im_start|>assistant") == 1
+    assert text.endswith('<|im_start|>assistant\n{"name": "'), text[-80:]
