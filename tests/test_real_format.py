@@ -126,22 +126,18 @@ def test_the_tiny_model_folder(qwen3_folder) -> None:
     ("qwen3", "a fine-tune's own template", "chat_template"),
 ])
 def test_a_folder_renders_through_its_familys_renderer_only_where_it_agrees_with_its_template(
-        qwen3_tokenizer_folder, tmp_path, model_type, template_edit, expected) -> None:
-    import shutil
-
-    from transformers import AutoTokenizer
+        tokenizer, tmp_path, model_type, template_edit, expected) -> None:
+    import copy
 
     from tinker_tui.engine.backend import make_renderer
 
-    folder = tmp_path / "model"
-    shutil.copytree(qwen3_tokenizer_folder, folder)
-    (folder / "config.json").write_text(json.dumps({"model_type": model_type}))
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
     if template_edit:  # a default system turn the cookbook's renderer does not write
+        tokenizer = copy.copy(tokenizer)
         tokenizer.chat_template = ("{%- if messages[0].role != 'system' %}<|im_start|>system\n"
                                    "You are helpful.<|im_end|>\n{%- endif %}"
                                    + tokenizer.chat_template)
-    renderer, name = make_renderer(str(folder), tokenizer)
+    renderer, name = make_renderer(str(tmp_path), tokenizer)
     assert name == expected
 
 
