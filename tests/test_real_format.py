@@ -159,3 +159,40 @@ def test_a_forced_call_on_a_folders_own_template_opens_after_one_assistant_heade
     text = tokenizer.decode(prepared.prompt_tokens)
     assert text.count("<|im_start|>assistant") == 1
     assert text.endswith('<|im_start|>assistant\n{"name": "'), text[-80:]
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_the_splicing_prompt_builder_renders_as_the_renderer_does(tokenizer, index) -> None:
+    """With no sampled reply to put back, `sampled_turns.build_prompt` (the cookbook's
+    message-by-message loop, made to know the tokens before each message) is the renderer's
+    own generation prompt; with one, that reply's tokens take its place exactly."""
+    from tinker_cookbook import renderers
+
+    from tinker_tui.engine.server.sampled_turns import (
+        SampledTurns,
+        build_prompt,
+        message_key,
+        splices,
+    )
+
+    renderer = renderers.get_renderer("qwen3_instruct", tokenizer)
+    assert splices(renderer)
+    messages = renderer.create_conversation_prefix_with_tools([WEATHER], "") + \
+        _conversations()[index]
+    keys = [message_key(m["content"], []) if m["role"] == "assistant" and not m.get(
+        "tool_calls") else None for m in messages]
+    turns = SampledTurns()
+    expected = renderer.build_generation_prompt(messages).to_ints()
+    assert build_prompt(renderer, messages, keys, [None] * len(messages), turns,
+                        [IM_END]).to_ints() == expected
+    plain = [i for i, k in enumerate(keys) if k is not None]
+    if not plain:
+        return
+    i = plain[0]
+    before = renderer.build_generation_prompt(messages[:i]).to_ints()
+    odd = [tokenizer.convert_tokens_to_ids(c) for c in "It"] + [IM_END]  # not canonical
+    turns.put(before, keys[i], odd)
+    spliced = build_prompt(renderer, messages, keys, [None] * len(messages), turns,
+                           [IM_END]).to_ints()
+    assert spliced[:len(before) + len(odd)] == before + odd
+    assert spliced != expected
