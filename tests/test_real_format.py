@@ -196,3 +196,31 @@ def test_the_splicing_prompt_builder_renders_as_the_renderer_does(tokenizer, ind
                            [IM_END]).to_ints()
     assert spliced[:len(before) + len(odd)] == before + odd
     assert spliced != expected
+
+
+@pytest.mark.parametrize("keeps", [False, True], ids=["drops", "keeps"])
+def test_a_request_messages_reasoning_renders_as_the_template_renders_history(tokenizer, keeps):
+    """reasoning_content in a request is accepted, and a folder's template decides: the
+    fixture's (Qwen3-Instruct-2507) drops it, a thinking template keeps it."""
+    import copy
+
+    from tinker_tui.engine.chat_template_renderer import ChatTemplateRenderer
+    from tinker_tui.engine.sampling_defaults import SamplingDefaults
+    from tinker_tui.engine.server.handler import ChatHandler
+    from tinker_tui.engine.server.schema import ChatCompletionRequest
+
+    if keeps:
+        tokenizer = copy.copy(tokenizer)
+        tokenizer.chat_template = (
+            "{%- for m in messages %}<|im_start|>{{ m.role }}\n{%- if m.reasoning_content %}"
+            "<think>{{ m.reasoning_content }}</think>{%- endif %}{{ m.content }}<|im_end|>\n"
+            "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}")
+    handler = ChatHandler(None, model_name="m", defaults=SamplingDefaults(),
+                          max_tokens_limit=64)
+    body = ChatCompletionRequest.model_validate({"model": "m", "messages": [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello.", "reasoning_content": "be kind"},
+        {"role": "user", "content": "Bye"}]})
+    text = tokenizer.decode(handler.prepare(body, ChatTemplateRenderer(tokenizer)).prompt_tokens)
+    assert ("<think>be kind</think>Hello." in text) == keeps, text
+    assert "Hello." in text
