@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import httpx
-import openai
 import pytest
 
 from tinker_tui import Scenario
@@ -88,22 +86,24 @@ def test_binary_prefix_warmup_never_shows_the_secret():
 
 # ---------------------------------------------------------------------- native tool calls
 class NativeToolClient:
-    """Stands in for the policy server with a renderer that has native tool calls (Qwen3 on
-    Tinker): refuses a named tool_choice like the server does, answers with tool calls."""
+    """Stands in for the policy server with a renderer that has native tool calls (Qwen3):
+    its model entry says so, as the server's does, and it answers with tool calls."""
 
     base_url = "http://scripted-native/v1"
 
     def __init__(self, guesses):
         self.guesses = list(guesses)
         self.requests = []
+        self.retrieved = 0
         self.chat = SimpleNamespace(completions=self)
+        self.models = SimpleNamespace(retrieve=self.retrieve)
+
+    async def retrieve(self, model):
+        self.retrieved += 1
+        return SimpleNamespace(id=model, model_extra={"tool_calls": "native"})
 
     async def create(self, **request):
         self.requests.append(request)
-        if isinstance(request.get("tool_choice"), dict):
-            raise openai.BadRequestError(
-                "needs a prefilled tool call", body={"param": "tool_choice"},
-                response=httpx.Response(400, request=httpx.Request("POST", self.base_url)))
         guess = self.guesses.pop(0)
         calls = [] if guess is None else [SimpleNamespace(
             id=f"call-{len(self.requests)}",
@@ -124,8 +124,8 @@ async def test_binary_prefix_uses_native_tool_calls_when_the_renderer_has_them()
     trajectory = await bp.TASK.rollout(client, "m", scenario)
     assert trajectory.reward == 3.0  # best of: 1 ("0000"), no call, 3 ("0111")
     assert len(trajectory.turns) == 3 and trajectory.metrics["tool_calls"] == 2.0
-    sent = [r for r in client.requests if "tool_choice" not in r]
-    assert all(r["tools"][0]["function"]["name"] == "make_guess" for r in sent)
+    assert client.retrieved == 1 and len(client.requests) == 3
+    assert all(r["tools"][0]["function"]["name"] == "make_guess" for r in client.requests)
     roles = [m["role"] for m in trajectory.messages]
     assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant", "tool"]
     assert trajectory.messages[-1]["content"] == "3 leading bits right"
@@ -133,7 +133,7 @@ async def test_binary_prefix_uses_native_tool_calls_when_the_renderer_has_them()
     again = NativeToolClient(["0", "0", "0"])
     bp._native[f"{again.base_url}|m"] = bp._native[f"{client.base_url}|m"]
     await bp.TASK.rollout(again, "m", scenario)
-    assert not any("tool_choice" in r for r in again.requests)
+    assert again.retrieved == 0
 
 
 # ---------------------------------------------------------------------- the command line

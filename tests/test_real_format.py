@@ -126,20 +126,101 @@ def test_the_tiny_model_folder(qwen3_folder) -> None:
     ("qwen3", "a fine-tune's own template", "chat_template"),
 ])
 def test_a_folder_renders_through_its_familys_renderer_only_where_it_agrees_with_its_template(
-        qwen3_tokenizer_folder, tmp_path, model_type, template_edit, expected) -> None:
-    import shutil
-
-    from transformers import AutoTokenizer
+        tokenizer, tmp_path, model_type, template_edit, expected) -> None:
+    import copy
 
     from tinker_tui.engine.backend import make_renderer
 
-    folder = tmp_path / "model"
-    shutil.copytree(qwen3_tokenizer_folder, folder)
-    (folder / "config.json").write_text(json.dumps({"model_type": model_type}))
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
     if template_edit:  # a default system turn the cookbook's renderer does not write
+        tokenizer = copy.copy(tokenizer)
         tokenizer.chat_template = ("{%- if messages[0].role != 'system' %}<|im_start|>system\n"
                                    "You are helpful.<|im_end|>\n{%- endif %}"
                                    + tokenizer.chat_template)
-    renderer, name = make_renderer(str(folder), tokenizer)
+    renderer, name = make_renderer(str(tmp_path), tokenizer)
     assert name == expected
+
+
+def test_a_forced_call_on_a_folders_own_template_opens_after_one_assistant_header(tokenizer):
+    """A template renderer (a family the cookbook does not know) keeps the text tool
+    protocol; its forced call's prefill follows the generation prompt's header, once."""
+    from tinker_tui.engine.chat_template_renderer import ChatTemplateRenderer
+    from tinker_tui.engine.sampling_defaults import SamplingDefaults
+    from tinker_tui.engine.server.handler import ChatHandler
+    from tinker_tui.engine.server.schema import ChatCompletionRequest
+
+    renderer = ChatTemplateRenderer(tokenizer)
+    handler = ChatHandler(None, model_name="m", defaults=SamplingDefaults(),
+                          max_tokens_limit=64)
+    body = ChatCompletionRequest.model_validate({
+        "model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": openai_tools(WEATHER), "tool_choice": "required"})
+    prepared = handler.prepare(body, renderer)
+    text = tokenizer.decode(prepared.prompt_tokens)
+    assert text.count("<|im_start|>assistant") == 1
+    assert text.endswith('<|im_start|>assistant\n{"name": "'), text[-80:]
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_the_splicing_prompt_builder_renders_as_the_renderer_does(tokenizer, index) -> None:
+    """With no sampled reply to put back, `sampled_turns.build_prompt` (the cookbook's
+    message-by-message loop, made to know the tokens before each message) is the renderer's
+    own generation prompt; with one, that reply's tokens take its place exactly."""
+    from tinker_cookbook import renderers
+
+    from tinker_tui.engine.server.sampled_turns import (
+        SampledTurns,
+        build_prompt,
+        message_key,
+        splices,
+    )
+
+    renderer = renderers.get_renderer("qwen3_instruct", tokenizer)
+    assert splices(renderer)
+    messages = renderer.create_conversation_prefix_with_tools([WEATHER], "") + \
+        _conversations()[index]
+    keys = [message_key(m["content"], []) if m["role"] == "assistant" and not m.get(
+        "tool_calls") else None for m in messages]
+    turns = SampledTurns()
+    expected = renderer.build_generation_prompt(messages).to_ints()
+    assert build_prompt(renderer, messages, keys, [None] * len(messages), turns,
+                        [IM_END]).to_ints() == expected
+    plain = [i for i, k in enumerate(keys) if k is not None]
+    if not plain:
+        return
+    i = plain[0]
+    before = renderer.build_generation_prompt(messages[:i]).to_ints()
+    odd = [tokenizer.convert_tokens_to_ids(c) for c in "It"] + [IM_END]  # not canonical
+    turns.put(before, keys[i], odd)
+    spliced = build_prompt(renderer, messages, keys, [None] * len(messages), turns,
+                           [IM_END]).to_ints()
+    assert spliced[:len(before) + len(odd)] == before + odd
+    assert spliced != expected
+
+
+@pytest.mark.parametrize("keeps", [False, True], ids=["drops", "keeps"])
+def test_a_request_messages_reasoning_renders_as_the_template_renders_history(tokenizer, keeps):
+    """reasoning_content in a request is accepted, and a folder's template decides: the
+    fixture's (Qwen3-Instruct-2507) drops it, a thinking template keeps it."""
+    import copy
+
+    from tinker_tui.engine.chat_template_renderer import ChatTemplateRenderer
+    from tinker_tui.engine.sampling_defaults import SamplingDefaults
+    from tinker_tui.engine.server.handler import ChatHandler
+    from tinker_tui.engine.server.schema import ChatCompletionRequest
+
+    if keeps:
+        tokenizer = copy.copy(tokenizer)
+        tokenizer.chat_template = (
+            "{%- for m in messages %}<|im_start|>{{ m.role }}\n{%- if m.reasoning_content %}"
+            "<think>{{ m.reasoning_content }}</think>{%- endif %}{{ m.content }}<|im_end|>\n"
+            "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}")
+    handler = ChatHandler(None, model_name="m", defaults=SamplingDefaults(),
+                          max_tokens_limit=64)
+    body = ChatCompletionRequest.model_validate({"model": "m", "messages": [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello.", "reasoning_content": "be kind"},
+        {"role": "user", "content": "Bye"}]})
+    text = tokenizer.decode(handler.prepare(body, ChatTemplateRenderer(tokenizer)).prompt_tokens)
+    assert ("<think>be kind</think>Hello." in text) == keeps, text
+    assert "Hello." in text

@@ -99,6 +99,7 @@ async def test_qwen3_format_end_to_end(served) -> None:
     tokenizer = policy.tokenizer
     assert policy.renderer_name == "qwen3_instruct"
     assert set(policy.end_tokens) == {IM_END, ENDOFTEXT}
+    assert (await client.models.retrieve("policy")).model_extra["tool_calls"] == "native"
 
     # tools: Qwen3's own <tools> block, the prompt is the template's, token for token
     first = await client.chat.completions.create(model="policy", messages=QUESTION,

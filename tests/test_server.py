@@ -526,6 +526,12 @@ async def test_a_client_that_disconnects_mid_body_is_logged_at_debug(make_server
 
 # ------------------------------------------------------------------ model names and messages
 
+async def test_the_model_entry_says_how_tools_reach_the_model(server):
+    # the embedded model's role_colon has no tool format: the server's text protocol
+    entry = await server[0].client().models.retrieve("policy")
+    assert entry.model_extra["tool_calls"] == "text"
+
+
 @pytest.mark.parametrize("model", ["policy@²", "policy@١", "policy@１", "policy@", "policy@-1"])
 async def test_only_ascii_digits_name_an_earlier_step(server, model):
     srv, _ = server

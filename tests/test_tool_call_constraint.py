@@ -15,6 +15,38 @@ from tinker_tui.engine.server.tool_call_constraint import ArgumentRules, ToolCal
 from tinker_tui.engine.server.tools import parse_text_tool_calls
 
 CALL = ToolCallConstraint(("add", "mul"))
+WEATHER_RULES = {"get_weather": ArgumentRules.from_schema({
+    "type": "object", "required": ["city", "unit"],
+    "properties": {"city": {"type": "string"}, "unit": {"enum": ["C", "F"]},
+                   "days": {"type": "integer"}}})}
+
+
+@pytest.mark.parametrize("text", [
+    "", '{"name": "', '{"name": "get_w', '{"name": "get_weather", "arguments":',
+    '{"name": "get_weather", "arguments": {', '{"name": "get_weather", "arguments": {"ci',
+    '{"name": "get_weather", "arguments": {"city": "Par', '{"name": "get_weather", '
+    '"arguments": {"city": "a\\', '{"name": "get_weather", "arguments": {"city": "a\\u00',
+    '{"name": "get_weather", "arguments": {"days": -', '{"name": "get_weather", '
+    '"arguments": {"days": 1, "unit": "', '{"name": "get_weather", "arguments": {"city": '
+    '"x", "unit": "F", "days": 12', '{"name": "get_weather", "arguments": {"city": "x", '
+    '"unit": "C"}}'])
+def test_the_shortest_completion_makes_any_partial_call_whole(text) -> None:
+    """What the sampler writes when the budget runs out: from any point of a call, a text
+    the scanner itself takes as the whole call (required keys added, enums kept)."""
+    from tinker_tui.engine.server.call_completion import completion
+    from tinker_tui.engine.server.native_calls import FramedCallConstraint
+
+    call = ToolCallConstraint(("get_weather",), WEATHER_RULES)
+    scan = call.start(text)
+    assert scan.verdict != "reject"
+    rest = completion(scan)
+    assert rest is not None and call.check(text + rest) == "done", rest
+    framed = FramedCallConstraint("<tool_call>\n", call, "\n</tool_call>")
+    whole = "<tool_call>\n" + text
+    rest = completion(framed.start(whole))
+    assert rest is not None and rest.endswith("\n</tool_call>")
+    assert framed.check(whole + rest) == "end"
+    assert framed.check(whole + rest + " ") == "reject"  # then only the end of the turn
 
 
 @pytest.mark.parametrize("text, verdict", [

@@ -14,7 +14,8 @@ message adds are its span, and an assistant message's span after its generation 
 what it trains on (cut after its end-of-turn token). Templates that rewrite history (strip
 reasoning from earlier turns, say) do not have such prefixes; for them only the last assistant
 message can be trained, and other `TrainOnWhat` modes raise `RendererError`. Messages are
-text only (content parts are joined; tool calls are not rendered).
+text only (text parts are joined, thinking parts are passed as `reasoning_content`; tool
+calls are not rendered).
 """
 
 from __future__ import annotations
@@ -79,7 +80,15 @@ class ChatTemplateRenderer(Renderer):
     # -- template access --------------------------------------------------------------------
     @staticmethod
     def _hf_message(message: Message) -> dict[str, str]:
-        return {"role": message["role"], "content": get_text_content(message)}
+        """The message as a template reads it; reasoning (thinking parts) as
+        `reasoning_content`, which thinking templates render or drop as they were trained."""
+        out = {"role": message["role"], "content": get_text_content(message)}
+        content = message["content"]
+        if isinstance(content, list):
+            thinking = "".join(p["thinking"] for p in content if p["type"] == "thinking")
+            if thinking:
+                out["reasoning_content"] = thinking
+        return out
 
     def _render(self, messages: list[Message], add_generation_prompt: bool) -> list[int]:
         if not messages:

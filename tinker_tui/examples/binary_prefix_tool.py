@@ -9,7 +9,7 @@ every turn is trained with the episode's advantage.
 How the tool is called depends on what the policy's renderer can do, and the rollout asks the
 server once (`native_tool_calls`):
 
-* a renderer with native tool calls (Qwen3 on Tinker): the request carries
+* a renderer with native tool calls (Qwen3, on Tinker or from a local folder): the request carries
   ``tools=[make_guess]``, the call comes back in ``message.tool_calls`` and its answer goes
   back as a ``tool`` message;
 * a renderer without them (``role_colon``, the embedded model's): a short plain-text protocol
@@ -115,10 +115,8 @@ _native: dict[str, asyncio.Future[bool]] = {}
 async def native_tool_calls(client: Any, model: str) -> bool:
     """Does the policy's renderer have native tool calls? Asked once per server and model.
 
-    The policy server honours a named ``tool_choice`` only where it writes the start of the
-    call itself (its text protocol) and refuses it for native renderers with a 400 on
-    ``tool_choice``; a server without tools refuses ``tools`` instead. One token is sampled
-    at most."""
+    The policy server says so in its model entry (``tool_calls``: "native" or "text");
+    a server that does not say gets the plain-text protocol, which works anywhere."""
     key = f"{client.base_url}|{model}"
     probe = _native.get(key)
     if probe is None:
@@ -131,16 +129,8 @@ async def native_tool_calls(client: Any, model: str) -> bool:
 
 
 async def _probe(client: Any, model: str) -> bool:
-    import openai
-
-    try:
-        await client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": "make_guess"}],
-            tools=[tool_spec(1)], max_tokens=1,
-            tool_choice={"type": "function", "function": {"name": TOOL_NAME}})
-    except openai.BadRequestError as exc:
-        return getattr(exc, "param", None) == "tool_choice"
-    return False
+    entry = await client.models.retrieve(model)
+    return (getattr(entry, "model_extra", None) or {}).get("tool_calls") == "native"
 
 
 def make_task(*, bits: int = 30, secret_pool: int = 1, max_turns: int = 3, seed: int = 2024,

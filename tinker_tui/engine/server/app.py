@@ -135,7 +135,14 @@ def create_app(policy: PolicySource, *, model_name: str, token: str,
                             code="not_found" if exc.status_code == 404 else None)
 
     def model_entry(name: str) -> dict[str, Any]:
-        return {"id": name, "object": "model", "created": 0, "owned_by": "tinker-tui"}
+        entry: dict[str, Any] = {"id": name, "object": "model", "created": 0,
+                                 "owned_by": "tinker-tui"}
+        if getattr(policy, "renderer", None) is not None:
+            # How tools reach this model: in its own format ("native"), or in the server's
+            # text protocol ("text"), so a rollout can choose its prompts.
+            native = handler.renderer_info(policy.renderer).native_tools
+            entry["tool_calls"] = "native" if native else "text"
+        return entry
 
     def model_names() -> list[str]:
         versions = getattr(policy, "available_versions", None)

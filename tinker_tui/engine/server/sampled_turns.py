@@ -41,7 +41,7 @@ def _digest(tokens: Sequence[int]) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Sampled:
-    tokens: tuple[int, ...]
+    tokens: array[int]  # of "q": compact, as thousands of replies are kept
     reasoning: str
 
 
@@ -59,7 +59,7 @@ class SampledTurns:
     def put(self, before: Sequence[int], key: MessageKey, tokens: Sequence[int],
             reasoning: str = "") -> None:
         item = (_digest(before), key)
-        self._items[item] = Sampled(tuple(tokens), reasoning)
+        self._items[item] = Sampled(array("q", tokens), reasoning)
         self._items.move_to_end(item)
         if len(self._items) > self.size:
             self._items.popitem(last=False)
@@ -71,7 +71,7 @@ class SampledTurns:
         found = self._items.get((_digest(before), key))
         if found is None or (reasoning is not None and reasoning != found.reasoning):
             return None
-        return list(found.tokens)
+        return found.tokens.tolist()
 
 
 def splices(renderer: Any) -> bool:

@@ -147,8 +147,20 @@ def content_prefix(renderer: Any) -> str:
     try:
         rendered = renderer.render_message({"role": "assistant", "content": marker},
                                            RenderContext(idx=1, is_last=True))
-        tokens = [t for chunk in rendered.output for t in getattr(chunk, "tokens", [])]
-        text = renderer.tokenizer.decode(tokens)
+        if rendered.header is None:
+            # A renderer that renders whole turns (a folder's chat template): the text
+            # between the generation prompt and the reply, so the header is not repeated.
+            question = [{"role": "user", "content": "hi"}]
+            decode = renderer.tokenizer.decode
+            prompt = decode(renderer.build_generation_prompt(question).to_ints())
+            whole = decode(renderer.build_supervised_example(
+                [*question, {"role": "assistant", "content": marker}])[0].to_ints())
+            if not whole.startswith(prompt):
+                return ""
+            text = whole[len(prompt):]
+        else:
+            tokens = [t for chunk in rendered.output for t in getattr(chunk, "tokens", [])]
+            text = renderer.tokenizer.decode(tokens)
     except Exception:
         return ""
     return text.split(marker, 1)[0] if marker in text else ""
