@@ -178,6 +178,11 @@ class RunConfig:
         low=0, high=64, live=True)
     rollout_workers: int = setting(4, "groups sampled concurrently", "pipeline",
                                    low=1, high=256, live=True)
+    sample_coalesce_ms: float = setting(
+        5.0, "milliseconds the policy server waits for a group's equal requests (same "
+        "prompt, sampling settings and policy) to send them as one sampling call; a lone "
+        "request waits this long at most; 0 = every request on its own", "pipeline",
+        low=0, high=1000)
     checkpoint_every: int = setting(
         10, "full checkpoint (with optimizer state) every N steps; 0 = off", low=0)
     eval_every: int = setting(

@@ -175,7 +175,8 @@ class Run:
         self.server = server.PolicyServer(self.rollouts.policy_for_server(self.policy),
                                           model_name=self.task.name,
                                           defaults=self.sampling_defaults,
-                                          context_length=context_length)
+                                          context_length=context_length,
+                                          coalesce_window=self.config.sample_coalesce_ms / 1000)
         await self.server.start()
         await self._warm_up_server()
 
