@@ -17,7 +17,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -128,7 +128,9 @@ def create_app(policy: PolicySource, *, model_name: str, token: str,
     app.add_middleware(BearerAuth, token=token, refusal=lambda: openai_error(
         401, "missing or wrong bearer token", kind="authentication_error",
         code="invalid_api_key"))
-    handler = ChatHandler(coalescer or policy, model_name=model_name, defaults=defaults,
+    # The coalescer reads renderer and version through (read-only properties).
+    source = cast(PolicySource, coalescer) if coalescer is not None else policy
+    handler = ChatHandler(source, model_name=model_name, defaults=defaults,
                           max_tokens_limit=max_tokens_limit, context_length=context_length)
 
     @app.exception_handler(StarletteHTTPException)
