@@ -1,0 +1,246 @@
+"""The Tinker path at service speed: sample requests per group, completions/s against a plain
+SDK loop, and clock cycles per training step against the naive loop.
+
+    python bench/bench_tinker_speed.py [--only requests|throughput|cycles ...]
+
+requests: `tinker-tui run example --backend tinker --no-ui` (a child process) against the
+service double (tests/tinker_double, served from this process), groups of 16, with the
+policy server's coalescing on (the default) and off (`--sample-coalesce-ms 0`): the double's
+own record counts the `asample` requests, the run store the groups.
+
+throughput: completions/s at group 32 through the policy server (32 concurrent openai
+requests, n=1 each, the way a task's rollouts ask; the real `BackendSession` on the SDK) and
+through a plain SDK loop that asks `sample(num_samples=32)` itself, in one run against one
+double (served by a process of its own, so neither side shares its CPU with the other's
+service), the same number of groups in flight on each side.
+
+cycles: the double in clock-cycle mode (`--clock-cycle`, 1 s): training steps through the
+engine's trainer (`BackendSession`: next step submitted before the last one's tail is
+awaited) and through the naive sequential loop (await forward_backward, then optim_step,
+then the sampler save); cycles per step at steady state, from the double's cycle record.
+
+Timings are wall-clock on a shared machine: read them with the load printed beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from tinker_double import TinkerDouble  # noqa: E402
+
+MODEL = "tinker-tui/tiny-chat"
+
+
+def load() -> str:
+    return "load " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def child_env(extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **extra)
+    env.pop("HF_HUB_OFFLINE", None)
+    return env
+
+
+# ---------------------------------------------------------------------- requests per group
+def requests_per_group(coalesce_ms: float, steps: int) -> tuple[float, int, int]:
+    """(asample requests per group, requests, groups) of one run of the example."""
+    with tempfile.TemporaryDirectory() as tmp, TinkerDouble(Path(tmp) / "ckpt") as double:
+        db = Path(tmp) / "run.db"
+        command = [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--backend",
+                   "tinker", "--no-ui", "--db", str(db), "--base-model", MODEL,
+                   "--warmup-steps", "0", "--eval-every", "0", "--steps", str(steps),
+                   "--group-size", "16", "--groups-per-step", "2", "--rollout-workers", "4",
+                   "--sample-coalesce-ms", f"{coalesce_ms:g}"]
+        done = subprocess.run(command, env=child_env(double.env()), cwd=ROOT,
+                              capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            raise SystemExit(f"the run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        requests = sum(1 for _, path, _ in double.service.calls if path == "asample")
+        with sqlite3.connect(db) as conn:
+            groups = conn.execute("select count(*) from sampled_groups").fetchone()[0]
+            groups += conn.execute("select count(*) from discarded_groups "
+                                   "where reason = 'error'").fetchone()[0]
+        requests -= 1  # the server's warm-up request ("ready?") before the pipeline starts
+        return requests / max(groups, 1), requests, groups
+
+
+def bench_requests(steps: int) -> None:
+    print(f"\n== sample requests per group of 16 ({steps} steps, 2 groups a step) ==")
+    for ms in (5.0, 0.0):
+        before = load()
+        per_group, requests, groups = requests_per_group(ms, steps)
+        label = f"coalescing {ms:g} ms" if ms else "coalescing off"
+        print(f"{label:>20}: {per_group:5.2f} requests/group ({requests} asample for "
+              f"{groups} groups)  [{before} -> {load()}]")
+
+
+# ---------------------------------------------------------------------- throughput
+MESSAGES = [{"role": "user", "content": "Answer with one word: yes, no or maybe. Is the sky blue?"}]
+
+
+class DoubleProcess:
+    """`python -m tinker_double` in a child process, with the given extra flags."""
+
+    def __init__(self, *flags: str) -> None:
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.tmp = tempfile.TemporaryDirectory()
+        env = child_env({"PYTHONPATH": f"{ROOT / 'tests'}{os.pathsep}{ROOT}"})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tinker_double", "--port", str(self.port),
+             "--checkpoint-dir", self.tmp.name, *flags],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if "serving on" not in line:
+            raise SystemExit(f"the double did not start: {line}{self.proc.stdout.read()}")
+        self.base_url = f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        from tinker_double import API_KEY
+
+        return {"TINKER_BASE_URL": self.base_url, "TINKER_API_KEY": API_KEY}
+
+    def record(self) -> dict[str, Any]:
+        import urllib.request
+
+        with urllib.request.urlopen(f"{self.base_url}/_double/record") as answer:
+            return dict(json.loads(answer.read()))
+
+    def set_faults(self, faults: dict[str, Any]) -> None:
+        import urllib.request
+
+        request = urllib.request.Request(f"{self.base_url}/_double/faults", method="POST",
+                                         data=json.dumps(faults).encode())
+        with urllib.request.urlopen(request) as answer:
+            answer.read()
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.tmp.cleanup()
+
+
+async def _for_seconds(seconds: float, in_flight: int, one_group: Any) -> float:
+    """Groups of completions, `in_flight` at a time, for `seconds`: completions/s."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    counts = [0] * in_flight
+
+    async def lane(i: int) -> None:
+        while loop.time() < end:
+            counts[i] += await one_group()
+
+    started = loop.time()
+    await asyncio.gather(*(lane(i) for i in range(in_flight)))
+    return sum(counts) / (loop.time() - started)
+
+
+async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: int,
+                      rounds: int, latencies: list[float],
+                      set_faults: Any) -> None:
+    import tinker
+
+    from tinker_tui.engine.backend_session import BackendSession
+    from tinker_tui.engine.sampling_defaults import SamplingDefaults
+    from tinker_tui.engine.server import PolicyServer
+
+    service = tinker.ServiceClient()
+    policy = BackendSession(service, base_model=MODEL, sampler_checkpoint_every=0)
+    await policy.start()
+    server = PolicyServer(policy, model_name="policy", coalesce_window=0.005,
+                          defaults=SamplingDefaults(max_tokens=max_tokens))
+    await server.start()
+    client = server.client()
+    prompt = policy.renderer.build_generation_prompt(MESSAGES)
+    stop = policy.renderer.get_stop_sequences()
+    params = tinker.SamplingParams(max_tokens=max_tokens, temperature=1.0, stop=stop)
+    sampler = policy.sampling_client  # the plain loop asks the same sampler itself
+
+    async def plain_group() -> int:
+        response = await sampler.sample(prompt=prompt, num_samples=group,
+                                        sampling_params=params)
+        return len(response.sequences)
+
+    async def server_group() -> int:
+        done = await asyncio.gather(*(client.chat.completions.create(
+            model="policy", messages=MESSAGES, max_tokens=max_tokens) for _ in range(group)))
+        return sum(len(c.choices) for c in done)
+
+    async def server_n_group() -> int:
+        done = await client.chat.completions.create(model="policy", messages=MESSAGES,
+                                                    max_tokens=max_tokens, n=group)
+        return len(done.choices)
+
+    await plain_group()
+    await server_group()  # warm every path
+    for latency in latencies:
+        set_faults({"delay": {"asample": latency}} if latency else {})
+        for r in range(rounds):
+            before = load()
+            plain = await _for_seconds(seconds, in_flight, plain_group)
+            calls = server.coalescer.stats.calls
+            requests = server.coalescer.stats.requests
+            ours = await _for_seconds(seconds, in_flight, server_group)
+            calls = server.coalescer.stats.calls - calls
+            requests = server.coalescer.stats.requests - requests
+            ours_n = await _for_seconds(seconds, in_flight, server_n_group)
+            print(f"asample round trip +{latency * 1000:.0f} ms, round {r + 1}: plain SDK "
+                  f"n={group}: {plain:7.1f}/s | policy server, {group} requests n=1: "
+                  f"{ours:7.1f}/s = {ours / plain:.2f}x ({requests / max(calls, 1):.1f} "
+                  f"requests per sampling call) | policy server, 1 request n={group}: "
+                  f"{ours_n:7.1f}/s = {ours_n / plain:.2f}x  [{before} -> {load()}]")
+    set_faults({})
+    await server.stop()
+    await policy.close("success")
+
+
+def bench_throughput(seconds: float, rounds: int, latencies: list[float]) -> None:
+    group, in_flight, max_tokens = 32, 4, 16
+    print(f"\n== completions/s at group {group} ({in_flight} groups in flight, max_tokens "
+          f"{max_tokens}, {seconds:g} s a side) ==")
+    double = DoubleProcess()
+    try:
+        os.environ.update(double.env())
+        asyncio.run(_throughput(seconds, group, in_flight, max_tokens, rounds, latencies,
+                                double.set_faults))
+    finally:
+        double.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", action="append", choices=["requests", "throughput", "cycles"])
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--latency-ms", default="0,250",
+                        help="round trips added to each asample request, comma-separated")
+    args = parser.parse_args()
+    only = set(args.only or ["requests", "throughput", "cycles"])
+    print(f"cores {os.cpu_count()}, {load()}")
+    if "requests" in only:
+        bench_requests(args.steps)
+    if "throughput" in only:
+        bench_throughput(args.seconds, args.rounds,
+                         [float(x) / 1000 for x in args.latency_ms.split(",")])
+
+
+if __name__ == "__main__":
+    main()
