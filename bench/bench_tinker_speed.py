@@ -224,19 +224,109 @@ def bench_throughput(seconds: float, rounds: int, latencies: list[float]) -> Non
         double.close()
 
 
+# ---------------------------------------------------------------------- clock cycles
+def _steady_cycles(fb_cycles: list[int], skip: int) -> float:
+    """Cycles per step from the cycle numbers of each step's forward_backward, the first
+    `skip` steps left out (start-up)."""
+    tail = fb_cycles[skip:]
+    return (tail[-1] - tail[0]) / max(len(tail) - 1, 1)
+
+
+def _sdk_loop(steps: int, naive: bool) -> list[int]:
+    """naive: fb, optim_step, then the sampler snapshot, each awaited before the next is
+    sent. Else the trainer before coalesced steps: fb and optim_step submitted together and
+    awaited, then the snapshot and the named sampler save."""
+    import tinker
+    from tinker_cookbook.renderers import get_renderer
+
+    service = tinker.ServiceClient()
+    training = service.create_lora_training_client(base_model=MODEL, rank=8).result()
+    renderer = get_renderer("role_colon", training.get_tokenizer())
+    model_input, weights = renderer.build_supervised_example(
+        [{"role": "user", "content": "Is the sky blue?"},
+         {"role": "assistant", "content": "maybe"}])
+    tokens = model_input.to_ints()
+    datum = tinker.Datum(model_input=tinker.ModelInput.from_ints(tokens[:-1]),
+                         loss_fn_inputs={"target_tokens": tokens[1:],
+                                         "weights": [float(w) for w in weights.tolist()[1:]]})
+    adam = tinker.AdamParams(learning_rate=1e-4)
+    for step in range(steps):
+        if naive:
+            training.forward_backward([datum] * 8, "cross_entropy").result()
+            training.optim_step(adam).result()
+            training.save_weights_and_get_sampling_client().result()
+        else:
+            fb = training.forward_backward([datum] * 8, "cross_entropy")
+            optim = training.optim_step(adam)
+            fb.result(), optim.result()
+            snapshot = training.save_weights_and_get_sampling_client()
+            saved = training.save_weights_for_sampler(f"s{step}")
+            snapshot.result(), saved.result()
+    service.close("success", None) if hasattr(service, "close") else None
+    return [training.model_id]  # type: ignore[list-item]
+
+
+def _fb_cycles(record: dict[str, Any], model_id: str) -> list[int]:
+    return [n for n, model, kind in record["cycles"]
+            if model == model_id and kind == "forward_backward"]
+
+
+def bench_cycles(cycle: float, steps: int) -> None:
+    print(f"\n== clock cycles per training step (the double's --clock-cycle {cycle:g}, "
+          f"{steps} steps; start-up steps left out) ==")
+    double = DoubleProcess("--clock-cycle", f"{cycle:g}")
+    try:
+        before = load()
+        with tempfile.TemporaryDirectory() as tmp:
+            command = [sys.executable, "-m", "tinker_tui.app.cli", "run", "example",
+                       "--backend", "tinker", "--no-ui", "--db", str(Path(tmp) / "run.db"),
+                       "--base-model", MODEL, "--warmup-steps", "0", "--eval-every", "0",
+                       "--steps", str(steps), "--checkpoint-every", "0",
+                       "--group-size", "8", "--groups-per-step", "2"]
+            done = subprocess.run(command, env=child_env(double.env()), cwd=ROOT,
+                                  capture_output=True, text=True, timeout=900)
+            if done.returncode != 0:
+                raise SystemExit(f"the run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        record = double.record()
+        models = {model for _, model, kind in record["cycles"] if kind == "forward_backward"}
+        (model,) = models
+        engine = _fb_cycles(record, model)
+        print(f"  engine (tinker-tui run example): {_steady_cycles(engine, 2):.2f} cycles/step "
+              f"({len(engine)} steps, forward_backward in cycles {engine[:3]}...{engine[-3:]})"
+              f"  [{before} -> {load()}]")
+        os.environ.update(double.env())
+        for naive, label in ((True, "naive loop (await fb, then optim_step, then the sampler "
+                                    "snapshot)"),
+                             (False, "fb + optim together, then publish (the trainer before)")):
+            before = load()
+            (model,) = _sdk_loop(max(4, steps // 2), naive)
+            cycles = _fb_cycles(double.record(), str(model))
+            print(f"  {label}: {_steady_cycles(cycles, 1):.2f} cycles/step ({len(cycles)} "
+                  f"steps)  [{before} -> {load()}]")
+    finally:
+        double.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", action="append", choices=["requests", "throughput", "cycles"])
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--clock-cycle", type=float, default=1.0)
+    parser.add_argument("--cycle-steps", type=int, default=12)
     parser.add_argument("--latency-ms", default="0,250",
                         help="round trips added to each asample request, comma-separated")
     args = parser.parse_args()
     only = set(args.only or ["requests", "throughput", "cycles"])
+    import logging
+
+    logging.getLogger("tinker").setLevel(logging.WARNING)  # its try_again retries
     print(f"cores {os.cpu_count()}, {load()}")
     if "requests" in only:
         bench_requests(args.steps)
+    if "cycles" in only:
+        bench_cycles(args.clock_cycle, args.cycle_steps)
     if "throughput" in only:
         bench_throughput(args.seconds, args.rounds,
                          [float(x) / 1000 for x in args.latency_ms.split(",")])

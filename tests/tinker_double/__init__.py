@@ -32,8 +32,9 @@ class TinkerDouble:
     """The double served by uvicorn on a thread (its own event loop)."""
 
     def __init__(self, checkpoint_dir: Path, *, faults: Faults | None = None,
-                 api_key: str = API_KEY, hold: float = 1.0, port: int = 0) -> None:
-        self.service = DoubleService(Path(checkpoint_dir), faults)
+                 api_key: str = API_KEY, hold: float = 1.0, port: int = 0,
+                 clock_cycle: float = 0.0) -> None:
+        self.service = DoubleService(Path(checkpoint_dir), faults, clock_cycle=clock_cycle)
         self.api_key = api_key
         self.hold = hold
         self._port = port

@@ -22,9 +22,16 @@ def main() -> None:
                         help="where checkpoints go (default: a new temporary folder)")
     parser.add_argument("--hold", type=float, default=1.0,
                         help="seconds retrieve_future holds a poll before answering try_again")
+    parser.add_argument("--clock-cycle", type=float, default=0.0, metavar="SECONDS",
+                        help="run training calls (forward_backward, optim_step, saves) in "
+                             "lock-step clock cycles of this length, as Tinker's workers do: "
+                             "a request submitted before a cycle starts runs in it, one that "
+                             "misses it waits for the next; sampling answers at once (0: no "
+                             "cycles)")
     args = parser.parse_args()
     folder = args.checkpoint_dir or Path(tempfile.mkdtemp(prefix="tinker-double-"))
-    double = TinkerDouble(folder, port=args.port, hold=args.hold).start()
+    double = TinkerDouble(folder, port=args.port, hold=args.hold,
+                          clock_cycle=args.clock_cycle).start()
     print(f"serving on {double.base_url} (TINKER_API_KEY={API_KEY}), checkpoints in {folder}",
           flush=True)
     try:

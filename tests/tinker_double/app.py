@@ -236,6 +236,7 @@ def create_app(service: DoubleService, *, api_key: str, hold: float = 1.0) -> Fa
     async def record() -> Any:
         return _json({
             "calls": service.calls, "deleted": service.deleted,
+            "clock_cycle": service.clock.period, "cycles": service.clock.cycles,
             "sessions": {s.session_id: {"heartbeats": s.heartbeats, "finished": s.finished}
                          for s in service.sessions.values()},
             "time": time.time()})

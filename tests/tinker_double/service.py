@@ -63,25 +63,71 @@ def _chain(source: Any, convert: Callable[[Any], Any]) -> Future:
     return outer
 
 
+def _begin(begin: Callable[[], Future], target: Future) -> None:
+    try:
+        _pipe(begin(), target)
+    except Exception as exc:  # refused at once (bad arguments)
+        target.set_exception(exc)
+
+
+class CycleClock:
+    """Tinker's lock-step clock cycles for training calls ("Under the Hood"): a clock ticks
+    every `period` seconds; the requests submitted since the last tick start at the next
+    one, in order, so one that misses a cycle waits for the next. `period` 0: no clock,
+    every request starts as soon as it is in order.
+
+    Ticks are scheduled on the double's loop only while work waits (no idle ticking);
+    `cycles` records (cycle number, model id, request kind) of every request a tick started,
+    where cycle n is the tick at `epoch + n * period`."""
+
+    def __init__(self, period: float = 0.0) -> None:
+        self.period = period
+        self.epoch = time.monotonic()
+        self.cycles: list[tuple[int, str, str]] = []
+        self._due: list[tuple[str, str, Callable[[], Future], Future]] = []
+        self._tick: asyncio.TimerHandle | None = None
+
+    def start(self, model_id: str, kind: str, begin: Callable[[], Future],
+              target: Future) -> None:
+        if self.period <= 0:
+            _begin(begin, target)
+            return
+        self._due.append((model_id, kind, begin, target))
+        if self._tick is None:
+            loop = asyncio.get_running_loop()
+            now = time.monotonic()
+            number = int((now - self.epoch) // self.period) + 1
+            at = loop.time() + (self.epoch + number * self.period - now)
+            self._tick = loop.call_at(at, self._run, number)
+
+    def _run(self, number: int) -> None:
+        self._tick = None
+        due, self._due = self._due, []
+        for model_id, kind, begin, target in due:
+            self.cycles.append((number, model_id, kind))
+            _begin(begin, target)
+
+
 class Sequencer:
-    """Starts a model's requests in `seq_id` order, whatever order they arrive in."""
+    """Starts a model's requests in `seq_id` order, whatever order they arrive in (at the
+    clock's next cycle, when the double models them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_id: str = "", clock: CycleClock | None = None) -> None:
         self.next = 1
-        self._waiting: dict[int, tuple[Callable[[], Future], Future]] = {}
+        self.model_id = model_id
+        self.clock = clock or CycleClock()
+        self._waiting: dict[int, tuple[str, Callable[[], Future], Future]] = {}
 
-    def submit(self, seq_id: int | None, start: Callable[[], Future]) -> Future:
+    def submit(self, seq_id: int | None, start: Callable[[], Future],
+               kind: str = "") -> Future:
         outer: Future = Future()
         if seq_id is None or seq_id < self.next:
             raise ServiceError(400, f"seq_id {seq_id} is not after {self.next - 1}")
-        self._waiting[seq_id] = (start, outer)
+        self._waiting[seq_id] = (kind, start, outer)
         while self.next in self._waiting:
-            begin, target = self._waiting.pop(self.next)
+            what, begin, target = self._waiting.pop(self.next)
             self.next += 1
-            try:
-                _pipe(begin(), target)
-            except Exception as exc:  # refused at once (bad arguments)
-                target.set_exception(exc)
+            self.clock.start(self.model_id, what, begin, target)
         return outer
 
 
@@ -100,6 +146,9 @@ class Model:
     session_id: str
     client: Any  # LocalTrainingClient
     sequencer: Sequencer = field(default_factory=Sequencer)
+
+    def __post_init__(self) -> None:
+        self.sequencer.model_id = self.model_id
 
 
 @dataclass
@@ -127,7 +176,10 @@ class CheckpointEntry:
 
 
 class DoubleService:
-    def __init__(self, checkpoint_dir: Path, faults: Faults | None = None) -> None:
+    def __init__(self, checkpoint_dir: Path, faults: Faults | None = None, *,
+                 clock_cycle: float = 0.0) -> None:
+        #: Training calls run in lock-step clock cycles of this many seconds (0: at once).
+        self.clock = CycleClock(clock_cycle)
         self.local = LocalServiceClient(checkpoint_dir=checkpoint_dir)
         self.checkpoint_dir = Path(checkpoint_dir)
         self.faults = faults or Faults()
@@ -189,7 +241,8 @@ class DoubleService:
 
     def _register(self, session_id: str, model_id: str) -> Callable[[Any], Any]:
         def register(client: Any) -> Any:
-            self.models[model_id] = Model(model_id, session_id, client)
+            self.models[model_id] = Model(model_id, session_id, client,
+                                          Sequencer(model_id, self.clock))
             return client
         return register
 
@@ -233,7 +286,8 @@ class DoubleService:
                 else model.client.load_state)
         future = model.sequencer.submit(request.seq_id, lambda: _chain(
             load(local_path), lambda _: types.LoadWeightsResponse(path=request.path,
-                                                                 model_id=model.model_id)))
+                                                                 model_id=model.model_id)),
+            "load_weights")
         return self._future("load_weights", future, model_id=model.model_id)
 
     def forward_backward(self, request: types.ForwardBackwardRequest,
@@ -242,14 +296,15 @@ class DoubleService:
         fb = request.forward_backward_input
         call = model.client.forward if forward_only else model.client.forward_backward
         future = model.sequencer.submit(request.seq_id, lambda: call(
-            fb.data, fb.loss_fn, fb.loss_fn_config))
+            fb.data, fb.loss_fn, fb.loss_fn_config),
+            "forward" if forward_only else "forward_backward")
         return self._future("forward" if forward_only else "forward_backward", future,
                             model_id=model.model_id)
 
     def optim_step(self, request: types.OptimStepRequest) -> dict[str, Any]:
         model = self.model(request.model_id)
         future = model.sequencer.submit(
-            request.seq_id, lambda: model.client.optim_step(request.optim_params))
+            request.seq_id, lambda: model.client.optim_step(request.optim_params), "optim_step")
         return self._future("optim_step", future, model_id=model.model_id)
 
     # ------------------------------------------------------------------ checkpoints
@@ -272,7 +327,7 @@ class DoubleService:
             model.client.save_state(name, overwrite=request.overwrite,
                                     user_metadata=request.user_metadata),
             lambda saved: types.SaveWeightsResponse(
-                path=self._record_checkpoint(model, saved.path))))
+                path=self._record_checkpoint(model, saved.path))), "save_weights")
         return self._future("save_weights", future, model_id=model.model_id)
 
     def save_weights_for_sampler(self,
@@ -283,12 +338,14 @@ class DoubleService:
             future = model.sequencer.submit(request.seq_id, lambda: _chain(
                 model.client.save_weights_for_sampler(name, user_metadata=request.user_metadata),
                 lambda saved: types.SaveWeightsForSamplerResponseInternal(
-                    path=self._record_checkpoint(model, saved.path))))
+                    path=self._record_checkpoint(model, saved.path))),
+                "save_weights_for_sampler")
         else:  # an ephemeral snapshot with its own sampling session
             sampler_id = f"{model.session_id}:sample:{request.sampling_session_seq_id}"
             base_model = model.client.get_info().model_data.model_name
             snapshot = model.sequencer.submit(
-                request.seq_id, model.client.save_weights_and_get_sampling_client)
+                request.seq_id, model.client.save_weights_and_get_sampling_client,
+                "sampler_snapshot")
             self.samplers[sampler_id] = Sampler(sampler_id, base_model, None, snapshot)
             future = _chain(snapshot, lambda _: types.SaveWeightsForSamplerResponseInternal(
                 sampling_session_id=sampler_id))

@@ -34,6 +34,8 @@ PUBLISH_WEIGHTS_TIME = "time/publish_weights"
 
 ROLLOUTS_PER_S = "throughput/rollouts_per_s"
 LEARNING_RATE = "optim/lr"
+#: The gradient's global norm before clipping, where the backend's optim_step reports it.
+GRAD_NORM = "optim/grad_norm"
 
 # The training call.
 TRAIN_LOSS_SUM = "train/loss_sum"
