@@ -47,6 +47,7 @@ from tinker_tui.engine.backend import (
     service_address,
 )
 from tinker_tui.engine.blocking import on_daemon_thread, sdk_call
+from tinker_tui.engine.cost import TokenUsage
 from tinker_tui.engine.errors import DiskFull, TinkerTuiError
 from tinker_tui.engine.retry import RetryPolicy, Wait, WaitContext, call_with_retry
 from tinker_tui.engine.sdk_watch import Notice, SdkWatch
@@ -243,6 +244,8 @@ class BackendSession:
             unreachable=((lambda: (watch.unreachable_for(), watch.unreachable_cause()))
                          if watch else (lambda: (0.0, ""))))
         self._shown: dict[tuple[str, ...], float] = {}  # throttles the SDK's notices
+        #: Tokens the backend processed so far (engine.cost), as the service bills them.
+        self.usage = TokenUsage()
         #: The last publish whose named sampler save is not awaited yet.
         self._pending_save: _Publish | None = None
 
@@ -528,6 +531,9 @@ class BackendSession:
             response = await self._call("sample", lambda _: client.sample(
                 prompt=prompt, num_samples=num_samples, sampling_params=sampling_params,
                 **extra))
+        self.usage.add_sample(prompt.length, num_samples,
+                              int(getattr(response, "prompt_cache_hit_tokens", 0) or 0),
+                              sum(len(s.tokens) for s in response.sequences))
         return response, version
 
     def can_constrain(self) -> bool:
@@ -579,6 +585,7 @@ class BackendSession:
             last_n = len(full) - (first + 1)  # from the first sampled target to the end
             scored = await self._call("KL reference logprobs", lambda _: reference.compute_logprobs(
                 tinker.ModelInput.from_ints(full), prompt_logprobs_last_n=last_n))
+            self.usage.add_prefill(len(full))
             # scored[i + 1] is log p_base(full[i + 1] | full[:i + 1]), i.e. of target i
             return [0.0 if v is None else float(v) for v in list(scored)[1:]]
 
@@ -614,12 +621,13 @@ class BackendSession:
         fb_future = training.forward_backward(datums, loss_fn, config)
         optim_future = training.optim_step(self._adam(learning_rate))
         publish = self._submit_publish(self.version + 1)
+        num_tokens = sum(d.model_input.length for d in datums)
+        self.usage.add_trained(num_tokens)
         fb = await self._call("forward_backward", lambda _: fb_future, retry=False)
         fb_done = time.perf_counter()
         optim = await self._call("optim_step", lambda _: optim_future, retry=False)
         optim_done = time.perf_counter()
         await self._finish_publish(publish)
-        num_tokens = sum(d.model_input.length for d in datums)
         metrics = {keys.TRAIN_LOSS_SUM: float(fb.metrics.get("loss:sum", 0.0)),
                    keys.FORWARD_BACKWARD_TIME: fb_done - started,
                    keys.OPTIM_STEP_TIME: optim_done - fb_done,
@@ -660,6 +668,7 @@ class BackendSession:
         training = self.training_client
         fb_future = training.forward_backward(list(datums), "cross_entropy")
         optim_future = training.optim_step(self._adam(learning_rate))
+        self.usage.add_trained(sum(d.model_input.length for d in datums))
         fb = await self._call("forward_backward", lambda _: fb_future, retry=False)
         await self._call("optim_step", lambda _: optim_future, retry=False)
         return float(fb.metrics.get("loss:sum", 0.0))
