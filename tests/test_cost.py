@@ -128,3 +128,50 @@ def test_a_run_on_the_local_backend_stops_at_its_budget_naming_it(tmp_path):
     assert rows[-1][keys.COST_USD_TOTAL] <= budget
     assert rows[-1][keys.COST_USD_TOTAL] == pytest.approx(
         sum(r[keys.COST_USD_STEP] for r in rows))
+
+
+# ---------------------------------------------------------------------- reconciliation
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    full = dict(os.environ, **env)
+    full.pop("HF_HUB_OFFLINE", None)
+    return subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", *args],
+                          capture_output=True, text=True, env=full, timeout=600, cwd=ROOT)
+
+
+def test_cost_reconciles_a_tinker_run_with_the_services_billing(tmp_path):
+    """Through the double: the run's tokens beside Tinker's billing usage for its session;
+    a key without billing access and data that lags are said as such."""
+    from tinker_double import Burst, Faults, TinkerDouble
+
+    db = str(tmp_path / "runs.db")
+    with TinkerDouble(tmp_path / "ckpt") as double:
+        env = double.env()
+        ran = _cli(env, "run", "example", "--backend", "tinker", "--no-ui", "--db", db,
+                   "--base-model", "tinker-tui/tiny-chat", "--warmup-steps", "0",
+                   "--eval-every", "0", "--steps", "2", "--group-size", "4",
+                   "--groups-per-step", "2", "--price-train-per-mtok", "3",
+                   "--price-sample-per-mtok", "2", "--price-prefill-per-mtok", "1")
+        assert ran.returncode == 0, ran.stderr[-2000:]
+        (session,) = double.service.sessions
+        done = _cli(env, "cost", "--db", db)
+        assert done.returncode == 0, done.stderr[-2000:]
+        out = done.stdout
+        assert "Tinker billed" in out and session in out
+        trained = next(line for line in out.splitlines() if line.strip().startswith("trained"))
+        ours, theirs, diff = trained.split()[-3:]
+        assert ours == theirs and int(ours.replace(",", "")) > 0 and diff == "+0", out
+        for label in ("sampled", "prefill (cached)"):
+            line = next(x for x in out.splitlines() if x.strip().startswith(label))
+            # the service also bills what came after the last step (the server's warm-up
+            # request, rollouts in flight at the end): never less than counted
+            assert int(line.split()[-1].replace(",", "").replace("+", "")) >= 0, out
+
+        double.faults = Faults(billing_lag=3600.0)
+        late = _cli(env, "cost", "--db", db)
+        assert late.returncode == 0 and "lags real time by hours" in late.stdout, late.stdout
+
+        double.faults = Faults(fail={"billing": Burst(403)})
+        refused = _cli(env, "cost", "--db", db)
+        assert refused.returncode == 1
+        assert "no billing access" in refused.stdout and "Traceback" not in refused.stderr
+        assert "trained" in refused.stdout  # the run's own count is shown anyway

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +167,23 @@ class PendingFuture:
     created: float
 
 
+#: The double's own rate card, USD per million tokens (what `estimated_cost_usd` uses).
+RATES = {"training": 3.0, "sampling_prefill": 1.0, "sampling_prefill_cached": 0.1,
+         "sampling_sample": 2.0}
+
+
+@dataclass
+class UsageRecord:
+    """Billable usage as the service meters it: one request's tokens of one kind."""
+
+    time: float
+    session_id: str
+    base_model: str
+    kind: str        # training, sampling_prefill, sampling_sample
+    tokens: int
+    cached: bool = False
+
+
 @dataclass
 class CheckpointEntry:
     path: str        # tinker://<model id>/<kind>/<name>, as the SDK sees it
@@ -192,6 +209,8 @@ class DoubleService:
         self.calls: list[tuple[str, str, int]] = []
         #: Checkpoints deleted through `DELETE training_runs/.../checkpoints/...`.
         self.deleted: list[str] = []
+        #: Billable usage, as `billing/usage/events` reports it (hourly buckets).
+        self.usage: list[UsageRecord] = []
         self._ids = itertools.count(1)
 
     # ------------------------------------------------------------------ sessions
@@ -295,6 +314,9 @@ class DoubleService:
         model = self.model(request.model_id)
         fb = request.forward_backward_input
         call = model.client.forward if forward_only else model.client.forward_backward
+        self.usage.append(UsageRecord(time.time(), model.session_id,
+                                      model.client.get_info().model_data.model_name,
+                                      "training", sum(d.model_input.length for d in fb.data)))
         future = model.sequencer.submit(request.seq_id, lambda: call(
             fb.data, fb.loss_fn, fb.loss_fn_config),
             "forward" if forward_only else "forward_backward")
@@ -404,7 +426,7 @@ class DoubleService:
     async def asample(self, request: types.SampleRequest) -> dict[str, Any]:
         if request.sampling_session_id is None:
             raise ServiceError(400, "asample needs a sampling_session_id")
-        _, client = await self.sampler(request.sampling_session_id)
+        sampler, client = await self.sampler(request.sampling_session_id)
         future = client.sample(
             request.prompt, request.num_samples, request.sampling_params,
             include_prompt_logprobs=bool(request.prompt_logprobs),
@@ -412,7 +434,64 @@ class DoubleService:
             topk_sample_logprobs=request.topk_sample_logprobs).future()
         ids = [f"{request.sampling_session_id}:{request.seq_id}:{i}"
                for i in range(request.num_samples)]
+        self._meter_sample(request, sampler.base_model, future)
         return self._future("sample", future, sample_sequence_ids=ids)
+
+    def _meter_sample(self, request: types.SampleRequest, base_model: str,
+                      future: Future) -> None:
+        """Bill a sampling request as the service does: its prompt's prefill once, the
+        other samples' prefill as cached, and the sampled tokens once they are known."""
+        session_id = (request.sampling_session_id or "").split(":sample:")[0]
+        length, k = request.prompt.length, request.num_samples
+        now = time.time()
+        self.usage.append(UsageRecord(now, session_id, base_model, "sampling_prefill", length))
+        if k > 1:
+            self.usage.append(UsageRecord(now, session_id, base_model, "sampling_prefill",
+                                          length * (k - 1), cached=True))
+
+        def sampled(done: Future) -> None:
+            if done.exception() is None:
+                tokens = sum(len(s.tokens) for s in done.result().sequences)
+                self.usage.append(UsageRecord(time.time(), session_id, base_model,
+                                              "sampling_sample", tokens))
+
+        future.add_done_callback(sampled)
+
+    def billing_usage(self, starting_on: datetime, ending_before: datetime
+                      ) -> types.BillingUsageResponse:
+        """Hourly buckets of the usage in [starting_on, ending_before), as far as the
+        (lagging) billing data reaches."""
+        if starting_on.minute or starting_on.second or starting_on.microsecond \
+                or ending_before.minute or ending_before.second or ending_before.microsecond:
+            raise ServiceError(400, "starting_on and ending_before must be on UTC hours")
+        if starting_on > datetime.now(UTC):
+            raise ServiceError(400, "starting_on is in the future")
+        if ending_before - starting_on > timedelta(days=14):
+            raise ServiceError(400, "the window is at most 14 days")
+        reported_until = time.time() - self.faults.billing_lag
+        buckets: dict[tuple[Any, ...], int] = {}
+        for u in self.usage:
+            at = datetime.fromtimestamp(u.time, UTC)
+            if u.time > reported_until or not starting_on <= at < ending_before:
+                continue
+            start = at.replace(minute=0, second=0, microsecond=0)
+            key = (start, u.session_id, u.base_model, u.kind, u.cached)
+            buckets[key] = buckets.get(key, 0) + u.tokens
+        data = []
+        for (start, session_id, base_model, kind, cached), tokens in sorted(
+                buckets.items(), key=lambda item: (item[0][0], -item[1])):
+            rate = RATES[kind + ("_cached" if cached else "")]
+            info: dict[str, Any] = {"type": kind, "token_count": tokens}
+            if kind == "sampling_prefill":
+                info["cached"] = cached
+            data.append(types.BillingUsageEvent.model_validate({
+                "bucket_start": start, "bucket_end": start + timedelta(hours=1),
+                "base_model": base_model, "session_id": session_id,
+                "estimated_cost_usd": rate * tokens / 1e6,
+                "effective_rate_usd_per_million_tokens": rate, "event_info": info}))
+        return types.BillingUsageResponse(
+            data=data, sessions={e.session_id: types.BillingUsageSession()
+                                 for e in data if e.session_id})
 
     def capabilities(self) -> types.GetServerCapabilitiesResponse:
         return self.local.get_server_capabilities()

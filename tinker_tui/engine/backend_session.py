@@ -244,6 +244,8 @@ class BackendSession:
             unreachable=((lambda: (watch.unreachable_for(), watch.unreachable_cause()))
                          if watch else (lambda: (0.0, ""))))
         self._shown: dict[tuple[str, ...], float] = {}  # throttles the SDK's notices
+        #: The Tinker session id (the service bills by it); "" on the local backend.
+        self.session_id = ""
         #: Tokens the backend processed so far (engine.cost), as the service bills them.
         self.usage = TokenUsage()
         #: The last publish whose named sampler save is not awaited yet.
@@ -395,6 +397,12 @@ class BackendSession:
                     service.create_training_client_from_state_with_optimizer, from_state),
                 abandon_on_stop=True)
         training = self.training_client
+        self.session_id = _sdk_session_id(service, training) if self.tinker_sdk else ""
+        if self.session_id and self.on_event is not None:
+            from tinker_tui.engine.events import BackendSessionOpened
+
+            self.on_event(BackendSessionOpened(time=self._now(), session_id=self.session_id,
+                                               base_model=self.base_model))
         load = _sdk_tokenizer if self.tinker_sdk else _own_tokenizer
         self.tokenizer = await self._call(
             "get tokenizer", lambda _: on_daemon_thread(load, training, name="get-tokenizer"),
@@ -763,6 +771,17 @@ class BackendSession:
             self.on_event(CheckpointDeleted(time=self._now(), step=record.step,
                                             kind=record.kind,
                                             name=record.name, path=record.path))
+
+
+def _sdk_session_id(service_client: Any, training_client: Any) -> str:
+    """The SDK's session id: its session holder's (no public accessor in 0.38), else the
+    prefix of the training model's id, which the SDK derives as `<session>:train:<n>`."""
+    holder = getattr(service_client, "_session_holder", None)
+    session = getattr(holder, "_session_id", None)
+    if isinstance(session, str) and session:
+        return session
+    model_id = str(getattr(training_client, "model_id", "") or "")
+    return model_id.split(":train:")[0] if ":train:" in model_id else ""
 
 
 def _own_tokenizer(training_client: Any) -> Any:
