@@ -3,6 +3,7 @@ a resume, and the budget that stops a run before the step that would pass it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -175,3 +176,58 @@ def test_cost_reconciles_a_tinker_run_with_the_services_billing(tmp_path):
         assert refused.returncode == 1
         assert "no billing access" in refused.stdout and "Traceback" not in refused.stderr
         assert "trained" in refused.stdout  # the run's own count is shown anyway
+
+
+def test_the_dashboards_cost_line():
+    from tinker_tui.app.view_maths import cost_text
+
+    assert cost_text({}, 0, 10) == ""  # a run from before tokens were counted
+    tokens = {keys.TOKENS_PREFILL_TOTAL: 20_000.0, keys.TOKENS_PREFILL_CACHED_TOTAL: 15_000.0,
+              keys.TOKENS_SAMPLED_TOTAL: 1_500.0, keys.TOKENS_TRAINED_TOTAL: 4_000.0}
+    assert cost_text(tokens, 4, 10) == \
+        "tokens 20k prefill (75% cached), 1.5k sampled, 4.0k trained"
+    line = cost_text({**tokens, keys.COST_USD_TOTAL: 0.2}, 4, 10)
+    assert line.startswith("cost $0.2000 · $0.0500/step · ~$0.5000 at step 10 · tokens 20k")
+    assert "at step" not in cost_text({**tokens, keys.COST_USD_TOTAL: 2.0}, 10, 10)
+
+
+async def test_the_dashboard_shows_the_cost_line():
+    """The throughput pane's cost line: dollars so far, per step, projected at max_steps,
+    and the tokens (hidden while the run has no token counts)."""
+    import dataclasses
+
+    os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
+    from fake_session import FakeSession, scripted_events, wait_for_charts
+    from textual.widgets import Label
+
+    from tinker_tui.app.tui import TinkerTuiApp
+    from tinker_tui.engine.events import StepTrained
+
+    def with_cost(clock):
+        events = scripted_events(clock)
+        out = []
+        for e in events:
+            if isinstance(e, StepTrained):
+                e = dataclasses.replace(e, metrics={
+                    **e.metrics, keys.TOKENS_PREFILL_TOTAL: 1000.0 * e.step,
+                    keys.TOKENS_PREFILL_CACHED_TOTAL: 900.0 * e.step,
+                    keys.TOKENS_SAMPLED_TOTAL: 100.0 * e.step,
+                    keys.TOKENS_TRAINED_TOTAL: 500.0 * e.step,
+                    keys.COST_USD_TOTAL: 0.01 * e.step})
+            out.append(e)
+        return out
+
+    for script, shown in ((with_cost, True), (None, False)):
+        session = FakeSession(script=script)
+        app = TinkerTuiApp(session, clock=session.clock, refresh_interval=0.05)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await asyncio.wait_for(session.script_done.wait(), timeout=5)
+            await wait_for_charts(pilot)
+            app.refresh_panes()
+            await pilot.pause()
+            label = app.screen.query_one("#cost", Label)
+            assert label.display == shown and (label.region.height == 1) == shown
+            if shown:
+                text = str(label.render())
+                assert text.startswith(f"cost ${0.01 * app.model.step:.4f} · $0.0100/step")
+                assert "tokens" in text
