@@ -162,3 +162,103 @@ def test_a_models_requests_run_in_seq_id_order_whatever_order_they_arrive_in():
     assert started == ["a"] and not third.done()
     sequencer.submit(2, start("b"))
     assert started == ["a", "b", "c"] and first.result() == "a" and third.result() == "c"
+
+
+# ---------------------------------------------------------------------- clock cycles
+CYCLE = 0.4
+
+
+@pytest.fixture(scope="module")
+def cycled(tmp_path_factory):
+    with TinkerDouble(tmp_path_factory.mktemp("cycled"), clock_cycle=CYCLE) as served:
+        yield served
+
+
+def _just_after_a_tick(double) -> None:
+    """Sleep until a cycle has just started, so requests sent now (a few ms apart, more on
+    a busy machine) all make the next one."""
+    import time
+
+    clock = double.service.clock
+    phase = (time.monotonic() - clock.epoch) % clock.period
+    time.sleep((clock.period - phase) + 0.01)
+
+
+def _cycles_of(double, model_id: str, since: int) -> list[tuple[int, str]]:
+    return [(n, kind) for n, model, kind in double.service.clock.cycles[since:]
+            if model == model_id]
+
+
+def test_training_calls_run_in_lock_step_cycles(cycled):
+    """Submitted together, forward_backward, optim_step and a save share one cycle; a loop
+    that awaits each in turn pays one cycle per call; sampling is not held for a cycle."""
+    from tinker_cookbook.renderers import get_renderer
+
+    service = tinker.ServiceClient(base_url=cycled.base_url, api_key=API_KEY)
+    training = service.create_lora_training_client(base_model=DEFAULT_BASE_MODEL, rank=8,
+                                                   seed=0).result()
+    model_id = training.model_id
+    renderer = get_renderer("role_colon", training.get_tokenizer())
+    data = [_supervised(renderer, "maybe")] * 2
+    adam = types.AdamParams(learning_rate=1e-3)
+
+    since = len(cycled.service.clock.cycles)
+    _just_after_a_tick(cycled)
+    fb = training.forward_backward(data, "cross_entropy")
+    step = training.optim_step(adam)
+    saved = training.save_weights_for_sampler("together")
+    fb.result(), step.result(), saved.result()
+    together = _cycles_of(cycled, model_id, since)
+    assert [k for _, k in together] == ["forward_backward", "optim_step",
+                                        "save_weights_for_sampler"]
+    assert len({n for n, _ in together}) == 1
+
+    since = len(cycled.service.clock.cycles)
+    training.forward_backward(data, "cross_entropy").result()
+    training.optim_step(adam).result()
+    sampler = training.save_weights_and_get_sampling_client().result()
+    naive = _cycles_of(cycled, model_id, since)
+    numbers = [n for n, _ in naive]
+    assert numbers == [numbers[0], numbers[0] + 1, numbers[0] + 2], naive
+    assert numbers[0] > together[0][0]
+
+    prompt = renderer.build_generation_prompt([{"role": "user", "content": "Is it?"}])
+    asked = time_now()
+    sampler.sample(prompt=prompt, num_samples=2,
+                   sampling_params=types.SamplingParams(max_tokens=2)).result()
+    assert time_now() - asked < CYCLE * 3  # not gated; the machine may be busy
+    record = cycled.service.clock.cycles
+    assert all(kind != "sample" for _, _, kind in record)
+
+
+def time_now() -> float:
+    import time
+
+    return time.monotonic()
+
+
+def test_the_trainer_pays_one_cycle_per_step(cycled, tmp_path):
+    """`BackendSession.train` submits forward_backward, optim_step and the next sampler's
+    snapshot and save together: steps whose batches are ready take one cycle each."""
+    import asyncio
+
+    from tinker_tui.engine.backend_session import BackendSession
+
+    async def steps() -> tuple[str, list[int], int]:
+        service = tinker.ServiceClient(base_url=cycled.base_url, api_key=API_KEY)
+        policy = BackendSession(service, base_model=DEFAULT_BASE_MODEL, lora_rank=8)
+        await policy.start()
+        data = [_supervised(policy.renderer, "maybe")] * 2
+        since = len(cycled.service.clock.cycles)
+        for _ in range(4):
+            await policy.train(data, loss_fn="cross_entropy", learning_rate=1e-3)
+        await policy.settle_sampler_save()
+        model_id = policy.training_client.model_id
+        fbs = [n for n, k in _cycles_of(cycled, model_id, since) if k == "forward_backward"]
+        saved = [c for c in policy.checkpoints if c.kind == "sampler"]
+        await policy.close("success")
+        return model_id, fbs, len(saved)
+
+    _, fbs, saved = asyncio.run(steps())
+    assert [b - a for a, b in zip(fbs, fbs[1:], strict=False)] == [1, 1, 1], fbs
+    assert saved == 5  # every step's sampler weights (and the start's) are recorded

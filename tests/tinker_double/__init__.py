@@ -35,8 +35,10 @@ class TinkerDouble:
 
     def __init__(self, checkpoint_dir: Path, *, faults: Faults | None = None,
                  api_key: str = API_KEY, hold: float = 1.0, port: int = 0,
-                 served_models: Mapping[str, str | Path] | None = None) -> None:
-        self.service = DoubleService(Path(checkpoint_dir), faults, served_models)
+                 served_models: Mapping[str, str | Path] | None = None,
+                 clock_cycle: float = 0.0) -> None:
+        self.service = DoubleService(Path(checkpoint_dir), faults, served_models,
+                                     clock_cycle=clock_cycle)
         self.api_key = api_key
         self.hold = hold
         self._port = port

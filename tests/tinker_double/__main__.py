@@ -27,6 +27,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="serve the hub name NAME from the local model folder FOLDER "
                              "(repeatable): get_info names FOLDER's tokenizer, samplers and "
                              "checkpoints report NAME")
+    parser.add_argument("--clock-cycle", type=float, default=0.0, metavar="SECONDS",
+                        help="run training calls (forward_backward, optim_step, saves) in "
+                             "lock-step clock cycles of this length, as Tinker's workers do: "
+                             "a request submitted before a cycle starts runs in it, one that "
+                             "misses it waits for the next; sampling answers at once (0: no "
+                             "cycles)")
     args = parser.parse_args(argv)
     served: dict[str, str] = {}
     for item in args.serve_model:
@@ -36,7 +42,8 @@ def main(argv: list[str] | None = None) -> None:
         served[name] = model_folder
     folder = args.checkpoint_dir or Path(tempfile.mkdtemp(prefix="tinker-double-"))
     try:
-        double = TinkerDouble(folder, port=args.port, hold=args.hold, served_models=served)
+        double = TinkerDouble(folder, port=args.port, hold=args.hold, served_models=served,
+                              clock_cycle=args.clock_cycle)
     except ValueError as exc:
         parser.error(str(exc))
     double.start()

@@ -239,11 +239,19 @@ def create_app(service: DoubleService, *, api_key: str, hold: float = 1.0) -> Fa
         service.delete_checkpoint(training_run_id, checkpoint_id)
         return Response(status_code=200)
 
+    # -- billing ---------------------------------------------------------------------------
+    @app.get(PREFIX + "billing/usage/events")
+    async def billing_usage(starting_on: str, ending_before: str) -> Any:
+        window = types.GetBillingUsageRequest.model_validate(
+            {"starting_on": starting_on, "ending_before": ending_before})
+        return _json(service.billing_usage(window.starting_on, window.ending_before))
+
     # -- the double's own controls ------------------------------------------------------
     @app.get("/_double/record")
     async def record() -> Any:
         return _json({
             "calls": service.calls, "deleted": service.deleted,
+            "clock_cycle": service.clock.period, "cycles": service.clock.cycles,
             "sessions": {s.session_id: {"heartbeats": s.heartbeats, "finished": s.finished}
                          for s in service.sessions.values()},
             "time": time.time()})

@@ -39,6 +39,9 @@ class Faults:
     stuck_futures: set[str] = field(default_factory=set)
     #: `get_info`'s tokenizer_id for every model, instead of the model's own.
     tokenizer_id: str | None = None
+    #: Billing usage newer than this many seconds is not reported yet (the service's
+    #: billing data lags hours).
+    billing_lag: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -51,4 +54,5 @@ class Faults:
                    fail={k: Burst(**v) for k, v in data.get("fail", {}).items()},
                    hang=set(data.get("hang", ())),
                    stuck_futures=set(data.get("stuck_futures", ())),
-                   tokenizer_id=data.get("tokenizer_id"))
+                   tokenizer_id=data.get("tokenizer_id"),
+                   billing_lag=float(data.get("billing_lag", 0.0)))

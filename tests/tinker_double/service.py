@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -70,25 +70,71 @@ def _chain(source: Any, convert: Callable[[Any], Any]) -> Future:
     return outer
 
 
+def _begin(begin: Callable[[], Future], target: Future) -> None:
+    try:
+        _pipe(begin(), target)
+    except Exception as exc:  # refused at once (bad arguments)
+        target.set_exception(exc)
+
+
+class CycleClock:
+    """Tinker's lock-step clock cycles for training calls ("Under the Hood"): a clock ticks
+    every `period` seconds; the requests submitted since the last tick start at the next
+    one, in order, so one that misses a cycle waits for the next. `period` 0: no clock,
+    every request starts as soon as it is in order.
+
+    Ticks are scheduled on the double's loop only while work waits (no idle ticking);
+    `cycles` records (cycle number, model id, request kind) of every request a tick started,
+    where cycle n is the tick at `epoch + n * period`."""
+
+    def __init__(self, period: float = 0.0) -> None:
+        self.period = period
+        self.epoch = time.monotonic()
+        self.cycles: list[tuple[int, str, str]] = []
+        self._due: list[tuple[str, str, Callable[[], Future], Future]] = []
+        self._tick: asyncio.TimerHandle | None = None
+
+    def start(self, model_id: str, kind: str, begin: Callable[[], Future],
+              target: Future) -> None:
+        if self.period <= 0:
+            _begin(begin, target)
+            return
+        self._due.append((model_id, kind, begin, target))
+        if self._tick is None:
+            loop = asyncio.get_running_loop()
+            now = time.monotonic()
+            number = int((now - self.epoch) // self.period) + 1
+            at = loop.time() + (self.epoch + number * self.period - now)
+            self._tick = loop.call_at(at, self._run, number)
+
+    def _run(self, number: int) -> None:
+        self._tick = None
+        due, self._due = self._due, []
+        for model_id, kind, begin, target in due:
+            self.cycles.append((number, model_id, kind))
+            _begin(begin, target)
+
+
 class Sequencer:
-    """Starts a model's requests in `seq_id` order, whatever order they arrive in."""
+    """Starts a model's requests in `seq_id` order, whatever order they arrive in (at the
+    clock's next cycle, when the double models them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_id: str = "", clock: CycleClock | None = None) -> None:
         self.next = 1
-        self._waiting: dict[int, tuple[Callable[[], Future], Future]] = {}
+        self.model_id = model_id
+        self.clock = clock or CycleClock()
+        self._waiting: dict[int, tuple[str, Callable[[], Future], Future]] = {}
 
-    def submit(self, seq_id: int | None, start: Callable[[], Future]) -> Future:
+    def submit(self, seq_id: int | None, start: Callable[[], Future],
+               kind: str = "") -> Future:
         outer: Future = Future()
         if seq_id is None or seq_id < self.next:
             raise ServiceError(400, f"seq_id {seq_id} is not after {self.next - 1}")
-        self._waiting[seq_id] = (start, outer)
+        self._waiting[seq_id] = (kind, start, outer)
         while self.next in self._waiting:
-            begin, target = self._waiting.pop(self.next)
+            what, begin, target = self._waiting.pop(self.next)
             self.next += 1
-            try:
-                _pipe(begin(), target)
-            except Exception as exc:  # refused at once (bad arguments)
-                target.set_exception(exc)
+            self.clock.start(self.model_id, what, begin, target)
         return outer
 
 
@@ -108,6 +154,9 @@ class Model:
     client: Any  # LocalTrainingClient
     sequencer: Sequencer = field(default_factory=Sequencer)
 
+    def __post_init__(self) -> None:
+        self.sequencer.model_id = self.model_id
+
 
 @dataclass
 class Sampler:
@@ -123,6 +172,23 @@ class PendingFuture:
     kind: str       # the request that made it: create_model, forward_backward, sample, ...
     future: Future  # of an SDK type: a pydantic model, SampleResponse, ForwardBackwardOutput
     created: float
+
+
+#: The double's own rate card, USD per million tokens (what `estimated_cost_usd` uses).
+RATES = {"training": 3.0, "sampling_prefill": 1.0, "sampling_prefill_cached": 0.1,
+         "sampling_sample": 2.0}
+
+
+@dataclass
+class UsageRecord:
+    """Billable usage as the service meters it: one request's tokens of one kind."""
+
+    time: float
+    session_id: str
+    base_model: str
+    kind: str        # training, sampling_prefill, sampling_sample
+    tokens: int
+    cached: bool = False
 
 
 @dataclass
@@ -157,8 +223,11 @@ class ServedModels:
 
 class DoubleService:
     def __init__(self, checkpoint_dir: Path, faults: Faults | None = None,
-                 served_models: Mapping[str, str | Path] | None = None) -> None:
+                 served_models: Mapping[str, str | Path] | None = None, *,
+                 clock_cycle: float = 0.0) -> None:
         self.served = ServedModels(served_models)
+        #: Training calls run in lock-step clock cycles of this many seconds (0: at once).
+        self.clock = CycleClock(clock_cycle)
         self.local = LocalServiceClient(checkpoint_dir=checkpoint_dir)
         self.checkpoint_dir = Path(checkpoint_dir)
         self.faults = faults or Faults()
@@ -171,6 +240,8 @@ class DoubleService:
         self.calls: list[tuple[str, str, int]] = []
         #: Checkpoints deleted through `DELETE training_runs/.../checkpoints/...`.
         self.deleted: list[str] = []
+        #: Billable usage, as `billing/usage/events` reports it (hourly buckets).
+        self.usage: list[UsageRecord] = []
         self._ids = itertools.count(1)
 
     # ------------------------------------------------------------------ sessions
@@ -220,7 +291,8 @@ class DoubleService:
 
     def _register(self, session_id: str, model_id: str) -> Callable[[Any], Any]:
         def register(client: Any) -> Any:
-            self.models[model_id] = Model(model_id, session_id, client)
+            self.models[model_id] = Model(model_id, session_id, client,
+                                          Sequencer(model_id, self.clock))
             return client
         return register
 
@@ -272,7 +344,8 @@ class DoubleService:
                 else model.client.load_state)
         future = model.sequencer.submit(request.seq_id, lambda: _chain(
             load(local_path), lambda _: types.LoadWeightsResponse(path=request.path,
-                                                                 model_id=model.model_id)))
+                                                                 model_id=model.model_id)),
+            "load_weights")
         return self._future("load_weights", future, model_id=model.model_id)
 
     def forward_backward(self, request: types.ForwardBackwardRequest,
@@ -280,15 +353,19 @@ class DoubleService:
         model = self.model(request.model_id)
         fb = request.forward_backward_input
         call = model.client.forward if forward_only else model.client.forward_backward
+        self.usage.append(UsageRecord(time.time(), model.session_id,
+                                      model.client.get_info().model_data.model_name,
+                                      "training", sum(d.model_input.length for d in fb.data)))
         future = model.sequencer.submit(request.seq_id, lambda: call(
-            fb.data, fb.loss_fn, fb.loss_fn_config))
+            fb.data, fb.loss_fn, fb.loss_fn_config),
+            "forward" if forward_only else "forward_backward")
         return self._future("forward" if forward_only else "forward_backward", future,
                             model_id=model.model_id)
 
     def optim_step(self, request: types.OptimStepRequest) -> dict[str, Any]:
         model = self.model(request.model_id)
         future = model.sequencer.submit(
-            request.seq_id, lambda: model.client.optim_step(request.optim_params))
+            request.seq_id, lambda: model.client.optim_step(request.optim_params), "optim_step")
         return self._future("optim_step", future, model_id=model.model_id)
 
     # ------------------------------------------------------------------ checkpoints
@@ -311,7 +388,7 @@ class DoubleService:
             model.client.save_state(name, overwrite=request.overwrite,
                                     user_metadata=request.user_metadata),
             lambda saved: types.SaveWeightsResponse(
-                path=self._record_checkpoint(model, saved.path))))
+                path=self._record_checkpoint(model, saved.path))), "save_weights")
         return self._future("save_weights", future, model_id=model.model_id)
 
     def save_weights_for_sampler(self,
@@ -322,12 +399,14 @@ class DoubleService:
             future = model.sequencer.submit(request.seq_id, lambda: _chain(
                 model.client.save_weights_for_sampler(name, user_metadata=request.user_metadata),
                 lambda saved: types.SaveWeightsForSamplerResponseInternal(
-                    path=self._record_checkpoint(model, saved.path))))
+                    path=self._record_checkpoint(model, saved.path))),
+                "save_weights_for_sampler")
         else:  # an ephemeral snapshot with its own sampling session
             sampler_id = f"{model.session_id}:sample:{request.sampling_session_seq_id}"
             base_model = self.served.hub(model.client.get_info().model_data.model_name)
             snapshot = model.sequencer.submit(
-                request.seq_id, model.client.save_weights_and_get_sampling_client)
+                request.seq_id, model.client.save_weights_and_get_sampling_client,
+                "sampler_snapshot")
             self.samplers[sampler_id] = Sampler(sampler_id, base_model, None, snapshot)
             future = _chain(snapshot, lambda _: types.SaveWeightsForSamplerResponseInternal(
                 sampling_session_id=sampler_id))
@@ -414,7 +493,7 @@ class DoubleService:
     async def asample(self, request: types.SampleRequest) -> dict[str, Any]:
         if request.sampling_session_id is None:
             raise ServiceError(400, "asample needs a sampling_session_id")
-        _, client = await self.sampler(request.sampling_session_id)
+        sampler, client = await self.sampler(request.sampling_session_id)
         future = client.sample(
             request.prompt, request.num_samples, request.sampling_params,
             include_prompt_logprobs=bool(request.prompt_logprobs),
@@ -422,7 +501,64 @@ class DoubleService:
             topk_sample_logprobs=request.topk_sample_logprobs).future()
         ids = [f"{request.sampling_session_id}:{request.seq_id}:{i}"
                for i in range(request.num_samples)]
+        self._meter_sample(request, sampler.base_model, future)
         return self._future("sample", future, sample_sequence_ids=ids)
+
+    def _meter_sample(self, request: types.SampleRequest, base_model: str,
+                      future: Future) -> None:
+        """Bill a sampling request as the service does: its prompt's prefill once, the
+        other samples' prefill as cached, and the sampled tokens once they are known."""
+        session_id = (request.sampling_session_id or "").split(":sample:")[0]
+        length, k = request.prompt.length, request.num_samples
+        now = time.time()
+        self.usage.append(UsageRecord(now, session_id, base_model, "sampling_prefill", length))
+        if k > 1:
+            self.usage.append(UsageRecord(now, session_id, base_model, "sampling_prefill",
+                                          length * (k - 1), cached=True))
+
+        def sampled(done: Future) -> None:
+            if done.exception() is None:
+                tokens = sum(len(s.tokens) for s in done.result().sequences)
+                self.usage.append(UsageRecord(time.time(), session_id, base_model,
+                                              "sampling_sample", tokens))
+
+        future.add_done_callback(sampled)
+
+    def billing_usage(self, starting_on: datetime, ending_before: datetime
+                      ) -> types.BillingUsageResponse:
+        """Hourly buckets of the usage in [starting_on, ending_before), as far as the
+        (lagging) billing data reaches."""
+        if starting_on.minute or starting_on.second or starting_on.microsecond \
+                or ending_before.minute or ending_before.second or ending_before.microsecond:
+            raise ServiceError(400, "starting_on and ending_before must be on UTC hours")
+        if starting_on > datetime.now(UTC):
+            raise ServiceError(400, "starting_on is in the future")
+        if ending_before - starting_on > timedelta(days=14):
+            raise ServiceError(400, "the window is at most 14 days")
+        reported_until = time.time() - self.faults.billing_lag
+        buckets: dict[tuple[Any, ...], int] = {}
+        for u in self.usage:
+            at = datetime.fromtimestamp(u.time, UTC)
+            if u.time > reported_until or not starting_on <= at < ending_before:
+                continue
+            start = at.replace(minute=0, second=0, microsecond=0)
+            key = (start, u.session_id, u.base_model, u.kind, u.cached)
+            buckets[key] = buckets.get(key, 0) + u.tokens
+        data = []
+        for (start, session_id, base_model, kind, cached), tokens in sorted(
+                buckets.items(), key=lambda item: (item[0][0], -item[1])):
+            rate = RATES[kind + ("_cached" if cached else "")]
+            info: dict[str, Any] = {"type": kind, "token_count": tokens}
+            if kind == "sampling_prefill":
+                info["cached"] = cached
+            data.append(types.BillingUsageEvent.model_validate({
+                "bucket_start": start, "bucket_end": start + timedelta(hours=1),
+                "base_model": base_model, "session_id": session_id,
+                "estimated_cost_usd": rate * tokens / 1e6,
+                "effective_rate_usd_per_million_tokens": rate, "event_info": info}))
+        return types.BillingUsageResponse(
+            data=data, sessions={e.session_id: types.BillingUsageSession()
+                                 for e in data if e.session_id})
 
     def capabilities(self) -> types.GetServerCapabilitiesResponse:
         listed = self.local.get_server_capabilities().supported_models

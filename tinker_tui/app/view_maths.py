@@ -154,6 +154,39 @@ def format_rate(value: float) -> str:
     return f"{value:.1f}"
 
 
+def _usd(value: float) -> str:
+    """Dollars with the precision small sums need: $0.0042, $1.23, $1,234."""
+    if value >= 1000:
+        return f"${value:,.0f}"
+    return f"${value:.2f}" if value >= 1 else f"${value:.4f}"
+
+
+def cost_text(metrics: Mapping[str, float], step: int, max_steps: int) -> str:
+    """The dashboard's cost line from the last step's metrics: dollars so far, per step and
+    projected at max_steps (when prices are set), and the run's tokens; "" before any."""
+    from tinker_tui.engine import metric_keys as keys
+    from tinker_tui.engine.cost import projected_usd
+
+    prefill = metrics.get(keys.TOKENS_PREFILL_TOTAL)
+    if prefill is None:
+        return ""
+    cached = metrics.get(keys.TOKENS_PREFILL_CACHED_TOTAL, 0.0)
+    share = f" ({cached / prefill:.0%} cached)" if prefill else ""
+    tokens = (f"tokens {format_rate(prefill)} prefill{share}, "
+              f"{format_rate(metrics.get(keys.TOKENS_SAMPLED_TOTAL, 0.0))} sampled, "
+              f"{format_rate(metrics.get(keys.TOKENS_TRAINED_TOTAL, 0.0))} trained")
+    total = metrics.get(keys.COST_USD_TOTAL)
+    if total is None:
+        return tokens
+    parts = [f"cost {_usd(total)}"]
+    if step > 0:
+        parts.append(f"{_usd(total / step)}/step")
+        projected = projected_usd(total, step, 0, max_steps)
+        if projected is not None and max_steps > step:
+            parts.append(f"~{_usd(projected)} at step {max_steps}")
+    return " · ".join([*parts, tokens])
+
+
 def split_rate(value: float) -> tuple[str, str]:
     """A rate as (number, unit prefix) for big digits: 2500 → ("2.5", "k"), 45.3 → ("45.3", "")."""
     text = format_rate(value)

@@ -47,6 +47,7 @@ from tinker_tui.engine.backend import (
     service_address,
 )
 from tinker_tui.engine.blocking import on_daemon_thread, sdk_call
+from tinker_tui.engine.cost import TokenUsage
 from tinker_tui.engine.errors import DiskFull, TinkerTuiError
 from tinker_tui.engine.folder_renderer import declared_end_tokens
 from tinker_tui.engine.retry import RetryPolicy, Wait, WaitContext, call_with_retry
@@ -164,6 +165,17 @@ def kl_penalized_advantages(advantages: Sequence[Sequence[float]],
     return new, mean
 
 
+@dataclass
+class _Publish:
+    """A submitted publish: the snapshot (the next sampling client) and the named save."""
+
+    version: int
+    name: str
+    snapshot: Any
+    saved: Any
+    started: float
+
+
 class BackendSession:
     """The policy being trained: training client, versioned sampling clients, renderer."""
 
@@ -236,6 +248,12 @@ class BackendSession:
             unreachable=((lambda: (watch.unreachable_for(), watch.unreachable_cause()))
                          if watch else (lambda: (0.0, ""))))
         self._shown: dict[tuple[str, ...], float] = {}  # throttles the SDK's notices
+        #: The Tinker session id (the service bills by it); "" on the local backend.
+        self.session_id = ""
+        #: Tokens the backend processed so far (engine.cost), as the service bills them.
+        self.usage = TokenUsage()
+        #: The last publish whose named sampler save is not awaited yet.
+        self._pending_save: _Publish | None = None
 
     @classmethod
     def from_config(cls, service_client: Any, config: RunConfig, *,
@@ -345,6 +363,8 @@ class BackendSession:
         the session itself when its heartbeats stop)."""
         close = getattr(self.service_client, "close", None)
         try:
+            if self._pending_save is not None:  # the last step's sampler save, recorded
+                await asyncio.wait_for(self.settle_sampler_save(), timeout)
             # No training client, no session to finish: the SDK makes its session on the
             # first call, and a session still being made cannot be closed (its close waits
             # for it); the service ends it when its heartbeats stop.
@@ -381,6 +401,12 @@ class BackendSession:
                     service.create_training_client_from_state_with_optimizer, from_state),
                 abandon_on_stop=True)
         training = self.training_client
+        self.session_id = _sdk_session_id(service, training) if self.tinker_sdk else ""
+        if self.session_id and self.on_event is not None:
+            from tinker_tui.engine.events import BackendSessionOpened
+
+            self.on_event(BackendSessionOpened(time=self._now(), session_id=self.session_id,
+                                               base_model=self.base_model))
         load = _sdk_tokenizer if self.tinker_sdk else _own_tokenizer
         self.tokenizer = await self._call(
             "get tokenizer", lambda _: on_daemon_thread(load, training, name="get-tokenizer"),
@@ -401,41 +427,66 @@ class BackendSession:
         self.version = version
         await self._publish(version)
 
-    async def _publish(self, version: int, suffix: str = "") -> float:
-        """Snapshot the weights as sampler `version` (and save them, if due); returns the
-        seconds it took. Both are submitted before either is awaited, so they hold the same
-        weights."""
-        started = time.perf_counter()
+    def _submit_publish(self, version: int, suffix: str = "") -> _Publish:
+        """Submit the snapshot of the weights as sampler `version` (and their save, if due)
+        without awaiting either: submitted after a step's optim_step they hold its weights
+        (the service runs a model's requests in order) and share its clock cycle."""
         training = self.training_client
-        snapshot = training.save_weights_and_get_sampling_client()
         name = checkpoint_name(version, suffix)
         every = self.sampler_checkpoint_every
+        started = time.perf_counter()
+        snapshot = training.save_weights_and_get_sampling_client()
         saved = training.save_weights_for_sampler(name) \
             if every and version % every == 0 else None
-        client = await self._call("publish weights", lambda attempt: snapshot if attempt == 1
+        return _Publish(version, name, snapshot, saved, started)
+
+    async def _publish(self, version: int, suffix: str = "") -> float:
+        """Snapshot the weights as sampler `version` (and save them, if due); returns the
+        seconds it took."""
+        publish = self._submit_publish(version, suffix)
+        await self._finish_publish(publish)
+        await self.settle_sampler_save()
+        return time.perf_counter() - publish.started
+
+    async def _finish_publish(self, publish: _Publish) -> None:
+        """Await the snapshot and make it the current sampler. The named save's outcome is
+        kept pending (`settle_sampler_save`): nothing waits for it but its record."""
+        training = self.training_client
+        client = await self._call("publish weights", lambda attempt: publish.snapshot
+                                  if attempt == 1
                                   else training.save_weights_and_get_sampling_client())
-        path = None
-        if saved is not None:
-            try:
-                response = await self._call(
-                    "save sampler weights", lambda attempt: saved if attempt == 1
-                    else training.save_weights_for_sampler(f"{name}-retry{attempt}"))
-                path = response.path
-            except DiskFull:
-                raise  # every later write fails too: stop now, saying why
-            except Exception as exc:  # a missing copy on disk must not stop training
-                self._log("warning", f"could not save sampler weights {name}: "
-                                     f"{type(exc).__name__}: {exc}")
         # Version and client change together: a request never sees one without the other.
-        self.version = version
+        self.version = publish.version
         self.sampling_client = client
-        self._samplers[version] = client
-        self._samplers.move_to_end(version)
-        self._loaded_from.pop(version, None)
+        self._samplers[publish.version] = client
+        self._samplers.move_to_end(publish.version)
+        self._loaded_from.pop(publish.version, None)
         self._evict_samplers()
-        if path is not None:
-            await self._record_checkpoint(CheckpointRecord("sampler", version, name, path))
-        return time.perf_counter() - started
+        await self.settle_sampler_save()  # an earlier one, if still pending
+        if publish.saved is not None:
+            self._pending_save = publish
+
+    async def settle_sampler_save(self) -> None:
+        """Await the last sampler-weights save and record its checkpoint. The trainer
+        submits the next step before this (`train`), so the save's round trip overlaps the
+        next forward_backward; a checkpoint, a publish and the end of the run settle it."""
+        publish, self._pending_save = self._pending_save, None
+        if publish is None or publish.saved is None:
+            return
+        training = self.training_client
+        name = publish.name
+        try:
+            response = await self._call(
+                "save sampler weights", lambda attempt: publish.saved if attempt == 1
+                else training.save_weights_for_sampler(f"{name}-retry{attempt}"))
+        except DiskFull:
+            raise  # every later write fails too: stop now, saying why
+        except Exception as exc:  # a missing copy on disk must not stop training
+            self._log("warning", f"could not save sampler weights {name}: "
+                                 f"{type(exc).__name__}: {exc}")
+            return
+        await self._record_checkpoint(CheckpointRecord("sampler", publish.version, name,
+                                                       response.path))
 
     # ------------------------------------------------------------------ sampling
     def available_versions(self) -> list[int]:
@@ -494,6 +545,9 @@ class BackendSession:
             response = await self._call("sample", lambda _: client.sample(
                 prompt=prompt, num_samples=num_samples, sampling_params=sampling_params,
                 **extra))
+        self.usage.add_sample(prompt.length, num_samples,
+                              int(getattr(response, "prompt_cache_hit_tokens", 0) or 0),
+                              sum(len(s.tokens) for s in response.sequences))
         return response, version
 
     def can_constrain(self) -> bool:
@@ -545,6 +599,7 @@ class BackendSession:
             last_n = len(full) - (first + 1)  # from the first sampled target to the end
             scored = await self._call("KL reference logprobs", lambda _: reference.compute_logprobs(
                 tinker.ModelInput.from_ints(full), prompt_logprobs_last_n=last_n))
+            self.usage.add_prefill(len(full))
             # scored[i + 1] is log p_base(full[i + 1] | full[:i + 1]), i.e. of target i
             return [0.0 if v is None else float(v) for v in list(scored)[1:]]
 
@@ -572,21 +627,28 @@ class BackendSession:
             datums, kl_metrics = await self.apply_kl_penalty(batch)
         training = self.training_client
         config = self.loss_fn_config or None
-        # Submit both before awaiting either, so the service can pipeline them. Neither is
-        # retried: a step must not be applied twice (and a failed one poisons the client).
+        # The whole step is submitted before any of it is awaited: forward_backward,
+        # optim_step and the next sampler's snapshot (and save) run in one of the service's
+        # clock cycles. Neither fb nor optim is retried: a step must not be applied twice
+        # (and a failed one poisons the client).
         started = time.perf_counter()
         fb_future = training.forward_backward(datums, loss_fn, config)
         optim_future = training.optim_step(self._adam(learning_rate))
+        publish = self._submit_publish(self.version + 1)
+        num_tokens = sum(d.model_input.length for d in datums)
+        self.usage.add_trained(num_tokens)
         fb = await self._call("forward_backward", lambda _: fb_future, retry=False)
         fb_done = time.perf_counter()
-        await self._call("optim_step", lambda _: optim_future, retry=False)
+        optim = await self._call("optim_step", lambda _: optim_future, retry=False)
         optim_done = time.perf_counter()
-        publish_seconds = await self._publish(self.version + 1)
-        num_tokens = sum(d.model_input.length for d in datums)
+        await self._finish_publish(publish)
         metrics = {keys.TRAIN_LOSS_SUM: float(fb.metrics.get("loss:sum", 0.0)),
                    keys.FORWARD_BACKWARD_TIME: fb_done - started,
                    keys.OPTIM_STEP_TIME: optim_done - fb_done,
-                   keys.PUBLISH_WEIGHTS_TIME: publish_seconds}
+                   keys.PUBLISH_WEIGHTS_TIME: time.perf_counter() - optim_done}
+        grad_norm = (getattr(optim, "metrics", None) or {}).get("grad_norm:mean")
+        if grad_norm is not None:  # where the backend reports it
+            metrics[keys.GRAD_NORM] = float(grad_norm)
         metrics.update(getattr(datums, "metrics", {}))
         metrics.update(kl_metrics)
         return TrainResult(self.version, metrics, len(datums), num_tokens)
@@ -620,6 +682,7 @@ class BackendSession:
         training = self.training_client
         fb_future = training.forward_backward(list(datums), "cross_entropy")
         optim_future = training.optim_step(self._adam(learning_rate))
+        self.usage.add_trained(sum(d.model_input.length for d in datums))
         fb = await self._call("forward_backward", lambda _: fb_future, retry=False)
         await self._call("optim_step", lambda _: optim_future, retry=False)
         return float(fb.metrics.get("loss:sum", 0.0))
@@ -649,6 +712,7 @@ class BackendSession:
         """Full checkpoint with optimizer state; returns its tinker:// path.
 
         `step` (default: the current policy version) orders it for the retention policy."""
+        await self.settle_sampler_save()  # recorded in the order they were saved
         training = self.training_client
         response = await self._call("save state", lambda attempt: training.save_state(
             name, overwrite=attempt > 1))
@@ -713,6 +777,17 @@ class BackendSession:
             self.on_event(CheckpointDeleted(time=self._now(), step=record.step,
                                             kind=record.kind,
                                             name=record.name, path=record.path))
+
+
+def _sdk_session_id(service_client: Any, training_client: Any) -> str:
+    """The SDK's session id: its session holder's (no public accessor in 0.38), else the
+    prefix of the training model's id, which the SDK derives as `<session>:train:<n>`."""
+    holder = getattr(service_client, "_session_holder", None)
+    session = getattr(holder, "_session_id", None)
+    if isinstance(session, str) and session:
+        return session
+    model_id = str(getattr(training_client, "model_id", "") or "")
+    return model_id.split(":train:")[0] if ":train:" in model_id else ""
 
 
 def _own_tokenizer(training_client: Any) -> Any:

@@ -178,6 +178,11 @@ class RunConfig:
         low=0, high=64, live=True)
     rollout_workers: int = setting(4, "groups sampled concurrently", "pipeline",
                                    low=1, high=256, live=True)
+    sample_coalesce_ms: float = setting(
+        5.0, "milliseconds the policy server waits for a group's equal requests (same "
+        "prompt, sampling settings and policy) to send them as one sampling call; a lone "
+        "request waits this long at most; 0 = every request on its own", "pipeline",
+        low=0, high=1000)
     checkpoint_every: int = setting(
         10, "full checkpoint (with optimizer state) every N steps; 0 = off", low=0)
     eval_every: int = setting(
@@ -236,6 +241,21 @@ class RunConfig:
     backend_wait_report: float = setting(
         15.0, "seconds a backend call waits before it is shown (again at each doubling)",
         "backend", low=0, low_open=True)
+    # What the run costs (engine.cost): the user's prices, since prices change and differ
+    # by model; no built-in table.
+    price_prefill_per_mtok: float = setting(
+        0.0, "USD per million prompt (prefill) tokens sampled, for the cost shown", "backend",
+        low=0)
+    price_prefill_cached_per_mtok: float = setting(
+        0.0, "USD per million cached prefill tokens (a group's shared prompt, the service's "
+        "cache hits)", "backend", low=0)
+    price_sample_per_mtok: float = setting(
+        0.0, "USD per million sampled tokens, for the cost shown", "backend", low=0)
+    price_train_per_mtok: float = setting(
+        0.0, "USD per million trained tokens, for the cost shown", "backend", low=0)
+    max_cost_usd: float = setting(
+        0.0, "stop gracefully before the step that would pass this many USD at the prices "
+        "set; 0 = no budget", "run", low=0)
     # Outside trackers (optional extras tinker-tui[wandb], tinker-tui[tensorboard]); "" = off.
     wandb_project: str = setting("", "log to this W&B project (--wandb PROJECT)", "trackers")
     wandb_entity: str = setting("", 'W&B team or user; "" = your default one', "trackers")
@@ -256,6 +276,12 @@ class RunConfig:
             raise ConfigError(f"min_groups_per_step must be between 0 and groups_per_step "
                               f"({self.groups_per_step}), got {self.min_groups_per_step}")
         parse_loss_fn_config(self.loss_fn_config)
+        if self.max_cost_usd and not any((
+                self.price_prefill_per_mtok, self.price_prefill_cached_per_mtok,
+                self.price_sample_per_mtok, self.price_train_per_mtok)):
+            raise ConfigError("max_cost_usd needs prices to count against: set "
+                              "price_prefill_per_mtok, price_sample_per_mtok and "
+                              "price_train_per_mtok (USD per million tokens)")
         self._check_trackers()
 
     def _check_trackers(self) -> None:

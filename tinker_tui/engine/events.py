@@ -173,6 +173,16 @@ class CheckpointDeleted(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class BackendSessionOpened(Event):
+    """The backend opened its session (a Tinker session id): the service bills usage by
+    it, so `tinker-tui cost` reconciles a run against each of its sessions (a resumed run
+    has one per process)."""
+
+    session_id: str
+    base_model: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunStateChanged(Event):
     """The pipeline moved to a new state (paused by the user, stopping, ...)."""
 

@@ -34,6 +34,8 @@ PUBLISH_WEIGHTS_TIME = "time/publish_weights"
 
 ROLLOUTS_PER_S = "throughput/rollouts_per_s"
 LEARNING_RATE = "optim/lr"
+#: The gradient's global norm before clipping, where the backend's optim_step reports it.
+GRAD_NORM = "optim/grad_norm"
 
 # The training call.
 TRAIN_LOSS_SUM = "train/loss_sum"
@@ -43,6 +45,28 @@ TRAIN_TURNS = "train/turns"
 TRAIN_PREFIX_MISMATCH = "train/prefix_mismatch"
 #: 1.0 when every group of the step had equal rewards: no gradient, no new policy version.
 TRAIN_SKIPPED = "train/skipped"
+
+# Tokens the backend processed during the step (sampling counted as it happens, the
+# trainer's forward_backward as it is sent) and since the run began (`_total`; a resumed
+# run carries its earlier processes' totals), and their cost at the user's prices
+# (engine.cost; only when a price is set).
+TOKENS_PREFILL = "tokens/prefill"
+TOKENS_PREFILL_CACHED = "tokens/prefill_cached"
+TOKENS_SAMPLED = "tokens/sampled"
+TOKENS_TRAINED = "tokens/trained"
+TOKENS_PREFILL_TOTAL = "tokens/prefill_total"
+TOKENS_PREFILL_CACHED_TOTAL = "tokens/prefill_cached_total"
+TOKENS_SAMPLED_TOTAL = "tokens/sampled_total"
+TOKENS_TRAINED_TOTAL = "tokens/trained_total"
+COST_USD_STEP = "cost/usd_step"
+COST_USD_TOTAL = "cost/usd_total"
+
+# The step's rewards' spread, and counts since the run began (a resumed run counts from
+# its checkpoint's).
+REWARD_STD = "reward/std"
+GROUPS_SAMPLED_TOTAL = "groups/sampled_total"
+GROUPS_TRAINED_TOTAL = "groups/trained_total"
+GROUPS_DISCARDED_TOTAL = "groups/discarded_total"
 
 # The KL penalty against the base model (when kl_penalty_coef > 0): the mean over the
 # step's sampled tokens of logp_policy - logp_base (an estimate of KL(policy || base)), and

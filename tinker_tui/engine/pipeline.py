@@ -32,6 +32,7 @@ from tinker_tui.engine.advantages import group_advantages
 from tinker_tui.engine.backend_session import BackendSession
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import RunConfig, check_knob
+from tinker_tui.engine.cost import CostMeter, Prices
 from tinker_tui.engine.events import (
     DISCARD_REASONS,
     CheckpointSaved,
@@ -148,6 +149,11 @@ class Pipeline:
         self._eval_task: asyncio.Task[None] | None = None
         # Accounting and health.
         self.meter = ThroughputMeter()
+        #: Tokens and dollars per step and in total, and the budget (engine.cost).
+        self.cost = CostMeter(Prices.from_config(config), config.max_cost_usd)
+        #: Groups sampled, trained and discarded since the run began.
+        self.group_counts = {keys.GROUPS_SAMPLED_TOTAL: 0, keys.GROUPS_TRAINED_TOTAL: 0,
+                             keys.GROUPS_DISCARDED_TOTAL: 0}
         self.loop_lag = LoopLagMonitor()
         self.report_interval = 1.0
         self._finish_version: dict[int, int] = {}
@@ -462,6 +468,7 @@ class Pipeline:
                                 finished_at=self.clock.now(), advantage_values=advantages,
                                 part=part, failed=len(errors))
         self._finish_version[group_id] = self.policy.version
+        self.group_counts[keys.GROUPS_SAMPLED_TOTAL] += 1
         self.meter.rollouts_finished(group.finished_at, len(trajectories), group.num_tokens)
         self._check_health("ok" if group.has_variance() else "zero_variance", group.reward_mean,
                            min(group.rewards), failed=len(errors), members=len(results))
@@ -679,6 +686,9 @@ class Pipeline:
             self._emit(StepTrained(time=now, step=self.step, policy_version=self.policy.version,
                                    metrics=metrics,
                                    group_ids=tuple(g.group_id for g in batch)))
+            over_budget = self.cost.budget_passed_by_next_step()
+            if over_budget and self.step < self.config.max_steps:
+                self.stop(f"budget: {over_budget}")
             if self._checkpoint_requested or (
                     self.config.checkpoint_every
                     and self.step % self.config.checkpoint_every == 0
@@ -696,8 +706,10 @@ class Pipeline:
         for g in batch:
             self._finish_version.pop(g.group_id, None)
         elapsed = max(now - (self._last_step_end or now), 1e-9)
+        mean = sum(rewards) / len(rewards)
         metrics = {
-            keys.REWARD_MEAN: sum(rewards) / len(rewards),
+            keys.REWARD_MEAN: mean,
+            keys.REWARD_STD: math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
             keys.REWARD_MIN: min(rewards),
             keys.REWARD_MAX: max(rewards),
             keys.STALENESS_MEAN: sum(staleness) / len(staleness),
@@ -715,6 +727,11 @@ class Pipeline:
         }
         for reason, count in self._discards_this_step.items():
             metrics[keys.discarded(reason)] = float(count)
+        self.group_counts[keys.GROUPS_DISCARDED_TOTAL] += sum(
+            self._discards_this_step.values())
+        self.group_counts[keys.GROUPS_TRAINED_TOTAL] += sum(g.has_variance() for g in batch)
+        metrics.update({k: float(v) for k, v in self.group_counts.items()})
+        metrics.update(self.cost.step_metrics(self.policy.usage))
         metrics[keys.ROLLOUTS_FAILED] = float(self._error_rollouts)
         metrics[keys.ROLLOUTS_ENDED] = float(self._rollouts_ended)
         metrics.update(step_task_metrics(batch))
@@ -856,6 +873,13 @@ class Pipeline:
             pending=tuple(sorted(set(pending) | set(self._source.waiting()))),
             next_group_id=self._next_group_id, rng_state=self._source.rng_state(),
             warmup_done=self.warmup_done)
+
+    def carry_totals(self, metrics: Mapping[str, float]) -> None:
+        """Continue the run's totals (tokens, cost, group counts) from the last step an
+        earlier process of this run recorded."""
+        self.cost.carry(metrics)
+        for key in self.group_counts:
+            self.group_counts[key] = int(metrics.get(key, 0))
 
     def restore(self, state: ResumeState) -> None:
         """Continue from a checkpoint's resume state; call before `run`.

@@ -175,7 +175,8 @@ class Run:
         self.server = server.PolicyServer(self.rollouts.policy_for_server(self.policy),
                                           model_name=self.task.name,
                                           defaults=self.sampling_defaults,
-                                          context_length=context_length)
+                                          context_length=context_length,
+                                          coalesce_window=self.config.sample_coalesce_ms / 1000)
         await self.server.start()
         await self._warm_up_server()
 
@@ -375,6 +376,9 @@ class Run:
         a checkpoint folder that is missing for now must not cost the store its later rows."""
         await store.flush()
         step = point["step"] if point is not None else 0
+        # The totals (tokens, cost, groups) of the last step recorded, undone ones included:
+        # what they spent was spent.
+        spent = (await store.last_metrics()).get(self.run_id, {})
         counts = await store.reconcile(self.run_id, step)
         if point is None:
             state = ResumeState(step=0, policy_version=0, next_position=0, pending=(),
@@ -386,6 +390,7 @@ class Run:
                                                                  counts["next_group_id"]))
             where = f"checkpoint {point['name']} (step {step})"
         self.pipeline.restore(state)
+        self.pipeline.carry_totals({k: v for k, v in spent.items() if isinstance(v, int | float)})
         self._log("info", f"resuming run {self.run_id} from {where}: "
                           f"{counts['steps_removed']} later step(s) undone, "
                           f"{counts['groups_requeued']} group(s) to run again "

@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Digits, Label, Sparkline
 
 from tinker_tui.app.dashboard_state import DashboardState
-from tinker_tui.app.view_maths import format_rate, idle_percent, split_rate
+from tinker_tui.app.view_maths import cost_text, format_rate, idle_percent, split_rate
 from tinker_tui.app.widgets.updates import set_subtitle, update_digits, update_static
 
 __all__ = ["ThroughputPanel", "format_rate", "idle_text", "verdict_text"]
@@ -60,6 +60,7 @@ class ThroughputPanel(Vertical, can_focus=True):
                 yield Label("tokens/s", id="tokens-rate", classes="rate-unit")
                 yield Sparkline([], id="tokens-history", classes="rate-history")
         yield Label("", id="idle")
+        yield Label("", id="cost", classes="-empty")
         yield Label("", id="verdict")
 
     def on_mount(self) -> None:
@@ -98,6 +99,12 @@ class ThroughputPanel(Vertical, can_focus=True):
             sparkline.data = history
             sparkline.visible = bool(history)  # an empty sparkline draws full bars
         update_static(self.query_one("#idle", Label), idle_text(model))
+        cost = self.query_one("#cost", Label)
+        text = cost_text(model.last_metrics, model.step, model.max_steps)
+        cost.set_class(not text, "-empty")
+        update_static(cost, text)
+        if cost.tooltip != (text or None):
+            cost.tooltip = text or None
         verdict = verdict_text(model)
         label = self.query_one("#verdict", Label)
         update_static(label, verdict)

@@ -17,7 +17,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -35,6 +35,7 @@ from tinker_tui.engine.loopback_http import (
     read_body,
 )
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
+from tinker_tui.engine.server.coalesce import SampleCoalescer
 from tinker_tui.engine.server.handler import ChatHandler, PolicySource, Prepared, usage
 from tinker_tui.engine.server.schema import ChatCompletionRequest, RequestError, validation_error
 
@@ -120,13 +121,16 @@ async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
 def create_app(policy: PolicySource, *, model_name: str, token: str,
                defaults: SamplingDefaults, max_tokens_limit: int = 1024,
                max_body_bytes: int = MAX_BODY_BYTES,
-               context_length: int | None = None) -> FastAPI:
+               context_length: int | None = None,
+               coalescer: SampleCoalescer | None = None) -> FastAPI:
     app = FastAPI(title="tinker-tui policy server", docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.add_middleware(BearerAuth, token=token, refusal=lambda: openai_error(
         401, "missing or wrong bearer token", kind="authentication_error",
         code="invalid_api_key"))
-    handler = ChatHandler(policy, model_name=model_name, defaults=defaults,
+    # The coalescer reads renderer and version through (read-only properties).
+    source = cast(PolicySource, coalescer) if coalescer is not None else policy
+    handler = ChatHandler(source, model_name=model_name, defaults=defaults,
                           max_tokens_limit=max_tokens_limit, context_length=context_length)
 
     @app.exception_handler(StarletteHTTPException)
@@ -217,13 +221,17 @@ class PolicyServer:
     def __init__(self, policy: PolicySource, *, model_name: str, token: str | None = None,
                  defaults: SamplingDefaults | None = None, max_tokens_limit: int = 1024,
                  max_body_bytes: int = MAX_BODY_BYTES, context_length: int | None = None,
-                 request_timeout: float = REQUEST_TIMEOUT) -> None:
+                 request_timeout: float = REQUEST_TIMEOUT,
+                 coalesce_window: float = 0.0) -> None:
         self.model_name = model_name
+        #: Coalesces a group's equal requests into one sampling call (`coalesce`).
+        self.coalescer = SampleCoalescer(policy, window=coalesce_window)
         self.token = token or secrets.token_urlsafe(24)
         self.defaults = defaults or SamplingDefaults()
         self.app = create_app(policy, model_name=model_name, token=self.token,
                               defaults=self.defaults, max_tokens_limit=max_tokens_limit,
-                              max_body_bytes=max_body_bytes, context_length=context_length)
+                              max_body_bytes=max_body_bytes, context_length=context_length,
+                              coalescer=self.coalescer)
         self._server = LoopbackServer(self.app, name="policy-server",
                                       request_timeout=request_timeout)
         self._clients: list[Any] = []

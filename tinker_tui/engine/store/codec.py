@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.events import (
+    BackendSessionOpened,
     CheckpointDeleted,
     CheckpointSaved,
     CheckpointStarted,
@@ -471,6 +472,16 @@ def _decode_checkpoint_deleted(row: StoredRow) -> CheckpointDeleted:
                              name=row["name"], path=row["path"])
 
 
+_SQL_BACKEND_SESSION = (
+    "INSERT INTO backend_sessions (run_id, time, session_id, base_model) VALUES (?, ?, ?, ?)"
+)
+
+
+def _encode_backend_session(rows: Rows, run_id: str, e: BackendSessionOpened) -> None:
+    rows.by_statement[_SQL_BACKEND_SESSION].append(
+        (run_id, _float_or_none(e.time), _str(e.session_id), _str(e.base_model)))
+
+
 def decode_checkpoint(row: StoredRow) -> CheckpointSaved:
     """A row of `checkpoints` as the CheckpointSaved that wrote it (its resume state is
     `decode_resume_state`'s)."""
@@ -628,7 +639,7 @@ def _decode_startup(row: StoredRow) -> StartupProgressed:
 #: the group life cycle comes last, in its own order (a group's events arrive in that order).
 STATEMENT_ORDER = (
     _SQL_STEP, _SQL_CHECKPOINT_STARTED, _SQL_CHECKPOINT_UNCONFIRMED, _SQL_CHECKPOINT,
-    _SQL_CHECKPOINT_DELETED,
+    _SQL_CHECKPOINT_DELETED, _SQL_BACKEND_SESSION,
     _SQL_DISCARDED, _SQL_LOG, _SQL_STATE, _SQL_SAMPLED_GROUP, _SQL_TRAJECTORY, _SQL_EVAL,
     _SQL_COMMAND, _SQL_THROUGHPUT, _SQL_STARTUP,
     _SQL_GROUP_STARTED, _SQL_GROUP_SAMPLED, _SQL_GROUP_DISCARDED, _SQL_GROUP_TRAINED,
@@ -646,6 +657,7 @@ _ENCODERS: dict[type, _Encoder] = {
     CheckpointStarted: _encode_checkpoint_started,
     CheckpointSaved: _encode_checkpoint_saved,
     CheckpointDeleted: _encode_checkpoint_deleted,
+    BackendSessionOpened: _encode_backend_session,
     EvalCompleted: _encode_eval,
     CommandReceived: _encode_command,
     ThroughputMeasured: _encode_throughput,

@@ -189,6 +189,17 @@ class StoreReader:
         rows = await self._fetchall("SELECT * FROM runs WHERE run_id = ?", (run_id,))
         return decode_run(rows[0]) if rows else None
 
+    async def backend_sessions(self, run_id: str) -> list[tuple[float, str, str]]:
+        """The backend sessions the run opened, oldest first: (time, session id, base
+        model)."""
+        try:
+            rows = await self._fetchall("SELECT time, session_id, base_model FROM "
+                                        "backend_sessions WHERE run_id = ? ORDER BY id",
+                                        (run_id,))
+        except sqlite3.OperationalError:  # a store from before version 7, read as it is
+            return []
+        return [(float(r["time"] or 0.0), r["session_id"], r["base_model"]) for r in rows]
+
     async def find_run(self, wanted: str | None, *, task: str | None = None) -> StoredRun:
         """The run `wanted` names: an exact id, a unique prefix, or None / "latest" for the
         newest (of `task`, if given). NoSuchRun, listing the store's runs, otherwise."""

@@ -26,7 +26,7 @@ from tinker_tui.engine.errors import UsageError
 logger = logging.getLogger(__name__)
 
 #: Schema version written to `PRAGMA user_version`.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 #: `PRAGMA application_id` of a tinker-tui run store ("ttui").
 APPLICATION_ID = 0x74747569
 
@@ -242,9 +242,22 @@ CREATE TABLE checkpoint_deletions (
 CREATE INDEX checkpoint_deletions_run ON checkpoint_deletions (run_id, path);
 """
 
+# Version 7 keeps the backend sessions a run opened (BackendSessionOpened: the Tinker
+# session ids the service bills by), for `tinker-tui cost`. Only a new table.
+SCHEMA_V7 = """
+CREATE TABLE backend_sessions (
+    id              INTEGER PRIMARY KEY,
+    run_id          TEXT NOT NULL,
+    time            REAL,
+    session_id      TEXT NOT NULL,
+    base_model      TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX backend_sessions_run ON backend_sessions (run_id, id);
+"""
+
 #: Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
 MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5,
-                               SCHEMA_V6)
+                               SCHEMA_V6, SCHEMA_V7)
 
 
 # ---------------------------------------------------------------------- opening checks

@@ -1,0 +1,341 @@
+"""The Tinker path at service speed: sample requests per group, completions/s against a plain
+SDK loop, and clock cycles per training step against the naive loop.
+
+    python bench/bench_tinker_speed.py [--only requests|throughput|cycles ...]
+
+requests: `tinker-tui run example --backend tinker --no-ui` (a child process) against the
+service double (tests/tinker_double, served from this process), groups of 16, with the
+policy server's coalescing on (the default) and off (`--sample-coalesce-ms 0`): the double's
+own record counts the `asample` requests, the run store the groups.
+
+throughput: completions/s at group 32 through the policy server (32 concurrent openai
+requests, n=1 each, the way a task's rollouts ask; the real `BackendSession` on the SDK) and
+through a plain SDK loop that asks `sample(num_samples=32)` itself, in one run against one
+double (served by a process of its own, so neither side shares its CPU with the other's
+service), the same number of groups in flight on each side.
+
+cycles: the double in clock-cycle mode (`--clock-cycle`, 1 s): training steps through the
+engine's trainer (`BackendSession`: next step submitted before the last one's tail is
+awaited) and through the naive sequential loop (await forward_backward, then optim_step,
+then the sampler save); cycles per step at steady state, from the double's cycle record.
+
+Timings are wall-clock on a shared machine: read them with the load printed beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from tinker_double import TinkerDouble  # noqa: E402
+
+MODEL = "tinker-tui/tiny-chat"
+
+
+def load() -> str:
+    return "load " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def child_env(extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **extra)
+    env.pop("HF_HUB_OFFLINE", None)
+    return env
+
+
+# ---------------------------------------------------------------------- requests per group
+def requests_per_group(coalesce_ms: float, steps: int) -> tuple[float, int, int, int]:
+    """(asample requests per group, requests, groups finished, groups started) of one run
+    of the example. Groups still in flight when the run stops have sent their requests
+    too: the figure divides by the groups started (an upper bound on the true ratio is
+    requests / groups finished, also returned)."""
+    with tempfile.TemporaryDirectory() as tmp, TinkerDouble(Path(tmp) / "ckpt") as double:
+        db = Path(tmp) / "run.db"
+        command = [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--backend",
+                   "tinker", "--no-ui", "--db", str(db), "--base-model", MODEL,
+                   "--warmup-steps", "0", "--eval-every", "0", "--steps", str(steps),
+                   "--group-size", "16", "--groups-per-step", "2", "--rollout-workers", "4",
+                   "--sample-coalesce-ms", f"{coalesce_ms:g}"]
+        done = subprocess.run(command, env=child_env(double.env()), cwd=ROOT,
+                              capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            raise SystemExit(f"the run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        requests = sum(1 for _, path, _ in double.service.calls if path == "asample")
+        with sqlite3.connect(db) as conn:
+            groups = conn.execute("select count(*) from sampled_groups").fetchone()[0]
+            groups += conn.execute("select count(*) from discarded_groups "
+                                   "where reason = 'error'").fetchone()[0]
+            started = conn.execute("select count(*) from group_lifecycle").fetchone()[0]
+        requests -= 1  # the server's warm-up request ("ready?") before the pipeline starts
+        return requests / max(started, 1), requests, groups, started
+
+
+def bench_requests(steps: int) -> None:
+    print(f"\n== sample requests per group of 16 ({steps} steps, 2 groups a step) ==")
+    for ms in (5.0, 0.0):
+        before = load()
+        per_group, requests, groups, started = requests_per_group(ms, steps)
+        label = f"coalescing {ms:g} ms" if ms else "coalescing off"
+        print(f"{label:>20}: {per_group:5.2f} requests/group ({requests} asample for "
+              f"{started} groups started, {groups} finished: at most "
+              f"{requests / max(groups, 1):.2f})  [{before} -> {load()}]")
+
+
+# ---------------------------------------------------------------------- throughput
+MESSAGES = [{"role": "user", "content": "Answer with one word: yes, no or maybe. Is the sky blue?"}]
+
+
+class DoubleProcess:
+    """`python -m tinker_double` in a child process, with the given extra flags."""
+
+    def __init__(self, *flags: str) -> None:
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.tmp = tempfile.TemporaryDirectory()
+        env = child_env({"PYTHONPATH": f"{ROOT / 'tests'}{os.pathsep}{ROOT}"})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tinker_double", "--port", str(self.port),
+             "--checkpoint-dir", self.tmp.name, *flags],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if "serving on" not in line:
+            raise SystemExit(f"the double did not start: {line}{self.proc.stdout.read()}")
+        self.base_url = f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        from tinker_double import API_KEY
+
+        return {"TINKER_BASE_URL": self.base_url, "TINKER_API_KEY": API_KEY}
+
+    def record(self) -> dict[str, Any]:
+        import urllib.request
+
+        with urllib.request.urlopen(f"{self.base_url}/_double/record") as answer:
+            return dict(json.loads(answer.read()))
+
+    def set_faults(self, faults: dict[str, Any]) -> None:
+        import urllib.request
+
+        request = urllib.request.Request(f"{self.base_url}/_double/faults", method="POST",
+                                         data=json.dumps(faults).encode())
+        with urllib.request.urlopen(request) as answer:
+            answer.read()
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.tmp.cleanup()
+
+
+async def _for_seconds(seconds: float, in_flight: int, one_group: Any) -> float:
+    """Groups of completions, `in_flight` at a time, for `seconds`: completions/s."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    counts = [0] * in_flight
+
+    async def lane(i: int) -> None:
+        while loop.time() < end:
+            counts[i] += await one_group()
+
+    started = loop.time()
+    await asyncio.gather(*(lane(i) for i in range(in_flight)))
+    return sum(counts) / (loop.time() - started)
+
+
+async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: int,
+                      rounds: int, latencies: list[float],
+                      set_faults: Any) -> None:
+    import tinker
+
+    from tinker_tui.engine.backend_session import BackendSession
+    from tinker_tui.engine.sampling_defaults import SamplingDefaults
+    from tinker_tui.engine.server import PolicyServer
+
+    service = tinker.ServiceClient()
+    policy = BackendSession(service, base_model=MODEL, sampler_checkpoint_every=0)
+    await policy.start()
+    server = PolicyServer(policy, model_name="policy", coalesce_window=0.005,
+                          defaults=SamplingDefaults(max_tokens=max_tokens))
+    await server.start()
+    client = server.client()
+    prompt = policy.renderer.build_generation_prompt(MESSAGES)
+    stop = policy.renderer.get_stop_sequences()
+    params = tinker.SamplingParams(max_tokens=max_tokens, temperature=1.0, stop=stop)
+    sampler = policy.sampling_client  # the plain loop asks the same sampler itself
+
+    async def plain_group() -> int:
+        response = await sampler.sample(prompt=prompt, num_samples=group,
+                                        sampling_params=params)
+        return len(response.sequences)
+
+    async def server_group() -> int:
+        done = await asyncio.gather(*(client.chat.completions.create(
+            model="policy", messages=MESSAGES, max_tokens=max_tokens) for _ in range(group)))
+        return sum(len(c.choices) for c in done)
+
+    async def server_n_group() -> int:
+        done = await client.chat.completions.create(model="policy", messages=MESSAGES,
+                                                    max_tokens=max_tokens, n=group)
+        return len(done.choices)
+
+    await plain_group()
+    await server_group()  # warm every path
+    for latency in latencies:
+        set_faults({"delay": {"asample": latency}} if latency else {})
+        for r in range(rounds):
+            before = load()
+            plain = await _for_seconds(seconds, in_flight, plain_group)
+            calls = server.coalescer.stats.calls
+            requests = server.coalescer.stats.requests
+            ours = await _for_seconds(seconds, in_flight, server_group)
+            calls = server.coalescer.stats.calls - calls
+            requests = server.coalescer.stats.requests - requests
+            ours_n = await _for_seconds(seconds, in_flight, server_n_group)
+            print(f"asample round trip +{latency * 1000:.0f} ms, round {r + 1}: plain SDK "
+                  f"n={group}: {plain:7.1f}/s | policy server, {group} requests n=1: "
+                  f"{ours:7.1f}/s = {ours / plain:.2f}x ({requests / max(calls, 1):.1f} "
+                  f"requests per sampling call) | policy server, 1 request n={group}: "
+                  f"{ours_n:7.1f}/s = {ours_n / plain:.2f}x  [{before} -> {load()}]")
+    set_faults({})
+    await server.stop()
+    await policy.close("success")
+
+
+def bench_throughput(seconds: float, rounds: int, latencies: list[float]) -> None:
+    group, in_flight, max_tokens = 32, 4, 16
+    print(f"\n== completions/s at group {group} ({in_flight} groups in flight, max_tokens "
+          f"{max_tokens}, {seconds:g} s a side) ==")
+    double = DoubleProcess()
+    try:
+        os.environ.update(double.env())
+        asyncio.run(_throughput(seconds, group, in_flight, max_tokens, rounds, latencies,
+                                double.set_faults))
+    finally:
+        double.close()
+
+
+# ---------------------------------------------------------------------- clock cycles
+def _steady_cycles(fb_cycles: list[int], skip: int) -> float:
+    """Cycles per step from the cycle numbers of each step's forward_backward, the first
+    `skip` steps left out (start-up)."""
+    tail = fb_cycles[skip:]
+    return (tail[-1] - tail[0]) / max(len(tail) - 1, 1)
+
+
+def _sdk_loop(steps: int, naive: bool) -> list[int]:
+    """naive: fb, optim_step, then the sampler snapshot, each awaited before the next is
+    sent. Else the trainer before coalesced steps: fb and optim_step submitted together and
+    awaited, then the snapshot and the named sampler save."""
+    import tinker
+    from tinker_cookbook.renderers import get_renderer
+
+    service = tinker.ServiceClient()
+    training = service.create_lora_training_client(base_model=MODEL, rank=8).result()
+    renderer = get_renderer("role_colon", training.get_tokenizer())
+    model_input, weights = renderer.build_supervised_example(
+        [{"role": "user", "content": "Is the sky blue?"},
+         {"role": "assistant", "content": "maybe"}])
+    tokens = model_input.to_ints()
+    datum = tinker.Datum(model_input=tinker.ModelInput.from_ints(tokens[:-1]),
+                         loss_fn_inputs={"target_tokens": tokens[1:],
+                                         "weights": [float(w) for w in weights.tolist()[1:]]})
+    adam = tinker.AdamParams(learning_rate=1e-4)
+    for step in range(steps):
+        if naive:
+            training.forward_backward([datum] * 8, "cross_entropy").result()
+            training.optim_step(adam).result()
+            training.save_weights_and_get_sampling_client().result()
+        else:
+            fb = training.forward_backward([datum] * 8, "cross_entropy")
+            optim = training.optim_step(adam)
+            fb.result(), optim.result()
+            snapshot = training.save_weights_and_get_sampling_client()
+            saved = training.save_weights_for_sampler(f"s{step}")
+            snapshot.result(), saved.result()
+    service.close("success", None) if hasattr(service, "close") else None
+    return [training.model_id]  # type: ignore[list-item]
+
+
+def _fb_cycles(record: dict[str, Any], model_id: str) -> list[int]:
+    return [n for n, model, kind in record["cycles"]
+            if model == model_id and kind == "forward_backward"]
+
+
+def bench_cycles(cycle: float, steps: int) -> None:
+    print(f"\n== clock cycles per training step (the double's --clock-cycle {cycle:g}, "
+          f"{steps} steps; start-up steps left out) ==")
+    double = DoubleProcess("--clock-cycle", f"{cycle:g}")
+    try:
+        before = load()
+        with tempfile.TemporaryDirectory() as tmp:
+            command = [sys.executable, "-m", "tinker_tui.app.cli", "run", "example",
+                       "--backend", "tinker", "--no-ui", "--db", str(Path(tmp) / "run.db"),
+                       "--base-model", MODEL, "--warmup-steps", "0", "--eval-every", "0",
+                       "--steps", str(steps), "--checkpoint-every", "0",
+                       "--group-size", "8", "--groups-per-step", "2"]
+            done = subprocess.run(command, env=child_env(double.env()), cwd=ROOT,
+                                  capture_output=True, text=True, timeout=900)
+            if done.returncode != 0:
+                raise SystemExit(f"the run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        record = double.record()
+        models = {model for _, model, kind in record["cycles"] if kind == "forward_backward"}
+        (model,) = models
+        engine = _fb_cycles(record, model)
+        print(f"  engine (tinker-tui run example): {_steady_cycles(engine, 2):.2f} cycles/step "
+              f"({len(engine)} steps, forward_backward in cycles {engine[:3]}...{engine[-3:]})"
+              f"  [{before} -> {load()}]")
+        os.environ.update(double.env())
+        for naive, label in ((True, "naive loop (await fb, then optim_step, then the sampler "
+                                    "snapshot)"),
+                             (False, "fb + optim together, then publish (the trainer before)")):
+            before = load()
+            (model,) = _sdk_loop(max(4, steps // 2), naive)
+            cycles = _fb_cycles(double.record(), str(model))
+            print(f"  {label}: {_steady_cycles(cycles, 1):.2f} cycles/step ({len(cycles)} "
+                  f"steps)  [{before} -> {load()}]")
+    finally:
+        double.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", action="append", choices=["requests", "throughput", "cycles"])
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--clock-cycle", type=float, default=1.0)
+    parser.add_argument("--cycle-steps", type=int, default=12)
+    parser.add_argument("--latency-ms", default="0,250",
+                        help="round trips added to each asample request, comma-separated")
+    args = parser.parse_args()
+    only = set(args.only or ["requests", "throughput", "cycles"])
+    import logging
+
+    logging.getLogger("tinker").setLevel(logging.WARNING)  # its try_again retries
+    print(f"cores {os.cpu_count()}, {load()}")
+    if "requests" in only:
+        bench_requests(args.steps)
+    if "cycles" in only:
+        bench_cycles(args.clock_cycle, args.cycle_steps)
+    if "throughput" in only:
+        bench_throughput(args.seconds, args.rounds,
+                         [float(x) / 1000 for x in args.latency_ms.split(",")])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""Tokens and cost (engine.cost): counting as Tinker bills, the user's prices, totals across
+a resume, and the budget that stops a run before the step that would pass it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tinker_tui.engine import metric_keys as keys
+from tinker_tui.engine.config import ConfigError, RunConfig
+from tinker_tui.engine.cost import CostMeter, Prices, TokenUsage, projected_usd
+
+ROOT = Path(__file__).resolve().parents[1]  # this checkout's code, not an installed one
+
+
+def test_a_sampling_call_prefills_each_sample_and_the_shared_ones_are_cached():
+    usage = TokenUsage()
+    usage.add_sample(prompt_tokens=100, num_samples=16, cache_hits=40, sampled=16 * 8)
+    assert usage.prefill == 1600
+    assert usage.prefill_cached == 40 + 15 * 100
+    assert usage.sampled == 128
+    usage.add_sample(prompt_tokens=10, num_samples=1, cache_hits=999, sampled=3)
+    assert usage.prefill_cached == 1540 + 10  # never more than the prompt
+
+
+def test_cost_at_the_users_prices():
+    prices = Prices(prefill=2.0, prefill_cached=0.5, sample=4.0, train=6.0)
+    usage = TokenUsage(prefill=3_000_000, prefill_cached=2_000_000, sampled=500_000,
+                       trained=1_000_000)
+    assert prices.cost(usage) == pytest.approx(1 * 2.0 + 2 * 0.5 + 0.5 * 4.0 + 1 * 6.0)
+    assert not Prices().known
+
+
+def test_step_metrics_give_each_step_its_share_and_the_totals():
+    meter = CostMeter(Prices(train=1.0, sample=2.0))
+    running = TokenUsage(sampled=1_000_000, trained=2_000_000)
+    first = meter.step_metrics(running)
+    running = running.plus(TokenUsage(sampled=500_000))
+    second = meter.step_metrics(running)
+    assert first[keys.TOKENS_TRAINED] == 2_000_000 and second[keys.TOKENS_TRAINED] == 0
+    assert second[keys.TOKENS_SAMPLED] == 500_000
+    assert second[keys.TOKENS_SAMPLED_TOTAL] == 1_500_000
+    assert first[keys.COST_USD_STEP] == pytest.approx(4.0)
+    assert second[keys.COST_USD_STEP] == pytest.approx(1.0)
+    assert second[keys.COST_USD_TOTAL] == pytest.approx(5.0)
+    # without prices: tokens, no dollars
+    assert keys.COST_USD_TOTAL not in CostMeter(Prices()).step_metrics(running)
+
+
+def test_a_resumed_run_carries_what_was_spent():
+    meter = CostMeter(Prices(train=1.0))
+    meter.carry({keys.TOKENS_TRAINED_TOTAL: 3_000_000, keys.COST_USD_TOTAL: 3.0})
+    metrics = meter.step_metrics(TokenUsage(trained=1_000_000))
+    assert metrics[keys.TOKENS_TRAINED_TOTAL] == 4_000_000
+    assert metrics[keys.COST_USD_TOTAL] == pytest.approx(4.0)
+    assert projected_usd(4.0, steps_done=11, start_step=10, max_steps=20,
+                         carried_usd=3.0) == pytest.approx(13.0)
+    assert projected_usd(0.0, steps_done=10, start_step=10, max_steps=20) is None
+
+
+def test_the_budget_stops_before_the_step_that_would_pass_it():
+    meter = CostMeter(Prices(train=1.0), max_cost_usd=3.5)
+    running = TokenUsage()
+    stops = []
+    for _ in range(5):
+        running = running.plus(TokenUsage(trained=1_000_000))  # $1 a step
+        meter.step_metrics(running)
+        stops.append(meter.budget_passed_by_next_step())
+    assert [bool(s) for s in stops] == [False, False, True, True, True]
+    assert "max_cost_usd = $3.5" in stops[2] and "$3.0000 spent" in stops[2]
+    assert not CostMeter(Prices(train=1.0)).budget_passed_by_next_step()  # no budget
+
+
+def test_a_budget_without_prices_is_refused():
+    with pytest.raises(ConfigError, match="max_cost_usd needs prices"):
+        RunConfig(max_cost_usd=1.0)
+    with pytest.raises(ConfigError, match="price_train_per_mtok must be 0 or more"):
+        RunConfig(price_train_per_mtok=-1.0)
+
+
+def _run(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD")}
+    env["HOME"] = str(tmp_path)
+    return subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", "run", "example",
+                           "--no-ui", "--db", str(tmp_path / "runs.db"), "--warmup-steps", "0",
+                           "--eval-every", "0", *args],
+                          capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+
+
+def _metrics(tmp_path) -> list[dict]:
+    (path,) = tmp_path.glob("*.metrics.jsonl")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if keys.TOKENS_TRAINED in json.dumps(r)]
+
+
+def _step_metrics(row: dict) -> dict:
+    return row.get("metrics", row)
+
+
+def test_a_run_on_the_local_backend_stops_at_its_budget_naming_it(tmp_path):
+    """Tokens and dollars per step reach the JSONL; the run stops gracefully (a final
+    checkpoint, exit 0) before the step that would pass max_cost_usd."""
+    first = _run(tmp_path, "--steps", "2", "--price-train-per-mtok", "1000000",
+                 "--price-sample-per-mtok", "1000000", "--price-prefill-per-mtok", "1000000")
+    assert first.returncode == 0, first.stderr[-2000:]
+    rows = [_step_metrics(r) for r in _metrics(tmp_path)]
+    per_step = rows[-1][keys.COST_USD_TOTAL] / len(rows)
+    for row in rows:
+        assert row[keys.TOKENS_TRAINED] > 0 and row[keys.TOKENS_SAMPLED] > 0
+        assert row[keys.TOKENS_PREFILL] >= row[keys.TOKENS_PREFILL_CACHED] > 0
+    budget = per_step * 3.5  # about three and a half steps' worth
+    for old in tmp_path.glob("*.metrics.jsonl"):
+        old.unlink()
+    (tmp_path / "runs.db").unlink()
+    done = _run(tmp_path, "--steps", "40", "--price-train-per-mtok", "1000000",
+                "--price-sample-per-mtok", "1000000", "--price-prefill-per-mtok", "1000000",
+                "--max-cost-usd", f"{budget:.6f}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "max_cost_usd" in done.stdout + done.stderr
+    rows = [_step_metrics(r) for r in _metrics(tmp_path)]
+    assert 1 <= len(rows) < 40
+    assert rows[-1][keys.COST_USD_TOTAL] <= budget
+    assert rows[-1][keys.COST_USD_TOTAL] == pytest.approx(
+        sum(r[keys.COST_USD_STEP] for r in rows))
+
+
+# ---------------------------------------------------------------------- reconciliation
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    full = dict(os.environ, **env)
+    full.pop("HF_HUB_OFFLINE", None)
+    return subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", *args],
+                          capture_output=True, text=True, env=full, timeout=600, cwd=ROOT)
+
+
+def test_cost_reconciles_a_tinker_run_with_the_services_billing(tmp_path):
+    """Through the double: the run's tokens beside Tinker's billing usage for its session;
+    a key without billing access and data that lags are said as such."""
+    from tinker_double import Burst, Faults, TinkerDouble
+
+    db = str(tmp_path / "runs.db")
+    with TinkerDouble(tmp_path / "ckpt") as double:
+        env = double.env()
+        ran = _cli(env, "run", "example", "--backend", "tinker", "--no-ui", "--db", db,
+                   "--base-model", "tinker-tui/tiny-chat", "--warmup-steps", "0",
+                   "--eval-every", "0", "--steps", "2", "--group-size", "4",
+                   "--groups-per-step", "2", "--price-train-per-mtok", "3",
+                   "--price-sample-per-mtok", "2", "--price-prefill-per-mtok", "1")
+        assert ran.returncode == 0, ran.stderr[-2000:]
+        (session,) = double.service.sessions
+        done = _cli(env, "cost", "--db", db)
+        assert done.returncode == 0, done.stderr[-2000:]
+        out = done.stdout
+        assert "Tinker billed" in out and session in out
+        trained = next(line for line in out.splitlines() if line.strip().startswith("trained"))
+        ours, theirs, diff = trained.split()[-3:]
+        assert ours == theirs and int(ours.replace(",", "")) > 0 and diff == "+0", out
+        for label in ("sampled", "prefill (cached)"):
+            line = next(x for x in out.splitlines() if x.strip().startswith(label))
+            # the service also bills what came after the last step (the server's warm-up
+            # request, rollouts in flight at the end): never less than counted
+            assert int(line.split()[-1].replace(",", "").replace("+", "")) >= 0, out
+
+        double.faults = Faults(billing_lag=3600.0)
+        late = _cli(env, "cost", "--db", db)
+        assert late.returncode == 0 and "lags real time by hours" in late.stdout, late.stdout
+
+        double.faults = Faults(fail={"billing": Burst(403)})
+        refused = _cli(env, "cost", "--db", db)
+        assert refused.returncode == 1
+        assert "no billing access" in refused.stdout and "Traceback" not in refused.stderr
+        assert "trained" in refused.stdout  # the run's own count is shown anyway
+
+
+def test_the_dashboards_cost_line():
+    from tinker_tui.app.view_maths import cost_text
+
+    assert cost_text({}, 0, 10) == ""  # a run from before tokens were counted
+    tokens = {keys.TOKENS_PREFILL_TOTAL: 20_000.0, keys.TOKENS_PREFILL_CACHED_TOTAL: 15_000.0,
+              keys.TOKENS_SAMPLED_TOTAL: 1_500.0, keys.TOKENS_TRAINED_TOTAL: 4_000.0}
+    assert cost_text(tokens, 4, 10) == \
+        "tokens 20k prefill (75% cached), 1.5k sampled, 4.0k trained"
+    line = cost_text({**tokens, keys.COST_USD_TOTAL: 0.2}, 4, 10)
+    assert line.startswith("cost $0.2000 · $0.0500/step · ~$0.5000 at step 10 · tokens 20k")
+    assert "at step" not in cost_text({**tokens, keys.COST_USD_TOTAL: 2.0}, 10, 10)
+
+
+async def test_the_dashboard_shows_the_cost_line():
+    """The throughput pane's cost line: dollars so far, per step, projected at max_steps,
+    and the tokens (hidden while the run has no token counts)."""
+    import dataclasses
+
+    os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
+    from fake_session import FakeSession, scripted_events, wait_for_charts
+    from textual.widgets import Label
+
+    from tinker_tui.app.tui import TinkerTuiApp
+    from tinker_tui.engine.events import StepTrained
+
+    def with_cost(clock):
+        events = scripted_events(clock)
+        out = []
+        for e in events:
+            if isinstance(e, StepTrained):
+                e = dataclasses.replace(e, metrics={
+                    **e.metrics, keys.TOKENS_PREFILL_TOTAL: 1000.0 * e.step,
+                    keys.TOKENS_PREFILL_CACHED_TOTAL: 900.0 * e.step,
+                    keys.TOKENS_SAMPLED_TOTAL: 100.0 * e.step,
+                    keys.TOKENS_TRAINED_TOTAL: 500.0 * e.step,
+                    keys.COST_USD_TOTAL: 0.01 * e.step})
+            out.append(e)
+        return out
+
+    for script, shown in ((with_cost, True), (None, False)):
+        session = FakeSession(script=script)
+        app = TinkerTuiApp(session, clock=session.clock, refresh_interval=0.05)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await asyncio.wait_for(session.script_done.wait(), timeout=5)
+            await wait_for_charts(pilot)
+            app.refresh_panes()
+            await pilot.pause()
+            label = app.screen.query_one("#cost", Label)
+            assert label.display == shown and (label.region.height == 1) == shown
+            if shown:
+                text = str(label.render())
+                assert text.startswith(f"cost ${0.01 * app.model.step:.4f} · $0.0100/step")
+                assert "tokens" in text

@@ -1,0 +1,163 @@
+"""Tokens and dollars: what a run has cost so far, per step and in total, at the user's prices.
+
+`TokenUsage` counts what the backend was asked to do, as Tinker bills it: prefill (prompt)
+tokens of every sampling call, of which some are cached (the service says how many of the
+prompt's own in `SampleResponse.prompt_cache_hit_tokens`; for `num_samples = k` the other
+k - 1 samples' prefill is billed as cached, per the SDK), sampled tokens, and trained tokens
+(every Datum's model input through forward_backward). The base model's scoring for the KL
+penalty is prefill too.
+
+Prices are the user's settings (`price_*_per_mtok`, USD per million tokens): no built-in
+price table, which would go stale. `CostMeter` turns each step's usage into the step's
+metrics (`tokens/...`, `cost/...`) and says when the next step would pass `max_cost_usd`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from tinker_tui.engine import metric_keys as keys
+
+
+@dataclass
+class TokenUsage:
+    """Tokens the backend processed (running totals; `minus` gives a step's share)."""
+
+    prefill: int = 0
+    prefill_cached: int = 0
+    sampled: int = 0
+    trained: int = 0
+
+    def add_sample(self, prompt_tokens: int, num_samples: int, cache_hits: int,
+                   sampled: int) -> None:
+        """One sampling call: the prompt is prefilled once per sample; beyond the
+        service's cache hits on the prompt itself, the other samples' prefill is cached."""
+        self.prefill += prompt_tokens * num_samples
+        self.prefill_cached += min(max(cache_hits, 0), prompt_tokens) \
+            + prompt_tokens * (num_samples - 1)
+        self.sampled += sampled
+
+    def add_prefill(self, tokens: int) -> None:
+        self.prefill += tokens
+
+    def add_trained(self, tokens: int) -> None:
+        self.trained += tokens
+
+    def copy(self) -> TokenUsage:
+        return replace(self)
+
+    def minus(self, earlier: TokenUsage) -> TokenUsage:
+        return TokenUsage(**{f.name: getattr(self, f.name) - getattr(earlier, f.name)
+                             for f in fields(self)})
+
+    def plus(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(**{f.name: getattr(self, f.name) + getattr(other, f.name)
+                             for f in fields(self)})
+
+
+@dataclass(frozen=True)
+class Prices:
+    """USD per million tokens (the user's settings)."""
+
+    prefill: float = 0.0
+    prefill_cached: float = 0.0
+    sample: float = 0.0
+    train: float = 0.0
+
+    @classmethod
+    def from_config(cls, config: Any) -> Prices:
+        return cls(prefill=config.price_prefill_per_mtok,
+                   prefill_cached=config.price_prefill_cached_per_mtok,
+                   sample=config.price_sample_per_mtok, train=config.price_train_per_mtok)
+
+    @property
+    def known(self) -> bool:
+        """Whether any price is set (without one, the run shows tokens but no dollars)."""
+        return any((self.prefill, self.prefill_cached, self.sample, self.train))
+
+    def cost(self, usage: TokenUsage) -> float:
+        uncached = usage.prefill - usage.prefill_cached
+        return (uncached * self.prefill + usage.prefill_cached * self.prefill_cached
+                + usage.sampled * self.sample + usage.trained * self.train) / 1e6
+
+
+#: How many recent steps the budget's estimate of the next step averages over.
+BUDGET_WINDOW = 5
+
+
+class CostMeter:
+    """Per step: the step's tokens and cost, the totals, and the budget check.
+
+    `carried` are the totals of the run's earlier processes (a resumed run): what they
+    spent was spent, the steps a resume redoes included."""
+
+    def __init__(self, prices: Prices, max_cost_usd: float = 0.0) -> None:
+        self.prices = prices
+        self.max_cost_usd = max_cost_usd
+        self.carried = TokenUsage()
+        self.carried_usd = 0.0
+        self._last = TokenUsage()
+        self._recent: deque[float] = deque(maxlen=BUDGET_WINDOW)
+        self.total_usd = 0.0
+
+    def carry(self, metrics: Mapping[str, float]) -> None:
+        """Continue from the totals of the last step an earlier process recorded."""
+        self.carried = TokenUsage(
+            prefill=int(metrics.get(keys.TOKENS_PREFILL_TOTAL, 0)),
+            prefill_cached=int(metrics.get(keys.TOKENS_PREFILL_CACHED_TOTAL, 0)),
+            sampled=int(metrics.get(keys.TOKENS_SAMPLED_TOTAL, 0)),
+            trained=int(metrics.get(keys.TOKENS_TRAINED_TOTAL, 0)))
+        self.carried_usd = float(metrics.get(keys.COST_USD_TOTAL, 0.0))
+        self.total_usd = self.carried_usd
+
+    def step_metrics(self, usage: TokenUsage) -> dict[str, float]:
+        """The metrics of a step that ends with the backend's running totals `usage`."""
+        step = usage.minus(self._last)
+        self._last = usage.copy()
+        total = self.carried.plus(usage)
+        metrics = {
+            keys.TOKENS_PREFILL: float(step.prefill),
+            keys.TOKENS_PREFILL_CACHED: float(step.prefill_cached),
+            keys.TOKENS_SAMPLED: float(step.sampled),
+            keys.TOKENS_TRAINED: float(step.trained),
+            keys.TOKENS_PREFILL_TOTAL: float(total.prefill),
+            keys.TOKENS_PREFILL_CACHED_TOTAL: float(total.prefill_cached),
+            keys.TOKENS_SAMPLED_TOTAL: float(total.sampled),
+            keys.TOKENS_TRAINED_TOTAL: float(total.trained),
+        }
+        if self.prices.known:
+            step_usd = self.prices.cost(step)
+            self.total_usd = self.carried_usd + self.prices.cost(usage)
+            self._recent.append(step_usd)
+            metrics[keys.COST_USD_STEP] = step_usd
+            metrics[keys.COST_USD_TOTAL] = self.total_usd
+        return metrics
+
+    def next_step_estimate(self) -> float:
+        """What the next step will likely cost: the mean of the recent steps."""
+        return sum(self._recent) / len(self._recent) if self._recent else 0.0
+
+    def budget_passed_by_next_step(self) -> str:
+        """Why the run must stop before the next step (it would pass `max_cost_usd`), or
+        "" if it may go on (or there is no budget)."""
+        if self.max_cost_usd <= 0 or not self._recent:
+            return ""
+        estimate = self.next_step_estimate()
+        if self.total_usd + estimate <= self.max_cost_usd:
+            return ""
+        return (f"the next step (about ${estimate:.4f}) would pass the budget max_cost_usd = "
+                f"${self.max_cost_usd:g}: ${self.total_usd:.4f} spent so far")
+
+
+def projected_usd(total_usd: float, steps_done: int, start_step: int, max_steps: int,
+                  carried_usd: float = 0.0) -> float | None:
+    """The run's cost at `max_steps`, projected from the cost per step so far (None
+    before the first step)."""
+    done = steps_done - start_step
+    if done <= 0:
+        return None
+    per_step = (total_usd - carried_usd) / done
+    return total_usd + per_step * max(max_steps - steps_done, 0)
