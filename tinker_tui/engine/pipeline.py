@@ -855,7 +855,7 @@ class Pipeline:
             next_position=self._source.next_position,
             pending=tuple(sorted(set(pending) | set(self._source.waiting()))),
             next_group_id=self._next_group_id, rng_state=self._source.rng_state(),
-            warmup_done=self.warmup_done)
+            warmup_done=self.warmup_done, knobs=dict(self.knobs()))
 
     def restore(self, state: ResumeState) -> None:
         """Continue from a checkpoint's resume state; call before `run`.

@@ -77,12 +77,15 @@ class Run:
         rollout_thread: bool = True,
         headless: bool = False,
         task_spec: str = "",
+        notes: tuple[str, ...] = (),
     ) -> None:
         if resume and not run_id:
             raise ValueError("resume=True needs the run_id of the run to resume")
         self.resume = resume
         self.task = task
         self.task_spec = task_spec  # how the command line named it (RunStarted.task_spec)
+        #: Said in the run's log once it started (a resume's knobs, say).
+        self.notes = notes
         self.backend = backend
         self.db_path = Path(db_path)
         self.clock = clock or SystemClock()
@@ -291,6 +294,8 @@ class Run:
         try:
             points = await self._resume_points(store) if self.resume else []
             self._publish_started(points[0]["step"] if points else None)
+            for note in self.notes:
+                self._log("warning", note)  # shown by every front end, headless included
             assert self.policy is not None
             if points and points[0]["step"] >= self.config.max_steps:
                 self.pipeline.restore(ResumeState.from_dict(points[0]["resume_state"]))

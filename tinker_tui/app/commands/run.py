@@ -190,6 +190,8 @@ class RunPlan:
     run_id: str | None = None  # set when resuming, or pinned by `--run-id`
     resume: bool = False
     task_spec: str = ""  # how later commands name the task (`task_loader.spec_to_store`)
+    #: What a resume took from the checkpoint, and which flags won over it (logged).
+    resume_notes: tuple[str, ...] = ()
 
 
 def check_store(path: Path, *, explicit: bool) -> None:
@@ -227,9 +229,9 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         from tinker_tui.app.resume import resume_plan
 
         check_store(path, explicit=args.db is not None)  # before reading the run from it
-        config, backend, run_id = resume_plan(args, task, path)
+        config, backend, run_id, notes = resume_plan(args, task, path)
         return RunPlan(task=task, config=config, backend=backend, db_path=path,
-                       run_id=run_id, resume=True, task_spec=spec)
+                       run_id=run_id, resume=True, task_spec=spec, resume_notes=notes)
     backend = choose_backend(args.backend)
     config_path = getattr(args, "config", None)
     config = layered_config(task, backend,
@@ -249,7 +251,7 @@ def build_session(plan: RunPlan, clock: Clock | None = None, *, headless: bool =
 
     run = Run(task=plan.task, config=plan.config, backend=plan.backend, db_path=plan.db_path,
               run_id=plan.run_id, resume=plan.resume, clock=clock, headless=headless,
-              task_spec=plan.task_spec)
+              task_spec=plan.task_spec, notes=plan.resume_notes)
     run.preload()  # before the run's loop (headless) or in the dashboard's build thread
     return run
 
