@@ -115,6 +115,8 @@ class HeadlessReporter:
         elif isinstance(event, RunStateChanged) and event.state in ("paused", "stopping"):
             self._end_repeats()
             self._print(f"{event.state}: {event.reason}")
+            if event.state == "paused":
+                self._print(f"  {self.paused_hint()}")
         elif isinstance(event, TrackerReported):  # where W&B / TensorBoard records go
             self._print(event.message if event.level == "info"
                         else f"{event.level}: {event.message}")
@@ -134,6 +136,16 @@ class HeadlessReporter:
                 show = f"tinker-tui show {self._run_id} --log{db_flag(self.db_path)}"
                 self._print(f"  {where}  (whole: {show})")
 
+
+    def paused_hint(self) -> str:
+        """How to go on from a pause: nothing resumes a headless run by itself (a pause
+        asked for from a page that was then closed still waits for someone)."""
+        return (f"it waits, paused, until resumed: tinker-tui attach {self._run_id}"
+                f"{db_flag(self.db_path)}, then p (or stop it: kill -TERM {os.getpid()})")
+
+    def paused_reminder(self, seconds: float) -> None:
+        """Said again while a pause lasts, so a log shows why nothing moves."""
+        self._print(f"still paused after {seconds / 60:.0f} min; {self.paused_hint()}")
 
     def _end_repeats(self) -> None:
         """Say how often the last warning or error came again, if it did."""

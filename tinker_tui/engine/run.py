@@ -44,6 +44,7 @@ from tinker_tui.engine.rollout_loop import CLOSE_TIMEOUT, RolloutThread, SameLoo
 from tinker_tui.engine.run_id import new_run_id
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.store import RunStore
+from tinker_tui.engine.store.reader import SESSION_START
 from tinker_tui.engine.task import Task
 from tinker_tui.engine.trackers import TrackerFeeds, with_tracker_ids
 
@@ -304,8 +305,8 @@ class Run:
                                      "to train further)")
                 status, reason = "completed", "reached max_steps"
                 return status
-            self._log("info", f"starting {self.backend} backend, base model "
-                              f"{self.config.base_model}")
+            self._log("info", SESSION_START.format(backend=self.backend,
+                                                   base_model=self.config.base_model))
             self._phase("loading_model", detail=self.config.base_model)
             # A stop during the start-up skips the rest of it: the pipeline then only
             # writes the final checkpoint, if the warm-up was done (`Pipeline.run`).

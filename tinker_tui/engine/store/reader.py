@@ -46,6 +46,10 @@ logger = logging.getLogger(__name__)
 #: Rows read per query when reading a run's events.
 _PAGE = 10_000
 
+#: The log line each process that runs (or resumes) a run begins with (`engine.run`): where a
+#: resumed run's sessions begin, so the time it was down is not counted as its duration.
+SESSION_START = "starting {backend} backend, base model {base_model}"
+
 
 class NoSuchRun(StoreError):
     """No run (or more than one) answers to the name asked for; the message lists what the
@@ -366,6 +370,30 @@ class StoreReader:
                            "name": checkpoint.name, "path": checkpoint.path,
                            "time": checkpoint.time, "resume_state": state})
         return points
+
+    async def down_seconds(self, run_id: str) -> float:
+        """Seconds the run was down between its sessions (a finished or stopped run, then
+        its `--resume`): from each session's last log line to the next one's start."""
+        pattern = SESSION_START.format(backend="%", base_model="%")
+        starts = [row[0] for row in await self._fetchall(
+            "SELECT time FROM log WHERE run_id = ? AND message LIKE ? AND time IS NOT NULL "
+            "ORDER BY id", (run_id, pattern))]
+        down = 0.0
+        for start in starts[1:]:
+            rows = await self._fetchall(
+                "SELECT max(time) FROM log WHERE run_id = ? AND time < ?", (run_id, start))
+            before = rows[0][0] if rows else None
+            if before is not None:
+                down += max(0.0, start - before)
+        return down
+
+    async def last_states(self) -> dict[str, str]:
+        """Per run: its last recorded state change ("running", "paused", "stopping"), so a
+        live run that is paused can be listed as paused."""
+        rows = await self._fetchall(
+            "SELECT r.run_id, r.state FROM run_states r JOIN (SELECT run_id, max(id) AS last "
+            "FROM run_states GROUP BY run_id) t ON r.run_id = t.run_id AND r.id = t.last")
+        return {row[0]: row[1] for row in rows}
 
     async def progress(self) -> dict[str, dict[str, int | None]]:
         """Per run: the last stored step and the step of the last confirmed full
