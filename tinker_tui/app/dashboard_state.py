@@ -26,6 +26,7 @@ from tinker_tui.app.dashboard_rows import (
     LogLine,
     ThroughputSample,
 )
+from tinker_tui.app.group_counts import sampled_at_best
 from tinker_tui.app.view_maths import (
     COLLAPSE_LOOKBACK,
     debiased_ema,
@@ -289,13 +290,12 @@ class DashboardState:
         # the engine's health rule (engine.health): equal rewards have converged, or carry
         # no learning signal
         outcome = self.reward_range.classify(event.reward_mean)
-        at_best = outcome == "converged"
         rewards = {t.reward for t in event.trajectories}
         if len(rewards) > 1 or not event.trajectories:
             self.outcomes.append("ok")
         else:
             self.outcomes.append(outcome)
-        self.reward_range.saw(event.reward_mean, min(rewards, default=math.nan))
+        at_best = sampled_at_best(self.reward_range, event)  # the headless line's rule too
         record = self.groups.get(event.group_id)
         if record is None:
             record = GroupRecord(group_id=event.group_id, scenario_id=event.scenario_id,
