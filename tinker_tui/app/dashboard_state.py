@@ -171,6 +171,9 @@ class DashboardState:
         self.groups: dict[int, GroupRecord] = {}
         self.groups_by_step: dict[int, list[int]] = {}
         self.waiting: dict[int, None] = {}  # group ids sampled, not yet taken by a step
+        #: Groups a step took before their GroupSampled came (a reader's late row): the
+        #: step each goes to when it comes, instead of "waiting" for good.
+        self._taken_unseen: dict[int, int] = {}
         self.trained_steps: list[int] = []
         self.trimmed_before: int | None = None  # steps before this lost their groups
         self.groups_revision = 0
@@ -307,6 +310,9 @@ class DashboardState:
         record.trajectories = tuple(event.trajectories)
         record.failed, record.failure = event.failed, event.detail
         record.at_best = at_best
+        step = self._taken_unseen.pop(event.group_id, None)
+        if step is not None:
+            self._assign(record, step)
         self.groups_revision += 1
 
     def _group_discarded(self, event: GroupDiscarded) -> None:
@@ -359,6 +365,8 @@ class DashboardState:
             record = self.groups.get(group_id)
             if record is not None:
                 self._assign(record, event.step)
+            elif event.group_ids:
+                self._taken_unseen[group_id] = event.step
         if event.step not in self.groups_by_step:
             self.groups_by_step[event.step] = []
         self.trained_steps.append(event.step)

@@ -121,6 +121,9 @@ class StoreReader:
         self._db_lock = asyncio.Lock()  # one user of the connection at a time
         #: Schema version of the file (older only for a store opened read-only).
         self.schema_version = schema_version
+        #: Opened by `open_readonly` (no writer on this connection): reads of events may
+        #: hold a read transaction.
+        self.readonly = False
 
     @classmethod
     async def open_readonly(cls, path: str | Path, *, busy_timeout: float = 5.0) -> StoreReader:
@@ -150,7 +153,9 @@ class StoreReader:
         except BaseException:
             await conn.close()
             raise
-        return StoreReader(path, conn, schema_version=version)
+        reader = StoreReader(path, conn, schema_version=version)
+        reader.readonly = True
+        return reader
 
     async def close(self) -> None:
         """Close the connection. Safe to call more than once."""
@@ -209,6 +214,19 @@ class StoreReader:
         """The events of the cursor's run stored since the cursor's last read, in time order
         (events of equal times in the order the codec gives); moves the cursor past them.
         The first read starts with the run's RunStarted."""
+        if not self.readonly:
+            return await self._events_after(cursor)
+        # One snapshot of the whole store: read table by table while the run writes, a
+        # step could be read with the groups it took before those groups' own rows (their
+        # table read before the commit that added both), and a dashboard then listed them
+        # as "queued, waiting to be trained" for good.
+        await self._fetchall("BEGIN")
+        try:
+            return await self._events_after(cursor)
+        finally:
+            await self._fetchall("COMMIT")
+
+    async def _events_after(self, cursor: EventCursor) -> list[Event]:
         run = cursor.run
         ordered: list[tuple[float, int, int, Event]] = []
         if not cursor._started_given:
