@@ -135,7 +135,7 @@ class DashboardState:
         self.rewards: list[tuple[int, float]] = []
         self._ema_cache: tuple[int, float, list[float]] = (0, ema_beta, [])
         #: When recent steps finished, on the working clock (paused time left out).
-        self.step_times: deque[float] = deque(maxlen=64)
+        self.step_times: deque[float] = deque(maxlen=256)
         self.last_metrics: Mapping[str, float] = {}
         self.evals: list[EvalPoint] = []
         #: Every numeric metric per step (step metrics, eval metrics, and the sampled
@@ -606,7 +606,7 @@ class DashboardState:
         while paused, finished or unknown."""
         if self.state in ("paused", "finished", "stopping"):
             return None
-        return eta_seconds(self.step_times, self.step, self.max_steps)
+        return eta_seconds(self.step_times, self.step, self.max_steps, min_span=ETA_SPAN)
 
     def elapsed(self, now: float | None = None) -> float:
         if self.started_at is None:
@@ -646,6 +646,9 @@ class DashboardState:
         """Every metric the run recorded, in a stable order: reward first, then by name."""
         return sorted(self.series, key=metric_order)
 
+
+#: Seconds of working time the ETA's pace spans at least (`view_maths.eta_seconds`).
+ETA_SPAN = 60.0
 
 #: The dashboard's own per-step series: tokens sampled between two steps per second.
 SAMPLED_TOKENS_KEY = "throughput/sampled_tokens_per_s"
