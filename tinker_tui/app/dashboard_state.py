@@ -26,6 +26,7 @@ from tinker_tui.app.dashboard_rows import (
     LogLine,
     ThroughputSample,
 )
+from tinker_tui.app.group_counts import sampled_at_best
 from tinker_tui.app.view_maths import (
     COLLAPSE_LOOKBACK,
     debiased_ema,
@@ -134,7 +135,7 @@ class DashboardState:
         self.rewards: list[tuple[int, float]] = []
         self._ema_cache: tuple[int, float, list[float]] = (0, ema_beta, [])
         #: When recent steps finished, on the working clock (paused time left out).
-        self.step_times: deque[float] = deque(maxlen=64)
+        self.step_times: deque[float] = deque(maxlen=256)
         self.last_metrics: Mapping[str, float] = {}
         self.evals: list[EvalPoint] = []
         #: Every numeric metric per step (step metrics, eval metrics, and the sampled
@@ -170,6 +171,9 @@ class DashboardState:
         self.groups: dict[int, GroupRecord] = {}
         self.groups_by_step: dict[int, list[int]] = {}
         self.waiting: dict[int, None] = {}  # group ids sampled, not yet taken by a step
+        #: Groups a step took before their GroupSampled came (a reader's late row): the
+        #: step each goes to when it comes, instead of "waiting" for good.
+        self._taken_unseen: dict[int, int] = {}
         self.trained_steps: list[int] = []
         self.trimmed_before: int | None = None  # steps before this lost their groups
         self.groups_revision = 0
@@ -289,13 +293,12 @@ class DashboardState:
         # the engine's health rule (engine.health): equal rewards have converged, or carry
         # no learning signal
         outcome = self.reward_range.classify(event.reward_mean)
-        at_best = outcome == "converged"
         rewards = {t.reward for t in event.trajectories}
         if len(rewards) > 1 or not event.trajectories:
             self.outcomes.append("ok")
         else:
             self.outcomes.append(outcome)
-        self.reward_range.saw(event.reward_mean, min(rewards, default=math.nan))
+        at_best = sampled_at_best(self.reward_range, event)  # the headless line's rule too
         record = self.groups.get(event.group_id)
         if record is None:
             record = GroupRecord(group_id=event.group_id, scenario_id=event.scenario_id,
@@ -307,6 +310,9 @@ class DashboardState:
         record.trajectories = tuple(event.trajectories)
         record.failed, record.failure = event.failed, event.detail
         record.at_best = at_best
+        step = self._taken_unseen.pop(event.group_id, None)
+        if step is not None:
+            self._assign(record, step)
         self.groups_revision += 1
 
     def _group_discarded(self, event: GroupDiscarded) -> None:
@@ -359,6 +365,8 @@ class DashboardState:
             record = self.groups.get(group_id)
             if record is not None:
                 self._assign(record, event.step)
+            elif event.group_ids:
+                self._taken_unseen[group_id] = event.step
         if event.step not in self.groups_by_step:
             self.groups_by_step[event.step] = []
         self.trained_steps.append(event.step)
@@ -598,7 +606,7 @@ class DashboardState:
         while paused, finished or unknown."""
         if self.state in ("paused", "finished", "stopping"):
             return None
-        return eta_seconds(self.step_times, self.step, self.max_steps)
+        return eta_seconds(self.step_times, self.step, self.max_steps, min_span=ETA_SPAN)
 
     def elapsed(self, now: float | None = None) -> float:
         if self.started_at is None:
@@ -638,6 +646,9 @@ class DashboardState:
         """Every metric the run recorded, in a stable order: reward first, then by name."""
         return sorted(self.series, key=metric_order)
 
+
+#: Seconds of working time the ETA's pace spans at least (`view_maths.eta_seconds`).
+ETA_SPAN = 60.0
 
 #: The dashboard's own per-step series: tokens sampled between two steps per second.
 SAMPLED_TOKENS_KEY = "throughput/sampled_tokens_per_s"

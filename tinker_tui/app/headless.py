@@ -12,6 +12,7 @@ import sysconfig
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from tinker_tui.app.group_counts import ZeroVarianceSplit
 from tinker_tui.app.run_summary import db_flag
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.control import Session
@@ -20,6 +21,8 @@ from tinker_tui.engine.events import (
     CheckpointSaved,
     EvalCompleted,
     Event,
+    GroupDiscarded,
+    GroupSampled,
     LogEmitted,
     RunFinished,
     RunStarted,
@@ -41,6 +44,9 @@ class HeadlessReporter:
         self.db_path = db_path  # for the command that shows a logged traceback whole
         self.max_steps = 0
         self.discarded = dict.fromkeys(DISCARD_REASONS, 0)
+        #: Zero-variance groups: converged (not a discard) or no signal, as the dashboard
+        #: counts them (`app.group_counts`).
+        self.zero_variance = ZeroVarianceSplit()
         self.rollouts_failed = 0  # over the run (this process's steps)
         self.started_at: float | None = None
         self._phase: str | None = None
@@ -85,11 +91,16 @@ class HeadlessReporter:
                         f"base model {event.base_model}, {event.max_steps} steps")
         elif isinstance(event, StartupProgressed):
             self._startup(event)
+        elif isinstance(event, GroupSampled):
+            self.zero_variance.sampled(event)
+        elif isinstance(event, GroupDiscarded):
+            self.zero_variance.discarded(event)
         elif isinstance(event, StepTrained):
             m = event.metrics
             for reason in self.discarded:
                 self.discarded[reason] += int(m.get(keys.discarded(reason), 0))
-            d = self.discarded
+            self.zero_variance.trained(event.group_ids)
+            d, z = self.discarded, self.zero_variance
             failed = int(m.get(keys.ROLLOUTS_FAILED, 0))
             self.rollouts_failed += failed
             elapsed = event.time - self.started_at if self.started_at is not None else 0.0
@@ -102,7 +113,8 @@ class HeadlessReporter:
                 f"step {event.step:>4}/{self.max_steps}  "
                 f"reward {m.get(keys.REWARD_MEAN, float('nan')):.3f}  "
                 f"rollouts/s {m.get(keys.ROLLOUTS_PER_S, 0.0):6.1f}  "
-                f"discarded stale/zero-var/error {d['stale']}/{d['zero_variance']}/{d['error']}  "
+                f"discarded stale/no-signal/error {d['stale']}/{z.no_signal}/{d['error']}  "
+                f"converged {z.converged}  "
                 f"{failures}"
                 f"staleness {m.get(keys.STALENESS_MEAN, 0.0):.2f}  "
                 f"step {m.get(keys.STEP_TIME, 0.0):.2f}s  "
@@ -115,6 +127,8 @@ class HeadlessReporter:
         elif isinstance(event, RunStateChanged) and event.state in ("paused", "stopping"):
             self._end_repeats()
             self._print(f"{event.state}: {event.reason}")
+            if event.state == "paused":
+                self._print(f"  {self.paused_hint()}")
         elif isinstance(event, TrackerReported):  # where W&B / TensorBoard records go
             self._print(event.message if event.level == "info"
                         else f"{event.level}: {event.message}")
@@ -134,6 +148,16 @@ class HeadlessReporter:
                 show = f"tinker-tui show {self._run_id} --log{db_flag(self.db_path)}"
                 self._print(f"  {where}  (whole: {show})")
 
+
+    def paused_hint(self) -> str:
+        """How to go on from a pause: nothing resumes a headless run by itself (a pause
+        asked for from a page that was then closed still waits for someone)."""
+        return (f"it waits, paused, until resumed: tinker-tui attach {self._run_id}"
+                f"{db_flag(self.db_path)}, then p (or stop it: kill -TERM {os.getpid()})")
+
+    def paused_reminder(self, seconds: float) -> None:
+        """Said again while a pause lasts, so a log shows why nothing moves."""
+        self._print(f"still paused after {seconds / 60:.0f} min; {self.paused_hint()}")
 
     def _end_repeats(self) -> None:
         """Say how often the last warning or error came again, if it did."""

@@ -6,6 +6,11 @@ flags given on the command line (and a `--config` file) override the settings, e
 seed, which fixes the scenario stream the run is built on. `--steps` is the total for the
 whole run, so raising it continues a completed run; fewer steps than the run's last
 checkpoint is a usage error before anything loads (the stored run is left as it was).
+
+The live knobs (learning rate, temperature, ...) continue as they were at the checkpoint
+the run resumes from, not as the run started: a change made through the control endpoint
+is not lost. A knob given as a flag on the resume command line still wins; `resume_notes`
+says which knobs came from where.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tinker_tui.engine.errors import UsageError
 
@@ -24,8 +29,8 @@ if TYPE_CHECKING:
 
 
 def resume_plan(args: argparse.Namespace, task: Task, db_path: Path
-                ) -> tuple[RunConfig, str, str]:
-    """(settings, backend, run id) of the run `args.resume` names (see the module
+                ) -> tuple[RunConfig, str, str, tuple[str, ...]]:
+    """(settings, backend, run id, notes) of the run `args.resume` names (see the module
     docstring); `args.run_id`, when set, names it instead (the run a dashboard resolved
     before starting the engine). UsageError for a run that cannot be resumed. Nothing
     heavy is imported."""
@@ -39,7 +44,8 @@ def resume_plan(args: argparse.Namespace, task: Task, db_path: Path
     from tinker_tui.engine.resume import run_is_live
 
     wanted = getattr(args, "run_id", None) or args.resume
-    run, resume_step = asyncio.run(_stored_run(db_path, wanted, task.name))
+    run, point = asyncio.run(_stored_run(db_path, wanted, task.name))
+    resume_step = point["step"] if point is not None else None
     if run_is_live(db_path, run.run_id):  # refuse before anything else starts for it
         raise UsageError(f"run {run.run_id} is running in another process; stop it "
                          "first (or `tinker-tui attach` to it)")
@@ -54,7 +60,8 @@ def resume_plan(args: argparse.Namespace, task: Task, db_path: Path
     if "seed" in overrides and overrides["seed"] != config.seed:
         raise UsageError(f"--seed cannot change when resuming: run {run.run_id} draws "
                          f"its scenarios from seed {config.seed}")
-    config = config.with_overrides(overrides)
+    knobs, notes = checkpoint_knobs(config, point, overrides)
+    config = config.with_overrides({**knobs, **overrides})
     if resume_step is not None and resume_step > config.max_steps:
         raise UsageError(f"run {run.run_id} resumes from step {resume_step}; --steps "
                          f"{config.max_steps} must be larger (e.g. --steps {resume_step * 2})")
@@ -63,15 +70,46 @@ def resume_plan(args: argparse.Namespace, task: Task, db_path: Path
         raise UsageError(f"run {run.run_id} trains on the {backend} backend; its "
                          f"checkpoints cannot be resumed with --backend {args.backend}")
     backend = choose_backend(backend)
-    return config, backend, run.run_id
+    return config, backend, run.run_id, notes
 
 
-async def _stored_run(db_path: Path, wanted: str | None, task: str) -> tuple[StoredRun, int | None]:
-    """The stored run `wanted` names, and the step of the checkpoint it would resume from
-    (None: it has none and starts over)."""
+def checkpoint_knobs(config: RunConfig, point: dict[str, Any] | None,
+                     overrides: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The live knobs the checkpoint recorded that differ from the run's settings (to
+    continue with), and notes that say so; a knob given as a flag wins, and its note says
+    that too."""
+    from tinker_tui.engine.config import LIVE_KNOBS
+
+    recorded = (point or {}).get("resume_state", {}).get("knobs") or {}
+    knobs: dict[str, Any] = {}
+    kept: list[str] = []
+    notes: list[str] = []
+    for name in LIVE_KNOBS:
+        value = recorded.get(name)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if name in overrides:
+            if overrides[name] != value:
+                notes.append(f"{flag} {overrides[name]:g} on the command line wins over "
+                             f"{name} {value:g} at the checkpoint")
+        elif value != getattr(config, name):
+            knobs[name] = value
+            kept.append(f"{name} {value:g} (was {getattr(config, name):g})")
+    if kept:
+        where = f"checkpoint {point['name']}" if point else "the checkpoint"
+        notes.insert(0, f"knobs as they were at {where}: {', '.join(kept)}; a flag "
+                        "on the command line overrides one")
+    return knobs, tuple(notes)
+
+
+async def _stored_run(db_path: Path, wanted: str | None, task: str
+                      ) -> tuple[StoredRun, dict[str, Any] | None]:
+    """The stored run `wanted` names, and the checkpoint it would resume from (None: it has
+    none and starts over)."""
     from tinker_tui.engine.store import StoreReader
 
     async with await StoreReader.open_readonly(db_path) as store:
         run = await store.find_run(wanted, task=task)
         points = await store.resume_points(run.run_id)
-    return run, (points[0]["step"] if points else None)
+    return run, (points[0] if points else None)

@@ -108,19 +108,28 @@ def next_smoothing(beta: float) -> float:
 
 
 def eta_seconds(
-    step_times: Sequence[float], step: int, max_steps: int, window: int = 10
+    step_times: Sequence[float], step: int, max_steps: int, window: int = 10,
+    min_span: float = 0.0,
 ) -> float | None:
-    """Seconds until `max_steps`, from the mean duration of the last `window` steps.
+    """Seconds until `max_steps`, from the mean duration of the last `window` steps, or of
+    more of those kept when the last `window` span less than `min_span` seconds.
 
     `step_times` are the times the most recent steps finished, oldest first. None when
-    there is nothing to go on (fewer than two step times, or no target).
+    there is nothing to go on (fewer than two step times, or no target). The async
+    pipeline trains in bursts (a queue of batches trained back to back, then a wait for
+    rollouts): ten steps of one burst made the ETA jump (14:15, then 06:08); a span of a
+    minute or more holds bursts and waits both.
     """
     if max_steps <= 0:
         return None
     remaining = max_steps - step
     if remaining <= 0:
         return 0.0
-    recent = list(step_times)[-(window + 1) :]
+    times = list(step_times)
+    count = min(len(times), window + 1)
+    while count < len(times) and times[-1] - times[-count] < min_span:
+        count += 1
+    recent = times[-count:]
     if len(recent) < 2:
         return None
     per_step = (recent[-1] - recent[0]) / (len(recent) - 1)

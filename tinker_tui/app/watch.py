@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tinker_tui.app.run_summary import SummaryCollector, db_flag, summary_lines
@@ -85,9 +86,21 @@ def watch(session: StoreSession, summary: SummaryCollector,
         _read_tail(session, summary)
     result = summary.summary()
     if app.detached:
-        _say([f"detached from run {session.run_id}: it goes on in its own process",
-              f"  attach again: tinker-tui attach {session.run_id}{db_flag(session.db_path)}",
-              f"  list runs:    tinker-tui runs{db_flag(session.db_path)}"])
+        _say(detach_lines(session.run_id, session.db_path, app.model.state, app.model.reason))
     elif result.run_id:
         _say(summary_lines(result))
     return app.return_code if app.return_code is not None else EXIT_OK
+
+
+def detach_lines(run_id: str, db_path: Path | None, state: str, reason: str = "") -> list[str]:
+    """What leaving a run that goes on in its own process says: a paused run stays paused
+    (nothing resumes it by itself), and how to resume it."""
+    db = db_flag(db_path)
+    if state == "paused":
+        return [f"detached from run {run_id}: it stays paused in its own process"
+                + (f" ({reason})" if reason else ""),
+                f"  resume it:    tinker-tui attach {run_id}{db}, then p",
+                f"  list runs:    tinker-tui runs{db}"]
+    return [f"detached from run {run_id}: it goes on in its own process",
+            f"  attach again: tinker-tui attach {run_id}{db}",
+            f"  list runs:    tinker-tui runs{db}"]

@@ -305,7 +305,11 @@ class Pipeline:
         if self._stopping:
             await self._checkpoint("final")
             return self._status()
-        self._emit(RunStateChanged(time=self.clock.now(), state="running"))
+        # Paused during the start-up, it starts paused: "running" here made every front end
+        # count the pause as working time (the run-average rollouts/s read a fraction).
+        self._emit(RunStateChanged(time=self.clock.now(),
+                                   state="paused" if self._paused else "running",
+                                   reason=self._pause_reason if self._paused else ""))
         self._last_step_end = self._started_at = self.clock.now()
         self._ensure_workers()
         reporters = [asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
@@ -872,7 +876,7 @@ class Pipeline:
             next_position=self._source.next_position,
             pending=tuple(sorted(set(pending) | set(self._source.waiting()))),
             next_group_id=self._next_group_id, rng_state=self._source.rng_state(),
-            warmup_done=self.warmup_done)
+            warmup_done=self.warmup_done, knobs=dict(self.knobs()))
 
     def carry_totals(self, metrics: Mapping[str, float]) -> None:
         """Continue the run's totals (tokens, cost, group counts) from the last step an

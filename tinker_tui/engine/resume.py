@@ -99,6 +99,9 @@ class ResumeState:
     next_group_id: int
     rng_state: Any = None
     warmup_done: bool = True
+    #: The live knobs at the checkpoint (a resumed run continues with them; None: recorded
+    #: before they were kept).
+    knobs: dict[str, float | int] | None = None
     format: int = RESUME_FORMAT
 
     def as_dict(self) -> dict[str, Any]:
@@ -116,9 +119,17 @@ class ResumeState:
                        pending=tuple(sorted(int(p) for p in data["pending"])),
                        next_group_id=int(data["next_group_id"]),
                        rng_state=data.get("rng_state"),
-                       warmup_done=bool(data.get("warmup_done", True)))
+                       warmup_done=bool(data.get("warmup_done", True)),
+                       knobs=_knobs(data.get("knobs")))
         except (KeyError, TypeError, ValueError) as exc:
             raise ResumeError(f"the checkpoint's resume state is unreadable: {exc}") from None
+
+
+def _knobs(data: Any) -> dict[str, float | int] | None:
+    if not isinstance(data, Mapping):
+        return None
+    return {str(k): v for k, v in data.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
 def rng_state_to_json(state: Any) -> Any:

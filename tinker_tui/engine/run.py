@@ -44,6 +44,7 @@ from tinker_tui.engine.rollout_loop import CLOSE_TIMEOUT, RolloutThread, SameLoo
 from tinker_tui.engine.run_id import new_run_id
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.store import RunStore
+from tinker_tui.engine.store.reader import SESSION_START
 from tinker_tui.engine.task import Task
 from tinker_tui.engine.trackers import TrackerFeeds, with_tracker_ids
 
@@ -77,12 +78,15 @@ class Run:
         rollout_thread: bool = True,
         headless: bool = False,
         task_spec: str = "",
+        notes: tuple[str, ...] = (),
     ) -> None:
         if resume and not run_id:
             raise ValueError("resume=True needs the run_id of the run to resume")
         self.resume = resume
         self.task = task
         self.task_spec = task_spec  # how the command line named it (RunStarted.task_spec)
+        #: Said in the run's log once it started (a resume's knobs, say).
+        self.notes = notes
         self.backend = backend
         self.db_path = Path(db_path)
         self.clock = clock or SystemClock()
@@ -292,6 +296,8 @@ class Run:
         try:
             points = await self._resume_points(store) if self.resume else []
             self._publish_started(points[0]["step"] if points else None)
+            for note in self.notes:
+                self._log("warning", note)  # shown by every front end, headless included
             assert self.policy is not None
             if points and points[0]["step"] >= self.config.max_steps:
                 self.pipeline.restore(ResumeState.from_dict(points[0]["resume_state"]))
@@ -300,8 +306,8 @@ class Run:
                                      "to train further)")
                 status, reason = "completed", "reached max_steps"
                 return status
-            self._log("info", f"starting {self.backend} backend, base model "
-                              f"{self.config.base_model}")
+            self._log("info", SESSION_START.format(backend=self.backend,
+                                                   base_model=self.config.base_model))
             self._phase("loading_model", detail=self.config.base_model)
             # A stop during the start-up skips the rest of it: the pipeline then only
             # writes the final checkpoint, if the warm-up was done (`Pipeline.run`).

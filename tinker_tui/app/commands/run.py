@@ -39,6 +39,8 @@ EXIT_OK = 0
 DEFAULT_DB = Path("runs") / "tinker-tui.db"
 #: Seconds a graceful stop may take after SIGINT/SIGTERM before the run is cancelled.
 STOP_TIMEOUT = 60.0
+#: Seconds between the headless run's reminders that it is still paused.
+PAUSE_REMINDER = 300.0
 #: `--tensorboard` without a folder: `tensorboard/` beside the store.
 TENSORBOARD_BESIDE_STORE = "<beside the store>"
 
@@ -190,6 +192,8 @@ class RunPlan:
     run_id: str | None = None  # set when resuming, or pinned by `--run-id`
     resume: bool = False
     task_spec: str = ""  # how later commands name the task (`task_loader.spec_to_store`)
+    #: What a resume took from the checkpoint, and which flags won over it (logged).
+    resume_notes: tuple[str, ...] = ()
 
 
 def check_store(path: Path, *, explicit: bool) -> None:
@@ -227,9 +231,9 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         from tinker_tui.app.resume import resume_plan
 
         check_store(path, explicit=args.db is not None)  # before reading the run from it
-        config, backend, run_id = resume_plan(args, task, path)
+        config, backend, run_id, notes = resume_plan(args, task, path)
         return RunPlan(task=task, config=config, backend=backend, db_path=path,
-                       run_id=run_id, resume=True, task_spec=spec)
+                       run_id=run_id, resume=True, task_spec=spec, resume_notes=notes)
     backend = choose_backend(args.backend)
     config_path = getattr(args, "config", None)
     config = layered_config(task, backend,
@@ -249,7 +253,7 @@ def build_session(plan: RunPlan, clock: Clock | None = None, *, headless: bool =
 
     run = Run(task=plan.task, config=plan.config, backend=plan.backend, db_path=plan.db_path,
               run_id=plan.run_id, resume=plan.resume, clock=clock, headless=headless,
-              task_spec=plan.task_spec)
+              task_spec=plan.task_spec, notes=plan.resume_notes)
     run.preload()  # before the run's loop (headless) or in the dashboard's build thread
     return run
 
@@ -265,7 +269,7 @@ def wants_ui(args: argparse.Namespace) -> bool:
 
 
 async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
-                       task: str = "") -> int:
+                       task: str = "", pause_reminder: float = PAUSE_REMINDER) -> int:
     """Run without a dashboard; its last lines are the run's summary (`app.run_summary`;
     `task`: how the command line named the task, for the command that continues it).
 
@@ -284,7 +288,8 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
     from tinker_tui.app.run_summary import SummaryCollector, summary_lines
     from tinker_tui.engine.resume import drop_lock_file
 
-    session.events.subscribe(HeadlessReporter(db_path=session.db_path).handle)
+    reporter = HeadlessReporter(db_path=session.db_path)
+    session.events.subscribe(reporter.handle)
     summary = SummaryCollector(task=task, db_path=session.db_path)
     if session.db_path is not None:  # a resumed run: its steps before this process
         await summary.read_earlier(session.db_path, session.run_id)
@@ -325,6 +330,23 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
               "(the step in flight is lost)", flush=True)
         loop.call_later(stop_timeout, run_task.cancel)
 
+    async def remind_while_paused() -> None:
+        """A pause lasts until someone resumes it: say so again every `pause_reminder`
+        seconds, so the log of a run nobody watches shows why nothing moves."""
+        paused_since: float | None = None
+        said = 0
+        while True:
+            await asyncio.sleep(min(5.0, pause_reminder / 2))
+            if not session.control.paused or session.control.stopping:
+                paused_since, said = None, 0
+                continue
+            now = loop.time()
+            paused_since = now if paused_since is None else paused_since
+            if now - paused_since >= pause_reminder * (said + 1):
+                said += 1
+                reporter.paused_reminder(now - paused_since)
+
+    reminder = asyncio.ensure_future(remind_while_paused())
     taken = taken_signals()
     for signum in taken:
         loop.add_signal_handler(signum, on_signal, signum)
@@ -336,6 +358,7 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
         print(f"tinker-tui: graceful stop took over {stop_timeout:g} s; cancelled",
               file=sys.stderr)
     finally:
+        reminder.cancel()
         for signum in taken:
             loop.remove_signal_handler(signum)
         if endpoint is not None:

@@ -1,9 +1,11 @@
 """`tinker-tui runs`: a table of the runs in the store.
 
 REWARD is the mean reward of the last step; DURATION, for a run still running, its time so
-far. STATUS is the stored status, except that a run recorded as running whose process is
-gone (killed, crashed, machine restarted) shows as `interrupted`: `run TASK --resume RUN`
-continues it from its last confirmed checkpoint (CKPT).
+far (paused time included: it is wall time). STATUS is the stored status, except that a
+run recorded as running whose process is gone (killed, crashed, machine restarted) shows as
+`interrupted`: `run TASK --resume RUN` continues it from its last confirmed checkpoint
+(CKPT); and a live run that is paused shows as `paused` (`tinker-tui attach RUN`, then `p`,
+resumes it). `shown_status` is the one rule, for this table and serve's list of runs.
 """
 
 from __future__ import annotations
@@ -37,13 +39,14 @@ async def read_table(db_path: Path) -> list[dict[str, Any]]:
         runs = await store.runs()
         progress = await store.progress()
         last = await store.last_metrics()
+        states = await store.last_states()
+        down = {run.run_id: await store.down_seconds(run.run_id) for run in runs}
     rows = []
     now = time.time()  # a running run's duration is its time so far
     for run in runs:
         done = progress.get(run.run_id, {})
-        status = run.status
-        if status == "running" and not run_is_live(db_path, run.run_id):
-            status = "interrupted"
+        status = shown_status(run.status, run_is_live(db_path, run.run_id)
+                              if run.status == "running" else False, states.get(run.run_id))
         step = run.final_step
         if step is None:
             step = done.get("step") or run.start_step
@@ -57,11 +60,23 @@ async def read_table(db_path: Path) -> list[dict[str, Any]]:
             "REWARD": _reward(last.get(run.run_id, {})),
             "CKPT": "-" if done.get("checkpoint") is None else str(done["checkpoint"]),
             "STARTED": _when(started),
-            "DURATION": (_duration(ended - started) if started and ended
-                         else _duration(now - started) if started and status == "running"
-                         else "-"),
+            # the time it ran: a resumed run's time down between its sessions left out
+            "DURATION": (_duration(ended - started - down.get(run.run_id, 0.0))
+                         if started and ended
+                         else _duration(now - started - down.get(run.run_id, 0.0))
+                         if started and status in ("running", "paused") else "-"),
         })
     return rows
+
+
+def shown_status(stored: str, live: bool, last_state: str | None) -> str:
+    """A run's status as a list shows it: the stored one; for a run stored as running,
+    `interrupted` once its process is gone, `paused` while it is paused."""
+    if stored != "running":
+        return stored
+    if not live:
+        return "interrupted"
+    return "paused" if last_state == "paused" else "running"
 
 
 def _reward(metrics: dict[str, Any]) -> str:

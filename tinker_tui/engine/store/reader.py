@@ -46,6 +46,10 @@ logger = logging.getLogger(__name__)
 #: Rows read per query when reading a run's events.
 _PAGE = 10_000
 
+#: The log line each process that runs (or resumes) a run begins with (`engine.run`): where a
+#: resumed run's sessions begin, so the time it was down is not counted as its duration.
+SESSION_START = "starting {backend} backend, base model {base_model}"
+
 
 class NoSuchRun(StoreError):
     """No run (or more than one) answers to the name asked for; the message lists what the
@@ -117,6 +121,9 @@ class StoreReader:
         self._db_lock = asyncio.Lock()  # one user of the connection at a time
         #: Schema version of the file (older only for a store opened read-only).
         self.schema_version = schema_version
+        #: Opened by `open_readonly` (no writer on this connection): reads of events may
+        #: hold a read transaction.
+        self.readonly = False
 
     @classmethod
     async def open_readonly(cls, path: str | Path, *, busy_timeout: float = 5.0) -> StoreReader:
@@ -146,7 +153,9 @@ class StoreReader:
         except BaseException:
             await conn.close()
             raise
-        return StoreReader(path, conn, schema_version=version)
+        reader = StoreReader(path, conn, schema_version=version)
+        reader.readonly = True
+        return reader
 
     async def close(self) -> None:
         """Close the connection. Safe to call more than once."""
@@ -216,6 +225,19 @@ class StoreReader:
         """The events of the cursor's run stored since the cursor's last read, in time order
         (events of equal times in the order the codec gives); moves the cursor past them.
         The first read starts with the run's RunStarted."""
+        if not self.readonly:
+            return await self._events_after(cursor)
+        # One snapshot of the whole store: read table by table while the run writes, a
+        # step could be read with the groups it took before those groups' own rows (their
+        # table read before the commit that added both), and a dashboard then listed them
+        # as "queued, waiting to be trained" for good.
+        await self._fetchall("BEGIN")
+        try:
+            return await self._events_after(cursor)
+        finally:
+            await self._fetchall("COMMIT")
+
+    async def _events_after(self, cursor: EventCursor) -> list[Event]:
         run = cursor.run
         ordered: list[tuple[float, int, int, Event]] = []
         if not cursor._started_given:
@@ -377,6 +399,30 @@ class StoreReader:
                            "name": checkpoint.name, "path": checkpoint.path,
                            "time": checkpoint.time, "resume_state": state})
         return points
+
+    async def down_seconds(self, run_id: str) -> float:
+        """Seconds the run was down between its sessions (a finished or stopped run, then
+        its `--resume`): from each session's last log line to the next one's start."""
+        pattern = SESSION_START.format(backend="%", base_model="%")
+        starts = [row[0] for row in await self._fetchall(
+            "SELECT time FROM log WHERE run_id = ? AND message LIKE ? AND time IS NOT NULL "
+            "ORDER BY id", (run_id, pattern))]
+        down = 0.0
+        for start in starts[1:]:
+            rows = await self._fetchall(
+                "SELECT max(time) FROM log WHERE run_id = ? AND time < ?", (run_id, start))
+            before = rows[0][0] if rows else None
+            if before is not None:
+                down += max(0.0, start - before)
+        return down
+
+    async def last_states(self) -> dict[str, str]:
+        """Per run: its last recorded state change ("running", "paused", "stopping"), so a
+        live run that is paused can be listed as paused."""
+        rows = await self._fetchall(
+            "SELECT r.run_id, r.state FROM run_states r JOIN (SELECT run_id, max(id) AS last "
+            "FROM run_states GROUP BY run_id) t ON r.run_id = t.run_id AND r.id = t.last")
+        return {row[0]: row[1] for row in rows}
 
     async def progress(self) -> dict[str, dict[str, int | None]]:
         """Per run: the last stored step and the step of the last confirmed full
