@@ -181,6 +181,14 @@ class TinkerTuiApp(App[None]):
             self.model.waiting_for = "starting the engine"  # `run`: this session starts it
         elif self.read_only or self.attached:
             self.model.waiting_for = "reading the run store"
+        stored = session.stored_run if isinstance(session, StoreSession) \
+            and not session.follow else None
+        ended = stored.finished() if stored is not None else None
+        if stored is not None and ended is not None:
+            # `show` of a finished run: its row says who it is and how it ended; the first
+            # frame says so at once, not "starting" while the store is read
+            self.model.apply(stored.started())
+            self.model.apply(ended)
         self._unsubscribe: Callable[[], None] | None = None
         self._signals_installed: list[int] = []  # the signals its loop handles
         self._refresh_timer: Timer | None = None
@@ -630,11 +638,23 @@ class TinkerTuiApp(App[None]):
         composed = name in self._views_composed
         self._views_composed.add(name)
         self._switching_to_composed = composed
+        if composed:  # it was drawn when composed, or last shown: bring it up to date first
+            self._update_hidden_view(name)
         try:
             self.switch_mode(name)
         finally:
             self._switching_to_composed = False
         self.call_after_refresh(self.refresh_panes)
+
+    def _update_hidden_view(self, name: str) -> None:
+        """Redraw a view that is not showing from the model, so that its first frame when
+        switched to shows the run as it is (a view composed early showed an old step)."""
+        try:
+            screen = self.get_screen_stack(name)[0]
+            if isinstance(screen, RunView) and screen.is_mounted:
+                screen.update_from_model(self.model, self.clock.now())
+        except (NoMatches, IndexError, KeyError):
+            return
 
     def delay_update(self, delay: float = 0.05) -> None:
         """Textual's `switch_mode` hides the screen for `delay` seconds, to mask a new
