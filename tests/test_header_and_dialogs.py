@@ -147,3 +147,46 @@ async def test_the_help_is_whole_at_80x24():
         await until(lambda: isinstance(small.screen, HelpScreen), pilot)
         await pilot.pause(0.2)
         assert "more" in str(small.screen.query_one("#help-dialog").border_subtitle)
+
+
+async def test_the_palettes_screenshot_says_where_it_saves_when_there_is_no_downloads(
+        tmp_path, monkeypatch):
+    """Textual's Screenshot writes to ~/Downloads and, without one, said only "Failed to
+    save screenshot"."""
+    home, here = tmp_path / "home", tmp_path / "here"
+    home.mkdir()
+    here.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(here)
+    app = TinkerTuiApp(FakeSession(), refresh_interval=0.05)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        commands = {c.title: c.help for c in app.get_system_commands(app.screen)}
+        assert commands["Screenshot"] == f"Save an SVG of the screen in {here}"
+        app.save_screen()
+        await pilot.pause()
+        saved = list(here.glob("*.svg"))
+        assert len(saved) == 1 and saved[0].read_text().startswith("<svg")
+        assert any(f"screenshot saved: {saved[0]}" in n.message
+                   for n in app._notifications)
+    # a folder nobody can write to (root included): it says why
+    session = FakeSession()
+    session.db_path = Path("/proc/runs.db")
+    app = TinkerTuiApp(session, refresh_interval=0.05)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.save_screen()
+        await pilot.pause()
+        assert any(n.message.startswith("screenshot not saved in /proc: ")
+                   for n in app._notifications), [n.message for n in app._notifications]
+
+
+def test_quit_now_says_whether_the_run_goes_on():
+    driven = TinkerTuiApp(FakeSession())
+    assert "the run stops at once" in driven.quit_now_help()
+    session = FakeSession()
+    session.attached = True
+    assert "the run goes on in its own process" in TinkerTuiApp(session).quit_now_help()
+    session = FakeSession()
+    session.read_only = True
+    assert "has ended, or is not running here" in TinkerTuiApp(session).quit_now_help()

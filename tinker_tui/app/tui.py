@@ -36,6 +36,7 @@ import signal
 import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import RenderableType
@@ -716,9 +717,48 @@ class TinkerTuiApp(App[None]):
         yield SystemCommand("Maximize / restore", "Maximize the focused pane, or restore",
                             self.action_toggle_maximize)
         yield SystemCommand("Help", "Keys and views", self.action_help)
-        yield SystemCommand("Quit now", "Leave at once", self.action_quit_now)
-        yield from (c for c in super().get_system_commands(screen)
-                    if c.title in ("Theme", "Screenshot"))
+        yield SystemCommand("Quit now", self.quit_now_help(), self.action_quit_now)
+        yield from (c for c in super().get_system_commands(screen) if c.title == "Theme")
+        folder = self.screenshot_folder()
+        yield SystemCommand("Screenshot", "Save an SVG of the screen in the browser's downloads"
+                            if self.is_web else f"Save an SVG of the screen in {folder}",
+                            lambda: self.set_timer(0.1, self.save_screen))
+
+    def quit_now_help(self) -> str:
+        """What "Quit now" does to the run, in the state it is in."""
+        if self.read_only or self.model.state == "finished" or self.run_status is not None:
+            return "Leave now (the run has ended, or is not running here)"
+        if self.attached:
+            return ("Leave now; the run goes on in its own process (`tinker-tui attach` "
+                    "brings it back)")
+        return ("Leave now; the run stops at once, without its final checkpoint (--resume "
+                "continues from the last one)")
+
+    def screenshot_folder(self) -> Path:
+        """Where a screenshot goes: the Downloads folder if there is one (Textual's choice),
+        else the run store's folder, else the current one."""
+        downloads = Path.home() / "Downloads"
+        if downloads.is_dir():
+            return downloads
+        db = self.session.db_path
+        if db is not None and db.parent.is_dir():
+            return db.parent
+        return Path.cwd()
+
+    def save_screen(self) -> None:
+        """Save a screenshot and say where, or why not (Textual said only that it failed:
+        it writes to ~/Downloads, which a server often lacks)."""
+        if self.is_web:  # the browser downloads it
+            self.deliver_screenshot()
+            return
+        folder = self.screenshot_folder()
+        try:
+            saved = self.save_screenshot(path=str(folder))
+        except OSError as exc:
+            self.notify(f"screenshot not saved in {folder}: {exc.strerror or exc}",
+                        severity="error", timeout=6)
+            return
+        self.notify(f"screenshot saved: {saved}", timeout=6)
 
     def exit(
         self,
