@@ -137,6 +137,26 @@ def test_attach_names_what_is_missing(tmp_path):
         connect(control_file_for(tmp_path / "runs.db", "gone"))
 
 
+def test_attach_to_no_such_run_says_what_show_says(tmp_path):
+    """`attach nosuchrun` said "no control endpoint for run 'nosuchrun'" where `show` said
+    there is no such run; a run that has ended is named as such."""
+    from test_show import write_run
+
+    from tinker_tui.engine.store import NoSuchRun, find_run
+
+    db = tmp_path / "runs.db"
+    write_run(db)
+    with pytest.raises(NoSuchRun) as shown:
+        asyncio.run(find_run(db, "nosuchrun"))
+    with pytest.raises(UsageError) as attached:
+        control_file_for(db, "nosuchrun")
+    assert str(attached.value) == str(shown.value)
+    assert str(attached.value).startswith("no run 'nosuchrun'")
+    with pytest.raises(UsageError, match=r"run run-0001 is completed: nothing to attach to; "
+                                         r"`tinker-tui show run-0001 --db "):
+        control_file_for(db, "run-0001")
+
+
 # ------------------------------------------------------------------ a headless run in another process
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -585,7 +585,7 @@ def test_a_run_that_has_seen_one_reward_only_has_not_converged():
     assert model.health()[0] == "converged"
 
 
-def test_repeated_info_lines_collapse_into_one_with_a_count():
+def test_repeated_lines_collapse_into_one_with_a_count():
     model = DashboardState(FakeClock())
     model.apply(LogEmitted(time=1.0, level="info", message="step 3: every group had equal "
                                                            "rewards; no gradient"))
@@ -593,10 +593,39 @@ def test_repeated_info_lines_collapse_into_one_with_a_count():
     model.apply(LogEmitted(time=3.0, level="info", message="step 9: every group had equal "
                                                            "rewards; no gradient"))
     model.apply(LogEmitted(time=4.0, level="warning", message="slow"))
-    model.apply(LogEmitted(time=5.0, level="warning", message="slow"))  # warnings stay
-    assert [(line.message[:7], line.count) for line in model.log] == [
-        ("checkpo", 1), ("step 9:", 2), ("slow", 1), ("slow", 1)]
-    assert model.log_total == 5 and model.log_rewrites == 1
+    model.apply(LogEmitted(time=5.0, level="info", message="slow"))  # another level
+    model.apply(LogEmitted(time=6.0, level="warning", message="slow"))
+    assert [(line.level, line.message[:7], line.count) for line in model.log] == [
+        ("info", "checkpo", 1), ("info", "step 9:", 2), ("info", "slow", 1),
+        ("warning", "slow", 2)]
+    assert model.log_total == 6 and model.log_rewrites == 2
+
+
+def test_failed_rollouts_alike_are_one_line_with_their_count_as_headless_counts_them():
+    """35 rollouts failing alike were 35 lines; their tracebacks differ in numbers only."""
+    model = DashboardState(FakeClock())
+    for group in range(35):
+        model.apply(LogEmitted(
+            time=float(group), level="warning",
+            message=f"rollout of group {group} failed: KeyError: 'answer'\n"
+                    f"Traceback (most recent call last):\n  File \"task.py\", line "
+                    f"{40 + group % 2}, in reward"))
+    model.apply(LogEmitted(time=40.0, level="error", message="rollout of group 36 failed: "
+                                                             "ValueError: bad"))
+    assert [(line.level, line.count) for line in model.log] == [("warning", 35), ("error", 1)]
+    assert "group 34" in model.log[0].message and "line 40" in model.log[0].message
+
+
+def test_a_resumed_run_starting_again_is_not_counted_as_a_repeat_of_its_first_start():
+    model = DashboardState(FakeClock())
+    for start in (0.0, 100.0):  # the run, then its resume
+        model.apply(LogEmitted(time=start, level="info",
+                               message="starting local backend, base model tiny"))
+        model.apply(StartupProgressed(time=start + 0.1, phase="loading_model", detail="tiny"))
+        model.apply(LogEmitted(time=start + 1, level="info", message="step 1 done"))
+        model.apply(LogEmitted(time=start + 2, level="info", message="step 2 done"))
+    assert [(line.message[:8], line.count) for line in model.log] == [
+        ("starting", 1), ("step 2 d", 2), ("starting", 1), ("step 2 d", 2)]
 
 
 def test_the_start_up_is_told_in_words_until_the_first_step():

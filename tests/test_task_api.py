@@ -56,6 +56,19 @@ def load_error(spec) -> str:
     return str(info.value)
 
 
+def test_a_misnamed_keyword_of_task_gets_did_you_mean_as_a_misnamed_setting_does(tmp_path):
+    """`Task(setting=...)` was a bare TypeError where `settings={"max_step": ...}` gets
+    "did you mean"."""
+    path = write_task(tmp_path, MINIMAL.replace("settings={SETTINGS}", "setting={}"))
+    message = load_error(path)
+    assert "TypeError: Task.__init__() got an unexpected keyword argument 'setting' " \
+           "(did you mean 'settings'?); Task takes name, scenarios, rollout" in message
+    # a Scenario built as the file loads, with a wrong keyword
+    body = MINIMAL + 'HELD_OUT = [Scenario(id="e", datum=1)]\n'
+    assert "'datum' (did you mean 'data'?); Scenario takes id, data" in load_error(
+        write_task(tmp_path, body, name="held_out.py"))
+
+
 # ---------------------------------------------------------------------- finding a task
 @pytest.mark.parametrize("name, task_name", [
     ("example", "yes_no_maybe"), ("yes_no_maybe", "yes_no_maybe"),

@@ -36,7 +36,6 @@ from tinker_tui.app.view_maths import (
     level_at_least,
     message_shape,
     next_smoothing,
-    normalise_level,
     rate_history,
     windowed_rate,
 )
@@ -191,6 +190,9 @@ class DashboardState:
         self.log_total = 0
         #: Bumped when a line already shown changed (a repeat collapsed into it).
         self.log_rewrites = 0
+        #: Lines added since the engine last started: repeats collapse within one start only
+        #: (a resumed run's "starting local backend" is not a repeat of the first one's).
+        self._lines_this_start = 0
 
         # bumped on every applied event, so panes can skip redrawing unchanged data
         self.revision = 0
@@ -210,6 +212,8 @@ class DashboardState:
                     # paused, so the pace (and ETA) after it is the working pace.
                     self.paused_total += max(0.0, event.time - self.last_event_at)
                 self.startup = event
+                if event.phase == "loading_model":  # the engine (re)starts
+                    self._lines_this_start = 0
                 if event.phase == "first_rollouts":
                     self.rollouts_since_startup = 0
             case GroupSampled():
@@ -424,17 +428,22 @@ class DashboardState:
             self.paused_since = None
 
     def _log(self, event: LogEmitted) -> None:
+        """A line, or the count of a recent one of the same shape (numbers aside; for a
+        warning or an error, its first line: 35 rollouts failing alike are one line ×35, as
+        the headless run counts them), since the engine last started."""
         line = LogLine(event.time, event.level, event.message)
         self.log_total += 1
-        if normalise_level(event.level) in ("info", "debug"):
-            shape = message_shape(event.message)
-            recent = list(self.log)[-COLLAPSE_LOOKBACK:]
-            for back, old in enumerate(reversed(recent), start=1):
-                if old.level == event.level and message_shape(old.message) == shape:
-                    del self.log[len(self.log) - back]
-                    line = LogLine(event.time, event.level, event.message, old.count + 1)
-                    self.log_rewrites += 1
-                    break
+        shape = message_shape(first_line(event.message))
+        lookback = min(COLLAPSE_LOOKBACK, self._lines_this_start)
+        recent = list(self.log)[-lookback:] if lookback else []
+        for back, old in enumerate(reversed(recent), start=1):
+            if old.level == event.level and message_shape(first_line(old.message)) == shape:
+                del self.log[len(self.log) - back]
+                line = LogLine(event.time, event.level, event.message, old.count + 1)
+                self.log_rewrites += 1
+                break
+        else:
+            self._lines_this_start += 1
         self.log.append(line)
 
     def _trim_samples(self, now: float) -> None:
@@ -662,6 +671,10 @@ def metric_order(key: str) -> tuple[int, int, str]:
     family = key.split("/", 1)[0]
     rank = _FAMILY_ORDER.index(family) if family in _FAMILY_ORDER else len(_FAMILY_ORDER)
     return (rank, 0 if key == keys.REWARD_MEAN else 1, key)
+
+
+def first_line(message: str) -> str:
+    return message.split("\n", 1)[0]
 
 
 def _number(value: object) -> bool:

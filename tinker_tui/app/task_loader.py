@@ -182,7 +182,30 @@ def _import_failure(what: str, exc: BaseException, path: Path | None) -> str:
     from tinker_tui.engine.task import TaskError
 
     kind = "" if isinstance(exc, TaskError) else f"{type(exc).__name__}: "
-    return f"{what} failed to load{line}: {kind}{exc}"
+    return f"{what} failed to load{line}: {kind}{exc}{_keyword_hint(exc)}"
+
+
+_UNEXPECTED_KEYWORD = re.compile(r"^(\w+)\.__init__\(\) got an unexpected keyword argument "
+                                 r"'(\w+)'")
+
+
+def _keyword_hint(exc: BaseException) -> str:
+    """For `Task(setting=...)` and the like (a keyword that one of tinker_tui's classes does
+    not take), " (did you mean 'settings'?)" and what it takes, as a misnamed setting gets."""
+    match = _UNEXPECTED_KEYWORD.match(str(exc)) if isinstance(exc, TypeError) else None
+    if match is None:
+        return ""
+    import tinker_tui
+
+    cls = getattr(tinker_tui, match.group(1), None) if match.group(1) in tinker_tui.__all__ \
+        else None
+    if cls is None or not dataclasses.is_dataclass(cls):
+        return ""
+    from tinker_tui.app.cli import did_you_mean
+
+    takes = [f.name for f in dataclasses.fields(cls) if f.init]
+    return (did_you_mean(match.group(2), takes)
+            + f"; {match.group(1)} takes {', '.join(takes)}")
 
 
 def _located(task: Task, where: str) -> Task:

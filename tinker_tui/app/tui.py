@@ -36,6 +36,7 @@ import signal
 import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import RenderableType
@@ -183,6 +184,14 @@ class TinkerTuiApp(App[None]):
             self.model.waiting_for = "starting the engine"  # `run`: this session starts it
         elif self.read_only or self.attached:
             self.model.waiting_for = "reading the run store"
+        stored = session.stored_run if isinstance(session, StoreSession) \
+            and not session.follow else None
+        ended = stored.finished() if stored is not None else None
+        if stored is not None and ended is not None:
+            # `show` of a finished run: its row says who it is and how it ended; the first
+            # frame says so at once, not "starting" while the store is read
+            self.model.apply(stored.started())
+            self.model.apply(ended)
         self._unsubscribe: Callable[[], None] | None = None
         self._signals_installed: list[int] = []  # the signals its loop handles
         self._refresh_timer: Timer | None = None
@@ -636,11 +645,23 @@ class TinkerTuiApp(App[None]):
         composed = name in self._views_composed
         self._views_composed.add(name)
         self._switching_to_composed = composed
+        if composed:  # it was drawn when composed, or last shown: bring it up to date first
+            self._update_hidden_view(name)
         try:
             self.switch_mode(name)
         finally:
             self._switching_to_composed = False
         self.call_after_refresh(self.refresh_panes)
+
+    def _update_hidden_view(self, name: str) -> None:
+        """Redraw a view that is not showing from the model, so that its first frame when
+        switched to shows the run as it is (a view composed early showed an old step)."""
+        try:
+            screen = self.get_screen_stack(name)[0]
+            if isinstance(screen, RunView) and screen.is_mounted:
+                screen.update_from_model(self.model, self.clock.now())
+        except (NoMatches, IndexError, KeyError):
+            return
 
     def delay_update(self, delay: float = 0.05) -> None:
         """Textual's `switch_mode` hides the screen for `delay` seconds, to mask a new
@@ -702,9 +723,48 @@ class TinkerTuiApp(App[None]):
         yield SystemCommand("Maximize / restore", "Maximize the focused pane, or restore",
                             self.action_toggle_maximize)
         yield SystemCommand("Help", "Keys and views", self.action_help)
-        yield SystemCommand("Quit now", "Leave at once", self.action_quit_now)
-        yield from (c for c in super().get_system_commands(screen)
-                    if c.title in ("Theme", "Screenshot"))
+        yield SystemCommand("Quit now", self.quit_now_help(), self.action_quit_now)
+        yield from (c for c in super().get_system_commands(screen) if c.title == "Theme")
+        folder = self.screenshot_folder()
+        yield SystemCommand("Screenshot", "Save an SVG of the screen in the browser's downloads"
+                            if self.is_web else f"Save an SVG of the screen in {folder}",
+                            lambda: self.set_timer(0.1, self.save_screen))
+
+    def quit_now_help(self) -> str:
+        """What "Quit now" does to the run, in the state it is in."""
+        if self.read_only or self.model.state == "finished" or self.run_status is not None:
+            return "Leave now (the run has ended, or is not running here)"
+        if self.attached:
+            return ("Leave now; the run goes on in its own process (`tinker-tui attach` "
+                    "brings it back)")
+        return ("Leave now; the run stops at once, without its final checkpoint (--resume "
+                "continues from the last one)")
+
+    def screenshot_folder(self) -> Path:
+        """Where a screenshot goes: the Downloads folder if there is one (Textual's choice),
+        else the run store's folder, else the current one."""
+        downloads = Path.home() / "Downloads"
+        if downloads.is_dir():
+            return downloads
+        db = self.session.db_path
+        if db is not None and db.parent.is_dir():
+            return db.parent
+        return Path.cwd()
+
+    def save_screen(self) -> None:
+        """Save a screenshot and say where, or why not (Textual said only that it failed:
+        it writes to ~/Downloads, which a server often lacks)."""
+        if self.is_web:  # the browser downloads it
+            self.deliver_screenshot()
+            return
+        folder = self.screenshot_folder()
+        try:
+            saved = self.save_screenshot(path=str(folder))
+        except OSError as exc:
+            self.notify(f"screenshot not saved in {folder}: {exc.strerror or exc}",
+                        severity="error", timeout=6)
+            return
+        self.notify(f"screenshot saved: {saved}", timeout=6)
 
     def exit(
         self,

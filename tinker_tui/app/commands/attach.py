@@ -76,12 +76,28 @@ def control_file_for(db_path: Path, wanted: str | None) -> Path:
         newest = max(stale, key=lambda f: f.stat().st_mtime)
         run_id = newest.name.removesuffix(CONTROL_FILE_SUFFIX)
         raise _gone(db_path, run_id, control_file_orphaned(newest), newest)
+    if not files and wanted:
+        raise _not_running(db_path, wanted)
     if not files:
-        which = f"run {wanted!r}" if wanted else "any run"
-        raise UsageError(f"no control endpoint for {which} beside {db_path}: start the run "
+        raise UsageError(f"no control endpoint for any run beside {db_path}: start the run "
                          "with `tinker-tui run TASK --no-ui` (same --db), or use "
                          "`tinker-tui show` for a finished run")
     return files[0]
+
+
+def _not_running(db_path: Path, wanted: str) -> UsageError:
+    """No running run is `wanted`: in the words `show` uses when the store has no such
+    run, else what the run is and how to look at it."""
+    from tinker_tui.app.run_summary import db_flag
+    from tinker_tui.engine.store import StoreError, find_run
+
+    try:
+        run = asyncio.run(find_run(db_path, wanted))
+    except StoreError as exc:  # no such run (the same message as show's), or no store
+        return UsageError(str(exc))
+    status = run.status if run.status != "running" else "not running (its process is gone)"
+    return UsageError(f"run {run.run_id} is {status}: nothing to attach to; "
+                      f"`tinker-tui show {run.run_id}{db_flag(db_path)}` shows it")
 
 
 def _gone(db_path: Path, run_id: str, pid: int | None, control_file: Path) -> UsageError:

@@ -22,7 +22,8 @@ TEXTS = {
                       "exits. Detach: close this dashboard; the run goes on."),
     "force": ("Quit now?",
               "The run is still stopping (finishing the step, writing the checkpoint). "
-              "Quitting now skips that."),
+              "Quitting now skips that: the run ends at once, its store intact (--resume "
+              "continues from the last checkpoint)."),
     "force_attached": ("Stop at once?",
                        "The run is still stopping (finishing the step, writing the "
                        "checkpoint). Stop now: it ends at once, its store intact (--resume "

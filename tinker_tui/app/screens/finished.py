@@ -18,8 +18,10 @@ TITLES = {"completed": "Run completed", "stopped": "Run stopped", "failed": "Run
           "interrupted": "Run interrupted"}
 
 
-def finished_content(summary: RunSummary) -> Content:
-    """The screen's text, from the same summary the terminal gets on exit."""
+def finished_content(summary: RunSummary, width: int = 0) -> Content:
+    """The screen's text, from the same summary the terminal gets on exit. A command that
+    does not fit beside its label in `width` cells (0: any) goes on a line of its own
+    below it, whole: copying it gives one line."""
     rows: list[tuple[str, str]] = []
     if summary.reason:
         rows.append(("reason", summary.reason))
@@ -37,12 +39,17 @@ def finished_content(summary: RunSummary) -> Content:
     if summary.db_path is not None:
         rows.append(("store", str(summary.db_path)))
     commands = next_commands(summary)
-    width = max(len(label) for label, _ in rows + commands) + 2
-    lines = [Content.assemble((f"{label:<{width}}", "bold $text-accent"), value)
-             for label, value in rows]
+    label = max(len(what) for what, _ in rows + commands) + 2
+    lines = [Content.assemble((f"{what:<{label}}", "bold $text-accent"), value)
+             for what, value in rows]
     lines.append(Content(""))
-    lines += [Content.assemble((f"{what:<{width}}", "bold $text-accent"), (command, "bold"))
-              for what, command in commands]
+    for what, command in commands:
+        if width and label + len(command) > width:
+            lines.append(Content.styled(what, "bold $text-accent"))
+            lines.append(Content.styled(command, "bold"))
+        else:
+            lines.append(Content.assemble((f"{what:<{label}}", "bold $text-accent"),
+                                          (command, "bold")))
     if summary.trackers:  # where W&B / TensorBoard put the run's records
         lines.append(Content(""))
         lines += [Content(line) for line in summary.trackers]
@@ -59,6 +66,7 @@ class FinishedScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     FinishedScreen #finished-dialog {
         width: 100;
+        max-width: 95%;
         padding: 0 1;
         &.-completed { border: thick $success; }
         &.-stopped, &.-interrupted { border: thick $warning; }
@@ -84,7 +92,22 @@ class FinishedScreen(ModalScreen[None]):
             with VerticalScroll(id="finished-scroll"):
                 yield Static(finished_content(self.summary), id="finished-text")
 
+    def on_resize(self) -> None:
+        self._fit()
+
+    def _fit(self) -> None:
+        """As wide as its longest line needs (the commands, whole), within the screen."""
+        text = finished_content(self.summary)
+        longest = max((line.cell_length for line in text.split("\n")), default=0)
+        dialog = self.query_one("#finished-dialog")
+        room = max(40, self.size.width * 95 // 100)
+        frame = dialog.styles.gutter.width + 2  # border and padding, and the scrollbar
+        dialog.styles.width = min(room, max(60, longest + frame))
+        self.query_one("#finished-text", Static).update(
+            finished_content(self.summary, min(room, longest + frame) - frame))
+
     def on_mount(self) -> None:
+        self._fit()
         dialog = self.query_one("#finished-dialog")
         dialog.border_title = f"{TITLES.get(self.summary.status, 'Run ended')}: " \
                               f"{self.summary.run_id}"
@@ -93,7 +116,7 @@ class FinishedScreen(ModalScreen[None]):
     def show_summary(self, summary: RunSummary) -> None:
         """The run's summary again, with what its engine wrote while closing."""
         self.summary = summary
-        self.query_one("#finished-text", Static).update(finished_content(summary))
+        self._fit()
 
     def action_leave(self) -> None:
         host(self.app).leave_finished()

@@ -13,21 +13,21 @@ from textual.widgets import Static
 
 from tinker_tui.app.screens.run_view import host
 
+#: One line each at 80x24 (descriptions up to 56 cells): the help fits without scrolling.
 KEYS: tuple[tuple[str, str], ...] = (
-    ("p", "pause / resume (no new rollouts start; in-flight ones finish)"),
+    ("p", "pause / resume (in-flight rollouts finish)"),
     ("c", "checkpoint now (after the current step)"),
     ("e", "evaluate now, alongside training"),
-    ("q  ctrl+c", "asks: stop the run gracefully (step, checkpoint, flush), detach (it "
-                  "goes on), or cancel"),
+    ("q  ctrl+c", "stop gracefully, detach (the run goes on), or cancel"),
     ("ctrl+q", "leave at once (a run in its own process goes on)"),
     ("1 2 3 4", "views: dashboard, rollouts, control, metrics"),
     ("tab  click", "move between panes"),
-    ("+  esc", "maximize the focused pane (the reward chart if none) / restore"),
-    ("enter", "log, checkpoints: the line whole · rollouts: expand · control: edit"),
-    ("s", "smoothing of the charts: 0.9 → 0.95 → 0.99 → off → 0.6 → 0.8"),
-    ("l", "log level filter: all → info → warning → error"),
-    ("/", "rollouts: filter (reward<0.5, stale, discarded, scenario:q03, words)"),
-    ("home", "rollouts: show the newest steps (the list holds still otherwise)"),
+    ("+  esc", "maximize the focused pane (or the chart) / restore"),
+    ("enter", "a line whole · rollouts: expand · control: edit"),
+    ("s", "smoothing: 0.9 → 0.95 → 0.99 → off → 0.6 → 0.8"),
+    ("l", "log level: all → info → warning → error"),
+    ("/", "rollouts: filter (reward<0.5, stale, scenario:q03, …)"),
+    ("home", "rollouts: show the newest steps"),
     ("m", "metrics: pick the charts"),
     ("ctrl+p  :", "command palette"),
     ("?", "this help"),
@@ -79,11 +79,18 @@ class HelpScreen(ModalScreen[None]):
         self.call_after_refresh(self._wrap)
 
     def _wrap(self) -> None:
-        """Wrap the descriptions to the dialog's width (known once it is laid out)."""
+        """Wrap the descriptions to the dialog's width (known once it is laid out); the
+        subtitle says when it scrolls (a terminal smaller than 80x24)."""
         width = self.query_one("#help-text", Static).content_region.width
         if width > 0:
             self.query_one("#help-text", Static).update(
                 help_content(host(self.app).mode_label, width))
+        self.call_after_refresh(self._say_scroll)
+
+    def _say_scroll(self) -> None:
+        dialog = self.query_one("#help-dialog")
+        dialog.border_subtitle = "↑↓ more · esc closes" if dialog.max_scroll_y > 0 \
+            else "esc closes"
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -1,5 +1,6 @@
-"""The one-line run status: state badge, run name, backend and model, step k of N with
-ETA, policy version and elapsed time."""
+"""The one-line run status: state badge, the run (its id: two dashboards on two runs of one
+task tell them apart), backend and model, step k of N with ETA, policy version and elapsed
+time."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from textual.containers import Horizontal
 from textual.widgets import Label
 
 from tinker_tui.app.dashboard_state import DashboardState
-from tinker_tui.app.view_maths import format_elapsed
+from tinker_tui.app.view_maths import format_elapsed, shorten_middle
 from tinker_tui.app.widgets.updates import set_state_class, update_static
 
 STATE_CLASSES = ("-starting", "-running", "-paused", "-stopping", "-finished", "-failed")
@@ -55,6 +56,23 @@ def progress_text(model: DashboardState, now: float) -> str:
     return f"{steps} │ v{model.policy_version} │ {elapsed}"
 
 
+def run_label_text(mode: str, model: DashboardState, width: int = 0) -> str:
+    """`attached │ RUN_ID │ backend · model` in `width` cells (0: any): backend and model
+    give way first, then the run id is cut in the middle, keeping its start (the task) and
+    its end (the time and suffix that tell two runs of a task apart)."""
+    who = model.run_id or model.name or "waiting for the run to start"
+    where = " · ".join(p for p in (model.backend, model.base_model) if p)
+    lead = [mode] if mode else []
+    text = " │ ".join(lead + [who] + ([where] if where else []))
+    if width <= 0 or len(text) <= width:
+        return text
+    text = " │ ".join(lead + [who])
+    if len(text) <= width:
+        return text
+    room = width - sum(len(part) + len(" │ ") for part in lead)
+    return " │ ".join(lead + [shorten_middle(who, max(12, room))])
+
+
 class RunStatusPanel(Horizontal):
     """A single line at the top of every view that says what the run is doing.
 
@@ -77,9 +95,6 @@ class RunStatusPanel(Horizontal):
         update_static(badge, state_badge_text(model))
         set_state_class(badge, state_class(model))
 
-        parts = [self.mode] if self.mode else []
-        parts.append(model.name or "waiting for the run to start")
-        if model.backend or model.base_model:
-            parts.append(" · ".join(p for p in (model.backend, model.base_model) if p))
-        update_static(self.query_one("#run-label", Label), " │ ".join(parts))
+        label = self.query_one("#run-label", Label)
+        update_static(label, run_label_text(self.mode, model, label.content_size.width))
         update_static(self.query_one("#progress-label", Label), progress_text(model, now))
