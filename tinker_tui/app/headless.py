@@ -18,8 +18,10 @@ from tinker_tui.engine.control import Session
 from tinker_tui.engine.events import (
     DISCARD_REASONS,
     CheckpointSaved,
+    CommandReceived,
     EvalCompleted,
     Event,
+    GroupSampled,
     LogEmitted,
     RunFinished,
     RunStarted,
@@ -28,6 +30,7 @@ from tinker_tui.engine.events import (
     StepTrained,
     TrackerReported,
 )
+from tinker_tui.engine.health import HealthWindow, flat_share
 
 if TYPE_CHECKING:
     from tinker_tui.engine.control_server import ControlServer
@@ -48,6 +51,8 @@ class HeadlessReporter:
         self._last_shape: tuple[str, str, str] | None = None  # the last warning/error printed
         self._repeats = 0  # how often it came again since
         self._last_line = ""  # its first line, as printed
+        #: Read as the engine reads it: a collapsed run's step lines say so.
+        self.health = HealthWindow()
 
     def _startup(self, event: StartupProgressed) -> None:
         """One line when the start-up enters a phase (not one per warm-up step)."""
@@ -80,6 +85,7 @@ class HeadlessReporter:
             self.max_steps = event.max_steps
             self._run_id = event.run_id
             self.started_at = event.time
+            self.health.configure(event.config)
             self._print(f"run {event.run_id}: task {event.name}, {event.backend} backend, "
                         f"base model {event.base_model}, {event.max_steps} steps")
         elif isinstance(event, StartupProgressed):
@@ -90,6 +96,11 @@ class HeadlessReporter:
                 self.discarded[reason] += int(m.get(keys.discarded(reason), 0))
             d = self.discarded
             elapsed = event.time - self.started_at if self.started_at is not None else 0.0
+            reward = m.get(keys.REWARD_MEAN, float("nan"))
+            self.health.stepped(event.step, reward, flat_share(m, len(event.group_ids) or 1))
+            collapse = self.health.collapse
+            health = "" if collapse is None else \
+                f"  collapsed (best {collapse.best:.3f} at step {collapse.best_step})"
             self._print(
                 f"step {event.step:>4}/{self.max_steps}  "
                 f"reward {m.get(keys.REWARD_MEAN, float('nan')):.3f}  "
@@ -97,7 +108,11 @@ class HeadlessReporter:
                 f"discarded stale/zero-var/error {d['stale']}/{d['zero_variance']}/{d['error']}  "
                 f"staleness {m.get(keys.STALENESS_MEAN, 0.0):.2f}  "
                 f"step {m.get(keys.STEP_TIME, 0.0):.2f}s  "
-                f"elapsed {elapsed:.1f}s")
+                f"elapsed {elapsed:.1f}s{health}")
+        elif isinstance(event, GroupSampled):
+            self.health.sampled([t.reward for t in event.trajectories], event.reward_mean)
+        elif isinstance(event, CommandReceived) and event.command == "rolled_back":
+            self.health.rewind(int(event.args.get("to_step", 0)))
         elif isinstance(event, EvalCompleted):
             self._print(eval_line(event, self.max_steps))
         elif isinstance(event, CheckpointSaved):
@@ -242,6 +257,12 @@ class MetricsFile:
                 self._give_up(exc)
                 return
             self.lines += 1
+        elif isinstance(event, CommandReceived) and event.command == "rolled_back":
+            # A rollback undoes the later steps, as a resume does: they are trained again.
+            if self.path is not None and self._file is not None:
+                self.close()
+                _keep_until(self.path, int(event.args.get("to_step", 0)))
+                self._file = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
         elif isinstance(event, RunFinished):
             self.close()
 

@@ -17,6 +17,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("p", "pause / resume (no new rollouts start; in-flight ones finish)"),
     ("c", "checkpoint now (after the current step)"),
     ("e", "evaluate now, alongside training"),
+    ("b", "roll back to the best step's checkpoint at lr × rollback_lr_scale"),
     ("q  ctrl+c", "asks: stop the run gracefully (step, checkpoint, flush), detach (it "
                   "goes on), or cancel"),
     ("ctrl+q", "leave at once (a run in its own process goes on)"),
