@@ -112,3 +112,22 @@ def test_a_noisy_low_reward_is_not_a_collapse():
     for step, reward in enumerate(curve, start=1):
         window.sampled([0.0, 1.0])
         assert window.stepped(step, reward, 0.75) is None, step
+
+
+def test_the_control_endpoint_takes_a_rollback_with_its_scale():
+    import pytest
+
+    from tinker_tui.engine.control_server import apply_command
+
+    class Control:
+        calls: list = []
+
+        def request_rollback(self, reason="rolled back by user", lr_scale=None):
+            self.calls.append((reason, lr_scale))
+
+    control = Control()
+    apply_command(control, "rollback", {"lr_scale": 0.25})  # type: ignore[arg-type]
+    apply_command(control, "rollback", {"reason": "by hand"})  # type: ignore[arg-type]
+    assert control.calls == [("rolled back by user", 0.25), ("by hand", None)]
+    with pytest.raises(ValueError, match="lr_scale must be a number"):
+        apply_command(control, "rollback", {"lr_scale": "half"})  # type: ignore[arg-type]
