@@ -385,9 +385,10 @@ class PeakRSS:
 def run_example(seed: int, pythonpath: Path | None = None, store: Path | None = None) -> dict:
     """`tinker-tui run example --no-ui --seed S` in a child: times since launch per step. In
     a fresh store (cold), or in `store` (where an identical warm-up may already be saved)."""
-    env = {**os.environ, "CI": "1"}
-    if pythonpath is not None:
-        env["PYTHONPATH"] = str(pythonpath)
+    # This checkout's code (or the baseline tree's), not whatever the environment installed:
+    # the child starts in another folder.
+    env = {**os.environ, "CI": "1",
+           "PYTHONPATH": str(pythonpath or ROOT)}
     with tempfile.TemporaryDirectory() as fresh:
         tmp = str(store) if store is not None else fresh
         start = time.perf_counter()
@@ -490,7 +491,8 @@ def run_curve(name: str, seed: int) -> dict:
         proc = subprocess.run(
             [sys.executable, "-m", "tinker_tui.app.cli", "run", name, "--no-ui", "--seed",
              str(seed), "--db", f"{tmp}/run.db"],
-            capture_output=True, text=True, cwd=tmp, env={**os.environ, "CI": "1"})
+            capture_output=True, text=True, cwd=tmp,
+            env={**os.environ, "CI": "1", "PYTHONPATH": str(ROOT)})
         total = time.time() - launched
         events = [json.loads(line) for path in Path(tmp).glob("*.metrics.jsonl")
                   for line in path.read_text().splitlines()]

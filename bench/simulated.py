@@ -36,7 +36,7 @@ class SimulatedPolicy:
         self.version += 1
         return TrainResult(self.version, {"train/loss_sum": 0.0}, len(datums), len(datums))
 
-    async def save_state(self, name: str) -> str:
+    async def save_state(self, name: str, *, step: int | None = None) -> str:
         self.saved.append(name)
         return f"tinker://simulated/weights/{name}"
 

@@ -332,6 +332,10 @@ class FakeControl:
                           metrics={keys.EVAL_REWARD_MEAN: 0.9, keys.EVAL_NUM_SCENARIOS: 20.0})
         )
 
+    def request_rollback(self, reason: str = "rolled back by user",
+                         lr_scale: float | None = None) -> None:
+        self.calls.append(("request_rollback", f"{reason} x{lr_scale}"))
+
     def knobs(self) -> dict[str, float | int]:
         return dict(self._knobs)
 

@@ -744,3 +744,42 @@ def test_a_finished_run_shows_its_average_rates_without_the_paused_time():
     model.apply(RunFinished(time=20.0, status="completed", final_step=10, reason="done"))
     rollouts, tokens = model.average_rates()
     assert rollouts == pytest.approx(80 / 15) and tokens == pytest.approx(1000 / 15)
+
+
+def test_model_names_a_collapse_and_a_rollback_undoes_the_later_steps():
+    """The issue's curve: the health words say collapsed, with the best checkpoint; a
+    rollback removes the later steps from the charts and is drawn as a knob change."""
+    model = DashboardState(FakeClock())
+    model.apply(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
+                           max_steps=40, start_step=0,
+                           config={"learning_rate": 1e-3, "rollback_lr_scale": 0.5}))
+    curve = [0.20, 0.22, 0.25, 0.28, 0.31, 0.35, 0.38, 0.42, 0.45, 0.50, 0.54,
+             0.081, 0.0, 0.0, 0.0]
+    gid = 0
+    for step, reward in enumerate(curve, start=1):
+        flat = step >= 12
+        for _ in range(4):
+            model.apply(sampled(gid, float(step), rewards=(reward,) * 2 if flat
+                                else (0.0, 2 * reward)))
+            if flat:
+                model.apply(GroupDiscarded(time=float(step), group_id=gid, scenario_id="s",
+                                           reason="zero_variance", policy_version=0,
+                                           trainer_version=0, num_tokens=4, step=step))
+            gid += 1
+        metrics = {"reward/mean": reward,
+                   "discarded/zero_variance": 4.0 if flat else 0.0}
+        model.apply(StepTrained(time=float(step), step=step, policy_version=step,
+                                metrics=metrics, group_ids=tuple(range(gid - 4, gid))))
+        if step == 10:
+            model.apply(CheckpointSaved(time=10.0, step=10, kind="state", name="step-000010",
+                                        path="tinker://x/weights/step-000010"))
+    assert model.health() == ("collapsed", "collapsed at step 12 (best 0.54 at step 11); "
+                                           "best checkpoint step-000010")
+    model.apply(CommandReceived(time=16.0, command="rolled_back", args={
+        "to_step": 10, "checkpoint": "step-000010", "reason": "collapsed",
+        "name": "learning_rate", "value": 5e-4, "old": 1e-3, "steps_undone": 5}))
+    assert model.step == 10 and [s for s, _ in model.rewards] == list(range(1, 11))
+    assert max(s for s, _ in model.series["reward/mean"]) == 10
+    assert model.health()[0] != "collapsed" and model.knobs["learning_rate"] == 5e-4
+    assert [c.describe() for c in model.knob_markers()] == [
+        "rolled back to step-000010 (step 10), learning_rate 0.001 → 0.0005"]

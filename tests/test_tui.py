@@ -193,7 +193,7 @@ def test_snapshot_confirm_quit(snap_compare):
 # ------------------------------------------------------------------ run control keys
 
 
-async def test_p_c_e_and_a_cancelled_quit():
+async def test_p_c_e_b_and_a_cancelled_quit():
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settled(pilot)
@@ -229,6 +229,13 @@ async def test_p_c_e_and_a_cancelled_quit():
         await press(pilot, "e")
         assert control.call_names()[-1] == "request_eval"
         assert app.model.last_eval is not None and app.model.last_eval.reward == 0.9
+
+        # b: roll back to the checkpoint at or before the best step, at lr x0.5
+        target = app.model.health_window.rollback_point()
+        assert target is not None and target[0] <= app.model.health_window.best_step[0]
+        await press(pilot, "b")
+        assert control.calls[-1] == ("request_rollback",
+                                     f"by hand: roll back to step {target[0]} at lr x0.5 x0.5")
 
         # q asks first; n and escape cancel
         await press(pilot, "q")

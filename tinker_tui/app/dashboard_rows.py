@@ -62,6 +62,14 @@ class CommandRow:
             if isinstance(old, int | float) and isinstance(new, int | float):
                 return f"set {name} {format_knob(name, old)} → {format_knob(name, new)}"
             return f"set {name} → {new}"
+        if self.command == "rolled_back":
+            old, new = self.args.get("old"), self.args.get("value")
+            text = (f"rolled back to {self.args.get('checkpoint', '?')} "
+                    f"(step {self.args.get('to_step', '?')})")
+            if isinstance(old, int | float) and isinstance(new, int | float):
+                text += (f", learning_rate {format_knob('learning_rate', old)} → "
+                         f"{format_knob('learning_rate', new)}")
+            return text
         reason = self.args.get("reason")
         return f"{self.command} ({reason})" if reason else self.command
 

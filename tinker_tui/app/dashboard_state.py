@@ -26,13 +26,11 @@ from tinker_tui.app.dashboard_rows import (
     LogLine,
     ThroughputSample,
 )
-from tinker_tui.app.group_counts import sampled_at_best
 from tinker_tui.app.view_maths import (
     COLLAPSE_LOOKBACK,
     debiased_ema,
     eta_seconds,
     format_elapsed,
-    health_verdict,
     level_at_least,
     message_shape,
     next_smoothing,
@@ -61,7 +59,7 @@ from tinker_tui.engine.events import (
     StepTrained,
     ThroughputMeasured,
 )
-from tinker_tui.engine.health import RewardRange
+from tinker_tui.engine.health import HealthWindow, Kind, flat_share
 
 # --------------------------------------------------------------------------- the model
 
@@ -163,8 +161,8 @@ class DashboardState:
         #: (`rollouts/failed`, `rollouts/ended`: the engine's one count of them).
         self.rollouts_failed = 0
         self.rollouts_ended = 0
-        self.reward_range = RewardRange()  # best group reward, lowest reward (engine.health)
-        self.outcomes: deque[str] = deque(maxlen=32)
+        #: The run's health, read as the engine reads it (engine.health).
+        self.health_window = HealthWindow()
 
         # rollouts, by group id; the steps that took them; those still queued
         self.groups: dict[int, GroupRecord] = {}
@@ -241,7 +239,11 @@ class DashboardState:
                 self.checkpoints.append(
                     CheckpointRow(event.step, event.kind, event.name, event.path, event.time)
                 )
+                if event.kind == "state":
+                    self.health_window.checkpointed(event.step, event.name)
             case CheckpointDeleted():
+                if event.kind == "state":
+                    self.health_window.checkpoint_deleted(event.name)
                 kept = [c for c in self.checkpoints if c.path != event.path]
                 self.checkpoints_deleted += len(self.checkpoints) - len(kept)
                 self.checkpoints = kept
@@ -275,9 +277,7 @@ class DashboardState:
         self.policy_version = event.start_step
         self.started_at = event.time
         self.steps_this_session = 0
-        window = self.config.get("health_window")
-        if isinstance(window, int) and window > 0 and window != self.outcomes.maxlen:
-            self.outcomes = deque(self.outcomes, maxlen=window)
+        self.health_window.configure(self.config)
         for name in LIVE_KNOBS:
             value = self.config.get(name)
             if isinstance(value, int | float) and not isinstance(value, bool):
@@ -296,13 +296,11 @@ class DashboardState:
         self._tokens_since_step += event.num_tokens
         # the engine's health rule (engine.health): equal rewards have converged, or carry
         # no learning signal
-        outcome = self.reward_range.classify(event.reward_mean)
-        rewards = {t.reward for t in event.trajectories}
-        if len(rewards) > 1 or not event.trajectories:
-            self.outcomes.append("ok")
-        else:
-            self.outcomes.append(outcome)
-        at_best = sampled_at_best(self.reward_range, event)  # the headless line's rule too
+        # at the best reward seen (before this group): a zero-variance discard of it has
+        # converged
+        at_best = self.health_window.classify(event.reward_mean) == "converged"
+        self.health_window.sampled([t.reward for t in event.trajectories], event.reward_mean,
+                                  failed=event.failed)
         record = self.groups.get(event.group_id)
         if record is None:
             record = GroupRecord(group_id=event.group_id, scenario_id=event.scenario_id,
@@ -329,7 +327,7 @@ class DashboardState:
                                  time=event.time, num_tokens=event.num_tokens)
             self._add_group(record)
             if event.reason == "error":
-                self.outcomes.append("error")
+                self.health_window.failed()
         if event.reason == "zero_variance":
             if record.at_best:
                 self.converged_groups += 1
@@ -361,6 +359,8 @@ class DashboardState:
         reward = metrics.get(keys.REWARD_MEAN)
         if reward is not None:
             self.rewards.append((event.step, reward))
+            groups = len(event.group_ids) or int(self.config.get("groups_per_step") or 1)
+            self.health_window.stepped(event.step, reward, flat_share(metrics, groups))
         # the groups its batch took; without the list (older records), the waiting groups
         # sampled by then
         taken = event.group_ids or [g for g in self.waiting
@@ -406,10 +406,12 @@ class DashboardState:
         self.series_revision += 1
 
     def _command(self, event: CommandReceived) -> None:
+        if event.command == "rolled_back" and isinstance(event.args.get("to_step"), int):
+            self._rewind(int(event.args["to_step"]))
         self.commands.append(
             CommandRow(event.time, self.step, event.command, dict(event.args), event.source)
         )
-        if event.command == "set":
+        if event.command in KNOB_COMMANDS:
             name, value = event.args.get("name"), event.args.get("value")
             if isinstance(name, str) and isinstance(value, int | float):
                 if name not in self.initial_knobs and "old" in event.args:
@@ -417,6 +419,26 @@ class DashboardState:
                     if isinstance(old, int | float):
                         self.initial_knobs[name] = old
                 self.knobs[name] = value
+
+    def _rewind(self, step: int) -> None:
+        """The run went back to its checkpoint at `step` (a rollback): what came after it is
+        gone from the store, and from here."""
+        self.health_window.rewind(step)
+        self.step = min(self.step, step)
+        self.rewards = [(s, r) for s, r in self.rewards if s <= step]
+        for key, points in self.series.items():
+            self.series[key] = [(s, v) for s, v in points if s <= step]
+        self.series_revision += 1
+        self.evals = [e for e in self.evals if e.step <= step]
+        self.checkpoints = [c for c in self.checkpoints if c.step <= step]
+        self.trained_steps = [s for s in self.trained_steps if s <= step]
+        for later in [s for s in self.groups_by_step if s > step]:
+            for group_id in self.groups_by_step.pop(later):
+                self.groups.pop(group_id, None)
+        for group_id in list(self.waiting):  # sampled for steps that will not come
+            self.waiting.pop(group_id)
+            self.groups.pop(group_id, None)
+        self.groups_revision += 1
 
     def _state_changed(self, time: float, state: str) -> None:
         """Keep the paused time, so the pace (and ETA) after a resume is the working pace."""
@@ -505,12 +527,10 @@ class DashboardState:
             return size * least
         return 0
 
-    def health(self) -> tuple[str, str]:
-        """(kind, words) for the recent groups; see `health_verdict`."""
-        zero = self.config.get("zero_variance_pause_rate", 0.9)
-        errors = self.config.get("error_pause_rate", 0.5)
-        return health_verdict(list(self.outcomes), self.reward_range,
-                              zero_variance_rate=float(zero), error_rate=float(errors))
+    def health(self) -> tuple[Kind, str]:
+        """(kind, words): learning, converged, no signal, collapsed or failing
+        (`HealthWindow.verdict`)."""
+        return self.health_window.verdict()
 
     def rollouts_per_s(self, now: float | None = None) -> float:
         if self.throughput is not None:
@@ -607,8 +627,8 @@ class DashboardState:
         return self.evals[-1] if self.evals else None
 
     def knob_markers(self) -> list[CommandRow]:
-        """Knob changes, for markers on the charts."""
-        return [c for c in self.commands if c.command == "set"]
+        """Knob changes (a rollback's learning rate too), for markers on the charts."""
+        return [c for c in self.commands if c.command in KNOB_COMMANDS]
 
     def eta(self) -> float | None:
         """Seconds to `max_steps` at the recent working pace (paused time left out); None
@@ -658,6 +678,9 @@ class DashboardState:
 
 #: Seconds of working time the ETA's pace spans at least (`view_maths.eta_seconds`).
 ETA_SPAN = 60.0
+#: Commands that change a knob (`name`, `value`, `old`): a setting, and a rollback's
+#: scaled learning rate.
+KNOB_COMMANDS = ("set", "rolled_back")
 
 #: The dashboard's own per-step series: tokens sampled between two steps per second.
 SAMPLED_TOKENS_KEY = "throughput/sampled_tokens_per_s"

@@ -2,23 +2,22 @@
 rewards all equal the best group reward seen; the run got there) or without a learning
 signal (below it). Only the second is a discard worth attention. The dashboard and the
 headless step line both fold the engine's events through `ZeroVarianceSplit`, with the
-engine's own rule (`engine.health.RewardRange`), so "0.0% of 12,000 groups discarded" on
+engine's own rule (`engine.health.HealthWindow`), so "0.0% of 12,000 groups discarded" on
 the screen and the headless line's counts agree (headless counted converged groups as
 discarded: `0/11966/0`)."""
 
 from __future__ import annotations
 
-import math
-
 from tinker_tui.engine.events import GroupDiscarded, GroupSampled
-from tinker_tui.engine.health import RewardRange
+from tinker_tui.engine.health import HealthWindow
 
 
-def sampled_at_best(rewards: RewardRange, event: GroupSampled) -> bool:
+def sampled_at_best(window: HealthWindow, event: GroupSampled) -> bool:
     """Whether a group whose rewards are all equal would be converged, by the rewards seen
-    before it; then count it among those seen (the engine's order: classify, then saw)."""
-    at_best = rewards.classify(event.reward_mean) == "converged"
-    rewards.saw(event.reward_mean, min((t.reward for t in event.trajectories), default=math.nan))
+    before it; then count it among those seen (the engine's order: classify, then count)."""
+    at_best = window.classify(event.reward_mean) == "converged"
+    window.sampled([t.reward for t in event.trajectories], event.reward_mean,
+                   failed=event.failed)
     return at_best
 
 
@@ -26,7 +25,7 @@ class ZeroVarianceSplit:
     """Counts of converged and no-signal groups, from GroupSampled and GroupDiscarded."""
 
     def __init__(self) -> None:
-        self.rewards = RewardRange()
+        self.rewards = HealthWindow()
         self.converged = 0
         self.no_signal = 0
         self._at_best: dict[int, bool] = {}  # sampled groups not yet discarded or trained

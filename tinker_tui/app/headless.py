@@ -19,6 +19,7 @@ from tinker_tui.engine.control import Session
 from tinker_tui.engine.events import (
     DISCARD_REASONS,
     CheckpointSaved,
+    CommandReceived,
     EvalCompleted,
     Event,
     GroupDiscarded,
@@ -31,6 +32,7 @@ from tinker_tui.engine.events import (
     StepTrained,
     TrackerReported,
 )
+from tinker_tui.engine.health import HealthWindow, flat_share
 
 if TYPE_CHECKING:
     from tinker_tui.engine.control_server import ControlServer
@@ -55,6 +57,8 @@ class HeadlessReporter:
         self._last_shape: tuple[str, str, str] | None = None  # the last warning/error printed
         self._repeats = 0  # how often it came again since
         self._last_line = ""  # its first line, as printed
+        #: Read as the engine reads it: a collapsed run's step lines say so.
+        self.health = HealthWindow()
 
     def _startup(self, event: StartupProgressed) -> None:
         """One line when the start-up enters a phase (not one per warm-up step)."""
@@ -87,12 +91,15 @@ class HeadlessReporter:
             self.max_steps = event.max_steps
             self._run_id = event.run_id
             self.started_at = event.time
+            self.health.configure(event.config)
             self._print(f"run {event.run_id}: task {event.name}, {event.backend} backend, "
                         f"base model {event.base_model}, {event.max_steps} steps")
         elif isinstance(event, StartupProgressed):
             self._startup(event)
         elif isinstance(event, GroupSampled):
             self.zero_variance.sampled(event)
+            self.health.sampled([t.reward for t in event.trajectories], event.reward_mean,
+                                failed=event.failed)
         elif isinstance(event, GroupDiscarded):
             self.zero_variance.discarded(event)
         elif isinstance(event, StepTrained):
@@ -109,6 +116,11 @@ class HeadlessReporter:
                 ended = int(m.get(keys.ROLLOUTS_ENDED, 0))
                 failures = (f"failed rollouts {failed}/{ended} ({self.rollouts_failed} in "
                             "all)  ")
+            reward = m.get(keys.REWARD_MEAN, float("nan"))
+            self.health.stepped(event.step, reward, flat_share(m, len(event.group_ids) or 1))
+            collapse = self.health.collapse
+            health = "" if collapse is None else \
+                f"  collapsed (best {collapse.best:.3f} at step {collapse.best_step})"
             self._print(
                 f"step {event.step:>4}/{self.max_steps}  "
                 f"reward {m.get(keys.REWARD_MEAN, float('nan')):.3f}  "
@@ -118,7 +130,9 @@ class HeadlessReporter:
                 f"{failures}"
                 f"staleness {m.get(keys.STALENESS_MEAN, 0.0):.2f}  "
                 f"step {m.get(keys.STEP_TIME, 0.0):.2f}s  "
-                f"elapsed {elapsed:.1f}s")
+                f"elapsed {elapsed:.1f}s{health}")
+        elif isinstance(event, CommandReceived) and event.command == "rolled_back":
+            self.health.rewind(int(event.args.get("to_step", 0)))
         elif isinstance(event, EvalCompleted):
             self._print(eval_line(event, self.max_steps))
         elif isinstance(event, CheckpointSaved):
@@ -275,6 +289,12 @@ class MetricsFile:
                 self._give_up(exc)
                 return
             self.lines += 1
+        elif isinstance(event, CommandReceived) and event.command == "rolled_back":
+            # A rollback undoes the later steps, as a resume does: they are trained again.
+            if self.path is not None and self._file is not None:
+                self.close()
+                _keep_until(self.path, int(event.args.get("to_step", 0)))
+                self._file = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
         elif isinstance(event, RunFinished):
             self.close()
 

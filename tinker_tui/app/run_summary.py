@@ -17,7 +17,9 @@ from pathlib import Path
 
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.events import (
+    CheckpointDeleted,
     CheckpointSaved,
+    CommandReceived,
     Event,
     GroupDiscarded,
     LogEmitted,
@@ -27,6 +29,7 @@ from tinker_tui.engine.events import (
     StepTrained,
     TrackerReported,
 )
+from tinker_tui.engine.health import HealthWindow, flat_share
 
 #: Log lines kept for a failed run's summary.
 LAST_LOG_LINES = 5
@@ -65,6 +68,10 @@ class RunSummary:
     trackers: tuple[str, ...] = field(default_factory=tuple)
     #: The engine's own output, when it ran in a process of its own.
     engine_log: Path | None = None
+    #: Where the run collapsed, with its best checkpoint (`engine.health`), if it has.
+    collapse: str = ""
+    #: Rollbacks the run made (each to a checkpoint at or before its best step).
+    rollbacks: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def ended(self) -> bool:
@@ -80,6 +87,7 @@ class SummaryCollector:
         self._trackers: dict[str, str] = {}
         self._stop_reason = ""  # why it was asked to stop: the engine ends it "stopped"
         self._earlier: list[Event] = []  # `read_earlier`'s, until the run says where it starts
+        self._health = HealthWindow()
 
     async def read_earlier(self, db_path: str | Path, run_id: str) -> None:
         """Read the steps and checkpoints the store holds of run `run_id` before it starts
@@ -118,6 +126,8 @@ class SummaryCollector:
                         + int(event.metrics.get(keys.ROLLOUTS_FAILED, 0)),
                         rollouts=s.rollouts + int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)))
             if reward is not None and math.isfinite(reward):
+                self._health.stepped(event.step, float(reward),
+                                     flat_share(event.metrics, len(event.group_ids) or 1))
                 best = s.best_reward is None or reward > s.best_reward
                 s = replace(s, final_reward=float(reward),
                             best_reward=float(reward) if best else s.best_reward,
@@ -129,6 +139,19 @@ class SummaryCollector:
         elif isinstance(event, CheckpointSaved):
             if event.kind == "state":
                 s = replace(s, checkpoint=event.name, checkpoint_step=event.step)
+                self._health.checkpointed(event.step, event.name)
+        elif isinstance(event, CheckpointDeleted):
+            if event.kind == "state":
+                self._health.checkpoint_deleted(event.name)
+            return
+        elif isinstance(event, CommandReceived):
+            if event.command != "rolled_back":
+                return
+            to_step = int(event.args.get("to_step", 0))
+            self._health.rewind(to_step)
+            s = replace(s, rollbacks=(*s.rollbacks, f"to {event.args.get('checkpoint', '?')} "
+                                      f"(step {to_step}) at learning rate "
+                                      f"{event.args.get('value', float('nan')):g}"))
         elif isinstance(event, TrackerReported):
             if event.level == "info":  # a failing tracker's warning is in the log already
                 self._trackers[event.tracker] = event.message
@@ -148,8 +171,10 @@ class SummaryCollector:
         self._summary = s
 
     def summary(self) -> RunSummary:
+        collapse = self._health.collapse
         return replace(self._summary, last_log=tuple(self._log),
-                       trackers=tuple(self._trackers.values()))
+                       trackers=tuple(self._trackers.values()),
+                       collapse=collapse.words() if collapse is not None else "")
 
     def set_engine_log(self, path: Path | None) -> None:
         self._summary = replace(self._summary, engine_log=path)
@@ -224,6 +249,10 @@ def summary_lines(summary: RunSummary, *, log_lines: bool = True) -> list[str]:
         lines.append(f"  last checkpoint: {summary.checkpoint} (step {summary.checkpoint_step})")
     else:
         lines.append("  last checkpoint: none")
+    if summary.collapse:
+        lines.append(f"  health: {summary.collapse}")
+    for rollback in summary.rollbacks:
+        lines.append(f"  rolled back {rollback}")
     if summary.failed_groups or summary.failed_rollouts:
         lines.append(f"  errors: {failed_groups_text(summary)}")
     if summary.db_path is not None:

@@ -79,7 +79,7 @@ class ReadOnlyControl:
     def _refuse(self, *args: object, **kwargs: object) -> None:
         raise ValueError(self.why)
 
-    pause = resume = request_checkpoint = stop = request_eval = _refuse
+    pause = resume = request_checkpoint = stop = request_eval = request_rollback = _refuse
 
     def knobs(self) -> Mapping[str, float | int]:
         return {}

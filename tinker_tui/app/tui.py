@@ -123,6 +123,7 @@ class TinkerTuiApp(App[None]):
         Binding("p", "resume", "Resume", id="resume"),
         Binding("c", "checkpoint", "Checkpoint", id="checkpoint"),
         Binding("e", "eval", "Eval", id="eval"),
+        Binding("b", "rollback", "Roll back", show=False, id="rollback"),
         Binding("q", "stop", "Quit", tooltip="Stop gracefully (after a confirmation).",
                 id="stop"),
         Binding("q", "force_quit", "Force quit", tooltip="Exit now without waiting for the run.",
@@ -503,7 +504,8 @@ class TinkerTuiApp(App[None]):
             if action in ("pause", "resume", "stop", "force_quit", "quit"):
                 return self.allowed(action)
             return action in ("toggle_pause",)
-        if action in ("pause", "resume", "checkpoint", "eval", "stop", "force_quit", "view",
+        if action in ("pause", "resume", "checkpoint", "eval", "rollback", "stop", "force_quit",
+                      "view",
                       "help", "toggle_maximize", "restore", "cycle_smoothing") and self.modal_open:
             return False  # a dialog is open: its own keys only
         return self.allowed(action)
@@ -517,7 +519,7 @@ class TinkerTuiApp(App[None]):
             return live and not paused and not self.stopping
         if action == "resume":
             return live and paused and not self.stopping
-        if action in ("checkpoint", "eval"):
+        if action in ("checkpoint", "eval", "rollback"):
             if not live:
                 return False
             return None if self.stopping else True
@@ -553,6 +555,20 @@ class TinkerTuiApp(App[None]):
     def action_eval(self) -> None:
         if self.send("eval", self.session.control.request_eval):
             self.notify("Evaluation requested", timeout=2)
+
+    def action_rollback(self) -> None:
+        """`b`: go back to the best step's checkpoint at a scaled learning rate."""
+        target = self.model.health_window.rollback_point()
+        if target is None:
+            self.notify("Nothing to roll back to: no full checkpoint at or before the best "
+                        "step yet", severity="warning", timeout=4)
+            return
+        scale = self.model.config.get("rollback_lr_scale")
+        scale = float(scale) if isinstance(scale, int | float) and 0 < scale <= 1 else 0.5
+        step = target[0]
+        if self.send("rollback", lambda: self.session.control.request_rollback(
+                f"by hand: roll back to step {step} at lr x{scale:g}", scale)):
+            self.notify(f"Roll back to step {step} ({target[1]}) at lr ×{scale:g}", timeout=3)
 
     def action_stop(self) -> None:
         """`q` / ctrl+c: confirm, then stop gracefully (or detach / close, see the dialog)."""

@@ -1,5 +1,6 @@
 """The maths and words the dashboard's panes show, as plain functions tested alone:
-debiased EMA, windowed rates, ETA, bars, knob parsing and formatting, the health verdict.
+debiased EMA, windowed rates, ETA, bars, knob parsing and formatting
+(the health words are `engine.health`'s, shared with the engine's pauses).
 No Textual here."""
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 
 from tinker_tui.engine.config import LIVE_KNOBS, SETTINGS
-from tinker_tui.engine.health import RewardRange
 
 #: EMA weights `s` cycles through (0 = no smoothing), as W&B's and TensorBoard's slider.
 SMOOTHING_STEPS = (0.9, 0.95, 0.99, 0.0, 0.6, 0.8)
@@ -283,40 +283,3 @@ def message_shape(message: str) -> str:
 
 #: How far back a repeated info line is looked for before it is shown again.
 COLLAPSE_LOOKBACK = 8
-
-
-def health_verdict(outcomes: Sequence[str], rewards: RewardRange, *,
-                   zero_variance_rate: float = 0.9, error_rate: float = 0.5
-                   ) -> tuple[str, str]:
-    """(kind, words) for the recent groups' outcomes ("ok", "converged", "no_signal",
-    "uniform", "error"; `engine.health`): what a person needs to tell a converged run from a
-    stuck or failing one. Groups of a run that has seen one reward only read as "no learning
-    signal yet", never as converged.
-
-    kind is "none", "learning", "converged", "no_signal" or "error". The thresholds are the
-    run's own pause rates, so the words agree with the engine's health pauses.
-    """
-    n = len(outcomes)
-    if n == 0:
-        return "none", "no groups sampled yet"
-    share = {kind: sum(o == kind for o in outcomes) / n
-             for kind in ("ok", "converged", "no_signal", "uniform", "error")}
-    best = rewards.best
-    best_text = f" ({best:.3g})" if math.isfinite(best) else ""
-    if share["error"] >= error_rate:
-        return "error", f"errors: {share['error']:.0%} of the last {n} groups failed"
-    if share["no_signal"] >= zero_variance_rate:
-        return "no_signal", rewards.no_signal_words(share["no_signal"], n)
-    if share["uniform"] + share["no_signal"] >= zero_variance_rate:
-        return "no_signal", rewards.uniform_words()
-    if share["converged"] >= zero_variance_rate:
-        if share["converged"] == 1:
-            return "converged", f"converged: every group earns the best reward seen{best_text}"
-        return "converged", (f"converged: {share['converged']:.0%} of the last {n} groups earn "
-                             f"the best reward seen{best_text}")
-    words = f"learning: {share['ok']:.0%} of the last {n} groups carry a gradient"
-    if share["error"]:
-        words += f", {share['error']:.0%} failed"
-    return "learning", words
-
-

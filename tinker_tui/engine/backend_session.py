@@ -232,6 +232,9 @@ class BackendSession:
         self.tokenizer: Any = None
         #: Every checkpoint this policy saved and still keeps, oldest first.
         self.checkpoints: list[CheckpointRecord] = []
+        #: The step of a full checkpoint the retention policy keeps (the run's rollback point).
+        self.keep_state_step: int | None = None
+        self.rewinds = 0  # rollbacks so far (names their sampler weights apart)
         self._samplers: OrderedDict[int, Any] = OrderedDict()
         self._loaded_from: dict[int, str] = {}  # version -> path its cached client was loaded from
         #: What deletes old checkpoints: a tinker.RestClient (made on first use), or by path.
@@ -720,6 +723,22 @@ class BackendSession:
             "state", self.version if step is None else step, name, response.path))
         return str(response.path)
 
+    async def rewind(self, path: str, version: int, step: int) -> None:
+        """Go back to a full checkpoint of this run (a rollback), taken at `step`: its weights
+        and optimizer state become policy `version`; full checkpoints of later steps and
+        sampler weights of later versions are deleted (their names are used again as the
+        run goes on)."""
+        await self.load_training_state(path)
+        for old in [c for c in self.checkpoints
+                    if c.step > (step if c.kind == "state" else version)]:
+            self.checkpoints.remove(old)
+            await self._delete(old)
+        for later in [v for v in self._samplers if v > version]:
+            del self._samplers[later]
+            self._loaded_from.pop(later, None)
+        self.rewinds += 1
+        await self._publish(version, suffix=f"-rewind{self.rewinds}")
+
     def adopt_checkpoints(self, records: Sequence[CheckpointRecord]) -> None:
         """Checkpoints an earlier process of this run saved (oldest first), so the retention
         policy counts them and deletes them in turn; without them, a resumed run kept every
@@ -735,7 +754,8 @@ class BackendSession:
             # a crash hits, and a resume then needs the one before it.
             keep_last = max(keep_last, 2)
         doomed = [same[i] for i in checkpoints_to_delete(
-            [c.step for c in same], keep_last, self.keep_every_checkpoints)]
+            [c.step for c in same], keep_last, self.keep_every_checkpoints)
+            if not (record.kind == "state" and same[i].step == self.keep_state_step)]
         for old in doomed:
             self.checkpoints.remove(old)
             if record.kind == "sampler" and self._loaded_from.get(old.step) == old.path:

@@ -149,6 +149,8 @@ LOSS_FNS = ("importance_sampling", "ppo", "cispo", "dro")
 ADVANTAGE_RULES = ("mean", "mean_std")
 #: What a health pause does: `auto` is `wait` with a dashboard, `stop` without one.
 HEALTH_PAUSE_POLICIES = ("auto", "wait", "stop")
+#: What a collapse (engine.health) does: `auto` is `wait` with a dashboard, `stop` without one.
+COLLAPSE_POLICIES = ("auto", "wait", "stop", "rollback")
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +170,7 @@ class RunConfig:
     kl_penalty_coef: float = setting(
         0.0, "KL penalty against the base model, per sampled token, added to the "
         "advantages (tinker-cookbook's kl_penalty_coef); 0 = off", low=0)
-    learning_rate: float = setting(3e-3, "Adam learning rate of the RL steps",
+    learning_rate: float = setting(1e-3, "Adam learning rate of the RL steps",
                                    low=0, high=1, low_open=True, high_open=True, live=True)
     temperature: float = setting(1.0, "default sampling temperature of the policy server",
                                  low=0, high=2, live=True)
@@ -209,6 +211,18 @@ class RunConfig:
         low=0, high=1, low_open=True)
     error_pause_rate: float = setting(0.5, "pause when this share of them failed", "pipeline",
                                       low=0, high=1, low_open=True)
+    on_collapse: str = setting(
+        "auto", "when the reward collapses (falls below halfway to its best while groups turn "
+        "equal or fail): wait for a person, stop gracefully (exit code 3), or roll back to "
+        "the last checkpoint at or before the best step with the learning rate scaled by "
+        "rollback_lr_scale; auto = wait with a dashboard, stop without one", "pipeline",
+        choices=COLLAPSE_POLICIES)
+    rollback_lr_scale: float = setting(
+        0.5, "a rollback multiplies the learning rate by this", "pipeline",
+        low=0, high=1, low_open=True)
+    max_rollbacks: int = setting(
+        2, "automatic rollbacks in one run (on_collapse = rollback); after them a collapse "
+        "waits or stops as auto would", "pipeline", low=0)
     lora_rank: int = setting(32, "rank of the LoRA adapters", "backend", low=1)
     base_model: str = setting(DEFAULT_BASE_MODEL, "the model to train", "backend")
     seed: int = setting(0, "seeds the scenario stream and sampling")
@@ -220,8 +234,9 @@ class RunConfig:
     adam_beta2: float = setting(0.95, "Adam beta2", "backend", low=0, high=1, high_open=True)
     adam_eps: float = setting(1e-12, "Adam epsilon", "backend", low=0, low_open=True)
     weight_decay: float = setting(0.0, "Adam weight decay", "backend", low=0)
-    grad_clip_norm: float = setting(0.0, "gradient clipping norm; 0 = no clipping", "backend",
-                                    low=0)
+    grad_clip_norm: float = setting(
+        1.0, "gradient clipping norm; 0 = no clipping (unclipped, one large step collapsed "
+        "tool-calling tasks on the embedded model)", "backend", low=0)
     sampler_checkpoint_every: int = setting(
         1, "named sampler weights every N steps; 0 = never", "backend", low=0)
     keep_last_checkpoints: int = setting(

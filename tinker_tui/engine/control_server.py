@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 #: The control file of run RUN_ID lives beside the store as RUN_ID + this suffix.
 CONTROL_FILE_SUFFIX = ".control.json"
-COMMANDS = ("pause", "resume", "checkpoint", "eval", "stop", "set")
+COMMANDS = ("pause", "resume", "checkpoint", "eval", "stop", "set", "rollback")
 #: The largest command body accepted (a command is a few dozen bytes).
 MAX_BODY = 64 * 1024
 #: Seconds a request may take to arrive whole (head and body).
@@ -138,6 +138,11 @@ def apply_command(control: Control, command: str, args: Mapping[str, Any]) -> No
         control.request_eval()
     elif command == "stop":
         control.stop(reason) if reason else control.stop()
+    elif command == "rollback":
+        scale = args.get("lr_scale")
+        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float)):
+            raise ValueError("lr_scale must be a number")
+        control.request_rollback(reason or "rolled back by user", scale)
     elif command == "set":
         name, value = args.get("name"), args.get("value")
         if not isinstance(name, str):
@@ -385,6 +390,10 @@ class RemoteControl:
 
     def request_eval(self) -> None:
         self._send("eval")
+
+    def request_rollback(self, reason: str = "rolled back by user",
+                         lr_scale: float | None = None) -> None:
+        self._send("rollback", reason=reason, lr_scale=lr_scale)
 
     def knobs(self) -> Mapping[str, float | int]:
         knobs = self._state.get("knobs")

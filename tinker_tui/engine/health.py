@@ -1,58 +1,345 @@
-"""The rule that tells a converged run from one with no learning signal, in one place: the
-engine's health pause and the dashboard's health words both ask it.
+"""The run's health, in one place: the engine's health pauses and collapse handling and the
+dashboard's health words all read one `HealthWindow`, fed the same events.
 
-A group whose rewards are all equal carries no gradient. What it means depends on the
-rewards seen before it (`RewardRange.classify`):
+A group whose rewards are all equal (`rewards_equal`) carries no gradient. What it means
+depends on the rewards seen before it:
 
 * "converged": it earns the best group reward seen so far, and some lower reward has been
   seen: the run got there. Not a reason to pause.
-* "no_signal": its reward is below the best seen: the learning signal is gone (a collapse).
-  Most recent groups like this pause the run.
+* "no_signal": its reward is below the best seen: the learning signal is gone. When most of
+  the recent groups are like this (`zero_variance_pause_rate` of the last `health_window`)
+  the run pauses.
 * "uniform": no two different rewards have been seen yet. Nothing tells a reward that is
   always 0 (a broken reward, or a task too hard for the base model) from one that is always
-  1 (a task the base model already solves, as a real model does the smoke-test examples):
-  the run goes on, and the words say there is no learning signal yet, not "converged".
+  1 (a task the base model already solves): the run goes on, and the words say there is no
+  learning signal *yet*, not "converged".
+
+Failed rollouts count toward `error_pause_rate`: the error rate is the share of the recent
+groups' rollouts that failed, a whole failed group ("error") counting all its members. A
+reward that raises on most answers fails most rollouts while every group still trains on its
+few survivors, so counting failed groups alone would read such a run as perfect.
+
+Collapse is read from the steps, not the groups: the policy got somewhere and fell back. A
+run has collapsed when the mean reward of its last `COLLAPSE_STEPS` steps (and the last
+step's) is below a third of the way from the lowest reward seen to the best mean of that many
+steps in a row, while at least half of those steps' groups were equal (no gradient) or
+failed: the policy is stuck low and cannot climb back by itself. Means over steps, not one
+step, so a noisy task's lucky step does not set the mark (next_number's rewards swing
+between 0.1 and 0.45 from step to step). It is named by the first step of that fall and the best step before it
+("collapsed at step 12 (best 0.54 at step 11)"), with the last checkpoint at or before the
+best step, the one a rollback resumes from. A run whose reward comes back above halfway is
+no longer collapsed.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from tinker_tui.engine import metric_keys as keys
 
 #: Rewards this close count as equal.
 TOLERANCE = 1e-9
+#: The trailing steps whose mean reward tells a collapse.
+COLLAPSE_STEPS = 3
+#: Collapsed below this share of the way from the lowest reward seen to the best mean of
+#: `COLLAPSE_STEPS` steps in a row.
+COLLAPSE_LEVEL = 1 / 3
+#: ... while at least this share of those steps' groups were equal or failed.
+COLLAPSE_FLAT_SHARE = 0.5
 
-Outcome = Literal["converged", "uniform", "no_signal"]
+Outcome = Literal["ok", "converged", "uniform", "no_signal", "error"]
+OUTCOMES: tuple[Outcome, ...] = ("ok", "converged", "uniform", "no_signal", "error")
+#: What the health words say: nothing yet, learning, converged, no learning signal (yet),
+#: collapsed, failing.
+Kind = Literal["none", "learning", "converged", "no_signal", "collapsed", "error"]
 
 
-@dataclass(slots=True)
-class RewardRange:
-    """The best group mean reward and the lowest single reward seen so far."""
+def rewards_equal(rewards: Iterable[float]) -> bool:
+    """Whether a group's rewards are all equal (within `TOLERANCE`): no gradient."""
+    values = list(rewards)
+    return not values or max(values) - min(values) <= TOLERANCE
 
-    best: float = -math.inf
-    lowest: float = math.inf
 
+def flat_share(metrics: Mapping[str, Any], groups: int) -> float:
+    """The share of a step's groups that carried no gradient or failed, from its
+    `StepTrained` metrics and the number of groups it trained on."""
+    equal = float(metrics.get(keys.discarded("zero_variance"), 0.0) or 0.0)
+    failed = float(metrics.get(keys.discarded("error"), 0.0) or 0.0)
+    if metrics.get(keys.TRAIN_SKIPPED):
+        equal = float(groups)
+    total = groups + failed
+    return (min(equal, groups) + failed) / total if total > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Collapse:
+    """Where a run collapsed: the first step of the fall, and the best step before it."""
+
+    step: int
+    best: float
+    best_step: int
+    #: The last full checkpoint at or before the best step (what a rollback resumes from).
+    checkpoint: str = ""
+    checkpoint_step: int | None = None
+
+    def words(self) -> str:
+        text = f"collapsed at step {self.step} (best {self.best:.3g} at step {self.best_step})"
+        if self.checkpoint:
+            text += f"; best checkpoint {self.checkpoint}"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    step: int
+    reward: float
+    flat: float
+
+
+def _best_mean(steps: Sequence[_Step]) -> float:
+    """The best mean reward of `COLLAPSE_STEPS` steps in a row."""
+    k = COLLAPSE_STEPS
+    return max((sum(s.reward for s in steps[i:i + k]) / k for i in range(len(steps) - k + 1)),
+               default=-math.inf)
+
+
+class HealthWindow:
+    """The recent groups' outcomes (the last `size`), the rewards seen, the steps' rewards,
+    and the checkpoints a rollback could resume from (module docstring)."""
+
+    def __init__(self, size: int = 32, *, no_signal_rate: float = 0.9,
+                 error_rate: float = 0.5) -> None:
+        self.size = size
+        self.no_signal_rate = no_signal_rate
+        self.error_rate = error_rate
+        self.outcomes: deque[Outcome] = deque(maxlen=size)
+        #: (rollouts failed, rollouts) of each of those groups.
+        self.rollouts: deque[tuple[int, int]] = deque(maxlen=size)
+        #: The best group mean reward and the lowest single reward seen so far.
+        self.best_group = -math.inf
+        self.lowest = math.inf
+        self._steps: list[_Step] = []
+        self._best: _Step | None = None
+        #: The best mean of COLLAPSE_STEPS steps in a row, before the last COLLAPSE_STEPS.
+        self._top = -math.inf
+        self._checkpoints: dict[int, str] = {}  # step -> name, full checkpoints kept
+        self.collapse: Collapse | None = None
+        self._collapse_told = False
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> HealthWindow:
+        """From run settings by name (a `RunConfig.as_dict()`, or the config a run
+        recorded); missing ones take their defaults."""
+        window = cls()
+        window.configure(settings)
+        return window
+
+    def configure(self, settings: Mapping[str, Any]) -> None:
+        """Take the window's size and rates from run settings by name (missing or odd ones
+        keep their defaults); the groups counted so far stay."""
+        from tinker_tui.engine.config import SETTINGS
+
+        def get(name: str) -> float:
+            value = settings.get(name)
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+            return float(value if ok else SETTINGS[name].default)  # type: ignore[arg-type]
+
+        self.size = max(1, int(get("health_window")))
+        self.no_signal_rate = get("zero_variance_pause_rate")
+        self.error_rate = get("error_pause_rate")
+        if self.outcomes.maxlen != self.size:
+            self.outcomes = deque(self.outcomes, maxlen=self.size)
+            self.rollouts = deque(self.rollouts, maxlen=self.size)
+
+    # ------------------------------------------------------------------ groups
     def classify(self, reward: float) -> Outcome:
-        """What a group whose rewards all equal `reward` means (module docstring); asked
-        before `saw` counts that group."""
-        if reward < self.best - TOLERANCE:
+        """What a group whose rewards all equal `reward` means, given the rewards seen
+        before it (module docstring)."""
+        if reward < self.best_group - TOLERANCE:
             return "no_signal"
         return "converged" if self.lowest < reward - TOLERANCE else "uniform"
 
-    def saw(self, mean: float, lowest: float) -> None:
-        """Count a group: its mean reward and its lowest member's."""
+    def sampled(self, rewards: Sequence[float], mean: float | None = None, *,
+                failed: int = 0) -> Outcome:
+        """Count a sampled group by its members' rewards (and its mean reward, when they
+        are not all at hand: a record without them) and the `failed` members dropped from
+        it; returns its outcome."""
+        finite = [r for r in rewards if math.isfinite(r)]
+        if mean is None:
+            mean = sum(finite) / len(finite) if finite else math.nan
+        outcome: Outcome = "ok"
+        if finite and rewards_equal(finite):
+            outcome = self.classify(mean)
         if math.isfinite(mean):
-            self.best = max(self.best, mean)
-        if math.isfinite(lowest):
-            self.lowest = min(self.lowest, lowest)
+            self.best_group = max(self.best_group, mean)
+        if finite:
+            self.lowest = min(self.lowest, min(finite))
+        self.outcomes.append(outcome)
+        self.rollouts.append((failed, len(rewards) + failed))
+        return outcome
 
-    def no_signal_words(self, share: float, groups: int) -> str:
+    def failed(self, failed: int = 1, members: int = 1) -> None:
+        """Count a group that failed (discarded as an error): `failed` of its `members`
+        rollouts raised (a group whose hook failed counts as one failure)."""
+        self.outcomes.append("error")
+        members = max(1, members)
+        self.rollouts.append((min(members, max(1, failed)), members))
+
+    def share(self, outcome: Outcome) -> float:
+        return (sum(o == outcome for o in self.outcomes) / len(self.outcomes)
+                if self.outcomes else 0.0)
+
+    def rollout_errors(self) -> tuple[float, int]:
+        """(share of the recent groups' rollouts that failed, how many rollouts)."""
+        total = sum(m for _, m in self.rollouts)
+        return (sum(f for f, _ in self.rollouts) / total if total else 0.0), total
+
+    def clear_groups(self) -> None:
+        """Forget the recent groups (after a pause they caused: the next pause needs a full
+        window of its own)."""
+        self.outcomes.clear()
+        self.rollouts.clear()
+
+    def group_alarm(self) -> tuple[Literal["error", "no_signal"], str] | None:
+        """Why a full window of groups says to pause, if it does: failures or no signal."""
+        if len(self.outcomes) < self.size:
+            return None
+        errors, rollouts = self.rollout_errors()
+        if errors >= self.error_rate:
+            return "error", (f"rollout errors: {errors:.0%} of the last {rollouts} rollouts "
+                             f"({len(self.outcomes)} groups) failed")
+        no_signal = self.share("no_signal")
+        if no_signal >= self.no_signal_rate:
+            return "no_signal", self.no_signal_words(no_signal)
+        return None
+
+    # ------------------------------------------------------------------ steps
+    @property
+    def best_step(self) -> tuple[int, float] | None:
+        """(step, mean reward) of the best step so far."""
+        return None if self._best is None else (self._best.step, self._best.reward)
+
+    def stepped(self, step: int, reward: float, flat: float) -> Collapse | None:
+        """Count a trained step: its mean reward and `flat_share`. Returns the collapse the
+        first time it is seen (once per collapse), else None."""
+        if not math.isfinite(reward):
+            return None
+        entry = _Step(step, reward, flat)
+        if self._steps and self._steps[-1].step >= step:
+            self._steps = [s for s in self._steps if s.step < step]  # a rewound run goes again
+            self._top = _best_mean(self._steps[:-COLLAPSE_STEPS])
+        self._steps.append(entry)
+        k = COLLAPSE_STEPS
+        if len(self._steps) >= 2 * k:  # the window just before the recent one now counts
+            before = self._steps[-2 * k:-k]
+            self._top = max(self._top, sum(s.reward for s in before) / k)
+        if self._best is None or reward > self._best.reward + TOLERANCE:
+            self._best = entry
+        self.collapse = self._collapse()
+        if self.collapse is None:
+            self._collapse_told = False
+            return None
+        if self._collapse_told:
+            return None
+        self._collapse_told = True
+        return self.collapse
+
+    def _collapse(self) -> Collapse | None:
+        best = self._best
+        recent = self._steps[-COLLAPSE_STEPS:]
+        if best is None or len(recent) < COLLAPSE_STEPS or recent[0].step <= best.step:
+            return None
+        low = min(self.lowest, min(s.reward for s in self._steps))
+        top = self._top
+        if not top - low > TOLERANCE:
+            return None
+        level = low + COLLAPSE_LEVEL * (top - low)
+        mean = sum(s.reward for s in recent) / len(recent)
+        flat = sum(s.flat for s in recent) / len(recent)
+        if mean >= level or flat < COLLAPSE_FLAT_SHARE or recent[-1].reward >= level:
+            return None
+        first = len(self._steps) - 1  # the first step of the fall: back while below level
+        while first > 0 and self._steps[first - 1].reward < level \
+                and self._steps[first - 1].step > best.step:
+            first -= 1
+        fell = self._steps[first].step
+        at = self.rollback_point()
+        return Collapse(step=fell, best=best.reward, best_step=best.step,
+                        checkpoint=at[1] if at else "", checkpoint_step=at[0] if at else None)
+
+    def checkpointed(self, step: int, name: str) -> None:
+        """A full checkpoint was saved at `step`."""
+        self._checkpoints[step] = name
+        self._refresh_collapse()
+
+    def checkpoint_deleted(self, name: str) -> None:
+        self._checkpoints = {s: n for s, n in self._checkpoints.items() if n != name}
+        self._refresh_collapse()
+
+    def _refresh_collapse(self) -> None:
+        if self.collapse is not None:
+            at = self.rollback_point()
+            self.collapse = Collapse(self.collapse.step, self.collapse.best,
+                                     self.collapse.best_step, at[1] if at else "",
+                                     at[0] if at else None)
+
+    def rollback_point(self) -> tuple[int, str] | None:
+        """(step, name) of the last full checkpoint at or before the best step."""
+        if self._best is None:
+            return None
+        steps = [s for s in self._checkpoints if s <= self._best.step]
+        return (max(steps), self._checkpoints[max(steps)]) if steps else None
+
+    def rewind(self, step: int) -> None:
+        """The run went back to its checkpoint at `step` (a rollback): later steps and
+        checkpoints are gone; the best step stays the one to beat if it is kept."""
+        self._steps = [s for s in self._steps if s.step <= step]
+        self._top = _best_mean(self._steps[:-COLLAPSE_STEPS])
+        self._checkpoints = {s: n for s, n in self._checkpoints.items() if s <= step}
+        self.collapse = None
+        self._collapse_told = False
+        self.outcomes.clear()
+        self.rollouts.clear()
+
+    # ------------------------------------------------------------------ words
+    def verdict(self) -> tuple[Kind, str]:
+        """(kind, words) for a person: whether the run is learning, has converged, has no
+        learning signal (or none yet), has collapsed, or is failing. The thresholds are the
+        run's own pause rates, so the words agree with the engine's pauses."""
+        n = len(self.outcomes)
+        if n == 0 and self.collapse is None:
+            return "none", "no groups sampled yet"
+        share = {o: self.share(o) for o in OUTCOMES}
+        best_text = f" ({self.best_group:.3g})" if math.isfinite(self.best_group) else ""
+        errors, rollouts = self.rollout_errors()
+        if n and errors >= self.error_rate:
+            return "error", f"errors: {errors:.0%} of the last {rollouts} rollouts failed"
+        if self.collapse is not None:
+            return "collapsed", self.collapse.words()
+        if share["no_signal"] >= self.no_signal_rate:
+            return "no_signal", self.no_signal_words(share["no_signal"])
+        if share["uniform"] + share["no_signal"] >= self.no_signal_rate:
+            return "no_signal", self.uniform_words()
+        if share["converged"] >= self.no_signal_rate:
+            if share["converged"] == 1:
+                return "converged", f"converged: every group earns the best reward seen{best_text}"
+            return "converged", (f"converged: {share['converged']:.0%} of the last {n} groups "
+                                 f"earn the best reward seen{best_text}")
+        words = f"learning: {share['ok']:.0%} of the last {n} groups carry a gradient"
+        if errors:
+            words += f", {errors:.0%} of their rollouts failed"
+        return "learning", words
+
+    def no_signal_words(self, share: float) -> str:
         """Why the learning signal is gone, for a pause reason or the health pane."""
-        return (f"no learning signal: {share:.0%} of the last {groups} groups had equal "
-                f"rewards below the best seen ({self.best:.3g})")
+        return (f"no learning signal: {share:.0%} of the last {len(self.outcomes)} groups had "
+                f"equal rewards below the best seen ({self.best_group:.3g})")
 
     def uniform_words(self) -> str:
         """No two different rewards yet (see the module docstring)."""
-        return (f"no learning signal yet: every reward so far is {self.best:.3g} "
+        return (f"no learning signal yet: every reward so far is {self.best_group:.3g} "
                 "(check the reward if this lasts)")

@@ -18,11 +18,11 @@ evaluated once more, at that final step.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import math
 import random
 import traceback
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -51,7 +51,7 @@ from tinker_tui.engine.events import (
     ThroughputMeasured,
     TrajectorySummary,
 )
-from tinker_tui.engine.health import RewardRange
+from tinker_tui.engine.health import Collapse, HealthWindow, flat_share
 from tinker_tui.engine.loop_lag import LoopLagMonitor
 from tinker_tui.engine.resume import (
     ResumeState,
@@ -157,12 +157,9 @@ class Pipeline:
         self.loop_lag = LoopLagMonitor()
         self.report_interval = 1.0
         self._finish_version: dict[int, int] = {}
-        # (outcome, reward, rollouts failed, rollouts) of the recent groups, for the health
-        # rule: the error rate is the share of their rollouts that failed.
-        self._recent_groups: deque[tuple[str, float, int, int]] = deque(
-            maxlen=config.health_window)
-        self._rewards = RewardRange()  # for the health rule (engine.health)
-        self._last_failure = ""  # why the last failed rollout failed, for a health pause
+        #: The run's health (engine.health): what pauses it, what tells a collapse.
+        self.health = HealthWindow.from_settings(config.as_dict())
+        self._last_failure = ""  # why the last failed group failed, for a health pause
         self._started_at = 0.0
         self._last_step_end: float | None = None
         self._last_checkpoint_step: int | None = None
@@ -174,6 +171,16 @@ class Pipeline:
         # (stop without a dashboard, wait with one).
         self.on_health_pause = (config.on_health_pause if config.on_health_pause != "auto"
                                 else health_pause_default)
+        #: What a collapse does: the setting, or the front end's choice for "auto".
+        self.on_collapse = (config.on_collapse if config.on_collapse != "auto"
+                            else health_pause_default)
+        self.rollbacks = 0  # automatic rollbacks so far
+        #: Full checkpoints this run can go back to: step -> (name, path, resume state).
+        self.checkpoints: dict[int, tuple[str, str, ResumeState]] = {}
+        #: Set by the run: flush the store and reconcile it to a step (a rollback), returns
+        #: what `RunStore.reconcile` returns.
+        self.rewind_store: Callable[[int], Awaitable[Mapping[str, int]]] | None = None
+        self._rollback_requested: tuple[str, float] | None = None  # (reason, lr scale)
         #: Why the run was stopped (`stop`'s reason), once it was.
         self.stop_reason = ""
         #: The health check's reason when it stopped the run (on_health_pause = stop).
@@ -251,6 +258,34 @@ class Pipeline:
         if self._last_checkpoint_step == self.step:
             return f"step {self.step} is checkpointed already"
         return f"writing a checkpoint of step {self.step}"
+
+    def request_rollback(self, reason: str = "rolled back by user",
+                         lr_scale: float | None = None) -> None:
+        """Go back to the last full checkpoint at or before the best step, with the learning
+        rate scaled by `lr_scale` (default `rollback_lr_scale`): after the current step, or at
+        once while no step is in progress. A paused run resumes from there."""
+        scale = self.config.rollback_lr_scale if lr_scale is None else float(lr_scale)
+        if not 0 < scale <= 1:
+            raise ValueError(f"a rollback's learning-rate scale must be in (0, 1], got {scale}")
+        target = self.health.rollback_point()
+        self._command("rollback", reason=reason, lr_scale=scale,
+                      to_step=target[0] if target else None)
+        if self._stopping:
+            return
+        if target is None or target[0] not in self.checkpoints:
+            self.log("warning", "nothing to roll back to: no full checkpoint of this run at or "
+                                "before its best step")
+            return
+        self._rollback_requested = (reason, scale)
+        self.log("info", f"rolling back to {target[1]} (step {target[0]}) at learning rate "
+                         f"x{scale:g}: {reason}")
+        self._queue.put_nowait(None)  # wakes a trainer waiting for groups
+        self._wake.set()
+
+    def rollback_target(self) -> tuple[int, str] | None:
+        """(step, name) of the checkpoint a rollback would go back to now, if any."""
+        target = self.health.rollback_point()
+        return target if target is not None and target[0] in self.checkpoints else None
 
     async def stop_requested(self) -> None:
         """Returns once `stop` has been called (at once if it was): the run's start-up
@@ -365,7 +400,8 @@ class Pipeline:
         """
         ahead = self._held + self._queue.qsize() + self._in_flight
         limit = (self._max_off + 1) * self.config.min_batch
-        return not self._paused and not self._stopping and ahead < limit
+        return (not self._paused and not self._stopping and self._rollback_requested is None
+                and ahead < limit)
 
     def _ensure_workers(self) -> None:
         """Start workers up to the wanted count; surplus workers retire by themselves."""
@@ -474,8 +510,8 @@ class Pipeline:
         self._finish_version[group_id] = self.policy.version
         self.group_counts[keys.GROUPS_SAMPLED_TOTAL] += 1
         self.meter.rollouts_finished(group.finished_at, len(trajectories), group.num_tokens)
-        self._check_health("ok" if group.has_variance() else "zero_variance", group.reward_mean,
-                           min(group.rewards), failed=len(errors), members=len(results))
+        self.health.sampled(group.rewards, failed=len(errors))
+        self._check_health()
         self._emit(GroupSampled(
             time=group.finished_at, group_id=group_id, scenario_id=scenario.id,
             policy_version=group.policy_version, num_trajectories=len(trajectories),
@@ -501,7 +537,8 @@ class Pipeline:
             scenario_index=self._consumed(group_id), step=self.step + 1))
         self._log_failures("error", scenario, errors, members, "the group is discarded")
         self._last_failure = _describe(error).splitlines()[0]
-        self._check_health("error", 0.0, failed=raised, members=members)
+        self.health.failed(raised, members)
+        self._check_health()
 
     def _log_failures(self, level: str, scenario: Scenario, errors: list[BaseException],
                       members: int, outcome: str) -> None:
@@ -635,6 +672,9 @@ class Pipeline:
 
     async def _train_loop(self) -> None:
         while self.step < self.config.max_steps and not self._stopping:
+            if self._rollback_requested is not None:
+                await self._roll_back()
+                continue
             wait_started = self.clock.now()
             self.meter.waiting_started(wait_started)
             self._trainer_idle = True
@@ -647,6 +687,8 @@ class Pipeline:
                 checkpoint, self._paused_checkpoint = self._paused_checkpoint, None
                 await checkpoint  # its failure fails the run, as a step's checkpoint's does
             if batch is None:
+                if self._rollback_requested is not None and not self._stopping:
+                    continue
                 if self._ran_out_at is not None and not self._stopping:
                     self.end_reason = (f"scenarios ran out after {self._ran_out_at}: "
                                        f"{self.step} of {self.config.max_steps} steps trained")
@@ -693,14 +735,96 @@ class Pipeline:
             over_budget = self.cost.budget_passed_by_next_step()
             if over_budget and self.step < self.config.max_steps:
                 self.stop(f"budget: {over_budget}")
+            best_before = self.health.best_step
+            collapse = self.health.stepped(self.step, metrics[keys.REWARD_MEAN],
+                                           flat_share(metrics, len(batch)))
             if self._checkpoint_requested or (
                     self.config.checkpoint_every
                     and self.step % self.config.checkpoint_every == 0
                     and self.step < self.config.max_steps):
                 await self._checkpoint("requested" if self._checkpoint_requested else "periodic")
+            elif self._best_checkpoint_due(best_before):
+                await self._checkpoint("best step so far")
+            self._keep_rollback_point()
+            if collapse is not None:
+                self._collapsed(collapse)
             if self.config.eval_every and self.step % self.config.eval_every == 0:
                 self._eval_requested = self.task.eval_scenarios is not None
             self._start_eval_if_due()
+
+    def _best_checkpoint_due(self, best_before: tuple[int, float] | None) -> bool:
+        """Checkpoints near the best step, for a rollback: after a step that beats the best so
+        far, from step `checkpoint_every` on (the first steps beat it all the time), if the
+        last full checkpoint is `checkpoint_every` / 3 steps old or more (at most two steps
+        of a climb are lost to a rollback with the default 10)."""
+        every = self.config.checkpoint_every
+        best = self.health.best_step
+        if not every or best is None or best == best_before or best[0] != self.step \
+                or self.step < every or self.step >= self.config.max_steps:
+            return False
+        last = self._last_checkpoint_step
+        return last is None or self.step - last >= max(1, every // 3)
+
+    def adopt_checkpoint(self, step: int, name: str, path: str, state: ResumeState) -> None:
+        """A full checkpoint an earlier process of this run saved (a resumed run)."""
+        self.checkpoints[step] = (name, path, state)
+        self.health.checkpointed(step, name)
+
+    def _keep_rollback_point(self) -> None:
+        """The checkpoint a rollback would use is kept by the retention policy."""
+        target = self.health.rollback_point()
+        self.policy.keep_state_step = target[0] if target else None
+
+    async def _roll_back(self) -> None:
+        """Go back to the rollback point (`request_rollback`): rollouts in flight and queued
+        are dropped, the backend loads the checkpoint's weights and optimizer state as its
+        policy version, the store forgets what came after it (as a resume does:
+        `RunStore.reconcile`), the scenario stream continues from its resume state, and the
+        learning rate is scaled."""
+        assert self._rollback_requested is not None
+        reason, scale = self._rollback_requested
+        target = self.rollback_target()
+        if target is None:
+            self._rollback_requested = None
+            self.log("warning", "the rollback point is gone; not rolled back")
+            return
+        name, path, state = self.checkpoints[target[0]]
+        workers = list(self._workers.values())
+        if self._eval_task is not None and not self._eval_task.done():
+            workers.append(self._eval_task)
+        for worker in workers:
+            worker.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        self._workers.clear()
+        self._queue = asyncio.Queue()
+        self._in_flight = self._held = 0
+        await self.policy.rewind(path, state.policy_version, state.step)
+        counts: Mapping[str, int] = {}
+        if self.rewind_store is not None:
+            counts = await self.rewind_store(state.step)
+        undone = self.step - state.step
+        self.restore(dataclasses.replace(state, next_group_id=max(
+            state.next_group_id, int(counts.get("next_group_id", 0)), self._next_group_id)))
+        self.checkpoints = {s: c for s, c in self.checkpoints.items() if s <= state.step}
+        self.health.rewind(state.step)
+        old = self._learning_rate
+        self._learning_rate = old * scale
+        self._discards_this_step = dict.fromkeys(self._discards_this_step, 0)
+        self._error_rollouts = 0
+        self._finish_version.clear()
+        self._skipping = False
+        self._last_step_end = self.clock.now()
+        self._rollback_requested = None
+        self._command("rolled_back", to_step=state.step, checkpoint=name, reason=reason,
+                      name="learning_rate", value=self._learning_rate, old=old,
+                      steps_undone=undone)
+        self.log("warning", f"rolled back to {name} (step {state.step}, {undone} later "
+                            f"step(s) undone), learning rate {old:g} -> "
+                            f"{self._learning_rate:g}: {reason}")
+        if self._paused:
+            self.resume()
+        self._ensure_workers()
+        self._wake.set()
 
     def _step_metrics(self, batch: list[TrajectoryGroup], version_before: int,
                       split: list[tuple[int, int]], wait_started: float, train_started: float,
@@ -751,35 +875,49 @@ class Pipeline:
         return finished_at - group.policy_version, trained_at - finished_at
 
     # ------------------------------------------------------------------ health
-    def _check_health(self, outcome: str, reward: float, lowest: float = math.nan, *,
-                      failed: int = 0, members: int = 1) -> None:
-        """Pause (never exit) when the recent groups say the run has stopped learning.
-
-        The error rate is the share of the recent groups' rollouts that failed (`failed` of
-        `members` in this group, as `rollouts/failed` counts them): a reward that
-        raises on most answers fails most rollouts while every group still trains on its
-        few survivors. A zero-variance group counts toward collapse only below the best
-        reward seen (`engine.health`): one that has converged, or a run that has seen one
-        reward only, goes on."""
-        if outcome == "zero_variance" and self._rewards.classify(reward) != "no_signal":
-            outcome = "converged"
-        if outcome != "error":
-            self._rewards.saw(reward, lowest)
-        self._recent_groups.append((outcome, reward, failed, members))
-        window = self._recent_groups
-        if len(window) < self.config.health_window or self._paused or self._stopping:
+    def _check_health(self) -> None:
+        """Pause (never exit) when a full window of recent groups says the run has stopped
+        learning: failures, or equal rewards below the best seen (`engine.health`); a group
+        that has converged, or a run that has seen one reward only, goes on."""
+        if self._paused or self._stopping or self._rollback_requested:
             return
-        rollouts = sum(m for *_, m in window)
-        errors = sum(f for *_, f, _ in window) / max(1, rollouts)
-        collapsed = sum(o == "zero_variance" for o, *_ in window) / len(window)
-        if errors >= self.config.error_pause_rate:
-            self._health_pause(f"rollout errors: {errors:.0%} of the last {rollouts} rollouts "
-                               f"({len(window)} groups) failed; the last: "
-                               f"{_shorten(self._last_failure)}")
-            window.clear()
-        elif collapsed >= self.config.zero_variance_pause_rate:
-            self._health_pause(self._rewards.no_signal_words(collapsed, len(window)))
-            window.clear()
+        alarm = self.health.group_alarm()
+        if alarm is None:
+            return
+        kind, reason = alarm
+        if kind == "error":
+            reason += f"; the last: {_shorten(self._last_failure)}"
+        self._health_pause(reason)
+        self.health.clear_groups()
+
+    def _collapsed(self, collapse: Collapse) -> None:
+        """A collapse was just seen (`engine.health`): roll back, wait or stop, as
+        `on_collapse` says."""
+        words = collapse.words()
+        self.log("warning", words)
+        if self._stopping or self._rollback_requested:
+            return
+        if self.on_collapse == "rollback":
+            if self.rollbacks < self.config.max_rollbacks and collapse.checkpoint_step is not None:
+                self.rollbacks += 1
+                self.request_rollback(f"{words} (on_collapse = rollback, "
+                                      f"{self.rollbacks} of {self.config.max_rollbacks})")
+                return
+            why = ("no checkpoint at or before the best step" if collapse.checkpoint_step is None
+                   else f"max_rollbacks ({self.config.max_rollbacks}) reached")
+            self.log("warning", f"no rollback: {why}")
+            fallback = self.on_health_pause
+        else:
+            fallback = self.on_collapse
+        if self._paused:
+            return
+        if fallback == "stop":
+            self.health_stop_reason = words
+            self.log("warning", f"stopping: {words} (on_collapse = {self.config.on_collapse})")
+            self.stop(f"health check: {words}")
+        else:
+            self.pause(f"{words}; roll back to it, or resume" if collapse.checkpoint
+                       else f"{words}; resume, or stop")
 
     def _health_pause(self, reason: str) -> None:
         """Pause for a person to decide (`wait`), or stop gracefully (`stop`: nobody is
@@ -922,11 +1060,16 @@ class Pipeline:
         state = self.resume_state()
         self._emit(CheckpointStarted(time=self.clock.now(), step=self.step, kind="state",
                                      name=name))
-        path = await self.policy.save_state(name)
+        # Ordered by step for the retention policy (a step without gradient makes no new
+        # version), as a resumed run's adopted checkpoints are.
+        path = await self.policy.save_state(name, step=self.step)
         faults.hit("checkpoint", state.step)
         # Confirmed once this row is committed (with the resume state, in one row).
         self._emit(CheckpointSaved(time=self.clock.now(), step=state.step, kind="state",
                                    name=name, path=path, resume_state=state.as_dict()))
+        self.checkpoints[state.step] = (name, path, state)
+        self.health.checkpointed(state.step, name)
+        self._keep_rollback_point()
         if self.commit_events is not None:
             await self.commit_events()
         self.log("info", f"checkpoint {name} saved ({why}): {path}")

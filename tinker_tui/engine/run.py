@@ -17,7 +17,7 @@ import dataclasses
 import gc
 import importlib
 import random
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -280,6 +280,12 @@ class Run:
         for handler in trackers.handlers():
             self.events.subscribe(handler)
         self.pipeline.commit_events = store.flush
+
+        async def rewind_store(step: int) -> Mapping[str, int]:  # a rollback, as a resume does
+            await store.flush()
+            return await store.reconcile(self.run_id, step)
+
+        self.pipeline.rewind_store = rewind_store
         # A full disk under the store: stop now (nothing more can be recorded), then fail.
         store.on_failure = lambda failure: self.pipeline.stop("the run store's disk is full")
         # What is loaded by now (torch, the SDK, the app) lives for the whole run: out of
@@ -397,6 +403,11 @@ class Run:
             where = f"checkpoint {point['name']} (step {step})"
         self.pipeline.restore(state)
         self.pipeline.carry_totals({k: v for k, v in spent.items() if isinstance(v, int | float)})
+        # The checkpoints kept up to here are rollback points too (engine.health).
+        for kept in await self._resume_points(store):
+            if kept["step"] <= step:
+                self.pipeline.adopt_checkpoint(kept["step"], kept["name"], kept["path"],
+                                               ResumeState.from_dict(kept["resume_state"]))
         self._log("info", f"resuming run {self.run_id} from {where}: "
                           f"{counts['steps_removed']} later step(s) undone, "
                           f"{counts['groups_requeued']} group(s) to run again "

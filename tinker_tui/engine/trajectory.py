@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tinker_tui.engine.errors import TinkerTuiError
+from tinker_tui.engine.health import rewards_equal
 
 #: What a trajectory metric may be called: it becomes part of a step metric key
 #: (`task/<name>`), so no slashes or spaces.
@@ -173,7 +174,7 @@ class TrajectoryGroup:
         object.__setattr__(self, "num_tokens", sum([t.num_tokens for t in trajectories]))
         object.__setattr__(self, "rewards", rewards)
         object.__setattr__(self, "reward_mean", sum(rewards) / len(rewards))
-        object.__setattr__(self, "_variance", max(rewards) - min(rewards) > 1e-9)
+        object.__setattr__(self, "_variance", not rewards_equal(rewards))
         if self.advantage_values is not None and \
                 len(self.advantage_values) != len(self.trajectories):
             raise TrajectoryError(f"{len(self.advantage_values)} advantages for "

@@ -1,0 +1,92 @@
+"""A collapse rolled back on the real local backend: the run goes back to its checkpoint at or
+before the best step, with the learning rate scaled, and the store ends as an exactly-once
+resume leaves it (the steps after that checkpoint removed, their scenarios trained again),
+the rollback recorded as a command."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import sqlite3
+
+from exactly_once import check_exactly_once
+
+from tinker_tui import Scenario, Task, Trajectory
+from tinker_tui.app.headless import MetricsFile
+from tinker_tui.app.run_summary import SummaryCollector, summary_lines
+from tinker_tui.engine.config import RunConfig
+from tinker_tui.engine.events import CommandReceived, StepTrained
+from tinker_tui.engine.run import Run
+
+STEPS = 14
+
+
+def collapsing_task(phase: dict[str, bool]) -> Task:
+    """Rewards 0 or 1 at random per rollout (a learning signal) until step 6; then, until
+    the run rolls back, every rollout earns 0: a collapse the run cannot climb out of."""
+
+    tries: dict[str, int] = {}
+
+    def scenarios(rng: random.Random):
+        index = 0
+        while True:
+            yield Scenario(id=f"s{index}", data=index)
+            index += 1
+
+    async def rollout(client, model, scenario: Scenario) -> Trajectory:
+        completion = await client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2)
+        collapsed = phase["collapsing"] and scenario.data >= 12
+        tries[scenario.id] = n = tries.get(scenario.id, 0) + 1  # the same draws every run
+        reward = 0.0 if collapsed else float(random.Random(f"{scenario.id}/{n}").random() < 0.5)
+        return Trajectory.from_choices(completion.choices, reward=reward)
+
+    return Task(name="collapsing", scenarios=scenarios, rollout=rollout)
+
+
+async def test_a_collapse_is_rolled_back_exactly_once(tmp_path):
+    phase = {"collapsing": True}
+    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       max_steps_off_policy=0, checkpoint_every=2, seed=3,
+                       on_collapse="rollback", max_rollbacks=1, rollback_lr_scale=0.5,
+                       learning_rate=1e-3, keep_last_checkpoints=2)
+    db = tmp_path / "runs.db"
+    run = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
+              headless=True)
+    metrics_file = MetricsFile(tmp_path)
+    summary = SummaryCollector(task="collapsing", db_path=db)
+    rolled: list[CommandReceived] = []
+    learning_rates: dict[int, float] = {}
+
+    def on_event(event):
+        metrics_file.handle(event)
+        summary.handle(event)
+        if isinstance(event, CommandReceived) and event.command == "rolled_back":
+            rolled.append(event)
+            phase["collapsing"] = False  # the policy after the rollback learns again
+        elif isinstance(event, StepTrained):
+            learning_rates[event.step] = event.metrics["optim/lr"]
+
+    run.events.subscribe(on_event)
+    assert await run.run() == "completed"
+
+    assert len(rolled) == 1
+    to_step = rolled[0].args["to_step"]
+    assert 2 <= to_step <= 6 and rolled[0].args["steps_undone"] >= 3
+    assert re.match(r"collapsed at step [4-7] \(best [0-9.]+ at step [1-6]\); best checkpoint "
+                    rf"step-{to_step:06d} \(on_collapse = rollback, 1 of 1\)$",
+                    rolled[0].args["reason"]), rolled[0].args["reason"]
+    assert rolled[0].args["value"] == rolled[0].args["old"] * 0.5 == 5e-4
+    assert learning_rates[to_step + 1] == 5e-4 and learning_rates[STEPS] == 5e-4
+    # The store as an exactly-once resume leaves it: steps 1..N once each, one policy
+    # version per step, every scenario position trained once (the undone ones again).
+    check_exactly_once(db, STEPS, groups_per_step=2)
+    with sqlite3.connect(db) as conn:
+        commands = [(c, json.loads(a)) for c, a in conn.execute(
+            "select command, args from commands order by id")]
+    conn.close()
+    assert [c for c, _ in commands if c.startswith("roll")] == ["rollback", "rolled_back"]
+    lines = summary_lines(summary.summary())
+    assert any(line.startswith(f"  rolled back to step-{to_step:06d} (step {to_step}) at "
+                               "learning rate 0.0005") for line in lines), lines
