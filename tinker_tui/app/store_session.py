@@ -36,6 +36,7 @@ from tinker_tui.engine.events import (
     EventBus,
     LogEmitted,
     RunFinished,
+    RunLabelled,
     RunStatus,
     StepTrained,
 )
@@ -143,6 +144,7 @@ class StoreSession:
         self._cursor = EventCursor(run) if run is not None else None
         self._warned_unreachable = False
         self._last_step = run.start_step if run is not None else 0
+        self._label = (run.run_name, run.note) if run is not None else ("", "")
         self._next_control_refresh = 0.0
         #: Set once everything stored so far has been published.
         self.loaded = asyncio.Event()
@@ -188,6 +190,8 @@ class StoreSession:
                 unreachable = await self._refresh_control()
                 stored = await self.store.run(self.run_id)
                 await self.publish_new()
+                if stored is not None:
+                    self.note_label(stored.run_name, stored.note)
                 finished = stored.finished() if stored is not None else None
                 if finished is None and self.engine is not None \
                         and self.engine.exit_code() is not None:
@@ -202,6 +206,13 @@ class StoreSession:
                 await asyncio.sleep(self.poll_interval)
         finally:
             await self.store.close()
+
+    def note_label(self, run_name: str, note: str) -> None:
+        """Publish the run's name and note when they changed (edited from a dashboard)."""
+        if (run_name, note) != self._label:
+            self._label = (run_name, note)
+            self.events.publish(RunLabelled(time=self.clock.now(), run_name=run_name,
+                                            note=note))
 
     async def _show_stored(self) -> None:
         """`show`: the stored run's end (or a warning that it has none), then wait."""
@@ -246,6 +257,7 @@ class StoreSession:
                 else:
                     self._cursor = EventCursor(self.stored_run)
                     self._last_step = self.stored_run.start_step
+                    self._label = (self.stored_run.run_name, self.stored_run.note)
                     return
             if code is not None:
                 assert self.engine is not None

@@ -77,6 +77,8 @@ class RunStatusPanel(Horizontal):
 
         parts = [self.mode] if self.mode else []
         parts.append(model.name or "waiting for the run to start")
+        if model.run_name:  # the run's own name, beside its task's
+            parts.append(f"“{model.run_name}”")
         if model.backend or model.base_model:
             parts.append(" · ".join(p for p in (model.backend, model.base_model) if p))
         update_static(self.query_one("#run-label", Label), " │ ".join(parts))
