@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -113,6 +113,8 @@ class StoreSession:
         poll_interval: Seconds between polls when following.
         engine: The process that runs the run, when known (`app.engine_process`): its end
             without a recorded end is the run's failure.
+        kinds: Only events of these types (`EventCursor`); None: every type (a comparison
+            reads only what its charts draw).
     """
 
     #: Seconds between control-state refreshes while following (knobs, paused).
@@ -121,7 +123,8 @@ class StoreSession:
     def __init__(self, db_path: str | Path, run: StoredRun | None = None, *,
                  run_id: str | None = None, control: Control | None = None,
                  follow: bool = False, poll_interval: float = 0.25,
-                 engine: Engine | None = None) -> None:
+                 engine: Engine | None = None,
+                 kinds: Collection[type[Event]] | None = None) -> None:
         if run is None and not (follow and run_id):
             raise ValueError("a StoreSession without a stored run follows a run_id")
         self.db_path = Path(db_path)
@@ -141,7 +144,8 @@ class StoreSession:
         self.finished: RunFinished | None = None
         #: Whether `read_tail` has read what the engine wrote after the run's end.
         self.tail_read = False
-        self._cursor = EventCursor(run) if run is not None else None
+        self.kinds = kinds
+        self._cursor = EventCursor(run, kinds) if run is not None else None
         self._warned_unreachable = False
         self._last_step = run.start_step if run is not None else 0
         self._label = (run.run_name, run.note) if run is not None else ("", "")
@@ -255,7 +259,7 @@ class StoreSession:
                 except StoreError:  # no row (or no store file) yet
                     pass
                 else:
-                    self._cursor = EventCursor(self.stored_run)
+                    self._cursor = EventCursor(self.stored_run, self.kinds)
                     self._last_step = self.stored_run.start_step
                     self._label = (self.stored_run.run_name, self.stored_run.note)
                     return

@@ -47,8 +47,8 @@ class MetricsScreen(RunView, ChartKeys):
         *CHART_BINDINGS,
     ]
 
-    def __init__(self) -> None:
-        super().__init__(id="metrics")
+    def __init__(self, *, id: str = "metrics") -> None:
+        super().__init__(id=id)
         #: Metric keys the user turned off in the picker; every other key is charted.
         self.hidden: set[str] = set()
         self._keys: list[str] = []
@@ -101,12 +101,16 @@ class MetricsScreen(RunView, ChartKeys):
         """Some charts the picker shows are not mounted yet (see `MOUNT_BATCH`)."""
         return self._shown != [key for key in self._keys if key not in self.hidden]
 
+    def make_chart(self, key: str) -> Any:
+        """A new chart of `key` (a `StepChart`)."""
+        from tinker_tui.app.widgets.step_chart import StepChart
+
+        return StepChart(key, id=chart_id(key), classes="metric-chart")
+
     def _sync_charts(self) -> None:
         shown = [key for key in self._keys if key not in self.hidden]
         if shown == self._shown:
             return
-        from tinker_tui.app.widgets.step_chart import StepChart
-
         grid = self.query_one("#metric-grid", Grid)
         existing = {chart.key: chart for chart in self.charts()}
         for key, chart in list(existing.items()):
@@ -121,7 +125,7 @@ class MetricsScreen(RunView, ChartKeys):
             if mounted == self.MOUNT_BATCH:
                 break  # the next redraw mounts more
             later = [existing[k] for k in shown[index + 1:] if k in existing]
-            chart = StepChart(key, id=chart_id(key), classes="metric-chart")
+            chart = self.make_chart(key)
             chart.options = self.chart_options
             if later:
                 grid.mount(chart, before=later[0])

@@ -76,6 +76,10 @@ class CompactAxisFormatter(NumericAxisFormatter):
         self.log = False
 
     def get_ticks(self, min_: float, max_: float, max_ticks: int = 8) -> list[float]:
+        if self.log:
+            ticks = self._log_ticks(min_, max_, max_ticks)
+            if len(ticks) >= 2:
+                return ticks
         ticks = super().get_ticks(min_, max_, max_ticks)
         if self.rows() <= 0 or len(ticks) < 2 or max_ <= min_:
             return ticks
@@ -85,6 +89,25 @@ class CompactAxisFormatter(NumericAxisFormatter):
             first, last = math.ceil(min_ / interval - 1e-9), math.floor(max_ / interval + 1e-9)
             ticks = [round(k * interval, 12) for k in range(first, last + 1)]
         return ticks
+
+    def _log_ticks(self, min_: float, max_: float, max_ticks: int) -> list[float]:
+        """On a log scale: ticks (their log10s) at powers of ten, else at 1, 2, 5 times
+        them, else at 1, 1.5, 2, 3, 5, 7 times them: the first with three ticks that do not
+        crowd, else the most that fit; [] when fewer than two fit."""
+        if max_ <= min_:
+            return []
+        powers = range(math.floor(min_) - 1, math.ceil(max_) + 1)
+        best: list[float] = []
+        for mantissas in ((1,), (1, 2, 5), (1, 1.5, 2, 3, 5, 7)):
+            ticks = [t for t in (math.log10(m) + k for k in powers for m in mantissas)
+                     if min_ <= t <= max_]
+            if len(ticks) > max_ticks or (self.rows() > 0 and len(ticks) >= 2
+                                          and self._share_a_row(ticks, min_, max_)):
+                break
+            best = ticks
+            if len(ticks) >= 3:
+                break
+        return best if len(best) >= 2 else []
 
     def _share_a_row(self, ticks: Sequence[float], min_: float, max_: float) -> bool:
         """Whether two ticks land in one row, placed as textual-plot places them (a row
@@ -96,7 +119,7 @@ class CompactAxisFormatter(NumericAxisFormatter):
 
     def get_labels_for_ticks(self, ticks: Sequence[float]) -> list[str]:
         if self.log:
-            return [format_value(10 ** tick) for tick in ticks]
+            return [format_value(float(f"{10 ** tick:.3g}")) for tick in ticks]
         biggest = max((abs(t) for t in ticks), default=0.0)
         if biggest and (biggest < 0.01 or biggest >= 1e5):
             for digits in (1, 2, 3):
