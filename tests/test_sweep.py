@@ -16,7 +16,6 @@ from tinker_tui.app.sweep import (
     combinations,
     default_parallel,
     parse_grid,
-    run_command,
 )
 from tinker_tui.engine.errors import UsageError
 from tinker_tui.engine.events import RunFinished, RunStarted
@@ -178,3 +177,66 @@ def test_a_sweep_of_four_small_runs_headless_two_fail_the_rest_complete(tmp_path
     out = capsys.readouterr().out
     assert code == 1 and "2 to run" in out
     assert len([line for line in out.splitlines() if line.startswith("[")]) == 2
+
+
+# ------------------------------------------------------------------ the sweep's dashboard
+
+
+@pytest.fixture
+def swept(tmp_path) -> tuple[Path, str]:
+    """A sweep of the five stored runs of `compared_runs` (one pending: no row yet)."""
+    from compared_runs import RUNS, store_runs
+
+    path = tmp_path / "runs.db"
+    store_runs(path, [0, 1, 2, 3])
+    sweep = StoredSweep(
+        sweep_id="sweep-20261201-120000-ab12", task="yes_no_maybe", task_spec="example",
+        grid={"learning_rate": ["1e-3", "3e-3", "1e-2"]}, run_args=[], parallel=1,
+        created_at=1.0,
+        runs=tuple(SweepRun("sweep-20261201-120000-ab12", i, RUNS[i][0],
+                            {"learning_rate": RUNS[i][2], "group_size": RUNS[i][3]},
+                            status=RUNS[i][4] if i < 4 else "pending")
+                   for i in range(5)))
+    record_sweep(path, sweep)
+    return path, sweep.sweep_id
+
+
+def test_snapshot_sweep_view(snap_compare, swept):
+    from tinker_tui.app.screens.sweep import SweepApp, SweepScreen
+
+    path, sweep_id = swept
+
+    async def loaded(pilot) -> None:
+        for _ in range(100):
+            await pilot.pause(0.05)
+            screen = pilot.app.screen
+            if isinstance(screen, SweepScreen) and screen._rows and all(
+                    c.session.loaded.is_set() for c in screen.compared.values()) \
+                    and len(screen.compared) == 4:
+                break
+        await pilot.app.screen.reload()
+        await pilot.pause()
+
+    app = SweepApp(path, sweep_id, clock=lambda: 0.0)
+    app.animation_level = "none"
+    assert snap_compare(app, terminal_size=(100, 20), run_before=loaded)
+
+
+async def test_the_sweep_view_compares_the_marked_runs(swept):
+    from tinker_tui.app.screens.compare import CompareScreen
+    from tinker_tui.app.screens.sweep import SweepApp, SweepScreen
+
+    path, sweep_id = swept
+    app = SweepApp(path, sweep_id)
+    async with app.run_test(size=(120, 30)) as pilot:
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if isinstance(app.screen, SweepScreen) and len(app.screen.compared) == 4:
+                break
+        await pilot.press("space", "down", "down", "space", "c")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, CompareScreen)
+        assert [r.run.run_id for r in app.screen.runs] == ["run-lr1e-3", "run-lr1e-2"]
+        await pilot.press("q")
+        await pilot.pause()
+        assert isinstance(app.screen, SweepScreen)
