@@ -146,3 +146,52 @@ async def test_compare_charts_draw_a_line_per_run_and_q_leaves(five):
         await pilot.press("q")
         await pilot.pause()
     assert app.return_code == 0
+
+
+# ------------------------------------------------------------------ from a dashboard
+
+
+@pytest.fixture
+def three(tmp_path) -> Path:
+    path = tmp_path / "runs.db"
+    store_runs(path, [0, 1, 3])
+    return path
+
+
+async def test_a_dashboard_lists_the_store_marks_runs_compares_and_names_its_run(three):
+    from tinker_tui.app.screens.run_list import RunListScreen
+    from tinker_tui.app.store_session import StoreSession
+    from tinker_tui.app.tui import TinkerTuiApp
+    from tinker_tui.engine.store import StoreReader, find_run
+
+    path = three
+    run = await find_run(path, "run-lr1e-3")
+    app = TinkerTuiApp(StoreSession(path, run), refresh_interval=0.05)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await asyncio.wait_for(app.session.loaded.wait(), timeout=10)
+        await pilot.press("R")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, RunListScreen)
+        assert app.screen.marked == {"run-lr1e-3"}  # its own run, marked
+        app.screen.query_one("DataTable").move_cursor(row=0)  # newest first: run-g4
+        await pilot.press("space", "c")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, CompareScreen)
+        assert sorted(r.run.run_id for r in app.screen.runs) == ["run-g4", "run-lr1e-3"]
+        await pilot.press("p")  # a comparison does not pass the dashboard's keys on
+        await pilot.press("escape", "escape")
+        await pilot.pause(0.2)
+        # name the dashboard's run: a name, then a note
+        await pilot.press("n")
+        await pilot.pause(0.2)
+        await pilot.press(*"baseline", "enter")  # replaces the name shown
+        await pilot.pause(0.3)
+        await pilot.press(*"first", "space", *"try", "enter")
+        for _ in range(40):
+            await pilot.pause(0.05)
+            if app.model.run_name == "baseline":
+                break
+        assert (app.model.run_name, app.model.note) == ("baseline", "first try")
+    async with await StoreReader.open_readonly(path) as store:
+        stored = await store.run("run-lr1e-3")
+    assert stored is not None and (stored.run_name, stored.note) == ("baseline", "first try")

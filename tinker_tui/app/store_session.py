@@ -221,6 +221,9 @@ class StoreSession:
     async def _show_stored(self) -> None:
         """`show`: the stored run's end (or a warning that it has none), then wait."""
         assert self.stored_run is not None and self._cursor is not None
+        if self.store is not None:  # the run may have ended since it was looked up
+            fresh = await self.store.run(self.run_id)
+            self.stored_run = fresh if fresh is not None else self.stored_run
         finished = self.stored_run.finished()
         if finished is not None:
             self.events.publish(finished)

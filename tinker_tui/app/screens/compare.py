@@ -34,6 +34,9 @@ assert len(RUN_COLOUR_VARIABLES) == RUN_COLOURS
 class CompareScreen(MetricsScreen):
     """Charts and table of `runs` (see the module docstring); `q`/esc closes it."""
 
+    #: The dashboard's run keys (pause, stop, ...) do not apply here.
+    OWN_KEYS = True
+
     BINDINGS = [
         Binding("q,escape", "close", "Close", id="compare_close"),
         Binding("s", "cycle_smoothing", "Smooth", id="compare_smoothing"),

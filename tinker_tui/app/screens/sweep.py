@@ -232,6 +232,10 @@ class SweepScreen(Screen[None]):
     def action_quit_sweep(self) -> None:
         from tinker_tui.app.screens.confirm_quit import DETACH, STOP, QuitScreen
 
+        if scheduler_pid(self.db_path, self.sweep_id) is None:  # over: nothing to stop
+            self.app.exit(0)
+            return
+
         def chosen(choice: str | None) -> None:
             if choice == DETACH:
                 if isinstance(self.app, SweepApp):

@@ -32,7 +32,7 @@ class TextPromptScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="prompt-dialog", classes="dialog"):
             yield Input(value=self.value, placeholder=self.placeholder, id="prompt-input",
-                        select_on_focus=False)
+                        select_on_focus=True)
             yield Label(self.hint, id="prompt-message")
 
     def on_mount(self) -> None:
