@@ -115,15 +115,31 @@ def open_comparison(pairs: Sequence[tuple[Path, StoredRun]]) -> list[ComparedRun
     return compared
 
 
+async def drive(run: ComparedRun) -> None:
+    """Feed a run's model for a view: a followed run until it ends, a stored one read once
+    (its store is not held open meanwhile)."""
+    session = run.session
+    if session.follow:
+        await session.run()
+        return
+    from tinker_tui.engine.store import find_run
+
+    for event in await session.read_all():
+        session.events.publish(event)
+    run.run = await find_run(run.db_path, run.run.run_id)  # it may have ended meanwhile
+    finished = run.run.finished()
+    if finished is not None:
+        session.events.publish(finished)
+    session.loaded.set()
+
+
 async def load_comparison(pairs: Sequence[tuple[Path, StoredRun]]) -> list[ComparedRun]:
     """The runs as stored now, read once (a headless comparison)."""
     compared = open_comparison(pairs)
     for c in compared:
-        for event in await c.session.read_all():
-            c.model.apply(event)
-        finished = c.run.finished()
-        if finished is not None:
-            c.model.apply(finished)
+        if c.session.follow:  # read what is stored so far, not until it ends
+            c.session.follow = False
+        await drive(c)
     return compared
 
 

@@ -19,7 +19,7 @@ from textual.binding import Binding
 from textual.containers import Grid, Horizontal, VerticalScroll
 from textual.widgets import DataTable, Label, SelectionList
 
-from tinker_tui.app.compare import ComparedRun, comparison_rows
+from tinker_tui.app.compare import ComparedRun, comparison_rows, drive
 from tinker_tui.app.dashboard_state import DashboardState, metric_order
 from tinker_tui.app.screens.metrics import MetricsScreen, chart_id
 from tinker_tui.app.widgets.compare_chart import RUN_COLOURS
@@ -71,7 +71,7 @@ class CompareScreen(MetricsScreen):
         super().on_mount()
         self.query_one("#compare-table").border_title = "Runs"
         for run in self.runs:
-            self.run_worker(run.session.run(), group="compare-runs", exit_on_error=False)
+            self.run_worker(drive(run), group="compare-runs", exit_on_error=False)
         self.set_interval(self.REFRESH, self.refresh_compare)
         self.call_after_refresh(self.refresh_compare)
 

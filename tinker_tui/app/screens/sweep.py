@@ -25,7 +25,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Label
 
-from tinker_tui.app.compare import ComparedRun, open_comparison
+from tinker_tui.app.compare import ComparedRun, drive, open_comparison
 from tinker_tui.app.sweep import settings_text, sweep_log_path
 from tinker_tui.app.view_maths import format_elapsed, text_sparkline
 from tinker_tui.app.widgets.footer import KeyFooter
@@ -111,7 +111,7 @@ class SweepScreen(Screen[None]):
             if row is not None and run.run_id not in self.compared:
                 [compared] = open_comparison([(self.db_path, row)])
                 self.compared[run.run_id] = compared
-                self.run_worker(compared.session.run(), group="sweep-runs",
+                self.run_worker(drive(compared), group="sweep-runs",
                                 exit_on_error=False)
         self.redraw()
         if self.stopping and scheduler_pid(self.db_path, self.sweep_id) is None:
