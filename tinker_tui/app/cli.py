@@ -27,7 +27,7 @@ from tinker_tui.app.interrupts import EXIT_CODES, exit_now, interrupting, signal
 from tinker_tui.engine.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, TinkerTuiError
 
 #: Sub-command modules under app/commands, in the order `--help` lists them.
-COMMANDS = ("run", "show", "attach", "serve", "runs", "export", "cost")
+COMMANDS = ("run", "sweep", "show", "attach", "compare", "serve", "runs", "export", "cost")
 
 
 def close_match(word: str, candidates: Iterable[str]) -> str | None:

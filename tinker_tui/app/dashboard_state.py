@@ -51,6 +51,7 @@ from tinker_tui.engine.events import (
     GroupSampled,
     LogEmitted,
     RunFinished,
+    RunLabelled,
     RunStarted,
     RunState,
     RunStateChanged,
@@ -105,6 +106,9 @@ class DashboardState:
         # run info
         self.run_id = ""
         self.name = ""
+        #: The run's own name and note (`--name`, `--note`, edited from a dashboard).
+        self.run_name = ""
+        self.note = ""
         self.backend = ""
         self.base_model = ""
         self.config: dict[str, Any] = {}
@@ -139,6 +143,12 @@ class DashboardState:
         #: tokens/s computed here), by key, in step order.
         self.series: dict[str, list[tuple[int, float]]] = {}
         self.series_revision = 0
+        #: Per step, the other x axes of the charts: seconds since the run started (its
+        #: first start: a resumed run's gap shows), and tokens trained up to the step.
+        self.step_elapsed: dict[int, float] = {}
+        self.step_tokens: dict[int, float] = {}
+        self._tokens_trained = 0.0
+        self._tokens_step = -1
         self._tokens_since_step = 0
         self._last_step_time: float | None = None
 
@@ -202,6 +212,8 @@ class DashboardState:
         match event:
             case RunStarted():
                 self._run_started(event)
+            case RunLabelled():
+                self.run_name, self.note = event.run_name, event.note
             case StartupProgressed():
                 if self.startup is not None and self.startup.phase == "first_rollouts" \
                         and event.phase != "first_rollouts" and self.last_event_at is not None \
@@ -268,6 +280,8 @@ class DashboardState:
     def _run_started(self, event: RunStarted) -> None:
         self.run_id = event.run_id
         self.name = event.name
+        if event.run_name or event.note:  # a resume without --name keeps the stored one
+            self.run_name, self.note = event.run_name, event.note
         self.backend = event.backend
         self.base_model = event.base_model
         self.config = dict(event.config)
@@ -361,6 +375,17 @@ class DashboardState:
             self.rewards.append((event.step, reward))
             groups = len(event.group_ids) or int(self.config.get("groups_per_step") or 1)
             self.health_window.stepped(event.step, reward, flat_share(metrics, groups))
+        if self.started_at is not None:
+            self.step_elapsed[event.step] = max(0.0, event.time - self.started_at)
+        total = trained_tokens_total(metrics)
+        if total is None:  # a running sum of the steps' own counts
+            before = self._tokens_trained
+            if event.step <= self._tokens_step:  # a resumed run redoes steps
+                before = max((t for s, t in self.step_tokens.items() if s < event.step),
+                             default=0.0)
+            total = before + metrics.get(keys.TRAIN_TOKENS, 0.0)
+        self._tokens_trained, self._tokens_step = total, event.step
+        self.step_tokens[event.step] = total
         # the groups its batch took; without the list (older records), the waiting groups
         # sampled by then
         taken = event.group_ids or [g for g in self.waiting
@@ -681,6 +706,15 @@ ETA_SPAN = 60.0
 #: Commands that change a knob (`name`, `value`, `old`): a setting, and a rollback's
 #: scaled learning rate.
 KNOB_COMMANDS = ("set", "rolled_back")
+def trained_tokens_total(metrics: Mapping[str, float]) -> float | None:
+    """The tokens trained so far, when the step's metrics say so themselves (a running
+    total); None: sum `train/tokens`, the step's own."""
+    for key in keys.TRAINED_TOKENS_TOTAL:
+        value = metrics.get(key)
+        if value is not None:
+            return value
+    return None
+
 
 #: The dashboard's own per-step series: tokens sampled between two steps per second.
 SAMPLED_TOKENS_KEY = "throughput/sampled_tokens_per_s"

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +36,7 @@ from tinker_tui.engine.events import (
     EventBus,
     LogEmitted,
     RunFinished,
+    RunLabelled,
     RunStatus,
     StepTrained,
 )
@@ -112,6 +113,8 @@ class StoreSession:
         poll_interval: Seconds between polls when following.
         engine: The process that runs the run, when known (`app.engine_process`): its end
             without a recorded end is the run's failure.
+        kinds: Only events of these types (`EventCursor`); None: every type (a comparison
+            reads only what its charts draw).
     """
 
     #: Seconds between control-state refreshes while following (knobs, paused).
@@ -120,7 +123,8 @@ class StoreSession:
     def __init__(self, db_path: str | Path, run: StoredRun | None = None, *,
                  run_id: str | None = None, control: Control | None = None,
                  follow: bool = False, poll_interval: float = 0.25,
-                 engine: Engine | None = None) -> None:
+                 engine: Engine | None = None,
+                 kinds: Collection[type[Event]] | None = None) -> None:
         if run is None and not (follow and run_id):
             raise ValueError("a StoreSession without a stored run follows a run_id")
         self.db_path = Path(db_path)
@@ -140,9 +144,11 @@ class StoreSession:
         self.finished: RunFinished | None = None
         #: Whether `read_tail` has read what the engine wrote after the run's end.
         self.tail_read = False
-        self._cursor = EventCursor(run) if run is not None else None
+        self.kinds = kinds
+        self._cursor = EventCursor(run, kinds) if run is not None else None
         self._warned_unreachable = False
         self._last_step = run.start_step if run is not None else 0
+        self._label = (run.run_name, run.note) if run is not None else ("", "")
         self._next_control_refresh = 0.0
         #: Set once everything stored so far has been published.
         self.loaded = asyncio.Event()
@@ -188,6 +194,8 @@ class StoreSession:
                 unreachable = await self._refresh_control()
                 stored = await self.store.run(self.run_id)
                 await self.publish_new()
+                if stored is not None:
+                    self.note_label(stored.run_name, stored.note)
                 finished = stored.finished() if stored is not None else None
                 if finished is None and self.engine is not None \
                         and self.engine.exit_code() is not None:
@@ -203,9 +211,19 @@ class StoreSession:
         finally:
             await self.store.close()
 
+    def note_label(self, run_name: str, note: str) -> None:
+        """Publish the run's name and note when they changed (edited from a dashboard)."""
+        if (run_name, note) != self._label:
+            self._label = (run_name, note)
+            self.events.publish(RunLabelled(time=self.clock.now(), run_name=run_name,
+                                            note=note))
+
     async def _show_stored(self) -> None:
         """`show`: the stored run's end (or a warning that it has none), then wait."""
         assert self.stored_run is not None and self._cursor is not None
+        if self.store is not None:  # the run may have ended since it was looked up
+            fresh = await self.store.run(self.run_id)
+            self.stored_run = fresh if fresh is not None else self.stored_run
         finished = self.stored_run.finished()
         if finished is not None:
             self.events.publish(finished)
@@ -244,8 +262,9 @@ class StoreSession:
                 except StoreError:  # no row (or no store file) yet
                     pass
                 else:
-                    self._cursor = EventCursor(self.stored_run)
+                    self._cursor = EventCursor(self.stored_run, self.kinds)
                     self._last_step = self.stored_run.start_step
+                    self._label = (self.stored_run.run_name, self.stored_run.note)
                     return
             if code is not None:
                 assert self.engine is not None

@@ -58,7 +58,7 @@ from tinker_tui.app.store_session import ReadOnlyControl, StartingControl, Store
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import LIVE_KNOBS
 from tinker_tui.engine.control import Session
-from tinker_tui.engine.events import RunStatus
+from tinker_tui.engine.events import RunLabelled, RunStatus
 
 if TYPE_CHECKING:
     from tinker_tui.app.engine_process import Engine
@@ -134,6 +134,8 @@ class TinkerTuiApp(App[None]):
         Binding("ctrl+q", "quit", "Exit now", show=False, priority=True, id="quit"),
         Binding("question_mark", "help", "Help", id="help"),
         Binding("s", "cycle_smoothing", "Smooth", id="smoothing"),
+        Binding("R", "run_list", "Runs", show=False, id="run_list"),
+        Binding("n", "name_run", "Name", show=False, id="name_run"),
         Binding("1", "view('dashboard')", "Views", key_display="1-4", id="view_dashboard"),
         Binding("2", "view('rollouts')", "Rollouts", show=False, id="view_rollouts"),
         Binding("3", "view('control')", "Control", show=False, id="view_control"),
@@ -504,10 +506,11 @@ class TinkerTuiApp(App[None]):
             if action in ("pause", "resume", "stop", "force_quit", "quit"):
                 return self.allowed(action)
             return action in ("toggle_pause",)
-        if action in ("pause", "resume", "checkpoint", "eval", "rollback", "stop", "force_quit",
-                      "view",
-                      "help", "toggle_maximize", "restore", "cycle_smoothing") and self.modal_open:
-            return False  # a dialog is open: its own keys only
+        if action in ("pause", "resume", "checkpoint", "eval", "rollback", "stop", "force_quit", "view",
+                      "help", "toggle_maximize", "restore", "cycle_smoothing", "run_list",
+                      "name_run") and (self.modal_open or getattr(self.screen, "OWN_KEYS",
+                                                                  False)):
+            return False  # a dialog (or the run list, a comparison) is open: its own keys
         return self.allowed(action)
 
     def allowed(self, action: str) -> bool | None:
@@ -705,6 +708,33 @@ class TinkerTuiApp(App[None]):
     def action_restore(self) -> None:
         self.screen.minimize()
 
+    def action_run_list(self) -> None:
+        """`R`: the store's runs, to mark and compare (`screens.run_list`)."""
+        if self.session.db_path is None:
+            self.notify("this run has no store", severity="warning")
+            return
+        from tinker_tui.app.screens.run_list import RunListScreen
+
+        self.push_screen(RunListScreen(self.session.db_path, self.model.run_id))
+
+    def action_name_run(self) -> None:
+        """`n`: name the run and note something about it (kept in the store)."""
+        if self.session.db_path is None or not self.model.run_id:
+            self.notify("the run is not in the store yet", severity="warning")
+            return
+        from tinker_tui.app.screens.run_label import edit_run_label
+
+        def labelled(name: str, note: str) -> None:
+            if isinstance(self.session, StoreSession):
+                self.session.note_label(name, note)
+            else:
+                self.session.events.publish(RunLabelled(time=self.clock.now(), run_name=name,
+                                                        note=note))
+            self.refresh_panes()
+
+        edit_run_label(self, self.session.db_path, self.model.run_id, self.model.run_name,
+                       self.model.note, done=labelled)
+
     def action_cycle_smoothing(self) -> None:
         beta = self.model.cycle_smoothing()
         self.refresh_panes()
@@ -734,6 +764,10 @@ class TinkerTuiApp(App[None]):
             for name in LIVE_KNOBS:
                 yield SystemCommand(f"Set {name}", f"Change {name} live (confirmed)",
                                     lambda name=name: self.edit_knob(name))
+        yield SystemCommand("Runs and compare", "The store's runs: mark some and compare "
+                            "them", self.action_run_list)
+        yield SystemCommand("Name the run", "Give the run a name and a note",
+                            self.action_name_run)
         yield SystemCommand("Reward smoothing", "Cycle the EMA smoothing of the reward chart",
                             self.action_cycle_smoothing)
         yield SystemCommand("Maximize / restore", "Maximize the focused pane, or restore",

@@ -283,3 +283,18 @@ def message_shape(message: str) -> str:
 
 #: How far back a repeated info line is looked for before it is shown again.
 COLLAPSE_LOOKBACK = 8
+#: The eight heights of a text sparkline.
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def text_sparkline(values: Sequence[float], width: int = 16) -> str:
+    """The last `width` values as block characters, lowest to highest of them ("" for
+    none): a reward curve in a table cell."""
+    shown = [v for v in values if math.isfinite(v)][-width:]
+    if not shown:
+        return ""
+    low, high = min(shown), max(shown)
+    span = high - low
+    if span <= 1e-12:
+        return SPARK_BLOCKS[3] * len(shown)
+    return "".join(SPARK_BLOCKS[min(7, int((v - low) / span * 8))] for v in shown)

@@ -47,6 +47,19 @@ class RunStarted(Event):
     #: How the command line named the task (a built-in's name, a task file's path), so a
     #: printed `run TASK --resume RUN` can be run as it is ("" when not known).
     task_spec: str = ""
+    #: The run's own short name and note (`--name`, `--note`; "" when none was given: a
+    #: resumed run keeps what the store has).
+    run_name: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunLabelled(Event):
+    """The run's name or note changed after its start (edited from a dashboard); readers of
+    the store see it as the run's row changes."""
+
+    run_name: str
+    note: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

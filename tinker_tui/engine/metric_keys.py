@@ -41,6 +41,9 @@ GRAD_NORM = "optim/grad_norm"
 TRAIN_LOSS_SUM = "train/loss_sum"
 TRAIN_NUM_DATUMS = "train/num_datums"
 TRAIN_TOKENS = "train/tokens"
+#: Running totals of tokens trained that a step's metrics may carry (the cost metrics):
+#: the charts' "trained tokens" axis reads the first present, else sums TRAIN_TOKENS.
+TRAINED_TOKENS_TOTAL = ("tokens/trained_total", "tokens/trained", "cost/tokens_trained")
 TRAIN_TURNS = "train/turns"
 TRAIN_PREFIX_MISMATCH = "train/prefix_mismatch"
 #: 1.0 when every group of the step had equal rewards: no gradient, no new policy version.

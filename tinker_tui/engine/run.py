@@ -79,6 +79,8 @@ class Run:
         headless: bool = False,
         task_spec: str = "",
         notes: tuple[str, ...] = (),
+        run_name: str = "",
+        note: str = "",
     ) -> None:
         if resume and not run_id:
             raise ValueError("resume=True needs the run_id of the run to resume")
@@ -87,6 +89,8 @@ class Run:
         self.task_spec = task_spec  # how the command line named it (RunStarted.task_spec)
         #: Said in the run's log once it started (a resume's knobs, say).
         self.notes = notes
+        self.run_name = run_name  # the run's own name and note (`--name`, `--note`)
+        self.note = note
         self.backend = backend
         self.db_path = Path(db_path)
         self.clock = clock or SystemClock()
@@ -238,7 +242,8 @@ class Run:
             time=self.clock.now(), run_id=self.run_id, name=self.task.name,
             backend=self.backend, base_model=self.config.base_model,
             max_steps=self.config.max_steps, start_step=self._start_step,
-            config=self.config.as_dict(), task_spec=self.task_spec))
+            config=self.config.as_dict(), task_spec=self.task_spec,
+            run_name=self.run_name, note=self.note))
 
     async def _unless_stopped(self, work: Coroutine[Any, Any, T]) -> T | None:
         """Start-up work (building the model, the warm-up) that a graceful stop abandons:

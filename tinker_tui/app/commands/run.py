@@ -75,6 +75,36 @@ def add_db_option(parser: Any) -> None:
                              "exist unless it is the default)")
 
 
+#: The longest run name and note (a name is for legends and lists: a few words).
+NAME_LENGTH = 60
+NOTE_LENGTH = 2000
+
+
+def add_label_options(parser: Any) -> None:
+    """`--name TEXT` and `--note TEXT`: the run's own name (header, `runs`, legends,
+    trackers) and a note."""
+    parser.add_argument("--name", dest="run_name", metavar="TEXT",
+                        help="a short name for the run, shown with its id (header, runs, "
+                             "compare, W&B)")
+    parser.add_argument("--note", metavar="TEXT", help="a note kept with the run")
+
+
+def run_label(args: argparse.Namespace) -> tuple[str, str]:
+    """The checked (name, note) the command line gives the run ("" for none)."""
+    name = " ".join((getattr(args, "run_name", None) or "").split())
+    note = (getattr(args, "note", None) or "").strip()
+    check_label(name, note)
+    return name, note
+
+
+def check_label(name: str, note: str) -> None:
+    """UsageError for a name or note too long to show."""
+    if len(name) > NAME_LENGTH:
+        raise UsageError(f"--name is {len(name)} characters; at most {NAME_LENGTH}")
+    if len(note) > NOTE_LENGTH:
+        raise UsageError(f"--note is {len(note)} characters; at most {NOTE_LENGTH}")
+
+
 def store_path(args: argparse.Namespace) -> Path:
     return Path(args.db) if args.db is not None else DEFAULT_DB
 
@@ -98,6 +128,7 @@ def add_parser(commands: Any) -> None:
                        help="continue a stored run (id or prefix; default: the newest of TASK)")
     group.add_argument("--no-ui", action="store_true",
                        help="no dashboard: one line per step (also when not on a terminal)")
+    add_label_options(group)
     pipeline = run.add_argument_group("pipeline")
     backend = run.add_argument_group("backend")
     backend.add_argument("--backend", choices=("local", "tinker"),
@@ -194,6 +225,8 @@ class RunPlan:
     task_spec: str = ""  # how later commands name the task (`task_loader.spec_to_store`)
     #: What a resume took from the checkpoint, and which flags won over it (logged).
     resume_notes: tuple[str, ...] = ()
+    run_name: str = ""  # `--name`, `--note` ("" keeps a resumed run's)
+    note: str = ""
 
 
 def check_store(path: Path, *, explicit: bool) -> None:
@@ -224,6 +257,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     )
     from tinker_tui.engine.backend import check_base_model, choose_backend
 
+    run_name, note = run_label(args)
     task = load_task(args.task)
     spec = spec_to_store(args.task)
     path = store_path(args)
@@ -233,7 +267,8 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         check_store(path, explicit=args.db is not None)  # before reading the run from it
         config, backend, run_id, notes = resume_plan(args, task, path)
         return RunPlan(task=task, config=config, backend=backend, db_path=path,
-                       run_id=run_id, resume=True, task_spec=spec, resume_notes=notes)
+                       run_id=run_id, resume=True, task_spec=spec, run_name=run_name,
+                       note=note, resume_notes=notes)
     backend = choose_backend(args.backend)
     config_path = getattr(args, "config", None)
     config = layered_config(task, backend,
@@ -243,7 +278,8 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     check_base_model(backend, config.base_model)
     check_store(path, explicit=args.db is not None)
     return RunPlan(task=task, config=config, backend=backend, db_path=path,
-                   run_id=getattr(args, "run_id", None), task_spec=spec)
+                   run_id=getattr(args, "run_id", None), task_spec=spec, run_name=run_name,
+                   note=note)
 
 
 def build_session(plan: RunPlan, clock: Clock | None = None, *, headless: bool = False) -> Run:
@@ -253,7 +289,8 @@ def build_session(plan: RunPlan, clock: Clock | None = None, *, headless: bool =
 
     run = Run(task=plan.task, config=plan.config, backend=plan.backend, db_path=plan.db_path,
               run_id=plan.run_id, resume=plan.resume, clock=clock, headless=headless,
-              task_spec=plan.task_spec, notes=plan.resume_notes)
+              task_spec=plan.task_spec, run_name=plan.run_name, note=plan.note,
+              notes=plan.resume_notes)
     run.preload()  # before the run's loop (headless) or in the dashboard's build thread
     return run
 

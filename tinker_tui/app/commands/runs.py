@@ -1,6 +1,6 @@
 """`tinker-tui runs`: a table of the runs in the store.
 
-REWARD is the mean reward of the last step; DURATION, for a run still running, its time so
+NAME is the run's own name (`--name`), shown when some run has one. REWARD is the mean reward of the last step; DURATION, for a run still running, its time so
 far (paused time included: it is wall time). STATUS is the stored status, except that a
 run recorded as running whose process is gone (killed, crashed, machine restarted) shows as
 `interrupted`: `run TASK --resume RUN` continues it from its last confirmed checkpoint
@@ -20,7 +20,7 @@ from typing import Any
 from tinker_tui.app.commands.run import EXIT_OK, add_db_option, store_path
 from tinker_tui.engine import metric_keys as keys
 
-COLUMNS = ("RUN", "TASK", "BACKEND", "STATUS", "STEP", "REWARD", "CKPT", "STARTED",
+COLUMNS = ("RUN", "NAME", "TASK", "BACKEND", "STATUS", "STEP", "REWARD", "CKPT", "STARTED",
            "DURATION")
 
 
@@ -53,6 +53,7 @@ async def read_table(db_path: Path) -> list[dict[str, Any]]:
         started, ended = run.started_at, run.ended_at
         rows.append({
             "RUN": run.run_id,
+            "NAME": run.run_name or "-",
             "TASK": run.name,
             "BACKEND": run.backend,
             "STATUS": status,
@@ -99,10 +100,12 @@ def _duration(seconds: float) -> str:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in COLUMNS}
-    lines = ["  ".join(c.ljust(widths[c]) for c in COLUMNS).rstrip()]
+    """The table; the NAME column only when some run has a name (`--name`)."""
+    columns = [c for c in COLUMNS if c != "NAME" or any(r.get(c, "-") != "-" for r in rows)]
+    widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in columns}
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip()]
     for r in rows:
-        lines.append("  ".join(str(r[c]).ljust(widths[c]) for c in COLUMNS).rstrip())
+        lines.append("  ".join(str(r[c]).ljust(widths[c]) for c in columns).rstrip())
     return "\n".join(lines)
 
 

@@ -29,9 +29,13 @@ TEXTS = {
                        "checkpoint). Stop now: it ends at once, its store intact (--resume "
                        "continues from the last checkpoint). Detach: leave; it finishes "
                        "stopping by itself."),
+    "stop_sweep": ("Stop the sweep or detach?",
+                   "Stop: every run finishes its step, checkpoints and exits, and no more "
+                   "start (sweep --resume continues). Detach: close this dashboard; the "
+                   "sweep goes on."),
 }
 #: Kinds that offer to detach (the run is in another process).
-DETACHABLE = ("stop_attached", "force_attached")
+DETACHABLE = ("stop_attached", "force_attached", "stop_sweep")
 
 
 class QuitScreen(ModalScreen[str | None]):

@@ -30,6 +30,10 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("/", "rollouts: filter (reward<0.5, stale, scenario:q03, …)"),
     ("home", "rollouts: show the newest steps"),
     ("m", "metrics: pick the charts"),
+    ("x l z r", "metrics: x axis (step, time, tokens) · log scale · last N steps · a "
+                "range of steps"),
+    ("R", "the store's runs: mark with space, compare with c"),
+    ("n", "name the run and note something about it"),
     ("ctrl+p  :", "command palette"),
     ("?", "this help"),
 )

@@ -3,7 +3,8 @@
 Every numeric key of the engine's step and eval metrics gets a chart (reward, loss,
 learning rate, the step's time split, throughput, discards, evaluation, and whatever the
 task reports, `task/<name>` included), with the dashboard's smoothing (`s`) and its
-checkpoint and knob markers. The picker (`m`) chooses which charts show. The view draws
+checkpoint and knob markers. The picker (`m`) chooses which charts show; `x`, `l`, `z`
+and `r` choose the x axis, a log scale and the steps shown. The view draws
 from the run model only, so it is the same on a live run, `show` and `attach`.
 """
 
@@ -17,7 +18,9 @@ from textual.containers import Grid, Horizontal, VerticalScroll
 from textual.widgets import Label, SelectionList
 from textual.widgets.selection_list import Selection
 
+from tinker_tui.app.chart_options import ChartOptions
 from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.screens.chart_keys import CHART_BINDINGS, ChartKeys
 from tinker_tui.app.screens.run_view import RunView
 from tinker_tui.app.widgets.footer import KeyFooter
 from tinker_tui.app.widgets.status_bar import RunStatusPanel
@@ -28,8 +31,9 @@ def chart_id(key: str) -> str:
     return "metric-" + "".join(c if c.isalnum() else f"_{ord(c):x}_" for c in key)
 
 
-class MetricsScreen(RunView):
-    """Charts of the run's metrics by step; `m` shows or hides the picker."""
+class MetricsScreen(RunView, ChartKeys):
+    """Charts of the run's metrics by step; `m` shows or hides the picker; the chart keys
+    (`screens.chart_keys`) choose the x axis, a log scale and the steps shown."""
 
     AUTO_FOCUS = ""
 
@@ -40,14 +44,16 @@ class MetricsScreen(RunView):
 
     BINDINGS = [
         Binding("m", "toggle_picker", "Pick metrics", id="pick_metrics"),
+        *CHART_BINDINGS,
     ]
 
-    def __init__(self) -> None:
-        super().__init__(id="metrics")
+    def __init__(self, *, id: str = "metrics") -> None:
+        super().__init__(id=id)
         #: Metric keys the user turned off in the picker; every other key is charted.
         self.hidden: set[str] = set()
         self._keys: list[str] = []
         self._shown: list[str] = []
+        self.chart_options = ChartOptions()
 
     def compose(self) -> ComposeResult:
         yield RunStatusPanel(id="status", mode=self.host.mode_label)
@@ -95,12 +101,16 @@ class MetricsScreen(RunView):
         """Some charts the picker shows are not mounted yet (see `MOUNT_BATCH`)."""
         return self._shown != [key for key in self._keys if key not in self.hidden]
 
+    def make_chart(self, key: str) -> Any:
+        """A new chart of `key` (a `StepChart`)."""
+        from tinker_tui.app.widgets.step_chart import StepChart
+
+        return StepChart(key, id=chart_id(key), classes="metric-chart")
+
     def _sync_charts(self) -> None:
         shown = [key for key in self._keys if key not in self.hidden]
         if shown == self._shown:
             return
-        from tinker_tui.app.widgets.step_chart import StepChart
-
         grid = self.query_one("#metric-grid", Grid)
         existing = {chart.key: chart for chart in self.charts()}
         for key, chart in list(existing.items()):
@@ -115,7 +125,8 @@ class MetricsScreen(RunView):
             if mounted == self.MOUNT_BATCH:
                 break  # the next redraw mounts more
             later = [existing[k] for k in shown[index + 1:] if k in existing]
-            chart = StepChart(key, id=chart_id(key), classes="metric-chart")
+            chart = self.make_chart(key)
+            chart.options = self.chart_options
             if later:
                 grid.mount(chart, before=later[0])
             else:
@@ -125,8 +136,17 @@ class MetricsScreen(RunView):
         if all(key in existing for key in shown):
             self._shown = shown
         self.query_one("#metrics-empty").display = not shown
+        self._set_subtitle()
+
+    def _set_subtitle(self) -> None:
+        shown = self._shown or [key for key in self._keys if key not in self.hidden]
         self.query_one("#metric-scroll").border_subtitle = (
-            f"{len(shown)} of {len(self._keys)} metrics · s: smoothing · m: pick")
+            f"{len(shown)} of {len(self._keys)} metrics · {self.chart_options.describe()} · "
+            "s smooth · m pick · x l z r")
+
+    def charts_changed(self) -> None:
+        self._set_subtitle()
+        self.host.refresh_panes()
 
     def update_from_model(self, model: DashboardState, now: float) -> None:
         self.query_one(RunStatusPanel).update_from_model(model, now)

@@ -57,10 +57,12 @@ def progress_text(model: DashboardState, now: float) -> str:
 
 
 def run_label_text(mode: str, model: DashboardState, width: int = 0) -> str:
-    """`attached │ RUN_ID │ backend · model` in `width` cells (0: any): backend and model
+    """`attached │ RUN_ID “NAME” │ backend · model` in `width` cells (0: any): backend and model
     give way first, then the run id is cut in the middle, keeping its start (the task) and
     its end (the time and suffix that tell two runs of a task apart)."""
     who = model.run_id or model.name or "waiting for the run to start"
+    if model.run_name:  # the run's own name, beside its id
+        who = f"{who} “{model.run_name}”"
     where = " · ".join(p for p in (model.backend, model.base_model) if p)
     lead = [mode] if mode else []
     text = " │ ".join(lead + [who] + ([where] if where else []))

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from textual_plot import HiResMode, PlotWidget
 from textual_plot.axis_formatter import NumericAxisFormatter
 
+from tinker_tui.app.chart_options import ChartOptions, chart_points, step_window, x_of
 from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.view_maths import debiased_ema
 from tinker_tui.app.widgets.updates import set_subtitle
@@ -24,14 +26,14 @@ MIN_PLOT_ROWS = 3
 MARKER_SPACING = 6
 
 
-def thin_markers(points: Points, first: float, last: float, columns: int,
-                 spacing: int = MARKER_SPACING) -> list[tuple[int, float]]:
+def thin_markers(points: Sequence[tuple[float, float]], first: float, last: float,
+                 columns: int, spacing: int = MARKER_SPACING) -> list[tuple[float, float]]:
     """The points to mark on a plot `columns` wide spanning steps `first`..`last`: the
     newest of each stretch of `spacing` columns, so markers stay apart however many
     there are (an evaluation every 20 steps over thousands of steps filled every column)."""
     if columns <= 0 or last <= first:
         return list(points)
-    kept: dict[int, tuple[int, float]] = {}
+    kept: dict[int, tuple[float, float]] = {}
     for step, value in points:
         column = math.floor((step - first) / (last - first) * (columns - 1))
         kept[column // spacing] = (step, value)
@@ -90,8 +92,14 @@ class CompactAxisFormatter(NumericAxisFormatter):
 
     def __init__(self, rows: Callable[[], int] = lambda: 0) -> None:
         self.rows = rows  # read when the ticks are drawn, so it is the plot's height then
+        #: The values are log10s (a log scale): ticks are labelled with 10**tick.
+        self.log = False
 
     def get_ticks(self, min_: float, max_: float, max_ticks: int = 8) -> list[float]:
+        if self.log:
+            ticks = self._log_ticks(min_, max_, max_ticks)
+            if len(ticks) >= 2:
+                return ticks
         ticks = super().get_ticks(min_, max_, max_ticks)
         if self.rows() <= 0 or len(ticks) < 2 or max_ <= min_:
             return ticks
@@ -102,6 +110,25 @@ class CompactAxisFormatter(NumericAxisFormatter):
             ticks = [round(k * interval, 12) for k in range(first, last + 1)]
         return ticks
 
+    def _log_ticks(self, min_: float, max_: float, max_ticks: int) -> list[float]:
+        """On a log scale: ticks (their log10s) at powers of ten, else at 1, 2, 5 times
+        them, else at 1, 1.5, 2, 3, 5, 7 times them: the first with three ticks that do not
+        crowd, else the most that fit; [] when fewer than two fit."""
+        if max_ <= min_:
+            return []
+        powers = range(math.floor(min_) - 1, math.ceil(max_) + 1)
+        best: list[float] = []
+        for mantissas in ((1,), (1, 2, 5), (1, 1.5, 2, 3, 5, 7)):
+            ticks = [t for t in (math.log10(m) + k for k in powers for m in mantissas)
+                     if min_ <= t <= max_]
+            if len(ticks) > max_ticks or (self.rows() > 0 and len(ticks) >= 2
+                                          and self._share_a_row(ticks, min_, max_)):
+                break
+            best = ticks
+            if len(ticks) >= 3:
+                break
+        return best if len(best) >= 2 else []
+
     def _share_a_row(self, ticks: Sequence[float], min_: float, max_: float) -> bool:
         """Whether two ticks land in one row, placed as textual-plot places them (a row
         per `rows`, the lowest value one row further down)."""
@@ -111,6 +138,8 @@ class CompactAxisFormatter(NumericAxisFormatter):
         return len(set(rows)) < len(rows)
 
     def get_labels_for_ticks(self, ticks: Sequence[float]) -> list[str]:
+        if self.log:
+            return [format_value(float(f"{10 ** tick:.3g}")) for tick in ticks]
         biggest = max((abs(t) for t in ticks), default=0.0)
         if biggest and (biggest < 0.01 or biggest >= 1e5):
             for digits in (1, 2, 3):
@@ -187,7 +216,10 @@ class StepChart(PlotWidget, inherit_bindings=False):
         self._ema: tuple[int, float, list[float]] = (-1, -1.0, [])
         self._subtitle_key: tuple[object, ...] | None = None
         self._plot_size = (0, 0)
+        self._formatted: tuple[str, bool] | None = None
         self.y_axis = CompactAxisFormatter(rows=self._plot_rows)
+        #: The view's chart options (x axis, log scale, steps shown); None: by step, all.
+        self.options: ChartOptions | None = None
 
     def on_mount(self) -> None:
         self.border_title = self.title
@@ -195,7 +227,7 @@ class StepChart(PlotWidget, inherit_bindings=False):
         self.margin_bottom = 1
         self.margin_left = 9
         self.set_y_formatter(self.y_axis)
-        self.set_x_formatter(StepAxisFormatter(columns=self._plot_columns))
+        self._set_formatters(self.chart_options)
 
     def on_resize(self) -> None:
         self._drawn = None  # marker density depends on the size
@@ -260,20 +292,27 @@ class StepChart(PlotWidget, inherit_bindings=False):
             parts.append(f"{self.swatch('step-chart--ema')} ema {format_value(ema[-1])}")
         return "  ".join(parts)
 
+    def draw_key(self, model: DashboardState) -> tuple[object, ...]:
+        """Changes whenever the chart would draw differently."""
+        points = self.points(model)
+        return (len(points), points[-1] if points else None, model.ema_beta,
+                len(self.extra_points(model)), len(model.checkpoints),
+                len(model.knob_markers()), self.size, self.chart_options.key())
+
+    @property
+    def chart_options(self) -> ChartOptions:
+        return self.options if self.options is not None else ChartOptions()
+
     def update_from_model(self, model: DashboardState, now: float) -> None:
         self._fit_labels()
-        points = self.points(model)
-        extra = self.extra_points(model)
-        knobs = model.knob_markers()
         plot_size = (self._plot_columns(), self._plot_rows())
         if plot_size != self._plot_size:
             # the plot's canvas changed size without the chart (the step labels gave way):
             # textual-plot resizes its canvases only on a layout refresh of the chart
             self._plot_size = plot_size
             self.refresh(layout=True)
-        key = (len(points), points[-1] if points else None, model.ema_beta, len(extra),
-               len(model.checkpoints), len(knobs), self.size, plot_size)
-        subtitle_key = key[:-1] + (model.phase_text(),)
+        key = self.draw_key(model) + (plot_size,)
+        subtitle_key = key[:-3] + (key[-2], model.phase_text())
         if subtitle_key != self._subtitle_key:
             self._subtitle_key = subtitle_key
             set_subtitle(self, self.subtitle_text(model))
@@ -281,14 +320,44 @@ class StepChart(PlotWidget, inherit_bindings=False):
             return
         self._drawn = key
         self.clear()
+        points = self.points(model)
         if not points:
             return
-        steps = [step for step, _ in points]
-        values = [value for _, value in points]
-        ema = self.ema(model, values)
-        low, high = y_limits(values + ema + [v for _, v in extra], self.min_span)
-        first = min([steps[0]] + [s for s, _ in extra])
-        last = max([steps[-1]] + [s for s, _ in extra])
+        options = self.chart_options
+        ema = self.ema(model, [value for _, value in points])
+        lines: list[Line] = []
+        if ema:
+            lines.append(Line(*chart_points(model, [(s, e) for (s, _), e in zip(
+                points, ema, strict=True)], options), self._style("step-chart--ema")))
+        lines.append(Line(*chart_points(model, points, options),
+                          self._style("step-chart--value")))
+        extra = Line(*chart_points(model, self.extra_points(model), options,
+                                   last_step=points[-1][0]), self._style("step-chart--eval"))
+        window = step_window(points[-1][0], options)
+        marks = []
+        for component, steps in (
+            # full state only: sampler weights are saved per policy version, not per step
+            ("step-chart--checkpoint", sorted({c.step for c in model.checkpoints
+                                               if c.kind == "state"})),
+            ("step-chart--knob", sorted({c.step for c in model.knob_markers()})),
+        ):
+            xs = [x_of(model, m, options.x_axis) for m in steps
+                  if window is None or window[0] <= m <= window[1]]
+            marks.append((self._style(component), [x for x in xs if x is not None]))
+        self.draw(lines, extra=extra, marks=marks)
+
+    def draw(self, lines: Sequence[Line], *, extra: Line | None = None,
+             marks: Sequence[tuple[str, Sequence[float]]] = ()) -> None:
+        """Draw `lines` (already on the chart's axes, `chart_options`), the points of
+        `extra` as ◆ over them, and a dotted rule at each x of `marks` (style, xs)."""
+        options = self.chart_options
+        self._set_formatters(options)
+        every_x = [x for line in lines for x in line.xs] + (list(extra.xs) if extra else [])
+        every_y = [y for line in lines for y in line.ys] + (list(extra.ys) if extra else [])
+        if not every_x:
+            return
+        low, high = y_limits(every_y, 0.0 if options.log_y else self.min_span)
+        first, last = min(every_x), max(every_x)
         self.set_xlimits(first, max(last, first + 1))
         self.set_ylimits(low, high)
         # markers first, so the lines draw over them: a dotted rule (┊) per text row, which
@@ -296,25 +365,64 @@ class StepChart(PlotWidget, inherit_bindings=False):
         # thinned as the ◆ are: one every few columns at most
         rows = max(1, self._plot_rows())
         ys = [low + (high - low) * (i + 0.5) / rows for i in range(rows)]
-        for component, marks in (
-            ("step-chart--checkpoint", sorted({c.step for c in model.checkpoints})),
-            ("step-chart--knob", sorted({c.step for c in knobs})),
-        ):
-            marks = [m for m, _ in thin_markers([(m, 0.0) for m in marks if first <= m <= last],
-                                                first, max(last, first + 1),
-                                                self._plot_columns())]
-            if marks:
-                self.scatter([m for m in marks for _ in ys], ys * len(marks), marker="┊",
-                             marker_style=self._style(component))
-        if ema:
-            self.plot(steps, ema, line_style=self._style("step-chart--ema"),
-                      hires_mode=HiResMode.BRAILLE)
-        self.plot(steps, values, line_style=self._style("step-chart--value"),
-                  hires_mode=HiResMode.BRAILLE)
-        if len(steps) == 1:  # a line needs two points: show the first one as a dot
-            self.scatter(steps, values, marker="•",
-                         marker_style=self._style("step-chart--value"))
-        if extra:  # over the lines, so they show, but never closer than MARKER_SPACING
-            marks_at = thin_markers(extra, first, max(last, first + 1), self._plot_columns())
-            self.scatter([s for s, _ in marks_at], [v for _, v in marks_at], marker="◆",
-                         marker_style=self._style("step-chart--eval"))
+        span = max(last, first + 1)
+        for style, xs in marks:
+            shown = [x for x, _ in thin_markers([(x, 0.0) for x in xs if first <= x <= last],
+                                                first, span, self._plot_columns())]
+            if shown:
+                self.scatter([x for x in shown for _ in ys], ys * len(shown), marker="┊",
+                             marker_style=style)
+        for line in lines:
+            if not line.xs:
+                continue
+            self.plot(line.xs, line.ys, line_style=line.style, hires_mode=HiResMode.BRAILLE)
+            if len(line.xs) == 1:  # a line needs two points: show the first one as a dot
+                self.scatter(line.xs, line.ys, marker="•", marker_style=line.style)
+        if extra is not None and extra.xs:  # over the lines, never closer than MARKER_SPACING
+            marks_at = thin_markers(list(zip(extra.xs, extra.ys, strict=True)), first, span,
+                                    self._plot_columns())
+            self.scatter([x for x, _ in marks_at], [y for _, y in marks_at], marker="◆",
+                         marker_style=extra.style)
+
+    def _set_formatters(self, options: ChartOptions) -> None:
+        """The axes' tick labels for the options' x axis and y scale."""
+        if (options.x_axis, options.log_y) == self._formatted:
+            return
+        self._formatted = (options.x_axis, options.log_y)
+        self.y_axis.log = options.log_y
+        self.set_x_formatter(X_FORMATTERS[options.x_axis](columns=self._plot_columns))
+
+
+class Line(NamedTuple):
+    """A line as drawn: its points on the chart's axes and its style."""
+
+    xs: Sequence[float]
+    ys: Sequence[float]
+    style: str
+
+
+class ElapsedAxisFormatter(StepAxisFormatter):
+    """Whole seconds, labelled as time since the run started: 45s, 2m30, 1h05."""
+
+    def get_labels_for_ticks(self, ticks: Sequence[float]) -> list[str]:
+        return [short_duration(tick) for tick in ticks]
+
+
+class TokensAxisFormatter(StepAxisFormatter):
+    """Whole tokens, labelled short: 800, 12.5k, 3.2e6."""
+
+    def get_labels_for_ticks(self, ticks: Sequence[float]) -> list[str]:
+        return [format_value(tick) for tick in ticks]
+
+
+def short_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}"
+
+
+X_FORMATTERS: dict[str, type[StepAxisFormatter]] = {
+    "step": StepAxisFormatter, "elapsed": ElapsedAxisFormatter, "tokens": TokensAxisFormatter}

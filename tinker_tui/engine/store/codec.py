@@ -130,13 +130,15 @@ def _dict(value: Any) -> dict[str, Any]:
 
 SQL_RUN_STARTED = """
 INSERT INTO runs (run_id, name, backend, base_model, config, status, started_at, max_steps,
-                  start_step, task_spec)
-VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)
+                  start_step, task_spec, run_name, note)
+VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id) DO UPDATE SET
     name = excluded.name, backend = excluded.backend, base_model = excluded.base_model,
     config = excluded.config, status = 'running', reason = '', ended_at = NULL,
     final_step = NULL, max_steps = excluded.max_steps, start_step = excluded.start_step,
-    task_spec = CASE WHEN excluded.task_spec != '' THEN excluded.task_spec ELSE task_spec END
+    task_spec = CASE WHEN excluded.task_spec != '' THEN excluded.task_spec ELSE task_spec END,
+    run_name = CASE WHEN excluded.run_name != '' THEN excluded.run_name ELSE run_name END,
+    note = CASE WHEN excluded.note != '' THEN excluded.note ELSE note END
 """
 SQL_RUN_FINISHED = (
     "UPDATE runs SET status = ?, reason = ?, ended_at = ?, final_step = ? WHERE run_id = ?"
@@ -151,7 +153,7 @@ def _encode_run_started(rows: Rows, run_id: str | None, e: RunStarted) -> None:
     rows.run_ops.append((SQL_RUN_STARTED, (
         _str(e.run_id), _str(e.name), _str(e.backend), _str(e.base_model),
         _dumps(dict(e.config)), _float_or_none(e.time), _int_or_none(e.max_steps),
-        int(e.start_step), _str(e.task_spec))))
+        int(e.start_step), _str(e.task_spec), _str(e.run_name), _str(e.note))))
 
 
 def _encode_run_finished(rows: Rows, run_id: str, e: RunFinished) -> None:
@@ -184,13 +186,22 @@ class StoredRun:
     tokens_sampled: int
     #: How the command line named the task ("" in stores older than v6).
     task_spec: str = ""
+    #: The run's own name and note ("" when none; stores older than v7 have none).
+    run_name: str = ""
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        """How lists and legends name the run: its name, else its id."""
+        return self.run_name or self.run_id
 
     def started(self) -> RunStarted:
         """The run's RunStarted, as its last start recorded it (time: its first start)."""
         return RunStarted(time=float(self.started_at or 0.0), run_id=self.run_id,
                           name=self.name, backend=self.backend, base_model=self.base_model,
                           max_steps=int(self.max_steps or 0), start_step=self.start_step,
-                          config=dict(self.config), task_spec=self.task_spec)
+                          config=dict(self.config), task_spec=self.task_spec,
+                          run_name=self.run_name, note=self.note)
 
     def finished(self) -> RunFinished | None:
         """The run's RunFinished; None while the store has no end for it."""
@@ -215,7 +226,8 @@ def decode_run(row: StoredRow) -> StoredRun:
         max_steps=row["max_steps"], start_step=int(row["start_step"] or 0),
         final_step=row["final_step"], groups_sampled=int(row["groups_sampled"] or 0),
         tokens_sampled=int(row["tokens_sampled"] or 0),
-        task_spec=_column(row, "task_spec") or "")
+        task_spec=_column(row, "task_spec") or "",
+        run_name=_column(row, "run_name") or "", note=_column(row, "note") or "")
 
 
 # ---------------------------------------------------------------------- StepTrained

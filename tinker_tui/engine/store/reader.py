@@ -33,6 +33,7 @@ from tinker_tui.engine.store.codec import (
     decode_run,
     group_of,
 )
+from tinker_tui.engine.store.records import StoredSweep, decode_sweep
 from tinker_tui.engine.store.schema import (
     SCHEMA_VERSION,
     StoreError,
@@ -436,6 +437,35 @@ class StoreReader:
                 + self._confirmed() + " GROUP BY run_id"):
             out.setdefault(run_id, {"step": None, "checkpoint": None})["checkpoint"] = last
         return out
+
+    async def sweeps(self) -> list[StoredSweep]:
+        """Every sweep with its runs, newest first ([] in stores older than v7)."""
+        if self.schema_version < 7:
+            return []
+        runs: dict[str, list[sqlite3.Row]] = {}
+        for row in await self._fetchall("SELECT * FROM sweep_runs ORDER BY sweep_id, idx"):
+            runs.setdefault(row["sweep_id"], []).append(row)
+        rows = await self._fetchall(
+            "SELECT * FROM sweeps ORDER BY created_at DESC, rowid DESC")
+        return [decode_sweep(row, runs.get(row["sweep_id"], [])) for row in rows]
+
+    async def find_sweep(self, wanted: str | None) -> StoredSweep:
+        """The sweep `wanted` names: an exact id, a unique prefix, or None / "latest" for
+        the newest. NoSuchRun, listing the store's sweeps, otherwise."""
+        sweeps = await self.sweeps()
+        if not sweeps:
+            raise NoSuchRun(f"run store {self.path} has no sweeps")
+        if wanted in (None, "", "latest"):
+            return sweeps[0]
+        matches = [s for s in sweeps if s.sweep_id == wanted] or \
+            [s for s in sweeps if s.sweep_id.startswith(wanted)]
+        listing = ", ".join(s.sweep_id for s in sweeps[:10])
+        if not matches:
+            raise NoSuchRun(f"no sweep {wanted!r} in {self.path}; sweeps: {listing}")
+        if len(matches) > 1:
+            raise NoSuchRun(f"{wanted!r} matches several sweeps: "
+                            + ", ".join(s.sweep_id for s in matches))
+        return matches[0]
 
     async def groups(self, run_id: str) -> list[GroupFate]:
         """What became of every group of the run, by scenario position then group id."""

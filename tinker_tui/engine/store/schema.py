@@ -26,7 +26,7 @@ from tinker_tui.engine.errors import UsageError
 logger = logging.getLogger(__name__)
 
 #: Schema version written to `PRAGMA user_version`.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 #: `PRAGMA application_id` of a tinker-tui run store ("ttui").
 APPLICATION_ID = 0x74747569
 
@@ -255,9 +255,36 @@ CREATE TABLE backend_sessions (
 CREATE INDEX backend_sessions_run ON backend_sessions (run_id, id);
 """
 
+# Version 8 keeps a run's own name and note (`--name`, `--note`, editable from the
+# dashboard; the task's name stays in `name`), and sweeps: a grid of settings, each
+# combination a run of its own, grouped under the sweep's id with its status in the sweep.
+SCHEMA_V8 = """
+ALTER TABLE runs ADD COLUMN run_name TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT '';
+CREATE TABLE sweeps (
+    sweep_id        TEXT PRIMARY KEY,
+    task            TEXT NOT NULL DEFAULT '',
+    task_spec       TEXT NOT NULL DEFAULT '',
+    grid            TEXT NOT NULL DEFAULT '{}',
+    run_args        TEXT NOT NULL DEFAULT '[]',
+    parallel        INTEGER NOT NULL DEFAULT 1,
+    created_at      REAL
+);
+CREATE TABLE sweep_runs (
+    sweep_id        TEXT NOT NULL,
+    idx             INTEGER NOT NULL,
+    run_id          TEXT NOT NULL,
+    settings        TEXT NOT NULL DEFAULT '{}',
+    status          TEXT NOT NULL DEFAULT 'pending',
+    exit_code       INTEGER,
+    PRIMARY KEY (sweep_id, idx)
+);
+CREATE INDEX sweep_runs_run ON sweep_runs (run_id);
+"""
+
 #: Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
 MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5,
-                               SCHEMA_V6, SCHEMA_V7)
+                               SCHEMA_V6, SCHEMA_V7, SCHEMA_V8)
 
 
 # ---------------------------------------------------------------------- opening checks

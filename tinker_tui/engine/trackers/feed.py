@@ -93,7 +93,8 @@ class TrackerFeed:
             self._call(t.start, RunInfo(run_id=event.run_id, name=event.name,
                                         backend=event.backend, base_model=event.base_model,
                                         config=dict(event.config),
-                                        start_step=event.start_step))
+                                        start_step=event.start_step,
+                                        run_name=event.run_name, note=event.note))
         elif isinstance(event, RunFinished):
             self._call(t.finish, event.status)
 

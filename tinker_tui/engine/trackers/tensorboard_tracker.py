@@ -39,6 +39,10 @@ class TensorBoardTracker:
             self.writer = SummaryWriter(logdir=str(self.logdir), flush_secs=10,
                                         filename_suffix=f".{time.time_ns()}")
         self._purge_from(run.start_step + 1)
+        if run.run_name or run.note:  # TensorBoard's text tab: the run's name and note
+            self.writer.add_text("run", "\n\n".join(
+                t for t in (run.run_name and f"**{run.run_name}** ({run.run_id})", run.note)
+                if t), run.start_step)
         return [f"TensorBoard: event files in {self.logdir}; view with "
                 f"`tensorboard --logdir {self.folder}`"]
 

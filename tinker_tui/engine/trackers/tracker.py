@@ -27,6 +27,9 @@ class RunInfo:
     config: Mapping[str, Any] = field(default_factory=dict)
     #: The step the run (re)starts after: a resumed run redoes the steps after it.
     start_step: int = 0
+    #: The run's own name and note ("" when none).
+    run_name: str = ""
+    note: str = ""
 
 
 class Tracker(Protocol):

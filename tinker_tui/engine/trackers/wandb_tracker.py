@@ -109,12 +109,14 @@ class WandbTracker:
             self.folder.mkdir(parents=True, exist_ok=True)
             kwargs["dir"] = str(self.folder)
         self.run = wandb.init(
-            project=self.project, entity=self.entity, name=self.run_name or run.run_id,
+            project=self.project, entity=self.entity, name=self.run_name or run.run_name or run.run_id,
+            notes=run.note or None,
             id=self.run_id, resume="allow", mode=mode, settings=settings,
             reinit="create_new", job_type="rl", **kwargs)
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")
-        self.run.config.update({"run_id": run.run_id, "task": run.name, "backend": run.backend,
+        self.run.config.update({"run_id": run.run_id, "run_name": run.run_name,
+                                "task": run.name, "backend": run.backend,
                                 "base_model": run.base_model, **dict(run.config)},
                                allow_val_change=True)
         if self._offline():

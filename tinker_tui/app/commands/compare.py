@@ -1,0 +1,50 @@
+"""`tinker-tui compare RUN RUN [...]`: several runs side by side (`app.compare`).
+
+Each RUN is a run id, a unique prefix of one, or a sweep's id (its runs); `--db` may be
+given several times, and the runs are looked up in all those stores together. With a
+terminal: the comparison view (a line per run in every metric chart, the table of what
+differs); runs still running are followed. Headless (`--no-ui`, no terminal) it prints
+the table: status, steps, final and best reward, duration, and each setting that differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from tinker_tui.app.commands.run import DEFAULT_DB, EXIT_OK
+
+
+def add_parser(commands: Any) -> None:
+    compare = commands.add_parser(
+        "compare", help="compare runs: their curves overlaid, the settings that differ",
+        description="Compare runs: every metric chart draws a line per run, over a table "
+                    "of each run's status, steps, final and best reward, duration and the "
+                    "settings that differ. Without a terminal (or with --no-ui) it prints "
+                    "the table.")
+    compare.add_argument("runs", nargs="+", metavar="RUN",
+                         help="run ids, unique prefixes of them, or a sweep's id")
+    compare.add_argument("--db", type=Path, metavar="PATH", action="append",
+                         help=f"a run store to look in (default {DEFAULT_DB}); give it "
+                              "again to compare runs of several stores")
+    compare.add_argument("--no-ui", action="store_true",
+                         help="print the table instead (also when not on a terminal)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from tinker_tui.app.commands.run import wants_ui
+    from tinker_tui.app.compare import format_comparison, load_comparison, resolve_runs
+
+    stores = list(dict.fromkeys(args.db or [DEFAULT_DB]))
+    pairs = asyncio.run(resolve_runs(stores, args.runs))
+    if not wants_ui(args):
+        print(format_comparison(asyncio.run(load_comparison(pairs))))
+        return EXIT_OK
+    from tinker_tui.app.compare import open_comparison
+    from tinker_tui.app.screens.compare import CompareApp
+
+    app = CompareApp(open_comparison(pairs))
+    app.run()
+    return EXIT_OK

@@ -1,0 +1,244 @@
+"""Several runs side by side (`tinker-tui compare`, the run list of a dashboard, a sweep):
+which runs a command line names, each run's model folded from the store, the settings
+that differ between them and how each went. No Textual here: the comparison view
+(`screens.compare`) draws it, and a headless `compare` prints `format_comparison`.
+
+Each run is read as `show` reads it (`StoreSession`), only the events its charts draw;
+a run still running elsewhere is followed, so its lines grow as it trains.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.store_session import ReadOnlyControl, StoreSession
+from tinker_tui.engine.errors import UsageError
+from tinker_tui.engine.events import (
+    CheckpointDeleted,
+    CheckpointSaved,
+    CommandReceived,
+    EvalCompleted,
+    Event,
+    RunStarted,
+    RunStateChanged,
+    StepTrained,
+)
+from tinker_tui.engine.store import StoredRun, StoreReader
+
+#: The events a comparison reads: what the charts, their markers and the table need.
+COMPARED_EVENTS: tuple[type[Event], ...] = (
+    RunStarted, StepTrained, EvalCompleted, CheckpointSaved, CheckpointDeleted,
+    CommandReceived, RunStateChanged)
+#: Settings that differ between runs by construction, not by choice.
+NOT_COMPARED = frozenset({"wandb_run_id"})
+#: The most runs one comparison draws (beyond, the lines cannot be told apart).
+MOST_RUNS = 8
+
+
+@dataclass
+class ComparedRun:
+    """One run of a comparison: where it is stored, its row, its model and its session."""
+
+    db_path: Path
+    run: StoredRun
+    model: DashboardState
+    session: StoreSession
+
+    @property
+    def label(self) -> str:
+        """The run's name (as edited last), else its id."""
+        return self.model.run_name or self.run.run_name or self.run.run_id
+
+
+async def resolve_runs(db_paths: Sequence[Path], wanted: Sequence[str]
+                       ) -> list[tuple[Path, StoredRun]]:
+    """The runs `wanted` names in the stores: each a run id or a unique prefix of one (in
+    all the stores together), or a sweep's id (all its runs). UsageError (one line) for a
+    name that matches nothing or several runs, or for fewer than two runs."""
+    stored: list[tuple[Path, StoredRun]] = []
+    sweeps: dict[str, list[str]] = {}
+    for path in db_paths:
+        async with await StoreReader.open_readonly(path) as store:
+            stored += [(path, run) for run in await store.runs()]
+            for stored_sweep in await store.sweeps():
+                sweeps[stored_sweep.sweep_id] = [r.run_id for r in stored_sweep.runs]
+    where = " and ".join(str(p) for p in db_paths)
+    chosen: list[tuple[Path, StoredRun]] = []
+    for name in wanted:
+        exact = [(p, r) for p, r in stored if r.run_id == name]
+        sweep = [s for s in sweeps if s == name] or [s for s in sweeps if s.startswith(name)]
+        whole_sweep = not exact and len(sweep) == 1
+        if whole_sweep:
+            found = [(p, r) for p, r in stored if r.run_id in sweeps[sweep[0]]]
+        else:
+            found = exact or [(p, r) for p, r in stored if r.run_id.startswith(name)]
+        if not found:
+            raise UsageError(f"no run {name!r} in {where} (tinker-tui runs lists them)")
+        if len(found) > 1 and not whole_sweep:
+            ids = ", ".join(r.run_id for _, r in found[:6])
+            raise UsageError(f"{name!r} matches several runs: {ids}; give more of the id")
+        chosen += [f for f in found if f not in chosen]
+    if len(chosen) < 2:
+        raise UsageError("compare needs at least two runs (ids, prefixes or a sweep id)")
+    if len(chosen) > MOST_RUNS:
+        raise UsageError(f"compare draws at most {MOST_RUNS} runs at once; "
+                         f"{len(chosen)} were named")
+    return chosen
+
+
+def compared_session(db_path: Path, run: StoredRun) -> StoreSession:
+    """A run of a comparison as `show` reads it: followed while another process runs it."""
+    from tinker_tui.app.engine_process import RunningEngine
+    from tinker_tui.engine.resume import run_is_live
+
+    if run.finished() is None and run_is_live(db_path, run.run_id):
+        return StoreSession(db_path, run, control=ReadOnlyControl("compared"), follow=True,
+                            engine=RunningEngine(db_path, run.run_id, pid=None),
+                            kinds=COMPARED_EVENTS, poll_interval=0.5)
+    return StoreSession(db_path, run, kinds=COMPARED_EVENTS)
+
+
+def open_comparison(pairs: Sequence[tuple[Path, StoredRun]]) -> list[ComparedRun]:
+    """A model per run, subscribed to its session (whose `run()` the caller drives)."""
+    compared = []
+    for path, run in pairs:
+        session = compared_session(path, run)
+        model = DashboardState(session.clock)
+        session.events.subscribe(model.apply)
+        compared.append(ComparedRun(path, run, model, session))
+    return compared
+
+
+async def drive(run: ComparedRun) -> None:
+    """Feed a run's model for a view: a followed run until it ends, a stored one read once
+    (its store is not held open meanwhile)."""
+    session = run.session
+    if session.follow:
+        await session.run()
+        return
+    from tinker_tui.engine.store import find_run
+
+    for event in await session.read_all():
+        session.events.publish(event)
+    run.run = await find_run(run.db_path, run.run.run_id)  # it may have ended meanwhile
+    finished = run.run.finished()
+    if finished is not None:
+        session.events.publish(finished)
+    session.loaded.set()
+
+
+async def load_comparison(pairs: Sequence[tuple[Path, StoredRun]]) -> list[ComparedRun]:
+    """The runs as stored now, read once (a headless comparison)."""
+    compared = open_comparison(pairs)
+    for c in compared:
+        if c.session.follow:  # read what is stored so far, not until it ends
+            c.session.follow = False
+        await drive(c)
+    return compared
+
+
+# ---------------------------------------------------------------------- the table
+
+def setting_values(run: ComparedRun) -> dict[str, Any]:
+    """What a run was started with: its task, backend and model, and every setting."""
+    model = run.model
+    values: dict[str, Any] = {"task": model.name or run.run.name,
+                              "backend": model.backend or run.run.backend}
+    config = model.config or run.run.config
+    values.update({k: v for k, v in config.items() if k not in NOT_COMPARED})
+    return values
+
+
+def differing_settings(runs: Sequence[ComparedRun]) -> list[str]:
+    """The settings whose values are not the same in every run, in the settings' order."""
+    values = [setting_values(r) for r in runs]
+    keys: list[str] = []
+    for v in values:
+        keys += [k for k in v if k not in keys]
+    return [k for k in keys if len({repr(v.get(k)) for v in values}) > 1]
+
+
+def status_of(run: ComparedRun) -> str:
+    """How the run stands: its end, else running/paused, else interrupted (its process is
+    gone without recording an end, as `tinker-tui runs` says)."""
+    from tinker_tui.engine.resume import run_is_live
+
+    model = run.model
+    if model.status is not None:
+        return model.status
+    if run.session.follow and run.session.finished is None:
+        return model.state if model.state != "starting" else "starting"
+    if run.run.finished() is None and not run_is_live(run.db_path, run.run.run_id):
+        return "interrupted"
+    return model.state
+
+
+def duration_of(run: ComparedRun, now: float) -> float:
+    model = run.model
+    if model.finished_at is None and not run.session.follow:  # stored: until its last event
+        end = model.last_event_at or model.started_at or 0.0
+        return max(0.0, end - (model.started_at or end))
+    return model.elapsed(now)
+
+
+def best_reward(model: DashboardState) -> tuple[int, float] | None:
+    finite = [(s, v) for s, v in model.rewards if math.isfinite(v)]
+    return max(finite, key=lambda p: (p[1], -p[0])) if finite else None
+
+
+def format_setting(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if value is None or value == "":
+        return "-"
+    return str(value)
+
+
+def duration_text(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+#: The table's columns before the settings that differ.
+SUMMARY_COLUMNS = ("RUN", "STATUS", "STEP", "FINAL", "BEST", "DURATION")
+
+
+def comparison_rows(runs: Sequence[ComparedRun], now: float | None = None
+                    ) -> tuple[list[str], list[list[str]]]:
+    """The comparison's columns and one row of text per run: name, status, steps, final
+    and best reward, duration, then each setting that differs."""
+    now = time.time() if now is None else now
+    settings = differing_settings(runs)
+    rows = []
+    for run in runs:
+        model = run.model
+        final = f"{model.rewards[-1][1]:.3f}" if model.rewards else "-"
+        best = best_reward(model)
+        values = setting_values(run)
+        rows.append([
+            run.label, status_of(run), f"{model.step}/{model.max_steps or '?'}", final,
+            f"{best[1]:.3f} @{best[0]}" if best else "-", duration_text(duration_of(run, now)),
+            *(format_setting(values.get(k)) for k in settings)])
+    return [*SUMMARY_COLUMNS, *settings], rows
+
+
+def format_comparison(runs: Sequence[ComparedRun], now: float | None = None) -> str:
+    """The table as text (headless `compare`, the end of a sweep)."""
+    columns, rows = comparison_rows(runs, now)
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
+              for r in rows]
+    if len(columns) == len(SUMMARY_COLUMNS):
+        lines.append("(the runs' settings are the same)")
+    return "\n".join(lines)
