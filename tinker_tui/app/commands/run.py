@@ -15,17 +15,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import signal
 import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tinker_tui.app.argparse_private import HelpFormatter
+from tinker_tui.app.commands.common import (
+    DEFAULT_DB,
+    EXIT_OK,
+    TENSORBOARD_BESIDE_STORE,
+    add_db_option,
+    config_overrides,
+    store_path,
+    wants_ui,
+)
 from tinker_tui.app.interrupts import EXIT_CODES as SIGNAL_EXIT_CODES
-from tinker_tui.app.interrupts import taken_signals
-from tinker_tui.engine.errors import EXIT_HEALTH_STOP, UsageError
+from tinker_tui.app.interrupts import EXIT_HEALTH_STOP, release_signals, take_signals
+from tinker_tui.engine.errors import UsageError
 
 if TYPE_CHECKING:
     from tinker_tui.engine.clock import Clock
@@ -34,12 +42,8 @@ if TYPE_CHECKING:
     from tinker_tui.engine.run import Run
     from tinker_tui.engine.task import Task
 
-EXIT_OK = 0
-DEFAULT_DB = Path("runs") / "tinker-tui.db"
 #: Seconds a graceful stop may take after SIGINT/SIGTERM before the run is cancelled.
 STOP_TIMEOUT = 60.0
-#: `--tensorboard` without a folder: `tensorboard/` beside the store.
-TENSORBOARD_BESIDE_STORE = "<beside the store>"
 
 EXAMPLES = """\
 examples:
@@ -48,33 +52,6 @@ examples:
   tinker-tui run my_task.py --steps 200 --learning-rate 1e-3 --no-ui
       a task file of yours, headless, two settings
 """
-
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Option names in a column wide enough for the longest setting; examples kept as typed."""
-
-    def __init__(self, prog: str) -> None:
-        super().__init__(prog, max_help_position=34, width=min(100, _terminal_width()))
-
-    def _split_lines(self, text: str, width: int) -> list[str]:
-        # never break a word at its hyphen: "tinker-tui[wandb]" stays whole
-        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
-
-
-def _terminal_width() -> int:
-    """The terminal's width ($COLUMNS first, as argparse does); 100 when not on one."""
-    return shutil.get_terminal_size((100, 24)).columns
-
-
-def add_db_option(parser: Any) -> None:
-    """`--db PATH`, the same for every command."""
-    parser.add_argument("--db", type=Path, metavar="PATH",
-                        help=f"the SQLite run store (default {DEFAULT_DB}; its folder must "
-                             "exist unless it is the default)")
-
-
-def store_path(args: argparse.Namespace) -> Path:
-    return Path(args.db) if args.db is not None else DEFAULT_DB
-
 
 def add_parser(commands: Any) -> None:
     run = commands.add_parser(
@@ -156,16 +133,6 @@ def _default_text(value: Any) -> str:
     if isinstance(value, str):
         return repr(value) if value else "none"
     return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    from tinker_tui.engine.config import SETTINGS
-
-    overrides = {name: getattr(args, name) for name in SETTINGS
-                 if getattr(args, name, None) is not None}
-    if overrides.get("tensorboard_dir") == TENSORBOARD_BESIDE_STORE:
-        overrides["tensorboard_dir"] = str(store_path(args).parent / "tensorboard")
-    return overrides
 
 
 def load_task(name: str) -> Task:
@@ -257,12 +224,6 @@ def make_session(args: argparse.Namespace) -> Run:
     return build_session(plan_run(args))
 
 
-def wants_ui(args: argparse.Namespace) -> bool:
-    if args.no_ui or os.environ.get("CI"):
-        return False
-    return sys.stdout.isatty() and sys.stderr.isatty()
-
-
 async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
                        task: str = "") -> int:
     """Run without a dashboard; its last lines are the run's summary (`app.run_summary`;
@@ -314,9 +275,7 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
         session.control.stop(f"received {signal.Signals(signum).name}")
         loop.call_later(stop_timeout, run_task.cancel)
 
-    taken = taken_signals()
-    for signum in taken:
-        loop.add_signal_handler(signum, on_signal, signum)
+    taken = take_signals(loop, on_signal)
     try:
         await run_task
     except asyncio.CancelledError:
@@ -325,8 +284,7 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
         print(f"tinker-tui: graceful stop took over {stop_timeout:g} s; cancelled",
               file=sys.stderr)
     finally:
-        for signum in taken:
-            loop.remove_signal_handler(signum)
+        release_signals(loop, taken)
         if endpoint is not None:
             await endpoint.stop()
         if metrics is not None:
