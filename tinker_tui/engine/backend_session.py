@@ -46,6 +46,7 @@ from tinker_tui.engine.backend import (
     rest_client,
     service_address,
 )
+from tinker_tui.engine.backend_client import ClosesSession, KeepsCheckpointsHere, SamplesConstrained
 from tinker_tui.engine.blocking import on_daemon_thread, sdk_call
 from tinker_tui.engine.errors import DiskFull, TinkerTuiError
 from tinker_tui.engine.retry import RetryPolicy, Wait, WaitContext, call_with_retry
@@ -339,7 +340,8 @@ class BackendSession:
         """Finish the backend session ("success", "errored" or "interrupted"): the SDK's
         `ServiceClient.close`, bounded by `timeout` (a service that does not answer ends
         the session itself when its heartbeats stop)."""
-        close = getattr(self.service_client, "close", None)
+        service = self.service_client
+        close = service.close if isinstance(service, ClosesSession) else None
         try:
             # No training client, no session to finish: the SDK makes its session on the
             # first call, and a session still being made cannot be closed (its close waits
@@ -479,8 +481,8 @@ class BackendSession:
         else:
             client = await self.sampling_client_for(version)
         extra = {"topk_sample_logprobs": top_logprobs} if top_logprobs else {}
-        constrained = getattr(client, "sample_constrained", None) \
-            if constraint is not None else None
+        constrained = client.sample_constrained \
+            if constraint is not None and isinstance(client, SamplesConstrained) else None
         if constrained is not None:
             response = await self._call("sample", lambda _: constrained(
                 prompt, num_samples, sampling_params, constraint, constraint_prefix, **extra))
@@ -492,7 +494,7 @@ class BackendSession:
 
     def can_constrain(self) -> bool:
         """Whether `sample` applies a constraint: the backend samples in this process."""
-        return hasattr(self.sampling_client, "sample_constrained")
+        return isinstance(self.sampling_client, SamplesConstrained)
 
     # ------------------------------------------------------------------ training
     def build_datums(self, groups: Sequence[TrajectoryGroup]) -> DatumBatch:
@@ -581,7 +583,8 @@ class BackendSession:
                    keys.FORWARD_BACKWARD_TIME: fb_done - started,
                    keys.OPTIM_STEP_TIME: optim_done - fb_done,
                    keys.PUBLISH_WEIGHTS_TIME: publish_seconds}
-        metrics.update(getattr(datums, "metrics", {}))
+        if isinstance(datums, DatumBatch):  # how they were built
+            metrics.update(datums.metrics)
         metrics.update(kl_metrics)
         return TrainResult(self.version, metrics, len(datums), num_tokens)
 
@@ -677,7 +680,7 @@ class BackendSession:
         """What deletes checkpoints: the local backend's folders by path, or a
         `tinker.RestClient` (its constructor fetches the service's config: off the loop)."""
         if self._rest is None:
-            if hasattr(self.service_client, "checkpoint_dir"):
+            if isinstance(self.service_client, KeepsCheckpointsHere):
                 self._rest = _LocalCheckpointRemover(self.service_client.checkpoint_dir)
             elif self.tinker_sdk:
                 self._rest = await self._call("connect to the checkpoint API",
