@@ -19,9 +19,10 @@ import pytest
 from fake_session import FakeSession
 
 from tinker_tui.app.commands.attach import connect, control_file_for, wait_for_run
+from tinker_tui.app.interrupts import EXIT_OK
 from tinker_tui.app.screens.confirm_quit import QuitScreen
 from tinker_tui.app.store_session import StoreSession
-from tinker_tui.app.tui import EXIT_OK, TinkerTuiApp
+from tinker_tui.app.tui import TinkerTuiApp
 from tinker_tui.engine.control_server import (
     MAX_BODY,
     ControlClient,
@@ -165,7 +166,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LIVE_FAKE_RUN = (
     "import asyncio, sys; sys.path[:0] = ['tests', '.']\n"
     "from fake_session import LiveFakeSession\n"
-    "from app.commands.run import run_headless\n"
+    "from tinker_tui.app.commands.run import run_headless\n"
     "sys.exit(asyncio.run(run_headless(LiveFakeSession(sys.argv[1]))))\n"
 )
 

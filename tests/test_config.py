@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 from fake_session import KNOBS, FakeSession
 
+from tinker_tui.app.argparse_private import actions, subcommand_parsers
 from tinker_tui.app.cli import build_parser
 from tinker_tui.app.commands.run import _default_text as default_text
 from tinker_tui.app.view_maths import format_knob, parse_knob_value
@@ -116,9 +117,9 @@ def test_the_dashboard_parses_and_formats_from_the_spec():
 
 
 def test_every_setting_is_a_flag_that_says_what_it_means():
-    run = build_parser()._subparsers._group_actions[0].choices["run"]
+    run = subcommand_parsers(build_parser())["run"]
     flags: dict[str, argparse.Action] = {}  # the flag --help lists for each setting
-    for action in run._actions:
+    for action in actions(run):
         if action.help != argparse.SUPPRESS:
             flags.setdefault(action.dest, action)
     for name, spec in SETTINGS.items():

@@ -20,11 +20,12 @@ from fake_session import FakeSession, finished_events, scripted_events
 from textual.pilot import Pilot
 
 from tinker_tui.app.engine_process import EngineExited, EngineProcess
+from tinker_tui.app.interrupts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from tinker_tui.app.run_summary import SummaryCollector, summary_lines
 from tinker_tui.app.screens.confirm_quit import QuitScreen
 from tinker_tui.app.screens.finished import FinishedScreen
 from tinker_tui.app.store_session import StoreSession
-from tinker_tui.app.tui import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, TinkerTuiApp
+from tinker_tui.app.tui import TinkerTuiApp
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.events import LogEmitted, RunFinished, TrackerReported
 from tinker_tui.engine.resume import RunLock

@@ -17,8 +17,9 @@ from textual.pilot import Pilot
 
 from tinker_tui.app.cli import main as cli_main
 from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.interrupts import EXIT_OK
 from tinker_tui.app.store_session import StoreSession
-from tinker_tui.app.tui import EXIT_OK, TinkerTuiApp
+from tinker_tui.app.tui import TinkerTuiApp
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.events import (
     GroupDiscarded,

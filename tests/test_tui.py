@@ -24,6 +24,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Label
 from textual.widgets._footer import FooterKey
 
+from tinker_tui.app.interrupts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SIGTERM
 from tinker_tui.app.screens.confirm_quit import QuitScreen
 from tinker_tui.app.screens.control import ControlScreen
 from tinker_tui.app.screens.finished import FinishedScreen
@@ -33,14 +34,7 @@ from tinker_tui.app.screens.metrics import MetricsScreen
 from tinker_tui.app.screens.rollouts import RolloutsScreen
 from tinker_tui.app.screens.text_view import TextScreen
 from tinker_tui.app.screens.too_small import TooSmallScreen
-from tinker_tui.app.tui import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_SIGTERM,
-    VIEWS,
-    TinkerTuiApp,
-)
+from tinker_tui.app.tui import VIEWS, TinkerTuiApp
 from tinker_tui.app.widgets.chart_pane import ChartPane
 from tinker_tui.app.widgets.checkpoints import CheckpointsTable
 from tinker_tui.app.widgets.commands import CommandsTable

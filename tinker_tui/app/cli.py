@@ -21,27 +21,24 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from tinker_tui.app.interrupts import EXIT_CODES, exit_now, interrupting, signal_of
-from tinker_tui.engine.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, TinkerTuiError
+from tinker_tui.app.argparse_private import option_strings, subcommand_parsers
+from tinker_tui.app.interrupts import (
+    EXIT_CODES,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    exit_now,
+    interrupting,
+    signal_of,
+)
+from tinker_tui.engine.did_you_mean import did_you_mean
+from tinker_tui.engine.errors import TinkerTuiError
 
 #: Sub-command modules under app/commands, in the order `--help` lists them.
 COMMANDS = ("run", "sweep", "show", "attach", "compare", "serve", "runs", "export", "cost")
-
-
-def close_match(word: str, candidates: Iterable[str]) -> str | None:
-    """The candidate `word` was most likely meant to be, if one is close enough."""
-    import difflib
-
-    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return matches[0] if matches else None
-
-
-def did_you_mean(word: str, candidates: Iterable[str]) -> str:
-    """" (did you mean 'x'?)" for a close match, else ""."""
-    match = close_match(word, candidates)
-    return f" (did you mean {match!r}?)" if match else ""
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -65,15 +62,11 @@ class ArgumentParser(argparse.ArgumentParser):
         return message
 
     def option_strings(self) -> list[str]:
-        return [s for action in self._actions for s in action.option_strings]
+        return option_strings(self)
 
     def subcommand(self, name: str) -> ArgumentParser | None:
-        for action in self._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                parser = action.choices.get(name)
-                if isinstance(parser, ArgumentParser):
-                    return parser
-        return None
+        parser = subcommand_parsers(self).get(name)
+        return parser if isinstance(parser, ArgumentParser) else None
 
 
 def unrecognized(extra: Sequence[str], parser: ArgumentParser) -> str:
@@ -155,7 +148,7 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt as exc:
         signum = signal_of(exc)
         if signum is None:  # Python's own, where a command lets Ctrl+C through
-            return 130
+            return EXIT_INTERRUPTED
         # before the command handled signals (`app.interrupts`): nothing has started
         print(f"tinker-tui: stopped by {signal.Signals(signum).name}; nothing was started",
               file=sys.stderr)

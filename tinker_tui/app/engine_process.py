@@ -26,6 +26,7 @@ from collections import deque
 from pathlib import Path
 from typing import Protocol
 
+from tinker_tui.app.interrupts import EXIT_CODES, EXIT_FAILED
 from tinker_tui.engine.errors import TinkerTuiError
 
 ENGINE_LOG_SUFFIX = ".engine.log"
@@ -68,8 +69,6 @@ def exit_interrupts(code: int) -> bool:
     the run rather than failed it: it stopped at once for a second SIGINT/SIGTERM (130/143,
     or killed by one), or it ended where this process cannot know how (as `tinker-tui runs`
     calls such a run interrupted). Either way `--resume` continues it."""
-    from tinker_tui.app.interrupts import EXIT_CODES
-
     return code == EXIT_UNKNOWN or code in EXIT_CODES.values() or -code in EXIT_CODES
 
 
@@ -78,7 +77,7 @@ class EngineExited(TinkerTuiError):
     `lines` is what it said (its log's last lines), `exit_code` its own exit code."""
 
     def __init__(self, code: int, lines: list[str], log_path: Path | None) -> None:
-        self.exit_code = code if code > 0 else 1
+        self.exit_code = code if code > 0 else EXIT_FAILED
         self.lines = lines
         self.log_path = log_path
         super().__init__(f"the engine {describe_exit(code)} before the run started")

@@ -1,4 +1,16 @@
-"""SIGINT, SIGTERM and SIGHUP before a command handles them itself.
+"""Signals and exit codes: every command's, in one place.
+
+The exit codes: 0 done (`EXIT_OK`), 1 the run
+failed (`EXIT_FAILED`), 2 a usage error (`EXIT_USAGE`), 3 an unwatched run stopped by a
+health check (`EXIT_HEALTH_STOP`): those belong to the engine's errors (`engine.errors`,
+which the engine cannot import from here) and are named here again for the commands; 130
+SIGINT, 143 SIGTERM, 129 SIGHUP (`EXIT_CODES`, 128 + the signal's number, as a shell
+reports a process a signal ended).
+
+Which signals a command takes (`taken_signals`: never one the process was started ignoring)
+and how a command's event loop takes them (`take_signals`) are decided here too.
+
+SIGINT, SIGTERM and SIGHUP before a command handles them itself:
 
 From the command line's start until the command is chosen (`app.cli`), and while `run`
 checks its plan and imports the engine (`app.commands.run`), either signal raises a
@@ -12,7 +24,8 @@ A dashboard then holds them (`hold_signals`): kept, not fatal, and handed to it 
 handles them itself, so a signal sent while it loads still stops the run (or cancels the
 engine's start).
 
-Standard library only: every command imports it before its signals are handled.
+The standard library and `engine.errors` only (asyncio only for its types): every command
+imports it before its signals are handled.
 """
 
 from __future__ import annotations
@@ -24,11 +37,28 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Literal, NoReturn
+from typing import TYPE_CHECKING, Literal, NoReturn
 
+from tinker_tui.engine.errors import EXIT_FAILED, EXIT_HEALTH_STOP, EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:
+    import asyncio
+
+__all__ = ["EXIT_CODES", "EXIT_FAILED", "EXIT_HEALTH_STOP", "EXIT_INTERRUPTED", "EXIT_OK",
+           "EXIT_SIGHUP", "EXIT_SIGTERM", "EXIT_USAGE", "exit_now", "hold_signals",
+           "interrupted", "interrupting", "release_signals", "signal_of", "take_signals",
+           "taken_signals"]
+
+#: SIGINT (Ctrl+C): the run was stopped (gracefully, or at once by a second one).
+EXIT_INTERRUPTED = 130
+#: SIGTERM: the same.
+EXIT_SIGTERM = 143
+#: SIGHUP: the terminal went away.
+EXIT_SIGHUP = 129
 #: The exit code of a command a signal ended. SIGHUP (the terminal went away) too: before
 #: a dashboard handled it, a hang-up in its first half second killed it without a word.
-EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+EXIT_CODES: dict[int, int] = {signal.SIGINT: EXIT_INTERRUPTED, signal.SIGTERM: EXIT_SIGTERM,
+                              signal.SIGHUP: EXIT_SIGHUP}
 
 
 #: Seconds after a stop began during which another signal is the same request, not a second
@@ -65,6 +95,27 @@ def taken_signals() -> list[int]:
     (`nohup` ignores SIGHUP; a script's background job ignores SIGINT). Taking SIGHUP from
     `nohup tinker-tui run … --no-ui &` stopped the run when its terminal closed."""
     return [signum for signum in EXIT_CODES if signal.getsignal(signum) is not signal.SIG_IGN]
+
+
+def take_signals(loop: asyncio.AbstractEventLoop, handler: Callable[[int], object]) -> list[int]:
+    """Have `loop` call `handler(signum)` for each of `taken_signals`; returns those it took
+    (none where the loop cannot: another thread, another platform), for `release_signals`.
+    How every command with an event loop takes its signals (the headless run, the
+    dashboard, `serve`)."""
+    taken: list[int] = []
+    try:
+        for signum in taken_signals():
+            loop.add_signal_handler(signum, handler, signum)
+            taken.append(signum)
+    except (NotImplementedError, RuntimeError, ValueError):  # not on this platform/thread
+        pass
+    return taken
+
+
+def release_signals(loop: asyncio.AbstractEventLoop, taken: list[int]) -> None:
+    """Undo `take_signals`."""
+    for signum in taken:
+        loop.remove_signal_handler(signum)
 
 
 def interrupted(signum: int) -> KeyboardInterrupt:

@@ -34,7 +34,7 @@ def resume_plan(args: argparse.Namespace, task: Task, db_path: Path
     docstring); `args.run_id`, when set, names it instead (the run a dashboard resolved
     before starting the engine). UsageError for a run that cannot be resumed. Nothing
     heavy is imported."""
-    from tinker_tui.app.commands.run import config_overrides
+    from tinker_tui.app.commands.common import config_overrides
     from tinker_tui.engine.backend import choose_backend
     from tinker_tui.engine.config import SETTINGS, RunConfig
 

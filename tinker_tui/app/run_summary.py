@@ -189,7 +189,7 @@ def task_spec_for(name: str) -> str:
 
 
 def db_flag(db_path: Path | None) -> str:
-    from tinker_tui.app.commands.run import DEFAULT_DB
+    from tinker_tui.app.commands.common import DEFAULT_DB
 
     if db_path is None or Path(db_path) == DEFAULT_DB:
         return ""

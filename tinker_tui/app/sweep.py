@@ -110,7 +110,7 @@ def setting_flags(settings: Mapping[str, Any]) -> list[str]:
 
 def combination_name(settings: Mapping[str, str], prefix: str = "") -> str:
     """A run's name from its combination: `lr-test learning_rate=1e-3 group_size=4`."""
-    from tinker_tui.app.commands.run import NAME_LENGTH
+    from tinker_tui.app.commands.common import NAME_LENGTH
 
     text = " ".join([prefix] * bool(prefix) + [f"{k}={v}" for k, v in settings.items()])
     return text if len(text) <= NAME_LENGTH else text[:NAME_LENGTH - 1] + "…"
@@ -332,3 +332,39 @@ class SweepScheduler:
 
 def sweep_is_pending(sweep: StoredSweep) -> bool:
     return any(r.status in (SWEEP_PENDING, SWEEP_RUNNING) for r in sweep.runs)
+
+
+def failure_line(db_path: Path, run_id: str) -> str:
+    """The last line of a run's engine output that says what went wrong ("" if none)."""
+    from tinker_tui.app.engine_process import engine_log_path, log_tail
+
+    for line in reversed(log_tail(engine_log_path(db_path, run_id))):
+        if "error" in line.lower() or "failed" in line.lower():
+            return line.removeprefix("tinker-tui: ").strip()
+    return ""
+
+
+async def summary_lines(db_path: Path, sweep_id: str) -> list[str]:
+    """The sweep's table (as `compare` prints it) and a line naming each run that did not
+    complete, with where its engine's output is."""
+    from tinker_tui.app.compare import format_comparison, load_comparison
+    from tinker_tui.app.engine_process import engine_log_path
+    from tinker_tui.engine.store import StoreReader
+
+    async with await StoreReader.open_readonly(db_path) as store:
+        sweep = await store.find_sweep(sweep_id)
+        stored = {r.run_id: r for r in await store.runs()}
+    pairs = [(db_path, stored[r.run_id]) for r in sweep.runs if r.run_id in stored]
+    lines = [""]
+    if pairs:
+        lines.append(format_comparison(await load_comparison(pairs)))
+    counts: dict[str, int] = {}
+    for run in sweep.runs:
+        counts[run.status] = counts.get(run.status, 0) + 1
+    lines.append(f"sweep {sweep.sweep_id}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    for run in sweep.runs:
+        if run.status != "completed":
+            log = engine_log_path(db_path, run.run_id)
+            lines.append(f"  {run.status}: {run.run_id} ({settings_text(run)})"
+                         + (f"; its output: {log}" if log.is_file() else ""))
+    return lines

@@ -100,7 +100,7 @@ def _looks_like_path(target: str) -> bool:
 
 
 def _unknown(spec: str) -> str:
-    from tinker_tui.app.cli import did_you_mean
+    from tinker_tui.engine.did_you_mean import did_you_mean
 
     names = ", ".join(n for n in BUILTIN_TASKS if n != "yes_no_maybe")
     hint = did_you_mean(spec, [*BUILTIN_TASKS, *_task_files_here()])
@@ -121,7 +121,7 @@ def _import_file(path: Path) -> types.ModuleType:
         what = "is a directory, not a Python file" if path.is_dir() else "not found"
         hint = ""
         if not path.exists():
-            from tinker_tui.app.cli import did_you_mean
+            from tinker_tui.engine.did_you_mean import did_you_mean
 
             parent = path.parent
             try:
@@ -282,10 +282,9 @@ def load_config_file(path: Path) -> dict[str, Any]:
         raise TaskLoadError(f"{where} is not valid TOML: {exc}") from None
     for key, value in data.items():
         if key not in SETTINGS:
-            from tinker_tui.app.cli import did_you_mean
+            from tinker_tui.engine.did_you_mean import did_you_mean
 
-            hint = did_you_mean(key, SETTINGS) or (
-                f"; known settings: {', '.join(sorted(SETTINGS))}")
+            hint = did_you_mean(key, SETTINGS, else_list="known settings")
             raise TaskLoadError(f"{where}: unknown setting {key!r}{hint}")
         expected = SETTINGS[key].value_type
         if not _fits(value, expected):

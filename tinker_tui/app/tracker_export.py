@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tinker_tui.app.interrupts import EXIT_OK
 from tinker_tui.engine.errors import UsageError
 
 if TYPE_CHECKING:
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 
 #: W&B project of an export when neither --project nor the run's settings name one.
 DEFAULT_WANDB_PROJECT = "tinker-tui"
-_RECORD_FIELDS = ("kind", "run_id", "step", "policy_version", "time")
 
 
 async def _run_and_checkpoints(db_path: Path, run_id: str
@@ -36,7 +36,7 @@ async def _run_and_checkpoints(db_path: Path, run_id: str
 
 
 def export_to_tracker(args: argparse.Namespace) -> int:
-    from tinker_tui.app.commands.export import read_export
+    from tinker_tui.app.export_records import METRIC_FIELDS, read_export
     from tinker_tui.engine.trackers import missing_package
     from tinker_tui.engine.trackers.tracker import RunInfo, conversation_text
 
@@ -52,7 +52,7 @@ def export_to_tracker(args: argparse.Namespace) -> int:
     started = tracker.start(info)
     steps = evals = 0
     for record in metrics:
-        values = {k: v for k, v in record.items() if k not in _RECORD_FIELDS}
+        values = {k: v for k, v in record.items() if k not in METRIC_FIELDS}
         log = tracker.log_step if record["kind"] == "step" else tracker.log_eval
         log(record["step"], record["policy_version"], values, record["time"] or 0.0)
         steps, evals = (steps + 1, evals) if record["kind"] == "step" else (steps, evals + 1)
@@ -73,7 +73,7 @@ def export_to_tracker(args: argparse.Namespace) -> int:
           f"{len(checkpoints)} checkpoints", file=sys.stderr)
     for line in finished or started:  # the last word on where the records are
         print(line, file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
 def _tracker(args: argparse.Namespace, config: dict[str, Any]) -> Any:

@@ -48,13 +48,23 @@ from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 
 from tinker_tui.app.dashboard_state import DashboardState
-from tinker_tui.app.interrupts import EXIT_CODES, StopSignals, taken_signals
+from tinker_tui.app.interrupts import (
+    EXIT_CODES,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SIGHUP,
+    StopSignals,
+    release_signals,
+    take_signals,
+)
 from tinker_tui.app.run_summary import SummaryCollector
 from tinker_tui.app.screens.confirm_quit import DETACH, FORCE, STOP, QuitScreen
 from tinker_tui.app.screens.dashboard import DashboardScreen
 from tinker_tui.app.screens.run_view import DashboardHost, RunView
 from tinker_tui.app.screens.too_small import TooSmallScreen, too_small
 from tinker_tui.app.store_session import ReadOnlyControl, StartingControl, StoreSession
+from tinker_tui.app.textual_private import compose_mode_now
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import LIVE_KNOBS
 from tinker_tui.engine.control import Session
@@ -63,15 +73,8 @@ from tinker_tui.engine.events import RunLabelled, RunStatus
 if TYPE_CHECKING:
     from tinker_tui.app.engine_process import Engine
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130
-EXIT_SIGTERM = 143
-EXIT_SIGHUP = 129
 #: Seconds the app may take to leave after SIGHUP before the process exits regardless.
 HANGUP_GRACE = 2.0
-#: The exit code of the signals that stop a run.
-SIGNAL_EXIT_CODES = EXIT_CODES
 
 VIEWS = ("dashboard", "rollouts", "control", "metrics")
 
@@ -236,16 +239,11 @@ class TinkerTuiApp(App[None]):
         reparsing the app's CSS for a screen new to it, are most of a first switch's cost
         (over half a second on a busy machine).
 
-        This is what `switch_mode` does first (`_init_mode`: Textual is pinned), which
-        styles the new screen with the CSS of now; it is then marked as such, as
-        `refresh_css` marks the screens it updates, so that showing it later reparses the
-        CSS only if it changed meanwhile (a theme)."""
+        This is what `switch_mode` does first (`textual_private.compose_mode_now`)."""
         for name in VIEWS:
             if name not in self._views_composed:
                 self._views_composed.add(name)
-                self._init_mode(name)
-                screen = self.get_screen_stack(name)[0]
-                screen._css_update_count = self._css_update_count
+                compose_mode_now(self, name)
                 self.call_after_refresh(self.compose_next_view)
                 return
 
@@ -254,9 +252,7 @@ class TinkerTuiApp(App[None]):
 
     def on_unmount(self) -> None:
         if self._signals_installed:
-            loop = asyncio.get_running_loop()
-            for sig in self._signals_installed:
-                loop.remove_signal_handler(sig)
+            release_signals(asyncio.get_running_loop(), self._signals_installed)
             self._signals_installed = []
         if self._unsubscribe is not None:
             self._unsubscribe()
@@ -313,13 +309,8 @@ class TinkerTuiApp(App[None]):
     def install_signal_handlers(self) -> None:
         """SIGINT and SIGTERM stop the run; SIGHUP leaves. All leave through `exit`, so the
         terminal is restored."""
-        loop = asyncio.get_running_loop()
-        try:
-            for sig in taken_signals():
-                loop.add_signal_handler(sig, self.call_next, self.signal_received, sig)
-                self._signals_installed.append(sig)
-        except (NotImplementedError, RuntimeError, ValueError):  # not on this platform/thread
-            pass
+        self._signals_installed = take_signals(
+            asyncio.get_running_loop(), lambda signum: self.call_next(self.signal_received, signum))
 
     def signal_received(self, signum: int) -> None:
         """SIGINT/SIGTERM: stop the run gracefully without asking, then leave with 130/143;
@@ -334,7 +325,7 @@ class TinkerTuiApp(App[None]):
             watchdog.start()
             self.exit(return_code=EXIT_SIGHUP)
             return
-        code = SIGNAL_EXIT_CODES.get(signal.Signals(signum), EXIT_INTERRUPTED)
+        code = EXIT_CODES.get(signum, EXIT_INTERRUPTED)
         if self.read_only or self.run_status is not None or self.model.state == "finished":
             self.exit(return_code=code)  # nothing here can stop the run: only close
             return
@@ -626,7 +617,7 @@ class TinkerTuiApp(App[None]):
             return
         if engine is not None and engine.exit_code() is not None:
             return  # already gone: the session reports its end
-        self.exit(return_code=SIGNAL_EXIT_CODES.get(signal.Signals(signum), EXIT_INTERRUPTED))
+        self.exit(return_code=EXIT_CODES.get(signum, EXIT_INTERRUPTED))
 
     def detach(self) -> None:
         """Leave a run another process runs; it goes on."""

@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tinker_tui.app.interrupts import EXIT_FAILED, EXIT_OK
 from tinker_tui.app.run_summary import SummaryCollector, db_flag, summary_lines
 
 if TYPE_CHECKING:
     from tinker_tui.app.store_session import StoreSession
-
-EXIT_OK = 0
 
 
 def _say(lines: list[str], *, err: bool = False) -> None:
@@ -77,7 +76,7 @@ def watch(session: StoreSession, summary: SummaryCollector,
             _say([f"run {session.run_id} stopped before it started{where}"])
             return app.leave_code
         said = error.lines or []
-        _say(said + [f"tinker-tui: the engine {describe_exit(code if code is not None else 1)} "
+        _say(said + [f"tinker-tui: the engine {describe_exit(code if code is not None else EXIT_FAILED)} "
                      f"before the run started{where}"], err=True)
         return error.exit_code
     if error is not None:  # reported by the command line, now the screen is back

@@ -29,7 +29,6 @@ import asyncio
 import hmac
 import html
 import json
-import shlex
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -39,8 +38,9 @@ from typing import Any
 from urllib.parse import quote
 
 from aiohttp import WSCloseCode, WSMsgType, web
-from textual_serve.app_service import AppService
 from textual_serve.download_manager import DownloadManager
+
+from tinker_tui.app.textual_serve_private import ExecAppService
 
 COOKIE = "tinker_tui_serve"
 QUIT_GRACE = 5.0  # seconds a viewer process has to quit before it is terminated, then killed
@@ -50,27 +50,12 @@ PICKER_REFRESH = 5  # seconds between reloads of the run list page
 STATIC_DIR = resources.files("textual_serve") / "static"
 
 
-class ViewerProcess(AppService):
+class ViewerProcess(ExecAppService):
     """One viewer's dashboard process, bridged to its page by textual-serve's `AppService`.
 
-    Started from an argument list (no shell between, so paths need no quoting) and ended
-    for sure by `end()`. textual-serve is pinned: `_open_app_process` is the one method
-    replaced, to keep the process handle.
+    Started from an argument list (no shell between, so paths need no quoting: see
+    `app.textual_serve_private`) and ended for sure by `end()`.
     """
-
-    def __init__(self, argv: Sequence[str], **kwargs: Any) -> None:
-        super().__init__(shlex.join(argv), **kwargs)
-        self.argv = list(argv)
-        self.process: asyncio.subprocess.Process | None = None
-
-    async def _open_app_process(self, width: int = 80, height: int = 24
-                                ) -> asyncio.subprocess.Process:
-        self.process = await asyncio.create_subprocess_exec(
-            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=self._build_environment(width, height))
-        self._process = self.process
-        self._stdin = self.process.stdin
-        return self.process
 
     async def end(self, grace: float = QUIT_GRACE) -> int | None:
         """Ask the dashboard to quit; terminate it if it has not after `grace` seconds, then

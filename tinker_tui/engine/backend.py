@@ -139,7 +139,9 @@ def service_address(service_client: Any) -> str:
     """The URL the SDK talks to (its argument, else TINKER_BASE_URL, else production)."""
     from tinker.lib.base_url import resolve_base_url
 
-    return resolve_base_url(getattr(service_client, "_base_url", None))
+    from tinker_tui.engine.tinker_private import given_base_url
+
+    return resolve_base_url(given_base_url(service_client))
 
 
 async def context_length_of(backend: str, base_model: str) -> int | None:
@@ -222,10 +224,10 @@ def cookbook_renderer(name: str, tokenizer: Any) -> Any:
     if name == LOCAL_RENDERER:
         from tinker_cookbook.renderers.role_colon import RoleColonRenderer
 
+        from tinker_tui.engine.cookbook_private import stamp_as_get_renderer_does
+
         renderer = RoleColonRenderer(tokenizer)
-        renderer._renderer_name = name
-        renderer._model_name = tokenizer.name_or_path
-        renderer._has_image_processor = False
+        stamp_as_get_renderer_does(renderer, name, tokenizer.name_or_path)
         return renderer
     from tinker_cookbook.renderers import get_renderer
 

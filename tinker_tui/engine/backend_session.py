@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import tinker
 
 from tinker_tui.engine import metric_keys as keys
+from tinker_tui.engine import tinker_private
 from tinker_tui.engine.backend import (
     backend_label,
     is_tinker_sdk,
@@ -46,6 +47,7 @@ from tinker_tui.engine.backend import (
     rest_client,
     service_address,
 )
+from tinker_tui.engine.backend_client import ClosesSession, KeepsCheckpointsHere, SamplesConstrained
 from tinker_tui.engine.blocking import on_daemon_thread, sdk_call
 from tinker_tui.engine.cost import TokenUsage
 from tinker_tui.engine.errors import DiskFull, TinkerTuiError
@@ -364,7 +366,8 @@ class BackendSession:
         """Finish the backend session ("success", "errored" or "interrupted"): the SDK's
         `ServiceClient.close`, bounded by `timeout` (a service that does not answer ends
         the session itself when its heartbeats stop)."""
-        close = getattr(self.service_client, "close", None)
+        service = self.service_client
+        close = service.close if isinstance(service, ClosesSession) else None
         try:
             if self._pending_save is not None:  # the last step's sampler save, recorded
                 await asyncio.wait_for(self.settle_sampler_save(), timeout)
@@ -539,8 +542,8 @@ class BackendSession:
         else:
             client = await self.sampling_client_for(version)
         extra = {"topk_sample_logprobs": top_logprobs} if top_logprobs else {}
-        constrained = getattr(client, "sample_constrained", None) \
-            if constraint is not None else None
+        constrained = client.sample_constrained \
+            if constraint is not None and isinstance(client, SamplesConstrained) else None
         if constrained is not None:
             response = await self._call("sample", lambda _: constrained(
                 prompt, num_samples, sampling_params, constraint, constraint_prefix, **extra))
@@ -555,7 +558,7 @@ class BackendSession:
 
     def can_constrain(self) -> bool:
         """Whether `sample` applies a constraint: the backend samples in this process."""
-        return hasattr(self.sampling_client, "sample_constrained")
+        return isinstance(self.sampling_client, SamplesConstrained)
 
     # ------------------------------------------------------------------ training
     def build_datums(self, groups: Sequence[TrajectoryGroup]) -> DatumBatch:
@@ -652,7 +655,8 @@ class BackendSession:
         grad_norm = (getattr(optim, "metrics", None) or {}).get("grad_norm:mean")
         if grad_norm is not None:  # where the backend reports it
             metrics[keys.GRAD_NORM] = float(grad_norm)
-        metrics.update(getattr(datums, "metrics", {}))
+        if isinstance(datums, DatumBatch):  # how they were built
+            metrics.update(datums.metrics)
         metrics.update(kl_metrics)
         return TrainResult(self.version, metrics, len(datums), num_tokens)
 
@@ -767,7 +771,7 @@ class BackendSession:
         """What deletes checkpoints: the local backend's folders by path, or a
         `tinker.RestClient` (its constructor fetches the service's config: off the loop)."""
         if self._rest is None:
-            if hasattr(self.service_client, "checkpoint_dir"):
+            if isinstance(self.service_client, KeepsCheckpointsHere):
                 self._rest = _LocalCheckpointRemover(self.service_client.checkpoint_dir)
             elif self.tinker_sdk:
                 self._rest = await self._call("connect to the checkpoint API",
@@ -802,9 +806,8 @@ class BackendSession:
 def _sdk_session_id(service_client: Any, training_client: Any) -> str:
     """The SDK's session id: its session holder's (no public accessor in 0.38), else the
     prefix of the training model's id, which the SDK derives as `<session>:train:<n>`."""
-    holder = getattr(service_client, "_session_holder", None)
-    session = getattr(holder, "_session_id", None)
-    if isinstance(session, str) and session:
+    session = tinker_private.session_id(service_client)
+    if session:
         return session
     model_id = str(getattr(training_client, "model_id", "") or "")
     return model_id.split(":train:")[0] if ":train:" in model_id else ""

@@ -12,13 +12,13 @@ each: one rule, one place.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import typing
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal, TypeVar
 
+from tinker_tui.engine.did_you_mean import did_you_mean
 from tinker_tui.engine.errors import UsageError
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL
 
@@ -95,8 +95,7 @@ class Setting:
                                   f"got {value if self.value_type is int else original}")
             return value
         if self.choices and value not in self.choices:
-            near = difflib.get_close_matches(str(value), self.choices, n=1, cutoff=0.6)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            hint = did_you_mean(str(value), self.choices)
             raise ConfigError(f"{self.name} must be {self.allowed()}, got {value!r}{hint}")
         return value
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tinker_tui.engine import faults
 from tinker_tui.engine.backend import context_length_of, make_service_client
+from tinker_tui.engine.backend_client import KeepsCheckpointsHere, KnowsTrainingIdentity
 from tinker_tui.engine.backend_session import BackendSession, CheckpointRecord
 from tinker_tui.engine.blocking import on_daemon_thread
 from tinker_tui.engine.clock import Clock, SystemClock
@@ -517,10 +518,11 @@ class Run:
         """The local backend's warm-up cache and this warm-up's key (None, None elsewhere)."""
         assert self.policy is not None
         training = self.policy.training_client
-        checkpoint_dir = getattr(self._service_client, "checkpoint_dir", None)
-        if self.backend != "local" or checkpoint_dir is None or \
-                not hasattr(training, "training_identity"):
+        service = self._service_client
+        if self.backend != "local" or not isinstance(service, KeepsCheckpointsHere) or \
+                not isinstance(training, KnowsTrainingIdentity):
             return None, None
+        checkpoint_dir = service.checkpoint_dir
         from tinker_tui.engine.warmup_cache import CACHE_DIR, WarmupCache, warmup_key
 
         identity = await training.training_identity()

@@ -34,7 +34,8 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
-_CLIENT_LOGGER = "tinker._base_client"
+from tinker_tui.engine.tinker_private import CLIENT_LOGGER
+
 _ROOT_LOGGER = "tinker"
 _API_PREFIX = "/api/v1/"
 #: Failures and try_again polls older than this no longer explain a wait.
@@ -114,7 +115,7 @@ class SdkWatch:
     def install(self) -> SdkWatch:
         if self._saved is not None:
             return self
-        client = logging.getLogger(_CLIENT_LOGGER)
+        client = logging.getLogger(CLIENT_LOGGER)
         root = logging.getLogger(_ROOT_LOGGER)
         self._saved = (client.level, root.propagate, root.level)
         client.setLevel(logging.DEBUG)  # the retries are DEBUG records
@@ -129,7 +130,7 @@ class SdkWatch:
     def uninstall(self) -> None:
         if self._saved is None:
             return
-        client = logging.getLogger(_CLIENT_LOGGER)
+        client = logging.getLogger(CLIENT_LOGGER)
         root = logging.getLogger(_ROOT_LOGGER)
         for logger, handler in self._installed:
             logger.removeHandler(handler)
@@ -154,7 +155,7 @@ class SdkWatch:
         except RuntimeError:
             task = 0
         now = self.clock()
-        if record.name == _CLIENT_LOGGER:
+        if record.name == CLIENT_LOGGER:
             self._read_client(message, args, record, task, now)
         elif record.levelno >= logging.WARNING and "because of try_again" in str(message):
             with self._lock:

@@ -28,7 +28,6 @@ Everything a task file needs is importable from here::
 from __future__ import annotations
 
 import asyncio
-import difflib
 import inspect
 import math
 import random
@@ -36,6 +35,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass, field
 from typing import Any
 
+from tinker_tui.engine.did_you_mean import did_you_mean
 from tinker_tui.engine.errors import UsageError
 from tinker_tui.engine.trajectory import Trajectory, TrajectoryError
 
@@ -315,14 +315,6 @@ def group_rollout_of(task: Task) -> GroupRollout | None:
 
 
 # ---------------------------------------------------------------------- checks
-def _known_or_near(key: str, known: set[str]) -> str:
-    """"did you mean 'x'?" for a close match, else the list of known settings."""
-    near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
-    if near:
-        return f"did you mean {near[0]!r}?"
-    return f"known settings: {', '.join(sorted(known))}"
-
-
 def check_task(task: Any, *, known_settings: Iterable[str] | None = None) -> Task:
     """Check a task's pieces before the engine starts; raises `TaskError` saying what is
     expected. `known_settings`: the run settings `task.settings` may name."""
@@ -374,8 +366,8 @@ def check_task(task: Any, *, known_settings: Iterable[str] | None = None) -> Tas
         for where, settings in layers:
             for key in settings:
                 if key not in known:
-                    raise TaskError(f"{where} has an unknown setting {key!r}; "
-                                    + _known_or_near(key, known))
+                    raise TaskError(f"{where} has an unknown setting {key!r}"
+                                    + did_you_mean(key, known, else_list="known settings"))
     return task
 
 

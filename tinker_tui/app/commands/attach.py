@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tinker_tui.app.commands.run import EXIT_OK, add_db_option, store_path
+from tinker_tui.app.commands.common import add_db_option, store_path
+from tinker_tui.app.interrupts import EXIT_FAILED, EXIT_OK
 from tinker_tui.engine.errors import UsageError
 
 if TYPE_CHECKING:
@@ -153,11 +154,11 @@ async def follow_headless(session: Session) -> int:
     session.events.subscribe(summary.handle)
     status = await session.run()
     print("\n".join(summary_lines(summary.summary())), flush=True)
-    return 1 if status == "failed" else EXIT_OK
+    return EXIT_FAILED if status == "failed" else EXIT_OK
 
 
 def main(args: argparse.Namespace) -> int:
-    from tinker_tui.app.commands.run import wants_ui
+    from tinker_tui.app.commands.common import wants_ui
     from tinker_tui.app.engine_process import RunningEngine
     from tinker_tui.app.interrupts import hold_signals
     from tinker_tui.app.run_summary import SummaryCollector

@@ -14,7 +14,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from tinker_tui.app.commands.run import DEFAULT_DB, EXIT_OK
+from tinker_tui.app.commands.common import DEFAULT_DB, EXIT_OK
 
 
 def add_parser(commands: Any) -> None:
@@ -34,7 +34,7 @@ def add_parser(commands: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from tinker_tui.app.commands.run import wants_ui
+    from tinker_tui.app.commands.common import wants_ui
     from tinker_tui.app.compare import format_comparison, load_comparison, resolve_runs
 
     stores = list(dict.fromkeys(args.db or [DEFAULT_DB]))

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from tinker_tui.app.commands.run import EXIT_OK, add_db_option, store_path
+from tinker_tui.app.commands.common import EXIT_OK, add_db_option, store_path
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.errors import EXIT_FAILED, UsageError
 

@@ -36,13 +36,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from tinker_tui.app.commands.run import EXIT_OK, add_db_option, store_path
+from tinker_tui.app.commands.common import EXIT_OK, add_db_option, store_path
+from tinker_tui.app.export_records import METRIC_FIELDS, SAMPLE_FIELDS, read_export
 from tinker_tui.engine.errors import UsageError
-
-METRIC_FIELDS = ("kind", "run_id", "step", "policy_version", "time")
-SAMPLE_FIELDS = ("run_id", "group_id", "scenario_index", "scenario_id", "sample", "reward",
-                 "policy_version", "num_tokens", "status", "step", "reason", "time", "messages",
-                 "metrics")
 
 
 def add_parser(commands: Any) -> None:
@@ -68,44 +64,6 @@ def add_parser(commands: Any) -> None:
                              "default: the current folder (wandb, tensorboard: the folder to "
                              "write in, default wandb/ and tensorboard/ beside the store)")
     add_db_option(export)
-
-
-async def read_export(db_path: Path, wanted: str | None) -> tuple[str, list[dict], list[dict]]:
-    """(run id, metric records, sample records) of the run `wanted` names."""
-    from tinker_tui.engine.events import EvalCompleted, GroupSampled, StepTrained
-    from tinker_tui.engine.store import StoreReader
-
-    async with await StoreReader.open_readonly(db_path) as store:
-        run = await store.find_run(wanted)
-        events = await store.events(run, kinds={StepTrained, EvalCompleted, GroupSampled})
-        fates = {fate.group_id: fate for fate in await store.groups(run.run_id)}
-    run_id = run.run_id
-    metrics = []
-    samples = []
-    for event in events:
-        if isinstance(event, StepTrained | EvalCompleted):
-            metrics.append({"kind": "step" if isinstance(event, StepTrained) else "eval",
-                            "run_id": run_id, "step": event.step,
-                            "policy_version": event.policy_version, "time": event.time,
-                            **event.metrics})
-        elif isinstance(event, GroupSampled):
-            fate = fates.get(event.group_id)
-            for index, rollout in enumerate(event.trajectories):
-                samples.append({
-                    "run_id": run_id, "group_id": event.group_id,
-                    "scenario_index": fate.scenario_index if fate else None,
-                    "scenario_id": (fate.scenario_id if fate else "") or event.scenario_id,
-                    "sample": index, "reward": rollout.reward,
-                    "policy_version": rollout.policy_version, "num_tokens": rollout.num_tokens,
-                    "status": fate.status if fate else None,
-                    "step": fate.step if fate else None,
-                    "reason": (fate.reason if fate else "") or None, "time": event.time,
-                    "messages": [dict(m) for m in rollout.messages],
-                    "metrics": dict(rollout.metrics),
-                })
-    metrics.sort(key=lambda r: (r["step"], r["kind"] != "step", r["time"]))
-    samples.sort(key=lambda r: (r["group_id"], r["sample"]))
-    return run_id, metrics, samples
 
 
 def _finite(value: Any) -> Any:

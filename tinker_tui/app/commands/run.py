@@ -16,17 +16,27 @@ import argparse
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tinker_tui.app.argparse_private import HelpFormatter
+from tinker_tui.app.commands.common import (
+    DEFAULT_DB,
+    EXIT_OK,
+    TENSORBOARD_BESIDE_STORE,
+    add_db_option,
+    add_label_options,
+    config_overrides,
+    run_label,
+    store_path,
+    wants_ui,
+)
 from tinker_tui.app.interrupts import EXIT_CODES as SIGNAL_EXIT_CODES
-from tinker_tui.app.interrupts import StopSignals, taken_signals
-from tinker_tui.engine.errors import EXIT_HEALTH_STOP, UsageError
+from tinker_tui.app.interrupts import EXIT_HEALTH_STOP, StopSignals, release_signals, take_signals
+from tinker_tui.engine.errors import UsageError
 
 if TYPE_CHECKING:
     from tinker_tui.engine.clock import Clock
@@ -35,14 +45,10 @@ if TYPE_CHECKING:
     from tinker_tui.engine.run import Run
     from tinker_tui.engine.task import Task
 
-EXIT_OK = 0
-DEFAULT_DB = Path("runs") / "tinker-tui.db"
 #: Seconds a graceful stop may take after SIGINT/SIGTERM before the run is cancelled.
 STOP_TIMEOUT = 60.0
 #: Seconds between the headless run's reminders that it is still paused.
 PAUSE_REMINDER = 300.0
-#: `--tensorboard` without a folder: `tensorboard/` beside the store.
-TENSORBOARD_BESIDE_STORE = "<beside the store>"
 
 EXAMPLES = """\
 examples:
@@ -51,63 +57,6 @@ examples:
   tinker-tui run my_task.py --steps 200 --learning-rate 1e-3 --no-ui
       a task file of yours, headless, two settings
 """
-
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Option names in a column wide enough for the longest setting; examples kept as typed."""
-
-    def __init__(self, prog: str) -> None:
-        super().__init__(prog, max_help_position=34, width=min(100, _terminal_width()))
-
-    def _split_lines(self, text: str, width: int) -> list[str]:
-        # never break a word at its hyphen: "tinker-tui[wandb]" stays whole
-        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
-
-
-def _terminal_width() -> int:
-    """The terminal's width ($COLUMNS first, as argparse does); 100 when not on one."""
-    return shutil.get_terminal_size((100, 24)).columns
-
-
-def add_db_option(parser: Any) -> None:
-    """`--db PATH`, the same for every command."""
-    parser.add_argument("--db", type=Path, metavar="PATH",
-                        help=f"the SQLite run store (default {DEFAULT_DB}; its folder must "
-                             "exist unless it is the default)")
-
-
-#: The longest run name and note (a name is for legends and lists: a few words).
-NAME_LENGTH = 60
-NOTE_LENGTH = 2000
-
-
-def add_label_options(parser: Any) -> None:
-    """`--name TEXT` and `--note TEXT`: the run's own name (header, `runs`, legends,
-    trackers) and a note."""
-    parser.add_argument("--name", dest="run_name", metavar="TEXT",
-                        help="a short name for the run, shown with its id (header, runs, "
-                             "compare, W&B)")
-    parser.add_argument("--note", metavar="TEXT", help="a note kept with the run")
-
-
-def run_label(args: argparse.Namespace) -> tuple[str, str]:
-    """The checked (name, note) the command line gives the run ("" for none)."""
-    name = " ".join((getattr(args, "run_name", None) or "").split())
-    note = (getattr(args, "note", None) or "").strip()
-    check_label(name, note)
-    return name, note
-
-
-def check_label(name: str, note: str) -> None:
-    """UsageError for a name or note too long to show."""
-    if len(name) > NAME_LENGTH:
-        raise UsageError(f"--name is {len(name)} characters; at most {NAME_LENGTH}")
-    if len(note) > NOTE_LENGTH:
-        raise UsageError(f"--note is {len(note)} characters; at most {NOTE_LENGTH}")
-
-
-def store_path(args: argparse.Namespace) -> Path:
-    return Path(args.db) if args.db is not None else DEFAULT_DB
-
 
 def add_parser(commands: Any) -> None:
     run = commands.add_parser(
@@ -190,16 +139,6 @@ def _default_text(value: Any) -> str:
     if isinstance(value, str):
         return repr(value) if value else "none"
     return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    from tinker_tui.engine.config import SETTINGS
-
-    overrides = {name: getattr(args, name) for name in SETTINGS
-                 if getattr(args, name, None) is not None}
-    if overrides.get("tensorboard_dir") == TENSORBOARD_BESIDE_STORE:
-        overrides["tensorboard_dir"] = str(store_path(args).parent / "tensorboard")
-    return overrides
 
 
 def load_task(name: str) -> Task:
@@ -299,12 +238,6 @@ def make_session(args: argparse.Namespace) -> Run:
     return build_session(plan_run(args))
 
 
-def wants_ui(args: argparse.Namespace) -> bool:
-    if args.no_ui or os.environ.get("CI"):
-        return False
-    return sys.stdout.isatty() and sys.stderr.isatty()
-
-
 async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
                        task: str = "", pause_reminder: float = PAUSE_REMINDER) -> int:
     """Run without a dashboard; its last lines are the run's summary (`app.run_summary`;
@@ -384,9 +317,7 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
                 reporter.paused_reminder(now - paused_since)
 
     reminder = asyncio.ensure_future(remind_while_paused())
-    taken = taken_signals()
-    for signum in taken:
-        loop.add_signal_handler(signum, on_signal, signum)
+    taken = take_signals(loop, on_signal)
     try:
         await run_task
     except asyncio.CancelledError:
@@ -396,8 +327,7 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
               file=sys.stderr)
     finally:
         reminder.cancel()
-        for signum in taken:
-            loop.remove_signal_handler(signum)
+        release_signals(loop, taken)
         if endpoint is not None:
             await endpoint.stop()
         if metrics is not None:

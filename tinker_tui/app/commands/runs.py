@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tinker_tui.app.commands.run import EXIT_OK, add_db_option, store_path
+from tinker_tui.app.commands.common import EXIT_OK, add_db_option, store_path
 from tinker_tui.engine import metric_keys as keys
 
 COLUMNS = ("RUN", "NAME", "TASK", "BACKEND", "STATUS", "STEP", "REWARD", "CKPT", "STARTED",

@@ -11,7 +11,7 @@ the printed address carries a random token without which nothing is served. Anot
 `--host` prints a warning: plain HTTP, anyone on that network who learns the token steers
 the run.
 
-Exit codes: 0 stopped with Ctrl+C (or SIGTERM); 2 no such run, a bad host, a port in use.
+Exit codes: 0 stopped with Ctrl+C (or SIGTERM, SIGHUP): serving has no run to stop; 2 no such run, a bad host, a port in use.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ import asyncio
 import errno
 import ipaddress
 import secrets
-import signal
 import socket
 import sys
 from pathlib import Path
 from typing import Any
 
-from tinker_tui.app.commands.run import EXIT_OK, add_db_option, store_path
+from tinker_tui.app.commands.common import add_db_option, store_path
+from tinker_tui.app.interrupts import EXIT_OK, release_signals, take_signals
 from tinker_tui.engine.errors import UsageError
 
 DEFAULT_PORT = 8000
@@ -117,17 +117,20 @@ def viewer_argv(db_path: Path, run_id: str, read_only: bool) -> list[str]:
 
 
 async def serve(server: Any, sock: socket.socket) -> None:
-    """Serve until SIGINT or SIGTERM, then close every page and its process."""
+    """Serve until SIGINT, SIGTERM or SIGHUP (the signals every command takes: not one the
+    process was started ignoring), then close every page and its process."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    taken = take_signals(loop, lambda signum: stop.set())
     await server.start(sock)
     try:
         await stop.wait()
     finally:
         print("stopping: closing the pages", file=sys.stderr, flush=True)
-        await server.close()
+        try:
+            await server.close()
+        finally:
+            release_signals(loop, taken)
 
 
 def main(args: argparse.Namespace) -> int:

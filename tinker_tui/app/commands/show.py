@@ -13,7 +13,7 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tinker_tui.app.commands.run import EXIT_OK, add_db_option, store_path
+from tinker_tui.app.commands.common import EXIT_OK, add_db_option, store_path
 
 if TYPE_CHECKING:
     from tinker_tui.app.store_session import StoreSession
@@ -84,7 +84,7 @@ def shown_session(db_path: Path, run: StoredRun) -> StoreSession:
 
 
 def main(args: argparse.Namespace) -> int:
-    from tinker_tui.app.commands.run import wants_ui
+    from tinker_tui.app.commands.common import wants_ui
     from tinker_tui.engine.store import find_run
 
     run = asyncio.run(find_run(store_path(args), args.run))

@@ -21,15 +21,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tinker_tui.app.commands.run import (
+from tinker_tui.app.argparse_private import HelpFormatter
+from tinker_tui.app.commands.common import (
     EXIT_OK,
-    HelpFormatter,
-    add_config_flags,
     add_db_option,
     add_label_options,
     config_overrides,
     store_path,
 )
+from tinker_tui.app.commands.run import add_config_flags
+from tinker_tui.app.sweep import failure_line, summary_lines
 from tinker_tui.engine.errors import EXIT_FAILED, UsageError
 
 EXAMPLES = """\
@@ -96,7 +97,8 @@ def base_run_args(args: argparse.Namespace, grid_names: set[str]) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from tinker_tui.app.commands.run import check_store, run_label, wants_ui
+    from tinker_tui.app.commands.common import run_label, wants_ui
+    from tinker_tui.app.commands.run import check_store
     from tinker_tui.app.sweep import parse_grid, plan_sweep, record_plan
 
     db_path = store_path(args)
@@ -194,40 +196,3 @@ async def run_headless(db_path: Path, sweep_id: str, parallel: int) -> int:
               f"{db_flag(db_path)}", flush=True)
         return EXIT_FAILED
     return EXIT_OK
-
-
-def failure_line(db_path: Path, run_id: str) -> str:
-    """The last line of a run's engine output that says what went wrong ("" if none)."""
-    from tinker_tui.app.engine_process import engine_log_path, log_tail
-
-    for line in reversed(log_tail(engine_log_path(db_path, run_id))):
-        if "error" in line.lower() or "failed" in line.lower():
-            return line.removeprefix("tinker-tui: ").strip()
-    return ""
-
-
-async def summary_lines(db_path: Path, sweep_id: str) -> list[str]:
-    """The sweep's table (as `compare` prints it) and a line naming each run that did not
-    complete, with where its engine's output is."""
-    from tinker_tui.app.compare import format_comparison, load_comparison
-    from tinker_tui.app.engine_process import engine_log_path
-    from tinker_tui.app.sweep import settings_text
-    from tinker_tui.engine.store import StoreReader
-
-    async with await StoreReader.open_readonly(db_path) as store:
-        sweep = await store.find_sweep(sweep_id)
-        stored = {r.run_id: r for r in await store.runs()}
-    pairs = [(db_path, stored[r.run_id]) for r in sweep.runs if r.run_id in stored]
-    lines = [""]
-    if pairs:
-        lines.append(format_comparison(await load_comparison(pairs)))
-    counts: dict[str, int] = {}
-    for run in sweep.runs:
-        counts[run.status] = counts.get(run.status, 0) + 1
-    lines.append(f"sweep {sweep.sweep_id}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    for run in sweep.runs:
-        if run.status != "completed":
-            log = engine_log_path(db_path, run.run_id)
-            lines.append(f"  {run.status}: {run.run_id} ({settings_text(run)})"
-                         + (f"; its output: {log}" if log.is_file() else ""))
-    return lines

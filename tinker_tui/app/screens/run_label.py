@@ -16,7 +16,7 @@ def edit_run_label(app: App[Any], db_path: Path, run_id: str, name: str, note: s
                    *, done: Callable[[str, str], None]) -> None:
     """Ask for the run's name, then its note (`note` None: read it from the store first);
     `done(name, note)` once stored."""
-    from tinker_tui.app.commands.run import NAME_LENGTH, NOTE_LENGTH
+    from tinker_tui.app.commands.common import NAME_LENGTH, NOTE_LENGTH
     from tinker_tui.app.screens.text_prompt import TextPromptScreen
 
     def check_name(text: str) -> str | None:

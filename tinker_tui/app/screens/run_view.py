@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, cast
 
-from textual import events
 from textual.app import App
-from textual.screen import Screen
 
 from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.textual_private import ResumesUnstyled
 
 
 class DashboardHost(Protocol):
@@ -50,9 +49,10 @@ def host(app: App[Any]) -> DashboardHost:
     return cast(DashboardHost, app)
 
 
-class RunView(Screen[None]):
+class RunView(ResumesUnstyled):
     """A view of the run (dashboard, rollouts, metrics, control): the app calls
-    `update_from_model` on its timer; the view's panes never watch events themselves."""
+    `update_from_model` on its timer; the view's panes never watch events themselves.
+    Switched back to, it is not restyled (`ResumesUnstyled`)."""
 
     @property
     def host(self) -> DashboardHost:
@@ -60,14 +60,3 @@ class RunView(Screen[None]):
 
     def update_from_model(self, model: DashboardState, now: float) -> None:
         raise NotImplementedError
-
-    def _on_screen_resume(self, event: events.ScreenResume) -> None:
-        """A view switched back to resumes as a screen popped back to does: without
-        restyling every widget. `App.switch_mode` asks for a restyle, which dirties every
-        widget (the reward chart redraws all its points) and costs more CPU than the rest
-        of the switch, while the key that switched waits. Nothing it would change can have
-        changed: the app's CSS (a theme) is applied by `switch_mode` itself to a screen that
-        missed it, and the views are not styled while hidden."""
-        if event.refresh_styles:
-            event.prevent_default()  # Screen's handler runs once, below, without it
-            super()._on_screen_resume(events.ScreenResume(refresh_styles=False))

@@ -277,8 +277,8 @@ def watch_sweep(db_path: Path, sweep_id: str, parallel: int) -> int:
     leaves; the summary (or how to come back) on the terminal."""
     import asyncio
 
-    from tinker_tui.app.commands.sweep import summary_lines
     from tinker_tui.app.run_summary import db_flag
+    from tinker_tui.app.sweep import summary_lines
 
     if scheduler_pid(db_path, sweep_id) is None:
         start_scheduler(db_path, sweep_id, parallel)

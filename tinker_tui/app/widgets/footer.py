@@ -13,6 +13,8 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from tinker_tui.app.textual_private import bindings_ready
+
 
 def shown_keys(screen: Screen) -> tuple[object, ...]:
     """What a footer on `screen` draws from its bindings: each shown key's binding, the
@@ -34,7 +36,7 @@ class KeyFooter(Footer):
         self._composed: tuple[object, ...] | None = None
 
     def compose(self) -> ComposeResult:
-        if self._bindings_ready:
+        if bindings_ready(self):
             self._composed = shown_keys(self.screen)
         yield from super().compose()
 

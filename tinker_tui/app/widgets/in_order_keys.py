@@ -14,6 +14,8 @@ from textual import events
 from textual.widget import Widget
 from textual.widgets import Input
 
+from tinker_tui.app.textual_private import KeysInOrder, own_bindings
+
 
 async def take_key_in_order(widget: Widget, event: events.Key) -> None:
     """Run `widget`'s own binding for `event` now; or, when a dialog covers its screen (the
@@ -29,15 +31,15 @@ async def take_key_in_order(widget: Widget, event: events.Key) -> None:
         return
     if event.is_printable:
         return
-    for binding in widget._bindings.key_to_bindings.get(event.key, ()):
+    for binding in own_bindings(widget, event.key):
         if not binding.priority and await widget.app.run_action(binding.action, widget):
             event.stop()
             event.prevent_default()
             return
 
 
-class InOrderInput(Input):
+class InOrderInput(KeysInOrder, Input):
     """A text field whose editing keys apply in the order they were typed."""
 
-    async def _on_key(self, event: events.Key) -> None:
+    async def take_key(self, event: events.Key) -> None:
         await take_key_in_order(self, event)

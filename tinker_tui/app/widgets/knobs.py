@@ -9,13 +9,14 @@ from textual.widgets import DataTable
 
 from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.screens.run_view import host
+from tinker_tui.app.textual_private import KeysInOrder
 from tinker_tui.app.view_maths import format_knob
 from tinker_tui.app.widgets.in_order_keys import take_key_in_order
 from tinker_tui.app.widgets.updates import fit_columns, set_subtitle
 from tinker_tui.engine.config import LIVE_KNOBS
 
 
-class KnobsTable(DataTable):
+class KnobsTable(KeysInOrder, DataTable):
     """One row per live knob; `enter` on a row asks the app to edit it."""
 
     ALLOW_MAXIMIZE = True
@@ -36,7 +37,7 @@ class KnobsTable(DataTable):
         self.border_title = "Knobs"
         set_subtitle(self, "enter: edit")
 
-    async def _on_key(self, event: events.Key) -> None:
+    async def take_key(self, event: events.Key) -> None:
         await take_key_in_order(self, event)
 
     def action_select_cursor(self) -> None:

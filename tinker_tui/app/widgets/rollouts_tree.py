@@ -23,6 +23,7 @@ from textual.widgets.tree import TreeNode
 from tinker_tui.app.dashboard_rows import GroupRecord
 from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.rollout_filter import RolloutFilter
+from tinker_tui.app.textual_private import number_tree_lines
 from tinker_tui.app.widgets.updates import set_subtitle
 
 REASON_LABELS = {"stale": "stale", "zero_variance": "no signal", "error": "error"}
@@ -173,7 +174,7 @@ class RolloutsTree(Tree[RolloutRef]):
                                if c.data is not None and c.data.index == ref.index), None)
         if target is None:
             return False
-        self._tree_lines  # noqa: B018  # number the lines the expansions added
+        number_tree_lines(self)  # the lines the expansions added
         self.move_cursor(target)
         return True
 
@@ -328,7 +329,7 @@ class RolloutsTree(Tree[RolloutRef]):
             self.get_node_by_id(node.id)
         except Exception:  # the node was removed (trimmed or filtered out)
             return
-        self._tree_lines  # noqa: B018  # rebuild line numbers after the changes
+        number_tree_lines(self)  # after the changes
         if self.cursor_node is not node:
             self.move_cursor(node)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-DEFAULT_BASE_MODEL = "tinker-tui/tiny-chat"
+from tinker_tui.engine.local.base_model_names import DEFAULT_BASE_MODEL
 
 __all__ = [
     "DEFAULT_BASE_MODEL",

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+import tinker_tui.engine.local.torch_private as foreach
+
 
 class AdamW:
     """AdamW over one group of parameters (the adapter's). Hyperparameters are read from
@@ -78,15 +80,15 @@ class AdamW:
             return
         # Elementwise, as torch's single-tensor AdamW: the foreach ops only save Python calls.
         if weight_decay != 0:
-            torch._foreach_mul_(params, 1 - lr * weight_decay)
-        torch._foreach_lerp_(avgs, grads, 1 - beta1)
-        torch._foreach_mul_(avg_sqs, beta2)
-        torch._foreach_addcmul_(avg_sqs, grads, grads, 1 - beta2)
+            foreach.mul_(params, 1 - lr * weight_decay)
+        foreach.lerp_(avgs, grads, 1 - beta1)
+        foreach.mul_(avg_sqs, beta2)
+        foreach.addcmul_(avg_sqs, grads, grads, 1 - beta2)
         step_sizes = [-(lr / (1 - beta1**t)) for t in steps]
-        denoms = torch._foreach_sqrt(avg_sqs)
-        torch._foreach_div_(denoms, [(1 - beta2**t) ** 0.5 for t in steps])
-        torch._foreach_add_(denoms, eps)
-        torch._foreach_addcdiv_(params, avgs, denoms, step_sizes)
+        denoms = foreach.sqrt(avg_sqs)
+        foreach.div_(denoms, [(1 - beta2**t) ** 0.5 for t in steps])
+        foreach.add_(denoms, eps)
+        foreach.addcdiv_(params, avgs, denoms, step_sizes)
 
     # -- torch.optim's state_dict layout ----------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tinker_tui.engine.local import DEFAULT_BASE_MODEL
-
+#: The embedded model a run trains when it names none (defined here, in a module of the
+#: standard library only, so the command line's checks import it cheaply).
+DEFAULT_BASE_MODEL = "tinker-tui/tiny-chat"
 #: The models built into the package (their architectures: `engine.local.model`).
 EMBEDDED_MODELS = (DEFAULT_BASE_MODEL,)
 

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 if TYPE_CHECKING:
-    from tinker_tui.engine.local.model import CausalLM
+    from tinker_tui.engine.local.causal_lm import CausalLM
 
 LORA_ALPHA = 32.0
 #: Largest layer (in * out weights) whose adapter may be fused into a temporary weight.

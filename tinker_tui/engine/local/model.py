@@ -29,12 +29,10 @@ import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
-from tinker_tui.engine.local import (
-    DEFAULT_BASE_MODEL,  # defined in __init__ so importing it is cheap
-)
 from tinker_tui.engine.local.base_model_names import (
+    DEFAULT_BASE_MODEL,
     EMBEDDED_MODELS,
     base_model_problem,
 )
@@ -46,13 +44,9 @@ if TYPE_CHECKING:
     from torch import nn
     from transformers import PreTrainedModel
 
+    from tinker_tui.engine.local.causal_lm import CausalLM
     from tinker_tui.engine.local.llama import LlamaForCausalLM
     from tinker_tui.engine.local.lora import LoRALinear
-
-    #: A causal LM as the backend runs it: the embedded model's own module, or a
-    #: transformers model loaded from a folder (both give get_output_embeddings,
-    #: base_model, tie_weights).
-    CausalLM: TypeAlias = LlamaForCausalLM | PreTrainedModel
 
 DEVICE_ENV = "TINKER_TUI_DEVICE"
 MODELS_ENV = "TINKER_TUI_LOCAL_MODELS"
@@ -180,7 +174,7 @@ class BaseModel:
     ) -> None:
         from torch import nn
 
-        from tinker_tui.engine.local import lora
+        import tinker_tui.engine.local.lora as lora
 
         self.name = name
         self.module = module
@@ -298,8 +292,8 @@ def tiny_config(spec: BaseModelSpec, tokenizer: WordTokenizer) -> Any:
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         use_cache=True,
+        attn_implementation="sdpa",  # the public spelling of config._attn_implementation
     )
-    config._attn_implementation = "sdpa"
     return config
 
 
@@ -329,7 +323,7 @@ def build_runtime_module(base_model: str) -> LlamaForCausalLM:
     spec = get_spec(base_model)
     import torch
 
-    from tinker_tui.engine.local import llama
+    import tinker_tui.engine.local.llama as llama
 
     tokenizer = WordTokenizer(name_or_path=base_model)
     config = llama.LlamaConfig(

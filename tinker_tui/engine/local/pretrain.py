@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tinker_tui.engine.local import DEFAULT_BASE_MODEL
+from tinker_tui.engine.local.base_model_names import DEFAULT_BASE_MODEL
 
 if TYPE_CHECKING:
     import torch

@@ -31,7 +31,8 @@ import tinker
 import torch
 from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
 
-from tinker_tui.engine.local import lora, runtime
+import tinker_tui.engine.local.lora as lora
+import tinker_tui.engine.local.runtime as runtime
 from tinker_tui.engine.local.errors import bad_request
 from tinker_tui.engine.local.generation import GenRequest, generate, make_request, prompt_logprobs
 from tinker_tui.engine.local.model import BaseModel, load_base

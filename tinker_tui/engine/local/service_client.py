@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tinker import types
 
-from tinker_tui.engine.local import checkpoints, lora, runtime
+import tinker_tui.engine.local.checkpoints as checkpoints
+import tinker_tui.engine.local.lora as lora
+import tinker_tui.engine.local.runtime as runtime
 from tinker_tui.engine.local.errors import bad_request
 from tinker_tui.engine.local.model import (
     canonical_name,

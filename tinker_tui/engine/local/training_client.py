@@ -25,7 +25,12 @@ import torch
 from tinker import types
 from tinker.types.optimizer import OptimParamsBase
 
-from tinker_tui.engine.local import checkpoints, lora, losses, packing, runtime, unembed
+import tinker_tui.engine.local.checkpoints as checkpoints
+import tinker_tui.engine.local.lora as lora
+import tinker_tui.engine.local.losses as losses
+import tinker_tui.engine.local.packing as packing
+import tinker_tui.engine.local.runtime as runtime
+import tinker_tui.engine.local.unembed as unembed
 from tinker_tui.engine.local.adamw import AdamW
 from tinker_tui.engine.local.errors import POISONED_MESSAGE, bad_request
 from tinker_tui.engine.local.model import BaseModel, load_base

@@ -27,6 +27,8 @@ from typing import Any
 
 import tinker
 
+from tinker_tui.engine import cookbook_private
+
 #: An assistant message as the server returned it: (content, ((name, arguments), ...)).
 MessageKey = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -92,10 +94,10 @@ def build_prompt(renderer: Any, messages: list[Any], keys: Sequence[MessageKey |
     Needs `splices(renderer)`."""
     from tinker_cookbook.renderers.base import RenderContext
 
-    tokens: list[int] = list(getattr(renderer, "_bos_tokens", []) or [])
+    tokens: list[int] = cookbook_private.bos_tokens(renderer)
     chunks: list[Any] = []  # non-text chunks (images) keep their place
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
-    turn_start = renderer._last_assistant_turn_start_index(messages)
+    turn_start = cookbook_private.last_assistant_turn_start(renderer, messages)
     ends_set = set(ends)
 
     def add(chunk: Any) -> None:
@@ -138,7 +140,7 @@ def build_prompt(renderer: Any, messages: list[Any], keys: Sequence[MessageKey |
                 continue
             add(chunk)
             so_far.extend(getattr(chunk, "tokens", []))
-    suffix = renderer._get_generation_suffix(
+    suffix = cookbook_private.generation_suffix(renderer,
         "assistant", RenderContext(idx=len(messages), is_last=True,
                                    prev_message=messages[-1] if messages else None,
                                    last_user_index=last_user, in_last_assistant_turn=True))

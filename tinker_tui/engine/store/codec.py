@@ -45,6 +45,7 @@ from tinker_tui.engine.events import (
     TrackerReported,
     TrajectorySummary,
 )
+from tinker_tui.engine.store.json_private import c_encoder
 
 logger = logging.getLogger(__name__)
 
@@ -74,14 +75,9 @@ def _json_default(obj: Any) -> Any:
 
 _ENCODER = json.JSONEncoder(default=_json_default)  # NaN/inf allowed: json.loads reads them back
 # The C encoder `_ENCODER.encode` builds on every call, built once: a group's rows encode 2
-# JSON columns per rollout, and building it was most of each call's cost. The same settings
-# but no circular-reference bookkeeping (one shared `markers` dict would be left dirty by
-# an error): a cyclic value is a RecursionError, reported and skipped like a ValueError.
-_MAKE_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # None without the C module
-_C_ENCODE = _MAKE_C_ENCODER(
-    None, _ENCODER.default, json.encoder.encode_basestring_ascii, None,
-    _ENCODER.key_separator, _ENCODER.item_separator, _ENCODER.sort_keys, _ENCODER.skipkeys,
-    _ENCODER.allow_nan) if _MAKE_C_ENCODER is not None else None
+# JSON columns per rollout, and building it was most of each call's cost. A cyclic value is
+# a RecursionError, reported and skipped like a ValueError (see `json_private.c_encoder`).
+_C_ENCODE = c_encoder(_ENCODER)
 
 
 def _dumps(obj: Any) -> str:

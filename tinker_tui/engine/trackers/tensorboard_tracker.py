@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tinker_tui.engine.trackers.tensorboardx_private import file_writer
 from tinker_tui.engine.trackers.tracker import RunInfo, numeric
 
 
@@ -49,7 +50,7 @@ class TensorBoardTracker:
     def _purge_from(self, step: int) -> None:
         from tensorboardX.proto.event_pb2 import Event, SessionLog
 
-        writer = self.writer._get_file_writer()
+        writer = file_writer(self.writer)
         writer.add_event(Event(step=step, session_log=SessionLog(status=SessionLog.START)))
 
     def _scalars(self, step: int, metrics: Mapping[str, float], time: float) -> None:
