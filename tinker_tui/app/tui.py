@@ -55,6 +55,7 @@ from tinker_tui.app.screens.dashboard import DashboardScreen
 from tinker_tui.app.screens.run_view import DashboardHost, RunView
 from tinker_tui.app.screens.too_small import TooSmallScreen, too_small
 from tinker_tui.app.store_session import ReadOnlyControl, StartingControl, StoreSession
+from tinker_tui.engine.checkpoint_paths import run_checkpoint_dir
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import LIVE_KNOBS
 from tinker_tui.engine.control import Session
@@ -299,6 +300,14 @@ class TinkerTuiApp(App[None]):
         """The exit code for leaving a run that has ended: 1 if it failed, else 0."""
         status = self.run_status or self.model.status
         return EXIT_FAILED if status == "failed" else EXIT_OK
+
+    @property
+    def checkpoint_dir(self) -> Path | None:
+        """Where a local run keeps its checkpoints (beside its store); None otherwise."""
+        db = self.session.db_path
+        if db is None or self.model.backend != "local":
+            return None
+        return run_checkpoint_dir(db)
 
     @property
     def engine(self) -> Engine | None:

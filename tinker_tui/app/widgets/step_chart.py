@@ -297,7 +297,9 @@ class StepChart(PlotWidget, inherit_bindings=False):
         rows = max(1, self._plot_rows())
         ys = [low + (high - low) * (i + 0.5) / rows for i in range(rows)]
         for component, marks in (
-            ("step-chart--checkpoint", sorted({c.step for c in model.checkpoints})),
+            # full state only: sampler weights are saved per policy version, not per step
+            ("step-chart--checkpoint", sorted({c.step for c in model.checkpoints
+                                               if c.kind == "state"})),
             ("step-chart--knob", sorted({c.step for c in knobs})),
         ):
             marks = [m for m, _ in thin_markers([(m, 0.0) for m in marks if first <= m <= last],
