@@ -241,7 +241,8 @@ async def test_a_local_runs_checkpoints_show_their_folder_and_sampler_weights_th
         # a folder not (or no longer) on disk: the path as saved
         cell = by_kind[("20", "state")]
         assert cell == shorten_middle("tinker://local-ab/weights/step-000020", len(cell))
-        assert "sampler weights: per new version (v12 since)" in str(table.border_subtitle)
+        assert "weights unchanged since step 12: no new sampler weights" in str(
+            table.border_subtitle)
         table.focus()
         table.move_cursor(row=[r[0] for r in rows].index("v12"))
         await pilot.press("enter")

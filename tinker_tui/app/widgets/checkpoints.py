@@ -37,11 +37,16 @@ def step_text(row: CheckpointRow) -> str:
     return f"v{row.step}" if row.kind == "sampler" else str(row.step)
 
 
+#: Steps without a weight change before the pane says why no sampler weights come.
+UNCHANGED_STEPS = 3
+
+
 def sampler_note(model: DashboardState) -> str:
-    """Why the sampler weights stop while the steps go on, once they do."""
-    versions = [c.step for c in model.checkpoints if c.kind == "sampler"]
-    if versions and max(versions) < model.step and model.policy_version <= max(versions):
-        return f" · sampler weights: per new version (v{max(versions)} since)"
+    """Why sampler weights stop while full state goes on: they are saved per new policy
+    version, and steps without a learning signal change no weight."""
+    since = model.version_changed_at
+    if since and model.step - since >= UNCHANGED_STEPS:
+        return f" · weights unchanged since step {since}: no new sampler weights"
     return ""
 
 
@@ -122,6 +127,11 @@ class CheckpointsTable(DataTable):
                    "Full state (weights and optimizer, what --resume loads) is saved every "
                    "checkpoint_every steps.")
         else:
-            title, why = f"Checkpoint at step {row.step} (full state)", ""
+            title = f"Checkpoint at step {row.step} (full state: weights and optimizer)"
+            since = self._model.version_changed_at if self._model is not None else 0
+            why = ("\n\nSampler weights are saved per new policy version, not per step "
+                   "(sampler_checkpoint_every)"
+                   + (f"; this run's weights last changed at step {since}" if since else "")
+                   + ": steps without a learning signal change no weight and save none.")
         where = f"{folder}\n(saved as {row.path})" if folder != row.path else row.path
         self.app.push_screen(TextScreen(title, f"{row.name}\n\n{where}{why}"))
