@@ -251,3 +251,15 @@ async def test_a_local_runs_checkpoints_show_their_folder_and_sampler_weights_th
         assert str(folder / "sampler_weights" / "step-000012") in text
         assert "(saved as tinker://local-ab/sampler_weights/step-000012)" in text
         assert "not per step: steps without a learning signal save none" in text
+
+
+async def test_keys_typed_behind_q_open_nothing_on_the_closing_app():
+    """`q` then `?` in one burst: the help was pushed on an app tearing down, and its
+    mount failed with a traceback on the terminal."""
+    app = TinkerTuiApp(FakeSession(wait_for_stop=False), refresh_interval=0.05)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(lambda: isinstance(app.screen, FinishedScreen), pilot)
+        assert app.check_action("help", ()) is not False or app.modal_open
+        app.exit()
+        assert app.check_action("help", ()) is False
+        assert app.check_action("view", ("metrics",)) is False

@@ -236,6 +236,8 @@ class TinkerTuiApp(App[None]):
         styles the new screen with the CSS of now; it is then marked as such, as
         `refresh_css` marks the screens it updates, so that showing it later reparses the
         CSS only if it changed meanwhile (a theme)."""
+        if self._exit:
+            return
         for name in VIEWS:
             if name not in self._views_composed:
                 self._views_composed.add(name)
@@ -502,6 +504,8 @@ class TinkerTuiApp(App[None]):
     # ---------------------------------------------------------------- actions
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if self._exit:  # leaving: keys typed behind `q` open nothing on a closing app
+            return False
         if isinstance(self.screen, TooSmallScreen):  # the notice: run keys and quit only
             if action in ("pause", "resume", "stop", "force_quit", "quit"):
                 return self.allowed(action)
