@@ -256,10 +256,11 @@ async def test_a_local_runs_checkpoints_show_their_folder_and_sampler_weights_th
 async def test_keys_typed_behind_q_open_nothing_on_the_closing_app():
     """`q` then `?` in one burst: the help was pushed on an app tearing down, and its
     mount failed with a traceback on the terminal."""
-    app = TinkerTuiApp(FakeSession(wait_for_stop=False), refresh_interval=0.05)
+    app = TinkerTuiApp(FakeSession(), refresh_interval=0.05)
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(lambda: isinstance(app.screen, FinishedScreen), pilot)
-        assert app.check_action("help", ()) is not False or app.modal_open
+        await asyncio.wait_for(app.session.script_done.wait(), timeout=5)
+        await pilot.pause()
+        assert app.check_action("help", ()) is True
         app.exit()
         assert app.check_action("help", ()) is False
         assert app.check_action("view", ("metrics",)) is False
