@@ -190,3 +190,77 @@ def test_quit_now_says_whether_the_run_goes_on():
     session = FakeSession()
     session.read_only = True
     assert "has ended, or is not running here" in TinkerTuiApp(session).quit_now_help()
+
+
+def local_checkpoints(clock: FakeClock) -> list:
+    """A local run of 30 steps whose weights last changed at step 12 (version 12): full
+    state at 10, 20, 30, sampler weights up to version 12 only."""
+    from fake_session import run_started
+
+    from tinker_tui.engine.events import CheckpointSaved, StepTrained
+
+    events: list = [run_started(clock)]
+    for step in range(1, 31):
+        clock.advance(1.0)
+        version = min(step, 12)
+        events.append(StepTrained(time=clock.now(), step=step, policy_version=version,
+                                  metrics={}))
+        if step <= 12:
+            events.append(CheckpointSaved(
+                time=clock.now(), step=version, kind="sampler", name=f"step-{version:06d}",
+                path=f"tinker://local-ab/sampler_weights/step-{version:06d}"))
+        if step % 10 == 0:
+            events.append(CheckpointSaved(
+                time=clock.now(), step=step, kind="state", name=f"step-{step:06d}",
+                path=f"tinker://local-ab/weights/step-{step:06d}"))
+    return events
+
+
+async def test_a_local_runs_checkpoints_show_their_folder_and_sampler_weights_their_version(
+        tmp_path):
+    from tinker_tui.app.screens.text_view import TextScreen
+    from tinker_tui.app.view_maths import shorten_middle
+    from tinker_tui.app.widgets.checkpoints import CheckpointsTable
+
+    for kind, name in (("weights", "step-000030"), ("sampler_weights", "step-000012")):
+        (tmp_path / "checkpoints" / "local-ab" / kind / name).mkdir(parents=True)
+    session = FakeSession(script=local_checkpoints)
+    session.db_path = tmp_path / "runs.db"
+    app = TinkerTuiApp(session, clock=session.clock, refresh_interval=0.05)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await asyncio.wait_for(session.script_done.wait(), timeout=5)
+        table = app.screen.query_one(CheckpointsTable)
+        await until(lambda: table.row_count == len(app.model.checkpoints) > 0, pilot)
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        by_kind = {(r[0], r[1]): r[3] for r in rows}
+        folder = tmp_path / "checkpoints" / "local-ab"
+        for key, path in ((("30", "state"), folder / "weights" / "step-000030"),
+                          (("v12", "sampler"), folder / "sampler_weights" / "step-000012")):
+            cell = by_kind[key]  # the folder, cut in the middle to the pane
+            assert cell == shorten_middle(str(path), len(cell)), (cell, path)
+        # a folder not (or no longer) on disk: the path as saved
+        cell = by_kind[("20", "state")]
+        assert cell == shorten_middle("tinker://local-ab/weights/step-000020", len(cell))
+        assert "weights unchanged since step 12: no new sampler weights" in str(
+            table.border_subtitle)
+        table.focus()
+        table.move_cursor(row=[r[0] for r in rows].index("v12"))
+        await pilot.press("enter")
+        await until(lambda: isinstance(app.screen, TextScreen), pilot)
+        text = str(app.screen.query_one("#text-body").render())
+        assert str(folder / "sampler_weights" / "step-000012") in text
+        assert "(saved as tinker://local-ab/sampler_weights/step-000012)" in text
+        assert "not per step: steps without a learning signal save none" in text
+
+
+async def test_keys_typed_behind_q_open_nothing_on_the_closing_app():
+    """`q` then `?` in one burst: the help was pushed on an app tearing down, and its
+    mount failed with a traceback on the terminal."""
+    app = TinkerTuiApp(FakeSession(), refresh_interval=0.05)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await asyncio.wait_for(app.session.script_done.wait(), timeout=5)
+        await pilot.pause()
+        assert app.check_action("help", ()) is True
+        app.exit()
+        assert app.check_action("help", ()) is False
+        assert app.check_action("view", ("metrics",)) is False

@@ -124,6 +124,8 @@ class DashboardState:
         self.status: RunStatus | None = None
         self.step = 0
         self.policy_version = 0
+        #: The step that made the current policy version (its weights unchanged since).
+        self.version_changed_at = 0
         # start-up: the latest phase, and the steps trained since the run (re)started
         self.startup: StartupProgressed | None = None
         self.rollouts_since_startup = 0
@@ -356,6 +358,8 @@ class DashboardState:
 
     def _step_trained(self, event: StepTrained) -> None:
         self.step = event.step
+        if event.policy_version != self.policy_version or not self.version_changed_at:
+            self.version_changed_at = event.step
         self.policy_version = event.policy_version
         self.steps_this_session += 1
         self.step_times.append(self.working_time(event.time))

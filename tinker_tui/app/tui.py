@@ -65,6 +65,7 @@ from tinker_tui.app.screens.run_view import DashboardHost, RunView
 from tinker_tui.app.screens.too_small import TooSmallScreen, too_small
 from tinker_tui.app.store_session import ReadOnlyControl, StartingControl, StoreSession
 from tinker_tui.app.textual_private import compose_mode_now
+from tinker_tui.engine.checkpoint_paths import run_checkpoint_dir
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import LIVE_KNOBS
 from tinker_tui.engine.control import Session
@@ -240,6 +241,8 @@ class TinkerTuiApp(App[None]):
         (over half a second on a busy machine).
 
         This is what `switch_mode` does first (`textual_private.compose_mode_now`)."""
+        if self._exit:
+            return
         for name in VIEWS:
             if name not in self._views_composed:
                 self._views_composed.add(name)
@@ -300,6 +303,14 @@ class TinkerTuiApp(App[None]):
         """The exit code for leaving a run that has ended: 1 if it failed, else 0."""
         status = self.run_status or self.model.status
         return EXIT_FAILED if status == "failed" else EXIT_OK
+
+    @property
+    def checkpoint_dir(self) -> Path | None:
+        """Where a local run keeps its checkpoints (beside its store); None otherwise."""
+        db = self.session.db_path
+        if db is None or self.model.backend != "local":
+            return None
+        return run_checkpoint_dir(db)
 
     @property
     def engine(self) -> Engine | None:
@@ -493,6 +504,8 @@ class TinkerTuiApp(App[None]):
     # ---------------------------------------------------------------- actions
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if self._exit:  # leaving: keys typed behind `q` open nothing on a closing app
+            return False
         if isinstance(self.screen, TooSmallScreen):  # the notice: run keys and quit only
             if action in ("pause", "resume", "stop", "force_quit", "quit"):
                 return self.allowed(action)

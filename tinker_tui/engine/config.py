@@ -237,7 +237,7 @@ class RunConfig:
         1.0, "gradient clipping norm; 0 = no clipping (unclipped, one large step collapsed "
         "tool-calling tasks on the embedded model)", "backend", low=0)
     sampler_checkpoint_every: int = setting(
-        1, "named sampler weights every N steps; 0 = never", "backend", low=0)
+        1, "named sampler weights every N new policy versions; 0 = never", "backend", low=0)
     keep_last_checkpoints: int = setting(
         5, "checkpoints kept of each kind (full state, sampler weights); 0 = keep all",
         "backend", low=0)

@@ -26,6 +26,7 @@ from tinker_tui.engine.backend import context_length_of, make_service_client
 from tinker_tui.engine.backend_client import KeepsCheckpointsHere, KnowsTrainingIdentity
 from tinker_tui.engine.backend_session import BackendSession, CheckpointRecord
 from tinker_tui.engine.blocking import on_daemon_thread
+from tinker_tui.engine.checkpoint_paths import run_checkpoint_dir
 from tinker_tui.engine.clock import Clock, SystemClock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import (
@@ -97,7 +98,7 @@ class Run:
         self.clock = clock or SystemClock()
         self.run_id = run_id or new_run_id(task.name, self.clock)
         self.config = config = with_tracker_ids(config, self.run_id)
-        self.checkpoint_dir = Path(checkpoint_dir or self.db_path.parent / "checkpoints")
+        self.checkpoint_dir = Path(checkpoint_dir or run_checkpoint_dir(self.db_path))
         self.events = EventBus()
         self._service_client = service_client
         self.policy: BackendSession | None = None

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Protocol, cast
 
 from textual.app import App
@@ -30,6 +31,11 @@ class DashboardHost(Protocol):
     def attached(self) -> bool: ...
 
     def refresh_panes(self) -> None: ...
+
+    @property
+    def checkpoint_dir(self) -> Path | None:
+        """Where a local run keeps its checkpoints on disk; None when not known here."""
+        ...
 
     def edit_knob(self, name: str) -> None: ...
 

@@ -1,21 +1,53 @@
 """Saved checkpoints, newest first: step, kind, when (time since the run began) and path;
 those the retention policy deleted are taken off (and counted in the title).
 
+A local run's checkpoint is shown as its folder on disk (the `tinker://` name it is saved
+under is in the row's detail). Sampler weights are saved per policy version, not per step
+(`v12`): a step that changes no weight (every group without a learning signal, as a
+converged run has) saves none, while full state is saved every `checkpoint_every` steps.
 Paths are cut in the middle to the pane's width, so their start (where) and end (which
 step) stay readable; `enter` on a row shows the path whole.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from textual.widgets import DataTable
 
 from tinker_tui.app.dashboard_rows import CheckpointRow
 from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.screens.run_view import host
 from tinker_tui.app.view_maths import shorten_middle
 from tinker_tui.app.widgets.updates import fit_columns, set_subtitle
+from tinker_tui.engine.checkpoint_paths import local_folder
 
 #: The narrowest a path is cut to, however narrow the pane.
 MIN_PATH = 12
+
+
+def where_on_disk(row: CheckpointRow, checkpoint_dir: Path | None) -> str:
+    """The folder a local run keeps `row` in, when it is there; else its path as saved."""
+    folder = local_folder(checkpoint_dir, row.path) if checkpoint_dir is not None else None
+    return str(folder) if folder is not None and folder.is_dir() else row.path
+
+
+def step_text(row: CheckpointRow) -> str:
+    """`12` for full state (saved at a step), `v12` for sampler weights (of a version)."""
+    return f"v{row.step}" if row.kind == "sampler" else str(row.step)
+
+
+#: Steps without a weight change before the pane says why no sampler weights come.
+UNCHANGED_STEPS = 3
+
+
+def sampler_note(model: DashboardState) -> str:
+    """Why sampler weights stop while full state goes on: they are saved per new policy
+    version, and steps without a learning signal change no weight."""
+    since = model.version_changed_at
+    if since and model.step - since >= UNCHANGED_STEPS:
+        return f" · weights unchanged since step {since}: no new sampler weights"
+    return ""
 
 
 class CheckpointsTable(DataTable):
@@ -26,7 +58,7 @@ class CheckpointsTable(DataTable):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=True,
                          show_cursor=False)
-        self._shown: tuple[int, int, int] = (-1, -1, -1)
+        self._shown: tuple[object, ...] = ()
         self._rows: list[CheckpointRow] = []
         self._model: DashboardState | None = None
         # columns exist from the start, so rows added before mount size them correctly
@@ -55,9 +87,11 @@ class CheckpointsTable(DataTable):
         count = len(model.checkpoints)
         deleted = f" ({model.checkpoints_deleted} older deleted)" if model.checkpoints_deleted \
             else ""
-        set_subtitle(self, f"{count} saved{deleted}" + (" · enter: path" if count else ""))
+        set_subtitle(self, f"{count} saved{deleted}" + sampler_note(model)
+                     + (" · enter: path" if count else ""))
         width = self.content_region.width or 60
-        shown = (count, model.checkpoints_deleted, width)
+        checkpoint_dir = host(self.app).checkpoint_dir
+        shown = (count, model.checkpoints_deleted, width, checkpoint_dir)
         if shown == self._shown:
             return
         self._shown = shown
@@ -65,11 +99,13 @@ class CheckpointsTable(DataTable):
         self.clear()
         self._rows = list(reversed(model.checkpoints))
         # the path takes what the other columns (and every column's padding) leave
-        cells = [[str(row.step), row.kind, model.since_start(row.time), ""] for row in self._rows]
+        cells = [[step_text(row), row.kind, model.since_start(row.time), ""]
+                 for row in self._rows]
+        paths = [where_on_disk(row, checkpoint_dir) for row in self._rows]
         widths = fit_columns(self, cells)
         path_width = max(MIN_PATH, width - sum(widths[:-1]) - 2 * self.cell_padding * len(widths))
-        for cell, row in zip(cells, self._rows, strict=True):
-            cell[-1] = shorten_middle(row.path, path_width)
+        for cell, path in zip(cells, paths, strict=True):
+            cell[-1] = shorten_middle(path, path_width)
         fit_columns(self, cells)
         for index, row in enumerate(self._rows):
             self.add_row(*cells[index], key=f"{count - index}:{row.path}")
@@ -83,5 +119,19 @@ class CheckpointsTable(DataTable):
         from tinker_tui.app.screens.text_view import TextScreen
 
         row = self._rows[event.cursor_row]
-        self.app.push_screen(TextScreen(f"Checkpoint at step {row.step} ({row.kind})",
-                                        f"{row.name}\n\n{row.path}"))
+        folder = where_on_disk(row, host(self.app).checkpoint_dir)
+        if row.kind == "sampler":
+            title = f"Sampler weights of policy version {row.step}"
+            why = ("\n\nSampler weights are saved when the weights change (a new policy "
+                   "version), not per step: steps without a learning signal save none. "
+                   "Full state (weights and optimizer, what --resume loads) is saved every "
+                   "checkpoint_every steps.")
+        else:
+            title = f"Checkpoint at step {row.step} (full state: weights and optimizer)"
+            since = self._model.version_changed_at if self._model is not None else 0
+            why = ("\n\nSampler weights are saved per new policy version, not per step "
+                   "(sampler_checkpoint_every)"
+                   + (f"; this run's weights last changed at step {since}" if since else "")
+                   + ": steps without a learning signal change no weight and save none.")
+        where = f"{folder}\n(saved as {row.path})" if folder != row.path else row.path
+        self.app.push_screen(TextScreen(title, f"{row.name}\n\n{where}{why}"))

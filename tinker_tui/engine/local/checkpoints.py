@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tinker_tui.engine.checkpoint_paths import local_folder
 from tinker_tui.engine.errors import DiskFull, is_disk_full
 from tinker_tui.engine.local.errors import bad_request, conflict, not_found
 
@@ -69,7 +70,7 @@ def resolve(checkpoint_dir: Path, path: str) -> Path:
         check_name(name)
         if "/" in model_id or model_id in (".", ".."):
             raise bad_request(f"Invalid model id in checkpoint path {path!r}")
-        folder = Path(checkpoint_dir) / model_id / kind / name
+        folder = local_folder(checkpoint_dir, path) or Path(checkpoint_dir)  # laid out there
     else:
         folder = Path(path).expanduser()
     if not (folder / "meta.json").is_file():
