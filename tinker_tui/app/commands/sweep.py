@@ -30,6 +30,7 @@ from tinker_tui.app.commands.common import (
     store_path,
 )
 from tinker_tui.app.commands.run import add_config_flags
+from tinker_tui.app.interrupts import StopSignals, release_signals, take_signals
 from tinker_tui.app.sweep import failure_line, summary_lines
 from tinker_tui.engine.errors import EXIT_FAILED, UsageError
 
@@ -141,7 +142,7 @@ async def _find_sweep(db_path: Path, wanted: str) -> Any:
 
 async def run_headless(db_path: Path, sweep_id: str, parallel: int) -> int:
     """Run the sweep here (see the module docstring); its exit code."""
-    from tinker_tui.app.interrupts import EXIT_CODES
+    from tinker_tui.app.interrupts import EXIT_CODES, EXIT_INTERRUPTED
     from tinker_tui.app.run_summary import db_flag
     from tinker_tui.app.sweep import SweepScheduler, settings_text
     from tinker_tui.engine.resume import RunLock, RunLocked
@@ -171,26 +172,28 @@ async def run_headless(db_path: Path, sweep_id: str, parallel: int) -> int:
     scheduler = SweepScheduler(db_path, sweep, parallel, on_end=on_end)
     loop = asyncio.get_running_loop()
     received: list[int] = []
+    stops = StopSignals()
 
     def on_signal(signum: int) -> None:
+        action = stops.take()
+        if action == "same":  # one stop sent twice (`timeout` signals the group too)
+            return
         if not received:
             print(f"tinker-tui: {signal.Signals(signum).name}: stopping the sweep's runs "
                   "(gracefully; again to stop them at once)", file=sys.stderr, flush=True)
         received.append(signum)
         scheduler.stop()  # a second one: a second SIGTERM, which stops a run at once
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, on_signal, signum)
+    taken = take_signals(loop, on_signal)
     try:
         runs = await scheduler.run()
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
+        release_signals(loop, taken)
         lock.release()
     print("\n".join(await summary_lines(db_path, sweep.sweep_id)), flush=True)
     not_completed = [r for r in runs.values() if r.status != "completed"]
     if received:
-        return EXIT_CODES.get(signal.Signals(received[0]), 130)
+        return EXIT_CODES.get(signal.Signals(received[0]), EXIT_INTERRUPTED)
     if not_completed:
         print(f"  run what is left: tinker-tui sweep --resume {sweep.sweep_id}"
               f"{db_flag(db_path)}", flush=True)
