@@ -374,15 +374,14 @@ class LocalTrainingClient:
         head = unembed.Head.of(self._base.module)
         target = torch.from_numpy(
             np.concatenate([np.asarray(t, dtype=np.int64) for t in targets])).to(device)
-        if not torch.is_grad_enabled():
-            return unembed.target_logprobs(head, hidden, torch.from_numpy(node).to(device),
-                                           target)
-        # Each hidden state read once (positions sharing one read it together).
+        # Each hidden state read once (positions sharing one read it together); padding
+        # is never projected.
         used, rows = np.unique(node, return_inverse=True)
-        if loss_grad is None:
+        if not torch.is_grad_enabled() or loss_grad is None:
             picked = hidden.index_select(0, torch.from_numpy(used).to(device))
-            return unembed.differentiable_target_logprobs(
-                head, picked, torch.from_numpy(rows).to(device), target)
+            score = (unembed.target_logprobs if not torch.is_grad_enabled()
+                     else unembed.differentiable_target_logprobs)
+            return score(head, picked, torch.from_numpy(rows).to(device), target)
         flags = np.ones(len(node), dtype=bool) if active is None else \
             np.concatenate([np.asarray(a, dtype=bool) for a in active])
         trained = np.zeros(len(used), dtype=bool)

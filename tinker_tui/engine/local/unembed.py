@@ -7,9 +7,10 @@ the softmax of the log-normaliser's backward, the gather's scattered gradient). 
 backend needs from the logits is small per position — the target's logprob, and for sampling
 or prompt scoring the top-k — so each chunk of rows is projected, reduced and dropped.
 
-Three ways to use it:
+Four ways to use it:
 
-* `target_logprobs`: the targets' logprobs without gradient (forward, scoring).
+* `target_logprobs`: the targets' logprobs without gradient (forward).
+* `scored`: a sequence's logprobs and top-k without gradient (a sampler's prompt logprobs).
 * `fused_loss_backward`: a built-in loss's value and gradient in one pass. Tinker's losses are
   elementwise in the target logprobs, so a chunk's loss gradient ``g`` is known as soon as the
   chunk's logprobs are: ``dL/dlogits = sum_p g_p (onehot(target_p) - softmax)`` is formed and
