@@ -223,9 +223,12 @@ def test_sigint_to_the_dashboard_stops_the_run_gracefully_and_exits_130(dashboar
     assert f"tinker-tui run example --resume {run_id} --db {store}" in out
 
 
-def test_sigterm_twice_stops_the_engine_at_once_with_the_store_intact(dashboards, store):
+def test_sigterm_twice_stops_the_engine_at_once_with_the_store_intact(dashboards, store,
+                                                                     monkeypatch):
+    monkeypatch.setenv("TINKER_TUI_FAULT", "train:slow:2")  # step 2 trains for seconds
     dashboard = start_run(dashboards, store, "--steps", "500")
     run_id = wait_for_step(store, 1, dashboard)
+    time.sleep(1.0)  # step 2's training is under way: the graceful stop waits for it
     dashboard.kill(signal.SIGTERM)
     time.sleep(0.7)  # a second signal, once the stop was announced (not the same one twice)
     dashboard.kill(signal.SIGTERM)  # while it stops (a graceful stop may take a step)
