@@ -12,6 +12,7 @@ import random
 from typing import Any
 
 from tinker_tui.engine.backend_session import TrainResult
+from tinker_tui.engine.cost import TokenUsage
 from tinker_tui.engine.task import Scenario, Task
 from tinker_tui.engine.trajectory import Trajectory
 
@@ -21,6 +22,7 @@ class SimulatedPolicy:
         self.version = 0
         self.train_seconds = train_seconds
         self.tokenizer = None  # rollouts give their messages
+        self.usage = TokenUsage()  # no tokens are billed here
         self.trained_batches: list[list[int]] = []
         self.saved: list[str] = []
         self.train_time = 0.0

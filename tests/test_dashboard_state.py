@@ -559,7 +559,7 @@ def test_model_tells_converged_groups_from_a_lost_learning_signal():
     for gid in range(100, 104):
         model.apply(GroupDiscarded(time=0.4, group_id=gid, scenario_id="s", reason="error",
                                    policy_version=0, trainer_version=0, num_tokens=0, step=3))
-    assert model.health() == ("error", "errors: 100% of the last 4 groups failed")
+    assert model.health() == ("error", "errors: 100% of the last 4 groups' rollouts failed")
 
 
 def test_a_run_that_has_seen_one_reward_only_has_not_converged():

@@ -155,13 +155,16 @@ def test_a_resumed_run_deletes_the_checkpoints_from_before_the_resume_in_turn(tm
     db = tmp_path / "runs.db"
     common = ["run", "example", "--no-ui", "--db", str(db), "--checkpoint-every", "1",
               "--keep-last-checkpoints", "2"]
+    # Beside the last two, retention keeps one more: the checkpoint a rollback would resume
+    # from (the last at or before the best step), when it is older.
     assert main([*common, "--steps", "4"]) == 0
     kept = sorted(p.name for p in tmp_path.glob("checkpoints/**/weights/*"))
-    assert kept == ["step-000003", "step-000004"]
+    assert kept[-2:] == ["step-000003", "step-000004"] and len(kept) <= 3
     assert main([*common, "--steps", "7", "--resume"]) == 0
     kept = sorted(p.name for p in tmp_path.glob("checkpoints/**/weights/*"))
-    assert kept == ["step-000006", "step-000007"]
+    assert kept[-2:] == ["step-000006", "step-000007"] and len(kept) <= 3
     with sqlite3.connect(db) as conn:
         deleted = [step for (step,) in conn.execute(
             "select step from checkpoint_deletions where kind = 'state' order by id")]
-    assert deleted == [1, 2, 3, 4, 5]
+    assert sorted(deleted) == [s for s in range(1, 6) if f"step-{s:06d}" not in kept]
+    assert len(deleted) >= 4  # the ones saved before the resume are deleted in turn too

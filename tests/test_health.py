@@ -80,7 +80,8 @@ def test_equal_rewards_below_the_best_pause_for_no_signal_and_failures_for_error
     window.clear_groups()
     for _ in range(4):
         window.failed()
-    assert window.group_alarm() == ("error", "rollout errors: 100% of the last 4 groups failed")
+    assert window.group_alarm() == ("error", "rollout errors: 100% of the last 4 rollouts "
+                                                 "(4 groups) failed")
 
 
 def test_a_rewind_forgets_later_steps_and_checkpoints_but_not_the_best():

@@ -317,7 +317,7 @@ class HealthWindow:
         best_text = f" ({self.best_group:.3g})" if math.isfinite(self.best_group) else ""
         errors, rollouts = self.rollout_errors()
         if n and errors >= self.error_rate:
-            return "error", f"errors: {errors:.0%} of the last {rollouts} rollouts failed"
+            return "error", f"errors: {errors:.0%} of the last {n} groups' rollouts failed"
         if self.collapse is not None:
             return "collapsed", self.collapse.words()
         if share["no_signal"] >= self.no_signal_rate:

@@ -756,10 +756,11 @@ class Pipeline:
         """Checkpoints near the best step, for a rollback: after a step that beats the best so
         far, from step `checkpoint_every` on (the first steps beat it all the time), if the
         last full checkpoint is `checkpoint_every` / 3 steps old or more (at most two steps
-        of a climb are lost to a rollback with the default 10)."""
+        of a climb are lost to a rollback with the default 10). With `checkpoint_every`
+        below 4 the periodic checkpoints are that close to any best step already."""
         every = self.config.checkpoint_every
         best = self.health.best_step
-        if not every or best is None or best == best_before or best[0] != self.step \
+        if every < 4 or best is None or best == best_before or best[0] != self.step \
                 or self.step < every or self.step >= self.config.max_steps:
             return False
         last = self._last_checkpoint_step

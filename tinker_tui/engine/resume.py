@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tinker_tui.engine.errors import TinkerTuiError
+from tinker_tui.engine.errors import EXIT_OK, TinkerTuiError
 from tinker_tui.engine.store import StoreError
 
 if TYPE_CHECKING:
@@ -58,9 +58,11 @@ class ScenarioError(TinkerTuiError):
     is checkpointed, so `--resume` continues it once the task is fixed."""
 
 
-class ScenariosExhausted(Exception):
+class ScenariosExhausted(TinkerTuiError):
     """The task's scenarios ran out (a finite list, or a generator that returned): the
-    run ends by itself once it has trained what was drawn."""
+    run ends by itself once it has trained what was drawn, which is no failure."""
+
+    exit_code = EXIT_OK
 
     def __init__(self, drawn: int) -> None:
         super().__init__(f"scenarios ran out after {drawn}")
