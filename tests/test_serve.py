@@ -289,7 +289,7 @@ async def test_without_the_token_everything_is_401_and_no_process_starts(tmp_pat
                                          headers={"Origin": "http://evil.example"})
             assert refused.value.status == 403
             viewer = await open_page(browser, served)
-            await viewer.until_text("finished run │ live")  # the run's name
+            await viewer.until_text(f"finished run │ {run_id}")  # the run's id
             await viewer.until_text("FINISHED (completed)")
             processes = children_of(served.proc.pid)
             assert len(processes) == 1

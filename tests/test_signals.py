@@ -140,7 +140,9 @@ def test_second_signal_exits_at_once_with_a_consistent_store(tmp_path, capsys):
     assert f"continue:   tinker-tui run example --resume {run_id}" in out
     assert main(["attach", run_id, "--db", str(tmp_path / "runs.db"), "--no-ui"]) == 2
     err = capsys.readouterr().err
-    assert "no control endpoint for run" in err and "does not answer" not in err
+    # the store says it was interrupted (a run stopped at once is marked so)
+    assert f"run {run_id} is interrupted: nothing to attach to" in err
+    assert "does not answer" not in err
 
 
 def _assert_one_graceful_stop(tmp_path, out, code):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +95,10 @@ class SampleCoalescer:
     @property
     def version(self) -> int:
         return int(self.policy.version)
+
+    @property
+    def end_tokens(self) -> Sequence[int]:
+        return tuple(getattr(self.policy, "end_tokens", ()) or ())
 
     async def sample(self, prompt: tinker.ModelInput, num_samples: int,
                      sampling_params: tinker.SamplingParams, *, version: int | None = None,
