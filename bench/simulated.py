@@ -12,6 +12,7 @@ import random
 from typing import Any
 
 from tinker_tui.engine.backend_session import TrainResult
+from tinker_tui.engine.cost import TokenUsage
 from tinker_tui.engine.task import Scenario, Task
 from tinker_tui.engine.trajectory import Trajectory
 
@@ -24,6 +25,7 @@ class SimulatedPolicy:
         self.trained_batches: list[list[int]] = []
         self.saved: list[str] = []
         self.train_time = 0.0
+        self.usage = TokenUsage()  # tokens processed, as BackendSession counts them
 
     def build_datums(self, groups: Any) -> list[Any]:
         self.trained_batches.append([g.policy_version for g in groups])
