@@ -26,6 +26,7 @@ class SimulatedPolicy:
         self.trained_batches: list[list[int]] = []
         self.saved: list[str] = []
         self.train_time = 0.0
+        self.usage = TokenUsage()  # tokens processed, as BackendSession counts them
 
     def build_datums(self, groups: Any) -> list[Any]:
         self.trained_batches.append([g.policy_version for g in groups])
