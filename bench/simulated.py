@@ -22,7 +22,6 @@ class SimulatedPolicy:
         self.version = 0
         self.train_seconds = train_seconds
         self.tokenizer = None  # rollouts give their messages
-        self.usage = TokenUsage()  # no tokens are billed here
         self.trained_batches: list[list[int]] = []
         self.saved: list[str] = []
         self.train_time = 0.0
