@@ -16,14 +16,12 @@ from typing import Any
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Horizontal, VerticalScroll
-from textual.widgets import DataTable, Label, SelectionList
+from textual.widgets import DataTable, Label
 
 from tinker_tui.app.compare import ComparedRun, comparison_rows, drive
 from tinker_tui.app.dashboard_state import DashboardState, metric_order
 from tinker_tui.app.screens.metrics import MetricsScreen, chart_id
 from tinker_tui.app.widgets.compare_chart import RUN_COLOURS
-from tinker_tui.app.widgets.footer import KeyFooter
 
 #: The theme colours of the runs, in order (`compare-chart--run-N` in the stylesheet).
 RUN_COLOUR_VARIABLES = ("success", "warning", "accent", "error", "primary-lighten-2",
@@ -59,13 +57,7 @@ class CompareScreen(MetricsScreen):
     def compose(self) -> ComposeResult:
         yield Label(f"Comparing {len(self.runs)} runs", id="compare-title")
         yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=False)
-        with Horizontal(id="metrics-panes"):
-            yield SelectionList[str](id="metric-picker")
-            with VerticalScroll(id="metric-scroll"):
-                yield Label("No step metrics yet: the charts appear with the first step.",
-                            id="metrics-empty")
-                yield Grid(id="metric-grid")
-        yield KeyFooter(compact=True)
+        yield from self.compose_charts()
 
     def on_mount(self) -> None:
         super().on_mount()

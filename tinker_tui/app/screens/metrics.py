@@ -57,6 +57,10 @@ class MetricsScreen(RunView, ChartKeys):
 
     def compose(self) -> ComposeResult:
         yield RunStatusPanel(id="status", mode=self.host.mode_label)
+        yield from self.compose_charts()
+
+    def compose_charts(self) -> ComposeResult:
+        """The picker and the chart grid, then the keys (the comparison shows the same)."""
         with Horizontal(id="metrics-panes"):
             yield SelectionList[str](id="metric-picker")
             with VerticalScroll(id="metric-scroll"):

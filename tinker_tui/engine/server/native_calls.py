@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinker_tui.engine.server.tool_call_constraint import ToolCallConstraint, Verdict
+from tinker_tui.engine.server.tools import longest_prefix_of
 
 _NAME = "qqzname"
 _ARGS = {"qqzarg": 1}
@@ -52,18 +53,6 @@ def _int_stops(renderer: Any) -> list[int]:
         return []
 
 
-def _cut(tokenizer: Any, tokens: list[int], wanted: str) -> tuple[str, list[int]]:
-    """The longest start of `tokens` whose text is a start of `wanted`."""
-    cut = 0
-    for k in range(1, len(tokens) + 1):
-        text = tokenizer.decode(tokens[:k])
-        if len(text) > len(wanted):
-            break
-        if wanted.startswith(text):
-            cut = k
-    return (tokenizer.decode(tokens[:cut]) if cut else ""), tokens[:cut]
-
-
 def call_opening(renderer: Any, forced_name: str | None,
                  first_name: str) -> tuple[str, list[int]] | None:
     """The prefill of a forced call (text, tokens), or None if the renderer writes no call
@@ -84,7 +73,7 @@ def call_opening(renderer: Any, forced_name: str | None,
         if whole is None:
             return None
         tokens = whole[0]
-    return _cut(renderer.tokenizer, tokens, wanted)
+    return longest_prefix_of(renderer.tokenizer, tokens, wanted)
 
 
 def call_frame(renderer: Any, name: str) -> tuple[str, str] | None:

@@ -56,7 +56,13 @@ def forced_call_prefill(tokenizer: Any, content_prefix: str, tool_names: Sequenc
         else '{"name": "'
     wanted = content_prefix + head
     whole = content_prefix + format_text_tool_call(name, {})
-    tokens = list(tokenizer.encode(whole, add_special_tokens=False))
+    return longest_prefix_of(tokenizer, list(tokenizer.encode(whole, add_special_tokens=False)),
+                             wanted)
+
+
+def longest_prefix_of(tokenizer: Any, tokens: list[int], wanted: str) -> tuple[str, list[int]]:
+    """The longest start of `tokens` whose text is a start of `wanted` (a prefill cut where
+    the tokens of a whole call break), as (text, tokens)."""
     cut = 0
     for k in range(1, len(tokens) + 1):
         text = tokenizer.decode(tokens[:k])
@@ -64,7 +70,7 @@ def forced_call_prefill(tokenizer: Any, content_prefix: str, tool_names: Sequenc
             break
         if wanted.startswith(text):
             cut = k
-    return tokenizer.decode(tokens[:cut]) if cut else "", tokens[:cut]
+    return (tokenizer.decode(tokens[:cut]) if cut else ""), tokens[:cut]
 
 
 def _not_json(word: str) -> Any:
