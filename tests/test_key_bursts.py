@@ -115,3 +115,19 @@ async def test_keys_typed_with_the_enter_that_opens_the_dialog_go_into_it():
         await until(lambda: app.session.control.calls, pilot)
         assert not isinstance(app.screen, KnobEditScreen)
     assert app.session.control.calls == [("set_knob", "temperature=0.5")]
+
+
+async def test_keys_typed_right_behind_the_slash_go_into_the_rollouts_filter():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await asyncio.wait_for(app.session.script_done.wait(), timeout=5)
+        await wait_for_charts(pilot)
+        await pilot.press("2")
+        tree = app.screen.query_one(RolloutsTree)
+        await until(lambda: len(tree.root.children) == 20, pilot)
+        # one burst: open the filter, type it, apply it (the tree must see none of these keys)
+        burst(app, "slash", *"stale", "enter")
+        field = app.screen.query_one("#rollout-filter", Input)
+        await until(lambda: len(tree.root.children) == 2, pilot)
+        assert field.value == "stale"
+        assert app.focused is tree

@@ -50,7 +50,9 @@ class RolloutsScreen(RunView):
     def action_filter(self) -> None:
         field = self.query_one("#rollout-filter", Input)
         field.add_class("-visible")
-        field.focus()
+        # Focus now, not after the keys already queued (`focus()` waits for them): keys
+        # typed right behind `/` (tmux, a paste) go into the filter, not to the tree.
+        self.set_focus(field)
         field.cursor_position = len(field.value)  # edit the filter, never replace it
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
+from textual import events
 from textual.binding import Binding
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
@@ -23,7 +24,8 @@ from textual.widgets.tree import TreeNode
 from tinker_tui.app.dashboard_rows import GroupRecord
 from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.rollout_filter import RolloutFilter
-from tinker_tui.app.textual_private import number_tree_lines
+from tinker_tui.app.textual_private import KeysInOrder, number_tree_lines
+from tinker_tui.app.widgets.in_order_keys import take_key_in_order
 from tinker_tui.app.widgets.updates import set_subtitle
 
 REASON_LABELS = {"stale": "stale", "zero_variance": "no signal", "error": "error"}
@@ -109,12 +111,19 @@ def trajectory_label(group: GroupRecord, index: int) -> Text:
     return label
 
 
-class RolloutsTree(Tree[RolloutRef]):
-    """The rollouts of the run, filtered by a `RolloutFilter` (see the module docstring)."""
+class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
+    """The rollouts of the run, filtered by a `RolloutFilter` (see the module docstring).
+
+    Its keys are taken in order (`take_key_in_order`), and `/` opens the screen's filter
+    from here, so that keys typed right behind it go into the filter."""
 
     ALLOW_MAXIMIZE = True
 
-    BINDINGS = [Binding("home", "newest", "Newest", show=False, id="newest_steps")]
+    BINDINGS = [Binding("home", "newest", "Newest", show=False, id="newest_steps"),
+                Binding("slash", "screen.filter", "Filter", id="filter")]
+
+    async def take_key(self, event: events.Key) -> None:
+        await take_key_in_order(self, event)
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("rollouts", id=id)
