@@ -33,13 +33,13 @@ from tinker_tui.engine.backend_session import BackendSession
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import RunConfig, check_knob
 from tinker_tui.engine.cost import CostMeter, Prices
+from tinker_tui.engine.evaluator import Evaluator
 from tinker_tui.engine.events import (
     DISCARD_REASONS,
     CheckpointSaved,
     CheckpointStarted,
     CommandReceived,
     DiscardReason,
-    EvalCompleted,
     EventBus,
     GroupDiscarded,
     GroupSampled,
@@ -69,7 +69,7 @@ from tinker_tui.engine.rollout_loop import (
 )
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.task import Scenario, Task, group_rollout_of, part_of
-from tinker_tui.engine.task_metrics import eval_task_metrics, step_task_metrics
+from tinker_tui.engine.task_metrics import step_task_metrics
 from tinker_tui.engine.throughput import ThroughputMeter
 from tinker_tui.engine.trajectory import Trajectory, TrajectoryError, TrajectoryGroup
 
@@ -145,8 +145,13 @@ class Pipeline:
         self._max_off = config.max_steps_off_policy
         self._workers_wanted = config.rollout_workers
         self._workers: dict[int, asyncio.Task[None]] = {}
-        self._eval_requested = False
-        self._eval_task: asyncio.Task[None] | None = None
+        #: The task's eval scenarios on the current policy, beside training (engine.evaluator).
+        self.evaluator = Evaluator(
+            task=task, client_factory=client_factory, rollouts=self.rollouts,
+            roll_out=lambda client, scenarios: self._roll_out(client, scenarios,
+                                                              summarize=False),
+            bus=bus, clock=clock, now_at=lambda: (self.step, self.policy.version),
+            stopping=lambda: self._stopping)
         # Accounting and health.
         self.meter = ThroughputMeter()
         #: Tokens and dollars per step and in total, and the budget (engine.cost).
@@ -166,7 +171,6 @@ class Pipeline:
         self._skipping = False  # the last step had no gradient (all groups zero-variance)
         self._error_rollouts = 0  # rollouts that failed since the last step
         self._rollouts_ended = 0  # rollouts that ended (succeeded or failed) since then
-        self._last_eval_step: int | None = None  # the step the latest evaluation started at
         # What a health pause does: the setting, or the front end's choice for "auto"
         # (stop without a dashboard, wait with one).
         self.on_health_pause = (config.on_health_pause if config.on_health_pause != "auto"
@@ -297,8 +301,8 @@ class Pipeline:
         if self.task.eval_scenarios is None:
             self.log("warning", f"task {self.task.name!r} has no eval scenarios; nothing to do")
             return
-        self._eval_requested = True
-        self._start_eval_if_due()
+        self.evaluator.requested = True
+        self.evaluator.start_if_due()
 
     def knobs(self) -> Mapping[str, float | int]:
         return {
@@ -349,9 +353,9 @@ class Pipeline:
         self._ensure_workers()
         reporters = [asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
                      asyncio.create_task(self._report_throughput(), name="throughput")]
-        if self.config.eval_at_start and self.task.eval_scenarios is not None:
-            self._eval_requested = True
-            self._start_eval_if_due()
+        if self.config.eval_at_start:
+            self.evaluator.ask()
+            self.evaluator.start_if_due()
         try:
             await self._train_loop()
             if (self.step >= self.config.max_steps or self.end_reason) and not self._stopping:
@@ -368,8 +372,8 @@ class Pipeline:
             self._stopping = True
             self._wake.set()
             background = list(self._workers.values()) + reporters
-            if self._eval_task is not None:
-                background.append(self._eval_task)
+            if self.evaluator.task_running is not None:
+                background.append(self.evaluator.task_running)
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
@@ -749,8 +753,8 @@ class Pipeline:
             if collapse is not None:
                 self._collapsed(collapse)
             if self.config.eval_every and self.step % self.config.eval_every == 0:
-                self._eval_requested = self.task.eval_scenarios is not None
-            self._start_eval_if_due()
+                self.evaluator.ask()
+            self.evaluator.start_if_due()
 
     def _best_checkpoint_due(self, best_before: tuple[int, float] | None) -> bool:
         """Checkpoints near the best step, for a rollback: after a step that beats the best so
@@ -791,8 +795,9 @@ class Pipeline:
             return
         name, path, state = self.checkpoints[target[0]]
         workers = list(self._workers.values())
-        if self._eval_task is not None and not self._eval_task.done():
-            workers.append(self._eval_task)
+        evaluation = self.evaluator.running()
+        if evaluation is not None:
+            workers.append(evaluation)
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
@@ -946,57 +951,17 @@ class Pipeline:
                 loop_lag_p99=self.loop_lag.percentile(99)))
 
     # ------------------------------------------------------------------ evaluator
-    def _start_eval_if_due(self) -> None:
-        """Evaluate alongside training (never blocking it); one evaluation at a time."""
-        if not self._eval_requested or self._stopping:
-            return
-        if self._eval_task is not None and not self._eval_task.done():
-            return  # the request stays pending and runs after the current evaluation
-        self._eval_requested = False
-        # Stamped now: the task starts a loop turn later, often after the next step
-        # (`eval_every` 20 read 21, 42, ...).
-        self._eval_task = asyncio.create_task(self._evaluate(self.step, self.policy.version),
-                                              name="evaluator")
-
     async def _final_eval(self) -> None:
-        """Evaluate the final policy, once, before the run ends (unless an evaluation of
-        this step already ran or is running: then wait for it)."""
+        """Evaluate the final policy, once, before the run ends (`Evaluator.final`): no new
+        rollouts first, and no other evaluation."""
         if self.task.eval_scenarios is None:
             return
-        self._stopping = True  # no new rollouts, no other evaluation
+        self._stopping = True
         self._wake.set()
         for worker in self._workers.values():
             worker.cancel()
         await asyncio.gather(*self._workers.values(), return_exceptions=True)
-        running = self._eval_task is not None and not self._eval_task.done()
-        if running and self._last_eval_step == self.step:
-            await asyncio.gather(self._eval_task, return_exceptions=True)  # type: ignore[arg-type]
-            return
-        if running:
-            self._eval_task.cancel()  # type: ignore[union-attr]  # an older step's
-            await asyncio.gather(self._eval_task, return_exceptions=True)  # type: ignore[arg-type]
-        self.log("info", f"final evaluation at step {self.step}")
-        await self._evaluate(self.step, self.policy.version)
-
-    async def _evaluate(self, step: int, version: int) -> None:
-        """Evaluate the policy of `step` (version `version`, the newest when it began)."""
-        assert self.task.eval_scenarios is not None
-        self._last_eval_step = step
-        client = self._client_factory()
-        scenarios = list(self.task.eval_scenarios())
-        results, _ = await self.rollouts.run(self._roll_out(client, scenarios, summarize=False))
-        rewards = [r.reward for r in results if isinstance(r, Trajectory)]
-        errors = len(results) - len(rewards)
-        metrics = {keys.EVAL_REWARD_MEAN: sum(rewards) / len(rewards) if rewards else float("nan"),
-                   keys.EVAL_NUM_SCENARIOS: float(len(scenarios)),
-                   keys.EVAL_ERRORS: float(errors)}
-        metrics.update(eval_task_metrics(
-            [(part_of(self.task, s)[0], r) for s, r in zip(scenarios, results, strict=True)]))
-        self._emit(EvalCompleted(time=self.clock.now(), step=step, policy_version=version,
-                                 metrics=metrics))
-        self.log("info", f"eval at step {step}: mean reward {metrics[keys.EVAL_REWARD_MEAN]:.3f} "
-                         f"over {len(rewards)} scenarios" + (f", {errors} errors" if errors else ""))
-        self._start_eval_if_due()
+        await self.evaluator.final()
 
     # ------------------------------------------------------------------ checkpoints, resume
     def resume_state(self) -> ResumeState:
