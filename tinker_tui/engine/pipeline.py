@@ -30,14 +30,13 @@ from tinker_tui.engine import faults
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.advantages import group_advantages
 from tinker_tui.engine.backend_session import BackendSession
+from tinker_tui.engine.checkpointer import Checkpointer
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import RunConfig, check_knob
 from tinker_tui.engine.cost import CostMeter, Prices
 from tinker_tui.engine.evaluator import Evaluator
 from tinker_tui.engine.events import (
     DISCARD_REASONS,
-    CheckpointSaved,
-    CheckpointStarted,
     CommandReceived,
     DiscardReason,
     EventBus,
@@ -119,16 +118,12 @@ class Pipeline:
         #: Whether the policy's weights are worth a checkpoint: the run (engine.run) keeps it
         #: False until the model is built and the supervised warm-up is done (or there is none).
         self.warmup_done = True
-        #: Awaited after a checkpoint event is published, so the store commits its row
-        #: before training goes on (the run passes the store's flush).
-        self.commit_events: Callable[[], Awaitable[None]] | None = None
         self._queue: asyncio.Queue[TrajectoryGroup | None] = asyncio.Queue()
         self._in_flight = 0
         self._held = 0  # groups the trainer holds: its partial batch, or the batch it trains
         self._paused = False
         self._pause_reason = ""
         self._stopping = False
-        self._checkpoint_requested = False
         # The trainer waits for groups (no step in progress): a checkpoint asked for while
         # paused is written at once, by `_paused_checkpoint`, which the trainer then awaits.
         self._trainer_idle = False
@@ -167,7 +162,6 @@ class Pipeline:
         self._last_failure = ""  # why the last failed group failed, for a health pause
         self._started_at = 0.0
         self._last_step_end: float | None = None
-        self._last_checkpoint_step: int | None = None
         self._skipping = False  # the last step had no gradient (all groups zero-variance)
         self._error_rollouts = 0  # rollouts that failed since the last step
         self._rollouts_ended = 0  # rollouts that ended (succeeded or failed) since then
@@ -179,8 +173,9 @@ class Pipeline:
         self.on_collapse = (config.on_collapse if config.on_collapse != "auto"
                             else health_pause_default)
         self.rollbacks = 0  # automatic rollbacks so far
-        #: Full checkpoints this run can go back to: step -> (name, path, resume state).
-        self.checkpoints: dict[int, tuple[str, str, ResumeState]] = {}
+        #: The run's full checkpoints, and the one a rollback uses (engine.checkpointer).
+        self.checkpointer = Checkpointer(config=config, policy=policy, health=self.health,
+                                         bus=bus, clock=clock)
         #: Set by the run: flush the store and reconcile it to a step (a rollback), returns
         #: what `RunStore.reconcile` returns.
         self.rewind_store: Callable[[int], Awaitable[Mapping[str, int]]] | None = None
@@ -229,7 +224,7 @@ class Pipeline:
         """After the current step; at once while paused with no step in progress (the pause
         may last: the checkpoint must not wait for the resume)."""
         self._command("checkpoint")
-        self._checkpoint_requested = True
+        self.checkpointer.requested = True
         if self._paused and self._trainer_idle and not self._stopping:
             if self._paused_checkpoint is None:
                 self.log("info", "checkpoint requested; the run is paused: writing it now")
@@ -259,7 +254,7 @@ class Pipeline:
             running = self.clock.now() - self._training_since
             return (f"waiting for step {self.step + 1}'s training call (running "
                     f"{running:.0f} s) to finish, then a checkpoint")
-        if self._last_checkpoint_step == self.step:
+        if self.checkpointer.last_step == self.step:
             return f"step {self.step} is checkpointed already"
         return f"writing a checkpoint of step {self.step}"
 
@@ -276,7 +271,7 @@ class Pipeline:
                       to_step=target[0] if target else None)
         if self._stopping:
             return
-        if target is None or target[0] not in self.checkpoints:
+        if target is None or target[0] not in self.checkpointer.table:
             self.log("warning", "nothing to roll back to: no full checkpoint of this run at or "
                                 "before its best step")
             return
@@ -285,11 +280,6 @@ class Pipeline:
                          f"x{scale:g}: {reason}")
         self._queue.put_nowait(None)  # wakes a trainer waiting for groups
         self._wake.set()
-
-    def rollback_target(self) -> tuple[int, str] | None:
-        """(step, name) of the checkpoint a rollback would go back to now, if any."""
-        target = self.health.rollback_point()
-        return target if target is not None and target[0] in self.checkpoints else None
 
     async def stop_requested(self) -> None:
         """Returns once `stop` has been called (at once if it was): the run's start-up
@@ -742,43 +732,15 @@ class Pipeline:
             best_before = self.health.best_step
             collapse = self.health.stepped(self.step, metrics[keys.REWARD_MEAN],
                                            flat_share(metrics, len(batch)))
-            if self._checkpoint_requested or (
-                    self.config.checkpoint_every
-                    and self.step % self.config.checkpoint_every == 0
-                    and self.step < self.config.max_steps):
-                await self._checkpoint("requested" if self._checkpoint_requested else "periodic")
-            elif self._best_checkpoint_due(best_before):
-                await self._checkpoint("best step so far")
-            self._keep_rollback_point()
+            why = self.checkpointer.due(self.step, best_before)
+            if why is not None:
+                await self._checkpoint(why)
+            self.checkpointer.keep_rollback_point()
             if collapse is not None:
                 self._collapsed(collapse)
             if self.config.eval_every and self.step % self.config.eval_every == 0:
                 self.evaluator.ask()
             self.evaluator.start_if_due()
-
-    def _best_checkpoint_due(self, best_before: tuple[int, float] | None) -> bool:
-        """Checkpoints near the best step, for a rollback: after a step that beats the best so
-        far, from step `checkpoint_every` on (the first steps beat it all the time), if the
-        last full checkpoint is `checkpoint_every` / 3 steps old or more (at most two steps
-        of a climb are lost to a rollback with the default 10). With `checkpoint_every`
-        below 4 the periodic checkpoints are that close to any best step already."""
-        every = self.config.checkpoint_every
-        best = self.health.best_step
-        if every < 4 or best is None or best == best_before or best[0] != self.step \
-                or self.step < every or self.step >= self.config.max_steps:
-            return False
-        last = self._last_checkpoint_step
-        return last is None or self.step - last >= max(1, every // 3)
-
-    def adopt_checkpoint(self, step: int, name: str, path: str, state: ResumeState) -> None:
-        """A full checkpoint an earlier process of this run saved (a resumed run)."""
-        self.checkpoints[step] = (name, path, state)
-        self.health.checkpointed(step, name)
-
-    def _keep_rollback_point(self) -> None:
-        """The checkpoint a rollback would use is kept by the retention policy."""
-        target = self.health.rollback_point()
-        self.policy.keep_state_step = target[0] if target else None
 
     async def _roll_back(self) -> None:
         """Go back to the rollback point (`request_rollback`): rollouts in flight and queued
@@ -788,12 +750,12 @@ class Pipeline:
         learning rate is scaled."""
         assert self._rollback_requested is not None
         reason, scale = self._rollback_requested
-        target = self.rollback_target()
+        target = self.checkpointer.rollback_target()
         if target is None:
             self._rollback_requested = None
             self.log("warning", "the rollback point is gone; not rolled back")
             return
-        name, path, state = self.checkpoints[target[0]]
+        name, path, state = self.checkpointer.table[target[0]]
         workers = list(self._workers.values())
         evaluation = self.evaluator.running()
         if evaluation is not None:
@@ -811,7 +773,7 @@ class Pipeline:
         undone = self.step - state.step
         self.restore(dataclasses.replace(state, next_group_id=max(
             state.next_group_id, int(counts.get("next_group_id", 0)), self._next_group_id)))
-        self.checkpoints = {s: c for s, c in self.checkpoints.items() if s <= state.step}
+        self.checkpointer.rewound(state.step)
         self.health.rewind(state.step)
         old = self._learning_rate
         self._learning_rate = old * scale
@@ -1002,43 +964,16 @@ class Pipeline:
                                 "random state after replaying them differs from the saved one); "
                                 "resumed positions may not be the scenarios first drawn")
         self.step = state.step
-        # A start state (no checkpoint: warm-up not done) has no checkpoint of its step yet.
-        self._last_checkpoint_step = state.step if state.warmup_done else None
+        self.checkpointer.restored(state)
         self._next_group_id = state.next_group_id
         self._position_of.clear()
         self._open.clear()
         self.warmup_done = state.warmup_done
 
     async def _checkpoint(self, why: str) -> None:
-        self._checkpoint_requested = False
-        name = f"step-{self.step:06d}"
-        if self._last_checkpoint_step == self.step:
-            if why == "requested":
-                self.log("info", f"checkpoint {name} is written already")
-            return
-        if not self.warmup_done:
-            # The weights are the base's, or part-way through the format warm-up: no resume
-            # could continue from them. A resumed run starts over and runs the warm-up.
-            self.log("info", f"no checkpoint ({why}): the format warm-up had not finished; "
-                             "a resumed run starts over and runs it")
-            return
-        self._last_checkpoint_step = self.step
-        state = self.resume_state()
-        self._emit(CheckpointStarted(time=self.clock.now(), step=self.step, kind="state",
-                                     name=name))
-        # Ordered by step for the retention policy (a step without gradient makes no new
-        # version), as a resumed run's adopted checkpoints are.
-        path = await self.policy.save_state(name, step=self.step)
-        faults.hit("checkpoint", state.step)
-        # Confirmed once this row is committed (with the resume state, in one row).
-        self._emit(CheckpointSaved(time=self.clock.now(), step=state.step, kind="state",
-                                   name=name, path=path, resume_state=state.as_dict()))
-        self.checkpoints[state.step] = (name, path, state)
-        self.health.checkpointed(state.step, name)
-        self._keep_rollback_point()
-        if self.commit_events is not None:
-            await self.commit_events()
-        self.log("info", f"checkpoint {name} saved ({why}): {path}")
+        """A full checkpoint of the current step (`Checkpointer.write`)."""
+        await self.checkpointer.write(self.step, why, self.resume_state,
+                                      warmup_done=self.warmup_done)
 
 
 def _describe(error: BaseException) -> str:

@@ -286,7 +286,7 @@ class Run:
                                       publish=self.events.publish, clock=self.clock)
         for handler in trackers.handlers():
             self.events.subscribe(handler)
-        self.pipeline.commit_events = store.flush
+        self.pipeline.checkpointer.commit_events = store.flush
 
         async def rewind_store(step: int) -> Mapping[str, int]:  # a rollback, as a resume does
             await store.flush()
@@ -413,7 +413,7 @@ class Run:
         # The checkpoints kept up to here are rollback points too (engine.health).
         for kept in await self._resume_points(store):
             if kept["step"] <= step:
-                self.pipeline.adopt_checkpoint(kept["step"], kept["name"], kept["path"],
+                self.pipeline.checkpointer.adopt(kept["step"], kept["name"], kept["path"],
                                                ResumeState.from_dict(kept["resume_state"]))
         self._log("info", f"resuming run {self.run_id} from {where}: "
                           f"{counts['steps_removed']} later step(s) undone, "
