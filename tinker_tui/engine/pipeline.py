@@ -12,7 +12,9 @@ member of its group: the group trains with the others if at least `min_group_siz
 left, else it is discarded as an error. Advantages are computed when a group is sampled
 (`engine.advantages`), and the step's metrics include what the task reported
 (`engine.task_metrics`). When the run reaches `max_steps` the task's eval scenarios are
-evaluated once more, at that final step.
+evaluated once more, at that final step. The evaluation itself is `engine.evaluator`'s, and
+writing checkpoints and picking a rollback's target `engine.checkpointer`'s: the pipeline
+decides when, and orchestrates.
 """
 
 from __future__ import annotations
