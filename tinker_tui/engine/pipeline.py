@@ -41,6 +41,7 @@ from tinker_tui.engine.events import (
     DISCARD_REASONS,
     CommandReceived,
     DiscardReason,
+    Event,
     EventBus,
     GroupDiscarded,
     GroupSampled,
@@ -321,7 +322,7 @@ class Pipeline:
         self._wake.set()
 
     # ------------------------------------------------------------------ events
-    def _emit(self, event: Any) -> None:
+    def _emit(self, event: Event) -> None:
         self.bus.publish(event)
 
     def log(self, level: str, message: str) -> None:
