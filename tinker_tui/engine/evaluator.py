@@ -100,7 +100,10 @@ class Evaluator:
                                        metrics=metrics))
         self._log("info", f"eval at step {step}: mean reward {metrics[keys.EVAL_REWARD_MEAN]:.3f} "
                           f"over {len(rewards)} scenarios" + (f", {errors} errors" if errors else ""))
-        self.start_if_due()
+        # A request made meanwhile starts once this task is done: called from inside it,
+        # `start_if_due` saw it running and left the request for the next step (never, while
+        # the run is paused).
+        asyncio.get_running_loop().call_soon(self.start_if_due)
 
     def _log(self, level: str, message: str) -> None:
         self.bus.publish(LogEmitted(time=self.clock.now(), level=level, message=message))
