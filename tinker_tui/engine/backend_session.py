@@ -511,7 +511,7 @@ class BackendSession:
 
     # ------------------------------------------------------------------ sampling
     def available_versions(self) -> list[int]:
-        """BackendSession versions that can be sampled: loaded, or saved as sampler weights."""
+        """Policy versions that can be sampled: loaded, or saved as sampler weights."""
         saved = {c.step for c in self.checkpoints if c.kind == "sampler"}
         return sorted(set(self._samplers) | saved)
 
