@@ -48,6 +48,7 @@ from tinker_tui.engine.loop_lag import LoopLagMonitor
 
 if TYPE_CHECKING:
     from tinker_tui.engine.backend_session import BackendSession
+    from tinker_tui.engine.server.handler import PolicySource
 
 T = TypeVar("T")
 
@@ -281,7 +282,7 @@ class RolloutLoop(Protocol):
 
     async def run(self, coro: Coroutine[Any, Any, T]) -> T: ...
 
-    def policy_for_server(self, policy: Any) -> Any: ...
+    def policy_for_server(self, policy: BackendSession) -> PolicySource: ...
 
 
 class SameLoop:
@@ -295,7 +296,7 @@ class SameLoop:
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return await coro
 
-    def policy_for_server(self, policy: Any) -> Any:
+    def policy_for_server(self, policy: BackendSession) -> PolicySource:
         return policy
 
     async def close(self, timeout: float = CLOSE_TIMEOUT, *,
@@ -479,7 +480,7 @@ class RolloutThread:
                                                 _Mailbox(caller_loop, after_turn=True))
         return box
 
-    def policy_for_server(self, policy: Any) -> Any:
+    def policy_for_server(self, policy: BackendSession) -> PolicySource:
         """The policy as a server on this loop must see it (see `EngineLoopPolicy`)."""
         assert self.engine_loop is not None, "start() first"
         return EngineLoopPolicy(policy, self.engine_loop)
