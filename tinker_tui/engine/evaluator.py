@@ -23,12 +23,12 @@ from tinker_tui.engine.trajectory import Trajectory
 
 #: Rolls out scenarios with a client, one rollout each, together, on the rollout loop (the
 #: pipeline's, so a rollout is checked and bounded by `rollout_timeout` the same way in both).
-RollOut = Callable[[Any, list[Scenario]], Coroutine[
+RollOut = Callable[[object, list[Scenario]], Coroutine[
     Any, Any, tuple[list[Trajectory | BaseException], tuple[TrajectorySummary, ...]]]]
 
 
 class Evaluator:
-    def __init__(self, *, task: Task, client_factory: Callable[[], Any], rollouts: RolloutLoop,
+    def __init__(self, *, task: Task, client_factory: Callable[[], object], rollouts: RolloutLoop,
                  roll_out: RollOut, bus: EventBus, clock: Clock,
                  now_at: Callable[[], tuple[int, int]], stopping: Callable[[], bool]) -> None:
         self.task = task

@@ -87,7 +87,7 @@ class Pipeline:
         config: RunConfig,
         task: Task,
         policy: BackendSession,
-        client_factory: Callable[[], Any],
+        client_factory: Callable[[], object],
         model_name: str,
         bus: EventBus,
         clock: Clock,
@@ -104,6 +104,7 @@ class Pipeline:
         self.bus = bus
         self.clock = clock
         self.step = start_step
+        # What each rollout is handed (the run's OpenAI client): opaque to the engine.
         self._client_factory = client_factory
         # Where the rollouts run (engine.rollout_loop); this object's own state, its events
         # and the trainer stay on the loop that runs `run()`.
@@ -463,7 +464,7 @@ class Pipeline:
         self.log("error", str(error))
         self.stop("the task's scenarios failed")
 
-    async def _sample_group(self, client: Any, group_id: int,
+    async def _sample_group(self, client: object, group_id: int,
                             scenario: Scenario) -> TrajectoryGroup | None:
         faults.hit("rollout", self.step + 1)
         started = self.clock.now()
@@ -548,7 +549,7 @@ class Pipeline:
         self.log(level, f"rollout of scenario {scenario.id} failed ({len(errors)}/{members}, "
                         f"{outcome}): {where}")
 
-    async def _roll_out(self, client: Any, scenarios: list[Scenario], *, summarize: bool = True
+    async def _roll_out(self, client: object, scenarios: list[Scenario], *, summarize: bool = True
                         ) -> tuple[list[Trajectory | BaseException], tuple[TrajectorySummary, ...]]:
         """Runs on the rollout loop: the rollouts of `scenarios` (one each, together) and the
         summaries of those that succeeded, in order, for `GroupSampled` (decoding text is
@@ -578,7 +579,7 @@ class Pipeline:
                                  num_tokens=trajectory.num_tokens, messages=messages,
                                  metrics=dict(trajectory.metrics))
 
-    async def _rollout(self, client: Any, scenario: Scenario) -> Trajectory:
+    async def _rollout(self, client: object, scenario: Scenario) -> Trajectory:
         """One rollout, checked; `_roll_out` bounds it by `rollout_timeout`."""
         assert self.task.rollout is not None  # check_task: a rollout, or a group_rollout
         trajectory = await self.task.rollout(client, self.model_name, scenario)
