@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from tinker_tui.engine import faults
-from tinker_tui.engine.backend_session import BackendSession
+from tinker_tui.engine.backend_session import BackendSession, checkpoint_name
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import CheckpointSaved, CheckpointStarted, EventBus, LogEmitted
@@ -70,7 +70,7 @@ class Checkpointer:
         """Write the checkpoint of `step` (unless it is written already, or the weights are
         not worth one); `resume_state` is taken before the first await."""
         self.requested = False
-        name = f"step-{step:06d}"
+        name = checkpoint_name(step)
         if self.last_step == step:
             if why == "requested":
                 self._log("info", f"checkpoint {name} is written already")
