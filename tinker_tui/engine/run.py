@@ -55,6 +55,7 @@ from tinker_tui.engine.task import Task
 from tinker_tui.engine.trackers import TrackerFeeds, with_tracker_ids
 
 if TYPE_CHECKING:
+    import openai
     import tinker
 
     from tinker_tui.engine.server import PolicyServer
@@ -110,7 +111,7 @@ class Run:
         self._service_client = service_client
         self.policy: BackendSession | None = None
         self.server: PolicyServer | None = None
-        self._openai: Any = None
+        self._openai: openai.AsyncOpenAI | None = None
         # The rollouts, the openai client and the policy server run on a loop of their own
         # (engine.rollout_loop) so they never starve the trainer, the store writer or the
         # control endpoint; `rollout_thread=False` keeps them on this loop (for comparison).
@@ -150,7 +151,7 @@ class Run:
                                          on_event=self.events.publish, clock=self.clock)
         return self.policy
 
-    def _client(self) -> Any:
+    def _client(self) -> openai.AsyncOpenAI:
         """One shared OpenAI client (and connection pool) for every worker."""
         assert self._openai is not None
         return self._openai

@@ -17,7 +17,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -44,6 +44,9 @@ from tinker_tui.engine.server.handler import (
     usage,
 )
 from tinker_tui.engine.server.schema import ChatCompletionRequest, RequestError, validation_error
+
+if TYPE_CHECKING:
+    import openai
 
 logger = logging.getLogger(__name__)
 
@@ -239,7 +242,7 @@ class PolicyServer:
                               coalescer=self.coalescer)
         self._server = LoopbackServer(self.app, name="policy-server",
                                       request_timeout=request_timeout)
-        self._clients: list[Any] = []
+        self._clients: list[openai.AsyncOpenAI] = []
 
     @property
     def port(self) -> int | None:
@@ -271,7 +274,7 @@ class PolicyServer:
         finally:
             await self._server.stop()
 
-    def client(self) -> Any:
+    def client(self) -> openai.AsyncOpenAI:
         """An `openai.AsyncOpenAI` client pointed at this server, with the run's token;
         closed when the server stops."""
         import openai
