@@ -40,7 +40,7 @@ class Evaluator:
         self._now_at = now_at  # (step, policy version) now
         self._stopping = stopping
         self.requested = False
-        self.task_running: asyncio.Task[None] | None = None
+        self.task_running: asyncio.Task[None] | None = None  # the latest one, done or not
         self.last_step: int | None = None  # the step the latest evaluation started at
 
     @property
