@@ -33,6 +33,7 @@ class RecordingPolicy:
 
     renderer = None
     version = 3
+    end_tokens = ()
 
     def __init__(self, delay: float = 0.0) -> None:
         self.calls: list[tuple[tuple[int, ...], int, int | None, int | None]] = []

@@ -26,6 +26,7 @@ from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
 
 from tinker_tui.engine.backend_session import BackendSession
 from tinker_tui.engine.local import LocalServiceClient
+from tinker_tui.engine.rollout_loop import RolloutThread
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server import PolicyServer
 from tinker_tui.engine.trajectory import SampledTurn, trajectory_to_datum_arrays
@@ -193,3 +194,28 @@ async def test_qwen3_format_end_to_end(served) -> None:
     policy.sampling_client = Scripted(tokenizer, "x<|im_end|>")
     rendered = await client.chat.completions.create(model="policy", messages=plain)
     assert rendered.choices[0].model_extra["prompt_token_ids"] == _template(tokenizer, plain)
+
+    # the same end token through a server on the rollout thread, as a run serves it (the
+    # engine-loop view of the policy passed on no end tokens: only <|im_end|> ended a sample)
+    scripted = Scripted(tokenizer, "ok<|endoftext|>and more")
+    policy.sampling_client = scripted
+    rollouts = RolloutThread()
+    await rollouts.start()
+
+    async def ask_on_the_rollout_thread():
+        threaded = PolicyServer(rollouts.policy_for_server(policy), model_name="policy",
+                                defaults=SamplingDefaults(max_tokens=8))
+        await threaded.start()
+        try:
+            return await threaded.client().chat.completions.create(model="policy",
+                                                                   messages=QUESTION)
+        finally:
+            await threaded.stop()
+
+    try:
+        ended = await rollouts.run(ask_on_the_rollout_thread())
+    finally:
+        await rollouts.close()
+    assert set(scripted.params[0].stop) == {IM_END, ENDOFTEXT}
+    assert ended.choices[0].message.content == "ok"
+    assert ended.choices[0].model_extra["token_ids"][-1] == ENDOFTEXT

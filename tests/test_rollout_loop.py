@@ -279,6 +279,7 @@ class ThreadRecordingPolicy:
 
     renderer = object()
     version = 7
+    end_tokens = [151643, 151645]  # the model's own, besides its renderer's stops
 
     def __init__(self):
         self.threads = []
@@ -305,13 +306,14 @@ async def test_the_server_reaches_the_policy_only_on_the_engine_loop():
         async def as_the_server():
             sampled = await view.sample("prompt", 3, None, top_logprobs=2)
             versions = view.available_versions()  # waits one hop for the engine loop
-            return sampled, versions, view.version, view.renderer
+            return sampled, versions, view.version, view.renderer, view.end_tokens
 
-        sampled, versions, version, renderer = await rollouts.run(as_the_server())
+        sampled, versions, version, renderer, ends = await rollouts.run(as_the_server())
     finally:
         await rollouts.close()
     assert sampled == (("response", "prompt", 3, 2), 7)
     assert versions == [5, 6, 7] and version == 7 and renderer is policy.renderer
+    assert list(ends) == policy.end_tokens
     assert policy.threads == [threading.get_ident()] * 2
 
 

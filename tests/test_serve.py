@@ -272,6 +272,8 @@ async def test_without_the_token_everything_is_401_and_no_process_starts(tmp_pat
                 assert response.status == 200
                 page = await response.text()
                 cookie = response.headers["Set-Cookie"]
+                # the token in the address is never passed on to another site
+                assert response.headers.get("Referrer-Policy") == "no-referrer"
             assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
             assert f'data-session-websocket-url="ws://127.0.0.1:{served.port}/ws/{run_id}"' \
                 in page

@@ -266,6 +266,7 @@ class NativePolicy:
         self.tokenizer = CharTokenizer()
         self.renderer = get_renderer("qwen3_instruct", self.tokenizer)
         self.version = 0
+        self.end_tokens = ()
         self.sampler = ScriptedSampler(self.tokenizer, replies)
 
     async def sample(self, prompt, num_samples, sampling_params, *, version=None,

@@ -215,7 +215,7 @@ class WebServer:
                                       quote=True),
             font_size=font_size, back=back)
         return web.Response(text=page, content_type="text/html", headers={
-            "Cache-Control": "no-store", "Referrer-BackendSession": "no-referrer"})
+            "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
 
     def picker_page(self, rows: list[dict[str, Any]]) -> web.Response:
         """The store's runs, newest first, each a link to its dashboard."""
@@ -230,7 +230,7 @@ class WebServer:
         page = PICKER_PAGE.format(title=html.escape(self.title), count=len(rows), head=head,
                                   rows="\n".join(lines), refresh=PICKER_REFRESH)
         return web.Response(text=page, content_type="text/html", headers={
-            "Cache-Control": "no-store", "Referrer-BackendSession": "no-referrer"})
+            "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
 
     def full(self) -> web.Response:
         return web.Response(status=503, text=f"503: {len(self.viewers)} viewers already "

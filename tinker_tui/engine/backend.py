@@ -14,9 +14,14 @@ import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_tui.engine.errors import UsageError
+
+if TYPE_CHECKING:
+    import tinker
+
+    from tinker_tui.engine.backend_client import ServiceClient
 
 
 class BackendError(UsageError, RuntimeError):
@@ -95,7 +100,7 @@ def check_base_model(backend: str, base_model: str) -> None:
             raise BackendError(problem)
 
 
-def make_service_client(backend: str, checkpoint_dir: Path) -> Any:
+def make_service_client(backend: str, checkpoint_dir: Path) -> ServiceClient:
     """The backend's service client. `tinker.ServiceClient()` builds no connection: its
     session is made on first use (see `engine.blocking`)."""
     if backend == "tinker":
@@ -107,7 +112,7 @@ def make_service_client(backend: str, checkpoint_dir: Path) -> Any:
     return LocalServiceClient(checkpoint_dir=checkpoint_dir)
 
 
-def rest_client() -> Any:
+def rest_client() -> tinker.RestClient:
     """A `tinker.RestClient` for the service and key the environment names now.
 
     The SDK keeps one REST connection set per process for each (base URL, API key) *as
@@ -123,19 +128,19 @@ def rest_client() -> Any:
                              api_key=os.environ.get("TINKER_API_KEY") or None)
 
 
-def is_tinker_sdk(service_client: Any) -> bool:
+def is_tinker_sdk(service_client: object) -> bool:
     """Whether this is the real SDK's client (which talks to a service over HTTP)."""
     import tinker
 
     return isinstance(service_client, tinker.ServiceClient)
 
 
-def backend_label(service_client: Any) -> str:
+def backend_label(service_client: object) -> str:
     """How waits and errors name the backend."""
     return "Tinker" if is_tinker_sdk(service_client) else "local backend"
 
 
-def service_address(service_client: Any) -> str:
+def service_address(service_client: object) -> str:
     """The URL the SDK talks to (its argument, else TINKER_BASE_URL, else production)."""
     from tinker.lib.base_url import resolve_base_url
 
@@ -153,12 +158,11 @@ async def context_length_of(backend: str, base_model: str) -> int | None:
         from tinker_tui.engine.local.model import max_context_of
 
         return await asyncio.to_thread(max_context_of, base_model)
-    import tinker
 
     from tinker_tui.engine.blocking import sdk_call
 
     # The SDK's way: a RestClient, which needs no session (ServiceClient's method is deprecated).
-    rest: Any = await sdk_call(rest_client)
+    rest: tinker.RestClient = await sdk_call(rest_client)
     capabilities: tinker.types.GetServerCapabilitiesResponse = (
         await rest.get_server_capabilities())
     for model in capabilities.supported_models:

@@ -47,7 +47,15 @@ from tinker_tui.engine.backend import (
     rest_client,
     service_address,
 )
-from tinker_tui.engine.backend_client import ClosesSession, KeepsCheckpointsHere, SamplesConstrained
+from tinker_tui.engine.backend_client import (
+    ClosesSession,
+    KeepsCheckpointsHere,
+    RemovesCheckpoints,
+    SamplesConstrained,
+    SamplingClient,
+    ServiceClient,
+    TrainingClient,
+)
 from tinker_tui.engine.blocking import on_daemon_thread, sdk_call
 from tinker_tui.engine.cost import TokenUsage
 from tinker_tui.engine.errors import DiskFull, TinkerTuiError
@@ -173,8 +181,8 @@ class _Publish:
 
     version: int
     name: str
-    snapshot: Any
-    saved: Any
+    snapshot: Awaitable[SamplingClient]
+    saved: Awaitable[tinker.types.SaveWeightsForSamplerResponse] | None
     started: float
 
 
@@ -183,7 +191,7 @@ class BackendSession:
 
     def __init__(
         self,
-        service_client: Any,
+        service_client: ServiceClient,
         *,
         base_model: str,
         lora_rank: int = 32,
@@ -204,7 +212,7 @@ class BackendSession:
         on_event: Callable[[Event], None] | None = None,
         clock: Clock | None = None,
         backend: str | None = None,
-        rest_client: Any = None,
+        rest_client: RemovesCheckpoints | None = None,
     ) -> None:
         self.service_client = service_client
         self.base_model = base_model
@@ -221,13 +229,13 @@ class BackendSession:
         self.sampler_clients_to_keep = max(1, sampler_clients_to_keep)
         self.kl_penalty_coef = kl_penalty_coef
         #: The base model's sampling client, the KL penalty's reference (when it is on).
-        self.reference: Any = None
+        self.reference: SamplingClient | None = None
         self.retry = retry or RetryPolicy()
         self.on_event = on_event
         self.clock = clock
         self.version = 0
-        self.training_client: Any = None
-        self.sampling_client: Any = None
+        self.training_client: TrainingClient | None = None
+        self.sampling_client: SamplingClient | None = None
         self.renderer: Any = None
         #: Every end token the model declares (`engine.folder_renderer.declared_end_tokens`).
         self.end_tokens: list[int] = []
@@ -237,10 +245,10 @@ class BackendSession:
         #: The step of a full checkpoint the retention policy keeps (the run's rollback point).
         self.keep_state_step: int | None = None
         self.rewinds = 0  # rollbacks so far (names their sampler weights apart)
-        self._samplers: OrderedDict[int, Any] = OrderedDict()
+        self._samplers: OrderedDict[int, SamplingClient] = OrderedDict()
         self._loaded_from: dict[int, str] = {}  # version -> path its cached client was loaded from
         #: What deletes old checkpoints: a tinker.RestClient (made on first use), or by path.
-        self._rest: Any = rest_client
+        self._rest: RemovesCheckpoints | None = rest_client
         self.tinker_sdk = is_tinker_sdk(service_client)
         #: How waits name the backend ("Tinker", "local backend").
         self.backend_label = backend or backend_label(service_client)
@@ -261,9 +269,10 @@ class BackendSession:
         self._pending_save: _Publish | None = None
 
     @classmethod
-    def from_config(cls, service_client: Any, config: RunConfig, *,
+    def from_config(cls, service_client: ServiceClient, config: RunConfig, *,
                     on_event: Callable[[Event], None] | None = None,
-                    clock: Clock | None = None, rest_client: Any = None) -> BackendSession:
+                    clock: Clock | None = None,
+                    rest_client: RemovesCheckpoints | None = None) -> BackendSession:
         """A policy with every backend setting of a `RunConfig`."""
         from tinker_tui.engine.config import parse_loss_fn_config
 
@@ -385,6 +394,12 @@ class BackendSession:
                 self.watch.uninstall()
                 self.watch.on_notice = None
 
+    def _training(self) -> TrainingClient:
+        """The training client; `start` makes it."""
+        if self.training_client is None:
+            raise RuntimeError("the backend session is not started (call start first)")
+        return self.training_client
+
     def _adam(self, learning_rate: float) -> tinker.AdamParams:
         return tinker.AdamParams(learning_rate=learning_rate, **self.adam)
 
@@ -406,7 +421,7 @@ class BackendSession:
                 "create training client from state", lambda _: sdk_call(
                     service.create_training_client_from_state_with_optimizer, from_state),
                 abandon_on_stop=True)
-        training = self.training_client
+        training = self._training()
         self.session_id = _sdk_session_id(service, training) if self.tinker_sdk else ""
         if self.session_id and self.on_event is not None:
             from tinker_tui.engine.events import BackendSessionOpened
@@ -437,7 +452,7 @@ class BackendSession:
         """Submit the snapshot of the weights as sampler `version` (and their save, if due)
         without awaiting either: submitted after a step's optim_step they hold its weights
         (the service runs a model's requests in order) and share its clock cycle."""
-        training = self.training_client
+        training = self._training()
         name = checkpoint_name(version, suffix)
         every = self.sampler_checkpoint_every
         started = time.perf_counter()
@@ -457,7 +472,7 @@ class BackendSession:
     async def _finish_publish(self, publish: _Publish) -> None:
         """Await the snapshot and make it the current sampler. The named save's outcome is
         kept pending (`settle_sampler_save`): nothing waits for it but its record."""
-        training = self.training_client
+        training = self._training()
         client = await self._call("publish weights", lambda attempt: publish.snapshot
                                   if attempt == 1
                                   else training.save_weights_and_get_sampling_client())
@@ -479,11 +494,11 @@ class BackendSession:
         publish, self._pending_save = self._pending_save, None
         if publish is None or publish.saved is None:
             return
-        training = self.training_client
-        name = publish.name
+        training = self._training()
+        name, saved = publish.name, publish.saved
         try:
             response = await self._call(
-                "save sampler weights", lambda attempt: publish.saved if attempt == 1
+                "save sampler weights", lambda attempt: saved if attempt == 1
                 else training.save_weights_for_sampler(f"{name}-retry{attempt}"))
         except DiskFull:
             raise  # every later write fails too: stop now, saying why
@@ -496,11 +511,11 @@ class BackendSession:
 
     # ------------------------------------------------------------------ sampling
     def available_versions(self) -> list[int]:
-        """BackendSession versions that can be sampled: loaded, or saved as sampler weights."""
+        """Policy versions that can be sampled: loaded, or saved as sampler weights."""
         saved = {c.step for c in self.checkpoints if c.kind == "sampler"}
         return sorted(set(self._samplers) | saved)
 
-    async def sampling_client_for(self, version: int) -> Any:
+    async def sampling_client_for(self, version: int) -> SamplingClient:
         """The sampling client of an earlier (or the current) policy version."""
         client = self._samplers.get(version)
         if client is not None:
@@ -537,10 +552,13 @@ class BackendSession:
         version that produced it. `constraint` (with the text it starts from) keeps the
         samples' text within a shape where the backend samples in this process (the local
         backend's `sample_constrained`); elsewhere it is not applied."""
+        client: SamplingClient | None
         if version is None or version == self.version:
             client, version = self.sampling_client, self.version
         else:
             client = await self.sampling_client_for(version)
+        if client is None:
+            raise RuntimeError("the backend session is not started (call start first)")
         extra = {"topk_sample_logprobs": top_logprobs} if top_logprobs else {}
         constrained = client.sample_constrained \
             if constraint is not None and isinstance(client, SamplesConstrained) else None
@@ -552,7 +570,7 @@ class BackendSession:
                 prompt=prompt, num_samples=num_samples, sampling_params=sampling_params,
                 **extra))
         self.usage.add_sample(prompt.length, num_samples,
-                              int(getattr(response, "prompt_cache_hit_tokens", 0) or 0),
+                              response.prompt_cache_hit_tokens or 0,
                               sum(len(s.tokens) for s in response.sequences))
         return response, version
 
@@ -591,6 +609,8 @@ class BackendSession:
         every Datum's sequence from its first sampled token on."""
         started = time.perf_counter()
         reference = self.reference
+        if reference is None:
+            raise RuntimeError("no KL reference: the session was started without the penalty")
         inputs = [d.model_input.to_ints() for d in datums]
         targets = [d.loss_fn_inputs["target_tokens"].tolist() for d in datums]
         sampled = [d.loss_fn_inputs["logprobs"].tolist() for d in datums]
@@ -631,14 +651,17 @@ class BackendSession:
         if self.kl_penalty_coef > 0 and self.reference is not None and datums:
             batch = datums if isinstance(datums, DatumBatch) else DatumBatch(datums)
             datums, kl_metrics = await self.apply_kl_penalty(batch)
-        training = self.training_client
+        training = self._training()
         config = self.loss_fn_config or None
         # The whole step is submitted before any of it is awaited: forward_backward,
         # optim_step and the next sampler's snapshot (and save) run in one of the service's
         # clock cycles. Neither fb nor optim is retried: a step must not be applied twice
         # (and a failed one poisons the client).
         started = time.perf_counter()
-        fb_future = training.forward_backward(datums, loss_fn, config)
+        # RunConfig allows only LOSS_FNS, each a loss the SDK names (config.py does not
+        # import the SDK, so its setting is a plain str).
+        fb_future = training.forward_backward(datums, cast("tinker.types.LossFnType", loss_fn),
+                                              config)
         optim_future = training.optim_step(self._adam(learning_rate))
         publish = self._submit_publish(self.version + 1)
         num_tokens = sum(d.model_input.length for d in datums)
@@ -652,7 +675,7 @@ class BackendSession:
                    keys.FORWARD_BACKWARD_TIME: fb_done - started,
                    keys.OPTIM_STEP_TIME: optim_done - fb_done,
                    keys.PUBLISH_WEIGHTS_TIME: time.perf_counter() - optim_done}
-        grad_norm = (getattr(optim, "metrics", None) or {}).get("grad_norm:mean")
+        grad_norm = (optim.metrics or {}).get("grad_norm:mean")
         if grad_norm is not None:  # where the backend reports it
             metrics[keys.GRAD_NORM] = float(grad_norm)
         if isinstance(datums, DatumBatch):  # how they were built
@@ -686,7 +709,7 @@ class BackendSession:
                                   learning_rate: float) -> float:
         """One cross-entropy step on `supervised_datums`; returns the summed loss. No new
         policy version (call `publish` when done)."""
-        training = self.training_client
+        training = self._training()
         fb_future = training.forward_backward(list(datums), "cross_entropy")
         optim_future = training.optim_step(self._adam(learning_rate))
         self.usage.add_trained(sum(d.model_input.length for d in datums))
@@ -698,7 +721,7 @@ class BackendSession:
                                   metadata: Mapping[str, str] | None = None) -> str:
         """Save weights and optimizer state without recording a run checkpoint (no
         retention, not a resume point); returns its path."""
-        training = self.training_client
+        training = self._training()
         response = await self._call("save state", lambda attempt: training.save_state(
             name, overwrite=attempt > 1, user_metadata=dict(metadata or {})))
         return str(response.path)
@@ -706,7 +729,7 @@ class BackendSession:
     async def load_training_state(self, path: str) -> None:
         """Replace the training client's weights and optimizer state with a saved state of
         the same model (no new policy version: call `publish`)."""
-        training = self.training_client
+        training = self._training()
         await self._call("load state", lambda _: training.load_state_with_optimizer(path),
                          retry=False)
 
@@ -720,7 +743,7 @@ class BackendSession:
 
         `step` (default: the current policy version) orders it for the retention policy."""
         await self.settle_sampler_save()  # recorded in the order they were saved
-        training = self.training_client
+        training = self._training()
         response = await self._call("save state", lambda attempt: training.save_state(
             name, overwrite=attempt > 1))
         await self._record_checkpoint(CheckpointRecord(
@@ -767,7 +790,7 @@ class BackendSession:
                 self._loaded_from.pop(old.step, None)
             await self._delete(old)
 
-    async def _remover(self) -> Any:
+    async def _remover(self) -> RemovesCheckpoints | None:
         """What deletes checkpoints: the local backend's folders by path, or a
         `tinker.RestClient` (its constructor fetches the service's config: off the loop)."""
         if self._rest is None:
@@ -803,21 +826,21 @@ class BackendSession:
                                             name=record.name, path=record.path))
 
 
-def _sdk_session_id(service_client: Any, training_client: Any) -> str:
+def _sdk_session_id(service_client: ServiceClient, training_client: TrainingClient) -> str:
     """The SDK's session id: its session holder's (no public accessor in 0.38), else the
     prefix of the training model's id, which the SDK derives as `<session>:train:<n>`."""
     session = tinker_private.session_id(service_client)
     if session:
         return session
-    model_id = str(getattr(training_client, "model_id", "") or "")
+    model_id = str(training_client.model_id or "")
     return model_id.split(":train:")[0] if ":train:" in model_id else ""
 
 
-def _own_tokenizer(training_client: Any) -> Any:
+def _own_tokenizer(training_client: TrainingClient) -> Any:
     return training_client.get_tokenizer()
 
 
-def _sdk_tokenizer(training_client: Any) -> Any:
+def _sdk_tokenizer(training_client: TrainingClient) -> Any:
     from tinker_tui.engine.hub_tokenizer import load_tokenizer
 
     return load_tokenizer(training_client)

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_tui.engine.errors import TinkerTuiError
+
+if TYPE_CHECKING:
+    from tinker_tui.engine.backend_client import TrainingClient
 
 #: Seconds the hub may take to answer before it counts as unreachable.
 PROBE_TIMEOUT = 5.0
@@ -67,7 +70,7 @@ def _prefetch_advice(repo: str, cache: str) -> str:
             f"copy the cache here), then run with HF_HUB_OFFLINE=1")
 
 
-def load_tokenizer(training_client: Any) -> Any:
+def load_tokenizer(training_client: TrainingClient) -> Any:
     """The tokenizer of a tinker `TrainingClient`'s model (see the module docstring)."""
     from huggingface_hub import constants
 

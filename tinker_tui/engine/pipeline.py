@@ -12,7 +12,9 @@ member of its group: the group trains with the others if at least `min_group_siz
 left, else it is discarded as an error. Advantages are computed when a group is sampled
 (`engine.advantages`), and the step's metrics include what the task reported
 (`engine.task_metrics`). When the run reaches `max_steps` the task's eval scenarios are
-evaluated once more, at that final step.
+evaluated once more, at that final step. The evaluation itself is `engine.evaluator`'s, and
+writing checkpoints and picking a rollback's target `engine.checkpointer`'s: the pipeline
+decides when, and orchestrates.
 """
 
 from __future__ import annotations
@@ -30,16 +32,16 @@ from tinker_tui.engine import faults
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.advantages import group_advantages
 from tinker_tui.engine.backend_session import BackendSession
+from tinker_tui.engine.checkpointer import Checkpointer
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import RunConfig, check_knob
 from tinker_tui.engine.cost import CostMeter, Prices
+from tinker_tui.engine.evaluator import Evaluator
 from tinker_tui.engine.events import (
     DISCARD_REASONS,
-    CheckpointSaved,
-    CheckpointStarted,
     CommandReceived,
     DiscardReason,
-    EvalCompleted,
+    Event,
     EventBus,
     GroupDiscarded,
     GroupSampled,
@@ -69,7 +71,7 @@ from tinker_tui.engine.rollout_loop import (
 )
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.task import Scenario, Task, group_rollout_of, part_of
-from tinker_tui.engine.task_metrics import eval_task_metrics, step_task_metrics
+from tinker_tui.engine.task_metrics import step_task_metrics
 from tinker_tui.engine.throughput import ThroughputMeter
 from tinker_tui.engine.trajectory import Trajectory, TrajectoryError, TrajectoryGroup
 
@@ -85,7 +87,7 @@ class Pipeline:
         config: RunConfig,
         task: Task,
         policy: BackendSession,
-        client_factory: Callable[[], Any],
+        client_factory: Callable[[], object],
         model_name: str,
         bus: EventBus,
         clock: Clock,
@@ -102,6 +104,7 @@ class Pipeline:
         self.bus = bus
         self.clock = clock
         self.step = start_step
+        # What each rollout is handed (the run's OpenAI client): opaque to the engine.
         self._client_factory = client_factory
         # Where the rollouts run (engine.rollout_loop); this object's own state, its events
         # and the trainer stay on the loop that runs `run()`.
@@ -119,16 +122,12 @@ class Pipeline:
         #: Whether the policy's weights are worth a checkpoint: the run (engine.run) keeps it
         #: False until the model is built and the supervised warm-up is done (or there is none).
         self.warmup_done = True
-        #: Awaited after a checkpoint event is published, so the store commits its row
-        #: before training goes on (the run passes the store's flush).
-        self.commit_events: Callable[[], Awaitable[None]] | None = None
         self._queue: asyncio.Queue[TrajectoryGroup | None] = asyncio.Queue()
         self._in_flight = 0
         self._held = 0  # groups the trainer holds: its partial batch, or the batch it trains
         self._paused = False
         self._pause_reason = ""
         self._stopping = False
-        self._checkpoint_requested = False
         # The trainer waits for groups (no step in progress): a checkpoint asked for while
         # paused is written at once, by `_paused_checkpoint`, which the trainer then awaits.
         self._trainer_idle = False
@@ -145,8 +144,13 @@ class Pipeline:
         self._max_off = config.max_steps_off_policy
         self._workers_wanted = config.rollout_workers
         self._workers: dict[int, asyncio.Task[None]] = {}
-        self._eval_requested = False
-        self._eval_task: asyncio.Task[None] | None = None
+        #: The task's eval scenarios on the current policy, beside training (engine.evaluator).
+        self.evaluator = Evaluator(
+            task=task, client_factory=client_factory, rollouts=self.rollouts,
+            roll_out=lambda client, scenarios: self._roll_out(client, scenarios,
+                                                              summarize=False),
+            bus=bus, clock=clock, now_at=lambda: (self.step, self.policy.version),
+            stopping=lambda: self._stopping)
         # Accounting and health.
         self.meter = ThroughputMeter()
         #: Tokens and dollars per step and in total, and the budget (engine.cost).
@@ -162,11 +166,9 @@ class Pipeline:
         self._last_failure = ""  # why the last failed group failed, for a health pause
         self._started_at = 0.0
         self._last_step_end: float | None = None
-        self._last_checkpoint_step: int | None = None
         self._skipping = False  # the last step had no gradient (all groups zero-variance)
         self._error_rollouts = 0  # rollouts that failed since the last step
         self._rollouts_ended = 0  # rollouts that ended (succeeded or failed) since then
-        self._last_eval_step: int | None = None  # the step the latest evaluation started at
         # What a health pause does: the setting, or the front end's choice for "auto"
         # (stop without a dashboard, wait with one).
         self.on_health_pause = (config.on_health_pause if config.on_health_pause != "auto"
@@ -175,8 +177,9 @@ class Pipeline:
         self.on_collapse = (config.on_collapse if config.on_collapse != "auto"
                             else health_pause_default)
         self.rollbacks = 0  # automatic rollbacks so far
-        #: Full checkpoints this run can go back to: step -> (name, path, resume state).
-        self.checkpoints: dict[int, tuple[str, str, ResumeState]] = {}
+        #: The run's full checkpoints, and the one a rollback uses (engine.checkpointer).
+        self.checkpointer = Checkpointer(config=config, policy=policy, health=self.health,
+                                         bus=bus, clock=clock)
         #: Set by the run: flush the store and reconcile it to a step (a rollback), returns
         #: what `RunStore.reconcile` returns.
         self.rewind_store: Callable[[int], Awaitable[Mapping[str, int]]] | None = None
@@ -225,7 +228,7 @@ class Pipeline:
         """After the current step; at once while paused with no step in progress (the pause
         may last: the checkpoint must not wait for the resume)."""
         self._command("checkpoint")
-        self._checkpoint_requested = True
+        self.checkpointer.requested = True
         if self._paused and self._trainer_idle and not self._stopping:
             if self._paused_checkpoint is None:
                 self.log("info", "checkpoint requested; the run is paused: writing it now")
@@ -255,7 +258,7 @@ class Pipeline:
             running = self.clock.now() - self._training_since
             return (f"waiting for step {self.step + 1}'s training call (running "
                     f"{running:.0f} s) to finish, then a checkpoint")
-        if self._last_checkpoint_step == self.step:
+        if self.checkpointer.last_step == self.step:
             return f"step {self.step} is checkpointed already"
         return f"writing a checkpoint of step {self.step}"
 
@@ -272,7 +275,7 @@ class Pipeline:
                       to_step=target[0] if target else None)
         if self._stopping:
             return
-        if target is None or target[0] not in self.checkpoints:
+        if target is None or target[0] not in self.checkpointer.table:
             self.log("warning", "nothing to roll back to: no full checkpoint of this run at or "
                                 "before its best step")
             return
@@ -281,11 +284,6 @@ class Pipeline:
                          f"x{scale:g}: {reason}")
         self._queue.put_nowait(None)  # wakes a trainer waiting for groups
         self._wake.set()
-
-    def rollback_target(self) -> tuple[int, str] | None:
-        """(step, name) of the checkpoint a rollback would go back to now, if any."""
-        target = self.health.rollback_point()
-        return target if target is not None and target[0] in self.checkpoints else None
 
     async def stop_requested(self) -> None:
         """Returns once `stop` has been called (at once if it was): the run's start-up
@@ -297,8 +295,8 @@ class Pipeline:
         if self.task.eval_scenarios is None:
             self.log("warning", f"task {self.task.name!r} has no eval scenarios; nothing to do")
             return
-        self._eval_requested = True
-        self._start_eval_if_due()
+        self.evaluator.requested = True
+        self.evaluator.start_if_due()
 
     def knobs(self) -> Mapping[str, float | int]:
         return {
@@ -325,7 +323,7 @@ class Pipeline:
         self._wake.set()
 
     # ------------------------------------------------------------------ events
-    def _emit(self, event: Any) -> None:
+    def _emit(self, event: Event) -> None:
         self.bus.publish(event)
 
     def log(self, level: str, message: str) -> None:
@@ -349,9 +347,9 @@ class Pipeline:
         self._ensure_workers()
         reporters = [asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
                      asyncio.create_task(self._report_throughput(), name="throughput")]
-        if self.config.eval_at_start and self.task.eval_scenarios is not None:
-            self._eval_requested = True
-            self._start_eval_if_due()
+        if self.config.eval_at_start:
+            self.evaluator.ask()
+            self.evaluator.start_if_due()
         try:
             await self._train_loop()
             if (self.step >= self.config.max_steps or self.end_reason) and not self._stopping:
@@ -368,8 +366,8 @@ class Pipeline:
             self._stopping = True
             self._wake.set()
             background = list(self._workers.values()) + reporters
-            if self._eval_task is not None:
-                background.append(self._eval_task)
+            if self.evaluator.task_running is not None:
+                background.append(self.evaluator.task_running)
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
@@ -466,7 +464,7 @@ class Pipeline:
         self.log("error", str(error))
         self.stop("the task's scenarios failed")
 
-    async def _sample_group(self, client: Any, group_id: int,
+    async def _sample_group(self, client: object, group_id: int,
                             scenario: Scenario) -> TrajectoryGroup | None:
         faults.hit("rollout", self.step + 1)
         started = self.clock.now()
@@ -551,7 +549,7 @@ class Pipeline:
         self.log(level, f"rollout of scenario {scenario.id} failed ({len(errors)}/{members}, "
                         f"{outcome}): {where}")
 
-    async def _roll_out(self, client: Any, scenarios: list[Scenario], *, summarize: bool = True
+    async def _roll_out(self, client: object, scenarios: list[Scenario], *, summarize: bool = True
                         ) -> tuple[list[Trajectory | BaseException], tuple[TrajectorySummary, ...]]:
         """Runs on the rollout loop: the rollouts of `scenarios` (one each, together) and the
         summaries of those that succeeded, in order, for `GroupSampled` (decoding text is
@@ -581,7 +579,7 @@ class Pipeline:
                                  num_tokens=trajectory.num_tokens, messages=messages,
                                  metrics=dict(trajectory.metrics))
 
-    async def _rollout(self, client: Any, scenario: Scenario) -> Trajectory:
+    async def _rollout(self, client: object, scenario: Scenario) -> Trajectory:
         """One rollout, checked; `_roll_out` bounds it by `rollout_timeout`."""
         assert self.task.rollout is not None  # check_task: a rollout, or a group_rollout
         trajectory = await self.task.rollout(client, self.model_name, scenario)
@@ -738,43 +736,15 @@ class Pipeline:
             best_before = self.health.best_step
             collapse = self.health.stepped(self.step, metrics[keys.REWARD_MEAN],
                                            flat_share(metrics, len(batch)))
-            if self._checkpoint_requested or (
-                    self.config.checkpoint_every
-                    and self.step % self.config.checkpoint_every == 0
-                    and self.step < self.config.max_steps):
-                await self._checkpoint("requested" if self._checkpoint_requested else "periodic")
-            elif self._best_checkpoint_due(best_before):
-                await self._checkpoint("best step so far")
-            self._keep_rollback_point()
+            why = self.checkpointer.due(self.step, best_before)
+            if why is not None:
+                await self._checkpoint(why)
+            self.checkpointer.keep_rollback_point()
             if collapse is not None:
                 self._collapsed(collapse)
             if self.config.eval_every and self.step % self.config.eval_every == 0:
-                self._eval_requested = self.task.eval_scenarios is not None
-            self._start_eval_if_due()
-
-    def _best_checkpoint_due(self, best_before: tuple[int, float] | None) -> bool:
-        """Checkpoints near the best step, for a rollback: after a step that beats the best so
-        far, from step `checkpoint_every` on (the first steps beat it all the time), if the
-        last full checkpoint is `checkpoint_every` / 3 steps old or more (at most two steps
-        of a climb are lost to a rollback with the default 10). With `checkpoint_every`
-        below 4 the periodic checkpoints are that close to any best step already."""
-        every = self.config.checkpoint_every
-        best = self.health.best_step
-        if every < 4 or best is None or best == best_before or best[0] != self.step \
-                or self.step < every or self.step >= self.config.max_steps:
-            return False
-        last = self._last_checkpoint_step
-        return last is None or self.step - last >= max(1, every // 3)
-
-    def adopt_checkpoint(self, step: int, name: str, path: str, state: ResumeState) -> None:
-        """A full checkpoint an earlier process of this run saved (a resumed run)."""
-        self.checkpoints[step] = (name, path, state)
-        self.health.checkpointed(step, name)
-
-    def _keep_rollback_point(self) -> None:
-        """The checkpoint a rollback would use is kept by the retention policy."""
-        target = self.health.rollback_point()
-        self.policy.keep_state_step = target[0] if target else None
+                self.evaluator.ask()
+            self.evaluator.start_if_due()
 
     async def _roll_back(self) -> None:
         """Go back to the rollback point (`request_rollback`): rollouts in flight and queued
@@ -784,15 +754,16 @@ class Pipeline:
         learning rate is scaled."""
         assert self._rollback_requested is not None
         reason, scale = self._rollback_requested
-        target = self.rollback_target()
+        target = self.checkpointer.rollback_target()
         if target is None:
             self._rollback_requested = None
             self.log("warning", "the rollback point is gone; not rolled back")
             return
-        name, path, state = self.checkpoints[target[0]]
+        name, path, state = self.checkpointer.table[target[0]]
         workers = list(self._workers.values())
-        if self._eval_task is not None and not self._eval_task.done():
-            workers.append(self._eval_task)
+        evaluation = self.evaluator.running()
+        if evaluation is not None:
+            workers.append(evaluation)
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
@@ -806,7 +777,7 @@ class Pipeline:
         undone = self.step - state.step
         self.restore(dataclasses.replace(state, next_group_id=max(
             state.next_group_id, int(counts.get("next_group_id", 0)), self._next_group_id)))
-        self.checkpoints = {s: c for s, c in self.checkpoints.items() if s <= state.step}
+        self.checkpointer.rewound(state.step)
         self.health.rewind(state.step)
         old = self._learning_rate
         self._learning_rate = old * scale
@@ -946,57 +917,17 @@ class Pipeline:
                 loop_lag_p99=self.loop_lag.percentile(99)))
 
     # ------------------------------------------------------------------ evaluator
-    def _start_eval_if_due(self) -> None:
-        """Evaluate alongside training (never blocking it); one evaluation at a time."""
-        if not self._eval_requested or self._stopping:
-            return
-        if self._eval_task is not None and not self._eval_task.done():
-            return  # the request stays pending and runs after the current evaluation
-        self._eval_requested = False
-        # Stamped now: the task starts a loop turn later, often after the next step
-        # (`eval_every` 20 read 21, 42, ...).
-        self._eval_task = asyncio.create_task(self._evaluate(self.step, self.policy.version),
-                                              name="evaluator")
-
     async def _final_eval(self) -> None:
-        """Evaluate the final policy, once, before the run ends (unless an evaluation of
-        this step already ran or is running: then wait for it)."""
+        """Evaluate the final policy, once, before the run ends (`Evaluator.final`): no new
+        rollouts first, and no other evaluation."""
         if self.task.eval_scenarios is None:
             return
-        self._stopping = True  # no new rollouts, no other evaluation
+        self._stopping = True
         self._wake.set()
         for worker in self._workers.values():
             worker.cancel()
         await asyncio.gather(*self._workers.values(), return_exceptions=True)
-        running = self._eval_task is not None and not self._eval_task.done()
-        if running and self._last_eval_step == self.step:
-            await asyncio.gather(self._eval_task, return_exceptions=True)  # type: ignore[arg-type]
-            return
-        if running:
-            self._eval_task.cancel()  # type: ignore[union-attr]  # an older step's
-            await asyncio.gather(self._eval_task, return_exceptions=True)  # type: ignore[arg-type]
-        self.log("info", f"final evaluation at step {self.step}")
-        await self._evaluate(self.step, self.policy.version)
-
-    async def _evaluate(self, step: int, version: int) -> None:
-        """Evaluate the policy of `step` (version `version`, the newest when it began)."""
-        assert self.task.eval_scenarios is not None
-        self._last_eval_step = step
-        client = self._client_factory()
-        scenarios = list(self.task.eval_scenarios())
-        results, _ = await self.rollouts.run(self._roll_out(client, scenarios, summarize=False))
-        rewards = [r.reward for r in results if isinstance(r, Trajectory)]
-        errors = len(results) - len(rewards)
-        metrics = {keys.EVAL_REWARD_MEAN: sum(rewards) / len(rewards) if rewards else float("nan"),
-                   keys.EVAL_NUM_SCENARIOS: float(len(scenarios)),
-                   keys.EVAL_ERRORS: float(errors)}
-        metrics.update(eval_task_metrics(
-            [(part_of(self.task, s)[0], r) for s, r in zip(scenarios, results, strict=True)]))
-        self._emit(EvalCompleted(time=self.clock.now(), step=step, policy_version=version,
-                                 metrics=metrics))
-        self.log("info", f"eval at step {step}: mean reward {metrics[keys.EVAL_REWARD_MEAN]:.3f} "
-                         f"over {len(rewards)} scenarios" + (f", {errors} errors" if errors else ""))
-        self._start_eval_if_due()
+        await self.evaluator.final()
 
     # ------------------------------------------------------------------ checkpoints, resume
     def resume_state(self) -> ResumeState:
@@ -1037,43 +968,16 @@ class Pipeline:
                                 "random state after replaying them differs from the saved one); "
                                 "resumed positions may not be the scenarios first drawn")
         self.step = state.step
-        # A start state (no checkpoint: warm-up not done) has no checkpoint of its step yet.
-        self._last_checkpoint_step = state.step if state.warmup_done else None
+        self.checkpointer.restored(state)
         self._next_group_id = state.next_group_id
         self._position_of.clear()
         self._open.clear()
         self.warmup_done = state.warmup_done
 
     async def _checkpoint(self, why: str) -> None:
-        self._checkpoint_requested = False
-        name = f"step-{self.step:06d}"
-        if self._last_checkpoint_step == self.step:
-            if why == "requested":
-                self.log("info", f"checkpoint {name} is written already")
-            return
-        if not self.warmup_done:
-            # The weights are the base's, or part-way through the format warm-up: no resume
-            # could continue from them. A resumed run starts over and runs the warm-up.
-            self.log("info", f"no checkpoint ({why}): the format warm-up had not finished; "
-                             "a resumed run starts over and runs it")
-            return
-        self._last_checkpoint_step = self.step
-        state = self.resume_state()
-        self._emit(CheckpointStarted(time=self.clock.now(), step=self.step, kind="state",
-                                     name=name))
-        # Ordered by step for the retention policy (a step without gradient makes no new
-        # version), as a resumed run's adopted checkpoints are.
-        path = await self.policy.save_state(name, step=self.step)
-        faults.hit("checkpoint", state.step)
-        # Confirmed once this row is committed (with the resume state, in one row).
-        self._emit(CheckpointSaved(time=self.clock.now(), step=state.step, kind="state",
-                                   name=name, path=path, resume_state=state.as_dict()))
-        self.checkpoints[state.step] = (name, path, state)
-        self.health.checkpointed(state.step, name)
-        self._keep_rollback_point()
-        if self.commit_events is not None:
-            await self.commit_events()
-        self.log("info", f"checkpoint {name} saved ({why}): {path}")
+        """A full checkpoint of the current step (`Checkpointer.write`)."""
+        await self.checkpointer.write(self.step, why, self.resume_state,
+                                      warmup_done=self.warmup_done)
 
 
 def _describe(error: BaseException) -> str:

@@ -40,11 +40,15 @@ import concurrent.futures
 import contextlib
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from tinker_tui.engine.errors import TinkerTuiError
 from tinker_tui.engine.loop_lag import LoopLagMonitor
+
+if TYPE_CHECKING:
+    from tinker_tui.engine.backend_session import BackendSession
+    from tinker_tui.engine.server.handler import PolicySource
 
 T = TypeVar("T")
 
@@ -278,7 +282,7 @@ class RolloutLoop(Protocol):
 
     async def run(self, coro: Coroutine[Any, Any, T]) -> T: ...
 
-    def policy_for_server(self, policy: Any) -> Any: ...
+    def policy_for_server(self, policy: BackendSession) -> PolicySource: ...
 
 
 class SameLoop:
@@ -292,7 +296,7 @@ class SameLoop:
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return await coro
 
-    def policy_for_server(self, policy: Any) -> Any:
+    def policy_for_server(self, policy: BackendSession) -> PolicySource:
         return policy
 
     async def close(self, timeout: float = CLOSE_TIMEOUT, *,
@@ -476,7 +480,7 @@ class RolloutThread:
                                                 _Mailbox(caller_loop, after_turn=True))
         return box
 
-    def policy_for_server(self, policy: Any) -> Any:
+    def policy_for_server(self, policy: BackendSession) -> PolicySource:
         """The policy as a server on this loop must see it (see `EngineLoopPolicy`)."""
         assert self.engine_loop is not None, "start() first"
         return EngineLoopPolicy(policy, self.engine_loop)
@@ -556,19 +560,25 @@ class EngineLoopPolicy:
     `sample` runs `BackendSession.sample` on the engine loop, so the BackendSession's mutable state (the
     current version and its sampling client, which change together in `BackendSession._publish`;
     the cache of earlier versions' clients; retries, which publish events) is only touched
-    there. Two plain reads cross threads, each for a stated reason: `renderer` is set by
-    `BackendSession.start` before the server starts and never replaced while it runs, and `version`
-    (an int, for `/health`) is informative only: a request for the current policy is
-    resolved on the engine loop, not from this read.
+    there. Three plain reads cross threads, each for a stated reason: `renderer` and
+    `end_tokens` are set by `BackendSession.start` before the server starts and never
+    replaced while it runs, and `version` (an int, for `/health`) is informative only: a
+    request for the current policy is resolved on the engine loop, not from this read.
     """
 
-    def __init__(self, policy: Any, engine_loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, policy: BackendSession, engine_loop: asyncio.AbstractEventLoop) -> None:
         self._policy = policy
         self._engine_loop = engine_loop
 
     @property
     def renderer(self) -> Any:
         return self._policy.renderer
+
+    @property
+    def end_tokens(self) -> Sequence[int]:
+        """The model's declared end tokens: without them here, the server on this loop
+        ended samples at its renderer's stops only."""
+        return tuple(self._policy.end_tokens)
 
     @property
     def version(self) -> int:

@@ -23,7 +23,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tinker_tui.engine import faults
 from tinker_tui.engine.backend import context_length_of, make_service_client
-from tinker_tui.engine.backend_client import KeepsCheckpointsHere, KnowsTrainingIdentity
+from tinker_tui.engine.backend_client import (
+    KeepsCheckpointsHere,
+    KnowsTrainingIdentity,
+    ServiceClient,
+)
 from tinker_tui.engine.backend_session import BackendSession, CheckpointRecord
 from tinker_tui.engine.blocking import on_daemon_thread
 from tinker_tui.engine.checkpoint_paths import run_checkpoint_dir
@@ -51,7 +55,11 @@ from tinker_tui.engine.task import Task
 from tinker_tui.engine.trackers import TrackerFeeds, with_tracker_ids
 
 if TYPE_CHECKING:
+    import openai
+    import tinker
+
     from tinker_tui.engine.server import PolicyServer
+    from tinker_tui.engine.warmup_cache import WarmupCache
 
 T = TypeVar("T")
 
@@ -74,7 +82,7 @@ class Run:
         db_path: Path,
         checkpoint_dir: Path | None = None,
         clock: Clock | None = None,
-        service_client: Any = None,
+        service_client: ServiceClient | None = None,
         run_id: str | None = None,
         resume: bool = False,
         rollout_thread: bool = True,
@@ -103,7 +111,7 @@ class Run:
         self._service_client = service_client
         self.policy: BackendSession | None = None
         self.server: PolicyServer | None = None
-        self._openai: Any = None
+        self._openai: openai.AsyncOpenAI | None = None
         # The rollouts, the openai client and the policy server run on a loop of their own
         # (engine.rollout_loop) so they never starve the trainer, the store writer or the
         # control endpoint; `rollout_thread=False` keeps them on this loop (for comparison).
@@ -143,7 +151,7 @@ class Run:
                                          on_event=self.events.publish, clock=self.clock)
         return self.policy
 
-    def _client(self) -> Any:
+    def _client(self) -> openai.AsyncOpenAI:
         """One shared OpenAI client (and connection pool) for every worker."""
         assert self._openai is not None
         return self._openai
@@ -286,7 +294,7 @@ class Run:
                                       publish=self.events.publish, clock=self.clock)
         for handler in trackers.handlers():
             self.events.subscribe(handler)
-        self.pipeline.commit_events = store.flush
+        self.pipeline.checkpointer.commit_events = store.flush
 
         async def rewind_store(step: int) -> Mapping[str, int]:  # a rollback, as a resume does
             await store.flush()
@@ -413,7 +421,7 @@ class Run:
         # The checkpoints kept up to here are rollback points too (engine.health).
         for kept in await self._resume_points(store):
             if kept["step"] <= step:
-                self.pipeline.adopt_checkpoint(kept["step"], kept["name"], kept["path"],
+                self.pipeline.checkpointer.adopt(kept["step"], kept["name"], kept["path"],
                                                ResumeState.from_dict(kept["resume_state"]))
         self._log("info", f"resuming run {self.run_id} from {where}: "
                           f"{counts['steps_removed']} later step(s) undone, "
@@ -514,8 +522,8 @@ class Run:
         self.pipeline.warmup_done = True
         self._log("info", f"format warm-up: {what}, final loss {final} per example")
 
-    async def _warmup_cache(self, datums: list[Any], draws: list[list[int]]
-                            ) -> tuple[Any, str | None]:
+    async def _warmup_cache(self, datums: list[tinker.Datum], draws: list[list[int]]
+                            ) -> tuple[WarmupCache | None, str | None]:
         """The local backend's warm-up cache and this warm-up's key (None, None elsewhere)."""
         assert self.policy is not None
         training = self.policy.training_client
@@ -534,7 +542,7 @@ class Run:
             learning_rate=self.config.warmup_learning_rate, adam=self.policy.adam)
         return WarmupCache(Path(checkpoint_dir) / CACHE_DIR), key
 
-    async def _save_warmup(self, cache: Any, key: str, final_loss: str) -> None:
+    async def _save_warmup(self, cache: WarmupCache, key: str, final_loss: str) -> None:
         """Keep the warm-up's result for the next identical run; a failure only warns."""
         assert self.policy is not None
         try:
@@ -542,7 +550,9 @@ class Run:
 
             path = await self.policy.save_training_state(f"warmup-{key[:16]}",
                                                          {"final_loss": final_loss})
-            folder = resolve(Path(self._service_client.checkpoint_dir), path)
+            service = self._service_client
+            assert isinstance(service, KeepsCheckpointsHere)  # as `_warmup_cache` checked
+            folder = resolve(Path(service.checkpoint_dir), path)
             await asyncio.to_thread(cache.put, key, folder)
         except Exception as exc:
             self._log("warning", f"format warm-up: could not keep its result for reuse "

@@ -10,8 +10,6 @@ name is in `PRIVATE_NAMES`; the suite checks the installed SDK still has every o
 
 from __future__ import annotations
 
-from typing import Any
-
 #: (owner, name): the private names used below.
 PRIVATE_NAMES = (
     ("tinker.ServiceClient", "_base_url"),
@@ -24,13 +22,13 @@ PRIVATE_NAMES = (
 CLIENT_LOGGER = "tinker._base_client"
 
 
-def given_base_url(service_client: Any) -> str | None:
+def given_base_url(service_client: object) -> str | None:
     """The base URL `service_client` was made with (None: TINKER_BASE_URL or production)."""
     url = getattr(service_client, "_base_url", None)
     return url if isinstance(url, str) else None
 
 
-def session_id(service_client: Any) -> str:
+def session_id(service_client: object) -> str:
     """The SDK session's id, which the service bills by (no public accessor in 0.38);
     "" when it is not at hand."""
     holder = getattr(service_client, "_session_holder", None)

@@ -17,7 +17,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Awaitable
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -36,8 +36,17 @@ from tinker_tui.engine.loopback_http import (
 )
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server.coalesce import SampleCoalescer
-from tinker_tui.engine.server.handler import ChatHandler, PolicySource, Prepared, usage
+from tinker_tui.engine.server.handler import (
+    ChatHandler,
+    PolicySource,
+    Prepared,
+    ServesEarlierVersions,
+    usage,
+)
 from tinker_tui.engine.server.schema import ChatCompletionRequest, RequestError, validation_error
+
+if TYPE_CHECKING:
+    import openai
 
 logger = logging.getLogger(__name__)
 
@@ -128,8 +137,7 @@ def create_app(policy: PolicySource, *, model_name: str, token: str,
     app.add_middleware(BearerAuth, token=token, refusal=lambda: openai_error(
         401, "missing or wrong bearer token", kind="authentication_error",
         code="invalid_api_key"))
-    # The coalescer reads renderer and version through (read-only properties).
-    source = cast(PolicySource, coalescer) if coalescer is not None else policy
+    source: PolicySource = coalescer if coalescer is not None else policy
     handler = ChatHandler(source, model_name=model_name, defaults=defaults,
                           max_tokens_limit=max_tokens_limit, context_length=context_length)
 
@@ -141,7 +149,7 @@ def create_app(policy: PolicySource, *, model_name: str, token: str,
     def model_entry(name: str) -> dict[str, Any]:
         entry: dict[str, Any] = {"id": name, "object": "model", "created": 0,
                                  "owned_by": "tinker-tui"}
-        if getattr(policy, "renderer", None) is not None:
+        if policy.renderer is not None:
             # How tools reach this model: in its own format ("native"), or in the server's
             # text protocol ("text"), so a rollout can choose its prompts.
             native = handler.renderer_info(policy.renderer).native_tools
@@ -149,8 +157,8 @@ def create_app(policy: PolicySource, *, model_name: str, token: str,
         return entry
 
     def model_names() -> list[str]:
-        versions = getattr(policy, "available_versions", None)
-        older = [f"{model_name}@{v}" for v in versions()] if versions is not None else []
+        older = ([f"{model_name}@{v}" for v in policy.available_versions()]
+                 if isinstance(policy, ServesEarlierVersions) else [])
         return [model_name, *older]
 
     @app.get("/health")
@@ -234,7 +242,7 @@ class PolicyServer:
                               coalescer=self.coalescer)
         self._server = LoopbackServer(self.app, name="policy-server",
                                       request_timeout=request_timeout)
-        self._clients: list[Any] = []
+        self._clients: list[openai.AsyncOpenAI] = []
 
     @property
     def port(self) -> int | None:
@@ -266,7 +274,7 @@ class PolicyServer:
         finally:
             await self._server.stop()
 
-    def client(self) -> Any:
+    def client(self) -> openai.AsyncOpenAI:
         """An `openai.AsyncOpenAI` client pointed at this server, with the run's token;
         closed when the server stops."""
         import openai

@@ -25,9 +25,12 @@ import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tinker
+
+if TYPE_CHECKING:
+    from tinker_tui.engine.server.handler import PolicySource
 
 #: The most samples one coalesced call asks for; a batch that would pass it is sent and a
 #: new one opened.
@@ -79,7 +82,7 @@ class SampleCoalescer:
 
     `window` 0 sends every request at once, as it comes (no coalescing)."""
 
-    def __init__(self, policy: Any, *, window: float,
+    def __init__(self, policy: PolicySource, *, window: float,
                  max_samples: int = MAX_SAMPLES_PER_CALL) -> None:
         self.policy = policy
         self.window = window
@@ -98,7 +101,7 @@ class SampleCoalescer:
 
     @property
     def end_tokens(self) -> Sequence[int]:
-        return tuple(getattr(self.policy, "end_tokens", ()) or ())
+        return tuple(self.policy.end_tokens)
 
     async def sample(self, prompt: tinker.ModelInput, num_samples: int,
                      sampling_params: tinker.SamplingParams, *, version: int | None = None,

@@ -14,7 +14,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, runtime_checkable
 
 import tinker
 
@@ -57,18 +57,33 @@ if TYPE_CHECKING:
 
 
 class PolicySource(Protocol):
-    """What the server needs from the policy (`engine.backend_session.BackendSession` is one)."""
+    """What the server needs from the policy (`engine.backend_session.BackendSession` is one;
+    so are the views of it that coalesce requests or cross to the engine loop, read-only)."""
 
-    renderer: Any
-    version: int
-    #: Every end token the model declares (its EOS, generation_config's eos_token_id list),
-    #: which end a sample as the renderer's own stops do.
-    end_tokens: Sequence[int]
+    @property
+    def renderer(self) -> Any: ...
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def end_tokens(self) -> Sequence[int]:
+        """Every end token the model declares (its EOS, generation_config's eos_token_id
+        list), which end a sample as the renderer's own stops do."""
+        ...
 
     async def sample(self, prompt: tinker.ModelInput, num_samples: int,
                      sampling_params: tinker.SamplingParams, *, version: int | None = None,
                      top_logprobs: int = 0, constraint: Any = None,
                      constraint_prefix: str = "") -> tuple[tinker.SampleResponse, int]: ...
+
+
+@runtime_checkable
+class ServesEarlierVersions(Protocol):
+    """A policy that serves its earlier versions too (`model@STEP`), as `BackendSession` does
+    from its sampler checkpoints."""
+
+    def available_versions(self) -> list[int]: ...
 
 
 @dataclass
@@ -142,7 +157,7 @@ class ChatHandler:
         stops = list(renderer.get_stop_sequences())
         string_stops = all(isinstance(s, str) for s in stops)
         ends = [] if string_stops else list(dict.fromkeys(
-            [*stops, *(int(t) for t in getattr(self.policy, "end_tokens", ()) or ())]))
+            [*stops, *(int(t) for t in self.policy.end_tokens)]))
         info = RendererInfo(native_tools=supports_native_tools(renderer),
                             content_prefix=content_prefix(renderer),
                             string_stops=string_stops, stops=stops, end_tokens=ends,
