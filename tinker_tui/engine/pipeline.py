@@ -23,10 +23,10 @@ import inspect
 import math
 import random
 import traceback
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from tinker_tui.engine import faults
+from tinker_tui.engine import collapse_memory, faults
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.advantages import group_advantages
 from tinker_tui.engine.backend_session import BackendSession
@@ -40,6 +40,7 @@ from tinker_tui.engine.events import (
     CommandReceived,
     DiscardReason,
     EvalCompleted,
+    Event,
     EventBus,
     GroupDiscarded,
     GroupSampled,
@@ -260,16 +261,17 @@ class Pipeline:
         return f"writing a checkpoint of step {self.step}"
 
     def request_rollback(self, reason: str = "rolled back by user",
-                         lr_scale: float | None = None) -> None:
+                         lr_scale: float | None = None, *, automatic: bool = False) -> None:
         """Go back to the last full checkpoint at or before the best step, with the learning
         rate scaled by `lr_scale` (default `rollback_lr_scale`): after the current step, or at
-        once while no step is in progress. A paused run resumes from there."""
+        once while no step is in progress. A paused run resumes from there. `automatic`:
+        asked for by `on_collapse = rollback` (recorded: `max_rollbacks` counts those)."""
         scale = self.config.rollback_lr_scale if lr_scale is None else float(lr_scale)
         if not 0 < scale <= 1:
             raise ValueError(f"a rollback's learning-rate scale must be in (0, 1], got {scale}")
         target = self.health.rollback_point()
         self._command("rollback", reason=reason, lr_scale=scale,
-                      to_step=target[0] if target else None)
+                      to_step=target[0] if target else None, automatic=automatic)
         if self._stopping:
             return
         if target is None or target[0] not in self.checkpoints:
@@ -771,6 +773,19 @@ class Pipeline:
         self.checkpoints[step] = (name, path, state)
         self.health.checkpointed(step, name)
 
+    def remember(self, earlier: Iterable[Event], up_to: int) -> None:
+        """Continue the collapse tracking of this run's earlier processes (a resumed run),
+        from its stored events (`engine.collapse_memory`): the best step, the steps' means,
+        the automatic rollbacks made. A collapse seen before is named again, not acted on
+        again (the process that saw it did)."""
+        self.rollbacks = collapse_memory.replay(
+            self.health, earlier, groups_per_step=self.config.groups_per_step, up_to=up_to)
+        self._keep_rollback_point()
+        if self.health.collapse is not None:
+            self.log("warning", f"resumed after a collapse: {self.health.collapse.words()} "
+                                f"({self.rollbacks} of {self.config.max_rollbacks} automatic "
+                                "rollbacks made)")
+
     def _keep_rollback_point(self) -> None:
         """The checkpoint a rollback would use is kept by the retention policy."""
         target = self.health.rollback_point()
@@ -807,6 +822,7 @@ class Pipeline:
         self.restore(dataclasses.replace(state, next_group_id=max(
             state.next_group_id, int(counts.get("next_group_id", 0)), self._next_group_id)))
         self.checkpoints = {s: c for s, c in self.checkpoints.items() if s <= state.step}
+        best = self.health.best_step  # kept, and recorded: it may be one of the undone steps
         self.health.rewind(state.step)
         old = self._learning_rate
         self._learning_rate = old * scale
@@ -818,7 +834,8 @@ class Pipeline:
         self._rollback_requested = None
         self._command("rolled_back", to_step=state.step, checkpoint=name, reason=reason,
                       name="learning_rate", value=self._learning_rate, old=old,
-                      steps_undone=undone)
+                      steps_undone=undone, **({} if best is None else
+                                              {"best_step": best[0], "best": best[1]}))
         self.log("warning", f"rolled back to {name} (step {state.step}, {undone} later "
                             f"step(s) undone), learning rate {old:g} -> "
                             f"{self._learning_rate:g}: {reason}")
@@ -902,7 +919,8 @@ class Pipeline:
             if self.rollbacks < self.config.max_rollbacks and collapse.checkpoint_step is not None:
                 self.rollbacks += 1
                 self.request_rollback(f"{words} (on_collapse = rollback, "
-                                      f"{self.rollbacks} of {self.config.max_rollbacks})")
+                                      f"{self.rollbacks} of {self.config.max_rollbacks})",
+                                      automatic=True)
                 return
             why = ("no checkpoint at or before the best step" if collapse.checkpoint_step is None
                    else f"max_rollbacks ({self.config.max_rollbacks}) reached")

@@ -28,6 +28,7 @@ from tinker_tui.engine.backend_session import BackendSession, CheckpointRecord
 from tinker_tui.engine.blocking import on_daemon_thread
 from tinker_tui.engine.checkpoint_paths import run_checkpoint_dir
 from tinker_tui.engine.clock import Clock, SystemClock
+from tinker_tui.engine.collapse_memory import EARLIER_KINDS
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import (
     EventBus,
@@ -415,6 +416,9 @@ class Run:
             if kept["step"] <= step:
                 self.pipeline.adopt_checkpoint(kept["step"], kept["name"], kept["path"],
                                                ResumeState.from_dict(kept["resume_state"]))
+        stored = await store.run(self.run_id)
+        if stored is not None:  # the collapse tracking goes on (engine.collapse_memory)
+            self.pipeline.remember(await store.events(stored, EARLIER_KINDS), step)
         self._log("info", f"resuming run {self.run_id} from {where}: "
                           f"{counts['steps_removed']} later step(s) undone, "
                           f"{counts['groups_requeued']} group(s) to run again "
