@@ -5,6 +5,8 @@ the rollback recorded as a command."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import random
 import re
@@ -13,10 +15,10 @@ import sqlite3
 from exactly_once import check_exactly_once
 
 from tinker_tui import Scenario, Task, Trajectory
-from tinker_tui.app.headless import MetricsFile
+from tinker_tui.app.headless import HeadlessReporter, MetricsFile
 from tinker_tui.app.run_summary import SummaryCollector, summary_lines
 from tinker_tui.engine.config import RunConfig
-from tinker_tui.engine.events import CommandReceived, StepTrained
+from tinker_tui.engine.events import CommandReceived, LogEmitted, StepTrained
 from tinker_tui.engine.run import Run
 
 STEPS = 14
@@ -90,3 +92,89 @@ async def test_a_collapse_is_rolled_back_exactly_once(tmp_path):
     lines = summary_lines(summary.summary())
     assert any(line.startswith(f"  rolled back to step-{to_step:06d} (step {to_step}) at "
                                "learning rate 0.0005") for line in lines), lines
+
+
+def resumed(task: Task, config: RunConfig, db, run_id: str) -> Run:
+    return Run(task=task, config=config, backend="local", db_path=db, run_id=run_id,
+               resume=True, headless=True)
+
+
+async def test_a_collapse_is_still_named_with_its_best_checkpoint_after_a_resume(tmp_path):
+    """Stopped by its collapse (headless: on_collapse = stop), then resumed: the resumed
+    process names the same collapse and its best checkpoint, in its log, the step lines and
+    the summary, and can still roll back to that checkpoint."""
+    phase = {"collapsing": True}
+    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       max_steps_off_policy=0, checkpoint_every=2, seed=3, on_collapse="stop",
+                       learning_rate=1e-3, keep_last_checkpoints=2)
+    db = tmp_path / "runs.db"
+    first = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
+                headless=True)
+    assert await first.run() == "stopped"
+    collapse = first.pipeline.health.collapse
+    assert collapse is not None and collapse.checkpoint_step is not None
+    words = collapse.words()
+    assert re.match(r"collapsed at step \d+ \(best [0-9.]+ at step \d+\); best checkpoint "
+                    r"step-\d{6}$", words), words
+
+    again = resumed(collapsing_task(phase), dataclasses.replace(config, max_steps=STEPS + 2),
+                    db, first.run_id)
+    reporter = HeadlessReporter(out=io.StringIO())
+    summary = SummaryCollector(task="collapsing", db_path=db)
+    reporter.remember(await summary.read_earlier(db, first.run_id))
+    logs: list[str] = []
+
+    def on_event(event):
+        reporter.handle(event)
+        summary.handle(event)
+        if isinstance(event, LogEmitted) and event.level == "warning":
+            logs.append(event.message)
+
+    again.events.subscribe(on_event)
+    assert await again.run() == "completed"  # told before: named, not acted on again
+    assert again.pipeline.health.collapse is not None
+    assert again.pipeline.health.collapse.words() == words
+    assert again.pipeline.rollback_target() == (collapse.checkpoint_step, collapse.checkpoint)
+    assert any(m.startswith(f"resumed after a collapse: {words} (0 of 2 automatic rollbacks")
+               for m in logs), logs
+    step_lines = [line for line in reporter.out.getvalue().splitlines()  # type: ignore[attr-defined]
+                  if line.startswith("step ")]
+    assert len(step_lines) == 2 + STEPS - first.pipeline.step
+    assert all(f"collapsed (best {collapse.best:.3f} at step {collapse.best_step})" in line
+               for line in step_lines), step_lines
+    assert f"  health: {words}" in summary_lines(summary.summary())
+
+
+async def test_the_automatic_rollbacks_made_count_across_a_resume(tmp_path):
+    """One rollback allowed (max_rollbacks = 1) and made before the run ended; the resumed
+    run collapses again: no second rollback, it stops (headless) as once the allowance is
+    spent within one process."""
+    phase = {"collapsing": True}
+    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       max_steps_off_policy=0, checkpoint_every=2, seed=3,
+                       on_collapse="rollback", max_rollbacks=1, rollback_lr_scale=0.5,
+                       learning_rate=1e-3, keep_last_checkpoints=2)
+    db = tmp_path / "runs.db"
+    first = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
+                headless=True)
+
+    def learns_after_a_rollback(event):
+        if isinstance(event, CommandReceived) and event.command == "rolled_back":
+            phase["collapsing"] = False
+
+    first.events.subscribe(learns_after_a_rollback)
+    assert await first.run() == "completed"
+    assert first.pipeline.rollbacks == 1 and first.pipeline.health.collapse is None
+
+    phase["collapsing"] = True  # and it collapses again once resumed
+    again = resumed(collapsing_task(phase), dataclasses.replace(config, max_steps=STEPS + 8),
+                    db, first.run_id)
+    logs: list[str] = []
+    again.events.subscribe(lambda e: logs.append(e.message) if isinstance(e, LogEmitted) else None)
+    assert await again.run() == "stopped"
+    assert "no rollback: max_rollbacks (1) reached" in logs, logs
+    assert again.pipeline.rollbacks == 1
+    with sqlite3.connect(db) as conn:
+        commands = [c for (c,) in conn.execute("select command from commands order by id")]
+    conn.close()
+    assert commands.count("rolled_back") == 1 and commands.count("rollback") == 1
