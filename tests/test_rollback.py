@@ -12,7 +12,17 @@ import random
 import re
 import sqlite3
 
+import pytest
 from exactly_once import check_exactly_once
+from test_trackers import (
+    assert_tensorboard_matches,
+    needs_tensorboard,
+    needs_wandb,
+    offline_wandb,  # noqa: F401 (a fixture)
+    settled_wandb_segments,
+    store_records,
+    tensorboard_scalars,
+)
 
 from tinker_tui import Scenario, Task, Trajectory
 from tinker_tui.app.headless import HeadlessReporter, MetricsFile
@@ -178,3 +188,44 @@ async def test_the_automatic_rollbacks_made_count_across_a_resume(tmp_path):
         commands = [c for (c,) in conn.execute("select command from commands order by id")]
     conn.close()
     assert commands.count("rolled_back") == 1 and commands.count("rollback") == 1
+
+
+@needs_wandb
+@needs_tensorboard
+@pytest.mark.usefixtures("offline_wandb")
+async def test_a_rollback_reaches_the_trackers_as_the_store_holds_it(tmp_path):
+    """A real run rolled back with TensorBoard and W&B (offline) on: TensorBoard shows what
+    the store keeps (each step once, the redone values), W&B marks where the redo starts."""
+    phase = {"collapsing": True}
+    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       max_steps_off_policy=0, checkpoint_every=2, seed=3,
+                       on_collapse="rollback", max_rollbacks=1, learning_rate=1e-3,
+                       keep_last_checkpoints=2, tensorboard_dir=str(tmp_path / "tb"),
+                       wandb_project="charts", wandb_run_id="w-rollback")
+    db = tmp_path / "runs.db"
+    run = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
+              headless=True)
+    rolled: list[CommandReceived] = []
+
+    def on_event(event):
+        if isinstance(event, CommandReceived) and event.command == "rolled_back":
+            rolled.append(event)
+            phase["collapsing"] = False
+
+    run.events.subscribe(on_event)
+    assert await run.run() == "completed"
+    (rollback,) = rolled
+    to_step, undone = rollback.args["to_step"], rollback.args["steps_undone"]
+
+    _, steps, evals = await store_records(db, run.run_id)
+    assert [s for s, _ in steps] == list(range(1, STEPS + 1))
+    assert_tensorboard_matches(tensorboard_scalars(tmp_path / "tb" / run.run_id), steps, evals)
+
+    (segment,) = settled_wandb_segments(tmp_path, "w-rollback")
+    logged = [row["step"] for row in segment["rows"] if "reward/mean" in row]
+    (mark,) = [i for i, row in enumerate(segment["rows"]) if "rollback/to_step" in row]
+    assert segment["rows"][mark]["rollback/to_step"] == to_step
+    assert segment["rows"][mark]["rollback/steps_undone"] == undone
+    before = sum("reward/mean" in row for row in segment["rows"][:mark])
+    assert logged == list(range(1, before + 1)) + list(range(to_step + 1, STEPS + 1))
+    assert before == to_step + undone
