@@ -32,6 +32,8 @@ from tinker_tui.engine.events import (
 )
 from tinker_tui.engine.health import Collapse, HealthWindow, flat_share
 
+#: The source of the commands of a rollback `on_collapse = rollback` asked for.
+AUTOMATIC = "on_collapse"
 #: The stored events `replay` reads.
 EARLIER_KINDS: tuple[type[Event], ...] = (StepTrained, CheckpointSaved, CheckpointDeleted,
                                           CommandReceived)
@@ -65,7 +67,7 @@ def fold(window: HealthWindow, event: Event, *, groups_per_step: int = 1) -> Col
 def is_automatic_rollback(event: Event) -> bool:
     """A rollback `on_collapse = rollback` asked for (what `max_rollbacks` counts)."""
     return (isinstance(event, CommandReceived) and event.command == "rollback"
-            and event.args.get("automatic") is True)
+            and event.source == AUTOMATIC)
 
 
 def replay(window: HealthWindow, earlier: Iterable[Event], *, groups_per_step: int = 1,

@@ -181,7 +181,8 @@ class Pipeline:
         #: Set by the run: flush the store and reconcile it to a step (a rollback), returns
         #: what `RunStore.reconcile` returns.
         self.rewind_store: Callable[[int], Awaitable[Mapping[str, int]]] | None = None
-        self._rollback_requested: tuple[str, float] | None = None  # (reason, lr scale)
+        #: (reason, lr scale, who asked: "user" or "on_collapse")
+        self._rollback_requested: tuple[str, float, str] | None = None
         #: Why the run was stopped (`stop`'s reason), once it was.
         self.stop_reason = ""
         #: The health check's reason when it stopped the run (on_health_pause = stop).
@@ -201,8 +202,9 @@ class Pipeline:
     def stopping(self) -> bool:
         return self._stopping
 
-    def _command(self, command: str, **args: Any) -> None:
-        self._emit(CommandReceived(time=self.clock.now(), command=command, args=args))
+    def _command(self, command: str, *, source: str = "user", **args: Any) -> None:
+        self._emit(CommandReceived(time=self.clock.now(), command=command, args=args,
+                                   source=source))
 
     def pause(self, reason: str = "paused by user") -> None:
         self._command("pause", reason=reason)
@@ -265,20 +267,22 @@ class Pipeline:
         """Go back to the last full checkpoint at or before the best step, with the learning
         rate scaled by `lr_scale` (default `rollback_lr_scale`): after the current step, or at
         once while no step is in progress. A paused run resumes from there. `automatic`:
-        asked for by `on_collapse = rollback` (recorded: `max_rollbacks` counts those)."""
+        asked for by `on_collapse = rollback` (the commands' source: `max_rollbacks` counts
+        those)."""
         scale = self.config.rollback_lr_scale if lr_scale is None else float(lr_scale)
         if not 0 < scale <= 1:
             raise ValueError(f"a rollback's learning-rate scale must be in (0, 1], got {scale}")
         target = self.health.rollback_point()
+        source = collapse_memory.AUTOMATIC if automatic else "user"
         self._command("rollback", reason=reason, lr_scale=scale,
-                      to_step=target[0] if target else None, automatic=automatic)
+                      to_step=target[0] if target else None, source=source)
         if self._stopping:
             return
         if target is None or target[0] not in self.checkpoints:
             self.log("warning", "nothing to roll back to: no full checkpoint of this run at or "
                                 "before its best step")
             return
-        self._rollback_requested = (reason, scale)
+        self._rollback_requested = (reason, scale, source)
         self.log("info", f"rolling back to {target[1]} (step {target[0]}) at learning rate "
                          f"x{scale:g}: {reason}")
         self._queue.put_nowait(None)  # wakes a trainer waiting for groups
@@ -798,7 +802,7 @@ class Pipeline:
         `RunStore.reconcile`), the scenario stream continues from its resume state, and the
         learning rate is scaled."""
         assert self._rollback_requested is not None
-        reason, scale = self._rollback_requested
+        reason, scale, source = self._rollback_requested
         target = self.rollback_target()
         if target is None:
             self._rollback_requested = None
@@ -832,7 +836,8 @@ class Pipeline:
         self._skipping = False
         self._last_step_end = self.clock.now()
         self._rollback_requested = None
-        self._command("rolled_back", to_step=state.step, checkpoint=name, reason=reason,
+        self._command("rolled_back", source=source, to_step=state.step, checkpoint=name,
+                      reason=reason,
                       name="learning_rate", value=self._learning_rate, old=old,
                       steps_undone=undone, **({} if best is None else
                                               {"best_step": best[0], "best": best[1]}))
