@@ -231,3 +231,39 @@ async def test_a_rollback_reaches_the_trackers_as_the_store_holds_it(tmp_path):
     before = sum("reward/mean" in row for row in segment["rows"][:mark])
     assert logged == list(range(1, before + 1)) + list(range(to_step + 1, STEPS + 1))
     assert before == to_step + undone
+
+
+async def test_a_run_stopped_by_its_collapse_rolls_back_when_resumed_so(tmp_path):
+    """Stopped by its collapse, then resumed with on_collapse = rollback: it goes back to
+    its best checkpoint at once, and the store ends as an exactly-once resume leaves it."""
+    phase = {"collapsing": True}
+    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       max_steps_off_policy=0, checkpoint_every=2, seed=3, on_collapse="stop",
+                       learning_rate=1e-3, keep_last_checkpoints=2)
+    db = tmp_path / "runs.db"
+    first = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
+                headless=True)
+    first.events.subscribe(MetricsFile(tmp_path).handle)
+    assert await first.run() == "stopped"
+    collapse = first.pipeline.health.collapse
+    assert collapse is not None and collapse.checkpoint_step is not None
+
+    again = resumed(collapsing_task(phase),
+                    dataclasses.replace(config, on_collapse="rollback", max_rollbacks=1), db,
+                    first.run_id)
+    rolled: list[CommandReceived] = []
+
+    def on_event(event):
+        if isinstance(event, CommandReceived) and event.command == "rolled_back":
+            rolled.append(event)
+            phase["collapsing"] = False
+
+    again.events.subscribe(on_event)
+    again.events.subscribe(MetricsFile(tmp_path).handle)
+    assert await again.run() == "completed"
+    (rollback,) = rolled
+    assert rollback.args["to_step"] == collapse.checkpoint_step
+    assert rollback.args["steps_undone"] == first.pipeline.step - collapse.checkpoint_step
+    assert rollback.args["reason"] == f"{collapse.words()} (on_collapse = rollback, 1 of 1)"
+    assert again.pipeline.rollbacks == 1
+    check_exactly_once(db, STEPS, groups_per_step=2)

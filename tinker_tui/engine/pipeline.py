@@ -780,15 +780,20 @@ class Pipeline:
     def remember(self, earlier: Iterable[Event], up_to: int) -> None:
         """Continue the collapse tracking of this run's earlier processes (a resumed run),
         from its stored events (`engine.collapse_memory`): the best step, the steps' means,
-        the automatic rollbacks made. A collapse seen before is named again, not acted on
-        again (the process that saw it did)."""
+        the automatic rollbacks made. A collapse seen before is named again; it is acted on
+        again only to roll back (`on_collapse = rollback` with rollbacks left: a run stopped
+        by its collapse, resumed so): the process that saw it waited or stopped already."""
         self.rollbacks = collapse_memory.replay(
             self.health, earlier, groups_per_step=self.config.groups_per_step, up_to=up_to)
         self._keep_rollback_point()
-        if self.health.collapse is not None:
-            self.log("warning", f"resumed after a collapse: {self.health.collapse.words()} "
-                                f"({self.rollbacks} of {self.config.max_rollbacks} automatic "
-                                "rollbacks made)")
+        collapse = self.health.collapse
+        if collapse is None:
+            return
+        self.log("warning", f"resumed after a collapse: {collapse.words()} ({self.rollbacks} "
+                            f"of {self.config.max_rollbacks} automatic rollbacks made)")
+        if self.on_collapse == "rollback" and self.rollbacks < self.config.max_rollbacks \
+                and self.rollback_target() is not None:
+            self._collapsed(collapse)
 
     def _keep_rollback_point(self) -> None:
         """The checkpoint a rollback would use is kept by the retention policy."""
