@@ -152,7 +152,12 @@ async def test_a_collapse_is_still_named_with_its_best_checkpoint_after_a_resume
     assert len(step_lines) == 2 + STEPS - first.pipeline.step
     assert all(f"collapsed (best {collapse.best:.3f} at step {collapse.best_step})" in line
                for line in step_lines), step_lines
-    assert f"  health: {words}" in summary_lines(summary.summary())
+    lines = summary_lines(summary.summary())
+    assert f"  health: {words}" in lines
+    # How to go back to that checkpoint: resumed so, the run rolls back at once (below).
+    assert any(line.startswith("  roll back:") and line.endswith(
+        f"--resume {first.run_id} --db {db} --steps {2 * (STEPS + 2)} --on-collapse rollback")
+        for line in lines), lines
 
 
 async def test_the_automatic_rollbacks_made_count_across_a_resume(tmp_path):

@@ -201,18 +201,23 @@ def _reward(value: float | None) -> str:
 
 
 def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
-    """(what, command) pairs: look at the run again, continue it."""
+    """(what, command) pairs: look at the run again, continue it (a collapsed run: from its
+    best checkpoint too, which a resume with `on_collapse = rollback` goes back to)."""
     db = db_flag(summary.db_path)
     task = shlex.quote(summary.task or "TASK")
     commands = [("look again", f"tinker-tui show {summary.run_id}{db}")]
     if summary.status == "running":
         commands.append(("attach", f"tinker-tui attach {summary.run_id}{db}"))
-    elif summary.status == "completed":
+        return commands
+    resume = f"tinker-tui run {task} --resume {summary.run_id}{db}"
+    if summary.status == "completed":
         more = max(summary.max_steps, summary.step) * 2 or 10
-        commands.append(("train further",
-                         f"tinker-tui run {task} --resume {summary.run_id}{db} --steps {more}"))
+        resume += f" --steps {more}"
+        commands.append(("train further", resume))
     else:
-        commands.append(("continue", f"tinker-tui run {task} --resume {summary.run_id}{db}"))
+        commands.append(("continue", resume))
+    if summary.collapse:
+        commands.append(("roll back", f"{resume} --on-collapse rollback"))
     return commands
 
 
