@@ -272,3 +272,51 @@ async def test_a_run_stopped_by_its_collapse_rolls_back_when_resumed_so(tmp_path
     assert rollback.args["reason"] == f"{collapse.words()} (on_collapse = rollback, 1 of 1)"
     assert again.pipeline.rollbacks == 1
     check_exactly_once(db, STEPS, groups_per_step=2)
+
+
+TASK_FILE = '''
+import random
+
+from tinker_tui import Scenario, Task, Trajectory
+
+
+def scenarios(rng):
+    index = 0
+    while True:
+        yield Scenario(id=f"s{index}", data=index)
+        index += 1
+
+
+async def rollout(client, model, scenario):
+    completion = await client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2)
+    reward = 0.0 if scenario.data >= 12 else float(random.random() < 0.5)
+    return Trajectory.from_choices(completion.choices, reward=reward)
+
+
+TASK = Task(name="collapsing", scenarios=scenarios, rollout=rollout)
+'''
+
+
+def test_the_command_line_names_the_collapse_again_after_a_resume(tmp_path, capsys):
+    """`run --no-ui`, stopped by its collapse (exit 3), then `--resume`: the resumed run's
+    step lines still say it has collapsed, and its summary names the collapse."""
+    from tinker_tui.app.cli import main
+
+    task = tmp_path / "collapsing.py"
+    task.write_text(TASK_FILE)
+    db = tmp_path / "runs.db"
+    common = ["--db", str(db), "--no-ui", "--seed", "3"]
+    assert main(["run", str(task), *common, "--steps", str(STEPS), "--group-size", "4",
+                 "--groups-per-step", "2", "--rollout-workers", "2",
+                 "--max-steps-off-policy", "0", "--checkpoint-every", "2"]) == 3
+    first = capsys.readouterr().out
+    run_id = re.search(r"^run (\S+):", first, re.M)[1]  # type: ignore[index]
+    (health,) = re.findall(r"^  health: (collapsed at step .*)$", first, re.M)
+    assert main(["run", str(task), "--resume", run_id, *common]) == 0
+    again = capsys.readouterr().out
+    steps = [line for line in again.splitlines() if line.startswith("step ")]
+    assert steps and all(re.search(r"  collapsed \(best [0-9.]+ at step \d+\)$", line)
+                         for line in steps), steps
+    assert f"warning: resumed after a collapse: {health}" in again
+    assert f"  health: {health}" in again.splitlines()
