@@ -841,11 +841,10 @@ class Pipeline:
         self._skipping = False
         self._last_step_end = self.clock.now()
         self._rollback_requested = None
+        kept = {} if best is None else {"best_step": best[0], "best": best[1]}
         self._command("rolled_back", source=source, to_step=state.step, checkpoint=name,
-                      reason=reason,
-                      name="learning_rate", value=self._learning_rate, old=old,
-                      steps_undone=undone, **({} if best is None else
-                                              {"best_step": best[0], "best": best[1]}))
+                      reason=reason, name="learning_rate", value=self._learning_rate, old=old,
+                      steps_undone=undone, **kept)
         self.log("warning", f"rolled back to {name} (step {state.step}, {undone} later "
                             f"step(s) undone), learning rate {old:g} -> "
                             f"{self._learning_rate:g}: {reason}")
