@@ -190,11 +190,11 @@ async def test_the_automatic_rollbacks_made_count_across_a_resume(tmp_path):
     assert "no rollback: max_rollbacks (1) reached" in logs, logs
     assert again.pipeline.rollbacks == 1
     with sqlite3.connect(db) as conn:
-        commands = conn.execute("select command, source from commands where command like "
-                                "'roll%' order by id").fetchall()
+        commands = conn.execute("select command, source from commands order by id").fetchall()
     conn.close()
     # Asked for by on_collapse, not by a person (the control view's "from" column).
-    assert commands == [("rollback", "on_collapse"), ("rolled_back", "on_collapse")]
+    assert commands == [("rollback", "on_collapse"), ("rolled_back", "on_collapse"),
+                        ("stop", "on_collapse")]
 
 
 @needs_wandb

@@ -206,8 +206,8 @@ class Pipeline:
         self._emit(CommandReceived(time=self.clock.now(), command=command, args=args,
                                    source=source))
 
-    def pause(self, reason: str = "paused by user") -> None:
-        self._command("pause", reason=reason)
+    def pause(self, reason: str = "paused by user", *, source: str = "user") -> None:
+        self._command("pause", reason=reason, source=source)
         if self._paused or self._stopping:
             return
         self._paused = True
@@ -237,8 +237,8 @@ class Pipeline:
             self.log("info", "checkpoint requested; it is written after the current step")
         self._wake.set()
 
-    def stop(self, reason: str = "stopped by user") -> None:
-        self._command("stop", reason=reason)
+    def stop(self, reason: str = "stopped by user", *, source: str = "user") -> None:
+        self._command("stop", reason=reason, source=source)
         if self._stopping:
             return
         self._stopping = True
@@ -942,10 +942,10 @@ class Pipeline:
         if fallback == "stop":
             self.health_stop_reason = words
             self.log("warning", f"stopping: {words} (on_collapse = {self.config.on_collapse})")
-            self.stop(f"health check: {words}")
+            self.stop(f"health check: {words}", source=collapse_memory.AUTOMATIC)
         else:
             self.pause(f"{words}; roll back to it, or resume" if collapse.checkpoint
-                       else f"{words}; resume, or stop")
+                       else f"{words}; resume, or stop", source=collapse_memory.AUTOMATIC)
 
     def _health_pause(self, reason: str) -> None:
         """Pause for a person to decide (`wait`), or stop gracefully (`stop`: nobody is
@@ -953,9 +953,9 @@ class Pipeline:
         if self.on_health_pause == "stop":
             self.health_stop_reason = reason
             self.log("warning", f"stopping: {reason} (on_health_pause = stop)")
-            self.stop(f"health check: {reason}")
+            self.stop(f"health check: {reason}", source="on_health_pause")
         else:
-            self.pause(reason)
+            self.pause(reason, source="on_health_pause")
 
     async def _report_throughput(self) -> None:
         while True:
