@@ -416,13 +416,13 @@ class Run:
             if kept["step"] <= step:
                 self.pipeline.adopt_checkpoint(kept["step"], kept["name"], kept["path"],
                                                ResumeState.from_dict(kept["resume_state"]))
-        stored = await store.run(self.run_id)
-        if stored is not None:  # the collapse tracking goes on (engine.collapse_memory)
-            self.pipeline.remember(await store.events(stored, EARLIER_KINDS), step)
         self._log("info", f"resuming run {self.run_id} from {where}: "
                           f"{counts['steps_removed']} later step(s) undone, "
                           f"{counts['groups_requeued']} group(s) to run again "
                           f"({len(state.pending)} scenario(s) drawn but untrained)")
+        stored = await store.run(self.run_id)
+        if stored is not None:  # the collapse tracking goes on (engine.collapse_memory)
+            self.pipeline.remember(await store.events(stored, EARLIER_KINDS), step)
 
     async def _start_policy(self, points: list[dict[str, Any]]) -> dict[str, Any] | None:
         """Start the policy fresh (no points), or from the newest resume point that loads;
