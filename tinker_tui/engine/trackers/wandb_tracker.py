@@ -6,8 +6,9 @@ evaluation finishes after later steps were logged and W&B drops rows whose `step
 back. The W&B run id is the run's (kept in the store with its settings), so a resumed run
 logs into the same W&B run. A resumed run redoes the steps after its checkpoint, and a
 rollback those after the checkpoint it goes back to: W&B keeps both records of those steps
-(its history cannot drop rows, and its run rewind works online only; the store and
-TensorBoard keep only the redone one). So where the redo starts is logged: a row with
+(its history cannot drop rows: its run rewind is a private preview of the service, and not
+for runs charted against a `define_metric` step, as these are; the store and TensorBoard
+keep only the redone one). So where the redo starts is logged: a row with
 `resume/from_step` (a resumed process) or `rollback/to_step` and `rollback/steps_undone`
 (a rollback, its reason in the summary under `rollback/last`): the rows logged before it
 with a greater `step` are the undone records.
