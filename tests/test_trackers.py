@@ -517,6 +517,7 @@ def test_wandb_marks_where_a_rollback_and_a_resume_redo_steps(tmp_path, offline_
         first.log_step(step, step, {"reward/mean": step / 100}, 5.0 + step)
     summary = dict(first.run.summary["rollback/last"])
     first.finish("stopped")
+    time.sleep(1.1)  # W&B names a run's offline folder by the second it started in
     again = tracker()
     again.start(RunInfo(run_id="r1", name="t", backend="local", base_model="m",
                         start_step=3))
