@@ -782,4 +782,4 @@ def test_model_names_a_collapse_and_a_rollback_undoes_the_later_steps():
     assert max(s for s, _ in model.series["reward/mean"]) == 10
     assert model.health()[0] != "collapsed" and model.knobs["learning_rate"] == 5e-4
     assert [c.describe() for c in model.knob_markers()] == [
-        "rolled back to step-000010 (step 10), learning_rate 0.001 → 0.0005"]
+        "rolled back to step-000010 (step 10), learning_rate 0.001 → 0.0005: collapsed"]

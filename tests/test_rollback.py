@@ -5,18 +5,30 @@ the rollback recorded as a command."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import random
 import re
 import sqlite3
 
+import pytest
 from exactly_once import check_exactly_once
+from test_trackers import (
+    assert_tensorboard_matches,
+    needs_tensorboard,
+    needs_wandb,
+    offline_wandb,  # noqa: F401 (a fixture)
+    settled_wandb_segments,
+    store_records,
+    tensorboard_scalars,
+)
 
 from tinker_tui import Scenario, Task, Trajectory
-from tinker_tui.app.headless import MetricsFile
+from tinker_tui.app.headless import HeadlessReporter, MetricsFile
 from tinker_tui.app.run_summary import SummaryCollector, summary_lines
 from tinker_tui.engine.config import RunConfig
-from tinker_tui.engine.events import CommandReceived, StepTrained
+from tinker_tui.engine.events import CommandReceived, LogEmitted, StepTrained
 from tinker_tui.engine.run import Run
 
 STEPS = 14
@@ -90,3 +102,221 @@ async def test_a_collapse_is_rolled_back_exactly_once(tmp_path):
     lines = summary_lines(summary.summary())
     assert any(line.startswith(f"  rolled back to step-{to_step:06d} (step {to_step}) at "
                                "learning rate 0.0005") for line in lines), lines
+
+
+def resumed(task: Task, config: RunConfig, db, run_id: str) -> Run:
+    return Run(task=task, config=config, backend="local", db_path=db, run_id=run_id,
+               resume=True, headless=True)
+
+
+async def test_a_collapse_is_still_named_with_its_best_checkpoint_after_a_resume(tmp_path):
+    """Stopped by its collapse (headless: on_collapse = stop), then resumed: the resumed
+    process names the same collapse and its best checkpoint, in its log, the step lines and
+    the summary, and can still roll back to that checkpoint."""
+    phase = {"collapsing": True}
+    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       max_steps_off_policy=0, checkpoint_every=2, seed=3, on_collapse="stop",
+                       learning_rate=1e-3, keep_last_checkpoints=2)
+    db = tmp_path / "runs.db"
+    first = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
+                headless=True)
+    assert await first.run() == "stopped"
+    collapse = first.pipeline.health.collapse
+    assert collapse is not None and collapse.checkpoint_step is not None
+    words = collapse.words()
+    assert re.match(r"collapsed at step \d+ \(best [0-9.]+ at step \d+\); best checkpoint "
+                    r"step-\d{6}$", words), words
+
+    again = resumed(collapsing_task(phase), dataclasses.replace(config, max_steps=STEPS + 2),
+                    db, first.run_id)
+    reporter = HeadlessReporter(out=io.StringIO())
+    summary = SummaryCollector(task="collapsing", db_path=db)
+    reporter.remember(await summary.read_earlier(db, first.run_id))
+    logs: list[str] = []
+
+    def on_event(event):
+        reporter.handle(event)
+        summary.handle(event)
+        if isinstance(event, LogEmitted) and event.level == "warning":
+            logs.append(event.message)
+
+    again.events.subscribe(on_event)
+    assert await again.run() == "completed"  # told before: named, not acted on again
+    assert again.pipeline.health.collapse is not None
+    assert again.pipeline.health.collapse.words() == words
+    assert again.pipeline.checkpointer.rollback_target() == (collapse.checkpoint_step, collapse.checkpoint)
+    assert any(m.startswith(f"resumed after a collapse: {words} (0 of 2 automatic rollbacks")
+               for m in logs), logs
+    step_lines = [line for line in reporter.out.getvalue().splitlines()  # type: ignore[attr-defined]
+                  if line.startswith("step ")]
+    assert len(step_lines) == 2 + STEPS - first.pipeline.step
+    assert all(f"collapsed (best {collapse.best:.3f} at step {collapse.best_step})" in line
+               for line in step_lines), step_lines
+    lines = summary_lines(summary.summary())
+    assert f"  health: {words}" in lines
+    # How to go back to that checkpoint: resumed so, the run rolls back at once (below).
+    assert any(line.startswith("  roll back:") and line.endswith(
+        f"--resume {first.run_id} --db {db} --steps {2 * (STEPS + 2)} --on-collapse rollback")
+        for line in lines), lines
+
+
+async def test_the_automatic_rollbacks_made_count_across_a_resume(tmp_path):
+    """One rollback allowed (max_rollbacks = 1) and made before the run ended; the resumed
+    run collapses again: no second rollback, it stops (headless) as once the allowance is
+    spent within one process."""
+    phase = {"collapsing": True}
+    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       max_steps_off_policy=0, checkpoint_every=2, seed=3,
+                       on_collapse="rollback", max_rollbacks=1, rollback_lr_scale=0.5,
+                       learning_rate=1e-3, keep_last_checkpoints=2)
+    db = tmp_path / "runs.db"
+    first = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
+                headless=True)
+
+    def learns_after_a_rollback(event):
+        if isinstance(event, CommandReceived) and event.command == "rolled_back":
+            phase["collapsing"] = False
+
+    first.events.subscribe(learns_after_a_rollback)
+    assert await first.run() == "completed"
+    assert first.pipeline.rollbacks == 1 and first.pipeline.health.collapse is None
+
+    phase["collapsing"] = True  # and it collapses again once resumed
+    again = resumed(collapsing_task(phase), dataclasses.replace(config, max_steps=STEPS + 8),
+                    db, first.run_id)
+    logs: list[str] = []
+    again.events.subscribe(lambda e: logs.append(e.message) if isinstance(e, LogEmitted) else None)
+    assert await again.run() == "stopped"
+    assert "no rollback: max_rollbacks (1) reached" in logs, logs
+    assert again.pipeline.rollbacks == 1
+    with sqlite3.connect(db) as conn:
+        commands = conn.execute("select command, source from commands order by id").fetchall()
+    conn.close()
+    # Asked for by on_collapse, not by a person (the control view's "from" column).
+    assert commands == [("rollback", "on_collapse"), ("rolled_back", "on_collapse"),
+                        ("stop", "on_collapse")]
+
+
+@needs_wandb
+@needs_tensorboard
+@pytest.mark.usefixtures("offline_wandb")
+async def test_a_rollback_reaches_the_trackers_as_the_store_holds_it(tmp_path):
+    """A real run rolled back with TensorBoard and W&B (offline) on: TensorBoard shows what
+    the store keeps (each step once, the redone values), W&B marks where the redo starts."""
+    phase = {"collapsing": True}
+    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       max_steps_off_policy=0, checkpoint_every=2, seed=3,
+                       on_collapse="rollback", max_rollbacks=1, learning_rate=1e-3,
+                       keep_last_checkpoints=2, tensorboard_dir=str(tmp_path / "tb"),
+                       wandb_project="charts", wandb_run_id="w-rollback")
+    db = tmp_path / "runs.db"
+    run = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
+              headless=True)
+    rolled: list[CommandReceived] = []
+
+    def on_event(event):
+        if isinstance(event, CommandReceived) and event.command == "rolled_back":
+            rolled.append(event)
+            phase["collapsing"] = False
+
+    run.events.subscribe(on_event)
+    assert await run.run() == "completed"
+    (rollback,) = rolled
+    to_step, undone = rollback.args["to_step"], rollback.args["steps_undone"]
+
+    _, steps, evals = await store_records(db, run.run_id)
+    assert [s for s, _ in steps] == list(range(1, STEPS + 1))
+    assert_tensorboard_matches(tensorboard_scalars(tmp_path / "tb" / run.run_id), steps, evals)
+
+    (segment,) = settled_wandb_segments(tmp_path, "w-rollback")
+    logged = [row["step"] for row in segment["rows"] if "reward/mean" in row]
+    (mark,) = [i for i, row in enumerate(segment["rows"]) if "rollback/to_step" in row]
+    assert segment["rows"][mark]["rollback/to_step"] == to_step
+    assert segment["rows"][mark]["rollback/steps_undone"] == undone
+    before = sum("reward/mean" in row for row in segment["rows"][:mark])
+    assert logged == list(range(1, before + 1)) + list(range(to_step + 1, STEPS + 1))
+    assert before == to_step + undone
+
+
+async def test_a_run_stopped_by_its_collapse_rolls_back_when_resumed_so(tmp_path):
+    """Stopped by its collapse, then resumed with on_collapse = rollback: it goes back to
+    its best checkpoint at once, and the store ends as an exactly-once resume leaves it."""
+    phase = {"collapsing": True}
+    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       max_steps_off_policy=0, checkpoint_every=2, seed=3, on_collapse="stop",
+                       learning_rate=1e-3, keep_last_checkpoints=2)
+    db = tmp_path / "runs.db"
+    first = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
+                headless=True)
+    first.events.subscribe(MetricsFile(tmp_path).handle)
+    assert await first.run() == "stopped"
+    collapse = first.pipeline.health.collapse
+    assert collapse is not None and collapse.checkpoint_step is not None
+
+    again = resumed(collapsing_task(phase),
+                    dataclasses.replace(config, on_collapse="rollback", max_rollbacks=1), db,
+                    first.run_id)
+    rolled: list[CommandReceived] = []
+
+    def on_event(event):
+        if isinstance(event, CommandReceived) and event.command == "rolled_back":
+            rolled.append(event)
+            phase["collapsing"] = False
+
+    again.events.subscribe(on_event)
+    again.events.subscribe(MetricsFile(tmp_path).handle)
+    assert await again.run() == "completed"
+    (rollback,) = rolled
+    assert rollback.args["to_step"] == collapse.checkpoint_step
+    assert rollback.args["steps_undone"] == first.pipeline.step - collapse.checkpoint_step
+    assert rollback.args["reason"] == f"{collapse.words()} (on_collapse = rollback, 1 of 1)"
+    assert again.pipeline.rollbacks == 1
+    check_exactly_once(db, STEPS, groups_per_step=2)
+
+
+TASK_FILE = '''
+import random
+
+from tinker_tui import Scenario, Task, Trajectory
+
+
+def scenarios(rng):
+    index = 0
+    while True:
+        yield Scenario(id=f"s{index}", data=index)
+        index += 1
+
+
+async def rollout(client, model, scenario):
+    completion = await client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2)
+    reward = 0.0 if scenario.data >= 12 else float(random.random() < 0.5)
+    return Trajectory.from_choices(completion.choices, reward=reward)
+
+
+TASK = Task(name="collapsing", scenarios=scenarios, rollout=rollout)
+'''
+
+
+def test_the_command_line_names_the_collapse_again_after_a_resume(tmp_path, capsys):
+    """`run --no-ui`, stopped by its collapse (exit 3), then `--resume`: the resumed run's
+    step lines still say it has collapsed, and its summary names the collapse."""
+    from tinker_tui.app.cli import main
+
+    task = tmp_path / "collapsing.py"
+    task.write_text(TASK_FILE)
+    db = tmp_path / "runs.db"
+    common = ["--db", str(db), "--no-ui", "--seed", "3"]
+    assert main(["run", str(task), *common, "--steps", str(STEPS), "--group-size", "4",
+                 "--groups-per-step", "2", "--rollout-workers", "2",
+                 "--max-steps-off-policy", "0", "--checkpoint-every", "2"]) == 3
+    first = capsys.readouterr().out
+    run_id = re.search(r"^run (\S+):", first, re.M)[1]  # type: ignore[index]
+    (health,) = re.findall(r"^  health: (collapsed at step .*)$", first, re.M)
+    assert main(["run", str(task), "--resume", run_id, *common]) == 0
+    again = capsys.readouterr().out
+    steps = [line for line in again.splitlines() if line.startswith("step ")]
+    assert steps and all(re.search(r"  collapsed \(best [0-9.]+ at step \d+\)$", line)
+                         for line in steps), steps
+    assert f"warning: resumed after a collapse: {health}" in again
+    assert f"  health: {health}" in again.splitlines()

@@ -25,6 +25,7 @@ import pytest
 from tinker_tui.app.cli import main
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.events import (
+    CommandReceived,
     EvalCompleted,
     EventBus,
     GroupDiscarded,
@@ -311,6 +312,9 @@ class RecordingTracker:
     def log_samples(self, step, rows):
         self._record("samples", step, rows)
 
+    def log_rollback(self, to_step, steps_undone, reason, time):
+        self._record("rollback", to_step, steps_undone, reason)
+
     def finish(self, status):
         self._record("finish", status)
         return []
@@ -348,6 +352,29 @@ async def test_the_feed_calls_the_tracker_in_order_on_its_own_thread_without_wai
     await asyncio.sleep(0)  # the start line is published on the loop's thread
     assert [(type(e), e.level, e.tracker) for e in reported] == [(TrackerReported, "info", "wandb")]
     assert "records of r1" in reported[0].message
+
+
+def rolled_back(to_step: int, undone: int, time: float) -> CommandReceived:
+    return CommandReceived(time=time, command="rolled_back", args={
+        "to_step": to_step, "checkpoint": f"step-{to_step:06d}", "steps_undone": undone,
+        "reason": "collapsed at step 4 (best 0.3 at step 3)", "name": "learning_rate",
+        "value": 5e-4, "old": 1e-3})
+
+
+async def test_the_feed_tells_the_tracker_of_a_rollback_in_order():
+    bus, tracker = EventBus(), RecordingTracker()
+    feed = TrackerFeed(tracker, publish=bus.publish, clock=FakeClock())
+    bus.subscribe(feed.handle)
+    events = list(run_events(4))
+    for event in events[:5] + [rolled_back(2, 2, 4.5)] + [
+            StepTrained(time=5.0 + s, step=s, policy_version=s, metrics={"reward/mean": s})
+            for s in (3, 4)] + [CommandReceived(time=9.0, command="rollback", args={})]:
+        bus.publish(event)
+    await feed.close()
+    assert tracker.calls[1:] == [
+        ("step", 1, 0.1), ("step", 2, 0.2), ("step", 3, 0.3), ("step", 4, 0.4),
+        ("rollback", 2, 2, "collapsed at step 4 (best 0.3 at step 3)"),
+        ("step", 3, 3), ("step", 4, 4)]
 
 
 async def test_a_failing_tracker_is_reported_once_and_switched_off():
@@ -439,6 +466,75 @@ def test_tensorboard_drops_what_a_restarted_run_redoes(tmp_path):
     assert len(list((tmp_path / "r1").glob("events.out.tfevents.*"))) == 2
     scalars = tensorboard_scalars(tmp_path / "r1")
     assert scalars["reward/mean"] == pytest.approx({1: 0.1, 2: 0.2, 3: 0.03, 4: 0.04, 5: 0.05})
+
+
+@needs_tensorboard
+def test_tensorboard_drops_the_steps_a_rollback_undoes(tmp_path):
+    """Without the rollback's marker TensorBoard holds steps 3 and 4 twice (a step going
+    back is no restart in these files); with it, the redone values only, as the store."""
+    from tensorboard.backend.event_processing.event_accumulator import (
+        TENSORS,
+        EventAccumulator,
+    )
+
+    from tinker_tui.engine.trackers.tensorboard_tracker import TensorBoardTracker
+
+    tracker = TensorBoardTracker(folder=tmp_path)
+    tracker.start(RunInfo(run_id="r1", name="t", backend="local", base_model="m"))
+    for step in (1, 2, 3, 4):
+        tracker.log_step(step, step, {"reward/mean": step / 10}, float(step))
+    tracker.log_rollback(2, 2, "collapsed at step 3 (best 0.2 at step 2)", 4.5)
+    for step in (3, 4, 5):
+        tracker.log_step(step, step, {"reward/mean": step / 100}, 5.0 + step)
+    tracker.finish("completed")
+    scalars = tensorboard_scalars(tmp_path / "r1")
+    assert scalars["reward/mean"] == pytest.approx({1: 0.1, 2: 0.2, 3: 0.03, 4: 0.04, 5: 0.05})
+    assert set(scalars["policy_version"]) == {1, 2, 3, 4, 5}
+    notes = EventAccumulator(str(tmp_path / "r1"), size_guidance={TENSORS: 0})
+    notes.Reload()
+    (note,) = notes.Tensors("rollback/text_summary")
+    assert note.step == 2
+    assert note.tensor_proto.string_val[0].decode() == (
+        "rolled back to step 2 (2 later step(s) undone): collapsed at step 3 (best 0.2 at "
+        "step 2)")
+
+
+@needs_wandb
+def test_wandb_marks_where_a_rollback_and_a_resume_redo_steps(tmp_path, offline_wandb):
+    """W&B keeps every row logged: the row that marks the redo tells the undone records
+    (those before it with a greater step) from the ones that count."""
+    from tinker_tui.engine.trackers.wandb_tracker import WandbTracker
+
+    def tracker() -> WandbTracker:
+        return WandbTracker(project="p", run_id="w1", folder=tmp_path)
+
+    first = tracker()
+    first.start(RunInfo(run_id="r1", name="t", backend="local", base_model="m"))
+    for step in (1, 2, 3, 4):
+        first.log_step(step, step, {"reward/mean": step / 10}, float(step))
+    first.log_rollback(2, 2, "collapsed at step 3 (best 0.2 at step 2)", 4.5)
+    for step in (3, 4):
+        first.log_step(step, step, {"reward/mean": step / 100}, 5.0 + step)
+    summary = dict(first.run.summary["rollback/last"])
+    first.finish("stopped")
+    time.sleep(1.1)  # W&B names a run's offline folder by the second it started in
+    again = tracker()
+    again.start(RunInfo(run_id="r1", name="t", backend="local", base_model="m",
+                        start_step=3))
+    again.log_step(4, 4, {"reward/mean": 0.5}, 20.0)
+    again.finish("completed")
+
+    assert summary == {"to_step": 2, "steps_undone": 2,
+                       "reason": "collapsed at step 3 (best 0.2 at step 2)"}
+    segments = settled_wandb_segments(tmp_path, "w1")
+    assert len(segments) == 2
+    rows = [[(r["step"], r.get("reward/mean"), r.get("rollback/to_step"),
+              r.get("resume/from_step")) for r in s["rows"]] for s in segments]
+    assert rows == [
+        [(1, 0.1, None, None), (2, 0.2, None, None), (3, 0.3, None, None),
+         (4, 0.4, None, None), (2, None, 2, None), (3, 0.03, None, None),
+         (4, 0.04, None, None)],
+        [(3, None, None, 3), (4, 0.5, None, None)]]
 
 
 # ---------------------------------------------------------------- whole runs

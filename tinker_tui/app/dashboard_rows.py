@@ -69,7 +69,8 @@ class CommandRow:
             if isinstance(old, int | float) and isinstance(new, int | float):
                 text += (f", learning_rate {format_knob('learning_rate', old)} → "
                          f"{format_knob('learning_rate', new)}")
-            return text
+            reason = self.args.get("reason")
+            return f"{text}: {reason}" if reason else text
         reason = self.args.get("reason")
         return f"{self.command} ({reason})" if reason else self.command
 

@@ -39,6 +39,7 @@ from tinker_tui.app.view_maths import (
 )
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.clock import Clock
+from tinker_tui.engine.collapse_memory import fold
 from tinker_tui.engine.config import LIVE_KNOBS
 from tinker_tui.engine.events import (
     DISCARD_REASONS,
@@ -60,7 +61,7 @@ from tinker_tui.engine.events import (
     StepTrained,
     ThroughputMeasured,
 )
-from tinker_tui.engine.health import HealthWindow, Kind, flat_share
+from tinker_tui.engine.health import HealthWindow, Kind
 
 # --------------------------------------------------------------------------- the model
 
@@ -253,11 +254,9 @@ class DashboardState:
                 self.checkpoints.append(
                     CheckpointRow(event.step, event.kind, event.name, event.path, event.time)
                 )
-                if event.kind == "state":
-                    self.health_window.checkpointed(event.step, event.name)
+                fold(self.health_window, event)
             case CheckpointDeleted():
-                if event.kind == "state":
-                    self.health_window.checkpoint_deleted(event.name)
+                fold(self.health_window, event)
                 kept = [c for c in self.checkpoints if c.path != event.path]
                 self.checkpoints_deleted += len(self.checkpoints) - len(kept)
                 self.checkpoints = kept
@@ -377,8 +376,8 @@ class DashboardState:
         reward = metrics.get(keys.REWARD_MEAN)
         if reward is not None:
             self.rewards.append((event.step, reward))
-            groups = len(event.group_ids) or int(self.config.get("groups_per_step") or 1)
-            self.health_window.stepped(event.step, reward, flat_share(metrics, groups))
+            fold(self.health_window, event,
+                 groups_per_step=int(self.config.get("groups_per_step") or 1))
         if self.started_at is not None:
             self.step_elapsed[event.step] = max(0.0, event.time - self.started_at)
         total = trained_tokens_total(metrics)
@@ -436,6 +435,7 @@ class DashboardState:
 
     def _command(self, event: CommandReceived) -> None:
         if event.command == "rolled_back" and isinstance(event.args.get("to_step"), int):
+            fold(self.health_window, event)
             self._rewind(int(event.args["to_step"]))
         self.commands.append(
             CommandRow(event.time, self.step, event.command, dict(event.args), event.source)
@@ -452,7 +452,6 @@ class DashboardState:
     def _rewind(self, step: int) -> None:
         """The run went back to its checkpoint at `step` (a rollback): what came after it is
         gone from the store, and from here."""
-        self.health_window.rewind(step)
         self.step = min(self.step, step)
         self.rewards = [(s, r) for s, r in self.rewards if s <= step]
         for key, points in self.series.items():

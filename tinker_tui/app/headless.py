@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 from tinker_tui.app.group_counts import ZeroVarianceSplit
 from tinker_tui.app.run_summary import db_flag
 from tinker_tui.engine import metric_keys as keys
+from tinker_tui.engine.collapse_memory import fold
 from tinker_tui.engine.control import Session
 from tinker_tui.engine.events import (
     DISCARD_REASONS,
+    CheckpointDeleted,
     CheckpointSaved,
     CommandReceived,
     EvalCompleted,
@@ -32,7 +34,7 @@ from tinker_tui.engine.events import (
     StepTrained,
     TrackerReported,
 )
-from tinker_tui.engine.health import HealthWindow, flat_share
+from tinker_tui.engine.health import HealthWindow
 
 if TYPE_CHECKING:
     from tinker_tui.engine.control_server import ControlServer
@@ -59,6 +61,12 @@ class HeadlessReporter:
         self._last_line = ""  # its first line, as printed
         #: Read as the engine reads it: a collapsed run's step lines say so.
         self.health = HealthWindow()
+        self._earlier: list[Event] = []  # `remember`'s, until the run says where it starts
+
+    def remember(self, earlier: list[Event]) -> None:
+        """The stored events of a resumed run before this process (`SummaryCollector.
+        read_earlier`): its step lines go on saying whether it has collapsed."""
+        self._earlier = list(earlier)
 
     def _startup(self, event: StartupProgressed) -> None:
         """One line when the start-up enters a phase (not one per warm-up step)."""
@@ -92,6 +100,11 @@ class HeadlessReporter:
             self._run_id = event.run_id
             self.started_at = event.time
             self.health.configure(event.config)
+            earlier, self._earlier = self._earlier, []
+            for before in earlier:
+                if not isinstance(before, StepTrained | CheckpointSaved) \
+                        or before.step <= event.start_step:
+                    fold(self.health, before)
             self._print(f"run {event.run_id}: task {event.name}, {event.backend} backend, "
                         f"base model {event.base_model}, {event.max_steps} steps")
         elif isinstance(event, StartupProgressed):
@@ -116,8 +129,7 @@ class HeadlessReporter:
                 ended = int(m.get(keys.ROLLOUTS_ENDED, 0))
                 failures = (f"failed rollouts {failed}/{ended} ({self.rollouts_failed} in "
                             "all)  ")
-            reward = m.get(keys.REWARD_MEAN, float("nan"))
-            self.health.stepped(event.step, reward, flat_share(m, len(event.group_ids) or 1))
+            fold(self.health, event)
             collapse = self.health.collapse
             health = "" if collapse is None else \
                 f"  collapsed (best {collapse.best:.3f} at step {collapse.best_step})"
@@ -131,11 +143,12 @@ class HeadlessReporter:
                 f"staleness {m.get(keys.STALENESS_MEAN, 0.0):.2f}  "
                 f"step {m.get(keys.STEP_TIME, 0.0):.2f}s  "
                 f"elapsed {elapsed:.1f}s{health}")
-        elif isinstance(event, CommandReceived) and event.command == "rolled_back":
-            self.health.rewind(int(event.args.get("to_step", 0)))
+        elif isinstance(event, CommandReceived | CheckpointDeleted):
+            fold(self.health, event)  # a rollback, a checkpoint the retention deleted
         elif isinstance(event, EvalCompleted):
             self._print(eval_line(event, self.max_steps))
         elif isinstance(event, CheckpointSaved):
+            fold(self.health, event)
             self._print(f"checkpoint {event.name} ({event.kind}) at step {event.step}: "
                         f"{event.path}")
         elif isinstance(event, RunStateChanged) and event.state in ("paused", "stopping"):

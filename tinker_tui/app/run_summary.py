@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tinker_tui.engine import metric_keys as keys
+from tinker_tui.engine.collapse_memory import EARLIER_KINDS, fold
 from tinker_tui.engine.events import (
     CheckpointDeleted,
     CheckpointSaved,
@@ -29,7 +30,7 @@ from tinker_tui.engine.events import (
     StepTrained,
     TrackerReported,
 )
-from tinker_tui.engine.health import HealthWindow, flat_share
+from tinker_tui.engine.health import HealthWindow
 
 #: Log lines kept for a failed run's summary.
 LAST_LOG_LINES = 5
@@ -89,22 +90,23 @@ class SummaryCollector:
         self._earlier: list[Event] = []  # `read_earlier`'s, until the run says where it starts
         self._health = HealthWindow()
 
-    async def read_earlier(self, db_path: str | Path, run_id: str) -> None:
-        """Read the steps and checkpoints the store holds of run `run_id` before it starts
-        here; its `RunStarted` then takes in those up to the step it resumes from (the
-        rest are undone by the resume). Nothing for a run the store does not hold yet."""
+    async def read_earlier(self, db_path: str | Path, run_id: str) -> list[Event]:
+        """Read the steps, checkpoints and rollbacks the store holds of run `run_id` before
+        it starts here; its `RunStarted` then takes in those up to the step it resumes from
+        (the rest are undone by the resume). Returns them (the step lines read them too).
+        Nothing for a run the store does not hold yet."""
         from tinker_tui.engine.store import StoreError, StoreReader
 
         if not Path(db_path).is_file():
-            return
+            return []
         try:
             async with await StoreReader.open_readonly(db_path) as store:
                 run = await store.run(run_id)
                 if run is not None:
-                    self._earlier = await store.events(
-                        run, (StepTrained, CheckpointSaved, GroupDiscarded))
+                    self._earlier = await store.events(run, (*EARLIER_KINDS, GroupDiscarded))
         except StoreError:  # unreadable now: the run's own start says why
-            return
+            return []
+        return list(self._earlier)
 
     def handle(self, event: Event) -> None:
         s = self._summary
@@ -115,8 +117,8 @@ class SummaryCollector:
                                     max_steps=event.max_steps, step=max(s.step, event.start_step))
             earlier, self._earlier = self._earlier, []
             for before in earlier:  # first: an equal best stays at its earlier step
-                if isinstance(before, StepTrained | CheckpointSaved | GroupDiscarded) \
-                        and before.step <= event.start_step:
+                if not isinstance(before, StepTrained | CheckpointSaved | GroupDiscarded) \
+                        or before.step <= event.start_step:
                     self.handle(before)
             return
         elif isinstance(event, StepTrained):
@@ -125,9 +127,8 @@ class SummaryCollector:
                         failed_rollouts=s.failed_rollouts
                         + int(event.metrics.get(keys.ROLLOUTS_FAILED, 0)),
                         rollouts=s.rollouts + int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)))
+            fold(self._health, event)
             if reward is not None and math.isfinite(reward):
-                self._health.stepped(event.step, float(reward),
-                                     flat_share(event.metrics, len(event.group_ids) or 1))
                 best = s.best_reward is None or reward > s.best_reward
                 s = replace(s, final_reward=float(reward),
                             best_reward=float(reward) if best else s.best_reward,
@@ -139,16 +140,15 @@ class SummaryCollector:
         elif isinstance(event, CheckpointSaved):
             if event.kind == "state":
                 s = replace(s, checkpoint=event.name, checkpoint_step=event.step)
-                self._health.checkpointed(event.step, event.name)
+                fold(self._health, event)
         elif isinstance(event, CheckpointDeleted):
-            if event.kind == "state":
-                self._health.checkpoint_deleted(event.name)
+            fold(self._health, event)
             return
         elif isinstance(event, CommandReceived):
             if event.command != "rolled_back":
                 return
             to_step = int(event.args.get("to_step", 0))
-            self._health.rewind(to_step)
+            fold(self._health, event)
             s = replace(s, rollbacks=(*s.rollbacks, f"to {event.args.get('checkpoint', '?')} "
                                       f"(step {to_step}) at learning rate "
                                       f"{event.args.get('value', float('nan')):g}"))
@@ -201,18 +201,23 @@ def _reward(value: float | None) -> str:
 
 
 def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
-    """(what, command) pairs: look at the run again, continue it."""
+    """(what, command) pairs: look at the run again, continue it (a collapsed run: from its
+    best checkpoint too, which a resume with `on_collapse = rollback` goes back to)."""
     db = db_flag(summary.db_path)
     task = shlex.quote(summary.task or "TASK")
     commands = [("look again", f"tinker-tui show {summary.run_id}{db}")]
     if summary.status == "running":
         commands.append(("attach", f"tinker-tui attach {summary.run_id}{db}"))
-    elif summary.status == "completed":
+        return commands
+    resume = f"tinker-tui run {task} --resume {summary.run_id}{db}"
+    if summary.status == "completed":
         more = max(summary.max_steps, summary.step) * 2 or 10
-        commands.append(("train further",
-                         f"tinker-tui run {task} --resume {summary.run_id}{db} --steps {more}"))
+        resume += f" --steps {more}"
+        commands.append(("train further", resume))
     else:
-        commands.append(("continue", f"tinker-tui run {task} --resume {summary.run_id}{db}"))
+        commands.append(("continue", resume))
+    if summary.collapse:
+        commands.append(("roll back", f"{resume} --on-collapse rollback"))
     return commands
 
 

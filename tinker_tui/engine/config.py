@@ -220,8 +220,8 @@ class RunConfig:
         0.5, "a rollback multiplies the learning rate by this", "pipeline",
         low=0, high=1, low_open=True)
     max_rollbacks: int = setting(
-        2, "automatic rollbacks in one run (on_collapse = rollback); after them a collapse "
-        "waits or stops as auto would", "pipeline", low=0)
+        2, "automatic rollbacks in one run, its resumes included (on_collapse = rollback); "
+        "after them a collapse waits or stops as auto would", "pipeline", low=0)
     lora_rank: int = setting(32, "rank of the LoRA adapters", "backend", low=1)
     base_model: str = setting(DEFAULT_BASE_MODEL, "the model to train", "backend")
     seed: int = setting(0, "seeds the scenario stream and sampling")

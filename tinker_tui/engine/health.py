@@ -223,11 +223,15 @@ class HealthWindow:
         """(step, mean reward) of the best step so far."""
         return None if self._best is None else (self._best.step, self._best.reward)
 
-    def stepped(self, step: int, reward: float, flat: float) -> Collapse | None:
-        """Count a trained step: its mean reward and `flat_share`. Returns the collapse the
+    def stepped(self, step: int, reward: float, flat: float, *,
+                lowest: float | None = None) -> Collapse | None:
+        """Count a trained step: its mean reward and `flat_share` (and its lowest reward, for
+        a window not fed the groups: a stored run read back). Returns the collapse the
         first time it is seen (once per collapse), else None."""
         if not math.isfinite(reward):
             return None
+        if lowest is not None and math.isfinite(lowest):
+            self.lowest = min(self.lowest, lowest)
         entry = _Step(step, reward, flat)
         if self._steps and self._steps[-1].step >= step:
             self._steps = [s for s in self._steps if s.step < step]  # a rewound run goes again
@@ -294,9 +298,14 @@ class HealthWindow:
         steps = [s for s in self._checkpoints if s <= self._best.step]
         return (max(steps), self._checkpoints[max(steps)]) if steps else None
 
-    def rewind(self, step: int) -> None:
+    def rewind(self, step: int, best: tuple[int, float] | None = None) -> None:
         """The run went back to its checkpoint at `step` (a rollback): later steps and
-        checkpoints are gone; the best step stays the one to beat if it is kept."""
+        checkpoints are gone; the best step stays the one to beat, even when it was one of
+        them (`best`, the (step, reward) the rollback recorded, sets it for a window that
+        read the run back from the store, where the undone steps are gone)."""
+        if best is not None and math.isfinite(best[1]) and (
+                self._best is None or best[1] > self._best.reward + TOLERANCE):
+            self._best = _Step(int(best[0]), float(best[1]), 0.0)
         self._steps = [s for s in self._steps if s.step <= step]
         self._top = _best_mean(self._steps[:-COLLAPSE_STEPS])
         self._checkpoints = {s: n for s, n in self._checkpoints.items() if s <= step}

@@ -25,10 +25,10 @@ import inspect
 import math
 import random
 import traceback
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from tinker_tui.engine import faults
+from tinker_tui.engine import collapse_memory, faults
 from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.advantages import group_advantages
 from tinker_tui.engine.backend_session import BackendSession
@@ -183,7 +183,8 @@ class Pipeline:
         #: Set by the run: flush the store and reconcile it to a step (a rollback), returns
         #: what `RunStore.reconcile` returns.
         self.rewind_store: Callable[[int], Awaitable[Mapping[str, int]]] | None = None
-        self._rollback_requested: tuple[str, float] | None = None  # (reason, lr scale)
+        #: (reason, lr scale, who asked: "user" or "on_collapse")
+        self._rollback_requested: tuple[str, float, str] | None = None
         #: Why the run was stopped (`stop`'s reason), once it was.
         self.stop_reason = ""
         #: The health check's reason when it stopped the run (on_health_pause = stop).
@@ -203,11 +204,12 @@ class Pipeline:
     def stopping(self) -> bool:
         return self._stopping
 
-    def _command(self, command: str, **args: Any) -> None:
-        self._emit(CommandReceived(time=self.clock.now(), command=command, args=args))
+    def _command(self, command: str, *, source: str = "user", **args: Any) -> None:
+        self._emit(CommandReceived(time=self.clock.now(), command=command, args=args,
+                                   source=source))
 
-    def pause(self, reason: str = "paused by user") -> None:
-        self._command("pause", reason=reason)
+    def pause(self, reason: str = "paused by user", *, source: str = "user") -> None:
+        self._command("pause", reason=reason, source=source)
         if self._paused or self._stopping:
             return
         self._paused = True
@@ -237,8 +239,8 @@ class Pipeline:
             self.log("info", "checkpoint requested; it is written after the current step")
         self._wake.set()
 
-    def stop(self, reason: str = "stopped by user") -> None:
-        self._command("stop", reason=reason)
+    def stop(self, reason: str = "stopped by user", *, source: str = "user") -> None:
+        self._command("stop", reason=reason, source=source)
         if self._stopping:
             return
         self._stopping = True
@@ -263,23 +265,26 @@ class Pipeline:
         return f"writing a checkpoint of step {self.step}"
 
     def request_rollback(self, reason: str = "rolled back by user",
-                         lr_scale: float | None = None) -> None:
+                         lr_scale: float | None = None, *, automatic: bool = False) -> None:
         """Go back to the last full checkpoint at or before the best step, with the learning
         rate scaled by `lr_scale` (default `rollback_lr_scale`): after the current step, or at
-        once while no step is in progress. A paused run resumes from there."""
+        once while no step is in progress. A paused run resumes from there. `automatic`:
+        asked for by `on_collapse = rollback` (the commands' source: `max_rollbacks` counts
+        those)."""
         scale = self.config.rollback_lr_scale if lr_scale is None else float(lr_scale)
         if not 0 < scale <= 1:
             raise ValueError(f"a rollback's learning-rate scale must be in (0, 1], got {scale}")
         target = self.health.rollback_point()
+        source = collapse_memory.AUTOMATIC if automatic else "user"
         self._command("rollback", reason=reason, lr_scale=scale,
-                      to_step=target[0] if target else None)
+                      to_step=target[0] if target else None, source=source)
         if self._stopping:
             return
         if target is None or target[0] not in self.checkpointer.table:
             self.log("warning", "nothing to roll back to: no full checkpoint of this run at or "
                                 "before its best step")
             return
-        self._rollback_requested = (reason, scale)
+        self._rollback_requested = (reason, scale, source)
         self.log("info", f"rolling back to {target[1]} (step {target[0]}) at learning rate "
                          f"x{scale:g}: {reason}")
         self._queue.put_nowait(None)  # wakes a trainer waiting for groups
@@ -746,6 +751,24 @@ class Pipeline:
                 self.evaluator.ask()
             self.evaluator.start_if_due()
 
+    def remember(self, earlier: Iterable[Event], up_to: int) -> None:
+        """Continue the collapse tracking of this run's earlier processes (a resumed run),
+        from its stored events (`engine.collapse_memory`): the best step, the steps' means,
+        the automatic rollbacks made. A collapse seen before is named again; it is acted on
+        again only to roll back (`on_collapse = rollback` with rollbacks left: a run stopped
+        by its collapse, resumed so): the process that saw it waited or stopped already."""
+        self.rollbacks = collapse_memory.replay(
+            self.health, earlier, groups_per_step=self.config.groups_per_step, up_to=up_to)
+        self.checkpointer.keep_rollback_point()
+        collapse = self.health.collapse
+        if collapse is None:
+            return
+        self.log("warning", f"resumed after a collapse: {collapse.words()} ({self.rollbacks} "
+                            f"of {self.config.max_rollbacks} automatic rollbacks made)")
+        if self.on_collapse == "rollback" and self.rollbacks < self.config.max_rollbacks \
+                and self.checkpointer.rollback_target() is not None:
+            self._collapsed(collapse)
+
     async def _roll_back(self) -> None:
         """Go back to the rollback point (`request_rollback`): rollouts in flight and queued
         are dropped, the backend loads the checkpoint's weights and optimizer state as its
@@ -753,7 +776,7 @@ class Pipeline:
         `RunStore.reconcile`), the scenario stream continues from its resume state, and the
         learning rate is scaled."""
         assert self._rollback_requested is not None
-        reason, scale = self._rollback_requested
+        reason, scale, source = self._rollback_requested
         target = self.checkpointer.rollback_target()
         if target is None:
             self._rollback_requested = None
@@ -778,6 +801,7 @@ class Pipeline:
         self.restore(dataclasses.replace(state, next_group_id=max(
             state.next_group_id, int(counts.get("next_group_id", 0)), self._next_group_id)))
         self.checkpointer.rewound(state.step)
+        best = self.health.best_step  # kept, and recorded: it may be one of the undone steps
         self.health.rewind(state.step)
         old = self._learning_rate
         self._learning_rate = old * scale
@@ -787,9 +811,10 @@ class Pipeline:
         self._skipping = False
         self._last_step_end = self.clock.now()
         self._rollback_requested = None
-        self._command("rolled_back", to_step=state.step, checkpoint=name, reason=reason,
-                      name="learning_rate", value=self._learning_rate, old=old,
-                      steps_undone=undone)
+        kept = {} if best is None else {"best_step": best[0], "best": best[1]}
+        self._command("rolled_back", source=source, to_step=state.step, checkpoint=name,
+                      reason=reason, name="learning_rate", value=self._learning_rate, old=old,
+                      steps_undone=undone, **kept)
         self.log("warning", f"rolled back to {name} (step {state.step}, {undone} later "
                             f"step(s) undone), learning rate {old:g} -> "
                             f"{self._learning_rate:g}: {reason}")
@@ -873,7 +898,8 @@ class Pipeline:
             if self.rollbacks < self.config.max_rollbacks and collapse.checkpoint_step is not None:
                 self.rollbacks += 1
                 self.request_rollback(f"{words} (on_collapse = rollback, "
-                                      f"{self.rollbacks} of {self.config.max_rollbacks})")
+                                      f"{self.rollbacks} of {self.config.max_rollbacks})",
+                                      automatic=True)
                 return
             why = ("no checkpoint at or before the best step" if collapse.checkpoint_step is None
                    else f"max_rollbacks ({self.config.max_rollbacks}) reached")
@@ -886,10 +912,10 @@ class Pipeline:
         if fallback == "stop":
             self.health_stop_reason = words
             self.log("warning", f"stopping: {words} (on_collapse = {self.config.on_collapse})")
-            self.stop(f"health check: {words}")
+            self.stop(f"health check: {words}", source=collapse_memory.AUTOMATIC)
         else:
             self.pause(f"{words}; roll back to it, or resume" if collapse.checkpoint
-                       else f"{words}; resume, or stop")
+                       else f"{words}; resume, or stop", source=collapse_memory.AUTOMATIC)
 
     def _health_pause(self, reason: str) -> None:
         """Pause for a person to decide (`wait`), or stop gracefully (`stop`: nobody is
@@ -897,9 +923,9 @@ class Pipeline:
         if self.on_health_pause == "stop":
             self.health_stop_reason = reason
             self.log("warning", f"stopping: {reason} (on_health_pause = stop)")
-            self.stop(f"health check: {reason}")
+            self.stop(f"health check: {reason}", source="on_health_pause")
         else:
-            self.pause(reason)
+            self.pause(reason, source="on_health_pause")
 
     async def _report_throughput(self) -> None:
         while True:

@@ -32,6 +32,7 @@ from tinker_tui.engine.backend_session import BackendSession, CheckpointRecord
 from tinker_tui.engine.blocking import on_daemon_thread
 from tinker_tui.engine.checkpoint_paths import run_checkpoint_dir
 from tinker_tui.engine.clock import Clock, SystemClock
+from tinker_tui.engine.collapse_memory import EARLIER_KINDS
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import (
     EventBus,
@@ -427,6 +428,9 @@ class Run:
                           f"{counts['steps_removed']} later step(s) undone, "
                           f"{counts['groups_requeued']} group(s) to run again "
                           f"({len(state.pending)} scenario(s) drawn but untrained)")
+        stored = await store.run(self.run_id)
+        if stored is not None:  # the collapse tracking goes on (engine.collapse_memory)
+            self.pipeline.remember(await store.events(stored, EARLIER_KINDS), step)
 
     async def _start_policy(self, points: list[dict[str, Any]]) -> dict[str, Any] | None:
         """Start the policy fresh (no points), or from the newest resume point that loads;

@@ -262,7 +262,7 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
     session.events.subscribe(reporter.handle)
     summary = SummaryCollector(task=task, db_path=session.db_path)
     if session.db_path is not None:  # a resumed run: its steps before this process
-        await summary.read_earlier(session.db_path, session.run_id)
+        reporter.remember(await summary.read_earlier(session.db_path, session.run_id))
     session.events.subscribe(summary.handle)
     metrics = MetricsFile(session.db_path.parent) if session.db_path is not None else None
     if metrics is not None:

@@ -20,6 +20,7 @@ from typing import Any
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.events import (
     CheckpointSaved,
+    CommandReceived,
     EvalCompleted,
     Event,
     GroupDiscarded,
@@ -89,6 +90,12 @@ class TrackerFeed:
                        event.time)
         elif isinstance(event, CheckpointSaved):
             self._call(t.log_checkpoint, event.step, event.kind, event.name, event.path)
+        elif isinstance(event, CommandReceived) and event.command == "rolled_back":
+            to_step = event.args.get("to_step")
+            if isinstance(to_step, int):
+                self._groups.clear()  # sampled for steps that will not come
+                self._call(t.log_rollback, to_step, int(event.args.get("steps_undone") or 0),
+                           str(event.args.get("reason") or ""), event.time)
         elif isinstance(event, RunStarted):
             self._call(t.start, RunInfo(run_id=event.run_id, name=event.name,
                                         backend=event.backend, base_model=event.base_model,

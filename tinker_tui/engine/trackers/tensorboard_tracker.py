@@ -7,7 +7,9 @@ Werkzeug) that only viewing needs; the files are TensorBoard's own format either
 
 A (re)started run first writes TensorBoard's "session start" marker at the step after the
 one it starts from, so TensorBoard drops what an earlier attempt of the run wrote for the
-steps it redoes: what it shows matches the store.
+steps it redoes: what it shows matches the store. A rollback writes the same marker after
+the step it goes back to (TensorBoard reads a step that goes back as a duplicate, not as a
+restart, in event files of this format), and a note of it in the text tab.
 """
 
 from __future__ import annotations
@@ -71,6 +73,12 @@ class TensorBoardTracker:
 
     def log_samples(self, step: int, rows: list[tuple[Any, ...]]) -> None:
         pass  # scalars only
+
+    def log_rollback(self, to_step: int, steps_undone: int, reason: str, time: float) -> None:
+        self._purge_from(to_step + 1)
+        self.writer.add_text("rollback", f"rolled back to step {to_step} ({steps_undone} later "
+                                         f"step(s) undone): {reason}", to_step, walltime=time)
+        self.writer.flush()
 
     def finish(self, status: str) -> list[str]:
         if self.writer is None:

@@ -48,6 +48,11 @@ class Tracker(Protocol):
 
     def log_samples(self, step: int, rows: list[tuple[Any, ...]]) -> None: ...
 
+    def log_rollback(self, to_step: int, steps_undone: int, reason: str, time: float) -> None:
+        """The run went back to its checkpoint at `to_step` (a rollback): the steps after it
+        that were logged are undone, and are logged again as the run redoes them."""
+        ...
+
     def finish(self, status: str) -> list[str]: ...
 
     def abort(self) -> None:

@@ -4,8 +4,14 @@ checkpoints, and a table of sampled rollouts every `wandb_samples_every` steps.
 Metrics are charted against our `step` (W&B's own `_step` only counts rows), because an
 evaluation finishes after later steps were logged and W&B drops rows whose `step=` goes
 back. The W&B run id is the run's (kept in the store with its settings), so a resumed run
-logs into the same W&B run. A resumed run redoes the steps after its checkpoint: W&B keeps
-both records of those steps (the store and TensorBoard keep only the redone one).
+logs into the same W&B run. A resumed run redoes the steps after its checkpoint, and a
+rollback those after the checkpoint it goes back to: W&B keeps both records of those steps
+(its history cannot drop rows: its run rewind is a private preview of the service, and not
+for runs charted against a `define_metric` step, as these are; the store and TensorBoard
+keep only the redone one). So where the redo starts is logged: a row with
+`resume/from_step` (a resumed process) or `rollback/to_step` and `rollback/steps_undone`
+(a rollback, its reason in the summary under `rollback/last`): the rows logged before it
+with a greater `step` are the undone records.
 
 W&B never logs in here and never prompts: without an API key (WANDB_API_KEY, or `wandb
 login`'s netrc entry) it runs offline, and so it does with WANDB_MODE=offline; the files
@@ -119,6 +125,8 @@ class WandbTracker:
                                 "task": run.name, "backend": run.backend,
                                 "base_model": run.base_model, **dict(run.config)},
                                allow_val_change=True)
+        if run.start_step > 0:
+            self.run.log({"step": run.start_step, "resume/from_step": run.start_step})
         if self._offline():
             return [f"W&B: offline ({why or 'W&B settings'}); {self._sync_hint()}"]
         return [f"W&B: logging to {self.run.url}"]
@@ -157,6 +165,14 @@ class WandbTracker:
             return
         table = self._wandb.Table(columns=list(SAMPLE_COLUMNS), data=[list(r) for r in rows])
         self.run.log({"step": step, "samples": table})
+
+    def log_rollback(self, to_step: int, steps_undone: int, reason: str, time: float) -> None:
+        if self.run is None:  # W&B is disabled
+            return
+        self.run.log({"step": to_step, "rollback/to_step": to_step,
+                      "rollback/steps_undone": steps_undone})
+        self.run.summary["rollback/last"] = {"to_step": to_step, "steps_undone": steps_undone,
+                                             "reason": reason}
 
     def finish(self, status: str) -> list[str]:
         if self.run is None:
