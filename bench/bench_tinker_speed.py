@@ -8,11 +8,13 @@ service double (tests/tinker_double, served from this process), groups of 16, wi
 policy server's coalescing on (the default) and off (`--sample-coalesce-ms 0`): the double's
 own record counts the `asample` requests, the run store the groups.
 
-throughput: completions/s at group 32 through the policy server (32 concurrent openai
-requests, n=1 each, the way a task's rollouts ask; the real `BackendSession` on the SDK) and
-through a plain SDK loop that asks `sample(num_samples=32)` itself, in one run against one
-double (served by a process of its own, so neither side shares its CPU with the other's
-service), the same number of groups in flight on each side.
+throughput: completions/s at group 32, a group of 32 rollouts started together through the
+engine's arrangement (task rollouts, their openai client and the policy server on the rollout
+thread, the real `BackendSession` on the SDK), in both task forms: per-trajectory `rollout`
+(32 requests n=1) and `group_rollout` (one request n=32); beside a plain SDK loop that asks
+`sample(num_samples=32)` itself, in one run against one double (served by a process of its
+own, so neither side shares its CPU with the other's service), the same number of groups in
+flight on each side, each group in flight with a prompt of its own.
 
 cycles: the double in clock-cycle mode (`--clock-cycle`, 1 s): training steps through the
 engine's trainer (`BackendSession`: next step submitted before the last one's tail is
@@ -32,6 +34,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +96,11 @@ def bench_requests(steps: int) -> None:
 
 
 # ---------------------------------------------------------------------- throughput
-MESSAGES = [{"role": "user", "content": "Answer with one word: yes, no or maybe. Is the sky blue?"}]
+def messages_for(lane: int) -> list[dict[str, str]]:
+    """Each lane (a group in flight) asks its own question, as different scenarios do: no
+    side gains from requests of different groups sharing one sampling call."""
+    return [{"role": "user", "content": f"Answer with one word: yes, no or maybe. Question "
+                                        f"{lane}: is the sky blue?"}]
 
 
 class DoubleProcess:
@@ -142,89 +149,155 @@ class DoubleProcess:
         self.tmp.cleanup()
 
 
-async def _for_seconds(seconds: float, in_flight: int, one_group: Any) -> float:
-    """Groups of completions, `in_flight` at a time, for `seconds`: completions/s."""
+async def _for_seconds(seconds: float, in_flight: int, one_group: Any,
+                       record: Any = None) -> tuple[float, str]:
+    """Groups of completions, `in_flight` lanes at a time (lane i asks `messages_for(i)`),
+    for `seconds`: completions/s, and what the double saw per group (its `asample` and
+    `retrieve_future` requests) with a group's mean wall time."""
     loop = asyncio.get_running_loop()
     end = loop.time() + seconds
     counts = [0] * in_flight
+    groups = [0]
+
+    def double_calls() -> Counter[str]:
+        return Counter(path for _, path, _ in record()["calls"]) if record else Counter()
 
     async def lane(i: int) -> None:
         while loop.time() < end:
-            counts[i] += await one_group()
+            counts[i] += await one_group(i)
+            groups[0] += 1
 
+    before = await asyncio.to_thread(double_calls)
     started = loop.time()
     await asyncio.gather(*(lane(i) for i in range(in_flight)))
-    return sum(counts) / (loop.time() - started)
+    took = loop.time() - started
+    calls = await asyncio.to_thread(double_calls)
+    n = max(groups[0], 1)
+    seen = (f"{(calls['asample'] - before['asample']) / n:.2f} asample, "
+            f"{(calls['retrieve_future'] - before['retrieve_future']) / n:.1f} "
+            f"retrieve_future a group, {1000 * took * in_flight / n:.0f} ms a group")
+    return sum(counts) / took, seen
+
+
+def _tasks(max_tokens: int) -> tuple[Any, Any]:
+    """The two task forms, as a user writes them: per-trajectory `rollout` (one request each)
+    and `group_rollout` (the group's n answers from one request)."""
+    from tinker_tui import Task, Trajectory
+
+    async def rollout(client: Any, model: str, scenario: Any) -> Any:
+        completion = await client.chat.completions.create(
+            model=model, messages=scenario.data, max_tokens=max_tokens)
+        choice = completion.choices[0]
+        return Trajectory.from_choices([choice], reward=float(len(choice.message.content or "")))
+
+    async def group_rollout(client: Any, model: str, scenario: Any, n: int) -> list[Any]:
+        completion = await client.chat.completions.create(
+            model=model, messages=scenario.data, max_tokens=max_tokens, n=n)
+        return [Trajectory.from_choices([c], reward=float(len(c.message.content or "")))
+                for c in completion.choices]
+
+    def scenarios(_rng: Any) -> Any:
+        return iter(())
+
+    return (Task(name="policy", scenarios=scenarios, rollout=rollout),
+            Task(name="policy", scenarios=scenarios, group_rollout=group_rollout))
 
 
 async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: int,
-                      rounds: int, latencies: list[float],
-                      set_faults: Any) -> None:
+                      rounds: int, latencies: list[float], double: DoubleProcess) -> None:
+    """Both sides as a run has them: the policy server, its openai client and the task's
+    rollouts on the rollout thread's loop (`RolloutThread`), `BackendSession.sample` on this
+    (the engine's) loop, a group's rollouts started together (`run_together`)."""
     import tinker
 
+    from tinker_tui import Scenario
     from tinker_tui.engine.backend_session import BackendSession
+    from tinker_tui.engine.rollout_loop import RolloutThread, run_together
     from tinker_tui.engine.sampling_defaults import SamplingDefaults
     from tinker_tui.engine.server import PolicyServer
 
     service = tinker.ServiceClient()
     policy = BackendSession(service, base_model=MODEL, sampler_checkpoint_every=0)
     await policy.start()
-    server = PolicyServer(policy, model_name="policy", coalesce_window=0.005,
-                          defaults=SamplingDefaults(max_tokens=max_tokens))
-    await server.start()
-    client = server.client()
-    prompt = policy.renderer.build_generation_prompt(MESSAGES)
+    rollouts = RolloutThread()
+    await rollouts.start()
+    server: Any = None
+    client: Any = None
+
+    async def start_server() -> None:  # on the rollout loop, which serves it
+        nonlocal server, client
+        server = PolicyServer(rollouts.policy_for_server(policy), model_name="policy",
+                              coalesce_window=0.005,
+                              defaults=SamplingDefaults(max_tokens=max_tokens))
+        await server.start()
+        client = server.client()
+
+    await rollouts.run(start_server())
     stop = policy.renderer.get_stop_sequences()
     params = tinker.SamplingParams(max_tokens=max_tokens, temperature=1.0, stop=stop)
+    prompts = [policy.renderer.build_generation_prompt(messages_for(i))
+               for i in range(in_flight)]
     sampler = policy.sampling_client  # the plain loop asks the same sampler itself
+    per_trajectory, per_group = _tasks(max_tokens)
+    scenarios = [Scenario(id=f"lane-{i}", data=messages_for(i)) for i in range(in_flight)]
 
-    async def plain_group() -> int:
-        response = await sampler.sample(prompt=prompt, num_samples=group,
+    async def plain_group(lane: int) -> int:
+        response = await sampler.sample(prompt=prompts[lane], num_samples=group,
                                         sampling_params=params)
         return len(response.sequences)
 
-    async def server_group() -> int:
-        done = await asyncio.gather(*(client.chat.completions.create(
-            model="policy", messages=MESSAGES, max_tokens=max_tokens) for _ in range(group)))
-        return sum(len(c.choices) for c in done)
+    def engine_group(task: Any) -> Any:
+        async def one_group(lane: int) -> int:
+            async def roll_out() -> list[Any]:  # on the rollout loop
+                return await run_together(task.rollout(client, "policy", scenarios[lane])
+                                          for _ in range(group))
+            results = await rollouts.run(roll_out())
+            errors = [r for r in results if isinstance(r, BaseException)]
+            if errors:
+                raise errors[0]
+            return len(results)
+        return one_group
 
-    async def server_n_group() -> int:
-        done = await client.chat.completions.create(model="policy", messages=MESSAGES,
-                                                    max_tokens=max_tokens, n=group)
-        return len(done.choices)
-
-    await plain_group()
-    await server_group()  # warm every path
+    sides = [("per-trajectory rollout (n=1 each)", engine_group(per_trajectory)),
+             (f"group_rollout (1 request n={group})", engine_group(per_group))]
+    await plain_group(0)
+    for _, side in sides:
+        await side(0)  # warm every path
     for latency in latencies:
-        set_faults({"delay": {"asample": latency}} if latency else {})
+        double.set_faults({"delay": {"asample": latency}} if latency else {})
         for r in range(rounds):
             before = load()
-            plain = await _for_seconds(seconds, in_flight, plain_group)
-            calls = server.coalescer.stats.calls
-            requests = server.coalescer.stats.requests
-            ours = await _for_seconds(seconds, in_flight, server_group)
-            calls = server.coalescer.stats.calls - calls
-            requests = server.coalescer.stats.requests - requests
-            ours_n = await _for_seconds(seconds, in_flight, server_n_group)
+            plain, seen = await _for_seconds(seconds, in_flight, plain_group, double.record)
+            figures = [f"({seen})"]
+            for label, side in sides:
+                calls, requests = server.coalescer.stats.calls, server.coalescer.stats.requests
+                ours, seen = await _for_seconds(seconds, in_flight, side, double.record)
+                calls = server.coalescer.stats.calls - calls
+                requests = server.coalescer.stats.requests - requests
+                figures.append(f"tinker-tui {label}: {ours:7.1f}/s = {ours / plain:.2f}x "
+                               f"({requests / max(calls, 1):.1f} requests per sampling call; "
+                               f"{seen})")
             print(f"asample round trip +{latency * 1000:.0f} ms, round {r + 1}: plain SDK "
-                  f"n={group}: {plain:7.1f}/s | policy server, {group} requests n=1: "
-                  f"{ours:7.1f}/s = {ours / plain:.2f}x ({requests / max(calls, 1):.1f} "
-                  f"requests per sampling call) | policy server, 1 request n={group}: "
-                  f"{ours_n:7.1f}/s = {ours_n / plain:.2f}x  [{before} -> {load()}]")
-    set_faults({})
-    await server.stop()
+                  f"n={group}: {plain:7.1f}/s " + "\n  | ".join(figures)
+                  + f"\n  [{before} -> {load()}]", flush=True)
+    double.set_faults({})
+
+    async def stop_server() -> None:
+        await server.stop()
+
+    await rollouts.close(before=stop_server)
     await policy.close("success")
 
 
 def bench_throughput(seconds: float, rounds: int, latencies: list[float]) -> None:
     group, in_flight, max_tokens = 32, 4, 16
-    print(f"\n== completions/s at group {group} ({in_flight} groups in flight, max_tokens "
-          f"{max_tokens}, {seconds:g} s a side) ==")
+    print(f"\n== completions/s at group {group} ({in_flight} groups in flight, each its own "
+          f"prompt, max_tokens {max_tokens}, {seconds:g} s a side) ==")
     double = DoubleProcess()
     try:
         os.environ.update(double.env())
         asyncio.run(_throughput(seconds, group, in_flight, max_tokens, rounds, latencies,
-                                double.set_faults))
+                                double))
     finally:
         double.close()
 
