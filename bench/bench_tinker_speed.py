@@ -222,15 +222,16 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
     rollouts = RolloutThread()
     await rollouts.start()
     server: Any = None
-    client: Any = None
 
     async def start_server() -> None:  # on the rollout loop, which serves it
-        nonlocal server, client
+        nonlocal server
         server = PolicyServer(rollouts.policy_for_server(policy), model_name="policy",
                               coalesce_window=0.005,
                               defaults=SamplingDefaults(max_tokens=max_tokens))
         await server.start()
-        client = server.client()
+
+    async def new_client() -> Any:  # one a side, as a run has one for its rollouts
+        return server.client()
 
     await rollouts.run(start_server())
     stop = policy.renderer.get_stop_sequences()
@@ -246,7 +247,9 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
                                         sampling_params=params)
         return len(response.sequences)
 
-    def engine_group(task: Any) -> Any:
+    async def engine_group(task: Any) -> Any:
+        client = await rollouts.run(new_client())
+
         async def one_group(lane: int) -> int:
             async def roll_out() -> list[Any]:  # on the rollout loop
                 return await run_together(task.rollout(client, "policy", scenarios[lane])
@@ -258,8 +261,8 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
             return len(results)
         return one_group
 
-    sides = [("per-trajectory rollout (n=1 each)", engine_group(per_trajectory)),
-             (f"group_rollout (1 request n={group})", engine_group(per_group))]
+    sides = [("per-trajectory rollout (n=1 each)", await engine_group(per_trajectory)),
+             (f"group_rollout (1 request n={group})", await engine_group(per_group))]
     await plain_group(0)
     for _, side in sides:
         await side(0)  # warm every path
@@ -269,14 +272,17 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
             before = load()
             plain, seen = await _for_seconds(seconds, in_flight, plain_group, double.record)
             figures = [f"({seen})"]
-            for label, side in sides:
+            for (label, side), sent in zip(sides, server.client_coalescing, strict=True):
                 calls, requests = server.coalescer.stats.calls, server.coalescer.stats.requests
+                asked, http = sent.requests, sent.sent
                 ours, seen = await _for_seconds(seconds, in_flight, side, double.record)
                 calls = server.coalescer.stats.calls - calls
                 requests = server.coalescer.stats.requests - requests
+                asked, http = sent.requests - asked, sent.sent - http
                 figures.append(f"tinker-tui {label}: {ours:7.1f}/s = {ours / plain:.2f}x "
-                               f"({requests / max(calls, 1):.1f} requests per sampling call; "
-                               f"{seen})")
+                               f"({asked / max(http, 1):.1f} chat requests per HTTP request, "
+                               f"{requests / max(calls, 1):.1f} HTTP requests per sampling "
+                               f"call; {seen})")
             print(f"asample round trip +{latency * 1000:.0f} ms, round {r + 1}: plain SDK "
                   f"n={group}: {plain:7.1f}/s " + "\n  | ".join(figures)
                   + f"\n  [{before} -> {load()}]", flush=True)

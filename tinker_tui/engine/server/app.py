@@ -36,6 +36,10 @@ from tinker_tui.engine.loopback_http import (
 )
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server.coalesce import SampleCoalescer
+from tinker_tui.engine.server.coalescing_client import (
+    ClientCoalescingStats,
+    coalescing_http_client,
+)
 from tinker_tui.engine.server.handler import ChatHandler, PolicySource, Prepared, usage
 from tinker_tui.engine.server.schema import ChatCompletionRequest, RequestError, validation_error
 
@@ -235,6 +239,8 @@ class PolicyServer:
         self._server = LoopbackServer(self.app, name="policy-server",
                                       request_timeout=request_timeout)
         self._clients: list[Any] = []
+        #: What each client's coalescing did (`client()`), for benches and tests.
+        self.client_coalescing: list[ClientCoalescingStats] = []
 
     @property
     def port(self) -> int | None:
@@ -268,10 +274,17 @@ class PolicyServer:
 
     def client(self) -> Any:
         """An `openai.AsyncOpenAI` client pointed at this server, with the run's token;
-        closed when the server stops."""
+        closed when the server stops. With coalescing on, a group's equal requests leave it
+        as one HTTP request (`coalescing_client`; its stats in `client_coalescing`), held
+        half the server's window: what it sends arrives while the server's batch, opened
+        by a request it passed through at once (streamed, seeded), is still open."""
         import openai
 
+        http_client = None
+        if self.coalescer.window > 0:
+            http_client, transport = coalescing_http_client(self.coalescer.window / 2)
+            self.client_coalescing.append(transport.stats)
         client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.token, max_retries=0,
-                                    timeout=120.0)
+                                    timeout=120.0, http_client=http_client)
         self._clients.append(client)
         return client
