@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -149,34 +150,63 @@ class DoubleProcess:
         self.tmp.cleanup()
 
 
-async def _for_seconds(seconds: float, in_flight: int, one_group: Any,
-                       record: Any = None) -> tuple[float, str]:
+@dataclass
+class Side:
+    """One side of the throughput comparison, its figures summed over its slices."""
+
+    label: str
+    one_group: Any
+    #: (chat requests in, HTTP requests out) of the side's own coalescing client.
+    client_stats: Any = None
+    completions: int = 0
+    groups: int = 0
+    seconds: float = 0.0
+    double_calls: Counter[str] = field(default_factory=Counter)
+    chat_requests: int = 0
+    http_requests: int = 0
+    server_requests: int = 0
+    sampling_calls: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.completions / max(self.seconds, 1e-9)
+
+    def seen(self, in_flight: int) -> str:
+        n = max(self.groups, 1)
+        return (f"{self.double_calls['asample'] / n:.2f} asample, "
+                f"{self.double_calls['retrieve_future'] / n:.1f} retrieve_future a group, "
+                f"{1000 * self.seconds * in_flight / n:.0f} ms a group")
+
+
+async def _slice(side: Side, seconds: float, in_flight: int, record: Any,
+                 server: Any) -> None:
     """Groups of completions, `in_flight` lanes at a time (lane i asks `messages_for(i)`),
-    for `seconds`: completions/s, and what the double saw per group (its `asample` and
-    `retrieve_future` requests) with a group's mean wall time."""
+    for `seconds`, added to the side's figures (with what the double and the coalescers saw)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + seconds
-    counts = [0] * in_flight
-    groups = [0]
 
     def double_calls() -> Counter[str]:
-        return Counter(path for _, path, _ in record()["calls"]) if record else Counter()
+        return Counter(path for _, path, _ in record()["calls"])
 
     async def lane(i: int) -> None:
         while loop.time() < end:
-            counts[i] += await one_group(i)
-            groups[0] += 1
+            done = await side.one_group(i)  # read after the await: lanes run meanwhile
+            side.completions += done
+            side.groups += 1
 
     before = await asyncio.to_thread(double_calls)
+    stats = side.client_stats
+    asked, sent = (stats.requests, stats.sent) if stats else (0, 0)
+    requests, calls = server.coalescer.stats.requests, server.coalescer.stats.calls
     started = loop.time()
     await asyncio.gather(*(lane(i) for i in range(in_flight)))
-    took = loop.time() - started
-    calls = await asyncio.to_thread(double_calls)
-    n = max(groups[0], 1)
-    seen = (f"{(calls['asample'] - before['asample']) / n:.2f} asample, "
-            f"{(calls['retrieve_future'] - before['retrieve_future']) / n:.1f} "
-            f"retrieve_future a group, {1000 * took * in_flight / n:.0f} ms a group")
-    return sum(counts) / took, seen
+    side.seconds += loop.time() - started
+    side.double_calls.update((await asyncio.to_thread(double_calls)) - before)
+    if stats:
+        side.chat_requests += stats.requests - asked
+        side.http_requests += stats.sent - sent
+    side.server_requests += server.coalescer.stats.requests - requests
+    side.sampling_calls += server.coalescer.stats.calls - calls
 
 
 def _tasks(max_tokens: int) -> tuple[Any, Any]:
@@ -204,7 +234,8 @@ def _tasks(max_tokens: int) -> tuple[Any, Any]:
 
 
 async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: int,
-                      rounds: int, latencies: list[float], double: DoubleProcess) -> None:
+                      rounds: int, latencies: list[float], double: DoubleProcess,
+                      slices: int) -> None:
     """Both sides as a run has them: the policy server, its openai client and the task's
     rollouts on the rollout thread's loop (`RolloutThread`), `BackendSession.sample` on this
     (the engine's) loop, a group's rollouts started together (`run_together`)."""
@@ -261,30 +292,33 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
             return len(results)
         return one_group
 
-    sides = [("per-trajectory rollout (n=1 each)", await engine_group(per_trajectory)),
+    forms = [("per-trajectory rollout (n=1 each)", await engine_group(per_trajectory)),
              (f"group_rollout (1 request n={group})", await engine_group(per_group))]
     await plain_group(0)
-    for _, side in sides:
-        await side(0)  # warm every path
+    for _, one_group in forms:
+        await one_group(0)  # warm every path
     for latency in latencies:
         double.set_faults({"delay": {"asample": latency}} if latency else {})
         for r in range(rounds):
             before = load()
-            plain, seen = await _for_seconds(seconds, in_flight, plain_group, double.record)
-            figures = [f"({seen})"]
-            for (label, side), sent in zip(sides, server.client_coalescing, strict=True):
-                calls, requests = server.coalescer.stats.calls, server.coalescer.stats.requests
-                asked, http = sent.requests, sent.sent
-                ours, seen = await _for_seconds(seconds, in_flight, side, double.record)
-                calls = server.coalescer.stats.calls - calls
-                requests = server.coalescer.stats.requests - requests
-                asked, http = sent.requests - asked, sent.sent - http
-                figures.append(f"tinker-tui {label}: {ours:7.1f}/s = {ours / plain:.2f}x "
-                               f"({asked / max(http, 1):.1f} chat requests per HTTP request, "
-                               f"{requests / max(calls, 1):.1f} HTTP requests per sampling "
-                               f"call; {seen})")
-            print(f"asample round trip +{latency * 1000:.0f} ms, round {r + 1}: plain SDK "
-                  f"n={group}: {plain:7.1f}/s " + "\n  | ".join(figures)
+            plain = Side(f"plain SDK n={group}", plain_group)
+            sides = [plain] + [Side(f"tinker-tui {label}", one_group, stats)
+                               for (label, one_group), stats
+                               in zip(forms, server.client_coalescing, strict=True)]
+            # Interleaved in short slices, the order turned each time: the machine's load
+            # drifts, and each side gets its share of every stretch of it.
+            for k in range(slices):
+                for side in sides[k % len(sides):] + sides[:k % len(sides)]:
+                    await _slice(side, seconds / slices, in_flight, double.record, server)
+            lines = [f"{plain.label}: {plain.rate:7.1f}/s ({plain.seen(in_flight)})"]
+            for side in sides[1:]:
+                lines.append(
+                    f"{side.label}: {side.rate:7.1f}/s = {side.rate / plain.rate:.2f}x "
+                    f"({side.chat_requests / max(side.http_requests, 1):.1f} chat requests "
+                    f"per HTTP request, {side.server_requests / max(side.sampling_calls, 1):.1f}"
+                    f" HTTP requests per sampling call; {side.seen(in_flight)})")
+            print(f"asample round trip +{latency * 1000:.0f} ms, round {r + 1} ({slices} "
+                  f"slices a side, interleaved):\n    " + "\n  | ".join(lines)
                   + f"\n  [{before} -> {load()}]", flush=True)
     double.set_faults({})
 
@@ -295,7 +329,8 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
     await policy.close("success")
 
 
-def bench_throughput(seconds: float, rounds: int, latencies: list[float]) -> None:
+def bench_throughput(seconds: float, rounds: int, latencies: list[float],
+                     slices: int) -> None:
     group, in_flight, max_tokens = 32, 4, 16
     print(f"\n== completions/s at group {group} ({in_flight} groups in flight, each its own "
           f"prompt, max_tokens {max_tokens}, {seconds:g} s a side) ==")
@@ -303,7 +338,7 @@ def bench_throughput(seconds: float, rounds: int, latencies: list[float]) -> Non
     try:
         os.environ.update(double.env())
         asyncio.run(_throughput(seconds, group, in_flight, max_tokens, rounds, latencies,
-                                double))
+                                double, slices))
     finally:
         double.close()
 
@@ -397,6 +432,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--slices", type=int, default=4,
+                        help="throughput: each side's seconds in this many interleaved slices")
     parser.add_argument("--clock-cycle", type=float, default=1.0)
     parser.add_argument("--cycle-steps", type=int, default=12)
     parser.add_argument("--latency-ms", default="0,250",
@@ -413,7 +450,7 @@ def main() -> None:
         bench_cycles(args.clock_cycle, args.cycle_steps)
     if "throughput" in only:
         bench_throughput(args.seconds, args.rounds,
-                         [float(x) / 1000 for x in args.latency_ms.split(",")])
+                         [float(x) / 1000 for x in args.latency_ms.split(",")], args.slices)
 
 
 if __name__ == "__main__":
