@@ -14,7 +14,8 @@ thread, the real `BackendSession` on the SDK), in both task forms: per-trajector
 (32 requests n=1) and `group_rollout` (one request n=32); beside a plain SDK loop that asks
 `sample(num_samples=32)` itself, in one run against one double (served by a process of its
 own, so neither side shares its CPU with the other's service), the same number of groups in
-flight on each side, each group in flight with a prompt of its own.
+flight on each side, each group in flight with a prompt of its own, the sides interleaved in
+short slices (`--slices`) so that the machine's drifting load falls on each alike.
 
 cycles: the double in clock-cycle mode (`--clock-cycle`, 1 s): training steps through the
 engine's trainer (`BackendSession`: next step submitted before the last one's tail is
