@@ -229,3 +229,20 @@ async def test_a_groups_rollouts_are_one_http_request_and_one_sampling_call(tmp_
         assert [c.index for c in group[-1].choices] == [0, 1]
     finally:
         await server.stop()
+
+
+async def test_with_coalescing_off_the_client_sends_each_request(tmp_path):
+    policy = RecordingSession(LocalServiceClient(checkpoint_dir=tmp_path),
+                              base_model=DEFAULT_BASE_MODEL)
+    policy.calls = []
+    await policy.start()
+    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=4),
+                          coalesce_window=0.0)
+    await server.start()
+    try:
+        client = server.client()
+        await asyncio.gather(*(ask(client) for _ in range(3)))
+        assert server.client_coalescing == []
+        assert server.coalescer.stats.requests == 3 and len(policy.calls) == 3
+    finally:
+        await server.stop()
