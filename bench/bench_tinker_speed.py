@@ -258,7 +258,7 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
     async def start_server() -> None:  # on the rollout loop, which serves it
         nonlocal server
         server = PolicyServer(rollouts.policy_for_server(policy), model_name="policy",
-                              coalesce_window=0.005,
+                              coalesce_window=0.005, group_size=group,
                               defaults=SamplingDefaults(max_tokens=max_tokens))
         await server.start()
 

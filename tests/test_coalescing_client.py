@@ -139,6 +139,19 @@ async def test_a_full_batch_is_sent_and_the_next_request_opens_another():
     assert sorted(b["n"] for b in inner.bodies) == [2, 4]
 
 
+async def test_a_whole_group_goes_at_once_without_waiting_out_the_window():
+    inner = RecordingTransport()
+    transport = CoalescingTransport(inner, window=30.0, full_at=3)
+    client = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="k", max_retries=0,
+                                http_client=httpx.AsyncClient(transport=transport))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.wait_for(asyncio.gather(*(ask(client) for _ in range(3))), 10)
+    await asyncio.wait_for(ask(client, n=3, max_tokens=2), 10)
+    assert loop.time() - started < 10
+    assert [b["n"] for b in inner.bodies] == [3, 3]
+
+
 async def test_cancelling_one_member_before_the_request_leaves_the_others_theirs():
     inner = RecordingTransport()
     client, _ = client_over(inner, window=0.2)

@@ -226,10 +226,11 @@ class PolicyServer:
                  defaults: SamplingDefaults | None = None, max_tokens_limit: int = 1024,
                  max_body_bytes: int = MAX_BODY_BYTES, context_length: int | None = None,
                  request_timeout: float = REQUEST_TIMEOUT,
-                 coalesce_window: float = 0.0) -> None:
+                 coalesce_window: float = 0.0, group_size: int | None = None) -> None:
         self.model_name = model_name
-        #: Coalesces a group's equal requests into one sampling call (`coalesce`).
-        self.coalescer = SampleCoalescer(policy, window=coalesce_window)
+        #: Coalesces a group's equal requests into one sampling call (`coalesce`); a batch
+        #: of `group_size` samples (a whole group) goes without waiting out the window.
+        self.coalescer = SampleCoalescer(policy, window=coalesce_window, full_at=group_size)
         self.token = token or secrets.token_urlsafe(24)
         self.defaults = defaults or SamplingDefaults()
         self.app = create_app(policy, model_name=model_name, token=self.token,
@@ -282,7 +283,8 @@ class PolicyServer:
 
         http_client = None
         if self.coalescer.window > 0:
-            http_client, transport = coalescing_http_client(self.coalescer.window / 2)
+            http_client, transport = coalescing_http_client(self.coalescer.window / 2,
+                                                            full_at=self.coalescer.full_at)
             self.client_coalescing.append(transport.stats)
         client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.token, max_retries=0,
                                     timeout=120.0, http_client=http_client)

@@ -80,11 +80,15 @@ class CoalescingTransport:
     """An httpx async transport over `inner` that coalesces equal chat requests (module
     docstring). `window` > 0."""
 
-    def __init__(self, inner: Any, *, window: float, max_n: int = MAX_N) -> None:
-        # `max_n`: the most choices one coalesced request asks for (the server's limit).
+    def __init__(self, inner: Any, *, window: float, max_n: int = MAX_N,
+                 full_at: int | None = None) -> None:
+        # `max_n`: the most choices one coalesced request asks for (the server's limit);
+        # `full_at` (the run's group size): a batch asking that many is a whole group and
+        # goes at once, without waiting out the window.
         self.inner = inner
         self.window = window
         self.max_n = max_n
+        self.full_at = full_at
         self.stats = ClientCoalescingStats()
         self._httpx = httpx_module()
         self._open: dict[tuple[Any, ...], _Batch] = {}
@@ -107,7 +111,7 @@ class CoalescingTransport:
             batch.timer = loop.call_later(self.window, self._send, batch)
         member = _Member(request, n, loop.create_future())
         batch.members.append(member)
-        if batch.n >= self.max_n:
+        if batch.n >= min(self.max_n, self.full_at or self.max_n):
             self._send(batch)
         try:
             return await member.future
@@ -244,16 +248,17 @@ def _usage(usage: dict[str, Any], choices: list[dict[str, Any]]) -> dict[str, An
     return {**usage, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def coalescing_http_client(window: float, **client_kwargs: Any) -> tuple[Any, CoalescingTransport]:
+def coalescing_http_client(window: float, *, full_at: int | None = None,
+                           **client_kwargs: Any) -> tuple[Any, CoalescingTransport]:
     """An HTTP client for `openai.AsyncOpenAI(http_client=...)` whose chat requests coalesce
-    within `window` seconds, and its transport (for its stats). Its connection limits are
-    the openai client's own defaults."""
+    within `window` seconds (a whole group, `full_at`, at once), and its transport (for its
+    stats). Its connection limits are the openai client's own defaults."""
     import openai
 
     httpx = httpx_module()
     inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=1000,
                                                          max_keepalive_connections=100))
-    transport = CoalescingTransport(inner, window=window)
+    transport = CoalescingTransport(inner, window=window, full_at=full_at)
     # httpx asks of a transport only these methods (it is not an httpx class: which httpx
     # the installed openai uses is known at run time only).
     client = openai.DefaultAsyncHttpxClient(transport=cast(Any, transport), **client_kwargs)
