@@ -2,9 +2,11 @@
 
 A task's per-trajectory rollouts start together and send the same first request, n=1 each.
 The policy server already samples those as one call (`coalesce`), but every request still
-costs a round of the openai client's HTTP stack and of the server's (about 5 ms of CPU a
-request on this machine, against well under 1 ms a choice for one request asking n=32), so
-a group of 32 made ~10x fewer completions a second than one request with n=32.
+paid a round of the client's HTTP stack and of the server's (HTTP parsing, validation,
+rendering, the response), so in the speed bench a group of 32 such rollouts made a tenth of
+the completions a second of one request asking n=32. Sent as one, they cost the server one
+request; what is left is each rollout's own openai call (building the request, parsing its
+answer), which is why a `group_rollout` asking n=n is faster still.
 
 `CoalescingTransport` sits under the official client's HTTP client. The first chat request
 for a body opens a batch for `window` seconds; requests that arrive meanwhile with the same
