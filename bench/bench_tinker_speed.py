@@ -8,11 +8,14 @@ service double (tests/tinker_double, served from this process), groups of 16, wi
 policy server's coalescing on (the default) and off (`--sample-coalesce-ms 0`): the double's
 own record counts the `asample` requests, the run store the groups.
 
-throughput: completions/s at group 32 through the policy server (32 concurrent openai
-requests, n=1 each, the way a task's rollouts ask; the real `BackendSession` on the SDK) and
-through a plain SDK loop that asks `sample(num_samples=32)` itself, in one run against one
-double (served by a process of its own, so neither side shares its CPU with the other's
-service), the same number of groups in flight on each side.
+throughput: completions/s at group 32, a group of 32 rollouts started together through the
+engine's arrangement (task rollouts, their openai client and the policy server on the rollout
+thread, the real `BackendSession` on the SDK), in both task forms: per-trajectory `rollout`
+(32 requests n=1) and `group_rollout` (one request n=32); beside a plain SDK loop that asks
+`sample(num_samples=32)` itself, in one run against one double (served by a process of its
+own, so neither side shares its CPU with the other's service), the same number of groups in
+flight on each side, each group in flight with a prompt of its own, the sides interleaved in
+short slices (`--slices`) so that the machine's drifting load falls on each alike.
 
 cycles: the double in clock-cycle mode (`--clock-cycle`, 1 s): training steps through the
 engine's trainer (`BackendSession`: next step submitted before the last one's tail is
@@ -32,6 +35,8 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +98,11 @@ def bench_requests(steps: int) -> None:
 
 
 # ---------------------------------------------------------------------- throughput
-MESSAGES = [{"role": "user", "content": "Answer with one word: yes, no or maybe. Is the sky blue?"}]
+def messages_for(lane: int) -> list[dict[str, str]]:
+    """Each lane (a group in flight) asks its own question, as different scenarios do: no
+    side gains from requests of different groups sharing one sampling call."""
+    return [{"role": "user", "content": f"Answer with one word: yes, no or maybe. Question "
+                                        f"{lane}: is the sky blue?"}]
 
 
 class DoubleProcess:
@@ -142,89 +151,195 @@ class DoubleProcess:
         self.tmp.cleanup()
 
 
-async def _for_seconds(seconds: float, in_flight: int, one_group: Any) -> float:
-    """Groups of completions, `in_flight` at a time, for `seconds`: completions/s."""
+@dataclass
+class Side:
+    """One side of the throughput comparison, its figures summed over its slices."""
+
+    label: str
+    one_group: Any
+    #: (chat requests in, HTTP requests out) of the side's own coalescing client.
+    client_stats: Any = None
+    completions: int = 0
+    groups: int = 0
+    seconds: float = 0.0
+    double_calls: Counter[str] = field(default_factory=Counter)
+    chat_requests: int = 0
+    http_requests: int = 0
+    server_requests: int = 0
+    sampling_calls: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.completions / max(self.seconds, 1e-9)
+
+    def seen(self, in_flight: int) -> str:
+        n = max(self.groups, 1)
+        return (f"{self.double_calls['asample'] / n:.2f} asample, "
+                f"{self.double_calls['retrieve_future'] / n:.1f} retrieve_future a group, "
+                f"{1000 * self.seconds * in_flight / n:.0f} ms a group")
+
+
+async def _slice(side: Side, seconds: float, in_flight: int, record: Any,
+                 server: Any) -> None:
+    """Groups of completions, `in_flight` lanes at a time (lane i asks `messages_for(i)`),
+    for `seconds`, added to the side's figures (with what the double and the coalescers saw)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + seconds
-    counts = [0] * in_flight
+
+    def double_calls() -> Counter[str]:
+        return Counter(path for _, path, _ in record()["calls"])
 
     async def lane(i: int) -> None:
         while loop.time() < end:
-            counts[i] += await one_group()
+            done = await side.one_group(i)  # read after the await: lanes run meanwhile
+            side.completions += done
+            side.groups += 1
 
+    before = await asyncio.to_thread(double_calls)
+    stats = side.client_stats
+    asked, sent = (stats.requests, stats.sent) if stats else (0, 0)
+    requests, calls = server.coalescer.stats.requests, server.coalescer.stats.calls
     started = loop.time()
     await asyncio.gather(*(lane(i) for i in range(in_flight)))
-    return sum(counts) / (loop.time() - started)
+    side.seconds += loop.time() - started
+    side.double_calls.update((await asyncio.to_thread(double_calls)) - before)
+    if stats:
+        side.chat_requests += stats.requests - asked
+        side.http_requests += stats.sent - sent
+    side.server_requests += server.coalescer.stats.requests - requests
+    side.sampling_calls += server.coalescer.stats.calls - calls
+
+
+def _tasks(max_tokens: int) -> tuple[Any, Any]:
+    """The two task forms, as a user writes them: per-trajectory `rollout` (one request each)
+    and `group_rollout` (the group's n answers from one request)."""
+    from tinker_tui import Task, Trajectory
+
+    async def rollout(client: Any, model: str, scenario: Any) -> Any:
+        completion = await client.chat.completions.create(
+            model=model, messages=scenario.data, max_tokens=max_tokens)
+        choice = completion.choices[0]
+        return Trajectory.from_choices([choice], reward=float(len(choice.message.content or "")))
+
+    async def group_rollout(client: Any, model: str, scenario: Any, n: int) -> list[Any]:
+        completion = await client.chat.completions.create(
+            model=model, messages=scenario.data, max_tokens=max_tokens, n=n)
+        return [Trajectory.from_choices([c], reward=float(len(c.message.content or "")))
+                for c in completion.choices]
+
+    def scenarios(_rng: Any) -> Any:
+        return iter(())
+
+    return (Task(name="policy", scenarios=scenarios, rollout=rollout),
+            Task(name="policy", scenarios=scenarios, group_rollout=group_rollout))
 
 
 async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: int,
-                      rounds: int, latencies: list[float],
-                      set_faults: Any) -> None:
+                      rounds: int, latencies: list[float], double: DoubleProcess,
+                      slices: int) -> None:
+    """Both sides as a run has them: the policy server, its openai client and the task's
+    rollouts on the rollout thread's loop (`RolloutThread`), `BackendSession.sample` on this
+    (the engine's) loop, a group's rollouts started together (`run_together`)."""
     import tinker
 
+    from tinker_tui import Scenario
     from tinker_tui.engine.backend_session import BackendSession
+    from tinker_tui.engine.rollout_loop import RolloutThread, run_together
     from tinker_tui.engine.sampling_defaults import SamplingDefaults
     from tinker_tui.engine.server import PolicyServer
 
     service = tinker.ServiceClient()
     policy = BackendSession(service, base_model=MODEL, sampler_checkpoint_every=0)
     await policy.start()
-    server = PolicyServer(policy, model_name="policy", coalesce_window=0.005,
-                          defaults=SamplingDefaults(max_tokens=max_tokens))
-    await server.start()
-    client = server.client()
-    prompt = policy.renderer.build_generation_prompt(MESSAGES)
+    rollouts = RolloutThread()
+    await rollouts.start()
+    server: Any = None
+
+    async def start_server() -> None:  # on the rollout loop, which serves it
+        nonlocal server
+        server = PolicyServer(rollouts.policy_for_server(policy), model_name="policy",
+                              coalesce_window=0.005, group_size=group,
+                              defaults=SamplingDefaults(max_tokens=max_tokens))
+        await server.start()
+
+    async def new_client() -> Any:  # one a side, as a run has one for its rollouts
+        return server.client()
+
+    await rollouts.run(start_server())
     stop = policy.renderer.get_stop_sequences()
     params = tinker.SamplingParams(max_tokens=max_tokens, temperature=1.0, stop=stop)
+    prompts = [policy.renderer.build_generation_prompt(messages_for(i))
+               for i in range(in_flight)]
     sampler = policy.sampling_client  # the plain loop asks the same sampler itself
+    per_trajectory, per_group = _tasks(max_tokens)
+    scenarios = [Scenario(id=f"lane-{i}", data=messages_for(i)) for i in range(in_flight)]
 
-    async def plain_group() -> int:
-        response = await sampler.sample(prompt=prompt, num_samples=group,
+    async def plain_group(lane: int) -> int:
+        response = await sampler.sample(prompt=prompts[lane], num_samples=group,
                                         sampling_params=params)
         return len(response.sequences)
 
-    async def server_group() -> int:
-        done = await asyncio.gather(*(client.chat.completions.create(
-            model="policy", messages=MESSAGES, max_tokens=max_tokens) for _ in range(group)))
-        return sum(len(c.choices) for c in done)
+    async def engine_group(task: Any) -> Any:
+        client = await rollouts.run(new_client())
 
-    async def server_n_group() -> int:
-        done = await client.chat.completions.create(model="policy", messages=MESSAGES,
-                                                    max_tokens=max_tokens, n=group)
-        return len(done.choices)
+        async def one_group(lane: int) -> int:
+            async def roll_out() -> list[Any]:  # on the rollout loop
+                return await run_together(task.rollout(client, "policy", scenarios[lane])
+                                          for _ in range(group))
+            results = await rollouts.run(roll_out())
+            errors = [r for r in results if isinstance(r, BaseException)]
+            if errors:
+                raise errors[0]
+            return len(results)
+        return one_group
 
-    await plain_group()
-    await server_group()  # warm every path
+    forms = [("per-trajectory rollout (n=1 each)", await engine_group(per_trajectory)),
+             (f"group_rollout (1 request n={group})", await engine_group(per_group))]
+    await plain_group(0)
+    for _, one_group in forms:
+        await one_group(0)  # warm every path
     for latency in latencies:
-        set_faults({"delay": {"asample": latency}} if latency else {})
+        double.set_faults({"delay": {"asample": latency}} if latency else {})
         for r in range(rounds):
             before = load()
-            plain = await _for_seconds(seconds, in_flight, plain_group)
-            calls = server.coalescer.stats.calls
-            requests = server.coalescer.stats.requests
-            ours = await _for_seconds(seconds, in_flight, server_group)
-            calls = server.coalescer.stats.calls - calls
-            requests = server.coalescer.stats.requests - requests
-            ours_n = await _for_seconds(seconds, in_flight, server_n_group)
-            print(f"asample round trip +{latency * 1000:.0f} ms, round {r + 1}: plain SDK "
-                  f"n={group}: {plain:7.1f}/s | policy server, {group} requests n=1: "
-                  f"{ours:7.1f}/s = {ours / plain:.2f}x ({requests / max(calls, 1):.1f} "
-                  f"requests per sampling call) | policy server, 1 request n={group}: "
-                  f"{ours_n:7.1f}/s = {ours_n / plain:.2f}x  [{before} -> {load()}]")
-    set_faults({})
-    await server.stop()
+            plain = Side(f"plain SDK n={group}", plain_group)
+            sides = [plain] + [Side(f"tinker-tui {label}", one_group, stats)
+                               for (label, one_group), stats
+                               in zip(forms, server.client_coalescing, strict=True)]
+            # Interleaved in short slices, the order turned each time: the machine's load
+            # drifts, and each side gets its share of every stretch of it.
+            for k in range(slices):
+                for side in sides[k % len(sides):] + sides[:k % len(sides)]:
+                    await _slice(side, seconds / slices, in_flight, double.record, server)
+            lines = [f"{plain.label}: {plain.rate:7.1f}/s ({plain.seen(in_flight)})"]
+            for side in sides[1:]:
+                lines.append(
+                    f"{side.label}: {side.rate:7.1f}/s = {side.rate / plain.rate:.2f}x "
+                    f"({side.chat_requests / max(side.http_requests, 1):.1f} chat requests "
+                    f"per HTTP request, {side.server_requests / max(side.sampling_calls, 1):.1f}"
+                    f" HTTP requests per sampling call; {side.seen(in_flight)})")
+            print(f"asample round trip +{latency * 1000:.0f} ms, round {r + 1} ({slices} "
+                  f"slices a side, interleaved):\n    " + "\n  | ".join(lines)
+                  + f"\n  [{before} -> {load()}]", flush=True)
+    double.set_faults({})
+
+    async def stop_server() -> None:
+        await server.stop()
+
+    await rollouts.close(before=stop_server)
     await policy.close("success")
 
 
-def bench_throughput(seconds: float, rounds: int, latencies: list[float]) -> None:
+def bench_throughput(seconds: float, rounds: int, latencies: list[float],
+                     slices: int) -> None:
     group, in_flight, max_tokens = 32, 4, 16
-    print(f"\n== completions/s at group {group} ({in_flight} groups in flight, max_tokens "
-          f"{max_tokens}, {seconds:g} s a side) ==")
+    print(f"\n== completions/s at group {group} ({in_flight} groups in flight, each its own "
+          f"prompt, max_tokens {max_tokens}, {seconds:g} s a side) ==")
     double = DoubleProcess()
     try:
         os.environ.update(double.env())
         asyncio.run(_throughput(seconds, group, in_flight, max_tokens, rounds, latencies,
-                                double.set_faults))
+                                double, slices))
     finally:
         double.close()
 
@@ -318,6 +433,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--slices", type=int, default=4,
+                        help="throughput: each side's seconds in this many interleaved slices")
     parser.add_argument("--clock-cycle", type=float, default=1.0)
     parser.add_argument("--cycle-steps", type=int, default=12)
     parser.add_argument("--latency-ms", default="0,250",
@@ -334,7 +451,7 @@ def main() -> None:
         bench_cycles(args.clock_cycle, args.cycle_steps)
     if "throughput" in only:
         bench_throughput(args.seconds, args.rounds,
-                         [float(x) / 1000 for x in args.latency_ms.split(",")])
+                         [float(x) / 1000 for x in args.latency_ms.split(",")], args.slices)
 
 
 if __name__ == "__main__":

@@ -129,6 +129,18 @@ async def test_a_full_batch_is_sent_and_the_next_request_opens_another():
     assert sorted(c[1] for c in policy.calls) == [2, 4]
 
 
+async def test_a_whole_group_is_sent_at_once_without_waiting_out_the_window():
+    policy = RecordingPolicy()
+    coalescer = SampleCoalescer(policy, window=30.0, full_at=4)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.wait_for(asyncio.gather(coalescer.sample(PROMPT, 1, params()),
+                                          coalescer.sample(PROMPT, 3, params())), 10)
+    await asyncio.wait_for(coalescer.sample(OTHER, 4, params()), 10)  # one request, n=4
+    assert loop.time() - started < 10
+    assert [c[1] for c in policy.calls] == [4, 4]
+
+
 async def test_cancelling_one_member_before_the_call_leaves_the_others_theirs():
     policy = RecordingPolicy()
     coalescer = SampleCoalescer(policy, window=0.1)

@@ -195,7 +195,8 @@ class Run:
                                           model_name=self.task.name,
                                           defaults=self.sampling_defaults,
                                           context_length=context_length,
-                                          coalesce_window=self.config.sample_coalesce_ms / 1000)
+                                          coalesce_window=self.config.sample_coalesce_ms / 1000,
+                                          group_size=self.config.group_size)
         await self.server.start()
         await self._warm_up_server()
 

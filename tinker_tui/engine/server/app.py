@@ -36,6 +36,10 @@ from tinker_tui.engine.loopback_http import (
 )
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server.coalesce import SampleCoalescer
+from tinker_tui.engine.server.coalescing_client import (
+    ClientCoalescingStats,
+    coalescing_http_client,
+)
 from tinker_tui.engine.server.handler import (
     ChatHandler,
     PolicySource,
@@ -230,10 +234,11 @@ class PolicyServer:
                  defaults: SamplingDefaults | None = None, max_tokens_limit: int = 1024,
                  max_body_bytes: int = MAX_BODY_BYTES, context_length: int | None = None,
                  request_timeout: float = REQUEST_TIMEOUT,
-                 coalesce_window: float = 0.0) -> None:
+                 coalesce_window: float = 0.0, group_size: int | None = None) -> None:
         self.model_name = model_name
-        #: Coalesces a group's equal requests into one sampling call (`coalesce`).
-        self.coalescer = SampleCoalescer(policy, window=coalesce_window)
+        #: Coalesces a group's equal requests into one sampling call (`coalesce`); a batch
+        #: of `group_size` samples (a whole group) goes without waiting out the window.
+        self.coalescer = SampleCoalescer(policy, window=coalesce_window, full_at=group_size)
         self.token = token or secrets.token_urlsafe(24)
         self.defaults = defaults or SamplingDefaults()
         self.app = create_app(policy, model_name=model_name, token=self.token,
@@ -243,6 +248,8 @@ class PolicyServer:
         self._server = LoopbackServer(self.app, name="policy-server",
                                       request_timeout=request_timeout)
         self._clients: list[openai.AsyncOpenAI] = []
+        #: What each client's coalescing did (`client()`), for benches and tests.
+        self.client_coalescing: list[ClientCoalescingStats] = []
 
     @property
     def port(self) -> int | None:
@@ -276,10 +283,18 @@ class PolicyServer:
 
     def client(self) -> openai.AsyncOpenAI:
         """An `openai.AsyncOpenAI` client pointed at this server, with the run's token;
-        closed when the server stops."""
+        closed when the server stops. With coalescing on, a group's equal requests leave it
+        as one HTTP request (`coalescing_client`; its stats in `client_coalescing`), held
+        half the server's window: what it sends arrives while the server's batch, opened
+        by a request it passed through at once (streamed, seeded), is still open."""
         import openai
 
+        http_client = None
+        if self.coalescer.window > 0:
+            http_client, transport = coalescing_http_client(self.coalescer.window / 2,
+                                                            full_at=self.coalescer.full_at)
+            self.client_coalescing.append(transport.stats)
         client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.token, max_retries=0,
-                                    timeout=120.0)
+                                    timeout=120.0, http_client=http_client)
         self._clients.append(client)
         return client

@@ -80,13 +80,16 @@ class CoalescingStats:
 class SampleCoalescer:
     """A `PolicySource` that coalesces concurrent equal requests into one sampling call.
 
-    `window` 0 sends every request at once, as it comes (no coalescing)."""
+    `window` 0 sends every request at once, as it comes (no coalescing). `full_at` (the
+    run's group size): a batch that holds that many samples is a whole group and is sent at
+    once, without waiting out the window."""
 
     def __init__(self, policy: PolicySource, *, window: float,
-                 max_samples: int = MAX_SAMPLES_PER_CALL) -> None:
+                 max_samples: int = MAX_SAMPLES_PER_CALL, full_at: int | None = None) -> None:
         self.policy = policy
         self.window = window
         self.max_samples = max_samples
+        self.full_at = full_at
         self.stats = CoalescingStats()
         self._open: dict[tuple[Any, ...], _Batch] = {}
 
@@ -132,6 +135,8 @@ class SampleCoalescer:
             batch.timer = loop.call_later(self.window, self._send, batch)
         member = _Member(num_samples, asyncio.get_running_loop().create_future())
         batch.members.append(member)
+        if self.full_at is not None and batch.num_samples >= self.full_at:
+            self._send(batch)
         try:
             return await member.future
         except asyncio.CancelledError:
