@@ -28,7 +28,7 @@ from tinker_tui import Scenario, Task, Trajectory
 from tinker_tui.app.headless import HeadlessReporter, MetricsFile
 from tinker_tui.app.run_summary import SummaryCollector, summary_lines
 from tinker_tui.engine.config import RunConfig
-from tinker_tui.engine.events import CommandReceived, LogEmitted, StepTrained
+from tinker_tui.engine.events import CommandReceived, LogEmitted, RunFinished, StepTrained
 from tinker_tui.engine.run import Run
 
 STEPS = 14
@@ -273,6 +273,39 @@ async def test_a_run_stopped_by_its_collapse_rolls_back_when_resumed_so(tmp_path
     assert again.pipeline.rollbacks == 1
     check_exactly_once(db, STEPS, groups_per_step=2)
 
+
+
+async def test_a_resumed_run_that_rolls_back_ends_at_the_step_it_reached(tmp_path):
+    """Resumed, rolled back below the step it resumed from, and stopped soon after: the run
+    ends at the last step it trained (its RunFinished, `runs`' row and the store's last step
+    agree), not at the step it resumed from."""
+    phase = {"collapsing": True}
+    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       max_steps_off_policy=0, checkpoint_every=2, seed=3, on_collapse="stop",
+                       learning_rate=1e-3, keep_last_checkpoints=2)
+    db = tmp_path / "runs.db"
+    first = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
+                headless=True)
+    assert await first.run() == "stopped"
+    resumed_at = first.pipeline.step
+    again = resumed(collapsing_task(phase),
+                    dataclasses.replace(config, on_collapse="rollback"), db, first.run_id)
+    finished: list[RunFinished] = []
+
+    def on_event(event):
+        if isinstance(event, CommandReceived) and event.command == "rolled_back":
+            again.pipeline.stop()  # `b`, then `q`: stopped after the next step
+        elif isinstance(event, RunFinished):
+            finished.append(event)
+
+    again.events.subscribe(on_event)
+    assert await again.run() == "stopped"
+    assert again.pipeline.rollbacks == 1 and again.pipeline.step < resumed_at
+    with sqlite3.connect(db) as connection:
+        (last,) = connection.execute("SELECT max(step) FROM steps").fetchone()
+        (final,) = connection.execute("SELECT final_step FROM runs").fetchone()
+    (event,) = finished
+    assert event.final_step == last == final == again.pipeline.step
 
 TASK_FILE = '''
 import random
