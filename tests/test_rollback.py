@@ -104,6 +104,69 @@ async def test_a_collapse_is_rolled_back_exactly_once(tmp_path):
                                "learning rate 0.0005") for line in lines), lines
 
 
+
+async def test_the_summary_of_a_rolled_back_run_forgets_the_undone_steps(tmp_path):
+    """The live summary's reward line (final, best and its step) is the one `show` prints
+    from the store: the best step a rollback undid is no longer the run's, in either."""
+    from tinker_tui.app.store_session import StoreSession
+    from tinker_tui.engine.store import StoreReader
+
+    phase = {"rolled_back": False}
+    tries: dict[str, int] = {}
+
+    def scenarios(rng: random.Random):
+        index = 0
+        while True:
+            yield Scenario(id=f"s{index}", data=index)
+            index += 1
+
+    async def rollout(client, model, scenario: Scenario) -> Trajectory:
+        """Rewards 0 or 1 at random, all 1 around step 7 (the best), 0 after it (a collapse),
+        until the rollback; after it, at random again (below that best)."""
+        completion = await client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2)
+        index = scenario.data
+        tries[scenario.id] = n = tries.get(scenario.id, 0) + 1  # the same draws every run
+        draw = random.Random(f"{scenario.id}/{n}").random()
+        if phase["rolled_back"] or index < 12:
+            reward = float(draw < 0.4)
+        else:
+            reward = 1.0 if index < 14 else 0.0
+        return Trajectory.from_choices(completion.choices, reward=reward)
+
+    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       max_steps_off_policy=0, checkpoint_every=3, seed=3,
+                       on_collapse="rollback", max_rollbacks=1, learning_rate=1e-3,
+                       keep_last_checkpoints=2)
+    db = tmp_path / "runs.db"
+    run = Run(task=Task(name="peaked", scenarios=scenarios, rollout=rollout), config=config,
+              backend="local", db_path=db, headless=True)
+    live = SummaryCollector(task="peaked", db_path=db)
+    rewards: dict[int, float] = {}
+    undone: dict[int, float] = {}
+
+    def on_event(event):
+        live.handle(event)
+        if isinstance(event, CommandReceived) and event.command == "rolled_back":
+            phase["rolled_back"] = True
+            undone.update((s, rewards.pop(s)) for s in [s for s in rewards
+                                                       if s > event.args["to_step"]])
+        elif isinstance(event, StepTrained):
+            rewards[event.step] = event.metrics["reward/mean"]
+
+    run.events.subscribe(on_event)
+    assert await run.run() == "completed"
+    assert undone and max(undone.values()) > max(rewards.values())  # the best was undone
+    async with await StoreReader.open_readonly(db) as store:
+        stored = await store.find_run(run.run_id)
+    replayed = SummaryCollector(task="peaked", db_path=db)
+    for event in await StoreSession(db, stored).read_all():
+        replayed.handle(event)
+    best = max(rewards.values())
+    want = (rewards[STEPS], best, min(s for s, r in rewards.items() if r == best))
+    for summary in (live.summary(), replayed.summary()):
+        assert (summary.final_reward, summary.best_reward, summary.best_step) == want
+
 def resumed(task: Task, config: RunConfig, db, run_id: str) -> Run:
     return Run(task=task, config=config, backend="local", db_path=db, run_id=run_id,
                resume=True, headless=True)

@@ -89,6 +89,9 @@ class SummaryCollector:
         self._stop_reason = ""  # why it was asked to stop: the engine ends it "stopped"
         self._earlier: list[Event] = []  # `read_earlier`'s, until the run says where it starts
         self._health = HealthWindow()
+        #: Each step's mean reward and (failed, ended) rollouts, in step order: a rollback
+        #: forgets the steps it undid, as the store does, so `show` reads the same summary.
+        self._steps: dict[int, tuple[float | None, int, int]] = {}
 
     async def read_earlier(self, db_path: str | Path, run_id: str) -> list[Event]:
         """Read the steps, checkpoints and rollbacks the store holds of run `run_id` before
@@ -123,11 +126,15 @@ class SummaryCollector:
             return
         elif isinstance(event, StepTrained):
             reward = event.metrics.get(keys.REWARD_MEAN)
+            self._steps[event.step] = (
+                float(reward) if reward is not None and math.isfinite(reward) else None,
+                int(event.metrics.get(keys.ROLLOUTS_FAILED, 0)),
+                int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)))
+            fold(self._health, event)
             s = replace(s, step=event.step,
                         failed_rollouts=s.failed_rollouts
                         + int(event.metrics.get(keys.ROLLOUTS_FAILED, 0)),
                         rollouts=s.rollouts + int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)))
-            fold(self._health, event)
             if reward is not None and math.isfinite(reward):
                 best = s.best_reward is None or reward > s.best_reward
                 s = replace(s, final_reward=float(reward),
@@ -149,6 +156,8 @@ class SummaryCollector:
                 return
             to_step = int(event.args.get("to_step", 0))
             fold(self._health, event)
+            self._steps = {k: v for k, v in self._steps.items() if k <= to_step}
+            s = self._with_steps(replace(s, step=to_step))
             s = replace(s, rollbacks=(*s.rollbacks, f"to {event.args.get('checkpoint', '?')} "
                                       f"(step {to_step}) at learning rate "
                                       f"{event.args.get('value', float('nan')):g}"))
@@ -169,6 +178,21 @@ class SummaryCollector:
         else:
             return
         self._summary = s
+
+    def _with_steps(self, s: RunSummary) -> RunSummary:
+        """`s` with the rewards and rollout counts of the steps the run holds (after a
+        rollback; each step adds its own as it comes)."""
+        final: float | None = None
+        best: float | None = None
+        best_step: int | None = None
+        for step, (reward, _, _) in sorted(self._steps.items()):
+            if reward is not None:
+                final = reward
+                if best is None or reward > best:  # an equal best stays at its earlier step
+                    best, best_step = reward, step
+        return replace(s, final_reward=final, best_reward=best, best_step=best_step,
+                       failed_rollouts=sum(f for _, f, _ in self._steps.values()),
+                       rollouts=sum(n for _, _, n in self._steps.values()))
 
     def summary(self) -> RunSummary:
         collapse = self._health.collapse
