@@ -167,6 +167,7 @@ async def test_the_summary_of_a_rolled_back_run_forgets_the_undone_steps(tmp_pat
     for summary in (live.summary(), replayed.summary()):
         assert (summary.final_reward, summary.best_reward, summary.best_step) == want
 
+
 def resumed(task: Task, config: RunConfig, db, run_id: str) -> Run:
     return Run(task=task, config=config, backend="local", db_path=db, run_id=run_id,
                resume=True, headless=True)
@@ -249,9 +250,18 @@ async def test_the_automatic_rollbacks_made_count_across_a_resume(tmp_path):
                     db, first.run_id)
     logs: list[str] = []
     again.events.subscribe(lambda e: logs.append(e.message) if isinstance(e, LogEmitted) else None)
+    summary = SummaryCollector(task="collapsing", db_path=db)
+    await summary.read_earlier(db, first.run_id)
+    again.events.subscribe(summary.handle)
     assert await again.run() == "stopped"
     assert "no rollback: max_rollbacks (1) reached" in logs, logs
     assert again.pipeline.rollbacks == 1
+    # The command it prints to roll back gives it one more: with none left, the resumed run
+    # would go on without rolling back.
+    (roll_back,) = [line for line in summary_lines(summary.summary())
+                    if line.startswith("  roll back:")]
+    assert roll_back.endswith(f"--resume {first.run_id} --db {db} --on-collapse rollback "
+                              "--max-rollbacks 2"), roll_back
     with sqlite3.connect(db) as conn:
         commands = conn.execute("select command, source from commands order by id").fetchall()
     conn.close()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tinker_tui.engine import metric_keys as keys
-from tinker_tui.engine.collapse_memory import EARLIER_KINDS, fold
+from tinker_tui.engine.collapse_memory import EARLIER_KINDS, fold, is_automatic_rollback
 from tinker_tui.engine.events import (
     CheckpointDeleted,
     CheckpointSaved,
@@ -73,6 +73,9 @@ class RunSummary:
     collapse: str = ""
     #: Rollbacks the run made (each to a checkpoint at or before its best step).
     rollbacks: tuple[str, ...] = field(default_factory=tuple)
+    #: Rollbacks `on_collapse = rollback` asked for, and the most it may (`max_rollbacks`).
+    automatic_rollbacks: int = 0
+    max_rollbacks: int | None = None
 
     @property
     def ended(self) -> bool:
@@ -117,7 +120,8 @@ class SummaryCollector:
             self._summary = replace(s, run_id=event.run_id,
                                     task=s.task or event.task_spec
                                     or task_spec_for(event.name),
-                                    max_steps=event.max_steps, step=max(s.step, event.start_step))
+                                    max_steps=event.max_steps, step=max(s.step, event.start_step),
+                                    max_rollbacks=_int_or_none(event.config.get("max_rollbacks")))
             earlier, self._earlier = self._earlier, []
             for before in earlier:  # first: an equal best stays at its earlier step
                 if not isinstance(before, StepTrained | CheckpointSaved | GroupDiscarded) \
@@ -152,8 +156,11 @@ class SummaryCollector:
             fold(self._health, event)
             return
         elif isinstance(event, CommandReceived):
+            if is_automatic_rollback(event):
+                self._summary = replace(s, automatic_rollbacks=s.automatic_rollbacks + 1)
             if event.command != "rolled_back":
                 return
+            s = self._summary
             to_step = int(event.args.get("to_step", 0))
             fold(self._health, event)
             self._steps = {k: v for k, v in self._steps.items() if k <= to_step}
@@ -220,6 +227,10 @@ def db_flag(db_path: Path | None) -> str:
     return f" --db {shlex.quote(str(db_path))}"
 
 
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _reward(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -241,7 +252,11 @@ def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
     else:
         commands.append(("continue", resume))
     if summary.collapse:
-        commands.append(("roll back", f"{resume} --on-collapse rollback"))
+        # With its allowance spent, a resumed run would not roll back: allow one more.
+        spent = summary.max_rollbacks is not None \
+            and summary.automatic_rollbacks >= summary.max_rollbacks
+        more = f" --max-rollbacks {summary.automatic_rollbacks + 1}" if spent else ""
+        commands.append(("roll back", f"{resume} --on-collapse rollback{more}"))
     return commands
 
 
