@@ -255,8 +255,8 @@ def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
         # With its allowance spent, a resumed run would not roll back: allow one more.
         spent = summary.max_rollbacks is not None \
             and summary.automatic_rollbacks >= summary.max_rollbacks
-        more = f" --max-rollbacks {summary.automatic_rollbacks + 1}" if spent else ""
-        commands.append(("roll back", f"{resume} --on-collapse rollback{more}"))
+        allow = f" --max-rollbacks {summary.automatic_rollbacks + 1}" if spent else ""
+        commands.append(("roll back", f"{resume} --on-collapse rollback{allow}"))
     return commands
 
 
