@@ -31,6 +31,7 @@ from tinker_tui.engine.events import (
     TrackerReported,
 )
 from tinker_tui.engine.health import HealthWindow
+from tinker_tui.engine.resume import RAN_OUT
 
 #: Log lines kept for a failed run's summary.
 LAST_LOG_LINES = 5
@@ -237,7 +238,8 @@ def _reward(value: float | None) -> str:
 
 def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
     """(what, command) pairs: look at the run again, continue it (a collapsed run: from its
-    best checkpoint too, which a resume with `on_collapse = rollback` goes back to)."""
+    best checkpoint too, which a resume with `on_collapse = rollback` goes back to); a run
+    that completed before max_steps ran out of scenarios, which a resume would not change."""
     db = db_flag(summary.db_path)
     task = shlex.quote(summary.task or "TASK")
     commands = [("look again", f"tinker-tui show {summary.run_id}{db}")]
@@ -245,6 +247,8 @@ def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
         commands.append(("attach", f"tinker-tui attach {summary.run_id}{db}"))
         return commands
     resume = f"tinker-tui run {task} --resume {summary.run_id}{db}"
+    if summary.status == "completed" and summary.reason.startswith(RAN_OUT):
+        return commands  # more steps would find no scenarios either
     if summary.status == "completed":
         more = max(summary.max_steps, summary.step) * 2 or 10
         resume += f" --steps {more}"
