@@ -775,6 +775,12 @@ def test_model_names_a_collapse_and_a_rollback_undoes_the_later_steps():
                                         path="tinker://x/weights/step-000010"))
     assert model.health() == ("collapsed", "collapsed at step 12 (best 0.54 at step 11); "
                                            "best checkpoint step-000010")
+    # The health pane at 80 columns (36 × 7 inside) names the best checkpoint whole: the
+    # line a rollback goes back to matters more than the staleness line it displaces.
+    from tinker_tui.app.widgets.discarded import discarded_content
+
+    pane = discarded_content(model, 36, 7).plain.splitlines()
+    assert len(pane) == 7 and " ".join(pane[:3]).split() == model.health()[1].split(), pane
     model.apply(CommandReceived(time=16.0, command="rolled_back", args={
         "to_step": 10, "checkpoint": "step-000010", "reason": "collapsed",
         "name": "learning_rate", "value": 5e-4, "old": 1e-3, "steps_undone": 5}))

@@ -28,7 +28,7 @@ from tinker_tui import Scenario, Task, Trajectory
 from tinker_tui.app.headless import HeadlessReporter, MetricsFile
 from tinker_tui.app.run_summary import SummaryCollector, summary_lines
 from tinker_tui.engine.config import RunConfig
-from tinker_tui.engine.events import CommandReceived, LogEmitted, StepTrained
+from tinker_tui.engine.events import CommandReceived, LogEmitted, RunFinished, StepTrained
 from tinker_tui.engine.run import Run
 
 STEPS = 14
@@ -102,6 +102,70 @@ async def test_a_collapse_is_rolled_back_exactly_once(tmp_path):
     lines = summary_lines(summary.summary())
     assert any(line.startswith(f"  rolled back to step-{to_step:06d} (step {to_step}) at "
                                "learning rate 0.0005") for line in lines), lines
+
+
+
+async def test_the_summary_of_a_rolled_back_run_forgets_the_undone_steps(tmp_path):
+    """The live summary's reward line (final, best and its step) is the one `show` prints
+    from the store: the best step a rollback undid is no longer the run's, in either."""
+    from tinker_tui.app.store_session import StoreSession
+    from tinker_tui.engine.store import StoreReader
+
+    phase = {"rolled_back": False}
+    tries: dict[str, int] = {}
+
+    def scenarios(rng: random.Random):
+        index = 0
+        while True:
+            yield Scenario(id=f"s{index}", data=index)
+            index += 1
+
+    async def rollout(client, model, scenario: Scenario) -> Trajectory:
+        """Rewards 0 or 1 at random, all 1 around step 7 (the best), 0 after it (a collapse),
+        until the rollback; after it, at random again (below that best)."""
+        completion = await client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2)
+        index = scenario.data
+        tries[scenario.id] = n = tries.get(scenario.id, 0) + 1  # the same draws every run
+        draw = random.Random(f"{scenario.id}/{n}").random()
+        if phase["rolled_back"] or index < 12:
+            reward = float(draw < 0.4)
+        else:
+            reward = 1.0 if index < 14 else 0.0
+        return Trajectory.from_choices(completion.choices, reward=reward)
+
+    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       max_steps_off_policy=0, checkpoint_every=3, seed=3,
+                       on_collapse="rollback", max_rollbacks=1, learning_rate=1e-3,
+                       keep_last_checkpoints=2)
+    db = tmp_path / "runs.db"
+    run = Run(task=Task(name="peaked", scenarios=scenarios, rollout=rollout), config=config,
+              backend="local", db_path=db, headless=True)
+    live = SummaryCollector(task="peaked", db_path=db)
+    rewards: dict[int, float] = {}
+    undone: dict[int, float] = {}
+
+    def on_event(event):
+        live.handle(event)
+        if isinstance(event, CommandReceived) and event.command == "rolled_back":
+            phase["rolled_back"] = True
+            undone.update((s, rewards.pop(s)) for s in [s for s in rewards
+                                                       if s > event.args["to_step"]])
+        elif isinstance(event, StepTrained):
+            rewards[event.step] = event.metrics["reward/mean"]
+
+    run.events.subscribe(on_event)
+    assert await run.run() == "completed"
+    assert undone and max(undone.values()) > max(rewards.values())  # the best was undone
+    async with await StoreReader.open_readonly(db) as store:
+        stored = await store.find_run(run.run_id)
+    replayed = SummaryCollector(task="peaked", db_path=db)
+    for event in await StoreSession(db, stored).read_all():
+        replayed.handle(event)
+    best = max(rewards.values())
+    want = (rewards[STEPS], best, min(s for s, r in rewards.items() if r == best))
+    for summary in (live.summary(), replayed.summary()):
+        assert (summary.final_reward, summary.best_reward, summary.best_step) == want
 
 
 def resumed(task: Task, config: RunConfig, db, run_id: str) -> Run:
@@ -186,9 +250,18 @@ async def test_the_automatic_rollbacks_made_count_across_a_resume(tmp_path):
                     db, first.run_id)
     logs: list[str] = []
     again.events.subscribe(lambda e: logs.append(e.message) if isinstance(e, LogEmitted) else None)
+    summary = SummaryCollector(task="collapsing", db_path=db)
+    await summary.read_earlier(db, first.run_id)
+    again.events.subscribe(summary.handle)
     assert await again.run() == "stopped"
     assert "no rollback: max_rollbacks (1) reached" in logs, logs
     assert again.pipeline.rollbacks == 1
+    # The command it prints to roll back gives it one more: with none left, the resumed run
+    # would go on without rolling back.
+    (roll_back,) = [line for line in summary_lines(summary.summary())
+                    if line.startswith("  roll back:")]
+    assert roll_back.endswith(f"--resume {first.run_id} --db {db} --on-collapse rollback "
+                              "--max-rollbacks 2"), roll_back
     with sqlite3.connect(db) as conn:
         commands = conn.execute("select command, source from commands order by id").fetchall()
     conn.close()
@@ -273,6 +346,39 @@ async def test_a_run_stopped_by_its_collapse_rolls_back_when_resumed_so(tmp_path
     assert again.pipeline.rollbacks == 1
     check_exactly_once(db, STEPS, groups_per_step=2)
 
+
+
+async def test_a_resumed_run_that_rolls_back_ends_at_the_step_it_reached(tmp_path):
+    """Resumed, rolled back below the step it resumed from, and stopped soon after: the run
+    ends at the last step it trained (its RunFinished, `runs`' row and the store's last step
+    agree), not at the step it resumed from."""
+    phase = {"collapsing": True}
+    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       max_steps_off_policy=0, checkpoint_every=2, seed=3, on_collapse="stop",
+                       learning_rate=1e-3, keep_last_checkpoints=2)
+    db = tmp_path / "runs.db"
+    first = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
+                headless=True)
+    assert await first.run() == "stopped"
+    resumed_at = first.pipeline.step
+    again = resumed(collapsing_task(phase),
+                    dataclasses.replace(config, on_collapse="rollback"), db, first.run_id)
+    finished: list[RunFinished] = []
+
+    def on_event(event):
+        if isinstance(event, CommandReceived) and event.command == "rolled_back":
+            again.pipeline.stop()  # `b`, then `q`: stopped after the next step
+        elif isinstance(event, RunFinished):
+            finished.append(event)
+
+    again.events.subscribe(on_event)
+    assert await again.run() == "stopped"
+    assert again.pipeline.rollbacks == 1 and again.pipeline.step < resumed_at
+    with sqlite3.connect(db) as connection:
+        (last,) = connection.execute("SELECT max(step) FROM steps").fetchone()
+        (final,) = connection.execute("SELECT final_step FROM runs").fetchone()
+    (event,) = finished
+    assert event.final_step == last == final == again.pipeline.step
 
 TASK_FILE = '''
 import random

@@ -170,6 +170,8 @@ def test_headless_scenarios_that_run_out_end_the_run_with_exit_0(tmp_path):
     assert status == "completed"
     assert reason == f"scenarios ran out after 6: {step} of 10 steps trained"
     assert f"completed at step {step}/10 ({reason})" in done.stdout
+    # A resume with more steps would find the scenarios still run out: not offered.
+    assert "train further:" not in done.stdout and "--steps" not in done.stdout, done.stdout
 
 
 async def test_the_dashboard_ends_with_the_run_when_its_scenarios_fail_or_run_out(tmp_path):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tinker_tui.engine import metric_keys as keys
-from tinker_tui.engine.collapse_memory import EARLIER_KINDS, fold
+from tinker_tui.engine.collapse_memory import EARLIER_KINDS, fold, is_automatic_rollback
 from tinker_tui.engine.events import (
     CheckpointDeleted,
     CheckpointSaved,
@@ -31,6 +31,7 @@ from tinker_tui.engine.events import (
     TrackerReported,
 )
 from tinker_tui.engine.health import HealthWindow
+from tinker_tui.engine.resume import RAN_OUT
 
 #: Log lines kept for a failed run's summary.
 LAST_LOG_LINES = 5
@@ -73,6 +74,9 @@ class RunSummary:
     collapse: str = ""
     #: Rollbacks the run made (each to a checkpoint at or before its best step).
     rollbacks: tuple[str, ...] = field(default_factory=tuple)
+    #: Rollbacks `on_collapse = rollback` asked for, and the most it may (`max_rollbacks`).
+    automatic_rollbacks: int = 0
+    max_rollbacks: int | None = None
 
     @property
     def ended(self) -> bool:
@@ -89,6 +93,9 @@ class SummaryCollector:
         self._stop_reason = ""  # why it was asked to stop: the engine ends it "stopped"
         self._earlier: list[Event] = []  # `read_earlier`'s, until the run says where it starts
         self._health = HealthWindow()
+        #: Each step's mean reward and (failed, ended) rollouts, in step order: a rollback
+        #: forgets the steps it undid, as the store does, so `show` reads the same summary.
+        self._steps: dict[int, tuple[float | None, int, int]] = {}
 
     async def read_earlier(self, db_path: str | Path, run_id: str) -> list[Event]:
         """Read the steps, checkpoints and rollbacks the store holds of run `run_id` before
@@ -114,7 +121,8 @@ class SummaryCollector:
             self._summary = replace(s, run_id=event.run_id,
                                     task=s.task or event.task_spec
                                     or task_spec_for(event.name),
-                                    max_steps=event.max_steps, step=max(s.step, event.start_step))
+                                    max_steps=event.max_steps, step=max(s.step, event.start_step),
+                                    max_rollbacks=_int_or_none(event.config.get("max_rollbacks")))
             earlier, self._earlier = self._earlier, []
             for before in earlier:  # first: an equal best stays at its earlier step
                 if not isinstance(before, StepTrained | CheckpointSaved | GroupDiscarded) \
@@ -123,11 +131,15 @@ class SummaryCollector:
             return
         elif isinstance(event, StepTrained):
             reward = event.metrics.get(keys.REWARD_MEAN)
+            self._steps[event.step] = (
+                float(reward) if reward is not None and math.isfinite(reward) else None,
+                int(event.metrics.get(keys.ROLLOUTS_FAILED, 0)),
+                int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)))
+            fold(self._health, event)
             s = replace(s, step=event.step,
                         failed_rollouts=s.failed_rollouts
                         + int(event.metrics.get(keys.ROLLOUTS_FAILED, 0)),
                         rollouts=s.rollouts + int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)))
-            fold(self._health, event)
             if reward is not None and math.isfinite(reward):
                 best = s.best_reward is None or reward > s.best_reward
                 s = replace(s, final_reward=float(reward),
@@ -145,10 +157,15 @@ class SummaryCollector:
             fold(self._health, event)
             return
         elif isinstance(event, CommandReceived):
+            if is_automatic_rollback(event):
+                self._summary = replace(s, automatic_rollbacks=s.automatic_rollbacks + 1)
             if event.command != "rolled_back":
                 return
+            s = self._summary
             to_step = int(event.args.get("to_step", 0))
             fold(self._health, event)
+            self._steps = {k: v for k, v in self._steps.items() if k <= to_step}
+            s = self._with_steps(replace(s, step=to_step))
             s = replace(s, rollbacks=(*s.rollbacks, f"to {event.args.get('checkpoint', '?')} "
                                       f"(step {to_step}) at learning rate "
                                       f"{event.args.get('value', float('nan')):g}"))
@@ -169,6 +186,21 @@ class SummaryCollector:
         else:
             return
         self._summary = s
+
+    def _with_steps(self, s: RunSummary) -> RunSummary:
+        """`s` with the rewards and rollout counts of the steps the run holds (after a
+        rollback; each step adds its own as it comes)."""
+        final: float | None = None
+        best: float | None = None
+        best_step: int | None = None
+        for step, (reward, _, _) in sorted(self._steps.items()):
+            if reward is not None:
+                final = reward
+                if best is None or reward > best:  # an equal best stays at its earlier step
+                    best, best_step = reward, step
+        return replace(s, final_reward=final, best_reward=best, best_step=best_step,
+                       failed_rollouts=sum(f for _, f, _ in self._steps.values()),
+                       rollouts=sum(n for _, _, n in self._steps.values()))
 
     def summary(self) -> RunSummary:
         collapse = self._health.collapse
@@ -196,13 +228,18 @@ def db_flag(db_path: Path | None) -> str:
     return f" --db {shlex.quote(str(db_path))}"
 
 
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _reward(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
 def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
     """(what, command) pairs: look at the run again, continue it (a collapsed run: from its
-    best checkpoint too, which a resume with `on_collapse = rollback` goes back to)."""
+    best checkpoint too, which a resume with `on_collapse = rollback` goes back to); a run
+    that completed before max_steps ran out of scenarios, which a resume would not change."""
     db = db_flag(summary.db_path)
     task = shlex.quote(summary.task or "TASK")
     commands = [("look again", f"tinker-tui show {summary.run_id}{db}")]
@@ -210,6 +247,8 @@ def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
         commands.append(("attach", f"tinker-tui attach {summary.run_id}{db}"))
         return commands
     resume = f"tinker-tui run {task} --resume {summary.run_id}{db}"
+    if summary.status == "completed" and summary.reason.startswith(RAN_OUT):
+        return commands  # more steps would find no scenarios either
     if summary.status == "completed":
         more = max(summary.max_steps, summary.step) * 2 or 10
         resume += f" --steps {more}"
@@ -217,7 +256,11 @@ def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
     else:
         commands.append(("continue", resume))
     if summary.collapse:
-        commands.append(("roll back", f"{resume} --on-collapse rollback"))
+        # With its allowance spent, a resumed run would not roll back: allow one more.
+        spent = summary.max_rollbacks is not None \
+            and summary.automatic_rollbacks >= summary.max_rollbacks
+        allow = f" --max-rollbacks {summary.automatic_rollbacks + 1}" if spent else ""
+        commands.append(("roll back", f"{resume} --on-collapse rollback{allow}"))
     return commands
 
 

@@ -56,6 +56,7 @@ from tinker_tui.engine.events import (
 from tinker_tui.engine.health import Collapse, HealthWindow, flat_share
 from tinker_tui.engine.loop_lag import LoopLagMonitor
 from tinker_tui.engine.resume import (
+    RAN_OUT,
     ResumeState,
     ScenarioError,
     ScenariosExhausted,
@@ -693,7 +694,7 @@ class Pipeline:
                 if self._rollback_requested is not None and not self._stopping:
                     continue
                 if self._ran_out_at is not None and not self._stopping:
-                    self.end_reason = (f"scenarios ran out after {self._ran_out_at}: "
+                    self.end_reason = (f"{RAN_OUT} after {self._ran_out_at}: "
                                        f"{self.step} of {self.config.max_steps} steps trained")
                     self.log("info", self.end_reason)
                 return

@@ -58,6 +58,11 @@ class ScenarioError(TinkerTuiError):
     is checkpointed, so `--resume` continues it once the task is fixed."""
 
 
+#: How the reason of a run that ended as its scenarios ran out begins (the summary reads it:
+#: resuming such a run with more steps would find none).
+RAN_OUT = "scenarios ran out"
+
+
 class ScenariosExhausted(TinkerTuiError):
     """The task's scenarios ran out (a finite list, or a generator that returned): the
     run ends by itself once it has trained what was drawn, which is no failure."""
@@ -65,7 +70,7 @@ class ScenariosExhausted(TinkerTuiError):
     exit_code = EXIT_OK
 
     def __init__(self, drawn: int) -> None:
-        super().__init__(f"scenarios ran out after {drawn}")
+        super().__init__(f"{RAN_OUT} after {drawn}")
         self.drawn = drawn
 
 

@@ -299,6 +299,8 @@ class Run:
         self.pipeline.checkpointer.commit_events = store.flush
 
         async def rewind_store(step: int) -> Mapping[str, int]:  # a rollback, as a resume does
+            # Below the step a resumed run started from, the run now ends where it trains.
+            self._start_step = min(self._start_step, step)
             await store.flush()
             return await store.reconcile(self.run_id, step)
 

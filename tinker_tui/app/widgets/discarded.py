@@ -102,8 +102,12 @@ def staleness_lines(model: DashboardState, width: int, room: int) -> list[Conten
 
 
 def discarded_content(model: DashboardState, width: int, height: int = 7) -> Content:
-    """The pane's text for an inner area of `width` × `height`."""
-    lines = health_lines(model, width, room=2 if height >= 7 else 1)
+    """The pane's text for an inner area of `width` × `height`. A collapse gets a line more
+    where the staleness line would be: the best checkpoint it names is what a rollback uses."""
+    room = 2 if height >= 7 else 1
+    if model.health()[0] == "collapsed" and height >= 7:
+        room += 1
+    lines = health_lines(model, width, room=room)
     lines += reason_lines(model, min(30, max(0, width - 19)))
     lines += staleness_lines(model, width, height - len(lines))
     return Content("\n").join(lines[: max(1, height)])

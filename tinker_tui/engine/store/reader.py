@@ -18,7 +18,7 @@ from typing import Any
 
 import aiosqlite
 
-from tinker_tui.engine.events import CheckpointSaved, Event, RunStarted
+from tinker_tui.engine.events import CheckpointSaved, CommandReceived, Event, RunStarted
 from tinker_tui.engine.store.codec import (
     READABLE_TABLES,
     REPLAYED,
@@ -265,9 +265,38 @@ class StoreReader:
                 if len(rows) < _PAGE:
                     break
         ordered.sort(key=lambda item: item[:3])
+        rollback = next((item for item in ordered if isinstance(item[3], CommandReceived)
+                         and item[3].command == "rolled_back"), None)
+        if rollback is not None:
+            ordered = await self._up_to_rollback(cursor, ordered, rollback[0])
         if ordered:
             cursor.last_time = max(cursor.last_time or 0.0, ordered[-1][0])
-        return [event for *_, event in ordered]
+        events = [event for *_, event in ordered]
+        if rollback is not None:  # what was written after it, the steps trained again first
+            events += await self._events_after(cursor)
+        return events
+
+    async def _up_to_rollback(self, cursor: EventCursor,
+                              ordered: list[tuple[float, int, int, Event]], at: float
+                              ) -> list[tuple[float, int, int, Event]]:
+        """A rollback (at time `at`) deleted the rows of the steps it undid, and SQLite gives
+        the rows written next the rowids the deleted ones had: rowids alone would skip the
+        steps trained again. Each table's cursor goes back to its last row written up to the
+        rollback, and this part of the read ends there; the rest is read on from it."""
+        run_id = cursor.run.run_id
+        for table in cursor._last:
+            rows = await self._fetchall(f"SELECT max(rowid) FROM {table} WHERE run_id = ? AND "
+                                        "coalesce(time, 0) <= ?", (run_id, at))
+            cursor._last[table] = int(rows[0][0] or 0) if rows else 0
+        waiting = cursor._early_trajectories
+        for group in list(waiting):
+            waiting[group] = [r for r in waiting[group]
+                              if r["rowid"] <= cursor._last[TRAJECTORIES]]
+            if not waiting[group]:
+                del waiting[group]
+        tables = {order: r.table for order, r in enumerate(cursor._replayed, start=1)}
+        return [item for item in ordered
+                if item[1] not in tables or item[2] <= cursor._last[tables[item[1]]]]
 
     async def _add_fates(self, table: str, run_id: str, rows: list[dict[str, Any]]) -> None:
         """What the groups' life cycle knows and the rows do not: the groups each step took
