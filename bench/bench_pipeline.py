@@ -46,10 +46,10 @@ from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task  # 
 from tinker_tui.engine.clock import SystemClock  # noqa: E402
 from tinker_tui.engine.config import RunConfig  # noqa: E402
 from tinker_tui.engine.events import EventBus, GroupSampled, RunStarted, StepTrained  # noqa: E402
-from tinker_tui.engine.loop_lag import LoopLagMonitor  # noqa: E402
-from tinker_tui.engine.pipeline import Pipeline  # noqa: E402
-from tinker_tui.engine.rollout_loop import RolloutThread, SameLoop  # noqa: E402
+from tinker_tui.engine.metrics.loop_lag import LoopLagMonitor  # noqa: E402
 from tinker_tui.engine.store import RunStore  # noqa: E402
+from tinker_tui.engine.training.pipeline import Pipeline  # noqa: E402
+from tinker_tui.engine.training.rollout_loop import RolloutThread, SameLoop  # noqa: E402
 
 
 def rss_mb() -> float:

@@ -71,7 +71,7 @@ class InstantSamplingClient:
 
 
 async def make_policy(checkpoint_dir: str) -> Any:
-    from tinker_tui.engine.backend_session import BackendSession
+    from tinker_tui.engine.backend.session import BackendSession
     from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
 
     policy = BackendSession(LocalServiceClient(checkpoint_dir=checkpoint_dir),
@@ -338,7 +338,7 @@ async def abandoned_requests(checkpoint_dir: str) -> dict[str, float]:
     abandoned n=128 requests; and how many of those were cancelled before they ran."""
     import openai
 
-    from tinker_tui.engine.backend_session import BackendSession
+    from tinker_tui.engine.backend.session import BackendSession
     from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
     from tinker_tui.engine.sampling_defaults import SamplingDefaults
     from tinker_tui.engine.server import PolicyServer

@@ -243,10 +243,10 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
     import tinker
 
     from tinker_tui import Scenario
-    from tinker_tui.engine.backend_session import BackendSession
-    from tinker_tui.engine.rollout_loop import RolloutThread, run_together
+    from tinker_tui.engine.backend.session import BackendSession
     from tinker_tui.engine.sampling_defaults import SamplingDefaults
     from tinker_tui.engine.server import PolicyServer
+    from tinker_tui.engine.training.rollout_loop import RolloutThread, run_together
 
     service = tinker.ServiceClient()
     policy = BackendSession(service, base_model=MODEL, sampler_checkpoint_every=0)

@@ -1,8 +1,8 @@
 """A backend whose sampling and training take a set time: for timing the pipeline alone.
 
 `SimulatedPolicy` trains by sleeping and moves the policy version exactly as the real
-`engine.backend_session.BackendSession` does; `SimulatedClient` stands in for `openai.AsyncOpenAI` and
-answers after a delay, stamped with the version that sampled it. No torch, no HTTP.
+`engine.backend.session.BackendSession` does; `SimulatedClient` stands in for
+`openai.AsyncOpenAI` and answers after a delay, stamped with the version that sampled it. No torch, no HTTP.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import asyncio
 import random
 from typing import Any
 
-from tinker_tui.engine.backend_session import TrainResult
-from tinker_tui.engine.cost import TokenUsage
-from tinker_tui.engine.task import Scenario, Task
-from tinker_tui.engine.trajectory import Trajectory
+from tinker_tui.engine.backend.session import TrainResult
+from tinker_tui.engine.metrics.cost import TokenUsage
+from tinker_tui.engine.rollouts.task import Scenario, Task
+from tinker_tui.engine.rollouts.trajectory import Trajectory
 
 
 class SimulatedPolicy:

@@ -15,10 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import LIVE_KNOBS, check_knob
-from tinker_tui.engine.control import Session
+from tinker_tui.engine.control.interface import Session
 from tinker_tui.engine.events import (
     CheckpointSaved,
     CommandReceived,
@@ -38,6 +37,7 @@ from tinker_tui.engine.events import (
     ThroughputMeasured,
     TrajectorySummary,
 )
+from tinker_tui.engine.metrics import metric_keys as keys
 
 if TYPE_CHECKING:
     from textual.pilot import Pilot
@@ -361,7 +361,7 @@ class FakeControl:
 
 
 class FakeSession:
-    """Implements `engine.control.Session` with a scripted run (driven here, no store).
+    """Implements `engine.control.interface.Session` with a scripted run (driven here, no store).
 
     Args:
         clock: The clock the events are stamped with (a fresh `FakeClock(0)` by default).

@@ -7,13 +7,13 @@ import random
 import pytest
 
 from bench.simulated import SimulatedClient, SimulatedPolicy
-from tinker_tui.engine.advantages import group_advantages
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import ConfigError, RunConfig
 from tinker_tui.engine.events import EventBus, GroupDiscarded
-from tinker_tui.engine.pipeline import Pipeline
-from tinker_tui.engine.task import Scenario, Task, TaskError, check_task
-from tinker_tui.engine.trajectory import Trajectory, TrajectoryError
+from tinker_tui.engine.rollouts.task import Scenario, Task, TaskError, check_task
+from tinker_tui.engine.rollouts.trajectory import Trajectory, TrajectoryError
+from tinker_tui.engine.training.advantages import group_advantages
+from tinker_tui.engine.training.pipeline import Pipeline
 
 
 def test_mean_is_reward_minus_the_group_mean():

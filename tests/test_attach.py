@@ -23,7 +23,7 @@ from tinker_tui.app.interrupts import EXIT_OK
 from tinker_tui.app.screens.confirm_quit import QuitScreen
 from tinker_tui.app.store_session import StoreSession
 from tinker_tui.app.tui import TinkerTuiApp
-from tinker_tui.engine.control_server import (
+from tinker_tui.engine.control.endpoint import (
     MAX_BODY,
     ControlClient,
     ControlServer,

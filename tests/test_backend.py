@@ -9,8 +9,8 @@ import httpx
 import pytest
 import tinker
 
-from tinker_tui.engine import retry
-from tinker_tui.engine.backend import (
+from tinker_tui.engine.backend import retry
+from tinker_tui.engine.backend.choice import (
     BackendError,
     choose_backend,
     context_length_of,
@@ -18,7 +18,8 @@ from tinker_tui.engine.backend import (
     make_service_client,
     renderer_name_for,
 )
-from tinker_tui.engine.backend_session import (
+from tinker_tui.engine.backend.retry import BackendTimeoutError, RetryPolicy, call_with_retry
+from tinker_tui.engine.backend.session import (
     BackendSession,
     UnknownVersionError,
     checkpoints_to_delete,
@@ -26,8 +27,7 @@ from tinker_tui.engine.backend_session import (
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL, RunConfig
 from tinker_tui.engine.events import BackendWaited, CheckpointDeleted, LogEmitted
 from tinker_tui.engine.local import LocalServiceClient
-from tinker_tui.engine.retry import BackendTimeoutError, RetryPolicy, call_with_retry
-from tinker_tui.engine.trajectory import SampledTurn, Trajectory, TrajectoryGroup
+from tinker_tui.engine.rollouts.trajectory import SampledTurn, Trajectory, TrajectoryGroup
 
 
 def _status_error(cls, status):
@@ -65,7 +65,7 @@ class Recorder:
 
 class RecordingRest:
     def __init__(self, local_dir, log):
-        from tinker_tui.engine.backend_session import _LocalCheckpointRemover
+        from tinker_tui.engine.backend.session import _LocalCheckpointRemover
 
         self._remover = _LocalCheckpointRemover(local_dir)
         self._log = log

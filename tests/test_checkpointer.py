@@ -1,16 +1,17 @@
 """When a run writes a full checkpoint and which one a rollback goes back to
-(engine.checkpointer), decided on a real health window; writing one is the pipeline tests'."""
+(engine.training.checkpointer), decided on a real health window; writing one is the
+pipeline tests'."""
 
 from __future__ import annotations
 
-from tinker_tui.engine.backend_session import BackendSession
-from tinker_tui.engine.checkpointer import Checkpointer
+from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import EventBus
-from tinker_tui.engine.health import HealthWindow
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
-from tinker_tui.engine.resume import ResumeState
+from tinker_tui.engine.metrics.health import HealthWindow
+from tinker_tui.engine.training.checkpointer import Checkpointer
+from tinker_tui.engine.training.resume import ResumeState
 
 
 def make(tmp_path, **settings) -> Checkpointer:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tinker
 
-from tinker_tui.engine.backend_session import BackendSession
+from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
 from tinker_tui.engine.sampling_defaults import SamplingDefaults

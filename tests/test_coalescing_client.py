@@ -13,7 +13,7 @@ from typing import Any
 import openai
 import pytest
 
-from tinker_tui.engine.backend_session import BackendSession
+from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
 from tinker_tui.engine.sampling_defaults import SamplingDefaults

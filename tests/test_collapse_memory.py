@@ -1,13 +1,13 @@
-"""The collapse tracking read back from a run's stored events (engine.collapse_memory) is
+"""The collapse tracking read back from a run's stored events (engine.metrics.collapse_memory) is
 the one the live run had: the same collapse, best step and rollback point, although the
 store no longer holds the steps a rollback undid (the best among them included)."""
 
 from __future__ import annotations
 
-from tinker_tui.engine import metric_keys as keys
-from tinker_tui.engine.collapse_memory import AUTOMATIC, fold, replay
 from tinker_tui.engine.events import CheckpointSaved, CommandReceived, Event, StepTrained
-from tinker_tui.engine.health import HealthWindow
+from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.metrics.collapse_memory import AUTOMATIC, fold, replay
+from tinker_tui.engine.metrics.health import HealthWindow
 
 #: The issue's tool task: climbs to 0.54 by step 11, then falls to 0 with equal groups.
 CLIMB = [0.20, 0.22, 0.25, 0.28, 0.31, 0.35, 0.38, 0.42, 0.45, 0.50, 0.54]

@@ -1,4 +1,4 @@
-"""Tokens and cost (engine.cost): counting as Tinker bills, the user's prices, totals across
+"""Tokens and cost (engine.metrics.cost): counting as Tinker bills, the user's prices, totals across
 a resume, and the budget that stops a run before the step that would pass it."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.config import ConfigError, RunConfig
-from tinker_tui.engine.cost import CostMeter, Prices, TokenUsage, projected_usd
+from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.metrics.cost import CostMeter, Prices, TokenUsage, projected_usd
 
 ROOT = Path(__file__).resolve().parents[1]  # this checkout's code, not an installed one
 

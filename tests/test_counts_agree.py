@@ -93,7 +93,7 @@ async def test_a_run_paused_during_its_start_up_starts_paused():
     from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task
     from tinker_tui.engine.config import RunConfig
     from tinker_tui.engine.events import EventBus, RunStateChanged
-    from tinker_tui.engine.pipeline import Pipeline
+    from tinker_tui.engine.training.pipeline import Pipeline
 
     policy = SimulatedPolicy()
     bus, events = EventBus(), []

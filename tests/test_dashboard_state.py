@@ -564,7 +564,7 @@ def test_model_tells_converged_groups_from_a_lost_learning_signal():
 
 def test_a_run_that_has_seen_one_reward_only_has_not_converged():
     """A reward that is always 0 (or always 1) from the start gives no learning signal: the
-    words say so (never "converged"); the engine does not pause for it (engine.health)."""
+    words say so (never "converged"); the engine does not pause for it (engine.metrics.health)."""
     model = DashboardState(FakeClock())
     model.apply(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
                            max_steps=10, start_step=0,

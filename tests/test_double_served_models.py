@@ -13,7 +13,7 @@ from real_format import HUB_NAME, IM_END
 from tinker import types
 from tinker_double import API_KEY, TinkerDouble
 
-from tinker_tui.engine.backend import make_renderer
+from tinker_tui.engine.backend.choice import make_renderer
 
 
 def _datum(tokens: list[int], weights: list[float]) -> types.Datum:

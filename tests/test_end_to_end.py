@@ -31,7 +31,7 @@ async def test_headless_run_learns_and_records_everything(tmp_path):
     assert [r[0] for r in db.execute("select step from steps order by step")] == list(range(1, 25))
     checkpoint_steps = [r[0] for r in db.execute("select step from checkpoints order by step")]
     # Every 10 steps, the final one, and (from step 10 on, 3 steps or more after the last)
-    # a step that beat every step before it: a rollback point near the best (engine.health).
+    # a step that beat every step before it: a rollback point near the best (engine.metrics.health).
     periodic = [10, 20, 24]
     best_steps = [i + 1 for i, r in enumerate(rewards) if i + 1 >= 10 and r > max(rewards[:i])]
     assert set(periodic) <= set(checkpoint_steps), checkpoint_steps
@@ -45,7 +45,7 @@ async def test_the_runs_policy_server_refuses_a_prompt_over_the_models_context(t
     import openai
 
     from tinker_tui.engine.events import LogEmitted
-    from tinker_tui.engine.task import Task
+    from tinker_tui.engine.rollouts.task import Task
     from tinker_tui.examples.yes_no_maybe import rollout as example_rollout
 
     asked, refusals = [], []

@@ -12,13 +12,13 @@ import tinker
 import tinker_tui.app
 import tinker_tui.engine
 from tinker_tui.app import cli
-from tinker_tui.engine.backend import BackendError
+from tinker_tui.engine.backend.choice import BackendError
+from tinker_tui.engine.backend.retry import BackendTimeoutError
 from tinker_tui.engine.config import ConfigError
 from tinker_tui.engine.errors import EXIT_FAILED, EXIT_USAGE, TinkerTuiError, UsageError
-from tinker_tui.engine.retry import BackendTimeoutError
+from tinker_tui.engine.rollouts.task import TaskError
+from tinker_tui.engine.rollouts.trajectory import TrajectoryError
 from tinker_tui.engine.store import StoreError
-from tinker_tui.engine.task import TaskError
-from tinker_tui.engine.trajectory import TrajectoryError
 
 
 def defined_exception_classes():
@@ -51,7 +51,7 @@ def test_builtin_bases_are_kept_where_callers_catch_them():
     assert issubclass(ConfigError, ValueError) and issubclass(TaskError, ValueError)
     assert issubclass(TrajectoryError, ValueError)
     assert issubclass(BackendTimeoutError, TimeoutError)
-    from tinker_tui.engine.control_server import ControlUnavailable
+    from tinker_tui.engine.control.endpoint import ControlUnavailable
 
     assert issubclass(ControlUnavailable, ConnectionError)
 

@@ -1,4 +1,4 @@
-"""The evaluator (engine.evaluator): one evaluation at a time, a request made during one
+"""The evaluator (engine.training.evaluator): one evaluation at a time, a request made during one
 runs after it, and the final evaluation reuses one of its step or replaces an older one.
 The rollouts are held by a gate (pipeline timing only); the pipeline tests run it whole."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 
 from bench.simulated import simulated_task
-from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.clock import FakeClock
-from tinker_tui.engine.evaluator import Evaluator
 from tinker_tui.engine.events import EvalCompleted, EventBus
-from tinker_tui.engine.rollout_loop import SameLoop
+from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.training.evaluator import Evaluator
+from tinker_tui.engine.training.rollout_loop import SameLoop
 
 
 class Gated:

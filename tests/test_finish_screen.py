@@ -28,8 +28,8 @@ from tinker_tui.app.store_session import StoreSession
 from tinker_tui.app.tui import TinkerTuiApp
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.events import LogEmitted, RunFinished, TrackerReported
-from tinker_tui.engine.resume import RunLock
 from tinker_tui.engine.store import RunStore, find_run
+from tinker_tui.engine.training.resume import RunLock
 
 FAILURE = "RuntimeError: the sampler lost its weights"
 

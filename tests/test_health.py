@@ -1,10 +1,10 @@
-"""The health window (engine.health): one rule for the engine's pauses and the dashboard's
+"""The health window (engine.metrics.health): one rule for the engine's pauses and the dashboard's
 words. Collapse from scripted reward curves, told apart from converged and no signal yet."""
 
 from __future__ import annotations
 
-from tinker_tui.engine import metric_keys as keys
-from tinker_tui.engine.health import HealthWindow, flat_share, rewards_equal
+from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.metrics.health import HealthWindow, flat_share, rewards_equal
 
 #: The issue's tool task: it climbs from 0.20 to 0.54 by step 11, then falls to 0.081 and
 #: to 0.000 from step 13 on, every group equal (all 0).
@@ -118,7 +118,7 @@ def test_a_noisy_low_reward_is_not_a_collapse():
 def test_the_control_endpoint_takes_a_rollback_with_its_scale():
     import pytest
 
-    from tinker_tui.engine.control_server import apply_command
+    from tinker_tui.engine.control.endpoint import apply_command
 
     class Control:
         calls: list = []

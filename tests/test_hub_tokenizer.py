@@ -11,8 +11,8 @@ import pytest
 from huggingface_hub import constants
 from tinker import types
 
-from tinker_tui.engine import hub_tokenizer
-from tinker_tui.engine.hub_tokenizer import TokenizerUnavailable, load_tokenizer
+from tinker_tui.engine.backend import hub_tokenizer
+from tinker_tui.engine.backend.hub_tokenizer import TokenizerUnavailable, load_tokenizer
 from tinker_tui.engine.local.hf_tokenizer import TOKENIZER_DIR
 
 

@@ -9,6 +9,12 @@ at module level or inside a function, and those under `if TYPE_CHECKING:` too.
 - The local backend never imports the pipeline: it is a Tinker-shaped backend, usable by
   any client of the SDK's interface.
 - The commands' shared kit imports no other part of the app, so any command can use it.
+- engine/ reads as the data path, and each of its parts imports only what lies below
+  it: the shared modules at its top (settings, errors, events, clocks) import no part;
+  metrics, rendering and the task side (rollouts) import neither the backend nor the
+  pipeline; the backend seam imports neither the pipeline nor the servers; the policy
+  server never reaches the pipeline; the store and the trackers only consume events;
+  `engine.run` wires them all.
 """
 
 from __future__ import annotations
@@ -24,11 +30,58 @@ EDGES = import_graph.edges()
 LAYERS = [
     ("tinker_tui.engine", ("textual", "textual_serve", "textual_plot", "tinker_tui.app"),
      "the engine runs without a screen; clients consume its events"),
-    ("tinker_tui.engine.local",
-     ("tinker_tui.engine.pipeline", "tinker_tui.engine.rollout_loop", "tinker_tui.engine.run"),
-     "the local backend is a Tinker-shaped backend, not part of the pipeline"),
     ("tinker_tui.app.commands.common", ("tinker_tui.app",),
      "the commands' shared kit is a leaf every command imports"),
+    # The data path's layers (engine's subpackages): each part imports only what lies below it.
+    *[(f"tinker_tui.engine.{name}",
+       tuple(f"tinker_tui.engine.{part}" for part in ("rollouts", "rendering", "backend",
+                                                     "training", "metrics", "control",
+                                                     "server", "store", "run")),
+       "engine's shared modules import none of its parts")
+      for name in ("config", "errors", "events", "clock", "did_you_mean", "checkpoint_paths",
+                   "faults", "run_id", "loopback_http", "sampling_defaults")],
+    ("tinker_tui.engine.metrics",
+     tuple(f"tinker_tui.engine.{part}" for part in ("rollouts", "rendering", "backend",
+                                                   "training", "control", "server", "store",
+                                                   "trackers", "run")),
+     "what a run measures of itself is read by every part and reads none"),
+    ("tinker_tui.engine.rendering",
+     tuple(f"tinker_tui.engine.{part}" for part in ("rollouts", "backend", "training",
+                                                   "control", "server", "store", "trackers",
+                                                   "local", "run")),
+     "messages <-> tokens knows nothing of who samples or trains"),
+    ("tinker_tui.engine.rollouts",
+     tuple(f"tinker_tui.engine.{part}" for part in ("backend", "training", "control",
+                                                   "server", "store", "trackers", "local",
+                                                   "run")),
+     "the task side is what the rest reads: it reaches the policy server over HTTP only"),
+    ("tinker_tui.engine.backend",
+     tuple(f"tinker_tui.engine.{part}" for part in ("training", "control", "server", "store",
+                                                   "trackers", "run")),
+     "the backend seam lies below the pipeline and the endpoints that use it"),
+    ("tinker_tui.engine.local",
+     tuple(f"tinker_tui.engine.{part}" for part in ("rollouts", "rendering", "backend",
+                                                   "training", "metrics", "control",
+                                                   "server", "store", "trackers", "run")),
+     "the local backend is a Tinker-shaped backend, not part of the pipeline"),
+    ("tinker_tui.engine.server",
+     tuple(f"tinker_tui.engine.{part}" for part in ("rollouts", "training", "control",
+                                                   "store", "trackers", "run")),
+     "the policy server serves samples; the pipeline drives it, not the other way"),
+    ("tinker_tui.engine.training",
+     tuple(f"tinker_tui.engine.{part}" for part in ("control", "trackers", "run")),
+     "the pipeline is steered through its Control by the run, which wires the trackers"),
+    ("tinker_tui.engine.control",
+     tuple(f"tinker_tui.engine.{part}" for part in ("rollouts", "rendering", "backend",
+                                                   "training", "server", "store", "trackers",
+                                                   "local", "run")),
+     "the control interface is what any front end drives, whatever runs behind it"),
+    *[(f"tinker_tui.engine.{sink}",
+       tuple(f"tinker_tui.engine.{part}" for part in ("rollouts", "rendering", "backend",
+                                                     "training", "control", "server", "local",
+                                                     "run")),
+       "the store and the trackers only consume events")
+      for sink in ("store", "trackers")],
 ]
 
 

@@ -5,10 +5,10 @@ pulled back by the penalty alone."""
 import pytest
 import tinker
 
-from tinker_tui.engine.backend_session import BackendSession, kl_penalized_advantages
+from tinker_tui.engine.backend.session import BackendSession, kl_penalized_advantages
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
-from tinker_tui.engine.trajectory import SampledTurn, Trajectory, TrajectoryGroup
+from tinker_tui.engine.rollouts.trajectory import SampledTurn, Trajectory, TrajectoryGroup
 
 
 def test_the_penalty_by_hand():

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tinker_tui.engine.resume import RunLock, run_is_live
+from tinker_tui.engine.training.resume import RunLock, run_is_live
 
 ROOT = Path(__file__).resolve().parent.parent
 #: A short real run: no warm-up, no periodic checkpoint, no health pauses.

@@ -14,9 +14,16 @@ from tinker_tui import mix_tasks
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import EvalCompleted, EventBus, StepTrained
-from tinker_tui.engine.pipeline import Pipeline
-from tinker_tui.engine.task import PartScenario, Scenario, Task, TaskError, check_task, part_of
-from tinker_tui.engine.trajectory import Trajectory
+from tinker_tui.engine.rollouts.task import (
+    PartScenario,
+    Scenario,
+    Task,
+    TaskError,
+    check_task,
+    part_of,
+)
+from tinker_tui.engine.rollouts.trajectory import Trajectory
+from tinker_tui.engine.training.pipeline import Pipeline
 
 
 def counting(prefix):

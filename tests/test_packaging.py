@@ -54,9 +54,9 @@ def test_no_top_level_app_or_engine_outside_the_checkout(tmp_path: Path) -> None
 
 def test_public_task_api_is_lazy_and_complete(tmp_path: Path) -> None:
     code = ("import sys, tinker_tui; assert 'torch' not in sys.modules; "
-            "assert 'tinker_tui.engine.task' not in sys.modules; "
+            "assert 'tinker_tui.engine.rollouts.task' not in sys.modules; "
             "from tinker_tui import Scenario, Task, Trajectory; "
-            "import tinker_tui.engine.task as t; assert Task is t.Task; "
+            "import tinker_tui.engine.rollouts.task as t; assert Task is t.Task; "
             "[getattr(tinker_tui, name) for name in tinker_tui.__all__]; "
             "print(sorted(tinker_tui.__all__))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,

@@ -16,8 +16,8 @@ from tinker_tui.engine.events import (
     GroupSampled,
     StepTrained,
 )
-from tinker_tui.engine.pipeline import Pipeline
-from tinker_tui.engine.trajectory import Trajectory
+from tinker_tui.engine.rollouts.trajectory import Trajectory
+from tinker_tui.engine.training.pipeline import Pipeline
 
 
 def make_pipeline(policy=None, client=None, task=None, clock=None, **overrides):
@@ -52,7 +52,7 @@ async def test_pacing_keeps_every_trained_group_within_the_bound(max_off):
 async def test_group_still_stale_at_dequeue_is_discarded_and_counted():
     policy = SimulatedPolicy()
     pipeline, _, _, events = make_pipeline(policy=policy, max_steps_off_policy=1)
-    from tinker_tui.engine.trajectory import TrajectoryGroup
+    from tinker_tui.engine.rollouts.trajectory import TrajectoryGroup
     old = TrajectoryGroup(group_id=99, scenario_id="old", started_at=0, finished_at=0,
                           trajectories=(Trajectory.from_choices([{
                               "prompt_token_ids": [1], "token_ids": [2],
@@ -195,7 +195,7 @@ async def test_collapse_pauses_but_convergence_does_not():
     from tinker_tui.engine.events import RunStateChanged
 
     # Every group earns the same reward from the start: nothing tells a reward that is always
-    # 1 from one always 0 (engine.health), so neither pauses.
+    # 1 from one always 0 (engine.metrics.health), so neither pauses.
     for reward in (1.0, 0.0):
         uniform, _, _, _ = make_pipeline(task=simulated_task(reward=lambda s, r=reward: r),
                                          max_steps=12, health_window=8)
@@ -206,7 +206,7 @@ async def test_collapse_pauses_but_convergence_does_not():
         max_steps=12, health_window=8)
     assert await asyncio.wait_for(converged.run(), 30) == "completed"
     # Rewards vary at first, then every group gets the same lower reward: no learning
-    # signal, pause; the same fall to far below the best: a collapse, pause (engine.health).
+    # signal, pause; the same fall to far below the best: a collapse, pause (engine.metrics.health).
     # (The collapse is read from three steps, six groups; the no-signal pause from a window
     # of sixteen groups here, which sampling fills ahead of training.)
     for low, words in ((0.4, "no learning signal: 94% of the last 16 groups had equal "
@@ -258,8 +258,8 @@ async def test_min_batch_trains_on_what_is_queued_and_keeps_the_bound():
 
 
 async def test_every_metric_key_the_pipeline_writes_is_named_in_metric_keys():
-    from tinker_tui.engine import metric_keys
     from tinker_tui.engine.events import DISCARD_REASONS, EvalCompleted
+    from tinker_tui.engine.metrics import metric_keys
 
     named = {v for k, v in vars(metric_keys).items() if k.isupper() and isinstance(v, str)}
     named |= {metric_keys.discarded(reason) for reason in DISCARD_REASONS}

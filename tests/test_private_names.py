@@ -1,6 +1,6 @@
 """The private names of other libraries the project relies on: each library's in one module
 (`*_private.py`: app/textual_private.py, app/textual_serve_private.py,
-app/argparse_private.py, engine/tinker_private.py, engine/cookbook_private.py,
+app/argparse_private.py, engine/backend/tinker_private.py, engine/rendering/cookbook_private.py,
 engine/store/json_private.py, engine/local/torch_private.py,
 engine/trackers/tensorboardx_private.py), each listed in its `PRIVATE_NAMES`.
 

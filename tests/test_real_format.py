@@ -129,7 +129,7 @@ def test_a_folder_renders_through_its_familys_renderer_only_where_it_agrees_with
         tokenizer, tmp_path, model_type, template_edit, expected) -> None:
     import copy
 
-    from tinker_tui.engine.backend import make_renderer
+    from tinker_tui.engine.backend.choice import make_renderer
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
     if template_edit:  # a default system turn the cookbook's renderer does not write
@@ -144,7 +144,7 @@ def test_a_folder_renders_through_its_familys_renderer_only_where_it_agrees_with
 def test_a_forced_call_on_a_folders_own_template_opens_after_one_assistant_header(tokenizer):
     """A template renderer (a family the cookbook does not know) keeps the text tool
     protocol; its forced call's prefill follows the generation prompt's header, once."""
-    from tinker_tui.engine.chat_template_renderer import ChatTemplateRenderer
+    from tinker_tui.engine.rendering.chat_template_renderer import ChatTemplateRenderer
     from tinker_tui.engine.sampling_defaults import SamplingDefaults
     from tinker_tui.engine.server.handler import ChatHandler
     from tinker_tui.engine.server.schema import ChatCompletionRequest
@@ -204,7 +204,7 @@ def test_a_request_messages_reasoning_renders_as_the_template_renders_history(to
     fixture's (Qwen3-Instruct-2507) drops it, a thinking template keeps it."""
     import copy
 
-    from tinker_tui.engine.chat_template_renderer import ChatTemplateRenderer
+    from tinker_tui.engine.rendering.chat_template_renderer import ChatTemplateRenderer
     from tinker_tui.engine.sampling_defaults import SamplingDefaults
     from tinker_tui.engine.server.handler import ChatHandler
     from tinker_tui.engine.server.schema import ChatCompletionRequest

@@ -24,12 +24,12 @@ import tinker
 from real_format import ENDOFTEXT, IM_END, openai_tools
 from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
 
-from tinker_tui.engine.backend_session import BackendSession
+from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.local import LocalServiceClient
-from tinker_tui.engine.rollout_loop import RolloutThread
+from tinker_tui.engine.rollouts.trajectory import SampledTurn, trajectory_to_datum_arrays
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server import PolicyServer
-from tinker_tui.engine.trajectory import SampledTurn, trajectory_to_datum_arrays
+from tinker_tui.engine.training.rollout_loop import RolloutThread
 
 WEATHER = {"name": "get_weather", "description": "The weather in a city, now.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},

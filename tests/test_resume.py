@@ -34,21 +34,21 @@ from tinker_tui.engine.events import (
     StepTrained,
     TrajectorySummary,
 )
-from tinker_tui.engine.pipeline import Pipeline
-from tinker_tui.engine.resume import (
-    ResumeError,
-    ResumeState,
-    RunLock,
-    RunLocked,
-    ScenarioSource,
-    run_is_live,
-)
 from tinker_tui.engine.store import (
     APPLICATION_ID,
     MIGRATIONS,
     SCHEMA_VERSION,
     RunStore,
     StoreReader,
+)
+from tinker_tui.engine.training.pipeline import Pipeline
+from tinker_tui.engine.training.resume import (
+    ResumeError,
+    ResumeState,
+    RunLock,
+    RunLocked,
+    ScenarioSource,
+    run_is_live,
 )
 
 

@@ -14,7 +14,6 @@ from textual.pilot import Pilot
 from tinker_tui.app.tui import TinkerTuiApp
 from tinker_tui.app.widgets.rewards import RewardsChart
 from tinker_tui.app.widgets.step_chart import MARKER_SPACING, thin_markers
-from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.events import (
     CheckpointSaved,
@@ -23,6 +22,7 @@ from tinker_tui.engine.events import (
     RunStateChanged,
     StepTrained,
 )
+from tinker_tui.engine.metrics import metric_keys as keys
 
 BRAILLE = range(0x2801, 0x2900)  # a braille cell with at least one dot
 

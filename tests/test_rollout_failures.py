@@ -24,9 +24,9 @@ from tinker_tui.engine.events import (
     RunStateChanged,
     StepTrained,
 )
-from tinker_tui.engine.pipeline import Pipeline
-from tinker_tui.engine.task import Scenario, Task
-from tinker_tui.engine.trajectory import Trajectory
+from tinker_tui.engine.rollouts.task import Scenario, Task
+from tinker_tui.engine.rollouts.trajectory import Trajectory
+from tinker_tui.engine.training.pipeline import Pipeline
 
 
 def scenarios(rng):

@@ -13,8 +13,10 @@ from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import EventBus, GroupSampled, LogEmitted, StepTrained
-from tinker_tui.engine.pipeline import Pipeline
-from tinker_tui.engine.rollout_loop import (
+from tinker_tui.engine.rollouts.task import Scenario, Task
+from tinker_tui.engine.rollouts.trajectory import Trajectory
+from tinker_tui.engine.training.pipeline import Pipeline
+from tinker_tui.engine.training.rollout_loop import (
     DeadlinePassed,
     EngineLoopPolicy,
     RolloutLoopClosed,
@@ -22,8 +24,6 @@ from tinker_tui.engine.rollout_loop import (
     _Mailbox,
     run_together,
 )
-from tinker_tui.engine.task import Scenario, Task
-from tinker_tui.engine.trajectory import Trajectory
 
 
 async def wait_until(predicate, timeout=10.0):

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from tinker_tui import Task, scenarios_from_dataset, scenarios_from_jsonl
-from tinker_tui.engine.resume import ScenarioSource
-from tinker_tui.engine.task import TaskError, check_task
+from tinker_tui.engine.rollouts.task import TaskError, check_task
+from tinker_tui.engine.training.resume import ScenarioSource
 
 ROWS = [{"id": f"p{i}", "question": f"What is {i} + 1?", "answer": i + 1} for i in range(7)]
 

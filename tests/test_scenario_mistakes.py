@@ -21,10 +21,10 @@ from bench.simulated import SimulatedClient, SimulatedPolicy
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import CheckpointSaved, EventBus, StepTrained
-from tinker_tui.engine.pipeline import Pipeline
-from tinker_tui.engine.resume import ScenarioError
-from tinker_tui.engine.task import Scenario, Task
-from tinker_tui.engine.trajectory import Trajectory
+from tinker_tui.engine.rollouts.task import Scenario, Task
+from tinker_tui.engine.rollouts.trajectory import Trajectory
+from tinker_tui.engine.training.pipeline import Pipeline
+from tinker_tui.engine.training.resume import ScenarioError
 
 
 async def _rollout(client, model, scenario):

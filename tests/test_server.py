@@ -11,13 +11,13 @@ import httpx
 import openai
 import pytest
 
-from tinker_tui.engine.backend_session import BackendSession
+from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
+from tinker_tui.engine.rollouts.trajectory import SampledTurn, Trajectory, TrajectoryGroup
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server import TOOLS_HEADER, PolicyServer
 from tinker_tui.engine.server.schema import ChatCompletionRequest
-from tinker_tui.engine.trajectory import SampledTurn, Trajectory, TrajectoryGroup
 
 QUESTION = [{"role": "user", "content": "Is the sky blue?"}]
 ADD_TOOL = {"type": "function", "function": {

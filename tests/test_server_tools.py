@@ -14,12 +14,12 @@ import pytest
 import tinker
 from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
 
-from tinker_tui.engine.backend_session import BackendSession
+from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
+from tinker_tui.engine.rollouts.trajectory import Trajectory, TrajectoryGroup
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server import PolicyServer, parse_text_tool_calls
-from tinker_tui.engine.trajectory import Trajectory, TrajectoryGroup
 
 QUESTION = [{"role": "user", "content": "What is 2 plus 3?"}]
 TOOLS = [{"type": "function", "function": {

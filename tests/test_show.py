@@ -311,7 +311,7 @@ async def test_show_follows_a_run_still_running_read_only_until_it_ends(tmp_path
 
     from tinker_tui.app.commands.show import shown_session
     from tinker_tui.app.tui import TinkerTuiApp
-    from tinker_tui.engine.resume import RunLock
+    from tinker_tui.engine.training.resume import RunLock
 
     path = tmp_path / "runs.db"
     live = LiveFakeSession(str(path), step_seconds=0.05, max_steps=40, run_id="live-0001")

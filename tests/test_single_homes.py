@@ -69,7 +69,7 @@ def test_did_you_mean_words_a_suggestion_or_lists_the_names():
 
 def test_a_tasks_unknown_setting_is_answered_as_a_settings_files_is():
     from tinker_tui import Task
-    from tinker_tui.engine.task import TaskError, check_task
+    from tinker_tui.engine.rollouts.task import TaskError, check_task
 
     async def rollout(client, model, scenario):
         raise AssertionError("not called")

@@ -14,9 +14,7 @@ from tinker_tui.app.task_loader import TaskLoadError, layered_config, load_confi
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import EventBus, GroupDiscarded, GroupSampled
-from tinker_tui.engine.pipeline import Pipeline
-from tinker_tui.engine.run_id import new_run_id
-from tinker_tui.engine.task import (
+from tinker_tui.engine.rollouts.task import (
     Scenario,
     Task,
     TaskError,
@@ -24,6 +22,8 @@ from tinker_tui.engine.task import (
     TrajectoryError,
     check_task,
 )
+from tinker_tui.engine.run_id import new_run_id
+from tinker_tui.engine.training.pipeline import Pipeline
 
 MINIMAL = '''
 from tinker_tui import Scenario, Task, Trajectory
@@ -356,7 +356,7 @@ def test_group_rollout_signature_is_checked():
 
 
 def test_the_public_surface_is_importable_from_engine_task():
-    import tinker_tui.engine.task as api
+    import tinker_tui.engine.rollouts.task as api
 
     for name in ("Task", "Scenario", "Trajectory", "TrajectoryError", "TaskError", "check_task"):
         assert hasattr(api, name)
@@ -390,7 +390,7 @@ async def test_the_readme_minimal_task_is_complete_and_runs(tmp_path):
 
 def test_the_rollout_form_is_public_and_loading_keeps_it(tmp_path):
     from tinker_tui.app.task_loader import task_source
-    from tinker_tui.engine.task import group_rollout_of
+    from tinker_tui.engine.rollouts.task import group_rollout_of
     from tinker_tui.examples import next_number, yes_no_maybe
 
     assert group_rollout_of(next_number.TASK) is next_number.group_rollout

@@ -12,12 +12,17 @@ import textwrap
 
 import pytest
 
-from tinker_tui.engine.task_metrics import (
+from tinker_tui.engine.rollouts.task_metrics import (
     eval_task_metrics,
     step_task_metrics,
     trajectory_metrics,
 )
-from tinker_tui.engine.trajectory import SampledTurn, Trajectory, TrajectoryError, TrajectoryGroup
+from tinker_tui.engine.rollouts.trajectory import (
+    SampledTurn,
+    Trajectory,
+    TrajectoryError,
+    TrajectoryGroup,
+)
 
 TURN = SampledTurn(prompt_tokens=(1,), tokens=(2,), logprobs=(-0.1,), policy_version=0)
 

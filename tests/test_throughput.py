@@ -2,7 +2,7 @@ from collections import deque
 
 import pytest
 
-from tinker_tui.engine.throughput import (
+from tinker_tui.engine.metrics.throughput import (
     BALANCED,
     SAMPLER_BOUND,
     TRAINER_BOUND,

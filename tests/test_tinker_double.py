@@ -242,7 +242,7 @@ def test_the_trainer_pays_one_cycle_per_step(cycled, tmp_path):
     snapshot and save together: steps whose batches are ready take one cycle each."""
     import asyncio
 
-    from tinker_tui.engine.backend_session import BackendSession
+    from tinker_tui.engine.backend.session import BackendSession
 
     async def steps() -> tuple[str, list[int], int]:
         service = tinker.ServiceClient(base_url=cycled.base_url, api_key=API_KEY)

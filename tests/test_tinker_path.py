@@ -202,7 +202,7 @@ def test_a_run_after_another_in_the_process_asks_its_own_service(tmp_path, monke
     """The SDK keeps REST connections for the life of the process: a run that comes after
     another (its service gone, TINKER_BASE_URL now naming another) must still ask its own
     service, not wait minutes on the gone one (its connection retries unseen)."""
-    from tinker_tui.engine.backend import context_length_of
+    from tinker_tui.engine.backend.choice import context_length_of
 
     async def context_length() -> int | None:
         return await asyncio.wait_for(context_length_of("tinker", DEFAULT_BASE_MODEL), 30)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tinker_tui.engine.backend_session import BackendSession
+from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
 from tinker_tui.engine.sampling_defaults import SamplingDefaults

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from tinker_tui.engine.trajectory import (
+from tinker_tui.engine.rollouts.trajectory import (
     SampledTurn,
     Trajectory,
     TrajectoryError,

@@ -11,7 +11,7 @@ import torch
 from tinker_tui.app.task_loader import layered_config, load_task
 from tinker_tui.engine.events import LogEmitted
 from tinker_tui.engine.run import Run
-from tinker_tui.engine.warmup_cache import CACHE_DIR, KEEP
+from tinker_tui.engine.training.warmup_cache import CACHE_DIR, KEEP
 
 
 async def run_example(tmp_path: Path, **overrides) -> tuple[list[str], Path]:

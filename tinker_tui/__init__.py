@@ -36,28 +36,28 @@ __all__ = [
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
-    "Message": "tinker_tui.engine.task",
-    "Scenario": "tinker_tui.engine.task",
-    "ScenarioSet": "tinker_tui.engine.scenario_data",
-    "Task": "tinker_tui.engine.task",
-    "TaskError": "tinker_tui.engine.task",
-    "Trajectory": "tinker_tui.engine.trajectory",
-    "TrajectoryError": "tinker_tui.engine.trajectory",
-    "group_advantages": "tinker_tui.engine.advantages",
-    "mix_tasks": "tinker_tui.engine.task",
-    "scenarios_from_dataset": "tinker_tui.engine.scenario_data",
-    "scenarios_from_jsonl": "tinker_tui.engine.scenario_data",
+    "Message": "tinker_tui.engine.rollouts.task",
+    "Scenario": "tinker_tui.engine.rollouts.task",
+    "ScenarioSet": "tinker_tui.engine.rollouts.scenario_data",
+    "Task": "tinker_tui.engine.rollouts.task",
+    "TaskError": "tinker_tui.engine.rollouts.task",
+    "Trajectory": "tinker_tui.engine.rollouts.trajectory",
+    "TrajectoryError": "tinker_tui.engine.rollouts.trajectory",
+    "group_advantages": "tinker_tui.engine.training.advantages",
+    "mix_tasks": "tinker_tui.engine.rollouts.task",
+    "scenarios_from_dataset": "tinker_tui.engine.rollouts.scenario_data",
+    "scenarios_from_jsonl": "tinker_tui.engine.rollouts.scenario_data",
 }
 
 if TYPE_CHECKING:
-    from tinker_tui.engine.advantages import group_advantages
-    from tinker_tui.engine.scenario_data import (
+    from tinker_tui.engine.rollouts.scenario_data import (
         ScenarioSet,
         scenarios_from_dataset,
         scenarios_from_jsonl,
     )
-    from tinker_tui.engine.task import Message, Scenario, Task, TaskError, mix_tasks
-    from tinker_tui.engine.trajectory import Trajectory, TrajectoryError
+    from tinker_tui.engine.rollouts.task import Message, Scenario, Task, TaskError, mix_tasks
+    from tinker_tui.engine.rollouts.trajectory import Trajectory, TrajectoryError
+    from tinker_tui.engine.training.advantages import group_advantages
 
 
 def __getattr__(name: str) -> Any:

@@ -11,7 +11,10 @@ import tinker
 import torch
 from tinker_cookbook.renderers.base import ParseTermination, TrainOnWhat
 
-from tinker_tui.engine.chat_template_renderer import ChatTemplateRenderer, renderer_for_tokenizer
+from tinker_tui.engine.rendering.chat_template_renderer import (
+    ChatTemplateRenderer,
+    renderer_for_tokenizer,
+)
 
 QUESTION = [{"role": "user", "content": "Is the sky blue?"}]
 CHAT = QUESTION + [{"role": "assistant", "content": "maybe"}]

@@ -14,7 +14,7 @@ import asyncio, sys, tempfile
 import tinker
 import tinker_tui.engine.run, tinker_tui.app.headless
 from tinker_tui.engine.local import LocalServiceClient
-from tinker_tui.engine.backend_session import BackendSession
+from tinker_tui.engine.backend.session import BackendSession
 
 async def main():
     policy = BackendSession(LocalServiceClient(checkpoint_dir=tempfile.mkdtemp()),
@@ -44,7 +44,7 @@ def test_example_path_never_imports_transformers_or_dynamo():
 def test_role_colon_renderer_is_the_cookbooks():
     from tinker_cookbook.renderers import get_renderer
 
-    from tinker_tui.engine.backend import cookbook_renderer
+    from tinker_tui.engine.backend.choice import cookbook_renderer
 
     tokenizer = WordTokenizer(name_or_path=DEFAULT_BASE_MODEL)
     direct = cookbook_renderer("role_colon", tokenizer)

@@ -95,7 +95,7 @@ async def resolve_runs(db_paths: Sequence[Path], wanted: Sequence[str]
 def compared_session(db_path: Path, run: StoredRun) -> StoreSession:
     """A run of a comparison as `show` reads it: followed while another process runs it."""
     from tinker_tui.app.engine_process import RunningEngine
-    from tinker_tui.engine.resume import run_is_live
+    from tinker_tui.engine.training.resume import run_is_live
 
     if run.finished() is None and run_is_live(db_path, run.run_id):
         return StoreSession(db_path, run, control=ReadOnlyControl("compared"), follow=True,
@@ -167,7 +167,7 @@ def differing_settings(runs: Sequence[ComparedRun]) -> list[str]:
 def status_of(run: ComparedRun) -> str:
     """How the run stands: its end, else running/paused, else interrupted (its process is
     gone without recording an end, as `tinker-tui runs` says)."""
-    from tinker_tui.engine.resume import run_is_live
+    from tinker_tui.engine.training.resume import run_is_live
 
     model = run.model
     if model.status is not None:

@@ -37,9 +37,7 @@ from tinker_tui.app.view_maths import (
     rate_history,
     windowed_rate,
 )
-from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.clock import Clock
-from tinker_tui.engine.collapse_memory import fold
 from tinker_tui.engine.config import LIVE_KNOBS
 from tinker_tui.engine.events import (
     DISCARD_REASONS,
@@ -61,7 +59,9 @@ from tinker_tui.engine.events import (
     StepTrained,
     ThroughputMeasured,
 )
-from tinker_tui.engine.health import HealthWindow, Kind
+from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.metrics.collapse_memory import fold
+from tinker_tui.engine.metrics.health import HealthWindow, Kind
 
 # --------------------------------------------------------------------------- the model
 
@@ -174,7 +174,7 @@ class DashboardState:
         #: (`rollouts/failed`, `rollouts/ended`: the engine's one count of them).
         self.rollouts_failed = 0
         self.rollouts_ended = 0
-        #: The run's health, read as the engine reads it (engine.health).
+        #: The run's health, read as the engine reads it (engine.metrics.health).
         self.health_window = HealthWindow()
 
         # rollouts, by group id; the steps that took them; those still queued
@@ -309,7 +309,7 @@ class DashboardState:
         self.rollouts_since_startup += event.num_trajectories
         self.tokens_sampled += event.num_tokens
         self._tokens_since_step += event.num_tokens
-        # the engine's health rule (engine.health): equal rewards have converged, or carry
+        # the engine's health rule (engine.metrics.health): equal rewards have converged, or carry
         # no learning signal
         # at the best reward seen (before this group): a zero-variance discard of it has
         # converged

@@ -169,7 +169,7 @@ class RunningEngine:
         self.log_path: Path | None = path if path.is_file() else None
 
     def exit_code(self) -> int | None:
-        from tinker_tui.engine.resume import run_is_live
+        from tinker_tui.engine.training.resume import run_is_live
 
         return None if run_is_live(self.db_path, self.run_id) else EXIT_UNKNOWN
 

@@ -2,14 +2,14 @@
 rewards all equal the best group reward seen; the run got there) or without a learning
 signal (below it). Only the second is a discard worth attention. The dashboard and the
 headless step line both fold the engine's events through `ZeroVarianceSplit`, with the
-engine's own rule (`engine.health.HealthWindow`), so "0.0% of 12,000 groups discarded" on
+engine's own rule (`engine.metrics.health.HealthWindow`), so "0.0% of 12,000 groups discarded" on
 the screen and the headless line's counts agree (headless counted converged groups as
 discarded: `0/11966/0`)."""
 
 from __future__ import annotations
 
 from tinker_tui.engine.events import GroupDiscarded, GroupSampled
-from tinker_tui.engine.health import HealthWindow
+from tinker_tui.engine.metrics.health import HealthWindow
 
 
 def sampled_at_best(window: HealthWindow, event: GroupSampled) -> bool:

@@ -14,9 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from tinker_tui.app.group_counts import ZeroVarianceSplit
 from tinker_tui.app.run_summary import db_flag
-from tinker_tui.engine import metric_keys as keys
-from tinker_tui.engine.collapse_memory import fold
-from tinker_tui.engine.control import Session
+from tinker_tui.engine.control.interface import Session
 from tinker_tui.engine.events import (
     DISCARD_REASONS,
     CheckpointDeleted,
@@ -34,10 +32,12 @@ from tinker_tui.engine.events import (
     StepTrained,
     TrackerReported,
 )
-from tinker_tui.engine.health import HealthWindow
+from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.metrics.collapse_memory import fold
+from tinker_tui.engine.metrics.health import HealthWindow
 
 if TYPE_CHECKING:
-    from tinker_tui.engine.control_server import ControlServer
+    from tinker_tui.engine.control.endpoint import ControlServer
 
 class HeadlessReporter:
     """Prints what a person watching a log needs; subscribe `handle` to the event bus. The
@@ -350,7 +350,7 @@ async def start_control_endpoint(session: Session, out: TextIO | None = None
     db_path, run_id = session.db_path, session.run_id
     if db_path is None or not run_id:
         return None
-    from tinker_tui.engine.control_server import ControlServer, control_file_path
+    from tinker_tui.engine.control.endpoint import ControlServer, control_file_path
 
     server = ControlServer(session.control, run_id=run_id)
     await server.start(control_file_path(db_path, run_id), extra={"store": str(db_path)})

@@ -24,8 +24,8 @@ from tinker_tui.engine.errors import UsageError
 
 if TYPE_CHECKING:
     from tinker_tui.engine.config import RunConfig
+    from tinker_tui.engine.rollouts.task import Task
     from tinker_tui.engine.store import StoredRun
-    from tinker_tui.engine.task import Task
 
 
 def resume_plan(args: argparse.Namespace, task: Task, db_path: Path
@@ -35,13 +35,13 @@ def resume_plan(args: argparse.Namespace, task: Task, db_path: Path
     before starting the engine). UsageError for a run that cannot be resumed. Nothing
     heavy is imported."""
     from tinker_tui.app.commands.common import config_overrides
-    from tinker_tui.engine.backend import choose_backend
+    from tinker_tui.engine.backend.choice import choose_backend
     from tinker_tui.engine.config import SETTINGS, RunConfig
 
     if not db_path.is_file():
         raise UsageError(f"no run store at {db_path}: nothing to resume "
                          "(start the run without --resume)")
-    from tinker_tui.engine.resume import run_is_live
+    from tinker_tui.engine.training.resume import run_is_live
 
     wanted = getattr(args, "run_id", None) or args.resume
     run, point = asyncio.run(_stored_run(db_path, wanted, task.name))

@@ -15,8 +15,6 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tinker_tui.engine import metric_keys as keys
-from tinker_tui.engine.collapse_memory import EARLIER_KINDS, fold, is_automatic_rollback
 from tinker_tui.engine.events import (
     CheckpointDeleted,
     CheckpointSaved,
@@ -30,8 +28,10 @@ from tinker_tui.engine.events import (
     StepTrained,
     TrackerReported,
 )
-from tinker_tui.engine.health import HealthWindow
-from tinker_tui.engine.resume import RAN_OUT
+from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.metrics.collapse_memory import EARLIER_KINDS, fold, is_automatic_rollback
+from tinker_tui.engine.metrics.health import HealthWindow
+from tinker_tui.engine.training.resume import RAN_OUT
 
 #: Log lines kept for a failed run's summary.
 LAST_LOG_LINES = 5
@@ -70,7 +70,7 @@ class RunSummary:
     trackers: tuple[str, ...] = field(default_factory=tuple)
     #: The engine's own output, when it ran in a process of its own.
     engine_log: Path | None = None
-    #: Where the run collapsed, with its best checkpoint (`engine.health`), if it has.
+    #: Where the run collapsed, with its best checkpoint (`engine.metrics.health`), if it has.
     collapse: str = ""
     #: Rollbacks the run made (each to a checkpoint at or before its best step).
     rollbacks: tuple[str, ...] = field(default_factory=tuple)

@@ -7,7 +7,7 @@ so the one dashboard draws a live run, a finished run and a run another process 
 - `show` (`follow=False`): everything is published at once; `run()` then waits until the
   app quits. Its control is `ReadOnlyControl`: nothing to steer.
 - `attach` and `run` (`follow=True`): new events are polled every `poll_interval` seconds;
-  commands go to the engine's process through `engine.control_server.RemoteControl`. `run()`
+  commands go to the engine's process through `engine.control.endpoint.RemoteControl`. `run()`
   returns when the run has finished, or when its process is gone without finishing it:
   then the run is shown as interrupted (stopped at once by a second signal; for `attach`,
   which cannot know how its process ended, always) or failed (a crash, `kill -9`), with the
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tinker_tui.engine.clock import Clock, FakeClock, SystemClock
-from tinker_tui.engine.control import Control
-from tinker_tui.engine.control_server import ControlUnavailable, RemoteControl
+from tinker_tui.engine.control.endpoint import ControlUnavailable, RemoteControl
+from tinker_tui.engine.control.interface import Control
 from tinker_tui.engine.events import (
     Event,
     EventBus,
@@ -243,7 +243,7 @@ class StoreSession:
         its run is in the store; EngineExited if the engine ends first (the command prints
         what it said), or was cancelled by a signal before it started."""
         from tinker_tui.app.engine_process import EngineExited, exit_interrupts, log_tail
-        from tinker_tui.engine.control_server import control_file_path
+        from tinker_tui.engine.control.endpoint import control_file_path
         from tinker_tui.engine.store import StoreError, find_run
 
         if self.engine is not None:
@@ -278,7 +278,7 @@ class StoreSession:
             await asyncio.sleep(self.poll_interval)
 
     async def _connect(self, control_file: Path) -> None:
-        from tinker_tui.engine.control_server import ControlClient
+        from tinker_tui.engine.control.endpoint import ControlClient
 
         try:
             control = RemoteControl(ControlClient.from_file(control_file))
@@ -338,7 +338,7 @@ class StoreSession:
         """After the run's end: publish what its engine still writes while it closes (the
         trackers' last lines: where W&B and TensorBoard put the run's records), until the
         engine lets go of the run (or ends), at most `timeout` seconds. Once per session."""
-        from tinker_tui.engine.resume import run_is_live
+        from tinker_tui.engine.training.resume import run_is_live
 
         if self.finished is None or self.tail_read or self._cursor is None:
             return

@@ -8,7 +8,7 @@ before anything starts. `SweepScheduler` keeps at most `parallel` engine process
 a run that fails does not stop the others. Resuming a sweep runs again what did not
 complete: a run with a stored row continues with `run --resume`, one never started starts;
 a run another process is still running (a detached sweep) is waited for, not started twice.
-The scheduler holds the sweep's lock (`engine.resume.RunLock`, by the sweep's id) so two
+The scheduler holds the sweep's lock (`engine.training.resume.RunLock`, by the sweep's id) so two
 schedulers never run one sweep.
 """
 
@@ -278,7 +278,7 @@ class SweepScheduler:
     async def run(self) -> dict[int, SweepRun]:
         """Run what is left; every run of the sweep with its status at the end."""
         from tinker_tui.app.engine_process import RunningEngine
-        from tinker_tui.engine.resume import run_is_live
+        from tinker_tui.engine.training.resume import run_is_live
 
         stored = await self._stored()
         todo: list[tuple[SweepRun, bool]] = []  # (run, resume)

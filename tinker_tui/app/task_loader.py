@@ -31,7 +31,7 @@ from tinker_tui.engine.errors import UsageError
 
 if TYPE_CHECKING:
     from tinker_tui.engine.config import RunConfig
-    from tinker_tui.engine.task import Task
+    from tinker_tui.engine.rollouts.task import Task
 
 #: Built-in task names and where they live.
 BUILTIN_TASKS = {
@@ -54,7 +54,7 @@ class TaskLoadError(UsageError):
 def load_task(spec: str) -> Task:
     """The checked `Task` named by `spec` (a built-in name, a file or a module)."""
     from tinker_tui.engine.config import SETTINGS
-    from tinker_tui.engine.task import TaskError, check_task
+    from tinker_tui.engine.rollouts.task import TaskError, check_task
 
     target, attribute = _split(BUILTIN_TASKS.get(spec, spec))
     if _looks_like_path(target):
@@ -179,7 +179,7 @@ def _import_failure(what: str, exc: BaseException, path: Path | None) -> str:
             line = f" at line {own[-1].lineno}"
     elif frames:
         line = f" at {frames[-1].filename}:{frames[-1].lineno}"
-    from tinker_tui.engine.task import TaskError
+    from tinker_tui.engine.rollouts.task import TaskError
 
     kind = "" if isinstance(exc, TaskError) else f"{type(exc).__name__}: "
     return f"{what} failed to load{line}: {kind}{exc}{_keyword_hint(exc)}"
@@ -210,7 +210,7 @@ def _keyword_hint(exc: BaseException) -> str:
 
 def _located(task: Task, where: str) -> Task:
     """The task with its rollout wrapped so rollout mistakes name the task's file."""
-    from tinker_tui.engine.task import group_rollout_of
+    from tinker_tui.engine.rollouts.task import group_rollout_of
 
     group_rollout = group_rollout_of(task)
     if group_rollout is not None:
@@ -229,7 +229,7 @@ class _NamedRollout:
         self.__wrapped__ = rollout  # inspect.unwrap finds the task's own function
 
     async def __call__(self, client: Any, model: str, scenario: Any) -> Any:
-        from tinker_tui.engine.task import Trajectory, TrajectoryError
+        from tinker_tui.engine.rollouts.task import Trajectory, TrajectoryError
 
         try:
             result = await self.rollout(client, model, scenario)
@@ -249,7 +249,7 @@ class _NamedGroupRollout:
         self.__wrapped__ = group_rollout  # inspect.unwrap finds the task's own function
 
     async def __call__(self, client: Any, model: str, scenario: Any, n: int) -> Any:
-        from tinker_tui.engine.task import TrajectoryError
+        from tinker_tui.engine.rollouts.task import TrajectoryError
 
         try:
             result = await self.group_rollout(client, model, scenario, n)
@@ -339,7 +339,7 @@ def layered_config(task: Task, backend: str, file_settings: dict[str, Any] | Non
 
 def task_source(task: Task) -> str | None:
     """Where a loaded task came from (its file or module), for messages."""
-    from tinker_tui.engine.task import group_rollout_of
+    from tinker_tui.engine.rollouts.task import group_rollout_of
 
     named = group_rollout_of(task) or task.rollout
     return named.where if isinstance(named, _NamedRollout | _NamedGroupRollout) else None

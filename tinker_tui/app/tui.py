@@ -68,7 +68,7 @@ from tinker_tui.app.textual_private import compose_mode_now
 from tinker_tui.engine.checkpoint_paths import run_checkpoint_dir
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import LIVE_KNOBS
-from tinker_tui.engine.control import Session
+from tinker_tui.engine.control.interface import Session
 from tinker_tui.engine.events import RunLabelled, RunStatus
 
 if TYPE_CHECKING:

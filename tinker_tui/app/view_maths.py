@@ -1,6 +1,6 @@
 """The maths and words the dashboard's panes show, as plain functions tested alone:
 debiased EMA, windowed rates, ETA, bars, knob parsing and formatting
-(the health words are `engine.health`'s, shared with the engine's pauses).
+(the health words are `engine.metrics.health`'s, shared with the engine's pauses).
 No Textual here."""
 
 from __future__ import annotations
@@ -173,8 +173,8 @@ def _usd(value: float) -> str:
 def cost_text(metrics: Mapping[str, float], step: int, max_steps: int) -> str:
     """The dashboard's cost line from the last step's metrics: dollars so far, per step and
     projected at max_steps (when prices are set), and the run's tokens; "" before any."""
-    from tinker_tui.engine import metric_keys as keys
-    from tinker_tui.engine.cost import projected_usd
+    from tinker_tui.engine.metrics import metric_keys as keys
+    from tinker_tui.engine.metrics.cost import projected_usd
 
     prefill = metrics.get(keys.TOKENS_PREFILL_TOTAL)
     if prefill is None:

@@ -30,7 +30,7 @@ def session_for(db_path: Path, run_id: str, *, read_only: bool) -> object:
     control endpoint, else the stored run."""
     from tinker_tui.app.commands.attach import connect
     from tinker_tui.app.store_session import ReadOnlyControl, StoreSession
-    from tinker_tui.engine.control_server import control_file_path
+    from tinker_tui.engine.control.endpoint import control_file_path
     from tinker_tui.engine.errors import UsageError
     from tinker_tui.engine.store import find_run
 

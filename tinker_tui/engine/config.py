@@ -144,11 +144,12 @@ def setting(default: T, meaning: str, group: Group = "run", *, low: float | None
 
 
 LOSS_FNS = ("importance_sampling", "ppo", "cispo", "dro")
-#: The values of `advantage` (see engine.advantages; kept here so --help needs no import).
+#: The values of `advantage` (see engine.training.advantages; kept here so --help needs no import).
 ADVANTAGE_RULES = ("mean", "mean_std")
 #: What a health pause does: `auto` is `wait` with a dashboard, `stop` without one.
 HEALTH_PAUSE_POLICIES = ("auto", "wait", "stop")
-#: What a collapse (engine.health) does: `auto` is `wait` with a dashboard, `stop` without one.
+#: What a collapse (engine.metrics.health) does: `auto` is `wait` with a dashboard, `stop`
+#: without one.
 COLLAPSE_POLICIES = ("auto", "wait", "stop", "rollback")
 
 
@@ -255,7 +256,7 @@ class RunConfig:
     backend_wait_report: float = setting(
         15.0, "seconds a backend call waits before it is shown (again at each doubling)",
         "backend", low=0, low_open=True)
-    # What the run costs (engine.cost): the user's prices, since prices change and differ
+    # What the run costs (engine.metrics.cost): the user's prices, since prices change and differ
     # by model; no built-in table.
     price_prefill_per_mtok: float = setting(
         0.0, "USD per million prompt (prefill) tokens sampled, for the cost shown", "backend",

@@ -4,7 +4,7 @@
 it exposes the event bus and the control interface before anything starts, and `run()`
 does the whole life cycle, always leaving the store flushed and the server closed.
 
-With `resume=True` the run continues the stored run `run_id` (see `engine.resume`): from
+With `resume=True` the run continues the stored run `run_id` (see `engine.training.resume`): from
 its last confirmed full checkpoint (weights, optimizer state, step, policy version, the
 scenario position and random state) after reconciling the store to that step; or from
 the start, under the same id, if it never wrote one. `max_steps` counts the whole run.
@@ -22,17 +22,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tinker_tui.engine import faults
-from tinker_tui.engine.backend import context_length_of, make_service_client
-from tinker_tui.engine.backend_client import (
+from tinker_tui.engine.backend.blocking import on_daemon_thread
+from tinker_tui.engine.backend.capabilities import (
     KeepsCheckpointsHere,
     KnowsTrainingIdentity,
     ServiceClient,
 )
-from tinker_tui.engine.backend_session import BackendSession, CheckpointRecord
-from tinker_tui.engine.blocking import on_daemon_thread
+from tinker_tui.engine.backend.choice import context_length_of, make_service_client
+from tinker_tui.engine.backend.retry import BackendInterrupted, call_with_retry
+from tinker_tui.engine.backend.session import BackendSession, CheckpointRecord
 from tinker_tui.engine.checkpoint_paths import run_checkpoint_dir
 from tinker_tui.engine.clock import Clock, SystemClock
-from tinker_tui.engine.collapse_memory import EARLIER_KINDS
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import (
     EventBus,
@@ -43,24 +43,24 @@ from tinker_tui.engine.events import (
     StartupPhase,
     StartupProgressed,
 )
-from tinker_tui.engine.loop_lag import LoopLagMonitor
-from tinker_tui.engine.pipeline import Pipeline
-from tinker_tui.engine.resume import ResumeError, ResumeState, RunLock
-from tinker_tui.engine.retry import BackendInterrupted, call_with_retry
-from tinker_tui.engine.rollout_loop import CLOSE_TIMEOUT, RolloutThread, SameLoop
+from tinker_tui.engine.metrics.collapse_memory import EARLIER_KINDS
+from tinker_tui.engine.metrics.loop_lag import LoopLagMonitor
+from tinker_tui.engine.rollouts.task import Task
 from tinker_tui.engine.run_id import new_run_id
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.store import RunStore
 from tinker_tui.engine.store.reader import SESSION_START
-from tinker_tui.engine.task import Task
 from tinker_tui.engine.trackers import TrackerFeeds, with_tracker_ids
+from tinker_tui.engine.training.pipeline import Pipeline
+from tinker_tui.engine.training.resume import ResumeError, ResumeState, RunLock
+from tinker_tui.engine.training.rollout_loop import CLOSE_TIMEOUT, RolloutThread, SameLoop
 
 if TYPE_CHECKING:
     import openai
     import tinker
 
     from tinker_tui.engine.server import PolicyServer
-    from tinker_tui.engine.warmup_cache import WarmupCache
+    from tinker_tui.engine.training.warmup_cache import WarmupCache
 
 T = TypeVar("T")
 
@@ -69,7 +69,7 @@ _SESSION_STATUS = {"completed": "success", "stopped": "interrupted", "failed": "
 
 
 class Run:
-    """The engine's `Session` (see `engine.control`): this process drives the run."""
+    """The engine's `Session` (see `engine.control.interface`): this process drives the run."""
 
     read_only = False
     attached = False
@@ -114,7 +114,7 @@ class Run:
         self.server: PolicyServer | None = None
         self._openai: openai.AsyncOpenAI | None = None
         # The rollouts, the openai client and the policy server run on a loop of their own
-        # (engine.rollout_loop) so they never starve the trainer, the store writer or the
+        # (engine.training.rollout_loop) so they never starve the trainer, the store writer or the
         # control endpoint; `rollout_thread=False` keeps them on this loop (for comparison).
         self.rollouts: RolloutThread | SameLoop = RolloutThread() if rollout_thread else SameLoop()
         self.sampling_defaults = SamplingDefaults(temperature=config.temperature,
@@ -422,7 +422,7 @@ class Run:
             where = f"checkpoint {point['name']} (step {step})"
         self.pipeline.restore(state)
         self.pipeline.carry_totals({k: v for k, v in spent.items() if isinstance(v, int | float)})
-        # The checkpoints kept up to here are rollback points too (engine.health).
+        # The checkpoints kept up to here are rollback points too (engine.metrics.health).
         for kept in await self._resume_points(store):
             if kept["step"] <= step:
                 self.pipeline.checkpointer.adopt(kept["step"], kept["name"], kept["path"],
@@ -432,7 +432,7 @@ class Run:
                           f"{counts['groups_requeued']} group(s) to run again "
                           f"({len(state.pending)} scenario(s) drawn but untrained)")
         stored = await store.run(self.run_id)
-        if stored is not None:  # the collapse tracking goes on (engine.collapse_memory)
+        if stored is not None:  # the collapse tracking goes on (engine.metrics.collapse_memory)
             self.pipeline.remember(await store.events(stored, EARLIER_KINDS), step)
 
     async def _start_policy(self, points: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -477,7 +477,7 @@ class Run:
 
     async def _warmup(self) -> None:
         """Supervised format steps before RL, on the task's own examples, if any; on the
-        local backend an identical earlier warm-up is reused (`engine.warmup_cache`)."""
+        local backend an identical earlier warm-up is reused (`engine.training.warmup_cache`)."""
         steps = self.config.warmup_steps
         if not steps or not self.task.warmup:
             self.pipeline.warmup_done = True
@@ -539,7 +539,7 @@ class Run:
                 not isinstance(training, KnowsTrainingIdentity):
             return None, None
         checkpoint_dir = service.checkpoint_dir
-        from tinker_tui.engine.warmup_cache import CACHE_DIR, WarmupCache, warmup_key
+        from tinker_tui.engine.training.warmup_cache import CACHE_DIR, WarmupCache, warmup_key
 
         identity = await training.training_identity()
         if identity is None:

@@ -28,8 +28,8 @@ from tinker_tui.app.interrupts import EXIT_FAILED, EXIT_OK
 from tinker_tui.engine.errors import UsageError
 
 if TYPE_CHECKING:
-    from tinker_tui.engine.control import Session
-    from tinker_tui.engine.control_server import RemoteControl
+    from tinker_tui.engine.control.endpoint import RemoteControl
+    from tinker_tui.engine.control.interface import Session
     from tinker_tui.engine.store import StoredRun
 
 FIND_RUN_TIMEOUT = 15.0  # seconds to wait for a just-started run to appear in the store
@@ -52,7 +52,7 @@ def control_file_for(db_path: Path, wanted: str | None) -> Path:
     """The control file of the run `wanted` names (UsageError if there is none). A file
     whose process is gone (`control_file_orphaned`) is stale: passed over, and named as
     such when it is the one asked for."""
-    from tinker_tui.engine.control_server import (
+    from tinker_tui.engine.control.endpoint import (
         CONTROL_FILE_SUFFIX,
         control_file_orphaned,
         control_file_path,
@@ -120,7 +120,7 @@ def _gone(db_path: Path, run_id: str, pid: int | None, control_file: Path) -> Us
 
 def connect(control_file: Path) -> tuple[RemoteControl, str]:
     """A `RemoteControl` that answered, and the run id it controls."""
-    from tinker_tui.engine.control_server import ControlClient, ControlUnavailable, RemoteControl
+    from tinker_tui.engine.control.endpoint import ControlClient, ControlUnavailable, RemoteControl
 
     try:
         control = RemoteControl(ControlClient.from_file(control_file))
@@ -164,7 +164,7 @@ def main(args: argparse.Namespace) -> int:
     from tinker_tui.app.run_summary import SummaryCollector
     from tinker_tui.app.store_session import StoreSession
     from tinker_tui.app.watch import watch
-    from tinker_tui.engine.control_server import read_control_file
+    from tinker_tui.engine.control.endpoint import read_control_file
 
     db_path = store_path(args)
     control_file = control_file_for(db_path, args.run)

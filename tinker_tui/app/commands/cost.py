@@ -1,6 +1,6 @@
 """`tinker-tui cost [RUN]`: what a run cost, as tinker-tui counted it and as Tinker billed it.
 
-tinker-tui counts tokens as it sends them (engine.cost; the totals of the run's last step)
+tinker-tui counts tokens as it sends them (engine.metrics.cost; the totals of the run's last step)
 and prices them at the run's own price settings. For a Tinker run the service's billing
 usage (SDK `AdminClient.get_billing_usage`, hourly buckets) is read for the hours the run
 ran, kept to the run's own sessions (each process of a resumed run opened one), and set
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from tinker_tui.app.commands.common import EXIT_OK, add_db_option, store_path
-from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.errors import EXIT_FAILED, UsageError
+from tinker_tui.engine.metrics import metric_keys as keys
 
 #: The widest window one billing request may ask for.
 MOST_PER_REQUEST = timedelta(days=14)
@@ -188,7 +188,7 @@ def main(args: argparse.Namespace) -> int:
         print("  no Tinker session is recorded for this run (a store written before "
               "tinker-tui kept them): the service's usage cannot be told apart from others'.")
         return EXIT_OK
-    from tinker_tui.engine.backend import choose_backend
+    from tinker_tui.engine.backend.choice import choose_backend
 
     choose_backend("tinker")  # a key, in a form the SDK takes, or a clear error now
     import tinker

@@ -41,9 +41,9 @@ from tinker_tui.engine.errors import UsageError
 if TYPE_CHECKING:
     from tinker_tui.engine.clock import Clock
     from tinker_tui.engine.config import RunConfig
-    from tinker_tui.engine.control import Session
+    from tinker_tui.engine.control.interface import Session
+    from tinker_tui.engine.rollouts.task import Task
     from tinker_tui.engine.run import Run
-    from tinker_tui.engine.task import Task
 
 #: Seconds a graceful stop may take after SIGINT/SIGTERM before the run is cancelled.
 STOP_TIMEOUT = 60.0
@@ -194,7 +194,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         spec_to_store,
         task_source,
     )
-    from tinker_tui.engine.backend import check_base_model, choose_backend
+    from tinker_tui.engine.backend.choice import check_base_model, choose_backend
 
     run_name, note = run_label(args)
     task = load_task(args.task)
@@ -256,7 +256,7 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
 
     from tinker_tui.app.headless import HeadlessReporter, MetricsFile, start_control_endpoint
     from tinker_tui.app.run_summary import SummaryCollector, summary_lines
-    from tinker_tui.engine.resume import drop_lock_file
+    from tinker_tui.engine.training.resume import drop_lock_file
 
     reporter = HeadlessReporter(db_path=session.db_path)
     session.events.subscribe(reporter.handle)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker_tui.app.commands.common import EXIT_OK, add_db_option, store_path
-from tinker_tui.engine import metric_keys as keys
+from tinker_tui.engine.metrics import metric_keys as keys
 
 COLUMNS = ("RUN", "NAME", "TASK", "BACKEND", "STATUS", "STEP", "REWARD", "CKPT", "STARTED",
            "DURATION")
@@ -32,8 +32,8 @@ def add_parser(commands: Any) -> None:
 
 async def read_table(db_path: Path) -> list[dict[str, Any]]:
     """One dict per run, newest first, with the columns of the table."""
-    from tinker_tui.engine.resume import run_is_live
     from tinker_tui.engine.store import StoreReader
+    from tinker_tui.engine.training.resume import run_is_live
 
     async with await StoreReader.open_readonly(db_path) as store:
         runs = await store.runs()

@@ -73,7 +73,7 @@ def shown_session(db_path: Path, run: StoredRun) -> StoreSession:
     from tinker_tui.app.engine_process import RunningEngine
     from tinker_tui.app.run_summary import db_flag
     from tinker_tui.app.store_session import ReadOnlyControl, StoreSession
-    from tinker_tui.engine.resume import run_is_live
+    from tinker_tui.engine.training.resume import run_is_live
 
     if run.finished() is None and run_is_live(db_path, run.run_id):
         why = (f"shown with show; to steer it: tinker-tui attach {run.run_id}"

@@ -145,7 +145,7 @@ async def run_headless(db_path: Path, sweep_id: str, parallel: int) -> int:
     from tinker_tui.app.interrupts import EXIT_CODES, EXIT_INTERRUPTED
     from tinker_tui.app.run_summary import db_flag
     from tinker_tui.app.sweep import SweepScheduler, settings_text
-    from tinker_tui.engine.resume import RunLock, RunLocked
+    from tinker_tui.engine.training.resume import RunLock, RunLocked
 
     sweep = await _find_sweep(db_path, sweep_id)
     lock = RunLock(db_path, sweep.sweep_id)

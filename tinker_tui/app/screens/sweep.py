@@ -50,7 +50,7 @@ def start_scheduler(db_path: Path, sweep_id: str, parallel: int) -> subprocess.P
 
 def scheduler_pid(db_path: Path, sweep_id: str) -> int | None:
     """The pid of the process that runs the sweep (its lock file holds it)."""
-    from tinker_tui.engine.resume import lock_path, run_is_live
+    from tinker_tui.engine.training.resume import lock_path, run_is_live
 
     if not run_is_live(db_path, sweep_id):
         return None
@@ -182,7 +182,7 @@ class SweepScreen(Screen[None]):
             self.redraw()
 
     def action_open_run(self) -> None:
-        from tinker_tui.engine.resume import run_is_live
+        from tinker_tui.engine.training.resume import run_is_live
 
         run_id = self.highlighted()
         if run_id is None or run_id not in self.stored:
@@ -211,12 +211,12 @@ class SweepScreen(Screen[None]):
         self.notify(f"{word} sent to every running run", timeout=2)
 
     def _control_all(self, word: str) -> None:
-        from tinker_tui.engine.control_server import (
+        from tinker_tui.engine.control.endpoint import (
             ControlClient,
             RemoteControl,
             control_file_path,
         )
-        from tinker_tui.engine.resume import run_is_live
+        from tinker_tui.engine.training.resume import run_is_live
 
         for run_id in list(self.stored):
             path = control_file_path(self.db_path, run_id)

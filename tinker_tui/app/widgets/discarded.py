@@ -17,7 +17,7 @@ from textual.widgets import Static
 from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.view_maths import bar, staleness_rows
 from tinker_tui.app.widgets.updates import set_subtitle, update_static
-from tinker_tui.engine import metric_keys as keys
+from tinker_tui.engine.metrics import metric_keys as keys
 
 #: The rows: label, the model's count, the style of a positive count.
 ROWS = (

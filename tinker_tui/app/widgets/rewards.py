@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.widgets.step_chart import Points, StepChart, y_limits
-from tinker_tui.engine import metric_keys as keys
+from tinker_tui.engine.metrics import metric_keys as keys
 
 __all__ = ["RewardsChart", "y_limits"]
 

@@ -24,7 +24,8 @@ def state_badge_text(model: DashboardState) -> str:
         return f"PAUSED: {model.reason}" if model.reason else "PAUSED"
     if state == "finished":
         return f"FINISHED ({model.status})" if model.status else "FINISHED"
-    if state == "stopping":  # a graceful stop waits for the step in flight (engine.pipeline)
+    # a graceful stop waits for the step in flight (engine.training.pipeline)
+    if state == "stopping":
         return "STOPPING: finishing the step · ctrl+c again: at once"
     return state.upper()
 

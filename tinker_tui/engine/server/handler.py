@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, runtime_checkabl
 
 import tinker
 
-from tinker_tui.engine.retry import BackendInterrupted, BackendTimeoutError
+from tinker_tui.engine.backend.retry import BackendInterrupted, BackendTimeoutError
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server.native_calls import FramedCallConstraint, call_frame, call_opening
 from tinker_tui.engine.server.sampled_turns import (
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 
 class PolicySource(Protocol):
-    """What the server needs from the policy (`engine.backend_session.BackendSession` is one;
+    """What the server needs from the policy (`engine.backend.session.BackendSession` is one;
     so are the views of it that coalesce requests or cross to the engine loop, read-only)."""
 
     @property
@@ -475,7 +475,7 @@ class ChatHandler:
     async def _sample(self, prompt: tinker.ModelInput, n: int, params: tinker.SamplingParams,
                       version: int | None, top_logprobs: int,
                       prepared: Prepared | None = None) -> tuple[Any, int]:
-        from tinker_tui.engine.backend_session import UnknownVersionError
+        from tinker_tui.engine.backend.session import UnknownVersionError
 
         try:
             constrained: dict[str, Any] = {}

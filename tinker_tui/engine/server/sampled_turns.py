@@ -27,7 +27,7 @@ from typing import Any
 
 import tinker
 
-from tinker_tui.engine import cookbook_private
+from tinker_tui.engine.rendering import cookbook_private
 
 #: An assistant message as the server returned it: (content, ((name, arguments), ...)).
 MessageKey = tuple[str, tuple[tuple[str, str], ...]]

@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.events import (
     BackendSessionOpened,
     CheckpointDeleted,
@@ -45,6 +44,7 @@ from tinker_tui.engine.events import (
     TrackerReported,
     TrajectorySummary,
 )
+from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.store.json_private import c_encoder
 
 logger = logging.getLogger(__name__)

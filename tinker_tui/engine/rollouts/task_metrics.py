@@ -1,5 +1,5 @@
 """What tasks report, aggregated: a step's (or an evaluation's) trajectory metrics and, for a
-mixed task, each part's reward, under the keys `engine.metric_keys` names.
+mixed task, each part's reward, under the keys `engine.metrics.metric_keys` names.
 
 A trajectory's metrics are numbers and booleans (`Trajectory.metrics`). Over the
 trajectories of a step's batch each gets its mean (`task/<name>`) and, for numbers, its
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from tinker_tui.engine import metric_keys as keys
-from tinker_tui.engine.trajectory import Trajectory, TrajectoryGroup
+from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.rollouts.trajectory import Trajectory, TrajectoryGroup
 
 
 def trajectory_metrics(trajectories: Iterable[Trajectory], *, part: str = "",

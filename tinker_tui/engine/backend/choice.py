@@ -5,7 +5,7 @@ service; `tinker_tui.engine.local.LocalServiceClient` runs the same interface in
 torch. This module decides between them up front, from credentials only (trying the network
 would hang for minutes while the SDK retries), builds the service client, and picks the
 tinker-cookbook renderer that turns chat messages into tokens for a base model. The code above
-the seam is `tinker_tui.engine.backend_session.BackendSession`.
+the seam is `tinker_tui.engine.backend.session.BackendSession`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tinker_tui.engine.errors import UsageError
 if TYPE_CHECKING:
     import tinker
 
-    from tinker_tui.engine.backend_client import ServiceClient
+    from tinker_tui.engine.backend.capabilities import ServiceClient
 
 
 class BackendError(UsageError, RuntimeError):
@@ -102,7 +102,7 @@ def check_base_model(backend: str, base_model: str) -> None:
 
 def make_service_client(backend: str, checkpoint_dir: Path) -> ServiceClient:
     """The backend's service client. `tinker.ServiceClient()` builds no connection: its
-    session is made on first use (see `engine.blocking`)."""
+    session is made on first use (see `engine.backend.blocking`)."""
     if backend == "tinker":
         import tinker
 
@@ -144,7 +144,7 @@ def service_address(service_client: object) -> str:
     """The URL the SDK talks to (its argument, else TINKER_BASE_URL, else production)."""
     from tinker.lib.base_url import resolve_base_url
 
-    from tinker_tui.engine.tinker_private import given_base_url
+    from tinker_tui.engine.backend.tinker_private import given_base_url
 
     return resolve_base_url(given_base_url(service_client))
 
@@ -159,7 +159,7 @@ async def context_length_of(backend: str, base_model: str) -> int | None:
 
         return await asyncio.to_thread(max_context_of, base_model)
 
-    from tinker_tui.engine.blocking import sdk_call
+    from tinker_tui.engine.backend.blocking import sdk_call
 
     # The SDK's way: a RestClient, which needs no session (ServiceClient's method is deprecated).
     rest: tinker.RestClient = await sdk_call(rest_client)
@@ -197,7 +197,7 @@ def make_renderer(base_model: str, tokenizer: Any, name: str | None = None,
     An explicit `name` is any tinker-cookbook renderer. Otherwise: the embedded model uses
     role_colon; a base model that is a folder on disk (a local Hugging Face model) uses the
     cookbook's renderer for its family where that agrees with the folder's own chat
-    template, else the template (`engine.folder_renderer`); a hub model name uses the
+    template, else the template (`engine.rendering.folder_renderer`); a hub model name uses the
     cookbook's recommendation (Qwen3-4B-Instruct-2507 -> qwen3_instruct, Llama 3 -> llama3,
     gpt-oss -> gpt_oss_...).
     """
@@ -210,7 +210,7 @@ def make_renderer(base_model: str, tokenizer: Any, name: str | None = None,
     from tinker_tui.engine.local import DEFAULT_BASE_MODEL
 
     if base_model != DEFAULT_BASE_MODEL and Path(base_model).expanduser().is_dir():
-        from tinker_tui.engine.folder_renderer import folder_renderer
+        from tinker_tui.engine.rendering.folder_renderer import folder_renderer
 
         return folder_renderer(base_model, tokenizer, cookbook_renderer)
     chosen = renderer_name_for(base_model)
@@ -228,7 +228,7 @@ def cookbook_renderer(name: str, tokenizer: Any) -> Any:
     if name == LOCAL_RENDERER:
         from tinker_cookbook.renderers.role_colon import RoleColonRenderer
 
-        from tinker_tui.engine.cookbook_private import stamp_as_get_renderer_does
+        from tinker_tui.engine.rendering.cookbook_private import stamp_as_get_renderer_does
 
         renderer = RoleColonRenderer(tokenizer)
         stamp_as_get_renderer_does(renderer, name, tokenizer.name_or_path)

@@ -3,7 +3,7 @@
 The SDK is pinned (pyproject.toml). The engine needs two things it does not expose: the
 base URL a `ServiceClient` was given (to say where the service is, as the SDK resolves it),
 and the logger its HTTP client logs retries and failed requests under (the module
-`tinker._base_client`: `engine.sdk_watch` reads it to show why a run waits). Each private
+`tinker._base_client`: `engine.backend.sdk_watch` reads it to show why a run waits). Each private
 name is in `PRIVATE_NAMES`; the suite checks the installed SDK still has every one
 (tests/test_private_names.py) and that no other module reaches into the SDK's privates.
 """

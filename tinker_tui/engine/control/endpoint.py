@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tinker_tui.engine.config import LIVE_KNOBS
-from tinker_tui.engine.control import Control
+from tinker_tui.engine.control.interface import Control
 from tinker_tui.engine.errors import UsageError
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ message by message (so a sampled reply can be put back into the next prompt as i
 tokens), and is the very code the Tinker path runs for that model, so a run's tokens do not
 depend on the backend. A folder whose family is unknown, or whose template differs from every
 candidate (a fine-tune's own template), renders through its template
-(`engine.chat_template_renderer`); a folder without a template gets role_colon.
+(`engine.rendering.chat_template_renderer`); a folder without a template gets role_colon.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _cookbook_messages(renderer: Any, conversation: list[dict[str, Any]],
 
 def agrees_with_template(renderer: Any, tokenizer: Any) -> bool:
     """Whether `renderer` renders the probe conversations as the folder's template does."""
-    from tinker_tui.engine.chat_template_renderer import _ids
+    from tinker_tui.engine.rendering.chat_template_renderer import _ids
 
     for conversation, with_tools in _probes():
         tools = [_TOOL] if with_tools else None
@@ -110,7 +110,7 @@ def folder_renderer(folder: str | Path, tokenizer: Any,
                 continue
             if agrees_with_template(renderer, tokenizer):
                 return renderer, name
-    from tinker_tui.engine.chat_template_renderer import renderer_for_tokenizer
+    from tinker_tui.engine.rendering.chat_template_renderer import renderer_for_tokenizer
 
     renderer = renderer_for_tokenizer(tokenizer)
     return renderer, "chat_template" if getattr(tokenizer, "chat_template", None) \

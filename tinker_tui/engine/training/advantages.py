@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tinker_tui.engine.config import ADVANTAGE_RULES
-from tinker_tui.engine.trajectory import TrajectoryError
+from tinker_tui.engine.rollouts.trajectory import TrajectoryError
 
 __all__ = ["ADVANTAGE_RULES", "STD_EPSILON", "AdvantageHook", "group_advantages"]
 

@@ -52,7 +52,7 @@ TRAIN_SKIPPED = "train/skipped"
 # Tokens the backend processed during the step (sampling counted as it happens, the
 # trainer's forward_backward as it is sent) and since the run began (`_total`; a resumed
 # run carries its earlier processes' totals), and their cost at the user's prices
-# (engine.cost; only when a price is set).
+# (engine.metrics.cost; only when a price is set).
 TOKENS_PREFILL = "tokens/prefill"
 TOKENS_PREFILL_CACHED = "tokens/prefill_cached"
 TOKENS_SAMPLED = "tokens/sampled"

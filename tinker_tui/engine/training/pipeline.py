@@ -10,10 +10,10 @@ versions behind the trainer is discarded and counted. The pipeline is also the r
 A rollout that raises, returns no `Trajectory` or runs past `rollout_timeout` fails as one
 member of its group: the group trains with the others if at least `min_group_size` are
 left, else it is discarded as an error. Advantages are computed when a group is sampled
-(`engine.advantages`), and the step's metrics include what the task reported
-(`engine.task_metrics`). When the run reaches `max_steps` the task's eval scenarios are
-evaluated once more, at that final step. The evaluation itself is `engine.evaluator`'s, and
-writing checkpoints and picking a rollback's target `engine.checkpointer`'s: the pipeline
+(`engine.training.advantages`), and the step's metrics include what the task reported
+(`engine.rollouts.task_metrics`). When the run reaches `max_steps` the task's eval scenarios are
+evaluated once more, at that final step. The evaluation itself is `engine.training.evaluator`'s, and
+writing checkpoints and picking a rollback's target `engine.training.checkpointer`'s: the pipeline
 decides when, and orchestrates.
 """
 
@@ -28,15 +28,11 @@ import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from tinker_tui.engine import collapse_memory, faults
-from tinker_tui.engine import metric_keys as keys
-from tinker_tui.engine.advantages import group_advantages
-from tinker_tui.engine.backend_session import BackendSession
-from tinker_tui.engine.checkpointer import Checkpointer
+from tinker_tui.engine import faults
+from tinker_tui.engine.backend.retry import BackendInterrupted
+from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import RunConfig, check_knob
-from tinker_tui.engine.cost import CostMeter, Prices
-from tinker_tui.engine.evaluator import Evaluator
 from tinker_tui.engine.events import (
     DISCARD_REASONS,
     CommandReceived,
@@ -53,28 +49,33 @@ from tinker_tui.engine.events import (
     ThroughputMeasured,
     TrajectorySummary,
 )
-from tinker_tui.engine.health import Collapse, HealthWindow, flat_share
-from tinker_tui.engine.loop_lag import LoopLagMonitor
-from tinker_tui.engine.resume import (
+from tinker_tui.engine.metrics import collapse_memory
+from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.metrics.cost import CostMeter, Prices
+from tinker_tui.engine.metrics.health import Collapse, HealthWindow, flat_share
+from tinker_tui.engine.metrics.loop_lag import LoopLagMonitor
+from tinker_tui.engine.metrics.throughput import ThroughputMeter
+from tinker_tui.engine.rollouts.task import Scenario, Task, group_rollout_of, part_of
+from tinker_tui.engine.rollouts.task_metrics import step_task_metrics
+from tinker_tui.engine.rollouts.trajectory import Trajectory, TrajectoryError, TrajectoryGroup
+from tinker_tui.engine.sampling_defaults import SamplingDefaults
+from tinker_tui.engine.training.advantages import group_advantages
+from tinker_tui.engine.training.checkpointer import Checkpointer
+from tinker_tui.engine.training.evaluator import Evaluator
+from tinker_tui.engine.training.resume import (
     RAN_OUT,
     ResumeState,
     ScenarioError,
     ScenariosExhausted,
     ScenarioSource,
 )
-from tinker_tui.engine.retry import BackendInterrupted
-from tinker_tui.engine.rollout_loop import (
+from tinker_tui.engine.training.rollout_loop import (
     DeadlinePassed,
     RolloutLoop,
     RolloutLoopClosed,
     SameLoop,
     run_together,
 )
-from tinker_tui.engine.sampling_defaults import SamplingDefaults
-from tinker_tui.engine.task import Scenario, Task, group_rollout_of, part_of
-from tinker_tui.engine.task_metrics import step_task_metrics
-from tinker_tui.engine.throughput import ThroughputMeter
-from tinker_tui.engine.trajectory import Trajectory, TrajectoryError, TrajectoryGroup
 
 
 class RolloutTimeout(TrajectoryError, TimeoutError):
@@ -107,10 +108,10 @@ class Pipeline:
         self.step = start_step
         # What each rollout is handed (the run's OpenAI client): opaque to the engine.
         self._client_factory = client_factory
-        # Where the rollouts run (engine.rollout_loop); this object's own state, its events
+        # Where the rollouts run (engine.training.rollout_loop); this object's own state, its events
         # and the trainer stay on the loop that runs `run()`.
         self.rollouts: RolloutLoop = rollouts or SameLoop()
-        # Scenarios by position (see engine.resume): `restore` rebuilds the stream from the
+        # Scenarios by position (see engine.training.resume): `restore` rebuilds the stream from the
         # generator's starting random state, so keep it.
         self._rng = rng
         self._rng_start = rng.getstate()
@@ -145,7 +146,8 @@ class Pipeline:
         self._max_off = config.max_steps_off_policy
         self._workers_wanted = config.rollout_workers
         self._workers: dict[int, asyncio.Task[None]] = {}
-        #: The task's eval scenarios on the current policy, beside training (engine.evaluator).
+        #: The task's eval scenarios on the current policy, beside training
+        #: (engine.training.evaluator).
         self.evaluator = Evaluator(
             task=task, client_factory=client_factory, rollouts=self.rollouts,
             roll_out=lambda client, scenarios: self._roll_out(client, scenarios,
@@ -154,7 +156,7 @@ class Pipeline:
             stopping=lambda: self._stopping)
         # Accounting and health.
         self.meter = ThroughputMeter()
-        #: Tokens and dollars per step and in total, and the budget (engine.cost).
+        #: Tokens and dollars per step and in total, and the budget (engine.metrics.cost).
         self.cost = CostMeter(Prices.from_config(config), config.max_cost_usd)
         #: Groups sampled, trained and discarded since the run began.
         self.group_counts = {keys.GROUPS_SAMPLED_TOTAL: 0, keys.GROUPS_TRAINED_TOTAL: 0,
@@ -162,7 +164,7 @@ class Pipeline:
         self.loop_lag = LoopLagMonitor()
         self.report_interval = 1.0
         self._finish_version: dict[int, int] = {}
-        #: The run's health (engine.health): what pauses it, what tells a collapse.
+        #: The run's health (engine.metrics.health): what pauses it, what tells a collapse.
         self.health = HealthWindow.from_settings(config.as_dict())
         self._last_failure = ""  # why the last failed group failed, for a health pause
         self._started_at = 0.0
@@ -178,7 +180,7 @@ class Pipeline:
         self.on_collapse = (config.on_collapse if config.on_collapse != "auto"
                             else health_pause_default)
         self.rollbacks = 0  # automatic rollbacks so far
-        #: The run's full checkpoints, and the one a rollback uses (engine.checkpointer).
+        #: The run's full checkpoints, and the one a rollback uses (engine.training.checkpointer).
         self.checkpointer = Checkpointer(config=config, policy=policy, health=self.health,
                                          bus=bus, clock=clock)
         #: Set by the run: flush the store and reconcile it to a step (a rollback), returns
@@ -754,7 +756,7 @@ class Pipeline:
 
     def remember(self, earlier: Iterable[Event], up_to: int) -> None:
         """Continue the collapse tracking of this run's earlier processes (a resumed run),
-        from its stored events (`engine.collapse_memory`): the best step, the steps' means,
+        from its stored events (`engine.metrics.collapse_memory`): the best step, the steps' means,
         the automatic rollbacks made. A collapse seen before is named again; it is acted on
         again only to roll back (`on_collapse = rollback` with rollbacks left: a run stopped
         by its collapse, resumed so): the process that saw it waited or stopped already."""
@@ -875,7 +877,7 @@ class Pipeline:
     # ------------------------------------------------------------------ health
     def _check_health(self) -> None:
         """Pause (never exit) when a full window of recent groups says the run has stopped
-        learning: failures, or equal rewards below the best seen (`engine.health`); a group
+        learning: failures, or equal rewards below the best seen (`engine.metrics.health`); a group
         that has converged, or a run that has seen one reward only, goes on."""
         if self._paused or self._stopping or self._rollback_requested:
             return
@@ -889,7 +891,7 @@ class Pipeline:
         self.health.clear_groups()
 
     def _collapsed(self, collapse: Collapse) -> None:
-        """A collapse was just seen (`engine.health`): roll back, wait or stop, as
+        """A collapse was just seen (`engine.metrics.health`): roll back, wait or stop, as
         `on_collapse` says."""
         words = collapse.words()
         self.log("warning", words)

@@ -34,7 +34,7 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
-from tinker_tui.engine.tinker_private import CLIENT_LOGGER
+from tinker_tui.engine.backend.tinker_private import CLIENT_LOGGER
 
 _ROOT_LOGGER = "tinker"
 _API_PREFIX = "/api/v1/"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tinker_tui.engine.errors import TinkerTuiError
-from tinker_tui.engine.health import rewards_equal
+from tinker_tui.engine.metrics.health import rewards_equal
 
 #: What a trajectory metric may be called: it becomes part of a step metric key
 #: (`task/<name>`), so no slashes or spaces.
@@ -157,7 +157,7 @@ class TrajectoryGroup:
     rewards: tuple[float, ...] = field(init=False, repr=False, compare=False)
     reward_mean: float = field(init=False, repr=False, compare=False)
     _variance: bool = field(init=False, repr=False, compare=False)
-    #: The members' advantages by the run's rule (`engine.advantages`), computed when the
+    #: The members' advantages by the run's rule (`engine.training.advantages`), computed when the
     #: group was sampled; None: reward minus the group's mean.
     advantage_values: tuple[float, ...] | None = None
     #: The part of a mixed task the group's scenario came from ("" for a single task).

@@ -6,13 +6,13 @@ service client object handed to it differs. It owns the training client, the sam
 clients of recent policy versions, the renderer, and the checkpoints; it turns trajectory
 groups into Datums, trains, and publishes the next sampling client.
 
-Every call to the backend goes through `tinker_tui.engine.retry.call_with_retry`: it has a timeout,
-transient errors are retried with backoff (idempotent calls only), and waits are published
+Every call to the backend goes through `tinker_tui.engine.backend.retry.call_with_retry`: it
+has a timeout, transient errors are retried with backoff (idempotent calls only), and waits are published
 as `BackendWaited` events and log lines that name the backend and the cause, never a silent
 hang. With the tinker SDK, calls that may block (creating clients, which builds the SDK's
 session on first use; the checkpoint REST client; the tokenizer; closing) run on daemon
-threads (`engine.blocking`), the SDK's own retries are read from its log records and shown
-as they happen (`engine.sdk_watch`), a service that answers nothing fails the call after
+threads (`engine.backend.blocking`), the SDK's own retries are read from its log records and shown
+as they happen (`engine.backend.sdk_watch`), a service that answers nothing fails the call after
 `backend_unreachable_after` seconds, and the session is closed at the end (`close`).
 `interrupt()` (the run is stopping) abandons calls that wait on a degraded backend.
 
@@ -37,17 +37,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import tinker
 
-from tinker_tui.engine import metric_keys as keys
-from tinker_tui.engine import tinker_private
-from tinker_tui.engine.backend import (
-    backend_label,
-    is_tinker_sdk,
-    make_renderer,
-    renderer_name_for,
-    rest_client,
-    service_address,
-)
-from tinker_tui.engine.backend_client import (
+from tinker_tui.engine.backend import tinker_private
+from tinker_tui.engine.backend.blocking import on_daemon_thread, sdk_call
+from tinker_tui.engine.backend.capabilities import (
     ClosesSession,
     KeepsCheckpointsHere,
     RemovesCheckpoints,
@@ -56,13 +48,21 @@ from tinker_tui.engine.backend_client import (
     ServiceClient,
     TrainingClient,
 )
-from tinker_tui.engine.blocking import on_daemon_thread, sdk_call
-from tinker_tui.engine.cost import TokenUsage
+from tinker_tui.engine.backend.choice import (
+    backend_label,
+    is_tinker_sdk,
+    make_renderer,
+    renderer_name_for,
+    rest_client,
+    service_address,
+)
+from tinker_tui.engine.backend.retry import RetryPolicy, Wait, WaitContext, call_with_retry
+from tinker_tui.engine.backend.sdk_watch import Notice, SdkWatch
 from tinker_tui.engine.errors import DiskFull, TinkerTuiError
-from tinker_tui.engine.folder_renderer import declared_end_tokens
-from tinker_tui.engine.retry import RetryPolicy, Wait, WaitContext, call_with_retry
-from tinker_tui.engine.sdk_watch import Notice, SdkWatch
-from tinker_tui.engine.trajectory import TrajectoryGroup, trajectory_to_datum_arrays
+from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.metrics.cost import TokenUsage
+from tinker_tui.engine.rendering.folder_renderer import declared_end_tokens
+from tinker_tui.engine.rollouts.trajectory import TrajectoryGroup, trajectory_to_datum_arrays
 
 if TYPE_CHECKING:
     from tinker_tui.engine.clock import Clock
@@ -237,7 +237,8 @@ class BackendSession:
         self.training_client: TrainingClient | None = None
         self.sampling_client: SamplingClient | None = None
         self.renderer: Any = None
-        #: Every end token the model declares (`engine.folder_renderer.declared_end_tokens`).
+        #: Every end token the model declares
+        #: (`engine.rendering.folder_renderer.declared_end_tokens`).
         self.end_tokens: list[int] = []
         self.tokenizer: Any = None
         #: Every checkpoint this policy saved and still keeps, oldest first.
@@ -263,7 +264,7 @@ class BackendSession:
         self._shown: dict[tuple[str, ...], float] = {}  # throttles the SDK's notices
         #: The Tinker session id (the service bills by it); "" on the local backend.
         self.session_id = ""
-        #: Tokens the backend processed so far (engine.cost), as the service bills them.
+        #: Tokens the backend processed so far (engine.metrics.cost), as the service bills them.
         self.usage = TokenUsage()
         #: The last publish whose named sampler save is not awaited yet.
         self._pending_save: _Publish | None = None
@@ -841,6 +842,6 @@ def _own_tokenizer(training_client: TrainingClient) -> Any:
 
 
 def _sdk_tokenizer(training_client: TrainingClient) -> Any:
-    from tinker_tui.engine.hub_tokenizer import load_tokenizer
+    from tinker_tui.engine.backend.hub_tokenizer import load_tokenizer
 
     return load_tokenizer(training_client)

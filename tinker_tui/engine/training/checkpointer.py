@@ -4,7 +4,7 @@ A full checkpoint is the backend's weights and optimizer state plus the pipeline
 state, confirmed in one store row. They are written at a step boundary only: periodically
 (`checkpoint_every`), when asked, near a new best step (so a rollback loses little), and
 at the end. This object keeps the table of this run's checkpoints, from which a rollback
-picks its target (the last one at or before the best step, `engine.health`), and tells
+picks its target (the last one at or before the best step, `engine.metrics.health`), and tells
 the backend session's retention policy to keep that one.
 """
 
@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from tinker_tui.engine import faults
-from tinker_tui.engine.backend_session import BackendSession, checkpoint_name
+from tinker_tui.engine.backend.session import BackendSession, checkpoint_name
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import CheckpointSaved, CheckpointStarted, EventBus, LogEmitted
-from tinker_tui.engine.health import HealthWindow
-from tinker_tui.engine.resume import ResumeState
+from tinker_tui.engine.metrics.health import HealthWindow
+from tinker_tui.engine.training.resume import ResumeState
 
 
 class Checkpointer:

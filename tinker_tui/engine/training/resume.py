@@ -32,7 +32,7 @@ from tinker_tui.engine.errors import EXIT_OK, TinkerTuiError
 from tinker_tui.engine.store import StoreError
 
 if TYPE_CHECKING:
-    from tinker_tui.engine.task import Scenario, Task
+    from tinker_tui.engine.rollouts.task import Scenario, Task
 
 try:
     import fcntl
@@ -94,7 +94,7 @@ def scenario_error(task: Task, exc: BaseException, position: int) -> ScenarioErr
                          f"{where}: {message}; fix them, then continue the run with --resume")
 
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +192,7 @@ class ScenarioSource:
     def _next(self) -> Scenario:
         """The task's next scenario. ScenariosExhausted when there is none; ScenarioError
         when the task's code raised (or yielded something else than a Scenario)."""
-        from tinker_tui.engine.task import Scenario
+        from tinker_tui.engine.rollouts.task import Scenario
 
         if self.exhausted:
             raise ScenariosExhausted(self.next_position)

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tinker_tui.engine import metric_keys as keys
+from tinker_tui.engine.metrics import metric_keys as keys
 
 #: Rewards this close count as equal.
 TOLERANCE = 1e-9

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tinker_tui.engine.errors import TinkerTuiError
 
 if TYPE_CHECKING:
-    from tinker_tui.engine.backend_client import TrainingClient
+    from tinker_tui.engine.backend.capabilities import TrainingClient
 
 #: Seconds the hub may take to answer before it counts as unreachable.
 PROBE_TIMEOUT = 5.0

@@ -37,7 +37,7 @@ from typing import Any
 
 from tinker_tui.engine.did_you_mean import did_you_mean
 from tinker_tui.engine.errors import UsageError
-from tinker_tui.engine.trajectory import Trajectory, TrajectoryError
+from tinker_tui.engine.rollouts.trajectory import Trajectory, TrajectoryError
 
 __all__ = [
     "GroupRollout",

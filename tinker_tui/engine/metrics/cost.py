@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from tinker_tui.engine import metric_keys as keys
+from tinker_tui.engine.metrics import metric_keys as keys
 
 
 @dataclass

@@ -13,13 +13,13 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.events import EvalCompleted, EventBus, LogEmitted, TrajectorySummary
-from tinker_tui.engine.rollout_loop import RolloutLoop
-from tinker_tui.engine.task import Scenario, Task, part_of
-from tinker_tui.engine.task_metrics import eval_task_metrics
-from tinker_tui.engine.trajectory import Trajectory
+from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.rollouts.task import Scenario, Task, part_of
+from tinker_tui.engine.rollouts.task_metrics import eval_task_metrics
+from tinker_tui.engine.rollouts.trajectory import Trajectory
+from tinker_tui.engine.training.rollout_loop import RolloutLoop
 
 #: Rolls out scenarios with a client, one rollout each, together, on the rollout loop (the
 #: pipeline's, so a rollout is checked and bounded by `rollout_timeout` the same way in both).

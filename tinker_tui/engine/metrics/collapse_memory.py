@@ -1,5 +1,5 @@
-"""What a run's collapse tracking (`engine.health`) is fed from its events, in one place: the
-engine after a resume, the dashboard, the step lines and the summary all fold a run's steps,
+"""What a run's collapse tracking (`engine.metrics.health`) is fed from its events, in one
+place: the engine after a resume, the dashboard, the step lines and the summary all fold a run's steps,
 full checkpoints and rollbacks into their `HealthWindow` here.
 
 A resumed run starts a new process whose window would otherwise start empty: it would forget
@@ -22,7 +22,6 @@ import math
 from collections.abc import Iterable
 from typing import TypeGuard
 
-from tinker_tui.engine import metric_keys as keys
 from tinker_tui.engine.events import (
     CheckpointDeleted,
     CheckpointSaved,
@@ -30,7 +29,8 @@ from tinker_tui.engine.events import (
     Event,
     StepTrained,
 )
-from tinker_tui.engine.health import Collapse, HealthWindow, flat_share
+from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.metrics.health import Collapse, HealthWindow, flat_share
 
 #: The source of the commands of a rollback `on_collapse = rollback` asked for.
 AUTOMATIC = "on_collapse"

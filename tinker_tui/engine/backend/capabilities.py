@@ -5,7 +5,7 @@ training and sampling clients it makes, or the local backend's `Local*Client`s, 
 unrelated classes with the same methods. `ServiceClient`, `TrainingClient` and
 `SamplingClient` below are the part of that interface the engine uses (structural
 protocols: neither side derives from them), so the code above the seam
-(`engine.backend_session`) is type-checked against them instead of `Any`.
+(`engine.backend.session`) is type-checked against them instead of `Any`.
 
 Beyond that common surface, each capability a backend may have is a protocol of its own:
 a client has it when it has the method (checked with `isinstance`), and the engine calls it
@@ -76,7 +76,7 @@ class TrainingClient(Protocol):
 class ServiceClient(Protocol):
     """What the engine needs of a service client (`tinker.ServiceClient`): it makes the
     training client and sampling clients. The SDK's calls may block on first use (they
-    build its session), so the engine makes them off the loop (`engine.blocking`)."""
+    build its session), so the engine makes them off the loop (`engine.backend.blocking`)."""
 
     def create_lora_training_client(self, base_model: str, rank: int = 32,
                                     seed: int | None = None) -> Awaitable[TrainingClient]: ...
@@ -90,7 +90,7 @@ class ServiceClient(Protocol):
 
 class RemovesCheckpoints(Protocol):
     """What deletes a checkpoint by its tinker:// path (`tinker.RestClient`, or the local
-    backend's folders, `engine.backend_session`)."""
+    backend's folders, `engine.backend.session`)."""
 
     def delete_checkpoint_from_tinker_path(self, tinker_path: str, /) -> Awaitable[None]: ...
 

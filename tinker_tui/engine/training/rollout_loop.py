@@ -44,10 +44,10 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from tinker_tui.engine.errors import TinkerTuiError
-from tinker_tui.engine.loop_lag import LoopLagMonitor
+from tinker_tui.engine.metrics.loop_lag import LoopLagMonitor
 
 if TYPE_CHECKING:
-    from tinker_tui.engine.backend_session import BackendSession
+    from tinker_tui.engine.backend.session import BackendSession
     from tinker_tui.engine.server.handler import PolicySource
 
 T = TypeVar("T")

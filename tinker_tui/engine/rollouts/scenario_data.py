@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from tinker_tui.engine.task import Scenario, TaskError
+from tinker_tui.engine.rollouts.task import Scenario, TaskError
 
 __all__ = ["ScenarioSet", "scenarios_from_dataset", "scenarios_from_jsonl"]
 

@@ -7,7 +7,7 @@ are retried with exponential backoff and jitter, a bounded number of times. Wait
 silent: each retry, and each attempt still running after `slow_after` seconds, is reported
 through `on_wait` (the policy turns it into a `BackendWaited` event and a log line) with the
 backend's name and the real cause, as far as it is known (`WaitContext.cause`: for Tinker,
-what the SDK's requests met on the wire; see `engine.sdk_watch`).
+what the SDK's requests met on the wire; see `engine.backend.sdk_watch`).
 
 Two ways out besides success and timeout:
 * unreachable: when the service has answered nothing at all (only connection failures) for

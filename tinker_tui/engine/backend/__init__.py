@@ -1,0 +1,1 @@
+"""The backend seam: which backend, what the engine asks of its clients, the session."""

@@ -1,0 +1,1 @@
+"""Steering a run: the control interface every front end drives, and its HTTP endpoint."""

@@ -1,0 +1,1 @@
+"""Messages <-> tokens: which renderer a model gets, and the end tokens it declares."""
