@@ -5,6 +5,8 @@ conversations with a system message, tools, tool calls, tool results and several
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from real_format import (
@@ -23,6 +25,9 @@ WEATHER = {"name": "get_weather", "description": "The weather in a city, now.",
 CLOCK = {"name": "get_time", "description": "The time in a timezone.",
          "parameters": {"type": "object", "properties": {"tz": {"type": "string"},
                                                          "hour24": {"type": "boolean"}}}}
+
+#: A handler asked only to render (`prepare`): no policy samples; it declares no end tokens.
+NO_POLICY: Any = SimpleNamespace(end_tokens=())
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +155,7 @@ def test_a_forced_call_on_a_folders_own_template_opens_after_one_assistant_heade
     from tinker_tui.engine.server.schema import ChatCompletionRequest
 
     renderer = ChatTemplateRenderer(tokenizer)
-    handler = ChatHandler(None, model_name="m", defaults=SamplingDefaults(),
+    handler = ChatHandler(NO_POLICY, model_name="m", defaults=SamplingDefaults(),
                           max_tokens_limit=64)
     body = ChatCompletionRequest.model_validate({
         "model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}],
@@ -215,7 +220,7 @@ def test_a_request_messages_reasoning_renders_as_the_template_renders_history(to
             "{%- for m in messages %}<|im_start|>{{ m.role }}\n{%- if m.reasoning_content %}"
             "<think>{{ m.reasoning_content }}</think>{%- endif %}{{ m.content }}<|im_end|>\n"
             "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}")
-    handler = ChatHandler(None, model_name="m", defaults=SamplingDefaults(),
+    handler = ChatHandler(NO_POLICY, model_name="m", defaults=SamplingDefaults(),
                           max_tokens_limit=64)
     body = ChatCompletionRequest.model_validate({"model": "m", "messages": [
         {"role": "user", "content": "Hi"},

@@ -553,6 +553,7 @@ def test_a_run_and_its_resume_log_every_step_to_one_wandb_run_and_to_tensorboard
     assert "upload with `wandb sync " in out.splitlines()[-1]  # the last word of the run
     assert "TensorBoard: event files in " in out
     # Resumed without the flags: a resumed run keeps its settings, W&B and TensorBoard too.
+    time.sleep(1.1)  # W&B names a run's offline folder by the second it started in
     assert main(["run", "example", "--db", str(db), "--no-ui", "--resume", "--steps", "4"]) == 0
     out = capsys.readouterr().out
     assert "upload with `wandb sync " in out.splitlines()[-1]
