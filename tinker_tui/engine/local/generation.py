@@ -22,6 +22,7 @@ import torch
 from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
 
 from tinker_tui.engine.local.errors import bad_request
+from tinker_tui.engine.local.unembed import Head, scored
 
 DEFAULT_MAX_TOKENS = 64
 MAX_TOPK = 1000
@@ -188,12 +189,11 @@ def prompt_logprobs(
     ``(length, k)`` matrices (row 0 is the sentinel: nothing predicts the first token).
     The vocabulary projection runs in chunks of positions (`unembed`): a long prompt on a
     large vocabulary never holds its ``[length, vocab]`` logits."""
-    from tinker_tui.engine.local import unembed
 
     x = torch.tensor([list(ids)], dtype=torch.long, device=device)
     backbone: Any = model.base_model
     hidden = backbone(input_ids=x).last_hidden_state[0, :-1]
-    lp, values, indices = unembed.scored(unembed.Head.of(model), hidden, x[0, 1:], topk)
+    lp, values, indices = scored(Head.of(model), hidden, x[0, 1:], topk)
     out = np.full(len(ids), np.nan, dtype=np.float32)
     out[1:] = lp.cpu().numpy()
     if values is None or indices is None:
