@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.events import LogEmitted, RunFinished, RunStarted, StepTrained
 from tinker_tui.engine.store import EventCursor, RunStore, StoreReader
-from tinker_tui.engine.store.reader import RESUMING
+from tinker_tui.engine.store.reader import RESUMING, resumed_to
 
 
 def _started(time: float, start_step: int) -> RunStarted:
@@ -99,3 +101,42 @@ async def test_a_follower_that_read_the_resume_first_still_reads_them(tmp_path):
         assert seen == [1, 2, 3, 4, 5, 3, 4, 5, 6]
     finally:
         await reader.close()
+
+
+async def test_a_dashboard_following_across_a_resume_shows_the_run_as_stored(tmp_path):
+    """The steps the resume undid leave the dashboard that had shown them, as at a rollback:
+    it ends as one that read the run at once."""
+    path = tmp_path / "runs.db"
+    await _stopped_run(path)
+    reader = await StoreReader.open_readonly(path)
+    try:
+        run = await reader.run("r1")
+        assert run is not None
+        cursor = EventCursor(run)
+        following = DashboardState(FakeClock(0.0))
+        for event in await reader.events_after(cursor):
+            following.apply(event)
+        assert following.trained_steps == [1, 2, 3, 4, 5]
+        await _resume(path, steps=range(3, 7))
+        for event in await reader.events_after(cursor):
+            following.apply(event)
+        at_once = DashboardState(FakeClock(0.0))
+        for event in await reader.events(run):
+            at_once.apply(event)
+    finally:
+        await reader.close()
+    assert following.trained_steps == at_once.trained_steps == [1, 2, 3, 4, 5, 6]
+    assert following.rewards == at_once.rewards
+
+
+def test_the_resumes_log_line_names_the_step_it_went_back_to():
+    def line(message: str) -> LogEmitted:
+        return LogEmitted(time=1.0, level="info", message=message)
+
+    start = RESUMING.format(run_id="r1")
+    assert resumed_to(line(start + "checkpoint step-000030 (step 30): 2 later step(s) undone"),
+                      "r1") == 30
+    assert resumed_to(line(start + "the start (no confirmed checkpoint): 0 later step(s)"),
+                      "r1") == 0
+    assert resumed_to(line(start + "checkpoint step-000030 (step 30): ..."), "r2") is None
+    assert resumed_to(line("starting local backend, base model tiny"), "r1") is None

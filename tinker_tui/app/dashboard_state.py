@@ -62,6 +62,7 @@ from tinker_tui.engine.events import (
     ThroughputMeasured,
 )
 from tinker_tui.engine.health import HealthWindow, Kind
+from tinker_tui.engine.store.reader import resumed_to
 
 # --------------------------------------------------------------------------- the model
 
@@ -266,6 +267,9 @@ class DashboardState:
                 self.reason = event.reason
             case LogEmitted():
                 self._log(event)
+                resumed = resumed_to(event, self.run_id) if self.run_id else None
+                if resumed is not None:  # read while following the run: as at a rollback
+                    self._rewind(resumed)
             case RunFinished():
                 self._state_changed(event.time, "finished")
                 self.state = "finished"

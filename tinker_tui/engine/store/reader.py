@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import sqlite3
 from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
@@ -59,6 +60,17 @@ SESSION_START = "starting {backend} backend, base model {base_model}"
 #: The log line a resume writes once it has deleted the rows after its checkpoint: where a
 #: reader following the run goes back, as at a rollback (`StoreReader._up_to_rollback`).
 RESUMING = "resuming run {run_id} from "
+_RESUMED_TO = re.compile(r"(?:checkpoint \S+ \(step (\d+)\)|the start)")
+
+
+def resumed_to(event: Event, run_id: str) -> int | None:
+    """The step a resume of run `run_id` went back to, when `event` is its log line: a
+    reader that showed the later steps forgets them, as at a rollback to that step."""
+    prefix = RESUMING.format(run_id=run_id)
+    if not isinstance(event, LogEmitted) or not event.message.startswith(prefix):
+        return None
+    match = _RESUMED_TO.match(event.message, len(prefix))
+    return None if match is None else int(match[1] or 0)
 
 
 class NoSuchRun(StoreError):
