@@ -62,6 +62,7 @@ from tinker_tui.engine.events import (
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.metrics.collapse_memory import fold
 from tinker_tui.engine.metrics.health import HealthWindow, Kind
+from tinker_tui.engine.store.reader import resumed_to
 
 # --------------------------------------------------------------------------- the model
 
@@ -266,6 +267,9 @@ class DashboardState:
                 self.reason = event.reason
             case LogEmitted():
                 self._log(event)
+                resumed = resumed_to(event, self.run_id) if self.run_id else None
+                if resumed is not None:  # read while following the run: as at a rollback
+                    self._rewind(resumed)
             case RunFinished():
                 self._state_changed(event.time, "finished")
                 self.state = "finished"
@@ -454,6 +458,10 @@ class DashboardState:
         gone from the store, and from here."""
         self.step = min(self.step, step)
         self.rewards = [(s, r) for s, r in self.rewards if s <= step]
+        undone = {key: int(sum(v for s, v in self.series.get(key, []) if s > step))
+                  for key in (keys.ROLLOUTS_FAILED, keys.ROLLOUTS_ENDED)}
+        self.rollouts_failed = max(0, self.rollouts_failed - undone[keys.ROLLOUTS_FAILED])
+        self.rollouts_ended = max(0, self.rollouts_ended - undone[keys.ROLLOUTS_ENDED])
         for key, points in self.series.items():
             self.series[key] = [(s, v) for s, v in points if s <= step]
         self.series_revision += 1
@@ -462,11 +470,28 @@ class DashboardState:
         self.trained_steps = [s for s in self.trained_steps if s <= step]
         for later in [s for s in self.groups_by_step if s > step]:
             for group_id in self.groups_by_step.pop(later):
-                self.groups.pop(group_id, None)
+                self._forget(self.groups.pop(group_id, None))
         for group_id in list(self.waiting):  # sampled for steps that will not come
             self.waiting.pop(group_id)
-            self.groups.pop(group_id, None)
+            self._forget(self.groups.pop(group_id, None))
         self.groups_revision += 1
+
+    def _forget(self, record: GroupRecord | None) -> None:
+        """A group the rollback deleted from the store leaves the run's counts too, as
+        `show` (reading the store) never counts it."""
+        if record is None:
+            return
+        if record.reward_mean is not None:
+            self.groups_sampled = max(0, self.groups_sampled - 1)
+        if record.discarded is None:
+            return
+        self.discarded[record.discarded] = max(0, self.discarded.get(record.discarded, 0) - 1)
+        self.discarded_tokens = max(0, self.discarded_tokens - record.num_tokens)
+        if record.discarded == "zero_variance":
+            if record.at_best:
+                self.converged_groups = max(0, self.converged_groups - 1)
+            else:
+                self.no_signal_groups = max(0, self.no_signal_groups - 1)
 
     def _state_changed(self, time: float, state: str) -> None:
         """Keep the paused time, so the pace (and ETA) after a resume is the working pace."""

@@ -48,10 +48,13 @@ class HeadlessReporter:
         self.db_path = db_path  # for the command that shows a logged traceback whole
         self.max_steps = 0
         self.discarded = dict.fromkeys(DISCARD_REASONS, 0)
+        #: Each step's (stale, error, failed rollouts), so a rollback forgets its undone
+        #: steps' counts as the store does (`show` reads them back without those).
+        self._step_counts: dict[int, tuple[int, int, int]] = {}
         #: Zero-variance groups: converged (not a discard) or no signal, as the dashboard
         #: counts them (`app.group_counts`).
         self.zero_variance = ZeroVarianceSplit()
-        self.rollouts_failed = 0  # over the run (this process's steps)
+        self.rollouts_failed = 0  # over the run (a resumed run's earlier steps included)
         self.started_at: float | None = None
         self._phase: str | None = None
         self._run_id = "RUN"
@@ -65,8 +68,56 @@ class HeadlessReporter:
 
     def remember(self, earlier: list[Event]) -> None:
         """The stored events of a resumed run before this process (`SummaryCollector.
-        read_earlier`): its step lines go on saying whether it has collapsed."""
+        read_earlier`): its step lines go on from the run's totals and elapsed time, as
+        `show` prints them, and say whether it has collapsed."""
         self._earlier = list(earlier)
+
+    def _take_in(self, earlier: list[Event], start_step: int) -> None:
+        """Count the earlier events the resume keeps (those up to `start_step`; it
+        deletes the later steps and their groups from the store) as if they had come
+        live, without printing them."""
+        kept = [e for e in earlier if not isinstance(e, StepTrained | CheckpointSaved
+                                                     | GroupDiscarded)
+                or e.step <= start_step]
+        groups = {g for e in kept if isinstance(e, StepTrained) for g in e.group_ids}
+        groups |= {e.group_id for e in kept if isinstance(e, GroupDiscarded)}
+        for before in kept:
+            if isinstance(before, RunStarted):
+                self.started_at = before.time  # the run's start, as `show` counts from
+            elif isinstance(before, GroupSampled):
+                if before.group_id in groups:
+                    self.zero_variance.sampled(before)
+            elif isinstance(before, GroupDiscarded):
+                self.zero_variance.discarded(before)
+            elif isinstance(before, StepTrained):
+                self._count_step(before)
+                fold(self.health, before)
+            elif isinstance(before, CommandReceived) and before.command == "rolled_back":
+                self._roll_back(int(before.args.get("to_step", 0)))
+                fold(self.health, before)
+            else:
+                fold(self.health, before)
+
+    def _count_step(self, event: StepTrained) -> int:
+        """Add the step's discards and failed rollouts to the run's; returns the failed."""
+        m = event.metrics
+        stale = int(m.get(keys.discarded("stale"), 0))
+        error = int(m.get(keys.discarded("error"), 0))
+        failed = int(m.get(keys.ROLLOUTS_FAILED, 0))
+        self._step_counts[event.step] = (stale, error, failed)
+        self.discarded["stale"] += stale
+        self.discarded["error"] += error
+        self.rollouts_failed += failed
+        self.zero_variance.trained(event.group_ids, event.step)
+        return failed
+
+    def _roll_back(self, to_step: int) -> None:
+        """A rollback to `to_step`: the steps it undid no longer count."""
+        self._step_counts = {s: c for s, c in self._step_counts.items() if s <= to_step}
+        self.discarded["stale"] = sum(c[0] for c in self._step_counts.values())
+        self.discarded["error"] = sum(c[1] for c in self._step_counts.values())
+        self.rollouts_failed = sum(c[2] for c in self._step_counts.values())
+        self.zero_variance.rolled_back(to_step)
 
     def _startup(self, event: StartupProgressed) -> None:
         """One line when the start-up enters a phase (not one per warm-up step)."""
@@ -101,10 +152,7 @@ class HeadlessReporter:
             self.started_at = event.time
             self.health.configure(event.config)
             earlier, self._earlier = self._earlier, []
-            for before in earlier:
-                if not isinstance(before, StepTrained | CheckpointSaved) \
-                        or before.step <= event.start_step:
-                    fold(self.health, before)
+            self._take_in(earlier, event.start_step)
             self._print(f"run {event.run_id}: task {event.name}, {event.backend} backend, "
                         f"base model {event.base_model}, {event.max_steps} steps")
         elif isinstance(event, StartupProgressed):
@@ -117,12 +165,8 @@ class HeadlessReporter:
             self.zero_variance.discarded(event)
         elif isinstance(event, StepTrained):
             m = event.metrics
-            for reason in self.discarded:
-                self.discarded[reason] += int(m.get(keys.discarded(reason), 0))
-            self.zero_variance.trained(event.group_ids)
+            failed = self._count_step(event)
             d, z = self.discarded, self.zero_variance
-            failed = int(m.get(keys.ROLLOUTS_FAILED, 0))
-            self.rollouts_failed += failed
             elapsed = event.time - self.started_at if self.started_at is not None else 0.0
             failures = ""
             if self.rollouts_failed:  # a reward that raises on most answers must show
@@ -144,6 +188,8 @@ class HeadlessReporter:
                 f"step {m.get(keys.STEP_TIME, 0.0):.2f}s  "
                 f"elapsed {elapsed:.1f}s{health}")
         elif isinstance(event, CommandReceived | CheckpointDeleted):
+            if isinstance(event, CommandReceived) and event.command == "rolled_back":
+                self._roll_back(int(event.args.get("to_step", 0)))
             fold(self.health, event)  # a rollback, a checkpoint the retention deleted
         elif isinstance(event, EvalCompleted):
             self._print(eval_line(event, self.max_steps))

@@ -21,6 +21,7 @@ from tinker_tui.engine.events import (
     CommandReceived,
     Event,
     GroupDiscarded,
+    GroupSampled,
     LogEmitted,
     RunFinished,
     RunStarted,
@@ -100,8 +101,9 @@ class SummaryCollector:
     async def read_earlier(self, db_path: str | Path, run_id: str) -> list[Event]:
         """Read the steps, checkpoints and rollbacks the store holds of run `run_id` before
         it starts here; its `RunStarted` then takes in those up to the step it resumes from
-        (the rest are undone by the resume). Returns them (the step lines read them too).
-        Nothing for a run the store does not hold yet."""
+        (the rest are undone by the resume). Returns them with the run's start and its
+        sampled groups, which the step lines' totals count from. Nothing for a run the store
+        does not hold yet."""
         from tinker_tui.engine.store import StoreError, StoreReader
 
         if not Path(db_path).is_file():
@@ -110,7 +112,8 @@ class SummaryCollector:
             async with await StoreReader.open_readonly(db_path) as store:
                 run = await store.run(run_id)
                 if run is not None:
-                    self._earlier = await store.events(run, (*EARLIER_KINDS, GroupDiscarded))
+                    self._earlier = await store.events(
+                        run, (*EARLIER_KINDS, GroupDiscarded, GroupSampled, RunStarted))
         except StoreError:  # unreadable now: the run's own start says why
             return []
         return list(self._earlier)
@@ -125,6 +128,8 @@ class SummaryCollector:
                                     max_rollbacks=_int_or_none(event.config.get("max_rollbacks")))
             earlier, self._earlier = self._earlier, []
             for before in earlier:  # first: an equal best stays at its earlier step
+                if isinstance(before, RunStarted):
+                    continue  # this start is the run's now
                 if not isinstance(before, StepTrained | CheckpointSaved | GroupDiscarded) \
                         or before.step <= event.start_step:
                     self.handle(before)

@@ -49,7 +49,7 @@ from tinker_tui.engine.rollouts.task import Task
 from tinker_tui.engine.run_id import new_run_id
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.store import RunStore
-from tinker_tui.engine.store.reader import SESSION_START
+from tinker_tui.engine.store.reader import RESUMING, SESSION_START
 from tinker_tui.engine.trackers import TrackerFeeds, with_tracker_ids
 from tinker_tui.engine.training.pipeline import Pipeline
 from tinker_tui.engine.training.resume import ResumeError, ResumeState, RunLock
@@ -427,7 +427,7 @@ class Run:
             if kept["step"] <= step:
                 self.pipeline.checkpointer.adopt(kept["step"], kept["name"], kept["path"],
                                                ResumeState.from_dict(kept["resume_state"]))
-        self._log("info", f"resuming run {self.run_id} from {where}: "
+        self._log("info", f"{RESUMING.format(run_id=self.run_id)}{where}: "
                           f"{counts['steps_removed']} later step(s) undone, "
                           f"{counts['groups_requeued']} group(s) to run again "
                           f"({len(state.pending)} scenario(s) drawn but untrained)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import sqlite3
 from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
@@ -18,7 +19,13 @@ from typing import Any
 
 import aiosqlite
 
-from tinker_tui.engine.events import CheckpointSaved, CommandReceived, Event, RunStarted
+from tinker_tui.engine.events import (
+    CheckpointSaved,
+    CommandReceived,
+    Event,
+    LogEmitted,
+    RunStarted,
+)
 from tinker_tui.engine.store.codec import (
     READABLE_TABLES,
     REPLAYED,
@@ -50,6 +57,20 @@ _PAGE = 10_000
 #: The log line each process that runs (or resumes) a run begins with (`engine.run`): where a
 #: resumed run's sessions begin, so the time it was down is not counted as its duration.
 SESSION_START = "starting {backend} backend, base model {base_model}"
+#: The log line a resume writes once it has deleted the rows after its checkpoint: where a
+#: reader following the run goes back, as at a rollback (`StoreReader._up_to_rollback`).
+RESUMING = "resuming run {run_id} from "
+_RESUMED_TO = re.compile(r"(?:checkpoint \S+ \(step (\d+)\)|the start)")
+
+
+def resumed_to(event: Event, run_id: str) -> int | None:
+    """The step a resume of run `run_id` went back to, when `event` is its log line: a
+    reader that showed the later steps forgets them, as at a rollback to that step."""
+    prefix = RESUMING.format(run_id=run_id)
+    if not isinstance(event, LogEmitted) or not event.message.startswith(prefix):
+        return None
+    match = _RESUMED_TO.match(event.message, len(prefix))
+    return None if match is None else int(match[1] or 0)
 
 
 class NoSuchRun(StoreError):
@@ -109,6 +130,14 @@ class EventCursor:
         self._early_trajectories: dict[int, list[dict[str, Any]]] = {}
         #: Time of the latest event read so far (None before any).
         self.last_time: float | None = None
+
+
+def _rewinds(event: Event, resuming: str) -> bool:
+    """Whether the event marks where the run deleted its later rows: a rollback, or a
+    resume (its log line, written right after; `resuming` is its start for this run)."""
+    if isinstance(event, CommandReceived):
+        return event.command == "rolled_back"
+    return isinstance(event, LogEmitted) and event.message.startswith(resuming)
 
 
 class StoreReader:
@@ -265,8 +294,8 @@ class StoreReader:
                 if len(rows) < _PAGE:
                     break
         ordered.sort(key=lambda item: item[:3])
-        rollback = next((item for item in ordered if isinstance(item[3], CommandReceived)
-                         and item[3].command == "rolled_back"), None)
+        resuming = RESUMING.format(run_id=run.run_id)
+        rollback = next((item for item in ordered if _rewinds(item[3], resuming)), None)
         if rollback is not None:
             ordered = await self._up_to_rollback(cursor, ordered, rollback[0])
         if ordered:
@@ -279,9 +308,9 @@ class StoreReader:
     async def _up_to_rollback(self, cursor: EventCursor,
                               ordered: list[tuple[float, int, int, Event]], at: float
                               ) -> list[tuple[float, int, int, Event]]:
-        """A rollback (at time `at`) deleted the rows of the steps it undid, and SQLite gives
-        the rows written next the rowids the deleted ones had: rowids alone would skip the
-        steps trained again. Each table's cursor goes back to its last row written up to the
+        """A rollback or a resume (at time `at`) deleted the rows of the steps it undid, and
+        SQLite gives the rows written next the rowids the deleted ones had: rowids alone
+        would skip the steps trained again. Each table's cursor goes back to its last row written up to the
         rollback, and this part of the read ends there; the rest is read on from it."""
         run_id = cursor.run.run_id
         for table in cursor._last:

@@ -1,0 +1,142 @@
+"""A reader that follows a run (`show`/`attach` opened on it, the dashboard of `run --resume`)
+across a resume by another process: the resume deletes the rows after its checkpoint, and
+SQLite gives the rows written next the rowids the deleted ones had. A cursor that followed
+rowids alone skipped the steps trained again, as at a rollback (`test_follow_rollback`);
+the resume's log line, written right after the deletion, is where the reader goes back."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.engine.clock import FakeClock
+from tinker_tui.engine.events import LogEmitted, RunFinished, RunStarted, StepTrained
+from tinker_tui.engine.store import EventCursor, RunStore, StoreReader
+from tinker_tui.engine.store.reader import RESUMING, resumed_to
+
+
+def _started(time: float, start_step: int) -> RunStarted:
+    return RunStarted(time=time, run_id="r1", name="demo", backend="local", base_model="tiny",
+                      max_steps=50, start_step=start_step, config={})
+
+
+def _step(n: int, t: float) -> StepTrained:
+    return StepTrained(time=t, step=n, policy_version=n, metrics={"reward/mean": 0.1 * n})
+
+
+def _steps(events) -> list[int]:
+    return [e.step for e in events if isinstance(e, StepTrained)]
+
+
+async def _stopped_run(path: Path) -> None:
+    store = await RunStore.open(path)
+    try:
+        store.handle(_started(100.0, 0))
+        for n in range(1, 6):
+            store.handle(_step(n, 100.0 + n))
+        store.handle(RunFinished(time=106.0, status="stopped", reason="asked", final_step=5))
+        await store.flush()
+    finally:
+        await store.close()
+
+
+async def _resume(path: Path, *, steps: range, to_step: int = 2,
+                  between: Callable[[], Awaitable[object]] | None = None) -> None:
+    """What `run --resume` writes: its start, the deletion after the checkpoint at
+    `to_step`, the resume's log line, then (after `between`) the steps trained again."""
+    store = await RunStore.open(path)
+    try:
+        store.handle(_started(120.0, to_step))
+        await store.flush()
+        await store.reconcile("r1", to_step)
+        store.handle(LogEmitted(time=121.0, level="info",
+                                message=RESUMING.format(run_id="r1")
+                                + f"checkpoint step-{to_step:06d} (step {to_step}): ..."))
+        if between is not None:
+            await store.flush()
+            await between()
+        for n in steps:
+            store.handle(_step(n, 121.0 + n))
+        await store.flush()
+    finally:
+        await store.close()
+
+
+async def test_a_follower_reads_the_steps_trained_again_after_a_resume(tmp_path):
+    path = tmp_path / "runs.db"
+    await _stopped_run(path)
+    reader = await StoreReader.open_readonly(path)
+    try:
+        run = await reader.run("r1")
+        assert run is not None
+        cursor = EventCursor(run)  # opened on the stopped run, before the resume
+        seen = _steps(await reader.events_after(cursor))
+        assert seen == [1, 2, 3, 4, 5]
+        await _resume(path, steps=range(3, 7))
+        seen += _steps(await reader.events_after(cursor))
+        seen += _steps(await reader.events_after(cursor))  # nothing twice
+        assert seen == [1, 2, 3, 4, 5, 3, 4, 5, 6]
+        # read at once, as `show` reads a run: each step once
+        assert _steps(await reader.events(run)) == [1, 2, 3, 4, 5, 6]
+    finally:
+        await reader.close()
+
+
+async def test_a_follower_that_read_the_resume_first_still_reads_them(tmp_path):
+    path = tmp_path / "runs.db"
+    await _stopped_run(path)
+    reader = await StoreReader.open_readonly(path)
+    try:
+        run = await reader.run("r1")
+        assert run is not None
+        cursor = EventCursor(run)
+        seen = _steps(await reader.events_after(cursor))
+
+        async def read() -> None:  # the resume's start and log line, no step yet
+            seen.extend(_steps(await reader.events_after(cursor)))
+
+        await _resume(path, steps=range(3, 7), between=read)
+        seen += _steps(await reader.events_after(cursor))
+        assert seen == [1, 2, 3, 4, 5, 3, 4, 5, 6]
+    finally:
+        await reader.close()
+
+
+async def test_a_dashboard_following_across_a_resume_shows_the_run_as_stored(tmp_path):
+    """The steps the resume undid leave the dashboard that had shown them, as at a rollback:
+    it ends as one that read the run at once."""
+    path = tmp_path / "runs.db"
+    await _stopped_run(path)
+    reader = await StoreReader.open_readonly(path)
+    try:
+        run = await reader.run("r1")
+        assert run is not None
+        cursor = EventCursor(run)
+        following = DashboardState(FakeClock(0.0))
+        for event in await reader.events_after(cursor):
+            following.apply(event)
+        assert following.trained_steps == [1, 2, 3, 4, 5]
+        await _resume(path, steps=range(3, 7))
+        for event in await reader.events_after(cursor):
+            following.apply(event)
+        at_once = DashboardState(FakeClock(0.0))
+        for event in await reader.events(run):
+            at_once.apply(event)
+    finally:
+        await reader.close()
+    assert following.trained_steps == at_once.trained_steps == [1, 2, 3, 4, 5, 6]
+    assert following.rewards == at_once.rewards
+
+
+def test_the_resumes_log_line_names_the_step_it_went_back_to():
+    def line(message: str) -> LogEmitted:
+        return LogEmitted(time=1.0, level="info", message=message)
+
+    start = RESUMING.format(run_id="r1")
+    assert resumed_to(line(start + "checkpoint step-000030 (step 30): 2 later step(s) undone"),
+                      "r1") == 30
+    assert resumed_to(line(start + "the start (no confirmed checkpoint): 0 later step(s)"),
+                      "r1") == 0
+    assert resumed_to(line(start + "checkpoint step-000030 (step 30): ..."), "r2") is None
+    assert resumed_to(line("starting local backend, base model tiny"), "r1") is None
