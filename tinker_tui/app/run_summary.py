@@ -115,6 +115,7 @@ class SummaryCollector:
                                     task=s.task or event.task_spec
                                     or task_spec_for(event.name),
                                     max_steps=event.max_steps, step=max(s.step, event.start_step))
+            self._health.configure(event.config)
             earlier, self._earlier = self._earlier, []
             for before in earlier:  # first: an equal best stays at its earlier step
                 if not isinstance(before, StepTrained | CheckpointSaved | GroupDiscarded) \
