@@ -64,7 +64,7 @@ Kind = Literal["none", "learning", "converged", "no_signal", "collapsed", "error
 def _setting_default(name: str) -> int:
     from tinker_tui.engine.config import SETTINGS  # config's one home for the default
 
-    return int(SETTINGS[name].default)  # type: ignore[call-overload]
+    return int(SETTINGS[name].default)
 
 
 def rewards_equal(rewards: Iterable[float]) -> bool:
