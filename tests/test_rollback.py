@@ -317,7 +317,8 @@ def test_the_command_line_names_the_collapse_again_after_a_resume(tmp_path, caps
     common = ["--db", str(db), "--no-ui", "--seed", "3"]
     assert main(["run", str(task), *common, "--steps", str(STEPS), "--group-size", "4",
                  "--groups-per-step", "2", "--rollout-workers", "2",
-                 "--max-steps-off-policy", "0", "--checkpoint-every", "2"]) == 3
+                 "--max-steps-off-policy", "0", "--checkpoint-every", "2",
+                 "--collapse-groups", str(SHORT)]) == 3  # the resume reads it back
     first = capsys.readouterr().out
     run_id = re.search(r"^run (\S+):", first, re.M)[1]  # type: ignore[index]
     (health,) = re.findall(r"^  health: (collapsed at step .*)$", first, re.M)
