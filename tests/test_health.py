@@ -167,6 +167,31 @@ def test_a_real_fall_over_collapse_groups_groups_is_a_collapse_named_at_its_firs
     assert [i for i, c in enumerate(told, start=1) if c is not None] == [14]
 
 
+def test_the_no_signal_pause_waits_while_the_collapse_check_judges_a_fall():
+    """Groups are counted as sampled, ahead of the steps: a fall to equal rewards at 0 fills
+    the no-signal window before the steps after the best hold `collapse_groups` groups. The
+    pause waits for the collapse check, which then names the fall."""
+    window = HealthWindow(16, collapse_groups=32)
+    told = []
+    for step, reward in enumerate(CLIMB + [0.0] * 8, start=1):
+        for _ in range(4):
+            window.sampled([reward] * 4 if step > 11 else [0.0, 2 * reward])
+        told.append(window.stepped(step, reward, 1.0 if step > 11 else 0.0, groups=4))
+        if 12 <= step < 19:  # the window is all equal groups below the best from step 15
+            assert window.judging_a_fall() and window.group_alarm() is None, step
+    assert [i for i, c in enumerate(told, start=1) if c is not None] == [19]
+    assert window.collapse is not None and window.collapse.step == 12
+    # A drop that stays above the collapse level does not hold the pause back: 0.15 is
+    # above a third of the way from 0 to the best 8-step mean before it (0.40).
+    calm = HealthWindow(16, collapse_groups=32)
+    for step, reward in enumerate(CLIMB + [0.15] * 8, start=1):
+        for _ in range(4):
+            calm.sampled([reward] * 4 if step > 11 else [0.0, 2 * reward])
+        calm.stepped(step, reward, 1.0 if step > 11 else 0.0, groups=4)
+    assert not calm.judging_a_fall() and calm.collapse is None
+    assert calm.group_alarm() is not None and calm.group_alarm()[0] == "no_signal"
+
+
 def test_steps_are_weighted_by_their_groups_and_the_setting_can_change():
     """A step of many groups outweighs one of few; a run's config read later (a resumed
     run's, a stored one's) sets `collapse_groups` on steps already counted."""

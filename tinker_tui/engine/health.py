@@ -243,9 +243,25 @@ class HealthWindow:
             return "error", (f"rollout errors: {errors:.0%} of the last {rollouts} rollouts "
                              f"({len(self.outcomes)} groups) failed")
         no_signal = self.share("no_signal")
-        if no_signal >= self.no_signal_rate:
+        if no_signal >= self.no_signal_rate and not self.judging_a_fall():
             return "no_signal", self.no_signal_words(no_signal)
         return None
+
+    def judging_a_fall(self) -> bool:
+        """Whether the last step fell below the collapse level after the best step, and the
+        steps since hold fewer than `collapse_groups` groups: the collapse check has not had
+        its evidence yet. The no-signal pause waits for it (groups are counted as sampled,
+        ahead of the steps), else a policy that fell to equal rewards at 0 would be paused
+        as "no learning signal" before it could be named as collapsed."""
+        best = self._best
+        if best is None or not self._steps or self._steps[-1].step <= best.step:
+            return False
+        last = self._steps[-1]
+        low = min(self.lowest, min(s.reward for s in self._steps))
+        if not last.top - low > TOLERANCE or \
+                last.reward >= low + COLLAPSE_LEVEL * (last.top - low):
+            return False
+        return sum(s.groups for s in self._steps if s.step > best.step) < self.collapse_groups
 
     # ------------------------------------------------------------------ steps
     @property
