@@ -31,7 +31,10 @@ a tool task that held, and a lucky stretch set a mark the next dips "fell" from
 (next_number's rewards swing between 0.1 and 0.45 from step to step). It is named by the
 first step of that fall and the best step before it ("collapsed at step 12 (best 0.54 at
 step 11)"), with the last checkpoint at or before the best step, the one a rollback resumes
-from. A run whose reward comes back above that level is no longer collapsed.
+from. A run whose reward comes back above that level is no longer collapsed. While a fall
+below that level gathers its groups, the no-signal pause waits (`judging_a_fall`): the groups
+it counts are sampled ahead of the steps, and would otherwise call the fall "no learning
+signal" first.
 """
 
 from __future__ import annotations
