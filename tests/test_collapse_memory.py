@@ -12,6 +12,9 @@ from tinker_tui.engine.metrics.health import HealthWindow
 #: The issue's tool task: climbs to 0.54 by step 11, then falls to 0 with equal groups.
 CLIMB = [0.20, 0.22, 0.25, 0.28, 0.31, 0.35, 0.38, 0.42, 0.45, 0.50, 0.54]
 FALL = [0.081, 0.0, 0.0, 0.0, 0.0]
+#: The scripted steps are 2 groups each and the run short: a collapse is judged over 6
+#: groups (3 steps), not the default `collapse_groups`.
+SETTINGS = {"collapse_groups": 6}
 
 
 def step(n: int, reward: float, time: float) -> StepTrained:
@@ -27,7 +30,7 @@ def checkpoint(n: int, time: float) -> CheckpointSaved:
 
 
 def test_a_run_read_back_has_the_live_runs_collapse_after_a_rollback_undid_its_best():
-    live = HealthWindow()
+    live = HealthWindow.from_settings(SETTINGS)
     events: list[Event] = []  # as the live run published them
     t = 0.0
     for n, reward in enumerate(CLIMB + FALL, start=1):
@@ -55,7 +58,7 @@ def test_a_run_read_back_has_the_live_runs_collapse_after_a_rollback_undid_its_b
     # The store: the undone steps (11..16 of the first attempt) are gone, the rest kept.
     stored = [e for e in events if not (isinstance(e, StepTrained) and e.step > 10
                                         and e.time <= t)]
-    read_back = HealthWindow()
+    read_back = HealthWindow.from_settings(SETTINGS)
     assert replay(read_back, stored) == 1  # the automatic rollback made
     assert read_back.best_step == live.best_step == (11, 0.54)
     assert read_back.collapse == live.collapse
@@ -63,7 +66,7 @@ def test_a_run_read_back_has_the_live_runs_collapse_after_a_rollback_undid_its_b
                                           "checkpoint step-000010")
     assert read_back.rollback_point() == live.rollback_point() == (10, "step-000010")
     # A resume from step 12 leaves the later steps out.
-    up_to_12 = HealthWindow()
+    up_to_12 = HealthWindow.from_settings(SETTINGS)
     replay(up_to_12, stored, up_to=12)
     assert up_to_12.collapse is None and up_to_12.best_step == (11, 0.54)
 
@@ -71,4 +74,4 @@ def test_a_run_read_back_has_the_live_runs_collapse_after_a_rollback_undid_its_b
 def test_a_manual_rollback_does_not_count_toward_max_rollbacks():
     events = [CommandReceived(time=1.0, command="rollback", args={"reason": "by hand"}),
               CommandReceived(time=2.0, command="rollback", source=AUTOMATIC)]
-    assert replay(HealthWindow(), events) == 1
+    assert replay(HealthWindow.from_settings(SETTINGS), events) == 1

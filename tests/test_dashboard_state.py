@@ -752,7 +752,8 @@ def test_model_names_a_collapse_and_a_rollback_undoes_the_later_steps():
     model = DashboardState(FakeClock())
     model.apply(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
                            max_steps=40, start_step=0,
-                           config={"learning_rate": 1e-3, "rollback_lr_scale": 0.5}))
+                           config={"learning_rate": 1e-3, "rollback_lr_scale": 0.5,
+                                   "collapse_groups": 12}))  # 3 steps: the run is short
     curve = [0.20, 0.22, 0.25, 0.28, 0.31, 0.35, 0.38, 0.42, 0.45, 0.50, 0.54,
              0.081, 0.0, 0.0, 0.0]
     gid = 0

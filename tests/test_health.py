@@ -10,6 +10,9 @@ from tinker_tui.engine.metrics.health import HealthWindow, flat_share, rewards_e
 #: to 0.000 from step 13 on, every group equal (all 0).
 CLIMB = [0.20, 0.22, 0.25, 0.28, 0.31, 0.35, 0.38, 0.42, 0.45, 0.50, 0.54]
 FALL = [0.081, 0.0, 0.0, 0.0, 0.0]
+#: The scripted curves below are one group a step and short: they judge a collapse over 3
+#: groups (3 steps), not the run's default `collapse_groups`.
+SHORT = 3
 
 
 def feed(window: HealthWindow, curve, flat_after: int, start: int = 1):
@@ -25,7 +28,7 @@ def feed(window: HealthWindow, curve, flat_after: int, start: int = 1):
 
 
 def test_the_issues_curve_is_a_collapse_named_by_its_step_and_best_checkpoint():
-    window = HealthWindow(8)
+    window = HealthWindow(8, collapse_groups=SHORT)
     window.checkpointed(10, "step-000010")
     told = feed(window, CLIMB + FALL, flat_after=12)
     # Seen once the last three steps are down (step 14), named by the fall's first step.
@@ -41,7 +44,7 @@ def test_the_issues_curve_is_a_collapse_named_by_its_step_and_best_checkpoint():
 
 
 def test_a_collapse_ends_when_the_reward_comes_back():
-    window = HealthWindow(8)
+    window = HealthWindow(8, collapse_groups=SHORT)
     feed(window, CLIMB + FALL, flat_after=12)
     assert window.collapse is not None
     feed(window, [0.5, 0.5, 0.5], flat_after=10_000, start=len(CLIMB + FALL) + 1)
@@ -50,10 +53,10 @@ def test_a_collapse_ends_when_the_reward_comes_back():
 
 
 def test_converged_and_no_signal_yet_are_not_collapses():
-    converged = HealthWindow(4)
+    converged = HealthWindow(4, collapse_groups=SHORT)
     feed(converged, [0.5, 0.8, 1.0, 1.0, 1.0, 1.0], flat_after=3)
     assert converged.collapse is None and converged.verdict()[0] == "converged"
-    always_zero = HealthWindow(4)
+    always_zero = HealthWindow(4, collapse_groups=SHORT)
     feed(always_zero, [0.0] * 8, flat_after=1)
     assert always_zero.collapse is None
     assert always_zero.verdict() == ("no_signal", "no learning signal yet: every reward so "
@@ -62,7 +65,7 @@ def test_converged_and_no_signal_yet_are_not_collapses():
 
 def test_a_dip_with_gradient_is_not_a_collapse():
     """Rewards low for a few steps while groups still differ: the run is still learning."""
-    window = HealthWindow(8)
+    window = HealthWindow(8, collapse_groups=SHORT)
     feed(window, CLIMB + [0.1, 0.1, 0.1], flat_after=10_000)
     assert window.collapse is None
 
@@ -85,7 +88,7 @@ def test_equal_rewards_below_the_best_pause_for_no_signal_and_failures_for_error
 
 
 def test_a_rewind_forgets_later_steps_and_checkpoints_but_not_the_best():
-    window = HealthWindow(8)
+    window = HealthWindow(8, collapse_groups=SHORT)
     window.checkpointed(10, "step-000010")
     feed(window, CLIMB + FALL, flat_after=12)
     window.checkpointed(15, "step-000015")
@@ -109,10 +112,102 @@ def test_a_noisy_low_reward_is_not_a_collapse():
     groups all wrong; a lucky step must not set a mark that the next dips "collapse" from."""
     curve = [0.312, 0.250, 0.281, 0.219, 0.312, 0.375, 0.094, 0.250, 0.281, 0.125, 0.250,
              0.438, 0.156, 0.375, 0.188, 0.219, 0.156, 0.281, 0.250, 0.250]
-    window = HealthWindow(8)
+    window = HealthWindow(8, collapse_groups=SHORT)
     for step, reward in enumerate(curve, start=1):
         window.sampled([0.0, 1.0])
         assert window.stepped(step, reward, 0.75) is None, step
+
+
+#: The fresh tool task at 4 groups a step: it climbs to 0.9, then holds near 0.6, with
+#: runs of three unlucky steps (12 groups of hard prompts, most of them all wrong).
+NOISY_CLIMB = [0.25, 0.25, 0.375, 0.5, 0.5, 0.625, 0.75, 0.75, 0.875, 0.875, 0.75, 0.875]
+NOISY_HOLD = [0.625, 0.5, 0.75, 0.625, 0.5, 0.0625, 0.0, 0.125, 0.625, 0.75, 0.5, 0.625]
+DIP = (0.0625, 0.0, 0.125)
+
+
+def feed_steps(window: HealthWindow, curve, groups: int, start: int = 1):
+    """Steps of `groups` groups with these mean rewards: the low ones (< 0.2) mostly equal
+    groups (3 in 4), the others one in 4; what `stepped` told at each."""
+    return [window.stepped(step, reward, 0.75 if reward < 0.2 else 0.25, groups=groups,
+                           lowest=0.0)
+            for step, reward in enumerate(curve, start=start)]
+
+
+def test_a_noisy_tasks_unlucky_steps_are_not_a_collapse():
+    """Three unlucky steps of 4 groups are 12 groups: over the run's `collapse_groups` (32 by
+    default, 8 such steps) they are a dip in a task that holds, not a fall."""
+    curve = NOISY_CLIMB + NOISY_HOLD * 6
+    window = HealthWindow.from_settings({})
+    assert window.collapse_groups == 32
+    assert all(told is None for told in feed_steps(window, curve, groups=4))
+    assert window.collapse is None
+    # Judged over 12 groups (3 such steps, the rule before `collapse_groups`), the first
+    # dip reads as a fall: the scripted curve is one that fooled it.
+    few = HealthWindow(collapse_groups=12)
+    told = [c for c in feed_steps(few, curve, groups=4) if c is not None]
+    assert told and told[0].words() == "collapsed at step 18 (best 0.875 at step 9)"
+
+
+def test_a_real_fall_over_collapse_groups_groups_is_a_collapse_named_at_its_first_step():
+    """The issue's fall at 4 groups a step: told once the steps after the best hold 32
+    groups (8 steps: steps 12..19), named by the fall's first step and the best step."""
+    window = HealthWindow.from_settings({"collapse_groups": 32})
+    window.checkpointed(10, "step-000010")
+    curve = CLIMB + [0.081] + [0.0] * 10
+    told = [window.stepped(step, reward, 0.0 if step < 12 else 1.0, groups=4, lowest=0.0)
+            for step, reward in enumerate(curve, start=1)]
+    assert [i for i, c in enumerate(told, start=1) if c is not None] == [19]
+    assert window.collapse is not None
+    assert window.collapse.words() == ("collapsed at step 12 (best 0.54 at step 11); best "
+                                       "checkpoint step-000010")
+    # At 16 groups a step 32 groups are 2 steps: the stretch is still at least 3 steps.
+    wide = HealthWindow.from_settings({"collapse_groups": 32})
+    told = [wide.stepped(step, reward, 0.0 if step < 12 else 1.0, groups=16, lowest=0.0)
+            for step, reward in enumerate(curve, start=1)]
+    assert [i for i, c in enumerate(told, start=1) if c is not None] == [14]
+
+
+def test_the_no_signal_pause_waits_while_the_collapse_check_judges_a_fall():
+    """Groups are counted as sampled, ahead of the steps: a fall to equal rewards at 0 fills
+    the no-signal window before the steps after the best hold `collapse_groups` groups. The
+    pause waits for the collapse check, which then names the fall."""
+    window = HealthWindow(16, collapse_groups=32)
+    told = []
+    for step, reward in enumerate(CLIMB + [0.0] * 8, start=1):
+        for _ in range(4):
+            window.sampled([reward] * 4 if step > 11 else [0.0, 2 * reward])
+        told.append(window.stepped(step, reward, 1.0 if step > 11 else 0.0, groups=4))
+        if 12 <= step < 19:  # the window is all equal groups below the best from step 15
+            assert window.judging_a_fall() and window.group_alarm() is None, step
+    assert [i for i, c in enumerate(told, start=1) if c is not None] == [19]
+    assert window.collapse is not None and window.collapse.step == 12
+    # A drop that stays above the collapse level does not hold the pause back: 0.15 is
+    # above a third of the way from 0 to the best 8-step mean before it (0.40).
+    calm = HealthWindow(16, collapse_groups=32)
+    for step, reward in enumerate(CLIMB + [0.15] * 8, start=1):
+        for _ in range(4):
+            calm.sampled([reward] * 4 if step > 11 else [0.0, 2 * reward])
+        calm.stepped(step, reward, 1.0 if step > 11 else 0.0, groups=4)
+    assert not calm.judging_a_fall() and calm.collapse is None
+    assert calm.group_alarm() is not None and calm.group_alarm()[0] == "no_signal"
+
+
+def test_steps_are_weighted_by_their_groups_and_the_setting_can_change():
+    """A step of many groups outweighs one of few; a run's config read later (a resumed
+    run's, a stored one's) sets `collapse_groups` on steps already counted."""
+    window = HealthWindow(collapse_groups=SHORT)
+    # Step 4 is one lucky group at 0.9 between steps of 8 groups all at 0: steps 4..6 mean
+    # 0.9 / 17 (weighted), not 0.3, the level a third of the way up to the 0.9 before.
+    for step, (reward, groups) in enumerate([(0.9, 8), (0.9, 8), (0.9, 8), (0.9, 1),
+                                             (0.0, 8), (0.0, 8)], start=1):
+        window.stepped(step, reward, 1.0 if reward == 0.0 else 0.0, groups=groups,
+                       lowest=0.0)
+    assert window.collapse is not None
+    assert window.collapse.words() == "collapsed at step 5 (best 0.9 at step 1)"
+    window.configure({"collapse_groups": 1000})
+    assert window.collapse_groups == 1000
+    window.stepped(7, 0.0, 1.0, groups=8)
+    assert window.collapse is None  # 1000 groups not seen yet
 
 
 def test_the_control_endpoint_takes_a_rollback_with_its_scale():

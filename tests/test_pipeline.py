@@ -207,14 +207,15 @@ async def test_collapse_pauses_but_convergence_does_not():
     assert await asyncio.wait_for(converged.run(), 30) == "completed"
     # Rewards vary at first, then every group gets the same lower reward: no learning
     # signal, pause; the same fall to far below the best: a collapse, pause (engine.metrics.health).
-    # (The collapse is read from three steps, six groups; the no-signal pause from a window
-    # of sixteen groups here, which sampling fills ahead of training.)
+    # (The collapse is read from three steps, six groups here (collapse_groups); the
+    # no-signal pause from a window of sixteen groups, which sampling fills ahead of
+    # training.)
     for low, words in ((0.4, "no learning signal: 94% of the last 16 groups had equal "
                              "rewards below the best seen (1)"),
                        (0.0, "collapsed at step 9 (best 0.5 at step 1)")):
         task_ = simulated_task(reward=lambda s, low=low: (s.data % 2) if s.data < 16 else low)
         pipeline, _, _, events = make_pipeline(task=task_, max_steps=10_000, health_window=16,
-                                               checkpoint_every=0)
+                                               collapse_groups=6, checkpoint_every=0)
         task = asyncio.create_task(pipeline.run())
         while not pipeline.paused:
             await asyncio.sleep(0.005)

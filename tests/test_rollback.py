@@ -32,6 +32,9 @@ from tinker_tui.engine.events import CommandReceived, LogEmitted, RunFinished, S
 from tinker_tui.engine.run import Run
 
 STEPS = 14
+#: The runs are short, 2 groups a step: a collapse is judged over 6 groups (3 steps), not
+#: the default `collapse_groups`.
+SHORT = 6
 
 
 def collapsing_task(phase: dict[str, bool]) -> Task:
@@ -60,6 +63,7 @@ def collapsing_task(phase: dict[str, bool]) -> Task:
 async def test_a_collapse_is_rolled_back_exactly_once(tmp_path):
     phase = {"collapsing": True}
     config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       collapse_groups=SHORT,
                        max_steps_off_policy=0, checkpoint_every=2, seed=3,
                        on_collapse="rollback", max_rollbacks=1, rollback_lr_scale=0.5,
                        learning_rate=1e-3, keep_last_checkpoints=2)
@@ -179,6 +183,7 @@ async def test_a_collapse_is_still_named_with_its_best_checkpoint_after_a_resume
     the summary, and can still roll back to that checkpoint."""
     phase = {"collapsing": True}
     config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       collapse_groups=SHORT,
                        max_steps_off_policy=0, checkpoint_every=2, seed=3, on_collapse="stop",
                        learning_rate=1e-3, keep_last_checkpoints=2)
     db = tmp_path / "runs.db"
@@ -230,6 +235,7 @@ async def test_the_automatic_rollbacks_made_count_across_a_resume(tmp_path):
     spent within one process."""
     phase = {"collapsing": True}
     config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       collapse_groups=SHORT,
                        max_steps_off_policy=0, checkpoint_every=2, seed=3,
                        on_collapse="rollback", max_rollbacks=1, rollback_lr_scale=0.5,
                        learning_rate=1e-3, keep_last_checkpoints=2)
@@ -278,6 +284,7 @@ async def test_a_rollback_reaches_the_trackers_as_the_store_holds_it(tmp_path):
     the store keeps (each step once, the redone values), W&B marks where the redo starts."""
     phase = {"collapsing": True}
     config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       collapse_groups=SHORT,
                        max_steps_off_policy=0, checkpoint_every=2, seed=3,
                        on_collapse="rollback", max_rollbacks=1, learning_rate=1e-3,
                        keep_last_checkpoints=2, tensorboard_dir=str(tmp_path / "tb"),
@@ -316,6 +323,7 @@ async def test_a_run_stopped_by_its_collapse_rolls_back_when_resumed_so(tmp_path
     its best checkpoint at once, and the store ends as an exactly-once resume leaves it."""
     phase = {"collapsing": True}
     config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
+                       collapse_groups=SHORT,
                        max_steps_off_policy=0, checkpoint_every=2, seed=3, on_collapse="stop",
                        learning_rate=1e-3, keep_last_checkpoints=2)
     db = tmp_path / "runs.db"
@@ -415,7 +423,8 @@ def test_the_command_line_names_the_collapse_again_after_a_resume(tmp_path, caps
     common = ["--db", str(db), "--no-ui", "--seed", "3"]
     assert main(["run", str(task), *common, "--steps", str(STEPS), "--group-size", "4",
                  "--groups-per-step", "2", "--rollout-workers", "2",
-                 "--max-steps-off-policy", "0", "--checkpoint-every", "2"]) == 3
+                 "--max-steps-off-policy", "0", "--checkpoint-every", "2",
+                 "--collapse-groups", str(SHORT)]) == 3  # the resume reads it back
     first = capsys.readouterr().out
     run_id = re.search(r"^run (\S+):", first, re.M)[1]  # type: ignore[index]
     (health,) = re.findall(r"^  health: (collapsed at step .*)$", first, re.M)

@@ -126,6 +126,7 @@ class SummaryCollector:
                                     or task_spec_for(event.name),
                                     max_steps=event.max_steps, step=max(s.step, event.start_step),
                                     max_rollbacks=_int_or_none(event.config.get("max_rollbacks")))
+            self._health.configure(event.config)
             earlier, self._earlier = self._earlier, []
             for before in earlier:  # first: an equal best stays at its earlier step
                 if isinstance(before, RunStarted):

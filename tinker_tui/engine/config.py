@@ -217,6 +217,9 @@ class RunConfig:
         "the last checkpoint at or before the best step with the learning rate scaled by "
         "rollback_lr_scale; auto = wait with a dashboard, stop without one", "pipeline",
         choices=COLLAPSE_POLICIES)
+    collapse_groups: int = setting(
+        32, "groups a collapse is judged over: the last steps holding at least this many "
+        "(and at least 3 steps), weighted by their groups", "pipeline", low=1)
     rollback_lr_scale: float = setting(
         0.5, "a rollback multiplies the learning rate by this", "pipeline",
         low=0, high=1, low_open=True)

@@ -48,8 +48,8 @@ def fold(window: HealthWindow, event: Event, *, groups_per_step: int = 1) -> Col
         if not _number(reward):
             return None
         low = m.get(keys.REWARD_MIN)
-        return window.stepped(event.step, float(reward),
-                              flat_share(m, len(event.group_ids) or max(1, groups_per_step)),
+        groups = len(event.group_ids) or max(1, groups_per_step)
+        return window.stepped(event.step, float(reward), flat_share(m, groups), groups=groups,
                               lowest=float(low) if _number(low) else None)
     if isinstance(event, CheckpointSaved) and event.kind == "state":
         window.checkpointed(event.step, event.name)

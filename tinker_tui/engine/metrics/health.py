@@ -19,16 +19,22 @@ groups' rollouts that failed, a whole failed group ("error") counting all its me
 reward that raises on most answers fails most rollouts while every group still trains on its
 few survivors, so counting failed groups alone would read such a run as perfect.
 
-Collapse is read from the steps, not the groups: the policy got somewhere and fell back. A
-run has collapsed when the mean reward of its last `COLLAPSE_STEPS` steps (and the last
-step's) is below a third of the way from the lowest reward seen to the best mean of that many
-steps in a row, while at least half of those steps' groups were equal (no gradient) or
-failed: the policy is stuck low and cannot climb back by itself. Means over steps, not one
-step, so a noisy task's lucky step does not set the mark (next_number's rewards swing
-between 0.1 and 0.45 from step to step). It is named by the first step of that fall and the best step before it
-("collapsed at step 12 (best 0.54 at step 11)"), with the last checkpoint at or before the
-best step, the one a rollback resumes from. A run whose reward comes back above halfway is
-no longer collapsed.
+Collapse is read from the steps, not the groups: the policy got somewhere and fell back. It is
+judged over the trailing steps that hold at least `collapse_groups` groups (and at least
+`COLLAPSE_STEPS` steps), each step weighted by its groups: a run has collapsed when the mean
+reward of that stretch (and the last step's) is below a third of the way from the lowest
+reward seen to the best mean of such a stretch before it, while at least half of its groups
+were equal (no gradient) or failed: the policy is stuck low and cannot climb back by itself.
+Enough groups, not a few steps, because a task whose prompts are unequally hard draws
+unlucky steps: at 4 groups a step, three steps of hard prompts (12 groups) read as a fall on
+a tool task that held, and a lucky stretch set a mark the next dips "fell" from
+(next_number's rewards swing between 0.1 and 0.45 from step to step). It is named by the
+first step of that fall and the best step before it ("collapsed at step 12 (best 0.54 at
+step 11)"), with the last checkpoint at or before the best step, the one a rollback resumes
+from. A run whose reward comes back above that level is no longer collapsed. While a fall
+below that level gathers its groups, the no-signal pause waits (`judging_a_fall`): the groups
+it counts are sampled ahead of the steps, and would otherwise call the fall "no learning
+signal" first.
 """
 
 from __future__ import annotations
@@ -43,10 +49,10 @@ from tinker_tui.engine.metrics import metric_keys as keys
 
 #: Rewards this close count as equal.
 TOLERANCE = 1e-9
-#: The trailing steps whose mean reward tells a collapse.
+#: The fewest trailing steps a collapse is judged over (however many groups they hold).
 COLLAPSE_STEPS = 3
-#: Collapsed below this share of the way from the lowest reward seen to the best mean of
-#: `COLLAPSE_STEPS` steps in a row.
+#: Collapsed below this share of the way from the lowest reward seen to the best mean of a
+#: stretch of steps before.
 COLLAPSE_LEVEL = 1 / 3
 #: ... while at least this share of those steps' groups were equal or failed.
 COLLAPSE_FLAT_SHARE = 0.5
@@ -56,6 +62,12 @@ OUTCOMES: tuple[Outcome, ...] = ("ok", "converged", "uniform", "no_signal", "err
 #: What the health words say: nothing yet, learning, converged, no learning signal (yet),
 #: collapsed, failing.
 Kind = Literal["none", "learning", "converged", "no_signal", "collapsed", "error"]
+
+
+def _setting_default(name: str) -> int:
+    from tinker_tui.engine.config import SETTINGS  # config's one home for the default
+
+    return int(SETTINGS[name].default)
 
 
 def rewards_equal(rewards: Iterable[float]) -> bool:
@@ -98,13 +110,29 @@ class _Step:
     step: int
     reward: float
     flat: float
+    groups: int = 1
+    #: Where the stretch that ends here starts (an index into the steps), and its mean
+    #: reward (weighted by groups); -1 and -inf while the steps so far hold too few groups.
+    start: int = -1
+    mean: float = -math.inf
+    #: The best such mean of a stretch ending here or before.
+    top: float = -math.inf
 
 
-def _best_mean(steps: Sequence[_Step]) -> float:
-    """The best mean reward of `COLLAPSE_STEPS` steps in a row."""
-    k = COLLAPSE_STEPS
-    return max((sum(s.reward for s in steps[i:i + k]) / k for i in range(len(steps) - k + 1)),
-               default=-math.inf)
+def _stretch(steps: Sequence[_Step], end: int, groups: int) -> int:
+    """Where the stretch of `steps` that ends at index `end` starts: the fewest steps, at
+    least `COLLAPSE_STEPS`, that hold at least `groups` groups; -1 while there are too few."""
+    held = 0
+    for i in range(end, -1, -1):
+        held += steps[i].groups
+        if held >= groups and end - i + 1 >= COLLAPSE_STEPS:
+            return i
+    return -1
+
+
+def _weighted(steps: Sequence[_Step], field: str) -> float:
+    total = sum(s.groups for s in steps)
+    return sum(getattr(s, field) * s.groups for s in steps) / total if total else math.nan
 
 
 class HealthWindow:
@@ -112,10 +140,13 @@ class HealthWindow:
     and the checkpoints a rollback could resume from (module docstring)."""
 
     def __init__(self, size: int = 32, *, no_signal_rate: float = 0.9,
-                 error_rate: float = 0.5) -> None:
+                 error_rate: float = 0.5, collapse_groups: int | None = None) -> None:
         self.size = size
         self.no_signal_rate = no_signal_rate
         self.error_rate = error_rate
+        #: The groups a collapse is judged over (the run's `collapse_groups` setting).
+        self.collapse_groups = (_setting_default("collapse_groups") if collapse_groups is None
+                                else max(1, int(collapse_groups)))
         self.outcomes: deque[Outcome] = deque(maxlen=size)
         #: (rollouts failed, rollouts) of each of those groups.
         self.rollouts: deque[tuple[int, int]] = deque(maxlen=size)
@@ -124,8 +155,6 @@ class HealthWindow:
         self.lowest = math.inf
         self._steps: list[_Step] = []
         self._best: _Step | None = None
-        #: The best mean of COLLAPSE_STEPS steps in a row, before the last COLLAPSE_STEPS.
-        self._top = -math.inf
         self._checkpoints: dict[int, str] = {}  # step -> name, full checkpoints kept
         self.collapse: Collapse | None = None
         self._collapse_told = False
@@ -151,6 +180,10 @@ class HealthWindow:
         self.size = max(1, int(get("health_window")))
         self.no_signal_rate = get("zero_variance_pause_rate")
         self.error_rate = get("error_pause_rate")
+        groups = max(1, int(get("collapse_groups")))
+        if groups != self.collapse_groups:
+            self.collapse_groups = groups
+            self._restretch(0)
         if self.outcomes.maxlen != self.size:
             self.outcomes = deque(self.outcomes, maxlen=self.size)
             self.rollouts = deque(self.rollouts, maxlen=self.size)
@@ -213,9 +246,25 @@ class HealthWindow:
             return "error", (f"rollout errors: {errors:.0%} of the last {rollouts} rollouts "
                              f"({len(self.outcomes)} groups) failed")
         no_signal = self.share("no_signal")
-        if no_signal >= self.no_signal_rate:
+        if no_signal >= self.no_signal_rate and not self.judging_a_fall():
             return "no_signal", self.no_signal_words(no_signal)
         return None
+
+    def judging_a_fall(self) -> bool:
+        """Whether the last step fell below the collapse level after the best step, and the
+        steps since hold fewer than `collapse_groups` groups: the collapse check has not had
+        its evidence yet. The no-signal pause waits for it (groups are counted as sampled,
+        ahead of the steps), else a policy that fell to equal rewards at 0 would be paused
+        as "no learning signal" before it could be named as collapsed."""
+        best = self._best
+        if best is None or not self._steps or self._steps[-1].step <= best.step:
+            return False
+        last = self._steps[-1]
+        low = min(self.lowest, min(s.reward for s in self._steps))
+        if not last.top - low > TOLERANCE or \
+                last.reward >= low + COLLAPSE_LEVEL * (last.top - low):
+            return False
+        return sum(s.groups for s in self._steps if s.step > best.step) < self.collapse_groups
 
     # ------------------------------------------------------------------ steps
     @property
@@ -223,24 +272,20 @@ class HealthWindow:
         """(step, mean reward) of the best step so far."""
         return None if self._best is None else (self._best.step, self._best.reward)
 
-    def stepped(self, step: int, reward: float, flat: float, *,
+    def stepped(self, step: int, reward: float, flat: float, *, groups: int = 1,
                 lowest: float | None = None) -> Collapse | None:
-        """Count a trained step: its mean reward and `flat_share` (and its lowest reward, for
-        a window not fed the groups: a stored run read back). Returns the collapse the
-        first time it is seen (once per collapse), else None."""
+        """Count a trained step: its mean reward, `flat_share` and the groups it trained on
+        (and its lowest reward, for a window not fed the groups: a stored run read back).
+        Returns the collapse the first time it is seen (once per collapse), else None."""
         if not math.isfinite(reward):
             return None
         if lowest is not None and math.isfinite(lowest):
             self.lowest = min(self.lowest, lowest)
-        entry = _Step(step, reward, flat)
         if self._steps and self._steps[-1].step >= step:
             self._steps = [s for s in self._steps if s.step < step]  # a rewound run goes again
-            self._top = _best_mean(self._steps[:-COLLAPSE_STEPS])
-        self._steps.append(entry)
-        k = COLLAPSE_STEPS
-        if len(self._steps) >= 2 * k:  # the window just before the recent one now counts
-            before = self._steps[-2 * k:-k]
-            self._top = max(self._top, sum(s.reward for s in before) / k)
+        self._steps.append(_Step(step, reward, flat, max(1, int(groups))))
+        self._restretch(len(self._steps) - 1)
+        entry = self._steps[-1]
         if self._best is None or reward > self._best.reward + TOLERANCE:
             self._best = entry
         self.collapse = self._collapse()
@@ -252,19 +297,34 @@ class HealthWindow:
         self._collapse_told = True
         return self.collapse
 
+    def _restretch(self, first: int) -> None:
+        """Give the steps from index `first` on their stretches, means and tops."""
+        steps = self._steps
+        for i in range(first, len(steps)):
+            start = _stretch(steps, i, self.collapse_groups)
+            mean = _weighted(steps[start:i + 1], "reward") if start >= 0 else -math.inf
+            top = max(mean, steps[i - 1].top if i else -math.inf)
+            s = steps[i]
+            steps[i] = _Step(s.step, s.reward, s.flat, s.groups, start, mean, top)
+
     def _collapse(self) -> Collapse | None:
         best = self._best
-        recent = self._steps[-COLLAPSE_STEPS:]
-        if best is None or len(recent) < COLLAPSE_STEPS or recent[0].step <= best.step:
+        if best is None or not self._steps:
+            return None
+        last = self._steps[-1]
+        if last.start < 0:
+            return None
+        recent = self._steps[last.start:]
+        if recent[0].step <= best.step:
             return None
         low = min(self.lowest, min(s.reward for s in self._steps))
-        top = self._top
+        # the best stretch that ended before this one began
+        top = self._steps[last.start - 1].top if last.start > 0 else -math.inf
         if not top - low > TOLERANCE:
             return None
         level = low + COLLAPSE_LEVEL * (top - low)
-        mean = sum(s.reward for s in recent) / len(recent)
-        flat = sum(s.flat for s in recent) / len(recent)
-        if mean >= level or flat < COLLAPSE_FLAT_SHARE or recent[-1].reward >= level:
+        if last.mean >= level or _weighted(recent, "flat") < COLLAPSE_FLAT_SHARE \
+                or last.reward >= level:
             return None
         first = len(self._steps) - 1  # the first step of the fall: back while below level
         while first > 0 and self._steps[first - 1].reward < level \
@@ -307,7 +367,6 @@ class HealthWindow:
                 self._best is None or best[1] > self._best.reward + TOLERANCE):
             self._best = _Step(int(best[0]), float(best[1]), 0.0)
         self._steps = [s for s in self._steps if s.step <= step]
-        self._top = _best_mean(self._steps[:-COLLAPSE_STEPS])
         self._checkpoints = {s: n for s, n in self._checkpoints.items() if s <= step}
         self.collapse = None
         self._collapse_told = False

@@ -743,7 +743,7 @@ class Pipeline:
                 self.stop(f"budget: {over_budget}")
             best_before = self.health.best_step
             collapse = self.health.stepped(self.step, metrics[keys.REWARD_MEAN],
-                                           flat_share(metrics, len(batch)))
+                                           flat_share(metrics, len(batch)), groups=len(batch))
             why = self.checkpointer.due(self.step, best_before)
             if why is not None:
                 await self._checkpoint(why)
