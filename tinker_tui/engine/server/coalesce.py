@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import tinker
 
+from tinker_tui.engine.server.open_batches import OpenBatches
+
 if TYPE_CHECKING:
     from tinker_tui.engine.server.handler import PolicySource
 
@@ -91,7 +93,7 @@ class SampleCoalescer:
         self.max_samples = max_samples
         self.full_at = full_at
         self.stats = CoalescingStats()
-        self._open: dict[tuple[Any, ...], _Batch] = {}
+        self._open: OpenBatches[_Batch] = OpenBatches()
 
     # The handler reads these from its policy.
     @property
@@ -130,9 +132,7 @@ class SampleCoalescer:
         if batch is None:
             batch = _Batch(key, prompt, sampling_params, version, top_logprobs, constraint,
                            constraint_prefix, shared)
-            self._open[key] = batch
-            loop = asyncio.get_running_loop()
-            batch.timer = loop.call_later(self.window, self._send, batch)
+            self._open.add(batch, asyncio.get_running_loop(), self.window, self._send)
         member = _Member(num_samples, asyncio.get_running_loop().create_future())
         batch.members.append(member)
         if self.full_at is not None and batch.num_samples >= self.full_at:
@@ -140,30 +140,11 @@ class SampleCoalescer:
         try:
             return await member.future
         except asyncio.CancelledError:
-            self._left(batch, member)
+            self._open.left(batch, member)
             raise
 
-    def _left(self, batch: _Batch, member: _Member) -> None:
-        """A member's caller stopped waiting: before the call, it leaves the batch (an
-        empty batch is dropped); after, the call is cancelled once nobody waits for it."""
-        if batch.task is None:
-            batch.members.remove(member)
-            if not batch.members:
-                if batch.timer is not None:
-                    batch.timer.cancel()
-                if self._open.get(batch.key) is batch:
-                    del self._open[batch.key]
-        elif not batch.waiting() and not batch.task.done():
-            batch.task.cancel()
-
     def _send(self, batch: _Batch) -> None:
-        if batch.task is not None:
-            return
-        if batch.timer is not None:
-            batch.timer.cancel()
-        if self._open.get(batch.key) is batch:
-            del self._open[batch.key]
-        if not batch.members:
+        if not self._open.closing(batch):
             return
         self.stats.calls += 1
         self.stats.samples += batch.num_samples

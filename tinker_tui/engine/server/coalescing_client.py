@@ -30,6 +30,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from tinker_tui.engine.server.open_batches import OpenBatches
 from tinker_tui.engine.server.schema import MAX_N
 
 #: Headers of the answer that do not survive re-encoding a member's share of it.
@@ -93,7 +94,7 @@ class CoalescingTransport:
         self.full_at = full_at
         self.stats = ClientCoalescingStats()
         self._httpx = httpx_module()
-        self._open: dict[tuple[Any, ...], _Batch] = {}
+        self._open: OpenBatches[_Batch] = OpenBatches()
 
     async def handle_async_request(self, request: Any) -> Any:
         self.stats.requests += 1
@@ -109,8 +110,7 @@ class CoalescingTransport:
         loop = asyncio.get_running_loop()
         if batch is None:
             batch = _Batch(key, body)
-            self._open[key] = batch
-            batch.timer = loop.call_later(self.window, self._send, batch)
+            self._open.add(batch, loop, self.window, self._send)
         member = _Member(request, n, loop.create_future())
         batch.members.append(member)
         if batch.n >= min(self.max_n, self.full_at or self.max_n):
@@ -118,7 +118,7 @@ class CoalescingTransport:
         try:
             return await member.future
         except asyncio.CancelledError:
-            self._left(batch, member)
+            self._open.left(batch, member)
             raise
 
     async def aclose(self) -> None:
@@ -152,27 +152,8 @@ class CoalescingTransport:
         return key, rest, n
 
     # -- a batch's life -------------------------------------------------------------------
-    def _left(self, batch: _Batch, member: _Member) -> None:
-        """A member's caller stopped waiting: before the request, it leaves the batch (an
-        empty batch is dropped); after, the request is cancelled once nobody waits."""
-        if batch.task is None:
-            batch.members.remove(member)
-            if not batch.members:
-                if batch.timer is not None:
-                    batch.timer.cancel()
-                if self._open.get(batch.key) is batch:
-                    del self._open[batch.key]
-        elif not batch.waiting() and not batch.task.done():
-            batch.task.cancel()
-
     def _send(self, batch: _Batch) -> None:
-        if batch.task is not None:
-            return
-        if batch.timer is not None:
-            batch.timer.cancel()
-        if self._open.get(batch.key) is batch:
-            del self._open[batch.key]
-        if not batch.members:
+        if not self._open.closing(batch):
             return
         self.stats.sent += 1
         batch.task = asyncio.get_running_loop().create_task(self._request(batch),
