@@ -112,9 +112,11 @@ def test_a_run_on_the_local_backend_stops_at_its_budget_naming_it(tmp_path):
     assert first.returncode == 0, first.stderr[-2000:]
     rows = [_step_metrics(r) for r in _metrics(tmp_path)]
     per_step = rows[-1][keys.COST_USD_TOTAL] / len(rows)
-    for row in rows:
-        assert row[keys.TOKENS_TRAINED] > 0 and row[keys.TOKENS_SAMPLED] > 0
-        assert row[keys.TOKENS_PREFILL] >= row[keys.TOKENS_PREFILL_CACHED] > 0
+    for row in rows:  # sampling runs ahead of training: a step may sample nothing new
+        assert row[keys.TOKENS_TRAINED] > 0
+        assert row[keys.TOKENS_PREFILL] >= row[keys.TOKENS_PREFILL_CACHED] >= 0
+    assert sum(r[keys.TOKENS_SAMPLED] for r in rows) > 0
+    assert sum(r[keys.TOKENS_PREFILL_CACHED] for r in rows) > 0
     budget = per_step * 3.5  # about three and a half steps' worth
     for old in tmp_path.glob("*.metrics.jsonl"):
         old.unlink()

@@ -141,7 +141,7 @@ async def test_the_summary_of_a_rolled_back_run_forgets_the_undone_steps(tmp_pat
     config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
                        max_steps_off_policy=0, checkpoint_every=3, seed=3,
                        on_collapse="rollback", max_rollbacks=1, learning_rate=1e-3,
-                       keep_last_checkpoints=2)
+                       keep_last_checkpoints=2, collapse_groups=SHORT)
     db = tmp_path / "runs.db"
     run = Run(task=Task(name="peaked", scenarios=scenarios, rollout=rollout), config=config,
               backend="local", db_path=db, headless=True)
@@ -363,7 +363,8 @@ async def test_a_resumed_run_that_rolls_back_ends_at_the_step_it_reached(tmp_pat
     phase = {"collapsing": True}
     config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
                        max_steps_off_policy=0, checkpoint_every=2, seed=3, on_collapse="stop",
-                       learning_rate=1e-3, keep_last_checkpoints=2)
+                       learning_rate=1e-3, keep_last_checkpoints=2,
+                       collapse_groups=SHORT)
     db = tmp_path / "runs.db"
     first = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
                 headless=True)

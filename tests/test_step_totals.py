@@ -9,7 +9,7 @@ import dataclasses
 import io
 import random
 
-from test_rollback import STEPS, collapsing_task
+from test_rollback import SHORT, STEPS, collapsing_task
 
 from tinker_tui import Scenario, Task, Trajectory
 from tinker_tui.app.dashboard_state import DashboardState
@@ -88,7 +88,8 @@ async def test_live_totals_after_a_rollback_are_those_show_reads(tmp_path):
     config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
                        max_steps_off_policy=0, checkpoint_every=2, seed=3,
                        on_collapse="rollback", max_rollbacks=1, rollback_lr_scale=0.5,
-                       learning_rate=1e-3, keep_last_checkpoints=2)
+                       learning_rate=1e-3, keep_last_checkpoints=2,
+                       collapse_groups=SHORT)
     db = tmp_path / "runs.db"
     run = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
               headless=True)
