@@ -162,13 +162,10 @@ class SampleCoalescer:
             if len(sequences) != asked:
                 raise RuntimeError(f"the sampler returned {len(sequences)} sequences for "
                                    f"num_samples={asked}")
-        except asyncio.CancelledError:
-            for member in batch.members:
-                member.future.cancel()
-            raise
         except BaseException as exc:
-            for member in batch.waiting():
-                member.future.set_exception(exc)
+            self._open.failed(batch, exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
             return
         split: Callable[[int, int], Any] = (
             (lambda start, count: response) if batch.shared

@@ -175,13 +175,10 @@ class CoalescingTransport:
                 raw = await response.aread()
             finally:
                 await response.aclose()
-        except asyncio.CancelledError:
-            for member in batch.members:
-                member.future.cancel()
-            raise
         except BaseException as exc:
-            for member in batch.waiting():
-                member.future.set_exception(exc)
+            self._open.failed(batch, exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
             return
         shares = self._split(raw, response.status_code, batch)
         headers = [(k, v) for k, v in response.headers.multi_items()

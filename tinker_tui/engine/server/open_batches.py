@@ -4,7 +4,7 @@ server's sampling calls (`coalesce`) and the rollouts' HTTP requests (`coalescin
 A batch opens with its first member and is sent when its window ends or it is full (the
 coalescer decides which, and what sending it means). A member whose caller stops waiting
 leaves a batch not sent yet (an empty one is dropped with its timer); once a batch is sent,
-it is cancelled only when nobody waits for it any more.
+it is cancelled only when nobody waits for it any more; a send that fails tells every caller.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class Batch(Protocol):
     @property
     def members(self) -> list[Any]: ...
 
-    def waiting(self) -> Sequence[object]: ...
+    def waiting(self) -> Sequence[Any]: ...
 
 
 B = TypeVar("B", bound=Batch)
@@ -63,6 +63,16 @@ class OpenBatches(Generic[B]):
             return False
         self._close(batch)
         return bool(batch.members)
+
+    def failed(self, batch: B, error: BaseException) -> None:
+        """Sending `batch` failed: every caller still waiting gets the error; cancelled (the
+        last caller left, or the loop is closing): every member is cancelled."""
+        if isinstance(error, asyncio.CancelledError):
+            for member in batch.members:
+                member.future.cancel()
+        else:
+            for member in batch.waiting():
+                member.future.set_exception(error)
 
     def _close(self, batch: B) -> None:
         if batch.timer is not None:
