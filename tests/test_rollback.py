@@ -37,17 +37,19 @@ STEPS = 14
 SHORT = 6
 
 
+def endless_scenarios(rng: random.Random):
+    """Scenarios s0, s1, … for ever; `data` is the index (the tasks here script by it)."""
+    index = 0
+    while True:
+        yield Scenario(id=f"s{index}", data=index)
+        index += 1
+
+
 def collapsing_task(phase: dict[str, bool]) -> Task:
     """Rewards 0 or 1 at random per rollout (a learning signal) until step 6; then, until
     the run rolls back, every rollout earns 0: a collapse the run cannot climb out of."""
 
     tries: dict[str, int] = {}
-
-    def scenarios(rng: random.Random):
-        index = 0
-        while True:
-            yield Scenario(id=f"s{index}", data=index)
-            index += 1
 
     async def rollout(client, model, scenario: Scenario) -> Trajectory:
         completion = await client.chat.completions.create(
@@ -57,7 +59,7 @@ def collapsing_task(phase: dict[str, bool]) -> Task:
         reward = 0.0 if collapsed else float(random.Random(f"{scenario.id}/{n}").random() < 0.5)
         return Trajectory.from_choices(completion.choices, reward=reward)
 
-    return Task(name="collapsing", scenarios=scenarios, rollout=rollout)
+    return Task(name="collapsing", scenarios=endless_scenarios, rollout=rollout)
 
 
 async def test_a_collapse_is_rolled_back_exactly_once(tmp_path):
@@ -118,12 +120,6 @@ async def test_the_summary_of_a_rolled_back_run_forgets_the_undone_steps(tmp_pat
     phase = {"rolled_back": False}
     tries: dict[str, int] = {}
 
-    def scenarios(rng: random.Random):
-        index = 0
-        while True:
-            yield Scenario(id=f"s{index}", data=index)
-            index += 1
-
     async def rollout(client, model, scenario: Scenario) -> Trajectory:
         """Rewards 0 or 1 at random, all 1 around step 7 (the best), 0 after it (a collapse),
         until the rollback; after it, at random again (below that best)."""
@@ -143,7 +139,7 @@ async def test_the_summary_of_a_rolled_back_run_forgets_the_undone_steps(tmp_pat
                        on_collapse="rollback", max_rollbacks=1, learning_rate=1e-3,
                        keep_last_checkpoints=2, collapse_groups=SHORT)
     db = tmp_path / "runs.db"
-    run = Run(task=Task(name="peaked", scenarios=scenarios, rollout=rollout), config=config,
+    run = Run(task=Task(name="peaked", scenarios=endless_scenarios, rollout=rollout), config=config,
               backend="local", db_path=db, headless=True)
     live = SummaryCollector(task="peaked", db_path=db)
     rewards: dict[int, float] = {}

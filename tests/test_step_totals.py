@@ -9,7 +9,7 @@ import dataclasses
 import io
 import random
 
-from test_rollback import SHORT, STEPS, collapsing_task
+from test_rollback import SHORT, STEPS, collapsing_task, endless_scenarios
 
 from tinker_tui import Scenario, Task, Trajectory
 from tinker_tui.app.dashboard_state import DashboardState
@@ -27,12 +27,6 @@ def steady_task() -> Task:
     """Every third scenario earns 1.0 on every rollout (a zero-variance group: converged
     once 1.0 is the best seen), the others 0 or 1 at random: discards from the first steps."""
 
-    def scenarios(rng: random.Random):
-        index = 0
-        while True:
-            yield Scenario(id=f"s{index}", data=index)
-            index += 1
-
     async def rollout(client, model, scenario: Scenario) -> Trajectory:
         completion = await client.chat.completions.create(
             model=model, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2)
@@ -40,7 +34,7 @@ def steady_task() -> Task:
         reward = 1.0 if scenario.data % 3 == 0 else float(draw.random() < 0.5)
         return Trajectory.from_choices(completion.choices, reward=reward)
 
-    return Task(name="steady", scenarios=scenarios, rollout=rollout)
+    return Task(name="steady", scenarios=endless_scenarios, rollout=rollout)
 
 
 def step_lines(reporter: HeadlessReporter) -> list[str]:
