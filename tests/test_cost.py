@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -131,6 +132,13 @@ def test_a_run_on_the_local_backend_stops_at_its_budget_naming_it(tmp_path):
     assert rows[-1][keys.COST_USD_TOTAL] <= budget
     assert rows[-1][keys.COST_USD_TOTAL] == pytest.approx(
         sum(r[keys.COST_USD_STEP] for r in rows))
+    with sqlite3.connect(tmp_path / "runs.db") as conn:
+        stops = conn.execute("select source, args from commands where command = 'stop'"
+                             ).fetchall()
+    conn.close()
+    # The run stopped itself: the control view's "from" column must not say a person did.
+    assert [source for source, _ in stops] == ["engine"], stops
+    assert "budget" in stops[0][1]
 
 
 # ---------------------------------------------------------------------- reconciliation

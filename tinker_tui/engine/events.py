@@ -225,12 +225,18 @@ class RunFinished(Event):
     reason: str = ""
 
 
+#: `CommandReceived.source` of what the run asked of itself.
+SOURCE_ENGINE = "engine"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CommandReceived(Event):
     """A control command reached the engine (from the UI, a signal, or another process).
 
     `command` is one of pause, resume, checkpoint, eval, stop, set; `args` holds e.g.
-    {"name": "learning_rate", "value": 1e-3} for set.
+    {"name": "learning_rate", "value": 1e-3} for set. `source` says who asked: "user" (the
+    dashboard, a signal, another process), "engine" (the run itself: a budget, a failed
+    task, a full disk), "on_collapse" or "on_health_pause" (the health reactions).
     """
 
     command: str

@@ -35,6 +35,7 @@ from tinker_tui.engine.checkpoint_paths import run_checkpoint_dir
 from tinker_tui.engine.clock import Clock, SystemClock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import (
+    SOURCE_ENGINE,
     EventBus,
     LogEmitted,
     RunFinished,
@@ -306,7 +307,8 @@ class Run:
 
         self.pipeline.rewind_store = rewind_store
         # A full disk under the store: stop now (nothing more can be recorded), then fail.
-        store.on_failure = lambda failure: self.pipeline.stop("the run store's disk is full")
+        store.on_failure = lambda failure: self.pipeline.stop("the run store's disk is full",
+                                                               source=SOURCE_ENGINE)
         # What is loaded by now (torch, the SDK, the app) lives for the whole run: out of
         # the cyclic GC, whose full passes over it took seconds during start-up, stalling
         # the loop from whichever thread set one off.

@@ -35,6 +35,7 @@ from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import RunConfig, check_knob
 from tinker_tui.engine.events import (
     DISCARD_REASONS,
+    SOURCE_ENGINE,
     CommandReceived,
     DiscardReason,
     Event,
@@ -208,6 +209,7 @@ class Pipeline:
         return self._stopping
 
     def _command(self, command: str, *, source: str = "user", **args: Any) -> None:
+        """Record a command; `source` as `CommandReceived` lists them."""
         self._emit(CommandReceived(time=self.clock.now(), command=command, args=args,
                                    source=source))
 
@@ -220,8 +222,8 @@ class Pipeline:
         self._emit(RunStateChanged(time=self.clock.now(), state="paused", reason=reason))
         self.log("info", f"paused: {reason}; in-flight rollouts will finish")
 
-    def resume(self) -> None:
-        self._command("resume")
+    def resume(self, *, source: str = "user") -> None:
+        self._command("resume", source=source)
         if not self._paused or self._stopping:
             return
         self._paused = False
@@ -470,7 +472,7 @@ class Pipeline:
             return
         self.scenario_failure = error
         self.log("error", str(error))
-        self.stop("the task's scenarios failed")
+        self.stop("the task's scenarios failed", source=SOURCE_ENGINE)
 
     async def _sample_group(self, client: object, group_id: int,
                             scenario: Scenario) -> TrajectoryGroup | None:
@@ -482,7 +484,7 @@ class Pipeline:
         except RolloutLoopClosed as exc:
             if not self._stopping:  # the rollout loop ended under a running pipeline
                 self.log("error", f"rollouts cannot run any more: {exc}")
-                self.stop(f"the rollout loop ended ({exc})")
+                self.stop(f"the rollout loop ended ({exc})", source=SOURCE_ENGINE)
             return None
         errors = [r for r in results if isinstance(r, BaseException)]
         if any(isinstance(e, asyncio.CancelledError) for e in errors):
@@ -740,7 +742,7 @@ class Pipeline:
                                    group_ids=tuple(g.group_id for g in batch)))
             over_budget = self.cost.budget_passed_by_next_step()
             if over_budget and self.step < self.config.max_steps:
-                self.stop(f"budget: {over_budget}")
+                self.stop(f"budget: {over_budget}", source=SOURCE_ENGINE)
             best_before = self.health.best_step
             collapse = self.health.stepped(self.step, metrics[keys.REWARD_MEAN],
                                            flat_share(metrics, len(batch)), groups=len(batch))
@@ -822,7 +824,7 @@ class Pipeline:
                             f"step(s) undone), learning rate {old:g} -> "
                             f"{self._learning_rate:g}: {reason}")
         if self._paused:
-            self.resume()
+            self.resume(source=source)
         self._ensure_workers()
         self._wake.set()
 
