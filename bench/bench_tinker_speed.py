@@ -14,8 +14,11 @@ thread, the real `BackendSession` on the SDK), in both task forms: per-trajector
 (32 requests n=1) and `group_rollout` (one request n=32); beside a plain SDK loop that asks
 `sample(num_samples=32)` itself, in one run against one double (served by a process of its
 own, so neither side shares its CPU with the other's service), the same number of groups in
-flight on each side, each group in flight with a prompt of its own, the sides interleaved in
-short slices (`--slices`) so that the machine's drifting load falls on each alike.
+flight on each side (`--in-flight`), each group in flight with a prompt of its own, the sides
+interleaved in short slices (`--slices`) so that the machine's drifting load falls on each
+alike. Each row adds a round trip to every `asample` (`--latency-ms`): at +0 ms the double
+answers in milliseconds and the ratio is this process's CPU per group (printed beside it)
+against the SDK call's alone; a real service sampling 32 answers takes seconds.
 
 cycles: the double in clock-cycle mode (`--clock-cycle`, 1 s): training steps through the
 engine's trainer (`BackendSession`: next step submitted before the last one's tail is
@@ -35,6 +38,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,6 +166,9 @@ class Side:
     completions: int = 0
     groups: int = 0
     seconds: float = 0.0
+    #: CPU seconds of this process (every thread: the SDK's, the rollouts', the engine's)
+    #: while the side ran; the sides run one at a time, so each slice's CPU is its own.
+    cpu: float = 0.0
     double_calls: Counter[str] = field(default_factory=Counter)
     chat_requests: int = 0
     http_requests: int = 0
@@ -176,7 +183,8 @@ class Side:
         n = max(self.groups, 1)
         return (f"{self.double_calls['asample'] / n:.2f} asample, "
                 f"{self.double_calls['retrieve_future'] / n:.1f} retrieve_future a group, "
-                f"{1000 * self.seconds * in_flight / n:.0f} ms a group")
+                f"{1000 * self.seconds * in_flight / n:.0f} ms a group, "
+                f"{1000 * self.cpu / n:.1f} ms of this process's CPU a group")
 
 
 async def _slice(side: Side, seconds: float, in_flight: int, record: Any,
@@ -199,9 +207,10 @@ async def _slice(side: Side, seconds: float, in_flight: int, record: Any,
     stats = side.client_stats
     asked, sent = (stats.requests, stats.sent) if stats else (0, 0)
     requests, calls = server.coalescer.stats.requests, server.coalescer.stats.calls
-    started = loop.time()
+    started, cpu = loop.time(), time.process_time()
     await asyncio.gather(*(lane(i) for i in range(in_flight)))
     side.seconds += loop.time() - started
+    side.cpu += time.process_time() - cpu
     side.double_calls.update((await asyncio.to_thread(double_calls)) - before)
     if stats:
         side.chat_requests += stats.requests - asked
@@ -236,7 +245,7 @@ def _tasks(max_tokens: int) -> tuple[Any, Any]:
 
 async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: int,
                       rounds: int, latencies: list[float], double: DoubleProcess,
-                      slices: int) -> None:
+                      slices: int) -> dict[tuple[float, str], list[float]]:
     """Both sides as a run has them: the policy server, its openai client and the task's
     rollouts on the rollout thread's loop (`RolloutThread`), `BackendSession.sample` on this
     (the engine's) loop, a group's rollouts started together (`run_together`)."""
@@ -293,6 +302,7 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
             return len(results)
         return one_group
 
+    ratios: dict[tuple[float, str], list[float]] = {}
     forms = [("per-trajectory rollout (n=1 each)", await engine_group(per_trajectory)),
              (f"group_rollout (1 request n={group})", await engine_group(per_group))]
     await plain_group(0)
@@ -313,6 +323,7 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
                     await _slice(side, seconds / slices, in_flight, double.record, server)
             lines = [f"{plain.label}: {plain.rate:7.1f}/s ({plain.seen(in_flight)})"]
             for side in sides[1:]:
+                ratios.setdefault((latency, side.label), []).append(side.rate / plain.rate)
                 lines.append(
                     f"{side.label}: {side.rate:7.1f}/s = {side.rate / plain.rate:.2f}x "
                     f"({side.chat_requests / max(side.http_requests, 1):.1f} chat requests "
@@ -328,20 +339,28 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
 
     await rollouts.close(before=stop_server)
     await policy.close("success")
+    return ratios
 
 
 def bench_throughput(seconds: float, rounds: int, latencies: list[float],
-                     slices: int) -> None:
-    group, in_flight, max_tokens = 32, 4, 16
+                     slices: int, in_flight: int) -> None:
+    group, max_tokens = 32, 16
     print(f"\n== completions/s at group {group} ({in_flight} groups in flight, each its own "
           f"prompt, max_tokens {max_tokens}, {seconds:g} s a side) ==")
     double = DoubleProcess()
     try:
         os.environ.update(double.env())
-        asyncio.run(_throughput(seconds, group, in_flight, max_tokens, rounds, latencies,
-                                double, slices))
+        ratios = asyncio.run(_throughput(seconds, group, in_flight, max_tokens, rounds,
+                                         latencies, double, slices))
     finally:
         double.close()
+    # The double answers at once: at +0 ms the ratio is this process's CPU per group (the
+    # openai client's and the policy server's work) against the SDK call's alone. A service
+    # sampling 32 real answers takes seconds; the longer round trips show where that leaves it.
+    print(f"completions/s against the plain SDK n={group} loop (goal >= 0.9x), per round:")
+    for (latency, label), values in ratios.items():
+        print(f"  +{latency * 1000:5.0f} ms  {label:<50} "
+              + "  ".join(f"{v:.2f}x" for v in values))
 
 
 # ---------------------------------------------------------------------- clock cycles
@@ -437,8 +456,12 @@ def main() -> None:
                         help="throughput: each side's seconds in this many interleaved slices")
     parser.add_argument("--clock-cycle", type=float, default=1.0)
     parser.add_argument("--cycle-steps", type=int, default=12)
-    parser.add_argument("--latency-ms", default="0,250",
-                        help="round trips added to each asample request, comma-separated")
+    parser.add_argument("--latency-ms", default="0,250,1000",
+                        help="round trips added to each asample request, comma-separated "
+                             "(0: the double's own, a few ms; a real service sampling 32 "
+                             "answers takes seconds)")
+    parser.add_argument("--in-flight", type=int, default=4,
+                        help="throughput: groups in flight on each side")
     args = parser.parse_args()
     only = set(args.only or ["requests", "throughput", "cycles"])
     import logging
@@ -451,7 +474,8 @@ def main() -> None:
         bench_cycles(args.clock_cycle, args.cycle_steps)
     if "throughput" in only:
         bench_throughput(args.seconds, args.rounds,
-                         [float(x) / 1000 for x in args.latency_ms.split(",")], args.slices)
+                         [float(x) / 1000 for x in args.latency_ms.split(",")], args.slices,
+                         args.in_flight)
 
 
 if __name__ == "__main__":
