@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -78,6 +79,43 @@ def test_the_budget_stops_before_the_step_that_would_pass_it():
     assert not CostMeter(Prices(train=1.0)).budget_passed_by_next_step()  # no budget
 
 
+def test_a_step_that_would_pass_the_budget_is_not_trained_even_the_first():
+    """No estimate yet (the first step), or a step dearer than the recent ones: what is
+    spent (its sampling included) and its training are known before it trains."""
+    meter = CostMeter(Prices(sample=1.0, train=1.0), max_cost_usd=0.5)
+    sampled = TokenUsage(sampled=200_000)  # $0.2 of sampling so far
+    assert meter.budget_passed_by_training(sampled, 200_000) == ""  # $0.4 in all: fits
+    why = meter.budget_passed_by_training(sampled, 400_000)  # $0.6: it would not
+    assert why.startswith("training this step (about $0.4000) would pass the budget "
+                          "max_cost_usd = $0.5: $0.2000 spent so far"), why
+    assert "past it" not in why
+    spent = meter.budget_passed_by_training(TokenUsage(sampled=700_000), 0)
+    assert spent.endswith("$0.7000 spent so far, $0.2000 past it"), spent  # says so
+    assert CostMeter(Prices(train=1.0)).budget_passed_by_training(sampled, 10**9) == ""
+
+
+def test_a_resumed_run_past_its_budget_stops_before_its_first_step():
+    """The last step an earlier process recorded is the estimate of the next: a run the
+    budget stopped, resumed with the same budget, must not train another step."""
+    meter = CostMeter(Prices(train=1.0), max_cost_usd=3.5)
+    meter.carry({keys.COST_USD_TOTAL: 3.0, keys.COST_USD_STEP: 1.0,
+                 keys.TOKENS_TRAINED_TOTAL: 3_000_000})
+    assert "the next step (about $1.0000) would pass" in meter.budget_passed_by_next_step()
+    roomier = CostMeter(Prices(train=1.0), max_cost_usd=10.0)
+    roomier.carry({keys.COST_USD_TOTAL: 3.0, keys.COST_USD_STEP: 1.0})
+    assert roomier.budget_passed_by_next_step() == ""
+
+
+def test_the_warm_up_counts_in_the_totals_but_not_in_a_steps_estimate():
+    meter = CostMeter(Prices(train=1.0), max_cost_usd=100.0)
+    warm = TokenUsage(trained=10_000_000)  # a $10 warm-up
+    meter.warmed_up(warm)
+    first = meter.step_metrics(warm.plus(TokenUsage(trained=1_000_000)))
+    assert first[keys.COST_USD_STEP] == pytest.approx(11.0)  # the steps still add up
+    assert first[keys.COST_USD_TOTAL] == pytest.approx(11.0)
+    assert meter.next_step_estimate() == pytest.approx(1.0)
+
+
 def test_a_budget_without_prices_is_refused():
     with pytest.raises(ConfigError, match="max_cost_usd needs prices"):
         RunConfig(max_cost_usd=1.0)
@@ -127,6 +165,12 @@ def test_a_run_on_the_local_backend_stops_at_its_budget_naming_it(tmp_path):
                 "--max-cost-usd", f"{budget:.6f}")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "max_cost_usd" in done.stdout + done.stderr
+    steps = [line for line in done.stdout.splitlines() if line.startswith("step ")]
+    assert steps and all(re.search(r"  spent \$\d+\.\d{4}  ", line) for line in steps), steps
+    assert re.search(r"^  spent: \$\d+\.\d{4}; tokens prefill [\d,]+ \([\d,]+ cached\), "
+                     r"sampled [\d,]+, trained [\d,]+$", done.stdout, re.M), done.stdout
+    # The same budget would stop a resume at once: the command to continue raises it.
+    assert re.search(r"continue: .* --resume \S+ .*--max-cost-usd \d", done.stdout), done.stdout
     rows = [_step_metrics(r) for r in _metrics(tmp_path)]
     assert 1 <= len(rows) < 40
     assert rows[-1][keys.COST_USD_TOTAL] <= budget
@@ -139,6 +183,16 @@ def test_a_run_on_the_local_backend_stops_at_its_budget_naming_it(tmp_path):
     # The run stopped itself: the control view's "from" column must not say a person did.
     assert [source for source, _ in stops] == ["engine"], stops
     assert "budget" in stops[0][1]
+    # Resumed with the same budget: it stops before its first step, and says what to do.
+    run_id = re.search(r"--resume (\S+)", done.stdout)[1]
+    again = subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", "run", "example",
+                            "--resume", run_id, "--no-ui", "--db", str(tmp_path / "runs.db")],
+                           capture_output=True, text=True, timeout=600, cwd=ROOT,
+                           env={**os.environ, "HOME": str(tmp_path)})
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert not [line for line in again.stdout.splitlines() if line.startswith("step ")]
+    assert "raise max_cost_usd to go on" in again.stdout, again.stdout
+    assert len(_metrics(tmp_path)) == len(rows)
 
 
 # ---------------------------------------------------------------------- reconciliation
@@ -187,6 +241,15 @@ def test_cost_reconciles_a_tinker_run_with_the_services_billing(tmp_path):
         assert "no billing access" in refused.stdout and "Traceback" not in refused.stderr
         assert "trained" in refused.stdout  # the run's own count is shown anyway
 
+        keyless = {k: v for k, v in env.items() if k != "TINKER_API_KEY"}
+        keyless["TINKER_API_KEY"] = ""  # not set: the service is not asked
+        unasked = _cli(keyless, "cost", "--db", db)
+        assert unasked.returncode == 1, unasked.stderr
+        assert "billing usage was not asked for" in unasked.stdout, unasked.stdout
+        assert "trained" in unasked.stdout and "Traceback" not in unasked.stderr
+        # this run set no cached-prefill price: its count of them is free, and says so
+        assert "cached prefill counted at $0" in unasked.stdout
+
 
 def test_the_dashboards_cost_line():
     from tinker_tui.app.view_maths import cost_text
@@ -199,6 +262,22 @@ def test_the_dashboards_cost_line():
     line = cost_text({**tokens, keys.COST_USD_TOTAL: 0.2}, 4, 10)
     assert line.startswith("cost $0.2000 · $0.0500/step · ~$0.5000 at step 10 · tokens 20k")
     assert "at step" not in cost_text({**tokens, keys.COST_USD_TOTAL: 2.0}, 10, 10)
+    # with a budget: it is shown, and a projection past it (the run stops there) is not
+    budgeted = cost_text({**tokens, keys.COST_USD_TOTAL: 0.2}, 4, 10, budget=0.3)
+    assert budgeted.startswith("cost $0.2000 · $0.0500/step · budget $0.3000 · tokens"), budgeted
+
+
+def test_a_narrow_cost_line_drops_whole_parts_never_cuts_a_number():
+    """At 80 columns the pane had room for part of the line: '~$0.5147 at step 20' (of 200)
+    read as a wrong fact. What does not fit whole is left to the tooltip."""
+    from tinker_tui.app.view_maths import fit_parts
+
+    parts = ["cost $0.0707", "$0.0027/step", "~$0.5400 at step 200", "tokens 87k prefill"]
+    assert fit_parts(parts, 40) == "cost $0.0707 · $0.0027/step"
+    assert fit_parts(parts, 49) == "cost $0.0707 · $0.0027/step"
+    assert fit_parts(parts, 50) == "cost $0.0707 · $0.0027/step · ~$0.5400 at step 200"
+    assert fit_parts(parts, 5) == "cost $0.0707"  # the first part stays (cut by the view)
+    assert fit_parts([], 40) == ""
 
 
 async def test_the_dashboard_shows_the_cost_line():
@@ -240,4 +319,6 @@ async def test_the_dashboard_shows_the_cost_line():
             if shown:
                 text = str(label.render())
                 assert text.startswith(f"cost ${0.01 * app.model.step:.4f} · $0.0100/step")
-                assert "tokens" in text
+                # the pane shows the parts that fit whole; the tooltip has the whole line
+                assert len(text) <= app.screen.query_one("ThroughputPanel").content_size.width
+                assert text in str(label.tooltip) and "tokens" in str(label.tooltip)

@@ -154,7 +154,8 @@ class HeadlessReporter:
             earlier, self._earlier = self._earlier, []
             self._take_in(earlier, event.start_step)
             self._print(f"run {event.run_id}: task {event.name}, {event.backend} backend, "
-                        f"base model {event.base_model}, {event.max_steps} steps")
+                        f"base model {event.base_model}, {event.max_steps} "
+                        + ("step" if event.max_steps == 1 else "steps"))
         elif isinstance(event, StartupProgressed):
             self._startup(event)
         elif isinstance(event, GroupSampled):
@@ -177,6 +178,8 @@ class HeadlessReporter:
             collapse = self.health.collapse
             health = "" if collapse is None else \
                 f"  collapsed (best {collapse.best:.3f} at step {collapse.best_step})"
+            usd = m.get(keys.COST_USD_TOTAL)  # where prices are set
+            spent = f"spent ${usd:.4f}  " if isinstance(usd, int | float) else ""
             self._print(
                 f"step {event.step:>4}/{self.max_steps}  "
                 f"reward {m.get(keys.REWARD_MEAN, float('nan')):.3f}  "
@@ -186,6 +189,7 @@ class HeadlessReporter:
                 f"{failures}"
                 f"staleness {m.get(keys.STALENESS_MEAN, 0.0):.2f}  "
                 f"step {m.get(keys.STEP_TIME, 0.0):.2f}s  "
+                f"{spent}"
                 f"elapsed {elapsed:.1f}s{health}")
         elif isinstance(event, CommandReceived | CheckpointDeleted):
             if isinstance(event, CommandReceived) and event.command == "rolled_back":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import shlex
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from tinker_tui.engine.events import (
 )
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.metrics.collapse_memory import EARLIER_KINDS, fold, is_automatic_rollback
+from tinker_tui.engine.metrics.cost import BUDGET_STOP
 from tinker_tui.engine.metrics.health import HealthWindow
 from tinker_tui.engine.training.resume import RAN_OUT
 
@@ -78,6 +80,11 @@ class RunSummary:
     #: Rollbacks `on_collapse = rollback` asked for, and the most it may (`max_rollbacks`).
     automatic_rollbacks: int = 0
     max_rollbacks: int | None = None
+    #: The run's budget (`max_cost_usd`; 0: none).
+    max_cost_usd: float = 0.0
+    #: The last step's running totals of tokens and dollars (`tokens/*_total`,
+    #: `cost/usd_total`; the dollars only where prices are set).
+    totals: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def ended(self) -> bool:
@@ -125,7 +132,8 @@ class SummaryCollector:
                                     task=s.task or event.task_spec
                                     or task_spec_for(event.name),
                                     max_steps=event.max_steps, step=max(s.step, event.start_step),
-                                    max_rollbacks=_int_or_none(event.config.get("max_rollbacks")))
+                                    max_rollbacks=_int_or_none(event.config.get("max_rollbacks")),
+                                    max_cost_usd=_float_or_zero(event.config.get("max_cost_usd")))
             self._health.configure(event.config)
             earlier, self._earlier = self._earlier, []
             for before in earlier:  # first: an equal best stays at its earlier step
@@ -145,7 +153,9 @@ class SummaryCollector:
             s = replace(s, step=event.step,
                         failed_rollouts=s.failed_rollouts
                         + int(event.metrics.get(keys.ROLLOUTS_FAILED, 0)),
-                        rollouts=s.rollouts + int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)))
+                        rollouts=s.rollouts + int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)),
+                        totals={k: float(event.metrics[k]) for k in _TOTALS
+                                if isinstance(event.metrics.get(k), int | float)})
             if reward is not None and math.isfinite(reward):
                 best = s.best_reward is None or reward > s.best_reward
                 s = replace(s, final_reward=float(reward),
@@ -238,6 +248,28 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+_TOTALS = (keys.TOKENS_PREFILL_TOTAL, keys.TOKENS_PREFILL_CACHED_TOTAL,
+           keys.TOKENS_SAMPLED_TOTAL, keys.TOKENS_TRAINED_TOTAL, keys.COST_USD_TOTAL)
+
+
+def spending_text(totals: Mapping[str, float]) -> str:
+    """The run's tokens (and dollars, where prices are set) so far, in one line."""
+    if not totals:
+        return ""
+    prefill = int(totals.get(keys.TOKENS_PREFILL_TOTAL, 0))
+    cached = int(totals.get(keys.TOKENS_PREFILL_CACHED_TOTAL, 0))
+    words = (f"tokens prefill {prefill:,} ({cached:,} cached), "
+             f"sampled {int(totals.get(keys.TOKENS_SAMPLED_TOTAL, 0)):,}, "
+             f"trained {int(totals.get(keys.TOKENS_TRAINED_TOTAL, 0)):,}")
+    usd = totals.get(keys.COST_USD_TOTAL)
+    return f"${usd:.4f}; {words}" if usd is not None else words
+
+
+def _float_or_zero(value: object) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else 0.0
+
+
 def _reward(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -259,6 +291,9 @@ def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
         more = max(summary.max_steps, summary.step) * 2 or 10
         resume += f" --steps {more}"
         commands.append(("train further", resume))
+    elif summary.reason.startswith(BUDGET_STOP) and summary.max_cost_usd > 0:
+        # The same budget would stop it again at once: continuing means a larger one.
+        commands.append(("continue", f"{resume} --max-cost-usd {2 * summary.max_cost_usd:g}"))
     else:
         commands.append(("continue", resume))
     if summary.collapse:
@@ -309,6 +344,8 @@ def summary_lines(summary: RunSummary, *, log_lines: bool = True) -> list[str]:
         lines.append(f"  rolled back {rollback}")
     if summary.failed_groups or summary.failed_rollouts:
         lines.append(f"  errors: {failed_groups_text(summary)}")
+    if summary.totals:
+        lines.append(f"  spent: {spending_text(summary.totals)}")
     if summary.db_path is not None:
         lines.append(f"  store: {summary.db_path}")
     if summary.engine_log is not None:

@@ -10,6 +10,8 @@ import re
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 
+from rich.cells import cell_len
+
 from tinker_tui.engine.config import LIVE_KNOBS, SETTINGS
 
 #: EMA weights `s` cycles through (0 = no smoothing), as W&B's and TensorBoard's slider.
@@ -170,15 +172,36 @@ def _usd(value: float) -> str:
     return f"${value:.2f}" if value >= 1 else f"${value:.4f}"
 
 
-def cost_text(metrics: Mapping[str, float], step: int, max_steps: int) -> str:
-    """The dashboard's cost line from the last step's metrics: dollars so far, per step and
-    projected at max_steps (when prices are set), and the run's tokens; "" before any."""
+def cost_text(metrics: Mapping[str, float], step: int, max_steps: int,
+              budget: float = 0.0) -> str:
+    """The dashboard's cost line from the last step's metrics (`cost_parts`), whole."""
+    return " · ".join(cost_parts(metrics, step, max_steps, budget))
+
+
+def fit_parts(parts: Sequence[str], width: int, separator: str = " · ") -> str:
+    """As many of `parts`, from the first, as fit in `width` cells: a line cut short
+    drops what does not fit whole (a number cut in the middle reads as another fact); the
+    first part is kept even if too long (the view shortens it with an ellipsis)."""
+    text = ""
+    for part in parts:
+        longer = f"{text}{separator}{part}" if text else part
+        if text and cell_len(longer) > width:
+            break
+        text = longer
+    return text
+
+
+def cost_parts(metrics: Mapping[str, float], step: int, max_steps: int,
+               budget: float = 0.0) -> list[str]:
+    """The dashboard's cost line from the last step's metrics, most telling first: dollars
+    so far, per step, the budget, projected at max_steps (when prices are set), and the
+    run's tokens; none before any."""
     from tinker_tui.engine.metrics import metric_keys as keys
     from tinker_tui.engine.metrics.cost import projected_usd
 
     prefill = metrics.get(keys.TOKENS_PREFILL_TOTAL)
     if prefill is None:
-        return ""
+        return []
     cached = metrics.get(keys.TOKENS_PREFILL_CACHED_TOTAL, 0.0)
     share = f" ({cached / prefill:.0%} cached)" if prefill else ""
     tokens = (f"tokens {format_rate(prefill)} prefill{share}, "
@@ -186,14 +209,17 @@ def cost_text(metrics: Mapping[str, float], step: int, max_steps: int) -> str:
               f"{format_rate(metrics.get(keys.TOKENS_TRAINED_TOTAL, 0.0))} trained")
     total = metrics.get(keys.COST_USD_TOTAL)
     if total is None:
-        return tokens
+        return [tokens]
     parts = [f"cost {_usd(total)}"]
     if step > 0:
         parts.append(f"{_usd(total / step)}/step")
+    if budget > 0:
+        parts.append(f"budget {_usd(budget)}")
+    if step > 0:
         projected = projected_usd(total, step, 0, max_steps)
-        if projected is not None and max_steps > step:
+        if projected is not None and max_steps > step and not 0 < budget < projected:
             parts.append(f"~{_usd(projected)} at step {max_steps}")
-    return " · ".join([*parts, tokens])
+    return [*parts, tokens]
 
 
 def split_rate(value: float) -> tuple[str, str]:

@@ -298,8 +298,9 @@ class RunConfig:
                 self.price_prefill_per_mtok, self.price_prefill_cached_per_mtok,
                 self.price_sample_per_mtok, self.price_train_per_mtok)):
             raise ConfigError("max_cost_usd needs prices to count against: set "
-                              "price_prefill_per_mtok, price_sample_per_mtok and "
-                              "price_train_per_mtok (USD per million tokens)")
+                              "price_prefill_per_mtok, price_prefill_cached_per_mtok, "
+                              "price_sample_per_mtok and price_train_per_mtok (USD per "
+                              "million tokens; one left unset counts as free)")
         self._check_trackers()
 
     def _check_trackers(self) -> None:

@@ -45,6 +45,7 @@ from tinker_tui.engine.events import (
     StartupProgressed,
 )
 from tinker_tui.engine.metrics.collapse_memory import EARLIER_KINDS
+from tinker_tui.engine.metrics.cost import BUDGET_STOP
 from tinker_tui.engine.metrics.loop_lag import LoopLagMonitor
 from tinker_tui.engine.rollouts.task import Task
 from tinker_tui.engine.run_id import new_run_id
@@ -515,6 +516,13 @@ class Run:
                                   f"run (final loss {meta.get('final_loss', '?')} per "
                                   f"example; saved result {key[:12]})")
                 return
+        over_budget = self.pipeline.cost.budget_passed_by_training(
+            self.policy.usage, sum(datums[i].model_input.length for draw in draws for i in draw),
+            what=f"the format warm-up of {what}") if self.pipeline.cost.budgeted else ""
+        if over_budget:
+            self.pipeline.stop(f"{BUDGET_STOP}{over_budget}; lower warmup_steps or raise "
+                               "max_cost_usd", source=SOURCE_ENGINE)
+            return
         loss = 0.0
         self._phase("warmup", done=0, total=steps)
         for done, draw in enumerate(draws, start=1):
@@ -529,6 +537,7 @@ class Run:
             await self._save_warmup(cache, key, final)
         await self.policy.publish()
         self.pipeline.warmup_done = True
+        self.pipeline.cost.warmed_up(self.policy.usage)
         self._log("info", f"format warm-up: {what}, final loss {final} per example")
 
     async def _warmup_cache(self, datums: list[tinker.Datum], draws: list[list[int]]

@@ -140,7 +140,11 @@ def report(run: Any, metrics: dict[str, Any], sessions: list[tuple[float, str, s
     lines.append(cost)
     if ours_usd is None:
         lines.append("  (no prices set for this run: price_prefill_per_mtok, "
-                     "price_sample_per_mtok, price_train_per_mtok, in USD per million tokens)")
+                     "price_prefill_cached_per_mtok, price_sample_per_mtok, "
+                     "price_train_per_mtok, in USD per million tokens)")
+    elif ours["sampling_prefill_cached"] and not run.config.get("price_prefill_cached_per_mtok"):
+        lines.append("  (cached prefill counted at $0: this run set no "
+                     "price_prefill_cached_per_mtok)")
     lines.append("  tinker-tui's count stops at its last step; sampling after it (the final "
                  "evaluation, rollouts in flight at the end) is billed too.")
     if service is None:
@@ -180,7 +184,8 @@ def main(args: argparse.Namespace) -> int:
     if run.backend != "tinker":
         for line in report(run, metrics, sessions, None, now):
             print(line)
-        print(f"  the {run.backend} backend bills nothing: there is nothing to reconcile.")
+        print(f"  the {run.backend} backend is not billed: the dollars above are the run's "
+              "prices applied to its tokens; there is nothing to reconcile.")
         return EXIT_OK
     if not sessions:
         for line in report(run, metrics, sessions, None, now):
@@ -190,7 +195,14 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_OK
     from tinker_tui.engine.backend.choice import choose_backend
 
-    choose_backend("tinker")  # a key, in a form the SDK takes, or a clear error now
+    try:
+        choose_backend("tinker")  # a key, in a form the SDK takes
+    except UsageError as exc:
+        for line in report(run, metrics, sessions, None, now):
+            print(line)
+        print(f"tinker-tui: Tinker's billing usage was not asked for: {exc}; the figures "
+              "above are tinker-tui's own count.")
+        return EXIT_FAILED
     import tinker
 
     start = datetime.fromtimestamp(min(t for t, _, _ in sessions), UTC)

@@ -10,7 +10,13 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Digits, Label, Sparkline
 
 from tinker_tui.app.dashboard_state import DashboardState
-from tinker_tui.app.view_maths import cost_text, format_rate, idle_percent, split_rate
+from tinker_tui.app.view_maths import (
+    cost_parts,
+    fit_parts,
+    format_rate,
+    idle_percent,
+    split_rate,
+)
 from tinker_tui.app.widgets.updates import set_subtitle, update_digits, update_static
 
 __all__ = ["ThroughputPanel", "format_rate", "idle_text", "verdict_text"]
@@ -100,9 +106,13 @@ class ThroughputPanel(Vertical, can_focus=True):
             sparkline.visible = bool(history)  # an empty sparkline draws full bars
         update_static(self.query_one("#idle", Label), idle_text(model))
         cost = self.query_one("#cost", Label)
-        text = cost_text(model.last_metrics, model.step, model.max_steps)
+        budget = model.config.get("max_cost_usd")
+        parts = cost_parts(model.last_metrics, model.step, model.max_steps,
+                           float(budget) if isinstance(budget, int | float) else 0.0)
+        text = " · ".join(parts)
         cost.set_class(not text, "-empty")
-        update_static(cost, text)
+        width = self.content_size.width  # 0 before the first layout: all of it
+        update_static(cost, fit_parts(parts, width) if width else text)
         if cost.tooltip != (text or None):
             cost.tooltip = text or None
         verdict = verdict_text(model)

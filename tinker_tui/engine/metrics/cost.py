@@ -84,6 +84,9 @@ class Prices:
                 + usage.sampled * self.sample + usage.trained * self.train) / 1e6
 
 
+#: How the reason of a stop for the budget (`max_cost_usd`) begins.
+BUDGET_STOP = "budget: "
+
 #: How many recent steps the budget's estimate of the next step averages over.
 BUDGET_WINDOW = 5
 
@@ -101,10 +104,17 @@ class CostMeter:
         self.carried_usd = 0.0
         self._last = TokenUsage()
         self._recent: deque[float] = deque(maxlen=BUDGET_WINDOW)
+        self._warmup_usd = 0.0
         self.total_usd = 0.0
 
+    @property
+    def budgeted(self) -> bool:
+        """Whether there is a budget to keep (`max_cost_usd`, with prices to count)."""
+        return self.max_cost_usd > 0 and self.prices.known
+
     def carry(self, metrics: Mapping[str, float]) -> None:
-        """Continue from the totals of the last step an earlier process recorded."""
+        """Continue from the totals of the last step an earlier process recorded (its cost
+        is the estimate of the next step until this process has trained one)."""
         self.carried = TokenUsage(
             prefill=int(metrics.get(keys.TOKENS_PREFILL_TOTAL, 0)),
             prefill_cached=int(metrics.get(keys.TOKENS_PREFILL_CACHED_TOTAL, 0)),
@@ -112,6 +122,16 @@ class CostMeter:
             trained=int(metrics.get(keys.TOKENS_TRAINED_TOTAL, 0)))
         self.carried_usd = float(metrics.get(keys.COST_USD_TOTAL, 0.0))
         self.total_usd = self.carried_usd
+        last_step = metrics.get(keys.COST_USD_STEP)
+        if self.prices.known and isinstance(last_step, int | float) and last_step > 0:
+            self._recent.append(float(last_step))
+
+    def warmed_up(self, usage: TokenUsage) -> None:
+        """The format warm-up ended with the backend's running totals `usage`: its cost is
+        counted (in the totals and the first step's share) but does not make the estimate
+        of a step."""
+        self._warmup_usd = self.prices.cost(usage.minus(self._last)) if self.prices.known \
+            else 0.0
 
     def step_metrics(self, usage: TokenUsage) -> dict[str, float]:
         """The metrics of a step that ends with the backend's running totals `usage`."""
@@ -131,7 +151,8 @@ class CostMeter:
         if self.prices.known:
             step_usd = self.prices.cost(step)
             self.total_usd = self.carried_usd + self.prices.cost(usage)
-            self._recent.append(step_usd)
+            self._recent.append(max(step_usd - self._warmup_usd, 0.0))
+            self._warmup_usd = 0.0
             metrics[keys.COST_USD_STEP] = step_usd
             metrics[keys.COST_USD_TOTAL] = self.total_usd
         return metrics
@@ -142,14 +163,34 @@ class CostMeter:
 
     def budget_passed_by_next_step(self) -> str:
         """Why the run must stop before the next step (it would pass `max_cost_usd`), or
-        "" if it may go on (or there is no budget)."""
+        "" if it may go on (or there is no budget). Asked after each step and as a resumed
+        run starts."""
         if self.max_cost_usd <= 0 or not self._recent:
             return ""
         estimate = self.next_step_estimate()
         if self.total_usd + estimate <= self.max_cost_usd:
             return ""
         return (f"the next step (about ${estimate:.4f}) would pass the budget max_cost_usd = "
-                f"${self.max_cost_usd:g}: ${self.total_usd:.4f} spent so far")
+                f"${self.max_cost_usd:g}: {self._spent(self.total_usd)}")
+
+    def budget_passed_by_training(self, usage: TokenUsage, tokens: int,
+                                  what: str = "this step") -> str:
+        """Why `what`, about to train `tokens`, must not (what is spent, its sampling
+        included, and its training would pass `max_cost_usd`), or "" if it may. Asked
+        before every step (the first has no estimate, and a step may cost more than the
+        recent ones) and before the format warm-up."""
+        if not self.budgeted:
+            return ""
+        spent = self.carried_usd + self.prices.cost(usage)
+        training = tokens * self.prices.train / 1e6
+        if spent + training <= self.max_cost_usd:
+            return ""
+        return (f"training {what} (about ${training:.4f}) would pass the budget "
+                f"max_cost_usd = ${self.max_cost_usd:g}: {self._spent(spent)}")
+
+    def _spent(self, spent: float) -> str:
+        over = spent - self.max_cost_usd
+        return f"${spent:.4f} spent so far" + (f", ${over:.4f} past it" if over > 0 else "")
 
 
 def projected_usd(total_usd: float, steps_done: int, start_step: int, max_steps: int,

@@ -52,7 +52,7 @@ from tinker_tui.engine.events import (
 )
 from tinker_tui.engine.metrics import collapse_memory
 from tinker_tui.engine.metrics import metric_keys as keys
-from tinker_tui.engine.metrics.cost import CostMeter, Prices
+from tinker_tui.engine.metrics.cost import BUDGET_STOP, CostMeter, Prices
 from tinker_tui.engine.metrics.health import Collapse, HealthWindow, flat_share
 from tinker_tui.engine.metrics.loop_lag import LoopLagMonitor
 from tinker_tui.engine.metrics.throughput import ThroughputMeter
@@ -354,6 +354,11 @@ class Pipeline:
                                    state="paused" if self._paused else "running",
                                    reason=self._pause_reason if self._paused else ""))
         self._last_step_end = self._started_at = self.clock.now()
+        over_budget = self.cost.budget_passed_by_next_step()  # a resumed run's budget
+        if over_budget and self.step < self.config.max_steps:
+            self.stop(f"{BUDGET_STOP}{over_budget}; raise max_cost_usd to go on", source=SOURCE_ENGINE)
+            await self._checkpoint("final")
+            return self._status()
         self._ensure_workers()
         reporters = [asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
                      asyncio.create_task(self._report_throughput(), name="throughput")]
@@ -706,6 +711,12 @@ class Pipeline:
             self.meter.trainer_started(train_started)
             trainable = [g for g in batch if g.has_variance()]
             datums = self.policy.build_datums(trainable)
+            over_budget = self.cost.budget_passed_by_training(
+                self.policy.usage, sum(d.model_input.length for d in datums)) \
+                if self.cost.budgeted else ""
+            if over_budget:
+                self.stop(f"{BUDGET_STOP}{over_budget}", source=SOURCE_ENGINE)
+                return
             version_before = self.policy.version
             metrics: dict[str, float] = {}
             faults.hit("train", self.step + 1)
@@ -742,7 +753,7 @@ class Pipeline:
                                    group_ids=tuple(g.group_id for g in batch)))
             over_budget = self.cost.budget_passed_by_next_step()
             if over_budget and self.step < self.config.max_steps:
-                self.stop(f"budget: {over_budget}", source=SOURCE_ENGINE)
+                self.stop(f"{BUDGET_STOP}{over_budget}", source=SOURCE_ENGINE)
             best_before = self.health.best_step
             collapse = self.health.stepped(self.step, metrics[keys.REWARD_MEAN],
                                            flat_share(metrics, len(batch)), groups=len(batch))
