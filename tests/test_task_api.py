@@ -343,6 +343,9 @@ async def test_group_rollout_mistakes_fail_the_whole_group():
                                    return_exceptions=True)
     assert all(isinstance(r, TrajectoryError) for r in results)
     assert "returned 1 trajectories for n=3" in str(results[0])
+    # where the function is: what it returned has no line in the traceback
+    line = short.__code__.co_firstlineno
+    assert f"group_rollout (test_task_api.py:{line}) returned" in str(results[0]), results[0]
     # A single call (an evaluation) is a group of one.
     assert (await task.rollout(None, "m", scenario)).reward == 1.0
 

@@ -33,6 +33,7 @@ import math
 import random
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tinker_tui.engine.did_you_mean import did_you_mean
@@ -161,12 +162,14 @@ class _GroupJoin:
             trajectories = list(await self.group_rollout(client, model, scenario, members.count))
             if len(trajectories) != members.count:
                 raise TrajectoryError(
-                    f"group_rollout returned {len(trajectories)} trajectories for "
-                    f"n={members.count}; return exactly n")
+                    f"group_rollout{_defined_at(self.group_rollout)} returned "
+                    f"{len(trajectories)} trajectories for n={members.count}; return "
+                    "exactly n, one per answer")
             for t in trajectories:
                 if not isinstance(t, Trajectory):
-                    raise TrajectoryError(f"group_rollout returned a {type(t).__name__} in "
-                                          "its list, expected Trajectory objects")
+                    raise TrajectoryError(
+                        f"group_rollout{_defined_at(self.group_rollout)} returned a "
+                        f"{type(t).__name__} in its list, expected Trajectory objects")
         except BaseException as exc:
             if not members.result.done():
                 if isinstance(exc, asyncio.CancelledError):
@@ -427,3 +430,12 @@ def _check_warmup(warmup: Any) -> None:
         if not conversation or conversation[-1]["role"] != "assistant":
             raise TaskError(f"Task.warmup[{i}] must end with an assistant message (the turn "
                             "that is trained)")
+
+
+def _defined_at(function: Any) -> str:
+    """ " (file.py:LINE)" where a task's function is defined, for an error about what it
+    returned (no line of it is in the traceback: it returned); "" if unknown."""
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return ""
+    return f" ({Path(code.co_filename).name}:{code.co_firstlineno})"
