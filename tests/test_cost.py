@@ -104,6 +104,11 @@ def test_a_resumed_run_past_its_budget_stops_before_its_first_step():
     roomier = CostMeter(Prices(train=1.0), max_cost_usd=10.0)
     roomier.carry({keys.COST_USD_TOTAL: 3.0, keys.COST_USD_STEP: 1.0})
     assert roomier.budget_passed_by_next_step() == ""
+    # The last step was cheap ($0.5), the run's steps cost $1 each on average: the mean,
+    # as the earlier process's recent steps said, not the last step alone.
+    cheap_last = CostMeter(Prices(train=1.0), max_cost_usd=3.8)
+    cheap_last.carry({keys.COST_USD_TOTAL: 3.0, keys.COST_USD_STEP: 0.5}, steps=3)
+    assert "the next step (about $1.0000) would pass" in cheap_last.budget_passed_by_next_step()
 
 
 def test_the_warm_up_counts_in_the_totals_but_not_in_a_steps_estimate():

@@ -172,13 +172,17 @@ def _usd(value: float) -> str:
     return f"${value:.2f}" if value >= 1 else f"${value:.4f}"
 
 
+#: Between the parts of a one-line summary (the cost line).
+PART_SEPARATOR = " · "
+
+
 def cost_text(metrics: Mapping[str, float], step: int, max_steps: int,
               budget: float = 0.0) -> str:
     """The dashboard's cost line from the last step's metrics (`cost_parts`), whole."""
-    return " · ".join(cost_parts(metrics, step, max_steps, budget))
+    return PART_SEPARATOR.join(cost_parts(metrics, step, max_steps, budget))
 
 
-def fit_parts(parts: Sequence[str], width: int, separator: str = " · ") -> str:
+def fit_parts(parts: Sequence[str], width: int, separator: str = PART_SEPARATOR) -> str:
     """As many of `parts`, from the first, as fit in `width` cells: a line cut short
     drops what does not fit whole (a number cut in the middle reads as another fact); the
     first part is kept even if too long (the view shortens it with an ellipsis)."""

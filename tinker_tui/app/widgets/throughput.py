@@ -11,6 +11,7 @@ from textual.widgets import Digits, Label, Sparkline
 
 from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.view_maths import (
+    PART_SEPARATOR,
     cost_parts,
     fit_parts,
     format_rate,
@@ -109,7 +110,7 @@ class ThroughputPanel(Vertical, can_focus=True):
         budget = model.config.get("max_cost_usd")
         parts = cost_parts(model.last_metrics, model.step, model.max_steps,
                            float(budget) if isinstance(budget, int | float) else 0.0)
-        text = " · ".join(parts)
+        text = PART_SEPARATOR.join(parts)  # the whole line, for the tooltip
         cost.set_class(not text, "-empty")
         width = self.content_size.width  # 0 before the first layout: all of it
         update_static(cost, fit_parts(parts, width) if width else text)

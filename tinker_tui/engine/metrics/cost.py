@@ -112,9 +112,12 @@ class CostMeter:
         """Whether there is a budget to keep (`max_cost_usd`, with prices to count)."""
         return self.max_cost_usd > 0 and self.prices.known
 
-    def carry(self, metrics: Mapping[str, float]) -> None:
-        """Continue from the totals of the last step an earlier process recorded (its cost
-        is the estimate of the next step until this process has trained one)."""
+    def carry(self, metrics: Mapping[str, float], steps: int = 0) -> None:
+        """Continue from the totals of the last step an earlier process recorded, `steps`
+        steps into the run. Until this process has trained a step, the estimate of the next
+        is the run's mean cost per step so far (else the last step's cost): the last step
+        alone could be cheaper than the recent ones whose mean stopped the earlier process,
+        and a resume with the same budget would sample again before finding out."""
         self.carried = TokenUsage(
             prefill=int(metrics.get(keys.TOKENS_PREFILL_TOTAL, 0)),
             prefill_cached=int(metrics.get(keys.TOKENS_PREFILL_CACHED_TOTAL, 0)),
@@ -123,8 +126,9 @@ class CostMeter:
         self.carried_usd = float(metrics.get(keys.COST_USD_TOTAL, 0.0))
         self.total_usd = self.carried_usd
         last_step = metrics.get(keys.COST_USD_STEP)
-        if self.prices.known and isinstance(last_step, int | float) and last_step > 0:
-            self._recent.append(float(last_step))
+        estimate = self.carried_usd / steps if steps > 0 else last_step
+        if self.prices.known and isinstance(estimate, int | float) and estimate > 0:
+            self._recent.append(float(estimate))
 
     def warmed_up(self, usage: TokenUsage) -> None:
         """The format warm-up ended with the backend's running totals `usage`: its cost is

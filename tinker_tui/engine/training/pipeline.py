@@ -992,8 +992,8 @@ class Pipeline:
 
     def carry_totals(self, metrics: Mapping[str, float]) -> None:
         """Continue the run's totals (tokens, cost, group counts) from the last step an
-        earlier process of this run recorded."""
-        self.cost.carry(metrics)
+        earlier process of this run recorded; after `restore` (the step it resumes at)."""
+        self.cost.carry(metrics, steps=self.step)
         for key in self.group_counts:
             self.group_counts[key] = int(metrics.get(key, 0))
 
