@@ -366,31 +366,6 @@ def test_the_public_surface_is_importable_from_engine_task():
     assert math.isfinite(Trajectory.from_choices([choice()], reward=0.5).reward)
 
 
-# ---------------------------------------------------------------------- the README's task
-def readme_task_source() -> str:
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## Write your own task", 1)[1]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
-
-
-async def test_the_readme_minimal_task_is_complete_and_runs(tmp_path):
-    path = tmp_path / "blue.py"
-    path.write_text(readme_task_source())
-    task = load_task(str(path))
-    from tinker_tui.engine.run import Run
-
-    config = layered_config(task, "local").with_overrides({"max_steps": 2,
-                                                           "checkpoint_every": 0})
-    run = Run(task=task, config=config, backend="local", db_path=tmp_path / "runs.db")
-    events = []
-    run.events.subscribe(events.append)
-    assert await run.run() == "completed"
-    assert not [e for e in events if isinstance(e, GroupDiscarded) and e.reason == "error"]
-    assert [e for e in events if isinstance(e, GroupSampled)]
-
-
 def test_the_rollout_form_is_public_and_loading_keeps_it(tmp_path):
     from tinker_tui.app.task_loader import task_source
     from tinker_tui.engine.rollouts.task import group_rollout_of
