@@ -2,7 +2,8 @@
 across a resume by another process: the resume deletes the rows after its checkpoint, and
 SQLite gives the rows written next the rowids the deleted ones had. A cursor that followed
 rowids alone skipped the steps trained again, as at a rollback (`test_follow_rollback`);
-the resume's log line, written right after the deletion, is where the reader goes back."""
+the resume's event (RunResumed), written right after the deletion, is where the reader goes
+back."""
 
 from __future__ import annotations
 
@@ -11,9 +12,8 @@ from pathlib import Path
 
 from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.engine.clock import FakeClock
-from tinker_tui.engine.events import LogEmitted, RunFinished, RunStarted, StepTrained
+from tinker_tui.engine.events import RunFinished, RunResumed, RunStarted, StepTrained
 from tinker_tui.engine.store import EventCursor, RunStore, StoreReader
-from tinker_tui.engine.store.reader import RESUMING, resumed_to
 
 
 def _started(time: float, start_step: int) -> RunStarted:
@@ -50,9 +50,8 @@ async def _resume(path: Path, *, steps: range, to_step: int = 2,
         store.handle(_started(120.0, to_step))
         await store.flush()
         await store.reconcile("r1", to_step)
-        store.handle(LogEmitted(time=121.0, level="info",
-                                message=RESUMING.format(run_id="r1")
-                                + f"checkpoint step-{to_step:06d} (step {to_step}): ..."))
+        store.handle(RunResumed(time=121.0, run_id="r1", step=to_step,
+                                checkpoint=f"step-{to_step:06d}", steps_undone=5 - to_step))
         if between is not None:
             await store.flush()
             await between()
@@ -127,16 +126,3 @@ async def test_a_dashboard_following_across_a_resume_shows_the_run_as_stored(tmp
         await reader.close()
     assert following.trained_steps == at_once.trained_steps == [1, 2, 3, 4, 5, 6]
     assert following.rewards == at_once.rewards
-
-
-def test_the_resumes_log_line_names_the_step_it_went_back_to():
-    def line(message: str) -> LogEmitted:
-        return LogEmitted(time=1.0, level="info", message=message)
-
-    start = RESUMING.format(run_id="r1")
-    assert resumed_to(line(start + "checkpoint step-000030 (step 30): 2 later step(s) undone"),
-                      "r1") == 30
-    assert resumed_to(line(start + "the start (no confirmed checkpoint): 0 later step(s)"),
-                      "r1") == 0
-    assert resumed_to(line(start + "checkpoint step-000030 (step 30): ..."), "r2") is None
-    assert resumed_to(line("starting local backend, base model tiny"), "r1") is None

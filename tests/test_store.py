@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import sqlite3
@@ -414,13 +415,25 @@ async def test_a_malformed_event_leaves_none_of_its_rows(store: RunStore, caplog
 
 
 async def test_a_subclass_of_an_event_type_is_stored_as_that_type(store: RunStore) -> None:
+    @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+    class Shouted(LogEmitted):
+        loud: bool = True
+
     store.handle(started())
-    store.handle(TrackerReported(time=101.0, level="info", message="wandb: offline run",
-                                 tracker="wandb"))
+    store.handle(Shouted(time=101.0, level="info", message="wandb: offline run"))
     await store.flush()
     assert log_messages(store.path, "r1") == ["wandb: offline run"]
     events = await store.events(await store.run("r1"), kinds={LogEmitted})
     assert [(type(e), e.message) for e in events] == [(LogEmitted, "wandb: offline run")]
+
+
+async def test_a_tracker_report_comes_back_by_its_column_not_its_text(store: RunStore) -> None:
+    store.handle(started())
+    store.handle(TrackerReported(time=101.0, level="info", message="wandb: offline run",
+                                 tracker="wandb"))
+    await store.flush()
+    events = await store.events(await store.run("r1"), kinds={LogEmitted})
+    assert [(type(e), e.tracker) for e in events] == [(TrackerReported, "wandb")]
 
 
 def stored_run(run_id: str, name: str = "demo") -> StoredRun:

@@ -243,9 +243,10 @@ def test_wandb_goes_offline_instead_of_asking_for_a_key(tmp_path):
 
 def test_a_trackers_lines_come_back_from_the_store_as_its_own(tmp_path):
     """A dashboard reads the run from the store: the trackers' lines (where the records went)
-    must come back as `TrackerReported`, each tracker's by the name its lines begin with."""
+    must come back as `TrackerReported`, each tracker's with its name (older stores: by the
+    name its lines began with)."""
     from tinker_tui.engine.store import RunStore, find_run
-    from tinker_tui.engine.store.codec import TRACKER_LINE_NAMES
+    from tinker_tui.engine.store.log_lines import TRACKER_LINE_NAMES
     from tinker_tui.engine.trackers.tensorboard_tracker import TensorBoardTracker
     from tinker_tui.engine.trackers.wandb_tracker import WandbTracker
 

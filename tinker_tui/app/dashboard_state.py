@@ -51,6 +51,7 @@ from tinker_tui.engine.events import (
     LogEmitted,
     RunFinished,
     RunLabelled,
+    RunResumed,
     RunStarted,
     RunState,
     RunStateChanged,
@@ -62,7 +63,6 @@ from tinker_tui.engine.events import (
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.metrics.collapse_memory import fold
 from tinker_tui.engine.metrics.health import HealthWindow, Kind
-from tinker_tui.engine.store.reader import resumed_to
 
 # --------------------------------------------------------------------------- the model
 
@@ -267,9 +267,8 @@ class DashboardState:
                 self.reason = event.reason
             case LogEmitted():
                 self._log(event)
-                resumed = resumed_to(event, self.run_id) if self.run_id else None
-                if resumed is not None:  # read while following the run: as at a rollback
-                    self._rewind(resumed)
+                if isinstance(event, RunResumed):  # read while following: as at a rollback
+                    self._rewind(event.step)
             case RunFinished():
                 self._state_changed(event.time, "finished")
                 self.state = "finished"

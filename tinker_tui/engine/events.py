@@ -219,6 +219,54 @@ class TrackerReported(LogEmitted):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class SessionStarted(LogEmitted):
+    """A process began running the run: its first start, or a `--resume`. A log line
+    everywhere a log line goes; its text is made from the fields (any `message` given is
+    replaced), so nothing needs to read it back."""
+
+    backend: str
+    base_model: str
+    level: str = "info"
+    message: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message",
+                           f"starting {self.backend} backend, base model {self.base_model}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunResumed(LogEmitted):
+    """A `--resume` went back to the checkpoint at `step` (0 with no `checkpoint`: the
+    start) and deleted the stored rows after it: a reader following the run forgets the
+    later steps, as at a rollback. Written right after the deletion. Its text is made from
+    the fields, as `SessionStarted`'s."""
+
+    run_id: str
+    #: The step the run goes on from.
+    step: int
+    #: The checkpoint's name; "" when the run starts over (no confirmed checkpoint).
+    checkpoint: str = ""
+    #: What the resume redoes: the steps recorded after `step`, the groups to run again,
+    #: the scenarios drawn but not trained at the checkpoint.
+    steps_undone: int = 0
+    groups_requeued: int = 0
+    scenarios_pending: int = 0
+    #: Seconds the run was down before this session: from the last thing its previous
+    #: session recorded to this session's start (not counted in its duration).
+    down_seconds: float = 0.0
+    level: str = "info"
+    message: str = ""
+
+    def __post_init__(self) -> None:
+        where = (f"checkpoint {self.checkpoint} (step {self.step})" if self.checkpoint
+                 else "the start (no confirmed checkpoint)")
+        object.__setattr__(self, "message", (
+            f"resuming run {self.run_id} from {where}: {self.steps_undone} later step(s) "
+            f"undone, {self.groups_requeued} group(s) to run again "
+            f"({self.scenarios_pending} scenario(s) drawn but untrained)"))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunFinished(Event):
     status: RunStatus
     final_step: int

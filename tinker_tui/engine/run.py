@@ -39,8 +39,10 @@ from tinker_tui.engine.events import (
     EventBus,
     LogEmitted,
     RunFinished,
+    RunResumed,
     RunStarted,
     RunStatus,
+    SessionStarted,
     StartupPhase,
     StartupProgressed,
 )
@@ -51,7 +53,6 @@ from tinker_tui.engine.rollouts.task import Task
 from tinker_tui.engine.run_id import new_run_id
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.store import RunStore
-from tinker_tui.engine.store.reader import RESUMING, SESSION_START
 from tinker_tui.engine.trackers import TrackerFeeds, with_tracker_ids
 from tinker_tui.engine.training.pipeline import Pipeline
 from tinker_tui.engine.training.resume import ResumeError, ResumeState, RunLock
@@ -132,6 +133,8 @@ class Run:
         # state): a stop during the start-up must not record weights no resume can use.
         self.pipeline.warmup_done = False
         self._start_step = 0
+        #: Seconds a resumed run was down before this session (`RunResumed.down_seconds`).
+        self._down_seconds = 0.0
 
     def preload(self) -> None:
         """Import now, off the event loop, what a Tinker start-up imports later: the SDK's
@@ -334,8 +337,13 @@ class Run:
                                      "to train further)")
                 status, reason = "completed", "reached max_steps"
                 return status
-            self._log("info", SESSION_START.format(backend=self.backend,
-                                                   base_model=self.config.base_model))
+            session = SessionStarted(time=self.clock.now(), backend=self.backend,
+                                     base_model=self.config.base_model)
+            if self.resume:  # down since the last thing its previous session recorded
+                await store.flush()
+                last = await store.last_record_before(self.run_id, session.time)
+                self._down_seconds = 0.0 if last is None else max(0.0, session.time - last)
+            self.events.publish(session)
             self._phase("loading_model", detail=self.config.base_model)
             # A stop during the start-up skips the rest of it: the pipeline then only
             # writes the final checkpoint, if the warm-up was done (`Pipeline.run`).
@@ -417,12 +425,12 @@ class Run:
         if point is None:
             state = ResumeState(step=0, policy_version=0, next_position=0, pending=(),
                                 next_group_id=counts["next_group_id"], warmup_done=False)
-            where = "the start (no confirmed checkpoint)"
+            checkpoint = ""
         else:
             state = ResumeState.from_dict(point["resume_state"])
             state = dataclasses.replace(state, next_group_id=max(state.next_group_id,
                                                                  counts["next_group_id"]))
-            where = f"checkpoint {point['name']} (step {step})"
+            checkpoint = point["name"]
         self.pipeline.restore(state)
         self.pipeline.carry_totals({k: v for k, v in spent.items() if isinstance(v, int | float)})
         # The checkpoints kept up to here are rollback points too (engine.metrics.health).
@@ -430,10 +438,10 @@ class Run:
             if kept["step"] <= step:
                 self.pipeline.checkpointer.adopt(kept["step"], kept["name"], kept["path"],
                                                ResumeState.from_dict(kept["resume_state"]))
-        self._log("info", f"{RESUMING.format(run_id=self.run_id)}{where}: "
-                          f"{counts['steps_removed']} later step(s) undone, "
-                          f"{counts['groups_requeued']} group(s) to run again "
-                          f"({len(state.pending)} scenario(s) drawn but untrained)")
+        self.events.publish(RunResumed(
+            time=self.clock.now(), run_id=self.run_id, step=step, checkpoint=checkpoint,
+            steps_undone=counts["steps_removed"], groups_requeued=counts["groups_requeued"],
+            scenarios_pending=len(state.pending), down_seconds=self._down_seconds))
         stored = await store.run(self.run_id)
         if stored is not None:  # the collapse tracking goes on (engine.metrics.collapse_memory)
             self.pipeline.remember(await store.events(stored, EARLIER_KINDS), step)

@@ -36,8 +36,10 @@ from tinker_tui.engine.events import (
     GroupStarted,
     LogEmitted,
     RunFinished,
+    RunResumed,
     RunStarted,
     RunStateChanged,
+    SessionStarted,
     StartupProgressed,
     StepTrained,
     ThroughputMeasured,
@@ -592,33 +594,66 @@ def _decode_state(row: StoredRow) -> RunStateChanged:
 
 
 # ---------------------------------------------------------------------- LogEmitted
-# A row of `log`; a line logged before any run has a NULL run id.
+# A row of `log`; a line logged before any run has a NULL run id. A TrackerReported is a
+# log line with its tracker in `tracker` (NULL for every other line).
 
-_SQL_LOG = "INSERT INTO log (run_id, time, level, message) VALUES (?, ?, ?, ?)"
+_SQL_LOG = "INSERT INTO log (run_id, time, level, message, tracker) VALUES (?, ?, ?, ?, ?)"
 
 
 def _encode_log(rows: Rows, run_id: str | None, e: LogEmitted) -> None:
     rows.by_statement[_SQL_LOG].append(
-        (run_id, _float_or_none(e.time), _str(e.level), _str(e.message)))
+        (run_id, _float_or_none(e.time), _str(e.level), _str(e.message), None))
 
 
-#: Outside trackers by the name each of their lines begins with ("W&B: logging to ..."): a
-#: `TrackerReported` is stored as a log line (level and text), and known again by it.
-TRACKER_LINE_NAMES = {"W&B": "wandb", "TensorBoard": "tensorboard"}
+def _encode_tracker(rows: Rows, run_id: str | None, e: TrackerReported) -> None:
+    rows.by_statement[_SQL_LOG].append(
+        (run_id, _float_or_none(e.time), _str(e.level), _str(e.message), _str(e.tracker)))
 
 
-def tracker_of_line(message: str) -> str | None:
-    """The tracker ("wandb", "tensorboard") a stored log line came from; None if none."""
-    name, sep, _ = message.partition(": ")
-    return TRACKER_LINE_NAMES.get(name) if sep else None
-
-
-def _decode_log(row: StoredRow) -> LogEmitted:
+def decode_log(row: StoredRow) -> LogEmitted:
     time, level, message = _time(row), row["level"], row["message"]
-    tracker = tracker_of_line(message)
-    if tracker is not None:
+    tracker = _column(row, "tracker")
+    if tracker:
         return TrackerReported(time=time, level=level, message=message, tracker=tracker)
     return LogEmitted(time=time, level=level, message=message)
+
+
+# ---------------------------------------------------------------------- SessionStarted
+# A row of `sessions` per process that ran the run (its text is made from the fields).
+
+_SQL_SESSION = "INSERT INTO sessions (run_id, time, backend, base_model) VALUES (?, ?, ?, ?)"
+
+
+def _encode_session(rows: Rows, run_id: str, e: SessionStarted) -> None:
+    rows.by_statement[_SQL_SESSION].append(
+        (run_id, _float_or_none(e.time), _str(e.backend), _str(e.base_model)))
+
+
+def _decode_session(row: StoredRow) -> SessionStarted:
+    return SessionStarted(time=_time(row), backend=row["backend"] or "",
+                          base_model=row["base_model"] or "")
+
+
+# ---------------------------------------------------------------------- RunResumed
+# A row of `resumes` per `--resume`: where it went back to, what it redid, the time down.
+
+_SQL_RESUME = ("INSERT INTO resumes (run_id, time, step, checkpoint, steps_undone, "
+               "groups_requeued, scenarios_pending, down_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+def _encode_resume(rows: Rows, run_id: str, e: RunResumed) -> None:
+    rows.by_statement[_SQL_RESUME].append(
+        (run_id, _float_or_none(e.time), int(e.step), _str(e.checkpoint), int(e.steps_undone),
+         int(e.groups_requeued), int(e.scenarios_pending), float(e.down_seconds)))
+
+
+def _decode_resume(row: StoredRow) -> RunResumed:
+    return RunResumed(time=_time(row), run_id=row["run_id"], step=int(row["step"]),
+                      checkpoint=row["checkpoint"] or "",
+                      steps_undone=int(row["steps_undone"] or 0),
+                      groups_requeued=int(row["groups_requeued"] or 0),
+                      scenarios_pending=int(row["scenarios_pending"] or 0),
+                      down_seconds=float(row["down_seconds"] or 0.0))
 
 
 # ---------------------------------------------------------------------- StartupProgressed
@@ -648,7 +683,7 @@ def _decode_startup(row: StoredRow) -> StartupProgressed:
 STATEMENT_ORDER = (
     _SQL_STEP, _SQL_CHECKPOINT_STARTED, _SQL_CHECKPOINT_UNCONFIRMED, _SQL_CHECKPOINT,
     _SQL_CHECKPOINT_DELETED, _SQL_BACKEND_SESSION,
-    _SQL_DISCARDED, _SQL_LOG, _SQL_STATE, _SQL_SAMPLED_GROUP, _SQL_TRAJECTORY, _SQL_EVAL,
+    _SQL_DISCARDED, _SQL_LOG, _SQL_SESSION, _SQL_RESUME, _SQL_STATE, _SQL_SAMPLED_GROUP, _SQL_TRAJECTORY, _SQL_EVAL,
     _SQL_COMMAND, _SQL_THROUGHPUT, _SQL_STARTUP,
     _SQL_GROUP_STARTED, _SQL_GROUP_SAMPLED, _SQL_GROUP_DISCARDED, _SQL_GROUP_TRAINED,
     _SQL_GROUPS_UNUSED,
@@ -671,6 +706,9 @@ _ENCODERS: dict[type, _Encoder] = {
     ThroughputMeasured: _encode_throughput,
     RunStateChanged: _encode_state,
     LogEmitted: _encode_log,
+    TrackerReported: _encode_tracker,
+    SessionStarted: _encode_session,
+    RunResumed: _encode_resume,
     StartupProgressed: _encode_startup,
 }
 
@@ -750,7 +788,9 @@ REPLAYED = (
     Replayed("startup", StartupProgressed, _decode_startup),
     Replayed("commands", CommandReceived, _decode_command),
     Replayed("run_states", RunStateChanged, _decode_state),
-    Replayed("log", LogEmitted, _decode_log),
+    Replayed("log", LogEmitted, decode_log),
+    Replayed("sessions", SessionStarted, _decode_session),
+    Replayed("resumes", RunResumed, _decode_resume),
     Replayed("sampled_groups", GroupSampled, _decode_group_sampled, with_trajectories=True),
     Replayed("discarded_groups", GroupDiscarded, _decode_group_discarded),
     Replayed("steps", StepTrained, _decode_step),

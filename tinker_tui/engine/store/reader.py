@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import sqlite3
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from tinker_tui.engine.events import (
     CheckpointSaved,
     CommandReceived,
     Event,
-    LogEmitted,
+    RunResumed,
     RunStarted,
 )
 from tinker_tui.engine.store.codec import (
@@ -40,6 +39,7 @@ from tinker_tui.engine.store.codec import (
     decode_run,
     group_of,
 )
+from tinker_tui.engine.store.log_lines import legacy_down_seconds, legacy_log_event
 from tinker_tui.engine.store.records import StoredSweep, decode_sweep
 from tinker_tui.engine.store.schema import (
     SCHEMA_VERSION,
@@ -54,23 +54,9 @@ logger = logging.getLogger(__name__)
 #: Rows read per query when reading a run's events.
 _PAGE = 10_000
 
-#: The log line each process that runs (or resumes) a run begins with (`engine.run`): where a
-#: resumed run's sessions begin, so the time it was down is not counted as its duration.
-SESSION_START = "starting {backend} backend, base model {base_model}"
-#: The log line a resume writes once it has deleted the rows after its checkpoint: where a
-#: reader following the run goes back, as at a rollback (`StoreReader._up_to_rollback`).
-RESUMING = "resuming run {run_id} from "
-_RESUMED_TO = re.compile(r"(?:checkpoint \S+ \(step (\d+)\)|the start)")
-
-
-def resumed_to(event: Event, run_id: str) -> int | None:
-    """The step a resume of run `run_id` went back to, when `event` is its log line: a
-    reader that showed the later steps forgets them, as at a rollback to that step."""
-    prefix = RESUMING.format(run_id=run_id)
-    if not isinstance(event, LogEmitted) or not event.message.startswith(prefix):
-        return None
-    match = _RESUMED_TO.match(event.message, len(prefix))
-    return None if match is None else int(match[1] or 0)
+#: The first schema version that keeps session starts, resumes and tracker reports as
+#: events with columns; older stores' log lines are read as `log_lines` knows them.
+TYPED_LOG_EVENTS = 9
 
 
 class NoSuchRun(StoreError):
@@ -123,7 +109,9 @@ class EventCursor:
 
     def __init__(self, run: StoredRun, kinds: Collection[type[Event]] | None = None) -> None:
         self.run = run
-        self._replayed: list[Replayed] = [r for r in REPLAYED if kinds is None or r.event in kinds]
+        # A kind reads its subclasses' tables too (LogEmitted: sessions and resumes).
+        self._replayed: list[Replayed] = [
+            r for r in REPLAYED if kinds is None or issubclass(r.event, tuple(kinds))]
         self._started_given = kinds is not None and RunStarted not in kinds
         self._last: dict[str, int] = {r.table: 0 for r in self._replayed}
         self._last[TRAJECTORIES] = 0
@@ -132,12 +120,12 @@ class EventCursor:
         self.last_time: float | None = None
 
 
-def _rewinds(event: Event, resuming: str) -> bool:
+def _rewinds(event: Event) -> bool:
     """Whether the event marks where the run deleted its later rows: a rollback, or a
-    resume (its log line, written right after; `resuming` is its start for this run)."""
+    resume (written right after)."""
     if isinstance(event, CommandReceived):
         return event.command == "rolled_back"
-    return isinstance(event, LogEmitted) and event.message.startswith(resuming)
+    return isinstance(event, RunResumed)
 
 
 class StoreReader:
@@ -284,18 +272,18 @@ class StoreReader:
                 await self._add_fates(replayed.table, run.run_id, rows)
                 if replayed.with_trajectories:
                     rollouts = await self._trajectories_of(cursor, rows)
+                decode = self._decoder(replayed)
                 for row in rows:
                     if replayed.with_trajectories:
-                        event = replayed.decode(row, rollouts.pop(group_of(row), ()))
+                        event = decode(row, rollouts.pop(group_of(row), ()))
                     else:
-                        event = replayed.decode(row)
+                        event = decode(row)
                     if event is not None:
                         ordered.append((event.time, order, row["rowid"], event))
                 if len(rows) < _PAGE:
                     break
         ordered.sort(key=lambda item: item[:3])
-        resuming = RESUMING.format(run_id=run.run_id)
-        rollback = next((item for item in ordered if _rewinds(item[3], resuming)), None)
+        rollback = next((item for item in ordered if _rewinds(item[3])), None)
         if rollback is not None:
             ordered = await self._up_to_rollback(cursor, ordered, rollback[0])
         if ordered:
@@ -304,6 +292,14 @@ class StoreReader:
         if rollback is not None:  # what was written after it, the steps trained again first
             events += await self._events_after(cursor)
         return events
+
+    def _decoder(self, replayed: Replayed) -> Callable[..., Event | None]:
+        """How rows of the table become events: log rows of a store older than version 9
+        (opened read-only, so not migrated) as the events those lines were written for."""
+        if replayed.table != "log" or self.schema_version >= TYPED_LOG_EVENTS:
+            return replayed.decode
+        return lambda row: legacy_log_event(row["run_id"], float(row["time"] or 0.0),
+                                            row["level"], row["message"])
 
     async def _up_to_rollback(self, cursor: EventCursor,
                               ordered: list[tuple[float, int, int, Event]], at: float
@@ -314,8 +310,13 @@ class StoreReader:
         rollback, and this part of the read ends there; the rest is read on from it."""
         run_id = cursor.run.run_id
         for table in cursor._last:
-            rows = await self._fetchall(f"SELECT max(rowid) FROM {table} WHERE run_id = ? AND "
-                                        "coalesce(time, 0) <= ?", (run_id, at))
+            try:
+                rows = await self._fetchall(f"SELECT max(rowid) FROM {table} WHERE run_id = ? "
+                                            "AND coalesce(time, 0) <= ?", (run_id, at))
+            except sqlite3.OperationalError as exc:  # a table newer than the store
+                if "no such table" not in str(exc).lower():
+                    raise
+                rows = []
             cursor._last[table] = int(rows[0][0] or 0) if rows else 0
         waiting = cursor._early_trajectories
         for group in list(waiting):
@@ -461,19 +462,23 @@ class StoreReader:
 
     async def down_seconds(self, run_id: str) -> float:
         """Seconds the run was down between its sessions (a finished or stopped run, then
-        its `--resume`): from each session's last log line to the next one's start."""
-        pattern = SESSION_START.format(backend="%", base_model="%")
-        starts = [row[0] for row in await self._fetchall(
-            "SELECT time FROM log WHERE run_id = ? AND message LIKE ? AND time IS NOT NULL "
-            "ORDER BY id", (run_id, pattern))]
-        down = 0.0
-        for start in starts[1:]:
-            rows = await self._fetchall(
-                "SELECT max(time) FROM log WHERE run_id = ? AND time < ?", (run_id, start))
-            before = rows[0][0] if rows else None
-            if before is not None:
-                down += max(0.0, start - before)
-        return down
+        its `--resume`), as each resume recorded it."""
+        if self.schema_version < TYPED_LOG_EVENTS:
+            return legacy_down_seconds(run_id, await self._fetchall(
+                "SELECT id, time, level, message FROM log WHERE run_id = ? ORDER BY id",
+                (run_id,)))
+        rows = await self._fetchall(
+            "SELECT coalesce(sum(down_seconds), 0) FROM resumes WHERE run_id = ?", (run_id,))
+        return float(rows[0][0])
+
+    async def last_record_before(self, run_id: str, time: float) -> float | None:
+        """The time of the run's last log line or step before `time` (None if none): where
+        a session that ended without a word of its own (killed) was last seen alive."""
+        rows = await self._fetchall(
+            "SELECT max(t) FROM (SELECT max(time) AS t FROM log WHERE run_id = ?1 AND time < ?2 "
+            "UNION ALL SELECT max(time) FROM steps WHERE run_id = ?1 AND time < ?2)",
+            (run_id, float(time)))
+        return None if not rows or rows[0][0] is None else float(rows[0][0])
 
     async def last_states(self) -> dict[str, str]:
         """Per run: its last recorded state change ("running", "paused", "stopping"), so a

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -22,11 +23,12 @@ from urllib.parse import quote
 import aiosqlite
 
 from tinker_tui.engine.errors import UsageError
+from tinker_tui.engine.store.log_lines import migrate_log_lines
 
 logger = logging.getLogger(__name__)
 
 #: Schema version written to `PRAGMA user_version`.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 #: `PRAGMA application_id` of a tinker-tui run store ("ttui").
 APPLICATION_ID = 0x74747569
 
@@ -282,9 +284,43 @@ CREATE TABLE sweep_runs (
 CREATE INDEX sweep_runs_run ON sweep_runs (run_id);
 """
 
+# Version 9 keeps as events with columns what older versions wrote as log lines and read
+# back by their text: a session start (SessionStarted: `sessions`), a resume (RunResumed:
+# `resumes`, with what it redid and how long the run was down) and which tracker a
+# tracker's line came from (`log.tracker`, NULL for other lines). `log_lines.py` moves an
+# older store's lines into them (`DATA_MIGRATIONS`).
+SCHEMA_V9 = """
+ALTER TABLE log ADD COLUMN tracker TEXT;
+CREATE TABLE sessions (
+    id              INTEGER PRIMARY KEY,
+    run_id          TEXT NOT NULL,
+    time            REAL,
+    backend         TEXT NOT NULL DEFAULT '',
+    base_model      TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX sessions_run ON sessions (run_id, id);
+CREATE TABLE resumes (
+    id              INTEGER PRIMARY KEY,
+    run_id          TEXT NOT NULL,
+    time            REAL,
+    step            INTEGER NOT NULL,
+    checkpoint      TEXT NOT NULL DEFAULT '',
+    steps_undone    INTEGER NOT NULL DEFAULT 0,
+    groups_requeued INTEGER NOT NULL DEFAULT 0,
+    scenarios_pending INTEGER NOT NULL DEFAULT 0,
+    down_seconds    REAL NOT NULL DEFAULT 0
+);
+CREATE INDEX resumes_run ON resumes (run_id, id);
+"""
+
 #: Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
 MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5,
-                               SCHEMA_V6, SCHEMA_V7, SCHEMA_V8)
+                               SCHEMA_V6, SCHEMA_V7, SCHEMA_V8, SCHEMA_V9)
+#: Rows a migration converts after its SQL ran, by the version it migrates to, in the same
+#: transaction: (connection) -> None.
+DATA_MIGRATIONS: dict[int, Callable[[aiosqlite.Connection], Awaitable[None]]] = {
+    9: migrate_log_lines,
+}
 
 
 # ---------------------------------------------------------------------- opening checks
@@ -335,6 +371,8 @@ async def prepare_schema(conn: aiosqlite.Connection, path: Path) -> None:
             for v in range(version, SCHEMA_VERSION):
                 for statement in _split_sql(MIGRATIONS[v]):
                     await conn.execute(statement)
+                if v + 1 in DATA_MIGRATIONS:
+                    await DATA_MIGRATIONS[v + 1](conn)
             if version < SCHEMA_VERSION:
                 await conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
                 await conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
