@@ -232,6 +232,30 @@ def comparison_rows(runs: Sequence[ComparedRun], now: float | None = None
     return [*SUMMARY_COLUMNS, *settings], rows
 
 
+def comparison_document(runs: Sequence[ComparedRun], now: float | None = None
+                        ) -> dict[str, Any]:
+    """`compare --json` (`app.json_output`): the table's values, each run's settings that
+    differ by name."""
+    from tinker_tui.app.json_output import document
+
+    now = time.time() if now is None else now
+    settings = differing_settings(runs)
+    out = []
+    for run in runs:
+        model = run.model
+        best = best_reward(model)
+        values = setting_values(run)
+        out.append({
+            "run_id": run.run.run_id, "name": run.label if run.label != run.run.run_id
+            else None, "store": str(run.db_path), "status": status_of(run),
+            "step": model.step, "max_steps": model.max_steps or None,
+            "final_reward": model.rewards[-1][1] if model.rewards else None,
+            "best_reward": None if best is None else {"step": best[0], "value": best[1]},
+            "duration_seconds": duration_of(run, now),
+            "settings": {k: values.get(k) for k in settings}})
+    return document("compare", differing=settings, runs=out)
+
+
 def format_comparison(runs: Sequence[ComparedRun], now: float | None = None) -> str:
     """The table as text (headless `compare`, the end of a sweep)."""
     columns, rows = comparison_rows(runs, now)

@@ -49,8 +49,8 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def wants_ui(args: argparse.Namespace) -> bool:
-    """A dashboard, unless `--no-ui`, CI, or not on a terminal."""
-    if args.no_ui or os.environ.get("CI"):
+    """A dashboard, unless `--no-ui`, `--json`, CI, or not on a terminal."""
+    if args.no_ui or getattr(args, "json", False) or os.environ.get("CI"):
         return False
     return sys.stdout.isatty() and sys.stderr.isatty()
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker_tui.app.commands.common import DEFAULT_DB, EXIT_OK
+from tinker_tui.app.json_output import add_json_option
 
 
 def add_parser(commands: Any) -> None:
@@ -31,6 +32,7 @@ def add_parser(commands: Any) -> None:
                               "again to compare runs of several stores")
     compare.add_argument("--no-ui", action="store_true",
                          help="print the table instead (also when not on a terminal)")
+    add_json_option(compare, "compare")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -39,6 +41,12 @@ def main(args: argparse.Namespace) -> int:
 
     stores = list(dict.fromkeys(args.db or [DEFAULT_DB]))
     pairs = asyncio.run(resolve_runs(stores, args.runs))
+    if args.json:
+        from tinker_tui.app.compare import comparison_document
+        from tinker_tui.app.json_output import print_json
+
+        print_json(comparison_document(asyncio.run(load_comparison(pairs))))
+        return EXIT_OK
     if not wants_ui(args):
         print(format_comparison(asyncio.run(load_comparison(pairs))))
         return EXIT_OK

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker_tui.app.commands.common import EXIT_OK, add_db_option, store_path
+from tinker_tui.app.json_output import add_json_option, document, print_json
 from tinker_tui.engine.errors import EXIT_FAILED, UsageError
 from tinker_tui.engine.metrics import metric_keys as keys
 
@@ -45,6 +46,7 @@ def add_parser(commands: Any) -> None:
     cost.add_argument("run", nargs="?", metavar="RUN",
                       help="a run id or a unique prefix (default: the newest run)")
     add_db_option(cost)
+    add_json_option(cost, "cost")
 
 
 @dataclass
@@ -178,31 +180,58 @@ async def read_run(db_path: Path, wanted: str | None) -> tuple[Any, dict[str, An
     return run, {**metrics, "_step": progress.get("step")}, sessions
 
 
+def cost_document(run: Any, metrics: dict[str, Any], sessions: list[tuple[float, str, str]],
+                  service: Billed | None, note: str | None) -> dict[str, Any]:
+    """`cost --json` (`app.json_output`): the run's own count by billing kind, and the
+    service's when it was asked (`billed`, else null and `note` says why)."""
+    ours_usd = metrics.get(keys.COST_USD_TOTAL)
+    return document(
+        "cost", run_id=run.run_id, backend=run.backend, base_model=run.base_model,
+        step=metrics.get("_step", run.final_step), counted=counted(metrics),
+        cost_usd=None if ours_usd is None else float(ours_usd),
+        sessions=[{"time": t, "session_id": sid, "base_model": model}
+                  for t, sid, model in sessions],
+        billed=None if service is None else {
+            "tokens": {kind: service.tokens.get(kind, 0) for _, kind in KINDS},
+            "usd": service.usd, "unpriced": service.unpriced,
+            "latest_bucket": None if service.latest_bucket is None
+            else service.latest_bucket.timestamp()},
+        note=note.strip() if note else None)
+
+
 def main(args: argparse.Namespace) -> int:
     run, metrics, sessions = asyncio.run(read_run(store_path(args), args.run))
     now = datetime.now(UTC)
+    service, note, code = reconcile(run, sessions, now)
+    if args.json:
+        print_json(cost_document(run, metrics, sessions, service, note))
+        return code
+    for line in report(run, metrics, sessions, service, now):
+        print(line)
+    if note:
+        print(note)
+    return code
+
+
+def reconcile(run: Any, sessions: list[tuple[float, str, str]], now: datetime
+              ) -> tuple[Billed | None, str | None, int]:
+    """The service's billing usage for the run's sessions (None when not asked or not
+    read), what to say about it, and the exit code."""
     if run.backend != "tinker":
-        for line in report(run, metrics, sessions, None, now):
-            print(line)
-        print(f"  the {run.backend} backend is not billed: the dollars above are the run's "
-              "prices applied to its tokens; there is nothing to reconcile.")
-        return EXIT_OK
+        return None, (f"  the {run.backend} backend is not billed: the dollars above are the "
+                      "run's prices applied to its tokens; there is nothing to reconcile."), \
+            EXIT_OK
     if not sessions:
-        for line in report(run, metrics, sessions, None, now):
-            print(line)
-        print("  no Tinker session is recorded for this run (a store written before "
-              "tinker-tui kept them): the service's usage cannot be told apart from others'.")
-        return EXIT_OK
+        return None, ("  no Tinker session is recorded for this run (a store written before "
+                      "tinker-tui kept them): the service's usage cannot be told apart from "
+                      "others'."), EXIT_OK
     from tinker_tui.engine.backend.choice import choose_backend
 
     try:
         choose_backend("tinker")  # a key, in a form the SDK takes
     except UsageError as exc:
-        for line in report(run, metrics, sessions, None, now):
-            print(line)
-        print(f"tinker-tui: Tinker's billing usage was not asked for: {exc}; the figures "
-              "above are tinker-tui's own count.")
-        return EXIT_FAILED
+        return None, (f"tinker-tui: Tinker's billing usage was not asked for: {exc}; the "
+                      "figures above are tinker-tui's own count."), EXIT_FAILED
     import tinker
 
     start = datetime.fromtimestamp(min(t for t, _, _ in sessions), UTC)
@@ -210,21 +239,13 @@ def main(args: argparse.Namespace) -> int:
     try:
         events = fetch_usage(start, min(end + timedelta(hours=1), now + timedelta(hours=1)))
     except (tinker.PermissionDeniedError, tinker.AuthenticationError) as exc:
-        for line in report(run, metrics, sessions, None, now):
-            print(line)
-        print(f"tinker-tui: this Tinker key has no billing access ({type(exc).__name__}): "
-              "billing usage needs the admin or billing-admin role in your organization; "
-              "the figures above are tinker-tui's own count.")
-        return EXIT_FAILED
+        return None, (f"tinker-tui: this Tinker key has no billing access "
+                      f"({type(exc).__name__}): billing usage needs the admin or "
+                      "billing-admin role in your organization; the figures above are "
+                      "tinker-tui's own count."), EXIT_FAILED
     except tinker.BadRequestError as exc:
         raise UsageError(f"the billing service refused the window: {exc}") from None
     except (tinker.TinkerError, TimeoutError) as exc:
-        for line in report(run, metrics, sessions, None, now):
-            print(line)
-        print(f"tinker-tui: could not read Tinker's billing usage: {type(exc).__name__}: "
-              f"{exc}")
-        return EXIT_FAILED
-    wanted = {s for _, s, _ in sessions}
-    for line in report(run, metrics, sessions, billed(events, wanted), now):
-        print(line)
-    return EXIT_OK
+        return None, (f"tinker-tui: could not read Tinker's billing usage: "
+                      f"{type(exc).__name__}: {exc}"), EXIT_FAILED
+    return billed(events, {s for _, s, _ in sessions}), None, EXIT_OK

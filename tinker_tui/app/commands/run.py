@@ -77,6 +77,10 @@ def add_parser(commands: Any) -> None:
                        help="continue a stored run (id or prefix; default: the newest of TASK)")
     group.add_argument("--no-ui", action="store_true",
                        help="no dashboard: one line per step (also when not on a terminal)")
+    group.add_argument("--json", action="store_true",
+                       help="no dashboard: a JSON object per line on stdout (start, steps, "
+                            "evaluations, checkpoints, end; tinker-tui.run-line/1), the "
+                            "text lines on stderr")
     add_label_options(group)
     pipeline = run.add_argument_group("pipeline")
     backend = run.add_argument_group("backend")
@@ -239,9 +243,12 @@ def make_session(args: argparse.Namespace) -> Run:
 
 
 async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
-                       task: str = "", pause_reminder: float = PAUSE_REMINDER) -> int:
+                       task: str = "", pause_reminder: float = PAUSE_REMINDER,
+                       json_lines: bool = False) -> int:
     """Run without a dashboard; its last lines are the run's summary (`app.run_summary`;
     `task`: how the command line named the task, for the command that continues it).
+    `json_lines`: stdout gets a JSON object per line (`app.json_output.RunLines`) and the
+    text goes to stderr.
 
     The first SIGINT/SIGTERM stops gracefully (current step, checkpoint, flush); if that
     takes longer than `stop_timeout` seconds the run is cancelled, which still closes the
@@ -258,7 +265,12 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
     from tinker_tui.app.run_summary import SummaryCollector, summary_lines
     from tinker_tui.engine.training.resume import drop_lock_file
 
-    reporter = HeadlessReporter(db_path=session.db_path)
+    human = sys.stderr if json_lines else sys.stdout
+    if json_lines:
+        from tinker_tui.app.json_output import RunLines
+
+        session.events.subscribe(RunLines(sys.stdout).handle)
+    reporter = HeadlessReporter(human, db_path=session.db_path)
     session.events.subscribe(reporter.handle)
     summary = SummaryCollector(task=task, db_path=session.db_path)
     if session.db_path is not None:  # a resumed run: its steps before this process
@@ -283,7 +295,7 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
             drop_lock_file(session.db_path, session.run_id)
         if summary.summary().run_id:
             ended = replace(summary.summary(), status="interrupted", reason=reason)
-            print("\n".join(summary_lines(ended)), flush=True)
+            print("\n".join(summary_lines(ended)), file=human, flush=True)
         os._exit(SIGNAL_EXIT_CODES[signum])
 
     def on_signal(signum: int) -> None:
@@ -297,7 +309,7 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
         session.control.stop(f"received {signal.Signals(signum).name}")
         waiting = getattr(session.control, "waiting_for", None)
         print(f"  {waiting() + '; ' if callable(waiting) else ''}Ctrl+C again stops at once "
-              "(the step in flight is lost)", flush=True)
+              "(the step in flight is lost)", file=human, flush=True)
         loop.call_later(stop_timeout, run_task.cancel)
 
     async def remind_while_paused() -> None:
@@ -333,7 +345,7 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
         if metrics is not None:
             metrics.close()
         if summary.summary().run_id:
-            print("\n".join(summary_lines(summary.summary())), flush=True)
+            print("\n".join(summary_lines(summary.summary())), file=human, flush=True)
     if received:
         return received[0]
     if session.control.health_stop_reason:  # on_health_pause = stop
@@ -402,4 +414,4 @@ def main(args: argparse.Namespace) -> int:
     if held is not None:
         return run_with_dashboard(plan, args, held)
     assert session is not None
-    return asyncio.run(run_headless(session, task=args.task))
+    return asyncio.run(run_headless(session, task=args.task, json_lines=args.json))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker_tui.app.commands.common import EXIT_OK, add_db_option, store_path
+from tinker_tui.app.json_output import add_json_option, document, print_json
 from tinker_tui.engine.metrics import metric_keys as keys
 
 COLUMNS = ("RUN", "NAME", "TASK", "BACKEND", "STATUS", "STEP", "REWARD", "CKPT", "STARTED",
@@ -28,10 +29,12 @@ def add_parser(commands: Any) -> None:
     runs = commands.add_parser("runs", help="list the runs in the store",
                                description="List the runs in the store, newest first.")
     add_db_option(runs)
+    add_json_option(runs, "runs")
 
 
-async def read_table(db_path: Path) -> list[dict[str, Any]]:
-    """One dict per run, newest first, with the columns of the table."""
+async def read_records(db_path: Path) -> list[dict[str, Any]]:
+    """One record per run, newest first: what the table shows, as values (the runs of
+    `runs --json`, `app.json_output`)."""
     from tinker_tui.engine.store import StoreReader
     from tinker_tui.engine.training.resume import run_is_live
 
@@ -41,7 +44,7 @@ async def read_table(db_path: Path) -> list[dict[str, Any]]:
         last = await store.last_metrics()
         states = await store.last_states()
         down = {run.run_id: await store.down_seconds(run.run_id) for run in runs}
-    rows = []
+    records = []
     now = time.time()  # a running run's duration is its time so far
     for run in runs:
         done = progress.get(run.run_id, {})
@@ -51,23 +54,39 @@ async def read_table(db_path: Path) -> list[dict[str, Any]]:
         if step is None:
             step = done.get("step") or run.start_step
         started, ended = run.started_at, run.ended_at
-        rows.append({
-            "RUN": run.run_id,
-            "NAME": run.run_name or "-",
-            "TASK": run.name,
-            "BACKEND": run.backend,
-            "STATUS": status,
-            "STEP": f"{step}/{run.max_steps or '?'}",
-            "REWARD": _reward(last.get(run.run_id, {})),
-            "CKPT": "-" if done.get("checkpoint") is None else str(done["checkpoint"]),
-            "STARTED": _when(started),
-            # the time it ran: a resumed run's time down between its sessions left out
-            "DURATION": (_duration(ended - started - down.get(run.run_id, 0.0))
-                         if started and ended
-                         else _duration(now - started - down.get(run.run_id, 0.0))
-                         if started and status in ("running", "paused") else "-"),
-        })
-    return rows
+        # the time it ran: a resumed run's time down between its sessions left out
+        end = ended if started and ended else \
+            now if started and status in ("running", "paused") else None
+        reward = last.get(run.run_id, {}).get(keys.REWARD_MEAN)
+        records.append({
+            "run_id": run.run_id, "name": run.run_name or None, "task": run.name,
+            "task_spec": run.task_spec or None, "backend": run.backend,
+            "base_model": run.base_model, "status": status, "reason": run.reason or None,
+            "step": step, "max_steps": run.max_steps or None,
+            "reward": reward if isinstance(reward, int | float) and math.isfinite(reward)
+            else None,
+            "checkpoint_step": done.get("checkpoint"),
+            "started_at": started, "ended_at": ended,
+            "duration_seconds": None if end is None or not started
+            else max(0.0, end - started - down.get(run.run_id, 0.0)),
+            "down_seconds": down.get(run.run_id, 0.0), "note": run.note or None})
+    return records
+
+
+async def read_table(db_path: Path) -> list[dict[str, Any]]:
+    """One dict per run, newest first, with the columns of the table."""
+    return [{
+        "RUN": r["run_id"],
+        "NAME": r["name"] or "-",
+        "TASK": r["task"],
+        "BACKEND": r["backend"],
+        "STATUS": r["status"],
+        "STEP": f"{r['step']}/{r['max_steps'] or '?'}",
+        "REWARD": "-" if r["reward"] is None else f"{r['reward']:.3f}",
+        "CKPT": "-" if r["checkpoint_step"] is None else str(r["checkpoint_step"]),
+        "STARTED": _when(r["started_at"]),
+        "DURATION": "-" if r["duration_seconds"] is None else _duration(r["duration_seconds"]),
+    } for r in await read_records(db_path)]
 
 
 def shown_status(stored: str, live: bool, last_state: str | None) -> str:
@@ -78,14 +97,6 @@ def shown_status(stored: str, live: bool, last_state: str | None) -> str:
     if not live:
         return "interrupted"
     return "paused" if last_state == "paused" else "running"
-
-
-def _reward(metrics: dict[str, Any]) -> str:
-    """The mean reward of the run's last step."""
-    value = metrics.get(keys.REWARD_MEAN)
-    if isinstance(value, int | float) and math.isfinite(value):
-        return f"{value:.3f}"
-    return "-"
 
 
 def _when(t: float | None) -> str:
@@ -110,6 +121,10 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.json:
+        records = asyncio.run(read_records(store_path(args)))
+        print_json(document("runs", store=str(store_path(args)), runs=records))
+        return EXIT_OK
     rows = asyncio.run(read_table(store_path(args)))
     if not rows:
         print(f"no runs in {store_path(args)}")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tinker_tui.app.commands.common import EXIT_OK, add_db_option, store_path
+from tinker_tui.app.json_output import add_json_option
 
 if TYPE_CHECKING:
     from tinker_tui.app.store_session import StoreSession
@@ -31,6 +32,7 @@ def add_parser(commands: Any) -> None:
                       help="print one line per step instead (also when not on a terminal)")
     show.add_argument("--log", action="store_true",
                       help="print the run's log, every message whole (tracebacks included)")
+    add_json_option(show, "show")
 
 
 async def print_run(db_path: Path, run: StoredRun) -> int:
@@ -67,6 +69,43 @@ async def print_log(db_path: Path, run: StoredRun) -> int:
     return EXIT_OK
 
 
+async def show_document(db_path: Path, run: StoredRun) -> dict[str, Any]:
+    """`show --json`: the run as `runs --json` lists it, with its steps, evaluations,
+    checkpoints, sessions and resumes as stored, and its end."""
+    from tinker_tui.app.commands.runs import read_records
+    from tinker_tui.app.json_output import (
+        checkpoint_record,
+        document,
+        resume_record,
+        session_record,
+        step_record,
+    )
+    from tinker_tui.engine.events import (
+        CheckpointSaved,
+        EvalCompleted,
+        RunResumed,
+        SessionStarted,
+        StepTrained,
+    )
+    from tinker_tui.engine.store import StoreReader
+
+    (record,) = [r for r in await read_records(db_path) if r["run_id"] == run.run_id]
+    async with await StoreReader.open_readonly(db_path) as store:
+        events = await store.events(run, {StepTrained, EvalCompleted, CheckpointSaved,
+                                          SessionStarted, RunResumed})
+    finished = run.finished()
+    return document(
+        "show", run=record,
+        steps=[step_record(e) for e in events if isinstance(e, StepTrained)],
+        evals=[step_record(e) for e in events if isinstance(e, EvalCompleted)],
+        checkpoints=[checkpoint_record(e) for e in events if isinstance(e, CheckpointSaved)],
+        sessions=[session_record(e) for e in events if isinstance(e, SessionStarted)],
+        resumes=[resume_record(e) for e in events if isinstance(e, RunResumed)],
+        finished=None if finished is None else {
+            "status": finished.status, "reason": finished.reason or None,
+            "final_step": finished.final_step, "time": finished.time})
+
+
 def shown_session(db_path: Path, run: StoredRun) -> StoreSession:
     """A finished run as stored; a run still running is followed as it goes, read-only
     (`attach` steers it), until it ends."""
@@ -88,6 +127,11 @@ def main(args: argparse.Namespace) -> int:
     from tinker_tui.engine.store import find_run
 
     run = asyncio.run(find_run(store_path(args), args.run))
+    if args.json:
+        from tinker_tui.app.json_output import print_json
+
+        print_json(asyncio.run(show_document(store_path(args), run)))
+        return EXIT_OK
     if args.log:
         return asyncio.run(print_log(store_path(args), run))
     if not wants_ui(args):

@@ -31,6 +31,7 @@ from tinker_tui.app.commands.common import (
 )
 from tinker_tui.app.commands.run import add_config_flags
 from tinker_tui.app.interrupts import StopSignals, release_signals, take_signals
+from tinker_tui.app.json_output import add_json_option
 from tinker_tui.app.sweep import failure_line, summary_lines
 from tinker_tui.engine.errors import EXIT_FAILED, UsageError
 
@@ -64,6 +65,10 @@ def add_parser(commands: Any) -> None:
                             "cores up to 4 locally, 4 on Tinker)")
     group.add_argument("--resume", metavar="SWEEP",
                        help="run what is left of a sweep (its id, a prefix, or latest)")
+    group.add_argument("--status", nargs="?", const="latest", metavar="SWEEP",
+                       help="print how a sweep stands (its id, a prefix; default the newest) "
+                            "and run nothing")
+    add_json_option(group, "sweep")
     group.add_argument("--no-ui", action="store_true",
                        help="no dashboard: a line per run as it ends, then the table")
     group.add_argument("--steps", type=int, metavar="N", dest="max_steps",
@@ -103,6 +108,13 @@ def main(args: argparse.Namespace) -> int:
     from tinker_tui.app.sweep import parse_grid, plan_sweep, record_plan
 
     db_path = store_path(args)
+    if args.status is not None:
+        if args.task or args.grid or args.resume:
+            raise UsageError("sweep --status SWEEP takes no TASK, --grid or --resume")
+        return asyncio.run(print_status(db_path, args.status, as_json=args.json))
+    if args.json:
+        raise UsageError("sweep --json goes with --status SWEEP (a running sweep's runs: "
+                         "run --no-ui --json prints each run's lines)")
     if args.resume is not None:
         if args.task or args.grid:
             raise UsageError("sweep --resume SWEEP takes no TASK or --grid: the sweep has "
@@ -131,6 +143,39 @@ def main(args: argparse.Namespace) -> int:
 
         return watch_sweep(db_path, sweep.sweep_id, parallel)
     return asyncio.run(run_headless(db_path, sweep.sweep_id, parallel))
+
+
+async def sweep_document(db_path: Path, wanted: str) -> dict[str, Any]:
+    """`sweep --status --json` (`app.json_output`): the sweep, its grid, and each of its
+    runs as the sweep recorded it with the run as `runs --json` lists it (null before it
+    starts)."""
+    from tinker_tui.app.commands.runs import read_records
+    from tinker_tui.app.json_output import document
+
+    sweep = await _find_sweep(db_path, wanted)
+    records = {r["run_id"]: r for r in await read_records(db_path)}
+    counts: dict[str, int] = {}
+    for run in sweep.runs:
+        counts[run.status] = counts.get(run.status, 0) + 1
+    return document(
+        "sweep", sweep_id=sweep.sweep_id, task=sweep.task, task_spec=sweep.task_spec or None,
+        grid=dict(sweep.grid), parallel=sweep.parallel, created_at=sweep.created_at,
+        counts=counts,
+        runs=[{"idx": r.idx, "run_id": r.run_id, "settings": dict(r.settings),
+               "status": r.status, "exit_code": r.exit_code,
+               "run": records.get(r.run_id)} for r in sweep.runs])
+
+
+async def print_status(db_path: Path, wanted: str, *, as_json: bool) -> int:
+    """`sweep --status`: the sweep's table (as its end prints it), or its document."""
+    if as_json:
+        from tinker_tui.app.json_output import print_json
+
+        print_json(await sweep_document(db_path, wanted))
+        return EXIT_OK
+    sweep = await _find_sweep(db_path, wanted)
+    print("\n".join(await summary_lines(db_path, sweep.sweep_id)).lstrip("\n"))
+    return EXIT_OK
 
 
 async def _find_sweep(db_path: Path, wanted: str) -> Any:
