@@ -25,7 +25,7 @@ from tinker_tui.engine.events import (
     StepTrained,
 )
 from tinker_tui.engine.store import RunStore
-from tinker_tui.engine.store.records import SweepRun, StoredSweep, record_sweep
+from tinker_tui.engine.store.records import StoredSweep, SweepRun, record_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "json-output.md"
@@ -72,12 +72,11 @@ def differences(doc: Any, got: Any, where: str = "$") -> list[str]:
             return []
         out = [f"{where}: undocumented {k!r}" for k in got if k not in doc]
         out += [f"{where}: missing {k!r}" for k in doc if k not in got]
-        for k in doc.keys() & got.keys():
+        for k in [k for k in doc if k in got]:
             out += differences(doc[k], got[k], f"{where}.{k}")
         return out
     if isinstance(doc, list) and doc:
-        return [d for i, item in enumerate(got) for d in differences(doc[0], item,
-                                                                        f"{where}[{i}]")]
+        return [d for i, item in enumerate(got) for d in differences(doc[0], item, f"{where}[{i}]")]
     return []
 
 
@@ -85,7 +84,10 @@ def test_the_checker_sees_a_missing_key_a_new_key_and_a_changed_kind():
     doc = {"a": 1, "b": [{"c": "x"}], "metrics": {"reward": 1.0}, "d": None}
     assert differences(doc, {"a": 2.5, "b": [], "metrics": {"k": "v"}, "d": {"e": 1}}) == []
     assert differences(doc, {"a": "1", "b": [{"c": "y", "z": 1}], "metrics": {}}) == [
-        "$: missing 'd'", "$.a: string, documented number", "$.b[0]: undocumented 'z'"]
+        "$: missing 'd'",
+        "$.a: string, documented number",
+        "$.b[0]: undocumented 'z'",
+    ]
 
 
 def test_the_page_documents_every_schema():
@@ -96,16 +98,39 @@ def test_the_page_documents_every_schema():
 
 def _events() -> list:
     return [
-        RunStarted(time=100.0, run_id="r1", name="demo", backend="local", base_model="tiny",
-                   max_steps=4, start_step=0, config={"seed": 1, "learning_rate": 1e-3},
-                   run_name="first"),
+        RunStarted(
+            time=100.0,
+            run_id="r1",
+            name="demo",
+            backend="local",
+            base_model="tiny",
+            max_steps=4,
+            start_step=0,
+            config={"seed": 1, "learning_rate": 1e-3},
+            run_name="first",
+        ),
         SessionStarted(time=100.5, backend="local", base_model="tiny"),
-        StepTrained(time=101.0, step=1, policy_version=1,
-                    metrics={"reward/mean": 0.25, "loss": float("nan")}),
-        CheckpointSaved(time=101.5, step=1, kind="state", name="step-000001",
-                        path="/ck/step-000001",
-                        resume_state={"step": 1, "policy_version": 1, "next_position": 2,
-                                      "pending": [], "next_group_id": 3, "warmup_done": True}),
+        StepTrained(
+            time=101.0,
+            step=1,
+            policy_version=1,
+            metrics={"reward/mean": 0.25, "loss": float("nan")},
+        ),
+        CheckpointSaved(
+            time=101.5,
+            step=1,
+            kind="state",
+            name="step-000001",
+            path="/ck/step-000001",
+            resume_state={
+                "step": 1,
+                "policy_version": 1,
+                "next_position": 2,
+                "pending": [],
+                "next_group_id": 3,
+                "warmup_done": True,
+            },
+        ),
         StepTrained(time=102.0, step=2, policy_version=2, metrics={"reward/mean": 0.5}),
         EvalCompleted(time=102.5, step=2, policy_version=2, metrics={"eval/reward": 0.4}),
         RunFinished(time=103.0, status="stopped", final_step=2, reason="stopped by user"),
@@ -118,30 +143,68 @@ async def _store(path: Path) -> None:
         for event in _events():
             store.handle(event)
         await store.flush()
-        store.handle(RunStarted(time=150.0, run_id="r1", name="demo", backend="local",
-                                base_model="tiny", max_steps=4, start_step=1,
-                                config={"seed": 1, "learning_rate": 1e-3}))
+        store.handle(
+            RunStarted(
+                time=150.0,
+                run_id="r1",
+                name="demo",
+                backend="local",
+                base_model="tiny",
+                max_steps=4,
+                start_step=1,
+                config={"seed": 1, "learning_rate": 1e-3},
+            )
+        )
         store.handle(SessionStarted(time=150.0, backend="local", base_model="tiny"))
         await store.flush()
         counts = await store.reconcile("r1", 1)
-        store.handle(RunResumed(time=151.0, run_id="r1", step=1, checkpoint="step-000001",
-                                steps_undone=counts["steps_removed"], down_seconds=47.0))
-        store.handle(StepTrained(time=152.0, step=2, policy_version=2,
-                                 metrics={"reward/mean": 0.75}))
+        store.handle(
+            RunResumed(
+                time=151.0,
+                run_id="r1",
+                step=1,
+                checkpoint="step-000001",
+                steps_undone=counts["steps_removed"],
+                down_seconds=47.0,
+            )
+        )
+        store.handle(
+            StepTrained(time=152.0, step=2, policy_version=2, metrics={"reward/mean": 0.75})
+        )
         store.handle(RunFinished(time=153.0, status="completed", final_step=2))
-        store.handle(RunStarted(time=200.0, run_id="r2", name="demo", backend="local",
-                                base_model="tiny", max_steps=4, start_step=0,
-                                config={"seed": 2, "learning_rate": 1e-3}))
+        store.handle(
+            RunStarted(
+                time=200.0,
+                run_id="r2",
+                name="demo",
+                backend="local",
+                base_model="tiny",
+                max_steps=4,
+                start_step=0,
+                config={"seed": 2, "learning_rate": 1e-3},
+            )
+        )
         store.handle(LogEmitted(time=200.5, level="info", message="hello"))
         await store.flush()
     finally:
         await store.close()
-    record_sweep(path, StoredSweep(
-        sweep_id="sweep-1", task="demo", task_spec="demo", grid={"seed": [1, 2, 3]},
-        run_args=[], parallel=1, created_at=99.0,
-        runs=(SweepRun("sweep-1", 0, "r1", {"seed": 1}, "completed", 0),
-              SweepRun("sweep-1", 1, "r2", {"seed": 2}, "running"),
-              SweepRun("sweep-1", 2, "r3", {"seed": 3}))))
+    record_sweep(
+        path,
+        StoredSweep(
+            sweep_id="sweep-1",
+            task="demo",
+            task_spec="demo",
+            grid={"seed": [1, 2, 3]},
+            run_args=[],
+            parallel=1,
+            created_at=99.0,
+            runs=(
+                SweepRun("sweep-1", 0, "r1", {"seed": 1}, "completed", 0),
+                SweepRun("sweep-1", 1, "r2", {"seed": 2}, "running"),
+                SweepRun("sweep-1", 2, "r3", {"seed": 3}),
+            ),
+        ),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -157,15 +220,21 @@ def _json_of(capsys, *argv: str) -> dict[str, Any]:
     return json.loads(out)
 
 
-@pytest.mark.parametrize("argv", [
-    ("runs", "--json"), ("show", "r1", "--json"), ("show", "r2", "--json"),
-    ("compare", "r1", "r2", "--json"), ("cost", "r1", "--json"),
-    ("sweep", "--status", "--json"), ("sweep", "--status", "sweep-1", "--json"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("runs", "--json"),
+        ("show", "r1", "--json"),
+        ("show", "r2", "--json"),
+        ("compare", "r1", "r2", "--json"),
+        ("cost", "r1", "--json"),
+        ("sweep", "--status", "--json"),
+        ("sweep", "--status", "sweep-1", "--json"),
+    ],
+)
 def test_each_commands_json_has_its_documented_shape(db, capsys, argv):
-    cmd = argv[0]
-    got = _json_of(capsys, *argv[:1], *argv[1:], *(["--db", str(db)]))
-    assert got["schema"] == SCHEMAS[cmd]
+    got = _json_of(capsys, *argv, "--db", str(db))
+    assert got["schema"] == SCHEMAS[argv[0]]
     assert differences(documented()[(got["schema"], None)], got) == []
 
 
@@ -174,20 +243,35 @@ def test_the_json_says_what_the_store_holds(db, capsys):
     assert [r["run_id"] for r in runs] == ["r2", "r1"]
     r1 = runs[1]
     assert (r1["name"], r1["status"], r1["step"], r1["reward"], r1["checkpoint_step"]) == (
-        "first", "completed", 2, 0.75, 1)
+        "first",
+        "completed",
+        2,
+        0.75,
+        1,
+    )
     assert r1["down_seconds"] == 47.0 and r1["duration_seconds"] == 53.0 - 47.0
     assert runs[0]["status"] == "interrupted" and runs[0]["reward"] is None
 
     show = _json_of(capsys, "show", "r1", "--json", "--db", str(db))
     assert [(s["step"], s["metrics"]["reward/mean"]) for s in show["steps"]] == [
-        (1, 0.25), (2, 0.75)]  # the step the resume undid, gone; its redo, kept
+        (1, 0.25),
+        (2, 0.75),
+    ]  # the step the resume undid, gone; its redo, kept
     assert show["steps"][0]["metrics"]["loss"] is None  # NaN: not a JSON number
     assert [c["name"] for c in show["checkpoints"]] == ["step-000001"]
     assert show["evals"] == []  # the evaluation of the undone step went with it
     assert [s["time"] for s in show["sessions"]] == [100.5, 150.0]
-    assert show["resumes"] == [{"time": 151.0, "step": 1, "checkpoint": "step-000001",
-                                "steps_undone": 1, "groups_requeued": 0,
-                                "scenarios_pending": 0, "down_seconds": 47.0}]
+    assert show["resumes"] == [
+        {
+            "time": 151.0,
+            "step": 1,
+            "checkpoint": "step-000001",
+            "steps_undone": 1,
+            "groups_requeued": 0,
+            "scenarios_pending": 0,
+            "down_seconds": 47.0,
+        }
+    ]
     assert show["finished"]["status"] == "completed"
 
     compare = _json_of(capsys, "compare", "r1", "r2", "--json", "--db", str(db))
@@ -221,14 +305,21 @@ def test_run_lines_are_json_lines_of_the_documented_shape():
     lines.handle(RunResumed(time=151.0, run_id="r1", step=1, checkpoint="step-000001"))
     docs = documented()
     got = [json.loads(line) for line in out.text.splitlines()]
-    assert [g["event"] for g in got] == ["started", "session", "step", "checkpoint", "step",
-                                         "eval", "finished", "resumed"]
+    assert [g["event"] for g in got] == [
+        "started",
+        "session",
+        "step",
+        "checkpoint",
+        "step",
+        "eval",
+        "finished",
+        "resumed",
+    ]
     for line in got:
         assert differences(docs[(SCHEMAS["run"], line["event"])], line) == [], line
     assert got[2]["metrics"] == {"reward/mean": 0.25, "loss": None}
 
 
-@pytest.mark.slow
 def test_run_json_prints_only_json_lines_on_stdout(tmp_path):
     """A real run on the local backend: stdout is JSON lines a script can read as they
     come; the text a person reads goes to stderr."""
@@ -238,9 +329,26 @@ def test_run_json_prints_only_json_lines_on_stdout(tmp_path):
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-m", "tinker_tui", "run", "example", "--json", "--steps", "2",
-         "--backend", "local", "--db", str(tmp_path / "runs.db")],
-        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            "example",
+            "--json",
+            "--steps",
+            "2",
+            "--backend",
+            "local",
+            "--db",
+            str(tmp_path / "runs.db"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     got = [json.loads(line) for line in done.stdout.splitlines()]
     assert got[0]["event"] == "started" and got[-1]["event"] == "finished"

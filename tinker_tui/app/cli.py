@@ -18,12 +18,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import re
 import signal
 import sys
 from collections.abc import Sequence
 
 from tinker_tui.app.argparse_private import option_strings, subcommand_parsers
+from tinker_tui.app.commands.common import one_of
 from tinker_tui.app.interrupts import (
     EXIT_CODES,
     EXIT_FAILED,
@@ -43,23 +43,17 @@ COMMANDS = ("run", "sweep", "show", "attach", "compare", "serve", "runs", "expor
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse without abbreviations (`--learning-rat` is an error, not `--learning-rate`)
-    whose errors are one line with a close-match suggestion, without the usage block."""
+    whose errors are one line, without the usage block."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {self.suggest(message)}\n"
+        # Choices are checked where they are declared (`commands.common.one_of`), with the
+        # suggestion in their own words: the message is only passed on, never read.
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n"
                               f"(`{self.prog} --help` lists the options)\n")
-
-    def suggest(self, message: str) -> str:
-        """argparse's message with "did you mean" added for a mistyped choice."""
-        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        if match:
-            choices = re.findall(r"'([^']*)'", match.group(2))
-            return message + did_you_mean(match.group(1), choices)
-        return message
 
     def option_strings(self) -> list[str]:
         return option_strings(self)
@@ -109,6 +103,14 @@ def build_parser() -> ArgumentParser:
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parsed arguments; a usage error exits with code 2 and one line."""
     parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    # The command is the first word that is not an option (the top level takes no values).
+    command = next((w for w in words if not w.startswith("-")), None)
+    if command is not None:
+        try:
+            one_of(subcommand_parsers(parser))(command)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"argument COMMAND: {exc}")
     args, extra = parser.parse_known_args(argv)
     if extra:
         sub = parser.subcommand(args.command) or parser

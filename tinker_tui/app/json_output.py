@@ -65,15 +65,20 @@ def dumps(doc: Mapping[str, Any]) -> str:
 
 
 def print_json(doc: Mapping[str, Any], out: TextIO | None = None) -> None:
-    print(json.dumps(plain(doc), allow_nan=False, ensure_ascii=False, indent=2),
-          file=out or sys.stdout, flush=True)
+    print(
+        json.dumps(plain(doc), allow_nan=False, ensure_ascii=False, indent=2),
+        file=out or sys.stdout,
+        flush=True,
+    )
 
 
 def add_json_option(parser: Any, what: str) -> None:
     """`--json`: print the command's document (`SCHEMAS[what]`) instead of text."""
-    parser.add_argument("--json", action="store_true",
-                        help=f"print JSON ({SCHEMAS[what]}; see the JSON output docs page) "
-                             "instead of text")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help=f"print JSON ({SCHEMAS[what]}; see the JSON output docs page) instead of text",
+    )
 
 
 def step_record(event: StepTrained | EvalCompleted) -> dict[str, Any]:
@@ -81,14 +86,25 @@ def step_record(event: StepTrained | EvalCompleted) -> dict[str, Any]:
 
 
 def checkpoint_record(event: CheckpointSaved) -> dict[str, Any]:
-    return {"step": event.step, "kind": event.kind, "name": event.name, "path": event.path,
-            "time": event.time}
+    return {
+        "step": event.step,
+        "kind": event.kind,
+        "name": event.name,
+        "path": event.path,
+        "time": event.time,
+    }
 
 
 def resume_record(event: RunResumed) -> dict[str, Any]:
-    return {"time": event.time, "step": event.step, "checkpoint": event.checkpoint or None,
-            "steps_undone": event.steps_undone, "groups_requeued": event.groups_requeued,
-            "scenarios_pending": event.scenarios_pending, "down_seconds": event.down_seconds}
+    return {
+        "time": event.time,
+        "step": event.step,
+        "checkpoint": event.checkpoint or None,
+        "steps_undone": event.steps_undone,
+        "groups_requeued": event.groups_requeued,
+        "scenarios_pending": event.scenarios_pending,
+        "down_seconds": event.down_seconds,
+    }
 
 
 def session_record(event: SessionStarted) -> dict[str, Any]:
@@ -106,20 +122,37 @@ class RunLines:
 
     def _line(self, event: str, time: float, **fields: Any) -> None:
         try:
-            print(dumps({"schema": SCHEMAS["run"], "event": event, "run_id": self._run_id,
-                         "time": time, **fields}), file=self.out, flush=True)
+            print(
+                dumps(
+                    {
+                        "schema": SCHEMAS["run"],
+                        "event": event,
+                        "run_id": self._run_id,
+                        "time": time,
+                        **fields,
+                    }
+                ),
+                file=self.out,
+                flush=True,
+            )
         except (BrokenPipeError, ValueError):  # the reader went away
             pass
 
     def handle(self, event: Event) -> None:
         if isinstance(event, RunStarted):
             self._run_id = event.run_id
-            self._line("started", event.time, task=event.name, backend=event.backend,
-                       base_model=event.base_model, max_steps=event.max_steps,
-                       start_step=event.start_step, run_name=event.run_name or None)
+            self._line(
+                "started",
+                event.time,
+                task=event.name,
+                backend=event.backend,
+                base_model=event.base_model,
+                max_steps=event.max_steps,
+                start_step=event.start_step,
+                run_name=event.run_name or None,
+            )
         elif isinstance(event, SessionStarted):
-            self._line("session", event.time, backend=event.backend,
-                       base_model=event.base_model)
+            self._line("session", event.time, backend=event.backend, base_model=event.base_model)
         elif isinstance(event, RunResumed):
             record = resume_record(event)
             del record["time"]
@@ -133,5 +166,10 @@ class RunLines:
             del record["time"]
             self._line("checkpoint", event.time, **record)
         elif isinstance(event, RunFinished):
-            self._line("finished", event.time, status=event.status,
-                       final_step=event.final_step, reason=event.reason)
+            self._line(
+                "finished",
+                event.time,
+                status=event.status,
+                final_step=event.final_step,
+                reason=event.reason,
+            )

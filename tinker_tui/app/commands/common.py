@@ -12,16 +12,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from tinker_tui.engine.did_you_mean import did_you_mean
 from tinker_tui.engine.errors import EXIT_OK, UsageError
 
-__all__ = ["DEFAULT_DB", "EXIT_OK", "TENSORBOARD_BESIDE_STORE", "add_db_option",
+__all__ = ["BACKENDS", "DEFAULT_DB", "EXIT_OK", "TENSORBOARD_BESIDE_STORE", "add_db_option",
            "config_overrides", "store_path", "wants_ui", "NAME_LENGTH", "NOTE_LENGTH",
-           "add_label_options", "run_label", "check_label"]
+           "add_label_options", "run_label", "check_label", "one_of"]
 
 DEFAULT_DB = Path("runs") / "tinker-tui.db"
+#: The backends `--backend` takes.
+BACKENDS = ("local", "tinker")
 #: `--tensorboard` without a folder: `tensorboard/` beside the store.
 TENSORBOARD_BESIDE_STORE = "<beside the store>"
 
@@ -31,6 +35,23 @@ def add_db_option(parser: Any) -> None:
     parser.add_argument("--db", type=Path, metavar="PATH",
                         help=f"the SQLite run store (default {DEFAULT_DB}; its folder must "
                              "exist unless it is the default)")
+
+
+def one_of(choices: Iterable[str]) -> Callable[[str], str]:
+    """An argparse `type` that takes one of `choices`, checked where they are declared:
+    the error (one line, with the closest choice) is ours, so nothing reads argparse's
+    wording, which changes between Python versions. Give `choices=` too: help and the
+    reference list them."""
+    allowed = tuple(choices)
+
+    def check(value: str) -> str:
+        if value in allowed:
+            return value
+        listed = ", ".join(repr(c) for c in allowed)
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {value!r} (choose from {listed}){did_you_mean(value, allowed)}")
+
+    return check
 
 
 def store_path(args: argparse.Namespace) -> Path:

@@ -36,9 +36,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from tinker_tui.app.commands.common import EXIT_OK, add_db_option, store_path
+from tinker_tui.app.commands.common import EXIT_OK, add_db_option, one_of, store_path
 from tinker_tui.app.export_records import METRIC_FIELDS, SAMPLE_FIELDS, read_export
 from tinker_tui.engine.errors import UsageError
+
+#: What --format and --what take.
+FORMATS = ("jsonl", "csv", "wandb", "tensorboard")
+WHAT = ("all", "metrics", "samples")
 
 
 def add_parser(commands: Any) -> None:
@@ -47,7 +51,7 @@ def add_parser(commands: Any) -> None:
                                              "JSON lines or CSV.")
     export.add_argument("run", nargs="?", metavar="RUN",
                         help="run id or a unique prefix of one (default: the newest run)")
-    export.add_argument("--format", choices=("jsonl", "csv", "wandb", "tensorboard"),
+    export.add_argument("--format", choices=FORMATS, type=one_of(FORMATS),
                         default="jsonl",
                         help="jsonl (default): one file, a record per line; csv: one table "
                              "per file; wandb, tensorboard: a W&B run (offline without an API "
@@ -56,7 +60,7 @@ def add_parser(commands: Any) -> None:
     export.add_argument("--project", metavar="NAME",
                         help="W&B project for --format wandb (default: the run's "
                              "wandb_project, else tinker-tui)")
-    export.add_argument("--what", choices=("all", "metrics", "samples"), default="all",
+    export.add_argument("--what", choices=WHAT, type=one_of(WHAT), default="all",
                         help="what to export (default: all)")
     export.add_argument("-o", "--output", metavar="PATH",
                         help="a folder for the default file names (RUN.jsonl, "

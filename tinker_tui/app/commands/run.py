@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from tinker_tui.app.argparse_private import HelpFormatter
 from tinker_tui.app.commands.common import (
+    BACKENDS,
     DEFAULT_DB,
     EXIT_OK,
     TENSORBOARD_BESIDE_STORE,
     add_db_option,
     add_label_options,
     config_overrides,
+    one_of,
     run_label,
     store_path,
     wants_ui,
@@ -84,7 +86,7 @@ def add_parser(commands: Any) -> None:
     add_label_options(group)
     pipeline = run.add_argument_group("pipeline")
     backend = run.add_argument_group("backend")
-    backend.add_argument("--backend", choices=("local", "tinker"),
+    backend.add_argument("--backend", choices=BACKENDS, type=one_of(BACKENDS),
                          help="local (embedded, CPU) or tinker (needs TINKER_API_KEY); default "
                               "tinker when a key is configured, else local")
     store = run.add_argument_group("store")
@@ -279,7 +281,7 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
     metrics = MetricsFile(session.db_path.parent) if session.db_path is not None else None
     if metrics is not None:
         session.events.subscribe(metrics.handle)
-    endpoint = await start_control_endpoint(session)  # for `tinker-tui attach`
+    endpoint = await start_control_endpoint(session, human)  # for `tinker-tui attach`
     loop = asyncio.get_running_loop()
     received: list[int] = []
     stops = StopSignals()

@@ -23,10 +23,12 @@ from typing import Any
 
 from tinker_tui.app.argparse_private import HelpFormatter
 from tinker_tui.app.commands.common import (
+    BACKENDS,
     EXIT_OK,
     add_db_option,
     add_label_options,
     config_overrides,
+    one_of,
     store_path,
 )
 from tinker_tui.app.commands.run import add_config_flags
@@ -78,7 +80,7 @@ def add_parser(commands: Any) -> None:
     add_label_options(group)
     pipeline = sweep.add_argument_group("pipeline")
     backend = sweep.add_argument_group("backend")
-    backend.add_argument("--backend", choices=("local", "tinker"),
+    backend.add_argument("--backend", choices=BACKENDS, type=one_of(BACKENDS),
                          help="local or tinker (default tinker when a key is configured)")
     store = sweep.add_argument_group("store")
     add_db_option(store)

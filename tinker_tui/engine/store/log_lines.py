@@ -20,38 +20,47 @@ from tinker_tui.engine.events import LogEmitted, RunResumed, SessionStarted, Tra
 
 #: "starting {backend} backend, base model {base_model}": what each process that ran (or
 #: resumed) a run logged first.
-_SESSION = re.compile(r"starting (?P<backend>\S+) backend, base model (?P<base_model>.*)\Z",
-                      re.DOTALL)
+_SESSION = re.compile(
+    r"starting (?P<backend>\S+) backend, base model (?P<base_model>.*)\Z", re.DOTALL
+)
 #: "resuming run {run_id} from checkpoint {name} (step {n}): {k} later step(s) undone, {g}
 #: group(s) to run again ({p} scenario(s) drawn but untrained)", or "... from the start ...".
 _RESUME = re.compile(
     r"resuming run (?P<run_id>\S+) from (?:checkpoint (?P<checkpoint>\S+) \(step (?P<step>\d+)\)"
     r"|the start)(?:[^:]*: (?P<undone>\d+) later step\(s\) undone, (?P<requeued>\d+) group\(s\)"
-    r" to run again \((?P<pending>\d+) scenario\(s\) drawn but untrained\))?")
+    r" to run again \((?P<pending>\d+) scenario\(s\) drawn but untrained\))?"
+)
 #: Outside trackers by the name each of their lines began with ("W&B: logging to ...").
 TRACKER_LINE_NAMES = {"W&B": "wandb", "TensorBoard": "tensorboard"}
 
 
-def legacy_log_event(run_id: str | None, time: float, level: str, message: str,
-                     down_seconds: float = 0.0) -> LogEmitted:
+def legacy_log_event(
+    run_id: str | None, time: float, level: str, message: str, down_seconds: float = 0.0
+) -> LogEmitted:
     """The event an older store's log line was written for: a SessionStarted, a
     RunResumed (of run `run_id`, down `down_seconds`), a TrackerReported, else the line."""
     name, sep, _ = message.partition(": ")
     if sep and name in TRACKER_LINE_NAMES:
-        return TrackerReported(time=time, level=level, message=message,
-                               tracker=TRACKER_LINE_NAMES[name])
+        return TrackerReported(
+            time=time, level=level, message=message, tracker=TRACKER_LINE_NAMES[name]
+        )
     session = _SESSION.match(message)
     if session is not None:
-        return SessionStarted(time=time, backend=session["backend"],
-                              base_model=session["base_model"])
+        return SessionStarted(
+            time=time, backend=session["backend"], base_model=session["base_model"]
+        )
     resume = _RESUME.match(message)
     if resume is not None and resume["run_id"] == run_id:
-        return RunResumed(time=time, run_id=run_id, step=int(resume["step"] or 0),
-                          checkpoint=resume["checkpoint"] or "",
-                          steps_undone=int(resume["undone"] or 0),
-                          groups_requeued=int(resume["requeued"] or 0),
-                          scenarios_pending=int(resume["pending"] or 0),
-                          down_seconds=down_seconds)
+        return RunResumed(
+            time=time,
+            run_id=run_id,
+            step=int(resume["step"] or 0),
+            checkpoint=resume["checkpoint"] or "",
+            steps_undone=int(resume["undone"] or 0),
+            groups_requeued=int(resume["requeued"] or 0),
+            scenarios_pending=int(resume["pending"] or 0),
+            down_seconds=down_seconds,
+        )
     return LogEmitted(time=time, level=level, message=message)
 
 
@@ -76,13 +85,16 @@ def run_log_events(run_id: str, rows: Sequence[Any]) -> list[tuple[int, LogEmitt
 def legacy_down_seconds(run_id: str, rows: Sequence[Any]) -> float:
     """Seconds run `run_id` was down between its sessions, from its log rows in an older
     store (id, time, level, message; in id order)."""
-    return float(sum(e.down_seconds for _, e in run_log_events(run_id, rows)
-                     if isinstance(e, RunResumed)))
+    return float(
+        sum(e.down_seconds for _, e in run_log_events(run_id, rows) if isinstance(e, RunResumed))
+    )
 
 
 _SQL_SESSION = "INSERT INTO sessions (run_id, time, backend, base_model) VALUES (?, ?, ?, ?)"
-_SQL_RESUME = ("INSERT INTO resumes (run_id, time, step, checkpoint, steps_undone, "
-               "groups_requeued, scenarios_pending, down_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+_SQL_RESUME = (
+    "INSERT INTO resumes (run_id, time, step, checkpoint, steps_undone, "
+    "groups_requeued, scenarios_pending, down_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 async def migrate_log_lines(conn: aiosqlite.Connection) -> None:
@@ -91,23 +103,36 @@ async def migrate_log_lines(conn: aiosqlite.Connection) -> None:
     transaction, after its SQL."""
     rows = await conn.execute_fetchall(
         "SELECT id, run_id, time, level, message FROM log WHERE run_id IS NOT NULL "
-        "ORDER BY run_id, id")
+        "ORDER BY run_id, id"
+    )
     by_run: dict[str, list[Any]] = {}
     for row in rows:
         by_run.setdefault(row[1], []).append((row[0], row[2], row[3], row[4]))
     for run_id, run_rows in by_run.items():
         for row_id, event in run_log_events(run_id, run_rows):
             if isinstance(event, TrackerReported):
-                await conn.execute("UPDATE log SET tracker = ? WHERE id = ?",
-                                   (event.tracker, row_id))
+                await conn.execute(
+                    "UPDATE log SET tracker = ? WHERE id = ?", (event.tracker, row_id)
+                )
                 continue
             if isinstance(event, SessionStarted):
-                await conn.execute(_SQL_SESSION,
-                                   (run_id, event.time, event.backend, event.base_model))
+                await conn.execute(
+                    _SQL_SESSION, (run_id, event.time, event.backend, event.base_model)
+                )
             elif isinstance(event, RunResumed):
-                await conn.execute(_SQL_RESUME, (
-                    run_id, event.time, event.step, event.checkpoint, event.steps_undone,
-                    event.groups_requeued, event.scenarios_pending, event.down_seconds))
+                await conn.execute(
+                    _SQL_RESUME,
+                    (
+                        run_id,
+                        event.time,
+                        event.step,
+                        event.checkpoint,
+                        event.steps_undone,
+                        event.groups_requeued,
+                        event.scenarios_pending,
+                        event.down_seconds,
+                    ),
+                )
             else:
                 continue
             await conn.execute("DELETE FROM log WHERE id = ?", (row_id,))
