@@ -2,7 +2,7 @@
 (`app.mcp_server`). It reads runs always; it steers them (pause, resume, checkpoint,
 evaluate, set a knob, roll back, stop) only with `--allow-control`.
 
-Needs the `mcp` extra (`pip install 'tinker-tui[mcp]'`): the official MCP Python SDK.
+Needs the `mcp` extra (`pip install "tinker-tui[mcp]"`): the official MCP Python SDK.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
     except ImportError as exc:
         if (exc.name or "").split(".")[0] != "mcp":
             raise
-        raise UsageError("`tinker-tui mcp` needs the MCP SDK: pip install 'tinker-tui[mcp]'"
+        raise UsageError('`tinker-tui mcp` needs the MCP SDK: pip install "tinker-tui[mcp]"'
                          ) from None
     asyncio.run(serve(store_path(args), allow_control=args.allow_control))
     return EXIT_OK
