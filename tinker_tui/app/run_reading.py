@@ -188,23 +188,24 @@ def rollouts(read: ReadRun, step: int | None = None, which: str = "worst",
         have = sorted(by_step)
         span = f"steps {have[0]}..{have[-1]}" if have else "no step yet"
         raise ValueError(f"run {read.run.run_id} has no rollouts of step {step} ({span})")
-    found = []
+    found: list[tuple[float, dict[str, Any]]] = []
     for group_id in by_step[step]:
         group = model.groups.get(group_id)
         if group is None:
             continue
         for index, t in enumerate(group.trajectories):
-            found.append({
+            reward = _finite(t.reward)
+            found.append((-math.inf if reward is None else reward, {
                 "group_id": group_id, "index": index, "scenario_id": group.scenario_id,
-                "reward": _finite(t.reward), "policy_version": t.policy_version,
+                "reward": reward, "policy_version": t.policy_version,
                 "num_tokens": t.num_tokens, "metrics": dict(t.metrics),
                 "messages": [{"role": str(m.get("role", "")), "content": _cut(m.get("content"))}
                              for m in t.messages],
-            })
-    found.sort(key=lambda r: (r["reward"] if r["reward"] is not None else -math.inf),
-               reverse=which == "best")
+            }))
+    found.sort(key=lambda pair: pair[0], reverse=which == "best")
     return {"run_id": read.run.run_id, "step": step, "which": which,
-            "rollouts_in_step": len(found), "rollouts": found[:_clamp(count, MOST_ROLLOUTS)]}
+            "rollouts_in_step": len(found),
+            "rollouts": [r for _, r in found[:_clamp(count, MOST_ROLLOUTS)]]}
 
 
 def log_tail(read: ReadRun, lines: int = 50, level: str | None = None) -> dict[str, Any]:

@@ -68,8 +68,9 @@ class RunNotRunning(ControlUnavailable):
         self.control_file = control_file
 
 
-class CommandRefused(ValueError):
-    """The run refused a command (HTTP 4xx/5xx); the message is the endpoint's `error`."""
+class CommandRefused(UsageError, ValueError):
+    """The run refused a command (HTTP 4xx/5xx); the message is the endpoint's `error`
+    (a ValueError, as the run's own `Control` raises for a bad knob)."""
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
