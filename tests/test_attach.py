@@ -18,7 +18,7 @@ os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 import pytest
 from fake_session import FakeSession
 
-from tinker_tui.app.commands.attach import connect, control_file_for, wait_for_run
+from tinker_tui.app.commands.attach import connect, wait_for_run
 from tinker_tui.app.interrupts import EXIT_OK
 from tinker_tui.app.screens.confirm_quit import QuitScreen
 from tinker_tui.app.store_session import StoreSession
@@ -31,6 +31,7 @@ from tinker_tui.engine.control.endpoint import (
     RemoteControl,
     control_file_path,
 )
+from tinker_tui.engine.control.client import find_control_file
 from tinker_tui.engine.errors import UsageError
 
 # ------------------------------------------------------------------ the endpoint, in process
@@ -131,11 +132,11 @@ async def test_a_half_sent_request_is_closed_after_the_timeout(tmp_path, caplog)
 
 def test_attach_names_what_is_missing(tmp_path):
     with pytest.raises(UsageError, match="no control endpoint for any run"):
-        control_file_for(tmp_path / "runs.db", None)
+        connect(tmp_path / "runs.db", None)
     stale = control_file_path(tmp_path / "runs.db", "gone")
     stale.write_text(json.dumps({"url": "http://127.0.0.1:9", "token": "x", "run_id": "gone"}))
     with pytest.raises(UsageError, match="does not answer"):
-        connect(control_file_for(tmp_path / "runs.db", "gone"))
+        connect(tmp_path / "runs.db", "gone")
 
 
 def test_attach_to_no_such_run_says_what_show_says(tmp_path):
@@ -150,12 +151,12 @@ def test_attach_to_no_such_run_says_what_show_says(tmp_path):
     with pytest.raises(NoSuchRun) as shown:
         asyncio.run(find_run(db, "nosuchrun"))
     with pytest.raises(UsageError) as attached:
-        control_file_for(db, "nosuchrun")
+        connect(db, "nosuchrun")
     assert str(attached.value) == str(shown.value)
     assert str(attached.value).startswith("no run 'nosuchrun'")
     with pytest.raises(UsageError, match=r"run run-0001 is completed: nothing to attach to; "
                                          r"`tinker-tui show run-0001 --db "):
-        control_file_for(db, "run-0001")
+        connect(db, "run-0001")
 
 
 # ------------------------------------------------------------------ a headless run in another process
@@ -186,7 +187,7 @@ async def attach_pause_resume_stop(proc: subprocess.Popen, db_path: Path,
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "no control endpoint appeared"
         await asyncio.sleep(0.05)
-    control, run_id = connect(control_file_for(db_path, None))
+    control, run_id = connect(db_path, None)
     run = await wait_for_run(db_path, run_id)
     session = StoreSession(db_path, run, control=control, follow=True, poll_interval=0.1)
     app = TinkerTuiApp(session, refresh_interval=0.1)
@@ -298,7 +299,7 @@ def test_a_checkpoint_asked_for_while_paused_is_written_at_once(tmp_path):
 
     try:
         until(lambda: list(tmp_path.glob("*.control.json")), "the control endpoint", 120)
-        client = ControlClient.from_file(control_file_for(db_path, None))
+        client = ControlClient.from_file(find_control_file(db_path))
         until(lambda: db_path.exists() and last_step() >= 2, "two steps", 120)
         assert client.command("pause")["state"]["paused"]
         quiet = [last_step(), time.monotonic()]  # the in-flight groups are trained (or not)

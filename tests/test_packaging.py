@@ -31,7 +31,8 @@ def test_the_wheel_installs_only_tinker_tui(tmp_path: Path) -> None:
                    "tinker_tui/engine/local/weights/tiny-chat.safetensors",
                    "tinker_tui/engine/store/codec.py",
                    "tinker_tui/engine/local/tiny_chat_tokenizer/tokenizer.json",
-                   "tinker_tui/examples/yes_no_maybe.py", "tinker_tui/py.typed"):
+                   "tinker_tui/examples/yes_no_maybe.py", "tinker_tui/py.typed",
+                   "tinker_tui/agent_skill.md"):
         assert needed in names
 
 

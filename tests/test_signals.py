@@ -239,7 +239,7 @@ def test_attach_to_a_killed_run_says_its_process_is_gone(tmp_path, capsys):
 async def test_dashboards_show_a_run_stopped_at_once_as_interrupted(tmp_path, monkeypatch):
     """The engine a dashboard started, stopped at once by a second SIGINT: that dashboard
     and one attached to the run both end it as interrupted, not failed."""
-    from tinker_tui.app.commands.attach import connect, control_file_for
+    from tinker_tui.app.commands.attach import connect
     from tinker_tui.app.engine_process import EngineProcess, RunningEngine
     from tinker_tui.app.run_summary import SummaryCollector, summary_lines
     from tinker_tui.app.store_session import StoreSession
@@ -262,7 +262,7 @@ async def test_dashboards_show_a_run_stopped_at_once_as_interrupted(tmp_path, mo
             assert time.monotonic() < deadline and not running.done()
             await asyncio.sleep(0.05)
         first_step = time.monotonic()
-        control, run_id = await asyncio.to_thread(connect, control_file_for(db, "r-1"))
+        control, run_id = await asyncio.to_thread(connect, db, "r-1")
         pid = engine.process.pid
         attached = StoreSession(db, await find_run(db, run_id), control=control, follow=True,
                                 poll_interval=0.05, engine=RunningEngine(db, run_id, pid))

@@ -37,8 +37,10 @@ from tinker_tui.app.interrupts import (
 from tinker_tui.engine.did_you_mean import did_you_mean
 from tinker_tui.engine.errors import TinkerTuiError
 
-#: Sub-command modules under app/commands, in the order `--help` lists them.
-COMMANDS = ("run", "sweep", "show", "attach", "compare", "serve", "runs", "export", "cost")
+#: Sub-commands in the order `--help` lists them; each one's module is its name with "_"
+#: for "-" (`agent-skill`: app/commands/agent_skill.py).
+COMMANDS = ("run", "sweep", "show", "attach", "compare", "serve", "runs", "export", "cost",
+            "mcp", "agent-skill")
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -96,7 +98,8 @@ def build_parser() -> ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      parser_class=ArgumentParser)
     for name in COMMANDS:
-        importlib.import_module(f"tinker_tui.app.commands.{name}").add_parser(commands)
+        module = name.replace("-", "_")
+        importlib.import_module(f"tinker_tui.app.commands.{module}").add_parser(commands)
     return parser
 
 
@@ -140,7 +143,8 @@ def _main(argv: list[str] | None) -> int:
         with interrupting():  # a signal now: one line and 130/143, never a traceback
             args = parse(argv)
             args.argv = list(sys.argv[1:] if argv is None else argv)  # a dashboard's engine
-            command = importlib.import_module(f"tinker_tui.app.commands.{args.command}")
+            module = args.command.replace("-", "_")
+            command = importlib.import_module(f"tinker_tui.app.commands.{module}")
         return command.main(args)
     except TinkerTuiError as exc:  # the one place an error becomes an exit code
         return report(exc, exc.exit_code)

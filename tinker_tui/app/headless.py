@@ -400,7 +400,8 @@ async def start_control_endpoint(session: Session, out: TextIO | None = None
     db_path, run_id = session.db_path, session.run_id
     if db_path is None or not run_id:
         return None
-    from tinker_tui.engine.control.endpoint import ControlServer, control_file_path
+    from tinker_tui.engine.control.client import control_file_path
+    from tinker_tui.engine.control.endpoint import ControlServer
 
     server = ControlServer(session.control, run_id=run_id)
     await server.start(control_file_path(db_path, run_id), extra={"store": str(db_path)})

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tinker_tui.engine.clock import Clock, FakeClock, SystemClock
-from tinker_tui.engine.control.endpoint import ControlUnavailable, RemoteControl
+from tinker_tui.engine.control.client import ControlUnavailable, RemoteControl
 from tinker_tui.engine.control.interface import Control
 from tinker_tui.engine.events import (
     Event,
@@ -243,7 +243,7 @@ class StoreSession:
         its run is in the store; EngineExited if the engine ends first (the command prints
         what it said), or was cancelled by a signal before it started."""
         from tinker_tui.app.engine_process import EngineExited, exit_interrupts, log_tail
-        from tinker_tui.engine.control.endpoint import control_file_path
+        from tinker_tui.engine.control.client import control_file_path
         from tinker_tui.engine.store import StoreError, find_run
 
         if self.engine is not None:
@@ -278,7 +278,7 @@ class StoreSession:
             await asyncio.sleep(self.poll_interval)
 
     async def _connect(self, control_file: Path) -> None:
-        from tinker_tui.engine.control.endpoint import ControlClient
+        from tinker_tui.engine.control.client import ControlClient
 
         try:
             control = RemoteControl(ControlClient.from_file(control_file))

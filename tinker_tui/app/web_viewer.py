@@ -30,7 +30,7 @@ def session_for(db_path: Path, run_id: str, *, read_only: bool) -> object:
     control endpoint, else the stored run."""
     from tinker_tui.app.commands.attach import connect
     from tinker_tui.app.store_session import ReadOnlyControl, StoreSession
-    from tinker_tui.engine.control.endpoint import control_file_path
+    from tinker_tui.engine.control.client import control_file_path
     from tinker_tui.engine.errors import UsageError
     from tinker_tui.engine.store import find_run
 
@@ -41,7 +41,7 @@ def session_for(db_path: Path, run_id: str, *, read_only: bool) -> object:
             return StoreSession(db_path, run, control=ReadOnlyControl(READ_ONLY_WHY),
                                 follow=True)
         try:
-            control, _ = connect(control_file)
+            control, _ = connect(db_path, run.run_id)
         except UsageError:  # the run ended between the check and now
             pass
         else:

@@ -28,7 +28,7 @@ from tinker_tui.app.interrupts import EXIT_FAILED, EXIT_OK
 from tinker_tui.engine.errors import UsageError
 
 if TYPE_CHECKING:
-    from tinker_tui.engine.control.endpoint import RemoteControl
+    from tinker_tui.engine.control.client import RemoteControl
     from tinker_tui.engine.control.interface import Session
     from tinker_tui.engine.store import StoredRun
 
@@ -48,42 +48,30 @@ def add_parser(commands: Any) -> None:
                         help="print one line per step instead (also when not on a terminal)")
 
 
-def control_file_for(db_path: Path, wanted: str | None) -> Path:
-    """The control file of the run `wanted` names (UsageError if there is none). A file
-    whose process is gone (`control_file_orphaned`) is stale: passed over, and named as
-    such when it is the one asked for."""
-    from tinker_tui.engine.control.endpoint import (
-        CONTROL_FILE_SUFFIX,
-        control_file_orphaned,
-        control_file_path,
-        find_control_files,
-    )
+def connect(db_path: Path, wanted: str | None) -> tuple[RemoteControl, str]:
+    """A `RemoteControl` of the running run `wanted` names (None: the newest), through the
+    package's one control client (`tinker_tui.control.connect`), and that run's id. A
+    UsageError says what the run is when it is not running: as `show` words a run the store
+    does not have, else how to show or continue it."""
+    from tinker_tui.control import AmbiguousRun, ControlUnavailable, NoEndpoint, RunNotRunning
+    from tinker_tui.control import connect as connect_run
+    from tinker_tui.engine.control.client import RemoteControl
 
-    every = find_control_files(db_path)
-    files = [f for f in every if control_file_orphaned(f) is None]
-    if wanted:
-        exact = control_file_path(db_path, wanted)
-        if exact.is_file():
-            pid = control_file_orphaned(exact)
-            if pid is not None:
-                raise _gone(db_path, wanted, pid, exact)
-            return exact
-        files = [f for f in files if f.name.startswith(wanted)]
-        if len(files) > 1:
-            names = ", ".join(f.name.removesuffix(CONTROL_FILE_SUFFIX) for f in files)
-            raise UsageError(f"{wanted!r} matches several running runs: {names}")
-    stale = [f for f in every if f not in files]
-    if not files and not wanted and stale:  # the newest run that did not end: say what it is
-        newest = max(stale, key=lambda f: f.stat().st_mtime)
-        run_id = newest.name.removesuffix(CONTROL_FILE_SUFFIX)
-        raise _gone(db_path, run_id, control_file_orphaned(newest), newest)
-    if not files and wanted:
-        raise _not_running(db_path, wanted)
-    if not files:
-        raise UsageError(f"no control endpoint for any run beside {db_path}: start the run "
-                         "with `tinker-tui run TASK --no-ui` (same --db), or use "
-                         "`tinker-tui show` for a finished run")
-    return files[0]
+    try:
+        client = connect_run(wanted, db=db_path)
+        control = RemoteControl(client)
+        control.refresh()
+    except RunNotRunning as exc:
+        raise _gone(db_path, exc.run_id, exc.pid, exc.control_file) from None
+    except NoEndpoint as exc:
+        if exc.wanted:
+            raise _not_running(db_path, exc.wanted) from None
+        raise UsageError(str(exc)) from None
+    except AmbiguousRun as exc:
+        raise UsageError(str(exc)) from None
+    except (ControlUnavailable, PermissionError) as exc:
+        raise UsageError(f"{exc}; the run may have ended: `tinker-tui show` shows it") from None
+    return control, client.run_id
 
 
 def _not_running(db_path: Path, wanted: str) -> UsageError:
@@ -116,19 +104,6 @@ def _gone(db_path: Path, run_id: str, pid: int | None, control_file: Path) -> Us
         f"run {run_id} is not running: its process (pid {pid}) is gone and its control file "
         f"{control_file} is stale. `tinker-tui show {run_id}{db}` shows it; "
         f"`tinker-tui run {task} --resume {run_id}{db}` continues it")
-
-
-def connect(control_file: Path) -> tuple[RemoteControl, str]:
-    """A `RemoteControl` that answered, and the run id it controls."""
-    from tinker_tui.engine.control.endpoint import ControlClient, ControlUnavailable, RemoteControl
-
-    try:
-        control = RemoteControl(ControlClient.from_file(control_file))
-        state = control.refresh()
-    except (ControlUnavailable, PermissionError) as exc:
-        raise UsageError(f"{exc}; the run may have ended: `tinker-tui show` shows it") from None
-    run_id = str(state.get("run_id") or control_file.name.split(".control")[0])
-    return control, run_id
 
 
 async def wait_for_run(db_path: Path, run_id: str, timeout: float = FIND_RUN_TIMEOUT
@@ -164,14 +139,11 @@ def main(args: argparse.Namespace) -> int:
     from tinker_tui.app.run_summary import SummaryCollector
     from tinker_tui.app.store_session import StoreSession
     from tinker_tui.app.watch import watch
-    from tinker_tui.engine.control.endpoint import read_control_file
 
     db_path = store_path(args)
-    control_file = control_file_for(db_path, args.run)
-    control, run_id = connect(control_file)
-    pid = read_control_file(control_file).get("pid") if control_file.is_file() else None
+    control, run_id = connect(db_path, args.run)
     run = asyncio.run(wait_for_run(db_path, run_id))
-    engine = RunningEngine(db_path, run_id, pid if isinstance(pid, int) else None)
+    engine = RunningEngine(db_path, run_id, control.client.pid)
     session = StoreSession(db_path, run, control=control, follow=True, engine=engine)
     if not wants_ui(args):
         return asyncio.run(follow_headless(session))

@@ -13,15 +13,15 @@ methods:
                         "args": {"reason": ...} | {"name": ..., "value": ...}}
                        -> {"ok": true, "state": {...}}  or 400 {"error": "..."}
 
-Client side (`ControlClient`, and `RemoteControl`, which implements `Control` on top of it
-for the dashboard): only the standard library, and the server's imports are deferred to
-`ControlServer.start`, so a dashboard that imports this module loads no web framework.
+The client side (`ControlClient`, `RemoteControl`, finding a run's control file) is
+`engine.control.client`; the server's imports are deferred to `ControlServer.start`, so a
+dashboard that imports this module loads no web framework. The protocol is documented for
+users in docs/control-api.md.
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import logging
 import os
@@ -29,72 +29,34 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from tinker_tui.engine.config import LIVE_KNOBS
+from tinker_tui.engine.control.client import (
+    CONTROL_FILE_SUFFIX,
+    ControlClient,
+    ControlUnavailable,
+    RemoteControl,
+    control_file_orphaned,
+    control_file_path,
+    find_control_files,
+    read_control_file,
+)
 from tinker_tui.engine.control.interface import Control
-from tinker_tui.engine.errors import UsageError
+
+# The client side lives in `client` (one client for every front end); its names stay
+# importable from here.
+__all__ = ["COMMANDS", "CONTROL_FILE_SUFFIX", "MAX_BODY", "REQUEST_TIMEOUT", "ControlClient",
+           "ControlServer", "ControlUnavailable", "RemoteControl", "apply_command",
+           "control_app", "control_file_orphaned", "control_file_path", "control_state",
+           "find_control_files", "read_control_file"]
 
 logger = logging.getLogger(__name__)
 
-#: The control file of run RUN_ID lives beside the store as RUN_ID + this suffix.
-CONTROL_FILE_SUFFIX = ".control.json"
 COMMANDS = ("pause", "resume", "checkpoint", "eval", "stop", "set", "rollback")
 #: The largest command body accepted (a command is a few dozen bytes).
 MAX_BODY = 64 * 1024
 #: Seconds a request may take to arrive whole (head and body).
 REQUEST_TIMEOUT = 10.0
-
-
-class ControlUnavailable(UsageError, ConnectionError):
-    """The run's control endpoint cannot be reached (the run ended, or never listened)."""
-
-
-def control_file_path(db_path: str | Path, run_id: str) -> Path:
-    """Where the control file of `run_id` is written: beside the store at `db_path`."""
-    return Path(db_path).expanduser().parent / f"{run_id}{CONTROL_FILE_SUFFIX}"
-
-
-def find_control_files(db_path: str | Path) -> list[Path]:
-    """Control files beside the store, newest first."""
-    folder = Path(db_path).expanduser().parent
-    if not folder.is_dir():
-        return []
-    files = [p for p in folder.glob(f"*{CONTROL_FILE_SUFFIX}") if p.is_file()]
-    return sorted(files, key=lambda p: p.stat().st_mtime, reverse=True)
-
-
-def read_control_file(path: str | Path) -> dict[str, Any]:
-    """The endpoint description in a control file; ControlUnavailable if it is unusable."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ControlUnavailable(f"no control file {path}: is the run still going?") from None
-    except (OSError, ValueError) as exc:
-        raise ControlUnavailable(f"cannot read control file {path}: {exc}") from None
-    if not isinstance(data, dict) or not {"url", "token"} <= set(data):
-        raise ControlUnavailable(f"control file {path} has no url and token")
-    return data
-
-
-def control_file_orphaned(path: str | Path) -> int | None:
-    """The pid in a control file whose process is gone (killed before it could remove the
-    file): nothing listens there any more. None when that process may still run, or the
-    file names none."""
-    try:
-        pid = json.loads(Path(path).read_text()).get("pid")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if not isinstance(pid, int) or pid <= 0:
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return pid
-    except PermissionError:  # someone else's process now: not the run's
-        return pid
-    return None
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -270,134 +232,3 @@ class ControlServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-
-# --------------------------------------------------------------------------- client
-
-
-class ControlClient:
-    """Blocking client of a `ControlServer` (standard library only)."""
-
-    def __init__(self, url: str, token: str, *, timeout: float = 5.0) -> None:
-        parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname or parts.port is None:
-            raise ControlUnavailable(f"bad control endpoint address {url!r}")
-        self.url = url
-        self.host = parts.hostname
-        self.port = parts.port
-        self.token = token
-        self.timeout = timeout
-
-    @classmethod
-    def from_file(cls, path: str | Path, *, timeout: float = 5.0) -> ControlClient:
-        data = read_control_file(path)
-        return cls(str(data["url"]), str(data["token"]), timeout=timeout)
-
-    def request(self, method: str, path: str, body: Mapping[str, Any] | None = None
-                ) -> dict[str, Any]:
-        """One request; ValueError (the server's message) for a refused command,
-        PermissionError for a wrong token, ControlUnavailable when nothing answers."""
-        payload = json.dumps(body).encode() if body is not None else None
-        headers = {"Authorization": f"Bearer {self.token}"}
-        if payload is not None:
-            headers["Content-Type"] = "application/json"
-        connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
-        try:
-            connection.request(method, path, body=payload, headers=headers)
-            response = connection.getresponse()
-            raw = response.read()
-        except (OSError, http.client.HTTPException) as exc:
-            raise ControlUnavailable(
-                f"the run's control endpoint {self.url} does not answer ({exc})") from None
-        finally:
-            connection.close()
-        try:
-            data = json.loads(raw or b"{}")
-        except ValueError:
-            data = {"error": raw.decode(errors="replace")}
-        if response.status == 401:
-            raise PermissionError(f"control endpoint {self.url} refused the token")
-        if response.status != 200:
-            raise ValueError(str(data.get("error", f"HTTP {response.status}")))
-        if not isinstance(data, dict):
-            raise ValueError(f"control endpoint {self.url} answered {data!r}, not an object")
-        return data
-
-    def state(self) -> dict[str, Any]:
-        return self.request("GET", "/v1/state")
-
-    def command(self, command: str, **args: Any) -> dict[str, Any]:
-        return self.request("POST", "/v1/command", {"command": command, "args": args})
-
-
-class RemoteControl:
-    """`Control` of a run in another process, through its `ControlClient`.
-
-    `paused`, `stopping` and `knobs()` answer from the last state the server sent (after
-    every command, and whenever `refresh()` is called), so reading them never blocks.
-    """
-
-    def __init__(self, client: ControlClient) -> None:
-        self.client = client
-        self._state: dict[str, Any] = {"paused": False, "stopping": False, "knobs": {}}
-        self.reachable = False
-
-    def refresh(self) -> dict[str, Any]:
-        """Fetch the state now (blocking); ControlUnavailable if the run does not answer."""
-        try:
-            self._state = self.client.state()
-        except ControlUnavailable:
-            self.reachable = False
-            raise
-        self.reachable = True
-        return self._state
-
-    def _send(self, command: str, **args: Any) -> None:
-        try:
-            reply = self.client.command(command, **args)
-        except ControlUnavailable:
-            self.reachable = False
-            raise
-        self.reachable = True
-        state = reply.get("state")
-        if isinstance(state, dict):
-            self._state = state
-
-    @property
-    def paused(self) -> bool:
-        return bool(self._state.get("paused"))
-
-    @property
-    def stopping(self) -> bool:
-        return bool(self._state.get("stopping"))
-
-    @property
-    def health_stop_reason(self) -> str:
-        """Not reported by the endpoint: the run's own process exits with that code."""
-        return ""
-
-    def pause(self, reason: str = "paused by user") -> None:
-        self._send("pause", reason=reason)
-
-    def resume(self) -> None:
-        self._send("resume")
-
-    def request_checkpoint(self) -> None:
-        self._send("checkpoint")
-
-    def stop(self, reason: str = "stopped by user") -> None:
-        self._send("stop", reason=reason)
-
-    def request_eval(self) -> None:
-        self._send("eval")
-
-    def request_rollback(self, reason: str = "rolled back by user",
-                         lr_scale: float | None = None) -> None:
-        self._send("rollback", reason=reason, lr_scale=lr_scale)
-
-    def knobs(self) -> Mapping[str, float | int]:
-        knobs = self._state.get("knobs")
-        return dict(knobs) if isinstance(knobs, dict) else {}
-
-    def set_knob(self, name: str, value: float | int) -> None:
-        self._send("set", name=name, value=value)

@@ -1,0 +1,222 @@
+"""What a program reads of the runs in a store, as plain JSON-ready dicts: the runs, a run's
+metrics over a window of steps, its health words, the worst or best rollouts of a step, its
+log's tail. `tinker-tui mcp` serves these to agents.
+
+A run is read through the store reader (`StoreSession.read_all`) and folded into the
+dashboard's own model (`DashboardState`), so the numbers and words are the ones the
+dashboard shows: a rollback or resume rewinds them as it rewinds the charts, and the health
+verdict is the engine's `HealthWindow`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.engine.clock import SystemClock
+from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.store import StoredRun
+
+#: The metrics a window holds when none are asked for: what says whether a run learns.
+DEFAULT_METRICS = (keys.REWARD_MEAN, keys.REWARD_STD, keys.TRAIN_SKIPPED, keys.LEARNING_RATE,
+                   keys.GRAD_NORM, keys.KL_POLICY_BASE, keys.STALENESS_MEAN,
+                   keys.ROLLOUTS_FAILED, keys.EVAL_REWARD_MEAN, keys.STEP_TIME)
+#: The most steps, rollouts and log lines one read returns (an agent's context is small).
+MOST_STEPS = 500
+MOST_ROLLOUTS = 16
+MOST_LOG_LINES = 500
+#: A message longer than this is cut (its end kept: that is where an answer is).
+MESSAGE_CHARS = 2000
+
+
+@dataclass
+class ReadRun:
+    """A stored run and the dashboard's model of it, as of the read."""
+
+    run: StoredRun
+    model: DashboardState
+    live: bool
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+async def list_runs(db_path: Path) -> list[dict[str, Any]]:
+    """Every run in the store, newest first: id, names, task, status as `runs` shows it,
+    step, last mean reward, last confirmed checkpoint, whether it can be steered now."""
+    from tinker_tui.app.commands.runs import shown_status
+    from tinker_tui.engine.control.client import control_file_orphaned, control_file_path
+    from tinker_tui.engine.store import StoreReader
+    from tinker_tui.engine.training.resume import run_is_live
+
+    async with await StoreReader.open_readonly(db_path) as store:
+        runs = await store.runs()
+        progress = await store.progress()
+        last = await store.last_metrics()
+        states = await store.last_states()
+    rows = []
+    for run in runs:
+        done = progress.get(run.run_id, {})
+        live = run.status == "running" and run_is_live(db_path, run.run_id)
+        control_file = control_file_path(db_path, run.run_id)
+        step = run.final_step
+        if step is None:
+            step = done.get("step") or run.start_step
+        rows.append({
+            "run_id": run.run_id,
+            "run_name": run.run_name,
+            "task": run.name,
+            "backend": run.backend,
+            "base_model": run.base_model,
+            "status": shown_status(run.status, live, states.get(run.run_id)),
+            "step": step,
+            "max_steps": run.max_steps,
+            "reward_mean": _finite(last.get(run.run_id, {}).get(keys.REWARD_MEAN)),
+            "checkpoint_step": done.get("checkpoint"),
+            "started_at": run.started_at,
+            "ended_at": run.ended_at,
+            "controllable": live and control_file.is_file()
+                            and control_file_orphaned(control_file) is None,
+        })
+    return rows
+
+
+async def read_run(db_path: Path, wanted: str | None) -> ReadRun:
+    """The run `wanted` names (an id, a unique prefix, None: the newest), folded."""
+    from tinker_tui.app.store_session import StoreSession
+    from tinker_tui.engine.store import find_run
+    from tinker_tui.engine.training.resume import run_is_live
+
+    run = await find_run(db_path, wanted)
+    model = DashboardState(SystemClock())
+    for event in await StoreSession(db_path, run).read_all():
+        model.apply(event)
+    finished = run.finished()
+    if finished is not None:
+        model.apply(finished)
+    live = finished is None and run_is_live(db_path, run.run_id)
+    return ReadRun(run, model, live)
+
+
+def _clamp(n: int, most: int) -> int:
+    return max(1, min(int(n), most))
+
+
+def metrics_window(read: ReadRun, names: list[str] | None = None, last: int = 20,
+                   since_step: int | None = None) -> dict[str, Any]:
+    """The run's metrics per step: the last `last` steps (or those from `since_step` on, at
+    most MOST_STEPS), one row per step with the metrics asked for (default DEFAULT_METRICS,
+    those the run has; "all" for every one); `available` lists every metric it has."""
+    series = read.model.series
+    wanted = (sorted(series) if names == ["all"]
+              else [n for n in (names or DEFAULT_METRICS) if names or n in series])
+    unknown = [n for n in wanted if n not in series]
+    steps = sorted({s for n in wanted for s, _ in series.get(n, ())})
+    if since_step is not None:
+        steps = [s for s in steps if s >= since_step][:MOST_STEPS]
+    else:
+        steps = steps[-_clamp(last, MOST_STEPS):]
+    chosen = set(steps)
+    rows: dict[int, dict[str, Any]] = {s: {"step": s} for s in steps}
+    for name in wanted:
+        for step, value in series.get(name, ()):
+            if step in chosen:
+                rows[step][name] = _finite(value)
+    return {"run_id": read.run.run_id, "metrics": wanted, "steps": [rows[s] for s in steps],
+            "unknown": unknown, "available": sorted(series)}
+
+
+def health(read: ReadRun) -> dict[str, Any]:
+    """The run's state and health words, as the dashboard's health pane reads them."""
+    model = read.model
+    window = model.health_window
+    kind, words = window.verdict()
+    best = window.best_step
+    rollback = window.rollback_point()
+    rewards = model.rewards[-5:]
+    return {
+        "run_id": read.run.run_id,
+        "state": model.state,
+        "reason": model.reason,
+        "status": model.status,
+        "live": read.live,
+        "step": model.step,
+        "max_steps": model.max_steps,
+        "health": kind,
+        "words": words,
+        "collapse": window.collapse.words() if window.collapse is not None else None,
+        "best_step": {"step": best[0], "reward_mean": best[1]} if best else None,
+        "rollback_to": ({"step": rollback[0], "checkpoint": rollback[1]}
+                        if rollback else None),
+        "recent_rewards": [{"step": s, "reward_mean": _finite(r)} for s, r in rewards],
+        "rollouts_failed": model.rollouts_failed,
+        "rollouts_ended": model.rollouts_ended,
+        "groups_discarded": dict(model.discarded),
+        "knobs": dict(model.knobs),
+        "checkpoints": [{"step": c.step, "kind": c.kind, "name": c.name}
+                        for c in model.checkpoints[-5:]],
+    }
+
+
+def _cut(text: Any) -> str:
+    text = str(text)
+    if len(text) <= MESSAGE_CHARS:
+        return text
+    return f"[{len(text) - MESSAGE_CHARS} characters cut] " + text[-MESSAGE_CHARS:]
+
+
+def rollouts(read: ReadRun, step: int | None = None, which: str = "worst",
+             count: int = 3) -> dict[str, Any]:
+    """The `count` worst (lowest reward) or best rollouts the step `step` took (None: the
+    last step trained), each with its conversation (long messages cut)."""
+    if which not in ("worst", "best"):
+        raise ValueError(f"which is 'worst' or 'best', not {which!r}")
+    model = read.model
+    by_step = model.groups_by_step
+    if step is None:  # the last step trained, else the last that took (or dropped) groups
+        trained = [s for s in model.trained_steps if by_step.get(s)]
+        step = trained[-1] if trained else max((s for s, ids in by_step.items() if ids),
+                                               default=None)
+    if step is None or step not in by_step:
+        have = sorted(by_step)
+        span = f"steps {have[0]}..{have[-1]}" if have else "no step yet"
+        raise ValueError(f"run {read.run.run_id} has no rollouts of step {step} ({span})")
+    found: list[tuple[float, dict[str, Any]]] = []
+    for group_id in by_step[step]:
+        group = model.groups.get(group_id)
+        if group is None:
+            continue
+        for index, t in enumerate(group.trajectories):
+            reward = _finite(t.reward)
+            found.append((-math.inf if reward is None else reward, {
+                "group_id": group_id, "index": index, "scenario_id": group.scenario_id,
+                "reward": reward, "policy_version": t.policy_version,
+                "num_tokens": t.num_tokens, "metrics": dict(t.metrics),
+                "messages": [{"role": str(m.get("role", "")), "content": _cut(m.get("content"))}
+                             for m in t.messages],
+            }))
+    found.sort(key=lambda pair: pair[0], reverse=which == "best")
+    return {"run_id": read.run.run_id, "step": step, "which": which,
+            "rollouts_in_step": len(found),
+            "rollouts": [r for _, r in found[:_clamp(count, MOST_ROLLOUTS)]]}
+
+
+def log_tail(read: ReadRun, lines: int = 50, level: str | None = None) -> dict[str, Any]:
+    """The last `lines` log lines (repeats folded, as the log view folds them); `level`
+    keeps that level and above (info, warning, error)."""
+    from tinker_tui.app.view_maths import level_at_least
+
+    kept = [line for line in read.model.log
+            if level is None or level_at_least(line.level, level)]
+    kept = kept[-_clamp(lines, MOST_LOG_LINES):]
+    return {"run_id": read.run.run_id, "lines": [
+        {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(line.time)),
+         "level": line.level, "message": _cut(line.message), "repeats": line.count}
+        for line in kept]}
