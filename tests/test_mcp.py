@@ -146,6 +146,8 @@ async def test_mcp_reads_a_live_local_run_and_steers_it_only_when_allowed(tmp_pa
             assert changed["state"]["knobs"]["temperature"] == 0.8
             assert "learning_rate must be between 0 and 1" in await refused(
                 session, "set_knob", name="learning_rate", value=5.0)
+            # no checkpoint (--checkpoint-every 0): the run would only log a warning
+            assert "nothing to roll back to" in await refused(session, "rollback_run")
             resumed = await call(session, "resume_run", run=run_id)
             assert resumed["state"]["paused"] is False
 

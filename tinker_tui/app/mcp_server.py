@@ -152,8 +152,21 @@ def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
                            lr_scale: float | None = None) -> dict[str, Any]:
         """Go back to the last full checkpoint at or before the best step, the learning
         rate scaled by lr_scale (default: the run's rollback_lr_scale). Undoes the steps
-        after it. Needs --allow-control."""
-        return await control(run, "rollback", reason, lr_scale)
+        after it. Refused when there is no such checkpoint (run_health: rollback_to).
+        Needs --allow-control."""
+        if not allow_control:
+            raise ToolError(REFUSED)
+        read_run = await read(run)
+        if run_reading.health(read_run)["rollback_to"] is None:
+            # The run would only log a warning and go on: say so, and what to do instead.
+            best = read_run.model.health_window.best_step
+            where = f"at or before its best step ({best[0]})" if best else "yet"
+            raise ToolError(f"nothing to roll back to: run {read_run.run.run_id} has no full "
+                            f"checkpoint {where}. Lowering the learning rate cannot revive "
+                            "a policy whose groups all earn the same reward; stop the run "
+                            "and start again with a lower learning rate (and a smaller "
+                            "checkpoint_every)")
+        return await control(read_run.run.run_id, "rollback", reason, lr_scale)
 
     @server.tool()
     async def stop_run(run: str | None = None, reason: str = "stopped by an agent"
