@@ -22,6 +22,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 
 from tinker_tui.app.commands.agent_skill import skill_text  # noqa: E402
 from tinker_tui.app.mcp_server import build_server  # noqa: E402
+from tinker_tui.app.run_reading import metrics_window, read_run  # noqa: E402
 from tinker_tui.engine.control.client import find_control_files  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,6 +142,11 @@ async def test_mcp_reads_a_live_local_run_and_steers_it_only_when_allowed(tmp_pa
 
             await until(recorded_paused, "the pause in the store", proc, 30)
             assert (await call(session, "run_health"))["reason"] == "an agent looks"
+            # the server's fold, read a little at a time, is the fold of the whole record
+            cached = (await call(session, "run_metrics", metrics=["all"], last=500))["steps"]
+            fresh = metrics_window(await read_run(db, run_id), ["all"], last=500)["steps"]
+            # (the last step's row may still gain its eval's metrics)
+            assert len(cached) >= 3 and fresh[:len(cached) - 1] == cached[:-1]
             assert (await call(session, "list_runs"))["runs"][0]["status"] == "paused"
             changed = await call(session, "set_knob", name="temperature", value=0.8)
             assert changed["state"]["knobs"]["temperature"] == 0.8

@@ -37,10 +37,11 @@ REFUSED = ("control is off: this MCP server was started without --allow-control,
 def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
     """The server: its tools read the store at `db_path` and steer the runs beside it."""
     server: MCPServer = MCPServer("tinker-tui", instructions=INSTRUCTIONS)
+    reader = run_reading.RunReader(db_path)
 
     async def read(run: str | None) -> run_reading.ReadRun:
         try:
-            return await run_reading.read_run(db_path, run)
+            return await reader.read(run)
         except TinkerTuiError as exc:  # no such run, no store: the agent's to correct
             raise ToolError(str(exc)) from None
 
