@@ -94,6 +94,8 @@ async def test_mcp_reads_a_live_local_run_and_steers_it_only_when_allowed(tmp_pa
         async with mcp_session(db) as session:
             tools = {t.name for t in (await session.list_tools()).tools}
             assert READING | ACTING <= tools
+            (skill,) = (await session.read_resource("tinker-tui://agent-skill")).contents
+            assert skill.text == skill_text()  # type: ignore[union-attr]
 
             async def two_steps() -> bool:
                 runs = (await call(session, "list_runs"))["runs"]

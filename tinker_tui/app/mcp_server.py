@@ -26,8 +26,12 @@ from tinker_tui.engine.errors import TinkerTuiError
 INSTRUCTIONS = """\
 Reads and (when allowed) steers tinker-tui RL post-training runs in one run store.
 Start with list_runs, then run_health and run_metrics for a run; run_rollouts shows what the
-model actually wrote. `tinker-tui agent-skill` prints how to watch a run and when to act.
+model actually wrote. The resource tinker-tui://agent-skill (also `tinker-tui agent-skill`)
+says how to watch a run and when to act: read it first.
 Acting tools work only if a person started this server with --allow-control."""
+
+#: The skill file (`tinker-tui agent-skill`) as a resource, for agents that read those.
+SKILL_URI = "tinker-tui://agent-skill"
 
 REFUSED = ("control is off: this MCP server was started without --allow-control, so it only "
            "reads runs. Ask the person running it to restart it as `tinker-tui mcp "
@@ -38,6 +42,14 @@ def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
     """The server: its tools read the store at `db_path` and steer the runs beside it."""
     server: MCPServer = MCPServer("tinker-tui", instructions=INSTRUCTIONS)
     reader = run_reading.RunReader(db_path)
+
+    @server.resource(SKILL_URI, name="agent-skill", mime_type="text/markdown",
+                     description="How to watch a run: signals, healthy values, when to "
+                                 "pause or roll back, what never to do")
+    def agent_skill() -> str:
+        from tinker_tui.app.commands.agent_skill import skill_text
+
+        return skill_text()
 
     async def read(run: str | None) -> run_reading.ReadRun:
         try:
