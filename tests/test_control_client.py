@@ -79,3 +79,16 @@ def test_connect_and_every_operation_on_a_live_run(tmp_path):
             proc.communicate()
     with pytest.raises(control.NoEndpoint):
         control.connect(db=db)
+
+
+def test_the_client_loads_no_web_framework_nor_torch():
+    """A script (or a dashboard) that imports the client starts at once."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tinker_tui.control; "
+            "print(sorted(m for m in ('torch', 'starlette', 'uvicorn', 'textual', 'aiosqlite') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent.parent, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"

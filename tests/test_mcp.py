@@ -22,6 +22,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 
 from tinker_tui.app.commands.agent_skill import skill_text  # noqa: E402
 from tinker_tui.app.mcp_server import build_server  # noqa: E402
+from tinker_tui.app.run_reading import metrics_window, read_run  # noqa: E402
 from tinker_tui.engine.control.client import find_control_files  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,6 +94,8 @@ async def test_mcp_reads_a_live_local_run_and_steers_it_only_when_allowed(tmp_pa
         async with mcp_session(db) as session:
             tools = {t.name for t in (await session.list_tools()).tools}
             assert READING | ACTING <= tools
+            (skill,) = (await session.read_resource("tinker-tui://agent-skill")).contents
+            assert skill.text == skill_text()  # type: ignore[union-attr]
 
             async def two_steps() -> bool:
                 runs = (await call(session, "list_runs"))["runs"]
@@ -141,11 +144,18 @@ async def test_mcp_reads_a_live_local_run_and_steers_it_only_when_allowed(tmp_pa
 
             await until(recorded_paused, "the pause in the store", proc, 30)
             assert (await call(session, "run_health"))["reason"] == "an agent looks"
+            # the server's fold, read a little at a time, is the fold of the whole record
+            cached = (await call(session, "run_metrics", metrics=["all"], last=500))["steps"]
+            fresh = metrics_window(await read_run(db, run_id), ["all"], last=500)["steps"]
+            # (the last step's row may still gain its eval's metrics)
+            assert len(cached) >= 3 and fresh[:len(cached) - 1] == cached[:-1]
             assert (await call(session, "list_runs"))["runs"][0]["status"] == "paused"
             changed = await call(session, "set_knob", name="temperature", value=0.8)
             assert changed["state"]["knobs"]["temperature"] == 0.8
             assert "learning_rate must be between 0 and 1" in await refused(
                 session, "set_knob", name="learning_rate", value=5.0)
+            # no checkpoint (--checkpoint-every 0): the run would only log a warning
+            assert "nothing to roll back to" in await refused(session, "rollback_run")
             resumed = await call(session, "resume_run", run=run_id)
             assert resumed["state"]["paused"] is False
 

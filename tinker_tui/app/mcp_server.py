@@ -26,8 +26,12 @@ from tinker_tui.engine.errors import TinkerTuiError
 INSTRUCTIONS = """\
 Reads and (when allowed) steers tinker-tui RL post-training runs in one run store.
 Start with list_runs, then run_health and run_metrics for a run; run_rollouts shows what the
-model actually wrote. `tinker-tui agent-skill` prints how to watch a run and when to act.
+model actually wrote. The resource tinker-tui://agent-skill (also `tinker-tui agent-skill`)
+says how to watch a run and when to act: read it first.
 Acting tools work only if a person started this server with --allow-control."""
+
+#: The skill file (`tinker-tui agent-skill`) as a resource, for agents that read those.
+SKILL_URI = "tinker-tui://agent-skill"
 
 REFUSED = ("control is off: this MCP server was started without --allow-control, so it only "
            "reads runs. Ask the person running it to restart it as `tinker-tui mcp "
@@ -37,10 +41,19 @@ REFUSED = ("control is off: this MCP server was started without --allow-control,
 def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
     """The server: its tools read the store at `db_path` and steer the runs beside it."""
     server: MCPServer = MCPServer("tinker-tui", instructions=INSTRUCTIONS)
+    reader = run_reading.RunReader(db_path)
+
+    @server.resource(SKILL_URI, name="agent-skill", mime_type="text/markdown",
+                     description="How to watch a run: signals, healthy values, when to "
+                                 "pause or roll back, what never to do")
+    def agent_skill() -> str:
+        from tinker_tui.app.commands.agent_skill import skill_text
+
+        return skill_text()
 
     async def read(run: str | None) -> run_reading.ReadRun:
         try:
-            return await run_reading.read_run(db_path, run)
+            return await reader.read(run)
         except TinkerTuiError as exc:  # no such run, no store: the agent's to correct
             raise ToolError(str(exc)) from None
 
@@ -152,8 +165,21 @@ def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
                            lr_scale: float | None = None) -> dict[str, Any]:
         """Go back to the last full checkpoint at or before the best step, the learning
         rate scaled by lr_scale (default: the run's rollback_lr_scale). Undoes the steps
-        after it. Needs --allow-control."""
-        return await control(run, "rollback", reason, lr_scale)
+        after it. Refused when there is no such checkpoint (run_health: rollback_to).
+        Needs --allow-control."""
+        if not allow_control:
+            raise ToolError(REFUSED)
+        read_run = await read(run)
+        if run_reading.health(read_run)["rollback_to"] is None:
+            # The run would only log a warning and go on: say so, and what to do instead.
+            best = read_run.model.health_window.best_step
+            where = f"at or before its best step ({best[0]})" if best else "yet"
+            raise ToolError(f"nothing to roll back to: run {read_run.run.run_id} has no full "
+                            f"checkpoint {where}. Lowering the learning rate cannot revive "
+                            "a policy whose groups all earn the same reward; stop the run "
+                            "and start again with a lower learning rate (and a smaller "
+                            "checkpoint_every)")
+        return await control(read_run.run.run_id, "rollback", reason, lr_scale)
 
     @server.tool()
     async def stop_run(run: str | None = None, reason: str = "stopped by an agent"

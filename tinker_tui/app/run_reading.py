@@ -90,19 +90,35 @@ async def list_runs(db_path: Path) -> list[dict[str, Any]]:
 
 async def read_run(db_path: Path, wanted: str | None) -> ReadRun:
     """The run `wanted` names (an id, a unique prefix, None: the newest), folded."""
-    from tinker_tui.app.store_session import StoreSession
-    from tinker_tui.engine.store import find_run
-    from tinker_tui.engine.training.resume import run_is_live
+    return await RunReader(db_path).read(wanted)
 
-    run = await find_run(db_path, wanted)
-    model = DashboardState(SystemClock())
-    for event in await StoreSession(db_path, run).read_all():
-        model.apply(event)
-    finished = run.finished()
-    if finished is not None:
-        model.apply(finished)
-    live = finished is None and run_is_live(db_path, run.run_id)
-    return ReadRun(run, model, live)
+
+class RunReader:
+    """Reads runs of one store, keeping each run's fold: a second read of a run applies only
+    the events stored since the first (as a dashboard following it does), so a server that
+    an agent polls does not replay a long run on every call."""
+
+    def __init__(self, db_path: Path) -> None:
+        self.db_path = db_path
+        self._folds: dict[str, tuple[Any, DashboardState]] = {}
+
+    async def read(self, wanted: str | None) -> ReadRun:
+        from tinker_tui.app.store_session import StoreSession
+        from tinker_tui.engine.store import find_run
+        from tinker_tui.engine.training.resume import run_is_live
+
+        run = await find_run(self.db_path, wanted)
+        if run.run_id not in self._folds:
+            self._folds[run.run_id] = (StoreSession(self.db_path, run),
+                                       DashboardState(SystemClock()))
+        session, model = self._folds[run.run_id]
+        for event in await session.read_all():  # those since the last read
+            model.apply(event)
+        finished = run.finished()
+        if finished is not None and model.state != "finished":
+            model.apply(finished)
+        live = finished is None and run_is_live(self.db_path, run.run_id)
+        return ReadRun(run, model, live)
 
 
 def _clamp(n: int, most: int) -> int:
