@@ -50,7 +50,7 @@ def legacy_log_event(
             time=time, backend=session["backend"], base_model=session["base_model"]
         )
     resume = _RESUME.match(message)
-    if resume is not None and resume["run_id"] == run_id:
+    if resume is not None and run_id is not None and resume["run_id"] == run_id:
         return RunResumed(
             time=time,
             run_id=run_id,
