@@ -4,8 +4,8 @@ Before version 9 a session start, a resume and a tracker's report were stored as
 and read back by their text. Version 9 keeps them as events with columns of their own
 (`schema.py`); this module is the only place that still knows their text: the migration to
 version 9 moves an older store's lines into those columns (`migrate_log_lines`), and a
-reader that opens an older store read-only (it cannot migrate it) decodes its log rows with
-`legacy_log_event` and counts its time down with `legacy_down_seconds`.
+reader that opens an older store read-only (it cannot migrate it) decodes its log rows the
+same way (`run_log_events`) and counts its time down with `legacy_down_seconds`.
 """
 
 from __future__ import annotations
