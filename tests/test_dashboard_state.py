@@ -39,6 +39,7 @@ from tinker_tui.engine.events import (
     RunFinished,
     RunStarted,
     RunStateChanged,
+    SessionStarted,
     StartupProgressed,
     StepTrained,
     ThroughputMeasured,
@@ -619,8 +620,7 @@ def test_failed_rollouts_alike_are_one_line_with_their_count_as_headless_counts_
 def test_a_resumed_run_starting_again_is_not_counted_as_a_repeat_of_its_first_start():
     model = DashboardState(FakeClock())
     for start in (0.0, 100.0):  # the run, then its resume
-        model.apply(LogEmitted(time=start, level="info",
-                               message="starting local backend, base model tiny"))
+        model.apply(SessionStarted(time=start, backend="local", base_model="tiny"))
         model.apply(StartupProgressed(time=start + 0.1, phase="loading_model", detail="tiny"))
         model.apply(LogEmitted(time=start + 1, level="info", message="step 1 done"))
         model.apply(LogEmitted(time=start + 2, level="info", message="step 2 done"))

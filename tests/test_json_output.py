@@ -33,9 +33,9 @@ PAGE = ROOT / "docs" / "json-output.md"
 OPEN_MAPS = {"metrics", "settings", "grid", "counts"}
 
 
-def documented() -> dict[str, Any]:
+def documented() -> dict[tuple[str, str | None], Any]:
     """The page's example of each shape, by its schema."""
-    examples = {}
+    examples: dict[tuple[str, str | None], Any] = {}
     text = PAGE.read_text()
     for block in re.findall(r"```text\n(.*?)```", text, re.DOTALL):
         lines = [line for line in block.splitlines() if line.strip()]

@@ -142,7 +142,10 @@ async def test_a_version_8_store_reads_as_events_without_being_changed(tmp_path)
     async with await StoreReader.open_readonly(path) as reader:
         assert reader.schema_version == 8
         r1 = await reader.run("r1")
-        assert _summary(await reader.events(r1)) == EXPECTED_R1
+        events = await reader.events(r1)
+        assert _summary(events) == EXPECTED_R1
+        (resumed,) = [e for e in events if isinstance(e, RunResumed)]
+        assert resumed.down_seconds == 50.0  # as the migration will record it
         assert await reader.down_seconds("r1") == 50.0  # 106.0 (last line) to 156.0
         assert await reader.down_seconds("r2") == 0.0
     assert path.read_bytes() == before

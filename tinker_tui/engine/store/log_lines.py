@@ -4,12 +4,13 @@ Before version 9 a session start, a resume and a tracker's report were stored as
 and read back by their text. Version 9 keeps them as events with columns of their own
 (`schema.py`); this module is the only place that still knows their text: the migration to
 version 9 moves an older store's lines into those columns (`migrate_log_lines`), and a
-reader that opens an older store read-only (it cannot migrate it) decodes its log rows with
-`legacy_log_event` and counts its time down with `legacy_down_seconds`.
+reader that opens an older store read-only (it cannot migrate it) decodes its log rows the
+same way (`run_log_events`) and counts its time down with `legacy_down_seconds`.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -50,7 +51,7 @@ def legacy_log_event(
             time=time, backend=session["backend"], base_model=session["base_model"]
         )
     resume = _RESUME.match(message)
-    if resume is not None and resume["run_id"] == run_id:
+    if resume is not None and run_id is not None and resume["run_id"] == run_id:
         return RunResumed(
             time=time,
             run_id=run_id,
@@ -64,20 +65,24 @@ def legacy_log_event(
     return LogEmitted(time=time, level=level, message=message)
 
 
-def run_log_events(run_id: str, rows: Sequence[Any]) -> list[tuple[int, LogEmitted]]:
+def run_log_events(
+    run_id: str, rows: Sequence[Any], times: Sequence[float] | None = None
+) -> list[tuple[int, LogEmitted]]:
     """(row id, event) for each of one run's log rows (id, time, level, message; in id
     order). A resume's time down is the gap before the last session start ahead of it, from
-    the latest line the run logged before that start (as version 8 counted it)."""
+    the latest line the run logged before that start (as version 8 counted it). `times`:
+    the times of all the run's lines, sorted, when `rows` are only some of them."""
+    if times is None:
+        times = sorted(float(r[1]) for r in rows if r[1] is not None)
     events: list[tuple[int, LogEmitted]] = []
-    times = [float(r[1]) for r in rows if r[1] is not None]
     starts = 0
     down = 0.0
     for row_id, time, level, message in rows:
         event = legacy_log_event(run_id, float(time or 0.0), level, message, down)
         if isinstance(event, SessionStarted):
             starts += 1
-            before = [t for t in times if t < event.time]
-            down = max(0.0, event.time - max(before)) if starts > 1 and before else 0.0
+            before = bisect.bisect_left(times, event.time)  # lines strictly before it
+            down = max(0.0, event.time - times[before - 1]) if starts > 1 and before else 0.0
         events.append((int(row_id), event))
     return events
 
@@ -101,15 +106,25 @@ async def migrate_log_lines(conn: aiosqlite.Connection) -> None:
     """Version 9's data: each run's session starts and resumes leave `log` for `sessions`
     and `resumes`, and tracker lines get their tracker. Run inside the migration's
     transaction, after its SQL."""
+    # Only the lines that may be events are read whole (the old readers' LIKE patterns);
+    # of the others, their times (a session start's time down is measured from them).
     rows = await conn.execute_fetchall(
-        "SELECT id, run_id, time, level, message FROM log WHERE run_id IS NOT NULL "
+        "SELECT id, run_id, time, level, message FROM log WHERE run_id IS NOT NULL AND ("
+        "message LIKE 'starting % backend, base model %' OR message LIKE 'resuming run %' "
+        "OR substr(message, 1, 5) = 'W&B: ' OR substr(message, 1, 13) = 'TensorBoard: ') "
         "ORDER BY run_id, id"
     )
     by_run: dict[str, list[Any]] = {}
     for row in rows:
         by_run.setdefault(row[1], []).append((row[0], row[2], row[3], row[4]))
+    times: dict[str, list[float]] = {}
+    for run_id, time in await conn.execute_fetchall(
+        "SELECT run_id, time FROM log WHERE run_id IS NOT NULL AND time IS NOT NULL "
+        "ORDER BY run_id, time"
+    ):
+        times.setdefault(run_id, []).append(float(time))
     for run_id, run_rows in by_run.items():
-        for row_id, event in run_log_events(run_id, run_rows):
+        for row_id, event in run_log_events(run_id, run_rows, times.get(run_id, [])):
             if isinstance(event, TrackerReported):
                 await conn.execute(
                     "UPDATE log SET tracker = ? WHERE id = ?", (event.tracker, row_id)

@@ -39,7 +39,11 @@ from tinker_tui.engine.store.codec import (
     decode_run,
     group_of,
 )
-from tinker_tui.engine.store.log_lines import legacy_down_seconds, legacy_log_event
+from tinker_tui.engine.store.log_lines import (
+    legacy_down_seconds,
+    legacy_log_event,
+    run_log_events,
+)
 from tinker_tui.engine.store.records import StoredSweep, decode_sweep
 from tinker_tui.engine.store.schema import (
     SCHEMA_VERSION,
@@ -272,7 +276,7 @@ class StoreReader:
                 await self._add_fates(replayed.table, run.run_id, rows)
                 if replayed.with_trajectories:
                     rollouts = await self._trajectories_of(cursor, rows)
-                decode = self._decoder(replayed)
+                decode = await self._decoder(replayed, run.run_id)
                 for row in rows:
                     if replayed.with_trajectories:
                         event = decode(row, rollouts.pop(group_of(row), ()))
@@ -293,13 +297,20 @@ class StoreReader:
             events += await self._events_after(cursor)
         return events
 
-    def _decoder(self, replayed: Replayed) -> Callable[..., Event | None]:
+    async def _decoder(self, replayed: Replayed, run_id: str) -> Callable[..., Event | None]:
         """How rows of the table become events: log rows of a store older than version 9
-        (opened read-only, so not migrated) as the events those lines were written for."""
+        (opened read-only, so not migrated) as the events those lines were written for,
+        each resume with its time down (known from the run's earlier lines)."""
         if replayed.table != "log" or self.schema_version >= TYPED_LOG_EVENTS:
             return replayed.decode
-        return lambda row: legacy_log_event(row["run_id"], float(row["time"] or 0.0),
-                                            row["level"], row["message"])
+        known = dict(run_log_events(run_id, await self._log_rows(run_id)))
+        return lambda row: known.get(row["rowid"]) or legacy_log_event(
+            row["run_id"], float(row["time"] or 0.0), row["level"], row["message"])
+
+    async def _log_rows(self, run_id: str) -> list[sqlite3.Row]:
+        """The run's log rows (id, time, level, message), in id order."""
+        return await self._fetchall(
+            "SELECT id, time, level, message FROM log WHERE run_id = ? ORDER BY id", (run_id,))
 
     async def _up_to_rollback(self, cursor: EventCursor,
                               ordered: list[tuple[float, int, int, Event]], at: float
@@ -464,9 +475,7 @@ class StoreReader:
         """Seconds the run was down between its sessions (a finished or stopped run, then
         its `--resume`), as each resume recorded it."""
         if self.schema_version < TYPED_LOG_EVENTS:
-            return legacy_down_seconds(run_id, await self._fetchall(
-                "SELECT id, time, level, message FROM log WHERE run_id = ? ORDER BY id",
-                (run_id,)))
+            return legacy_down_seconds(run_id, await self._log_rows(run_id))
         rows = await self._fetchall(
             "SELECT coalesce(sum(down_seconds), 0) FROM resumes WHERE run_id = ?", (run_id,))
         return float(rows[0][0])
