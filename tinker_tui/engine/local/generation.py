@@ -22,6 +22,7 @@ import torch
 from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
 
 from tinker_tui.engine.local.errors import bad_request
+from tinker_tui.engine.local.token_masks import advance
 from tinker_tui.engine.local.unembed import Head, scored
 
 DEFAULT_MAX_TOKENS = 64
@@ -38,6 +39,8 @@ class ModelFacts:
     pad_token_id: int
     eos_ids: frozenset[int]
     device: torch.device
+    #: The model's `token_masks.TokenMasks`: constrained rows draw within a grammar mask.
+    masks: Any = None
 
 
 @dataclass
@@ -325,6 +328,23 @@ def _closing_tokens(constraint: Any, state: Any, tokenizer: Any) -> list[int] | 
     return list(tokenizer.encode(text, add_special_tokens=False)) if text else []
 
 
+def _matchers(facts: ModelFacts, rows: Sequence[GenRequest]) -> list[Any]:
+    """Per row, the grammar matcher of its constraint (`token_masks`), or None: one built
+    per distinct constraint and prefill, copied for each of its rows."""
+    out: list[Any] = [None] * len(rows)
+    if facts.masks is None or all(r.constraint is None for r in rows):
+        return out
+    built: dict[tuple[int, str], Any] = {}
+    for i, r in enumerate(rows):
+        if r.constraint is None:
+            continue
+        key = (id(r.constraint), r.constraint_prefix)
+        if key not in built:
+            built[key] = facts.masks.matcher(r.constraint, r.constraint_prefix)
+        out[i] = built[key].deep_copy() if built[key] is not None else None
+    return out
+
+
 def _hits_stop_string(
     tokenizer: Any, tokens: list[int], stops: tuple[str, ...], window: int
 ) -> bool:
@@ -406,10 +426,19 @@ def generate(
     reasons: list[str | None] = [None] * num_rows
     live = list(range(num_rows))  # batch position -> row
     token_text: dict[int, str] = {}  # for constrained rows: each token's own text
+    matchers = _matchers(facts, rows)  # per row: its grammar's state, or None
 
     while True:
         scaled = logits / safe_temperature.unsqueeze(1)
         logp_all = torch.log_softmax(scaled, dim=-1)
+        if any(matchers[row] is not None for row in live):
+            # constrained rows draw among the tokens their grammar allows: one mask for
+            # the batch (the logprobs above stay the model's own)
+            allowed = facts.masks.allowed([matchers[row] for row in live], logits.shape[-1])
+            if allowed is not None:
+                blocked = ~allowed.to(device)
+                logits = logits.masked_fill(blocked, float("-inf"))
+                scaled = scaled.masked_fill(blocked, float("-inf"))
         if all_greedy:
             chosen = logits.argmax(dim=-1)
         else:
@@ -431,6 +460,7 @@ def generate(
                 if tok is None:  # nothing keeps the shape: end the row as it is
                     tok, done = picks[b], True
                 picks[b] = tok
+                matchers[row] = advance(matchers[row], tok)
                 if done:
                     complete.add(row)
             chosen = torch.tensor(picks, dtype=chosen.dtype, device=chosen.device)
