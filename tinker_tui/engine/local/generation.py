@@ -295,15 +295,23 @@ def _constrained_choice(r: GenRequest, tokens: list[int], tok: int, weights: tor
         result: str = state.copy().feed(text)  # the constraint is duck-typed (see GenRequest)
         return result
 
-    weights = weights.clone()
+    cloned = False
     for _ in range(CONSTRAINED_DRAWS):
         v = verdict(tok)
         if v != "reject":
             return tok, v == "done"
+        if not cloned:  # the batch's weights are shared: redraw from this row's own copy
+            weights, cloned = weights.clone(), True
         weights[tok] = 0.0
         if not bool((weights > 0).any()):
             return None, False
         tok = int(weights.argmax()) if greedy else int(_draw(weights.unsqueeze(0), generator))
+    if near and closing:
+        # near the budget's end, where most tokens would leave the call too little room:
+        # the first token of the shortest closing (trying every allowed token in turn cost
+        # thousands of checks per step on a large vocabulary)
+        forced = closing[0]
+        return forced, state.copy().feed(tokenizer.decode([forced])) == "done"
     order = torch.argsort(weights, descending=True)
     live = int((weights > 0).sum())
     for candidate in order[:live].tolist():
@@ -436,19 +444,21 @@ def generate(
             # the batch (the logprobs above stay the model's own)
             allowed = facts.masks.allowed([matchers[row] for row in live], logits.shape[-1])
             if allowed is not None:
-                blocked = ~allowed.to(device)
-                logits = logits.masked_fill(blocked, float("-inf"))
-                scaled = scaled.masked_fill(blocked, float("-inf"))
+                # greedy rows have temperature 1 here: their argmax of `scaled` is the
+                # logits' own
+                scaled = scaled.masked_fill(~allowed.to(device), float("-inf"))
+        probs = None
         if all_greedy:
-            chosen = logits.argmax(dim=-1)
+            chosen = scaled.argmax(dim=-1)
         else:
             sample_from = _filter_top_k_top_p(scaled, top_k, top_p) if filtering else scaled
-            chosen = _draw(torch.softmax(sample_from, dim=-1), generator)
+            probs = torch.softmax(sample_from, dim=-1)
+            chosen = _draw(probs, generator)
             if any_greedy:
-                chosen = torch.where(greedy, logits.argmax(dim=-1), chosen)
+                chosen = torch.where(greedy, scaled.argmax(dim=-1), chosen)
         complete: set[int] = set()  # rows whose constraint says the text is whole
         if any(rows[row].constraint is not None for row in live):
-            weights = torch.softmax(sample_from if not all_greedy else scaled, dim=-1)
+            weights = probs if probs is not None else torch.softmax(scaled, dim=-1)
             picks = chosen.tolist()
             for b, row in enumerate(live):
                 r = rows[row]

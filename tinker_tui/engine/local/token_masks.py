@@ -174,6 +174,12 @@ def _build_view(tokenizer: Any, vocab_size: int) -> Any:
     import llguidance.hf
 
     if getattr(tokenizer, "is_fast", False):
+        backend = tokenizer.backend_tokenizer
+        if backend.padding is None and backend.truncation is None:
+            # what `from_tokenizer` does, without its copy of the tokenizer (seconds for
+            # a 151,643-rank BPE), which only serves to drop padding and truncation
+            return llguidance.LLTokenizer(backend.to_str(), n_vocab=vocab_size,
+                                          eos_token=tokenizer.eos_token_id)
         return llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size)
     return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_TokenBytes(tokenizer)),
                                   n_vocab=vocab_size)
