@@ -22,6 +22,7 @@ import torch
 from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
 
 from tinker_tui.engine.local.errors import bad_request
+from tinker_tui.engine.local.token_masks import advance
 from tinker_tui.engine.local.unembed import Head, scored
 
 DEFAULT_MAX_TOKENS = 64
@@ -38,6 +39,8 @@ class ModelFacts:
     pad_token_id: int
     eos_ids: frozenset[int]
     device: torch.device
+    #: The model's `token_masks.TokenMasks`: constrained rows draw within a grammar mask.
+    masks: Any = None
 
 
 @dataclass
@@ -292,15 +295,23 @@ def _constrained_choice(r: GenRequest, tokens: list[int], tok: int, weights: tor
         result: str = state.copy().feed(text)  # the constraint is duck-typed (see GenRequest)
         return result
 
-    weights = weights.clone()
+    cloned = False
     for _ in range(CONSTRAINED_DRAWS):
         v = verdict(tok)
         if v != "reject":
             return tok, v == "done"
+        if not cloned:  # the batch's weights are shared: redraw from this row's own copy
+            weights, cloned = weights.clone(), True
         weights[tok] = 0.0
         if not bool((weights > 0).any()):
             return None, False
         tok = int(weights.argmax()) if greedy else int(_draw(weights.unsqueeze(0), generator))
+    if near and closing:
+        # near the budget's end, where most tokens would leave the call too little room:
+        # the first token of the shortest closing (trying every allowed token in turn cost
+        # thousands of checks per step on a large vocabulary)
+        forced = closing[0]
+        return forced, state.copy().feed(tokenizer.decode([forced])) == "done"
     order = torch.argsort(weights, descending=True)
     live = int((weights > 0).sum())
     for candidate in order[:live].tolist():
@@ -323,6 +334,23 @@ def _closing_tokens(constraint: Any, state: Any, tokenizer: Any) -> list[int] | 
     if text is None:
         return None
     return list(tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+
+def _matchers(facts: ModelFacts, rows: Sequence[GenRequest]) -> list[Any]:
+    """Per row, the grammar matcher of its constraint (`token_masks`), or None: one built
+    per distinct constraint and prefill, copied for each of its rows."""
+    out: list[Any] = [None] * len(rows)
+    if facts.masks is None or all(r.constraint is None for r in rows):
+        return out
+    built: dict[tuple[int, str], Any] = {}
+    for i, r in enumerate(rows):
+        if r.constraint is None:
+            continue
+        key = (id(r.constraint), r.constraint_prefix)
+        if key not in built:
+            built[key] = facts.masks.matcher(r.constraint, r.constraint_prefix)
+        out[i] = built[key].deep_copy() if built[key] is not None else None
+    return out
 
 
 def _hits_stop_string(
@@ -406,20 +434,31 @@ def generate(
     reasons: list[str | None] = [None] * num_rows
     live = list(range(num_rows))  # batch position -> row
     token_text: dict[int, str] = {}  # for constrained rows: each token's own text
+    matchers = _matchers(facts, rows)  # per row: its grammar's state, or None
 
     while True:
         scaled = logits / safe_temperature.unsqueeze(1)
         logp_all = torch.log_softmax(scaled, dim=-1)
+        if any(matchers[row] is not None for row in live):
+            # constrained rows draw among the tokens their grammar allows: one mask for
+            # the batch (the logprobs above stay the model's own)
+            allowed = facts.masks.allowed([matchers[row] for row in live], logits.shape[-1])
+            if allowed is not None:
+                # greedy rows have temperature 1 here: their argmax of `scaled` is the
+                # logits' own
+                scaled = scaled.masked_fill(~allowed.to(device), float("-inf"))
+        probs = None
         if all_greedy:
-            chosen = logits.argmax(dim=-1)
+            chosen = scaled.argmax(dim=-1)
         else:
             sample_from = _filter_top_k_top_p(scaled, top_k, top_p) if filtering else scaled
-            chosen = _draw(torch.softmax(sample_from, dim=-1), generator)
+            probs = torch.softmax(sample_from, dim=-1)
+            chosen = _draw(probs, generator)
             if any_greedy:
-                chosen = torch.where(greedy, logits.argmax(dim=-1), chosen)
+                chosen = torch.where(greedy, scaled.argmax(dim=-1), chosen)
         complete: set[int] = set()  # rows whose constraint says the text is whole
         if any(rows[row].constraint is not None for row in live):
-            weights = torch.softmax(sample_from if not all_greedy else scaled, dim=-1)
+            weights = probs if probs is not None else torch.softmax(scaled, dim=-1)
             picks = chosen.tolist()
             for b, row in enumerate(live):
                 r = rows[row]
@@ -431,6 +470,7 @@ def generate(
                 if tok is None:  # nothing keeps the shape: end the row as it is
                     tok, done = picks[b], True
                 picks[b] = tok
+                matchers[row] = advance(matchers[row], tok)
                 if done:
                     complete.add(row)
             chosen = torch.tensor(picks, dtype=chosen.dtype, device=chosen.device)

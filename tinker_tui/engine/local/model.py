@@ -37,6 +37,7 @@ from tinker_tui.engine.local.base_model_names import (
     base_model_problem,
 )
 from tinker_tui.engine.local.errors import bad_request, not_found
+from tinker_tui.engine.local.token_masks import TokenMasks
 from tinker_tui.engine.local.tokenizer import WordTokenizer
 
 if TYPE_CHECKING:
@@ -205,6 +206,8 @@ class BaseModel:
             eos_ids.update(int(t) for t in generation_eos)
         self.eos_ids = frozenset(eos_ids)
         self.arch = str(getattr(module.config, "model_type", "unknown"))
+        # Built on first use: a forced tool call's grammar masks over this tokenizer.
+        self.token_masks = TokenMasks(tokenizer, self.vocab_size)
 
     @property
     def facts(self) -> Any:
@@ -218,6 +221,7 @@ class BaseModel:
             pad_token_id=self.pad_token_id,
             eos_ids=self.eos_ids,
             device=self.device,
+            masks=self.token_masks,
         )
 
     @property

@@ -121,6 +121,9 @@ class Prepared:
     #: backend samples in this process), starting from the prefill's text.
     constraint: ToolCallConstraint | None = None
     constraint_prefix: str = ""
+    #: tool_choice "required" or a named function: the reply is one call (of
+    #: `tool_names`) and nothing else, so a parsed call comes back without content.
+    forced: bool = False
 
 
 class ChatHandler:
@@ -195,6 +198,10 @@ class ChatHandler:
             if forced_name not in names:
                 raise RequestError(400, f"tool_choice names {forced_name!r}, which is not "
                                         f"among the tools", param="tool_choice")
+        elif choice == "required" and len(names) == 1:
+            # One tool: "required" is that tool named, so the prefill covers its name too
+            # and a tight max_tokens holds the same call a named choice does.
+            forced_name = names[0]
         mode: Literal["off", "text", "native"] = "off"
         if tools:
             mode = "native" if info.native_tools else "text"
@@ -247,9 +254,10 @@ class ChatHandler:
             if prefill.startswith(info.content_prefix) else prefill.lstrip()
         return Prepared(prompt=prompt, prompt_tokens=prompt_tokens,
                         prefill_tokens=prefill_tokens, prefill_text=prefill_text,
-                        tool_names=names, tool_mode=mode,
+                        tool_names=list(allowed) if forced else names, tool_mode=mode,
                         parse_tools=mode != "off" and choice != "none",
-                        tool_limit=1 if body.parallel_tool_calls is False else None,
+                        tool_limit=1 if body.parallel_tool_calls is False or forced else None,
+                        forced=forced,
                         constraint=constraint, constraint_prefix=prefill)
 
     def prepare_large(self, body: ChatCompletionRequest, renderer: Any) -> Prepared:
@@ -536,13 +544,25 @@ class ChatHandler:
             if calls:
                 ids = [_call_id() for _ in calls]
                 self.tool_texts.put(tuple(ids), rest, calls, content)
-                out_message["content"] = rest or None
+                out_message["content"] = None if prepared.forced else rest or None
         elif prepared.parse_tools and prepared.tool_mode == "native":
-            native = list(message.get("tool_calls") or [])[:prepared.tool_limit]
+            found = list(message.get("tool_calls") or [])
+            if not found and end_at is None and info.end_tokens:
+                # A whole call whose end-of-turn token did not fit is still a call: parse
+                # the reply as if the turn had ended there.
+                ended, _ = renderer.parse_response(_as_parsed(
+                    prepared.prefill_tokens + tokens + [info.end_tokens[0]], info))
+                if ended.get("tool_calls"):
+                    message, found = ended, list(ended["tool_calls"])
+                    content, _ = _text_and_thinking(ended.get("content", ""))
+            native = [c for c in found
+                      if c.function.name in prepared.tool_names][:prepared.tool_limit]
             calls = [(c.function.name, c.function.arguments) for c in native]
             ids = [c.id or _call_id() for c in native]
-            if calls and not content:
+            if calls and (prepared.forced or not content.strip()):
                 out_message["content"] = None
+            elif calls:
+                out_message["content"] = content
         if calls:
             out_message["tool_calls"] = [
                 {"id": call_id, "type": "function",

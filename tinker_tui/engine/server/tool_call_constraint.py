@@ -116,6 +116,9 @@ class ToolCallConstraint:
 
     tool_names: tuple[str, ...]
     arguments: Mapping[str, ArgumentRules] = field(default_factory=dict)
+    #: Each tool's `parameters` schema as given, for a sampler that builds a grammar of the
+    #: call (`engine.local.token_masks`).
+    schemas: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def for_tools(cls, tools: list[dict[str, Any]], names: tuple[str, ...]
@@ -123,7 +126,8 @@ class ToolCallConstraint:
         """A call of one of `names`, each with its tool's `parameters` (tools as the handler
         lists them: name, description, parameters)."""
         return cls(names, {t["name"]: ArgumentRules.from_schema(t.get("parameters"))
-                           for t in tools if t["name"] in names})
+                           for t in tools if t["name"] in names},
+                   {t["name"]: t.get("parameters") for t in tools if t["name"] in names})
 
     def start(self, text: str) -> ScanState:
         """The scan of `text` (check its `verdict`)."""

@@ -1,0 +1,167 @@
+"""Forced tool calls (tool_choice "required" or a named function) on the local backend,
+through the policy server and the official `openai` client.
+
+The promise (docs/real-model-formats.md): where the sampler runs here, a forced call closes
+whenever a minimal call fits `max_tokens`, for the text protocol (the embedded model) and a
+family's own format (the real-format Qwen3 fixture); a complete call is parsed whether or
+not the end-of-turn token fitted; and a forced call comes back as exactly one call of an
+allowed function, with no content beside it.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import Future
+
+import numpy as np
+import pytest
+import tinker
+from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
+
+from tinker_tui.engine.backend.session import BackendSession
+from tinker_tui.engine.config import DEFAULT_BASE_MODEL
+from tinker_tui.engine.local import LocalServiceClient
+from tinker_tui.engine.sampling_defaults import SamplingDefaults
+from tinker_tui.engine.server import PolicyServer
+from tinker_tui.engine.server.tool_call_constraint import ToolCallConstraint
+
+QUESTION = [{"role": "user", "content": "What is 2 plus 3?"}]
+
+
+def _tool(name: str) -> dict:
+    return {"type": "function", "function": {
+        "name": name, "description": f"{name} two integers.",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"},
+                                                        "b": {"type": "integer"}},
+                       "required": ["a", "b"]}}}
+
+
+ADD, MUL = _tool("add"), _tool("mul")
+NAMED = {"type": "function", "function": {"name": "add"}}
+
+
+class Scripted:
+    """A sampling client answering with a scripted text, cut by max_tokens ("length")."""
+
+    def __init__(self, tokenizer, text: str, stop_reason: str = "length") -> None:
+        self.tokenizer, self.text, self.stop_reason = tokenizer, text, stop_reason
+
+    def sample(self, prompt, num_samples, sampling_params, **_):
+        tokens = np.asarray(self.tokenizer.encode(self.text, add_special_tokens=False),
+                            dtype=np.int32)
+        future: Future = Future()
+        future.set_result(tinker.SampleResponse(sequences=[tinker.SampledSequence(
+            stop_reason=self.stop_reason, sequence_id=f"s{i}", tokens_np=tokens,
+            logprobs_np=np.full(len(tokens), -0.5, dtype=np.float32))
+            for i in range(num_samples)]))
+        return AwaitableConcurrentFuture(future)
+
+
+async def _served(base_model: str, tmp_path):
+    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=base_model)
+    await policy.start()
+    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=8))
+    await server.start()
+    return policy, server
+
+
+def _one_call(choice, names=("add",)) -> dict:
+    """The choice is exactly one call of one of `names`, closed, with no content."""
+    assert choice.finish_reason == "tool_calls", (choice.message.content,
+                                                  choice.model_extra["token_ids"])
+    assert choice.message.content is None
+    [call] = choice.message.tool_calls
+    assert call.function.name in names
+    arguments = json.loads(call.function.arguments)
+    assert set(arguments) == {"a", "b"} and all(type(v) is int for v in arguments.values())
+    return arguments
+
+
+@pytest.fixture
+async def embedded(tmp_path):
+    policy, server = await _served(DEFAULT_BASE_MODEL, tmp_path)
+    yield policy, server.client()
+    await server.stop()
+    await policy.close("success")
+
+
+async def test_required_closes_at_tight_budgets_on_the_embedded_model(embedded):
+    policy, client = embedded
+    for max_tokens in (16, 24, 28):
+        for choice in ("required", NAMED):
+            completion = await client.chat.completions.create(
+                model="policy", messages=QUESTION, tools=[ADD], tool_choice=choice, n=2,
+                max_tokens=max_tokens, seed=max_tokens)
+            for c in completion.choices:
+                _one_call(c)
+                assert len(c.model_extra["token_ids"]) <= max_tokens
+
+
+async def test_required_among_tools_closes_when_a_minimal_call_fits(embedded):
+    """With two tools the model picks the name (held to the tools' names): the fewest
+    tokens that make a call from the prefill are enough."""
+    policy, client = embedded
+    call = ToolCallConstraint.for_tools(
+        [{"name": t["function"]["name"], "parameters": t["function"]["parameters"]}
+         for t in (ADD, MUL)], ("add", "mul"))
+    minimal = len(policy.tokenizer.encode(call.completion(call.start(' {"name": "')),
+                                          add_special_tokens=False))
+    completion = await client.chat.completions.create(
+        model="policy", messages=QUESTION, tools=[ADD, MUL], tool_choice="required", n=4,
+        max_tokens=minimal, seed=7)
+    for c in completion.choices:
+        _one_call(c, ("add", "mul"))
+
+
+async def test_a_named_choice_returns_one_call_and_no_content(embedded):
+    """Issue 33 item 11: a reply that does not keep the call's shape (a sampler that cannot
+    be held to it, as Tinker's) returned the prefilled opening and free text as content
+    beside two parsed calls."""
+    policy, client = embedded
+    policy.sampling_client = Scripted(
+        policy.tokenizer, ' Let me add. {"name": "add", "arguments": {"a": 1, "b": 2}} '
+                          '{"name": "mul", "arguments": {"a": 3, "b": 4}}\n\nUser:', "stop")
+    for choice in (NAMED, "required"):
+        completion = await client.chat.completions.create(
+            model="policy", messages=QUESTION, tools=[ADD, MUL], tool_choice=choice)
+        assert _one_call(completion.choices[0]) == {"a": 1, "b": 2}
+
+
+@pytest.fixture
+async def qwen3(qwen3_folder, tmp_path):
+    policy, server = await _served(str(qwen3_folder), tmp_path)
+    yield policy, server.client()
+    await server.stop()
+    await policy.close("success")
+
+
+async def test_forced_calls_close_on_the_qwen3_fixture(qwen3):
+    from real_format import IM_END
+
+    policy, client = qwen3
+    for max_tokens, choice in ((16, "required"), (24, "required"), (28, "required"),
+                               (16, NAMED)):
+        completion = await client.chat.completions.create(
+            model="policy", messages=QUESTION, tools=[ADD], tool_choice=choice, n=2,
+            max_tokens=max_tokens, seed=max_tokens)
+        for c in completion.choices:
+            _one_call(c)
+            assert len(c.model_extra["token_ids"]) <= max_tokens
+            text = policy.tokenizer.decode(c.model_extra["token_ids"])
+            assert "</tool_call>" in text
+            assert c.model_extra["token_ids"][-1] == IM_END or \
+                len(c.model_extra["token_ids"]) == max_tokens
+
+    # a complete call whose <|im_end|> did not fit is still a call, forced or not
+    policy.sampling_client = Scripted(
+        policy.tokenizer, '<tool_call>\n{"name": "add", "arguments": {"a": 0, "b": 0}}\n'
+                          '</tool_call>')
+    auto = await client.chat.completions.create(model="policy", messages=QUESTION,
+                                                tools=[ADD, MUL], max_tokens=20)
+    assert _one_call(auto.choices[0]) == {"a": 0, "b": 0}
+    policy.sampling_client = Scripted(
+        policy.tokenizer, 'add", "arguments": {"a": 0, "b": 0}}\n</tool_call>')
+    required = await client.chat.completions.create(
+        model="policy", messages=QUESTION, tools=[ADD, MUL], tool_choice="required",
+        max_tokens=16)
+    assert _one_call(required.choices[0]) == {"a": 0, "b": 0}
