@@ -1,4 +1,4 @@
-"""A step's distributions (`engine.metrics.distributions`) on known inputs, the reward
+"""A step's distributions (`engine.rollouts.distributions`) on known inputs, the reward
 components a task declares, and a real local run whose store and JSONL carry them."""
 
 import json
@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from tinker_tui.engine.metrics import metric_keys as keys
-from tinker_tui.engine.metrics.distributions import (
+from tinker_tui.engine.rollouts.distributions import (
     dominant_component,
     histogram,
     percentile,

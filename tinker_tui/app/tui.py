@@ -64,7 +64,7 @@ from tinker_tui.app.screens.dashboard import DashboardScreen
 from tinker_tui.app.screens.run_view import DashboardHost, RunView
 from tinker_tui.app.screens.too_small import TooSmallScreen, too_small
 from tinker_tui.app.store_session import ReadOnlyControl, StartingControl, StoreSession
-from tinker_tui.app.textual_private import compose_mode_now
+from tinker_tui.app.textual_private import compose_mode_now, write_to_terminal
 from tinker_tui.engine.checkpoint_paths import run_checkpoint_dir
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import LIVE_KNOBS
@@ -73,6 +73,7 @@ from tinker_tui.engine.events import RunLabelled, RunStatus
 
 if TYPE_CHECKING:
     from tinker_tui.app.engine_process import Engine
+    from tinker_tui.app.notify import Notifier
 
 #: Seconds the app may take to leave after SIGHUP before the process exits regardless.
 HANGUP_GRACE = 2.0
@@ -107,6 +108,8 @@ class TinkerTuiApp(App[None]):
             on exit); by default one that knows the session's store.
         held_signals: Signals received before the app could handle them (`app.watch`),
             handled as soon as it has mounted.
+        notifier: Sends the run's alerts (`run --notify`, `app.notify`); its terminal
+            escapes go through the app's own output.
     """
 
     CSS_PATH = "tinker_tui.tcss"
@@ -159,6 +162,7 @@ class TinkerTuiApp(App[None]):
         log_lines: int = 500,
         summary: SummaryCollector | None = None,
         held_signals: list[int] | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         super().__init__()
         self.session = session
@@ -180,6 +184,7 @@ class TinkerTuiApp(App[None]):
         self.summary = summary if summary is not None else SummaryCollector(
             db_path=session.db_path)
         self._held_signals = held_signals if held_signals is not None else []
+        self.notifier = notifier
         #: A session this process does not drive and cannot steer (a stored run).
         self.read_only = session.read_only
         #: A session driven by another process (commands go over its control endpoint).
@@ -214,10 +219,17 @@ class TinkerTuiApp(App[None]):
     def on_mount(self) -> None:
         unsubscribe_model = self.session.events.subscribe(self.model.apply)
         unsubscribe_summary = self.session.events.subscribe(self.summary.handle)
+        unsubscribe_notifier: Callable[[], None] = lambda: None  # noqa: E731
+        if self.notifier is not None:
+            if self.notifier.write is None and self.notifier.terminal:
+                self.notifier.write = lambda text: write_to_terminal(self, text)
+            self.notifier.warn = lambda line: self.notify(line, severity="warning", timeout=6)
+            unsubscribe_notifier = self.session.events.subscribe(self.notifier.handle)
 
         def unsubscribe() -> None:
             unsubscribe_model()
             unsubscribe_summary()
+            unsubscribe_notifier()
 
         self._unsubscribe = unsubscribe
         self._refresh_timer = self.set_interval(

@@ -156,7 +156,7 @@ class StepTrained(Event):
     metrics: Mapping[str, float]
     #: The groups the step's batch took (trained, or counted with zero variance).
     group_ids: tuple[int, ...] = ()
-    #: The step's reward and advantage histograms (`engine.metrics.distributions`):
+    #: The step's reward and advantage histograms (`engine.rollouts.distributions`):
     #: name -> {"lo", "hi", "counts"}.
     histograms: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 

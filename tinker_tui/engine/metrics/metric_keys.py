@@ -77,7 +77,7 @@ GROUPS_DISCARDED_TOTAL = "groups/discarded_total"
 KL_POLICY_BASE = "kl/policy_base"
 KL_REFERENCE_TIME = "time/kl_reference"
 
-# A step's distributions (`engine.metrics.distributions`): the share of its groups whose
+# A step's distributions (`engine.rollouts.distributions`): the share of its groups whose
 # rewards were all equal (no signal), the share of its rollouts the length limit cut off
 # (finish reason `length`), and the sampled tokens per rollout.
 ZERO_VARIANCE_FRAC = "env/zero_variance_frac"

@@ -56,7 +56,7 @@ from tinker_tui.engine.metrics.cost import BUDGET_STOP, CostMeter, Prices
 from tinker_tui.engine.metrics.health import Collapse, HealthWindow, flat_share
 from tinker_tui.engine.metrics.loop_lag import LoopLagMonitor
 from tinker_tui.engine.metrics.throughput import ThroughputMeter
-from tinker_tui.engine.metrics.distributions import step_distributions, truncated
+from tinker_tui.engine.rollouts.distributions import step_distributions, truncated
 from tinker_tui.engine.rollouts.task import (
     Scenario,
     Task,
