@@ -306,6 +306,35 @@ def decode_group_fate(row: StoredRow) -> GroupFate:
                      step=row["step"], reason=row["reason"] or "", detail=row["detail"] or "")
 
 
+@dataclass(frozen=True, slots=True)
+class GroupSpan:
+    """When one group was sampled, waited and was taken (its `group_lifecycle` row's
+    times and versions): a bar of the groups' timeline."""
+
+    group_id: int
+    scenario_id: str
+    #: started, sampled, trained, discarded, unused or requeued (see schema.py).
+    status: str
+    #: The policy version it was started with, and the trainer's when it was taken.
+    policy_version: int | None
+    trainer_version: int | None
+    step: int | None
+    reason: str
+    started_at: float | None
+    sampled_at: float | None
+    finished_at: float | None
+
+
+def decode_group_span(row: StoredRow) -> GroupSpan:
+    return GroupSpan(group_id=group_of(row), scenario_id=row["scenario_id"] or "",
+                     status=row["status"], policy_version=_int_or_none(row["policy_version"]),
+                     trainer_version=_int_or_none(row["trainer_version"]),
+                     step=_int_or_none(row["step"]), reason=row["reason"] or "",
+                     started_at=_float_or_none(row["started_at"]),
+                     sampled_at=_float_or_none(row["sampled_at"]),
+                     finished_at=_float_or_none(row["finished_at"]))
+
+
 # ---------------------------------------------------------------------- GroupSampled
 # A row of `sampled_groups`, a row of `trajectories` per rollout (its index in the group as
 # `idx`, its messages as JSON); the group becomes sampled and the run counts its tokens.
