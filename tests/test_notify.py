@@ -114,3 +114,21 @@ def test_a_headless_run_runs_the_notify_command_at_its_finish(tmp_path):
     [alert] = [json.loads(line) for line in out.read_text().splitlines()]
     assert alert["TINKER_TUI_ALERT"] == "finish"
     assert alert["TINKER_TUI_TITLE"] == "run completed" and alert["TINKER_TUI_RUN"]
+
+
+async def test_the_dashboard_sends_the_runs_alerts_through_its_own_output():
+    import asyncio
+
+    from fake_session import FakeSession, finished_events
+
+    from tinker_tui.app.tui import TinkerTuiApp
+
+    session = FakeSession(script=finished_events)
+    notifier = Notifier(terminal=True)
+    app = TinkerTuiApp(session, clock=session.clock, refresh_interval=0.05, notifier=notifier)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await asyncio.wait_for(session.script_done.wait(), timeout=10)
+        await pilot.pause()
+        assert [a.kind for a in notifier.sent] == ["finish"]
+        assert notifier.write is not None  # the app's terminal (nothing written headless)
+        notifier.send(Alert("pause", "run paused", "x"))  # headless: not written anywhere

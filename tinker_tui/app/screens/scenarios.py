@@ -51,4 +51,4 @@ class ScenariosScreen(RunView):
 
     def update_from_model(self, model: DashboardState, now: float) -> None:
         self.query_one(RunStatusPanel).update_from_model(model, now)
-        self.query_one(ScenarioBoard).update_from_model(model)
+        self.query_one(ScenarioBoard).update_from_model(model, now)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 from rich.text import Text
 from textual import events
@@ -13,6 +14,10 @@ from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.signal_maths import pass_line, scenario_board, sorted_board
 from tinker_tui.app.widgets.updates import fit_columns, set_subtitle
 
+#: A live board is rebuilt at most once per this many times its last rebuild's cost (at
+#: most 5% of the CPU), and waits at most `MAX_WAIT` seconds for it.
+PACE = 20.0
+MAX_WAIT = 10.0
 #: The classes' colours: no gradient (never or always solved) is what to look at.
 KIND_STYLES = {"never solved": "red", "always solved": "yellow", "high variance": "green"}
 
@@ -34,6 +39,7 @@ class ScenarioBoard(DataTable):
             self.add_column(label, key=key)
         self.order = "drawn"
         self._shown: tuple[object, ...] = ()
+        self._next_at = -math.inf
 
     def on_mount(self) -> None:
         self.border_title = "Scenarios"
@@ -41,11 +47,22 @@ class ScenarioBoard(DataTable):
     def on_resize(self, event: events.Resize) -> None:
         self._shown = ()
 
-    def update_from_model(self, model: DashboardState) -> None:
+    def update_from_model(self, model: DashboardState, now: float) -> None:
+        """Rebuild the board when the groups changed; on a live run no oftener than
+        `PACE` times what the last rebuild cost (it reads every group the model keeps:
+        a 2,000-step run's 16,000 groups take a tenth of a second or more)."""
         shown = (model.groups_revision, self.order, self.size.width)
         if shown == self._shown:
             return
+        if shown[1:] == self._shown[1:] and model.state != "finished" \
+                and now < self._next_at:
+            return
         self._shown = shown
+        started = time.perf_counter()
+        self._fill(model)
+        self._next_at = now + min(MAX_WAIT, PACE * (time.perf_counter() - started))
+
+    def _fill(self, model: DashboardState) -> None:
         groups = list(model.groups.values())
         rows = sorted_board(scenario_board(groups), self.order)
         line = pass_line(groups)
