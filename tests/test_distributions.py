@@ -24,14 +24,24 @@ from tinker_tui.engine.rollouts.trajectory import SampledTurn, Trajectory, Traje
 
 
 def traj(reward, tokens=1, finish="stop", **metrics):
-    turn = SampledTurn(prompt_tokens=(1,), tokens=tuple(range(tokens)),
-                       logprobs=(-0.1,) * tokens, policy_version=0, finish_reason=finish)
+    turn = SampledTurn(
+        prompt_tokens=(1,),
+        tokens=tuple(range(tokens)),
+        logprobs=(-0.1,) * tokens,
+        policy_version=0,
+        finish_reason=finish,
+    )
     return Trajectory(turns=(turn,), reward=reward, metrics=metrics)
 
 
 def group(*trajectories, group_id=0):
-    return TrajectoryGroup(group_id=group_id, scenario_id="s", trajectories=trajectories,
-                           started_at=0.0, finished_at=0.0)
+    return TrajectoryGroup(
+        group_id=group_id,
+        scenario_id="s",
+        trajectories=trajectories,
+        started_at=0.0,
+        finished_at=0.0,
+    )
 
 
 def test_percentile_is_nearest_rank():
@@ -53,8 +63,11 @@ def test_histogram_bins_from_min_to_max_and_keeps_the_max():
 
 def test_a_steps_distributions_by_hand():
     flat = group(traj(1.0, tokens=2), traj(1.0, tokens=4), group_id=0)
-    mixed = group(traj(0.0, tokens=10, finish="length", fmt=1.0, correct=0.0),
-                  traj(1.0, tokens=6, fmt=1.0, correct=1.0), group_id=1)
+    mixed = group(
+        traj(0.0, tokens=10, finish="length", fmt=1.0, correct=0.0),
+        traj(1.0, tokens=6, fmt=1.0, correct=1.0),
+        group_id=1,
+    )
     metrics, hists = step_distributions([flat, mixed], ("fmt", "correct", "absent"))
     assert metrics[keys.ZERO_VARIANCE_FRAC] == 0.5
     assert metrics[keys.TRUNCATED_FRAC] == 0.25
@@ -76,10 +89,28 @@ def test_a_steps_distributions_by_hand():
 
 
 def test_a_component_dominates_only_with_most_of_the_spread():
-    assert dominant_component({"reward/component/a": 0.5, "reward/component/a/std": 0.3,
-                               "reward/component/b": 0.5, "reward/component/b/std": 0.3}) is None
-    assert dominant_component({"reward/component/a": 0.5, "reward/component/a/std": 0.9,
-                               "reward/component/b": 0.5, "reward/component/b/std": 0.1}) == "a"
+    assert (
+        dominant_component(
+            {
+                "reward/component/a": 0.5,
+                "reward/component/a/std": 0.3,
+                "reward/component/b": 0.5,
+                "reward/component/b/std": 0.3,
+            }
+        )
+        is None
+    )
+    assert (
+        dominant_component(
+            {
+                "reward/component/a": 0.5,
+                "reward/component/a/std": 0.9,
+                "reward/component/b": 0.5,
+                "reward/component/b/std": 0.1,
+            }
+        )
+        == "a"
+    )
     assert dominant_component({"reward/component/a/std": 1.0, "reward/component/a": 1}) is None
 
 
@@ -87,8 +118,13 @@ def test_truncated_is_any_turn_cut_by_the_length_limit():
     assert truncated(traj(0.0, finish="length"))
     assert not truncated(traj(0.0, finish="stop"))
     assert not truncated(traj(0.0, finish=""))
-    choice = {"prompt_token_ids": [1], "token_ids": [2], "token_logprobs": [-0.5],
-              "policy_version": 3, "finish_reason": "length"}
+    choice = {
+        "prompt_token_ids": [1],
+        "token_ids": [2],
+        "token_logprobs": [-0.5],
+        "policy_version": 3,
+        "finish_reason": "length",
+    }
     assert SampledTurn.from_choice(choice).finish_reason == "length"
 
 
@@ -102,14 +138,12 @@ def test_reward_components_are_checked():
     ok = Task(name="t", scenarios=scenarios, rollout=rollout, reward_components=("fmt", "ok"))
     assert check_task(ok) is ok
     with pytest.raises(TaskError, match="tuple of metric names"):
-        check_task(Task(name="t", scenarios=scenarios, rollout=rollout,
-                        reward_components="fmt"))  # type: ignore[arg-type]
+        check_task(Task(name="t", scenarios=scenarios, rollout=rollout, reward_components="fmt"))  # type: ignore[arg-type]
     with pytest.raises(TaskError, match="'a b' is not a metric name"):
-        check_task(Task(name="t", scenarios=scenarios, rollout=rollout,
-                        reward_components=("a b",)))
+        check_task(Task(name="t", scenarios=scenarios, rollout=rollout, reward_components=("a b",)))
 
 
-TASK_FILE = '''
+TASK_FILE = """
 from tinker_tui import Scenario, Task, Trajectory
 
 def scenarios(rng):
@@ -131,40 +165,54 @@ async def rollout(client, model, scenario):
 TASK = Task(name="shapes_demo", scenarios=scenarios, rollout=rollout,
             reward_components=("short", "right"),
             settings={"group_size": 4, "groups_per_step": 2})
-'''
+"""
 
 
 def run_cli(*args, cwd):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("TINKER_API_KEY", None)
-    return subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "tinker_tui.app.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_a_local_runs_jsonl_and_store_carry_the_distributions(tmp_path):
     (tmp_path / "shapes.py").write_text(textwrap.dedent(TASK_FILE))
     db = tmp_path / "runs.db"
-    done = run_cli("run", "shapes.py", "--no-ui", "--steps", "3", "--db", str(db),
-                   cwd=tmp_path)
+    done = run_cli("run", "shapes.py", "--no-ui", "--steps", "3", "--db", str(db), cwd=tmp_path)
     assert done.returncode == 0, done.stderr + done.stdout
     conn = sqlite3.connect(db)
     [run_id] = [r for (r,) in conn.execute("select run_id from runs")]
-    lines = [json.loads(line) for line in
-             (tmp_path / f"{run_id}.metrics.jsonl").read_text().splitlines()]
+    lines = [
+        json.loads(line) for line in (tmp_path / f"{run_id}.metrics.jsonl").read_text().splitlines()
+    ]
     steps = [line for line in lines if line["event"] == "step"]
     assert len(steps) == 3
-    wanted = {keys.ZERO_VARIANCE_FRAC, keys.TRUNCATED_FRAC, keys.RESPONSE_LEN_MEAN,
-              keys.RESPONSE_LEN_P50, keys.RESPONSE_LEN_P90, keys.RESPONSE_LEN_MAX,
-              "reward/component/short", "reward/component/right",
-              "reward/component/right/std"}
+    wanted = {
+        keys.ZERO_VARIANCE_FRAC,
+        keys.TRUNCATED_FRAC,
+        keys.RESPONSE_LEN_MEAN,
+        keys.RESPONSE_LEN_P50,
+        keys.RESPONSE_LEN_P90,
+        keys.RESPONSE_LEN_MAX,
+        "reward/component/short",
+        "reward/component/right",
+        "reward/component/right/std",
+    }
     for line in steps:
         assert wanted <= set(line), wanted - set(line)
         assert 0.0 <= line[keys.ZERO_VARIANCE_FRAC] <= 1.0
         assert 0.0 <= line[keys.TRUNCATED_FRAC] <= 1.0
         assert 1 <= line[keys.RESPONSE_LEN_P50] <= line[keys.RESPONSE_LEN_MAX] <= 3
     # the store: each rollout's advantage and truncation, each step's histograms
-    rows = conn.execute("select reward, advantage, truncated, num_tokens, group_id "
-                        "from trajectories").fetchall()
+    rows = conn.execute(
+        "select reward, advantage, truncated, num_tokens, group_id from trajectories"
+    ).fetchall()
     assert rows and all(a is not None for _, a, _, _, _ in rows)
     by_group: dict[int, list[tuple[float, float]]] = {}
     for reward, advantage, _, _, group_id in rows:
@@ -175,9 +223,13 @@ def test_a_local_runs_jsonl_and_store_carry_the_distributions(tmp_path):
     # sampled with max_tokens=3: only a rollout of 3 tokens can have been cut off, and the
     # steps' shares count the stored flags
     assert all(not t for _, _, t, n, _ in rows if n < 3)
-    flagged = sum(t for (t,) in conn.execute(
-        "select t.truncated from trajectories t join group_lifecycle g using (run_id, group_id) "
-        "where g.status = 'trained' or g.reason = 'zero_variance'"))
+    flagged = sum(
+        t
+        for (t,) in conn.execute(
+            "select t.truncated from trajectories t join group_lifecycle g using (run_id, group_id) "
+            "where g.status = 'trained' or g.reason = 'zero_variance'"
+        )
+    )
     assert flagged == round(sum(line[keys.TRUNCATED_FRAC] for line in steps) * 8)
     hists = [json.loads(h) for (h,) in conn.execute("select histograms from steps")]
     assert len(hists) == 3

@@ -36,13 +36,24 @@ def test_alerts_come_from_sources_and_statuses_not_text():
         alert = alert_for(RunFinished(time=1, status=status, final_step=3))
         assert alert.kind == "finish" and status in alert.title
     assert alert_for(RunStateChanged(time=1, state="paused", reason="x")) is None
-    assert alert_for(GroupSampled(time=1, group_id=0, scenario_id="s", policy_version=0,
-                                  num_trajectories=1, num_tokens=1, reward_mean=0.0)) is None
+    assert (
+        alert_for(
+            GroupSampled(
+                time=1,
+                group_id=0,
+                scenario_id="s",
+                policy_version=0,
+                num_trajectories=1,
+                num_tokens=1,
+                reward_mean=0.0,
+            )
+        )
+        is None
+    )
 
 
 def test_the_terminal_gets_a_bell_and_both_desktop_escapes():
-    text = terminal_escapes(Alert("finish", "run completed", "step 5; all\x1b[31m good"),
-                            run="r1")
+    text = terminal_escapes(Alert("finish", "run completed", "step 5; all\x1b[31m good"), run="r1")
     assert text.startswith("\a")
     assert "\x1b]9;tinker-tui r1: run completed: step 5; all [31m good\x07" in text
     assert "\x1b]777;notify;tinker-tui r1: run completed;step 5, all [31m good\x07" in text
@@ -60,12 +71,23 @@ def test_the_notifier_writes_runs_the_command_and_skips_replayed_events():
         class Done:
             def poll(self):
                 return 0
+
         return Done()
 
-    n = Notifier(write=written.append, command="notify-me", since=10.0, spawn=spawn,
-                 environ={"PATH": "/bin"})
-    n.handle(RunStarted(time=0, run_id="r1", name="t", backend="local", base_model="m",
-                        max_steps=5, start_step=0))
+    n = Notifier(
+        write=written.append, command="notify-me", since=10.0, spawn=spawn, environ={"PATH": "/bin"}
+    )
+    n.handle(
+        RunStarted(
+            time=0,
+            run_id="r1",
+            name="t",
+            backend="local",
+            base_model="m",
+            max_steps=5,
+            start_step=0,
+        )
+    )
     n.handle(RunFinished(time=5.0, status="completed", final_step=2))  # an earlier process's
     n.handle(cmd("pause", "on_health_pause", reason="half the groups failed", t=11.0))
     n.handle(cmd("pause", "user", t=12.0))
@@ -92,19 +114,38 @@ def test_a_command_that_cannot_start_warns_once():
 def test_a_headless_run_runs_the_notify_command_at_its_finish(tmp_path):
     out = tmp_path / "alerts.jsonl"
     script = tmp_path / "record.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import json, os
         with open({str(out)!r}, "a") as f:
             f.write(json.dumps({{k: os.environ[k] for k in ("TINKER_TUI_ALERT",
                                  "TINKER_TUI_TITLE", "TINKER_TUI_RUN")}}) + "\\n")
-    """))
+    """)
+    )
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("TINKER_API_KEY", None)
     done = subprocess.run(
-        [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--steps",
-         "2", "--db", str(tmp_path / "runs.db"), "--notify",
-         "--notify-command", f"{sys.executable} {script}"],
-        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            "example",
+            "--no-ui",
+            "--steps",
+            "2",
+            "--db",
+            str(tmp_path / "runs.db"),
+            "--notify",
+            "--notify-command",
+            f"{sys.executable} {script}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr + done.stdout
     assert "\x1b]9;" not in done.stdout  # not a terminal: no escapes in the output
     for _ in range(100):  # the command runs on its own; give it a moment

@@ -42,35 +42,50 @@ from tinker_tui.engine.store import GroupSpan, RunStore, find_run
 
 
 def summary(reward, truncated=False, advantage=None):
-    return TrajectorySummary(reward=reward, policy_version=0, num_tokens=3,
-                             truncated=truncated, advantage=advantage)
+    return TrajectorySummary(
+        reward=reward, policy_version=0, num_tokens=3, truncated=truncated, advantage=advantage
+    )
 
 
 def record(group_id, scenario, rewards, step, discarded=None, truncated=0, failed=0):
-    return GroupRecord(group_id=group_id, scenario_id=scenario, step=step, policy_version=0,
-                       time=0.0, trajectories=tuple(summary(r, truncated=i < truncated)
-                                                    for i, r in enumerate(rewards)),
-                       discarded=discarded, failed=failed)
+    return GroupRecord(
+        group_id=group_id,
+        scenario_id=scenario,
+        step=step,
+        policy_version=0,
+        time=0.0,
+        trajectories=tuple(summary(r, truncated=i < truncated) for i, r in enumerate(rewards)),
+        discarded=discarded,
+        failed=failed,
+    )
 
 
 # ---------------------------------------------------------------------- maths
 
 
 def test_a_steps_funnel_counts_each_fate():
-    groups = [record(1, "a", [1, 0], 3), record(2, "a", [1, 1], 3, "zero_variance"),
-              record(3, "b", [0, 1], 3, "stale", truncated=1), record(4, "b", [], 3, "error"),
-              record(5, "c", [0, 1], 3, truncated=2, failed=1)]
+    groups = [
+        record(1, "a", [1, 0], 3),
+        record(2, "a", [1, 1], 3, "zero_variance"),
+        record(3, "b", [0, 1], 3, "stale", truncated=1),
+        record(4, "b", [], 3, "error"),
+        record(5, "c", [0, 1], 3, truncated=2, failed=1),
+    ]
     f = step_funnel(groups, 3)
     assert (f.groups, f.stale, f.no_signal, f.failed, f.trained) == (5, 1, 1, 1, 2)
     assert (f.rollouts, f.truncated, f.dropped_members) == (8, 3, 1)
 
 
 def test_the_board_classes_scenarios_by_their_pass_rate():
-    groups = [record(1, "never", [0, 0], 1), record(2, "never", [0, 0], 2),
-              record(3, "always", [1, 1], 1, "zero_variance"),
-              record(4, "mixed", [1, 0], 1), record(5, "mixed", [0, 0], 2),
-              record(6, "mostly", [1, 1, 1, 1, 1, 0], 2),
-              record(7, "late", [0.5, 0.5], None)]  # still waiting: no step yet
+    groups = [
+        record(1, "never", [0, 0], 1),
+        record(2, "never", [0, 0], 2),
+        record(3, "always", [1, 1], 1, "zero_variance"),
+        record(4, "mixed", [1, 0], 1),
+        record(5, "mixed", [0, 0], 2),
+        record(6, "mostly", [1, 1, 1, 1, 1, 0], 2),
+        record(7, "late", [0.5, 0.5], None),
+    ]  # still waiting: no step yet
     assert pass_line(groups) == 1
     board = {row.scenario_id: row for row in scenario_board(groups)}
     assert board["never"].kind == "never solved" and board["never"].drawn == 2
@@ -79,8 +94,10 @@ def test_the_board_classes_scenarios_by_their_pass_rate():
     assert board["mixed"].trend == [0.5, 0.0]
     assert board["mostly"].kind == "mostly solved"
     assert board["late"].kind == "never solved" and board["late"].trend == []
-    assert [r.scenario_id for r in sorted_board(list(board.values()), "pass rate")][:2] == \
-        ["always", "mostly"]
+    assert [r.scenario_id for r in sorted_board(list(board.values()), "pass rate")][:2] == [
+        "always",
+        "mostly",
+    ]
     assert sorted_board(list(board.values()), "drawn")[0].scenario_id == "mixed"
     assert classify(math.nan) == "no rollouts" and classify(0.1) == "mostly failed"
     assert pass_line([record(1, "a", [0, -1], 1)]) is None  # no rollout rewarded
@@ -92,9 +109,11 @@ def test_histogram_line_scales_to_the_fullest_bin():
 
 
 def test_the_timeline_places_each_phase_in_time():
-    spans = [GroupSpan(1, "a", "trained", 0, 1, 1, "", 0.0, 5.0, 10.0),
-             GroupSpan(2, "b", "discarded", 1, 2, 1, "stale", 5.0, 10.0, 10.0),
-             GroupSpan(3, "c", "started", 2, None, None, "", 10.0, None, None)]
+    spans = [
+        GroupSpan(1, "a", "trained", 0, 1, 1, "", 0.0, 5.0, 10.0),
+        GroupSpan(2, "b", "discarded", 1, 2, 1, "stale", 5.0, 10.0, 10.0),
+        GroupSpan(3, "c", "started", 2, None, None, "", 10.0, None, None),
+    ]
     rows, t0, t1 = timeline(spans, 11)
     assert (t0, t1) == (0.0, 10.0)
     first = rows[0].segments
@@ -118,30 +137,40 @@ def signal_events(clock: FakeClock) -> list:
             event = dataclasses.replace(event, scenario_id=event.scenario_id.split("-")[0])
         if isinstance(event, GroupSampled):
             mean = event.reward_mean
-            members = tuple(dataclasses.replace(t, advantage=t.reward - mean,
-                                                truncated=i == 0 and event.group_id % 3 == 0)
-                            for i, t in enumerate(event.trajectories))
+            members = tuple(
+                dataclasses.replace(
+                    t, advantage=t.reward - mean, truncated=i == 0 and event.group_id % 3 == 0
+                )
+                for i, t in enumerate(event.trajectories)
+            )
             event = dataclasses.replace(event, trajectories=members)
             groups[event.group_id] = event
         if isinstance(event, StepTrained):
-            members = [t for g in event.group_ids if g in groups
-                       for t in groups[g].trajectories]
+            members = [t for g in event.group_ids if g in groups for t in groups[g].trajectories]
             metrics = dict(event.metrics)
             lengths = sorted(t.num_tokens for t in members) or [0]
-            metrics.update({
-                keys.ZERO_VARIANCE_FRAC: 0.5 if event.step in (7, 18) else 0.0,
-                keys.TRUNCATED_FRAC: sum(t.truncated for t in members) / max(1, len(members)),
-                keys.RESPONSE_LEN_MEAN: sum(lengths) / len(lengths),
-                keys.RESPONSE_LEN_P50: float(lengths[len(lengths) // 2]),
-                keys.RESPONSE_LEN_P90: float(lengths[-1]),
-                keys.RESPONSE_LEN_MAX: float(lengths[-1]),
-                "reward/component/format": 1.0, "reward/component/format/std": 0.0,
-                "reward/component/answer": event.metrics[keys.REWARD_MEAN],
-                "reward/component/answer/std": 0.4,
-            })
-            event = dataclasses.replace(event, metrics=metrics, histograms={
-                "reward": histogram(t.reward for t in members),
-                "advantage": histogram(t.advantage for t in members)})
+            metrics.update(
+                {
+                    keys.ZERO_VARIANCE_FRAC: 0.5 if event.step in (7, 18) else 0.0,
+                    keys.TRUNCATED_FRAC: sum(t.truncated for t in members) / max(1, len(members)),
+                    keys.RESPONSE_LEN_MEAN: sum(lengths) / len(lengths),
+                    keys.RESPONSE_LEN_P50: float(lengths[len(lengths) // 2]),
+                    keys.RESPONSE_LEN_P90: float(lengths[-1]),
+                    keys.RESPONSE_LEN_MAX: float(lengths[-1]),
+                    "reward/component/format": 1.0,
+                    "reward/component/format/std": 0.0,
+                    "reward/component/answer": event.metrics[keys.REWARD_MEAN],
+                    "reward/component/answer/std": 0.4,
+                }
+            )
+            event = dataclasses.replace(
+                event,
+                metrics=metrics,
+                histograms={
+                    "reward": histogram(t.reward for t in members),
+                    "advantage": histogram(t.advantage for t in members),
+                },
+            )
         out.append(event)
     return out
 
@@ -227,7 +256,8 @@ async def test_the_signals_view_steps_back_and_the_board_opens_rollouts(signal_s
         assert screen.shown_step(app.model) == 18
         funnel = str(screen.query_one(FunnelPanel).render())
         assert "no signal" in funnel and "step 18" in str(
-            screen.query_one(FunnelPanel).border_subtitle)
+            screen.query_one(FunnelPanel).border_subtitle
+        )
         text = str(screen.query_one(DistributionsPanel).render())
         assert "answer dominates" in text and "50%" in text  # half its groups: no signal
         await pilot.press("end")

@@ -46,8 +46,11 @@ def alert_for(event: Event) -> Alert | None:
     if isinstance(event, RunFinished):
         if event.status == "failed":
             return Alert("failure", "run failed", event.reason or f"at step {event.final_step}")
-        return Alert("finish", f"run {event.status}",
-                     f"step {event.final_step}" + (f": {event.reason}" if event.reason else ""))
+        return Alert(
+            "finish",
+            f"run {event.status}",
+            f"step {event.final_step}" + (f": {event.reason}" if event.reason else ""),
+        )
     if not isinstance(event, CommandReceived):
         return None
     reason = str(event.args.get("reason", "")) if isinstance(event.args, Mapping) else ""
@@ -64,7 +67,7 @@ def alert_for(event: Event) -> Alert | None:
 def _clean(text: str, *, most: int = MOST_CHARS) -> str:
     """One line without control characters (an escape in a message would end the OSC)."""
     line = " ".join("".join(c if c.isprintable() else " " for c in text).split())
-    return line if len(line) <= most else line[:most - 1] + "…"
+    return line if len(line) <= most else line[: most - 1] + "…"
 
 
 def terminal_escapes(alert: Alert, *, run: str = "", tmux: bool = False) -> str:
@@ -73,8 +76,10 @@ def terminal_escapes(alert: Alert, *, run: str = "", tmux: bool = False) -> str:
     title = _clean(f"tinker-tui {run}: {alert.title}" if run else f"tinker-tui: {alert.title}")
     message = _clean(alert.message)
     body = f"{title}: {message}" if message else title
-    oscs = [f"\x1b]9;{body}\x07",
-            f"\x1b]777;notify;{title.replace(';', ',')};{message.replace(';', ',')}\x07"]
+    oscs = [
+        f"\x1b]9;{body}\x07",
+        f"\x1b]777;notify;{title.replace(';', ',')};{message.replace(';', ',')}\x07",
+    ]
     if tmux:
         oscs = ["\x1bPtmux;" + osc.replace("\x1b", "\x1b\x1b") + "\x1b\\" for osc in oscs]
     return "\a" + "".join(oscs)
@@ -95,11 +100,18 @@ class Notifier:
         spawn: Starts the command (tests pass a fake); `subprocess.Popen` by default.
     """
 
-    def __init__(self, *, write: Callable[[str], None] | None = None, terminal: bool = False,
-                 command: str | None = None, since: float = float("-inf"),
-                 tmux: bool = False, warn: Callable[[str], None] | None = None,
-                 spawn: Callable[..., subprocess.Popen[bytes]] | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        write: Callable[[str], None] | None = None,
+        terminal: bool = False,
+        command: str | None = None,
+        since: float = float("-inf"),
+        tmux: bool = False,
+        warn: Callable[[str], None] | None = None,
+        spawn: Callable[..., subprocess.Popen[bytes]] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self.write = write
         self.terminal = terminal or write is not None
         self.command = command
@@ -136,13 +148,27 @@ class Notifier:
 
     def _run_command(self, alert: Alert) -> None:
         """Start the command and go on: it is reaped at the next alert, never waited for."""
+        assert self.command is not None
         self._children = [c for c in self._children if c.poll() is None]
-        env = dict(self._environ, TINKER_TUI_ALERT=alert.kind, TINKER_TUI_TITLE=alert.title,
-                   TINKER_TUI_MESSAGE=_clean(alert.message), TINKER_TUI_RUN=self.run)
+        env = dict(
+            self._environ,
+            TINKER_TUI_ALERT=alert.kind,
+            TINKER_TUI_TITLE=alert.title,
+            TINKER_TUI_MESSAGE=_clean(alert.message),
+            TINKER_TUI_RUN=self.run,
+        )
         try:
-            self._children.append(self._spawn(
-                self.command, shell=True, env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+            self._children.append(
+                self._spawn(
+                    self.command,
+                    shell=True,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
         except OSError as exc:
             if self.warn is not None and not self._warned:
                 self._warned = True

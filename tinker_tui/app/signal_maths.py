@@ -45,11 +45,17 @@ def step_funnel(groups: Sequence[GroupRecord], step: int) -> Funnel:
     """The funnel of `step` from the groups the model assigned to it."""
     reasons = [g.discarded for g in groups]
     trajectories = [t for g in groups for t in g.trajectories]
-    return Funnel(step=step, groups=len(groups), stale=reasons.count("stale"),
-                  no_signal=reasons.count("zero_variance"), failed=reasons.count("error"),
-                  trained=reasons.count(None), rollouts=len(trajectories),
-                  truncated=sum(bool(t.truncated) for t in trajectories),
-                  dropped_members=sum(g.failed for g in groups))
+    return Funnel(
+        step=step,
+        groups=len(groups),
+        stale=reasons.count("stale"),
+        no_signal=reasons.count("zero_variance"),
+        failed=reasons.count("error"),
+        trained=reasons.count(None),
+        rollouts=len(trajectories),
+        truncated=sum(bool(t.truncated) for t in trajectories),
+        dropped_members=sum(g.failed for g in groups),
+    )
 
 
 def funnel_lines(funnel: Funnel) -> list[tuple[str, int, str]]:
@@ -73,8 +79,9 @@ def histogram_line(hist: Mapping[str, Any]) -> str:
     most = max(counts, default=0)
     if most <= 0:
         return ""
-    return "".join(" " if c == 0 else SPARK_BLOCKS[min(7, max(0, math.ceil(c / most * 8) - 1))]
-                   for c in counts)
+    return "".join(
+        " " if c == 0 else SPARK_BLOCKS[min(7, max(0, math.ceil(c / most * 8) - 1))] for c in counts
+    )
 
 
 def series_at(series: Mapping[str, list[tuple[int, float]]], key: str, step: int) -> float | None:
@@ -87,14 +94,16 @@ def series_at(series: Mapping[str, list[tuple[int, float]]], key: str, step: int
     return None
 
 
-def window_values(series: Mapping[str, list[tuple[int, float]]], key: str, step: int,
-                  window: int = WINDOW) -> list[float]:
+def window_values(
+    series: Mapping[str, list[tuple[int, float]]], key: str, step: int, window: int = WINDOW
+) -> list[float]:
     """The values of `key` over the `window` steps up to `step`."""
     return [v for s, v in series.get(key, []) if step - window < s <= step]
 
 
-def window_mean(series: Mapping[str, list[tuple[int, float]]], key: str, step: int,
-                window: int = WINDOW) -> float | None:
+def window_mean(
+    series: Mapping[str, list[tuple[int, float]]], key: str, step: int, window: int = WINDOW
+) -> float | None:
     values = [v for v in window_values(series, key, step, window) if math.isfinite(v)]
     return sum(values) / len(values) if values else None
 
@@ -124,8 +133,7 @@ def timeline(spans: Sequence[GroupSpan], width: int) -> tuple[list[TimelineRow],
     version it started with), `┄` while waiting in the queue, `█` when a step took it
     (coloured by the trainer's version), `✗` where it was dropped. Returns the rows and
     the span of time they cover."""
-    times = [t for s in spans for t in (s.started_at, s.sampled_at, s.finished_at)
-             if t is not None]
+    times = [t for s in spans for t in (s.started_at, s.sampled_at, s.finished_at) if t is not None]
     if not times or width < 4:
         return [], 0.0, 0.0
     t0, t1 = min(times), max(times)
@@ -135,8 +143,9 @@ def timeline(spans: Sequence[GroupSpan], width: int) -> tuple[list[TimelineRow],
         return default if t is None else int(round((t - t0) * scale))
 
     rows = []
-    for span in sorted(spans, key=lambda s: (s.started_at if s.started_at is not None
-                                             else math.inf, s.group_id)):
+    for span in sorted(
+        spans, key=lambda s: (s.started_at if s.started_at is not None else math.inf, s.group_id)
+    ):
         start = col(span.started_at, 0)
         sampled = col(span.sampled_at, start if span.finished_at else width - 1)
         done = col(span.finished_at, width - 1)
@@ -156,8 +165,9 @@ def timeline(spans: Sequence[GroupSpan], width: int) -> tuple[list[TimelineRow],
         elif span.status in ("unused", "requeued"):
             end = span.status
         version = "" if span.policy_version is None else f" v{span.policy_version}"
-        rows.append(TimelineRow(label=f"g{span.group_id}{version}", segments=tuple(segments),
-                                end=end))
+        rows.append(
+            TimelineRow(label=f"g{span.group_id}{version}", segments=tuple(segments), end=end)
+        )
     return rows, t0, t1
 
 
@@ -217,8 +227,9 @@ def classify(pass_rate: float) -> str:
 def pass_line(groups: Sequence[GroupRecord]) -> float | None:
     """The reward a rollout needs to count as solved: the best reward of the run's rollouts
     when it is positive (a binary task's 1, a graded task's best); None before any."""
-    best = max((t.reward for g in groups for t in g.trajectories if math.isfinite(t.reward)),
-               default=None)
+    best = max(
+        (t.reward for g in groups for t in g.trajectories if math.isfinite(t.reward)), default=None
+    )
     return best if best is not None and best > 0 else None
 
 
@@ -260,7 +271,6 @@ def sorted_board(rows: Sequence[ScenarioRow], order: str) -> list[ScenarioRow]:
 
 
 def dominance_note(metrics: Mapping[str, float]) -> str:
-    """"" or the note that one reward component drives the advantages."""
+    """The note that one reward component drives the advantages (empty when none does)."""
     name = dominant_component(metrics)
     return "" if name is None else f"{name} dominates the reward's spread"
-

@@ -34,8 +34,7 @@ class SignalsScreen(RunView):
 
     BINDINGS = [
         Binding("left_square_bracket", "step(-1)", "Step ←", key_display="[", id="step_back"),
-        Binding("right_square_bracket", "step(1)", "Step →", key_display="]",
-                id="step_forward"),
+        Binding("right_square_bracket", "step(1)", "Step →", key_display="]", id="step_forward"),
         Binding("end", "latest", "Newest", show=False, id="step_latest"),
     ]
 
@@ -98,13 +97,20 @@ class SignalsScreen(RunView):
             return
         if model.groups_revision == self._read_revision:
             return
-        if self._read_at is not None and now - self._read_at < TIMELINE_EVERY \
-                and model.state != "finished":
+        if (
+            self._read_at is not None
+            and now - self._read_at < TIMELINE_EVERY
+            and model.state != "finished"
+        ):
             return
         self._read_at = now
         self._read_revision = model.groups_revision
-        self.run_worker(self._read_spans(path, model.run_id), group="timeline",
-                        exclusive=True, exit_on_error=False)
+        self.run_worker(
+            self._read_spans(path, model.run_id),
+            group="timeline",
+            exclusive=True,
+            exit_on_error=False,
+        )
 
     async def _read_spans(self, path: object, run_id: str) -> None:
         try:

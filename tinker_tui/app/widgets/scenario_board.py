@@ -33,9 +33,15 @@ class ScenarioBoard(DataTable):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
-        for label, key in (("scenario", "scenario"), ("drawn", "drawn"), ("mean", "mean"),
-                           ("trend", "trend"), ("pass", "pass"), ("no signal", "no_signal"),
-                           ("class", "class")):
+        for label, key in (
+            ("scenario", "scenario"),
+            ("drawn", "drawn"),
+            ("mean", "mean"),
+            ("trend", "trend"),
+            ("pass", "pass"),
+            ("no signal", "no_signal"),
+            ("class", "class"),
+        ):
             self.add_column(label, key=key)
         self.order = "drawn"
         self._shown: tuple[object, ...] = ()
@@ -54,8 +60,7 @@ class ScenarioBoard(DataTable):
         shown = (model.groups_revision, self.order, self.size.width)
         if shown == self._shown:
             return
-        if shown[1:] == self._shown[1:] and model.state != "finished" \
-                and now < self._next_at:
+        if shown[1:] == self._shown[1:] and model.state != "finished" and now < self._next_at:
             return
         self._shown = shown
         started = time.perf_counter()
@@ -66,12 +71,16 @@ class ScenarioBoard(DataTable):
         groups = list(model.groups.values())
         rows = sorted_board(scenario_board(groups), self.order)
         line = pass_line(groups)
-        kinds = {}
+        kinds: dict[str, int] = {}
         for row in rows:
             kinds[row.kind] = kinds.get(row.kind, 0) + 1
         summary = " · ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
-        set_subtitle(self, f"by {self.order} · pass: reward ≥ {line:g}" if line is not None
-                     else f"by {self.order} · no rollout rewarded yet")
+        set_subtitle(
+            self,
+            f"by {self.order} · pass: reward ≥ {line:g}"
+            if line is not None
+            else f"by {self.order} · no rollout rewarded yet",
+        )
         self.border_title = f"Scenarios ({len(rows)}{': ' + summary if summary else ''})"
         selected = None
         if self.row_count and self.cursor_row >= 0:
@@ -81,13 +90,25 @@ class ScenarioBoard(DataTable):
                 selected = None
         self.clear()
         trend_width = 16 if self.size.width >= 100 else 8
-        cells = [(row.scenario_id, str(row.drawn), _fmt(row.mean, ".2f"),
-                  row.trend_text(trend_width), _fmt(row.pass_rate, ".0%"), str(row.no_signal),
-                  row.kind) for row in rows]
+        cells = [
+            (
+                row.scenario_id,
+                str(row.drawn),
+                _fmt(row.mean, ".2f"),
+                row.trend_text(trend_width),
+                _fmt(row.pass_rate, ".0%"),
+                str(row.no_signal),
+                row.kind,
+            )
+            for row in rows
+        ]
         fit_columns(self, cells)
         for row, texts in zip(rows, cells, strict=True):
-            self.add_row(*texts[:-1], Text(row.kind, style=KIND_STYLES.get(row.kind, "")),
-                         key=row.scenario_id)
+            self.add_row(
+                *texts[:-1],
+                Text(row.kind, style=KIND_STYLES.get(row.kind, "")),
+                key=row.scenario_id,
+            )
         if selected is not None:
             try:
                 self.move_cursor(row=self.get_row_index(selected), animate=False)

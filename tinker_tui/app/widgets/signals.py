@@ -50,26 +50,43 @@ def distribution_lines(model: DashboardState, step: int, width: int) -> list[Con
             lines.append(Content.assemble((f"{name:<9}", MUTED), ("no histogram", MUTED)))
             continue
         blocks = histogram_line(hist)
-        lines.append(Content.assemble(
-            (f"{name:<10}", MUTED), (f"{blocks:<10}", "$primary"),
-            f" {float(hist['lo']):.3g}…{float(hist['hi']):.3g}",
-            (f"  n={sum(hist['counts'])}", MUTED)))
+        lines.append(
+            Content.assemble(
+                (f"{name:<10}", MUTED),
+                (f"{blocks:<10}", "$primary"),
+                f" {float(hist['lo']):.3g}…{float(hist['hi']):.3g}",
+                (f"  n={sum(hist['counts'])}", MUTED),
+            )
+        )
     zero = metrics.get(keys.ZERO_VARIANCE_FRAC)
     trunc = metrics.get(keys.TRUNCATED_FRAC)
-    lines.append(Content.assemble(
-        ("no signal ", MUTED), (_pct(zero), "$warning" if zero else ""),
-        ("  truncated ", MUTED), (_pct(trunc), "$error" if trunc else "")))
-    lines.append(Content.assemble(
-        ("length    ", MUTED), f"mean {_num(_round(metrics.get(keys.RESPONSE_LEN_MEAN)))} ",
-        f"p50 {_num(metrics.get(keys.RESPONSE_LEN_P50))} ",
-        f"p90 {_num(metrics.get(keys.RESPONSE_LEN_P90))} ",
-        f"max {_num(metrics.get(keys.RESPONSE_LEN_MAX))}"))
+    lines.append(
+        Content.assemble(
+            ("no signal ", MUTED),
+            (_pct(zero), "$warning" if zero else ""),
+            ("  truncated ", MUTED),
+            (_pct(trunc), "$error" if trunc else ""),
+        )
+    )
+    lines.append(
+        Content.assemble(
+            ("length    ", MUTED),
+            f"mean {_num(_round(metrics.get(keys.RESPONSE_LEN_MEAN)))} ",
+            f"p50 {_num(metrics.get(keys.RESPONSE_LEN_P50))} ",
+            f"p90 {_num(metrics.get(keys.RESPONSE_LEN_P90))} ",
+            f"max {_num(metrics.get(keys.RESPONSE_LEN_MAX))}",
+        )
+    )
     lengths = window_values(series, keys.RESPONSE_LEN_P50, step)
-    drift = (f"p50 {lengths[0]:g}→{lengths[-1]:g}" if len(lengths) > 1 else "p50 –")
-    lines.append(Content.assemble(
-        (f"last {WINDOW:<5}", MUTED),
-        f"no signal {_pct(window_mean(series, keys.ZERO_VARIANCE_FRAC, step))} ",
-        f"trunc {_pct(window_mean(series, keys.TRUNCATED_FRAC, step))} ", drift))
+    drift = f"p50 {lengths[0]:g}→{lengths[-1]:g}" if len(lengths) > 1 else "p50 –"
+    lines.append(
+        Content.assemble(
+            (f"last {WINDOW:<5}", MUTED),
+            f"no signal {_pct(window_mean(series, keys.ZERO_VARIANCE_FRAC, step))} ",
+            f"trunc {_pct(window_mean(series, keys.TRUNCATED_FRAC, step))} ",
+            drift,
+        )
+    )
     components = components_of(metrics)
     if components:
         note = dominance_note(metrics)
@@ -94,8 +111,11 @@ class DistributionsPanel(Static, can_focus=True):
 
     def show(self, model: DashboardState, step: int) -> None:
         width = self.content_region.width or 40
-        lines = distribution_lines(model, step, width) if step > 0 else [
-            Content.styled("No step trained yet.", MUTED)]
+        lines = (
+            distribution_lines(model, step, width)
+            if step > 0
+            else [Content.styled("No step trained yet.", MUTED)]
+        )
         update_static(self, Content("\n").join(lines))
         set_subtitle(self, f"step {step}" if step > 0 else "")
 
@@ -116,16 +136,24 @@ class FunnelPanel(Static, can_focus=True):
         lines = []
         for label, count, style in funnel_lines(funnel):
             cells = round(bar_width * abs(count) / most) if count else 0
-            lines.append(Content.assemble((f"{label:<11}", MUTED if label.startswith(" ")
-                                           else ""),
-                                          (f"{abs(count):>4} ", style),
-                                          ("█" * cells, style or "$primary")))
-        lines.append(Content.assemble(
-            ("rollouts   ", MUTED), f"{funnel.rollouts:>4} ",
-            (f"{funnel.truncated} truncated", "$error" if funnel.truncated else MUTED),
-            (f", {funnel.dropped_members} failed" if funnel.dropped_members else "", MUTED)))
-        update_static(self, Content("\n").join(line.truncate(width, ellipsis=True)
-                                                for line in lines))
+            lines.append(
+                Content.assemble(
+                    (f"{label:<11}", MUTED if label.startswith(" ") else ""),
+                    (f"{abs(count):>4} ", style),
+                    ("█" * cells, style or "$primary"),
+                )
+            )
+        lines.append(
+            Content.assemble(
+                ("rollouts   ", MUTED),
+                f"{funnel.rollouts:>4} ",
+                (f"{funnel.truncated} truncated", "$error" if funnel.truncated else MUTED),
+                (f", {funnel.dropped_members} failed" if funnel.dropped_members else "", MUTED),
+            )
+        )
+        update_static(
+            self, Content("\n").join(line.truncate(width, ellipsis=True) for line in lines)
+        )
         set_subtitle(self, f"step {step}" if step > 0 else "")
 
 
@@ -136,7 +164,7 @@ def timeline_content(spans: Sequence[GroupSpan], width: int, height: int) -> Con
     """The last groups that fit `height`, one line each, over the pane's `width`."""
     if not spans:
         return Content.styled("No groups in the store yet.", MUTED)
-    shown = list(spans)[-max(1, height - 1):]
+    shown = list(spans)[-max(1, height - 1) :]
     cells = max(4, width - LABEL_WIDTH - 10)
     rows, t0, t1 = timeline(shown, cells)
     lines = []
@@ -152,8 +180,9 @@ def timeline_content(spans: Sequence[GroupSpan], width: int, height: int) -> Con
         lines.append(Content.assemble(*parts).truncate(width, ellipsis=True))
     span = t1 - t0
     legend = Content.assemble(
-        (f"{'':<{LABEL_WIDTH}}", MUTED), ("━ sampling  ┄ waiting  █ trained  ○ no signal  "
-                                         f"✗ dropped · {span:.1f} s", MUTED))
+        (f"{'':<{LABEL_WIDTH}}", MUTED),
+        (f"━ sampling  ┄ waiting  █ trained  ○ no signal  ✗ dropped · {span:.1f} s", MUTED),
+    )
     return Content("\n").join([*lines, legend.truncate(width, ellipsis=True)])
 
 
@@ -173,5 +202,9 @@ class TimelinePanel(Static, can_focus=True):
         else:
             content = timeline_content(spans, width, height)
         update_static(self, content)
-        set_subtitle(self, "" if not spans else f"last {min(len(spans), height - 1)} groups "
-                                                 "· colour: policy version")
+        set_subtitle(
+            self,
+            ""
+            if not spans
+            else f"last {min(len(spans), height - 1)} groups · colour: policy version",
+        )

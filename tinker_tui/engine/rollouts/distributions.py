@@ -56,8 +56,9 @@ def histogram(values: Iterable[float], bins: int = HISTOGRAM_BINS) -> dict[str, 
     return {"lo": lo, "hi": hi, "counts": counts}
 
 
-def step_distributions(batch: Sequence[TrajectoryGroup], components: Sequence[str] = ()
-                       ) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+def step_distributions(
+    batch: Sequence[TrajectoryGroup], components: Sequence[str] = ()
+) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
     """The step metrics (`env/zero_variance_frac`, `env/truncated_frac`,
     `tokens/response_len_*`, `reward/component/<name>` and its `/std`) and the histograms
     (`reward`, `advantage`) of a step's batch."""
@@ -80,7 +81,8 @@ def step_distributions(batch: Sequence[TrajectoryGroup], components: Sequence[st
         mean = sum(seen) / len(seen)
         metrics[keys.reward_component(name)] = mean
         metrics[keys.reward_component(name, "std")] = math.sqrt(
-            sum((v - mean) ** 2 for v in seen) / len(seen))
+            sum((v - mean) ** 2 for v in seen) / len(seen)
+        )
     histograms["reward"] = histogram(t.reward for t in trajectories)
     histograms["advantage"] = histogram(a for g in batch for a in g.advantages())
     return metrics, histograms
@@ -92,18 +94,15 @@ def components_of(metrics: Mapping[str, float]) -> dict[str, tuple[float, float]
     out: dict[str, tuple[float, float]] = {}
     for key, value in metrics.items():
         if key.startswith(prefix) and not key.endswith("/std"):
-            name = key[len(prefix):]
-            out[name] = (float(value), float(metrics.get(keys.reward_component(name, "std"),
-                                                         0.0)))
+            name = key[len(prefix) :]
+            out[name] = (float(value), float(metrics.get(keys.reward_component(name, "std"), 0.0)))
     return out
 
 
-def dominant_component(metrics: Mapping[str, float],
-                       share: float = DOMINANT_SHARE) -> str | None:
+def dominant_component(metrics: Mapping[str, float], share: float = DOMINANT_SHARE) -> str | None:
     """The component whose spread is at least `share` of all components' spread together
     (two or more components, some spread at all); None when none dominates."""
-    spreads = {name: std for name, (_, std) in components_of(metrics).items()
-               if math.isfinite(std)}
+    spreads = {name: std for name, (_, std) in components_of(metrics).items() if math.isfinite(std)}
     total = sum(spreads.values())
     if len(spreads) < 2 or total <= 0:
         return None
