@@ -147,6 +147,8 @@ class DashboardState:
         #: tokens/s computed here), by key, in step order.
         self.series: dict[str, list[tuple[int, float]]] = {}
         self.series_revision = 0
+        #: Each step's reward and advantage histograms (`StepTrained.histograms`).
+        self.histograms: dict[int, dict[str, Mapping[str, Any]]] = {}
         #: Per step, the other x axes of the charts: seconds since the run started (its
         #: first start: a resumed run's gap shows), and tokens trained up to the step.
         self.step_elapsed: dict[int, float] = {}
@@ -371,6 +373,8 @@ class DashboardState:
         self.rollouts_ended += int(metrics.get(keys.ROLLOUTS_ENDED, 0))
         for key, value in metrics.items():
             self._add_point(key, event.step, value)
+        if event.histograms:
+            self.histograms[event.step] = dict(event.histograms)
         if self._last_step_time is not None and event.time > self._last_step_time:
             self._add_point(SAMPLED_TOKENS_KEY, event.step,
                             self._tokens_since_step / (event.time - self._last_step_time))
@@ -465,6 +469,7 @@ class DashboardState:
             self.series[key] = [(s, v) for s, v in points if s <= step]
         self.series_revision += 1
         self.evals = [e for e in self.evals if e.step <= step]
+        self.histograms = {s: h for s, h in self.histograms.items() if s <= step}
         self.checkpoints = [c for c in self.checkpoints if c.step <= step]
         self.trained_steps = [s for s in self.trained_steps if s <= step]
         for later in [s for s in self.groups_by_step if s > step]:

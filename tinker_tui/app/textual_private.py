@@ -15,6 +15,8 @@ Why each is used:
   keys arrive (`widgets.in_order_keys`; `KeysInOrder` overrides `_on_key`).
 - `Tree._tree_lines`: number a tree's lines after nodes were expanded or changed, so the
   cursor can be moved to a node at once.
+- `App._driver`: write a desktop notification's escapes to the terminal between frames, as
+  `App.bell` writes the bell (`write_to_terminal`, for `run --notify`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ PRIVATE_NAMES = (
     ("textual.widgets.Tree", "_tree_lines"),
     ("textual.dom.DOMNode", "_bindings"),
     ("textual.widget.Widget", "_on_key"),
+    ("textual.app.App", "_driver"),
 )
 
 
@@ -62,6 +65,14 @@ class ResumesUnstyled(Screen[None]):
         if event.refresh_styles:
             event.prevent_default()  # Screen's handler runs once, below, without it
             super()._on_screen_resume(events.ScreenResume(refresh_styles=False))
+
+
+def write_to_terminal(app: App[Any], text: str) -> None:
+    """Write `text` (escapes) to the app's terminal through its driver, as `App.bell`
+    does: never into the middle of a frame. Nothing when headless (tests, snapshots)."""
+    driver = app._driver
+    if not app.is_headless and driver is not None:
+        driver.write(text)
 
 
 def bindings_ready(footer: Footer) -> bool:

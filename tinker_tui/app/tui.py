@@ -6,7 +6,7 @@ a scripted fake in tests. The app subscribes `DashboardState.apply` to the sessi
 and drives `session.run()` in an async worker; views are redrawn from the model on a
 timer, never per event.
 
-Views (`1`–`4`): dashboard, rollouts, control, metrics. Modal screens: help, quit
+Views (`1`–`6`): dashboard, rollouts, control, metrics, signals, scenarios. Modal screens: help, quit
 confirmation, knob editing, a line in full, and the notice of a terminal too small to draw
 the views (it keeps a few lines of status). Commands go through `session.control` only.
 
@@ -64,7 +64,7 @@ from tinker_tui.app.screens.dashboard import DashboardScreen
 from tinker_tui.app.screens.run_view import DashboardHost, RunView
 from tinker_tui.app.screens.too_small import TooSmallScreen, too_small
 from tinker_tui.app.store_session import ReadOnlyControl, StartingControl, StoreSession
-from tinker_tui.app.textual_private import compose_mode_now
+from tinker_tui.app.textual_private import compose_mode_now, write_to_terminal
 from tinker_tui.engine.checkpoint_paths import run_checkpoint_dir
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import LIVE_KNOBS
@@ -73,11 +73,12 @@ from tinker_tui.engine.events import RunLabelled, RunStatus
 
 if TYPE_CHECKING:
     from tinker_tui.app.engine_process import Engine
+    from tinker_tui.app.notify import Notifier
 
 #: Seconds the app may take to leave after SIGHUP before the process exits regardless.
 HANGUP_GRACE = 2.0
 
-VIEWS = ("dashboard", "rollouts", "control", "metrics")
+VIEWS = ("dashboard", "rollouts", "control", "metrics", "signals", "scenarios")
 
 
 def _view(name: str) -> Screen:
@@ -90,6 +91,14 @@ def _view(name: str) -> Screen:
         from tinker_tui.app.screens.control import ControlScreen
 
         return ControlScreen()
+    if name == "signals":
+        from tinker_tui.app.screens.signals import SignalsScreen
+
+        return SignalsScreen()
+    if name == "scenarios":
+        from tinker_tui.app.screens.scenarios import ScenariosScreen
+
+        return ScenariosScreen()
     from tinker_tui.app.screens.metrics import MetricsScreen
 
     return MetricsScreen()
@@ -107,6 +116,8 @@ class TinkerTuiApp(App[None]):
             on exit); by default one that knows the session's store.
         held_signals: Signals received before the app could handle them (`app.watch`),
             handled as soon as it has mounted.
+        notifier: Sends the run's alerts (`run --notify`, `app.notify`); its terminal
+            escapes go through the app's own output.
     """
 
     CSS_PATH = "tinker_tui.tcss"
@@ -115,7 +126,8 @@ class TinkerTuiApp(App[None]):
     # The views other than the dashboard are imported when first shown: the first frame
     # does not wait for them.
     MODES = {"dashboard": DashboardScreen, "rollouts": lambda: _view("rollouts"),
-             "control": lambda: _view("control"), "metrics": lambda: _view("metrics")}
+             "control": lambda: _view("control"), "metrics": lambda: _view("metrics"),
+             "signals": lambda: _view("signals"), "scenarios": lambda: _view("scenarios")}
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     # "-cramped": the smallest heights the views take (18-23 rows), where every row counts
     VERTICAL_BREAKPOINTS = [(0, "-cramped"), (24, "-short"), (36, "-tall")]
@@ -140,10 +152,12 @@ class TinkerTuiApp(App[None]):
         Binding("s", "cycle_smoothing", "Smooth", id="smoothing"),
         Binding("R", "run_list", "Runs", show=False, id="run_list"),
         Binding("n", "name_run", "Name", show=False, id="name_run"),
-        Binding("1", "view('dashboard')", "Views", key_display="1-4", id="view_dashboard"),
+        Binding("1", "view('dashboard')", "Views", key_display="1-6", id="view_dashboard"),
         Binding("2", "view('rollouts')", "Rollouts", show=False, id="view_rollouts"),
         Binding("3", "view('control')", "Control", show=False, id="view_control"),
         Binding("4", "view('metrics')", "Metrics", show=False, id="view_metrics"),
+        Binding("5", "view('signals')", "Signals", show=False, id="view_signals"),
+        Binding("6", "view('scenarios')", "Scenarios", show=False, id="view_scenarios"),
         Binding("plus", "toggle_maximize", "Maximize", show=False, id="maximize"),
         Binding("escape", "restore", "Restore", show=False, id="restore"),
         Binding("ctrl+p,colon", "command_palette", "Commands", show=False,
@@ -159,6 +173,7 @@ class TinkerTuiApp(App[None]):
         log_lines: int = 500,
         summary: SummaryCollector | None = None,
         held_signals: list[int] | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         super().__init__()
         self.session = session
@@ -180,6 +195,7 @@ class TinkerTuiApp(App[None]):
         self.summary = summary if summary is not None else SummaryCollector(
             db_path=session.db_path)
         self._held_signals = held_signals if held_signals is not None else []
+        self.notifier = notifier
         #: A session this process does not drive and cannot steer (a stored run).
         self.read_only = session.read_only
         #: A session driven by another process (commands go over its control endpoint).
@@ -214,10 +230,17 @@ class TinkerTuiApp(App[None]):
     def on_mount(self) -> None:
         unsubscribe_model = self.session.events.subscribe(self.model.apply)
         unsubscribe_summary = self.session.events.subscribe(self.summary.handle)
+        unsubscribe_notifier: Callable[[], None] = lambda: None  # noqa: E731
+        if self.notifier is not None:
+            if self.notifier.write is None and self.notifier.terminal:
+                self.notifier.write = lambda text: write_to_terminal(self, text)
+            self.notifier.warn = lambda line: self.notify(line, severity="warning", timeout=6)
+            unsubscribe_notifier = self.session.events.subscribe(self.notifier.handle)
 
         def unsubscribe() -> None:
             unsubscribe_model()
             unsubscribe_summary()
+            unsubscribe_notifier()
 
         self._unsubscribe = unsubscribe
         self._refresh_timer = self.set_interval(
@@ -303,6 +326,23 @@ class TinkerTuiApp(App[None]):
         """The exit code for leaving a run that has ended: 1 if it failed, else 0."""
         status = self.run_status or self.model.status
         return EXIT_FAILED if status == "failed" else EXIT_OK
+
+    @property
+    def store_path(self) -> Path | None:
+        """The run store the session reads or writes (None: a session without one)."""
+        return self.session.db_path
+
+    def show_rollouts_of(self, scenario_id: str) -> None:
+        """The rollouts view, filtered to one scenario (`enter` on the scenario board)."""
+        self.action_view("rollouts")
+        try:
+            screen = self.get_screen_stack("rollouts")[0]
+        except (KeyError, IndexError):
+            return
+        from tinker_tui.app.screens.rollouts import RolloutsScreen
+
+        if isinstance(screen, RolloutsScreen):
+            screen.filter_to(f"scenario:{scenario_id}")
 
     @property
     def checkpoint_dir(self) -> Path | None:

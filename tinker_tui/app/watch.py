@@ -14,6 +14,7 @@ from tinker_tui.app.interrupts import EXIT_FAILED, EXIT_OK
 from tinker_tui.app.run_summary import SummaryCollector, db_flag, summary_lines
 
 if TYPE_CHECKING:
+    from tinker_tui.app.notify import Notifier
     from tinker_tui.app.store_session import StoreSession
 
 
@@ -56,16 +57,16 @@ def _read_tail(session: StoreSession, summary: SummaryCollector) -> None:
 
 
 def watch(session: StoreSession, summary: SummaryCollector,
-          held: list[int] | None = None) -> int:
+          held: list[int] | None = None, *, notifier: Notifier | None = None) -> int:
     """Open the dashboard on `session` (a following `StoreSession`) until the user leaves;
     returns the exit code (see `app.tui`). `held`: the signals `app.interrupts.hold_signals`
-    kept meanwhile."""
+    kept meanwhile; `notifier`: the run's alerts (`run --notify`)."""
     from tinker_tui.app.engine_process import EngineExited, describe_exit
     from tinker_tui.app.tui import TinkerTuiApp
 
     engine = session.engine
     summary.set_engine_log(engine.log_path if engine is not None else None)
-    app = TinkerTuiApp(session, summary=summary, held_signals=held)
+    app = TinkerTuiApp(session, summary=summary, held_signals=held, notifier=notifier)
     calm_collector()
     app.run()
     error = app.run_exception

@@ -94,6 +94,10 @@ class TrajectorySummary:
     #: What the rollout reported besides its reward (`Trajectory.metrics`): numbers and
     #: booleans by name.
     metrics: Mapping[str, float | bool] = field(default_factory=dict)
+    #: Its advantage in the group (by the run's rule; None: not known, an older record).
+    advantage: float | None = None
+    #: The length limit (`max_tokens`) cut off one of its turns (finish reason `length`).
+    truncated: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -152,6 +156,9 @@ class StepTrained(Event):
     metrics: Mapping[str, float]
     #: The groups the step's batch took (trained, or counted with zero variance).
     group_ids: tuple[int, ...] = ()
+    #: The step's reward and advantage histograms (`engine.rollouts.distributions`):
+    #: name -> {"lo", "hi", "counts"}.
+    histograms: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

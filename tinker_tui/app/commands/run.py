@@ -41,6 +41,7 @@ from tinker_tui.app.interrupts import EXIT_HEALTH_STOP, StopSignals, release_sig
 from tinker_tui.engine.errors import UsageError
 
 if TYPE_CHECKING:
+    from tinker_tui.app.notify import Notifier
     from tinker_tui.engine.clock import Clock
     from tinker_tui.engine.config import RunConfig
     from tinker_tui.engine.control.interface import Session
@@ -84,6 +85,14 @@ def add_parser(commands: Any) -> None:
                             "evaluations, checkpoints, end; tinker-tui.run-line/1), the "
                             "text lines on stderr")
     add_label_options(group)
+    alerts = run.add_argument_group("alerts")
+    alerts.add_argument("--notify", action="store_true",
+                        help="on a pause, collapse, failure, finish or stop of the run's own: "
+                             "the terminal's bell and a desktop notification through its "
+                             "escapes (OSC 9 / OSC 777)")
+    alerts.add_argument("--notify-command", metavar="CMD",
+                        help="a shell command run on each of those alerts (with "
+                             "TINKER_TUI_ALERT, _TITLE, _MESSAGE and _RUN set)")
     pipeline = run.add_argument_group("pipeline")
     backend = run.add_argument_group("backend")
     backend.add_argument("--backend", choices=BACKENDS, type=one_of(BACKENDS),
@@ -240,13 +249,43 @@ def build_session(plan: RunPlan, clock: Clock | None = None, *, headless: bool =
     return run
 
 
+def make_notifier(args: argparse.Namespace, *, write: Any = None) -> Notifier | None:
+    """The run's alerts (`--notify`, `--notify-command`), None when neither was asked for.
+    `write`: the headless run's terminal; a dashboard gives its own. Alerts start from now:
+    a resumed run's earlier end is not alerted again."""
+    import time
+
+    from tinker_tui.app.notify import Notifier
+
+    if not getattr(args, "notify", False) and not getattr(args, "notify_command", None):
+        return None
+    return Notifier(terminal=bool(args.notify), write=write if args.notify else None,
+                    command=args.notify_command or None, since=time.time(),
+                    tmux=bool(os.environ.get("TMUX")),
+                    warn=lambda line: print(f"tinker-tui: {line}", file=sys.stderr))
+
+
+def terminal_writer(stream: Any = None) -> Any:
+    """Writes to the headless run's terminal, if its output is one (else None); with
+    `--json` that is stderr, so the escapes never land among the JSON lines."""
+    stream = stream or sys.stdout
+    if not stream.isatty():
+        return None
+
+    def write(text: str) -> None:
+        stream.write(text)
+        stream.flush()
+
+    return write
+
+
 def make_session(args: argparse.Namespace) -> Run:
     return build_session(plan_run(args))
 
 
 async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
                        task: str = "", pause_reminder: float = PAUSE_REMINDER,
-                       json_lines: bool = False) -> int:
+                       json_lines: bool = False, notifier: Notifier | None = None) -> int:
     """Run without a dashboard; its last lines are the run's summary (`app.run_summary`;
     `task`: how the command line named the task, for the command that continues it).
     `json_lines`: stdout gets a JSON object per line (`app.json_output.RunLines`) and the
@@ -278,6 +317,8 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
     if session.db_path is not None:  # a resumed run: its steps before this process
         reporter.remember(await summary.read_earlier(session.db_path, session.run_id))
     session.events.subscribe(summary.handle)
+    if notifier is not None:  # after the summary: an alert's command sees the run's end
+        session.events.subscribe(notifier.handle)
     metrics = MetricsFile(session.db_path.parent) if session.db_path is not None else None
     if metrics is not None:
         session.events.subscribe(metrics.handle)
@@ -388,7 +429,8 @@ def run_with_dashboard(plan: RunPlan, args: argparse.Namespace, held: list[int])
     run_id = plan.run_id or new_run_id(plan.task.name, SystemClock())
     engine = EngineProcess(args.argv, run_id=run_id, db_path=plan.db_path)  # not started yet
     session = StoreSession(plan.db_path, run_id=run_id, follow=True, engine=engine)
-    return watch(session, SummaryCollector(task=args.task, db_path=plan.db_path), held)
+    return watch(session, SummaryCollector(task=args.task, db_path=plan.db_path), held,
+                 notifier=make_notifier(args))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -416,4 +458,8 @@ def main(args: argparse.Namespace) -> int:
     if held is not None:
         return run_with_dashboard(plan, args, held)
     assert session is not None
-    return asyncio.run(run_headless(session, task=args.task, json_lines=args.json))
+    # an engine a dashboard started alerts nothing: the dashboard does, on its terminal
+    notifier = None if getattr(args, "watched", False) else make_notifier(
+        args, write=terminal_writer(sys.stderr if args.json else sys.stdout))
+    return asyncio.run(run_headless(session, task=args.task, json_lines=args.json,
+                                    notifier=notifier))

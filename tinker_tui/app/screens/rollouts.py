@@ -56,6 +56,15 @@ class RolloutsScreen(RunView):
         field.cursor_position = len(field.value)  # edit the filter, never replace it
 
 
+    def filter_to(self, text: str) -> None:
+        """Show only what `text` matches, the filter visible with it (the scenario board's
+        `enter`); the list keeps the focus."""
+        field = self.query_one("#rollout-filter", Input)
+        field.value = text
+        field.add_class("-visible")
+        self.query_one(RolloutsTree).set_filter(RolloutFilter(text))
+        self.query_one(RolloutsTree).focus()
+
     def action_clear_filter(self) -> None:
         field = self.query_one("#rollout-filter", Input)
         if self.maximized is not None:

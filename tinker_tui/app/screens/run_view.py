@@ -33,6 +33,15 @@ class DashboardHost(Protocol):
     def refresh_panes(self) -> None: ...
 
     @property
+    def store_path(self) -> Path | None:
+        """The run store, where the views read what the model does not keep."""
+        ...
+
+    def show_rollouts_of(self, scenario_id: str) -> None:
+        """Switch to the rollouts view, filtered to one scenario."""
+        ...
+
+    @property
     def checkpoint_dir(self) -> Path | None:
         """Where a local run keeps its checkpoints on disk; None when not known here."""
         ...

@@ -77,6 +77,25 @@ GROUPS_DISCARDED_TOTAL = "groups/discarded_total"
 KL_POLICY_BASE = "kl/policy_base"
 KL_REFERENCE_TIME = "time/kl_reference"
 
+# A step's distributions (`engine.rollouts.distributions`): the share of its groups whose
+# rewards were all equal (no signal), the share of its rollouts the length limit cut off
+# (finish reason `length`), and the sampled tokens per rollout.
+ZERO_VARIANCE_FRAC = "env/zero_variance_frac"
+TRUNCATED_FRAC = "env/truncated_frac"
+RESPONSE_LEN_MEAN = "tokens/response_len_mean"
+RESPONSE_LEN_P50 = "tokens/response_len_p50"
+RESPONSE_LEN_P90 = "tokens/response_len_p90"
+RESPONSE_LEN_MAX = "tokens/response_len_max"
+#: A named part of the reward (`Task.reward_components`): `reward/component/<name>` (its
+#: mean over the step's rollouts) and `reward/component/<name>/std`.
+REWARD_COMPONENT_PREFIX = "reward/component/"
+
+
+def reward_component(name: str, stat: str = "") -> str:
+    key = f"{REWARD_COMPONENT_PREFIX}{name}"
+    return f"{key}/{stat}" if stat else key
+
+
 # Evaluations (`EvalCompleted.metrics`).
 EVAL_REWARD_MEAN = "eval/reward_mean"
 EVAL_NUM_SCENARIOS = "eval/num_scenarios"

@@ -31,14 +31,14 @@ import asyncio
 import inspect
 import math
 import random
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tinker_tui.engine.did_you_mean import did_you_mean
 from tinker_tui.engine.errors import UsageError
-from tinker_tui.engine.rollouts.trajectory import Trajectory, TrajectoryError
+from tinker_tui.engine.rollouts.trajectory import METRIC_NAME, Trajectory, TrajectoryError
 
 __all__ = [
     "GroupRollout",
@@ -55,6 +55,7 @@ __all__ = [
     "group_rollout_of",
     "mix_tasks",
     "part_of",
+    "reward_components_of",
 ]
 
 Message = dict[str, Any]
@@ -112,6 +113,10 @@ class Task:
     advantages: Callable[[list[float]], Sequence[float]] | None = None
     #: The tasks a mixed task draws from, with their weights (set by `mix_tasks`).
     parts: tuple[TaskPart, ...] = ()
+    #: Names of `Trajectory.metrics` keys that are parts of the reward (format, correctness,
+    #: a length penalty): each is charted per step as `reward/component/<name>`, and the
+    #: signals view flags one whose spread drives the advantages alone.
+    reward_components: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.group_rollout is not None and not isinstance(self.rollout, _GroupJoin):
@@ -342,6 +347,7 @@ def check_task(task: Any, *, known_settings: Iterable[str] | None = None) -> Tas
     _check_warmup(task.warmup)
     if task.advantages is not None:
         _check_callable("advantages", task.advantages, ("rewards",), asynchronous=False)
+    _check_components(task.reward_components)
     if task.parts:
         _check_parts(task.name, tuple(task.parts))
         for part in task.parts:
@@ -372,6 +378,24 @@ def check_task(task: Any, *, known_settings: Iterable[str] | None = None) -> Tas
                     raise TaskError(f"{where} has an unknown setting {key!r}"
                                     + did_you_mean(key, known, else_list="known settings"))
     return task
+
+
+def _check_components(names: Any) -> None:
+    if isinstance(names, str) or not isinstance(names, Sequence | Set):
+        raise TaskError("Task.reward_components must be a tuple of metric names, like "
+                        f"('format', 'correct'), got {_kind(names)}")
+    for name in names:
+        if not isinstance(name, str) or not METRIC_NAME.fullmatch(name):
+            raise TaskError(f"Task.reward_components: {name!r} is not a metric name "
+                            "(letters, digits, '_', '-' or '.')")
+
+
+def reward_components_of(task: Task) -> tuple[str, ...]:
+    """The reward components of a task and, for a mix, of its parts, each once."""
+    names = list(task.reward_components)
+    for part in task.parts:
+        names.extend(reward_components_of(part.task))
+    return tuple(dict.fromkeys(names))
 
 
 def _kind(value: Any) -> str:

@@ -35,6 +35,9 @@ class SampledTurn:
     tokens: tuple[int, ...]
     logprobs: tuple[float, ...]
     policy_version: int
+    #: Why the sampler ended it: "stop", "tool_calls", or "length" (the `max_tokens` limit
+    #: cut it off); "" when not known.
+    finish_reason: str = ""
 
     def __post_init__(self) -> None:
         if len(self.tokens) != len(self.logprobs):
@@ -45,12 +48,15 @@ class SampledTurn:
     @classmethod
     def from_choice(cls, choice: Any) -> SampledTurn:
         """Read the extension fields the in-process server adds to every choice."""
-        data = choice if isinstance(choice, dict) else _extra_fields(choice)
+        if isinstance(choice, dict):
+            data, finish = choice, choice.get("finish_reason")
+        else:  # a standard field of the choice, not an extension
+            data, finish = _extra_fields(choice), getattr(choice, "finish_reason", None)
         try:  # positional: built once per turn of every rollout
             return cls(tuple(map(int, data["prompt_token_ids"])),
                        tuple(map(int, data["token_ids"])),
                        tuple(map(float, data["token_logprobs"])),
-                       int(data["policy_version"]))
+                       int(data["policy_version"]), finish if isinstance(finish, str) else "")
         except (KeyError, TypeError) as exc:
             raise TrajectoryError(
                 "a choice without sampled tokens: pass the choices returned by this run's "

@@ -9,7 +9,7 @@
   (`events`, `events_after` with an `EventCursor`), checkpoints, resume points.
 """
 
-from tinker_tui.engine.store.codec import READABLE_TABLES, GroupFate, StoredRun
+from tinker_tui.engine.store.codec import READABLE_TABLES, GroupFate, GroupSpan, StoredRun
 from tinker_tui.engine.store.reader import EventCursor, NoSuchRun, StoreReader, find_run, pick_run
 from tinker_tui.engine.store.schema import (
     APPLICATION_ID,
@@ -26,6 +26,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "EventCursor",
     "GroupFate",
+    "GroupSpan",
     "NoSuchRun",
     "RunStore",
     "StoreError",

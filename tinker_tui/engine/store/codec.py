@@ -233,9 +233,11 @@ def decode_run(row: StoredRow) -> StoredRun:
 # took become trained.
 
 _SQL_STEP = """
-INSERT INTO steps (run_id, step, policy_version, time, metrics) VALUES (?, ?, ?, ?, ?)
+INSERT INTO steps (run_id, step, policy_version, time, metrics, histograms)
+VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, step) DO UPDATE SET
-    policy_version = excluded.policy_version, time = excluded.time, metrics = excluded.metrics
+    policy_version = excluded.policy_version, time = excluded.time, metrics = excluded.metrics,
+    histograms = excluded.histograms
 """
 _SQL_GROUP_TRAINED = """
 UPDATE group_lifecycle SET status = 'trained', step = ?, trainer_version = ?, finished_at = ?
@@ -246,7 +248,8 @@ WHERE run_id = ? AND group_id = ? AND status = 'sampled'
 def _encode_step(rows: Rows, run_id: str, e: StepTrained) -> None:
     t = _float_or_none(e.time)
     metrics = {str(k): v for k, v in dict(e.metrics).items()}
-    step = (run_id, int(e.step), _int_or_none(e.policy_version), t, _dumps(metrics))
+    step = (run_id, int(e.step), _int_or_none(e.policy_version), t, _dumps(metrics),
+            _dumps(e.histograms))
     trained = []
     if e.group_ids:
         # The version the gradient was taken against (a skipped step made none).
@@ -261,7 +264,8 @@ def _decode_step(row: Mapping[str, Any]) -> StepTrained:
     return StepTrained(time=_time(row), step=int(row["step"]),
                        policy_version=int(row["policy_version"] or 0),
                        metrics=_dict(row["metrics"]),
-                       group_ids=tuple(row.get("group_ids") or ()))
+                       group_ids=tuple(row.get("group_ids") or ()),
+                       histograms=_dict(_added(row, "histograms", None)))
 
 
 # ---------------------------------------------------------------------- GroupStarted
@@ -304,6 +308,35 @@ def decode_group_fate(row: StoredRow) -> GroupFate:
                      step=row["step"], reason=row["reason"] or "", detail=row["detail"] or "")
 
 
+@dataclass(frozen=True, slots=True)
+class GroupSpan:
+    """When one group was sampled, waited and was taken (its `group_lifecycle` row's
+    times and versions): a bar of the groups' timeline."""
+
+    group_id: int
+    scenario_id: str
+    #: started, sampled, trained, discarded, unused or requeued (see schema.py).
+    status: str
+    #: The policy version it was started with, and the trainer's when it was taken.
+    policy_version: int | None
+    trainer_version: int | None
+    step: int | None
+    reason: str
+    started_at: float | None
+    sampled_at: float | None
+    finished_at: float | None
+
+
+def decode_group_span(row: StoredRow) -> GroupSpan:
+    return GroupSpan(group_id=group_of(row), scenario_id=row["scenario_id"] or "",
+                     status=row["status"], policy_version=_int_or_none(row["policy_version"]),
+                     trainer_version=_int_or_none(row["trainer_version"]),
+                     step=_int_or_none(row["step"]), reason=row["reason"] or "",
+                     started_at=_float_or_none(row["started_at"]),
+                     sampled_at=_float_or_none(row["sampled_at"]),
+                     finished_at=_float_or_none(row["finished_at"]))
+
+
 # ---------------------------------------------------------------------- GroupSampled
 # A row of `sampled_groups`, a row of `trajectories` per rollout (its index in the group as
 # `idx`, its messages as JSON); the group becomes sampled and the run counts its tokens.
@@ -315,8 +348,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _SQL_TRAJECTORY = """
 INSERT INTO trajectories (run_id, group_id, idx, reward, policy_version, num_tokens, messages,
-                          time, metrics)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                          time, metrics, advantage, truncated)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _SQL_GROUP_SAMPLED = """
 UPDATE group_lifecycle SET status = 'sampled', sampled_version = ?, num_tokens = ?,
@@ -341,7 +374,8 @@ def _encode_group_sampled(rows: Rows, run_id: str, e: GroupSampled) -> None:
         (run_id, group_id, idx, None if m.reward is None else float(m.reward),
          None if m.policy_version is None else int(m.policy_version),
          None if m.num_tokens is None else int(m.num_tokens),
-         _dumps(m.messages), t, _dumps(m.metrics))
+         _dumps(m.messages), t, _dumps(m.metrics),
+         None if m.advantage is None else float(m.advantage), int(bool(m.truncated)))
         for idx, m in enumerate(e.trajectories)]
     rows.by_statement[_SQL_SAMPLED_GROUP].append(group)
     rows.by_statement[_SQL_TRAJECTORY].extend(trajectories)
@@ -374,6 +408,8 @@ def _summaries(rows: Sequence[StoredRow]) -> tuple[TrajectorySummary, ...]:
             num_tokens=int(r["num_tokens"] or 0),
             messages=tuple(m for m in (r["messages"] or []) if isinstance(m, dict)),
             metrics=_metrics(_added(r, "metrics", None)),
+            advantage=_float_or_none(_added(r, "advantage", None)),
+            truncated=bool(_added(r, "truncated", 0)),
         )
         for r in sorted(rows, key=lambda r: r["idx"]))
 
@@ -805,7 +841,7 @@ TRAJECTORIES = "trajectories"
 READABLE_TABLES = (*(r.table for r in REPLAYED), TRAJECTORIES, "group_lifecycle")
 
 #: Columns that hold JSON.
-_JSON_COLUMNS = ("metrics", "messages", "args", "measured", "config")
+_JSON_COLUMNS = ("metrics", "messages", "args", "measured", "config", "histograms")
 
 
 def decode_row(row: sqlite3.Row | Mapping[str, Any]) -> dict[str, Any]:

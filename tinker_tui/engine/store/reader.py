@@ -30,10 +30,12 @@ from tinker_tui.engine.store.codec import (
     REPLAYED,
     TRAJECTORIES,
     GroupFate,
+    GroupSpan,
     Replayed,
     StoredRun,
     decode_checkpoint,
     decode_group_fate,
+    decode_group_span,
     decode_resume_state,
     decode_row,
     decode_run,
@@ -548,3 +550,13 @@ class StoreReader:
             (run_id,),
         )
         return [decode_group_fate(r) for r in rows]
+
+    async def group_spans(self, run_id: str, last: int = 400) -> list[GroupSpan]:
+        """The run's `last` groups (by group id) with their times, oldest first: the
+        timeline of the signals view."""
+        if self.schema_version < 3:
+            return []
+        rows = await self._fetchall(
+            "SELECT * FROM (SELECT * FROM group_lifecycle WHERE run_id = ? "
+            "ORDER BY group_id DESC LIMIT ?) ORDER BY group_id", (run_id, int(last)))
+        return [decode_group_span(r) for r in rows]

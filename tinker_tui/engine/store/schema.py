@@ -28,7 +28,7 @@ from tinker_tui.engine.store.log_lines import migrate_log_lines
 logger = logging.getLogger(__name__)
 
 #: Schema version written to `PRAGMA user_version`.
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 12
 #: `PRAGMA application_id` of a tinker-tui run store ("ttui").
 APPLICATION_ID = 0x74747569
 
@@ -313,9 +313,24 @@ CREATE TABLE resumes (
 CREATE INDEX resumes_run ON resumes (run_id, id);
 """
 
+# placeholder: filled by the outcomes branch
+SCHEMA_V10 = ""
+# placeholder: filled by the tokens branch
+SCHEMA_V11 = ""
+
+# Version 12 keeps a step's distributions, not only its means: each trajectory's advantage
+# and whether the length limit cut it off (finish reason `length`), and each step's reward
+# and advantage histograms (a JSON object: name -> {"lo", "hi", "counts"}).
+SCHEMA_V12 = """
+ALTER TABLE trajectories ADD COLUMN advantage REAL;
+ALTER TABLE trajectories ADD COLUMN truncated INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE steps ADD COLUMN histograms TEXT NOT NULL DEFAULT '{}';
+"""
+
 #: Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
 MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5,
-                               SCHEMA_V6, SCHEMA_V7, SCHEMA_V8, SCHEMA_V9)
+                               SCHEMA_V6, SCHEMA_V7, SCHEMA_V8, SCHEMA_V9, SCHEMA_V10,
+                               SCHEMA_V11, SCHEMA_V12)
 #: Rows a migration converts after its SQL ran, by the version it migrates to, in the same
 #: transaction: (connection) -> None.
 DATA_MIGRATIONS: dict[int, Callable[[aiosqlite.Connection], Awaitable[None]]] = {

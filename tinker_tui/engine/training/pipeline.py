@@ -56,7 +56,14 @@ from tinker_tui.engine.metrics.cost import BUDGET_STOP, CostMeter, Prices
 from tinker_tui.engine.metrics.health import Collapse, HealthWindow, flat_share
 from tinker_tui.engine.metrics.loop_lag import LoopLagMonitor
 from tinker_tui.engine.metrics.throughput import ThroughputMeter
-from tinker_tui.engine.rollouts.task import Scenario, Task, group_rollout_of, part_of
+from tinker_tui.engine.rollouts.distributions import step_distributions, truncated
+from tinker_tui.engine.rollouts.task import (
+    Scenario,
+    Task,
+    group_rollout_of,
+    part_of,
+    reward_components_of,
+)
 from tinker_tui.engine.rollouts.task_metrics import step_task_metrics
 from tinker_tui.engine.rollouts.trajectory import Trajectory, TrajectoryError, TrajectoryGroup
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
@@ -102,6 +109,7 @@ class Pipeline:
     ) -> None:
         self.config = config
         self.task = task
+        self._reward_components = reward_components_of(task)
         self.policy = policy
         self.model_name = model_name
         self.bus = bus
@@ -529,7 +537,9 @@ class Pipeline:
             time=group.finished_at, group_id=group_id, scenario_id=scenario.id,
             policy_version=group.policy_version, num_trajectories=len(trajectories),
             num_tokens=group.num_tokens, reward_mean=group.reward_mean,
-            trajectories=summaries,
+            trajectories=tuple(
+                dataclasses.replace(s, advantage=a, truncated=truncated(t))
+                for s, a, t in zip(summaries, advantages, trajectories, strict=False)),
             scenario_index=self._position_of.get(group_id, -1), failed=len(errors),
             detail=_describe(errors[0]) if errors else ""))
         return group
@@ -748,9 +758,12 @@ class Pipeline:
             self.meter.trained(now, int(metrics.get(keys.TRAIN_TOKENS, 0)), split)
             metrics.update(self._step_metrics(batch, version_before, split, wait_started,
                                               train_started, now))
+            shapes, histograms = step_distributions(batch, self._reward_components)
+            metrics.update(shapes)
             self._emit(StepTrained(time=now, step=self.step, policy_version=self.policy.version,
                                    metrics=metrics,
-                                   group_ids=tuple(g.group_id for g in batch)))
+                                   group_ids=tuple(g.group_id for g in batch),
+                                   histograms=histograms))
             over_budget = self.cost.budget_passed_by_next_step()
             if over_budget and self.step < self.config.max_steps:
                 self.stop(f"{BUDGET_STOP}{over_budget}", source=SOURCE_ENGINE)
