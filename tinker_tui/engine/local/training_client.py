@@ -207,8 +207,9 @@ class LocalTrainingClient:
         Losses (Tinker's, as sums over tokens): ``cross_entropy`` (target_tokens, weights);
         ``importance_sampling``, ``ppo`` (config clip_low_threshold 0.8 / clip_high_threshold
         1.2), ``cispo`` (0.0 / 4.0) and ``dro`` (beta 0.05), each on target_tokens, logprobs,
-        advantages. Per datum the output has ``logprobs`` and ``elementwise_loss``; metrics
-        have ``loss:sum``.
+        advantages. Per datum the output has ``logprobs`` and ``elementwise_loss`` (as the
+        service's), and ``entropy``, the whole distribution's at each position (this backend
+        has it; the service does not answer it); metrics have ``loss:sum``.
         """
         if not data:
             raise ValueError("No data provided")
@@ -355,6 +356,7 @@ class LocalTrainingClient:
         targets: Sequence[np.ndarray],
         loss_grad: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         active: Sequence[np.ndarray] | None = None,
+        entropy: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logprobs of the targets at every datum position, datums concatenated (float32, on
         the model's device). Call with the adapter active. The projection to the vocabulary
@@ -368,6 +370,8 @@ class LocalTrainingClient:
         e.g. nonzero advantage or weight) get gradient; the others are scored without it.
         Their loss coefficient is zero, so the gradient is unchanged, but the backward
         shrinks to the positions that matter (an RL prompt is most of a datum).
+        With `entropy` (a tensor of the positions' count), each position's entropy of the
+        whole distribution is written into it (not with a custom loss's autograd path).
         """
         device = self._base.device
         hidden, node = self._hidden_states(tokens)
@@ -379,9 +383,11 @@ class LocalTrainingClient:
         used, rows = np.unique(node, return_inverse=True)
         if not torch.is_grad_enabled() or loss_grad is None:
             picked = hidden.index_select(0, torch.from_numpy(used).to(device))
-            score = (unembed.target_logprobs if not torch.is_grad_enabled()
-                     else unembed.differentiable_target_logprobs)
-            return score(head, picked, torch.from_numpy(rows).to(device), target)
+            if not torch.is_grad_enabled():
+                return unembed.target_logprobs(head, picked, torch.from_numpy(rows).to(device),
+                                               target, entropy)
+            return unembed.differentiable_target_logprobs(
+                head, picked, torch.from_numpy(rows).to(device), target)
         flags = np.ones(len(node), dtype=bool) if active is None else \
             np.concatenate([np.asarray(a, dtype=bool) for a in active])
         trained = np.zeros(len(used), dtype=bool)
@@ -393,10 +399,14 @@ class LocalTrainingClient:
             remap = np.full(len(used), -1, dtype=np.int64)
             remap[scored] = np.arange(len(scored))
             at = np.flatnonzero(~graded)
+            where = torch.from_numpy(at).to(device)
+            part = None if entropy is None else torch.empty(len(at), device=device)
             with torch.no_grad():
-                out[torch.from_numpy(at).to(device)] = unembed.target_logprobs(
+                out[where] = unembed.target_logprobs(
                     head, hidden.index_select(0, torch.from_numpy(used[scored]).to(device)),
-                    torch.from_numpy(remap[rows[at]]).to(device), target[at])
+                    torch.from_numpy(remap[rows[at]]).to(device), target[at], part)
+            if entropy is not None and part is not None:
+                entropy[where] = part
         if graded.any():
             kept = np.flatnonzero(trained)
             remap = np.full(len(used), -1, dtype=np.int64)
@@ -404,10 +414,13 @@ class LocalTrainingClient:
             trained_at = np.flatnonzero(graded)
             positions = torch.from_numpy(trained_at).to(device)
             picked = hidden.index_select(0, torch.from_numpy(used[kept]).to(device))
+            part = None if entropy is None else torch.empty(len(trained_at), device=device)
             logprobs, grad = unembed.fused_loss_backward(
                 head, picked, torch.from_numpy(remap[rows[trained_at]]).to(device),
-                target[positions], lambda lp, where: loss_grad(lp, positions[where]))
+                target[positions], lambda lp, where: loss_grad(lp, positions[where]), part)
             out[positions] = logprobs
+            if entropy is not None and part is not None:
+                entropy[positions] = part
             if picked.requires_grad:  # through the backbone (unless only the head trains)
                 torch.autograd.backward(picked, grad)
         return out
@@ -441,23 +454,28 @@ class LocalTrainingClient:
                     if key != "target_tokens"
                 }
                 targets = [a["target_tokens"] for a in arrays]
+                entropy = torch.empty(sum(len(t) for t in tokens), device=device)
                 if backward:
                     logprobs = self._target_logprobs(
                         tokens, targets, functools.partial(_loss_grad, loss_fn, inputs, config),
-                        active)
+                        active, entropy)
                 else:
                     with torch.no_grad():
-                        logprobs = self._target_logprobs(tokens, targets)
+                        logprobs = self._target_logprobs(tokens, targets, entropy=entropy)
                 with torch.no_grad():
                     elementwise = losses.elementwise_loss(loss_fn, logprobs, inputs, config)
                 total += float(elementwise.sum())
                 bounds = np.cumsum([len(t) for t in tokens])[:-1]
                 lp = np.split(logprobs.detach().float().cpu().numpy(), bounds)
                 el = np.split(elementwise.detach().float().cpu().numpy(), bounds)
+                en = np.split(entropy.float().cpu().numpy(), bounds)
                 for row, i in enumerate(idx):
+                    # `entropy` is this backend's own: it has the whole distribution (the
+                    # service answers logprobs only).
                     outputs[i] = {
                         "logprobs": tinker.TensorData.from_numpy(lp[row]),
                         "elementwise_loss": tinker.TensorData.from_numpy(el[row]),
+                        "entropy": tinker.TensorData.from_numpy(en[row]),
                     }
         return types.ForwardBackwardOutput(
             loss_fn_output_type="TensorData",

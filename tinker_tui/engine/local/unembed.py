@@ -158,6 +158,14 @@ def _normalise(logits: torch.Tensor, local: torch.Tensor, targets: torch.Tensor
     return picked - (top + total.log())[local, 0], probs, total
 
 
+def _entropy(probs: torch.Tensor, total: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+    """The entropy of the distribution at each position (`local`: their rows), from
+    `_normalise`'s ``probs = exp(logits - max)`` and row sums: with p = probs / total,
+    ``H = log total - sum(probs * log probs) / total``. Read before `probs` is overwritten."""
+    sums = total[:, 0]
+    return (sums.log() - torch.special.xlogy(probs, probs).sum(dim=-1) / sums)[local]
+
+
 def _grouped(rows: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Positions sorted by the hidden-state row they read, and where each row's run starts
     (`starts[r]`..`starts[r + 1]`), so a chunk of rows finds its positions by slicing."""
@@ -168,8 +176,10 @@ def _grouped(rows: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor
 
 @torch.no_grad()
 def target_logprobs(head: Head, hidden: torch.Tensor, rows: torch.Tensor,
-                    targets: torch.Tensor) -> torch.Tensor:
-    """``log softmax(logits(hidden[rows[p]]))[targets[p]]`` for every position p (float32)."""
+                    targets: torch.Tensor, entropy: torch.Tensor | None = None) -> torch.Tensor:
+    """``log softmax(logits(hidden[rows[p]]))[targets[p]]`` for every position p (float32).
+    With `entropy` (a tensor of len(rows)), also the distribution's entropy at each
+    position, written into it."""
     head = head.folded(hidden.shape[0])
     out = torch.empty(len(rows), dtype=torch.float32, device=hidden.device)
     if not len(rows):
@@ -180,7 +190,10 @@ def target_logprobs(head: Head, hidden: torch.Tensor, rows: torch.Tensor,
         at = order[int(starts[lo]):int(starts[hi])]
         if len(at):
             logits = head.logits(hidden[lo:hi], buffer)
-            out[at] = _normalise(logits, rows[at] - lo, targets[at])[0]
+            local = rows[at] - lo
+            out[at], probs, total = _normalise(logits, local, targets[at])
+            if entropy is not None:
+                entropy[at] = _entropy(probs, total, local)
     return out
 
 
@@ -211,8 +224,11 @@ class _Backward:
     """The projection's gradients, accumulated chunk by chunk: of the hidden states, and of
     the LoRA pair (through one folded weight's gradient when folding pays)."""
 
-    def __init__(self, head: Head, hidden: torch.Tensor) -> None:
+    def __init__(self, head: Head, hidden: torch.Tensor,
+                 entropy: torch.Tensor | None = None) -> None:
         self.hidden = hidden.detach()
+        #: Where `run` writes each position's entropy, when asked (see `target_logprobs`).
+        self.entropy = entropy
         device = hidden.device
         self.original = head.lora
         self.head = head.folded(hidden.shape[0], backward=True)
@@ -229,7 +245,8 @@ class _Backward:
 
     @torch.no_grad()
     def step(self, lo: int, hi: int, local: torch.Tensor, targets: torch.Tensor,
-             upstream: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+             upstream: Callable[[torch.Tensor], torch.Tensor],
+             at: torch.Tensor | None = None) -> torch.Tensor:
         """A chunk of rows: the target logprobs of its positions (`local`: their rows within
         the chunk), and the gradient of ``sum_p g_p * logprob_p`` added, where
         ``g = upstream(logprobs)``. Returns the logprobs."""
@@ -239,6 +256,8 @@ class _Backward:
         logits = head.logits(self.hidden[lo:hi], self.buffer)
         factor = 1 - (logits / head.softcap) ** 2 if head.softcap is not None else None
         lp, probs, total = _normalise(logits, local, targets)
+        if self.entropy is not None and at is not None:
+            self.entropy[at] = _entropy(probs, total, local)
         with torch.enable_grad():  # the loss's own derivative may use autograd
             g = upstream(lp).detach().float()
         per_row = torch.zeros(hi - lo, dtype=torch.float32, device=logits.device)
@@ -283,7 +302,7 @@ class _Backward:
             at = order[int(starts[lo]):int(starts[hi])]
             if len(at):
                 out[at] = self.step(lo, hi, rows[at] - lo, targets[at],
-                                    functools.partial(_at, upstream, at))
+                                    functools.partial(_at, upstream, at), at)
         return out
 
 
@@ -298,15 +317,17 @@ def fused_loss_backward(
     rows: torch.Tensor,
     targets: torch.Tensor,
     loss_grad: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    entropy: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Target logprobs at every position and the gradient of the loss w.r.t. `hidden`.
 
     `loss_grad(logprobs, positions)` returns ``d loss / d logprob`` at those positions (the
     loss being a sum of per-position terms). The LoRA pair of `head`, if any, gets its
     gradient added to ``.grad``. `hidden` is ``[n, hidden]`` (read detached); returns
-    (logprobs [positions], gradient of `hidden` [n, hidden]).
+    (logprobs [positions], gradient of `hidden` [n, hidden]). With `entropy` (len(rows)),
+    each position's entropy is written into it.
     """
-    backward = _Backward(head, hidden)
+    backward = _Backward(head, hidden, entropy)
     out = backward.run(rows, targets, loss_grad)
     if head.lora is not None:
         for param, value in zip(head.lora[:2], backward.lora_grads(), strict=True):

@@ -26,7 +26,7 @@ from tinker_tui.engine.errors import UsageError
 logger = logging.getLogger(__name__)
 
 #: Schema version written to `PRAGMA user_version`.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 11
 #: `PRAGMA application_id` of a tinker-tui run store ("ttui").
 APPLICATION_ID = 0x74747569
 
@@ -282,9 +282,47 @@ CREATE TABLE sweep_runs (
 CREATE INDEX sweep_runs_run ON sweep_runs (run_id);
 """
 
+# placeholder: filled by the events branch
+SCHEMA_V9 = ""
+# placeholder: filled by the outcomes branch
+SCHEMA_V10 = ""
+
+# Version 11 keeps what each trained step trained, token by token (TokensTrained), for the
+# token view: per trajectory its token ids, sampled and trainer logprobs, advantages, loss
+# mask, sampling policy versions and the trainer's entropy, each a zlib-compressed array of
+# fixed-width numbers (not JSON floats: a step holds thousands of tokens); and per run the
+# tokenizer's piece of every token id it trained, so a stored run shows its tokens without
+# its tokenizer. Only the latest `keep_token_steps` steps keep their tokens.
+SCHEMA_V11 = """
+CREATE TABLE trained_tokens (
+    run_id          TEXT NOT NULL,
+    step            INTEGER NOT NULL,
+    group_id        INTEGER NOT NULL,
+    idx             INTEGER NOT NULL,
+    length          INTEGER NOT NULL,
+    tokens          BLOB NOT NULL,
+    sampled         BLOB NOT NULL,
+    trainer         BLOB NOT NULL,
+    advantage       BLOB NOT NULL,
+    mask            BLOB NOT NULL,
+    version         BLOB NOT NULL,
+    entropy         BLOB,
+    time            REAL,
+    PRIMARY KEY (run_id, group_id, idx)
+);
+CREATE INDEX trained_tokens_step ON trained_tokens (run_id, step);
+CREATE TABLE token_pieces (
+    run_id          TEXT NOT NULL,
+    token           INTEGER NOT NULL,
+    piece           TEXT NOT NULL,
+    PRIMARY KEY (run_id, token)
+);
+"""
+
 #: Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
 MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5,
-                               SCHEMA_V6, SCHEMA_V7, SCHEMA_V8)
+                               SCHEMA_V6, SCHEMA_V7, SCHEMA_V8, SCHEMA_V9, SCHEMA_V10,
+                               SCHEMA_V11)
 
 
 # ---------------------------------------------------------------------- opening checks

@@ -1,0 +1,84 @@
+"""What a step trained, token by token: the `TokensTrained` event the token view reads.
+
+Built from the step's Datums (targets, sampled logprobs, advantages, the mask and the policy
+version of each target) and what `forward_backward` answered (the trainer's logprobs and,
+where the backend has it, entropy). A trajectory's Datums are joined; each starts at its
+first sampled target (the prompt before it is the scenario's, the same for the whole group,
+and most of the bytes). The tokenizer's pieces of ids seen for the first time go with the
+event, so a stored run is shown without loading its tokenizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tinker_tui.engine.events import TokensTrained, TrajectoryTokens
+
+
+def trained_tokens(datums: Sequence[Any], trainer: Sequence[np.ndarray],
+                   entropy: Sequence[np.ndarray] | None) -> tuple[TrajectoryTokens, ...]:
+    """Per trajectory of the batch (`datums` a `DatumBatch` with its sources), its tokens;
+    () when the batch does not say which trajectory each Datum trains, or the backend gave
+    no trainer logprobs."""
+    sources = getattr(datums, "sources", None)
+    if not sources or len(sources) != len(datums) or len(trainer) != len(datums):
+        return ()
+    parts: dict[tuple[int, int], list[dict[str, np.ndarray]]] = {}
+    for i, datum in enumerate(datums):
+        mask = np.asarray(datums.masks[i], dtype=np.uint8)
+        sampled_at = np.flatnonzero(mask)
+        if not len(sampled_at):
+            continue
+        first = int(sampled_at[0])
+        inputs = datum.loss_fn_inputs
+        arrays = {
+            "tokens": np.asarray(inputs["target_tokens"].to_numpy(), dtype=np.int32),
+            "sampled": np.asarray(inputs["logprobs"].to_numpy(), dtype=np.float32),
+            "trainer": np.asarray(trainer[i], dtype=np.float32),
+            "advantage": np.asarray(inputs["advantages"].to_numpy(), dtype=np.float32),
+            "mask": mask,
+            "version": np.asarray(datums.versions[i], dtype=np.int32),
+        }
+        if entropy is not None:
+            arrays["entropy"] = np.asarray(entropy[i], dtype=np.float32)
+        parts.setdefault(tuple(sources[i]), []).append(
+            {name: value[first:] for name, value in arrays.items()})
+    out = []
+    for (group_id, index), pieces in parts.items():
+        joined = {name: np.concatenate([p[name] for p in pieces]) for name in pieces[0]}
+        out.append(TrajectoryTokens(group_id=int(group_id), index=int(index), **joined))
+    return tuple(out)
+
+
+class PieceBook:
+    """The tokenizer's piece of each token id, decoded once per run: `new_pieces` gives the
+    ids of a step not given before (the store keeps one row per id)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.known: set[int] = set()
+
+    def new_pieces(self, trajectories: Sequence[TrajectoryTokens]) -> dict[int, str]:
+        if self.tokenizer is None or not trajectories:
+            return {}
+        ids = set(np.unique(np.concatenate([t.tokens for t in trajectories])).tolist())
+        fresh = sorted(ids - self.known)
+        self.known.update(fresh)
+        return {i: piece_of(self.tokenizer, i) for i in fresh}
+
+
+def piece_of(tokenizer: Any, token: int) -> str:
+    """One token's text as the tokenizer decodes it alone ("" if it cannot)."""
+    try:
+        return str(tokenizer.decode([token]))
+    except Exception:  # a tokenizer that refuses one id must not stop training
+        return ""
+
+
+def tokens_event(time: float, step: int, trajectories: tuple[TrajectoryTokens, ...],
+                 book: PieceBook, keep_steps: int) -> TokensTrained:
+    return TokensTrained(time=time, step=step, trajectories=trajectories,
+                         pieces=book.new_pieces(trajectories), keep_steps=keep_steps)
