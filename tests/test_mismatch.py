@@ -99,3 +99,44 @@ async def test_the_store_keeps_the_latest_steps_tokens_compactly(local_run):
     assert set(tokens.tokens.tolist()) <= set(pieces) and all(isinstance(p, str)
                                                              for p in pieces.values())
     assert any(p.strip() for p in pieces.values())
+
+
+def test_through_the_sdk_the_keys_come_from_the_services_loss_fn_outputs(tmp_path, monkeypatch):
+    """The real SDK against the service double: the trainer's logprobs are what the service
+    answered in `loss_fn_outputs` (here shifted by 0.5 nats on the wire, so the mismatch
+    must read +0.5), and the service gives no entropy, so `optim/entropy` is absent."""
+    import tinker_double.wire as wire
+    from tinker import types
+    from tinker_double import TinkerDouble
+
+    answer = wire.forward_backward_output
+
+    def shifted(output: types.ForwardBackwardOutput) -> bytes:
+        for out in output.loss_fn_outputs:
+            if "logprobs" in out:
+                lp = out["logprobs"].to_numpy() - 0.5
+                out["logprobs"] = type(out["logprobs"]).from_numpy(lp.astype(np.float32))
+        return answer(output)
+
+    monkeypatch.setattr(wire, "forward_backward_output", shifted)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    db = tmp_path / "runs.db"
+    with TinkerDouble(tmp_path / "service") as double:
+        for name, value in double.env().items():
+            monkeypatch.setenv(name, value)
+        code = main(["run", "example", "--backend", "tinker", "--no-ui", "--db", str(db),
+                     "--base-model", DEFAULT_BASE_MODEL, "--warmup-steps", "0", "--steps", "2",
+                     "--group-size", "4", "--groups-per-step", "2", "--rollout-workers", "1",
+                     "--max-steps-off-policy", "0", "--eval-every", "0"])
+    assert code == 0
+    with sqlite3.connect(db) as conn:
+        metrics = [json.loads(m) for (m,) in conn.execute("select metrics from steps")]
+        stored = conn.execute("select count(*) from trained_tokens").fetchone()[0]
+    trained = [m for m in metrics if keys.KL_SAMPLE_TRAIN_V1 in m]
+    assert trained, metrics
+    for m in trained:
+        assert all(k in m for k in MISMATCH_KEYS)
+        assert m[keys.KL_SAMPLE_TRAIN_V1] == pytest.approx(0.5, abs=1e-3)
+        assert m[keys.SAMPLE_TRAIN_DIFF_FRAC] == 1.0
+        assert keys.ENTROPY not in m
+    assert stored > 0
