@@ -305,6 +305,10 @@ class TinkerTuiApp(App[None]):
         return EXIT_FAILED if status == "failed" else EXIT_OK
 
     @property
+    def store_path(self) -> Path | None:
+        return self.session.db_path
+
+    @property
     def checkpoint_dir(self) -> Path | None:
         """Where a local run keeps its checkpoints (beside its store); None otherwise."""
         db = self.session.db_path

@@ -71,11 +71,44 @@ class PieceBook:
 
 
 def piece_of(tokenizer: Any, token: int) -> str:
-    """One token's text as the tokenizer decodes it alone ("" if it cannot)."""
+    """One token's text as the tokenizer decodes it alone ("" if it cannot). Part of a
+    character (byte-level BPE splits an emoji or a CJK character over tokens) decodes to
+    U+FFFD alone: such a token is shown by its bytes instead, `‹f0 9f›`."""
     try:
-        return str(tokenizer.decode([token]))
+        text = str(tokenizer.decode([token]))
     except Exception:  # a tokenizer that refuses one id must not stop training
         return ""
+    if "\ufffd" in text:
+        raw = _byte_level_bytes(tokenizer, token)
+        if raw is not None:
+            return "‹" + " ".join(f"{b:02x}" for b in raw) + "›"
+    return text
+
+
+def _byte_level_bytes(tokenizer: Any, token: int) -> bytes | None:
+    """A byte-level BPE token's bytes (GPT-2's byte-to-character table), else None."""
+    try:
+        name = tokenizer.convert_ids_to_tokens(token)
+    except Exception:
+        return None
+    table = _unicode_to_byte()
+    if not isinstance(name, str) or not name or any(c not in table for c in name):
+        return None
+    return bytes(table[c] for c in name)
+
+
+def _unicode_to_byte() -> dict[str, int]:
+    """GPT-2's table of the characters byte-level BPE writes each byte as, inverted."""
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
+    chars = printable[:]
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
 
 
 def tokens_event(time: float, step: int, trajectories: tuple[TrajectoryTokens, ...],
