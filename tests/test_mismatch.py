@@ -140,3 +140,27 @@ def test_through_the_sdk_the_keys_come_from_the_services_loss_fn_outputs(tmp_pat
         assert m[keys.SAMPLE_TRAIN_DIFF_FRAC] == 1.0
         assert keys.ENTROPY not in m
     assert stored > 0
+
+
+def test_entropy_left_unmeasured_is_not_averaged():
+    nan = float("nan")
+    m = mismatch_metrics([[-1.0, -1.0]], [[-1.0, -1.0]], [[1, 1]], entropy=[[2.0, nan]])
+    assert m[keys.ENTROPY] == 2.0
+    assert keys.ENTROPY not in mismatch_metrics([[-1.0]], [[-1.0]], [[1]], entropy=[[nan]])
+
+
+def test_the_trainers_entropy_is_the_whole_distributions():
+    """The chunked, fused computation against the plain one."""
+    import torch
+
+    from tinker_tui.engine.local import unembed
+
+    torch.manual_seed(0)
+    head = unembed.Head(weight=torch.randn(300, 16), bias=None, lora=None)
+    hidden = torch.randn(7, 16)
+    rows, targets = torch.arange(7), torch.randint(0, 300, (7,))
+    entropy = torch.full((7,), float("nan"))
+    unembed.fused_loss_backward(head, hidden, rows, targets,
+                                lambda lp, at: torch.ones_like(lp), entropy)
+    logp = torch.log_softmax(hidden @ head.weight.t(), dim=-1)
+    assert torch.allclose(entropy, -(logp.exp() * logp).sum(-1), atol=1e-4)

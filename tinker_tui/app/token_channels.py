@@ -47,7 +47,8 @@ VERSION_COLOURS = ((50, 100, 210), (200, 120, 40), (140, 70, 190), (40, 150, 150
 
 def channels_of(tokens: TrajectoryTokens) -> tuple[Channel, ...]:
     """The channels this trajectory has (entropy only where the backend gave it)."""
-    has_entropy = tokens.entropy is not None and len(tokens.entropy) == len(tokens.tokens)
+    has_entropy = (tokens.entropy is not None and len(tokens.entropy) == len(tokens.tokens)
+                   and bool(np.isfinite(tokens.entropy).any()))
     return tuple(c for c in CHANNELS if c.name != "entropy" or has_entropy)
 
 
@@ -92,7 +93,7 @@ def _blend(a: tuple[int, int, int], b: tuple[int, int, int], t: float) -> tuple[
 def colour(channel: Channel, value: float, sampled: bool,
            versions: tuple[int, ...] = ()) -> tuple[int, int, int] | None:
     """The background of a token with `value` (None: drawn without one)."""
-    if channel.sampled_only and not sampled:
+    if (channel.sampled_only and not sampled) or not np.isfinite(value):
         return None
     if channel.name == "mask":
         return _BLUE if sampled else None

@@ -144,7 +144,8 @@ class TokensScreen(Screen[None]):
         text.append(f"  turn {int(self.turn_of[i])}  v{int(t.version[i])}\n")
         text.append(f"sampled {float(t.sampled[i]):.4f}  trainer {float(t.trainer[i]):.4f}  "
                     f"Δ {self.diffs[i]:+.4f}  adv {float(t.advantage[i]):+.3f}")
-        if t.entropy is not None and len(t.entropy) == len(t.tokens):
+        if t.entropy is not None and len(t.entropy) == len(t.tokens) \
+                and np.isfinite(t.entropy[i]):
             text.append(f"  H {float(t.entropy[i]):.3f}")
         return text
 

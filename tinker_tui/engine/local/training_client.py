@@ -208,8 +208,9 @@ class LocalTrainingClient:
         ``importance_sampling``, ``ppo`` (config clip_low_threshold 0.8 / clip_high_threshold
         1.2), ``cispo`` (0.0 / 4.0) and ``dro`` (beta 0.05), each on target_tokens, logprobs,
         advantages. Per datum the output has ``logprobs`` and ``elementwise_loss`` (as the
-        service's), and ``entropy``, the whole distribution's at each position (this backend
-        has it; the service does not answer it); metrics have ``loss:sum``.
+        service's), and ``entropy``: the whole distribution's at each position the loss
+        trains, NaN elsewhere (this backend has it; the service does not answer it); metrics
+        have ``loss:sum``.
         """
         if not data:
             raise ValueError("No data provided")
@@ -370,8 +371,9 @@ class LocalTrainingClient:
         e.g. nonzero advantage or weight) get gradient; the others are scored without it.
         Their loss coefficient is zero, so the gradient is unchanged, but the backward
         shrinks to the positions that matter (an RL prompt is most of a datum).
-        With `entropy` (a tensor of the positions' count), each position's entropy of the
-        whole distribution is written into it (not with a custom loss's autograd path).
+        With `entropy` (a tensor of the positions' count), the entropy of the whole
+        distribution is written into it at the positions the loss trains (`active`; its
+        cost is a third of the normalisation there); the others are left as they are.
         """
         device = self._base.device
         hidden, node = self._hidden_states(tokens)
@@ -383,11 +385,9 @@ class LocalTrainingClient:
         used, rows = np.unique(node, return_inverse=True)
         if not torch.is_grad_enabled() or loss_grad is None:
             picked = hidden.index_select(0, torch.from_numpy(used).to(device))
-            if not torch.is_grad_enabled():
-                return unembed.target_logprobs(head, picked, torch.from_numpy(rows).to(device),
-                                               target, entropy)
-            return unembed.differentiable_target_logprobs(
-                head, picked, torch.from_numpy(rows).to(device), target)
+            score = (unembed.target_logprobs if not torch.is_grad_enabled()
+                     else unembed.differentiable_target_logprobs)
+            return score(head, picked, torch.from_numpy(rows).to(device), target)
         flags = np.ones(len(node), dtype=bool) if active is None else \
             np.concatenate([np.asarray(a, dtype=bool) for a in active])
         trained = np.zeros(len(used), dtype=bool)
@@ -399,14 +399,10 @@ class LocalTrainingClient:
             remap = np.full(len(used), -1, dtype=np.int64)
             remap[scored] = np.arange(len(scored))
             at = np.flatnonzero(~graded)
-            where = torch.from_numpy(at).to(device)
-            part = None if entropy is None else torch.empty(len(at), device=device)
             with torch.no_grad():
-                out[where] = unembed.target_logprobs(
+                out[torch.from_numpy(at).to(device)] = unembed.target_logprobs(
                     head, hidden.index_select(0, torch.from_numpy(used[scored]).to(device)),
-                    torch.from_numpy(remap[rows[at]]).to(device), target[at], part)
-            if entropy is not None and part is not None:
-                entropy[where] = part
+                    torch.from_numpy(remap[rows[at]]).to(device), target[at])
         if graded.any():
             kept = np.flatnonzero(trained)
             remap = np.full(len(used), -1, dtype=np.int64)
@@ -454,14 +450,16 @@ class LocalTrainingClient:
                     if key != "target_tokens"
                 }
                 targets = [a["target_tokens"] for a in arrays]
-                entropy = torch.empty(sum(len(t) for t in tokens), device=device)
+                # NaN where not measured: positions the loss does not train, a forward
+                entropy = torch.full((sum(len(t) for t in tokens),), float("nan"),
+                                     device=device)
                 if backward:
                     logprobs = self._target_logprobs(
                         tokens, targets, functools.partial(_loss_grad, loss_fn, inputs, config),
                         active, entropy)
                 else:
                     with torch.no_grad():
-                        logprobs = self._target_logprobs(tokens, targets, entropy=entropy)
+                        logprobs = self._target_logprobs(tokens, targets)
                 with torch.no_grad():
                     elementwise = losses.elementwise_loss(loss_fn, logprobs, inputs, config)
                 total += float(elementwise.sum())

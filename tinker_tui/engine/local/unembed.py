@@ -158,12 +158,23 @@ def _normalise(logits: torch.Tensor, local: torch.Tensor, targets: torch.Tensor
     return picked - (top + total.log())[local, 0], probs, total
 
 
-def _entropy(probs: torch.Tensor, total: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
-    """The entropy of the distribution at each position (`local`: their rows), from
-    `_normalise`'s ``probs = exp(logits - max)`` and row sums: with p = probs / total,
-    ``H = log total - sum(probs * log probs) / total``. Read before `probs` is overwritten."""
+def _normalise_entropy(logits: torch.Tensor, local: torch.Tensor, targets: torch.Tensor,
+                       spare: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`_normalise`, and the entropy of each position's distribution: the softmax goes into
+    `spare` (a buffer of the logits' size) so the shifted logits stay, and ``H = log total -
+    sum(exp(z) z) / total`` (z the shifted logits) is one batched dot product per row. (An
+    in-place ``p log p`` pass doubled the chunk's time on a 151,936-row vocabulary; this
+    adds about a third of `_normalise`'s.) Returns (logprobs, probs, total, entropy)."""
+    picked = logits[local, targets]
+    top = logits.amax(dim=-1, keepdim=True)
+    shifted = logits.sub_(top)
+    probs = torch.exp(shifted, out=spare[:logits.shape[0]])
+    total = probs.sum(dim=-1, keepdim=True)
+    dot = torch.bmm(probs.unsqueeze(1), shifted.unsqueeze(2))[:, 0, 0]
     sums = total[:, 0]
-    return (sums.log() - torch.special.xlogy(probs, probs).sum(dim=-1) / sums)[local]
+    entropy = (sums.log() - dot / sums)[local]
+    return picked - (top + total.log())[local, 0], probs, total, entropy
 
 
 def _grouped(rows: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,10 +187,8 @@ def _grouped(rows: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor
 
 @torch.no_grad()
 def target_logprobs(head: Head, hidden: torch.Tensor, rows: torch.Tensor,
-                    targets: torch.Tensor, entropy: torch.Tensor | None = None) -> torch.Tensor:
-    """``log softmax(logits(hidden[rows[p]]))[targets[p]]`` for every position p (float32).
-    With `entropy` (a tensor of len(rows)), also the distribution's entropy at each
-    position, written into it."""
+                    targets: torch.Tensor) -> torch.Tensor:
+    """``log softmax(logits(hidden[rows[p]]))[targets[p]]`` for every position p (float32)."""
     head = head.folded(hidden.shape[0])
     out = torch.empty(len(rows), dtype=torch.float32, device=hidden.device)
     if not len(rows):
@@ -190,10 +199,7 @@ def target_logprobs(head: Head, hidden: torch.Tensor, rows: torch.Tensor,
         at = order[int(starts[lo]):int(starts[hi])]
         if len(at):
             logits = head.logits(hidden[lo:hi], buffer)
-            local = rows[at] - lo
-            out[at], probs, total = _normalise(logits, local, targets[at])
-            if entropy is not None:
-                entropy[at] = _entropy(probs, total, local)
+            out[at] = _normalise(logits, rows[at] - lo, targets[at])[0]
     return out
 
 
@@ -227,8 +233,9 @@ class _Backward:
     def __init__(self, head: Head, hidden: torch.Tensor,
                  entropy: torch.Tensor | None = None) -> None:
         self.hidden = hidden.detach()
-        #: Where `run` writes each position's entropy, when asked (see `target_logprobs`).
+        #: Where `run` writes each position's entropy, when asked (`_normalise_entropy`).
         self.entropy = entropy
+        self.spare: torch.Tensor | None = None
         device = hidden.device
         self.original = head.lora
         self.head = head.folded(hidden.shape[0], backward=True)
@@ -255,9 +262,13 @@ class _Backward:
             self.buffer = _buffer(head, self.hidden)
         logits = head.logits(self.hidden[lo:hi], self.buffer)
         factor = 1 - (logits / head.softcap) ** 2 if head.softcap is not None else None
-        lp, probs, total = _normalise(logits, local, targets)
         if self.entropy is not None and at is not None:
-            self.entropy[at] = _entropy(probs, total, local)
+            if self.spare is None:
+                self.spare = torch.empty_like(self.buffer)
+            lp, probs, total, entropy = _normalise_entropy(logits, local, targets, self.spare)
+            self.entropy[at] = entropy
+        else:
+            lp, probs, total = _normalise(logits, local, targets)
         with torch.enable_grad():  # the loss's own derivative may use autograd
             g = upstream(lp).detach().float()
         per_row = torch.zeros(hi - lo, dtype=torch.float32, device=logits.device)

@@ -17,8 +17,8 @@ follow tinker-cookbook's `rl/metrics.py`:
 * `optim/entropy_sampled`: minus the mean sampled logprob (cookbook's `optim/entropy`, an
   estimate of the sampler's entropy from its own draws; both backends).
 * `optim/entropy`: the trainer's mean entropy of the whole next-token distribution at the
-  trained positions, where the backend answers it (the local backend; the Tinker service
-  returns logprobs only, so this key is absent there).
+  trained positions, where the backend answers it (the local backend, at the tokens whose
+  advantage is not 0; the Tinker service returns logprobs only, so this key is absent there).
 
 Only sampled positions count (the mask): context tokens carry no sampled logprob.
 """
@@ -77,5 +77,7 @@ def mismatch_metrics(sampled: Sequence[Sequence[float]], trainer: Sequence[Seque
     if entropy is not None:
         values = np.concatenate([np.asarray(e, dtype=np.float64)[c]
                                  for e, c in zip(entropy, chosen, strict=True)])
-        metrics[keys.ENTROPY] = float(values.mean())
+        values = values[np.isfinite(values)]  # NaN: a token the backend did not measure
+        if len(values):
+            metrics[keys.ENTROPY] = float(values.mean())
     return metrics
