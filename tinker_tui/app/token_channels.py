@@ -154,4 +154,4 @@ def piece_texts(tokens: TrajectoryTokens, pieces: Mapping[int, str]
     ids = np.asarray(tokens.tokens).tolist()
     raw = [pieces.get(t) for t in ids]
     return ([shown_piece(p, t) for p, t in zip(raw, ids, strict=True)],
-            [bool(p) and "\n" in p for p in raw])
+            [p is not None and "\n" in p for p in raw])

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from tinker_tui.engine.metrics import metric_keys as keys
 
@@ -36,8 +37,8 @@ from tinker_tui.engine.metrics import metric_keys as keys
 DIFF_THRESHOLD = 0.1
 
 
-def sample_train_diffs(sampled: Sequence[Sequence[float]], trainer: Sequence[Sequence[float]],
-                       masks: Sequence[Sequence[float]]) -> list[np.ndarray]:
+def sample_train_diffs(sampled: Sequence[ArrayLike], trainer: Sequence[ArrayLike],
+                       masks: Sequence[ArrayLike]) -> list[np.ndarray]:
     """Per datum, sampled - trainer logprob at every position (0 where the mask is 0)."""
     out = []
     for s, t, m in zip(sampled, trainer, masks, strict=True):
@@ -49,9 +50,9 @@ def sample_train_diffs(sampled: Sequence[Sequence[float]], trainer: Sequence[Seq
     return out
 
 
-def mismatch_metrics(sampled: Sequence[Sequence[float]], trainer: Sequence[Sequence[float]],
-                     masks: Sequence[Sequence[float]],
-                     entropy: Sequence[Sequence[float]] | None = None,
+def mismatch_metrics(sampled: Sequence[ArrayLike], trainer: Sequence[ArrayLike],
+                     masks: Sequence[ArrayLike],
+                     entropy: Sequence[ArrayLike] | None = None,
                      threshold: float = DIFF_THRESHOLD) -> dict[str, float]:
     """The step's mismatch and entropy metrics (see the module docstring) over every sampled
     position of its datums; {} when there is none. `entropy` (per datum, per position):

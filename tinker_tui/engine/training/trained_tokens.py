@@ -11,40 +11,46 @@ event, so a stored run is shown without loading its tokenizer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tinker_tui.engine.events import TokensTrained, TrajectoryTokens
 
+if TYPE_CHECKING:
+    from tinker_tui.engine.backend.session import DatumBatch
 
-def trained_tokens(datums: Sequence[Any], trainer: Sequence[np.ndarray],
+
+def trained_tokens(datums: DatumBatch | Sequence[Any], trainer: Sequence[np.ndarray],
                    entropy: Sequence[np.ndarray] | None) -> tuple[TrajectoryTokens, ...]:
     """Per trajectory of the batch (`datums` a `DatumBatch` with its sources), its tokens;
     () when the batch does not say which trajectory each Datum trains, or the backend gave
     no trainer logprobs."""
-    sources = getattr(datums, "sources", None)
+    sources: list[tuple[int, int]] = getattr(datums, "sources", [])
+    masks: list[list[float]] = getattr(datums, "masks", [])
+    versions: list[list[int]] = getattr(datums, "versions", [])
     if not sources or len(sources) != len(datums) or len(trainer) != len(datums):
         return ()
     parts: dict[tuple[int, int], list[dict[str, np.ndarray]]] = {}
     for i, datum in enumerate(datums):
-        mask = np.asarray(datums.masks[i], dtype=np.uint8)
+        mask = np.asarray(masks[i], dtype=np.uint8)
         sampled_at = np.flatnonzero(mask)
         if not len(sampled_at):
             continue
         first = int(sampled_at[0])
         inputs = datum.loss_fn_inputs
-        arrays = {
+        arrays: dict[str, np.ndarray] = {
             "tokens": np.asarray(inputs["target_tokens"].to_numpy(), dtype=np.int32),
             "sampled": np.asarray(inputs["logprobs"].to_numpy(), dtype=np.float32),
             "trainer": np.asarray(trainer[i], dtype=np.float32),
             "advantage": np.asarray(inputs["advantages"].to_numpy(), dtype=np.float32),
             "mask": mask,
-            "version": np.asarray(datums.versions[i], dtype=np.int32),
+            "version": np.asarray(versions[i], dtype=np.int32),
         }
         if entropy is not None:
             arrays["entropy"] = np.asarray(entropy[i], dtype=np.float32)
-        parts.setdefault(tuple(sources[i]), []).append(
+        group_id, index = sources[i]
+        parts.setdefault((int(group_id), int(index)), []).append(
             {name: value[first:] for name, value in arrays.items()})
     out = []
     for (group_id, index), pieces in parts.items():
