@@ -164,3 +164,19 @@ def test_the_trainers_entropy_is_the_whole_distributions():
                                 lambda lp, at: torch.ones_like(lp), entropy)
     logp = torch.log_softmax(hidden @ head.weight.t(), dim=-1)
     assert torch.allclose(entropy, -(logp.exp() * logp).sum(-1), atol=1e-4)
+
+
+def test_a_batch_without_sampled_logprobs_has_no_mismatch():
+    """`train` also takes supervised (cross_entropy) Datums: nothing was sampled."""
+    import tinker
+
+    from tinker_tui.engine.backend.session import _trainer_outputs
+
+    datum = tinker.Datum(model_input=tinker.ModelInput.from_ints([1, 2]),
+                         loss_fn_inputs={"target_tokens": [2, 3], "weights": [1.0, 1.0]})
+    out = tinker.types.ForwardBackwardOutput(
+        loss_fn_output_type="TensorData", metrics={},
+        loss_fn_outputs=[{"logprobs": tinker.TensorData.from_numpy(
+            np.array([-1.0, -2.0], np.float32))}])
+    trainer, entropy, metrics = _trainer_outputs([datum], out)
+    assert metrics == {} and entropy is None and trainer[0].tolist() == [-1.0, -2.0]

@@ -861,6 +861,9 @@ def _trainer_outputs(datums: Sequence[tinker.Datum], fb: Any
     trainer = tuple(np.asarray(o["logprobs"].to_numpy(), dtype=np.float32) for o in outputs)
     entropy = (tuple(np.asarray(o["entropy"].to_numpy(), dtype=np.float32) for o in outputs)
                if all("entropy" in o for o in outputs) else None)
+    if not all("logprobs" in d.loss_fn_inputs and "advantages" in d.loss_fn_inputs
+               for d in datums):
+        return trainer, entropy, {}  # not an RL batch (cross_entropy): nothing was sampled
     sampled = [np.asarray(d.loss_fn_inputs["logprobs"].to_numpy()) for d in datums]
     masks = (datums.masks if isinstance(datums, DatumBatch) and datums.masks
              else [np.asarray(d.loss_fn_inputs["advantages"].to_numpy()) != 0 for d in datums])
