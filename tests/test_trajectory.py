@@ -108,7 +108,7 @@ def test_a_prompt_that_does_not_extend_the_sampled_tokens_is_counted_and_trained
     a, b = arrays.examples
     assert a == {"model_input": [1, 2, 3], "target_tokens": [2, 3, 4],
                  "logprobs": [0.0, -0.3, -0.4], "advantages": [0.0, -1.0, -1.0],
-                 "mask": [0.0, 1.0, 1.0]}
+                 "mask": [0.0, 1.0, 1.0], "versions": [-1, 0, 0]}
     assert b["model_input"] == [1, 2, 3, 9, 5, 7, 8, 6]
     assert b["target_tokens"] == [2, 3, 9, 5, 7, 8, 6, 2]
     assert b["advantages"] == [0.0] * 4 + [-1.0, -1.0, 0.0, -1.0]

@@ -82,6 +82,9 @@ def sample_response(response: types.SampleResponse) -> bytes:
 
 
 _DTYPES = {"float32": (pb.DTYPE_FLOAT32, np.float32), "int64": (pb.DTYPE_INT64, np.int64)}
+#: The per-datum outputs the service answers: the local backend adds its own `entropy`,
+#: which the service has no way to give (it never returns the distribution).
+SERVICE_OUTPUTS = ("logprobs", "elementwise_loss")
 
 
 def forward_backward_output(output: types.ForwardBackwardOutput) -> bytes:
@@ -91,7 +94,7 @@ def forward_backward_output(output: types.ForwardBackwardOutput) -> bytes:
     outputs = output.loss_fn_outputs
     if outputs:
         record = msg.loss_fn_outputs.add(num_datums=len(outputs))
-        for name in outputs[0]:
+        for name in [n for n in outputs[0] if n in SERVICE_OUTPUTS]:
             dtype, np_dtype = _DTYPES[outputs[0][name].dtype]
             arrays = [np.asarray(o[name].to_numpy(), dtype=np_dtype) for o in outputs]
             trailing = list(arrays[0].shape[1:])

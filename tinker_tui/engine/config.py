@@ -247,6 +247,9 @@ class RunConfig:
         "backend", low=0)
     keep_every_checkpoints: int = setting(
         0, "also keep those whose step is a multiple of N; 0 = none", "backend", low=0)
+    keep_token_steps: int = setting(
+        100, "latest steps whose trained tokens the store keeps (the token view); 0 = all",
+        "pipeline", low=0)
     sampler_clients_to_keep: int = setting(
         4, 'recent policy versions servable as model "NAME@STEP"', "backend", low=1)
     backend_timeout: float = setting(600.0, "seconds one backend call may take", "backend",

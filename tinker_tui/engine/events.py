@@ -162,6 +162,39 @@ class StepTrained(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class TrajectoryTokens:
+    """One trained trajectory token by token, from its first sampled token on (the prompt
+    before it left out; the context between turns kept, with mask 0). Arrays of one length:
+    `tokens` (ids), `sampled` and `trainer` logprobs (the trainer's before the step),
+    `advantage`, `mask` (1: sampled and trained), `version` (the policy that sampled the
+    token, -1 for context) and `entropy` (the trainer's; empty where the backend has none).
+    Numpy arrays: a step holds thousands of tokens, kept as bytes by the store."""
+
+    group_id: int
+    index: int
+    tokens: Any
+    sampled: Any
+    trainer: Any
+    advantage: Any
+    mask: Any
+    version: Any
+    entropy: Any = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TokensTrained(Event):
+    """The tokens a step trained (`TrajectoryTokens` per trajectory), after its
+    `StepTrained`. `pieces`: the text of token ids this run had not recorded before (the
+    tokenizer's own pieces), so a stored run shows its tokens without its tokenizer.
+    `keep_steps`: the store keeps the tokens of this many latest steps (0: all)."""
+
+    step: int
+    trajectories: tuple[TrajectoryTokens, ...] = ()
+    pieces: Mapping[int, str] = field(default_factory=dict)
+    keep_steps: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CheckpointStarted(Event):
     """A checkpoint is being written; it counts only once `CheckpointSaved` follows."""
 

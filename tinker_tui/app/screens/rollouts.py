@@ -1,5 +1,6 @@
 """The rollouts view: step → group → trajectory on the left, the selection in full on the
-right; `/` filters. The same view draws a live run and a stored one.
+right; `/` filters; `enter` on a trajectory opens its tokens (`screens.tokens`), read from
+the store. The same view draws a live run and a stored one.
 
 The filter stays visible with its text while it applies; `/` goes back to it to edit it
 (nothing is cleared by pressing it again), `enter` returns to the list, `escape` clears
@@ -88,6 +89,49 @@ class RolloutsScreen(RunView):
             if not event.value.strip():
                 event.input.remove_class("-visible")
             self.query_one(RolloutsTree).focus()
+
+    def on_tree_node_selected(self, event: Tree.NodeSelected[RolloutRef]) -> None:
+        ref = event.node.data
+        if ref is not None and ref.kind == "trajectory" and ref.group_id is not None \
+                and ref.index is not None:
+            self.run_worker(self.open_tokens(ref.group_id, ref.index), group="tokens",
+                            exclusive=True, exit_on_error=False)
+
+    async def open_tokens(self, group_id: int, index: int) -> None:
+        """The trajectory's tokens from the store, in the token view; a note when the
+        store has none (not trained, or older than `keep_token_steps`)."""
+        from tinker_tui.engine.store import StoreError, StoreReader
+
+        path, run_id = self.host.store_path, self._model.run_id if self._model else ""
+        found = None
+        if path is not None and run_id:
+            try:
+                reader = await StoreReader.open_readonly(path)
+            except StoreError as exc:
+                self.notify(str(exc), severity="warning")
+                return
+            try:
+                found = await reader.trained_tokens(run_id, group_id, index)
+            finally:
+                await reader.close()
+        if found is None:
+            self.notify(f"no tokens kept for group {group_id} #{index + 1}: only trained "
+                        "trajectories of the latest keep_token_steps steps have them",
+                        severity="warning")
+            return
+        from tinker_tui.app.screens.tokens import TokensScreen
+
+        step, tokens, pieces = found
+        self.app.push_screen(TokensScreen(self.token_title(group_id, index), step, tokens,
+                                          pieces))
+
+    def token_title(self, group_id: int, index: int) -> str:
+        group = self._model.groups.get(group_id) if self._model is not None else None
+        title = f"Group {group_id} · trajectory {index + 1}"
+        if group is not None and index < len(group.trajectories):
+            title += (f" · {group.scenario_id} · reward "
+                      f"{group.trajectories[index].reward:.3g}")
+        return title
 
     def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[RolloutRef]) -> None:
         if self._model is not None:

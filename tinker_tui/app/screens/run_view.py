@@ -46,6 +46,11 @@ class DashboardHost(Protocol):
         """Where a local run keeps its checkpoints on disk; None when not known here."""
         ...
 
+    @property
+    def store_path(self) -> Path | None:
+        """The run store the view reads (None: the run has none)."""
+        ...
+
     def edit_knob(self, name: str) -> None: ...
 
     def release_keys(self) -> None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+import numpy as np
 import tinker
 
 from tinker_tui.engine.backend import tinker_private
@@ -60,6 +61,7 @@ from tinker_tui.engine.backend.retry import RetryPolicy, Wait, WaitContext, call
 from tinker_tui.engine.backend.sdk_watch import Notice, SdkWatch
 from tinker_tui.engine.errors import DiskFull, TinkerTuiError
 from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.metrics import mismatch
 from tinker_tui.engine.metrics.cost import TokenUsage
 from tinker_tui.engine.rendering.folder_renderer import declared_end_tokens
 from tinker_tui.engine.rollouts.trajectory import TrajectoryGroup, trajectory_to_datum_arrays
@@ -137,6 +139,10 @@ class TrainResult:
     metrics: dict[str, float]
     num_datums: int
     num_tokens: int
+    #: Per Datum, the trainer's logprob of every target (before the step), as
+    #: `forward_backward` answered it; and its entropy there where the backend gave one.
+    trainer_logprobs: tuple[np.ndarray, ...] = ()
+    entropy: tuple[np.ndarray, ...] | None = None
 
 
 class DatumBatch(list):  # type: ignore[type-arg]
@@ -145,13 +151,21 @@ class DatumBatch(list):  # type: ignore[type-arg]
 
     metrics: dict[str, float]
     masks: list[list[float]]
+    #: Per Datum: (group id, index in the group) of the trajectory it trains, and per
+    #: target the policy version that sampled it (-1 for context); empty when not known.
+    sources: list[tuple[int, int]]
+    versions: list[list[int]]
 
     def __init__(self, datums: Sequence[tinker.Datum] = (),
                  metrics: Mapping[str, float] | None = None,
-                 masks: Sequence[Sequence[float]] | None = None) -> None:
+                 masks: Sequence[Sequence[float]] | None = None,
+                 sources: Sequence[tuple[int, int]] = (),
+                 versions: Sequence[Sequence[int]] = ()) -> None:
         super().__init__(datums)
         self.metrics = dict(metrics or {})
         self.masks = [list(m) for m in masks] if masks is not None else []
+        self.sources = list(sources)
+        self.versions = [list(v) for v in versions]
 
 
 def kl_penalized_advantages(advantages: Sequence[Sequence[float]],
@@ -589,9 +603,12 @@ class BackendSession:
         """
         datums: list[tinker.Datum] = []
         masks: list[list[float]] = []
+        sources: list[tuple[int, int]] = []
+        versions: list[list[int]] = []
         turns = mismatches = 0
         for group in groups:
-            for trajectory, advantage in zip(group.trajectories, group.advantages(), strict=True):
+            for index, (trajectory, advantage) in enumerate(
+                    zip(group.trajectories, group.advantages(), strict=True)):
                 arrays = trajectory_to_datum_arrays(trajectory.turns, advantage)
                 turns += arrays.turns
                 mismatches += arrays.prefix_mismatches
@@ -601,8 +618,11 @@ class BackendSession:
                                          list(example["logprobs"]),
                                          list(example["advantages"])))
                     masks.append(list(example["mask"]))
+                    sources.append((group.group_id, index))
+                    versions.append(list(example["versions"]))
         return DatumBatch(datums, {keys.TRAIN_TURNS: float(turns),
-                                   keys.TRAIN_PREFIX_MISMATCH: float(mismatches)}, masks)
+                                   keys.TRAIN_PREFIX_MISMATCH: float(mismatches)}, masks,
+                          sources, versions)
 
     async def apply_kl_penalty(self, datums: DatumBatch) -> tuple[DatumBatch, dict[str, float]]:
         """The batch with the KL penalty against the base model added to its advantages
@@ -635,7 +655,7 @@ class BackendSession:
             kl_penalized_advantages, advantages, sampled, base, masks, self.kl_penalty_coef)
         batch = DatumBatch([_datum(i, t, s, a) for i, t, s, a in
                             zip(inputs, targets, sampled, new_advantages, strict=True)],
-                           datums.metrics, masks)
+                           datums.metrics, masks, datums.sources, datums.versions)
         return batch, {keys.KL_POLICY_BASE: mean_kl,
                        keys.KL_REFERENCE_TIME: time.perf_counter() - started}
 
@@ -682,7 +702,9 @@ class BackendSession:
         if isinstance(datums, DatumBatch):  # how they were built
             metrics.update(datums.metrics)
         metrics.update(kl_metrics)
-        return TrainResult(self.version, metrics, len(datums), num_tokens)
+        trainer, entropy, mismatch = await asyncio.to_thread(_trainer_outputs, datums, fb)
+        metrics.update(mismatch)
+        return TrainResult(self.version, metrics, len(datums), num_tokens, trainer, entropy)
 
     def supervised_datums(
         self, conversations: Sequence[Sequence[Mapping[str, Any]]]
@@ -825,6 +847,27 @@ class BackendSession:
             self.on_event(CheckpointDeleted(time=self._now(), step=record.step,
                                             kind=record.kind,
                                             name=record.name, path=record.path))
+
+
+def _trainer_outputs(datums: Sequence[tinker.Datum], fb: Any
+                     ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...] | None,
+                                dict[str, float]]:
+    """The trainer's per-target logprobs (and entropy, where the backend answered it) from a
+    `forward_backward` result, and the step's mismatch metrics against the sampled logprobs
+    (`engine.metrics.mismatch`); nothing when the result has no per-datum logprobs."""
+    outputs = list(getattr(fb, "loss_fn_outputs", None) or ())
+    if len(outputs) != len(datums) or not all("logprobs" in o for o in outputs):
+        return (), None, {}
+    trainer = tuple(np.asarray(o["logprobs"].to_numpy(), dtype=np.float32) for o in outputs)
+    entropy = (tuple(np.asarray(o["entropy"].to_numpy(), dtype=np.float32) for o in outputs)
+               if all("entropy" in o for o in outputs) else None)
+    if not all("logprobs" in d.loss_fn_inputs and "advantages" in d.loss_fn_inputs
+               for d in datums):
+        return trainer, entropy, {}  # not an RL batch (cross_entropy): nothing was sampled
+    sampled = [np.asarray(d.loss_fn_inputs["logprobs"].to_numpy()) for d in datums]
+    masks = (datums.masks if isinstance(datums, DatumBatch) and datums.masks
+             else [np.asarray(d.loss_fn_inputs["advantages"].to_numpy()) != 0 for d in datums])
+    return trainer, entropy, mismatch.mismatch_metrics(sampled, trainer, masks, entropy)
 
 
 def _sdk_session_id(service_client: ServiceClient, training_client: TrainingClient) -> str:

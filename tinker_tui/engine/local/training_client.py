@@ -207,7 +207,9 @@ class LocalTrainingClient:
         Losses (Tinker's, as sums over tokens): ``cross_entropy`` (target_tokens, weights);
         ``importance_sampling``, ``ppo`` (config clip_low_threshold 0.8 / clip_high_threshold
         1.2), ``cispo`` (0.0 / 4.0) and ``dro`` (beta 0.05), each on target_tokens, logprobs,
-        advantages. Per datum the output has ``logprobs`` and ``elementwise_loss``; metrics
+        advantages. Per datum the output has ``logprobs`` and ``elementwise_loss`` (as the
+        service's), and ``entropy``: the whole distribution's at each position the loss
+        trains, NaN elsewhere (this backend has it; the service does not answer it); metrics
         have ``loss:sum``.
         """
         if not data:
@@ -355,6 +357,7 @@ class LocalTrainingClient:
         targets: Sequence[np.ndarray],
         loss_grad: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         active: Sequence[np.ndarray] | None = None,
+        entropy: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logprobs of the targets at every datum position, datums concatenated (float32, on
         the model's device). Call with the adapter active. The projection to the vocabulary
@@ -368,6 +371,9 @@ class LocalTrainingClient:
         e.g. nonzero advantage or weight) get gradient; the others are scored without it.
         Their loss coefficient is zero, so the gradient is unchanged, but the backward
         shrinks to the positions that matter (an RL prompt is most of a datum).
+        With `entropy` (a tensor of the positions' count), the entropy of the whole
+        distribution is written into it at the positions the loss trains (`active`; its
+        cost is a third of the normalisation there); the others are left as they are.
         """
         device = self._base.device
         hidden, node = self._hidden_states(tokens)
@@ -404,10 +410,13 @@ class LocalTrainingClient:
             trained_at = np.flatnonzero(graded)
             positions = torch.from_numpy(trained_at).to(device)
             picked = hidden.index_select(0, torch.from_numpy(used[kept]).to(device))
+            part = None if entropy is None else torch.empty(len(trained_at), device=device)
             logprobs, grad = unembed.fused_loss_backward(
                 head, picked, torch.from_numpy(remap[rows[trained_at]]).to(device),
-                target[positions], lambda lp, where: loss_grad(lp, positions[where]))
+                target[positions], lambda lp, where: loss_grad(lp, positions[where]), part)
             out[positions] = logprobs
+            if entropy is not None and part is not None:
+                entropy[positions] = part
             if picked.requires_grad:  # through the backbone (unless only the head trains)
                 torch.autograd.backward(picked, grad)
         return out
@@ -441,10 +450,13 @@ class LocalTrainingClient:
                     if key != "target_tokens"
                 }
                 targets = [a["target_tokens"] for a in arrays]
+                # NaN where not measured: positions the loss does not train, a forward
+                entropy = torch.full((sum(len(t) for t in tokens),), float("nan"),
+                                     device=device)
                 if backward:
                     logprobs = self._target_logprobs(
                         tokens, targets, functools.partial(_loss_grad, loss_fn, inputs, config),
-                        active)
+                        active, entropy)
                 else:
                     with torch.no_grad():
                         logprobs = self._target_logprobs(tokens, targets)
@@ -454,10 +466,14 @@ class LocalTrainingClient:
                 bounds = np.cumsum([len(t) for t in tokens])[:-1]
                 lp = np.split(logprobs.detach().float().cpu().numpy(), bounds)
                 el = np.split(elementwise.detach().float().cpu().numpy(), bounds)
+                en = np.split(entropy.float().cpu().numpy(), bounds)
                 for row, i in enumerate(idx):
+                    # `entropy` is this backend's own: it has the whole distribution (the
+                    # service answers logprobs only).
                     outputs[i] = {
                         "logprobs": tinker.TensorData.from_numpy(lp[row]),
                         "elementwise_loss": tinker.TensorData.from_numpy(el[row]),
+                        "entropy": tinker.TensorData.from_numpy(en[row]),
                     }
         return types.ForwardBackwardOutput(
             loss_fn_output_type="TensorData",

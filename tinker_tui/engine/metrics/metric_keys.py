@@ -96,6 +96,17 @@ def reward_component(name: str, stat: str = "") -> str:
     return f"{key}/{stat}" if stat else key
 
 
+# Sampler/trainer mismatch on the step's sampled tokens, and entropy
+# (`engine.metrics.mismatch`, which says what each one means; tinker-cookbook's names).
+KL_SAMPLE_TRAIN_V1 = "optim/kl_sample_train_v1"
+KL_SAMPLE_TRAIN_V2 = "optim/kl_sample_train_v2"
+SAMPLE_TRAIN_DIFF_MAX = "optim/sample_train_diff_max"
+SAMPLE_TRAIN_DIFF_FRAC = "optim/sample_train_diff_frac"
+#: The trainer's entropy of the whole distribution (only where the backend gives it).
+ENTROPY = "optim/entropy"
+#: Minus the mean sampled logprob (both backends).
+ENTROPY_SAMPLED = "optim/entropy_sampled"
+
 # Evaluations (`EvalCompleted.metrics`).
 EVAL_REWARD_MEAN = "eval/reward_mean"
 EVAL_NUM_SCENARIOS = "eval/num_scenarios"

@@ -202,7 +202,8 @@ class TrajectoryGroup:
 class SequenceArrays:
     """The training examples of one trajectory, and how its turns were joined."""
 
-    #: One dict of per-token arrays (model_input, target_tokens, logprobs, advantages, mask)
+    #: One dict of per-token arrays (model_input, target_tokens, logprobs, advantages, mask,
+    #: versions)
     #: per training example (Tinker's convention: model_input is the sequence minus its last
     #: token, every per-token array has its length, context positions get advantage 0 and
     #: logprob 0, so only sampled tokens are trained).
@@ -233,6 +234,7 @@ def trajectory_to_datum_arrays(turns: Sequence[SampledTurn],
     full: list[int] = []
     logprobs: list[float] = []   # logprobs[i]: sampled logprob of full[i] (0 for context)
     trained: list[bool] = []     # trained[i]: full[i] was sampled
+    versions: list[int] = []     # versions[i]: the policy that sampled full[i] (-1: context)
     for turn in turns:
         if not turn.tokens:
             continue
@@ -242,20 +244,22 @@ def trajectory_to_datum_arrays(turns: Sequence[SampledTurn],
             list(prompt[:len(full)]) == full
         if full and not extends:
             mismatches += 1
-            examples.extend(_example(full, logprobs, trained, advantage))
-            full, logprobs, trained = [], [], []
+            examples.extend(_example(full, logprobs, trained, versions, advantage))
+            full, logprobs, trained, versions = [], [], [], []
         context = prompt[len(full):]
         full.extend(context)
         logprobs.extend([0.0] * len(context))
         trained.extend([False] * len(context))
+        versions.extend([-1] * len(context))
         full.extend(turn.tokens)
         logprobs.extend(turn.logprobs)
         trained.extend([True] * len(turn.tokens))
-    examples.extend(_example(full, logprobs, trained, advantage))
+        versions.extend([turn.policy_version] * len(turn.tokens))
+    examples.extend(_example(full, logprobs, trained, versions, advantage))
     return SequenceArrays(examples=examples, turns=used, prefix_mismatches=mismatches)
 
 
-def _example(full: list[int], logprobs: list[float], trained: list[bool],
+def _example(full: list[int], logprobs: list[float], trained: list[bool], versions: list[int],
              advantage: float) -> list[dict[str, Sequence[Any]]]:
     if len(full) < 2:
         return []  # nothing to predict from: a completion needs at least one token before it
@@ -267,4 +271,6 @@ def _example(full: list[int], logprobs: list[float], trained: list[bool],
         # 1.0 where the target was sampled (trained), 0.0 for context: not sent to the
         # backend (a loss takes no extra keys), used for the KL penalty.
         "mask": [1.0 if t else 0.0 for t in trained[1:]],
+        # The policy version that sampled each target (-1 for context): for the token view.
+        "versions": versions[1:],
     }]

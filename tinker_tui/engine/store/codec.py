@@ -43,8 +43,10 @@ from tinker_tui.engine.events import (
     StartupProgressed,
     StepTrained,
     ThroughputMeasured,
+    TokensTrained,
     TrackerReported,
     TrajectorySummary,
+    TrajectoryTokens,
 )
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.store.json_private import c_encoder
@@ -711,13 +713,74 @@ def _decode_startup(row: StoredRow) -> StartupProgressed:
                              detail=row["detail"] or "")
 
 
+# ---------------------------------------------------------------------- TokensTrained
+# A row of `trained_tokens` per trajectory the step trained (each array a zlib-compressed
+# run of fixed-width numbers: `TOKEN_ARRAYS`), a row of `token_pieces` per token id first
+# seen, and the rows of steps older than the run's `keep_token_steps` deleted.
+
+_SQL_TOKENS = """
+INSERT INTO trained_tokens (run_id, step, group_id, idx, length, tokens, sampled, trainer,
+                            advantage, mask, version, entropy, time)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id, group_id, idx) DO UPDATE SET
+    step = excluded.step, length = excluded.length, tokens = excluded.tokens,
+    sampled = excluded.sampled, trainer = excluded.trainer, advantage = excluded.advantage,
+    mask = excluded.mask, version = excluded.version, entropy = excluded.entropy,
+    time = excluded.time
+"""
+_SQL_TOKENS_FORGET = "DELETE FROM trained_tokens WHERE run_id = ? AND step <= ?"
+_SQL_PIECE = "INSERT OR IGNORE INTO token_pieces (run_id, token, piece) VALUES (?, ?, ?)"
+#: The arrays of a `TrajectoryTokens` and how each is kept (numpy dtype, little-endian).
+TOKEN_ARRAYS = (("tokens", "<i4"), ("sampled", "<f4"), ("trainer", "<f4"),
+                ("advantage", "<f4"), ("mask", "u1"), ("version", "<i4"), ("entropy", "<f4"))
+
+
+def _pack(values: Any, dtype: str) -> bytes:
+    import zlib
+
+    import numpy as np
+
+    return zlib.compress(np.ascontiguousarray(values, dtype=dtype).tobytes(), 1)
+
+
+def _unpack(blob: bytes | None, dtype: str) -> Any:
+    import zlib
+
+    import numpy as np
+
+    if blob is None:
+        return None
+    return np.frombuffer(zlib.decompress(blob), dtype=dtype)
+
+
+def _encode_tokens(rows: Rows, run_id: str, e: TokensTrained) -> None:
+    t, step = _float_or_none(e.time), int(e.step)
+    trained = []
+    for traj in e.trajectories:
+        packed = [None if getattr(traj, name) is None or not len(getattr(traj, name))
+                  else _pack(getattr(traj, name), dtype) for name, dtype in TOKEN_ARRAYS]
+        trained.append((run_id, step, int(traj.group_id), int(traj.index), len(traj.tokens),
+                        *packed, t))
+    pieces = [(run_id, int(token), _str(piece)) for token, piece in dict(e.pieces).items()]
+    if e.keep_steps > 0 and step - e.keep_steps > 0:
+        rows.by_statement[_SQL_TOKENS_FORGET].append((run_id, step - e.keep_steps))
+    rows.by_statement[_SQL_TOKENS].extend(trained)
+    rows.by_statement[_SQL_PIECE].extend(pieces)
+
+
+def decode_tokens(row: StoredRow) -> TrajectoryTokens:
+    """A row of `trained_tokens` as the trajectory's tokens (numpy arrays, read-only)."""
+    arrays = {name: _unpack(row[name], dtype) for name, dtype in TOKEN_ARRAYS}
+    return TrajectoryTokens(group_id=group_of(row), index=int(row["idx"]), **arrays)
+
+
 # ---------------------------------------------------------------------- encoding a batch
 
 #: Statements a batch runs with one executemany each, in this order. Rows of different
 #: tables are independent; a checkpoint's unconfirmed row goes before it is replaced, and
 #: the group life cycle comes last, in its own order (a group's events arrive in that order).
 STATEMENT_ORDER = (
-    _SQL_STEP, _SQL_CHECKPOINT_STARTED, _SQL_CHECKPOINT_UNCONFIRMED, _SQL_CHECKPOINT,
+    _SQL_STEP, _SQL_TOKENS_FORGET, _SQL_TOKENS, _SQL_PIECE, _SQL_CHECKPOINT_STARTED, _SQL_CHECKPOINT_UNCONFIRMED, _SQL_CHECKPOINT,
     _SQL_CHECKPOINT_DELETED, _SQL_BACKEND_SESSION,
     _SQL_DISCARDED, _SQL_LOG, _SQL_SESSION, _SQL_RESUME, _SQL_STATE, _SQL_SAMPLED_GROUP, _SQL_TRAJECTORY, _SQL_EVAL,
     _SQL_COMMAND, _SQL_THROUGHPUT, _SQL_STARTUP,
@@ -730,6 +793,7 @@ _ENCODERS: dict[type, _Encoder] = {
     RunStarted: _encode_run_started,
     RunFinished: _encode_run_finished,
     StepTrained: _encode_step,
+    TokensTrained: _encode_tokens,
     GroupStarted: _encode_group_started,
     GroupSampled: _encode_group_sampled,
     GroupDiscarded: _encode_group_discarded,

@@ -24,6 +24,7 @@ from tinker_tui.engine.events import (
     Event,
     RunResumed,
     RunStarted,
+    TrajectoryTokens,
 )
 from tinker_tui.engine.store.codec import (
     READABLE_TABLES,
@@ -39,6 +40,7 @@ from tinker_tui.engine.store.codec import (
     decode_resume_state,
     decode_row,
     decode_run,
+    decode_tokens,
     group_of,
 )
 from tinker_tui.engine.store.log_lines import (
@@ -560,3 +562,26 @@ class StoreReader:
             "SELECT * FROM (SELECT * FROM group_lifecycle WHERE run_id = ? "
             "ORDER BY group_id DESC LIMIT ?) ORDER BY group_id", (run_id, int(last)))
         return [decode_group_span(r) for r in rows]
+
+    async def trained_tokens(self, run_id: str, group_id: int, index: int
+                             ) -> tuple[int, TrajectoryTokens, dict[int, str]] | None:
+        """The tokens one trajectory was trained on: (the step, its arrays, the pieces of
+        its token ids); None when the store has none (not trained, older than the run's
+        `keep_token_steps`, or a store from before the token view)."""
+        if self.schema_version < 11:
+            return None
+        rows = await self._fetchall(
+            "SELECT * FROM trained_tokens WHERE run_id = ? AND group_id = ? AND idx = ?",
+            (run_id, int(group_id), int(index)))
+        if not rows:
+            return None
+        tokens = decode_tokens(rows[0])
+        ids = sorted(set(tokens.tokens.tolist()))
+        pieces: dict[int, str] = {}
+        for lo in range(0, len(ids), 500):  # SQLite's limit on parameters
+            chunk = ids[lo:lo + 500]
+            found = await self._fetchall(
+                f"SELECT token, piece FROM token_pieces WHERE run_id = ? AND token IN "
+                f"({', '.join('?' * len(chunk))})", (run_id, *chunk))
+            pieces.update({int(r["token"]): r["piece"] for r in found})
+        return int(rows[0]["step"]), tokens, pieces

@@ -315,8 +315,37 @@ CREATE INDEX resumes_run ON resumes (run_id, id);
 
 # placeholder: filled by the outcomes branch
 SCHEMA_V10 = ""
-# placeholder: filled by the tokens branch
-SCHEMA_V11 = ""
+# Version 11 keeps what each trained step trained, token by token (TokensTrained), for the
+# token view: per trajectory its token ids, sampled and trainer logprobs, advantages, loss
+# mask, sampling policy versions and the trainer's entropy, each a zlib-compressed array of
+# fixed-width numbers (not JSON floats: a step holds thousands of tokens); and per run the
+# tokenizer's piece of every token id it trained, so a stored run shows its tokens without
+# its tokenizer. Only the latest `keep_token_steps` steps keep their tokens.
+SCHEMA_V11 = """
+CREATE TABLE trained_tokens (
+    run_id          TEXT NOT NULL,
+    step            INTEGER NOT NULL,
+    group_id        INTEGER NOT NULL,
+    idx             INTEGER NOT NULL,
+    length          INTEGER NOT NULL,
+    tokens          BLOB NOT NULL,
+    sampled         BLOB NOT NULL,
+    trainer         BLOB NOT NULL,
+    advantage       BLOB NOT NULL,
+    mask            BLOB NOT NULL,
+    version         BLOB NOT NULL,
+    entropy         BLOB,
+    time            REAL,
+    PRIMARY KEY (run_id, group_id, idx)
+);
+CREATE INDEX trained_tokens_step ON trained_tokens (run_id, step);
+CREATE TABLE token_pieces (
+    run_id          TEXT NOT NULL,
+    token           INTEGER NOT NULL,
+    piece           TEXT NOT NULL,
+    PRIMARY KEY (run_id, token)
+);
+"""
 
 # Version 12 keeps a step's distributions, not only its means: each trajectory's advantage
 # and whether the length limit cut it off (finish reason `length`), and each step's reward

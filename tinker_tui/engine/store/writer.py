@@ -455,6 +455,8 @@ class RunStore(StoreReader):
                 steps_removed = cur.rowcount
                 await conn.execute("DELETE FROM evals WHERE run_id = ? AND step > ?",
                                    (run_id, int(step)))
+                await conn.execute("DELETE FROM trained_tokens WHERE run_id = ? AND step > ?",
+                                   (run_id, int(step)))
                 await conn.execute("DELETE FROM checkpoints WHERE run_id = ? AND "
                                    "(step > ? OR confirmed = 0)", (run_id, int(step)))
                 await conn.execute(_SQL_RECOUNT, (run_id,))

@@ -49,6 +49,7 @@ from tinker_tui.engine.events import (
     StepTrained,
     ThroughputMeasured,
     TrajectorySummary,
+    TrajectoryTokens,
 )
 from tinker_tui.engine.metrics import collapse_memory
 from tinker_tui.engine.metrics import metric_keys as keys
@@ -70,6 +71,7 @@ from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.training.advantages import group_advantages
 from tinker_tui.engine.training.checkpointer import Checkpointer
 from tinker_tui.engine.training.evaluator import Evaluator
+from tinker_tui.engine.training.trained_tokens import PieceBook, tokens_event, trained_tokens
 from tinker_tui.engine.training.resume import (
     RAN_OUT,
     ResumeState,
@@ -176,6 +178,7 @@ class Pipeline:
         #: The run's health (engine.metrics.health): what pauses it, what tells a collapse.
         self.health = HealthWindow.from_settings(config.as_dict())
         self._last_failure = ""  # why the last failed group failed, for a health pause
+        self._pieces: PieceBook | None = None  # token pieces given to the store so far
         self._started_at = 0.0
         self._last_step_end: float | None = None
         self._skipping = False  # the last step had no gradient (all groups zero-variance)
@@ -729,6 +732,7 @@ class Pipeline:
                 return
             version_before = self.policy.version
             metrics: dict[str, float] = {}
+            tokens: tuple[TrajectoryTokens, ...] = ()
             faults.hit("train", self.step + 1)
             if datums:
                 self._training_since = train_started
@@ -739,6 +743,8 @@ class Pipeline:
                 finally:
                     self._training_since = None
                 metrics.update(result.metrics)
+                tokens = await asyncio.to_thread(trained_tokens, datums,
+                                                 result.trainer_logprobs, result.entropy)
                 metrics[keys.TRAIN_NUM_DATUMS] = result.num_datums
                 metrics[keys.TRAIN_TOKENS] = result.num_tokens
             else:
@@ -764,6 +770,12 @@ class Pipeline:
                                    metrics=metrics,
                                    group_ids=tuple(g.group_id for g in batch),
                                    histograms=histograms))
+            if tokens:
+                if self._pieces is None:
+                    self._pieces = PieceBook(getattr(self.policy, "tokenizer", None))
+                self._emit(await asyncio.to_thread(
+                    tokens_event, now, self.step, tokens, self._pieces,
+                    self.config.keep_token_steps))
             over_budget = self.cost.budget_passed_by_next_step()
             if over_budget and self.step < self.config.max_steps:
                 self.stop(f"{BUDGET_STOP}{over_budget}", source=SOURCE_ENGINE)
