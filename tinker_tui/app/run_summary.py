@@ -75,7 +75,8 @@ class RunSummary:
     engine_log: Path | None = None
     #: Where the run collapsed, with its best checkpoint (`engine.metrics.health`), if it has.
     collapse: str = ""
-    #: Rollbacks the run made (each to a checkpoint at or before its best step).
+    #: Rollbacks the run made (each to the checkpoint of the weights that sampled its best
+    #: step).
     rollbacks: tuple[str, ...] = field(default_factory=tuple)
     #: Rollbacks `on_collapse = rollback` asked for, and the most it may (`max_rollbacks`).
     automatic_rollbacks: int = 0
