@@ -274,8 +274,8 @@ class Pipeline:
         """Go back to the checkpoint holding the weights that sampled the best step (not the
         best step's own: it holds that step's update, `HealthWindow.rollback_point`), with the
         learning rate scaled by `lr_scale` (default `rollback_lr_scale`): after the current
-        step, or at once while no step is in progress. A paused run resumes from there. `automatic`:
-        asked for by `on_collapse = rollback` (the commands' source: `max_rollbacks` counts
+        step, or at once while no step is in progress. A paused run resumes from there.
+        `automatic`: asked for by `on_collapse = rollback` (the commands' source: `max_rollbacks` counts
         those)."""
         scale = self.config.rollback_lr_scale if lr_scale is None else float(lr_scale)
         if not 0 < scale <= 1:
@@ -835,7 +835,6 @@ class Pipeline:
             self.log("warning", "the rollback point is gone; not rolled back")
             return
         name, path, state = self.checkpointer.table[target[0]]
-        best = self.health.best_step  # kept, and recorded: it may be one of the undone steps
         workers = list(self._workers.values())
         evaluation = self.evaluator.running()
         if evaluation is not None:
@@ -854,6 +853,7 @@ class Pipeline:
         self.restore(dataclasses.replace(state, next_group_id=max(
             state.next_group_id, int(counts.get("next_group_id", 0)), self._next_group_id)))
         self.checkpointer.rewound(state.step)
+        best = self.health.best_step  # kept, and recorded: it may be one of the undone steps
         self.health.rewind(state.step)
         old = self._learning_rate
         self._learning_rate = old * scale
