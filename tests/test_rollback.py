@@ -476,3 +476,16 @@ def test_the_command_line_names_the_collapse_again_after_a_resume(tmp_path, caps
                          for line in steps), steps
     assert f"warning: resumed after a collapse: {health}" in again
     assert f"  health: {health}" in again.splitlines()
+
+
+def test_a_collapse_with_nothing_to_roll_back_to_suggests_no_rollback():
+    """The best step was the first: no checkpoint holds the weights that sampled it (the one
+    of step 1 holds step 1's update), so resuming with `--on-collapse rollback` could not
+    roll back, and the summary does not offer it."""
+    from tinker_tui.app.run_summary import RunSummary, next_commands
+
+    collapsed = RunSummary(run_id="r", task="example", status="stopped", step=6,
+                           max_steps=40, collapse="collapsed at step 3 (best 0.781 at step 1)")
+    assert [what for what, _ in next_commands(collapsed)] == ["look again", "continue"]
+    can = dataclasses.replace(collapsed, rollback_to="step-000001")
+    assert [what for what, _ in next_commands(can)] == ["look again", "continue", "roll back"]
