@@ -89,3 +89,13 @@ def test_a_restored_start_state_has_no_checkpoint_of_its_step(tmp_path):
                                       next_group_id=0, rng_state=None, warmup_done=False,
                                       knobs={}))
     assert checkpointer.last_step is None
+
+
+def test_the_rollback_target_is_not_the_checkpoint_holding_the_best_steps_update(tmp_path):
+    checkpointer = make(tmp_path, checkpoint_every=1, max_steps=100)
+    for s, reward in enumerate([0.1, 0.2, 0.9, 0.0], start=1):
+        checkpointer.health.stepped(s, reward, 0.0, sampled_by=s - 1)
+        checkpointer.adopt(s, f"step-{s:06d}", f"tinker://run/weights/step-{s:06d}", state(s))
+    assert checkpointer.rollback_target() == (2, "step-000002")  # sampled step 3
+    checkpointer.keep_rollback_point()
+    assert checkpointer.policy.keep_state_step == 2

@@ -75,3 +75,30 @@ def test_a_manual_rollback_does_not_count_toward_max_rollbacks():
     events = [CommandReceived(time=1.0, command="rollback", args={"reason": "by hand"}),
               CommandReceived(time=2.0, command="rollback", source=AUTOMATIC)]
     assert replay(HealthWindow.from_settings(SETTINGS), events) == 1
+
+
+def test_the_rollback_point_read_back_is_the_checkpoint_that_sampled_the_best_step():
+    """Steps and checkpoints carry their policy versions: step n (on policy, with a
+    gradient) was sampled by version n - 1, so the checkpoint of the best step itself,
+    which holds that step's update, is not where a rollback goes."""
+    window = HealthWindow.from_settings(SETTINGS)
+    for n, reward in enumerate([0.2, 0.4, 0.9, 0.1], start=1):
+        event = step(n, reward, float(n))
+        fold(window, StepTrained(time=event.time, step=n, policy_version=n,
+                                 group_ids=event.group_ids,
+                                 metrics={**event.metrics, keys.STALENESS_MIN: 0.0}))
+        fold(window, CheckpointSaved(time=n + 0.5, step=n, kind="state", name=f"step-{n:06d}",
+                                     path="p", resume_state={"step": n, "policy_version": n}))
+    assert window.best_sampled_by == 2
+    assert window.rollback_point() == (2, "step-000002")
+    # A rollback records the version that sampled the best step: a window read back after
+    # it (the best step undone, gone from the store) still knows it.
+    back = HealthWindow.from_settings(SETTINGS)
+    for n in (1, 2):
+        fold(back, step(n, 0.2 * n, float(n)))
+        fold(back, CheckpointSaved(time=n + 0.5, step=n, kind="state", name=f"step-{n:06d}",
+                                   path="p", resume_state={"step": n, "policy_version": n}))
+    fold(back, CommandReceived(time=9.0, command="rolled_back", source="user", args={
+        "to_step": 2, "checkpoint": "step-000002", "best_step": 3, "best": 0.9,
+        "best_sampled_by": 2}))
+    assert back.best_sampled_by == 2 and back.rollback_point() == (2, "step-000002")

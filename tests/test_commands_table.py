@@ -57,3 +57,14 @@ async def test_a_rollback_row_wraps_its_reason_within_80_columns():
         await pilot.resize_terminal(200, 12)
         await pilot.pause()
         assert [table.rows[key].height for key in table.rows] == [1, 1]
+
+
+def test_a_rollback_row_says_which_weights_it_went_back_to():
+    from tinker_tui.app.dashboard_rows import CommandRow
+
+    row = CommandRow(time=1.0, step=7, command="rolled_back", source="user", args={
+        "checkpoint": "step-000005", "to_step": 5, "best_step": 6, "best_sampled_by": 5,
+        "old": 0.001, "value": 0.0005, "reason": "by hand"})
+    assert row.describe() == ("rolled back to step-000005 (step 5), the weights (version 5) "
+                              "that sampled best step 6, learning_rate 0.001 → 0.0005: "
+                              "by hand")

@@ -157,7 +157,7 @@ def test_a_resumed_run_deletes_the_checkpoints_from_before_the_resume_in_turn(tm
     common = ["run", "example", "--no-ui", "--db", str(db), "--checkpoint-every", "1",
               "--keep-last-checkpoints", "2"]
     # Beside the last two, retention keeps one more: the checkpoint a rollback would resume
-    # from (the last at or before the best step), when it is older.
+    # from (the weights that sampled the best step), when it is older.
     assert main([*common, "--steps", "4"]) == 0
     kept = sorted(p.name for p in tmp_path.glob("checkpoints/**/weights/*"))
     assert kept[-2:] == ["step-000003", "step-000004"] and len(kept) <= 3

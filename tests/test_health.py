@@ -227,3 +227,50 @@ def test_the_control_endpoint_takes_a_rollback_with_its_scale():
     assert control.calls == [("rolled back by user", 0.25), ("by hand", None)]
     with pytest.raises(ValueError, match="lr_scale must be a number"):
         apply_command(control, "rollback", {"lr_scale": "half"})  # type: ignore[arg-type]
+
+
+def test_a_rollback_goes_to_the_weights_that_sampled_the_best_step_not_its_update():
+    """The checkpoint written at the best step holds that step's own update (perhaps the
+    one that broke the run); the weights that sampled its groups are an earlier version."""
+    window = HealthWindow(8, collapse_groups=SHORT)
+    # On policy: step n is sampled by version n - 1 and produces version n.
+    for step, reward in enumerate([0.2, 0.3, 0.4, 0.5, 0.9, 0.0], start=1):
+        window.stepped(step, reward, 0.0, sampled_by=step - 1)
+        window.checkpointed(step, f"step-{step:06d}", version=step)
+    assert window.best_step == (5, 0.9)
+    assert window.best_sampled_by == 4
+    assert window.rollback_point() == (4, "step-000004")
+
+
+def test_a_best_step_sampled_off_policy_goes_back_to_the_version_that_sampled_it():
+    window = HealthWindow(8, collapse_groups=SHORT)
+    for step, reward in enumerate([0.2, 0.3, 0.4, 0.5], start=1):
+        window.stepped(step, reward, 0.0, sampled_by=step - 1)
+        window.checkpointed(step, f"step-{step:06d}", version=step)
+    window.stepped(5, 0.9, 0.0, sampled_by=2)  # its newest group: 2 versions behind
+    assert window.rollback_point() == (2, "step-000002")
+
+
+def test_a_best_step_without_gradient_is_its_own_rollback_point():
+    """A step whose groups all had equal rewards made no new version: its checkpoint holds
+    the very weights that sampled it."""
+    window = HealthWindow(8, collapse_groups=SHORT)
+    window.stepped(1, 0.5, 0.0, sampled_by=0)
+    window.checkpointed(1, "step-000001", version=1)
+    window.stepped(2, 1.0, 1.0, sampled_by=1)
+    window.checkpointed(2, "step-000002", version=1)
+    assert window.rollback_point() == (2, "step-000002")
+
+
+def test_with_no_checkpoint_of_the_sampling_weights_there_is_nothing_to_roll_back_to():
+    window = HealthWindow(8, collapse_groups=SHORT)
+    window.stepped(1, 0.9, 0.0, sampled_by=0)
+    window.checkpointed(1, "step-000001", version=1)
+    assert window.rollback_point() is None
+    # Versions unknown (recorded before they were): checkpoints before the best step count.
+    old = HealthWindow(8, collapse_groups=SHORT)
+    old.stepped(1, 0.5, 0.0)
+    old.checkpointed(1, "step-000001")
+    old.stepped(2, 0.9, 0.0)
+    old.checkpointed(2, "step-000002")
+    assert old.rollback_point() == (1, "step-000001")

@@ -28,7 +28,13 @@ from tinker_tui import Scenario, Task, Trajectory
 from tinker_tui.app.headless import HeadlessReporter, MetricsFile
 from tinker_tui.app.run_summary import SummaryCollector, summary_lines
 from tinker_tui.engine.config import RunConfig
-from tinker_tui.engine.events import CommandReceived, LogEmitted, RunFinished, StepTrained
+from tinker_tui.engine.events import (
+    CheckpointSaved,
+    CommandReceived,
+    LogEmitted,
+    RunFinished,
+    StepTrained,
+)
 from tinker_tui.engine.run import Run
 
 STEPS = 14
@@ -109,6 +115,44 @@ async def test_a_collapse_is_rolled_back_exactly_once(tmp_path):
     assert any(line.startswith(f"  rolled back to step-{to_step:06d} (step {to_step}) at "
                                "learning rate 0.0005") for line in lines), lines
 
+
+
+async def test_a_rollback_loads_the_weights_that_sampled_the_best_step_not_its_update(tmp_path):
+    """With a checkpoint at every step, the best step has one of its own: it holds the best
+    step's update, perhaps the one that broke the run. The rollback loads the checkpoint
+    before it, whose weights sampled the best step's groups (on policy, each step had a
+    gradient), and says so in its command's fields."""
+    phase = {"collapsing": True}
+    config = RunConfig(max_steps=10, group_size=4, groups_per_step=2, rollout_workers=2,
+                       collapse_groups=SHORT, max_steps_off_policy=0, checkpoint_every=1,
+                       seed=3, on_collapse="rollback", max_rollbacks=1,
+                       rollback_lr_scale=0.5, learning_rate=1e-3, keep_last_checkpoints=2)
+    db = tmp_path / "runs.db"
+    run = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
+              headless=True)
+    rolled: list[CommandReceived] = []
+    steps: dict[int, StepTrained] = {}
+    checkpoints: dict[int, int] = {}  # step -> policy version, of the first attempt
+
+    def on_event(event):
+        if isinstance(event, CommandReceived) and event.command == "rolled_back":
+            rolled.append(event)
+            phase["collapsing"] = False
+        elif isinstance(event, StepTrained) and not rolled:
+            steps[event.step] = event
+        elif isinstance(event, CheckpointSaved) and event.kind == "state" and not rolled:
+            checkpoints[event.step] = event.resume_state["policy_version"]
+
+    run.events.subscribe(on_event)
+    assert await run.run() == "completed"
+    assert len(rolled) == 1
+    args = rolled[0].args
+    best = args["best_step"]
+    assert best in checkpoints and best - 1 in checkpoints  # one at and one before the best
+    trained = steps[best].metrics.get("train/skipped") != 1.0
+    assert args["to_step"] == (best - 1 if trained else best)
+    assert args["best_sampled_by"] == steps[best].policy_version - trained
+    assert args["checkpoint_version"] == checkpoints[args["to_step"]] == args["best_sampled_by"]
 
 
 async def test_the_summary_of_a_rolled_back_run_forgets_the_undone_steps(tmp_path):
@@ -432,3 +476,16 @@ def test_the_command_line_names_the_collapse_again_after_a_resume(tmp_path, caps
                          for line in steps), steps
     assert f"warning: resumed after a collapse: {health}" in again
     assert f"  health: {health}" in again.splitlines()
+
+
+def test_a_collapse_with_nothing_to_roll_back_to_suggests_no_rollback():
+    """The best step was the first: no checkpoint holds the weights that sampled it (the one
+    of step 1 holds step 1's update), so resuming with `--on-collapse rollback` could not
+    roll back, and the summary does not offer it."""
+    from tinker_tui.app.run_summary import RunSummary, next_commands
+
+    collapsed = RunSummary(run_id="r", task="example", status="stopped", step=6,
+                           max_steps=40, collapse="collapsed at step 3 (best 0.781 at step 1)")
+    assert [what for what, _ in next_commands(collapsed)] == ["look again", "continue"]
+    can = dataclasses.replace(collapsed, rollback_to="step-000001")
+    assert [what for what, _ in next_commands(can)] == ["look again", "continue", "roll back"]

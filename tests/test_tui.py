@@ -224,7 +224,7 @@ async def test_p_c_e_b_and_a_cancelled_quit():
         assert control.call_names()[-1] == "request_eval"
         assert app.model.last_eval is not None and app.model.last_eval.reward == 0.9
 
-        # b: roll back to the checkpoint at or before the best step, at lr x0.5
+        # b: roll back to the checkpoint of the weights that sampled the best step, at lr x0.5
         target = app.model.health_window.rollback_point()
         assert target is not None and target[0] <= app.model.health_window.best_step[0]
         await press(pilot, "b")

@@ -163,8 +163,8 @@ def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
     @server.tool()
     async def rollback_run(run: str | None = None, reason: str = "rolled back by an agent",
                            lr_scale: float | None = None) -> dict[str, Any]:
-        """Go back to the last full checkpoint at or before the best step, the learning
-        rate scaled by lr_scale (default: the run's rollback_lr_scale). Undoes the steps
+        """Go back to the checkpoint of the weights that sampled the best step (not the best
+        step's own, which holds its update), the learning rate scaled by lr_scale (default: the run's rollback_lr_scale). Undoes the steps
         after it. Refused when there is no such checkpoint (run_health: rollback_to).
         Needs --allow-control."""
         if not allow_control:
@@ -173,7 +173,7 @@ def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
         if run_reading.health(read_run)["rollback_to"] is None:
             # The run would only log a warning and go on: say so, and what to do instead.
             best = read_run.model.health_window.best_step
-            where = f"at or before its best step ({best[0]})" if best else "yet"
+            where = f"of the weights that sampled its best step ({best[0]})" if best else "yet"
             raise ToolError(f"nothing to roll back to: run {read_run.run.run_id} has no full "
                             f"checkpoint {where}. Lowering the learning rate cannot revive "
                             "a policy whose groups all earn the same reward; stop the run "

@@ -169,7 +169,9 @@ def health(read: ReadRun) -> dict[str, Any]:
         "words": words,
         "collapse": window.collapse.words() if window.collapse is not None else None,
         "best_step": {"step": best[0], "reward_mean": best[1]} if best else None,
-        "rollback_to": ({"step": rollback[0], "checkpoint": rollback[1]}
+        "rollback_to": ({"step": rollback[0], "checkpoint": rollback[1],
+                         "policy_version": window.checkpoint_version(rollback[0]),
+                         "best_sampled_by": window.best_sampled_by}
                         if rollback else None),
         "recent_rewards": [{"step": s, "reward_mean": _finite(r)} for s, r in rewards],
         "rollouts_failed": model.rollouts_failed,

@@ -75,7 +75,11 @@ class RunSummary:
     engine_log: Path | None = None
     #: Where the run collapsed, with its best checkpoint (`engine.metrics.health`), if it has.
     collapse: str = ""
-    #: Rollbacks the run made (each to a checkpoint at or before its best step).
+    #: The checkpoint a rollback would go back to (the weights that sampled the best step),
+    #: if the run has one: without it, resuming with `on_collapse = rollback` cannot roll back.
+    rollback_to: str = ""
+    #: Rollbacks the run made (each to the checkpoint of the weights that sampled its best
+    #: step).
     rollbacks: tuple[str, ...] = field(default_factory=tuple)
     #: Rollbacks `on_collapse = rollback` asked for, and the most it may (`max_rollbacks`).
     automatic_rollbacks: int = 0
@@ -220,9 +224,11 @@ class SummaryCollector:
 
     def summary(self) -> RunSummary:
         collapse = self._health.collapse
+        target = self._health.rollback_point()
         return replace(self._summary, last_log=tuple(self._log),
                        trackers=tuple(self._trackers.values()),
-                       collapse=collapse.words() if collapse is not None else "")
+                       collapse=collapse.words() if collapse is not None else "",
+                       rollback_to=target[1] if target else "")
 
     def set_engine_log(self, path: Path | None) -> None:
         self._summary = replace(self._summary, engine_log=path)
@@ -275,8 +281,8 @@ def _reward(value: float | None) -> str:
 
 
 def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
-    """(what, command) pairs: look at the run again, continue it (a collapsed run: from its
-    best checkpoint too, which a resume with `on_collapse = rollback` goes back to); a run
+    """(what, command) pairs: look at the run again, continue it (a collapsed run with a
+    checkpoint to roll back to: from it too, as a resume with `on_collapse = rollback` does); a run
     that completed before max_steps ran out of scenarios, which a resume would not change."""
     db = db_flag(summary.db_path)
     task = shlex.quote(summary.task or "TASK")
@@ -296,7 +302,7 @@ def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
         commands.append(("continue", f"{resume} --max-cost-usd {2 * summary.max_cost_usd:g}"))
     else:
         commands.append(("continue", resume))
-    if summary.collapse:
+    if summary.collapse and summary.rollback_to:
         # With its allowance spent, a resumed run would not roll back: allow one more.
         spent = summary.max_rollbacks is not None \
             and summary.automatic_rollbacks >= summary.max_rollbacks

@@ -604,11 +604,12 @@ class TinkerTuiApp(App[None]):
             self.notify("Evaluation requested", timeout=2)
 
     def action_rollback(self) -> None:
-        """`b`: go back to the best step's checkpoint at a scaled learning rate."""
+        """`b`: go back to the checkpoint of the weights that sampled the best step, at a
+        scaled learning rate."""
         target = self.model.health_window.rollback_point()
         if target is None:
-            self.notify("Nothing to roll back to: no full checkpoint at or before the best "
-                        "step yet", severity="warning", timeout=4)
+            self.notify("Nothing to roll back to: no full checkpoint of the weights that "
+                        "sampled the best step yet", severity="warning", timeout=4)
             return
         scale = self.model.config.get("rollback_lr_scale")
         scale = float(scale) if isinstance(scale, int | float) and 0 < scale <= 1 else 0.5

@@ -214,7 +214,7 @@ class RunConfig:
     on_collapse: str = setting(
         "auto", "when the reward collapses (falls below halfway to its best while groups turn "
         "equal or fail): wait for a person, stop gracefully (exit code 3), or roll back to "
-        "the last checkpoint at or before the best step with the learning rate scaled by "
+        "the checkpoint of the weights that sampled the best step with the learning rate scaled by "
         "rollback_lr_scale; auto = wait with a dashboard, stop without one", "pipeline",
         choices=COLLAPSE_POLICIES)
     collapse_groups: int = setting(

@@ -275,7 +275,7 @@ class ControlClient:
 
     def rollback(self, reason: str | None = None, lr_scale: float | None = None
                  ) -> dict[str, Any]:
-        """Back to the last full checkpoint at or before the best step, the learning rate
+        """Back to the checkpoint of the weights that sampled the best step, the learning rate
         scaled by `lr_scale` (default: the run's `rollback_lr_scale`)."""
         return self._state_after("rollback", reason=reason, lr_scale=lr_scale)
 

@@ -49,7 +49,7 @@ class Control(Protocol):
 
     def request_rollback(self, reason: str = "rolled back by user",
                          lr_scale: float | None = None) -> None:
-        """Go back to the last full checkpoint at or before the best step, with the learning
+        """Go back to the checkpoint of the weights that sampled the best step, with the learning
         rate scaled (default `rollback_lr_scale`); the steps after it are undone as a resume
         undoes them (`Pipeline.request_rollback`)."""
 

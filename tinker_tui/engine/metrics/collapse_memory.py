@@ -1,6 +1,7 @@
 """What a run's collapse tracking (`engine.metrics.health`) is fed from its events, in one
 place: the engine after a resume, the dashboard, the step lines and the summary all fold a run's steps,
-full checkpoints and rollbacks into their `HealthWindow` here.
+full checkpoints and rollbacks into their `HealthWindow` here, with the policy versions that
+tell which checkpoint holds the weights that sampled the best step (the rollback point).
 
 A resumed run starts a new process whose window would otherwise start empty: it would forget
 the best step and value, the smoothed mean, the checkpoint a rollback goes back to and the
@@ -50,18 +51,35 @@ def fold(window: HealthWindow, event: Event, *, groups_per_step: int = 1) -> Col
         low = m.get(keys.REWARD_MIN)
         groups = len(event.group_ids) or max(1, groups_per_step)
         return window.stepped(event.step, float(reward), flat_share(m, groups), groups=groups,
-                              lowest=float(low) if _number(low) else None)
+                              lowest=float(low) if _number(low) else None,
+                              sampled_by=sampled_by(event))
     if isinstance(event, CheckpointSaved) and event.kind == "state":
-        window.checkpointed(event.step, event.name)
+        version = event.resume_state.get("policy_version")
+        window.checkpointed(event.step, event.name,
+                            version if isinstance(version, int) else None)
     elif isinstance(event, CheckpointDeleted) and event.kind == "state":
         window.checkpoint_deleted(event.name)
     elif isinstance(event, CommandReceived) and event.command == "rolled_back":
         to_step = event.args.get("to_step")
         if isinstance(to_step, int):
             best_step, best = event.args.get("best_step"), event.args.get("best")
+            by = event.args.get("best_sampled_by")
             window.rewind(to_step, (best_step, float(best))
-                          if isinstance(best_step, int) and _number(best) else None)
+                          if isinstance(best_step, int) and _number(best) else None,
+                          by if isinstance(by, int) else None)
     return None
+
+
+def sampled_by(event: StepTrained) -> int | None:
+    """The newest policy version that sampled the step's groups: the version before its
+    update (one less than the one it produced, unless it had no gradient) minus the
+    freshest group's staleness. None for a step recorded without that staleness."""
+    m = event.metrics
+    staleness = m.get(keys.STALENESS_MIN)
+    if not _number(staleness):
+        return None
+    before = event.policy_version - (0 if m.get(keys.TRAIN_SKIPPED) else 1)
+    return before - int(staleness)
 
 
 def is_automatic_rollback(event: Event) -> bool:

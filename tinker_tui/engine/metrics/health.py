@@ -30,15 +30,25 @@ unlucky steps: at 4 groups a step, three steps of hard prompts (12 groups) read 
 a tool task that held, and a lucky stretch set a mark the next dips "fell" from
 (next_number's rewards swing between 0.1 and 0.45 from step to step). It is named by the
 first step of that fall and the best step before it ("collapsed at step 12 (best 0.54 at
-step 11)"), with the last checkpoint at or before the best step, the one a rollback resumes
-from. A run whose reward comes back above that level is no longer collapsed. While a fall
+step 11)"), with the checkpoint a rollback resumes from (`HealthWindow.rollback_point`). A run whose reward comes back above that level is no longer collapsed. While a fall
 below that level gathers its groups, the no-signal pause waits (`judging_a_fall`): the groups
 it counts are sampled ahead of the steps, and would otherwise call the fall "no learning
 signal" first.
+
+A rollback goes back to the weights that sampled the best step, not to the checkpoint written
+at it: that one holds the best step's own optimizer update, which may be the one that broke
+the run (rolled back there, a run at a high learning rate fell again at once). Step n's groups
+were sampled by versions up to the one before its update (`sampled_by`: the newest version
+among them; older ones too, off policy), and a step with a gradient makes one new version.
+So the rollback point is the newest full checkpoint whose version is at most the best step's
+`sampled_by`: on policy, the checkpoint of the step before; the best step's own when it had
+no gradient (no new version). A step or checkpoint whose version is unknown (recorded before
+they were) counts by step: checkpoints before the best step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -94,7 +104,8 @@ class Collapse:
     step: int
     best: float
     best_step: int
-    #: The last full checkpoint at or before the best step (what a rollback resumes from).
+    #: The checkpoint holding the weights that sampled the best step (what a rollback
+    #: resumes from: `HealthWindow.rollback_point`).
     checkpoint: str = ""
     checkpoint_step: int | None = None
 
@@ -117,6 +128,11 @@ class _Step:
     mean: float = -math.inf
     #: The best such mean of a stretch ending here or before.
     top: float = -math.inf
+    #: The newest policy version that sampled the step's groups (None: not recorded).
+    sampled_by: int | None = None
+    #: A rollback undid this (best) step: the last step before it, and its checkpoints,
+    #: hold the weights that sampled it; later ones are a new line of weights.
+    undone_after: int | None = None
 
 
 def _stretch(steps: Sequence[_Step], end: int, groups: int) -> int:
@@ -155,7 +171,8 @@ class HealthWindow:
         self.lowest = math.inf
         self._steps: list[_Step] = []
         self._best: _Step | None = None
-        self._checkpoints: dict[int, str] = {}  # step -> name, full checkpoints kept
+        #: step -> (name, policy version or None), the full checkpoints kept
+        self._checkpoints: dict[int, tuple[str, int | None]] = {}
         self.collapse: Collapse | None = None
         self._collapse_told = False
 
@@ -272,10 +289,16 @@ class HealthWindow:
         """(step, mean reward) of the best step so far."""
         return None if self._best is None else (self._best.step, self._best.reward)
 
+    @property
+    def best_sampled_by(self) -> int | None:
+        """The newest policy version that sampled the best step's groups, if known."""
+        return None if self._best is None else self._best.sampled_by
+
     def stepped(self, step: int, reward: float, flat: float, *, groups: int = 1,
-                lowest: float | None = None) -> Collapse | None:
-        """Count a trained step: its mean reward, `flat_share` and the groups it trained on
-        (and its lowest reward, for a window not fed the groups: a stored run read back).
+                lowest: float | None = None, sampled_by: int | None = None) -> Collapse | None:
+        """Count a trained step: its mean reward, `flat_share`, the groups it trained on and
+        the newest policy version that sampled them (and its lowest reward, for a window not
+        fed the groups: a stored run read back).
         Returns the collapse the first time it is seen (once per collapse), else None."""
         if not math.isfinite(reward):
             return None
@@ -283,7 +306,8 @@ class HealthWindow:
             self.lowest = min(self.lowest, lowest)
         if self._steps and self._steps[-1].step >= step:
             self._steps = [s for s in self._steps if s.step < step]  # a rewound run goes again
-        self._steps.append(_Step(step, reward, flat, max(1, int(groups))))
+        self._steps.append(_Step(step, reward, flat, max(1, int(groups)),
+                                 sampled_by=sampled_by))
         self._restretch(len(self._steps) - 1)
         entry = self._steps[-1]
         if self._best is None or reward > self._best.reward + TOLERANCE:
@@ -305,7 +329,7 @@ class HealthWindow:
             mean = _weighted(steps[start:i + 1], "reward") if start >= 0 else -math.inf
             top = max(mean, steps[i - 1].top if i else -math.inf)
             s = steps[i]
-            steps[i] = _Step(s.step, s.reward, s.flat, s.groups, start, mean, top)
+            steps[i] = dataclasses.replace(s, start=start, mean=mean, top=top)
 
     def _collapse(self) -> Collapse | None:
         best = self._best
@@ -335,13 +359,13 @@ class HealthWindow:
         return Collapse(step=fell, best=best.reward, best_step=best.step,
                         checkpoint=at[1] if at else "", checkpoint_step=at[0] if at else None)
 
-    def checkpointed(self, step: int, name: str) -> None:
-        """A full checkpoint was saved at `step`."""
-        self._checkpoints[step] = name
+    def checkpointed(self, step: int, name: str, version: int | None = None) -> None:
+        """A full checkpoint was saved at `step`, of policy `version` (None: not known)."""
+        self._checkpoints[step] = (name, version)
         self._refresh_collapse()
 
     def checkpoint_deleted(self, name: str) -> None:
-        self._checkpoints = {s: n for s, n in self._checkpoints.items() if n != name}
+        self._checkpoints = {s: c for s, c in self._checkpoints.items() if c[0] != name}
         self._refresh_collapse()
 
     def _refresh_collapse(self) -> None:
@@ -352,20 +376,36 @@ class HealthWindow:
                                      at[0] if at else None)
 
     def rollback_point(self) -> tuple[int, str] | None:
-        """(step, name) of the last full checkpoint at or before the best step."""
-        if self._best is None:
+        """(step, name) of the newest full checkpoint holding the weights that sampled the
+        best step: its version at most the best step's `sampled_by` (module docstring)."""
+        best = self._best
+        if best is None:
             return None
-        steps = [s for s in self._checkpoints if s <= self._best.step]
-        return (max(steps), self._checkpoints[max(steps)]) if steps else None
+        last = best.step if best.undone_after is None else min(best.step, best.undone_after)
+        steps = [s for s, (_, version) in self._checkpoints.items()
+                 if s <= last and (s < best.step if version is None or best.sampled_by is None
+                                   else version <= best.sampled_by)]
+        return (max(steps), self._checkpoints[max(steps)][0]) if steps else None
 
-    def rewind(self, step: int, best: tuple[int, float] | None = None) -> None:
+    def checkpoint_version(self, step: int) -> int | None:
+        """The policy version of the full checkpoint at `step`, if known."""
+        held = self._checkpoints.get(step)
+        return None if held is None else held[1]
+
+    def rewind(self, step: int, best: tuple[int, float] | None = None,
+               best_sampled_by: int | None = None) -> None:
         """The run went back to its checkpoint at `step` (a rollback): later steps and
         checkpoints are gone; the best step stays the one to beat, even when it was one of
-        them (`best`, the (step, reward) the rollback recorded, sets it for a window that
-        read the run back from the store, where the undone steps are gone)."""
+        them (`best`, the (step, reward) the rollback recorded, and `best_sampled_by`, set
+        it for a window that read the run back from the store, where the undone steps are
+        gone)."""
         if best is not None and math.isfinite(best[1]) and (
                 self._best is None or best[1] > self._best.reward + TOLERANCE):
-            self._best = _Step(int(best[0]), float(best[1]), 0.0)
+            self._best = _Step(int(best[0]), float(best[1]), 0.0, sampled_by=best_sampled_by)
+        if self._best is not None and self._best.step > step:
+            end = self._best.undone_after
+            self._best = dataclasses.replace(
+                self._best, undone_after=step if end is None else min(end, step))
         self._steps = [s for s in self._steps if s.step <= step]
         self._checkpoints = {s: n for s, n in self._checkpoints.items() if s <= step}
         self.collapse = None

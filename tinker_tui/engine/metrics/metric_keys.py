@@ -20,6 +20,9 @@ REWARD_MAX = "reward/max"
 # Staleness: versions between sampling and training (in flight: while sampled; queued: after).
 STALENESS_MEAN = "async/staleness_mean"
 STALENESS_MAX = "async/staleness_max"
+#: The freshest group's: the newest version that sampled the step is the version before its
+#: update minus this (what a rollback goes back to, engine.metrics.health).
+STALENESS_MIN = "async/staleness_min"
 STALENESS_IN_FLIGHT_MEAN = "async/staleness_in_flight_mean"
 STALENESS_QUEUED_MEAN = "async/staleness_queued_mean"
 QUEUE_DEPTH = "async/queue_depth"

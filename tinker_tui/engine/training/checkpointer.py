@@ -4,8 +4,9 @@ A full checkpoint is the backend's weights and optimizer state plus the pipeline
 state, confirmed in one store row. They are written at a step boundary only: periodically
 (`checkpoint_every`), when asked, near a new best step (so a rollback loses little), and
 at the end. This object keeps the table of this run's checkpoints, from which a rollback
-picks its target (the last one at or before the best step, `engine.metrics.health`), and tells
-the backend session's retention policy to keep that one.
+picks its target (the newest one holding the weights that sampled the best step, not the
+best step's own, which holds its update: `engine.metrics.health`), and tells the backend
+session's retention policy to keep that one.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ class Checkpointer:
         self.bus.publish(CheckpointSaved(time=self.clock.now(), step=state.step, kind="state",
                                          name=name, path=path, resume_state=state.as_dict()))
         self.table[state.step] = (name, path, state)
-        self.health.checkpointed(state.step, name)
+        self.health.checkpointed(state.step, name, state.policy_version)
         self.keep_rollback_point()
         if self.commit_events is not None:
             await self.commit_events()
@@ -102,7 +103,7 @@ class Checkpointer:
     def adopt(self, step: int, name: str, path: str, state: ResumeState) -> None:
         """A full checkpoint an earlier process of this run saved (a resumed run)."""
         self.table[step] = (name, path, state)
-        self.health.checkpointed(step, name)
+        self.health.checkpointed(step, name, state.policy_version)
 
     def restored(self, state: ResumeState) -> None:
         """The run continues from `state`: a start state (no checkpoint: warm-up not done)

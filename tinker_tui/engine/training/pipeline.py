@@ -282,10 +282,11 @@ class Pipeline:
 
     def request_rollback(self, reason: str = "rolled back by user",
                          lr_scale: float | None = None, *, automatic: bool = False) -> None:
-        """Go back to the last full checkpoint at or before the best step, with the learning
-        rate scaled by `lr_scale` (default `rollback_lr_scale`): after the current step, or at
-        once while no step is in progress. A paused run resumes from there. `automatic`:
-        asked for by `on_collapse = rollback` (the commands' source: `max_rollbacks` counts
+        """Go back to the checkpoint holding the weights that sampled the best step (not the
+        best step's own: it holds that step's update, `HealthWindow.rollback_point`), with the
+        learning rate scaled by `lr_scale` (default `rollback_lr_scale`): after the current
+        step, or at once while no step is in progress. A paused run resumes from there.
+        `automatic`: asked for by `on_collapse = rollback` (the commands' source: `max_rollbacks` counts
         those)."""
         scale = self.config.rollback_lr_scale if lr_scale is None else float(lr_scale)
         if not 0 < scale <= 1:
@@ -293,18 +294,52 @@ class Pipeline:
         target = self.health.rollback_point()
         source = collapse_memory.AUTOMATIC if automatic else "user"
         self._command("rollback", reason=reason, lr_scale=scale,
-                      to_step=target[0] if target else None, source=source)
+                      to_step=target[0] if target else None, source=source,
+                      **self._rollback_basis(target))
         if self._stopping:
             return
         if target is None or target[0] not in self.checkpointer.table:
-            self.log("warning", "nothing to roll back to: no full checkpoint of this run at or "
-                                "before its best step")
+            self.log("warning", f"nothing to roll back to: {self._no_rollback_point()}")
             return
         self._rollback_requested = (reason, scale, source)
-        self.log("info", f"rolling back to {target[1]} (step {target[0]}) at learning rate "
-                         f"x{scale:g}: {reason}")
+        self.log("info", f"rolling back to {target[1]} ({self._target_words(target)}) at "
+                         f"learning rate x{scale:g}: {reason}")
         self._queue.put_nowait(None)  # wakes a trainer waiting for groups
         self._wake.set()
+
+    def _rollback_basis(self, target: tuple[int, str] | None) -> dict[str, int]:
+        """Why a rollback goes where it goes, as a command's fields: the best step, the
+        newest policy version that sampled it, and the target checkpoint's version."""
+        best, by = self.health.best_step, self.health.best_sampled_by
+        basis = {} if best is None else {"best_step": best[0]}
+        if by is not None:
+            basis["best_sampled_by"] = by
+        version = None if target is None else self.health.checkpoint_version(target[0])
+        if version is not None:
+            basis["checkpoint_version"] = version
+        return basis
+
+    def _target_words(self, target: tuple[int, str]) -> str:
+        """The rollback target and why, in words, for the log."""
+        best, by = self.health.best_step, self.health.best_sampled_by
+        version = self.health.checkpoint_version(target[0])
+        if best is None:
+            return f"step {target[0]}"
+        if by is None or version is None:
+            return f"step {target[0]}, the last checkpoint before best step {best[0]}"
+        return (f"step {target[0]}, weights version {version}: the newest checkpoint of the "
+                f"weights that sampled best step {best[0]} (version {by}); a checkpoint "
+                f"after that holds an update the best step's rewards did not see")
+
+    def _no_rollback_point(self) -> str:
+        """Why there is nothing to roll back to, in words."""
+        best, by = self.health.best_step, self.health.best_sampled_by
+        if best is None:
+            return "no step trained yet"
+        weights = f"version {by}, " if by is not None else ""
+        return (f"no full checkpoint of this run holds the weights that sampled its best step "
+                f"({weights}step {best[0]}); the checkpoint of the best step itself holds "
+                "that step's update")
 
     async def stop_requested(self) -> None:
         """Returns once `stop` has been called (at once if it was): the run's start-up
@@ -780,8 +815,9 @@ class Pipeline:
             if over_budget and self.step < self.config.max_steps:
                 self.stop(f"{BUDGET_STOP}{over_budget}", source=SOURCE_ENGINE)
             best_before = self.health.best_step
-            collapse = self.health.stepped(self.step, metrics[keys.REWARD_MEAN],
-                                           flat_share(metrics, len(batch)), groups=len(batch))
+            collapse = self.health.stepped(
+                self.step, metrics[keys.REWARD_MEAN], flat_share(metrics, len(batch)),
+                groups=len(batch), sampled_by=max(g.policy_version for g in batch))
             why = self.checkpointer.due(self.step, best_before)
             if why is not None:
                 await self._checkpoint(why)
@@ -852,13 +888,20 @@ class Pipeline:
         self._skipping = False
         self._last_step_end = self.clock.now()
         self._rollback_requested = None
-        kept = {} if best is None else {"best_step": best[0], "best": best[1]}
+        kept: dict[str, int | float] = {} if best is None else {"best_step": best[0],
+                                                                  "best": best[1]}
+        if self.health.best_sampled_by is not None:
+            kept["best_sampled_by"] = self.health.best_sampled_by
         self._command("rolled_back", source=source, to_step=state.step, checkpoint=name,
+                      checkpoint_version=state.policy_version,
                       reason=reason, name="learning_rate", value=self._learning_rate, old=old,
                       steps_undone=undone, **kept)
-        self.log("warning", f"rolled back to {name} (step {state.step}, {undone} later "
-                            f"step(s) undone), learning rate {old:g} -> "
-                            f"{self._learning_rate:g}: {reason}")
+        why = "" if best is None else (f"; best step {best[0]}" + (
+            "" if self.health.best_sampled_by is None
+            else f" was sampled by version {self.health.best_sampled_by}"))
+        self.log("warning", f"rolled back to {name} (step {state.step}, weights version "
+                            f"{state.policy_version}{why}; {undone} later step(s) undone), "
+                            f"learning rate {old:g} -> {self._learning_rate:g}: {reason}")
         if self._paused:
             self.resume(source=source)
         self._ensure_workers()
@@ -880,6 +923,7 @@ class Pipeline:
             keys.REWARD_MAX: max(rewards),
             keys.STALENESS_MEAN: sum(staleness) / len(staleness),
             keys.STALENESS_MAX: float(max(staleness)),
+            keys.STALENESS_MIN: float(min(staleness)),
             keys.STALENESS_IN_FLIGHT_MEAN: sum(f for f, _ in split) / len(split),
             keys.STALENESS_QUEUED_MEAN: sum(q for _, q in split) / len(split),
             keys.QUEUE_DEPTH: float(self._queue.qsize()),
@@ -942,7 +986,8 @@ class Pipeline:
                                       f"{self.rollbacks} of {self.config.max_rollbacks})",
                                       automatic=True)
                 return
-            why = ("no checkpoint at or before the best step" if collapse.checkpoint_step is None
+            why = ("no checkpoint of the weights that sampled the best step"
+                   if collapse.checkpoint_step is None
                    else f"max_rollbacks ({self.config.max_rollbacks}) reached")
             self.log("warning", f"no rollback: {why}")
             fallback = self.on_health_pause
