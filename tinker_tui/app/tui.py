@@ -60,6 +60,7 @@ from tinker_tui.app.interrupts import (
 )
 from tinker_tui.app.run_summary import SummaryCollector
 from tinker_tui.app.screens.confirm_quit import DETACH, FORCE, STOP, QuitScreen
+from tinker_tui.app.screens.confirm_rollback import RollbackScreen, rollback_words
 from tinker_tui.app.screens.dashboard import DashboardScreen
 from tinker_tui.app.screens.run_view import DashboardHost, RunView
 from tinker_tui.app.screens.too_small import TooSmallScreen, too_small
@@ -70,6 +71,7 @@ from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import LIVE_KNOBS
 from tinker_tui.engine.control.interface import Session
 from tinker_tui.engine.events import RunLabelled, RunStatus
+from tinker_tui.engine.metrics import metric_keys as keys
 
 if TYPE_CHECKING:
     from tinker_tui.app.engine_process import Engine
@@ -573,9 +575,19 @@ class TinkerTuiApp(App[None]):
         scale = self.model.config.get("rollback_lr_scale")
         scale = float(scale) if isinstance(scale, int | float) and 0 < scale <= 1 else 0.5
         step = target[0]
-        if self.send("rollback", lambda: self.session.control.request_rollback(
-                f"by hand: roll back to step {step} at lr x{scale:g}", scale)):
-            self.notify(f"Roll back to step {step} ({target[1]}) at lr ×{scale:g}", timeout=3)
+        lr = self.model.last_metrics.get(keys.LEARNING_RATE, self.model.config.get(
+            "learning_rate"))
+        words = rollback_words(step=self.model.step, to_step=step, checkpoint=target[1],
+                               scale=scale, lr=float(lr) if isinstance(lr, int | float)
+                               else None)
+
+        def chosen(yes: bool | None) -> None:
+            if yes and self.send("rollback", lambda: self.session.control.request_rollback(
+                    f"by hand: roll back to step {step} at lr x{scale:g}", scale)):
+                self.notify(f"Roll back to step {step} ({target[1]}) at lr ×{scale:g}",
+                            timeout=3)
+
+        self.push_screen(RollbackScreen(words), chosen)
 
     def action_stop(self) -> None:
         """`q` / ctrl+c: confirm, then stop gracefully (or detach / close, see the dialog)."""
