@@ -177,7 +177,8 @@ async def test_round_trip_of_every_event_type(store: RunStore) -> None:
                              policy_version=3))  # feeds the group life cycle, not replayed
     bus.publish(LogEmitted(time=103.5, level="WARNING", message="hello"))
     bus.publish(RunStateChanged(time=104.0, state="paused", reason="user"))
-    bus.publish(RunFinished(time=110.0, status="completed", final_step=2, reason="max steps"))
+    bus.publish(RunFinished(time=110.0, status="completed", final_step=2, reason="max steps",
+                            cause="max_steps"))
     await store.flush()
 
     runs = await store.runs()
@@ -187,6 +188,7 @@ async def test_round_trip_of_every_event_type(store: RunStore) -> None:
     assert run.name == "demo" and run.backend == "local" and run.base_model == "tiny"
     assert run.config == {"lr": 1e-3, "group_size": 8}
     assert run.status == "completed" and run.reason == "max steps"
+    assert run.cause == "max_steps"  # typed: readers choose words and exit codes from it
     assert run.started_at == 100.0 and run.ended_at == 110.0
     assert run.max_steps == 50 and run.final_step == 2
     assert run.groups_sampled == 2 and run.tokens_sampled == 200
@@ -242,13 +244,15 @@ async def test_step_written_twice_appears_once(store: RunStore) -> None:
 
 async def test_resumed_run_is_running_again(store: RunStore) -> None:
     store.handle(started(t=100.0))
-    store.handle(RunFinished(time=110.0, status="stopped", final_step=5))
+    store.handle(RunFinished(time=110.0, status="stopped", final_step=5, cause="budget"))
     await store.flush()
     assert (await store.run("r1")).status == "stopped"
+    assert (await store.run("r1")).cause == "budget"
     store.handle(started(t=200.0, start_step=5))
     await store.flush()
     run = await store.run("r1")
     assert run.status == "running" and run.ended_at is None and run.final_step is None
+    assert run.cause == ""
     assert run.started_at == 100.0 and run.start_step == 5
 
 

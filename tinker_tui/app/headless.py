@@ -180,6 +180,8 @@ class HeadlessReporter:
                 f"  collapsed (best {collapse.best:.3f} at step {collapse.best_step})"
             usd = m.get(keys.COST_USD_TOTAL)  # where prices are set
             spent = f"spent ${usd:.4f}  " if isinstance(usd, int | float) else ""
+            if m.get(keys.TRAIN_SKIPPED):  # a reward that never varies must show at once
+                health += "  trained nothing (every group's rewards equal)"
             self._print(
                 f"step {event.step:>4}/{self.max_steps}  "
                 f"reward {m.get(keys.REWARD_MEAN, float('nan')):.3f}  "

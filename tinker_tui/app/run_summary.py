@@ -32,9 +32,7 @@ from tinker_tui.engine.events import (
 )
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.metrics.collapse_memory import EARLIER_KINDS, fold, is_automatic_rollback
-from tinker_tui.engine.metrics.cost import BUDGET_STOP
 from tinker_tui.engine.metrics.health import HealthWindow
-from tinker_tui.engine.training.resume import RAN_OUT
 
 #: Log lines kept for a failed run's summary.
 LAST_LOG_LINES = 5
@@ -53,6 +51,11 @@ class RunSummary:
     task: str = ""
     status: str = "running"
     reason: str = ""
+    #: Why it ended, typed (`StopCause`): the words and the exit code are chosen from it.
+    cause: str = ""
+    #: Steps that trained nothing, every group's rewards equal (`train/skipped`), of those
+    #: the run holds.
+    skipped_steps: int = 0
     step: int = 0
     max_steps: int = 0
     final_reward: float | None = None
@@ -148,12 +151,15 @@ class SummaryCollector:
             self._steps[event.step] = (
                 float(reward) if reward is not None and math.isfinite(reward) else None,
                 int(event.metrics.get(keys.ROLLOUTS_FAILED, 0)),
-                int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)))
+                int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)),
+                bool(event.metrics.get(keys.TRAIN_SKIPPED)))
             fold(self._health, event)
             s = replace(s, step=event.step,
                         failed_rollouts=s.failed_rollouts
                         + int(event.metrics.get(keys.ROLLOUTS_FAILED, 0)),
                         rollouts=s.rollouts + int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)),
+                        skipped_steps=s.skipped_steps
+                        + bool(event.metrics.get(keys.TRAIN_SKIPPED)),
                         totals={k: float(event.metrics[k]) for k in _TOTALS
                                 if isinstance(event.metrics.get(k), int | float)})
             if reward is not None and math.isfinite(reward):
@@ -198,7 +204,8 @@ class SummaryCollector:
         elif isinstance(event, RunFinished):
             reason = self._stop_reason if event.status == "stopped" and self._stop_reason \
                 else event.reason
-            s = replace(s, status=event.status, reason=reason, step=event.final_step)
+            s = replace(s, status=event.status, reason=reason, cause=event.cause,
+                        step=event.final_step)
         else:
             return
         self._summary = s
@@ -209,14 +216,15 @@ class SummaryCollector:
         final: float | None = None
         best: float | None = None
         best_step: int | None = None
-        for step, (reward, _, _) in sorted(self._steps.items()):
+        for step, (reward, *_) in sorted(self._steps.items()):
             if reward is not None:
                 final = reward
                 if best is None or reward > best:  # an equal best stays at its earlier step
                     best, best_step = reward, step
         return replace(s, final_reward=final, best_reward=best, best_step=best_step,
-                       failed_rollouts=sum(f for _, f, _ in self._steps.values()),
-                       rollouts=sum(n for _, _, n in self._steps.values()))
+                       failed_rollouts=sum(f for _, f, _, _ in self._steps.values()),
+                       rollouts=sum(n for _, _, n, _ in self._steps.values()),
+                       skipped_steps=sum(k for *_, k in self._steps.values()))
 
     def summary(self) -> RunSummary:
         collapse = self._health.collapse
@@ -285,13 +293,14 @@ def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
         commands.append(("attach", f"tinker-tui attach {summary.run_id}{db}"))
         return commands
     resume = f"tinker-tui run {task} --resume {summary.run_id}{db}"
-    if summary.status == "completed" and summary.reason.startswith(RAN_OUT):
-        return commands  # more steps would find no scenarios either
+    if summary.cause in ("ran_out", "no_signal"):
+        # More steps would find no scenarios either, or no reward that differs.
+        return commands
     if summary.status == "completed":
         more = max(summary.max_steps, summary.step) * 2 or 10
         resume += f" --steps {more}"
         commands.append(("train further", resume))
-    elif summary.reason.startswith(BUDGET_STOP) and summary.max_cost_usd > 0:
+    elif summary.cause == "budget" and summary.max_cost_usd > 0:
         # The same budget would stop it again at once: continuing means a larger one.
         commands.append(("continue", f"{resume} --max-cost-usd {2 * summary.max_cost_usd:g}"))
     else:
@@ -309,7 +318,20 @@ def headline(summary: RunSummary) -> str:
     """`run ID completed at step 60/60 (reached max_steps)`."""
     of = f"/{summary.max_steps}" if summary.max_steps else ""
     why = f" ({summary.reason})" if summary.reason else ""
-    return f"run {summary.run_id} {summary.status} at step {summary.step}{of}{why}"
+    nothing = " but trained nothing" if summary.cause == "no_signal" else ""
+    return f"run {summary.run_id} {summary.status} at step {summary.step}{of}{why}{nothing}"
+
+
+def trained_nothing_text(summary: RunSummary) -> str:
+    """The steps that trained nothing (every group's rewards equal), in words; "" when
+    every step trained."""
+    if summary.cause == "no_signal":
+        return ("trained nothing: in every group all rewards were equal, so no step changed "
+                "the weights (a reward that never varies teaches nothing)")
+    if summary.skipped_steps:
+        return (f"{summary.skipped_steps} of {summary.step} steps trained nothing (every "
+                "group's rewards equal)")
+    return ""
 
 
 def failed_groups_text(summary: RunSummary) -> str:
@@ -338,6 +360,8 @@ def summary_lines(summary: RunSummary, *, log_lines: bool = True) -> list[str]:
         lines.append(f"  last checkpoint: {summary.checkpoint} (step {summary.checkpoint_step})")
     else:
         lines.append("  last checkpoint: none")
+    if nothing := trained_nothing_text(summary):
+        lines.append(f"  {nothing}")
     if summary.collapse:
         lines.append(f"  health: {summary.collapse}")
     for rollback in summary.rollbacks:

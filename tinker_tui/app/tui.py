@@ -20,6 +20,8 @@ the engine at once. SIGHUP leaves at once: a run in another process goes on.
 Exit codes (`app.return_code`):
     0    the run ended (completed or stopped) and the user left; the user stopped it with
          `q`; or detached from (or closed) a run another process runs (`app.detached`).
+    3, 4, 5  the run ended by itself for a health check, having trained nothing, or at its
+         budget, and the user left (`app.exit_codes` lists every code).
     1    the run failed (shown, then left with `q`), or `session.run()` raised: the
          traceback text is in `app.run_error` (and the exception in `app.run_exception`).
     130  SIGINT: the run was stopped (gracefully, as the headless run; or at once by a
@@ -48,6 +50,7 @@ from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 
 from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.exit_codes import run_exit_code
 from tinker_tui.app.interrupts import (
     EXIT_CODES,
     EXIT_FAILED,
@@ -302,9 +305,14 @@ class TinkerTuiApp(App[None]):
 
     @property
     def finished_code(self) -> int:
-        """The exit code for leaving a run that has ended: 1 if it failed, else 0."""
+        """The exit code for leaving a run that has ended: 1 if it failed; a run this
+        dashboard ran or followed gives its end's own (`app.exit_codes`: 3 a health stop,
+        4 trained nothing, 5 a budget stop), a stored run looked at 0."""
         status = self.run_status or self.model.status
-        return EXIT_FAILED if status == "failed" else EXIT_OK
+        if status == "failed":
+            return EXIT_FAILED
+        return EXIT_OK if self.read_only else run_exit_code(status or "",
+                                                            self.summary.summary().cause)
 
     @property
     def checkpoint_dir(self) -> Path | None:

@@ -23,6 +23,17 @@ RunState = Literal["starting", "running", "paused", "stopping", "finished"]
 #: a front end says of a run whose process ended without recording its end (stopped at once
 #: by a second signal, killed): `--resume` continues it from its last checkpoint.
 RunStatus = Literal["completed", "stopped", "failed", "interrupted"]
+#: Why a run ended, typed, so that readers choose their words and exit codes from it and
+#: never from the reason's text. "max_steps": it trained them all; "ran_out": the task's
+#: scenarios ran out; "no_signal": it ended by itself (either of those) having trained
+#: nothing, every group's rewards equal; "user": a person stopped it (dashboard, control
+#: endpoint, a signal); "budget": `max_cost_usd`; "health": a health check or a collapse
+#: stopped it (`on_health_pause`, `on_collapse`); "error": the engine stopped it for a
+#: failure it could finish on (a full disk, the task's scenarios, the rollout loop);
+#: "failed": it raised; "interrupted": its process ended without recording its end.
+#: "" in stores written before causes were kept.
+StopCause = Literal["", "max_steps", "ran_out", "no_signal", "user", "budget", "health",
+                    "error", "failed", "interrupted"]
 CheckpointKind = Literal["state", "sampler"]
 #: The start-up of a run before its first training step, in order.
 StartupPhase = Literal["loading_model", "warmup", "first_rollouts"]
@@ -223,6 +234,7 @@ class RunFinished(Event):
     status: RunStatus
     final_step: int
     reason: str = ""
+    cause: StopCause = ""
 
 
 #: `CommandReceived.source` of what the run asked of itself.

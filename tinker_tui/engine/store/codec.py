@@ -130,14 +130,15 @@ INSERT INTO runs (run_id, name, backend, base_model, config, status, started_at,
 VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id) DO UPDATE SET
     name = excluded.name, backend = excluded.backend, base_model = excluded.base_model,
-    config = excluded.config, status = 'running', reason = '', ended_at = NULL,
+    config = excluded.config, status = 'running', reason = '', cause = '', ended_at = NULL,
     final_step = NULL, max_steps = excluded.max_steps, start_step = excluded.start_step,
     task_spec = CASE WHEN excluded.task_spec != '' THEN excluded.task_spec ELSE task_spec END,
     run_name = CASE WHEN excluded.run_name != '' THEN excluded.run_name ELSE run_name END,
     note = CASE WHEN excluded.note != '' THEN excluded.note ELSE note END
 """
 SQL_RUN_FINISHED = (
-    "UPDATE runs SET status = ?, reason = ?, ended_at = ?, final_step = ? WHERE run_id = ?"
+    "UPDATE runs SET status = ?, reason = ?, ended_at = ?, final_step = ?, cause = ? "
+    "WHERE run_id = ?"
 )
 _SQL_GROUPS_UNUSED = """
 UPDATE group_lifecycle SET status = 'unused', detail = 'the run ended before it was trained'
@@ -154,7 +155,7 @@ def _encode_run_started(rows: Rows, run_id: str | None, e: RunStarted) -> None:
 
 def _encode_run_finished(rows: Rows, run_id: str, e: RunFinished) -> None:
     finished = (_str(e.status), _str(e.reason), _float_or_none(e.time),
-                _int_or_none(e.final_step), run_id)
+                _int_or_none(e.final_step), _str(e.cause), run_id)
     rows.run_ops.append((SQL_RUN_FINISHED, finished))
     rows.by_statement[_SQL_GROUPS_UNUSED].append((run_id,))
 
@@ -185,6 +186,8 @@ class StoredRun:
     #: The run's own name and note ("" when none; stores older than v7 have none).
     run_name: str = ""
     note: str = ""
+    #: Why it ended (`StopCause`; "" while running, and in stores older than v10).
+    cause: str = ""
 
     @property
     def label(self) -> str:
@@ -205,7 +208,8 @@ class StoredRun:
             return None
         return RunFinished(time=float(self.ended_at or self.started_at or 0.0),
                            status=self.status,  # type: ignore[arg-type]  # as recorded
-                           final_step=int(self.final_step or 0), reason=self.reason)
+                           final_step=int(self.final_step or 0), reason=self.reason,
+                           cause=self.cause)  # type: ignore[arg-type]  # as recorded
 
 
 def decode_run(row: StoredRow) -> StoredRun:
@@ -223,7 +227,8 @@ def decode_run(row: StoredRow) -> StoredRun:
         final_step=row["final_step"], groups_sampled=int(row["groups_sampled"] or 0),
         tokens_sampled=int(row["tokens_sampled"] or 0),
         task_spec=_column(row, "task_spec") or "",
-        run_name=_column(row, "run_name") or "", note=_column(row, "note") or "")
+        run_name=_column(row, "run_name") or "", note=_column(row, "note") or "",
+        cause=_column(row, "cause") or "")
 
 
 # ---------------------------------------------------------------------- StepTrained

@@ -26,7 +26,7 @@ from tinker_tui.engine.errors import UsageError
 logger = logging.getLogger(__name__)
 
 #: Schema version written to `PRAGMA user_version`.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 10
 #: `PRAGMA application_id` of a tinker-tui run store ("ttui").
 APPLICATION_ID = 0x74747569
 
@@ -282,9 +282,18 @@ CREATE TABLE sweep_runs (
 CREATE INDEX sweep_runs_run ON sweep_runs (run_id);
 """
 
+# placeholder: filled by the events branch
+SCHEMA_V9 = ""
+
+# Version 10 keeps why each run ended, typed (`RunFinished.cause`: "max_steps", "budget",
+# "no_signal"...), so readers choose words and exit codes from it, not from the reason's text.
+SCHEMA_V10 = """
+ALTER TABLE runs ADD COLUMN cause TEXT NOT NULL DEFAULT '';
+"""
+
 #: Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
 MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5,
-                               SCHEMA_V6, SCHEMA_V7, SCHEMA_V8)
+                               SCHEMA_V6, SCHEMA_V7, SCHEMA_V8, SCHEMA_V9, SCHEMA_V10)
 
 
 # ---------------------------------------------------------------------- opening checks

@@ -47,6 +47,7 @@ from tinker_tui.engine.events import (
     RunStateChanged,
     RunStatus,
     StepTrained,
+    StopCause,
     ThroughputMeasured,
     TrajectorySummary,
 )
@@ -189,8 +190,9 @@ class Pipeline:
         self.rewind_store: Callable[[int], Awaitable[Mapping[str, int]]] | None = None
         #: (reason, lr scale, who asked: "user" or "on_collapse")
         self._rollback_requested: tuple[str, float, str] | None = None
-        #: Why the run was stopped (`stop`'s reason), once it was.
+        #: Why the run was stopped (`stop`'s reason and typed cause), once it was.
         self.stop_reason = ""
+        self.stop_cause: StopCause = "user"
         #: The health check's reason when it stopped the run (on_health_pause = stop).
         self.health_stop_reason = ""
         #: Why a run that ended by itself before max_steps did ("scenarios ran out ...").
@@ -244,13 +246,16 @@ class Pipeline:
             self.log("info", "checkpoint requested; it is written after the current step")
         self._wake.set()
 
-    def stop(self, reason: str = "stopped by user", *, source: str = "user") -> None:
+    def stop(self, reason: str = "stopped by user", *, source: str = "user",
+             cause: StopCause = "user") -> None:
+        """Stop gracefully; `cause` is why, typed (`RunFinished.cause`), the first stop's."""
         self._command("stop", reason=reason, source=source)
         if self._stopping:
             return
         self._stopping = True
         self._stop_event.set()
         self.stop_reason = reason
+        self.stop_cause = cause
         self._emit(RunStateChanged(time=self.clock.now(), state="stopping", reason=reason))
         self.log("info", f"stopping ({reason}): no new rollouts; {self.waiting_for()}")
         self.policy.interrupt()  # backend calls waiting on trouble give up
@@ -356,7 +361,8 @@ class Pipeline:
         self._last_step_end = self._started_at = self.clock.now()
         over_budget = self.cost.budget_passed_by_next_step()  # a resumed run's budget
         if over_budget and self.step < self.config.max_steps:
-            self.stop(f"{BUDGET_STOP}{over_budget}; raise max_cost_usd to go on", source=SOURCE_ENGINE)
+            self.stop(f"{BUDGET_STOP}{over_budget}; raise max_cost_usd to go on", source=SOURCE_ENGINE,
+                      cause="budget")
             await self._checkpoint("final")
             return self._status()
         self._ensure_workers()
@@ -477,7 +483,7 @@ class Pipeline:
             return
         self.scenario_failure = error
         self.log("error", str(error))
-        self.stop("the task's scenarios failed", source=SOURCE_ENGINE)
+        self.stop("the task's scenarios failed", source=SOURCE_ENGINE, cause="error")
 
     async def _sample_group(self, client: object, group_id: int,
                             scenario: Scenario) -> TrajectoryGroup | None:
@@ -489,7 +495,7 @@ class Pipeline:
         except RolloutLoopClosed as exc:
             if not self._stopping:  # the rollout loop ended under a running pipeline
                 self.log("error", f"rollouts cannot run any more: {exc}")
-                self.stop(f"the rollout loop ended ({exc})", source=SOURCE_ENGINE)
+                self.stop(f"the rollout loop ended ({exc})", source=SOURCE_ENGINE, cause="error")
             return None
         errors = [r for r in results if isinstance(r, BaseException)]
         if any(isinstance(e, asyncio.CancelledError) for e in errors):
@@ -715,7 +721,7 @@ class Pipeline:
                 self.policy.usage, sum(d.model_input.length for d in datums)) \
                 if self.cost.budgeted else ""
             if over_budget:
-                self.stop(f"{BUDGET_STOP}{over_budget}", source=SOURCE_ENGINE)
+                self.stop(f"{BUDGET_STOP}{over_budget}", source=SOURCE_ENGINE, cause="budget")
                 return
             version_before = self.policy.version
             metrics: dict[str, float] = {}
@@ -753,7 +759,7 @@ class Pipeline:
                                    group_ids=tuple(g.group_id for g in batch)))
             over_budget = self.cost.budget_passed_by_next_step()
             if over_budget and self.step < self.config.max_steps:
-                self.stop(f"{BUDGET_STOP}{over_budget}", source=SOURCE_ENGINE)
+                self.stop(f"{BUDGET_STOP}{over_budget}", source=SOURCE_ENGINE, cause="budget")
             best_before = self.health.best_step
             collapse = self.health.stepped(self.step, metrics[keys.REWARD_MEAN],
                                            flat_share(metrics, len(batch)), groups=len(batch))
@@ -928,7 +934,8 @@ class Pipeline:
         if fallback == "stop":
             self.health_stop_reason = words
             self.log("warning", f"stopping: {words} (on_collapse = {self.config.on_collapse})")
-            self.stop(f"health check: {words}", source=collapse_memory.AUTOMATIC)
+            self.stop(f"health check: {words}", source=collapse_memory.AUTOMATIC,
+                      cause="health")
         else:
             self.pause(f"{words}; roll back to it, or resume" if collapse.checkpoint
                        else f"{words}; resume, or stop", source=collapse_memory.AUTOMATIC)
@@ -939,7 +946,7 @@ class Pipeline:
         if self.on_health_pause == "stop":
             self.health_stop_reason = reason
             self.log("warning", f"stopping: {reason} (on_health_pause = stop)")
-            self.stop(f"health check: {reason}", source="on_health_pause")
+            self.stop(f"health check: {reason}", source="on_health_pause", cause="health")
         else:
             self.pause(reason, source="on_health_pause")
 
@@ -989,6 +996,13 @@ class Pipeline:
             pending=tuple(sorted(set(pending) | set(self._source.waiting()))),
             next_group_id=self._next_group_id, rng_state=self._source.rng_state(),
             warmup_done=self.warmup_done, knobs=dict(self.knobs()))
+
+    @property
+    def trained_nothing(self) -> bool:
+        """No group of the run (a resumed run's earlier processes included) had rewards that
+        differed, so no step changed the weights: a run that ends so exits with a code of
+        its own (`RunFinished.cause` "no_signal"), not as a success."""
+        return self.group_counts[keys.GROUPS_TRAINED_TOTAL] == 0
 
     def carry_totals(self, metrics: Mapping[str, float]) -> None:
         """Continue the run's totals (tokens, cost, group counts) from the last step an
