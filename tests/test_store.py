@@ -646,3 +646,21 @@ def test_json_columns_encode_as_the_standard_encoder_does():
     loop.append(loop)
     with pytest.raises((ValueError, RecursionError)):
         codec._dumps(loop)
+
+
+async def test_a_requested_checkpoint_is_stored_so_and_marked_again_replaces_its_row(
+        store: RunStore) -> None:
+    """`CheckpointSaved.requested` survives the store (a resumed run keeps such checkpoints
+    from retention); the same checkpoint saved again, now asked for, is one row."""
+    store.handle(started())
+    store.handle(CheckpointSaved(time=101.0, step=1, kind="state", name="step-000001",
+                                 path="tinker://x/weights/000001", resume_state={"step": 1}))
+    await store.flush()
+    store.handle(CheckpointSaved(time=102.0, step=1, kind="state", name="step-000001",
+                                 path="tinker://x/weights/000001", resume_state={"step": 1},
+                                 requested=True))
+    await store.flush()
+    [checkpoint] = await store.checkpoints("r1")
+    assert checkpoint.requested and checkpoint.step == 1
+    [point] = await store.resume_points("r1")
+    assert point["requested"] is True

@@ -224,7 +224,8 @@ async def test_p_c_e_b_and_a_cancelled_quit():
         assert control.call_names()[-1] == "request_checkpoint"
         await until(lambda: table.row_count == 3, pilot)
         newest = table.get_row_at(0)
-        assert newest[0] == "20" and newest[1] == "state"
+        assert newest[0] == "20✓" and newest[1] == "state"  # asked for: kept, marked
+        assert "✓ asked for" in str(table.border_subtitle)
         assert newest[3].endswith("000020") and "…" in newest[3]  # cut in the middle
         assert app.model.checkpoints[-1].path.endswith("/weights/manual-000020")
 

@@ -201,7 +201,8 @@ class HeadlessReporter:
             self._print(eval_line(event, self.max_steps))
         elif isinstance(event, CheckpointSaved):
             fold(self.health, event)
-            self._print(f"checkpoint {event.name} ({event.kind}) at step {event.step}: "
+            kept = ", kept as asked for" if event.requested else ""
+            self._print(f"checkpoint {event.name} ({event.kind}) at step {event.step}{kept}: "
                         f"{event.path}")
         elif isinstance(event, RunStateChanged) and event.state in ("paused", "stopping"):
             self._end_repeats()

@@ -243,7 +243,8 @@ class RunConfig:
     sampler_checkpoint_every: int = setting(
         1, "named sampler weights every N new policy versions; 0 = never", "backend", low=0)
     keep_last_checkpoints: int = setting(
-        5, "checkpoints kept of each kind (full state, sampler weights); 0 = keep all",
+        5, "checkpoints kept of each kind (full state, sampler weights), besides those "
+        "asked for and the rollback point; 0 = keep all",
         "backend", low=0)
     keep_every_checkpoints: int = setting(
         0, "also keep those whose step is a multiple of N; 0 = none", "backend", low=0)

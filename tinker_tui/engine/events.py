@@ -183,6 +183,9 @@ class CheckpointSaved(Event):
     #: What a resumed run needs beside the weights: step, scenario position, the positions
     #: drawn but not yet trained, the next group id, the scenario generator's random state.
     resume_state: Mapping[str, Any] = field(default_factory=dict)
+    #: A person asked for it (`c`, the control endpoint): the retention policy keeps it. A
+    #: checkpoint saved before it was asked for is published again with this set.
+    requested: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

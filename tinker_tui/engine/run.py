@@ -437,7 +437,8 @@ class Run:
         for kept in await self._resume_points(store):
             if kept["step"] <= step:
                 self.pipeline.checkpointer.adopt(kept["step"], kept["name"], kept["path"],
-                                               ResumeState.from_dict(kept["resume_state"]))
+                                               ResumeState.from_dict(kept["resume_state"]),
+                                               requested=bool(kept.get("requested")))
         self._log("info", f"{RESUMING.format(run_id=self.run_id)}{where}: "
                           f"{counts['steps_removed']} later step(s) undone, "
                           f"{counts['groups_requeued']} group(s) to run again "

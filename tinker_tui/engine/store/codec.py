@@ -449,9 +449,13 @@ _SQL_CHECKPOINT_STARTED = (
 _SQL_CHECKPOINT_UNCONFIRMED = (
     "DELETE FROM checkpoints WHERE run_id = ? AND kind = ? AND name = ? AND confirmed = 0"
 )
+#: A checkpoint saved again (asked for once it was written) replaces its row.
+_SQL_CHECKPOINT_AGAIN = (
+    "DELETE FROM checkpoints WHERE run_id = ? AND kind = ? AND path = ? AND confirmed = 1"
+)
 _SQL_CHECKPOINT = (
-    "INSERT INTO checkpoints (run_id, step, kind, name, path, time, confirmed, resume_state) "
-    "VALUES (?, ?, ?, ?, ?, ?, 1, ?)"
+    "INSERT INTO checkpoints (run_id, step, kind, name, path, time, confirmed, resume_state, "
+    "requested) VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?)"
 )
 
 
@@ -463,8 +467,10 @@ def _encode_checkpoint_started(rows: Rows, run_id: str, e: CheckpointStarted) ->
 def _encode_checkpoint_saved(rows: Rows, run_id: str, e: CheckpointSaved) -> None:
     step, kind, name = int(e.step), _str(e.kind), _str(e.name)
     saved = (run_id, step, kind, name, _str(e.path), _float_or_none(e.time),
-             _dumps(dict(e.resume_state)) if e.resume_state else None)
+             _dumps(dict(e.resume_state)) if e.resume_state else None, int(bool(e.requested)))
     rows.by_statement[_SQL_CHECKPOINT_UNCONFIRMED].append((run_id, kind, name))
+    if e.requested:
+        rows.by_statement[_SQL_CHECKPOINT_AGAIN].append((run_id, kind, _str(e.path)))
     rows.by_statement[_SQL_CHECKPOINT].append(saved)
     rows.confirms.append(step)
 
@@ -499,7 +505,8 @@ def decode_checkpoint(row: StoredRow) -> CheckpointSaved:
     """A row of `checkpoints` as the CheckpointSaved that wrote it (its resume state is
     `decode_resume_state`'s)."""
     return CheckpointSaved(time=_time(row), step=int(row["step"]), kind=row["kind"],
-                           name=row["name"], path=row["path"])
+                           name=row["name"], path=row["path"],
+                           requested=bool(_column(row, "requested")))
 
 
 # ---------------------------------------------------------------------- EvalCompleted
@@ -651,7 +658,8 @@ def _decode_startup(row: StoredRow) -> StartupProgressed:
 #: tables are independent; a checkpoint's unconfirmed row goes before it is replaced, and
 #: the group life cycle comes last, in its own order (a group's events arrive in that order).
 STATEMENT_ORDER = (
-    _SQL_STEP, _SQL_CHECKPOINT_STARTED, _SQL_CHECKPOINT_UNCONFIRMED, _SQL_CHECKPOINT,
+    _SQL_STEP, _SQL_CHECKPOINT_STARTED, _SQL_CHECKPOINT_UNCONFIRMED, _SQL_CHECKPOINT_AGAIN,
+    _SQL_CHECKPOINT,
     _SQL_CHECKPOINT_DELETED, _SQL_BACKEND_SESSION,
     _SQL_DISCARDED, _SQL_LOG, _SQL_STATE, _SQL_SAMPLED_GROUP, _SQL_TRAJECTORY, _SQL_EVAL,
     _SQL_COMMAND, _SQL_THROUGHPUT, _SQL_STARTUP,

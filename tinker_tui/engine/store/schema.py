@@ -286,9 +286,11 @@ CREATE INDEX sweep_runs_run ON sweep_runs (run_id);
 SCHEMA_V9 = ""
 
 # Version 10 keeps why each run ended, typed (`RunFinished.cause`: "max_steps", "budget",
-# "no_signal"...), so readers choose words and exit codes from it, not from the reason's text.
+# "no_signal"...), so readers choose words and exit codes from it, not from the reason's text;
+# and which checkpoints a person asked for (`CheckpointSaved.requested`), which retention keeps.
 SCHEMA_V10 = """
 ALTER TABLE runs ADD COLUMN cause TEXT NOT NULL DEFAULT '';
+ALTER TABLE checkpoints ADD COLUMN requested INTEGER NOT NULL DEFAULT 0;
 """
 
 #: Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
