@@ -100,7 +100,7 @@ def test_a_step_that_trained_nothing_says_so_in_its_line():
     reporter.handle(StepTrained(time=2.0, step=2, policy_version=1,
                                 metrics={keys.REWARD_MEAN: 0.5}))
     step_lines = [line for line in out.getvalue().splitlines() if line.startswith("step ")]
-    assert step_lines[0].endswith("trained nothing (every group's rewards equal)")
+    assert "  trained nothing (every group's rewards equal)" in step_lines[0]
     assert "trained nothing" not in step_lines[1]
 
 
@@ -142,3 +142,29 @@ def test_run_no_ui_of_an_all_zero_task_exits_4_and_says_it_trained_nothing(tmp_p
     with sqlite3.connect(tmp_path / "runs.db") as db:
         assert db.execute("SELECT status, cause FROM runs").fetchall() == [
             ("completed", "no_signal")]
+
+
+def test_the_throughput_pane_and_finish_screen_name_a_stuck_rollout():
+    from tinker_tui.app.dashboard_state import DashboardState
+    from tinker_tui.app.widgets.throughput import verdict_text
+    from tinker_tui.engine.clock import FakeClock
+    from tinker_tui.engine.events import StalledRollout, ThroughputMeasured
+
+    stuck = StalledRollout(group_id=3, scenario_id="s1", age=42.4,
+                           waiting_at="it is waiting at /t/task.py:20 (await slow())",
+                           file="/t/task.py", line=20, code="await slow()")
+    model = DashboardState(FakeClock())
+    model.apply(RunStarted(time=0.0, run_id="r1", name="t", backend="local",
+                           base_model="tiny", max_steps=2, start_step=0))
+    model.apply(ThroughputMeasured(time=1.0, window=1.0, rollouts_per_s=0.0,
+                                   sampled_tokens_per_s=0.0, trained_tokens_per_s=0.0,
+                                   queue_depth=0, in_flight=1, trainer_busy=0.0,
+                                   sampler_busy=1.0, verdict="sampler-bound",
+                                   stalled=(stuck,)))
+    assert verdict_text(model) == "⚠ stuck 42s at task.py:20 await slow()"
+    summary = _summary(RunFinished(time=2.0, status="stopped", final_step=0, cause="user"))
+    from dataclasses import replace
+
+    text = finished_content(replace(summary.summary(), stalled=(stuck,))).plain
+    assert "rollouts of scenario s1 (group 3) stuck for 42 s; it is waiting at " \
+           "/t/task.py:20 (await slow())" in text

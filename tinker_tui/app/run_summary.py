@@ -27,7 +27,9 @@ from tinker_tui.engine.events import (
     RunFinished,
     RunStarted,
     RunStateChanged,
+    StalledRollout,
     StepTrained,
+    ThroughputMeasured,
     TrackerReported,
 )
 from tinker_tui.engine.metrics import metric_keys as keys
@@ -85,6 +87,9 @@ class RunSummary:
     max_rollbacks: int | None = None
     #: The run's budget (`max_cost_usd`; 0: none).
     max_cost_usd: float = 0.0
+    #: Groups whose rollouts were stuck (in flight past the stall threshold) when the run
+    #: was last measured, or when it was asked to stop.
+    stalled: tuple[StalledRollout, ...] = ()
     #: The last step's running totals of tokens and dollars (`tokens/*_total`,
     #: `cost/usd_total`; the dollars only where prices are set).
     totals: Mapping[str, float] = field(default_factory=dict)
@@ -102,6 +107,7 @@ class SummaryCollector:
         self._log: deque[str] = deque(maxlen=LAST_LOG_LINES)
         self._trackers: dict[str, str] = {}
         self._stop_reason = ""  # why it was asked to stop: the engine ends it "stopped"
+        self._stopping = False
         self._earlier: list[Event] = []  # `read_earlier`'s, until the run says where it starts
         self._health = HealthWindow()
         #: Each step's mean reward and (failed, ended) rollouts, in step order: a rollback
@@ -197,9 +203,14 @@ class SummaryCollector:
             return
         elif isinstance(event, LogEmitted):
             self._log.append(event.message)
+        elif isinstance(event, ThroughputMeasured):
+            if not self._stopping:  # as the stop found them: a stop cancels them
+                self._summary = replace(s, stalled=tuple(event.stalled))
+            return
         elif isinstance(event, RunStateChanged):
-            if event.state == "stopping" and event.reason:
-                self._stop_reason = event.reason
+            if event.state == "stopping":
+                self._stopping = True
+                self._stop_reason = event.reason or self._stop_reason
             return
         elif isinstance(event, RunFinished):
             reason = self._stop_reason if event.status == "stopped" and self._stop_reason \
@@ -314,6 +325,12 @@ def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
     return commands
 
 
+def stuck_text(stuck: StalledRollout) -> str:
+    """A stuck group's rollouts in one line: which, for how long, where they wait."""
+    return (f"rollouts of scenario {stuck.scenario_id} (group {stuck.group_id}) stuck for "
+            f"{stuck.age:.0f} s; {stuck.waiting_at}")
+
+
 def headline(summary: RunSummary) -> str:
     """`run ID completed at step 60/60 (reached max_steps)`."""
     of = f"/{summary.max_steps}" if summary.max_steps else ""
@@ -368,6 +385,7 @@ def summary_lines(summary: RunSummary, *, log_lines: bool = True) -> list[str]:
         lines.append(f"  rolled back {rollback}")
     if summary.failed_groups or summary.failed_rollouts:
         lines.append(f"  errors: {failed_groups_text(summary)}")
+    lines += [f"  stuck: {stuck_text(stuck)}" for stuck in summary.stalled]
     if summary.totals:
         lines.append(f"  spent: {spending_text(summary.totals)}")
     if summary.db_path is not None:

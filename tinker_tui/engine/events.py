@@ -269,6 +269,25 @@ class EvalCompleted(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class StalledRollout:
+    """A group's rollouts in flight for longer than the pipeline's stall threshold (30 s):
+    shown with its age and where in the task's code it waits, long before `rollout_timeout`
+    cancels it."""
+
+    group_id: int
+    scenario_id: str
+    #: Seconds since the group's rollouts started.
+    age: float
+    #: "it is waiting at FILE:LINE (code)": the deepest line of the task's file it awaits
+    #: (else the file its rollout is in).
+    waiting_at: str
+    #: That line, typed ("" and 0 when no frame of the task's file is awaited).
+    file: str = ""
+    line: int = 0
+    code: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ThroughputMeasured(Event):
     """Pipeline accounting over the last `window` seconds, published about once a second.
 
@@ -290,6 +309,8 @@ class ThroughputMeasured(Event):
     staleness_queued: Mapping[int, int] = field(default_factory=dict)
     #: 99th percentile of the event loop's wake-up lag, seconds (real time).
     loop_lag_p99: float = 0.0
+    #: Groups whose rollouts have run past the stall threshold, oldest first.
+    stalled: tuple[StalledRollout, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -15,6 +15,7 @@ from tinker_tui.app.run_summary import (
     RunSummary,
     failed_groups_text,
     next_commands,
+    stuck_text,
     trained_nothing_text,
 )
 from tinker_tui.app.screens.run_view import host
@@ -50,6 +51,7 @@ def finished_content(summary: RunSummary, width: int = 0) -> Content:
                  if summary.checkpoint else "none"))
     if summary.failed_groups or summary.failed_rollouts:
         rows.append(("errors", failed_groups_text(summary)))
+    rows += [("stuck", stuck_text(stuck)) for stuck in summary.stalled]
     if summary.db_path is not None:
         rows.append(("store", str(summary.db_path)))
     commands = next_commands(summary)

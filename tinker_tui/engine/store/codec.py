@@ -38,6 +38,7 @@ from tinker_tui.engine.events import (
     RunFinished,
     RunStarted,
     RunStateChanged,
+    StalledRollout,
     StartupProgressed,
     StepTrained,
     ThroughputMeasured,
@@ -557,6 +558,10 @@ def _encode_throughput(rows: Rows, run_id: str, e: ThroughputMeasured) -> None:
     measured = {name: getattr(e, name, None) for name in _MEASURED}
     measured["staleness_in_flight"] = {str(k): v for k, v in e.staleness_in_flight.items()}
     measured["staleness_queued"] = {str(k): v for k, v in e.staleness_queued.items()}
+    if e.stalled:
+        measured["stalled"] = [{"group_id": s.group_id, "scenario_id": s.scenario_id,
+                                "age": s.age, "waiting_at": s.waiting_at, "file": s.file,
+                                "line": s.line, "code": s.code} for s in e.stalled]
     rows.by_statement[_SQL_THROUGHPUT].append((run_id, _float_or_none(e.time), _dumps(measured)))
 
 
@@ -574,7 +579,16 @@ def _decode_throughput(row: StoredRow) -> ThroughputMeasured | None:
         sampler_busy=float(m.get("sampler_busy", 0.0)), verdict=str(m.get("verdict", "")),
         staleness_in_flight=_histogram(m.get("staleness_in_flight")),
         staleness_queued=_histogram(m.get("staleness_queued")),
-        loop_lag_p99=float(m.get("loop_lag_p99") or 0.0))
+        loop_lag_p99=float(m.get("loop_lag_p99") or 0.0),
+        stalled=tuple(_stalled(s) for s in m.get("stalled") or () if isinstance(s, dict)))
+
+
+def _stalled(s: Mapping[str, Any]) -> StalledRollout:
+    return StalledRollout(group_id=int(s.get("group_id", -1)),
+                          scenario_id=str(s.get("scenario_id", "")),
+                          age=float(s.get("age", 0.0)), waiting_at=str(s.get("waiting_at", "")),
+                          file=str(s.get("file", "")), line=int(s.get("line") or 0),
+                          code=str(s.get("code", "")))
 
 
 def _histogram(data: Any) -> dict[int, int]:
