@@ -168,3 +168,22 @@ def test_the_throughput_pane_and_finish_screen_name_a_stuck_rollout():
     text = finished_content(replace(summary.summary(), stalled=(stuck,))).plain
     assert "rollouts of scenario s1 (group 3) stuck for 42 s; it is waiting at " \
            "/t/task.py:20 (await slow())" in text
+
+
+def test_rollout_timeout_defaults_per_backend_and_a_setting_wins():
+    """A local rollout that takes minutes is hung (300 s); Tinker's queues can hold one
+    longer (600 s). The task's settings, a config file or a flag still win."""
+    from tinker_tui.app.task_loader import layered_config
+    from tinker_tui.engine.rollouts.task import Scenario, Task
+
+    async def rollout(client, model, scenario):
+        raise AssertionError("not run")
+
+    task = Task(name="t", scenarios=lambda rng: iter([Scenario(id="a", data=0)]),
+                rollout=rollout)
+    assert layered_config(task, "local").rollout_timeout == 300
+    assert layered_config(task, "tinker").rollout_timeout == 600
+    assert layered_config(task, "local", flags={"rollout_timeout": 50}).rollout_timeout == 50
+    set_by_task = Task(name="t", scenarios=task.scenarios, rollout=rollout,
+                       settings={"rollout_timeout": 900})
+    assert layered_config(set_by_task, "local").rollout_timeout == 900
