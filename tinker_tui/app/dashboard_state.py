@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import replace
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from tinker_tui.app.dashboard_rows import (

@@ -110,9 +110,10 @@ class SummaryCollector:
         self._stopping = False
         self._earlier: list[Event] = []  # `read_earlier`'s, until the run says where it starts
         self._health = HealthWindow()
-        #: Each step's mean reward and (failed, ended) rollouts, in step order: a rollback
-        #: forgets the steps it undid, as the store does, so `show` reads the same summary.
-        self._steps: dict[int, tuple[float | None, int, int]] = {}
+        #: Each step's mean reward, (failed, ended) rollouts and whether it trained nothing,
+        #: in step order: a rollback forgets the steps it undid, as the store does, so
+        #: `show` reads the same summary.
+        self._steps: dict[int, tuple[float | None, int, int, bool]] = {}
 
     async def read_earlier(self, db_path: str | Path, run_id: str) -> list[Event]:
         """Read the steps, checkpoints and rollbacks the store holds of run `run_id` before

@@ -656,28 +656,27 @@ class Pipeline:
                                       code=(frame.line or "").strip() if frame else ""))
         return tuple(out)
 
-    def _task_frame(self, scenario: Scenario, frames: list[traceback.FrameSummary]
-                    ) -> traceback.FrameSummary | None:
-        """The deepest of `frames` in the file of the task's rollout, if any is."""
+    def _rollout_source(self, scenario: Scenario) -> tuple[Task, str | None]:
+        """The task (part) that rolls `scenario` out, and the file its rollout is in."""
         _, part_task = part_of(self.task, scenario)
         rollout = group_rollout_of(part_task) or part_task.rollout
         try:
-            source = inspect.getsourcefile(inspect.unwrap(rollout))  # type: ignore[arg-type]
+            return part_task, inspect.getsourcefile(inspect.unwrap(rollout))  # type: ignore[arg-type]
         except TypeError:
-            return None
-        own = [f for f in frames if f.filename == source]
+            return part_task, None
+
+    def _task_frame(self, scenario: Scenario, frames: list[traceback.FrameSummary]
+                    ) -> traceback.FrameSummary | None:
+        """The deepest of `frames` in the file of the task's rollout, if any is."""
+        _, source = self._rollout_source(scenario)
+        own = [f for f in frames if source is not None and f.filename == source]
         return own[-1] if own else None
 
     def _where(self, scenario: Scenario, frames: list[traceback.FrameSummary],
                verb: str) -> str:
         """"it was (`verb`) waiting at FILE:LINE (code)": the deepest of `frames` in the file
         of the task's rollout, else that file."""
-        _, part_task = part_of(self.task, scenario)
-        rollout = group_rollout_of(part_task) or part_task.rollout
-        try:
-            source = inspect.getsourcefile(inspect.unwrap(rollout))  # type: ignore[arg-type]
-        except TypeError:
-            source = None
+        part_task, source = self._rollout_source(scenario)
         frame = self._task_frame(scenario, frames)
         if frame is not None:
             return (f"it {verb} waiting at {frame.filename}:{frame.lineno} "
