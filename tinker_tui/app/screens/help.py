@@ -18,7 +18,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("p", "pause / resume (in-flight rollouts finish)"),
     ("c", "checkpoint now (after the current step)"),
     ("e", "evaluate now, alongside training"),
-    ("b", "roll back to the best checkpoint, lr × rollback_lr_scale (asks first)"),
+    ("b", "roll back to the best checkpoint, lr × rollback_lr_scale"),
     ("q  ctrl+c", "stop gracefully, detach (the run goes on), or cancel"),
     ("ctrl+q", "leave at once (a run in its own process goes on)"),
     ("1 2 3 4", "views: dashboard, rollouts, control, metrics"),
