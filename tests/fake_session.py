@@ -319,6 +319,7 @@ class FakeControl:
                 kind="state",
                 name=name,
                 path=f"/tmp/runs/run-0001/weights/{name}",
+                requested=True,
             )
         )
 

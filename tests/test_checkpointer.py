@@ -99,3 +99,39 @@ def test_the_rollback_target_is_not_the_checkpoint_holding_the_best_steps_update
     assert checkpointer.rollback_target() == (2, "step-000002")  # sampled step 3
     checkpointer.keep_rollback_point()
     assert checkpointer.policy.keep_state_step == 2
+
+
+async def test_a_requested_checkpoint_survives_retention_and_says_it_was_asked_for(tmp_path):
+    """`c` (or the control endpoint) asks for a checkpoint: retention
+    (`keep_last_checkpoints`) keeps it however many follow; `c` on a step checkpointed
+    already marks that one."""
+    from tinker_tui.engine.events import CheckpointSaved
+
+    checkpointer = make(tmp_path, checkpoint_every=1, max_steps=100)
+    checkpointer.policy.keep_last_checkpoints = 2
+    saved: list[CheckpointSaved] = []
+    checkpointer.bus.subscribe(lambda e: saved.append(e) if isinstance(e, CheckpointSaved)
+                               else None)
+    policy = checkpointer.policy
+    await policy.start()
+
+    async def write(at: int, why: str) -> None:
+        checkpointer.requested = why == "requested"
+        await checkpointer.write(at, why, lambda: state(at), warmup_done=True)
+
+    await write(1, "periodic")
+    await write(2, "requested")
+    for at in range(3, 7):
+        await write(at, "periodic")
+    assert [(e.step, e.requested) for e in saved] == [
+        (1, False), (2, True), (3, False), (4, False), (5, False), (6, False)]
+    kept = [c.step for c in policy.checkpoints if c.kind == "state"]
+    assert kept == [2, 5, 6]  # the asked-for one, and the last two
+    assert {p.name for p in tmp_path.glob("*/weights/*")} == {
+        "step-000002", "step-000005", "step-000006"}
+
+    await write(6, "requested")  # asked for at a step checkpointed already: that one
+    assert (saved[-1].step, saved[-1].requested, saved[-1].path) == (6, True, saved[-2].path)
+    for at in range(7, 10):
+        await write(at, "periodic")
+    assert [c.step for c in policy.checkpoints if c.kind == "state"] == [2, 6, 8, 9]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tinker_tui.app.exit_codes import EXIT_BUDGET
 from tinker_tui.engine.config import ConfigError, RunConfig
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.metrics.cost import CostMeter, Prices, TokenUsage, projected_usd
@@ -150,7 +151,7 @@ def _step_metrics(row: dict) -> dict:
 
 def test_a_run_on_the_local_backend_stops_at_its_budget_naming_it(tmp_path):
     """Tokens and dollars per step reach the JSONL; the run stops gracefully (a final
-    checkpoint, exit 0) before the step that would pass max_cost_usd."""
+    checkpoint, exit 5) before the step that would pass max_cost_usd."""
     first = _run(tmp_path, "--steps", "2", "--price-train-per-mtok", "1000000",
                  "--price-sample-per-mtok", "1000000", "--price-prefill-per-mtok", "1000000")
     assert first.returncode == 0, first.stderr[-2000:]
@@ -168,7 +169,7 @@ def test_a_run_on_the_local_backend_stops_at_its_budget_naming_it(tmp_path):
     done = _run(tmp_path, "--steps", "40", "--price-train-per-mtok", "1000000",
                 "--price-sample-per-mtok", "1000000", "--price-prefill-per-mtok", "1000000",
                 "--max-cost-usd", f"{budget:.6f}")
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == EXIT_BUDGET, done.stderr[-2000:]  # not a completed run's 0
     assert "max_cost_usd" in done.stdout + done.stderr
     steps = [line for line in done.stdout.splitlines() if line.startswith("step ")]
     assert steps and all(re.search(r"  spent \$\d+\.\d{4}  ", line) for line in steps), steps
@@ -194,7 +195,7 @@ def test_a_run_on_the_local_backend_stops_at_its_budget_naming_it(tmp_path):
                             "--resume", run_id, "--no-ui", "--db", str(tmp_path / "runs.db")],
                            capture_output=True, text=True, timeout=600, cwd=ROOT,
                            env={**os.environ, "HOME": str(tmp_path)})
-    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.returncode == EXIT_BUDGET, again.stderr[-2000:]
     assert not [line for line in again.stdout.splitlines() if line.startswith("step ")]
     assert "raise max_cost_usd to go on" in again.stdout, again.stdout
     assert len(_metrics(tmp_path)) == len(rows)

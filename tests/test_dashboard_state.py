@@ -790,3 +790,18 @@ def test_model_names_a_collapse_and_a_rollback_undoes_the_later_steps():
     assert model.health()[0] != "collapsed" and model.knobs["learning_rate"] == 5e-4
     assert [c.describe() for c in model.knob_markers()] == [
         "rolled back to step-000010 (step 10), learning_rate 0.001 → 0.0005: collapsed"]
+
+
+def test_a_checkpoint_asked_for_once_written_is_the_same_row_marked():
+    from tinker_tui.app.widgets.checkpoints import marks_legend, step_text
+    from tinker_tui.engine.events import CheckpointSaved
+
+    model = DashboardState(FakeClock())
+    saved = dict(step=3, kind="state", name="step-000003", path="/w/step-000003")
+    model.apply(CheckpointSaved(time=1.0, **saved))
+    model.apply(CheckpointSaved(time=2.0, **saved, requested=True))
+    [row] = model.checkpoints
+    assert row.requested and row.time == 1.0  # when it was written, not when marked
+    assert step_text(row) == "3✓" and step_text(row, best_step=3) == "3✓★"
+    assert marks_legend(model.checkpoints, 3) == " · ✓ asked for ★ best"
+    assert marks_legend(model.checkpoints, None) == " · ✓ asked for"

@@ -437,3 +437,76 @@ def test_the_dashboard_counts_failed_rollouts_per_step_and_in_all():
     assert model.rollouts_failed == 19 and model.rollouts_ended == 24
     assert discarded_subtitle(model).endswith(" · 19 of 24 rollouts failed")
     assert model.series["rollouts/failed"] == [(1, 6.0), (2, 13.0)]  # the metrics view's
+
+
+class _MonotonicClock:
+    """Real seconds: the stall is measured as a run measures it."""
+
+    def now(self) -> float:
+        import time
+
+        return time.monotonic()
+
+
+async def test_a_hung_rollout_is_shown_with_its_age_and_line_long_before_its_timeout():
+    """The oldest rollout in flight past `stall_after` (30 s in a run; short here, injected)
+    is carried, with its age and the line of the task it waits at, in the throughput
+    events; the headless log warns once per stuck rollout, and the stop summary names it,
+    long before `rollout_timeout` cancels it."""
+    from tinker_tui.app.headless import HeadlessReporter
+    from tinker_tui.app.run_summary import SummaryCollector, summary_lines
+    from tinker_tui.engine.events import RunFinished, RunStarted, ThroughputMeasured
+
+    hung = asyncio.Event()
+
+    async def rollout(client, model, scenario):
+        choice = await client.chat.completions.create(model=model, messages=[])
+        if scenario.data == 1:
+            hung.set()
+            await asyncio.sleep(10**6)  # hangs here
+        return Trajectory.from_choices([choice], reward=random.random())
+
+    policy = SimulatedPolicy()
+    config = RunConfig(max_steps=1000, group_size=2, groups_per_step=1, rollout_workers=2,
+                       checkpoint_every=0, rollout_timeout=600)
+    bus = EventBus()
+    events = []
+    bus.subscribe(events.append)
+    out = io.StringIO()
+    reporter = HeadlessReporter(out)
+    bus.subscribe(reporter.handle)
+    summary = SummaryCollector(task="t.py")
+    bus.subscribe(summary.handle)
+    pipeline = Pipeline(config=config, task=Task(name="t", scenarios=scenarios, rollout=rollout),
+                        policy=policy, client_factory=lambda: SimulatedClient(policy),
+                        model_name="m", bus=bus, clock=_MonotonicClock(),
+                        rng=random.Random(0), stall_after=0.5)
+    pipeline.report_interval = 0.1
+    bus.publish(RunStarted(time=0.0, run_id="r1", name="t", backend="local",
+                           base_model="tiny", max_steps=1000, start_step=0))
+    run = asyncio.ensure_future(pipeline.run())
+    await asyncio.wait_for(hung.wait(), 30)
+
+    def stalled():
+        return [s for e in events if isinstance(e, ThroughputMeasured) for s in e.stalled]
+
+    async def until_stalled():
+        while not stalled():
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(until_stalled(), 60)
+    first = stalled()[0]
+    assert first.scenario_id == "s1" and first.age >= 0.5
+    assert f"{__file__}:" in first.waiting_at and "await asyncio.sleep(10**6)" in first.waiting_at
+    await asyncio.sleep(0.5)  # more reports of the same stuck rollout: one warning
+    warnings = [line for line in out.getvalue().splitlines()
+                if line.startswith("warning:") and "scenario s1" in line]
+    assert len(warnings) == 1, out.getvalue()
+    assert "stuck" in warnings[0] and "await asyncio.sleep(10**6)" in warnings[0]
+    pipeline.stop()
+    await asyncio.wait_for(run, 30)
+    bus.publish(RunFinished(time=1.0, status="stopped", final_step=pipeline.step,
+                            cause="user"))
+    stuck = [line for line in summary_lines(summary.summary()) if line.startswith("  stuck:")]
+    assert len(stuck) == 1 and "scenario s1" in stuck[0] \
+        and "await asyncio.sleep(10**6)" in stuck[0], summary_lines(summary.summary())

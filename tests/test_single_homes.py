@@ -2,8 +2,8 @@
 
 - Signals: only `app.interrupts` installs signal handlers (`signal.signal`,
   `loop.add_signal_handler`), so every command takes the same signals (never one the
-  process was started ignoring) and leaves with the same codes; and only it spells the
-  signals' exit codes (129, 130, 143).
+  process was started ignoring) and leaves with the same codes; and only `app.exit_codes`,
+  where every exit code is listed, spells the signals' exit codes (129, 130, 143).
 - "did you mean": only `engine.did_you_mean` asks difflib for a close match, so every
   mistyped name is answered by one rule in one wording.
 """
@@ -17,6 +17,7 @@ import pytest
 
 MODULES = import_graph.project_modules()
 SIGNALS_HOME = "tinker_tui.app.interrupts"
+EXIT_CODES_HOME = "tinker_tui.app.exit_codes"
 DID_YOU_MEAN_HOME = "tinker_tui.engine.did_you_mean"
 SIGNAL_EXIT_CODES = {129, 130, 143}
 
@@ -43,11 +44,11 @@ def test_only_the_signals_module_installs_signal_handlers():
 
 def test_only_the_signals_module_spells_their_exit_codes():
     found = [f"{name} line {node.lineno}: {node.value}"
-             for name, tree in _trees() if name != SIGNALS_HOME
+             for name, tree in _trees() if name != EXIT_CODES_HOME
              for node in ast.walk(tree)
              if isinstance(node, ast.Constant) and type(node.value) is int
              and node.value in SIGNAL_EXIT_CODES]
-    assert not found, f"name the exit code from {SIGNALS_HOME} (EXIT_CODES, " \
+    assert not found, f"name the exit code from {EXIT_CODES_HOME} (EXIT_SIGTERM, " \
         "EXIT_INTERRUPTED...):\n" + "\n".join(found)
 
 

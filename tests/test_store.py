@@ -178,7 +178,8 @@ async def test_round_trip_of_every_event_type(store: RunStore) -> None:
                              policy_version=3))  # feeds the group life cycle, not replayed
     bus.publish(LogEmitted(time=103.5, level="WARNING", message="hello"))
     bus.publish(RunStateChanged(time=104.0, state="paused", reason="user"))
-    bus.publish(RunFinished(time=110.0, status="completed", final_step=2, reason="max steps"))
+    bus.publish(RunFinished(time=110.0, status="completed", final_step=2, reason="max steps",
+                            cause="max_steps"))
     await store.flush()
 
     runs = await store.runs()
@@ -188,6 +189,7 @@ async def test_round_trip_of_every_event_type(store: RunStore) -> None:
     assert run.name == "demo" and run.backend == "local" and run.base_model == "tiny"
     assert run.config == {"lr": 1e-3, "group_size": 8}
     assert run.status == "completed" and run.reason == "max steps"
+    assert run.cause == "max_steps"  # typed: readers choose words and exit codes from it
     assert run.started_at == 100.0 and run.ended_at == 110.0
     assert run.max_steps == 50 and run.final_step == 2
     assert run.groups_sampled == 2 and run.tokens_sampled == 200
@@ -243,13 +245,15 @@ async def test_step_written_twice_appears_once(store: RunStore) -> None:
 
 async def test_resumed_run_is_running_again(store: RunStore) -> None:
     store.handle(started(t=100.0))
-    store.handle(RunFinished(time=110.0, status="stopped", final_step=5))
+    store.handle(RunFinished(time=110.0, status="stopped", final_step=5, cause="budget"))
     await store.flush()
     assert (await store.run("r1")).status == "stopped"
+    assert (await store.run("r1")).cause == "budget"
     store.handle(started(t=200.0, start_step=5))
     await store.flush()
     run = await store.run("r1")
     assert run.status == "running" and run.ended_at is None and run.final_step is None
+    assert run.cause == ""
     assert run.started_at == 100.0 and run.start_step == 5
 
 
@@ -655,3 +659,21 @@ def test_json_columns_encode_as_the_standard_encoder_does():
     loop.append(loop)
     with pytest.raises((ValueError, RecursionError)):
         codec._dumps(loop)
+
+
+async def test_a_requested_checkpoint_is_stored_so_and_marked_again_replaces_its_row(
+        store: RunStore) -> None:
+    """`CheckpointSaved.requested` survives the store (a resumed run keeps such checkpoints
+    from retention); the same checkpoint saved again, now asked for, is one row."""
+    store.handle(started())
+    store.handle(CheckpointSaved(time=101.0, step=1, kind="state", name="step-000001",
+                                 path="tinker://x/weights/000001", resume_state={"step": 1}))
+    await store.flush()
+    store.handle(CheckpointSaved(time=102.0, step=1, kind="state", name="step-000001",
+                                 path="tinker://x/weights/000001", resume_state={"step": 1},
+                                 requested=True))
+    await store.flush()
+    [checkpoint] = await store.checkpoints("r1")
+    assert checkpoint.requested and checkpoint.step == 1
+    [point] = await store.resume_points("r1")
+    assert point["requested"] is True

@@ -21,11 +21,12 @@ from fake_session import (
 )
 from textual.command import CommandPalette
 from textual.pilot import Pilot
-from textual.widgets import Input, Label
+from textual.widgets import Input, Label, Static
 from textual.widgets._footer import FooterKey
 
 from tinker_tui.app.interrupts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SIGTERM
 from tinker_tui.app.screens.confirm_quit import QuitScreen
+from tinker_tui.app.screens.confirm_rollback import RollbackScreen
 from tinker_tui.app.screens.control import ControlScreen
 from tinker_tui.app.screens.finished import FinishedScreen
 from tinker_tui.app.screens.help import HelpScreen
@@ -184,6 +185,14 @@ def test_snapshot_confirm_quit(snap_compare):
     assert snap_compare(make_app(), terminal_size=(80, 24), run_before=asked)
 
 
+def test_snapshot_confirm_rollback(snap_compare):
+    async def asked(pilot: Pilot) -> None:
+        await settled(pilot)
+        await press(pilot, "b")
+
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=asked)
+
+
 # ------------------------------------------------------------------ run control keys
 
 
@@ -215,7 +224,8 @@ async def test_p_c_e_b_and_a_cancelled_quit():
         assert control.call_names()[-1] == "request_checkpoint"
         await until(lambda: table.row_count == 3, pilot)
         newest = table.get_row_at(0)
-        assert newest[0] == "20" and newest[1] == "state"
+        assert newest[0] == "20✓" and newest[1] == "state"  # asked for: kept, marked
+        assert "✓ asked for" in str(table.border_subtitle)
         assert newest[3].endswith("000020") and "…" in newest[3]  # cut in the middle
         assert app.model.checkpoints[-1].path.endswith("/weights/manual-000020")
 
@@ -227,7 +237,17 @@ async def test_p_c_e_b_and_a_cancelled_quit():
         # b: roll back to the checkpoint of the weights that sampled the best step, at lr x0.5
         target = app.model.health_window.rollback_point()
         assert target is not None and target[0] <= app.model.health_window.best_step[0]
+        # b asks first, saying what it undoes; n cancels, y rolls back
         await press(pilot, "b")
+        assert isinstance(app.screen, RollbackScreen)
+        said = str(app.screen.query_one("#rollback-text", Static).render())
+        undone = app.model.step - target[0]
+        assert f"undoes {undone} steps ({target[0] + 1}-{app.model.step})" in said, said
+        assert "learning rate" in said and "×0.5" in said, said
+        await press(pilot, "n")
+        assert not isinstance(app.screen, RollbackScreen)
+        assert "request_rollback" not in control.call_names()
+        await press(pilot, "b", "y")
         assert control.calls[-1] == ("request_rollback",
                                      f"by hand: roll back to step {target[0]} at lr x0.5 x0.5")
 

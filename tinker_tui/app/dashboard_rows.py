@@ -23,6 +23,8 @@ class CheckpointRow:
     name: str
     path: str
     time: float
+    #: A person asked for it: the retention policy keeps it.
+    requested: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from tinker_tui.app.dashboard_rows import (
@@ -254,9 +255,14 @@ class DashboardState:
             case CommandReceived():
                 self._command(event)
             case CheckpointSaved():
-                self.checkpoints.append(
-                    CheckpointRow(event.step, event.kind, event.name, event.path, event.time)
-                )
+                row = CheckpointRow(event.step, event.kind, event.name, event.path,
+                                    event.time, event.requested)
+                again = [i for i, c in enumerate(self.checkpoints) if c.path == event.path]
+                if again:  # saved before, now asked for: the same checkpoint, marked
+                    self.checkpoints[again[-1]] = replace(row, time=self.checkpoints[
+                        again[-1]].time)
+                else:
+                    self.checkpoints.append(row)
                 fold(self.health_window, event)
             case CheckpointDeleted():
                 fold(self.health_window, event)

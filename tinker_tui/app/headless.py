@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tinker_tui.app.group_counts import ZeroVarianceSplit
-from tinker_tui.app.run_summary import db_flag
+from tinker_tui.app.run_summary import db_flag, stuck_text
 from tinker_tui.engine.control.interface import Session
 from tinker_tui.engine.events import (
     DISCARD_REASONS,
@@ -30,6 +30,7 @@ from tinker_tui.engine.events import (
     RunStateChanged,
     StartupProgressed,
     StepTrained,
+    ThroughputMeasured,
     TrackerReported,
 )
 from tinker_tui.engine.metrics import metric_keys as keys
@@ -65,6 +66,8 @@ class HeadlessReporter:
         #: Read as the engine reads it: a collapsed run's step lines say so.
         self.health = HealthWindow()
         self._earlier: list[Event] = []  # `remember`'s, until the run says where it starts
+        self._stuck_said: set[int] = set()  # groups whose stuck rollouts were warned of
+        self._rollout_timeout: object = None  # the run's setting, for the warning
 
     def remember(self, earlier: list[Event]) -> None:
         """The stored events of a resumed run before this process (`SummaryCollector.
@@ -151,6 +154,7 @@ class HeadlessReporter:
             self._run_id = event.run_id
             self.started_at = event.time
             self.health.configure(event.config)
+            self._rollout_timeout = event.config.get("rollout_timeout")
             earlier, self._earlier = self._earlier, []
             self._take_in(earlier, event.start_step)
             self._print(f"run {event.run_id}: task {event.name}, {event.backend} backend, "
@@ -180,6 +184,10 @@ class HeadlessReporter:
                 f"  collapsed (best {collapse.best:.3f} at step {collapse.best_step})"
             usd = m.get(keys.COST_USD_TOTAL)  # where prices are set
             spent = f"spent ${usd:.4f}  " if isinstance(usd, int | float) else ""
+            # A reward that never varies must show at once (before the health mark, which
+            # ends the line).
+            nothing = "  trained nothing (every group's rewards equal)" \
+                if m.get(keys.TRAIN_SKIPPED) else ""
             self._print(
                 f"step {event.step:>4}/{self.max_steps}  "
                 f"reward {m.get(keys.REWARD_MEAN, float('nan')):.3f}  "
@@ -190,7 +198,7 @@ class HeadlessReporter:
                 f"staleness {m.get(keys.STALENESS_MEAN, 0.0):.2f}  "
                 f"step {m.get(keys.STEP_TIME, 0.0):.2f}s  "
                 f"{spent}"
-                f"elapsed {elapsed:.1f}s{health}")
+                f"elapsed {elapsed:.1f}s{nothing}{health}")
         elif isinstance(event, CommandReceived | CheckpointDeleted):
             if isinstance(event, CommandReceived) and event.command == "rolled_back":
                 self._roll_back(int(event.args.get("to_step", 0)))
@@ -199,7 +207,8 @@ class HeadlessReporter:
             self._print(eval_line(event, self.max_steps))
         elif isinstance(event, CheckpointSaved):
             fold(self.health, event)
-            self._print(f"checkpoint {event.name} ({event.kind}) at step {event.step}: "
+            kept = ", kept as asked for" if event.requested else ""
+            self._print(f"checkpoint {event.name} ({event.kind}) at step {event.step}{kept}: "
                         f"{event.path}")
         elif isinstance(event, RunStateChanged) and event.state in ("paused", "stopping"):
             self._end_repeats()
@@ -209,6 +218,12 @@ class HeadlessReporter:
         elif isinstance(event, TrackerReported):  # where W&B / TensorBoard records go
             self._print(event.message if event.level == "info"
                         else f"{event.level}: {event.message}")
+        elif isinstance(event, ThroughputMeasured):
+            for stuck in event.stalled:  # once per stuck group: a log shows why nothing moves
+                if stuck.group_id not in self._stuck_said:
+                    self._stuck_said.add(stuck.group_id)
+                    self._end_repeats()
+                    self._print(f"warning: {stuck_text(stuck)}{self._timeout_hint()}")
         elif isinstance(event, RunFinished):
             self._end_repeats()
         elif isinstance(event, LogEmitted) and event.level in ("warning", "error"):
@@ -225,6 +240,12 @@ class HeadlessReporter:
                 show = f"tinker-tui show {self._run_id} --log{db_flag(self.db_path)}"
                 self._print(f"  {where}  (whole: {show})")
 
+
+    def _timeout_hint(self) -> str:
+        timeout = self._rollout_timeout
+        if isinstance(timeout, int | float) and timeout > 0:
+            return f"; cancelled at rollout_timeout ({timeout:g} s)"
+        return "; rollout_timeout is 0: nothing cancels it"
 
     def paused_hint(self) -> str:
         """How to go on from a pause: nothing resumes a headless run by itself (a pause

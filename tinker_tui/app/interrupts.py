@@ -1,11 +1,7 @@
-"""Signals and exit codes: every command's, in one place.
-
-The exit codes: 0 done (`EXIT_OK`), 1 the run
-failed (`EXIT_FAILED`), 2 a usage error (`EXIT_USAGE`), 3 an unwatched run stopped by a
-health check (`EXIT_HEALTH_STOP`): those belong to the engine's errors (`engine.errors`,
-which the engine cannot import from here) and are named here again for the commands; 130
-SIGINT, 143 SIGTERM, 129 SIGHUP (`EXIT_CODES`, 128 + the signal's number, as a shell
-reports a process a signal ended).
+"""Signals, and the exit code each ends a command with: 130 SIGINT, 143 SIGTERM, 129
+SIGHUP (`EXIT_CODES`, 128 + the signal's number, as a shell reports a process a signal
+ended). Every exit code, these included, is listed in `app.exit_codes`; they are named
+here again for the commands that import them from here.
 
 Which signals a command takes (`taken_signals`: never one the process was started ignoring)
 and how a command's event loop takes them (`take_signals`) are decided here too.
@@ -39,7 +35,15 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Literal, NoReturn
 
-from tinker_tui.engine.errors import EXIT_FAILED, EXIT_HEALTH_STOP, EXIT_OK, EXIT_USAGE
+from tinker_tui.app.exit_codes import (
+    EXIT_FAILED,
+    EXIT_HEALTH_STOP,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SIGHUP,
+    EXIT_SIGTERM,
+    EXIT_USAGE,
+)
 
 if TYPE_CHECKING:
     import asyncio
@@ -49,12 +53,6 @@ __all__ = ["EXIT_CODES", "EXIT_FAILED", "EXIT_HEALTH_STOP", "EXIT_INTERRUPTED", 
            "interrupted", "interrupting", "release_signals", "signal_of", "take_signals",
            "taken_signals"]
 
-#: SIGINT (Ctrl+C): the run was stopped (gracefully, or at once by a second one).
-EXIT_INTERRUPTED = 130
-#: SIGTERM: the same.
-EXIT_SIGTERM = 143
-#: SIGHUP: the terminal went away.
-EXIT_SIGHUP = 129
 #: The exit code of a command a signal ended. SIGHUP (the terminal went away) too: before
 #: a dashboard handled it, a hang-up in its first half second killed it without a word.
 EXIT_CODES: dict[int, int] = {signal.SIGINT: EXIT_INTERRUPTED, signal.SIGTERM: EXIT_SIGTERM,

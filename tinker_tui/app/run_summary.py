@@ -27,14 +27,14 @@ from tinker_tui.engine.events import (
     RunFinished,
     RunStarted,
     RunStateChanged,
+    StalledRollout,
     StepTrained,
+    ThroughputMeasured,
     TrackerReported,
 )
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.metrics.collapse_memory import EARLIER_KINDS, fold, is_automatic_rollback
-from tinker_tui.engine.metrics.cost import BUDGET_STOP
 from tinker_tui.engine.metrics.health import HealthWindow
-from tinker_tui.engine.training.resume import RAN_OUT
 
 #: Log lines kept for a failed run's summary.
 LAST_LOG_LINES = 5
@@ -53,6 +53,11 @@ class RunSummary:
     task: str = ""
     status: str = "running"
     reason: str = ""
+    #: Why it ended, typed (`StopCause`): the words and the exit code are chosen from it.
+    cause: str = ""
+    #: Steps that trained nothing, every group's rewards equal (`train/skipped`), of those
+    #: the run holds.
+    skipped_steps: int = 0
     step: int = 0
     max_steps: int = 0
     final_reward: float | None = None
@@ -86,6 +91,9 @@ class RunSummary:
     max_rollbacks: int | None = None
     #: The run's budget (`max_cost_usd`; 0: none).
     max_cost_usd: float = 0.0
+    #: Groups whose rollouts were stuck (in flight past the stall threshold) when the run
+    #: was last measured, or when it was asked to stop.
+    stalled: tuple[StalledRollout, ...] = ()
     #: The last step's running totals of tokens and dollars (`tokens/*_total`,
     #: `cost/usd_total`; the dollars only where prices are set).
     totals: Mapping[str, float] = field(default_factory=dict)
@@ -103,11 +111,13 @@ class SummaryCollector:
         self._log: deque[str] = deque(maxlen=LAST_LOG_LINES)
         self._trackers: dict[str, str] = {}
         self._stop_reason = ""  # why it was asked to stop: the engine ends it "stopped"
+        self._stopping = False
         self._earlier: list[Event] = []  # `read_earlier`'s, until the run says where it starts
         self._health = HealthWindow()
-        #: Each step's mean reward and (failed, ended) rollouts, in step order: a rollback
-        #: forgets the steps it undid, as the store does, so `show` reads the same summary.
-        self._steps: dict[int, tuple[float | None, int, int]] = {}
+        #: Each step's mean reward, (failed, ended) rollouts and whether it trained nothing,
+        #: in step order: a rollback forgets the steps it undid, as the store does, so
+        #: `show` reads the same summary.
+        self._steps: dict[int, tuple[float | None, int, int, bool]] = {}
 
     async def read_earlier(self, db_path: str | Path, run_id: str) -> list[Event]:
         """Read the steps, checkpoints and rollbacks the store holds of run `run_id` before
@@ -152,12 +162,15 @@ class SummaryCollector:
             self._steps[event.step] = (
                 float(reward) if reward is not None and math.isfinite(reward) else None,
                 int(event.metrics.get(keys.ROLLOUTS_FAILED, 0)),
-                int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)))
+                int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)),
+                bool(event.metrics.get(keys.TRAIN_SKIPPED)))
             fold(self._health, event)
             s = replace(s, step=event.step,
                         failed_rollouts=s.failed_rollouts
                         + int(event.metrics.get(keys.ROLLOUTS_FAILED, 0)),
                         rollouts=s.rollouts + int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)),
+                        skipped_steps=s.skipped_steps
+                        + bool(event.metrics.get(keys.TRAIN_SKIPPED)),
                         totals={k: float(event.metrics[k]) for k in _TOTALS
                                 if isinstance(event.metrics.get(k), int | float)})
             if reward is not None and math.isfinite(reward):
@@ -195,14 +208,20 @@ class SummaryCollector:
             return
         elif isinstance(event, LogEmitted):
             self._log.append(event.message)
+        elif isinstance(event, ThroughputMeasured):
+            if not self._stopping:  # as the stop found them: a stop cancels them
+                self._summary = replace(s, stalled=tuple(event.stalled))
+            return
         elif isinstance(event, RunStateChanged):
-            if event.state == "stopping" and event.reason:
-                self._stop_reason = event.reason
+            if event.state == "stopping":
+                self._stopping = True
+                self._stop_reason = event.reason or self._stop_reason
             return
         elif isinstance(event, RunFinished):
             reason = self._stop_reason if event.status == "stopped" and self._stop_reason \
                 else event.reason
-            s = replace(s, status=event.status, reason=reason, step=event.final_step)
+            s = replace(s, status=event.status, reason=reason, cause=event.cause,
+                        step=event.final_step)
         else:
             return
         self._summary = s
@@ -213,14 +232,15 @@ class SummaryCollector:
         final: float | None = None
         best: float | None = None
         best_step: int | None = None
-        for step, (reward, _, _) in sorted(self._steps.items()):
+        for step, (reward, *_) in sorted(self._steps.items()):
             if reward is not None:
                 final = reward
                 if best is None or reward > best:  # an equal best stays at its earlier step
                     best, best_step = reward, step
         return replace(s, final_reward=final, best_reward=best, best_step=best_step,
-                       failed_rollouts=sum(f for _, f, _ in self._steps.values()),
-                       rollouts=sum(n for _, _, n in self._steps.values()))
+                       failed_rollouts=sum(f for _, f, _, _ in self._steps.values()),
+                       rollouts=sum(n for _, _, n, _ in self._steps.values()),
+                       skipped_steps=sum(k for *_, k in self._steps.values()))
 
     def summary(self) -> RunSummary:
         collapse = self._health.collapse
@@ -291,13 +311,14 @@ def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
         commands.append(("attach", f"tinker-tui attach {summary.run_id}{db}"))
         return commands
     resume = f"tinker-tui run {task} --resume {summary.run_id}{db}"
-    if summary.status == "completed" and summary.reason.startswith(RAN_OUT):
-        return commands  # more steps would find no scenarios either
+    if summary.cause in ("ran_out", "no_signal"):
+        # More steps would find no scenarios either, or no reward that differs.
+        return commands
     if summary.status == "completed":
         more = max(summary.max_steps, summary.step) * 2 or 10
         resume += f" --steps {more}"
         commands.append(("train further", resume))
-    elif summary.reason.startswith(BUDGET_STOP) and summary.max_cost_usd > 0:
+    elif summary.cause == "budget" and summary.max_cost_usd > 0:
         # The same budget would stop it again at once: continuing means a larger one.
         commands.append(("continue", f"{resume} --max-cost-usd {2 * summary.max_cost_usd:g}"))
     else:
@@ -311,11 +332,30 @@ def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
     return commands
 
 
+def stuck_text(stuck: StalledRollout) -> str:
+    """A stuck group's rollouts in one line: which, for how long, where they wait."""
+    return (f"rollouts of scenario {stuck.scenario_id} (group {stuck.group_id}) stuck for "
+            f"{stuck.age:.0f} s; {stuck.waiting_at}")
+
+
 def headline(summary: RunSummary) -> str:
     """`run ID completed at step 60/60 (reached max_steps)`."""
     of = f"/{summary.max_steps}" if summary.max_steps else ""
     why = f" ({summary.reason})" if summary.reason else ""
-    return f"run {summary.run_id} {summary.status} at step {summary.step}{of}{why}"
+    nothing = " but trained nothing" if summary.cause == "no_signal" else ""
+    return f"run {summary.run_id} {summary.status} at step {summary.step}{of}{why}{nothing}"
+
+
+def trained_nothing_text(summary: RunSummary) -> str:
+    """The steps that trained nothing (every group's rewards equal), in words; "" when
+    every step trained."""
+    if summary.cause == "no_signal":
+        return ("trained nothing: in every group all rewards were equal, so no step changed "
+                "the weights (a reward that never varies teaches nothing)")
+    if summary.skipped_steps:
+        return (f"{summary.skipped_steps} of {summary.step} steps trained nothing (every "
+                "group's rewards equal)")
+    return ""
 
 
 def failed_groups_text(summary: RunSummary) -> str:
@@ -344,12 +384,15 @@ def summary_lines(summary: RunSummary, *, log_lines: bool = True) -> list[str]:
         lines.append(f"  last checkpoint: {summary.checkpoint} (step {summary.checkpoint_step})")
     else:
         lines.append("  last checkpoint: none")
+    if nothing := trained_nothing_text(summary):
+        lines.append(f"  {nothing}")
     if summary.collapse:
         lines.append(f"  health: {summary.collapse}")
     for rollback in summary.rollbacks:
         lines.append(f"  rolled back {rollback}")
     if summary.failed_groups or summary.failed_rollouts:
         lines.append(f"  errors: {failed_groups_text(summary)}")
+    lines += [f"  stuck: {stuck_text(stuck)}" for stuck in summary.stalled]
     if summary.totals:
         lines.append(f"  spent: {spending_text(summary.totals)}")
     if summary.db_path is not None:

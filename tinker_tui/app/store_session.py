@@ -306,6 +306,7 @@ class StoreSession:
             level = "warning" if interrupted else "error"
             self._log(level if _SAYS_ERROR.match(line) else "info", f"engine: {line}")
         return RunFinished(time=self.clock.now(), status="interrupted" if interrupted else "failed",
+                           cause="interrupted" if interrupted else "failed",
                            final_step=self._last_step,
                            reason=f"the engine process {describe_exit(code)} without finishing "
                                   "the run")

@@ -315,12 +315,12 @@ def _type_name(expected: Any) -> str:
 def layered_config(task: Task, backend: str, file_settings: dict[str, Any] | None = None,
                    flags: dict[str, Any] | None = None, *, config_path: Path | None = None,
                    where: str | None = None) -> RunConfig:
-    """RunConfig from, later winning: engine defaults, the task's settings, the task's
-    settings for this backend, the TOML file, flags. A bad value is a usage error naming
-    where it came from."""
-    from tinker_tui.engine.config import ConfigError, RunConfig
+    """RunConfig from, later winning: engine defaults (the backend's own, `BACKEND_DEFAULTS`),
+    the task's settings, the task's settings for this backend, the TOML file, flags. A bad
+    value is a usage error naming where it came from."""
+    from tinker_tui.engine.config import BACKEND_DEFAULTS, ConfigError, RunConfig
 
-    config = RunConfig()
+    config = RunConfig().with_overrides(dict(BACKEND_DEFAULTS.get(backend, {})))
     of_task = f"task {task.name!r}" if where is None else where
     layers = [(dict(task.settings), f"the settings of {of_task}"),
               (dict(task.backend_settings.get(backend, {})),

@@ -20,6 +20,8 @@ the engine at once. SIGHUP leaves at once: a run in another process goes on.
 Exit codes (`app.return_code`):
     0    the run ended (completed or stopped) and the user left; the user stopped it with
          `q`; or detached from (or closed) a run another process runs (`app.detached`).
+    3, 4, 5  the run ended by itself for a health check, having trained nothing, or at its
+         budget, and the user left (`app.exit_codes` lists every code).
     1    the run failed (shown, then left with `q`), or `session.run()` raised: the
          traceback text is in `app.run_error` (and the exception in `app.run_exception`).
     130  SIGINT: the run was stopped (gracefully, as the headless run; or at once by a
@@ -48,6 +50,7 @@ from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 
 from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.exit_codes import run_exit_code
 from tinker_tui.app.interrupts import (
     EXIT_CODES,
     EXIT_FAILED,
@@ -60,6 +63,7 @@ from tinker_tui.app.interrupts import (
 )
 from tinker_tui.app.run_summary import SummaryCollector
 from tinker_tui.app.screens.confirm_quit import DETACH, FORCE, STOP, QuitScreen
+from tinker_tui.app.screens.confirm_rollback import RollbackScreen, rollback_words
 from tinker_tui.app.screens.dashboard import DashboardScreen
 from tinker_tui.app.screens.run_view import DashboardHost, RunView
 from tinker_tui.app.screens.too_small import TooSmallScreen, too_small
@@ -70,6 +74,7 @@ from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import LIVE_KNOBS
 from tinker_tui.engine.control.interface import Session
 from tinker_tui.engine.events import RunLabelled, RunStatus
+from tinker_tui.engine.metrics import metric_keys as keys
 
 if TYPE_CHECKING:
     from tinker_tui.app.engine_process import Engine
@@ -323,9 +328,14 @@ class TinkerTuiApp(App[None]):
 
     @property
     def finished_code(self) -> int:
-        """The exit code for leaving a run that has ended: 1 if it failed, else 0."""
+        """The exit code for leaving a run that has ended: 1 if it failed; a run this
+        dashboard ran or followed gives its end's own (`app.exit_codes`: 3 a health stop,
+        4 trained nothing, 5 a budget stop), a stored run looked at 0."""
         status = self.run_status or self.model.status
-        return EXIT_FAILED if status == "failed" else EXIT_OK
+        if status == "failed":
+            return EXIT_FAILED
+        return EXIT_OK if self.read_only else run_exit_code(status or "",
+                                                            self.summary.summary().cause)
 
     @property
     def store_path(self) -> Path | None:
@@ -614,9 +624,19 @@ class TinkerTuiApp(App[None]):
         scale = self.model.config.get("rollback_lr_scale")
         scale = float(scale) if isinstance(scale, int | float) and 0 < scale <= 1 else 0.5
         step = target[0]
-        if self.send("rollback", lambda: self.session.control.request_rollback(
-                f"by hand: roll back to step {step} at lr x{scale:g}", scale)):
-            self.notify(f"Roll back to step {step} ({target[1]}) at lr ×{scale:g}", timeout=3)
+        lr = self.model.last_metrics.get(keys.LEARNING_RATE, self.model.config.get(
+            "learning_rate"))
+        words = rollback_words(step=self.model.step, to_step=step, checkpoint=target[1],
+                               scale=scale, lr=float(lr) if isinstance(lr, int | float)
+                               else None)
+
+        def chosen(yes: bool | None) -> None:
+            if yes and self.send("rollback", lambda: self.session.control.request_rollback(
+                    f"by hand: roll back to step {step} at lr x{scale:g}", scale)):
+                self.notify(f"Roll back to step {step} ({target[1]}) at lr ×{scale:g}",
+                            timeout=3)
+
+        self.push_screen(RollbackScreen(words), chosen)
 
     def action_stop(self) -> None:
         """`q` / ctrl+c: confirm, then stop gracefully (or detach / close, see the dialog)."""

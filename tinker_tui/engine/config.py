@@ -143,6 +143,11 @@ def setting(default: T, meaning: str, group: Group = "run", *, low: float | None
     return dataclasses.field(default=default, metadata={"setting": spec})
 
 
+#: Defaults that depend on the backend, over RunConfig's own (the Tinker ones): a local
+#: rollout minutes long is hung, while Tinker's queues can hold one longer. The task's
+#: settings, a config file and flags still win (`app.task_loader.layered_config`).
+BACKEND_DEFAULTS: dict[str, dict[str, Any]] = {"local": {"rollout_timeout": 300.0}}
+
 LOSS_FNS = ("importance_sampling", "ppo", "cispo", "dro")
 #: The values of `advantage` (see engine.training.advantages; kept here so --help needs no import).
 ADVANTAGE_RULES = ("mean", "mean_std")
@@ -196,7 +201,8 @@ class RunConfig:
                                           low=0, high=1, low_open=True, high_open=True)
     rollout_timeout: float = setting(
         600.0, "seconds one rollout (a group_rollout: one group) may take; past it, it is "
-        "cancelled and counted as an error; 0 = no limit", "pipeline", low=0)
+        "cancelled and counted as an error (300 on the local backend); 0 = no limit",
+        "pipeline", low=0)
     min_group_size: int = setting(
         2, "a group whose failed rollouts leave fewer members than this (at most "
         "group_size) is discarded; otherwise it trains with the rest", "pipeline", low=1)
@@ -243,7 +249,8 @@ class RunConfig:
     sampler_checkpoint_every: int = setting(
         1, "named sampler weights every N new policy versions; 0 = never", "backend", low=0)
     keep_last_checkpoints: int = setting(
-        5, "checkpoints kept of each kind (full state, sampler weights); 0 = keep all",
+        5, "checkpoints kept of each kind (full state, sampler weights), besides those "
+        "asked for and the rollback point; 0 = keep all",
         "backend", low=0)
     keep_every_checkpoints: int = setting(
         0, "also keep those whose step is a multiple of N; 0 = none", "backend", low=0)

@@ -20,9 +20,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 #: A mistake the user can fix before anything runs: one line.
 EXIT_USAGE = 2
-#: A run without a dashboard stopped gracefully because a health check would have paused
-#: it (rollout errors, no learning signal) and nobody could resume it (on_health_pause).
-EXIT_HEALTH_STOP = 3
+#: The codes of how a run ended (a health stop, trained nothing, a budget stop) and of the
+#: signals are the app's (`app.exit_codes`, which lists every code).
 
 
 class TinkerTuiError(Exception):

@@ -23,6 +23,17 @@ RunState = Literal["starting", "running", "paused", "stopping", "finished"]
 #: a front end says of a run whose process ended without recording its end (stopped at once
 #: by a second signal, killed): `--resume` continues it from its last checkpoint.
 RunStatus = Literal["completed", "stopped", "failed", "interrupted"]
+#: Why a run ended, typed, so that readers choose their words and exit codes from it and
+#: never from the reason's text. "max_steps": it trained them all; "ran_out": the task's
+#: scenarios ran out; "no_signal": it ended by itself (either of those) having trained
+#: nothing, every group's rewards equal; "user": a person stopped it (dashboard, control
+#: endpoint, a signal); "budget": `max_cost_usd`; "health": a health check or a collapse
+#: stopped it (`on_health_pause`, `on_collapse`); "error": the engine stopped it for a
+#: failure it could finish on (a full disk, the task's scenarios, the rollout loop);
+#: "failed": it raised; "interrupted": its process ended without recording its end.
+#: "" in stores written before causes were kept.
+StopCause = Literal["", "max_steps", "ran_out", "no_signal", "user", "budget", "health",
+                    "error", "failed", "interrupted"]
 CheckpointKind = Literal["state", "sampler"]
 #: The start-up of a run before its first training step, in order.
 StartupPhase = Literal["loading_model", "warmup", "first_rollouts"]
@@ -212,6 +223,9 @@ class CheckpointSaved(Event):
     #: What a resumed run needs beside the weights: step, scenario position, the positions
     #: drawn but not yet trained, the next group id, the scenario generator's random state.
     resume_state: Mapping[str, Any] = field(default_factory=dict)
+    #: A person asked for it (`c`, the control endpoint): the retention policy keeps it. A
+    #: checkpoint saved before it was asked for is published again with this set.
+    requested: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -311,6 +325,7 @@ class RunFinished(Event):
     status: RunStatus
     final_step: int
     reason: str = ""
+    cause: StopCause = ""
 
 
 #: `CommandReceived.source` of what the run asked of itself.
@@ -342,6 +357,25 @@ class EvalCompleted(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class StalledRollout:
+    """A group's rollouts in flight for longer than the pipeline's stall threshold (30 s):
+    shown with its age and where in the task's code it waits, long before `rollout_timeout`
+    cancels it."""
+
+    group_id: int
+    scenario_id: str
+    #: Seconds since the group's rollouts started.
+    age: float
+    #: "it is waiting at FILE:LINE (code)": the deepest line of the task's file it awaits
+    #: (else the file its rollout is in).
+    waiting_at: str
+    #: That line, typed ("" and 0 when no frame of the task's file is awaited).
+    file: str = ""
+    line: int = 0
+    code: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ThroughputMeasured(Event):
     """Pipeline accounting over the last `window` seconds, published about once a second.
 
@@ -363,6 +397,8 @@ class ThroughputMeasured(Event):
     staleness_queued: Mapping[int, int] = field(default_factory=dict)
     #: 99th percentile of the event loop's wake-up lag, seconds (real time).
     loop_lag_p99: float = 0.0
+    #: Groups whose rollouts have run past the stall threshold, oldest first.
+    stalled: tuple[StalledRollout, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

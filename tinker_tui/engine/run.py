@@ -45,6 +45,7 @@ from tinker_tui.engine.events import (
     SessionStarted,
     StartupPhase,
     StartupProgressed,
+    StopCause,
 )
 from tinker_tui.engine.metrics.collapse_memory import EARLIER_KINDS
 from tinker_tui.engine.metrics.cost import BUDGET_STOP
@@ -312,7 +313,8 @@ class Run:
         self.pipeline.rewind_store = rewind_store
         # A full disk under the store: stop now (nothing more can be recorded), then fail.
         store.on_failure = lambda failure: self.pipeline.stop("the run store's disk is full",
-                                                               source=SOURCE_ENGINE)
+                                                               source=SOURCE_ENGINE,
+                                                               cause="error")
         # What is loaded by now (torch, the SDK, the app) lives for the whole run: out of
         # the cyclic GC, whose full passes over it took seconds during start-up, stalling
         # the loop from whichever thread set one off.
@@ -323,6 +325,7 @@ class Run:
         lag_task = asyncio.create_task(lag.run(), name="run-loop-lag")
         status: RunStatus = "failed"
         reason = ""
+        cause: StopCause = "failed"
         in_pipeline = False
         try:
             points = await self._resume_points(store) if self.resume else []
@@ -335,7 +338,7 @@ class Run:
                 self._log("warning", f"run {self.run_id} is already at step {self.pipeline.step} "
                                      f"of {self.config.max_steps}; nothing to do (raise --steps "
                                      "to train further)")
-                status, reason = "completed", "reached max_steps"
+                status, reason, cause = "completed", "reached max_steps", "max_steps"
                 return status
             session = SessionStarted(time=self.clock.now(), backend=self.backend,
                                      base_model=self.config.base_model)
@@ -365,6 +368,10 @@ class Run:
                 raise store.failure
             reason = (self.pipeline.end_reason or "reached max_steps" if status == "completed"
                       else self.pipeline.stop_reason or "stopped before max_steps")
+            cause = "failed" if status == "failed" \
+                else self.pipeline.stop_cause if status == "stopped" \
+                else "no_signal" if self.pipeline.trained_nothing \
+                else "ran_out" if self.pipeline.end_reason else "max_steps"
             return status
         except BaseException as exc:
             if self.pipeline.stopping and isinstance(exc, Exception) and (
@@ -372,6 +379,7 @@ class Run:
                 # Stopped while starting (the service slow or failing): a call given up
                 # because of the stop, or failing for it. Nothing trained.
                 status, reason = "stopped", f"stopped before training: {exc}"
+                cause = self.pipeline.stop_cause
                 self._log("warning", reason)
                 return status
             reason = f"{type(exc).__name__}: {exc}"
@@ -387,7 +395,7 @@ class Run:
             # A resumed run stopped before it was reconciled is still at its start step.
             self.events.publish(RunFinished(time=self.clock.now(), status=status,
                                             final_step=max(self.pipeline.step, self._start_step),
-                                            reason=reason))
+                                            reason=reason, cause=cause))
             try:
                 await trackers.close()  # before the store: their last lines are stored
             finally:
@@ -437,7 +445,8 @@ class Run:
         for kept in await self._resume_points(store):
             if kept["step"] <= step:
                 self.pipeline.checkpointer.adopt(kept["step"], kept["name"], kept["path"],
-                                               ResumeState.from_dict(kept["resume_state"]))
+                                               ResumeState.from_dict(kept["resume_state"]),
+                                               requested=bool(kept.get("requested")))
         self.events.publish(RunResumed(
             time=self.clock.now(), run_id=self.run_id, step=step, checkpoint=checkpoint,
             steps_undone=counts["steps_removed"], groups_requeued=counts["groups_requeued"],
@@ -529,7 +538,7 @@ class Run:
             what=f"the format warm-up of {what}") if self.pipeline.cost.budgeted else ""
         if over_budget:
             self.pipeline.stop(f"{BUDGET_STOP}{over_budget}; lower warmup_steps or raise "
-                               "max_cost_usd", source=SOURCE_ENGINE)
+                               "max_cost_usd", source=SOURCE_ENGINE, cause="budget")
             return
         loss = 0.0
         self._phase("warmup", done=0, total=steps)

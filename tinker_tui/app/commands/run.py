@@ -26,7 +26,6 @@ from tinker_tui.app.argparse_private import HelpFormatter
 from tinker_tui.app.commands.common import (
     BACKENDS,
     DEFAULT_DB,
-    EXIT_OK,
     TENSORBOARD_BESIDE_STORE,
     add_db_option,
     add_label_options,
@@ -36,8 +35,9 @@ from tinker_tui.app.commands.common import (
     store_path,
     wants_ui,
 )
+from tinker_tui.app.exit_codes import EXIT_HEALTH_STOP, run_exit_code
 from tinker_tui.app.interrupts import EXIT_CODES as SIGNAL_EXIT_CODES
-from tinker_tui.app.interrupts import EXIT_HEALTH_STOP, StopSignals, release_signals, take_signals
+from tinker_tui.app.interrupts import StopSignals, release_signals, take_signals
 from tinker_tui.engine.errors import UsageError
 
 if TYPE_CHECKING:
@@ -391,9 +391,10 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
             print("\n".join(summary_lines(summary.summary())), file=human, flush=True)
     if received:
         return received[0]
-    if session.control.health_stop_reason:  # on_health_pause = stop
+    ended = summary.summary()
+    if not ended.ended and session.control.health_stop_reason:  # no end recorded
         return EXIT_HEALTH_STOP
-    return EXIT_OK
+    return run_exit_code(ended.status, ended.cause)
 
 
 def mark_interrupted(db_path: Path, run_id: str, reason: str, step: int) -> None:
@@ -406,7 +407,8 @@ def mark_interrupted(db_path: Path, run_id: str, reason: str, step: int) -> None
     try:
         with contextlib.closing(sqlite3.connect(db_path, timeout=2.0)) as db, db:
             db.execute(
-                "UPDATE runs SET status = 'interrupted', reason = ?, ended_at = ?, "
+                "UPDATE runs SET status = 'interrupted', cause = 'interrupted', reason = ?, "
+                "ended_at = ?, "
                 "final_step = max(?, coalesce((SELECT max(step) FROM steps WHERE run_id = ?), "
                 "0)) WHERE run_id = ? AND status = 'running'",
                 (reason, time.time(), step, run_id, run_id))

@@ -11,11 +11,24 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tinker_tui.app.run_summary import RunSummary, failed_groups_text, next_commands
+from tinker_tui.app.run_summary import (
+    RunSummary,
+    failed_groups_text,
+    next_commands,
+    stuck_text,
+    trained_nothing_text,
+)
 from tinker_tui.app.screens.run_view import host
 
 TITLES = {"completed": "Run completed", "stopped": "Run stopped", "failed": "Run failed",
           "interrupted": "Run interrupted"}
+#: Titles by `RunFinished.cause`, where the status alone would mislead.
+CAUSE_TITLES = {"no_signal": "Run trained nothing", "budget": "Run stopped at its budget",
+                "health": "Run stopped by a health check"}
+
+
+def title(summary: RunSummary) -> str:
+    return CAUSE_TITLES.get(summary.cause) or TITLES.get(summary.status, "Run ended")
 
 
 def finished_content(summary: RunSummary, width: int = 0) -> Content:
@@ -32,10 +45,13 @@ def finished_content(summary: RunSummary, width: int = 0) -> Content:
     else:
         rows.append(("reward", f"final {summary.final_reward:.3f} · best "
                                f"{summary.best_reward:.3f} (step {summary.best_step})"))
+    if nothing := trained_nothing_text(summary):
+        rows.append(("trained", nothing))
     rows.append(("checkpoint", f"{summary.checkpoint} (step {summary.checkpoint_step})"
                  if summary.checkpoint else "none"))
     if summary.failed_groups or summary.failed_rollouts:
         rows.append(("errors", failed_groups_text(summary)))
+    rows += [("stuck", stuck_text(stuck)) for stuck in summary.stalled]
     if summary.db_path is not None:
         rows.append(("store", str(summary.db_path)))
     commands = next_commands(summary)
@@ -69,7 +85,7 @@ class FinishedScreen(ModalScreen[None]):
         max-width: 95%;
         padding: 0 1;
         &.-completed { border: thick $success; }
-        &.-stopped, &.-interrupted { border: thick $warning; }
+        &.-stopped, &.-interrupted, &.-no_signal { border: thick $warning; }
         &.-failed { border: thick $error; }
     }
     FinishedScreen #finished-scroll {
@@ -88,7 +104,8 @@ class FinishedScreen(ModalScreen[None]):
         self.summary = summary
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="finished-dialog", classes=f"dialog -{self.summary.status}"):
+        kind = "no_signal" if self.summary.cause == "no_signal" else self.summary.status
+        with Vertical(id="finished-dialog", classes=f"dialog -{kind}"):
             with VerticalScroll(id="finished-scroll"):
                 yield Static(finished_content(self.summary), id="finished-text")
 
@@ -109,8 +126,7 @@ class FinishedScreen(ModalScreen[None]):
     def on_mount(self) -> None:
         self._fit()
         dialog = self.query_one("#finished-dialog")
-        dialog.border_title = f"{TITLES.get(self.summary.status, 'Run ended')}: " \
-                              f"{self.summary.run_id}"
+        dialog.border_title = f"{title(self.summary)}: {self.summary.run_id}"
         dialog.border_subtitle = "q quit · esc dashboard"
 
     def show_summary(self, summary: RunSummary) -> None:

@@ -32,9 +32,30 @@ def where_on_disk(row: CheckpointRow, checkpoint_dir: Path | None) -> str:
     return str(folder) if folder is not None and folder.is_dir() else row.path
 
 
-def step_text(row: CheckpointRow) -> str:
-    """`12` for full state (saved at a step), `v12` for sampler weights (of a version)."""
-    return f"v{row.step}" if row.kind == "sampler" else str(row.step)
+#: Marks of the checkpoints the retention policy keeps whatever comes after.
+REQUESTED_MARK = "✓"
+BEST_MARK = "★"
+
+
+def step_text(row: CheckpointRow, best_step: int | None = None) -> str:
+    """`12` for full state (saved at a step), `v12` for sampler weights (of a version);
+    marked ✓ when a person asked for it, ★ when it is the one a rollback goes back to (the
+    last at or before the best step): both are kept by the retention policy."""
+    if row.kind == "sampler":
+        return f"v{row.step}"
+    return (f"{row.step}{REQUESTED_MARK if row.requested else ''}"
+            f"{BEST_MARK if row.step == best_step else ''}")
+
+
+def marks_legend(rows: list[CheckpointRow], best_step: int | None) -> str:
+    """What the marks shown mean, for the pane's subtitle (short: it shares the line);
+    "" when none shows."""
+    said = []
+    if any(r.requested and r.kind == "state" for r in rows):
+        said.append(f"{REQUESTED_MARK} asked for")
+    if best_step is not None and any(r.step == best_step and r.kind == "state" for r in rows):
+        said.append(f"{BEST_MARK} best")
+    return " · " + " ".join(said) if said else ""
 
 
 #: Steps without a weight change before the pane says why no sampler weights come.
@@ -87,11 +108,15 @@ class CheckpointsTable(DataTable):
         count = len(model.checkpoints)
         deleted = f" ({model.checkpoints_deleted} older deleted)" if model.checkpoints_deleted \
             else ""
-        set_subtitle(self, f"{count} saved{deleted}" + sampler_note(model)
+        best = model.health_window.rollback_point()
+        best_step = best[0] if best is not None else None
+        set_subtitle(self, f"{count} saved{deleted}"
+                     + marks_legend(model.checkpoints, best_step) + sampler_note(model)
                      + (" · enter: path" if count else ""))
         width = self.content_region.width or 60
         checkpoint_dir = host(self.app).checkpoint_dir
-        shown = (count, model.checkpoints_deleted, width, checkpoint_dir)
+        requested = tuple(r.step for r in model.checkpoints if r.requested)
+        shown = (count, model.checkpoints_deleted, width, checkpoint_dir, requested, best_step)
         if shown == self._shown:
             return
         self._shown = shown
@@ -99,7 +124,7 @@ class CheckpointsTable(DataTable):
         self.clear()
         self._rows = list(reversed(model.checkpoints))
         # the path takes what the other columns (and every column's padding) leave
-        cells = [[step_text(row), row.kind, model.since_start(row.time), ""]
+        cells = [[step_text(row, best_step), row.kind, model.since_start(row.time), ""]
                  for row in self._rows]
         paths = [where_on_disk(row, checkpoint_dir) for row in self._rows]
         widths = fit_columns(self, cells)
@@ -127,7 +152,8 @@ class CheckpointsTable(DataTable):
                    "Full state (weights and optimizer, what --resume loads) is saved every "
                    "checkpoint_every steps.")
         else:
-            title = f"Checkpoint at step {row.step} (full state: weights and optimizer)"
+            title = f"Checkpoint at step {row.step} (full state: weights and optimizer)" + (
+                ", asked for: kept" if row.requested else "")
             since = self._model.version_changed_at if self._model is not None else 0
             why = ("\n\nSampler weights are saved per new policy version, not per step "
                    "(sampler_checkpoint_every)"

@@ -5,11 +5,15 @@ once finished it shows the run's average rates."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Digits, Label, Sparkline
 
 from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.run_summary import stuck_text
 from tinker_tui.app.view_maths import (
     PART_SEPARATOR,
     cost_parts,
@@ -19,6 +23,7 @@ from tinker_tui.app.view_maths import (
     split_rate,
 )
 from tinker_tui.app.widgets.updates import set_subtitle, update_digits, update_static
+from tinker_tui.engine.events import StalledRollout
 
 __all__ = ["ThroughputPanel", "format_rate", "idle_text", "verdict_text"]
 
@@ -29,6 +34,15 @@ def idle_text(model: DashboardState) -> str:
         return "idle  trainer -  sampler -"
     return (f"idle  trainer {idle_percent(measured.trainer_busy)}%  "
             f"sampler {idle_percent(measured.sampler_busy)}%")
+
+
+def stuck_short(stalled: Sequence[StalledRollout]) -> str:
+    """The oldest stuck rollout, short: its age and the line it waits at."""
+    oldest = stalled[0]
+    more = f" (+{len(stalled) - 1})" if len(stalled) > 1 else ""
+    where = f" at {Path(oldest.file).name}:{oldest.line} {oldest.code}" if oldest.file \
+        else f" (scenario {oldest.scenario_id})"
+    return f"⚠ stuck {oldest.age:.0f}s{more}{where}"
 
 
 def verdict_text(model: DashboardState) -> str:
@@ -42,6 +56,8 @@ def verdict_text(model: DashboardState) -> str:
         return "■ stopping: finishing the current step"
     if model.state == "finished":
         return f"■ finished: {model.status}" if model.status else "■ finished"
+    if measured is not None and measured.stalled:  # before the start-up's words: it hides it
+        return stuck_short(measured.stalled)
     phase = model.phase_text()
     if phase is not None:
         return f"▶ {phase}"
@@ -119,5 +135,8 @@ class ThroughputPanel(Vertical, can_focus=True):
         verdict = verdict_text(model)
         label = self.query_one("#verdict", Label)
         update_static(label, verdict)
-        if label.tooltip != verdict:
-            label.tooltip = verdict
+        stalled = measured.stalled if measured is not None and not finished else ()
+        tip = "\n".join(stuck_text(s) for s in stalled) or verdict  # whole, with the path
+        label.set_class(bool(stalled), "-stuck")
+        if label.tooltip != tip:
+            label.tooltip = tip

@@ -259,6 +259,9 @@ class BackendSession:
         self.checkpoints: list[CheckpointRecord] = []
         #: The step of a full checkpoint the retention policy keeps (the run's rollback point).
         self.keep_state_step: int | None = None
+        #: Steps of full checkpoints a person asked for (`c`, the control endpoint): the
+        #: retention policy keeps them, and they do not count toward `keep_last_checkpoints`.
+        self.requested_state_steps: set[int] = set()
         self.rewinds = 0  # rollbacks so far (names their sampler weights apart)
         self._samplers: OrderedDict[int, SamplingClient] = OrderedDict()
         self._loaded_from: dict[int, str] = {}  # version -> path its cached client was loaded from
@@ -779,6 +782,7 @@ class BackendSession:
         sampler weights of later versions are deleted (their names are used again as the
         run goes on)."""
         await self.load_training_state(path)
+        self.requested_state_steps = {s for s in self.requested_state_steps if s <= step}
         for old in [c for c in self.checkpoints
                     if c.step > (step if c.kind == "state" else version)]:
             self.checkpoints.remove(old)
@@ -797,7 +801,8 @@ class BackendSession:
 
     async def _record_checkpoint(self, record: CheckpointRecord) -> None:
         self.checkpoints.append(record)
-        same = [c for c in self.checkpoints if c.kind == record.kind]
+        same = [c for c in self.checkpoints if c.kind == record.kind
+                and not (c.kind == "state" and c.step in self.requested_state_steps)]
         keep_last = self.keep_last_checkpoints
         if record.kind == "state" and keep_last:
             # Never fewer than two: the newest may not be confirmed by the run store yet when

@@ -84,7 +84,8 @@ class Prices:
                 + usage.sampled * self.sample + usage.trained * self.train) / 1e6
 
 
-#: How the reason of a stop for the budget (`max_cost_usd`) begins.
+#: How the reason of a stop for the budget (`max_cost_usd`) begins (words for people:
+#: readers go by its `RunFinished.cause`, "budget").
 BUDGET_STOP = "budget: "
 
 #: How many recent steps the budget's estimate of the next step averages over.

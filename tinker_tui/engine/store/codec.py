@@ -40,6 +40,7 @@ from tinker_tui.engine.events import (
     RunStarted,
     RunStateChanged,
     SessionStarted,
+    StalledRollout,
     StartupProgressed,
     StepTrained,
     ThroughputMeasured,
@@ -134,14 +135,15 @@ INSERT INTO runs (run_id, name, backend, base_model, config, status, started_at,
 VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id) DO UPDATE SET
     name = excluded.name, backend = excluded.backend, base_model = excluded.base_model,
-    config = excluded.config, status = 'running', reason = '', ended_at = NULL,
+    config = excluded.config, status = 'running', reason = '', cause = '', ended_at = NULL,
     final_step = NULL, max_steps = excluded.max_steps, start_step = excluded.start_step,
     task_spec = CASE WHEN excluded.task_spec != '' THEN excluded.task_spec ELSE task_spec END,
     run_name = CASE WHEN excluded.run_name != '' THEN excluded.run_name ELSE run_name END,
     note = CASE WHEN excluded.note != '' THEN excluded.note ELSE note END
 """
 SQL_RUN_FINISHED = (
-    "UPDATE runs SET status = ?, reason = ?, ended_at = ?, final_step = ? WHERE run_id = ?"
+    "UPDATE runs SET status = ?, reason = ?, ended_at = ?, final_step = ?, cause = ? "
+    "WHERE run_id = ?"
 )
 _SQL_GROUPS_UNUSED = """
 UPDATE group_lifecycle SET status = 'unused', detail = 'the run ended before it was trained'
@@ -158,7 +160,7 @@ def _encode_run_started(rows: Rows, run_id: str | None, e: RunStarted) -> None:
 
 def _encode_run_finished(rows: Rows, run_id: str, e: RunFinished) -> None:
     finished = (_str(e.status), _str(e.reason), _float_or_none(e.time),
-                _int_or_none(e.final_step), run_id)
+                _int_or_none(e.final_step), _str(e.cause), run_id)
     rows.run_ops.append((SQL_RUN_FINISHED, finished))
     rows.by_statement[_SQL_GROUPS_UNUSED].append((run_id,))
 
@@ -189,6 +191,8 @@ class StoredRun:
     #: The run's own name and note ("" when none; stores older than v7 have none).
     run_name: str = ""
     note: str = ""
+    #: Why it ended (`StopCause`; "" while running, and in stores older than v10).
+    cause: str = ""
 
     @property
     def label(self) -> str:
@@ -209,7 +213,8 @@ class StoredRun:
             return None
         return RunFinished(time=float(self.ended_at or self.started_at or 0.0),
                            status=self.status,  # type: ignore[arg-type]  # as recorded
-                           final_step=int(self.final_step or 0), reason=self.reason)
+                           final_step=int(self.final_step or 0), reason=self.reason,
+                           cause=self.cause)  # type: ignore[arg-type]  # as recorded
 
 
 def decode_run(row: StoredRow) -> StoredRun:
@@ -227,7 +232,8 @@ def decode_run(row: StoredRow) -> StoredRun:
         final_step=row["final_step"], groups_sampled=int(row["groups_sampled"] or 0),
         tokens_sampled=int(row["tokens_sampled"] or 0),
         task_spec=_column(row, "task_spec") or "",
-        run_name=_column(row, "run_name") or "", note=_column(row, "note") or "")
+        run_name=_column(row, "run_name") or "", note=_column(row, "note") or "",
+        cause=_column(row, "cause") or "")
 
 
 # ---------------------------------------------------------------------- StepTrained
@@ -484,9 +490,13 @@ _SQL_CHECKPOINT_STARTED = (
 _SQL_CHECKPOINT_UNCONFIRMED = (
     "DELETE FROM checkpoints WHERE run_id = ? AND kind = ? AND name = ? AND confirmed = 0"
 )
+#: A checkpoint saved again (asked for once it was written) replaces its row.
+_SQL_CHECKPOINT_AGAIN = (
+    "DELETE FROM checkpoints WHERE run_id = ? AND kind = ? AND path = ? AND confirmed = 1"
+)
 _SQL_CHECKPOINT = (
-    "INSERT INTO checkpoints (run_id, step, kind, name, path, time, confirmed, resume_state) "
-    "VALUES (?, ?, ?, ?, ?, ?, 1, ?)"
+    "INSERT INTO checkpoints (run_id, step, kind, name, path, time, confirmed, resume_state, "
+    "requested) VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?)"
 )
 
 
@@ -498,8 +508,10 @@ def _encode_checkpoint_started(rows: Rows, run_id: str, e: CheckpointStarted) ->
 def _encode_checkpoint_saved(rows: Rows, run_id: str, e: CheckpointSaved) -> None:
     step, kind, name = int(e.step), _str(e.kind), _str(e.name)
     saved = (run_id, step, kind, name, _str(e.path), _float_or_none(e.time),
-             _dumps(dict(e.resume_state)) if e.resume_state else None)
+             _dumps(dict(e.resume_state)) if e.resume_state else None, int(bool(e.requested)))
     rows.by_statement[_SQL_CHECKPOINT_UNCONFIRMED].append((run_id, kind, name))
+    if e.requested:
+        rows.by_statement[_SQL_CHECKPOINT_AGAIN].append((run_id, kind, _str(e.path)))
     rows.by_statement[_SQL_CHECKPOINT].append(saved)
     rows.confirms.append(step)
 
@@ -534,7 +546,8 @@ def decode_checkpoint(row: StoredRow) -> CheckpointSaved:
     """A row of `checkpoints` as the CheckpointSaved that wrote it (its resume state is
     `decode_resume_state`'s)."""
     return CheckpointSaved(time=_time(row), step=int(row["step"]), kind=row["kind"],
-                           name=row["name"], path=row["path"])
+                           name=row["name"], path=row["path"],
+                           requested=bool(_column(row, "requested")))
 
 
 # ---------------------------------------------------------------------- EvalCompleted
@@ -585,6 +598,10 @@ def _encode_throughput(rows: Rows, run_id: str, e: ThroughputMeasured) -> None:
     measured = {name: getattr(e, name, None) for name in _MEASURED}
     measured["staleness_in_flight"] = {str(k): v for k, v in e.staleness_in_flight.items()}
     measured["staleness_queued"] = {str(k): v for k, v in e.staleness_queued.items()}
+    if e.stalled:
+        measured["stalled"] = [{"group_id": s.group_id, "scenario_id": s.scenario_id,
+                                "age": s.age, "waiting_at": s.waiting_at, "file": s.file,
+                                "line": s.line, "code": s.code} for s in e.stalled]
     rows.by_statement[_SQL_THROUGHPUT].append((run_id, _float_or_none(e.time), _dumps(measured)))
 
 
@@ -602,7 +619,16 @@ def _decode_throughput(row: StoredRow) -> ThroughputMeasured | None:
         sampler_busy=float(m.get("sampler_busy", 0.0)), verdict=str(m.get("verdict", "")),
         staleness_in_flight=_histogram(m.get("staleness_in_flight")),
         staleness_queued=_histogram(m.get("staleness_queued")),
-        loop_lag_p99=float(m.get("loop_lag_p99") or 0.0))
+        loop_lag_p99=float(m.get("loop_lag_p99") or 0.0),
+        stalled=tuple(_stalled(s) for s in m.get("stalled") or () if isinstance(s, dict)))
+
+
+def _stalled(s: Mapping[str, Any]) -> StalledRollout:
+    return StalledRollout(group_id=int(s.get("group_id", -1)),
+                          scenario_id=str(s.get("scenario_id", "")),
+                          age=float(s.get("age", 0.0)), waiting_at=str(s.get("waiting_at", "")),
+                          file=str(s.get("file", "")), line=int(s.get("line") or 0),
+                          code=str(s.get("code", "")))
 
 
 def _histogram(data: Any) -> dict[int, int]:
@@ -780,7 +806,8 @@ def decode_tokens(row: StoredRow) -> TrajectoryTokens:
 #: tables are independent; a checkpoint's unconfirmed row goes before it is replaced, and
 #: the group life cycle comes last, in its own order (a group's events arrive in that order).
 STATEMENT_ORDER = (
-    _SQL_STEP, _SQL_TOKENS_FORGET, _SQL_TOKENS, _SQL_PIECE, _SQL_CHECKPOINT_STARTED, _SQL_CHECKPOINT_UNCONFIRMED, _SQL_CHECKPOINT,
+    _SQL_STEP, _SQL_TOKENS_FORGET, _SQL_TOKENS, _SQL_PIECE, _SQL_CHECKPOINT_STARTED, _SQL_CHECKPOINT_UNCONFIRMED,
+    _SQL_CHECKPOINT_AGAIN, _SQL_CHECKPOINT,
     _SQL_CHECKPOINT_DELETED, _SQL_BACKEND_SESSION,
     _SQL_DISCARDED, _SQL_LOG, _SQL_SESSION, _SQL_RESUME, _SQL_STATE, _SQL_SAMPLED_GROUP, _SQL_TRAJECTORY, _SQL_EVAL,
     _SQL_COMMAND, _SQL_THROUGHPUT, _SQL_STARTUP,

@@ -453,7 +453,7 @@ class StoreReader:
     async def resume_points(self, run_id: str) -> list[dict[str, Any]]:
         """Confirmed full checkpoints of the run that carry a resume state and still exist,
         newest first, as
-        {"step", "kind", "name", "path", "time", "resume_state"} (a checkpoint whose state
+        {"step", "kind", "name", "path", "time", "resume_state", "requested"} (a checkpoint whose state
         cannot be read is left out)."""
         if self.schema_version < 3:
             return []
@@ -472,7 +472,8 @@ class StoreReader:
                 continue
             points.append({"step": checkpoint.step, "kind": checkpoint.kind,
                            "name": checkpoint.name, "path": checkpoint.path,
-                           "time": checkpoint.time, "resume_state": state})
+                           "time": checkpoint.time, "resume_state": state,
+                           "requested": checkpoint.requested})
         return points
 
     async def down_seconds(self, run_id: str) -> float:

@@ -313,8 +313,14 @@ CREATE TABLE resumes (
 CREATE INDEX resumes_run ON resumes (run_id, id);
 """
 
-# placeholder: filled by the outcomes branch
-SCHEMA_V10 = ""
+# Version 10 keeps why each run ended, typed (`RunFinished.cause`: "max_steps", "budget",
+# "no_signal"...), so readers choose words and exit codes from it, not from the reason's text;
+# and which checkpoints a person asked for (`CheckpointSaved.requested`), which retention keeps.
+SCHEMA_V10 = """
+ALTER TABLE runs ADD COLUMN cause TEXT NOT NULL DEFAULT '';
+ALTER TABLE checkpoints ADD COLUMN requested INTEGER NOT NULL DEFAULT 0;
+"""
+
 # Version 11 keeps what each trained step trained, token by token (TokensTrained), for the
 # token view: per trajectory its token ids, sampled and trainer logprobs, advantages, loss
 # mask, sampling policy versions and the trainer's entropy, each a zlib-compressed array of

@@ -74,7 +74,7 @@ class Checkpointer:
         name = checkpoint_name(step)
         if self.last_step == step:
             if why == "requested":
-                self._log("info", f"checkpoint {name} is written already")
+                self._mark_requested(step)
             return
         if not warmup_done:
             # The weights are the base's, or part-way through the format warm-up: no resume
@@ -90,9 +90,13 @@ class Checkpointer:
         # version), as a resumed run's adopted checkpoints are.
         path = await self.policy.save_state(name, step=step)
         faults.hit("checkpoint", state.step)
+        requested = why == "requested"
+        if requested:  # kept by the retention policy from now on
+            self.policy.requested_state_steps.add(state.step)
         # Confirmed once this row is committed (with the resume state, in one row).
         self.bus.publish(CheckpointSaved(time=self.clock.now(), step=state.step, kind="state",
-                                         name=name, path=path, resume_state=state.as_dict()))
+                                         name=name, path=path, resume_state=state.as_dict(),
+                                         requested=requested))
         self.table[state.step] = (name, path, state)
         self.health.checkpointed(state.step, name, state.policy_version)
         self.keep_rollback_point()
@@ -100,10 +104,29 @@ class Checkpointer:
             await self.commit_events()
         self._log("info", f"checkpoint {name} saved ({why}): {path}")
 
-    def adopt(self, step: int, name: str, path: str, state: ResumeState) -> None:
-        """A full checkpoint an earlier process of this run saved (a resumed run)."""
+    def _mark_requested(self, step: int) -> None:
+        """Asked for at a step checkpointed already: that checkpoint is the one asked for
+        (kept by retention, marked), published again as such."""
+        name = checkpoint_name(step)
+        if step in self.policy.requested_state_steps or step not in self.table:
+            self._log("info", f"checkpoint {name} is written already"
+                      + ("; it is kept" if step in self.policy.requested_state_steps else ""))
+            return
+        _, path, state = self.table[step]
+        self.policy.requested_state_steps.add(step)
+        self.bus.publish(CheckpointSaved(time=self.clock.now(), step=step, kind="state",
+                                         name=name, path=path, resume_state=state.as_dict(),
+                                         requested=True))
+        self._log("info", f"checkpoint {name} is written already; it is kept as asked for")
+
+    def adopt(self, step: int, name: str, path: str, state: ResumeState, *,
+              requested: bool = False) -> None:
+        """A full checkpoint an earlier process of this run saved (a resumed run);
+        `requested`: a person asked for it, so the retention policy keeps it."""
         self.table[step] = (name, path, state)
         self.health.checkpointed(step, name, state.policy_version)
+        if requested:
+            self.policy.requested_state_steps.add(step)
 
     def restored(self, state: ResumeState) -> None:
         """The run continues from `state`: a start state (no checkpoint: warm-up not done)

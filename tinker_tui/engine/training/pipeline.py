@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import linecache
 import math
 import random
 import traceback
@@ -46,7 +47,9 @@ from tinker_tui.engine.events import (
     LogEmitted,
     RunStateChanged,
     RunStatus,
+    StalledRollout,
     StepTrained,
+    StopCause,
     ThroughputMeasured,
     TrajectorySummary,
     TrajectoryTokens,
@@ -92,6 +95,11 @@ class RolloutTimeout(TrajectoryError, TimeoutError):
     """A rollout ran past `rollout_timeout` and was cancelled (counted as an error)."""
 
 
+#: Seconds a group's rollouts may run before the throughput events carry them as stalled
+#: (`StalledRollout`: their age and the line they wait at), long before `rollout_timeout`.
+STALL_AFTER = 30.0
+
+
 class Pipeline:
     def __init__(
         self,
@@ -108,8 +116,14 @@ class Pipeline:
         sampling_defaults: SamplingDefaults | None = None,
         rollouts: RolloutLoop | None = None,
         health_pause_default: str = "wait",
+        stall_after: float = STALL_AFTER,
     ) -> None:
         self.config = config
+        #: Seconds before a group's rollouts in flight count as stalled (`STALL_AFTER`).
+        self.stall_after = stall_after
+        #: Groups whose rollouts run now: group id -> (started, scenario, their coroutines,
+        #: whose awaits say where each waits).
+        self._rolling: dict[int, tuple[float, Scenario, list[Any]]] = {}
         self.task = task
         self._reward_components = reward_components_of(task)
         self.policy = policy
@@ -200,8 +214,9 @@ class Pipeline:
         self.rewind_store: Callable[[int], Awaitable[Mapping[str, int]]] | None = None
         #: (reason, lr scale, who asked: "user" or "on_collapse")
         self._rollback_requested: tuple[str, float, str] | None = None
-        #: Why the run was stopped (`stop`'s reason), once it was.
+        #: Why the run was stopped (`stop`'s reason and typed cause), once it was.
         self.stop_reason = ""
+        self.stop_cause: StopCause = "user"
         #: The health check's reason when it stopped the run (on_health_pause = stop).
         self.health_stop_reason = ""
         #: Why a run that ended by itself before max_steps did ("scenarios ran out ...").
@@ -255,13 +270,16 @@ class Pipeline:
             self.log("info", "checkpoint requested; it is written after the current step")
         self._wake.set()
 
-    def stop(self, reason: str = "stopped by user", *, source: str = "user") -> None:
+    def stop(self, reason: str = "stopped by user", *, source: str = "user",
+             cause: StopCause = "user") -> None:
+        """Stop gracefully; `cause` is why, typed (`RunFinished.cause`), the first stop's."""
         self._command("stop", reason=reason, source=source)
         if self._stopping:
             return
         self._stopping = True
         self._stop_event.set()
         self.stop_reason = reason
+        self.stop_cause = cause
         self._emit(RunStateChanged(time=self.clock.now(), state="stopping", reason=reason))
         self.log("info", f"stopping ({reason}): no new rollouts; {self.waiting_for()}")
         self.policy.interrupt()  # backend calls waiting on trouble give up
@@ -402,7 +420,8 @@ class Pipeline:
         self._last_step_end = self._started_at = self.clock.now()
         over_budget = self.cost.budget_passed_by_next_step()  # a resumed run's budget
         if over_budget and self.step < self.config.max_steps:
-            self.stop(f"{BUDGET_STOP}{over_budget}; raise max_cost_usd to go on", source=SOURCE_ENGINE)
+            self.stop(f"{BUDGET_STOP}{over_budget}; raise max_cost_usd to go on", source=SOURCE_ENGINE,
+                      cause="budget")
             await self._checkpoint("final")
             return self._status()
         self._ensure_workers()
@@ -523,20 +542,24 @@ class Pipeline:
             return
         self.scenario_failure = error
         self.log("error", str(error))
-        self.stop("the task's scenarios failed", source=SOURCE_ENGINE)
+        self.stop("the task's scenarios failed", source=SOURCE_ENGINE, cause="error")
 
     async def _sample_group(self, client: object, group_id: int,
                             scenario: Scenario) -> TrajectoryGroup | None:
         faults.hit("rollout", self.step + 1)
         started = self.clock.now()
+        coros: list[Any] = []
+        self._rolling[group_id] = (started, scenario, coros)
         try:
             results, summaries = await self.rollouts.run(
-                self._roll_out(client, [scenario] * self.config.group_size))
+                self._roll_out(client, [scenario] * self.config.group_size, watch=coros))
         except RolloutLoopClosed as exc:
             if not self._stopping:  # the rollout loop ended under a running pipeline
                 self.log("error", f"rollouts cannot run any more: {exc}")
-                self.stop(f"the rollout loop ended ({exc})", source=SOURCE_ENGINE)
+                self.stop(f"the rollout loop ended ({exc})", source=SOURCE_ENGINE, cause="error")
             return None
+        finally:
+            self._rolling.pop(group_id, None)
         errors = [r for r in results if isinstance(r, BaseException)]
         if any(isinstance(e, asyncio.CancelledError) for e in errors):
             raise asyncio.CancelledError
@@ -612,15 +635,20 @@ class Pipeline:
         self.log(level, f"rollout of scenario {scenario.id} failed ({len(errors)}/{members}, "
                         f"{outcome}): {where}")
 
-    async def _roll_out(self, client: object, scenarios: list[Scenario], *, summarize: bool = True
+    async def _roll_out(self, client: object, scenarios: list[Scenario], *, summarize: bool = True,
+                        watch: list[Any] | None = None,
                         ) -> tuple[list[Trajectory | BaseException], tuple[TrajectorySummary, ...]]:
         """Runs on the rollout loop: the rollouts of `scenarios` (one each, together) and the
         summaries of those that succeeded, in order, for `GroupSampled` (decoding text is
         rollout-side work). Touches no pipeline state and publishes nothing: that is the
-        engine loop's."""
+        engine loop's. `watch` gets the rollouts' coroutines (`stalled` reads where they
+        wait)."""
         limit = self.config.rollout_timeout or None
+        coros = [self._rollout(client, s) for s in scenarios]
+        if watch is not None:
+            watch.extend(coros)
         results: list[Trajectory | BaseException] = await run_together(
-            (self._rollout(client, s) for s in scenarios), timeout=limit)
+            iter(coros), timeout=limit)
         for i, result in enumerate(results):
             if isinstance(result, DeadlinePassed):
                 results[i] = RolloutTimeout(
@@ -655,17 +683,52 @@ class Pipeline:
     def _waiting_at(self, scenario: Scenario, exc: BaseException) -> str:
         """Where a timed-out rollout was waiting: the deepest line of the task's file in the
         cancelled traceback, else the file its rollout is defined in."""
+        frames = traceback.extract_tb(exc.__context__.__traceback__) if exc.__context__ else []
+        return self._where(scenario, frames, "was")
+
+    def stalled(self, now: float) -> tuple[StalledRollout, ...]:
+        """The groups whose rollouts have run `stall_after` seconds or more, oldest first,
+        each with where in the task's code its first unfinished rollout waits."""
+        out = []
+        for group_id, (started, scenario, coros) in sorted(self._rolling.items(),
+                                                             key=lambda kv: kv[1][0]):
+            if now - started < self.stall_after:
+                continue
+            frames = next((f for f in map(_awaiting, coros) if f), [])
+            frame = self._task_frame(scenario, frames)
+            out.append(StalledRollout(group_id=group_id, scenario_id=scenario.id,
+                                      age=now - started,
+                                      waiting_at=self._where(scenario, frames, "is"),
+                                      file=frame.filename if frame else "",
+                                      line=frame.lineno or 0 if frame else 0,
+                                      code=(frame.line or "").strip() if frame else ""))
+        return tuple(out)
+
+    def _rollout_source(self, scenario: Scenario) -> tuple[Task, str | None]:
+        """The task (part) that rolls `scenario` out, and the file its rollout is in."""
         _, part_task = part_of(self.task, scenario)
         rollout = group_rollout_of(part_task) or part_task.rollout
         try:
-            source = inspect.getsourcefile(inspect.unwrap(rollout))  # type: ignore[arg-type]
+            return part_task, inspect.getsourcefile(inspect.unwrap(rollout))  # type: ignore[arg-type]
         except TypeError:
-            source = None
-        frames = traceback.extract_tb(exc.__context__.__traceback__) if exc.__context__ else []
+            return part_task, None
+
+    def _task_frame(self, scenario: Scenario, frames: list[traceback.FrameSummary]
+                    ) -> traceback.FrameSummary | None:
+        """The deepest of `frames` in the file of the task's rollout, if any is."""
+        _, source = self._rollout_source(scenario)
         own = [f for f in frames if source is not None and f.filename == source]
-        if own:
-            frame = own[-1]
-            return f"it was waiting at {frame.filename}:{frame.lineno} ({(frame.line or '').strip()})"
+        return own[-1] if own else None
+
+    def _where(self, scenario: Scenario, frames: list[traceback.FrameSummary],
+               verb: str) -> str:
+        """"it was (`verb`) waiting at FILE:LINE (code)": the deepest of `frames` in the file
+        of the task's rollout, else that file."""
+        part_task, source = self._rollout_source(scenario)
+        frame = self._task_frame(scenario, frames)
+        if frame is not None:
+            return (f"it {verb} waiting at {frame.filename}:{frame.lineno} "
+                    f"({(frame.line or '').strip()})")
         if source is not None:
             return f"its rollout is in {source} (task {part_task.name!r})"
         return f"task {part_task.name!r}"
@@ -763,7 +826,7 @@ class Pipeline:
                 self.policy.usage, sum(d.model_input.length for d in datums)) \
                 if self.cost.budgeted else ""
             if over_budget:
-                self.stop(f"{BUDGET_STOP}{over_budget}", source=SOURCE_ENGINE)
+                self.stop(f"{BUDGET_STOP}{over_budget}", source=SOURCE_ENGINE, cause="budget")
                 return
             version_before = self.policy.version
             metrics: dict[str, float] = {}
@@ -813,7 +876,7 @@ class Pipeline:
                     self.config.keep_token_steps))
             over_budget = self.cost.budget_passed_by_next_step()
             if over_budget and self.step < self.config.max_steps:
-                self.stop(f"{BUDGET_STOP}{over_budget}", source=SOURCE_ENGINE)
+                self.stop(f"{BUDGET_STOP}{over_budget}", source=SOURCE_ENGINE, cause="budget")
             best_before = self.health.best_step
             collapse = self.health.stepped(
                 self.step, metrics[keys.REWARD_MEAN], flat_share(metrics, len(batch)),
@@ -998,7 +1061,8 @@ class Pipeline:
         if fallback == "stop":
             self.health_stop_reason = words
             self.log("warning", f"stopping: {words} (on_collapse = {self.config.on_collapse})")
-            self.stop(f"health check: {words}", source=collapse_memory.AUTOMATIC)
+            self.stop(f"health check: {words}", source=collapse_memory.AUTOMATIC,
+                      cause="health")
         else:
             self.pause(f"{words}; roll back to it, or resume" if collapse.checkpoint
                        else f"{words}; resume, or stop", source=collapse_memory.AUTOMATIC)
@@ -1009,7 +1073,7 @@ class Pipeline:
         if self.on_health_pause == "stop":
             self.health_stop_reason = reason
             self.log("warning", f"stopping: {reason} (on_health_pause = stop)")
-            self.stop(f"health check: {reason}", source="on_health_pause")
+            self.stop(f"health check: {reason}", source="on_health_pause", cause="health")
         else:
             self.pause(reason, source="on_health_pause")
 
@@ -1019,6 +1083,7 @@ class Pipeline:
             now = self.clock.now()
             snap = self.meter.snapshot(now, elapsed=now - self._started_at)
             self._emit(ThroughputMeasured(
+                stalled=self.stalled(now),
                 time=now, window=snap.window, rollouts_per_s=snap.rollouts_per_s,
                 sampled_tokens_per_s=snap.sampled_tokens_per_s,
                 trained_tokens_per_s=snap.trained_tokens_per_s,
@@ -1060,6 +1125,13 @@ class Pipeline:
             next_group_id=self._next_group_id, rng_state=self._source.rng_state(),
             warmup_done=self.warmup_done, knobs=dict(self.knobs()))
 
+    @property
+    def trained_nothing(self) -> bool:
+        """No group of the run (a resumed run's earlier processes included) had rewards that
+        differed, so no step changed the weights: a run that ends so exits with a code of
+        its own (`RunFinished.cause` "no_signal"), not as a success."""
+        return self.group_counts[keys.GROUPS_TRAINED_TOTAL] == 0
+
     def carry_totals(self, metrics: Mapping[str, float]) -> None:
         """Continue the run's totals (tokens, cost, group counts) from the last step an
         earlier process of this run recorded; after `restore` (the step it resumes at)."""
@@ -1090,6 +1162,23 @@ class Pipeline:
         """A full checkpoint of the current step (`Checkpointer.write`)."""
         await self.checkpointer.write(self.step, why, self.resume_state,
                                       warmup_done=self.warmup_done)
+
+
+def _awaiting(coro: Any) -> list[traceback.FrameSummary]:
+    """The frames a suspended coroutine waits in, outermost first (each awaits the next); []
+    once it ended. Read from the engine's thread while it runs on the rollout loop's: a
+    chain read mid-step is merely a step old."""
+    frames = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        code = frame.f_code
+        frames.append(traceback.FrameSummary(
+            code.co_filename, frame.f_lineno, code.co_name,
+            line=linecache.getline(code.co_filename, frame.f_lineno).strip()))
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return frames
 
 
 def _describe(error: BaseException) -> str:

@@ -58,8 +58,8 @@ class ScenarioError(TinkerTuiError):
     is checkpointed, so `--resume` continues it once the task is fixed."""
 
 
-#: How the reason of a run that ended as its scenarios ran out begins (the summary reads it:
-#: resuming such a run with more steps would find none).
+#: How the reason of a run that ended as its scenarios ran out begins (words for people:
+#: readers go by its `RunFinished.cause`, "ran_out").
 RAN_OUT = "scenarios ran out"
 
 
