@@ -4,7 +4,7 @@ a tmux window, the moments someone should come back for.
 A run pauses by itself (a health check), collapses, fails, finishes, or stops by itself (a
 budget, a task that failed, a full disk). Each is read from typed events only, never from
 message text: `CommandReceived.source` says who asked for a pause or a stop, and
-`RunFinished.status` how the run ended. A pause the user asked for is not an alert: they
+`RunFinished.status` and `.cause` how the run ended. A pause the user asked for is not an alert: they
 are there.
 
 An alert goes out as the terminal's bell, a desktop notification through the terminal's
@@ -46,6 +46,12 @@ def alert_for(event: Event) -> Alert | None:
     if isinstance(event, RunFinished):
         if event.status == "failed":
             return Alert("failure", "run failed", event.reason or f"at step {event.final_step}")
+        if event.cause in ("budget", "no_signal", "health"):  # stopped itself, not finished
+            title = {"budget": "run stopped: budget reached",
+                     "no_signal": "run trained nothing",
+                     "health": "run stopped: health check"}[event.cause]
+            return Alert("stop", title, f"step {event.final_step}"
+                         + (f": {event.reason}" if event.reason else ""))
         return Alert(
             "finish",
             f"run {event.status}",
