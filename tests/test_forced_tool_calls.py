@@ -217,3 +217,34 @@ async def test_forced_calls_close_on_the_qwen3_fixture(qwen3):
         model="policy", messages=QUESTION, tools=[ADD, MUL], tool_choice="required", max_tokens=16
     )
     assert _one_call(required.choices[0]) == {"a": 0, "b": 0}
+
+
+def test_the_grammar_mask_lets_through_only_what_the_scanner_allows():
+    """The mask (engine.local.token_masks) is a subset of the scanner's shape: at each
+    point of a call every token it allows keeps the reply a possible call, and it allows
+    some; a tool's name is chosen among the tools' names."""
+    from tinker_tui.engine.local.token_masks import TokenMasks
+    from tinker_tui.engine.local.tokenizer import WordTokenizer
+
+    tokenizer = WordTokenizer()
+    masks = TokenMasks(tokenizer, len(tokenizer))
+    tools = [
+        {"name": t["function"]["name"], "parameters": t["function"]["parameters"]}
+        for t in (ADD, MUL)
+    ]
+    call = ToolCallConstraint.for_tools(tools, ("add", "mul"))
+    prefix = ' {"name": "'
+    matcher = masks.matcher(call, prefix)
+    assert matcher is not None
+    for piece in ("m", "ul", '", "arguments": {', '"a": 1', "2", ', "b": ', "-3", "}"):
+        allowed = masks.allowed([matcher], len(tokenizer))[0].nonzero().flatten().tolist()
+        assert allowed
+        for token in allowed:
+            text = prefix + tokenizer.decode([token])
+            assert call.check(text) != "reject", (prefix, tokenizer.decode([token]))
+        if prefix == ' {"name": "':  # the name: a letter of "add" or "mul" only
+            assert {tokenizer.decode([t]) for t in allowed} == {"a", "m"}
+        for token in tokenizer.encode(piece, add_special_tokens=False):
+            assert matcher.consume_token(token), (prefix, piece)
+        prefix += piece
+    assert call.check(prefix + "}") == "done"
