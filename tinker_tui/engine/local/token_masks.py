@@ -182,7 +182,6 @@ def _build_view(tokenizer: Any, vocab_size: int) -> Any:
     """llguidance's view of a tokenizer: a Hugging Face fast tokenizer directly, any other
     (the embedded word-level one) from each token's bytes."""
     import llguidance
-    import llguidance.hf
 
     if getattr(tokenizer, "is_fast", False):
         backend = tokenizer.backend_tokenizer
@@ -192,6 +191,8 @@ def _build_view(tokenizer: Any, vocab_size: int) -> Any:
             return llguidance.LLTokenizer(
                 backend.to_str(), n_vocab=vocab_size, eos_token=tokenizer.eos_token_id
             )
+        import llguidance.hf  # imports transformers: only for its tokenizers
+
         return llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size)
     return llguidance.LLTokenizer(
         llguidance.TokenizerWrapper(_TokenBytes(tokenizer)), n_vocab=vocab_size
