@@ -31,13 +31,26 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 QUESTION = [{"role": "user", "content": "What is 2 plus 3?"}]
-TOOLS = [{"type": "function", "function": {
-    "name": name, "description": f"{name} two integers.",
-    "parameters": {"type": "object", "properties": {"a": {"type": "integer"},
-                                                    "b": {"type": "integer"}},
-                   "required": ["a", "b"]}}} for name in ("add", "mul")]
-MODES = {"free": "none", "named": {"type": "function", "function": {"name": "add"}},
-         "required": "required"}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"{name} two integers.",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+        },
+    }
+    for name in ("add", "mul")
+]
+MODES = {
+    "free": "none",
+    "named": {"type": "function", "function": {"name": "add"}},
+    "required": "required",
+}
 
 
 def load() -> str:
@@ -48,16 +61,21 @@ async def one(client, mode: str, n: int, max_tokens: int, seed: int) -> tuple[in
     """(sampled tokens, seconds, choices that are calls) of one request."""
     start = time.perf_counter()
     completion = await client.chat.completions.create(
-        model="policy", messages=QUESTION, tools=TOOLS, tool_choice=MODES[mode], n=n,
-        max_tokens=max_tokens, seed=seed)
+        model="policy",
+        messages=QUESTION,
+        tools=TOOLS,
+        tool_choice=MODES[mode],
+        n=n,
+        max_tokens=max_tokens,
+        seed=seed,
+    )
     seconds = time.perf_counter() - start
     tokens = sum(len(c.model_extra["token_ids"]) for c in completion.choices)
     calls = sum(1 for c in completion.choices if c.message.tool_calls)
     return tokens, seconds, calls
 
 
-async def bench_model(label: str, base_model: str, rounds: int, n: int,
-                      max_tokens: int) -> None:
+async def bench_model(label: str, base_model: str, rounds: int, n: int, max_tokens: int) -> None:
     from tinker_tui.engine.backend.session import BackendSession
     from tinker_tui.engine.local import LocalServiceClient
     from tinker_tui.engine.sampling_defaults import SamplingDefaults

@@ -29,11 +29,18 @@ QUESTION = [{"role": "user", "content": "What is 2 plus 3?"}]
 
 
 def _tool(name: str) -> dict:
-    return {"type": "function", "function": {
-        "name": name, "description": f"{name} two integers.",
-        "parameters": {"type": "object", "properties": {"a": {"type": "integer"},
-                                                        "b": {"type": "integer"}},
-                       "required": ["a", "b"]}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"{name} two integers.",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+        },
+    }
 
 
 ADD, MUL = _tool("add"), _tool("mul")
@@ -47,13 +54,23 @@ class Scripted:
         self.tokenizer, self.text, self.stop_reason = tokenizer, text, stop_reason
 
     def sample(self, prompt, num_samples, sampling_params, **_):
-        tokens = np.asarray(self.tokenizer.encode(self.text, add_special_tokens=False),
-                            dtype=np.int32)
+        tokens = np.asarray(
+            self.tokenizer.encode(self.text, add_special_tokens=False), dtype=np.int32
+        )
         future: Future = Future()
-        future.set_result(tinker.SampleResponse(sequences=[tinker.SampledSequence(
-            stop_reason=self.stop_reason, sequence_id=f"s{i}", tokens_np=tokens,
-            logprobs_np=np.full(len(tokens), -0.5, dtype=np.float32))
-            for i in range(num_samples)]))
+        future.set_result(
+            tinker.SampleResponse(
+                sequences=[
+                    tinker.SampledSequence(
+                        stop_reason=self.stop_reason,
+                        sequence_id=f"s{i}",
+                        tokens_np=tokens,
+                        logprobs_np=np.full(len(tokens), -0.5, dtype=np.float32),
+                    )
+                    for i in range(num_samples)
+                ]
+            )
+        )
         return AwaitableConcurrentFuture(future)
 
 
@@ -67,8 +84,10 @@ async def _served(base_model: str, tmp_path):
 
 def _one_call(choice, names=("add",)) -> dict:
     """The choice is exactly one call of one of `names`, closed, with no content."""
-    assert choice.finish_reason == "tool_calls", (choice.message.content,
-                                                  choice.model_extra["token_ids"])
+    assert choice.finish_reason == "tool_calls", (
+        choice.message.content,
+        choice.model_extra["token_ids"],
+    )
     assert choice.message.content is None
     [call] = choice.message.tool_calls
     assert call.function.name in names
@@ -90,8 +109,14 @@ async def test_required_closes_at_tight_budgets_on_the_embedded_model(embedded):
     for max_tokens in (16, 24, 28):
         for choice in ("required", NAMED):
             completion = await client.chat.completions.create(
-                model="policy", messages=QUESTION, tools=[ADD], tool_choice=choice, n=2,
-                max_tokens=max_tokens, seed=max_tokens)
+                model="policy",
+                messages=QUESTION,
+                tools=[ADD],
+                tool_choice=choice,
+                n=2,
+                max_tokens=max_tokens,
+                seed=max_tokens,
+            )
             for c in completion.choices:
                 _one_call(c)
                 assert len(c.model_extra["token_ids"]) <= max_tokens
@@ -102,13 +127,26 @@ async def test_required_among_tools_closes_when_a_minimal_call_fits(embedded):
     tokens that make a call from the prefill are enough."""
     policy, client = embedded
     call = ToolCallConstraint.for_tools(
-        [{"name": t["function"]["name"], "parameters": t["function"]["parameters"]}
-         for t in (ADD, MUL)], ("add", "mul"))
-    minimal = len(policy.tokenizer.encode(call.completion(call.start(' {"name": "')),
-                                          add_special_tokens=False))
+        [
+            {"name": t["function"]["name"], "parameters": t["function"]["parameters"]}
+            for t in (ADD, MUL)
+        ],
+        ("add", "mul"),
+    )
+    minimal = len(
+        policy.tokenizer.encode(
+            call.completion(call.start(' {"name": "')), add_special_tokens=False
+        )
+    )
     completion = await client.chat.completions.create(
-        model="policy", messages=QUESTION, tools=[ADD, MUL], tool_choice="required", n=4,
-        max_tokens=minimal, seed=7)
+        model="policy",
+        messages=QUESTION,
+        tools=[ADD, MUL],
+        tool_choice="required",
+        n=4,
+        max_tokens=minimal,
+        seed=7,
+    )
     for c in completion.choices:
         _one_call(c, ("add", "mul"))
 
@@ -119,11 +157,15 @@ async def test_a_named_choice_returns_one_call_and_no_content(embedded):
     beside two parsed calls."""
     policy, client = embedded
     policy.sampling_client = Scripted(
-        policy.tokenizer, ' Let me add. {"name": "add", "arguments": {"a": 1, "b": 2}} '
-                          '{"name": "mul", "arguments": {"a": 3, "b": 4}}\n\nUser:', "stop")
+        policy.tokenizer,
+        ' Let me add. {"name": "add", "arguments": {"a": 1, "b": 2}} '
+        '{"name": "mul", "arguments": {"a": 3, "b": 4}}\n\nUser:',
+        "stop",
+    )
     for choice in (NAMED, "required"):
         completion = await client.chat.completions.create(
-            model="policy", messages=QUESTION, tools=[ADD, MUL], tool_choice=choice)
+            model="policy", messages=QUESTION, tools=[ADD, MUL], tool_choice=choice
+        )
         assert _one_call(completion.choices[0]) == {"a": 1, "b": 2}
 
 
@@ -139,29 +181,70 @@ async def test_forced_calls_close_on_the_qwen3_fixture(qwen3):
     from real_format import IM_END
 
     policy, client = qwen3
-    for max_tokens, choice in ((16, "required"), (24, "required"), (28, "required"),
-                               (16, NAMED)):
+    for max_tokens, choice in ((16, "required"), (24, "required"), (28, "required"), (16, NAMED)):
         completion = await client.chat.completions.create(
-            model="policy", messages=QUESTION, tools=[ADD], tool_choice=choice, n=2,
-            max_tokens=max_tokens, seed=max_tokens)
+            model="policy",
+            messages=QUESTION,
+            tools=[ADD],
+            tool_choice=choice,
+            n=2,
+            max_tokens=max_tokens,
+            seed=max_tokens,
+        )
         for c in completion.choices:
             _one_call(c)
             assert len(c.model_extra["token_ids"]) <= max_tokens
             text = policy.tokenizer.decode(c.model_extra["token_ids"])
             assert "</tool_call>" in text
-            assert c.model_extra["token_ids"][-1] == IM_END or \
-                len(c.model_extra["token_ids"]) == max_tokens
+            assert (
+                c.model_extra["token_ids"][-1] == IM_END
+                or len(c.model_extra["token_ids"]) == max_tokens
+            )
 
     # a complete call whose <|im_end|> did not fit is still a call, forced or not
     policy.sampling_client = Scripted(
-        policy.tokenizer, '<tool_call>\n{"name": "add", "arguments": {"a": 0, "b": 0}}\n'
-                          '</tool_call>')
-    auto = await client.chat.completions.create(model="policy", messages=QUESTION,
-                                                tools=[ADD, MUL], max_tokens=20)
+        policy.tokenizer,
+        '<tool_call>\n{"name": "add", "arguments": {"a": 0, "b": 0}}\n</tool_call>',
+    )
+    auto = await client.chat.completions.create(
+        model="policy", messages=QUESTION, tools=[ADD, MUL], max_tokens=20
+    )
     assert _one_call(auto.choices[0]) == {"a": 0, "b": 0}
     policy.sampling_client = Scripted(
-        policy.tokenizer, 'add", "arguments": {"a": 0, "b": 0}}\n</tool_call>')
+        policy.tokenizer, 'add", "arguments": {"a": 0, "b": 0}}\n</tool_call>'
+    )
     required = await client.chat.completions.create(
-        model="policy", messages=QUESTION, tools=[ADD, MUL], tool_choice="required",
-        max_tokens=16)
+        model="policy", messages=QUESTION, tools=[ADD, MUL], tool_choice="required", max_tokens=16
+    )
     assert _one_call(required.choices[0]) == {"a": 0, "b": 0}
+
+
+def test_the_grammar_mask_lets_through_only_what_the_scanner_allows():
+    """The mask (engine.local.token_masks) is a subset of the scanner's shape: at each
+    point of a call every token it allows keeps the reply a possible call, and it allows
+    some; a tool's name is chosen among the tools' names."""
+    from tinker_tui.engine.local.token_masks import TokenMasks
+    from tinker_tui.engine.local.tokenizer import WordTokenizer
+
+    tokenizer = WordTokenizer()
+    masks = TokenMasks(tokenizer, len(tokenizer))
+    tools = [
+        {"name": t["function"]["name"], "parameters": t["function"]["parameters"]}
+        for t in (ADD, MUL)
+    ]
+    call = ToolCallConstraint.for_tools(tools, ("add", "mul"))
+    prefix = ' {"name": "'
+    matcher = masks.matcher(call, prefix)
+    assert matcher is not None
+    for piece in ("m", "ul", '", "arguments": {', '"a": 1', "2", ', "b": ', "-3", "}"):
+        allowed = masks.allowed([matcher], len(tokenizer))[0].nonzero().flatten().tolist()
+        assert allowed
+        for token in allowed:
+            text = prefix + tokenizer.decode([token])
+            assert call.check(text) != "reject", (prefix, tokenizer.decode([token]))
+        if prefix == ' {"name": "':  # the name: a letter of "add" or "mul" only
+            assert {tokenizer.decode([t]) for t in allowed} == {"a", "m"}
+        for token in tokenizer.encode(piece, add_special_tokens=False):
+            assert matcher.consume_token(token), (prefix, piece)
+        prefix += piece
+    assert call.check(prefix + "}") == "done"

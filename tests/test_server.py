@@ -162,9 +162,8 @@ async def test_tools_with_each_tool_choice_on_the_local_model(server):
         assert TOOLS_HEADER in prompt and '"name": "add"' in prompt
         if tool_choice == "none":
             assert choice.message.tool_calls is None
-        if tool_choice == "required":
-            assert prompt.endswith('Assistant: {"name": "')
-        if isinstance(tool_choice, dict):
+        if isinstance(tool_choice, dict) or tool_choice == "required":
+            # "required" with one tool is that tool named;
             # on the token boundary: this tokenizer writes ' {' as one token
             assert prompt.endswith('Assistant: {"name": "add", "arguments":')
         if choice.message.tool_calls:  # a random small model rarely writes a whole call

@@ -40,8 +40,12 @@ if TYPE_CHECKING:
 #: llguidance's options for a tool's parameters: JSON as the scanner wants it (no
 #: whitespace but single spaces after "," and ":"); keywords it does not implement are
 #: ignored rather than refused.
-_JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ",
-                 "lenient": True}
+_JSON_OPTIONS = {
+    "whitespace_flexible": False,
+    "item_separator": ", ",
+    "key_separator": ": ",
+    "lenient": True,
+}
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
@@ -82,7 +86,8 @@ class TokenMasks:
             if matcher.is_error():
                 return None
             if prefix and not matcher.consume_tokens(
-                    list(self.tokenizer.encode(prefix, add_special_tokens=False))):
+                list(self.tokenizer.encode(prefix, add_special_tokens=False))
+            ):
                 return None
         except Exception:
             return None
@@ -105,7 +110,7 @@ class TokenMasks:
             bits = np.frombuffer(m.compute_bitmask(), dtype=np.uint8)[:width]
             if bits.any():
                 packed[i] = 0
-                packed[i, :len(bits)] = bits
+                packed[i, : len(bits)] = bits
         mask = np.unpackbits(packed, axis=1, bitorder="little")[:, :vocab]
         return torch.from_numpy(mask.astype(bool))
 
@@ -138,12 +143,18 @@ def call_grammar(constraint: Any, prefix: str, tokenizer: Any, view: Any) -> str
             schema.setdefault("additionalProperties", False)
         schema["x-guidance"] = _JSON_OPTIONS
         head = '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
-        rules.append(f"call_{i}: {json.dumps(head)} args_{i} \"}}\"")
+        rules.append(f'call_{i}: {json.dumps(head)} args_{i} "}}"')
         rules.append(f"args_{i}: %json {json.dumps(schema)}")
         calls.append(f"call_{i}")
-    start = " ".join(p for p in (_literal(opening, tokenizer, view),
-                                 "(" + " | ".join(calls) + ")",
-                                 _literal(closing, tokenizer, view)) if p)
+    start = " ".join(
+        p
+        for p in (
+            _literal(opening, tokenizer, view),
+            "(" + " | ".join(calls) + ")",
+            _literal(closing, tokenizer, view),
+        )
+        if p
+    )
     return "\n".join([f"start: {start}", *rules])
 
 
@@ -171,18 +182,21 @@ def _build_view(tokenizer: Any, vocab_size: int) -> Any:
     """llguidance's view of a tokenizer: a Hugging Face fast tokenizer directly, any other
     (the embedded word-level one) from each token's bytes."""
     import llguidance
-    import llguidance.hf
 
     if getattr(tokenizer, "is_fast", False):
         backend = tokenizer.backend_tokenizer
         if backend.padding is None and backend.truncation is None:
             # what `from_tokenizer` does, without its copy of the tokenizer (seconds for
             # a 151,643-rank BPE), which only serves to drop padding and truncation
-            return llguidance.LLTokenizer(backend.to_str(), n_vocab=vocab_size,
-                                          eos_token=tokenizer.eos_token_id)
+            return llguidance.LLTokenizer(
+                backend.to_str(), n_vocab=vocab_size, eos_token=tokenizer.eos_token_id
+            )
+        import llguidance.hf  # imports transformers: only for its tokenizers
+
         return llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size)
-    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_TokenBytes(tokenizer)),
-                                  n_vocab=vocab_size)
+    return llguidance.LLTokenizer(
+        llguidance.TokenizerWrapper(_TokenBytes(tokenizer)), n_vocab=vocab_size
+    )
 
 
 class _TokenBytes:
@@ -197,8 +211,9 @@ class _TokenBytes:
         tokens: list[bytes] = []
         for i in range(len(tokenizer)):
             byte = _BYTE_TOKEN.fullmatch(str(tokenizer.convert_ids_to_tokens(i)))
-            tokens.append(bytes([int(byte.group(1), 16)]) if byte
-                          else tokenizer.decode([i]).encode())
+            tokens.append(
+                bytes([int(byte.group(1), 16)]) if byte else tokenizer.decode([i]).encode()
+            )
         self.tokens = tokens
 
     def __call__(self, text: str) -> list[int]:
