@@ -26,8 +26,10 @@ from tinker_tui.engine.errors import TinkerTuiError
 INSTRUCTIONS = """\
 Reads and (when allowed) steers tinker-tui RL post-training runs in one run store.
 Start with list_runs, then run_health and run_metrics for a run; run_rollouts shows what the
-model actually wrote. The resource tinker-tui://agent-skill (also `tinker-tui agent-skill`)
-says how to watch a run and when to act: read it first.
+model actually wrote; when many groups have no signal, scenario_board says which prompts are
+never or always solved and step_signals shows a step's funnel. The resource
+tinker-tui://agent-skill (also `tinker-tui agent-skill`) says how to watch a run and when to
+act: read it first.
 Acting tools work only if a person started this server with --allow-control."""
 
 #: The skill file (`tinker-tui agent-skill`) as a resource, for agents that read those.
