@@ -1,6 +1,6 @@
 """`tinker-tui mcp`, driven by the official MCP client over stdio on a live local run
 (`run example --no-ui`, the local backend): it lists the run and reads its metrics, health,
-rollouts and log; without `--allow-control` its acting tools refuse and the run goes on;
+rollouts, log, scenario board and a step's signals; without `--allow-control` its acting tools refuse and the run goes on;
 with it, it pauses and resumes the run, which the store then records. Also `agent-skill`."""
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from tinker_tui.engine.control.client import find_control_files  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 ACTING = {"pause_run", "resume_run", "checkpoint_run", "evaluate_run", "set_knob",
           "rollback_run", "stop_run"}
-READING = {"list_runs", "run_metrics", "run_health", "run_rollouts", "run_log", "run_status"}
+READING = {"list_runs", "run_metrics", "run_health", "run_rollouts", "run_log", "run_status",
+           "scenario_board", "step_signals"}
 
 
 def environment() -> dict[str, str]:
@@ -168,10 +169,68 @@ async def test_mcp_reads_a_live_local_run_and_steers_it_only_when_allowed(tmp_pa
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
         assert "paused: an agent looks" in out and "stopped at step" in out
+        async with mcp_session(db) as session:  # the stopped run, checked against the store
+            await check_board_and_signals(session, db, run_id)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+async def check_board_and_signals(session: ClientSession, db: Path, run_id: str) -> None:
+    """scenario_board and step_signals of a finished run agree with the store's rows."""
+    import sqlite3
+
+    from tinker_tui.app.signal_maths import classify
+
+    with sqlite3.connect(db) as con:
+        drawn = dict(con.execute("SELECT scenario_id, COUNT(*) FROM sampled_groups "
+                                 "WHERE run_id = ? GROUP BY scenario_id", (run_id,)))
+        rewards: dict[str, list[float]] = {}
+        for scenario, reward in con.execute(
+                "SELECT g.scenario_id, t.reward FROM trajectories t JOIN sampled_groups g "
+                "ON g.run_id = t.run_id AND g.group_id = t.group_id WHERE t.run_id = ?",
+                (run_id,)):
+            rewards.setdefault(scenario, []).append(reward)
+        no_signal = dict(con.execute(
+            "SELECT scenario_id, COUNT(*) FROM discarded_groups WHERE run_id = ? AND "
+            "reason = 'zero_variance' GROUP BY scenario_id", (run_id,)))
+    best = max(r for rs in rewards.values() for r in rs)
+    board = await call(session, "scenario_board", order="drawn", count=200)
+    assert board["scenarios_total"] == len(drawn) and board["pass_reward"] == best
+    rows = board["scenarios"]
+    assert {r["scenario_id"]: r["drawn"] for r in rows} == drawn
+    assert [r["drawn"] for r in rows] == sorted(drawn.values(), reverse=True)
+    for row in rows:
+        got = rewards[row["scenario_id"]]
+        assert row["rollouts"] == len(got)
+        assert row["mean_reward"] == pytest.approx(sum(got) / len(got))
+        passed = sum(r >= best - 1e-9 for r in got) / len(got)
+        assert row["pass_rate"] == pytest.approx(passed)
+        assert row["class"] == classify(passed)
+        assert row["no_signal_groups"] == no_signal.get(row["scenario_id"], 0)
+    assert sum(board["classes"].values()) == len(drawn)
+    by_rate = await call(session, "scenario_board", order="pass rate", count=3)
+    rates = [r["pass_rate"] for r in by_rate["scenarios"]]
+    assert len(rates) == min(3, len(drawn)) and rates == sorted(rates, reverse=True)
+    some = rows[0]["class"]
+    only = await call(session, "scenario_board", kind=some)
+    assert only["matching"] == board["classes"][some]
+    assert {r["class"] for r in only["scenarios"]} == {some}
+
+    signals = await call(session, "step_signals")
+    step = signals["step"]
+    funnel = signals["funnel"]
+    assert funnel["step"] == step and funnel["groups"] >= 1
+    assert funnel["groups"] == (funnel["trained"] + funnel["no_signal"] + funnel["stale"]
+                                + funnel["failed"])
+    stored = (await call(session, "run_metrics", metrics=["all"], since_step=step))["steps"][0]
+    assert stored["step"] == step
+    for key in ("env/zero_variance_frac", "tokens/response_len_p50"):
+        assert signals["metrics"][key] == stored[key]
+    if "reward" in signals["histograms"]:
+        assert sum(signals["histograms"]["reward"]["counts"]) > 0
+    assert "has not trained step 99999" in await refused(session, "step_signals", step=99999)
 
 
 async def test_the_mcp_tools_and_the_skill_file_agree():

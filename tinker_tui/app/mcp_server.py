@@ -1,8 +1,8 @@
 """`tinker-tui mcp`: the runs of one store as an MCP server over stdio, for a coding agent.
 
 Reading tools (always): the runs, a run's metrics over a window of steps, its health words,
-the worst or best rollouts of a step, the log's tail (`app.run_reading`), and a live run's
-control status. Acting tools (pause, resume, checkpoint, evaluate, set a knob, roll back,
+the worst or best rollouts of a step, the log's tail, the scenario board and a step's
+signals (`app.run_reading`), and a live run's control status. Acting tools (pause, resume, checkpoint, evaluate, set a knob, roll back,
 stop) go through the package's control client (`tinker_tui.control`) and only when the
 server was started with `--allow-control`: without it they are listed (so an agent knows
 they exist) but refuse, saying how to allow them. A person decides whether an agent may
@@ -26,8 +26,10 @@ from tinker_tui.engine.errors import TinkerTuiError
 INSTRUCTIONS = """\
 Reads and (when allowed) steers tinker-tui RL post-training runs in one run store.
 Start with list_runs, then run_health and run_metrics for a run; run_rollouts shows what the
-model actually wrote. The resource tinker-tui://agent-skill (also `tinker-tui agent-skill`)
-says how to watch a run and when to act: read it first.
+model actually wrote; when many groups have no signal, scenario_board says which prompts are
+never or always solved and step_signals shows a step's funnel. The resource
+tinker-tui://agent-skill (also `tinker-tui agent-skill`) says how to watch a run and when to
+act: read it first.
 Acting tools work only if a person started this server with --allow-control."""
 
 #: The skill file (`tinker-tui agent-skill`) as a resource, for agents that read those.
@@ -92,6 +94,35 @@ def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
         conversations (long messages cut) and task metrics. step: default the last step."""
         try:
             return run_reading.rollouts(await read(run), step, which, count)
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
+
+    @server.tool()
+    async def scenario_board(run: str | None = None,
+                             order: Literal["drawn", "mean reward", "pass rate", "no signal",
+                                            "scenario"] = "drawn",
+                             count: int = 50,
+                             kind: Literal["never solved", "always solved", "high variance",
+                                           "mostly solved", "mostly failed"] | None = None
+                             ) -> dict[str, Any]:
+        """Per scenario id (prompt) over the whole run: groups drawn, rollouts, mean reward,
+        pass rate (rollouts reaching the run's best reward, pass_reward), groups lost without
+        signal, and its class: never solved and always solved give no gradient, high
+        variance is where the signal comes from. order sorts (biggest first); kind keeps
+        one class; classes counts them all."""
+        try:
+            return run_reading.scenarios(await read(run), order, count, kind)
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
+
+    @server.tool()
+    async def step_signals(run: str | None = None, step: int | None = None) -> dict[str, Any]:
+        """A trained step's funnel (groups sampled, dropped stale / without signal / failed,
+        trained; rollouts, truncated), its reward and advantage histograms, the share of
+        groups without signal, truncation, response lengths, reward components, and the
+        means over the last steps. step: default the last step trained."""
+        try:
+            return run_reading.step_signals(await read(run), step)
         except ValueError as exc:
             raise ToolError(str(exc)) from None
 

@@ -1,6 +1,7 @@
 """What a program reads of the runs in a store, as plain JSON-ready dicts: the runs, a run's
 metrics over a window of steps, its health words, the worst or best rollouts of a step, its
-log's tail. `tinker-tui mcp` serves these to agents.
+log's tail, the scenario board and a step's signals (built by `signal_maths`, as the views
+build them). `tinker-tui mcp` serves these to agents.
 
 A run is read through the store reader (`StoreSession.read_all`) and folded into the
 dashboard's own model (`DashboardState`), so the numbers and words are the ones the
@@ -238,3 +239,78 @@ def log_tail(read: ReadRun, lines: int = 50, level: str | None = None) -> dict[s
         {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(line.time)),
          "level": line.level, "message": _cut(line.message), "repeats": line.count}
         for line in kept]}
+
+
+#: The most scenarios one board read returns.
+MOST_SCENARIOS = 200
+
+
+def scenarios(read: ReadRun, order: str = "drawn", count: int = 50,
+              kind: str | None = None) -> dict[str, Any]:
+    """The scenario board (the dashboard's view 6): per scenario id the groups drawn of it,
+    its rollouts' mean reward, pass rate and class, sorted by `order` (one of
+    `signal_maths.SORTS`), the first `count`; `kind` keeps one class. The classes and the
+    pass line are `signal_maths`' (the view's own rule)."""
+    from tinker_tui.app.signal_maths import SORTS, pass_line, scenario_board, sorted_board
+
+    if order not in SORTS:
+        raise ValueError(f"order is one of {', '.join(SORTS)}, not {order!r}")
+    groups = list(read.model.groups.values())
+    rows = sorted_board(scenario_board(groups), order)
+    classes: dict[str, int] = {}
+    for row in rows:
+        classes[row.kind] = classes.get(row.kind, 0) + 1
+    kept = [row for row in rows if kind is None or row.kind == kind]
+    return {
+        "run_id": read.run.run_id, "order": order, "pass_reward": pass_line(groups),
+        "scenarios_total": len(rows), "classes": classes, "matching": len(kept),
+        "scenarios": [{
+            "scenario_id": row.scenario_id, "drawn": row.drawn, "rollouts": row.rollouts,
+            "mean_reward": _finite(row.mean), "pass_rate": _finite(row.pass_rate),
+            "no_signal_groups": row.no_signal, "failed_groups": row.failed,
+            "class": row.kind, "trend": [_finite(v) for v in row.trend[-10:]],
+        } for row in kept[:_clamp(count, MOST_SCENARIOS)]],
+    }
+
+
+def step_signals(read: ReadRun, step: int | None = None) -> dict[str, Any]:
+    """What the signals view (5) shows of a step: its funnel (groups sampled, dropped by
+    reason, trained), its reward and advantage histograms, the share of groups without
+    signal, truncation, response lengths, reward components, and the window's means."""
+    from dataclasses import asdict
+
+    from tinker_tui.app.signal_maths import (
+        WINDOW,
+        dominance_note,
+        series_at,
+        step_funnel,
+        window_mean,
+    )
+    from tinker_tui.engine.rollouts.distributions import components_of
+
+    model = read.model
+    steps = model.trained_steps
+    if step is None:
+        step = steps[-1] if steps else None
+    if step is None or step not in steps:
+        span = f"steps {steps[0]}..{steps[-1]}" if steps else "no step yet"
+        raise ValueError(f"run {read.run.run_id} has not trained step {step} ({span})")
+    series = model.series
+    metrics = {key: v for key in series if (v := series_at(series, key, step)) is not None}
+    shown = (keys.ZERO_VARIANCE_FRAC, keys.TRUNCATED_FRAC, keys.RESPONSE_LEN_MEAN,
+             keys.RESPONSE_LEN_P50, keys.RESPONSE_LEN_P90, keys.RESPONSE_LEN_MAX)
+    hists = model.histograms.get(step, {})
+    return {
+        "run_id": read.run.run_id, "step": step,
+        "funnel": asdict(step_funnel(model.groups_of(step), step)),
+        "histograms": {name: {"lo": _finite(h.get("lo")), "hi": _finite(h.get("hi")),
+                              "counts": [int(c) for c in h.get("counts", ())]}
+                       for name, h in hists.items() if h},
+        "metrics": {key: _finite(metrics.get(key)) for key in shown},
+        "reward_components": {name: {"mean": _finite(m), "std": _finite(s)}
+                              for name, (m, s) in components_of(metrics).items()},
+        "dominance": dominance_note(metrics) or None,
+        "window": {"steps": WINDOW,
+                   keys.ZERO_VARIANCE_FRAC: window_mean(series, keys.ZERO_VARIANCE_FRAC, step),
+                   keys.TRUNCATED_FRAC: window_mean(series, keys.TRUNCATED_FRAC, step)},
+    }
