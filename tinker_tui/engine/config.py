@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal, TypeVar
 
+from tinker_tui.engine.collapse_level import level_words
 from tinker_tui.engine.did_you_mean import did_you_mean
 from tinker_tui.engine.errors import UsageError
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL
@@ -212,8 +213,8 @@ class RunConfig:
     error_pause_rate: float = setting(0.5, "pause when this share of them failed", "pipeline",
                                       low=0, high=1, low_open=True)
     on_collapse: str = setting(
-        "auto", "when the reward collapses (falls below halfway to its best while groups turn "
-        "equal or fail): wait for a person, stop gracefully (exit code 3), or roll back to "
+        "auto", f"when the reward collapses (falls below {level_words()} to its best while "
+        "groups turn equal or fail): wait for a person, stop gracefully (exit code 3), or roll back to "
         "the last checkpoint at or before the best step with the learning rate scaled by "
         "rollback_lr_scale; auto = wait with a dashboard, stop without one", "pipeline",
         choices=COLLAPSE_POLICIES)
