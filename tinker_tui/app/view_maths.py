@@ -311,7 +311,7 @@ def message_shape(message: str) -> str:
     return _NUMBER.sub("#", message)
 
 
-#: How far back a repeated info line is looked for before it is shown again.
+#: How far back a repeated warning or error is looked for before it is shown again.
 COLLAPSE_LOOKBACK = 8
 #: The eight heights of a text sparkline.
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"

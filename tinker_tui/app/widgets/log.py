@@ -1,7 +1,8 @@
 """The engine's log lines, newest at the bottom, bounded, filtered by level (`l`).
 
-One line per message, cut to the pane's width; `enter` on a line opens it whole. A message
-repeated with only its numbers changed is shown once, as its latest form with a count.
+One line per message, cut to the pane's width; `enter` on a line opens it whole. A warning
+or an error repeated with only its numbers changed is shown once, as its latest form with a
+count (info lines, the results a user watches, never are).
 """
 
 from __future__ import annotations
