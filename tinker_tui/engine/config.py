@@ -266,8 +266,8 @@ class RunConfig:
         0.0, "USD per million prompt (prefill) tokens sampled, for the cost shown", "backend",
         low=0)
     price_prefill_cached_per_mtok: float = setting(
-        0.0, "USD per million cached prefill tokens (a group's shared prompt, the service's "
-        "cache hits)", "backend", low=0)
+        -1.0, "USD per million cached prefill tokens (a group's shared prompt, the service's "
+        "cache hits); -1 = price_prefill_per_mtok's price", "backend", low=-1)
     price_sample_per_mtok: float = setting(
         0.0, "USD per million sampled tokens, for the cost shown", "backend", low=0)
     price_train_per_mtok: float = setting(
@@ -295,7 +295,7 @@ class RunConfig:
             raise ConfigError(f"min_groups_per_step must be between 0 and groups_per_step "
                               f"({self.groups_per_step}), got {self.min_groups_per_step}")
         parse_loss_fn_config(self.loss_fn_config)
-        if self.max_cost_usd and not any((
+        if self.max_cost_usd and not any(max(0.0, price) for price in (
                 self.price_prefill_per_mtok, self.price_prefill_cached_per_mtok,
                 self.price_sample_per_mtok, self.price_train_per_mtok)):
             raise ConfigError("max_cost_usd needs prices to count against: set "
