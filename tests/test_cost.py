@@ -263,7 +263,7 @@ def test_the_dashboards_cost_line():
     tokens = {keys.TOKENS_PREFILL_TOTAL: 20_000.0, keys.TOKENS_PREFILL_CACHED_TOTAL: 15_000.0,
               keys.TOKENS_SAMPLED_TOTAL: 1_500.0, keys.TOKENS_TRAINED_TOTAL: 4_000.0}
     assert cost_text(tokens, 4, 10) == \
-        "tokens 20k prefill (75% cached), 1.5k sampled, 4.0k trained"
+        "tokens 20k prefill (75% cached) · 1.5k sampled · 4.0k trained"
     line = cost_text({**tokens, keys.COST_USD_TOTAL: 0.2}, 4, 10)
     assert line.startswith("cost $0.2000 · $0.0500/step · ~$0.5000 at step 10 · tokens 20k")
     assert "at step" not in cost_text({**tokens, keys.COST_USD_TOTAL: 2.0}, 10, 10)

@@ -208,12 +208,13 @@ def cost_parts(metrics: Mapping[str, float], step: int, max_steps: int,
         return []
     cached = metrics.get(keys.TOKENS_PREFILL_CACHED_TOTAL, 0.0)
     share = f" ({cached / prefill:.0%} cached)" if prefill else ""
-    tokens = (f"tokens {format_rate(prefill)} prefill{share}, "
-              f"{format_rate(metrics.get(keys.TOKENS_SAMPLED_TOTAL, 0.0))} sampled, "
-              f"{format_rate(metrics.get(keys.TOKENS_TRAINED_TOTAL, 0.0))} trained")
+    # three parts, so a narrow pane drops a whole count rather than cut one
+    tokens = [f"tokens {format_rate(prefill)} prefill{share}",
+              f"{format_rate(metrics.get(keys.TOKENS_SAMPLED_TOTAL, 0.0))} sampled",
+              f"{format_rate(metrics.get(keys.TOKENS_TRAINED_TOTAL, 0.0))} trained"]
     total = metrics.get(keys.COST_USD_TOTAL)
     if total is None:
-        return [tokens]
+        return tokens
     parts = [f"cost {_usd(total)}"]
     if step > 0:
         parts.append(f"{_usd(total / step)}/step")
@@ -223,7 +224,7 @@ def cost_parts(metrics: Mapping[str, float], step: int, max_steps: int,
         projected = projected_usd(total, step, 0, max_steps)
         if projected is not None and max_steps > step and not 0 < budget < projected:
             parts.append(f"~{_usd(projected)} at step {max_steps}")
-    return [*parts, tokens]
+    return [*parts, *tokens]
 
 
 def split_rate(value: float) -> tuple[str, str]:
@@ -301,6 +302,21 @@ def shorten_middle(text: str, width: int) -> str:
     head = max(1, (width - 1) // 4)  # the end (which file, which step) matters most
     tail = width - 1 - head
     return f"{text[:head]}…{text[len(text) - tail:]}"
+
+
+def shorten_path(path: str, width: int) -> str:
+    """A path in at most `width` cells by a rule a reader can undo: whole folders left
+    out from the start (`…/checkpoints/step-000060`, never `runs…s/step-000060`, a cut
+    that reads as another name); a last part that alone has no room is cut in the middle."""
+    if len(path) <= width:
+        return path
+    sep = "\\" if "\\" in path and "/" not in path else "/"
+    parts = path.rstrip(sep).split(sep)
+    for start in range(1, len(parts)):
+        tail = "…" + sep + sep.join(parts[start:])
+        if len(tail) <= width:
+            return tail
+    return shorten_middle(parts[-1], width)
 
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e-?\d+)?")

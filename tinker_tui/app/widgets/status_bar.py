@@ -49,7 +49,9 @@ def version_texts(model: DashboardState) -> list[str]:
     since = model.version_changed_at
     if since and model.step - since >= UNCHANGED_STEPS:
         return [f"weights v{version} since step {since} (no gradient)",
-                f"v{version} since step {since}", f"v{version}"]
+                f"weights v{version} (no gradient since {since})",
+                f"v{version} (no gradient since {since})", f"v{version} (no gradient)",
+                f"v{version}"]
     return [f"weights v{version}", f"v{version}"]
 
 
@@ -102,8 +104,8 @@ def run_label_text(mode: str, model: DashboardState, width: int = 0) -> str:
     return " │ ".join(lead + [shorten_middle(who, max(12, room))])
 
 
-#: The cells the run label keeps before the version's words shorten.
-RUN_LABEL_ROOM = 40
+#: The most cells the run label keeps before the version's words shorten.
+RUN_LABEL_ROOM = 64
 VERSION_TIP = ("weights vN: the policy version, one more for each step that trained. It stands "
                "still while steps have no gradient (every group's rewards equal): "
                "`since step K (no gradient)` says from when.")
@@ -131,8 +133,10 @@ class RunStatusPanel(Horizontal):
         update_static(badge, state_badge_text(model))
         set_state_class(badge, state_class(model))
 
-        # the progress takes what the badge leaves beside a run label of RUN_LABEL_ROOM
-        room = self.size.width - len(state_badge_text(model)) - 2 - RUN_LABEL_ROOM - 2
+        # the progress takes what the badge leaves beside the run label (its id and the
+        # model's name, up to RUN_LABEL_ROOM): the version's words shorten first
+        keep = min(RUN_LABEL_ROOM, len(run_label_text(self.mode, model, RUN_LABEL_ROOM * 2)))
+        room = self.size.width - len(state_badge_text(model)) - 2 - keep - 2 - 2
         progress = self.query_one("#progress-label", Label)
         update_static(progress, progress_text(model, now, max(1, room)))
         if progress.tooltip != VERSION_TIP:

@@ -6,6 +6,7 @@ once finished it shows the run's average rates."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Digits, Label, Sparkline
 
@@ -20,7 +21,7 @@ from tinker_tui.app.view_maths import (
 )
 from tinker_tui.app.widgets.updates import set_subtitle, update_digits, update_static
 
-__all__ = ["ThroughputPanel", "format_rate", "idle_text", "verdict_text"]
+__all__ = ["ThroughputPanel", "fit_verdict", "format_rate", "idle_text", "verdict_text"]
 
 
 def idle_text(model: DashboardState) -> str:
@@ -50,10 +51,24 @@ def verdict_text(model: DashboardState) -> str:
     return f"▶ {measured.verdict}" if measured.verdict else "▶ -"
 
 
+def fit_verdict(verdict: str, width: int) -> str:
+    """The verdict in `width` cells: whole, else its headline (what holds the pipeline
+    back, before the advice) with the key that shows the rest, else the headline alone."""
+    if len(verdict) <= width or ": " not in verdict:
+        return verdict
+    headline = verdict.split(": ", 1)[0]
+    pointed = f"{headline} · enter: why"
+    return pointed if len(pointed) <= width else headline
+
+
 class ThroughputPanel(Vertical, can_focus=True):
-    """How fast the pipeline samples, and which side of it is idle."""
+    """How fast the pipeline samples, and which side of it is idle; `enter` shows its
+    lines whole (the advice a narrow pane leaves out)."""
 
     ALLOW_MAXIMIZE = True
+    BINDINGS = [Binding("enter", "show_whole", "Whole", show=False)]
+    #: The pane's lines whole, for `enter`.
+    _whole = ""
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="rollouts-row", classes="rate-row"):
@@ -118,6 +133,12 @@ class ThroughputPanel(Vertical, can_focus=True):
             cost.tooltip = text or None
         verdict = verdict_text(model)
         label = self.query_one("#verdict", Label)
-        update_static(label, verdict)
+        update_static(label, fit_verdict(verdict, width) if width else verdict)
         if label.tooltip != verdict:
             label.tooltip = verdict
+        self._whole = "\n\n".join(line for line in (verdict, idle_text(model), text) if line)
+
+    def action_show_whole(self) -> None:
+        from tinker_tui.app.screens.text_view import TextScreen
+
+        self.app.push_screen(TextScreen("Throughput", self._whole))
