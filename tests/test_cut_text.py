@@ -93,3 +93,25 @@ def test_a_path_without_room_loses_whole_folders_from_its_start():
     assert shorten_path(path, 18) == "…/step-000060"
     assert len(shorten_path(path, 8)) == 8
     assert shorten_path("tinker://run-1/weights/step-000060", 24) == "…/weights/step-000060"
+
+
+async def test_a_maximized_log_wraps_its_lines():
+    from tinker_tui.app.widgets.log import LogPanel
+    from tinker_tui.engine.events import LogEmitted
+
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settled(pilot)
+        words = " ".join(f"word{i}" for i in range(30)) + " THE-END"
+        app.model.apply(LogEmitted(time=app.clock.now(), level="info", message=words))
+        app.refresh_panes()
+        await pilot.pause()
+        log = app.screen.query_one(LogPanel)
+        log.focus()
+        app.screen.maximize(log)
+        await pilot.pause()
+        app.refresh_panes()
+        await pilot.pause()
+        assert log.has_class("-maximized")
+        lines = [line.text for line in log.render_lines(log.content_region.reset_offset)]
+        assert any("THE-END" in line for line in lines), lines
