@@ -536,7 +536,7 @@ def test_model_tells_converged_groups_from_a_lost_learning_signal():
     model.apply(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
                            max_steps=10, start_step=0,
                            config={"health_window": 4, "zero_variance_pause_rate": 0.75}))
-    assert model.health() == ("none", "no groups sampled yet")
+    assert model.health() == ("none", "no group has finished sampling yet")
     model.apply(sampled(0, 0.1, rewards=(0.0, 1.0)))
     assert model.health()[0] == "learning"
     for gid in range(1, 5):  # every group earns the best reward: converged

@@ -227,3 +227,12 @@ def test_the_control_endpoint_takes_a_rollback_with_its_scale():
     assert control.calls == [("rolled back by user", 0.25), ("by hand", None)]
     with pytest.raises(ValueError, match="lr_scale must be a number"):
         apply_command(control, "rollback", {"lr_scale": "half"})  # type: ignore[arg-type]
+
+
+def test_no_finished_group_is_said_without_contradicting_groups_in_flight():
+    """"no groups sampled yet" stood beside a staleness histogram of 38 groups in flight."""
+    window = HealthWindow()
+    assert window.verdict() == ("none", "no group has finished sampling yet")
+    window.rewind(12)
+    assert window.verdict() == ("none", "no group has finished sampling since the rollback "
+                                        "to step 12")

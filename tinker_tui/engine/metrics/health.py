@@ -146,6 +146,9 @@ class HealthWindow:
         self.collapse_groups = (_setting_default("collapse_groups") if collapse_groups is None
                                 else max(1, int(collapse_groups)))
         self.outcomes: deque[Outcome] = deque(maxlen=size)
+        #: The step a rollback went back to, once one has (the words say so while no
+        #: group has finished since).
+        self._rewound_to: int | None = None
         #: (rollouts failed, rollouts) of each of those groups.
         self.rollouts: deque[tuple[int, int]] = deque(maxlen=size)
         #: The best group mean reward and the lowest single reward seen so far.
@@ -370,6 +373,7 @@ class HealthWindow:
         self._collapse_told = False
         self.outcomes.clear()
         self.rollouts.clear()
+        self._rewound_to = step
 
     # ------------------------------------------------------------------ words
     def verdict(self) -> tuple[Kind, str]:
@@ -378,7 +382,12 @@ class HealthWindow:
         run's own pause rates, so the words agree with the engine's pauses."""
         n = len(self.outcomes)
         if n == 0 and self.collapse is None:
-            return "none", "no groups sampled yet"
+            # groups in flight (the staleness histogram beside these words) have not
+            # finished sampling: "no groups sampled" read as a contradiction of them
+            if self._rewound_to is not None:
+                return "none", (f"no group has finished sampling since the rollback to step "
+                                f"{self._rewound_to}")
+            return "none", "no group has finished sampling yet"
         share = {o: self.share(o) for o in OUTCOMES}
         best_text = f" ({self.best_group:.3g})" if math.isfinite(self.best_group) else ""
         errors, rollouts = self.rollout_errors()
