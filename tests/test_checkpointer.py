@@ -89,3 +89,25 @@ def test_a_restored_start_state_has_no_checkpoint_of_its_step(tmp_path):
                                       next_group_id=0, rng_state=None, warmup_done=False,
                                       knobs={}))
     assert checkpointer.last_step is None
+
+
+async def test_a_checkpoint_being_written_is_not_called_written(tmp_path):
+    """A stop while the checkpoint of step 180 was written said "step 180 is checkpointed
+    already", and the checkpoint's line came after it."""
+    import asyncio
+
+    checkpointer = make(tmp_path)
+    release = asyncio.Event()
+
+    async def slow_save(name, *, step):
+        await release.wait()
+        return f"/x/{name}"
+
+    checkpointer.policy.save_state = slow_save
+    writing = asyncio.ensure_future(checkpointer.write(7, "periodic", lambda: state(7),
+                                                       warmup_done=True))
+    await asyncio.sleep(0)
+    assert checkpointer.writing == 7 and checkpointer.last_step == 7
+    release.set()
+    await writing
+    assert checkpointer.writing is None and checkpointer.last_step == 7

@@ -265,6 +265,8 @@ class Pipeline:
             running = self.clock.now() - self._training_since
             return (f"waiting for step {self.step + 1}'s training call (running "
                     f"{running:.0f} s) to finish, then a checkpoint")
+        if self.checkpointer.writing == self.step:
+            return f"waiting for step {self.step}'s checkpoint, being written"
         if self.checkpointer.last_step == self.step:
             return f"step {self.step} is checkpointed already"
         return f"writing a checkpoint of step {self.step}"
