@@ -38,6 +38,17 @@ def test_the_grid_names_settings_and_makes_every_combination():
         parse_grid(["seed"])
 
 
+def test_a_bad_grid_value_is_a_grid_error_not_a_run_flags():
+    """`--grid learning_rate=1e-3,abc` was reported as `run --learning-rate`'s error."""
+    with pytest.raises(UsageError, match=r"^--grid learning_rate: learning_rate must be a "
+                                         r"number, got 'abc'"):
+        parse_grid(["learning_rate=1e-3,abc"])
+    with pytest.raises(UsageError, match=r"^--grid group_size: group_size must be a whole"):
+        parse_grid(["group_size=4,4.5"])
+    with pytest.raises(UsageError, match=r"^--grid advantage: advantage must be"):
+        parse_grid(["advantage=mean,meen"])
+
+
 def test_parallel_by_default_fits_the_machine():
     assert default_parallel("local", cpus=2) == 1
     assert default_parallel("local", cpus=8) == 4
