@@ -73,6 +73,16 @@ def resumed_to(event: Event, run_id: str) -> int | None:
     return None if match is None else int(match[1] or 0)
 
 
+_SESSION_STARTED = re.compile(re.escape(SESSION_START).replace(
+    re.escape("{backend}"), r"\S+").replace(re.escape("{base_model}"), r".+") + "$")
+
+
+def session_started(event: Event) -> bool:
+    """Whether `event` is the log line a process of a run begins with (`SESSION_START`):
+    where a resumed run's next process began, as `down_seconds` reads it."""
+    return isinstance(event, LogEmitted) and _SESSION_STARTED.match(event.message) is not None
+
+
 class NoSuchRun(StoreError):
     """No run (or more than one) answers to the name asked for; the message lists what the
     store has."""
