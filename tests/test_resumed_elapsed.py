@@ -45,3 +45,15 @@ def test_live_and_shown_step_lines_leave_the_down_time_out():
     # 10 s to the first process's last step, then 5.5 s since the resume's first line
     assert elapsed(shown) == ["10.0s", "15.5s"]
     assert elapsed(live) == ["15.5s"]
+
+
+def test_a_headless_resume_says_what_it_does_again():
+    """The log line existed; a headless `--resume` did not print it."""
+    from tinker_tui.engine.store.reader import RESUMING
+
+    line = (RESUMING.format(run_id="r") + "checkpoint step-000010 (step 10): 2 later step(s) "
+            "undone, 3 group(s) to run again (1 scenario(s) drawn but untrained)")
+    reporter = HeadlessReporter(out=io.StringIO())
+    reporter.handle(LogEmitted(time=1.0, level="info", message=line))
+    reporter.handle(LogEmitted(time=2.0, level="info", message="resuming run r: nothing"))
+    assert reporter.out.getvalue().splitlines() == [line]

@@ -35,7 +35,7 @@ from tinker_tui.engine.events import (
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.metrics.collapse_memory import fold
 from tinker_tui.engine.metrics.health import HealthWindow
-from tinker_tui.engine.store.reader import session_started
+from tinker_tui.engine.store.reader import resume_line, session_started
 
 if TYPE_CHECKING:
     from tinker_tui.engine.control.endpoint import ControlServer
@@ -245,6 +245,8 @@ class HeadlessReporter:
                         else f"{event.level}: {event.message}")
         elif isinstance(event, RunFinished):
             self._end_repeats()
+        elif isinstance(event, LogEmitted) and resume_line(event):
+            self._print(event.message)  # what the resume went back to and does again
         elif isinstance(event, LogEmitted) and event.level in ("warning", "error"):
             lines = event.message.splitlines()
             where = innermost_frame(lines)

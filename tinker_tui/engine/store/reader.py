@@ -73,6 +73,14 @@ def resumed_to(event: Event, run_id: str) -> int | None:
     return None if match is None else int(match[1] or 0)
 
 
+def resume_line(event: Event) -> bool:
+    """Whether `event` is a resume's log line (`RESUMING`, any run): what it went back to
+    and what it does again, which a headless resume prints."""
+    return isinstance(event, LogEmitted) and event.message.startswith(
+        RESUMING.split("{run_id}")[0]) and _RESUMED_FROM.search(event.message) is not None
+
+
+_RESUMED_FROM = re.compile(re.escape(RESUMING.split("{run_id}")[1]) + _RESUMED_TO.pattern)
 _SESSION_STARTED = re.compile(re.escape(SESSION_START).replace(
     re.escape("{backend}"), r"\S+").replace(re.escape("{base_model}"), r".+") + "$")
 
