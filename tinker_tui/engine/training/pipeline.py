@@ -909,7 +909,10 @@ class Pipeline:
         """A collapse was just seen (`engine.metrics.health`): roll back, wait or stop, as
         `on_collapse` says."""
         words = collapse.words()
-        self.log("warning", words)
+        # said once: by the stop, pause or rollback it leads to (their reasons carry the
+        # words), or here when it leads to none
+        if self._stopping or self._rollback_requested or self._paused:
+            self.log("warning", words)
         if self._stopping or self._rollback_requested:
             return
         if self.on_collapse == "rollback":
@@ -921,15 +924,14 @@ class Pipeline:
                 return
             why = ("no checkpoint at or before the best step" if collapse.checkpoint_step is None
                    else f"max_rollbacks ({self.config.max_rollbacks}) reached")
-            self.log("warning", f"no rollback: {why}")
+            self.log("warning", f"{words}; no rollback: {why}")
             fallback = self.on_health_pause
         else:
             fallback = self.on_collapse
         if self._paused:
             return
         if fallback == "stop":
-            self.health_stop_reason = words
-            self.log("warning", f"stopping: {words} (on_collapse = {self.config.on_collapse})")
+            self.health_stop_reason = words  # the stop says it (state, log, summary)
             self.stop(f"health check: {words}", source=collapse_memory.AUTOMATIC)
         else:
             self.pause(f"{words}; roll back to it, or resume" if collapse.checkpoint
@@ -939,8 +941,7 @@ class Pipeline:
         """Pause for a person to decide (`wait`), or stop gracefully (`stop`: nobody is
         watching, so a CI job ends instead of hanging; the command exits 3)."""
         if self.on_health_pause == "stop":
-            self.health_stop_reason = reason
-            self.log("warning", f"stopping: {reason} (on_health_pause = stop)")
+            self.health_stop_reason = reason  # the stop says it (state, log, summary)
             self.stop(f"health check: {reason}", source="on_health_pause")
         else:
             self.pause(reason, source="on_health_pause")
