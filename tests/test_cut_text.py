@@ -53,6 +53,9 @@ def test_a_verdict_without_room_keeps_its_headline():
     assert fit_verdict(f"▶ {SAMPLER_BOUND}", 40) == "▶ sampler-bound · enter: why"
     assert fit_verdict(f"▶ {SAMPLER_BOUND}", 20) == "▶ sampler-bound"
     assert fit_verdict("▶ balanced", 5) == "▶ balanced"
+    paused = "⏸ paused: no new rollouts start; 4 in flight finishing"
+    assert fit_verdict(paused, 36) == "⏸ paused: no new rollouts start"
+    assert fit_verdict(f"▶ {SAMPLER_BOUND}", 36, lines=2) == f"▶ {SAMPLER_BOUND}"
 
 
 @pytest.mark.parametrize("size", [(80, 24), (132, 40)])

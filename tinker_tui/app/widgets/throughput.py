@@ -51,14 +51,27 @@ def verdict_text(model: DashboardState) -> str:
     return f"▶ {measured.verdict}" if measured.verdict else "▶ -"
 
 
-def fit_verdict(verdict: str, width: int) -> str:
-    """The verdict in `width` cells: whole, else its headline (what holds the pipeline
-    back, before the advice) with the key that shows the rest, else the headline alone."""
-    if len(verdict) <= width or ": " not in verdict:
+def fit_verdict(verdict: str, width: int, lines: int = 1) -> str:
+    """The verdict in `lines` lines of `width` cells: whole, else without its last clauses
+    (`; 4 in flight finishing`), else its headline (what holds the pipeline back, before
+    the advice) with the key that shows the rest, else the headline alone."""
+    room = width * lines - (lines - 1) * WRAP_WASTE  # words wrap before the last cell
+    if len(verdict) <= room:
+        return verdict
+    clauses = verdict.split("; ")
+    while len(clauses) > 1:
+        clauses.pop()
+        if len("; ".join(clauses)) <= room:
+            return "; ".join(clauses)
+    if ": " not in verdict:
         return verdict
     headline = verdict.split(": ", 1)[0]
     pointed = f"{headline} · enter: why"
-    return pointed if len(pointed) <= width else headline
+    return pointed if len(pointed) <= room else headline
+
+
+#: The cells a wrapped line may leave empty at its end (a word that did not fit).
+WRAP_WASTE = 12
 
 
 class ThroughputPanel(Vertical, can_focus=True):
@@ -133,7 +146,12 @@ class ThroughputPanel(Vertical, can_focus=True):
             cost.tooltip = text or None
         verdict = verdict_text(model)
         label = self.query_one("#verdict", Label)
-        update_static(label, fit_verdict(verdict, width) if width else verdict)
+        # two lines where the pane has a row to spare (the verdict wraps), else one
+        spare = self.content_size.height - sum(
+            child.outer_size.height for child in self.children if child is not label
+            and child.display)
+        update_static(label, fit_verdict(verdict, width, 2 if spare >= 2 else 1)
+                      if width else verdict)
         if label.tooltip != verdict:
             label.tooltip = verdict
         self._whole = "\n\n".join(line for line in (verdict, idle_text(model), text) if line)
