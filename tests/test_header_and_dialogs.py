@@ -219,7 +219,6 @@ def local_checkpoints(clock: FakeClock) -> list:
 async def test_a_local_runs_checkpoints_show_their_folder_and_sampler_weights_their_version(
         tmp_path):
     from tinker_tui.app.screens.text_view import TextScreen
-    from tinker_tui.app.view_maths import shorten_middle
     from tinker_tui.app.widgets.checkpoints import CheckpointsTable
 
     for kind, name in (("weights", "step-000030"), ("sampler_weights", "step-000012")):
@@ -236,13 +235,13 @@ async def test_a_local_runs_checkpoints_show_their_folder_and_sampler_weights_th
         folder = tmp_path / "checkpoints" / "local-ab"
         for key, path in ((("30", "state"), folder / "weights" / "step-000030"),
                           (("v12", "sampler"), folder / "sampler_weights" / "step-000012")):
-            cell = by_kind[key]  # the folder, cut in the middle to the pane
-            assert cell == shorten_middle(str(path), len(cell)), (cell, path)
+            cell = by_kind[key]  # the folder, whole folders left out from its start
+            assert cell.startswith("…/") and str(path).endswith(cell[1:]), (cell, path)
         # a folder not (or no longer) on disk: the path as saved
         cell = by_kind[("20", "state")]
-        assert cell == shorten_middle("tinker://local-ab/weights/step-000020", len(cell))
-        assert "weights unchanged since step 12: no new sampler weights" in str(
-            table.border_subtitle)
+        assert cell.startswith("…/") and \
+            "tinker://local-ab/weights/step-000020".endswith(cell[1:]), cell
+        assert "weights unchanged since step 12" in str(table.border_subtitle)
         table.focus()
         table.move_cursor(row=[r[0] for r in rows].index("v12"))
         await pilot.press("enter")

@@ -46,22 +46,21 @@ def sampler_note(model: DashboardState) -> str:
     version, and steps without a learning signal change no weight."""
     since = model.version_changed_at
     if since and model.step - since >= UNCHANGED_STEPS:
-        return f"no new sampler weights since step {since}"
+        return f"weights unchanged since step {since}"
     return ""
 
 
 def subtitle_text(model: DashboardState, width: int = 0) -> str:
-    """`6 saved · enter: path · no new sampler weights since step 32` in `width` cells (0:
-    any): what has no room is left out whole, never cut (the status line says the weights
-    stand still too, and `enter` on a row says why)."""
+    """`6 saved · weights unchanged since step 32 · enter: path` in `width` cells (0: any):
+    what has no room is left out whole, never cut, the note before the key (the status
+    line says the weights stand still too, and `enter` on a row says why)."""
     count = len(model.checkpoints)
     deleted = f" ({model.checkpoints_deleted} older deleted)" if model.checkpoints_deleted \
         else ""
-    parts = [f"{count} saved{deleted}"] + (["enter: path"] if count else [])
-    note = sampler_note(model)
-    text = PART_SEPARATOR.join(parts)
-    if note and (not width or len(text) + len(PART_SEPARATOR) + len(note) <= width):
-        text += PART_SEPARATOR + note
+    text = f"{count} saved{deleted}"
+    for part in (sampler_note(model), "enter: path" if count else ""):
+        if part and (not width or len(text) + len(PART_SEPARATOR) + len(part) <= width):
+            text += PART_SEPARATOR + part
     return text
 
 
