@@ -118,3 +118,17 @@ async def test_a_maximized_log_wraps_its_lines():
         assert log.has_class("-maximized")
         lines = [line.text for line in log.render_lines(log.content_region.reset_offset)]
         assert any("THE-END" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("size", [(80, 24), (132, 40)])
+async def test_the_log_title_keeps_its_parts_whole(size):
+    """At 80x24 it read "all · 18 lines · enter: whole · l…"."""
+    from tinker_tui.app.widgets.log import LogPanel
+
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        await settled(pilot)
+        log = app.screen.query_one(LogPanel)
+        subtitle = str(log.border_subtitle)
+        assert len(subtitle) <= log.region.width - 6, subtitle
+        assert subtitle.endswith(("lines", "enter: whole", "l: level")), subtitle
