@@ -61,7 +61,8 @@ def test_a_bad_value_stops_the_sweep_before_anything_starts(tmp_path, capsys):
                      "--db", str(db)])
     assert code == 2
     err = capsys.readouterr().err
-    assert "sweep run 2 (learning_rate=-1)" in err and "learning_rate" in err
+    # checked as the grid is read: the grid's error, not a run's flag's
+    assert err.startswith("tinker-tui: error: --grid learning_rate: learning_rate must be "), err
     assert not db.exists()
 
 
@@ -251,3 +252,18 @@ async def test_the_sweep_view_compares_the_marked_runs(swept):
         await pilot.press("q")
         await pilot.pause()
         assert isinstance(app.screen, SweepScreen)
+
+
+def test_sweep_rows_share_one_sparkline_scale_and_a_finished_sweep_marks_its_best():
+    """Each row's sparkline was scaled to its own range: a flat 0.1 run and a flat 0.9 run
+    drew the same bars."""
+    from tinker_tui.app.screens.sweep import best_row
+    from tinker_tui.app.view_maths import text_sparkline
+
+    assert text_sparkline([0.1, 0.1], 4, (0.0, 1.0)) != text_sparkline([0.9, 0.9], 4, (0.0, 1.0))
+    assert text_sparkline([0.0, 1.0], 4, (0.0, 1.0)) == "▁█"
+    rows = [["", "1", "lr=1", "completed", "5/5", "", "0.250", ""],
+            ["", "2", "lr=2", "completed", "5/5", "", "0.750", ""],
+            ["", "3", "lr=3", "failed", "2/5", "", "-", ""]]
+    assert best_row(rows) == 1
+    assert best_row([["", "1", "x", "failed", "-", "", "-", ""]]) is None

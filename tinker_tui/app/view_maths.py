@@ -333,13 +333,16 @@ COLLAPSE_LOOKBACK = 8
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 
 
-def text_sparkline(values: Sequence[float], width: int = 16) -> str:
-    """The last `width` values as block characters, lowest to highest of them ("" for
-    none): a reward curve in a table cell."""
+def text_sparkline(values: Sequence[float], width: int = 16,
+                   scale: tuple[float, float] | None = None) -> str:
+    """The last `width` values as block characters, lowest to highest of them, or of
+    `scale` (low, high) shared by several rows so their heights compare ("" for none): a
+    reward curve in a table cell."""
     shown = [v for v in values if math.isfinite(v)][-width:]
     if not shown:
         return ""
-    low, high = min(shown), max(shown)
+    low, high = scale if scale is not None else (min(shown), max(shown))
+    shown = [min(high, max(low, v)) for v in shown]
     span = high - low
     if span <= 1e-12:
         return SPARK_BLOCKS[3] * len(shown)
