@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tinker_tui.engine.config import SETTINGS
 from tinker_tui.engine import collapse_level
+from tinker_tui.engine.config import SETTINGS
 from tinker_tui.engine.metrics import health
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

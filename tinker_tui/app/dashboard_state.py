@@ -33,8 +33,8 @@ from tinker_tui.app.view_maths import (
     format_elapsed,
     level_at_least,
     message_shape,
-    normalise_level,
     next_smoothing,
+    normalise_level,
     rate_history,
     windowed_rate,
 )
