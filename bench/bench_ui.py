@@ -8,7 +8,7 @@
    step's event published -> committed.
 
     python bench/bench_ui.py                  # 2 rounds of each, 80 RL steps per run
-    python bench/bench_ui.py --steps 40 --rounds 1
+    python bench/bench_ui.py --steps 60 --rounds 1
 
 Workload: `tinker-tui run example` on the local backend (no warm-up, no periodic
 checkpoints, no health pauses), the same seed every time, each run in fresh processes, in
@@ -62,6 +62,8 @@ RUN_ARGS = ["--warmup-steps", "0", "--checkpoint-every", "0", "--health-window",
 ANSI = re.compile(rb"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][A-Z0-9]|[=>78])")
 #: What only the view a key switches to draws.
 VIEW_MARKERS = {"3": b"max_steps_off_policy", "1": b"Throughput"}
+#: The finish screen's title: the run ended, keys no longer switch views.
+FINISHED = b"Run completed"
 
 
 def schedstat(pid: int) -> tuple[float, float]:
@@ -149,6 +151,7 @@ class Terminal:
         fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         self.chunks: list[tuple[float, bytes]] = []
         self.lock = threading.Lock()
+        self._looked: dict[bytes, tuple[int, bytes]] = {}
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -193,6 +196,20 @@ class Terminal:
                 tail = window[-256:]
             time.sleep(poll)
         return None
+
+    def seen(self, marker: bytes) -> bool:
+        """Whether `marker` has arrived yet; each chunk is looked at once over the calls (as
+        in `wait_for`), so asking before every key press stays cheap."""
+        index, tail = self._looked.get(marker, (0, b""))
+        with self.lock:
+            chunks = self.chunks[index:]
+        found = False
+        for _, data in chunks:
+            window = tail + data
+            found = found or marker in ANSI.sub(b"", window)
+            tail = window[-256:]
+        self._looked[marker] = (index + len(chunks), tail)
+        return found
 
     def shown_steps(self, steps: int) -> dict[int, float]:
         """{step: when the status line first read that step or a later one}."""
@@ -256,14 +273,19 @@ def with_dashboard(folder: Path, steps: int, presses: int, rng: random.Random
     busy_from, training_from = cpu_seconds(terminal.pid), time.time()
     key = "3"
     misses = 0
-    while len(latencies) < presses:
+    # Presses count only while the engine trains: once the run ends the finish screen is on
+    # top (keys go to it, not to the views), so pressing stops there, said below.
+    while len(latencies) < presses and not terminal.seen(FINISHED):
         running, waiting = schedstat(terminal.pid)
         sent, index = terminal.press(key)
         shown = terminal.wait_for(VIEW_MARKERS[key], index, timeout=5)
         if shown is None:
+            if terminal.seen(FINISHED):
+                break
             misses += 1
             if misses > 5:
-                raise SystemExit("the dashboard stopped answering keys")
+                raise SystemExit("the dashboard stopped answering keys while the engine "
+                                 "trained")
         else:
             ran, waited = schedstat(terminal.pid)
             # the account is read a little after the screen changed: its shares of that
@@ -273,7 +295,7 @@ def with_dashboard(folder: Path, steps: int, presses: int, rng: random.Random
                                    share * (waited - waiting)))
         key = "1" if key == "3" else "3"
         time.sleep(rng.uniform(0.1, 0.3))
-    ended = terminal.wait_for(b"Run completed", 0, timeout=600, poll=0.1)
+    ended = terminal.wait_for(FINISHED, 0, timeout=600, poll=0.1)
     if ended is None:
         raise SystemExit("the run did not complete")
     busy_training = (cpu_seconds(terminal.pid) - busy_from) / (time.time() - training_from)
@@ -293,6 +315,9 @@ def with_dashboard(folder: Path, steps: int, presses: int, rng: random.Random
     commits = [poller.seen[k] - t for k, t in step_times.items() if k in poller.seen]
     if trained_while_pressing < steps:
         print(f"  (only {trained_while_pressing} steps trained)", flush=True)
+    if len(latencies) < presses:
+        print(f"  the run ended after {len(latencies)} of {presses} key presses: raise "
+              "--steps to measure them all while the engine trains", flush=True)
     return rate, latencies, delays, commits, busy_training
 
 

@@ -135,3 +135,25 @@ async def test_a_requested_checkpoint_survives_retention_and_says_it_was_asked_f
     for at in range(7, 10):
         await write(at, "periodic")
     assert [c.step for c in policy.checkpoints if c.kind == "state"] == [2, 6, 8, 9]
+
+
+async def test_a_checkpoint_being_written_is_not_called_written(tmp_path):
+    """A stop while the checkpoint of step 180 was written said "step 180 is checkpointed
+    already", and the checkpoint's line came after it."""
+    import asyncio
+
+    checkpointer = make(tmp_path)
+    release = asyncio.Event()
+
+    async def slow_save(name, *, step):
+        await release.wait()
+        return f"/x/{name}"
+
+    checkpointer.policy.save_state = slow_save
+    writing = asyncio.ensure_future(checkpointer.write(7, "periodic", lambda: state(7),
+                                                       warmup_done=True))
+    await asyncio.sleep(0)
+    assert checkpointer.writing == 7 and checkpointer.last_step == 7
+    release.set()
+    await writing
+    assert checkpointer.writing is None and checkpointer.last_step == 7

@@ -195,3 +195,27 @@ async def test_a_dashboard_lists_the_store_marks_runs_compares_and_names_its_run
     async with await StoreReader.open_readonly(path) as store:
         stored = await store.run("run-lr1e-3")
     assert stored is not None and (stored.run_name, stored.note) == ("baseline", "first try")
+
+
+async def test_the_run_lists_own_run_is_told_apart_from_the_cursor(three):
+    """The pre-marked current run looked like the cursor: the first `space` unmarked it."""
+    from tinker_tui.app.screens.run_list import RunListScreen
+    from tinker_tui.app.store_session import StoreSession
+    from tinker_tui.app.tui import TinkerTuiApp
+    from tinker_tui.engine.store import find_run
+
+    run = await find_run(three, "run-g4")  # the newest: the first row
+    app = TinkerTuiApp(StoreSession(three, run), refresh_interval=0.05)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await asyncio.wait_for(app.session.loaded.wait(), timeout=10)
+        await pilot.press("R")
+        await pilot.pause(0.3)
+        screen = app.screen
+        assert isinstance(screen, RunListScreen)
+        table = screen.query_one("DataTable")
+        assert screen.highlighted() != "run-g4"  # the cursor starts on another run
+        own = table.get_row("run-g4")[0]
+        assert "this run" in str(own), own
+        await pilot.press("space")
+        await pilot.pause(0.1)
+        assert len(screen.marked) == 2 and "run-g4" in screen.marked

@@ -253,8 +253,8 @@ def test_cost_reconciles_a_tinker_run_with_the_services_billing(tmp_path):
         assert unasked.returncode == 1, unasked.stderr
         assert "billing usage was not asked for" in unasked.stdout, unasked.stdout
         assert "trained" in unasked.stdout and "Traceback" not in unasked.stderr
-        # this run set no cached-prefill price: its count of them is free, and says so
-        assert "cached prefill counted at $0" in unasked.stdout
+        # this run set no cached-prefill price: it costs what prefill does, and says so
+        assert "cached prefill counted at the prefill price" in unasked.stdout
 
 
 def test_the_dashboards_cost_line():
@@ -264,7 +264,7 @@ def test_the_dashboards_cost_line():
     tokens = {keys.TOKENS_PREFILL_TOTAL: 20_000.0, keys.TOKENS_PREFILL_CACHED_TOTAL: 15_000.0,
               keys.TOKENS_SAMPLED_TOTAL: 1_500.0, keys.TOKENS_TRAINED_TOTAL: 4_000.0}
     assert cost_text(tokens, 4, 10) == \
-        "tokens 20k prefill (75% cached), 1.5k sampled, 4.0k trained"
+        "tokens 20k prefill (75% cached) · 1.5k sampled · 4.0k trained"
     line = cost_text({**tokens, keys.COST_USD_TOTAL: 0.2}, 4, 10)
     assert line.startswith("cost $0.2000 · $0.0500/step · ~$0.5000 at step 10 · tokens 20k")
     assert "at step" not in cost_text({**tokens, keys.COST_USD_TOTAL: 2.0}, 10, 10)
@@ -328,3 +328,16 @@ async def test_the_dashboard_shows_the_cost_line():
                 # the pane shows the parts that fit whole; the tooltip has the whole line
                 assert len(text) <= app.screen.query_one("ThroughputPanel").content_size.width
                 assert text in str(label.tooltip) and "tokens" in str(label.tooltip)
+
+
+def test_cached_prefill_is_priced_as_prefill_unless_set():
+    """A run that set only the prefill price counted its cached prefill at $0."""
+
+    assert Prices.from_config(RunConfig(price_prefill_per_mtok=2.0)).prefill_cached == 2.0
+    set_apart = RunConfig(price_prefill_per_mtok=2.0, price_prefill_cached_per_mtok=0.5)
+    assert Prices.from_config(set_apart).prefill_cached == 0.5
+    free = RunConfig(price_prefill_per_mtok=2.0, price_prefill_cached_per_mtok=0.0)
+    assert Prices.from_config(free).prefill_cached == 0.0
+    assert not Prices.from_config(RunConfig()).known
+    with pytest.raises(ConfigError, match="max_cost_usd needs prices"):
+        RunConfig(max_cost_usd=1.0)

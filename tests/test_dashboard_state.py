@@ -537,7 +537,7 @@ def test_model_tells_converged_groups_from_a_lost_learning_signal():
     model.apply(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
                            max_steps=10, start_step=0,
                            config={"health_window": 4, "zero_variance_pause_rate": 0.75}))
-    assert model.health() == ("none", "no groups sampled yet")
+    assert model.health() == ("none", "no group has finished sampling yet")
     model.apply(sampled(0, 0.1, rewards=(0.0, 1.0)))
     assert model.health()[0] == "learning"
     for gid in range(1, 5):  # every group earns the best reward: converged
@@ -597,9 +597,24 @@ def test_repeated_lines_collapse_into_one_with_a_count():
     model.apply(LogEmitted(time=5.0, level="info", message="slow"))  # another level
     model.apply(LogEmitted(time=6.0, level="warning", message="slow"))
     assert [(line.level, line.message[:7], line.count) for line in model.log] == [
-        ("info", "checkpo", 1), ("info", "step 9:", 2), ("info", "slow", 1),
-        ("warning", "slow", 2)]
-    assert model.log_total == 6 and model.log_rewrites == 2
+        ("info", "step 3:", 1), ("info", "checkpo", 1), ("info", "step 9:", 1),
+        ("info", "slow", 1), ("warning", "slow", 2)]
+    assert model.log_total == 6 and model.log_rewrites == 1
+
+
+def test_results_a_user_watches_are_never_merged():
+    """Five evaluations read "×5 eval at step 75: mean reward 3.250": four results hidden.
+    Info lines (results, checkpoints) each keep their line; only warnings and errors that
+    repeat are counted, as the headless run counts them."""
+    model = DashboardState(FakeClock())
+    for k in range(5):
+        model.apply(LogEmitted(time=float(k), level="info",
+                               message=f"eval at step {15 * (k + 1)}: mean reward {k}.250"))
+        model.apply(LogEmitted(time=k + 0.5, level="info",
+                               message=f"checkpoint step-{15 * (k + 1):06d} saved (periodic)"))
+    assert [line.count for line in model.log] == [1] * 10
+    assert [line.message for line in model.log][-2:] == [
+        "eval at step 75: mean reward 4.250", "checkpoint step-000075 saved (periodic)"]
 
 
 def test_failed_rollouts_alike_are_one_line_with_their_count_as_headless_counts_them():
@@ -622,10 +637,10 @@ def test_a_resumed_run_starting_again_is_not_counted_as_a_repeat_of_its_first_st
     for start in (0.0, 100.0):  # the run, then its resume
         model.apply(SessionStarted(time=start, backend="local", base_model="tiny"))
         model.apply(StartupProgressed(time=start + 0.1, phase="loading_model", detail="tiny"))
-        model.apply(LogEmitted(time=start + 1, level="info", message="step 1 done"))
-        model.apply(LogEmitted(time=start + 2, level="info", message="step 2 done"))
+        model.apply(LogEmitted(time=start + 1, level="warning", message="sample waited 15 s"))
+        model.apply(LogEmitted(time=start + 2, level="warning", message="sample waited 30 s"))
     assert [(line.message[:8], line.count) for line in model.log] == [
-        ("starting", 1), ("step 2 d", 2), ("starting", 1), ("step 2 d", 2)]
+        ("starting", 1), ("sample w", 2), ("starting", 1), ("sample w", 2)]
 
 
 def test_the_start_up_is_told_in_words_until_the_first_step():

@@ -22,7 +22,7 @@ from tinker_tui.app.store_session import StoreSession
 from tinker_tui.app.tui import TinkerTuiApp
 from tinker_tui.app.widgets.status_bar import RunStatusPanel, run_label_text
 from tinker_tui.engine.clock import FakeClock
-from tinker_tui.engine.events import RunStarted
+from tinker_tui.engine.events import RunStarted, StepTrained
 from tinker_tui.engine.store import find_run
 
 
@@ -219,7 +219,6 @@ def local_checkpoints(clock: FakeClock) -> list:
 async def test_a_local_runs_checkpoints_show_their_folder_and_sampler_weights_their_version(
         tmp_path):
     from tinker_tui.app.screens.text_view import TextScreen
-    from tinker_tui.app.view_maths import shorten_middle
     from tinker_tui.app.widgets.checkpoints import CheckpointsTable
 
     for kind, name in (("weights", "step-000030"), ("sampler_weights", "step-000012")):
@@ -236,13 +235,13 @@ async def test_a_local_runs_checkpoints_show_their_folder_and_sampler_weights_th
         folder = tmp_path / "checkpoints" / "local-ab"
         for key, path in ((("30", "state"), folder / "weights" / "step-000030"),
                           (("v12", "sampler"), folder / "sampler_weights" / "step-000012")):
-            cell = by_kind[key]  # the folder, cut in the middle to the pane
-            assert cell == shorten_middle(str(path), len(cell)), (cell, path)
+            cell = by_kind[key]  # the folder, whole folders left out from its start
+            assert cell.startswith("…/") and str(path).endswith(cell[1:]), (cell, path)
         # a folder not (or no longer) on disk: the path as saved
         cell = by_kind[("20", "state")]
-        assert cell == shorten_middle("tinker://local-ab/weights/step-000020", len(cell))
-        assert "weights unchanged since step 12: no new sampler weights" in str(
-            table.border_subtitle)
+        assert cell.startswith("…/") and \
+            "tinker://local-ab/weights/step-000020".endswith(cell[1:]), cell
+        assert "weights unchanged since step 12" in str(table.border_subtitle)
         table.focus()
         table.move_cursor(row=[r[0] for r in rows].index("v12"))
         await pilot.press("enter")
@@ -264,3 +263,34 @@ async def test_keys_typed_behind_q_open_nothing_on_the_closing_app():
         app.exit()
         assert app.check_action("help", ()) is False
         assert app.check_action("view", ("metrics",)) is False
+
+
+def test_a_model_folder_run_keeps_its_model_name_in_the_header():
+    """A Hugging Face folder as the base model is a long path: the header dropped the model
+    (backend and model gave way first). It shows the folder's name, the model's."""
+    model = DashboardState(FakeClock())
+    model.apply(RunStarted(time=0.0, run_id="my_task-20261204-101010-ab12", name="my_task",
+                           backend="local",
+                           base_model="/home/someone/models/hub/Qwen3-0.6B-real-format",
+                           max_steps=60, start_step=0, config={}))
+    for width in (80, 64):
+        text = run_label_text("attached", model, width)
+        assert len(text) <= width and "Qwen3-0.6B-real-format" in text, text
+        assert text.endswith("-ab12 │ local · Qwen3-0.6B-real-format") or \
+            text.endswith("-ab12 │ Qwen3-0.6B-real-format"), text
+
+
+def test_the_status_line_says_what_the_version_is_and_why_it_stopped():
+    """`v11` stopped moving at step 12 with nothing saying why."""
+    from tinker_tui.app.widgets.status_bar import progress_text
+
+    model = started("yes_no_maybe-20261201-205155-4352")
+    for step in range(1, 6):  # each step trained: a new version of the weights
+        model.apply(StepTrained(time=float(step), step=step, policy_version=step, metrics={}))
+    assert "│ weights v5 │" in progress_text(model, 10.0)
+    for step in range(6, 10):  # trained nothing: the version stays
+        model.apply(StepTrained(time=float(step), step=step, policy_version=5, metrics={}))
+    text = progress_text(model, 10.0)
+    assert "weights v5 since step 5 (no gradient)" in text, text
+    short = progress_text(model, 10.0, width=40)
+    assert len(short) <= 40 and "v5" in short, short

@@ -274,3 +274,12 @@ def test_with_no_checkpoint_of_the_sampling_weights_there_is_nothing_to_roll_bac
     old.stepped(2, 0.9, 0.0)
     old.checkpointed(2, "step-000002")
     assert old.rollback_point() == (1, "step-000001")
+
+
+def test_no_finished_group_is_said_without_contradicting_groups_in_flight():
+    """"no groups sampled yet" stood beside a staleness histogram of 38 groups in flight."""
+    window = HealthWindow()
+    assert window.verdict() == ("none", "no group has finished sampling yet")
+    window.rewind(12)
+    assert window.verdict() == ("none", "no group has finished sampling since the rollback "
+                                        "to step 12")

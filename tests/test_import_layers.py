@@ -39,7 +39,7 @@ LAYERS = [
                                                      "server", "store", "run")),
        "engine's shared modules import none of its parts")
       for name in ("config", "errors", "events", "clock", "did_you_mean", "checkpoint_paths",
-                   "faults", "run_id", "loopback_http", "sampling_defaults")],
+                   "faults", "run_id", "loopback_http", "sampling_defaults", "collapse_level")],
     ("tinker_tui.engine.metrics",
      tuple(f"tinker_tui.engine.{part}" for part in ("rollouts", "rendering", "backend",
                                                    "training", "control", "server", "store",

@@ -470,3 +470,16 @@ async def test_without_read_only_p_pauses_the_run(live_run):
     await asyncio.sleep(1.0)
     _, latest = await stored(live_run)
     assert latest <= later + 1, "the run kept stepping while paused"
+
+
+def test_the_run_list_names_the_runs_as_runs_does():
+    """`serve`'s list lacked the run's name, which `runs` shows."""
+    from tinker_tui.app.web_serve import WebServer
+
+    server = WebServer([], token="t", max_viewers=1, idle_timeout=1.0)
+    row = {"RUN": "r-1", "NAME": "lr 3e-4", "TASK": "t", "STATUS": "completed",
+           "STEP": "5/5", "REWARD": "0.9", "STARTED": "now"}
+    page = server.picker_page([row, {**row, "RUN": "r-2", "NAME": "-"}]).text
+    assert "<th>NAME</th>" in page and "<td>lr 3e-4</td>" in page
+    unnamed = server.picker_page([{**row, "NAME": "-"}]).text
+    assert "<th>NAME</th>" not in unnamed  # no run has a name: no column of dashes

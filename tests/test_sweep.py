@@ -38,6 +38,17 @@ def test_the_grid_names_settings_and_makes_every_combination():
         parse_grid(["seed"])
 
 
+def test_a_bad_grid_value_is_a_grid_error_not_a_run_flags():
+    """`--grid learning_rate=1e-3,abc` was reported as `run --learning-rate`'s error."""
+    with pytest.raises(UsageError, match=r"^--grid learning_rate: learning_rate must be a "
+                                         r"number, got 'abc'"):
+        parse_grid(["learning_rate=1e-3,abc"])
+    with pytest.raises(UsageError, match=r"^--grid group_size: group_size must be a whole"):
+        parse_grid(["group_size=4,4.5"])
+    with pytest.raises(UsageError, match=r"^--grid advantage: advantage must be"):
+        parse_grid(["advantage=mean,meen"])
+
+
 def test_parallel_by_default_fits_the_machine():
     assert default_parallel("local", cpus=2) == 1
     assert default_parallel("local", cpus=8) == 4
@@ -50,7 +61,8 @@ def test_a_bad_value_stops_the_sweep_before_anything_starts(tmp_path, capsys):
                      "--db", str(db)])
     assert code == 2
     err = capsys.readouterr().err
-    assert "sweep run 2 (learning_rate=-1)" in err and "learning_rate" in err
+    # checked as the grid is read: the grid's error, not a run's flag's
+    assert err.startswith("tinker-tui: error: --grid learning_rate: learning_rate must be "), err
     assert not db.exists()
 
 
@@ -240,3 +252,18 @@ async def test_the_sweep_view_compares_the_marked_runs(swept):
         await pilot.press("q")
         await pilot.pause()
         assert isinstance(app.screen, SweepScreen)
+
+
+def test_sweep_rows_share_one_sparkline_scale_and_a_finished_sweep_marks_its_best():
+    """Each row's sparkline was scaled to its own range: a flat 0.1 run and a flat 0.9 run
+    drew the same bars."""
+    from tinker_tui.app.screens.sweep import best_row
+    from tinker_tui.app.view_maths import text_sparkline
+
+    assert text_sparkline([0.1, 0.1], 4, (0.0, 1.0)) != text_sparkline([0.9, 0.9], 4, (0.0, 1.0))
+    assert text_sparkline([0.0, 1.0], 4, (0.0, 1.0)) == "▁█"
+    rows = [["", "1", "lr=1", "completed", "5/5", "", "0.250", ""],
+            ["", "2", "lr=2", "completed", "5/5", "", "0.750", ""],
+            ["", "3", "lr=3", "failed", "2/5", "", "-", ""]]
+    assert best_row(rows) == 1
+    assert best_row([["", "1", "x", "failed", "-", "", "-", ""]]) is None

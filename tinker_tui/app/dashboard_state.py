@@ -35,6 +35,7 @@ from tinker_tui.app.view_maths import (
     level_at_least,
     message_shape,
     next_smoothing,
+    normalise_level,
     rate_history,
     windowed_rate,
 )
@@ -513,13 +514,17 @@ class DashboardState:
             self.paused_since = None
 
     def _log(self, event: LogEmitted) -> None:
-        """A line, or the count of a recent one of the same shape (numbers aside; for a
-        warning or an error, its first line: 35 rollouts failing alike are one line ×35, as
-        the headless run counts them), since the engine last started."""
+        """A line, or for a warning or an error the count of a recent one of the same shape
+        (numbers aside, its first line: 35 rollouts failing alike are one line ×35, as the
+        headless run counts them), since the engine last started. Info lines are never
+        merged: they carry the results a user watches (an evaluation's reward, a checkpoint),
+        and a count would hide all but the last."""
         line = LogLine(event.time, event.level, event.message)
         self.log_total += 1
         shape = message_shape(first_line(event.message))
         lookback = min(COLLAPSE_LOOKBACK, self._lines_this_start)
+        if normalise_level(event.level) not in ("warning", "error"):
+            lookback = 0
         recent = list(self.log)[-lookback:] if lookback else []
         for back, old in enumerate(reversed(recent), start=1):
             if old.level == event.level and message_shape(first_line(old.message)) == shape:

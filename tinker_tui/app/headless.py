@@ -36,6 +36,7 @@ from tinker_tui.engine.events import (
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.metrics.collapse_memory import fold
 from tinker_tui.engine.metrics.health import HealthWindow
+from tinker_tui.engine.store.reader import resume_line, session_started
 
 if TYPE_CHECKING:
     from tinker_tui.engine.control.endpoint import ControlServer
@@ -57,6 +58,12 @@ class HeadlessReporter:
         self.zero_variance = ZeroVarianceSplit()
         self.rollouts_failed = 0  # over the run (a resumed run's earlier steps included)
         self.started_at: float | None = None
+        #: The start of this process of the run, its last step, and the seconds the run's
+        #: earlier processes worked (`_session`).
+        self._session_at: float | None = None
+        self._last_step_at: float | None = None
+        self._earlier_seconds = 0.0
+        self._resumed_at: float | None = None  # this process's start, when it resumes
         self._phase: str | None = None
         self._run_id = "RUN"
         self._closed = False  # the output's reader went away
@@ -86,13 +93,14 @@ class HeadlessReporter:
         groups |= {e.group_id for e in kept if isinstance(e, GroupDiscarded)}
         for before in kept:
             if isinstance(before, RunStarted):
-                self.started_at = before.time  # the run's start, as `show` counts from
+                self._session(before.time)  # the run's start, as `show` counts from
             elif isinstance(before, GroupSampled):
                 if before.group_id in groups:
                     self.zero_variance.sampled(before)
             elif isinstance(before, GroupDiscarded):
                 self.zero_variance.discarded(before)
             elif isinstance(before, StepTrained):
+                self._last_step_at = before.time
                 self._count_step(before)
                 fold(self.health, before)
             elif isinstance(before, CommandReceived) and before.command == "rolled_back":
@@ -100,6 +108,24 @@ class HeadlessReporter:
                 fold(self.health, before)
             else:
                 fold(self.health, before)
+
+    def _session(self, time: float) -> None:
+        """A process of the run started at `time`: the run's first (its `RunStarted`), or
+        a resume (its first log line: the store keeps one `RunStarted` a run). Elapsed time
+        is each earlier process's, from its start to its last step, and this one's so far:
+        the time the run was down between them is not counted."""
+        if self.started_at is None:
+            self.started_at = time
+        elif self._last_step_at is not None and self._session_at is not None:
+            self._earlier_seconds += max(0.0, self._last_step_at - self._session_at)
+        self._session_at = time
+        self._last_step_at = None
+
+    def elapsed(self, time: float) -> float:
+        """Seconds the run has worked by `time` (`_session`)."""
+        if self._session_at is None:
+            return 0.0
+        return self._earlier_seconds + time - self._session_at
 
     def _count_step(self, event: StepTrained) -> int:
         """Add the step's discards and failed rollouts to the run's; returns the failed."""
@@ -149,14 +175,21 @@ class HeadlessReporter:
                 quiet_stdout()
 
     def handle(self, event: Event) -> None:
+        if session_started(event):  # a process of the run begins (`_session`)
+            if self.started_at is not None:  # a later one, read back by `show`
+                self._session(event.time)
+            elif self._earlier:  # this process, resuming: its start is counted from here
+                self._resumed_at = event.time
         if isinstance(event, RunStarted):
             self.max_steps = event.max_steps
             self._run_id = event.run_id
-            self.started_at = event.time
             self.health.configure(event.config)
             self._rollout_timeout = event.config.get("rollout_timeout")
             earlier, self._earlier = self._earlier, []
             self._take_in(earlier, event.start_step)
+            if self._session_at is None or self._resumed_at is not None:
+                self._session(event.time if self._resumed_at is None else self._resumed_at)
+            self._resumed_at = None
             self._print(f"run {event.run_id}: task {event.name}, {event.backend} backend, "
                         f"base model {event.base_model}, {event.max_steps} "
                         + ("step" if event.max_steps == 1 else "steps"))
@@ -172,7 +205,8 @@ class HeadlessReporter:
             m = event.metrics
             failed = self._count_step(event)
             d, z = self.discarded, self.zero_variance
-            elapsed = event.time - self.started_at if self.started_at is not None else 0.0
+            self._last_step_at = event.time
+            elapsed = self.elapsed(event.time)
             failures = ""
             if self.rollouts_failed:  # a reward that raises on most answers must show
                 ended = int(m.get(keys.ROLLOUTS_ENDED, 0))
@@ -226,6 +260,8 @@ class HeadlessReporter:
                     self._print(f"warning: {stuck_text(stuck)}{self._timeout_hint()}")
         elif isinstance(event, RunFinished):
             self._end_repeats()
+        elif isinstance(event, LogEmitted) and resume_line(event):
+            self._print(event.message)  # what the resume went back to and does again
         elif isinstance(event, LogEmitted) and event.level in ("warning", "error"):
             lines = event.message.splitlines()
             where = innermost_frame(lines)

@@ -387,7 +387,8 @@ def summary_lines(summary: RunSummary, *, log_lines: bool = True) -> list[str]:
     if nothing := trained_nothing_text(summary):
         lines.append(f"  {nothing}")
     if summary.collapse:
-        lines.append(f"  health: {summary.collapse}")
+        if summary.collapse not in (summary.reason or ""):  # a health stop says it above
+            lines.append(f"  health: {summary.collapse}")
     for rollback in summary.rollbacks:
         lines.append(f"  rolled back {rollback}")
     if summary.failed_groups or summary.failed_rollouts:

@@ -79,10 +79,26 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
             raise UsageError(f"--grid {spec!r}: every value must be given (V1,V2,...)")
         if len(set(values)) != len(values):
             raise UsageError(f"--grid {spec!r}: a value is given twice")
+        for value in values:  # checked here: a run's flag error would name `run`'s flag
+            _check_value(setting, value)
         grid[setting] = values
     if not grid:
         raise UsageError("a sweep needs at least one --grid NAME=V1,V2,...")
     return grid
+
+
+def _check_value(setting: str, value: str) -> None:
+    """A grid value as the setting takes it; UsageError naming the grid otherwise."""
+    from tinker_tui.engine.config import SETTINGS, ConfigError
+
+    spec = SETTINGS[setting]
+    try:
+        if spec.numeric:
+            spec.parse(value)
+        elif spec.choices:
+            spec.check(value)
+    except ConfigError as exc:
+        raise UsageError(f"--grid {setting}: {exc}") from None
 
 
 def combinations(grid: Mapping[str, Sequence[str]]) -> list[dict[str, str]]:

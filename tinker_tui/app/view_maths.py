@@ -208,12 +208,13 @@ def cost_parts(metrics: Mapping[str, float], step: int, max_steps: int,
         return []
     cached = metrics.get(keys.TOKENS_PREFILL_CACHED_TOTAL, 0.0)
     share = f" ({cached / prefill:.0%} cached)" if prefill else ""
-    tokens = (f"tokens {format_rate(prefill)} prefill{share}, "
-              f"{format_rate(metrics.get(keys.TOKENS_SAMPLED_TOTAL, 0.0))} sampled, "
-              f"{format_rate(metrics.get(keys.TOKENS_TRAINED_TOTAL, 0.0))} trained")
+    # three parts, so a narrow pane drops a whole count rather than cut one
+    tokens = [f"tokens {format_rate(prefill)} prefill{share}",
+              f"{format_rate(metrics.get(keys.TOKENS_SAMPLED_TOTAL, 0.0))} sampled",
+              f"{format_rate(metrics.get(keys.TOKENS_TRAINED_TOTAL, 0.0))} trained"]
     total = metrics.get(keys.COST_USD_TOTAL)
     if total is None:
-        return [tokens]
+        return tokens
     parts = [f"cost {_usd(total)}"]
     if step > 0:
         parts.append(f"{_usd(total / step)}/step")
@@ -223,7 +224,7 @@ def cost_parts(metrics: Mapping[str, float], step: int, max_steps: int,
         projected = projected_usd(total, step, 0, max_steps)
         if projected is not None and max_steps > step and not 0 < budget < projected:
             parts.append(f"~{_usd(projected)} at step {max_steps}")
-    return [*parts, tokens]
+    return [*parts, *tokens]
 
 
 def split_rate(value: float) -> tuple[str, str]:
@@ -303,6 +304,21 @@ def shorten_middle(text: str, width: int) -> str:
     return f"{text[:head]}…{text[len(text) - tail:]}"
 
 
+def shorten_path(path: str, width: int) -> str:
+    """A path in at most `width` cells by a rule a reader can undo: whole folders left
+    out from the start (`…/checkpoints/step-000060`, never `runs…s/step-000060`, a cut
+    that reads as another name); a last part that alone has no room is cut in the middle."""
+    if len(path) <= width:
+        return path
+    sep = "\\" if "\\" in path and "/" not in path else "/"
+    parts = path.rstrip(sep).split(sep)
+    for start in range(1, len(parts)):
+        tail = "…" + sep + sep.join(parts[start:])
+        if len(tail) <= width:
+            return tail
+    return shorten_middle(parts[-1], width)
+
+
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e-?\d+)?")
 
 
@@ -311,19 +327,22 @@ def message_shape(message: str) -> str:
     return _NUMBER.sub("#", message)
 
 
-#: How far back a repeated info line is looked for before it is shown again.
+#: How far back a repeated warning or error is looked for before it is shown again.
 COLLAPSE_LOOKBACK = 8
 #: The eight heights of a text sparkline.
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 
 
-def text_sparkline(values: Sequence[float], width: int = 16) -> str:
-    """The last `width` values as block characters, lowest to highest of them ("" for
-    none): a reward curve in a table cell."""
+def text_sparkline(values: Sequence[float], width: int = 16,
+                   scale: tuple[float, float] | None = None) -> str:
+    """The last `width` values as block characters, lowest to highest of them, or of
+    `scale` (low, high) shared by several rows so their heights compare ("" for none): a
+    reward curve in a table cell."""
     shown = [v for v in values if math.isfinite(v)][-width:]
     if not shown:
         return ""
-    low, high = min(shown), max(shown)
+    low, high = scale if scale is not None else (min(shown), max(shown))
+    shown = [min(high, max(low, v)) for v in shown]
     span = high - low
     if span <= 1e-12:
         return SPARK_BLOCKS[3] * len(shown)

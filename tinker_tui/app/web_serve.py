@@ -219,7 +219,10 @@ class WebServer:
 
     def picker_page(self, rows: list[dict[str, Any]]) -> web.Response:
         """The store's runs, newest first, each a link to its dashboard."""
-        columns = ("RUN", "TASK", "STATUS", "STEP", "REWARD", "STARTED")
+        # the run's own name, as `runs` shows it, where any run has one
+        named = any(row.get("NAME", "-") != "-" for row in rows)
+        columns = ("RUN", *(("NAME",) if named else ()), "TASK", "STATUS", "STEP", "REWARD",
+                   "STARTED")
         head = "".join(f"<th>{column}</th>" for column in columns)
         lines = []
         for row in rows:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal, TypeVar
 
+from tinker_tui.engine.collapse_level import level_words
 from tinker_tui.engine.did_you_mean import did_you_mean
 from tinker_tui.engine.errors import UsageError
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL
@@ -218,8 +219,8 @@ class RunConfig:
     error_pause_rate: float = setting(0.5, "pause when this share of them failed", "pipeline",
                                       low=0, high=1, low_open=True)
     on_collapse: str = setting(
-        "auto", "when the reward collapses (falls below halfway to its best while groups turn "
-        "equal or fail): wait for a person, stop gracefully (exit code 3), or roll back to "
+        "auto", f"when the reward collapses (falls below {level_words()} to its best while "
+        "groups turn equal or fail): wait for a person, stop gracefully (exit code 3), or roll back to "
         "the checkpoint of the weights that sampled the best step with the learning rate scaled by "
         "rollback_lr_scale; auto = wait with a dashboard, stop without one", "pipeline",
         choices=COLLAPSE_POLICIES)
@@ -275,8 +276,8 @@ class RunConfig:
         0.0, "USD per million prompt (prefill) tokens sampled, for the cost shown", "backend",
         low=0)
     price_prefill_cached_per_mtok: float = setting(
-        0.0, "USD per million cached prefill tokens (a group's shared prompt, the service's "
-        "cache hits)", "backend", low=0)
+        -1.0, "USD per million cached prefill tokens (a group's shared prompt, the service's "
+        "cache hits); -1 = price_prefill_per_mtok's price", "backend", low=-1)
     price_sample_per_mtok: float = setting(
         0.0, "USD per million sampled tokens, for the cost shown", "backend", low=0)
     price_train_per_mtok: float = setting(
@@ -304,7 +305,7 @@ class RunConfig:
             raise ConfigError(f"min_groups_per_step must be between 0 and groups_per_step "
                               f"({self.groups_per_step}), got {self.min_groups_per_step}")
         parse_loss_fn_config(self.loss_fn_config)
-        if self.max_cost_usd and not any((
+        if self.max_cost_usd and not any(max(0.0, price) for price in (
                 self.price_prefill_per_mtok, self.price_prefill_cached_per_mtok,
                 self.price_sample_per_mtok, self.price_train_per_mtok)):
             raise ConfigError("max_cost_usd needs prices to count against: set "

@@ -144,8 +144,14 @@ def report(run: Any, metrics: dict[str, Any], sessions: list[tuple[float, str, s
         lines.append("  (no prices set for this run: price_prefill_per_mtok, "
                      "price_prefill_cached_per_mtok, price_sample_per_mtok, "
                      "price_train_per_mtok, in USD per million tokens)")
-    elif ours["sampling_prefill_cached"] and not run.config.get("price_prefill_cached_per_mtok"):
-        lines.append("  (cached prefill counted at $0: this run set no "
+    elif ours["sampling_prefill_cached"] and run.config.get(
+            "price_prefill_cached_per_mtok", 0.0) == 0:
+        # runs from before cached prefill defaulted to the prefill price stored 0
+        lines.append("  (cached prefill counted at $0: this run's "
+                     "price_prefill_cached_per_mtok is 0)")
+    elif ours["sampling_prefill_cached"] and run.config.get(
+            "price_prefill_cached_per_mtok", 0.0) < 0:
+        lines.append("  (cached prefill counted at the prefill price: this run set no "
                      "price_prefill_cached_per_mtok)")
     lines.append("  tinker-tui's count stops at its last step; sampling after it (the final "
                  "evaluation, rollouts in flight at the end) is billed too.")

@@ -1,5 +1,6 @@
 """The runs of the store a dashboard reads (`R`), as `tinker-tui runs` lists them: mark
-some with `space` (the dashboard's own run is marked) and `c` (or `enter`) compares them;
+some with `space` (the dashboard's own run is marked, "● this run", and the cursor starts
+on another) and `c` (or `enter`) compares them;
 `n` names the highlighted run; esc closes the list."""
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class RunListScreen(Screen[None]):
         self.db_path = db_path
         self.rows: list[dict[str, Any]] = []
         self.marked: set[str] = {current} if current else set()
+        #: The dashboard's own run: marked from the start, and said so in its row, so the
+        #: mark is not read as the cursor.
+        self.current = current
 
     def compose(self) -> ComposeResult:
         yield Label(f"Runs in {self.db_path}", id="compare-title")
@@ -46,6 +50,10 @@ class RunListScreen(Screen[None]):
         table.border_title = "Runs · space: mark · c: compare the marked runs"
         table.add_columns("", *SHOWN)
         await self.reload()
+        # the cursor starts on another run: the first `space` marks a second one to compare
+        others = [i for i, row in enumerate(self.rows) if row["RUN"] != self.current]
+        if others and self.current:
+            table.move_cursor(row=others[0])
 
     async def reload(self) -> None:
         from tinker_tui.app.commands.runs import read_table
@@ -55,8 +63,10 @@ class RunListScreen(Screen[None]):
         cursor = table.cursor_row
         table.clear()
         for row in self.rows:
-            table.add_row("●" if row["RUN"] in self.marked else "",
-                          *(str(row[c]) for c in SHOWN), key=row["RUN"])
+            mark = "●" if row["RUN"] in self.marked else " "
+            if row["RUN"] == self.current:
+                mark += " this run"
+            table.add_row(mark, *(str(row[c]) for c in SHOWN), key=row["RUN"])
         if self.rows:
             table.move_cursor(row=min(cursor, len(self.rows) - 1))
 

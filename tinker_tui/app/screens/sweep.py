@@ -11,6 +11,7 @@ detaches.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -59,6 +60,17 @@ def scheduler_pid(db_path: Path, sweep_id: str) -> int | None:
     except (OSError, ValueError):
         return None
 
+
+
+#: A sweep run's stored statuses once it ran to an end.
+ENDED = ("completed", "failed", "stopped", "interrupted")
+
+
+def best_row(rows: list[list[Any]]) -> int | None:
+    """The row with the highest final reward (column 6), if any has one."""
+    finals = [(float(row[6]), i) for i, row in enumerate(rows)
+              if str(row[6]).replace(".", "", 1).replace("-", "", 1).isdigit()]
+    return max(finals)[1] if finals else None
 
 class SweepScreen(Screen[None]):
     """The runs of one sweep (see the module docstring)."""
@@ -122,6 +134,10 @@ class SweepScreen(Screen[None]):
 
         assert self.sweep is not None
         rows = []
+        # one scale for every row's sparkline, so their heights compare across runs
+        shown = [v for c in self.compared.values()
+                 for v in [v for _, v in c.model.rewards if math.isfinite(v)][-16:]]
+        scale = (min(shown), max(shown)) if shown else None
         for run in self.sweep.runs:
             compared = self.compared.get(run.run_id)
             status, step, spark, final, eta = run.status, "-", "", "-", ""
@@ -131,7 +147,7 @@ class SweepScreen(Screen[None]):
                     status = status_of(compared)
                 step = f"{model.step}/{model.max_steps or '?'}"
                 rewards = [v for _, v in model.rewards]
-                spark = text_sparkline(rewards, 16)
+                spark = text_sparkline(rewards, 16, scale)
                 final = f"{rewards[-1]:.3f}" if rewards else "-"
                 left = model.eta() if status in ("running", "starting") else None
                 eta = format_elapsed(left) if left is not None else ""
@@ -150,6 +166,12 @@ class SweepScreen(Screen[None]):
         failed = [r for r in sweep.runs if r.status == "failed"]
         state = "stopping" if self.stopping else (
             "running" if scheduler_pid(self.db_path, self.sweep_id) else "not running")
+        if state == "not running" and all(r.status in ENDED for r in sweep.runs):
+            best = best_row(rows)
+            state = "finished"
+            if best is not None:  # marked in its row too
+                rows[best][6] = f"{rows[best][6]} ★ best"
+                state += f" · best: #{rows[best][1]} ({rows[best][2]})"
         self.query_one("#compare-title", Label).update(
             f"Sweep {sweep.sweep_id} · {sweep.task} · {done}/{len(sweep.runs)} completed · "
             f"{running} running · {len(failed)} failed · {sweep.parallel} at a time · "

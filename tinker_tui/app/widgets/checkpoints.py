@@ -5,8 +5,8 @@ A local run's checkpoint is shown as its folder on disk (the `tinker://` name it
 under is in the row's detail). Sampler weights are saved per policy version, not per step
 (`v12`): a step that changes no weight (every group without a learning signal, as a
 converged run has) saves none, while full state is saved every `checkpoint_every` steps.
-Paths are cut in the middle to the pane's width, so their start (where) and end (which
-step) stay readable; `enter` on a row shows the path whole.
+Paths that have no room lose whole folders from their start (`…/checkpoints/step-000060`),
+so which checkpoint it is stays readable; `enter` on a row shows the path whole.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from textual.widgets import DataTable
 from tinker_tui.app.dashboard_rows import CheckpointRow
 from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.screens.run_view import host
-from tinker_tui.app.view_maths import shorten_middle
+from tinker_tui.app.view_maths import PART_SEPARATOR, shorten_path
 from tinker_tui.app.widgets.updates import fit_columns, set_subtitle
 from tinker_tui.engine.checkpoint_paths import local_folder
 
@@ -55,7 +55,7 @@ def marks_legend(rows: list[CheckpointRow], best_step: int | None) -> str:
         said.append(f"{REQUESTED_MARK} asked for")
     if best_step is not None and any(r.step == best_step and r.kind == "state" for r in rows):
         said.append(f"{BEST_MARK} best")
-    return " · " + " ".join(said) if said else ""
+    return PART_SEPARATOR + " ".join(said) if said else ""
 
 
 #: Steps without a weight change before the pane says why no sampler weights come.
@@ -67,8 +67,25 @@ def sampler_note(model: DashboardState) -> str:
     version, and steps without a learning signal change no weight."""
     since = model.version_changed_at
     if since and model.step - since >= UNCHANGED_STEPS:
-        return f" · weights unchanged since step {since}: no new sampler weights"
+        return f"weights unchanged since step {since}"
     return ""
+
+
+def subtitle_text(model: DashboardState, width: int = 0) -> str:
+    """`6 saved · weights unchanged since step 32 · enter: path` in `width` cells (0: any):
+    what has no room is left out whole, never cut, the note before the key (the status
+    line says the weights stand still too, and `enter` on a row says why)."""
+    count = len(model.checkpoints)
+    deleted = f" ({model.checkpoints_deleted} older deleted)" if model.checkpoints_deleted \
+        else ""
+    text = f"{count} saved{deleted}"
+    best = model.health_window.rollback_point()
+    marks = marks_legend(model.checkpoints, best[0] if best is not None else None)
+    for part in (marks.removeprefix(PART_SEPARATOR), sampler_note(model),
+                 "enter: path" if count else ""):
+        if part and (not width or len(text) + len(PART_SEPARATOR) + len(part) <= width):
+            text += PART_SEPARATOR + part
+    return text
 
 
 class CheckpointsTable(DataTable):
@@ -106,13 +123,10 @@ class CheckpointsTable(DataTable):
     def update_from_model(self, model: DashboardState, now: float) -> None:
         self._model = model
         count = len(model.checkpoints)
-        deleted = f" ({model.checkpoints_deleted} older deleted)" if model.checkpoints_deleted \
-            else ""
         best = model.health_window.rollback_point()
         best_step = best[0] if best is not None else None
-        set_subtitle(self, f"{count} saved{deleted}"
-                     + marks_legend(model.checkpoints, best_step) + sampler_note(model)
-                     + (" · enter: path" if count else ""))
+        # the subtitle sits in the bottom border, between its corners and a space each side
+        set_subtitle(self, subtitle_text(model, max(0, self.region.width - 6)))
         width = self.content_region.width or 60
         checkpoint_dir = host(self.app).checkpoint_dir
         requested = tuple(r.step for r in model.checkpoints if r.requested)
@@ -130,7 +144,7 @@ class CheckpointsTable(DataTable):
         widths = fit_columns(self, cells)
         path_width = max(MIN_PATH, width - sum(widths[:-1]) - 2 * self.cell_padding * len(widths))
         for cell, path in zip(cells, paths, strict=True):
-            cell[-1] = shorten_middle(path, path_width)
+            cell[-1] = shorten_path(path, path_width)
         fit_columns(self, cells)
         for index, row in enumerate(self._rows):
             self.add_row(*cells[index], key=f"{count - index}:{row.path}")

@@ -1,7 +1,8 @@
 """The engine's log lines, newest at the bottom, bounded, filtered by level (`l`).
 
-One line per message, cut to the pane's width; `enter` on a line opens it whole. A message
-repeated with only its numbers changed is shown once, as its latest form with a count.
+One line per message, cut to the pane's width; `enter` on a line opens it whole. A warning
+or an error repeated with only its numbers changed is shown once, as its latest form with a
+count (info lines, the results a user watches, never are).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from textual.widgets import OptionList
 
 from tinker_tui.app.dashboard_rows import LogLine
 from tinker_tui.app.dashboard_state import DashboardState
-from tinker_tui.app.view_maths import level_at_least, normalise_level
+from tinker_tui.app.view_maths import fit_parts, level_at_least, normalise_level
 from tinker_tui.app.widgets.updates import set_subtitle
 
 LEVEL_STYLES = {
@@ -90,7 +91,10 @@ class LogPanel(OptionList):
             counts = f"all · {model.log_total:,} lines"
         else:
             counts = f"≥ {self.minimum} · {len(self._log_lines):,} of {model.log_total:,} lines"
-        set_subtitle(self, f"{counts} · enter: whole · l: level")
+        # whole parts only (a narrow pane read "enter: whole · l…"); `?` lists the keys
+        width = max(0, self.region.width - 6)  # between the border's corners and spaces
+        set_subtitle(self, fit_parts([counts, "enter: whole", "l: level"], width)
+                     if width else f"{counts} · enter: whole · l: level")
 
     def update_from_model(self, model: DashboardState, now: float) -> None:
         self._model = model

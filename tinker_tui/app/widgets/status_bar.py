@@ -4,12 +4,15 @@ time."""
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label
 
 from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.view_maths import format_elapsed, shorten_middle
+from tinker_tui.app.widgets.checkpoints import UNCHANGED_STEPS
 from tinker_tui.app.widgets.updates import set_state_class, update_static
 
 STATE_CLASSES = ("-starting", "-running", "-paused", "-stopping", "-finished", "-failed")
@@ -38,8 +41,23 @@ def state_class(model: DashboardState) -> str:
     return f"-{model.state}"
 
 
-def progress_text(model: DashboardState, now: float) -> str:
-    """`step 12/60 ETA 00:31 │ v12 │ 00:09`; before the first step the start-up phase
+def version_texts(model: DashboardState) -> list[str]:
+    """The policy version, longest (most telling) first: `weights v11`, and once steps
+    have gone by without training (every group's rewards equal: no gradient) since when
+    it stands: `weights v11 since step 12 (no gradient)`."""
+    version = model.policy_version
+    since = model.version_changed_at
+    if since and model.step - since >= UNCHANGED_STEPS:
+        return [f"weights v{version} since step {since} (no gradient)",
+                f"weights v{version} (no gradient since {since})",
+                f"v{version} (no gradient since {since})", f"v{version} (no gradient)",
+                f"v{version}"]
+    return [f"weights v{version}", f"v{version}"]
+
+
+def progress_text(model: DashboardState, now: float, width: int = 0) -> str:
+    """`step 12/60 ETA 00:31 │ weights v12 │ 00:09` in `width` cells (0: any; the version's
+    words shorten first); before the first step the start-up phase
     (`format warm-up 23/60 · loss 0.412 │ 00:09`); while paused the ETA says so."""
     elapsed = format_elapsed(model.elapsed(now))
     phase = model.phase_text()
@@ -54,26 +72,43 @@ def progress_text(model: DashboardState, now: float) -> str:
         eta = model.eta()
         if eta is not None and model.step < model.max_steps:
             steps += f" ETA {format_elapsed(eta)}"
-    return f"{steps} │ v{model.policy_version} │ {elapsed}"
+    texts = [f"{steps} │ {version} │ {elapsed}" for version in version_texts(model)]
+    return next((text for text in texts if len(text) <= width), texts[-1]) if width \
+        else texts[0]
+
+
+def model_name(base_model: str) -> str:
+    """The model as the header names it: a folder on disk (a Hugging Face download) by its
+    own name, the last part of its path; a hub name (`Qwen/Qwen3-8B`) as it is."""
+    if base_model.startswith(("/", "./", "../", "~")) or "\\" in base_model:
+        return PurePath(base_model.rstrip("/\\")).name or base_model
+    return base_model
 
 
 def run_label_text(mode: str, model: DashboardState, width: int = 0) -> str:
-    """`attached │ RUN_ID “NAME” │ backend · model` in `width` cells (0: any): backend and model
-    give way first, then the run id is cut in the middle, keeping its start (the task) and
-    its end (the time and suffix that tell two runs of a task apart)."""
+    """`attached │ RUN_ID “NAME” │ backend · model` in `width` cells (0: any): a model
+    folder shows its name, not its path; then the backend gives way, then the model, then
+    the run id is cut in the middle, keeping its start (the task) and its end (the time and
+    suffix that tell two runs of a task apart)."""
     who = model.run_id or model.name or "waiting for the run to start"
     if model.run_name:  # the run's own name, beside its id
         who = f"{who} “{model.run_name}”"
-    where = " · ".join(p for p in (model.backend, model.base_model) if p)
     lead = [mode] if mode else []
-    text = " │ ".join(lead + [who] + ([where] if where else []))
-    if width <= 0 or len(text) <= width:
-        return text
-    text = " │ ".join(lead + [who])
-    if len(text) <= width:
-        return text
+    name = model_name(model.base_model) if model.base_model else ""
+    for where in (" · ".join(p for p in (model.backend, model.base_model) if p),
+                  " · ".join(p for p in (model.backend, name) if p), name, ""):
+        text = " │ ".join(lead + [who] + ([where] if where else []))
+        if width <= 0 or len(text) <= width:
+            return text
     room = width - sum(len(part) + len(" │ ") for part in lead)
     return " │ ".join(lead + [shorten_middle(who, max(12, room))])
+
+
+#: The most cells the run label keeps before the version's words shorten.
+RUN_LABEL_ROOM = 64
+VERSION_TIP = ("weights vN: the policy version, one more for each step that trained. It stands "
+               "still while steps have no gradient (every group's rewards equal): "
+               "`since step K (no gradient)` says from when.")
 
 
 class RunStatusPanel(Horizontal):
@@ -98,6 +133,13 @@ class RunStatusPanel(Horizontal):
         update_static(badge, state_badge_text(model))
         set_state_class(badge, state_class(model))
 
+        # the progress takes what the badge leaves beside the run label (its id and the
+        # model's name, up to RUN_LABEL_ROOM): the version's words shorten first
+        keep = min(RUN_LABEL_ROOM, len(run_label_text(self.mode, model, RUN_LABEL_ROOM * 2)))
+        room = self.size.width - len(state_badge_text(model)) - 2 - keep - 2 - 2
+        progress = self.query_one("#progress-label", Label)
+        update_static(progress, progress_text(model, now, max(1, room)))
+        if progress.tooltip != VERSION_TIP:
+            progress.tooltip = VERSION_TIP
         label = self.query_one("#run-label", Label)
         update_static(label, run_label_text(self.mode, model, label.content_size.width))
-        update_static(self.query_one("#progress-label", Label), progress_text(model, now))

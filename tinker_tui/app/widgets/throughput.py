@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Digits, Label, Sparkline
 
@@ -25,7 +26,7 @@ from tinker_tui.app.view_maths import (
 from tinker_tui.app.widgets.updates import set_subtitle, update_digits, update_static
 from tinker_tui.engine.events import StalledRollout
 
-__all__ = ["ThroughputPanel", "format_rate", "idle_text", "verdict_text"]
+__all__ = ["ThroughputPanel", "fit_verdict", "format_rate", "idle_text", "verdict_text"]
 
 
 def idle_text(model: DashboardState) -> str:
@@ -66,10 +67,37 @@ def verdict_text(model: DashboardState) -> str:
     return f"▶ {measured.verdict}" if measured.verdict else "▶ -"
 
 
+def fit_verdict(verdict: str, width: int, lines: int = 1) -> str:
+    """The verdict in `lines` lines of `width` cells: whole, else without its last clauses
+    (`; 4 in flight finishing`), else its headline (what holds the pipeline back, before
+    the advice) with the key that shows the rest, else the headline alone."""
+    room = width * lines - (lines - 1) * WRAP_WASTE  # words wrap before the last cell
+    if len(verdict) <= room:
+        return verdict
+    clauses = verdict.split("; ")
+    while len(clauses) > 1:
+        clauses.pop()
+        if len("; ".join(clauses)) <= room:
+            return "; ".join(clauses)
+    if ": " not in verdict:
+        return verdict
+    headline = verdict.split(": ", 1)[0]
+    pointed = f"{headline} · enter: why"
+    return pointed if len(pointed) <= room else headline
+
+
+#: The cells a wrapped line may leave empty at its end (a word that did not fit).
+WRAP_WASTE = 12
+
+
 class ThroughputPanel(Vertical, can_focus=True):
-    """How fast the pipeline samples, and which side of it is idle."""
+    """How fast the pipeline samples, and which side of it is idle; `enter` shows its
+    lines whole (the advice a narrow pane leaves out)."""
 
     ALLOW_MAXIMIZE = True
+    BINDINGS = [Binding("enter", "show_whole", "Whole", show=False)]
+    #: The pane's lines whole, for `enter`.
+    _whole = ""
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="rollouts-row", classes="rate-row"):
@@ -134,9 +162,20 @@ class ThroughputPanel(Vertical, can_focus=True):
             cost.tooltip = text or None
         verdict = verdict_text(model)
         label = self.query_one("#verdict", Label)
-        update_static(label, verdict)
+        # two lines where the pane has a row to spare (the verdict wraps), else one
+        spare = self.content_size.height - sum(
+            child.outer_size.height for child in self.children if child is not label
+            and child.display)
+        update_static(label, fit_verdict(verdict, width, 2 if spare >= 2 else 1)
+                      if width else verdict)
         stalled = measured.stalled if measured is not None and not finished else ()
         tip = "\n".join(stuck_text(s) for s in stalled) or verdict  # whole, with the path
         label.set_class(bool(stalled), "-stuck")
         if label.tooltip != tip:
             label.tooltip = tip
+        self._whole = "\n\n".join(line for line in (tip, idle_text(model), text) if line)
+
+    def action_show_whole(self) -> None:
+        from tinker_tui.app.screens.text_view import TextScreen
+
+        self.app.push_screen(TextScreen("Throughput", self._whole))

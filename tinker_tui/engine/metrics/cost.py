@@ -69,8 +69,11 @@ class Prices:
 
     @classmethod
     def from_config(cls, config: Any) -> Prices:
+        """The run's prices; cached prefill left unset (negative) costs what prefill does,
+        not $0: a run that set only the prefill price would undercount."""
+        cached = config.price_prefill_cached_per_mtok
         return cls(prefill=config.price_prefill_per_mtok,
-                   prefill_cached=config.price_prefill_cached_per_mtok,
+                   prefill_cached=config.price_prefill_per_mtok if cached < 0 else cached,
                    sample=config.price_sample_per_mtok, train=config.price_train_per_mtok)
 
     @property

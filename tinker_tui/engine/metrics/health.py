@@ -22,9 +22,9 @@ few survivors, so counting failed groups alone would read such a run as perfect.
 Collapse is read from the steps, not the groups: the policy got somewhere and fell back. It is
 judged over the trailing steps that hold at least `collapse_groups` groups (and at least
 `COLLAPSE_STEPS` steps), each step weighted by its groups: a run has collapsed when the mean
-reward of that stretch (and the last step's) is below a third of the way from the lowest
-reward seen to the best mean of such a stretch before it, while at least half of its groups
-were equal (no gradient) or failed: the policy is stuck low and cannot climb back by itself.
+reward of that stretch (and the last step's) is below `COLLAPSE_LEVEL` (a third) of the way
+from the lowest reward seen to the best mean of such a stretch before it, while at least half
+of its groups were equal (no gradient) or failed: the policy is stuck low and cannot climb back by itself.
 Enough groups, not a few steps, because a task whose prompts are unequally hard draws
 unlucky steps: at 4 groups a step, three steps of hard prompts (12 groups) read as a fall on
 a tool task that held, and a lucky stretch set a mark the next dips "fell" from
@@ -55,15 +55,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tinker_tui.engine.collapse_level import COLLAPSE_LEVEL
 from tinker_tui.engine.metrics import metric_keys as keys
 
 #: Rewards this close count as equal.
 TOLERANCE = 1e-9
 #: The fewest trailing steps a collapse is judged over (however many groups they hold).
 COLLAPSE_STEPS = 3
-#: Collapsed below this share of the way from the lowest reward seen to the best mean of a
-#: stretch of steps before.
-COLLAPSE_LEVEL = 1 / 3
 #: ... while at least this share of those steps' groups were equal or failed.
 COLLAPSE_FLAT_SHARE = 0.5
 
@@ -164,6 +162,9 @@ class HealthWindow:
         self.collapse_groups = (_setting_default("collapse_groups") if collapse_groups is None
                                 else max(1, int(collapse_groups)))
         self.outcomes: deque[Outcome] = deque(maxlen=size)
+        #: The step a rollback went back to, once one has (the words say so while no
+        #: group has finished since).
+        self._rewound_to: int | None = None
         #: (rollouts failed, rollouts) of each of those groups.
         self.rollouts: deque[tuple[int, int]] = deque(maxlen=size)
         #: The best group mean reward and the lowest single reward seen so far.
@@ -412,6 +413,7 @@ class HealthWindow:
         self._collapse_told = False
         self.outcomes.clear()
         self.rollouts.clear()
+        self._rewound_to = step
 
     # ------------------------------------------------------------------ words
     def verdict(self) -> tuple[Kind, str]:
@@ -420,7 +422,12 @@ class HealthWindow:
         run's own pause rates, so the words agree with the engine's pauses."""
         n = len(self.outcomes)
         if n == 0 and self.collapse is None:
-            return "none", "no groups sampled yet"
+            # groups in flight (the staleness histogram beside these words) have not
+            # finished sampling: "no groups sampled" read as a contradiction of them
+            if self._rewound_to is not None:
+                return "none", (f"no group has finished sampling since the rollback to step "
+                                f"{self._rewound_to}")
+            return "none", "no group has finished sampling yet"
         share = {o: self.share(o) for o in OUTCOMES}
         best_text = f" ({self.best_group:.3g})" if math.isfinite(self.best_group) else ""
         errors, rollouts = self.rollout_errors()

@@ -34,6 +34,9 @@ class Checkpointer:
         self.table: dict[int, tuple[str, str, ResumeState]] = {}
         #: The step of the last checkpoint written (or adopted on resume), if any.
         self.last_step: int | None = None
+        #: The step whose checkpoint is being written now, if one is (`last_step` is set as
+        #: it starts: a stop then is told it waits for it, not that it is written).
+        self.writing: int | None = None
         #: Asked for (`Control.request_checkpoint`): written after the current step.
         self.requested = False
         #: Awaited after a checkpoint event is published, so the store commits its row
@@ -83,6 +86,14 @@ class Checkpointer:
                               "a resumed run starts over and runs it")
             return
         self.last_step = step
+        self.writing = step
+        try:
+            await self._write(step, name, why, resume_state)
+        finally:
+            self.writing = None
+
+    async def _write(self, step: int, name: str, why: str,
+                     resume_state: Callable[[], ResumeState]) -> None:
         state = resume_state()
         self.bus.publish(CheckpointStarted(time=self.clock.now(), step=step, kind="state",
                                            name=name))

@@ -294,6 +294,8 @@ class Pipeline:
             running = self.clock.now() - self._training_since
             return (f"waiting for step {self.step + 1}'s training call (running "
                     f"{running:.0f} s) to finish, then a checkpoint")
+        if self.checkpointer.writing == self.step:
+            return f"waiting for step {self.step}'s checkpoint, being written"
         if self.checkpointer.last_step == self.step:
             return f"step {self.step} is checkpointed already"
         return f"writing a checkpoint of step {self.step}"
@@ -1039,7 +1041,10 @@ class Pipeline:
         """A collapse was just seen (`engine.metrics.health`): roll back, wait or stop, as
         `on_collapse` says."""
         words = collapse.words()
-        self.log("warning", words)
+        # said once: by the stop, pause or rollback it leads to (their reasons carry the
+        # words), or here when it leads to none
+        if self._stopping or self._rollback_requested or self._paused:
+            self.log("warning", words)
         if self._stopping or self._rollback_requested:
             return
         if self.on_collapse == "rollback":
@@ -1052,15 +1057,14 @@ class Pipeline:
             why = ("no checkpoint of the weights that sampled the best step"
                    if collapse.checkpoint_step is None
                    else f"max_rollbacks ({self.config.max_rollbacks}) reached")
-            self.log("warning", f"no rollback: {why}")
+            self.log("warning", f"{words}; no rollback: {why}")
             fallback = self.on_health_pause
         else:
             fallback = self.on_collapse
         if self._paused:
             return
         if fallback == "stop":
-            self.health_stop_reason = words
-            self.log("warning", f"stopping: {words} (on_collapse = {self.config.on_collapse})")
+            self.health_stop_reason = words  # the stop says it (state, log, summary)
             self.stop(f"health check: {words}", source=collapse_memory.AUTOMATIC,
                       cause="health")
         else:
@@ -1071,8 +1075,7 @@ class Pipeline:
         """Pause for a person to decide (`wait`), or stop gracefully (`stop`: nobody is
         watching, so a CI job ends instead of hanging; the command exits 3)."""
         if self.on_health_pause == "stop":
-            self.health_stop_reason = reason
-            self.log("warning", f"stopping: {reason} (on_health_pause = stop)")
+            self.health_stop_reason = reason  # the stop says it (state, log, summary)
             self.stop(f"health check: {reason}", source="on_health_pause", cause="health")
         else:
             self.pause(reason, source="on_health_pause")
