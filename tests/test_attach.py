@@ -23,6 +23,7 @@ from tinker_tui.app.interrupts import EXIT_OK
 from tinker_tui.app.screens.confirm_quit import QuitScreen
 from tinker_tui.app.store_session import StoreSession
 from tinker_tui.app.tui import TinkerTuiApp
+from tinker_tui.engine.control.client import find_control_file
 from tinker_tui.engine.control.endpoint import (
     MAX_BODY,
     ControlClient,
@@ -31,7 +32,6 @@ from tinker_tui.engine.control.endpoint import (
     RemoteControl,
     control_file_path,
 )
-from tinker_tui.engine.control.client import find_control_file
 from tinker_tui.engine.errors import UsageError
 
 # ------------------------------------------------------------------ the endpoint, in process

@@ -26,8 +26,10 @@ from tinker_tui.engine.events import (
     GroupSampled,
     LogEmitted,
     RunFinished,
+    RunResumed,
     RunStarted,
     RunStateChanged,
+    SessionStarted,
     StartupProgressed,
     StepTrained,
     ThroughputMeasured,
@@ -36,7 +38,6 @@ from tinker_tui.engine.events import (
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.metrics.collapse_memory import fold
 from tinker_tui.engine.metrics.health import HealthWindow
-from tinker_tui.engine.store.reader import resume_line, session_started
 
 if TYPE_CHECKING:
     from tinker_tui.engine.control.endpoint import ControlServer
@@ -175,7 +176,7 @@ class HeadlessReporter:
                 quiet_stdout()
 
     def handle(self, event: Event) -> None:
-        if session_started(event):  # a process of the run begins (`_session`)
+        if isinstance(event, SessionStarted):  # a process of the run begins (`_session`)
             if self.started_at is not None:  # a later one, read back by `show`
                 self._session(event.time)
             elif self._earlier:  # this process, resuming: its start is counted from here
@@ -260,7 +261,7 @@ class HeadlessReporter:
                     self._print(f"warning: {stuck_text(stuck)}{self._timeout_hint()}")
         elif isinstance(event, RunFinished):
             self._end_repeats()
-        elif isinstance(event, LogEmitted) and resume_line(event):
+        elif isinstance(event, RunResumed):
             self._print(event.message)  # what the resume went back to and does again
         elif isinstance(event, LogEmitted) and event.level in ("warning", "error"):
             lines = event.message.splitlines()

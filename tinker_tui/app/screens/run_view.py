@@ -34,7 +34,8 @@ class DashboardHost(Protocol):
 
     @property
     def store_path(self) -> Path | None:
-        """The run store, where the views read what the model does not keep."""
+        """The run store, where the views read what the model does not keep (None: the
+        run has none)."""
         ...
 
     def show_rollouts_of(self, scenario_id: str) -> None:
@@ -44,11 +45,6 @@ class DashboardHost(Protocol):
     @property
     def checkpoint_dir(self) -> Path | None:
         """Where a local run keeps its checkpoints on disk; None when not known here."""
-        ...
-
-    @property
-    def store_path(self) -> Path | None:
-        """The run store the view reads (None: the run has none)."""
         ...
 
     def edit_knob(self, name: str) -> None: ...

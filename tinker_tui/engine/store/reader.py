@@ -67,24 +67,6 @@ _PAGE = 10_000
 TYPED_LOG_EVENTS = 9
 
 
-def resume_line(event: Event) -> bool:
-    """Whether `event` is a resume's log line (`RESUMING`, any run): what it went back to
-    and what it does again, which a headless resume prints."""
-    return isinstance(event, LogEmitted) and event.message.startswith(
-        RESUMING.split("{run_id}")[0]) and _RESUMED_FROM.search(event.message) is not None
-
-
-_RESUMED_FROM = re.compile(re.escape(RESUMING.split("{run_id}")[1]) + _RESUMED_TO.pattern)
-_SESSION_STARTED = re.compile(re.escape(SESSION_START).replace(
-    re.escape("{backend}"), r"\S+").replace(re.escape("{base_model}"), r".+") + "$")
-
-
-def session_started(event: Event) -> bool:
-    """Whether `event` is the log line a process of a run begins with (`SESSION_START`):
-    where a resumed run's next process began, as `down_seconds` reads it."""
-    return isinstance(event, LogEmitted) and _SESSION_STARTED.match(event.message) is not None
-
-
 class NoSuchRun(StoreError):
     """No run (or more than one) answers to the name asked for; the message lists what the
     store has."""

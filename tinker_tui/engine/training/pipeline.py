@@ -74,7 +74,6 @@ from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.training.advantages import group_advantages
 from tinker_tui.engine.training.checkpointer import Checkpointer
 from tinker_tui.engine.training.evaluator import Evaluator
-from tinker_tui.engine.training.trained_tokens import PieceBook, tokens_event, trained_tokens
 from tinker_tui.engine.training.resume import (
     RAN_OUT,
     ResumeState,
@@ -89,6 +88,7 @@ from tinker_tui.engine.training.rollout_loop import (
     SameLoop,
     run_together,
 )
+from tinker_tui.engine.training.trained_tokens import PieceBook, tokens_event, trained_tokens
 
 
 class RolloutTimeout(TrajectoryError, TimeoutError):
