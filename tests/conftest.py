@@ -1,6 +1,7 @@
 import os
 
 import pytest
+import tiers
 
 # Keep torch from fighting the event loop and other tests for the machine's two cores.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -8,16 +9,45 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m selects by the tiers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `slow` (learning runs and sweeps of minutes, or the same proof as a
-    default test at a higher price) are opt-in: a plain run skips them, saying how to opt in;
-    with any -m expression the expression decides."""
+    """Each test gets its tier (fast, e2e, browser, slow: tests/tiers.py). Tests marked `slow`
+    (learning runs and sweeps of minutes, or the same proof as a default test at a higher
+    price) are opt-in: a plain run skips them, saying how to opt in; with any -m expression
+    the expression decides."""
+    tiers.classify(items)
     if config.getoption("markexpr"):
         return
     opt_in = pytest.mark.skip(reason="slow: opt in with -m slow")
     for item in items:
         if item.get_closest_marker("slow") is not None:
             item.add_marker(opt_in)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[PROCESS_GUARD] = tiers.ProcessGuard()
+
+
+PROCESS_GUARD = pytest.StashKey[tiers.ProcessGuard]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    """A fast-tier test (its fixtures included) that starts a process fails, naming it."""
+    guard = item.config.stash[PROCESS_GUARD]
+    with guard.watch(item):
+        result = yield
+    guard.check()
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    guard = item.config.stash[PROCESS_GUARD]
+    with guard.watch(item):
+        result = yield
+    guard.check()
+    return result
 
 
 # The real-format fixture (tests/real_format.py): Qwen3's tokenizer and a tiny random Qwen3,
