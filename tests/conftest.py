@@ -25,16 +25,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[PROCESS_GUARD] = tiers.ProcessGuard()
-
-
-PROCESS_GUARD = pytest.StashKey[tiers.ProcessGuard]()
+    config.stash[tiers.PROCESS_GUARD] = tiers.ProcessGuard()
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item):
     """A fast-tier test (its fixtures included) that starts a process fails, naming it."""
-    guard = item.config.stash[PROCESS_GUARD]
+    guard = item.config.stash[tiers.PROCESS_GUARD]
     with guard.watch(item):
         result = yield
     guard.check()
@@ -43,7 +40,7 @@ def pytest_runtest_setup(item: pytest.Item):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    guard = item.config.stash[PROCESS_GUARD]
+    guard = item.config.stash[tiers.PROCESS_GUARD]
     with guard.watch(item):
         result = yield
     guard.check()

@@ -34,8 +34,6 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("fast", "e2e", "browser", "slow")
-#: The most telling tier first: a slow learning run may start processes too.
-PRECEDENCE = ("slow", "browser", "e2e", "fast")
 
 #: Names that start a process, as a name or as `owner.attribute`.
 PROCESS_NAMES = frozenset({"subprocess", "Popen", "create_subprocess_exec",
@@ -187,3 +185,7 @@ class ProcessGuard:
             raise AssertionError(
                 "a test of the fast tier started a process (" + "; ".join(started) + "): "
                 "mark it e2e (see tests/tiers.py), or keep the process out of it")
+
+
+#: The suite's guard (conftest.py installs it).
+PROCESS_GUARD = pytest.StashKey[ProcessGuard]()
