@@ -9,8 +9,8 @@
 A test's source is its function, the fixtures it uses, and every function or class of the
 tests' own modules they name (followed through helpers such as `private_mount`, and
 `self.` methods of a test class). A name that starts a process (`subprocess`,
-`sys.executable`, `asyncio.create_subprocess_exec`...) makes it `e2e`; Playwright makes it
-`browser`. A tier marker put on a test by hand wins (for a test whose process is started by
+`sys.executable`, `asyncio.create_subprocess_exec`...) or a fixture in `PROCESS_FIXTURES`
+makes it `e2e`; Playwright makes it `browser`. A tier marker put on a test by hand wins (for a test whose process is started by
 the code under test, which the rule does not read).
 
 `ProcessGuard` keeps the rule honest: a `fast` test that starts a process anyway fails,
@@ -41,6 +41,8 @@ PROCESS_NAMES = frozenset({"subprocess", "Popen", "create_subprocess_exec",
 PROCESS_ATTRIBUTES = frozenset({("sys", "executable"), ("os", "system"), ("os", "fork"),
                                 ("os", "execv"), ("os", "execvp")})
 BROWSER_NAMES = frozenset({"async_playwright", "sync_playwright", "playwright"})
+#: Fixtures whose library starts a process of its own, and which.
+PROCESS_FIXTURES = {"offline_wandb": "W&B runs its service, wandb-core, in a process"}
 
 
 def _ours(obj: object) -> bool:
@@ -133,6 +135,8 @@ def tier_of(item: pytest.Item, reader: Reader) -> str:
         found |= reader.reaches(function, getattr(item, "cls", None))
     info = getattr(item, "_fixtureinfo", None)
     for name in getattr(item, "fixturenames", ()):
+        if name in PROCESS_FIXTURES:
+            found.add("process")
         for fixture in (info.name2fixturedefs.get(name, ()) if info is not None else ()):
             found |= reader.reaches(fixture.func)
     return "browser" if "browser" in found else "e2e" if "process" in found else "fast"
