@@ -37,7 +37,9 @@ TIERS = ("fast", "e2e", "browser", "slow")
 
 #: Names that start a process, as a name or as `owner.attribute`.
 PROCESS_NAMES = frozenset({"subprocess", "Popen", "create_subprocess_exec",
-                           "create_subprocess_shell", "pexpect", "posix_spawn"})
+                           "create_subprocess_shell", "pexpect", "posix_spawn",
+                           # the project's own: the dashboard's engine, a sweep's runs
+                           "EngineProcess", "start_scheduler"})
 PROCESS_ATTRIBUTES = frozenset({("sys", "executable"), ("os", "system"), ("os", "fork"),
                                 ("os", "execv"), ("os", "execvp")})
 BROWSER_NAMES = frozenset({"async_playwright", "sync_playwright", "playwright"})
