@@ -1,7 +1,7 @@
-import importlib.util
 import os
 
 import pytest
+import tiers
 
 # Keep torch from fighting the event loop and other tests for the machine's two cores.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -9,20 +9,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 
 
-# The type check (test_types.py) takes a minute or two from a cold cache: start it as soon as
-# the tests are collected, so it runs on the second core while the others run.
-def pytest_collection_finish(session: pytest.Session) -> None:
-    if (any(item.path.name == "test_types.py" for item in session.items)
-            and importlib.util.find_spec("mypy") is not None):
-        import typecheck
-
-        session.config.stash[typecheck.RUNNING] = typecheck.start()
-
-
+@pytest.hookimpl(tryfirst=True)  # before -m selects by the tiers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `slow` (learning runs and sweeps of minutes, or the same proof as a
-    default test at a higher price) are opt-in: a plain run skips them, saying how to opt in;
-    with any -m expression the expression decides."""
+    """Each test gets its tier (fast, e2e, browser, slow: tests/tiers.py). Tests marked `slow`
+    (learning runs and sweeps of minutes, or the same proof as a default test at a higher
+    price) are opt-in: a plain run skips them, saying how to opt in; with any -m expression
+    the expression decides."""
+    tiers.classify(items)
     if config.getoption("markexpr"):
         return
     opt_in = pytest.mark.skip(reason="slow: opt in with -m slow")
@@ -31,13 +24,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(opt_in)
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    import typecheck
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[tiers.PROCESS_GUARD] = tiers.ProcessGuard()
 
-    mypy = config.stash.get(typecheck.RUNNING, None)
-    if mypy is not None and mypy.poll() is None:  # the run stopped before the type check
-        mypy.kill()
-        mypy.communicate()
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    """A fast-tier test (its fixtures included) that starts a process fails, naming it."""
+    guard = item.config.stash[tiers.PROCESS_GUARD]
+    with guard.watch(item):
+        result = yield
+    guard.check()
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    guard = item.config.stash[tiers.PROCESS_GUARD]
+    with guard.watch(item):
+        result = yield
+    guard.check()
+    return result
 
 
 # The real-format fixture (tests/real_format.py): Qwen3's tokenizer and a tiny random Qwen3,

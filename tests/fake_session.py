@@ -564,7 +564,7 @@ async def wait_for_charts(pilot: Pilot[None], timeout: float = 10.0) -> None:
         await pilot.pause(0.02)
 
 
-if TYPE_CHECKING:  # mypy (tests/typecheck.py) checks the fake is a session the app can drive
+if TYPE_CHECKING:  # mypy (a CI step, .ci/run) checks the fake is a session the app can drive
 
     def _fake_is_a_session(session: FakeSession, live: LiveFakeSession) -> list[Session]:
         return [session, live]

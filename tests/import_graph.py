@@ -5,8 +5,8 @@ function, and `importlib.import_module("...")` with a literal name.
 A function-level import is an edge like any other: it runs the first time the function
 does, and a cycle through one is still a cycle (it only moves the failure from import
 time to the first call, or hides a partly initialised module behind it). An import under
-`if TYPE_CHECKING:` never runs; it is marked `typing_only`, so the layer rules can still
-forbid it while the cycle check leaves it out.
+`if TYPE_CHECKING:` never runs; it is marked `typing_only` (a cycle through it still ties
+the modules together for the reader; `graph(runtime_only=True)` leaves it out).
 """
 
 from __future__ import annotations

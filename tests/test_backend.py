@@ -8,6 +8,7 @@ import shutil
 import httpx
 import pytest
 import tinker
+from waiting import wait_until
 
 from tinker_tui.engine.backend import retry
 from tinker_tui.engine.backend.choice import (
@@ -328,12 +329,14 @@ async def test_a_stop_abandons_calls_waiting_on_trouble_and_start_up_calls():
     policy = RetryPolicy(slow_after=0.05, report_every=10)
     healthy = asyncio.ensure_future(call_with_retry(slow, operation="save state",
                                                     policy=RetryPolicy(), context=context))
+    reports: list[retry.Wait] = []
     troubled = asyncio.ensure_future(call_with_retry(slow, operation="optim_step",
-                                                     policy=policy, context=context))
+                                                     policy=policy, context=context,
+                                                     on_wait=reports.append))
     start_up = asyncio.ensure_future(call_with_retry(slow, operation="create training client",
                                                      policy=RetryPolicy(), context=context,
                                                      abandon_on_stop=True))
-    await asyncio.sleep(0.2)  # the troubled call has been reported by now
+    await wait_until(lambda: reports, "the troubled call's report")
     context.stopping.set()
     with pytest.raises(retry.BackendInterrupted, match="optim_step abandoned .*503"):
         await asyncio.wait_for(troubled, 2)
@@ -360,10 +363,11 @@ async def test_a_stop_waits_for_a_call_that_is_only_slow():
         await gate.wait()
         return "trained"
 
+    reports: list[retry.Wait] = []
     call = asyncio.ensure_future(call_with_retry(
         slow, operation="forward_backward", policy=RetryPolicy(slow_after=0.05),
-        context=context, retry=False))
-    await asyncio.sleep(0.2)  # reported as slow by now
+        context=context, retry=False, on_wait=reports.append))
+    await wait_until(lambda: reports, "the report of a slow call")
     context.stopping.set()
     await asyncio.sleep(0.7)  # past the check interval: it would have been abandoned
     assert not call.done()

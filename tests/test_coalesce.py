@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tinker
+from waiting import wait_until
 
 from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
@@ -157,7 +158,7 @@ async def test_cancelling_one_member_during_the_call_leaves_the_others_theirs():
     policy = RecordingPolicy(delay=0.1)
     coalescer = SampleCoalescer(policy, window=0.01)
     tasks = [asyncio.create_task(coalescer.sample(PROMPT, 1, params())) for _ in range(3)]
-    await asyncio.sleep(0.05)  # the call is under way
+    await wait_until(lambda: policy.calls, "the call to start")
     assert len(policy.calls) == 1
     tasks[0].cancel()
     done = await asyncio.gather(*tasks, return_exceptions=True)
@@ -170,11 +171,11 @@ async def test_the_call_is_cancelled_once_nobody_waits_for_it():
     policy = RecordingPolicy(delay=5.0)
     coalescer = SampleCoalescer(policy, window=0.01)
     tasks = [asyncio.create_task(coalescer.sample(PROMPT, 1, params())) for _ in range(2)]
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: policy.calls, "the call to start")
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: policy.cancelled, "the call to be cancelled")
     assert policy.cancelled == 1
 
 

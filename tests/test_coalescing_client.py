@@ -12,6 +12,7 @@ from typing import Any
 
 import openai
 import pytest
+from waiting import wait_until
 
 from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
@@ -168,7 +169,7 @@ async def test_cancelling_one_member_during_the_request_leaves_the_others_theirs
     inner = RecordingTransport(delay=0.2)
     client, _ = client_over(inner, window=0.01)
     tasks = [asyncio.create_task(ask(client)) for _ in range(3)]
-    await asyncio.sleep(0.1)  # the request is under way
+    await wait_until(lambda: inner.bodies, "the request to be sent")
     assert len(inner.bodies) == 1
     tasks[0].cancel()
     done = await asyncio.gather(*tasks, return_exceptions=True)
@@ -183,11 +184,11 @@ async def test_the_request_is_cancelled_once_nobody_waits_for_it():
     inner = RecordingTransport(delay=5.0)
     client, _ = client_over(inner, window=0.01)
     tasks = [asyncio.create_task(ask(client)) for _ in range(2)]
-    await asyncio.sleep(0.1)
+    await wait_until(lambda: inner.bodies, "the request to be sent")
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: inner.cancelled, "the request to be cancelled")
     assert inner.cancelled == 1
 
 

@@ -5,6 +5,8 @@ said "0.0% of 12,000 groups discarded")."""
 
 import io
 
+from waiting import wait_until
+
 from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.headless import HeadlessReporter
 from tinker_tui.app.widgets.discarded import discarded_subtitle
@@ -104,7 +106,8 @@ async def test_a_run_paused_during_its_start_up_starts_paused():
                         bus=bus, clock=FakeClock(), rng=random.Random(0))
     pipeline.pause("before training")
     running = asyncio.ensure_future(pipeline.run())
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: len([e for e in events if isinstance(e, RunStateChanged)]) >= 2,
+                     "the paused run's two states")
     states = [e.state for e in events if isinstance(e, RunStateChanged)]
     assert states == ["paused", "paused"] and pipeline.step == 0
     pipeline.resume()

@@ -194,6 +194,12 @@ def check_command(words: list[str], where: Block) -> None:
                 assert f'"{arg}"' in ci, f"{where}: {arg} is not the torch CI installs"
     elif program == "mkdocs":
         assert words[1] in ("build", "serve") and (ROOT / "mkdocs.yml").is_file(), where
+    elif program in ("ruff", "mypy", "lint-imports"):  # the static checks, configured here
+        section = {"ruff": "ruff", "mypy": "mypy", "lint-imports": "importlinter"}[program]
+        assert section in PYPROJECT["tool"], f"{where}: no [tool.{section}] in pyproject.toml"
+        assert program != "ruff" or words[1] in ("check", "format"), where
+        assert f"\n{shlex.join(words)}" in (ROOT / ".ci" / "run").read_text(), \
+            f"{where}: `{shlex.join(words)}` is not a step of .ci/run"
     else:
         assert program in OUTSIDE, (f"{where}: `{program}` is a program the docs check does "
                                     f"not know: add a rule for it in {Path(__file__).name}")

@@ -6,6 +6,9 @@ was down between its sessions."""
 import asyncio
 import io
 import re
+import time
+
+from waiting import wait_until
 
 from tinker_tui.app.commands.run import build_session, plan_run, run_headless
 from tinker_tui.app.commands.runs import _duration, read_table
@@ -37,8 +40,7 @@ async def test_a_paused_headless_run_says_how_to_resume_and_lists_as_paused(tmp_
         out += capsys.readouterr().out
         assert not running.done(), out
         if session.control.paused and "rows" not in table:
-            await asyncio.sleep(0.5)  # the pause's row committed
-            table["rows"] = await read_table(db)
+            table["rows"] = await wait_until(lambda: _paused_rows(db), "the pause's row")
     assert "paused: paused from a page since closed\n  it waits, paused, until resumed: " \
         "tinker-tui attach " in out
     (row,) = table["rows"]
@@ -82,12 +84,27 @@ async def test_runs_duration_leaves_out_the_time_between_a_finished_run_and_its_
     db = tmp_path / "runs.db"
     first = build_session(plan_run(_args(db, "--steps", "2")))
     assert await first.run() == "completed"
-    await asyncio.sleep(3.0)  # down, between the run and its resume
+    # down 3 s between the run and its resume: the resume's clock runs 3 s ahead
     plan = await asyncio.to_thread(plan_run, _args(db, "--steps", "4", "--resume", first.run_id))
-    assert await build_session(plan).run() == "completed"
+    assert await build_session(plan, AheadClock(3.0)).run() == "completed"
     async with await StoreReader.open_readonly(db) as store:
         down = await store.down_seconds(first.run_id)
         run = await store.run(first.run_id)
     assert 3.0 <= down < 3.0 + (run.ended_at - run.started_at) / 2
     (row,) = await read_table(db)
     assert row["DURATION"] == _duration(run.ended_at - run.started_at - down)
+
+
+async def _paused_rows(db) -> list | None:
+    rows = await read_table(db)
+    return rows if rows and rows[0]["STATUS"] == "paused" else None
+
+
+class AheadClock:
+    """The system's clock, `seconds` ahead: a process started that much later."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def now(self) -> float:
+        return time.time() + self.seconds

@@ -5,6 +5,7 @@ import asyncio
 import random
 
 import pytest
+from waiting import wait_until
 
 from bench.simulated import SimulatedClient, SimulatedPolicy, simulated_task
 from tinker_tui.engine.clock import FakeClock
@@ -70,15 +71,14 @@ async def test_pause_stops_new_rollouts_and_resume_restarts_them():
     client = SimulatedClient(policy)
     pipeline, _, _, events = make_pipeline(policy=policy, client=client, max_steps=10_000)
     task = asyncio.create_task(pipeline.run())
-    await asyncio.sleep(0.1)
+    await wait_until(lambda: client.started, "a rollout to start")
     pipeline.pause()
     await asyncio.sleep(0.05)  # in-flight rollouts finish
     started_while_paused = client.started
     await asyncio.sleep(0.2)
     assert client.started == started_while_paused
     pipeline.resume()
-    await asyncio.sleep(0.1)
-    assert client.started > started_while_paused
+    await wait_until(lambda: client.started > started_while_paused, "a rollout after resume")
     pipeline.stop()
     assert await task == "stopped"
 
@@ -86,10 +86,9 @@ async def test_pause_stops_new_rollouts_and_resume_restarts_them():
 async def test_checkpoint_now_is_written_after_the_current_step():
     pipeline, policy, _, events = make_pipeline(max_steps=10_000)
     task = asyncio.create_task(pipeline.run())
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: any(isinstance(e, StepTrained) for e in events), "a step")
     pipeline.request_checkpoint()
-    while not any(isinstance(e, CheckpointSaved) for e in events):
-        await asyncio.sleep(0.005)
+    await wait_until(lambda: any(isinstance(e, CheckpointSaved) for e in events), "a checkpoint")
     saved = next(e for e in events if isinstance(e, CheckpointSaved))
     trained = [e.step for e in events if isinstance(e, StepTrained)]
     assert saved.step in trained and saved.kind == "state"
@@ -100,7 +99,7 @@ async def test_checkpoint_now_is_written_after_the_current_step():
 async def test_stop_finishes_with_a_final_checkpoint():
     pipeline, policy, _, events = make_pipeline(max_steps=10_000)
     task = asyncio.create_task(pipeline.run())
-    await asyncio.sleep(0.1)
+    await wait_until(lambda: any(isinstance(e, StepTrained) for e in events), "a step")
     pipeline.stop("test")
     assert await asyncio.wait_for(task, 5) == "stopped"
     assert policy.saved[-1] == f"step-{pipeline.step:06d}"
@@ -124,7 +123,7 @@ async def test_live_knobs_take_effect_and_are_recorded_as_commands():
 
     pipeline, policy, client, events = make_pipeline(max_steps=10_000)
     task = asyncio.create_task(pipeline.run())
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: any(isinstance(e, StepTrained) for e in events), "a step")
     pipeline.set_knob("learning_rate", 1e-4)
     pipeline.set_knob("temperature", 0.5)
     pipeline.set_knob("rollout_workers", 1)
@@ -134,8 +133,7 @@ async def test_live_knobs_take_effect_and_are_recorded_as_commands():
     with pytest.raises(ValueError, match="cannot be changed live"):
         pipeline.set_knob("group_size", 3)
     step_after = pipeline.step + 1
-    while pipeline.step < step_after + 3:
-        await asyncio.sleep(0.005)
+    await wait_until(lambda: pipeline.step >= step_after + 3, "three more steps")
     pipeline.stop()
     await task
     assert pipeline.sampling_defaults.temperature == 0.5
@@ -182,8 +180,7 @@ async def test_error_rate_pauses_the_run_with_a_reason():
     pipeline, _, _, events = make_pipeline(task=simulated_task(fail_every=1), max_steps=5,
                                            health_window=8)
     task = asyncio.create_task(pipeline.run())
-    while not pipeline.paused:
-        await asyncio.sleep(0.005)
+    await wait_until(lambda: pipeline.paused, "the pause")
     reason = [e.reason for e in events if isinstance(e, RunStateChanged) and e.state == "paused"]
     assert reason and "rollout errors: 100% of the last 32 rollouts (8 groups) failed" in reason[0]
     assert reason[0].endswith("; the last: RuntimeError: tool crashed")  # why, at once
@@ -217,8 +214,7 @@ async def test_collapse_pauses_but_convergence_does_not():
         pipeline, _, _, events = make_pipeline(task=task_, max_steps=10_000, health_window=16,
                                                collapse_groups=6, checkpoint_every=0)
         task = asyncio.create_task(pipeline.run())
-        while not pipeline.paused:
-            await asyncio.sleep(0.005)
+        await wait_until(lambda pipeline=pipeline: pipeline.paused, "the pause")
         reason = [e.reason for e in events
                   if isinstance(e, RunStateChanged) and e.state == "paused"]
         assert reason[0].startswith(words), reason
@@ -235,8 +231,8 @@ async def test_throughput_is_reported_with_a_verdict():
     pipeline, _, _, events = make_pipeline(policy=policy, max_steps=10_000, clock=SystemClock())
     pipeline.report_interval = 0.05
     task = asyncio.create_task(pipeline.run())
-    while len([e for e in events if isinstance(e, ThroughputMeasured)]) < 4:
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: len([e for e in events if isinstance(e, ThroughputMeasured)]) >= 4,
+                     "four throughput reports")
     pipeline.stop()
     await task
     last = [e for e in events if isinstance(e, ThroughputMeasured)][-1]

@@ -2,7 +2,8 @@
 (`*_private.py`: app/textual_private.py, app/textual_serve_private.py,
 app/argparse_private.py, engine/backend/tinker_private.py, engine/rendering/cookbook_private.py,
 engine/store/json_private.py, engine/local/torch_private.py,
-engine/trackers/tensorboardx_private.py), each listed in its `PRIVATE_NAMES`.
+engine/trackers/tensorboardx_private.py, engine/uvicorn_private.py), each listed in its
+`PRIVATE_NAMES`.
 
 - An upgrade that removes or renames one fails here, naming it and the module that needs
   it, instead of failing somewhere in a dashboard or a run (or, for an override, silently:
@@ -15,6 +16,7 @@ engine/trackers/tensorboardx_private.py), each listed in its `PRIVATE_NAMES`.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.metadata
 import inspect
@@ -69,10 +71,22 @@ def _assigned_in_init(cls: type, name: str) -> bool:
     the files its methods come from (a class re-exported under another module's name, as
     `tinker.ServiceClient`, has no source of its own to ask for)."""
     pattern = re.compile(rf"\bself\.{re.escape(name)}\b\s*(:[^=\n]*)?=")
+    return any(pattern.search(_text(path)) for path in _source_files(cls))
+
+
+@functools.cache
+def _source_files(cls: type) -> tuple[str, ...]:
+    """The files `cls`'s MRO's methods come from (asked once per class: the override check
+    asks for every private name of every base)."""
     files = {value.__code__.co_filename for klass in cls.__mro__
              for value in vars(klass).values() if hasattr(value, "__code__")}
-    return any(pattern.search(open(path, encoding="utf-8").read()) for path in sorted(files)
-               if path.endswith(".py"))
+    return tuple(sorted(path for path in files if path.endswith(".py")))
+
+
+@functools.cache
+def _text(path: str) -> str:
+    with open(path, encoding="utf-8") as file:
+        return file.read()
 
 
 def _version(owner: str) -> str:
@@ -96,7 +110,7 @@ def test_each_private_name_relied_on_still_exists(module, owner, name):
 
 
 def test_every_guard_module_lists_something():
-    assert len(PRIVATE_MODULES) >= 8, PRIVATE_MODULES
+    assert len(PRIVATE_MODULES) >= 9, PRIVATE_MODULES
     for module in PRIVATE_MODULES:
         assert importlib.import_module(module).PRIVATE_NAMES, module
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from tinker_tui.engine.events import (
     CheckpointDeleted,
@@ -290,11 +291,10 @@ async def test_flush_covers_only_events_before_the_call(store: RunStore) -> None
 
 
 async def test_trickle_is_coalesced_by_commit_interval(tmp_path: Path) -> None:
-    s = await RunStore.open(tmp_path / "runs.db", commit_interval=0.2)
+    s = await RunStore.open(tmp_path / "runs.db", commit_interval=5.0)
     try:
         s.handle(started())
-        await asyncio.sleep(0.02)  # first batch goes at once
-        assert s.commits == 1
+        await wait_until(lambda: s.commits == 1, "the first batch, at once")
         for i in range(5):
             s.handle(step(i))
             await asyncio.sleep(0.005)

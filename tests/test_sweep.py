@@ -154,6 +154,7 @@ async def test_resuming_runs_again_only_what_did_not_complete(tmp_path):
     assert "--resume" not in made[1] and "--seed" in made[1]  # never started: starts
 
 
+@pytest.mark.e2e  # the sweep's scheduler starts each run's process
 def test_a_sweep_of_four_small_runs_headless_two_fail_the_rest_complete(tmp_path, capsys):
     """Four real runs on the embedded backend, one at a time; the two with a renderer the
     model cannot use fail at start-up, and the sweep goes on; then --resume runs again

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until_sync
 
 from tinker_tui.app.cli import main
 from tinker_tui.engine.clock import FakeClock
@@ -510,6 +511,7 @@ def test_wandb_marks_where_a_rollback_and_a_resume_redo_steps(tmp_path, offline_
         return WandbTracker(project="p", run_id="w1", folder=tmp_path)
 
     first = tracker()
+    started = time.time()
     first.start(RunInfo(run_id="r1", name="t", backend="local", base_model="m"))
     for step in (1, 2, 3, 4):
         first.log_step(step, step, {"reward/mean": step / 10}, float(step))
@@ -518,7 +520,7 @@ def test_wandb_marks_where_a_rollback_and_a_resume_redo_steps(tmp_path, offline_
         first.log_step(step, step, {"reward/mean": step / 100}, 5.0 + step)
     summary = dict(first.run.summary["rollback/last"])
     first.finish("stopped")
-    time.sleep(1.1)  # W&B names a run's offline folder by the second it started in
+    a_later_second(started)
     again = tracker()
     again.start(RunInfo(run_id="r1", name="t", backend="local", base_model="m",
                         start_step=3))
@@ -538,6 +540,12 @@ def test_wandb_marks_where_a_rollback_and_a_resume_redo_steps(tmp_path, offline_
         [(3, None, None, 3), (4, 0.5, None, None)]]
 
 
+def a_later_second(started: float) -> None:
+    """W&B names a run's offline folder by the second it started in: the next run of the
+    same id must start in a later second than `started`."""
+    wait_until_sync(lambda: int(time.time()) > int(started), "a later second")
+
+
 # ---------------------------------------------------------------- whole runs
 @needs_wandb
 @needs_tensorboard
@@ -548,13 +556,14 @@ def test_a_run_and_its_resume_log_every_step_to_one_wandb_run_and_to_tensorboard
     first = ["run", "example", *RUN_ARGS, "--db", str(db), "--steps", "2",
              "--eval-every", "1", "--wandb", "team-charts", "--tensorboard",
              "--wandb-samples-every", "2"]
+    started = time.time()
     assert main(first) == 0
     out = capsys.readouterr().out
     assert "W&B: offline (WANDB_MODE=offline)" in out
     assert "upload with `wandb sync " in out.splitlines()[-1]  # the last word of the run
     assert "TensorBoard: event files in " in out
     # Resumed without the flags: a resumed run keeps its settings, W&B and TensorBoard too.
-    time.sleep(1.1)  # W&B names a run's offline folder by the second it started in
+    a_later_second(started)
     assert main(["run", "example", "--db", str(db), "--no-ui", "--resume", "--steps", "4"]) == 0
     out = capsys.readouterr().out
     assert "upload with `wandb sync " in out.splitlines()[-1]

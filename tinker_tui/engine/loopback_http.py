@@ -6,7 +6,7 @@ One place for the rules every request meets before an app sees it:
 - `BearerAuth`: `Authorization: Bearer <token>`, compared in constant time, on every request;
 - a deadline for a whole request (head and body) to arrive, so a client that sends half a
   request cannot hold a connection open for ever (uvicorn itself only times out idle
-  keep-alive connections);
+  keep-alive connections; the protocol that adds it is in `engine.uvicorn_private`);
 - `read_body`: a body over the app's limit is refused from its Content-Length before any of
   it is read, or as soon as a chunked body passes the limit.
 """
@@ -16,20 +16,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import logging
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import h11
 import uvicorn
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from tinker_tui.engine.errors import TinkerTuiError
-
-logger = logging.getLogger(__name__)
+from tinker_tui.engine.uvicorn_private import EmbeddedUvicorn, deadline_protocol
 
 #: Seconds a request may take to arrive whole, counted from its first byte (or from the
 #: moment its connection opened).
@@ -94,64 +90,6 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-class _DeadlineH11Protocol(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol, plus a deadline for each request to arrive whole.
-
-    Armed when the connection opens and when the first byte of a request arrives; disarmed
-    once the request (head and body) is complete. When it fires, the connection is closed:
-    an app still reading that body sees a disconnect."""
-
-    request_timeout = REQUEST_TIMEOUT
-    _deadline: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)  # type: ignore[arg-type]
-        self._arm()
-
-    def data_received(self, data: bytes) -> None:
-        if self._deadline is None and self._incomplete():
-            self._arm()  # a new request starts on a kept-alive connection
-        super().data_received(data)
-        if not self._incomplete():
-            self._disarm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
-    def _incomplete(self) -> bool:
-        return self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
-
-    def _arm(self) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(self.request_timeout, self._expired)
-
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _expired(self) -> None:
-        self._deadline = None
-        if not self.transport.is_closing():
-            logger.debug("closing a connection from %s: its request did not arrive whole "
-                         "within %g s", self.client, self.request_timeout)
-            self.transport.close()
-
-
-def _protocol(request_timeout: float) -> type[_DeadlineH11Protocol]:
-    return type("DeadlineH11Protocol", (_DeadlineH11Protocol,),
-                {"request_timeout": request_timeout})
-
-
-class _EmbeddedUvicorn(uvicorn.Server):
-    """uvicorn that leaves signal handling to the application that embeds it."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 class LoopbackServer:
     """Serves `app` on 127.0.0.1 (a free port) in the running event loop; `start()` returns
     once it listens, `stop()` once it has stopped (in-flight requests get `shutdown_timeout`
@@ -164,7 +102,7 @@ class LoopbackServer:
         self.request_timeout = request_timeout
         self.shutdown_timeout = shutdown_timeout
         self.port: int | None = None
-        self._server: _EmbeddedUvicorn | None = None
+        self._server: EmbeddedUvicorn | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -178,11 +116,11 @@ class LoopbackServer:
         # Loopback only: no proxy in front, so no proxy-header rewriting per request.
         config = uvicorn.Config(self.app, log_level="warning", access_log=False,
                                 lifespan="off", backlog=1024, proxy_headers=False,
-                                http=_protocol(self.request_timeout),
+                                http=deadline_protocol(self.request_timeout),
                                 timeout_graceful_shutdown=self.shutdown_timeout)
-        self._server = _EmbeddedUvicorn(config)
+        self._server = EmbeddedUvicorn(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name=self.name)
-        while not self._server.started:
+        while not self._server.listening:
             if self._task.done():
                 self._task.result()
             await asyncio.sleep(0.01)
@@ -193,6 +131,6 @@ class LoopbackServer:
             return
         server, task = self._server, self._task
         self._server = self._task = None
-        server.should_exit = True
+        server.request_exit()
         with contextlib.suppress(asyncio.CancelledError):
             await task
