@@ -110,6 +110,7 @@ class CookbookRun:
         self._iterations_read: set[int] = set()
         self._groups: dict[int, tuple[int, ...]] = {}
         self._said_no_rollouts = False
+        self._step_times: dict[int, float] = {}
 
     # ------------------------------------------------------------------ reading
 
@@ -124,9 +125,18 @@ class CookbookRun:
                 return events  # started once its first step lands (its length known)
             self.started = self._run_started(records[0])
             events.append(self.started)
-        events += self._new_rollouts()
+            events.append(LogEmitted(
+                time=self.started.time, level="info",
+                message=f"watching the tinker-cookbook run in {self.folder}: read-only, the "
+                        "program that trains it steers it"))
+        rollouts = self._new_rollouts()
         for record in records:
+            batch = record.get("step")
+            if isinstance(batch, int) and batch in rollouts:  # sampled before its step
+                events += self._groups_of(batch, rollouts.pop(batch))
             events.append(self._step(record))
+        for iteration, summaries in sorted(rollouts.items()):  # their steps still to come
+            events += self._groups_of(iteration, summaries)
         events += self._new_checkpoints()
         if self.finished is not None:
             if not self._iterations_read and not self._said_no_rollouts:
@@ -168,6 +178,7 @@ class CookbookRun:
         else:
             self._elapsed += took
         self.step = step
+        self._step_times[step] = self._now()
         return StepTrained(time=self._now(), step=step, policy_version=step, metrics=metrics,
                            group_ids=self._groups.get(step - 1, ()))
 
@@ -179,27 +190,31 @@ class CookbookRun:
             step = int(batch) if isinstance(batch, int) else self.step
             path = str(record.get("state_path") or record.get("sampler_path") or "")
             kind = "state" if record.get("state_path") else "sampler"
-            events.append(CheckpointSaved(time=self._now(), step=step, kind=kind,
+            when = self._step_times.get(step, self._now())
+            events.append(CheckpointSaved(time=when, step=step, kind=kind,
                                           name=str(record.get("name", "")), path=path))
             if record.get("final"):
-                self.finished = RunFinished(time=self._now(), status="completed",
+                self.finished = RunFinished(time=max(when, self._now()), status="completed",
                                             final_step=max(step, self.step),
                                             cause="max_steps", reason="final checkpoint saved")
         self._checkpoints_seen = len(records)
         return events
 
-    def _new_rollouts(self) -> list[Event]:
-        events: list[Event] = []
+    def _new_rollouts(self) -> dict[int, list[dict[str, Any]]]:
+        """The rollout summaries of iterations not read before, by iteration."""
+        found: dict[int, list[dict[str, Any]]] = {}
         for info in self.store.list_iterations():
             if not info.has_train_rollouts or info.iteration in self._iterations_read:
                 continue
+            path = f"iteration_{info.iteration:06d}/train_rollout_summaries.jsonl"
+            stat = self.store.storage.stat(path)
+            if stat is None or stat.size == 0 \
+                    or self.store.storage.read_range(path, stat.size - 1, 1) != b"\n":
+                continue  # being written (not at once): read it whole at a later poll
             records = self.store.read_rollouts(info.iteration)
-            if not records:
-                self.store._rollout_cache.clear()  # written but empty yet: read it again
-                continue
             self._iterations_read.add(info.iteration)
-            events += self._groups_of(info.iteration, records)
-        return events
+            found[info.iteration] = records
+        return found
 
     def _groups_of(self, iteration: int, records: list[dict[str, Any]]) -> list[Event]:
         by_group: dict[int, list[dict[str, Any]]] = defaultdict(list)
