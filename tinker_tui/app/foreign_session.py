@@ -14,7 +14,7 @@ from pathlib import Path
 from tinker_tui.app.store_session import ReadOnlyControl
 from tinker_tui.engine.clock import Clock, FakeClock, SystemClock
 from tinker_tui.engine.control.interface import Control
-from tinker_tui.engine.events import Event, EventBus, RunStatus
+from tinker_tui.engine.events import Event, EventBus, RunFinished, RunStatus
 from tinker_tui.engine.foreign.cookbook_run import CookbookRun
 
 
@@ -27,24 +27,27 @@ class ForeignSession:
     db_path: Path | None = None
     engine = None
 
-    def __init__(self, reader: CookbookRun, *, poll_interval: float = 0.25,
-                 clock: Clock | None = None) -> None:
+    def __init__(
+        self, reader: CookbookRun, *, poll_interval: float = 0.25, clock: Clock | None = None
+    ) -> None:
         self.reader = reader
         self.run_id = reader.run_id
         self.events = EventBus()
         self.control: Control = ReadOnlyControl(
-            f"watching a {reader.backend} run: the program that trains it steers it")
+            f"watching a {reader.backend} run: the program that trains it steers it"
+        )
         #: What the folder holds now (read before the dashboard starts): a run that has
         #: ended is drawn as of its end, as `show` draws a finished run of ours.
         self._held = reader.poll()
         self.ended_before = reader.finished is not None
         if clock is None:
-            clock = FakeClock(reader.finished.time) if reader.finished is not None \
-                else SystemClock()
+            clock = (
+                FakeClock(reader.finished.time) if reader.finished is not None else SystemClock()
+            )
         self.clock = clock
         self.poll_interval = poll_interval
         self.mode_label = f"watching ({reader.backend})"
-        self.finished = None
+        self.finished: RunFinished | None = None
         self.loaded = asyncio.Event()
 
     async def publish_new(self) -> list[Event]:
