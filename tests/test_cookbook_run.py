@@ -315,3 +315,35 @@ async def test_the_cookbook_rl_loop_is_watched_live_as_it_trains(tmp_path, monke
             )
             group = app.model.groups[app.model.groups_by_step[1][0]]
             assert group.trajectories[0].messages[0]["content"] == QUESTION
+
+
+@pytest.fixture
+def one_of_ours(tmp_path) -> Path:
+    db = tmp_path / "runs.db"
+    store_runs(db, [0])
+    return db
+
+
+async def test_the_compare_view_draws_a_cookbook_folder_beside_our_run(finished, one_of_ours):
+    from tinker_tui.app.compare import foreign_compared, open_comparison, resolve_runs
+    from tinker_tui.app.screens.compare import CompareApp, CompareScreen
+
+    pairs = await resolve_runs([one_of_ours], ["run-lr1e-3"], others=1)
+    app = CompareApp([*open_comparison(pairs), foreign_compared(finished)], clock=lambda: 0.0)
+    async with app.run_test(size=(160, 48)) as pilot:
+        for _ in range(200):
+            await pilot.pause(0.05)
+            screen = app.screen
+            if isinstance(screen, CompareScreen) and all(
+                r.session.loaded.is_set() for r in screen.runs
+            ):
+                break
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        screen.refresh_compare()
+        await pilot.pause(0.1)
+        chart = next(c for c in screen.charts() if c.key == "reward/mean")
+        assert len(chart.models) == 2
+        assert [len(m.rewards) for m in chart.models] == [12, BATCHES]
+        await pilot.press("q")
+        await pilot.pause()
