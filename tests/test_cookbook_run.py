@@ -171,6 +171,8 @@ def test_not_a_cookbook_folder_is_one_line_and_exit_2(tmp_path, capsys):
     assert cli_main(["show", "--cookbook", str(tmp_path), "--no-ui"]) == 2
     err = capsys.readouterr().err.strip()
     assert "not a tinker-cookbook run folder" in err and "\n" not in err
+    assert cli_main(["show", "latest", "--cookbook", str(tmp_path), "--no-ui"]) == 2
+    assert "give no RUN" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ headless
