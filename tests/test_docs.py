@@ -8,7 +8,7 @@ modules with their flags, `pip` extras and the torch pin must exist. `python`: a
 blocks are one task file, in order; each `TASK` is loaded as `tinker-tui run FILE` loads it,
 and the first trains two steps on the local backend. `toml`: read as a `--config` file.
 `text`: output and diagrams, shown only. Square brackets in a command mark optional parts,
-as in a usage line; RUN, FOLDER, PATH are placeholders.
+as in a usage line; RUN, FOLDER, PATH, COOKBOOK_DIR (a cookbook run folder) are placeholders.
 """
 
 from __future__ import annotations
@@ -300,12 +300,26 @@ def test_the_docs_first_task_is_complete_and_trains(trained_run: tuple[str, Path
     assert run_id.startswith("blue-") and db.exists()
 
 
+def cookbook_folder(folder: Path) -> Path:
+    """A finished tinker-cookbook run folder, written by the cookbook's own writer."""
+    from tinker_cookbook.stores import LocalStorage, TrainingRunStore
+
+    store = TrainingRunStore(LocalStorage(folder))
+    store.write_config({"model_name": "Qwen/Qwen3-4B-Instruct-2507"})
+    for batch in range(2):
+        store.write_metrics({"env/all/reward/total": 0.5, "progress/done_frac": (batch + 1) / 2},
+                            step=batch)
+    store.write_checkpoint({"name": "final", "batch": 2, "state_path": "tinker://x/final"})
+    return folder
+
+
 def test_the_read_only_commands_in_the_docs_run(trained_run: tuple[str, Path],
                                                 tmp_path: Path, monkeypatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     run_id, db = trained_run
     monkeypatch.chdir(tmp_path)
-    values = {"RUN": run_id, "RUN_ID": run_id, "FOLDER": str(tmp_path) + "/", "PATH": str(db)}
+    values = {"RUN": run_id, "RUN_ID": run_id, "FOLDER": str(tmp_path) + "/", "PATH": str(db),
+              "COOKBOOK_DIR": str(cookbook_folder(tmp_path / "cookbook-run"))}
     ran = 0
     for block in of_kind("bash"):
         for words in commands(block):

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.store_session import ReadOnlyControl, StoreSession
@@ -31,6 +31,9 @@ from tinker_tui.engine.events import (
 )
 from tinker_tui.engine.store import StoredRun, StoreReader
 
+if TYPE_CHECKING:
+    from tinker_tui.app.foreign_session import ForeignSession
+
 #: The events a comparison reads: what the charts, their markers and the table need.
 COMPARED_EVENTS: tuple[type[Event], ...] = (
     RunStarted, StepTrained, EvalCompleted, CheckpointSaved, CheckpointDeleted,
@@ -43,12 +46,14 @@ MOST_RUNS = 8
 
 @dataclass
 class ComparedRun:
-    """One run of a comparison: where it is stored, its row, its model and its session."""
+    """One run of a comparison: where it is stored, its row, its model and its session.
+    A run another program trains (`compare --cookbook DIR`): its folder, and a row made
+    from what the folder says (`foreign_compared`)."""
 
     db_path: Path
     run: StoredRun
     model: DashboardState
-    session: StoreSession
+    session: StoreSession | ForeignSession
 
     @property
     def label(self) -> str:
@@ -56,11 +61,12 @@ class ComparedRun:
         return self.model.run_name or self.run.run_name or self.run.run_id
 
 
-async def resolve_runs(db_paths: Sequence[Path], wanted: Sequence[str]
-                       ) -> list[tuple[Path, StoredRun]]:
+async def resolve_runs(db_paths: Sequence[Path], wanted: Sequence[str], *,
+                       others: int = 0) -> list[tuple[Path, StoredRun]]:
     """The runs `wanted` names in the stores: each a run id or a unique prefix of one (in
     all the stores together), or a sweep's id (all its runs). UsageError (one line) for a
-    name that matches nothing or several runs, or for fewer than two runs."""
+    name that matches nothing or several runs, or for fewer than two runs (`others`:
+    the runs compared besides, read from other programs' folders)."""
     stored: list[tuple[Path, StoredRun]] = []
     sweeps: dict[str, list[str]] = {}
     for path in db_paths:
@@ -84,11 +90,11 @@ async def resolve_runs(db_paths: Sequence[Path], wanted: Sequence[str]
             ids = ", ".join(r.run_id for _, r in found[:6])
             raise UsageError(f"{name!r} matches several runs: {ids}; give more of the id")
         chosen += [f for f in found if f not in chosen]
-    if len(chosen) < 2:
+    if len(chosen) + others < 2:
         raise UsageError("compare needs at least two runs (ids, prefixes or a sweep id)")
-    if len(chosen) > MOST_RUNS:
+    if len(chosen) + others > MOST_RUNS:
         raise UsageError(f"compare draws at most {MOST_RUNS} runs at once; "
-                         f"{len(chosen)} were named")
+                         f"{len(chosen) + others} were named")
     return chosen
 
 
@@ -115,10 +121,42 @@ def open_comparison(pairs: Sequence[tuple[Path, StoredRun]]) -> list[ComparedRun
     return compared
 
 
+def foreign_compared(folder: Path) -> ComparedRun:
+    """A cookbook run folder as a run of a comparison: its session (`ForeignSession`, which
+    reads what the folder holds now), its model, and a row made from its start and end.
+    UsageError for a folder that is not one, or has no step yet."""
+    from tinker_tui.app.foreign_session import ForeignSession
+    from tinker_tui.engine.clock import SystemClock
+    from tinker_tui.engine.foreign.cookbook_run import CookbookRun
+
+    session = ForeignSession(CookbookRun(folder, SystemClock()), poll_interval=0.5)
+    started, ended = session.reader.started, session.reader.finished
+    if started is None:
+        raise UsageError(f"{folder}: no step recorded yet, nothing to compare")
+    row = StoredRun(
+        run_id=started.run_id, name=started.name, backend=started.backend,
+        base_model=started.base_model, config=dict(started.config),
+        status=ended.status if ended else "running", reason=ended.reason if ended else "",
+        started_at=started.time, ended_at=ended.time if ended else None,
+        max_steps=started.max_steps or None, start_step=0,
+        final_step=ended.final_step if ended else None, groups_sampled=0, tokens_sampled=0,
+        task_spec=started.task_spec, cause=ended.cause if ended else "")
+    model = DashboardState(session.clock)
+    session.events.subscribe(model.apply)
+    return ComparedRun(folder, row, model, session)
+
+
 async def drive(run: ComparedRun) -> None:
     """Feed a run's model for a view: a followed run until it ends, a stored one read once
     (its store is not held open meanwhile)."""
     session = run.session
+    if not isinstance(session, StoreSession):  # another program's run folder
+        if session.follow and not session.ended_before:
+            await session.run()
+        else:
+            await session.publish_new()
+            session.loaded.set()
+        return
     if session.follow:
         await session.run()
         return
@@ -133,9 +171,11 @@ async def drive(run: ComparedRun) -> None:
     session.loaded.set()
 
 
-async def load_comparison(pairs: Sequence[tuple[Path, StoredRun]]) -> list[ComparedRun]:
-    """The runs as stored now, read once (a headless comparison)."""
-    compared = open_comparison(pairs)
+async def load_comparison(pairs: Sequence[tuple[Path, StoredRun]],
+                          foreign: Sequence[ComparedRun] = ()) -> list[ComparedRun]:
+    """The runs as stored now, read once (a headless comparison); `foreign`: runs of other
+    programs' folders (`foreign_compared`) besides."""
+    compared = [*open_comparison(pairs), *foreign]
     for c in compared:
         if c.session.follow:  # read what is stored so far, not until it ends
             c.session.follow = False
@@ -172,6 +212,8 @@ def status_of(run: ComparedRun) -> str:
     model = run.model
     if model.status is not None:
         return model.status
+    if not isinstance(run.session, StoreSession):  # its folder records no end yet
+        return "running"
     if run.session.follow and run.session.finished is None:
         return model.state if model.state != "starting" else "starting"
     if run.run.finished() is None and not run_is_live(run.db_path, run.run.run_id):

@@ -32,6 +32,7 @@ from tinker_tui.engine.events import (
     ThroughputMeasured,
     TrackerReported,
 )
+from tinker_tui.engine.foreign import FOREIGN_BACKENDS
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.metrics.collapse_memory import EARLIER_KINDS, fold, is_automatic_rollback
 from tinker_tui.engine.metrics.health import HealthWindow
@@ -51,6 +52,9 @@ class RunSummary:
 
     run_id: str = ""
     task: str = ""
+    #: The program that trains a run watched from its folder ("cookbook"; `task` is the
+    #: folder), "" for ours: its next commands are only to look again.
+    foreign: str = ""
     status: str = "running"
     reason: str = ""
     #: Why it ended, typed (`StopCause`): the words and the exit code are chosen from it.
@@ -145,6 +149,8 @@ class SummaryCollector:
             self._summary = replace(s, run_id=event.run_id,
                                     task=s.task or event.task_spec
                                     or task_spec_for(event.name),
+                                    foreign=event.backend if event.backend
+                                    in FOREIGN_BACKENDS else "",
                                     max_steps=event.max_steps, step=max(s.step, event.start_step),
                                     max_rollbacks=_int_or_none(event.config.get("max_rollbacks")),
                                     max_cost_usd=_float_or_zero(event.config.get("max_cost_usd")))
@@ -306,6 +312,8 @@ def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
     that completed before max_steps ran out of scenarios, which a resume would not change."""
     db = db_flag(summary.db_path)
     task = shlex.quote(summary.task or "TASK")
+    if summary.foreign:  # trained by another program: only we can look at it again
+        return [("look again", f"tinker-tui show --{summary.foreign} {task}")]
     commands = [("look again", f"tinker-tui show {summary.run_id}{db}")]
     if summary.status == "running":
         commands.append(("attach", f"tinker-tui attach {summary.run_id}{db}"))

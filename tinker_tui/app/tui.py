@@ -205,13 +205,16 @@ class TinkerTuiApp(App[None]):
         self.read_only = session.read_only
         #: A session driven by another process (commands go over its control endpoint).
         self.attached = session.attached
-        self.mode_label = ("read-only" if self.read_only and self.attached
-                           else "finished run" if self.read_only
-                           else "attached" if self.attached else "")
+        #: A session may name its own mode (a foreign run: "watching (cookbook)").
+        self.mode_label = getattr(session, "mode_label", None) or (
+            "read-only" if self.read_only and self.attached
+            else "finished run" if self.read_only
+            else "attached" if self.attached else "")
         if isinstance(session, StoreSession) and session.stored_run is None:
             self.model.waiting_for = "starting the engine"  # `run`: this session starts it
         elif self.read_only or self.attached:
-            self.model.waiting_for = "reading the run store"
+            self.model.waiting_for = "reading the run folder" if session.db_path is None \
+                else "reading the run store"
         stored = session.stored_run if isinstance(session, StoreSession) \
             and not session.follow else None
         ended = stored.finished() if stored is not None else None

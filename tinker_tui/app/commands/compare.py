@@ -25,11 +25,14 @@ def add_parser(commands: Any) -> None:
                     "of each run's status, steps, final and best reward, duration and the "
                     "settings that differ. Without a terminal (or with --no-ui) it prints "
                     "the table.")
-    compare.add_argument("runs", nargs="+", metavar="RUN",
+    compare.add_argument("runs", nargs="*", metavar="RUN",
                          help="run ids, unique prefixes of them, or a sweep's id")
     compare.add_argument("--db", type=Path, metavar="PATH", action="append",
                          help=f"a run store to look in (default {DEFAULT_DB}); give it "
                               "again to compare runs of several stores")
+    compare.add_argument("--cookbook", type=Path, metavar="DIR", action="append",
+                         help="a tinker-cookbook run folder to compare too (give it again "
+                              "for several)")
     compare.add_argument("--no-ui", action="store_true",
                          help="print the table instead (also when not on a terminal)")
     add_json_option(compare, "compare")
@@ -37,22 +40,35 @@ def add_parser(commands: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from tinker_tui.app.commands.common import wants_ui
-    from tinker_tui.app.compare import format_comparison, load_comparison, resolve_runs
+    from tinker_tui.app.compare import (
+        foreign_compared,
+        format_comparison,
+        load_comparison,
+        resolve_runs,
+    )
 
     stores = list(dict.fromkeys(args.db or [DEFAULT_DB]))
-    pairs = asyncio.run(resolve_runs(stores, args.runs))
+    folders = list(dict.fromkeys(args.cookbook or []))
+    pairs = asyncio.run(resolve_runs(stores, args.runs, others=len(folders))) \
+        if args.runs else []
+    if len(pairs) + len(folders) < 2:
+        from tinker_tui.engine.errors import UsageError
+
+        raise UsageError("compare needs at least two runs (ids, prefixes, a sweep id or "
+                         "--cookbook folders)")
+    foreign = [foreign_compared(folder) for folder in folders]
     if args.json:
         from tinker_tui.app.compare import comparison_document
         from tinker_tui.app.json_output import print_json
 
-        print_json(comparison_document(asyncio.run(load_comparison(pairs))))
+        print_json(comparison_document(asyncio.run(load_comparison(pairs, foreign))))
         return EXIT_OK
     if not wants_ui(args):
-        print(format_comparison(asyncio.run(load_comparison(pairs))))
+        print(format_comparison(asyncio.run(load_comparison(pairs, foreign))))
         return EXIT_OK
     from tinker_tui.app.compare import open_comparison
     from tinker_tui.app.screens.compare import CompareApp
 
-    app = CompareApp(open_comparison(pairs))
+    app = CompareApp([*open_comparison(pairs), *foreign])
     app.run()
     return EXIT_OK

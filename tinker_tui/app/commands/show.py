@@ -32,7 +32,89 @@ def add_parser(commands: Any) -> None:
                       help="print one line per step instead (also when not on a terminal)")
     show.add_argument("--log", action="store_true",
                       help="print the run's log, every message whole (tracebacks included)")
+    show.add_argument("--cookbook", type=Path, metavar="DIR",
+                      help="watch a tinker-cookbook run folder instead (read-only; followed "
+                           "while the run writes)")
     add_json_option(show, "show")
+
+
+def foreign_events(folder: Path) -> tuple[list[Any], Any]:
+    """Everything a cookbook run folder holds now, as our events, and its reader."""
+    from tinker_tui.engine.clock import SystemClock
+    from tinker_tui.engine.foreign.cookbook_run import CookbookRun
+
+    reader = CookbookRun(folder, SystemClock())
+    return reader.poll(), reader
+
+
+def print_foreign(folder: Path) -> int:
+    """`show --cookbook DIR --no-ui`: the folder's steps as the headless reporter prints
+    them, then its summary (or that it has not ended yet)."""
+    from tinker_tui.app.headless import HeadlessReporter
+    from tinker_tui.app.run_summary import SummaryCollector, summary_lines
+
+    events, reader = foreign_events(folder)
+    reporter = HeadlessReporter()
+    summary = SummaryCollector()
+    for event in events:
+        reporter.handle(event)
+        summary.handle(event)
+    if reader.started is None:
+        print(f"{folder}: no step recorded yet")
+    elif reader.finished is not None:
+        print("\n".join(summary_lines(summary.summary())))
+    else:
+        print(f"{reader.run_id} has not ended yet (no final checkpoint): step {reader.step} "
+              "so far")
+    return EXIT_OK
+
+
+def foreign_document(folder: Path) -> dict[str, Any]:
+    """`show --cookbook DIR --json`: the folder's run in the `show` document's shape."""
+    from tinker_tui.app.json_output import checkpoint_record, document, step_record
+    from tinker_tui.engine.events import CheckpointSaved, StepTrained
+
+    events, reader = foreign_events(folder)
+    started, finished = reader.started, reader.finished
+    run = None if started is None else {
+        "run_id": started.run_id, "name": started.name, "backend": started.backend,
+        "base_model": started.base_model, "status": finished.status if finished else "running",
+        "max_steps": started.max_steps or None, "final_step": reader.step,
+        "started_at": started.time, "config": dict(started.config), "folder": str(folder)}
+    return document(
+        "show", run=run,
+        steps=[step_record(e) for e in events if isinstance(e, StepTrained)],
+        evals=[],
+        checkpoints=[checkpoint_record(e) for e in events if isinstance(e, CheckpointSaved)],
+        sessions=[], resumes=[],
+        finished=None if finished is None else {
+            "status": finished.status, "reason": finished.reason or None,
+            "final_step": finished.final_step, "time": finished.time})
+
+
+def show_foreign(args: argparse.Namespace) -> int:
+    from tinker_tui.app.commands.common import wants_ui
+    from tinker_tui.engine.errors import UsageError
+
+    if args.run or args.log:
+        raise UsageError("--cookbook shows a run folder: give no RUN and no --log with it")
+    if args.json:
+        from tinker_tui.app.json_output import print_json
+
+        print_json(foreign_document(args.cookbook))
+        return EXIT_OK
+    if not wants_ui(args):
+        return print_foreign(args.cookbook)
+    from tinker_tui.app.foreign_session import ForeignSession
+    from tinker_tui.app.tui import TinkerTuiApp
+    from tinker_tui.engine.clock import SystemClock
+    from tinker_tui.engine.foreign.cookbook_run import CookbookRun
+
+    app = TinkerTuiApp(ForeignSession(CookbookRun(args.cookbook, SystemClock())))
+    app.run()
+    if app.run_exception is not None:
+        raise app.run_exception
+    return app.return_code or EXIT_OK
 
 
 async def print_run(db_path: Path, run: StoredRun) -> int:
@@ -126,6 +208,8 @@ def main(args: argparse.Namespace) -> int:
     from tinker_tui.app.commands.common import wants_ui
     from tinker_tui.engine.store import find_run
 
+    if args.cookbook is not None:
+        return show_foreign(args)
     run = asyncio.run(find_run(store_path(args), args.run))
     if args.json:
         from tinker_tui.app.json_output import print_json

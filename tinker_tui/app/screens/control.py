@@ -66,7 +66,10 @@ class ControlScreen(RunView):
             disabled = read_only or model.state in ("finished", "stopping")
             if button.disabled != disabled:
                 button.disabled = disabled
-        note = ("read-only view: the run cannot be steered from here"
+        mode = self.host.mode_label
+        note = (f"{mode}: the program that trains this run steers it"
+                if mode.startswith("watching") else
+                "read-only view: the run cannot be steered from here"
                 if read_only and self.host.attached else
                 "read-only: this run is not running here" if read_only else
                 "applies at the next rollout (temperature, workers) or step")

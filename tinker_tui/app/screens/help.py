@@ -53,6 +53,10 @@ def help_content(mode: str = "", width: int = 80) -> Content:
     elif mode == "read-only":
         note = ("A read-only view of a running run: pause, checkpoint, eval, knobs and stop "
                 "are disabled; q closes this view.")
+    elif mode.startswith("watching"):
+        note = ("Watching a run another program trains, from its run folder: that program "
+                "steers it, so pause, checkpoint, eval, knobs and stop are off here; q closes "
+                "this view and the run goes on.")
     elif mode == "finished run":
         note = "A stored run: nothing to steer; q quits."
     if note:

@@ -18,7 +18,8 @@ class DashboardHost(Protocol):
 
     @property
     def mode_label(self) -> str:
-        """"" for a run driven here, "attached" or "finished run" otherwise."""
+        """"" for a run driven here, "attached", "finished run" or "read-only"
+        otherwise, "watching (cookbook)" for a run another program trains."""
         ...
 
     @property
