@@ -26,6 +26,7 @@ class SimulatedPolicy:
         self.saved: list[str] = []
         self.train_time = 0.0
         self.usage = TokenUsage()  # tokens processed, as BackendSession counts them
+        self.requested_state_steps: set[int] = set()  # checkpoints asked for: kept
 
     def build_datums(self, groups: Any) -> list[Any]:
         self.trained_batches.append([g.policy_version for g in groups])
