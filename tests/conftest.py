@@ -11,7 +11,7 @@ os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by the tiers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test gets its tier (fast, e2e, browser, slow: tests/tiers.py). Tests marked `slow`
+    """Each test gets its tier (fast, ui, e2e, browser, slow: tests/tiers.py). Tests marked `slow`
     (learning runs and sweeps of minutes, or the same proof as a default test at a higher
     price) are opt-in: a plain run skips them, saying how to opt in; with any -m expression
     the expression decides."""

@@ -27,6 +27,7 @@ def test_every_collected_test_has_exactly_one_tier(request):
     (tier_examples.through_a_helper_module, {"process"}),
     (tier_examples.drives_a_browser, {"browser"}),
     (tier_examples.uses_a_class_that_starts_one, {"process"}),
+    (tier_examples.drives_the_dashboard, {"ui"}),
 ], ids=lambda value: getattr(value, "__name__", ""))
 def test_the_rule_follows_what_a_test_names(function, reaches):
     assert tiers.Reader().reaches(function) == reaches
@@ -52,7 +53,7 @@ def test_the_guard_fails_a_fast_test_that_starts_an_interpreter(request):
         sys.audit("subprocess.Popen", sys.executable, [sys.executable, "-c", "pass"], None,
                   None)
         sys.audit("subprocess.Popen", "uname", ["uname", "-p"], None, None)  # a probe
-    with pytest.raises(AssertionError, match=r"fast tier started a process .*'-c', 'pass'"):
+    with pytest.raises(AssertionError, match=r"fast or ui tier started a process .*'-c', 'pass'"):
         guard.check()
     with guard.watch(_Item("e2e")):  # type: ignore[arg-type]
         sys.audit("subprocess.Popen", sys.executable, [sys.executable], None, None)

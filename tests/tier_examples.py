@@ -40,6 +40,11 @@ def drives_a_browser() -> None:
     async_playwright()
 
 
+async def drives_the_dashboard(app) -> None:
+    async with app.run_test() as pilot:
+        await pilot.press("p")
+
+
 class Server:
     def start(self) -> None:
         self.launch()

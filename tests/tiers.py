@@ -4,17 +4,20 @@
 - `slow`: marked slow (learning runs of minutes); a plain run skips them.
 - `browser`: drives a browser (Playwright).
 - `e2e`: starts a process: `python -m tinker_tui ...`, a probe interpreter, a tool.
-- `fast`: everything else: in-process, no engine process, no browser.
+- `ui`: drives the dashboard in-process (Textual's pilot, `run_test`, or a snapshot,
+  `snap_compare`): no process either, but each pays an app's start and its frames.
+- `fast`: everything else: in-process, no app, no engine process, no browser.
 
 A test's source is its function, the fixtures it uses, and every function or class of the
 tests' own modules they name (followed through helpers such as `private_mount`, and
 `self.` methods of a test class). A name that starts a process (`subprocess`,
 `sys.executable`, `asyncio.create_subprocess_exec`...) or a fixture in `PROCESS_FIXTURES`
-makes it `e2e`; Playwright makes it `browser`. A tier marker put on a test by hand wins (for a test whose process is started by
+makes it `e2e`; Playwright makes it `browser`; Textual's pilot or a snapshot makes it `ui`. A tier marker put on a test by hand wins (for a test whose process is started by
 the code under test, which the rule does not read).
 
 `ProcessGuard` keeps the rule honest: a `fast` test that starts a process anyway fails,
-naming the command, so it is classified (by hand) instead of slowing the fast tier.
+naming the command, so it is classified (by hand) instead of slowing the fast tier (a
+`ui` test is held to the same).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-TIERS = ("fast", "e2e", "browser", "slow")
+TIERS = ("fast", "ui", "e2e", "browser", "slow")
 
 #: Names that start a process, as a name or as `owner.attribute`.
 PROCESS_NAMES = frozenset({"subprocess", "Popen", "create_subprocess_exec",
@@ -43,6 +46,8 @@ PROCESS_NAMES = frozenset({"subprocess", "Popen", "create_subprocess_exec",
 PROCESS_ATTRIBUTES = frozenset({("sys", "executable"), ("os", "system"), ("os", "fork"),
                                 ("os", "execv"), ("os", "execvp")})
 BROWSER_NAMES = frozenset({"async_playwright", "sync_playwright", "playwright"})
+#: Names that drive a Textual app in-process: its pilot, a snapshot of it.
+UI_NAMES = frozenset({"run_test", "snap_compare"})
 #: Fixtures whose library starts a process of its own, and which.
 PROCESS_FIXTURES = {"offline_wandb": "W&B runs its service, wandb-core, in a process"}
 
@@ -57,7 +62,7 @@ def _ours(obj: object) -> bool:
 
 
 class Reader:
-    """What a test's source reaches ({"process", "browser"}), cached per function."""
+    """What a test's source reaches ({"process", "browser", "ui"}), cached per function."""
 
     def __init__(self) -> None:
         self._seen: dict[object, frozenset[str]] = {}
@@ -83,6 +88,8 @@ class Reader:
                 found |= self._attribute(node.value.id, node.attr, namespace, owner)
             elif isinstance(node, ast.Attribute) and node.attr in PROCESS_NAMES:
                 found.add("process")
+            elif isinstance(node, ast.Attribute) and node.attr in UI_NAMES:
+                found.add("ui")
         self._seen[code] = frozenset(found)
         return self._seen[code]
 
@@ -91,6 +98,8 @@ class Reader:
             return {"process"}
         if name in BROWSER_NAMES:
             return {"browser"}
+        if name in UI_NAMES:
+            return {"ui"}
         return self._object(namespace.get(name))
 
     def _attribute(self, base: str, attr: str, namespace: dict[str, Any],
@@ -99,6 +108,8 @@ class Reader:
             return {"process"}
         if attr in BROWSER_NAMES:
             return {"browser"}
+        if attr in UI_NAMES:
+            return {"ui"}
         if base in ("self", "cls") and owner is not None:
             return self._object(inspect.getattr_static(owner, attr, None), owner)
         value = namespace.get(base)
@@ -139,9 +150,14 @@ def tier_of(item: pytest.Item, reader: Reader) -> str:
     for name in getattr(item, "fixturenames", ()):
         if name in PROCESS_FIXTURES:
             found.add("process")
+        if name in UI_NAMES:
+            found.add("ui")
         for fixture in (info.name2fixturedefs.get(name, ()) if info is not None else ()):
             found |= reader.reaches(fixture.func)
-    return "browser" if "browser" in found else "e2e" if "process" in found else "fast"
+    for tier in ("browser", "e2e", "ui"):
+        if {"e2e": "process"}.get(tier, tier) in found:
+            return tier
+    return "fast"
 
 
 def classify(items: list[pytest.Item]) -> None:
@@ -178,7 +194,7 @@ class ProcessGuard:
 
     @contextlib.contextmanager
     def watch(self, item: pytest.Item) -> Iterator[None]:
-        fast = any(mark.name == "fast" for mark in item.iter_markers())
+        fast = any(mark.name in ("fast", "ui") for mark in item.iter_markers())
         self.watching, self.started = (item if fast else None), []
         try:
             yield
@@ -189,7 +205,7 @@ class ProcessGuard:
         if self.started:
             started, self.started = self.started, []
             raise AssertionError(
-                "a test of the fast tier started a process (" + "; ".join(started) + "): "
+                "a test of the fast or ui tier started a process (" + "; ".join(started) + "): "
                 "mark it e2e (see tests/tiers.py), or keep the process out of it")
 
 
