@@ -1,19 +1,25 @@
 """A resumed run's elapsed time is the time it ran: the hours it was down between its
 processes are not counted, on the step lines printed live and by `show` alike (the store
-keeps one `RunStarted` a run: a later process is known by its first log line)."""
+keeps one `RunStarted` a run: a later process is known by its `SessionStarted`)."""
 
 from __future__ import annotations
 
 import io
 
 from tinker_tui.app.headless import HeadlessReporter
-from tinker_tui.engine.events import Event, LogEmitted, RunFinished, RunStarted, StepTrained
-from tinker_tui.engine.store.reader import SESSION_START
+from tinker_tui.engine.events import (
+    Event,
+    LogEmitted,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    SessionStarted,
+    StepTrained,
+)
 
 
-def begins(time: float) -> LogEmitted:
-    return LogEmitted(time=time, level="info",
-                      message=SESSION_START.format(backend="local", base_model="m"))
+def begins(time: float) -> SessionStarted:
+    return SessionStarted(time=time, backend="local", base_model="m")
 
 
 def started(time: float, start_step: int) -> RunStarted:
@@ -48,12 +54,12 @@ def test_live_and_shown_step_lines_leave_the_down_time_out():
 
 
 def test_a_headless_resume_says_what_it_does_again():
-    """The log line existed; a headless `--resume` did not print it."""
-    from tinker_tui.engine.store.reader import RESUMING
-
-    line = (RESUMING.format(run_id="r") + "checkpoint step-000010 (step 10): 2 later step(s) "
-            "undone, 3 group(s) to run again (1 scenario(s) drawn but untrained)")
+    """The resume's event existed; a headless `--resume` did not print it. A log line
+    that only reads like one is not it."""
+    resumed = RunResumed(time=1.0, run_id="r", step=10, checkpoint="step-000010",
+                         steps_undone=2, groups_requeued=3, scenarios_pending=1)
     reporter = HeadlessReporter(out=io.StringIO())
-    reporter.handle(LogEmitted(time=1.0, level="info", message=line))
+    reporter.handle(resumed)
     reporter.handle(LogEmitted(time=2.0, level="info", message="resuming run r: nothing"))
-    assert reporter.out.getvalue().splitlines() == [line]
+    assert reporter.out.getvalue().splitlines() == [resumed.message]
+    assert "2" in resumed.message and "step-000010" in resumed.message
