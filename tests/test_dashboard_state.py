@@ -789,7 +789,7 @@ def test_model_names_a_collapse_and_a_rollback_undoes_the_later_steps():
         if step == 10:
             model.apply(CheckpointSaved(time=10.0, step=10, kind="state", name="step-000010",
                                         path="tinker://x/weights/step-000010"))
-    assert model.health() == ("collapsed", "collapsed at step 12 (best 0.54 at step 11); "
+    assert model.health() == ("collapsed", "collapsed at step 12 (best 0.540 at step 11); "
                                            "best checkpoint step-000010")
     # The health pane at 80 columns (36 × 7 inside) names the best checkpoint whole: the
     # line a rollback goes back to matters more than the staleness line it displaces.

@@ -468,7 +468,9 @@ def test_the_command_line_names_the_collapse_again_after_a_resume(tmp_path, caps
                  "--collapse-groups", str(SHORT)]) == 3  # the resume reads it back
     first = capsys.readouterr().out
     run_id = re.search(r"^run (\S+):", first, re.M)[1]  # type: ignore[index]
-    (health,) = re.findall(r"^  health: (collapsed at step .*)$", first, re.M)
+    # the stop's reason names the collapse (the summary says it there, not again)
+    (health,) = re.findall(r"^run \S+ stopped at .*\(health check: (collapsed at step .*)\)$",
+                           first, re.M)
     assert main(["run", str(task), "--resume", run_id, *common]) == 0
     again = capsys.readouterr().out
     steps = [line for line in again.splitlines() if line.startswith("step ")]
