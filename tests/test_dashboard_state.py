@@ -820,3 +820,13 @@ def test_a_checkpoint_asked_for_once_written_is_the_same_row_marked():
     assert step_text(row) == "3✓" and step_text(row, best_step=3) == "3✓★"
     assert marks_legend(model.checkpoints, 3) == " · ✓ asked for ★ best"
     assert marks_legend(model.checkpoints, None) == " · ✓ asked for"
+
+
+def test_the_status_bar_says_a_run_that_ended_on_no_signal_trained_nothing():
+    from tinker_tui.app.widgets.status_bar import state_badge_text
+
+    model = DashboardState(FakeClock())
+    model.apply(RunFinished(time=1.0, status="completed", final_step=4, cause="no_signal"))
+    assert state_badge_text(model) == "FINISHED (completed · trained nothing)"
+    model.apply(RunFinished(time=2.0, status="completed", final_step=4, cause="max_steps"))
+    assert state_badge_text(model) == "FINISHED (completed)"

@@ -345,6 +345,26 @@ def test_runs_lists_an_interrupted_run_with_its_checkpoint(tmp_path, capsys):
                                "2"]
 
 
+def test_runs_says_why_a_run_ended_beside_its_status(tmp_path, capsys):
+    """The typed cause, not the reason's text: a run that trained nothing reads as such."""
+    path = tmp_path / "runs.db"
+    write_run(path)
+
+    async def finish():
+        store = await RunStore.open(path)
+        store.handle(started())
+        store.handle(RunFinished(time=9.0, status="completed", final_step=4,
+                                 reason="reached max_steps", cause="no_signal"))
+        await store.close()
+    asyncio.run(finish())
+    assert main(["runs", "--db", str(path)]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert row[header.index("STATUS"):].startswith("completed · trained nothing  ")
+    assert main(["runs", "--db", str(path), "--json"]) == 0
+    (record,) = json.loads(capsys.readouterr().out)["runs"]
+    assert (record["status"], record["cause"]) == ("completed", "no_signal")
+
+
 def test_export_jsonl_and_csv(tmp_path, capsys):
     path = tmp_path / "runs.db"
     write_run(path)

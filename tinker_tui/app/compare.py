@@ -18,6 +18,7 @@ from typing import Any
 
 from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.store_session import ReadOnlyControl, StoreSession
+from tinker_tui.app.view_maths import ended_text
 from tinker_tui.engine.errors import UsageError
 from tinker_tui.engine.events import (
     CheckpointDeleted,
@@ -171,7 +172,7 @@ def status_of(run: ComparedRun) -> str:
 
     model = run.model
     if model.status is not None:
-        return model.status
+        return ended_text(model.status, model.cause)
     if run.session.follow and run.session.finished is None:
         return model.state if model.state != "starting" else "starting"
     if run.run.finished() is None and not run_is_live(run.db_path, run.run.run_id):

@@ -70,6 +70,7 @@ from tinker_tui.engine.metrics.health import HealthWindow, Kind
 # --------------------------------------------------------------------------- the model
 
 
+
 class DashboardState:
     """Dashboard state folded from engine events.
 
@@ -132,6 +133,8 @@ class DashboardState:
         self.state: RunState = "starting"
         self.reason = ""
         self.status: RunStatus | None = None
+        #: Why it ended (`RunFinished.cause`): `ended_text` says it beside the status.
+        self.cause: str = ""
         self.step = 0
         self.policy_version = 0
         #: The step that made the current policy version (its weights unchanged since).
@@ -293,6 +296,7 @@ class DashboardState:
                 self._state_changed(event.time, "finished")
                 self.state = "finished"
                 self.status = event.status
+                self.cause = event.cause
                 self.reason = event.reason
                 self.step = max(self.step, event.final_step)
                 self.finished_at = event.time

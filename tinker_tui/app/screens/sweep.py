@@ -143,8 +143,9 @@ class SweepScreen(Screen[None]):
             status, step, spark, final, eta = run.status, "-", "", "-", ""
             if compared is not None:
                 model = compared.model
-                if run.status not in ("completed", "failed", "stopped", "interrupted"):
-                    status = status_of(compared)
+                if run.status not in ("completed", "failed", "stopped", "interrupted") \
+                        or model.status is not None:
+                    status = status_of(compared)  # with why it ended, once it has
                 step = f"{model.step}/{model.max_steps or '?'}"
                 rewards = [v for _, v in model.rewards]
                 spark = text_sparkline(rewards, 16, scale)
