@@ -62,7 +62,7 @@ def test_a_run_read_back_has_the_live_runs_collapse_after_a_rollback_undid_its_b
     assert replay(read_back, stored) == 1  # the automatic rollback made
     assert read_back.best_step == live.best_step == (11, 0.54)
     assert read_back.collapse == live.collapse
-    assert read_back.collapse.words() == ("collapsed at step 12 (best 0.54 at step 11); best "
+    assert read_back.collapse.words() == ("collapsed at step 12 (best 0.540 at step 11); best "
                                           "checkpoint step-000010")
     assert read_back.rollback_point() == live.rollback_point() == (10, "step-000010")
     # A resume from step 12 leaves the later steps out.

@@ -789,7 +789,7 @@ def test_model_names_a_collapse_and_a_rollback_undoes_the_later_steps():
         if step == 10:
             model.apply(CheckpointSaved(time=10.0, step=10, kind="state", name="step-000010",
                                         path="tinker://x/weights/step-000010"))
-    assert model.health() == ("collapsed", "collapsed at step 12 (best 0.54 at step 11); "
+    assert model.health() == ("collapsed", "collapsed at step 12 (best 0.540 at step 11); "
                                            "best checkpoint step-000010")
     # The health pane at 80 columns (36 × 7 inside) names the best checkpoint whole: the
     # line a rollback goes back to matters more than the staleness line it displaces.
@@ -820,3 +820,13 @@ def test_a_checkpoint_asked_for_once_written_is_the_same_row_marked():
     assert step_text(row) == "3✓" and step_text(row, best_step=3) == "3✓★"
     assert marks_legend(model.checkpoints, 3) == " · ✓ asked for ★ best"
     assert marks_legend(model.checkpoints, None) == " · ✓ asked for"
+
+
+def test_the_status_bar_says_a_run_that_ended_on_no_signal_trained_nothing():
+    from tinker_tui.app.widgets.status_bar import state_badge_text
+
+    model = DashboardState(FakeClock())
+    model.apply(RunFinished(time=1.0, status="completed", final_step=4, cause="no_signal"))
+    assert state_badge_text(model) == "FINISHED (completed · trained nothing)"
+    model.apply(RunFinished(time=2.0, status="completed", final_step=4, cause="max_steps"))
+    assert state_badge_text(model) == "FINISHED (completed)"

@@ -383,3 +383,33 @@ async def test_the_session_starts_its_engine_and_reports_what_it_said(tmp_path):
     else:
         raise AssertionError("no EngineExited")
     assert engine.process is not None and engine.exit_code() == 2
+
+
+def test_a_health_stop_after_a_rollback_quotes_one_best_in_reason_and_summary():
+    """A rollback undid the best step (0.75 at step 5): the collapse that stops the run
+    later still measures from it, so the summary names that one too, said alike, beside
+    the best of the steps the run holds."""
+    from tinker_tui.engine.events import CommandReceived, StepTrained
+
+    collector = SummaryCollector(task="example", db_path=Path("runs/tinker-tui.db"))
+
+    def step(n: int, reward: float) -> StepTrained:
+        flat = {"discarded/zero_variance": 8.0} if reward == 0.0 else {}
+        return StepTrained(time=float(n), step=n, policy_version=n, group_ids=tuple(range(8)),
+                           metrics={"reward/mean": reward, **flat})
+
+    for n, reward in enumerate([0.5, 0.5, 0.5, 0.5, 0.75, 0.3], start=1):
+        collector.handle(step(n, reward))
+    collector.handle(CommandReceived(time=6.5, command="rolled_back", source="engine", args={
+        "to_step": 4, "checkpoint": "step-000004", "value": 1e-5, "best_step": 5,
+        "best": 0.75, "best_sampled_by": 4}))
+    for n in range(5, 12):
+        collector.handle(step(n, 0.0))
+    summary = collector.summary()
+    assert summary.collapse, "the fall after the undone best is named a collapse"
+    collector.handle(RunFinished(time=20.0, status="stopped", final_step=11,
+                                 reason=f"health: {summary.collapse}", cause="collapse"))
+    lines = summary_lines(collector.summary())
+    assert "best 0.750 at step 5" in lines[0], lines[0]
+    assert lines[1] == ("  reward: final 0.000, best 0.500 at step 1 (0.750 at step 5 before "
+                        "a rollback undid it)")

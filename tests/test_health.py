@@ -35,7 +35,7 @@ def test_the_issues_curve_is_a_collapse_named_by_its_step_and_best_checkpoint():
     first = next(i for i, c in enumerate(told, start=1) if c is not None)
     assert first == 14 and sum(c is not None for c in told) == 1
     assert window.collapse is not None
-    assert window.collapse.words() == ("collapsed at step 12 (best 0.54 at step 11); best "
+    assert window.collapse.words() == ("collapsed at step 12 (best 0.540 at step 11); best "
                                        "checkpoint step-000010")
     assert window.verdict() == ("collapsed", window.collapse.words())
     assert window.rollback_point() == (10, "step-000010")
@@ -158,7 +158,7 @@ def test_a_real_fall_over_collapse_groups_groups_is_a_collapse_named_at_its_firs
             for step, reward in enumerate(curve, start=1)]
     assert [i for i, c in enumerate(told, start=1) if c is not None] == [19]
     assert window.collapse is not None
-    assert window.collapse.words() == ("collapsed at step 12 (best 0.54 at step 11); best "
+    assert window.collapse.words() == ("collapsed at step 12 (best 0.540 at step 11); best "
                                        "checkpoint step-000010")
     # At 16 groups a step 32 groups are 2 steps: the stretch is still at least 3 steps.
     wide = HealthWindow.from_settings({"collapse_groups": 32})
@@ -203,7 +203,7 @@ def test_steps_are_weighted_by_their_groups_and_the_setting_can_change():
         window.stepped(step, reward, 1.0 if reward == 0.0 else 0.0, groups=groups,
                        lowest=0.0)
     assert window.collapse is not None
-    assert window.collapse.words() == "collapsed at step 5 (best 0.9 at step 1)"
+    assert window.collapse.words() == "collapsed at step 5 (best 0.900 at step 1)"
     window.configure({"collapse_groups": 1000})
     assert window.collapse_groups == 1000
     window.stepped(7, 0.0, 1.0, groups=8)

@@ -209,7 +209,7 @@ async def test_collapse_pauses_but_convergence_does_not():
     # training.)
     for low, words in ((0.4, "no learning signal: 94% of the last 16 groups had equal "
                              "rewards below the best seen (1)"),
-                       (0.0, "collapsed at step 9 (best 0.5 at step 1)")):
+                       (0.0, "collapsed at step 9 (best 0.500 at step 1)")):
         task_ = simulated_task(reward=lambda s, low=low: (s.data % 2) if s.data < 16 else low)
         pipeline, _, _, events = make_pipeline(task=task_, max_steps=10_000, health_window=16,
                                                collapse_groups=6, checkpoint_every=0)

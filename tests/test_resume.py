@@ -25,6 +25,7 @@ from tinker_tui.engine.events import (
     CheckpointDeleted,
     CheckpointSaved,
     CheckpointStarted,
+    EvalCompleted,
     EventBus,
     GroupDiscarded,
     GroupSampled,
@@ -344,6 +345,26 @@ def test_runs_lists_an_interrupted_run_with_its_checkpoint(tmp_path, capsys):
                                "2"]
 
 
+def test_runs_says_why_a_run_ended_beside_its_status(tmp_path, capsys):
+    """The typed cause, not the reason's text: a run that trained nothing reads as such."""
+    path = tmp_path / "runs.db"
+    write_run(path)
+
+    async def finish():
+        store = await RunStore.open(path)
+        store.handle(started())
+        store.handle(RunFinished(time=9.0, status="completed", final_step=4,
+                                 reason="reached max_steps", cause="no_signal"))
+        await store.close()
+    asyncio.run(finish())
+    assert main(["runs", "--db", str(path)]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert row[header.index("STATUS"):].startswith("completed · trained nothing  ")
+    assert main(["runs", "--db", str(path), "--json"]) == 0
+    (record,) = json.loads(capsys.readouterr().out)["runs"]
+    assert (record["status"], record["cause"]) == ("completed", "no_signal")
+
+
 def test_export_jsonl_and_csv(tmp_path, capsys):
     path = tmp_path / "runs.db"
     write_run(path)
@@ -382,6 +403,42 @@ def test_export_jsonl_and_csv(tmp_path, capsys):
     assert (tmp_path / "tables" / "r1-samples.csv").exists()
     assert main(["export", "nope", "--db", str(path)]) == 2
     assert "no run 'nope'" in capsys.readouterr().err
+
+
+def test_export_lists_eval_rollouts_and_says_a_live_run_is_partial(tmp_path, capsys):
+    path = tmp_path / "runs.db"
+    write_run(path)
+
+    async def add_eval():
+        store = await RunStore.open(path)
+        store.handle(started())  # the process that wrote the rest, going on
+        store.handle(EvalCompleted(
+            time=6.5, step=2, policy_version=2, metrics={"eval/reward_mean": 0.5},
+            scenario_ids=("e0", "e1"),
+            trajectories=(TrajectorySummary(reward=1.0, policy_version=2, num_tokens=3,
+                                            messages=({"role": "user", "content": "2+2"},)),
+                          TrajectorySummary(reward=0.0, policy_version=2, num_tokens=4))))
+        await store.close()
+    asyncio.run(add_eval())
+    out = tmp_path / "out.jsonl"
+    lock = RunLock(path, "r1")  # the run's process is still alive
+    lock.acquire()
+    try:
+        assert main(["export", "r1", "--db", str(path), "-o", str(out)]) == 0
+    finally:
+        lock.release()
+    err = capsys.readouterr().err
+    assert "r1 is still running" in err and "partial" in err
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    evals = [r for r in records if r["record"] == "sample" and r["kind"] == "eval"]
+    assert [(r["scenario_id"], r["reward"], r["step"], r["group_id"]) for r in evals] \
+        == [("e0", 1.0, 2, None), ("e1", 0.0, 2, None)]
+    assert evals[0]["messages"] == [{"role": "user", "content": "2+2"}]
+    trained = [r for r in records if r["record"] == "sample" and r["kind"] == "train"]
+    assert len(trained) == 16
+    # once its process is gone the same export is not called partial
+    assert main(["export", "r1", "--db", str(path), "-o", str(out)]) == 0
+    assert "still running" not in capsys.readouterr().err
 
 
 def test_resume_refuses_what_it_cannot_do(tmp_path, capsys):

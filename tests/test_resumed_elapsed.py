@@ -63,3 +63,21 @@ def test_a_headless_resume_says_what_it_does_again():
     reporter.handle(LogEmitted(time=2.0, level="info", message="resuming run r: nothing"))
     assert reporter.out.getvalue().splitlines() == [resumed.message]
     assert "2" in resumed.message and "step-000010" in resumed.message
+
+
+def test_the_dashboard_leaves_the_down_time_out_of_elapsed():
+    """`show` and `attach` read a resumed run's events back: its first start, its steps,
+    then the resume's start an hour later (RunResumed says how long it was down)."""
+    from tinker_tui.app.dashboard_state import DashboardState
+    from tinker_tui.engine.clock import FakeClock
+
+    model = DashboardState(FakeClock())
+    for event in [*FIRST[:-1], begins(3599.5),
+                  RunResumed(time=3599.8, run_id="r", step=1, down_seconds=3599.5 - 10.0),
+                  StepTrained(time=3605.0, step=2, policy_version=2, metrics={}),
+                  RunFinished(time=3606.0, status="completed", final_step=2)]:
+        model.apply(event)
+    # 10 s to the first process's last step, then 6.5 s since the resume began
+    assert model.elapsed() == 16.5
+    assert model.step_elapsed == {1: 10.0, 2: 15.5}
+    assert model.since_start(3605.0) == "00:15"

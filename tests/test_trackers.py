@@ -557,10 +557,14 @@ def test_a_run_and_its_resume_log_every_step_to_one_wandb_run_and_to_tensorboard
              "--eval-every", "1", "--wandb", "team-charts", "--tensorboard",
              "--wandb-samples-every", "2"]
     started = time.time()
+    if importlib.util.find_spec("openai"):  # W&B advertises Weave to a process using it
+        importlib.import_module("openai")
     assert main(first) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "W&B: offline (WANDB_MODE=offline)" in out
     assert "upload with `wandb sync " in out.splitlines()[-1]  # the last word of the run
+    assert out.count("offline run saved") == 1, "our own line, once"
+    assert "wandb:" not in err, "W&B's own lines (its advertising) stay out of the output"
     assert "TensorBoard: event files in " in out
     # Resumed without the flags: a resumed run keeps its settings, W&B and TensorBoard too.
     a_later_second(started)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.store_session import ReadOnlyControl, StoreSession
+from tinker_tui.app.view_maths import ended_text
 from tinker_tui.engine.errors import UsageError
 from tinker_tui.engine.events import (
     CheckpointDeleted,
@@ -211,7 +212,7 @@ def status_of(run: ComparedRun) -> str:
 
     model = run.model
     if model.status is not None:
-        return model.status
+        return ended_text(model.status, model.cause)
     if not isinstance(run.session, StoreSession):  # its folder records no end yet
         return "running"
     if run.session.follow and run.session.finished is None:

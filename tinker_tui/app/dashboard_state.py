@@ -58,6 +58,7 @@ from tinker_tui.engine.events import (
     RunState,
     RunStateChanged,
     RunStatus,
+    SessionStarted,
     StartupProgressed,
     StepTrained,
     ThroughputMeasured,
@@ -67,6 +68,7 @@ from tinker_tui.engine.metrics.collapse_memory import fold
 from tinker_tui.engine.metrics.health import HealthWindow, Kind
 
 # --------------------------------------------------------------------------- the model
+
 
 
 class DashboardState:
@@ -120,12 +122,19 @@ class DashboardState:
         self.start_step = 0
         self.started_at: float | None = None
         self.finished_at: float | None = None
+        #: (from, to) of each time a resumed run was down between its processes (from a
+        #: RunResumed's `down_seconds`, to its process's SessionStarted): left out of
+        #: elapsed times, as the headless step lines leave it out.
+        self.down: list[tuple[float, float]] = []
+        self._session_at: float | None = None
         self.last_event_at: float | None = None
 
         # state
         self.state: RunState = "starting"
         self.reason = ""
         self.status: RunStatus | None = None
+        #: Why it ended (`RunFinished.cause`): `ended_text` says it beside the status.
+        self.cause: str = ""
         self.step = 0
         self.policy_version = 0
         #: The step that made the current policy version (its weights unchanged since).
@@ -276,12 +285,18 @@ class DashboardState:
                 self.reason = event.reason
             case LogEmitted():
                 self._log(event)
+                if isinstance(event, SessionStarted):
+                    self._session_at = event.time
                 if isinstance(event, RunResumed):  # read while following: as at a rollback
+                    back_at = self._session_at if self._session_at is not None else event.time
+                    if event.down_seconds > 0:
+                        self.down.append((back_at - event.down_seconds, back_at))
                     self._rewind(event.step)
             case RunFinished():
                 self._state_changed(event.time, "finished")
                 self.state = "finished"
                 self.status = event.status
+                self.cause = event.cause
                 self.reason = event.reason
                 self.step = max(self.step, event.final_step)
                 self.finished_at = event.time
@@ -393,7 +408,7 @@ class DashboardState:
             fold(self.health_window, event,
                  groups_per_step=int(self.config.get("groups_per_step") or 1))
         if self.started_at is not None:
-            self.step_elapsed[event.step] = max(0.0, event.time - self.started_at)
+            self.step_elapsed[event.step] = self.worked(event.time)
         total = trained_tokens_total(metrics)
         if total is None:  # a running sum of the steps' own counts
             before = self._tokens_trained
@@ -712,12 +727,22 @@ class DashboardState:
             end = self.finished_at
         else:
             end = self.now() if now is None else now
-        return max(0.0, end - self.started_at)
+        return self.worked(end)
+
+    def worked(self, time: float) -> float:
+        """Seconds from the run's start to `time`, less the time it was down (`down`)."""
+        if self.started_at is None:
+            return 0.0
+        start = self.started_at
+        down = sum(max(0.0, min(to, time) - max(since, start)) for since, to in self.down)
+        return max(0.0, time - start - down)
 
     def since_start(self, time: float) -> str:
-        """An event time as elapsed time since the run started (`MM:SS`)."""
-        base = self.started_at if self.started_at is not None else time
-        return format_elapsed(time - base)
+        """An event time as elapsed time since the run started (`MM:SS`), down time left
+        out."""
+        if self.started_at is None:
+            return format_elapsed(0.0)
+        return format_elapsed(self.worked(time))
 
     def recent_log(self, count: int, minimum: str = "debug") -> Sequence[LogLine]:
         lines = [line for line in self.log if level_at_least(line.level, minimum)]

@@ -75,6 +75,7 @@ class HeadlessReporter:
         self.health = HealthWindow()
         self._earlier: list[Event] = []  # `remember`'s, until the run says where it starts
         self._stuck_said: set[int] = set()  # groups whose stuck rollouts were warned of
+        self._finished = False  # RunFinished seen: the summary now has the last word
         self._rollout_timeout: object = None  # the run's setting, for the warning
 
     def remember(self, earlier: list[Event]) -> None:
@@ -251,6 +252,8 @@ class HeadlessReporter:
             if event.state == "paused":
                 self._print(f"  {self.paused_hint()}")
         elif isinstance(event, TrackerReported):  # where W&B / TensorBoard records go
+            if event.level == "info" and self._finished:
+                return  # a tracker's last word: the run's summary ends with it, once
             self._print(event.message if event.level == "info"
                         else f"{event.level}: {event.message}")
         elif isinstance(event, ThroughputMeasured):
@@ -261,6 +264,7 @@ class HeadlessReporter:
                     self._print(f"warning: {stuck_text(stuck)}{self._timeout_hint()}")
         elif isinstance(event, RunFinished):
             self._end_repeats()
+            self._finished = True
         elif isinstance(event, RunResumed):
             self._print(event.message)  # what the resume went back to and does again
         elif isinstance(event, LogEmitted) and event.level in ("warning", "error"):

@@ -67,6 +67,9 @@ class RunSummary:
     final_reward: float | None = None
     best_reward: float | None = None
     best_step: int | None = None
+    #: (step, reward) of a better step a rollback undid: the health check (a collapse's
+    #: reason) still measures from it, so the summary names it beside the best held.
+    undone_best: tuple[int, float] | None = None
     checkpoint: str = ""  # the last full checkpoint's name (what --resume continues from)
     checkpoint_step: int | None = None
     #: Groups discarded for the task's errors (reason "error": too few rollouts left, or
@@ -251,7 +254,12 @@ class SummaryCollector:
     def summary(self) -> RunSummary:
         collapse = self._health.collapse
         target = self._health.rollback_point()
-        return replace(self._summary, last_log=tuple(self._log),
+        s = self._summary
+        best = self._health.best_step  # what a collapse's words quote: the same value
+        if best is not None and self._health.best_undone and (
+                s.best_reward is None or best[1] > s.best_reward):
+            s = replace(s, undone_best=best)
+        return replace(s, last_log=tuple(self._log),
                        trackers=tuple(self._trackers.values()),
                        collapse=collapse.words() if collapse is not None else "",
                        rollback_to=target[1] if target else "")
@@ -304,6 +312,11 @@ def _float_or_zero(value: object) -> float:
 
 def _reward(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
+
+
+def undone_best_text(undone: tuple[int, float]) -> str:
+    """The better step a rollback undid, as a collapse's reason quotes it."""
+    return f"{_reward(undone[1])} at step {undone[0]} before a rollback undid it"
 
 
 def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
@@ -387,6 +400,8 @@ def summary_lines(summary: RunSummary, *, log_lines: bool = True) -> list[str]:
     best = ""
     if summary.best_reward is not None:
         best = f", best {_reward(summary.best_reward)} at step {summary.best_step}"
+    if summary.undone_best is not None:
+        best += f" ({undone_best_text(summary.undone_best)})"
     lines.append(f"  reward: final {_reward(summary.final_reward)}{best}")
     if summary.checkpoint:
         lines.append(f"  last checkpoint: {summary.checkpoint} (step {summary.checkpoint_step})")

@@ -36,7 +36,7 @@ async def _run_and_checkpoints(db_path: Path, run_id: str
 
 
 def export_to_tracker(args: argparse.Namespace) -> int:
-    from tinker_tui.app.export_records import METRIC_FIELDS, read_export
+    from tinker_tui.app.export_records import METRIC_FIELDS, partial_note, read_export
     from tinker_tui.engine.trackers import missing_package
     from tinker_tui.engine.trackers.tracker import RunInfo, conversation_text
 
@@ -73,6 +73,9 @@ def export_to_tracker(args: argparse.Namespace) -> int:
           f"{len(checkpoints)} checkpoints", file=sys.stderr)
     for line in finished or started:  # the last word on where the records are
         print(line, file=sys.stderr)
+    note = partial_note(args.db, run_id, metrics)
+    if note:
+        print(note, file=sys.stderr)
     return EXIT_OK
 
 

@@ -347,3 +347,16 @@ def text_sparkline(values: Sequence[float], width: int = 16,
     if span <= 1e-12:
         return SPARK_BLOCKS[3] * len(shown)
     return "".join(SPARK_BLOCKS[min(7, int((v - low) / span * 8))] for v in shown)
+
+
+#: Why a run ended, in a word or two beside its status where the status alone misleads
+#: or hides it: "completed · trained nothing", "stopped · budget" (`RunFinished.cause`).
+CAUSE_WORDS = {"no_signal": "trained nothing", "budget": "budget", "health": "health check",
+               "user": "by user", "ran_out": "scenarios ran out", "error": "error"}
+
+
+def ended_text(status: str, cause: str) -> str:
+    """A run's end as a list or a status line shows it: its status and, where it says
+    more, its cause."""
+    words = CAUSE_WORDS.get(cause)
+    return f"{status} · {words}" if words else status

@@ -354,6 +354,10 @@ class EvalCompleted(Event):
     step: int
     policy_version: int
     metrics: Mapping[str, float]
+    #: The rollouts that succeeded, in scenario order, and each one's scenario id (same
+    #: length): kept so that `export` lists an evaluation's samples beside training's.
+    trajectories: tuple[TrajectorySummary, ...] = ()
+    scenario_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

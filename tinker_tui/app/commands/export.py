@@ -4,7 +4,8 @@ samples as files (wandb and tensorboard: see `app.tracker_export`).
 Metrics: one record per step (`kind` "step") and per evaluation (`kind` "eval"), with
 `step`, `policy_version`, `time` and the metric keys as the engine names them
 (`reward/mean`, `time/step`, `discarded/stale`, ...). Samples: one record per stored
-rollout, with its group and scenario (`group_id`, `scenario_index`, `scenario_id`),
+rollout (`kind` "train") and per evaluation rollout (`kind` "eval", its `step` the step
+evaluated, no group), with its group and scenario (`group_id`, `scenario_index`, `scenario_id`),
 `sample` (its index in the group), `reward`, `policy_version`, `num_tokens`, the group's
 fate (`status` trained / discarded / unused, `step`, `reason`), its `messages` and the
 `metrics` its rollout reported (`Trajectory.from_choices(..., correct=True)`).
@@ -19,7 +20,8 @@ their default names; any other path is the file to write, except for csv with `-
 an existing file is refused rather than made a folder); `-` is standard output (one table,
 or the jsonl stream). Without `--output` the files go to the current folder. Non-finite numbers are null in jsonl and `nan` / `inf` in csv;
 messages are a JSON string in csv, and each metric a column of its own, `metrics.<name>`
-(jsonl keeps them in one `metrics` object).
+(jsonl keeps them in one `metrics` object). Exporting a run that is still running says so
+on standard error: the export is partial, up to the last step stored.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tinker_tui.app.commands.common import EXIT_OK, add_db_option, one_of, store_path
-from tinker_tui.app.export_records import METRIC_FIELDS, SAMPLE_FIELDS, read_export
+from tinker_tui.app.export_records import METRIC_FIELDS, SAMPLE_FIELDS, partial_note, read_export
 from tinker_tui.engine.errors import UsageError
 
 #: What --format and --what take.
@@ -182,4 +184,7 @@ def _export(args: argparse.Namespace) -> int:
             written.append(f"{path} ({n} rows)")
     if args.output != "-":
         print("wrote " + ", ".join(written), file=sys.stderr)
+    note = partial_note(args.db, run_id, metrics)
+    if note:
+        print(note, file=sys.stderr)
     return EXIT_OK

@@ -19,6 +19,7 @@ from typing import Any
 
 from tinker_tui.app.commands.common import EXIT_OK, add_db_option, store_path
 from tinker_tui.app.json_output import add_json_option, document, print_json
+from tinker_tui.app.view_maths import ended_text
 from tinker_tui.engine.metrics import metric_keys as keys
 
 COLUMNS = ("RUN", "NAME", "TASK", "BACKEND", "STATUS", "STEP", "REWARD", "CKPT", "STARTED",
@@ -50,6 +51,7 @@ async def read_records(db_path: Path) -> list[dict[str, Any]]:
         done = progress.get(run.run_id, {})
         status = shown_status(run.status, run_is_live(db_path, run.run_id)
                               if run.status == "running" else False, states.get(run.run_id))
+        cause = run.cause if status == run.status else ""
         step = run.final_step
         if step is None:
             step = done.get("step") or run.start_step
@@ -61,7 +63,8 @@ async def read_records(db_path: Path) -> list[dict[str, Any]]:
         records.append({
             "run_id": run.run_id, "name": run.run_name or None, "task": run.name,
             "task_spec": run.task_spec or None, "backend": run.backend,
-            "base_model": run.base_model, "status": status, "reason": run.reason or None,
+            "base_model": run.base_model, "status": status, "cause": cause or None,
+            "reason": run.reason or None,
             "step": step, "max_steps": run.max_steps or None,
             "reward": reward if isinstance(reward, int | float) and math.isfinite(reward)
             else None,
@@ -80,7 +83,7 @@ async def read_table(db_path: Path) -> list[dict[str, Any]]:
         "NAME": r["name"] or "-",
         "TASK": r["task"],
         "BACKEND": r["backend"],
-        "STATUS": r["status"],
+        "STATUS": ended_text(r["status"], r["cause"] or ""),
         "STEP": f"{r['step']}/{r['max_steps'] or '?'}",
         "REWARD": "-" if r["reward"] is None else f"{r['reward']:.3f}",
         "CKPT": "-" if r["checkpoint_step"] is None else str(r["checkpoint_step"]),

@@ -17,6 +17,7 @@ from tinker_tui.app.run_summary import (
     next_commands,
     stuck_text,
     trained_nothing_text,
+    undone_best_text,
 )
 from tinker_tui.app.screens.run_view import host
 
@@ -44,7 +45,9 @@ def finished_content(summary: RunSummary, width: int = 0) -> Content:
         rows.append(("reward", "no step trained"))
     else:
         rows.append(("reward", f"final {summary.final_reward:.3f} · best "
-                               f"{summary.best_reward:.3f} (step {summary.best_step})"))
+                               f"{summary.best_reward:.3f} (step {summary.best_step})"
+                               + (f" · {undone_best_text(summary.undone_best)}"
+                                  if summary.undone_best is not None else "")))
     if nothing := trained_nothing_text(summary):
         rows.append(("trained", nothing))
     rows.append(("checkpoint", f"{summary.checkpoint} (step {summary.checkpoint_step})"

@@ -143,8 +143,9 @@ class SweepScreen(Screen[None]):
             status, step, spark, final, eta = run.status, "-", "", "-", ""
             if compared is not None:
                 model = compared.model
-                if run.status not in ("completed", "failed", "stopped", "interrupted"):
-                    status = status_of(compared)
+                if run.status not in ("completed", "failed", "stopped", "interrupted") \
+                        or model.status is not None:
+                    status = status_of(compared)  # with why it ended, once it has
                 step = f"{model.step}/{model.max_steps or '?'}"
                 rewards = [v for _, v in model.rewards]
                 spark = text_sparkline(rewards, 16, scale)
@@ -172,10 +173,12 @@ class SweepScreen(Screen[None]):
             if best is not None:  # marked in its row too
                 rows[best][6] = f"{rows[best][6]} ★ best"
                 state += f" · best: #{rows[best][1]} ({rows[best][2]})"
-        self.query_one("#compare-title", Label).update(
-            f"Sweep {sweep.sweep_id} · {sweep.task} · {done}/{len(sweep.runs)} completed · "
-            f"{running} running · {len(failed)} failed · {sweep.parallel} at a time · "
-            f"{state}")
+        # Counts of none left out; the title wraps (to three lines) rather than cut.
+        parts = [f"Sweep {sweep.sweep_id}", sweep.task, f"{done}/{len(sweep.runs)} completed",
+                 *([f"{running} running"] if running else []),
+                 *([f"{len(failed)} failed"] if failed else []),
+                 f"{sweep.parallel} at a time", state]
+        self.query_one("#compare-title", Label).update(" · ".join(parts))
         if rows == self._rows:
             return
         table = self.query_one("#sweep-table", DataTable)

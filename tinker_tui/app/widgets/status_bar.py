@@ -11,7 +11,7 @@ from textual.containers import Horizontal
 from textual.widgets import Label
 
 from tinker_tui.app.dashboard_state import DashboardState
-from tinker_tui.app.view_maths import format_elapsed, shorten_middle
+from tinker_tui.app.view_maths import ended_text, format_elapsed, shorten_middle
 from tinker_tui.app.widgets.checkpoints import UNCHANGED_STEPS
 from tinker_tui.app.widgets.updates import set_state_class, update_static
 
@@ -26,7 +26,8 @@ def state_badge_text(model: DashboardState) -> str:
     if state == "paused":
         return f"PAUSED: {model.reason}" if model.reason else "PAUSED"
     if state == "finished":
-        return f"FINISHED ({model.status})" if model.status else "FINISHED"
+        return f"FINISHED ({ended_text(model.status, model.cause)})" if model.status \
+            else "FINISHED"
     # a graceful stop waits for the step in flight (engine.training.pipeline)
     if state == "stopping":
         return "STOPPING: finishing the step · ctrl+c again: at once"

@@ -29,7 +29,7 @@ Enough groups, not a few steps, because a task whose prompts are unequally hard 
 unlucky steps: at 4 groups a step, three steps of hard prompts (12 groups) read as a fall on
 a tool task that held, and a lucky stretch set a mark the next dips "fell" from
 (next_number's rewards swing between 0.1 and 0.45 from step to step). It is named by the
-first step of that fall and the best step before it ("collapsed at step 12 (best 0.54 at
+first step of that fall and the best step before it ("collapsed at step 12 (best 0.540 at
 step 11)"), with the checkpoint a rollback resumes from (`HealthWindow.rollback_point`). A run whose reward comes back above that level is no longer collapsed. While a fall
 below that level gathers its groups, the no-signal pause waits (`judging_a_fall`): the groups
 it counts are sampled ahead of the steps, and would otherwise call the fall "no learning
@@ -108,7 +108,8 @@ class Collapse:
     checkpoint_step: int | None = None
 
     def words(self) -> str:
-        text = f"collapsed at step {self.step} (best {self.best:.3g} at step {self.best_step})"
+        # Three decimals, as every reward a summary or a step line prints.
+        text = f"collapsed at step {self.step} (best {self.best:.3f} at step {self.best_step})"
         if self.checkpoint:
             text += f"; best checkpoint {self.checkpoint}"
         return text
@@ -289,6 +290,11 @@ class HealthWindow:
     def best_step(self) -> tuple[int, float] | None:
         """(step, mean reward) of the best step so far."""
         return None if self._best is None else (self._best.step, self._best.reward)
+
+    @property
+    def best_undone(self) -> bool:
+        """Whether a rollback undid the best step (it stays the one to beat)."""
+        return self._best is not None and self._best.undone_after is not None
 
     @property
     def best_sampled_by(self) -> int | None:

@@ -551,22 +551,39 @@ def decode_checkpoint(row: StoredRow) -> CheckpointSaved:
 
 
 # ---------------------------------------------------------------------- EvalCompleted
-# A row of `evals`, metrics as JSON.
+# A row of `evals`, metrics as JSON, its rollouts as a JSON list (each with `scenario_id`).
 
-_SQL_EVAL = "INSERT INTO evals (run_id, step, policy_version, time, metrics) VALUES (?, ?, ?, ?, ?)"
+_SQL_EVAL = ("INSERT INTO evals (run_id, step, policy_version, time, metrics, rollouts) "
+             "VALUES (?, ?, ?, ?, ?, ?)")
 
 
 def _encode_eval(rows: Rows, run_id: str, e: EvalCompleted) -> None:
     metrics = {str(k): v for k, v in dict(e.metrics).items()}
+    rollouts = [{"scenario_id": scenario_id, "reward": _float_or_none(t.reward),
+                 "policy_version": _int_or_none(t.policy_version),
+                 "num_tokens": _int_or_none(t.num_tokens), "messages": list(t.messages),
+                 "metrics": dict(t.metrics), "truncated": bool(t.truncated)}
+                for scenario_id, t in zip(e.scenario_ids, e.trajectories, strict=True)]
     rows.by_statement[_SQL_EVAL].append(
         (run_id, _int_or_none(e.step), _int_or_none(e.policy_version), _float_or_none(e.time),
-         _dumps(metrics)))
+         _dumps(metrics), _dumps(rollouts)))
 
 
 def _decode_eval(row: StoredRow) -> EvalCompleted:
-    return EvalCompleted(time=_time(row), step=int(row["step"] or 0),
-                         policy_version=int(row["policy_version"] or 0),
-                         metrics=_dict(row["metrics"]))
+    stored = _added(row, "rollouts", None)
+    rollouts = [r for r in (stored if isinstance(stored, list) else []) if isinstance(r, dict)]
+    return EvalCompleted(
+        time=_time(row), step=int(row["step"] or 0),
+        policy_version=int(row["policy_version"] or 0), metrics=_dict(row["metrics"]),
+        scenario_ids=tuple(str(r.get("scenario_id") or "") for r in rollouts),
+        trajectories=tuple(
+            TrajectorySummary(
+                reward=float("nan") if r.get("reward") is None else float(r["reward"]),
+                policy_version=int(r.get("policy_version") or 0),
+                num_tokens=int(r.get("num_tokens") or 0),
+                messages=tuple(m for m in r.get("messages") or [] if isinstance(m, dict)),
+                metrics=_metrics(r.get("metrics")), truncated=bool(r.get("truncated")))
+            for r in rollouts))
 
 
 # ---------------------------------------------------------------------- CommandReceived
@@ -932,7 +949,8 @@ TRAJECTORIES = "trajectories"
 READABLE_TABLES = (*(r.table for r in REPLAYED), TRAJECTORIES, "group_lifecycle")
 
 #: Columns that hold JSON.
-_JSON_COLUMNS = ("metrics", "messages", "args", "measured", "config", "histograms")
+_JSON_COLUMNS = ("metrics", "messages", "args", "measured", "config", "histograms",
+                 "rollouts")
 
 
 def decode_row(row: sqlite3.Row | Mapping[str, Any]) -> dict[str, Any]:

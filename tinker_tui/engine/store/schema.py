@@ -28,7 +28,7 @@ from tinker_tui.engine.store.log_lines import migrate_log_lines
 logger = logging.getLogger(__name__)
 
 #: Schema version written to `PRAGMA user_version`.
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 #: `PRAGMA application_id` of a tinker-tui run store ("ttui").
 APPLICATION_ID = 0x74747569
 
@@ -362,10 +362,16 @@ ALTER TABLE trajectories ADD COLUMN truncated INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE steps ADD COLUMN histograms TEXT NOT NULL DEFAULT '{}';
 """
 
+# Version 13 keeps an evaluation's rollouts (a JSON list, each a trajectory's summary with
+# its scenario id) so that `export` lists them beside training's samples.
+SCHEMA_V13 = """
+ALTER TABLE evals ADD COLUMN rollouts TEXT NOT NULL DEFAULT '[]';
+"""
+
 #: Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
 MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5,
                                SCHEMA_V6, SCHEMA_V7, SCHEMA_V8, SCHEMA_V9, SCHEMA_V10,
-                               SCHEMA_V11, SCHEMA_V12)
+                               SCHEMA_V11, SCHEMA_V12, SCHEMA_V13)
 #: Rows a migration converts after its SQL ran, by the version it migrates to, in the same
 #: transaction: (connection) -> None.
 DATA_MIGRATIONS: dict[int, Callable[[aiosqlite.Connection], Awaitable[None]]] = {

@@ -46,6 +46,11 @@ SETTINGS: dict[str, Any] = {
 }
 
 
+#: The part of SETTINGS that W&B reads process-wide for what it prints to the terminal.
+QUIET: dict[str, Any] = {"silent": True, "quiet": True, "show_info": False,
+                         "show_warnings": False}
+
+
 def has_api_key(environ: Mapping[str, str], default_urls: tuple[str, ...] = DEFAULT_URLS) -> bool:
     """Whether W&B credentials are configured, judged without asking W&B (which would
     prompt): WANDB_API_KEY, WANDB_IDENTITY_TOKEN_FILE, or a netrc entry for the W&B host."""
@@ -110,6 +115,10 @@ class WandbTracker:
             package_url, str) else ()))
         settings = wandb.Settings(**{k: v for k, v in SETTINGS.items()
                                      if fields is None or k in fields})
+        # W&B's terminal lines (its banner, "Detected [openai] in use", its Weave advert)
+        # follow its process-wide settings, not a run's: quiet them there, before init.
+        wandb.setup(settings=wandb.Settings(**{k: v for k, v in QUIET.items()
+                                               if fields is None or k in fields}))
         kwargs: dict[str, Any] = {}
         if not self.environ.get("WANDB_DIR"):
             self.folder.mkdir(parents=True, exist_ok=True)

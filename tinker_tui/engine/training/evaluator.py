@@ -88,7 +88,7 @@ class Evaluator:
         self.last_step = step
         client = self._client_factory()
         scenarios = list(self.task.eval_scenarios())
-        results, _ = await self.rollouts.run(self._roll_out(client, scenarios))
+        results, summaries = await self.rollouts.run(self._roll_out(client, scenarios))
         rewards = [r.reward for r in results if isinstance(r, Trajectory)]
         errors = len(results) - len(rewards)
         metrics = {keys.EVAL_REWARD_MEAN: sum(rewards) / len(rewards) if rewards else float("nan"),
@@ -96,8 +96,11 @@ class Evaluator:
                    keys.EVAL_ERRORS: float(errors)}
         metrics.update(eval_task_metrics(
             [(part_of(self.task, s)[0], r) for s, r in zip(scenarios, results, strict=True)]))
+        scenario_ids = tuple(s.id for s, r in zip(scenarios, results, strict=True)
+                             if isinstance(r, Trajectory))
         self.bus.publish(EvalCompleted(time=self.clock.now(), step=step, policy_version=version,
-                                       metrics=metrics))
+                                       metrics=metrics, trajectories=summaries,
+                                       scenario_ids=scenario_ids))
         self._log("info", f"eval at step {step}: mean reward {metrics[keys.EVAL_REWARD_MEAN]:.3f} "
                           f"over {len(rewards)} scenarios" + (f", {errors} errors" if errors else ""))
         # A request made meanwhile starts once this task is done: called from inside it,

@@ -175,8 +175,7 @@ class Pipeline:
         #: (engine.training.evaluator).
         self.evaluator = Evaluator(
             task=task, client_factory=client_factory, rollouts=self.rollouts,
-            roll_out=lambda client, scenarios: self._roll_out(client, scenarios,
-                                                              summarize=False),
+            roll_out=lambda client, scenarios: self._roll_out(client, scenarios),
             bus=bus, clock=clock, now_at=lambda: (self.step, self.policy.version),
             stopping=lambda: self._stopping)
         # Accounting and health.
@@ -637,7 +636,7 @@ class Pipeline:
         self.log(level, f"rollout of scenario {scenario.id} failed ({len(errors)}/{members}, "
                         f"{outcome}): {where}")
 
-    async def _roll_out(self, client: object, scenarios: list[Scenario], *, summarize: bool = True,
+    async def _roll_out(self, client: object, scenarios: list[Scenario], *,
                         watch: list[Any] | None = None,
                         ) -> tuple[list[Trajectory | BaseException], tuple[TrajectorySummary, ...]]:
         """Runs on the rollout loop: the rollouts of `scenarios` (one each, together) and the
@@ -656,8 +655,6 @@ class Pipeline:
                 results[i] = RolloutTimeout(
                     f"timed out after {limit:g} s (rollout_timeout) and was cancelled; "
                     f"{self._waiting_at(scenarios[i], result)}")
-        if not summarize:
-            return results, ()
         return results, tuple(self._summary(t) for t in results if isinstance(t, Trajectory))
 
     def _summary(self, trajectory: Trajectory) -> TrajectorySummary:
