@@ -33,18 +33,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tinker_tui.engine.events import LogEmitted, RunStarted  # noqa: E402
 from tinker_tui.engine.store import APPLICATION_ID, SCHEMA_VERSION, RunStore  # noqa: E402
 
-COMMAND = [shutil.which("tinker-tui") or ""] if shutil.which("tinker-tui") else \
-    [sys.executable, "-m", "tinker_tui.app.cli"]
+COMMAND = (
+    [shutil.which("tinker-tui") or ""]
+    if shutil.which("tinker-tui")
+    else [sys.executable, "-m", "tinker_tui.app.cli"]
+)
 
 
 def make_store(path: Path) -> None:
     async def go() -> None:
         store = await RunStore.open(path)
-        store.handle(RunStarted(time=1.0, run_id="r1", name="yes_no_maybe", backend="local",
-                                base_model="tiny", max_steps=2, start_step=0, config={}))
+        store.handle(
+            RunStarted(
+                time=1.0,
+                run_id="r1",
+                name="yes_no_maybe",
+                backend="local",
+                base_model="tiny",
+                max_steps=2,
+                start_step=0,
+                config={},
+            )
+        )
         for i in range(3000):
             store.handle(LogEmitted(time=2.0 + i, level="info", message="x" * 200))
         await store.close()
+
     asyncio.run(go())
 
 
@@ -54,7 +68,7 @@ def bad_stores(folder: Path) -> dict[str, Path]:
     make_store(damaged)
     data = bytearray(damaged.read_bytes())
     middle = len(data) // 2 // 4096 * 4096
-    data[middle:middle + 4096] = b"\xff" * 4096
+    data[middle : middle + 4096] = b"\xff" * 4096
     damaged.write_bytes(bytes(data))
     other = stores["other application"] = folder / "other.db"
     with sqlite3.connect(other) as conn:
@@ -94,20 +108,25 @@ def main() -> None:
         codes: dict[str, set[int]] = {"--help": set()}
         for _ in range(rounds):
             for kind, args in [("--help", ["--help"])] + [
-                    (kind, ["run", "example", "--no-ui", "--db", str(path)])
-                    for kind, path in stores.items()]:
+                (kind, ["run", "example", "--no-ui", "--db", str(path)])
+                for kind, path in stores.items()
+            ]:
                 seconds, code = time_to_exit(args, env)
                 times.setdefault(kind, []).append(seconds)
                 codes.setdefault(kind, set()).add(code)
         holder.execute("ROLLBACK")
         holder.close()
     base = statistics.median(times["--help"])
-    print(f"{'kind':<20} {'median s':>9} {'max s':>7} {'/ --help':>9}  exit codes"
-          f"   ({rounds} rounds, {' '.join(COMMAND[-1:])}, load {os.getloadavg()[0]:.1f})")
+    print(
+        f"{'kind':<20} {'median s':>9} {'max s':>7} {'/ --help':>9}  exit codes"
+        f"   ({rounds} rounds, {' '.join(COMMAND[-1:])}, load {os.getloadavg()[0]:.1f})"
+    )
     for kind, values in times.items():
         median = statistics.median(values)
-        print(f"{kind:<20} {median:9.3f} {max(values):7.3f} {median / base:9.2f}  "
-              f"{sorted(codes[kind])}")
+        print(
+            f"{kind:<20} {median:9.3f} {max(values):7.3f} {median / base:9.2f}  "
+            f"{sorted(codes[kind])}"
+        )
 
 
 if __name__ == "__main__":

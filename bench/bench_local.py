@@ -119,8 +119,9 @@ def fresh_module(base) -> torch.nn.Module:
     else:
         from transformers import AutoModelForCausalLM
 
-        module = AutoModelForCausalLM.from_pretrained(base.name, local_files_only=True,
-                                                      dtype=base.dtype)
+        module = AutoModelForCausalLM.from_pretrained(
+            base.name, local_files_only=True, dtype=base.dtype
+        )
     return module.to(base.device).eval().requires_grad_(False)
 
 
@@ -196,8 +197,9 @@ def bench_sampling(tc, prompt_ids: list[int], rounds: int) -> dict[str, float]:
     return {"local": tokens / t_local, "plain": tokens / t_plain, "ratio": t_plain / t_local}
 
 
-def training_sequences(vocab: int, shared: bool, rows: int = 32, length: int = 64
-                       ) -> list[list[int]]:
+def training_sequences(
+    vocab: int, shared: bool, rows: int = 32, length: int = 64
+) -> list[list[int]]:
     """`rows` random token sequences of `length` + 1 (seeded): all distinct from the first
     token, or in groups of 8 that share their first 40 tokens (an RL batch's shape: samples
     of one prompt)."""
@@ -236,8 +238,7 @@ def bench_training(tc, seqs: list[list[int]], rounds: int) -> dict[str, float]:
 
     def plain_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         logits = module(input_ids=x).logits.float()
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
-                               reduction="sum")
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -274,8 +275,14 @@ def bench_training(tc, seqs: list[list[int]], rounds: int) -> dict[str, float]:
     t_local, t_plain = alternate(local, on_torch_thread(textbook), rounds)
     t_local2, t_own = alternate(local, on_torch_thread(own_layers), rounds)
     tokens = rows * length
-    return {"local": tokens / t_local, "plain": tokens / t_plain, "ratio": t_plain / t_local,
-            "local2": tokens / t_local2, "own": tokens / t_own, "own_ratio": t_own / t_local2}
+    return {
+        "local": tokens / t_local,
+        "plain": tokens / t_plain,
+        "ratio": t_plain / t_local,
+        "local2": tokens / t_local2,
+        "own": tokens / t_own,
+        "own_ratio": t_own / t_local2,
+    }
 
 
 async def bench_concurrency(tc, prompt_ids: list[int], rounds: int) -> dict[str, float]:
@@ -334,8 +341,9 @@ def baseline_tree(ref: str, into: Path) -> Path:
     first on PYTHONPATH: it takes precedence over this tree's editable install)."""
     tree = into / "tree"
     tree.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True,
-                             capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
     shim = into / "shim" / "tinker_tui"
     shim.mkdir(parents=True)
@@ -387,15 +395,29 @@ def run_example(seed: int, pythonpath: Path | None = None, store: Path | None = 
     a fresh store (cold), or in `store` (where an identical warm-up may already be saved)."""
     # This checkout's code (or the baseline tree's), not whatever the environment installed:
     # the child starts in another folder.
-    env = {**os.environ, "CI": "1",
-           "PYTHONPATH": str(pythonpath or ROOT)}
+    env = {**os.environ, "CI": "1", "PYTHONPATH": str(pythonpath or ROOT)}
     with tempfile.TemporaryDirectory() as fresh:
         tmp = str(store) if store is not None else fresh
         start = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--no-ui",
-             "--seed", str(seed), "--db", f"{tmp}/run.db"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp, env=env)
+            [
+                sys.executable,
+                "-m",
+                "tinker_tui.app.cli",
+                "run",
+                "example",
+                "--no-ui",
+                "--seed",
+                str(seed),
+                "--db",
+                f"{tmp}/run.db",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp,
+            env=env,
+        )
         assert proc.stdout is not None
         peak = PeakRSS(proc.pid)
         steps: list[tuple[int, float, float]] = []
@@ -423,12 +445,17 @@ def run_example(seed: int, pythonpath: Path | None = None, store: Path | None = 
 
 def describe(tag: str, seed: int, e: dict) -> str:
     curve = " ".join(f"{r:.2f}" for r in e["rewards"][:12])
-    first = ("never" if e["first_ge_0.9_s"] is None
-             else f"step {e['first_ge_0.9_step']} at {e['first_ge_0.9_s']:.1f} s")
+    first = (
+        "never"
+        if e["first_ge_0.9_s"] is None
+        else f"step {e['first_ge_0.9_step']} at {e['first_ge_0.9_s']:.1f} s"
+    )
     step1 = "-" if e["step1_s"] is None else f"{e['step1_s']:.1f} s"
-    return (f"  {tag:9} seed {seed}: exit {e['exit_code']}, reward >= 0.9: {first}, "
-            f"step 1 at {step1}, {e['steps']} steps in {e['total_s']:.1f} s, "
-            f"peak RSS {e['peak_rss_mb']:.0f} MB; rewards {curve} ...")
+    return (
+        f"  {tag:9} seed {seed}: exit {e['exit_code']}, reward >= 0.9: {first}, "
+        f"step 1 at {step1}, {e['steps']} steps in {e['total_s']:.1f} s, "
+        f"peak RSS {e['peak_rss_mb']:.0f} MB; rewards {curve} ..."
+    )
 
 
 def bench_example(seeds: list[int], baseline: str | None) -> None:
@@ -458,14 +485,20 @@ def bench_example(seeds: list[int], baseline: str | None) -> None:
 
     for tag in [t for t, _ in trees] + ["warm"]:
         first, peak = med(tag, "first_ge_0.9_s"), med(tag, "peak_rss_mb")
-        print(f"example {tag}: median first step >= 0.9 at "
-              f"{'never' if first is None else f'{first:.1f} s'} from the command (goal <= 10), "
-              f"step 1 at {med(tag, 'step1_s'):.1f} s, total {med(tag, 'total_s'):.1f} s, "
-              f"peak RSS {peak:.0f} MB (goal <= 400)", flush=True)
+        print(
+            f"example {tag}: median first step >= 0.9 at "
+            f"{'never' if first is None else f'{first:.1f} s'} from the command (goal <= 10), "
+            f"step 1 at {med(tag, 'step1_s'):.1f} s, total {med(tag, 'total_s'):.1f} s, "
+            f"peak RSS {peak:.0f} MB (goal <= 400)",
+            flush=True,
+        )
     if baseline:
         a, b = "candidate", trees[0][0]
-        for key, what in (("first_ge_0.9_s", "time to reward >= 0.9"),
-                          ("step1_s", "time to step 1"), ("peak_rss_mb", "peak RSS")):
+        for key, what in (
+            ("first_ge_0.9_s", "time to reward >= 0.9"),
+            ("step1_s", "time to step 1"),
+            ("peak_rss_mb", "peak RSS"),
+        ):
             x, y = med(a, key), med(b, key)
             if x and y:
                 print(f"example {what}: candidate / {b} = {x / y:.2f}", flush=True)
@@ -489,18 +522,42 @@ def run_curve(name: str, seed: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         launched = time.time()
         proc = subprocess.run(
-            [sys.executable, "-m", "tinker_tui.app.cli", "run", name, "--no-ui", "--seed",
-             str(seed), "--db", f"{tmp}/run.db"],
-            capture_output=True, text=True, cwd=tmp,
-            env={**os.environ, "CI": "1", "PYTHONPATH": str(ROOT)})
+            [
+                sys.executable,
+                "-m",
+                "tinker_tui.app.cli",
+                "run",
+                name,
+                "--no-ui",
+                "--seed",
+                str(seed),
+                "--db",
+                f"{tmp}/run.db",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp,
+            env={**os.environ, "CI": "1", "PYTHONPATH": str(ROOT)},
+        )
         total = time.time() - launched
-        events = [json.loads(line) for path in Path(tmp).glob("*.metrics.jsonl")
-                  for line in path.read_text().splitlines()]
-    steps = [(e["step"], e["time"] - launched, e["reward/mean"]) for e in events
-             if e["event"] == "step" and e.get("reward/mean") is not None]
+        events = [
+            json.loads(line)
+            for path in Path(tmp).glob("*.metrics.jsonl")
+            for line in path.read_text().splitlines()
+        ]
+    steps = [
+        (e["step"], e["time"] - launched, e["reward/mean"])
+        for e in events
+        if e["event"] == "step" and e.get("reward/mean") is not None
+    ]
     evals = [(e["step"], e["eval/reward_mean"]) for e in events if e["event"] == "eval"]
-    return {"exit_code": proc.returncode, "steps": steps, "evals": evals, "total_s": total,
-            "stderr": proc.stderr[-500:]}
+    return {
+        "exit_code": proc.returncode,
+        "steps": steps,
+        "evals": evals,
+        "total_s": total,
+        "stderr": proc.stderr[-500:],
+    }
 
 
 def describe_curve(name: str, seed: int, c: dict) -> str:
@@ -512,14 +569,27 @@ def describe_curve(name: str, seed: int, c: dict) -> str:
     parts = [f"first step {rewards[0]:.2f} at {steps[0][1]:.0f} s"]
     if bar is not None:
         threshold = bar(rewards[0]) if callable(bar) else bar
-        hit = next((i for i in range(len(rewards))
-                    if i + 1 >= k and sum(rewards[i + 1 - k : i + 1]) / k >= threshold), None)
-        parts.append(f"{k}-step mean >= {threshold:.2f}: " + (
-            "never" if hit is None else f"{steps[hit][1]:.0f} s (step {steps[hit][0]})"))
+        hit = next(
+            (
+                i
+                for i in range(len(rewards))
+                if i + 1 >= k and sum(rewards[i + 1 - k : i + 1]) / k >= threshold
+            ),
+            None,
+        )
+        parts.append(
+            f"{k}-step mean >= {threshold:.2f}: "
+            + ("never" if hit is None else f"{steps[hit][1]:.0f} s (step {steps[hit][0]})")
+        )
     for t in times:
         window = [r for _, s_, r in steps if s_ <= t][-k:]
-        value = ("(done)" if c["total_s"] < t else "(no step yet)" if not window
-                 else f"{sum(window) / len(window):.2f}")
+        value = (
+            "(done)"
+            if c["total_s"] < t
+            else "(no step yet)"
+            if not window
+            else f"{sum(window) / len(window):.2f}"
+        )
         parts.append(f"{k}-step mean at {t} s: {value}")
     parts.append(f"end {rewards[-1]:.2f} at {steps[-1][1]:.0f} s (step {steps[-1][0]})")
     parts.append("evals " + ", ".join(f"{s_}: {v:.2f}" for s_, v in c["evals"]))
@@ -530,23 +600,29 @@ def bench_curves(names: list[str], seeds: list[int]) -> None:
     for name in names:
         print(f"{name} ({load()}):", flush=True)
         for seed in seeds:
-            print(describe_curve(name, seed, run_curve(name, seed)) + f"  [{load()}]",
-                  flush=True)
+            print(describe_curve(name, seed, run_curve(name, seed)) + f"  [{load()}]", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_BASE_MODEL)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--example-seeds", default="0,1,2",
-                        help="seeds of the example runs (comma-separated)")
-    parser.add_argument("--baseline", metavar="REF",
-                        help="also run the example with the code of this git commit, alternating")
+    parser.add_argument(
+        "--example-seeds", default="0,1,2", help="seeds of the example runs (comma-separated)"
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also run the example with the code of this git commit, alternating",
+    )
     parser.add_argument("--skip-example", action="store_true")
     parser.add_argument("--only-example", action="store_true")
-    parser.add_argument("--curves", metavar="NAMES",
-                        help="only: the learning curves of these examples (comma-separated, "
-                             "e.g. example,binary_prefix_tool,next_number), per seed")
+    parser.add_argument(
+        "--curves",
+        metavar="NAMES",
+        help="only: the learning curves of these examples (comma-separated, "
+        "e.g. example,binary_prefix_tool,next_number), per seed",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"bench_local ({load()}, {os.cpu_count()} cpus)", flush=True)
@@ -565,27 +641,40 @@ def main() -> None:
             print(f"model {args.model} on {tc.base.device}, LoRA rank 32", flush=True)
 
             s = bench_sampling(tc, prompt_ids, args.rounds)
-            print(f"sampling  tokens/s: local {s['local']:9.0f}  plain {s['plain']:9.0f}  "
-                  f"ratio {s['ratio']:.2f}x  [{load()}]", flush=True)
-            for shared, what in ((False, "32 distinct sequences x 64 tokens"),
-                                 (True, "4 groups of 8 sharing 40 of 64 tokens, packed")):
-                t = bench_training(tc, training_sequences(tc.base.vocab_size, shared),
-                                   args.rounds)
+            print(
+                f"sampling  tokens/s: local {s['local']:9.0f}  plain {s['plain']:9.0f}  "
+                f"ratio {s['ratio']:.2f}x  [{load()}]",
+                flush=True,
+            )
+            for shared, what in (
+                (False, "32 distinct sequences x 64 tokens"),
+                (True, "4 groups of 8 sharing 40 of 64 tokens, packed"),
+            ):
+                t = bench_training(tc, training_sequences(tc.base.vocab_size, shared), args.rounds)
                 goal = "" if shared else " (goal >= 1.0)"
-                print(f"training, {what}:\n"
-                      f"  tokens/s: local {t['local']:9.0f}  plain (textbook LoRA) "
-                      f"{t['plain']:9.0f}  ratio {t['ratio']:.2f}x{goal}\n"
-                      f"  tokens/s: local {t['local2']:9.0f}  plain loop through the backend's "
-                      f"own LoRA layers {t['own']:9.0f}  ratio {t['own_ratio']:.2f}x  "
-                      f"[{load()}]", flush=True)
+                print(
+                    f"training, {what}:\n"
+                    f"  tokens/s: local {t['local']:9.0f}  plain (textbook LoRA) "
+                    f"{t['plain']:9.0f}  ratio {t['ratio']:.2f}x{goal}\n"
+                    f"  tokens/s: local {t['local2']:9.0f}  plain loop through the backend's "
+                    f"own LoRA layers {t['own']:9.0f}  ratio {t['own_ratio']:.2f}x  "
+                    f"[{load()}]",
+                    flush=True,
+                )
             c = asyncio.run(bench_concurrency(tc, prompt_ids, args.rounds))
-            print(f"32 sample calls: concurrent {c['concurrent_s']:.3f}s  serial "
-                  f"{c['serial_s']:.3f}s  batched speedup {c['speedup']:.1f}x", flush=True)
+            print(
+                f"32 sample calls: concurrent {c['concurrent_s']:.3f}s  serial "
+                f"{c['serial_s']:.3f}s  batched speedup {c['speedup']:.1f}x",
+                flush=True,
+            )
             m = bench_snapshot_memory(service, args.model, prompt_ids)
             (rss30, live30), (rss150, live150) = m[30], m[150]
-            print(f"snapshots: RSS {rss30:.0f} MB at step 30, {rss150:.0f} MB at step 150 "
-                  f"(growth {rss150 - rss30:+.1f} MB); live sampling clients {live30} -> "
-                  f"{live150}", flush=True)
+            print(
+                f"snapshots: RSS {rss30:.0f} MB at step 30, {rss150:.0f} MB at step 150 "
+                f"(growth {rss150 - rss30:+.1f} MB); live sampling clients {live30} -> "
+                f"{live150}",
+                flush=True,
+            )
     if not args.skip_example:
         bench_example(seeds, args.baseline)
 

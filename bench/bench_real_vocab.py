@@ -67,21 +67,25 @@ def batch(tokenizer, answer_tokens: int):
     rng = np.random.default_rng(0)
     data, shapes = [], []
     for question in QUESTIONS[:GROUPS]:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": question}],
-                                             add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
+        )
         prompt = tokenizer.encode(text, add_special_tokens=False)
         for _ in range(ANSWERS):
             answer = rng.integers(0, 151643, answer_tokens).tolist()
             tokens = prompt + answer
             n = len(tokens) - 1
             trained = [0.0] * (len(prompt) - 1) + [1.0] * answer_tokens
-            data.append(tinker.Datum(
-                model_input=tinker.ModelInput.from_ints(tokens[:-1]),
-                loss_fn_inputs={
-                    "target_tokens": tokens[1:],
-                    "logprobs": (-12.0 - rng.random(n)).tolist(),
-                    "advantages": [w * float(rng.normal()) for w in trained],
-                }))
+            data.append(
+                tinker.Datum(
+                    model_input=tinker.ModelInput.from_ints(tokens[:-1]),
+                    loss_fn_inputs={
+                        "target_tokens": tokens[1:],
+                        "logprobs": (-12.0 - rng.random(n)).tolist(),
+                        "advantages": [w * float(rng.normal()) for w in trained],
+                    },
+                )
+            )
             shapes.append((tokens, len(prompt)))
     return data, shapes
 
@@ -126,14 +130,21 @@ def plain_loop(tc, shapes, chunk: int):
         return -(torch.exp(lp - old) * adv).sum()
 
     def step() -> None:
-        hidden = module.model(input_ids=ids).last_hidden_state.reshape(-1, base.module.config
-                                                                       .hidden_size)
+        hidden = module.model(input_ids=ids).last_hidden_state.reshape(
+            -1, base.module.config.hidden_size
+        )
         picked = hidden.index_select(0, rows_t)
         loss = torch.zeros(())
         for lo in range(0, len(rows), chunk):
             sl = slice(lo, lo + chunk)
-            loss = loss + checkpoint(chunk_loss, picked[sl], targets_t[sl], sampling[sl],
-                                     advantages[sl], use_reentrant=False)
+            loss = loss + checkpoint(
+                chunk_loss,
+                picked[sl],
+                targets_t[sl],
+                sampling[sl],
+                advantages[sl],
+                use_reentrant=False,
+            )
         for p in params:
             p.grad = None
         loss.backward()
@@ -161,8 +172,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--answer-tokens", type=int, default=160)
-    parser.add_argument("--plain-chunk", type=int, default=128,
-                        help="rows per chunk of the plain loop's loss")
+    parser.add_argument(
+        "--plain-chunk", type=int, default=128, help="rows per chunk of the plain loop's loss"
+    )
     parser.add_argument("--case", help=argparse.SUPPRESS)  # child process: one case's RSS
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -184,9 +196,12 @@ def main() -> None:
         data, shapes = batch(tc.get_tokenizer(), args.answer_tokens)
         trained = GROUPS * ANSWERS * args.answer_tokens
         positions = sum(len(t) - 1 for t, _ in shapes)
-        print(f"fixture Qwen3 (vocab {tc.base.vocab_size}), LoRA rank {RANK}: {GROUPS} groups x "
-              f"{ANSWERS} answers of {args.answer_tokens} tokens, {trained} trained tokens of "
-              f"{positions} positions", flush=True)
+        print(
+            f"fixture Qwen3 (vocab {tc.base.vocab_size}), LoRA rank {RANK}: {GROUPS} groups x "
+            f"{ANSWERS} answers of {args.answer_tokens} tokens, {trained} trained tokens of "
+            f"{positions} positions",
+            flush=True,
+        )
         plain = plain_loop(tc, shapes, args.plain_chunk)
 
         def local() -> None:
@@ -206,26 +221,47 @@ def main() -> None:
                 cpu[name].append(time.process_time() - start_cpu)
         t_local = statistics.median(times["local"])
         t_plain = statistics.median(times["plain"])
-        print(f"forward_backward trained tokens/s: local {trained / t_local:7.0f} (goal >= 500)"
-              f"  plain chunked loop ({args.plain_chunk} rows a chunk) {trained / t_plain:7.0f}"
-              f"  ratio {t_plain / t_local:.2f}x (goal >= 1.0)  [{load()}]", flush=True)
+        print(
+            f"forward_backward trained tokens/s: local {trained / t_local:7.0f} (goal >= 500)"
+            f"  plain chunked loop ({args.plain_chunk} rows a chunk) {trained / t_plain:7.0f}"
+            f"  ratio {t_plain / t_local:.2f}x (goal >= 1.0)  [{load()}]",
+            flush=True,
+        )
         # The work runs on one thread while the caller waits: the process's CPU time is that
         # thread's, which a loaded machine inflates far less than the wall clock.
         c_local, c_plain = statistics.median(cpu["local"]), statistics.median(cpu["plain"])
-        print(f"  per CPU second: local {trained / c_local:7.0f}  plain {trained / c_plain:7.0f}"
-              f"  ratio {c_plain / c_local:.2f}x", flush=True)
+        print(
+            f"  per CPU second: local {trained / c_local:7.0f}  plain {trained / c_plain:7.0f}"
+            f"  ratio {c_plain / c_local:.2f}x",
+            flush=True,
+        )
 
         peaks = {}
         for case in ("load", "local", "plain"):
             done = subprocess.run(
-                [sys.executable, __file__, "--case", case, "--folder", folder,
-                 "--answer-tokens", str(args.answer_tokens),
-                 "--plain-chunk", str(args.plain_chunk)],
-                capture_output=True, text=True, check=True)
+                [
+                    sys.executable,
+                    __file__,
+                    "--case",
+                    case,
+                    "--folder",
+                    folder,
+                    "--answer-tokens",
+                    str(args.answer_tokens),
+                    "--plain-chunk",
+                    str(args.plain_chunk),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             peaks[case] = float(done.stdout.split()[-1])
-        print(f"peak RSS (VmHWM, a process per case, 3 steps): local {peaks['local']:.0f} MB "
-              f"(goal <= 1024)  plain chunked loop {peaks['plain']:.0f} MB  model loaded, "
-              f"no step {peaks['load']:.0f} MB  [{load()}]", flush=True)
+        print(
+            f"peak RSS (VmHWM, a process per case, 3 steps): local {peaks['local']:.0f} MB "
+            f"(goal <= 1024)  plain chunked loop {peaks['plain']:.0f} MB  model loaded, "
+            f"no step {peaks['load']:.0f} MB  [{load()}]",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

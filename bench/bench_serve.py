@@ -50,9 +50,15 @@ def time_to_terminal_frame(db_path: Path, env: dict[str, str], cwd: Path) -> flo
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     started = time.perf_counter()
-    proc = subprocess.Popen([*COMMAND, "show", "--db", str(db_path)], stdin=follower,
-                            stdout=follower, stderr=follower, env=env, cwd=cwd,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [*COMMAND, "show", "--db", str(db_path)],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
     os.close(follower)
     seen = b""
     try:
@@ -72,8 +78,12 @@ async def time_to_page_frame(browser, url: str) -> tuple[float, float]:
     """Seconds from `goto` to the first frame, and to the reward pane with data."""
     page = await browser.new_page(viewport={"width": 1280, "height": 800})
     frames: list[bytes] = []
-    page.on("websocket", lambda ws: ws.on(
-        "framereceived", lambda p: frames.append(p if isinstance(p, bytes) else p.encode())))
+    page.on(
+        "websocket",
+        lambda ws: ws.on(
+            "framereceived", lambda p: frames.append(p if isinstance(p, bytes) else p.encode())
+        ),
+    )
     started = time.perf_counter()
     await page.goto(url)
     await page.wait_for_selector("body.-first-byte", state="attached", timeout=120_000)
@@ -104,9 +114,14 @@ async def main() -> None:
         env = environment(cwd)
         db_path = cwd / "runs.db"
         await LiveFakeSession(str(db_path), step_seconds=0.0, max_steps=50).run()
-        serve = subprocess.Popen([*COMMAND, "serve", "--db", str(db_path), "--port", "0"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                 env=env, cwd=cwd)
+        serve = subprocess.Popen(
+            [*COMMAND, "serve", "--db", str(db_path), "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=cwd,
+        )
         assert serve.stdout is not None
         match = re.search(r"at (http://\S+)$", serve.stdout.readline().strip())
         assert match, "serve printed no address"
@@ -119,8 +134,9 @@ async def main() -> None:
                 browser = await playwright.chromium.launch(executable_path=chromium)
                 await time_to_page_frame(browser, url)  # warm: the browser's own start-up
                 for _ in range(args.rounds):
-                    terminal.append(await asyncio.to_thread(time_to_terminal_frame, db_path,
-                                                            env, cwd))
+                    terminal.append(
+                        await asyncio.to_thread(time_to_terminal_frame, db_path, env, cwd)
+                    )
                     page_first, page_reward = await time_to_page_frame(browser, url)
                     first.append(page_first)
                     reward.append(page_reward)
@@ -130,8 +146,7 @@ async def main() -> None:
             serve.wait(timeout=30)
 
     def line(name: str, values: list[float]) -> str:
-        return (f"{name:<34} median {statistics.median(values):6.2f}s  "
-                f"min {min(values):6.2f}s")
+        return f"{name:<34} median {statistics.median(values):6.2f}s  min {min(values):6.2f}s"
 
     print(f"{args.rounds} rounds, load average {os.getloadavg()[0]:.1f}")
     print(line("terminal: show, first frame", terminal))

@@ -61,10 +61,17 @@ class InstantSamplingClient:
         from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
 
         tinker = self._tinker
-        response = tinker.SampleResponse(sequences=[
-            tinker.SampledSequence(stop_reason="stop", sequence_id=f"s{i}",
-                                   tokens_np=self._tokens, logprobs_np=self._logprobs)
-            for i in range(num_samples)])
+        response = tinker.SampleResponse(
+            sequences=[
+                tinker.SampledSequence(
+                    stop_reason="stop",
+                    sequence_id=f"s{i}",
+                    tokens_np=self._tokens,
+                    logprobs_np=self._logprobs,
+                )
+                for i in range(num_samples)
+            ]
+        )
         future: Future[Any] = Future()
         future.set_result(response)
         return AwaitableConcurrentFuture(future)
@@ -74,8 +81,11 @@ async def make_policy(checkpoint_dir: str) -> Any:
     from tinker_tui.engine.backend.session import BackendSession
     from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
 
-    policy = BackendSession(LocalServiceClient(checkpoint_dir=checkpoint_dir),
-                    base_model=DEFAULT_BASE_MODEL, sampler_checkpoint_every=0)
+    policy = BackendSession(
+        LocalServiceClient(checkpoint_dir=checkpoint_dir),
+        base_model=DEFAULT_BASE_MODEL,
+        sampler_checkpoint_every=0,
+    )
     await policy.start()
     policy.sampling_client = InstantSamplingClient(policy.tokenizer.encode(COMPLETION))
     return policy
@@ -133,7 +143,8 @@ class RawClient:
         self.request = (
             f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
             f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
@@ -198,8 +209,9 @@ async def sequential(client_post: Any, n: int) -> list[float]:
     return latencies
 
 
-async def throughput(make_post: Any, concurrency: int, seconds: float,
-                     server_pid: int | None = None) -> tuple[float, float | None]:
+async def throughput(
+    make_post: Any, concurrency: int, seconds: float, server_pid: int | None = None
+) -> tuple[float, float | None]:
     """Requests per second, and the server's CPU seconds per request (None if unknown)."""
     posts = [make_post() for _ in range(concurrency)]
     for post in posts:  # open the connections first
@@ -218,13 +230,17 @@ async def throughput(make_post: Any, concurrency: int, seconds: float,
     await asyncio.gather(*(worker(p) for p in posts))
     elapsed = time.perf_counter() - started
     cpu_after = process_cpu_seconds(server_pid) if server_pid else None
-    cpu = (cpu_after - cpu_before) / done if cpu_before is not None and cpu_after is not None \
+    cpu = (
+        (cpu_after - cpu_before) / done
+        if cpu_before is not None and cpu_after is not None
         else None
+    )
     return done / elapsed, cpu
 
 
-async def measure(port: int, token: str, args: argparse.Namespace,
-                  checkpoint_dir: str, server_pid: int) -> dict[str, Any]:
+async def measure(
+    port: int, token: str, args: argparse.Namespace, checkpoint_dir: str, server_pid: int
+) -> dict[str, Any]:
     import openai
 
     body = json.dumps({"model": "policy", "messages": MESSAGES}).encode()
@@ -240,13 +256,11 @@ async def measure(port: int, token: str, args: argparse.Namespace,
         clients.append(RawClient(port, token, body))
         return clients[-1].post
 
-    raw_rps, server_cpu = await throughput(make_raw, args.concurrency, args.seconds,
-                                           server_pid)
+    raw_rps, server_cpu = await throughput(make_raw, args.concurrency, args.seconds, server_pid)
     for c in clients:
         c.close()
 
-    oa = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=token,
-                            max_retries=0)
+    oa = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=token, max_retries=0)
 
     async def oa_post() -> Any:
         return await oa.chat.completions.create(model="policy", messages=MESSAGES)
@@ -257,11 +271,15 @@ async def measure(port: int, token: str, args: argparse.Namespace,
     oa_rps, _ = await throughput(lambda: oa_post, args.concurrency, args.seconds)
     await oa.close()
     return {
-        "direct_p50": statistics.median(direct), "direct_p99": percentile(direct, 0.99),
+        "direct_p50": statistics.median(direct),
+        "direct_p99": percentile(direct, 0.99),
         "bare_p50": statistics.median(bare),
-        "raw_p50": statistics.median(raw_lat), "raw_p99": percentile(raw_lat, 0.99),
-        "raw_rps": raw_rps, "server_cpu": server_cpu,
-        "openai_p50": statistics.median(oa_lat), "openai_p99": percentile(oa_lat, 0.99),
+        "raw_p50": statistics.median(raw_lat),
+        "raw_p99": percentile(raw_lat, 0.99),
+        "raw_rps": raw_rps,
+        "server_cpu": server_cpu,
+        "openai_p50": statistics.median(oa_lat),
+        "openai_p99": percentile(oa_lat, 0.99),
         "openai_rps": oa_rps,
     }
 
@@ -282,14 +300,16 @@ async def refuse_large(client: Any) -> tuple[float, int]:
     return time.monotonic() - started, status
 
 
-async def large_prompt_other_process(port: int, token: str, conn: Any,
-                                     tries: int) -> list[tuple[float, int, float]]:
+async def large_prompt_other_process(
+    port: int, token: str, conn: Any, tries: int
+) -> list[tuple[float, int, float]]:
     """(seconds, status, the server loop's largest stall meanwhile) per try: the client in
     this process, the server in the child."""
     import openai
 
-    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=token,
-                                max_retries=0)
+    client = openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{port}/v1", api_key=token, max_retries=0
+    )
     await client.chat.completions.create(model="policy", messages=MESSAGES)
     results = []
     for _ in range(tries):
@@ -302,8 +322,9 @@ async def large_prompt_other_process(port: int, token: str, conn: Any,
     return results
 
 
-async def large_prompt_same_loop(checkpoint_dir: str,
-                                 tries: int) -> tuple[list[tuple[float, int, float]], float]:
+async def large_prompt_same_loop(
+    checkpoint_dir: str, tries: int
+) -> tuple[list[tuple[float, int, float]], float]:
     """The same with server, client and ticker on one loop; also the largest stall over a
     second of small requests, for comparison."""
     from tinker_tui.engine.sampling_defaults import SamplingDefaults
@@ -343,8 +364,11 @@ async def abandoned_requests(checkpoint_dir: str) -> dict[str, float]:
     from tinker_tui.engine.sampling_defaults import SamplingDefaults
     from tinker_tui.engine.server import PolicyServer
 
-    policy = BackendSession(LocalServiceClient(checkpoint_dir=checkpoint_dir),
-                    base_model=DEFAULT_BASE_MODEL, sampler_checkpoint_every=0)
+    policy = BackendSession(
+        LocalServiceClient(checkpoint_dir=checkpoint_dir),
+        base_model=DEFAULT_BASE_MODEL,
+        sampler_checkpoint_every=0,
+    )
     await policy.start()
     futures: list[Any] = []
     real = policy.sampling_client
@@ -361,8 +385,9 @@ async def abandoned_requests(checkpoint_dir: str) -> dict[str, float]:
     server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults())
     await server.start()
     client = server.client()
-    impatient = openai.AsyncOpenAI(base_url=server.base_url, api_key=server.token,
-                                   max_retries=0, timeout=0.2)
+    impatient = openai.AsyncOpenAI(
+        base_url=server.base_url, api_key=server.token, max_retries=0, timeout=0.2
+    )
 
     async def timed() -> float:
         started = time.monotonic()
@@ -371,8 +396,9 @@ async def abandoned_requests(checkpoint_dir: str) -> dict[str, float]:
 
     async def abandon() -> None:
         with contextlib.suppress(openai.APITimeoutError):
-            await impatient.chat.completions.create(model="policy", messages=MESSAGES, n=128,
-                                                    max_tokens=64)
+            await impatient.chat.completions.create(
+                model="policy", messages=MESSAGES, n=128, max_tokens=64
+            )
 
     try:
         for _ in range(3):
@@ -390,32 +416,43 @@ async def abandoned_requests(checkpoint_dir: str) -> dict[str, float]:
     return {"idle": idle, "after": after, "cancelled": cancelled, "abandoned": len(abandoned)}
 
 
-def report_large_prompt(other: list[tuple[float, int, float]],
-                        same: list[tuple[float, int, float]], small: float) -> None:
+def report_large_prompt(
+    other: list[tuple[float, int, float]], same: list[tuple[float, int, float]], small: float
+) -> None:
     ms = 1000.0
-    print(f"1,000,000-character prompt, {len(other)} tries each (goals: refused within 1 s, "
-          f"no loop stall over 50 ms):")
-    for title, results in (("client in another process", other),
-                           ("client on the server's loop", same)):
+    print(
+        f"1,000,000-character prompt, {len(other)} tries each (goals: refused within 1 s, "
+        f"no loop stall over 50 ms):"
+    )
+    for title, results in (
+        ("client in another process", other),
+        ("client on the server's loop", same),
+    ):
         statuses = sorted({status for _, status, _ in results})
-        print(f"  {title}: status {statuses}, answered in at most "
-              f"{max(s for s, _, _ in results) * ms:.0f} ms, server loop's largest stall "
-              f"{max(lag for _, _, lag in results) * ms:.1f} ms")
+        print(
+            f"  {title}: status {statuses}, answered in at most "
+            f"{max(s for s, _, _ in results) * ms:.0f} ms, server loop's largest stall "
+            f"{max(lag for _, _, lag in results) * ms:.1f} ms"
+        )
     print(f"  (the same loop's largest stall over 1 s of small requests: {small * ms:.1f} ms)")
 
 
 def report_abandoned(r: dict[str, float]) -> None:
-    print(f"10 abandoned n=128 requests (client timeout 0.2 s), real local sampler: "
-          f"{r['cancelled']:.0f} of {r['abandoned']:.0f} cancelled before they ran; the next "
-          f"request took {r['after'] * 1000:.0f} ms (idle: {r['idle'] * 1000:.0f} ms)")
+    print(
+        f"10 abandoned n=128 requests (client timeout 0.2 s), real local sampler: "
+        f"{r['cancelled']:.0f} of {r['abandoned']:.0f} cancelled before they ran; the next "
+        f"request took {r['after'] * 1000:.0f} ms (idle: {r['idle'] * 1000:.0f} ms)"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=2000,
-                        help="sequential requests for the latency figures")
-    parser.add_argument("--seconds", type=float, default=5.0,
-                        help="duration of each throughput run")
+    parser.add_argument(
+        "--requests", type=int, default=2000, help="sequential requests for the latency figures"
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=5.0, help="duration of each throughput run"
+    )
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--only", choices=("overhead", "large-prompt", "abandoned"))
     args = parser.parse_args()
@@ -433,8 +470,9 @@ def main() -> None:
             port, token = parent.recv()
             try:
                 if args.only in (None, "overhead"):
-                    report_overhead(asyncio.run(measure(port, token, args, checkpoint_dir,
-                                                        process.pid)), args)
+                    report_overhead(
+                        asyncio.run(measure(port, token, args, checkpoint_dir, process.pid)), args
+                    )
                 if args.only in (None, "large-prompt"):
                     other = asyncio.run(large_prompt_other_process(port, token, parent, 5))
             finally:
@@ -449,22 +487,34 @@ def main() -> None:
 
 def report_overhead(r: dict[str, Any], args: argparse.Namespace) -> None:
     ms = 1000.0
-    print(f"requests: {args.requests} sequential, {args.concurrency} concurrent for "
-          f"{args.seconds:g} s")
-    print(f"direct sampling call (BackendSession.sample, instant sampler): p50 {r['direct_p50'] * ms:.3f} ms"
-          f"  p99 {r['direct_p99'] * ms:.3f} ms   (bare client call p50 "
-          f"{r['bare_p50'] * ms:.3f} ms)")
-    print(f"through the server, minimal HTTP client:  round trip p50 {r['raw_p50'] * ms:.3f} ms"
-          f"  p99 {r['raw_p99'] * ms:.3f} ms")
-    print(f"  added by the server:  p50 {(r['raw_p50'] - r['direct_p50']) * ms:.3f} ms"
-          f"  p99 {(r['raw_p99'] - r['direct_p50']) * ms:.3f} ms   (goal: p50 <= 2 ms)")
+    print(
+        f"requests: {args.requests} sequential, {args.concurrency} concurrent for "
+        f"{args.seconds:g} s"
+    )
+    print(
+        f"direct sampling call (BackendSession.sample, instant sampler): p50 {r['direct_p50'] * ms:.3f} ms"
+        f"  p99 {r['direct_p99'] * ms:.3f} ms   (bare client call p50 "
+        f"{r['bare_p50'] * ms:.3f} ms)"
+    )
+    print(
+        f"through the server, minimal HTTP client:  round trip p50 {r['raw_p50'] * ms:.3f} ms"
+        f"  p99 {r['raw_p99'] * ms:.3f} ms"
+    )
+    print(
+        f"  added by the server:  p50 {(r['raw_p50'] - r['direct_p50']) * ms:.3f} ms"
+        f"  p99 {(r['raw_p99'] - r['direct_p50']) * ms:.3f} ms   (goal: p50 <= 2 ms)"
+    )
     print(f"  requests/s at {args.concurrency} concurrent: {r['raw_rps']:.0f}   (goal: >= 500)")
     if r["server_cpu"]:
-        print(f"  server CPU per request: {r['server_cpu'] * 1e6:.0f} us, so one free core "
-              f"serves about {1 / r['server_cpu']:.0f} requests/s")
-    print(f"through the server, openai.AsyncOpenAI:   round trip p50 {r['openai_p50'] * ms:.3f} ms"
-          f"  p99 {r['openai_p99'] * ms:.3f} ms   requests/s at {args.concurrency} concurrent: "
-          f"{r['openai_rps']:.0f}")
+        print(
+            f"  server CPU per request: {r['server_cpu'] * 1e6:.0f} us, so one free core "
+            f"serves about {1 / r['server_cpu']:.0f} requests/s"
+        )
+    print(
+        f"through the server, openai.AsyncOpenAI:   round trip p50 {r['openai_p50'] * ms:.3f} ms"
+        f"  p99 {r['openai_p99'] * ms:.3f} ms   requests/s at {args.concurrency} concurrent: "
+        f"{r['openai_rps']:.0f}"
+    )
 
 
 if __name__ == "__main__":

@@ -36,17 +36,20 @@ FRAME_MARKER = b"STARTING"
 
 
 def environment(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD", "CI")}
-    env.update(HOME=str(home), TEXTUAL_ANIMATIONS="none", TERM="xterm-256color",
-               OMP_NUM_THREADS="1")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD", "CI")
+    }
+    env.update(
+        HOME=str(home), TEXTUAL_ANIMATIONS="none", TERM="xterm-256color", OMP_NUM_THREADS="1"
+    )
     return env
 
 
 def time_to_exit(args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int]:
     started = time.perf_counter()
-    done = subprocess.run([*COMMAND, *args], env=env, cwd=cwd, capture_output=True,
-                          timeout=120)
+    done = subprocess.run([*COMMAND, *args], env=env, cwd=cwd, capture_output=True, timeout=120)
     return time.perf_counter() - started, done.returncode
 
 
@@ -55,9 +58,15 @@ def time_to_first_frame(env: dict[str, str], cwd: Path, timeout: float = 60.0) -
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     started = time.perf_counter()
-    proc = subprocess.Popen([*COMMAND, "run", "example", "--db", str(cwd / "bench.db")],
-                            stdin=follower, stdout=follower, stderr=follower, env=env,
-                            cwd=cwd, start_new_session=True)
+    proc = subprocess.Popen(
+        [*COMMAND, "run", "example", "--db", str(cwd / "bench.db")],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
     os.close(follower)
     seen = b""
     try:
@@ -103,8 +112,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    times: dict[str, list[float]] = {"--help": [], "usage error (task)": [],
-                                     "usage error (setting)": [], "first frame": []}
+    times: dict[str, list[float]] = {
+        "--help": [],
+        "usage error (task)": [],
+        "usage error (setting)": [],
+        "first frame": [],
+    }
     with tempfile.TemporaryDirectory() as folder:
         cwd = Path(folder)
         env = environment(cwd)
@@ -121,13 +134,17 @@ def main() -> None:
             times["usage error (setting)"].append(elapsed)
             times["first frame"].append(time_to_first_frame(env, cwd))
     load = os.getloadavg()
-    print(f"{args.rounds} rounds, each a fresh process; load average after: "
-          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(
+        f"{args.rounds} rounds, each a fresh process; load average after: "
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
     base = statistics.median(times["--help"])
     for kind, values in times.items():
         median = statistics.median(values)
-        print(f"{kind:<24} median {median:6.3f} s  min {min(values):6.3f} s  "
-              f"{median / base:5.2f}x --help")
+        print(
+            f"{kind:<24} median {median:6.3f} s  min {min(values):6.3f} s  "
+            f"{median / base:5.2f}x --help"
+        )
 
 
 if __name__ == "__main__":

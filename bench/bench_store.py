@@ -48,8 +48,10 @@ from tinker_tui.engine.store import READABLE_TABLES, RunStore, StoreReader  # no
 
 GROUP_SIZE = 8
 GROUPS_PER_STEP = 4
-MESSAGES = ({"role": "user", "content": "Answer with one word: yes, no or maybe. Is it?"},
-            {"role": "assistant", "content": "maybe"})
+MESSAGES = (
+    {"role": "user", "content": "Answer with one word: yes, no or maybe. Is it?"},
+    {"role": "assistant", "content": "maybe"},
+)
 
 
 def step_events(step: int, first_group: int, t: float) -> list:
@@ -59,29 +61,68 @@ def step_events(step: int, first_group: int, t: float) -> list:
     for k in range(GROUPS_PER_STEP):
         gid = first_group + k
         ids.append(gid)
-        events.append(GroupStarted(time=t, group_id=gid, scenario_index=gid,
-                                   scenario_id=f"q{gid % 20:02d}-{gid}", policy_version=step))
-        events.append(GroupSampled(
-            time=t, group_id=gid, scenario_id=f"q{gid % 20:02d}-{gid}", policy_version=step,
-            num_trajectories=GROUP_SIZE, num_tokens=GROUP_SIZE * 20, reward_mean=0.7,
-            scenario_index=gid,
-            trajectories=tuple(TrajectorySummary(reward=0.5 + 0.05 * i, policy_version=step,
-                                                 num_tokens=20, messages=MESSAGES)
-                               for i in range(GROUP_SIZE))))
+        events.append(
+            GroupStarted(
+                time=t,
+                group_id=gid,
+                scenario_index=gid,
+                scenario_id=f"q{gid % 20:02d}-{gid}",
+                policy_version=step,
+            )
+        )
+        events.append(
+            GroupSampled(
+                time=t,
+                group_id=gid,
+                scenario_id=f"q{gid % 20:02d}-{gid}",
+                policy_version=step,
+                num_trajectories=GROUP_SIZE,
+                num_tokens=GROUP_SIZE * 20,
+                reward_mean=0.7,
+                scenario_index=gid,
+                trajectories=tuple(
+                    TrajectorySummary(
+                        reward=0.5 + 0.05 * i, policy_version=step, num_tokens=20, messages=MESSAGES
+                    )
+                    for i in range(GROUP_SIZE)
+                ),
+            )
+        )
     if step % 5 == 0:
-        events.append(GroupDiscarded(time=t, group_id=ids[-1], scenario_id="q", reason="stale",
-                                     policy_version=step - 2, trainer_version=step,
-                                     num_tokens=160, scenario_index=ids[-1], step=step + 1))
+        events.append(
+            GroupDiscarded(
+                time=t,
+                group_id=ids[-1],
+                scenario_id="q",
+                reason="stale",
+                policy_version=step - 2,
+                trainer_version=step,
+                num_tokens=160,
+                scenario_index=ids[-1],
+                step=step + 1,
+            )
+        )
     metrics = {f"metric/{i}": 0.1 * i for i in range(16)}
-    events.append(StepTrained(time=t, step=step + 1, policy_version=step + 1, metrics=metrics,
-                              group_ids=tuple(ids)))
+    events.append(
+        StepTrained(
+            time=t, step=step + 1, policy_version=step + 1, metrics=metrics, group_ids=tuple(ids)
+        )
+    )
     events.append(LogEmitted(time=t, level="info", message=f"step {step + 1} done"))
     if (step + 1) % 10 == 0:
-        events.append(CheckpointStarted(time=t, step=step + 1, kind="state",
-                                        name=f"step-{step + 1:06d}"))
-        events.append(CheckpointSaved(time=t, step=step + 1, kind="state",
-                                      name=f"step-{step + 1:06d}", path="tinker://b/weights/x",
-                                      resume_state={"step": step + 1}))
+        events.append(
+            CheckpointStarted(time=t, step=step + 1, kind="state", name=f"step-{step + 1:06d}")
+        )
+        events.append(
+            CheckpointSaved(
+                time=t,
+                step=step + 1,
+                kind="state",
+                name=f"step-{step + 1:06d}",
+                path="tinker://b/weights/x",
+                resume_state={"step": step + 1},
+            )
+        )
     return events
 
 
@@ -130,8 +171,17 @@ async def row_count(path: Path) -> int:
 async def burst(folder: Path, steps: int) -> Path:
     path = folder / "burst.db"
     store = await RunStore.open(path)
-    store.handle(RunStarted(time=999.0, run_id="bench", name="bench", backend="local",
-                            base_model="tiny", max_steps=steps, start_step=0))
+    store.handle(
+        RunStarted(
+            time=999.0,
+            run_id="bench",
+            name="bench",
+            backend="local",
+            base_model="tiny",
+            max_steps=steps,
+            start_step=0,
+        )
+    )
     await store.flush()
     events = run_events(steps)
     # The run freezes start-up objects out of the cyclic GC; do the same for the burst's
@@ -151,20 +201,35 @@ async def burst(folder: Path, steps: int) -> Path:
     await store.close()
     rows = await row_count(path)
     wall = done - started
-    print(f"burst: {len(events):,} events -> {rows:,} rows in {wall:.2f} s: "
-          f"{rows / wall:,.0f} rows/s, {len(events) / wall:,.0f} events/s, {commits} commits")
-    print(f"  handle(): {(handled - started) / len(events) * 1e6:.1f} us per event "
-          f"({(handled - started) * 1000:.0f} ms for the whole burst, on the loop)")
-    print(f"  event-loop lag while the writer drains it: p50 {lag.pct(50):.2f} ms, "
-          f"p99 {lag.pct(99):.2f} ms, max {lag.pct(100):.2f} ms  (goal p99 <= 20 ms)")
+    print(
+        f"burst: {len(events):,} events -> {rows:,} rows in {wall:.2f} s: "
+        f"{rows / wall:,.0f} rows/s, {len(events) / wall:,.0f} events/s, {commits} commits"
+    )
+    print(
+        f"  handle(): {(handled - started) / len(events) * 1e6:.1f} us per event "
+        f"({(handled - started) * 1000:.0f} ms for the whole burst, on the loop)"
+    )
+    print(
+        f"  event-loop lag while the writer drains it: p50 {lag.pct(50):.2f} ms, "
+        f"p99 {lag.pct(99):.2f} ms, max {lag.pct(100):.2f} ms  (goal p99 <= 20 ms)"
+    )
     return path
 
 
 async def steady(folder: Path, steps: int) -> None:
     path = folder / "steady.db"
     store = await RunStore.open(path)
-    store.handle(RunStarted(time=999.0, run_id="bench", name="bench", backend="local",
-                            base_model="tiny", max_steps=steps, start_step=0))
+    store.handle(
+        RunStarted(
+            time=999.0,
+            run_id="bench",
+            name="bench",
+            backend="local",
+            base_model="tiny",
+            max_steps=steps,
+            start_step=0,
+        )
+    )
     lag = Lag()
     lag.start()
     started = time.perf_counter()
@@ -179,9 +244,11 @@ async def steady(folder: Path, steps: int) -> None:
     await lag.stop()
     commits = store.commits
     await store.close()
-    print(f"steady: {steps} steps ({n:,} events) at one step / 50 ms in {wall:.1f} s, "
-          f"{commits} commits; lag p50 {lag.pct(50):.2f} ms, p99 {lag.pct(99):.2f} ms, "
-          f"max {lag.pct(100):.2f} ms  (goal p99 <= 5 ms)")
+    print(
+        f"steady: {steps} steps ({n:,} events) at one step / 50 ms in {wall:.1f} s, "
+        f"{commits} commits; lag p50 {lag.pct(50):.2f} ms, p99 {lag.pct(99):.2f} ms, "
+        f"max {lag.pct(100):.2f} ms  (goal p99 <= 5 ms)"
+    )
 
 
 async def reopen(path: Path, steps: int) -> None:
@@ -193,9 +260,11 @@ async def reopen(path: Path, steps: int) -> None:
     counts = await store.reconcile("bench", steps // 2)
     reconciled = time.perf_counter() - started
     await store.close()
-    print(f"open + integrity quick check of a {size:.1f} MiB store: {opened * 1000:.0f} ms; "
-          f"reconcile to step {steps // 2} ({counts['steps_removed']} steps undone, "
-          f"{counts['groups_requeued']} groups requeued): {reconciled * 1000:.0f} ms")
+    print(
+        f"open + integrity quick check of a {size:.1f} MiB store: {opened * 1000:.0f} ms; "
+        f"reconcile to step {steps // 2} ({counts['steps_removed']} steps undone, "
+        f"{counts['groups_requeued']} groups requeued): {reconciled * 1000:.0f} ms"
+    )
 
 
 async def follow(path: Path, steps: int) -> None:
@@ -216,8 +285,10 @@ async def follow(path: Path, steps: int) -> None:
         idle = (time.perf_counter() - started) / polls
     finally:
         await store.close()
-    print(f"follow a run of {steps:,} steps ({len(events):,} events): read whole "
-          f"{whole * 1000:.0f} ms; a poll with nothing new {idle * 1000:.2f} ms")
+    print(
+        f"follow a run of {steps:,} steps ({len(events):,} events): read whole "
+        f"{whole * 1000:.0f} ms; a poll with nothing new {idle * 1000:.2f} ms"
+    )
 
 
 async def baseline(seconds: float) -> None:
@@ -237,8 +308,10 @@ async def baseline(seconds: float) -> None:
             else:
                 await asyncio.sleep(0.05)
         await lag.stop()
-        print(f"baseline, no store, {'busy' if busy else 'idle'} loop: lag p50 "
-              f"{lag.pct(50):.2f} ms, p99 {lag.pct(99):.2f} ms, max {lag.pct(100):.2f} ms")
+        print(
+            f"baseline, no store, {'busy' if busy else 'idle'} loop: lag p50 "
+            f"{lag.pct(50):.2f} ms, p99 {lag.pct(99):.2f} ms, max {lag.pct(100):.2f} ms"
+        )
 
 
 async def main() -> None:

@@ -45,9 +45,9 @@ LEARN = [*MODEL, "--warmup-steps", "60", "--learning-rate", "3e-3", "--steps", "
 @dataclass
 class Case:
     name: str
-    fault: str                       # as the issue names it
-    faults: Faults | None            # None: no service (a closed port)
-    stop_on: str | None = None       # SIGINT once a warning matches this
+    fault: str  # as the issue names it
+    faults: Faults | None  # None: no service (a closed port)
+    stop_on: str | None = None  # SIGINT once a warning matches this
     env: dict[str, str] = field(default_factory=dict)
     args: list[str] = field(default_factory=lambda: list(SHORT))
 
@@ -68,20 +68,38 @@ def silent_hub() -> tuple[socket.socket, str]:
 
 def cases(hub: str) -> list[Case]:
     return [
-        Case("slow_config", "client/config answers after 30 s",
-             Faults(delay={"client/config": 30.0})),
+        Case(
+            "slow_config", "client/config answers after 30 s", Faults(delay={"client/config": 30.0})
+        ),
         Case("unreachable", "no service (closed port)", None),
         Case("burst_429", "asample: 429 x 40", Faults(fail={"asample": Burst(429, 40)})),
-        Case("burst_503", "create_session: 503 x 6", Faults(fail={"create_session": Burst(503, 6)})),
-        Case("optim_step_503", "optim_step: 503 for good", Faults(fail={"optim_step": Burst(503)}),
-             stop_on="optim_step has waited"),
-        Case("stuck_future", "optim_step's future: try_again for good",
-             Faults(stuck_futures={"optim_step"}), stop_on="optim_step has waited"),
-        Case("silent_sampler", "asample never answers", Faults(hang={"asample"}),
-             stop_on="sample has waited"),
-        Case("tokenizer_offline", "tokenizer not cached, hub silent",
-             Faults(tokenizer_id="acme/not-cached-tokenizer"),
-             env={"HF_ENDPOINT": hub, "HF_HOME": tempfile.mkdtemp(prefix="hf-home-")}),
+        Case(
+            "burst_503", "create_session: 503 x 6", Faults(fail={"create_session": Burst(503, 6)})
+        ),
+        Case(
+            "optim_step_503",
+            "optim_step: 503 for good",
+            Faults(fail={"optim_step": Burst(503)}),
+            stop_on="optim_step has waited",
+        ),
+        Case(
+            "stuck_future",
+            "optim_step's future: try_again for good",
+            Faults(stuck_futures={"optim_step"}),
+            stop_on="optim_step has waited",
+        ),
+        Case(
+            "silent_sampler",
+            "asample never answers",
+            Faults(hang={"asample"}),
+            stop_on="sample has waited",
+        ),
+        Case(
+            "tokenizer_offline",
+            "tokenizer not cached, hub silent",
+            Faults(tokenizer_id="acme/not-cached-tokenizer"),
+            env={"HF_ENDPOINT": hub, "HF_HOME": tempfile.mkdtemp(prefix="hf-home-")},
+        ),
     ]
 
 
@@ -99,17 +117,34 @@ def child_env(*extra: dict[str, str]) -> dict[str, str]:
 def run(case: Case, folder: Path) -> dict:
     double = None
     if case.faults is None:
-        env = {"TINKER_BASE_URL": f"http://127.0.0.1:{closed_port()}",
-               "TINKER_API_KEY": "tml-nobody-answers"}
+        env = {
+            "TINKER_BASE_URL": f"http://127.0.0.1:{closed_port()}",
+            "TINKER_API_KEY": "tml-nobody-answers",
+        }
     else:
         double = TinkerDouble(folder / "service", faults=case.faults).start()
         env = double.env()
     full = child_env(env, case.env)
     db = folder / "runs.db"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--backend", "tinker",
-         "--no-ui", "--db", str(db), *case.args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full)
+        [
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            "example",
+            "--backend",
+            "tinker",
+            "--no-ui",
+            "--db",
+            str(db),
+            *case.args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full,
+    )
     errors: list[str] = []
     threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True).start()
     started = signalled = None
@@ -133,11 +168,17 @@ def run(case: Case, folder: Path) -> dict:
     lag = next((m for m in log if m.startswith("event loop lag over the run")), "")
     p99, worst = re.search(r"p99 ([\d.]+) ms, max ([\d.]+) ms", lag).groups() if lag else ("?", "?")
     error = (errors[0].strip().splitlines() or [""])[-1] if errors and code not in (0, 130) else ""
-    return {"case": case.name, "fault": case.fault, "saw": first_wait or "(no warning)",
-            "exit": code, "error": error,
-            "seconds": round(ended - (signalled or started or ended), 1),
-            "measured_from": "SIGINT" if signalled else "run start",
-            "lag_p99_ms": p99, "lag_max_ms": worst}
+    return {
+        "case": case.name,
+        "fault": case.fault,
+        "saw": first_wait or "(no warning)",
+        "exit": code,
+        "error": error,
+        "seconds": round(ended - (signalled or started or ended), 1),
+        "measured_from": "SIGINT" if signalled else "run start",
+        "lag_p99_ms": p99,
+        "lag_max_ms": worst,
+    }
 
 
 def learning(folder: Path) -> dict:
@@ -146,26 +187,51 @@ def learning(folder: Path) -> dict:
         db = folder / "runs.db"
         env = child_env(double.env())
         launched = time.time()
-        done = subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", "run", "example",
-                               "--backend", "tinker", "--no-ui", "--db", str(db), *LEARN],
-                              env=env, capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tinker_tui.app.cli",
+                "run",
+                "example",
+                "--backend",
+                "tinker",
+                "--no-ui",
+                "--db",
+                str(db),
+                *LEARN,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         total = time.time() - launched
         deleted = len(double.service.deleted)
         finished = [s.finished for s in double.service.sessions.values()]
     if not db.exists():
         return {"exit": done.returncode, "error": (done.stderr.strip().splitlines() or [""])[-1]}
     with sqlite3.connect(db) as conn:
-        steps = [(s, t, json.loads(m)["reward/mean"]) for s, t, m in
-                 conn.execute("select step, time, metrics from steps order by step")]
+        steps = [
+            (s, t, json.loads(m)["reward/mean"])
+            for s, t, m in conn.execute("select step, time, metrics from steps order by step")
+        ]
     rewards = [r for _, _, r in steps]
-    reached = next((i for i in range(2, len(rewards)) if sum(rewards[i - 2:i + 1]) / 3 >= 0.9),
-                   None)
-    return {"exit": done.returncode, "total_s": round(total, 1),
-            "first_step": f"{rewards[0]:.2f} at {steps[0][1] - launched:.0f} s" if steps else "-",
-            "3-step mean >= 0.9": (f"step {steps[reached][0]} at {steps[reached][1] - launched:.0f} s"
-                                   if reached is not None else "never"),
-            "end": f"{rewards[-1]:.2f} at step {steps[-1][0]}" if steps else "-",
-            "checkpoints deleted": deleted, "sessions": finished}
+    reached = next(
+        (i for i in range(2, len(rewards)) if sum(rewards[i - 2 : i + 1]) / 3 >= 0.9), None
+    )
+    return {
+        "exit": done.returncode,
+        "total_s": round(total, 1),
+        "first_step": f"{rewards[0]:.2f} at {steps[0][1] - launched:.0f} s" if steps else "-",
+        "3-step mean >= 0.9": (
+            f"step {steps[reached][0]} at {steps[reached][1] - launched:.0f} s"
+            if reached is not None
+            else "never"
+        ),
+        "end": f"{rewards[-1]:.2f} at step {steps[-1][0]}" if steps else "-",
+        "checkpoints deleted": deleted,
+        "sessions": finished,
+    }
 
 
 def main() -> None:

@@ -71,20 +71,50 @@ def requests_per_group(coalesce_ms: float, steps: int) -> tuple[float, int, int,
     requests / groups finished, also returned)."""
     with tempfile.TemporaryDirectory() as tmp, TinkerDouble(Path(tmp) / "ckpt") as double:
         db = Path(tmp) / "run.db"
-        command = [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--backend",
-                   "tinker", "--no-ui", "--db", str(db), "--base-model", MODEL,
-                   "--warmup-steps", "0", "--eval-every", "0", "--steps", str(steps),
-                   "--group-size", "16", "--groups-per-step", "2", "--rollout-workers", "4",
-                   "--sample-coalesce-ms", f"{coalesce_ms:g}"]
-        done = subprocess.run(command, env=child_env(double.env()), cwd=ROOT,
-                              capture_output=True, text=True, timeout=900)
+        command = [
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            "example",
+            "--backend",
+            "tinker",
+            "--no-ui",
+            "--db",
+            str(db),
+            "--base-model",
+            MODEL,
+            "--warmup-steps",
+            "0",
+            "--eval-every",
+            "0",
+            "--steps",
+            str(steps),
+            "--group-size",
+            "16",
+            "--groups-per-step",
+            "2",
+            "--rollout-workers",
+            "4",
+            "--sample-coalesce-ms",
+            f"{coalesce_ms:g}",
+        ]
+        done = subprocess.run(
+            command,
+            env=child_env(double.env()),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if done.returncode != 0:
             raise SystemExit(f"the run failed ({done.returncode}):\n{done.stderr[-3000:]}")
         requests = sum(1 for _, path, _ in double.service.calls if path == "asample")
         with sqlite3.connect(db) as conn:
             groups = conn.execute("select count(*) from sampled_groups").fetchone()[0]
-            groups += conn.execute("select count(*) from discarded_groups "
-                                   "where reason = 'error'").fetchone()[0]
+            groups += conn.execute(
+                "select count(*) from discarded_groups where reason = 'error'"
+            ).fetchone()[0]
             started = conn.execute("select count(*) from group_lifecycle").fetchone()[0]
         requests -= 1  # the server's warm-up request ("ready?") before the pipeline starts
         return requests / max(started, 1), requests, groups, started
@@ -96,17 +126,23 @@ def bench_requests(steps: int) -> None:
         before = load()
         per_group, requests, groups, started = requests_per_group(ms, steps)
         label = f"coalescing {ms:g} ms" if ms else "coalescing off"
-        print(f"{label:>20}: {per_group:5.2f} requests/group ({requests} asample for "
-              f"{started} groups started, {groups} finished: at most "
-              f"{requests / max(groups, 1):.2f})  [{before} -> {load()}]")
+        print(
+            f"{label:>20}: {per_group:5.2f} requests/group ({requests} asample for "
+            f"{started} groups started, {groups} finished: at most "
+            f"{requests / max(groups, 1):.2f})  [{before} -> {load()}]"
+        )
 
 
 # ---------------------------------------------------------------------- throughput
 def messages_for(lane: int) -> list[dict[str, str]]:
     """Each lane (a group in flight) asks its own question, as different scenarios do: no
     side gains from requests of different groups sharing one sampling call."""
-    return [{"role": "user", "content": f"Answer with one word: yes, no or maybe. Question "
-                                        f"{lane}: is the sky blue?"}]
+    return [
+        {
+            "role": "user",
+            "content": f"Answer with one word: yes, no or maybe. Question {lane}: is the sky blue?",
+        }
+    ]
 
 
 class DoubleProcess:
@@ -121,9 +157,21 @@ class DoubleProcess:
         self.tmp = tempfile.TemporaryDirectory()
         env = child_env({"PYTHONPATH": f"{ROOT / 'tests'}{os.pathsep}{ROOT}"})
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tinker_double", "--port", str(self.port),
-             "--checkpoint-dir", self.tmp.name, *flags],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            [
+                sys.executable,
+                "-m",
+                "tinker_double",
+                "--port",
+                str(self.port),
+                "--checkpoint-dir",
+                self.tmp.name,
+                *flags,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if "serving on" not in line:
@@ -144,8 +192,9 @@ class DoubleProcess:
     def set_faults(self, faults: dict[str, Any]) -> None:
         import urllib.request
 
-        request = urllib.request.Request(f"{self.base_url}/_double/faults", method="POST",
-                                         data=json.dumps(faults).encode())
+        request = urllib.request.Request(
+            f"{self.base_url}/_double/faults", method="POST", data=json.dumps(faults).encode()
+        )
         with urllib.request.urlopen(request) as answer:
             answer.read()
 
@@ -181,14 +230,15 @@ class Side:
 
     def seen(self, in_flight: int) -> str:
         n = max(self.groups, 1)
-        return (f"{self.double_calls['asample'] / n:.2f} asample, "
-                f"{self.double_calls['retrieve_future'] / n:.1f} retrieve_future a group, "
-                f"{1000 * self.seconds * in_flight / n:.0f} ms a group, "
-                f"{1000 * self.cpu / n:.1f} ms of this process's CPU a group")
+        return (
+            f"{self.double_calls['asample'] / n:.2f} asample, "
+            f"{self.double_calls['retrieve_future'] / n:.1f} retrieve_future a group, "
+            f"{1000 * self.seconds * in_flight / n:.0f} ms a group, "
+            f"{1000 * self.cpu / n:.1f} ms of this process's CPU a group"
+        )
 
 
-async def _slice(side: Side, seconds: float, in_flight: int, record: Any,
-                 server: Any) -> None:
+async def _slice(side: Side, seconds: float, in_flight: int, record: Any, server: Any) -> None:
     """Groups of completions, `in_flight` lanes at a time (lane i asks `messages_for(i)`),
     for `seconds`, added to the side's figures (with what the double and the coalescers saw)."""
     loop = asyncio.get_running_loop()
@@ -226,26 +276,39 @@ def _tasks(max_tokens: int) -> tuple[Any, Any]:
 
     async def rollout(client: Any, model: str, scenario: Any) -> Any:
         completion = await client.chat.completions.create(
-            model=model, messages=scenario.data, max_tokens=max_tokens)
+            model=model, messages=scenario.data, max_tokens=max_tokens
+        )
         choice = completion.choices[0]
         return Trajectory.from_choices([choice], reward=float(len(choice.message.content or "")))
 
     async def group_rollout(client: Any, model: str, scenario: Any, n: int) -> list[Any]:
         completion = await client.chat.completions.create(
-            model=model, messages=scenario.data, max_tokens=max_tokens, n=n)
-        return [Trajectory.from_choices([c], reward=float(len(c.message.content or "")))
-                for c in completion.choices]
+            model=model, messages=scenario.data, max_tokens=max_tokens, n=n
+        )
+        return [
+            Trajectory.from_choices([c], reward=float(len(c.message.content or "")))
+            for c in completion.choices
+        ]
 
     def scenarios(_rng: Any) -> Any:
         return iter(())
 
-    return (Task(name="policy", scenarios=scenarios, rollout=rollout),
-            Task(name="policy", scenarios=scenarios, group_rollout=group_rollout))
+    return (
+        Task(name="policy", scenarios=scenarios, rollout=rollout),
+        Task(name="policy", scenarios=scenarios, group_rollout=group_rollout),
+    )
 
 
-async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: int,
-                      rounds: int, latencies: list[float], double: DoubleProcess,
-                      slices: int) -> dict[tuple[float, str], list[float]]:
+async def _throughput(
+    seconds: float,
+    group: int,
+    in_flight: int,
+    max_tokens: int,
+    rounds: int,
+    latencies: list[float],
+    double: DoubleProcess,
+    slices: int,
+) -> dict[tuple[float, str], list[float]]:
     """Both sides as a run has them: the policy server, its openai client and the task's
     rollouts on the rollout thread's loop (`RolloutThread`), `BackendSession.sample` on this
     (the engine's) loop, a group's rollouts started together (`run_together`)."""
@@ -266,9 +329,13 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
 
     async def start_server() -> None:  # on the rollout loop, which serves it
         nonlocal server
-        server = PolicyServer(rollouts.policy_for_server(policy), model_name="policy",
-                              coalesce_window=0.005, group_size=group,
-                              defaults=SamplingDefaults(max_tokens=max_tokens))
+        server = PolicyServer(
+            rollouts.policy_for_server(policy),
+            model_name="policy",
+            coalesce_window=0.005,
+            group_size=group,
+            defaults=SamplingDefaults(max_tokens=max_tokens),
+        )
         await server.start()
 
     async def new_client() -> Any:  # one a side, as a run has one for its rollouts
@@ -277,15 +344,15 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
     await rollouts.run(start_server())
     stop = policy.renderer.get_stop_sequences()
     params = tinker.SamplingParams(max_tokens=max_tokens, temperature=1.0, stop=stop)
-    prompts = [policy.renderer.build_generation_prompt(messages_for(i))
-               for i in range(in_flight)]
+    prompts = [policy.renderer.build_generation_prompt(messages_for(i)) for i in range(in_flight)]
     sampler = policy.sampling_client  # the plain loop asks the same sampler itself
     per_trajectory, per_group = _tasks(max_tokens)
     scenarios = [Scenario(id=f"lane-{i}", data=messages_for(i)) for i in range(in_flight)]
 
     async def plain_group(lane: int) -> int:
-        response = await sampler.sample(prompt=prompts[lane], num_samples=group,
-                                        sampling_params=params)
+        response = await sampler.sample(
+            prompt=prompts[lane], num_samples=group, sampling_params=params
+        )
         return len(response.sequences)
 
     async def engine_group(task: Any) -> Any:
@@ -293,18 +360,23 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
 
         async def one_group(lane: int) -> int:
             async def roll_out() -> list[Any]:  # on the rollout loop
-                return await run_together(task.rollout(client, "policy", scenarios[lane])
-                                          for _ in range(group))
+                return await run_together(
+                    task.rollout(client, "policy", scenarios[lane]) for _ in range(group)
+                )
+
             results = await rollouts.run(roll_out())
             errors = [r for r in results if isinstance(r, BaseException)]
             if errors:
                 raise errors[0]
             return len(results)
+
         return one_group
 
     ratios: dict[tuple[float, str], list[float]] = {}
-    forms = [("per-trajectory rollout (n=1 each)", await engine_group(per_trajectory)),
-             (f"group_rollout (1 request n={group})", await engine_group(per_group))]
+    forms = [
+        ("per-trajectory rollout (n=1 each)", await engine_group(per_trajectory)),
+        (f"group_rollout (1 request n={group})", await engine_group(per_group)),
+    ]
     await plain_group(0)
     for _, one_group in forms:
         await one_group(0)  # warm every path
@@ -313,13 +385,14 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
         for r in range(rounds):
             before = load()
             plain = Side(f"plain SDK n={group}", plain_group)
-            sides = [plain] + [Side(f"tinker-tui {label}", one_group, stats)
-                               for (label, one_group), stats
-                               in zip(forms, server.client_coalescing, strict=True)]
+            sides = [plain] + [
+                Side(f"tinker-tui {label}", one_group, stats)
+                for (label, one_group), stats in zip(forms, server.client_coalescing, strict=True)
+            ]
             # Interleaved in short slices, the order turned each time: the machine's load
             # drifts, and each side gets its share of every stretch of it.
             for k in range(slices):
-                for side in sides[k % len(sides):] + sides[:k % len(sides)]:
+                for side in sides[k % len(sides) :] + sides[: k % len(sides)]:
                     await _slice(side, seconds / slices, in_flight, double.record, server)
             lines = [f"{plain.label}: {plain.rate:7.1f}/s ({plain.seen(in_flight)})"]
             for side in sides[1:]:
@@ -328,10 +401,15 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
                     f"{side.label}: {side.rate:7.1f}/s = {side.rate / plain.rate:.2f}x "
                     f"({side.chat_requests / max(side.http_requests, 1):.1f} chat requests "
                     f"per HTTP request, {side.server_requests / max(side.sampling_calls, 1):.1f}"
-                    f" HTTP requests per sampling call; {side.seen(in_flight)})")
-            print(f"asample round trip +{latency * 1000:.0f} ms, round {r + 1} ({slices} "
-                  f"slices a side, interleaved):\n    " + "\n  | ".join(lines)
-                  + f"\n  [{before} -> {load()}]", flush=True)
+                    f" HTTP requests per sampling call; {side.seen(in_flight)})"
+                )
+            print(
+                f"asample round trip +{latency * 1000:.0f} ms, round {r + 1} ({slices} "
+                f"slices a side, interleaved):\n    "
+                + "\n  | ".join(lines)
+                + f"\n  [{before} -> {load()}]",
+                flush=True,
+            )
     double.set_faults({})
 
     async def stop_server() -> None:
@@ -342,16 +420,20 @@ async def _throughput(seconds: float, group: int, in_flight: int, max_tokens: in
     return ratios
 
 
-def bench_throughput(seconds: float, rounds: int, latencies: list[float],
-                     slices: int, in_flight: int) -> None:
+def bench_throughput(
+    seconds: float, rounds: int, latencies: list[float], slices: int, in_flight: int
+) -> None:
     group, max_tokens = 32, 16
-    print(f"\n== completions/s at group {group} ({in_flight} groups in flight, each its own "
-          f"prompt, max_tokens {max_tokens}, {seconds:g} s a side) ==")
+    print(
+        f"\n== completions/s at group {group} ({in_flight} groups in flight, each its own "
+        f"prompt, max_tokens {max_tokens}, {seconds:g} s a side) =="
+    )
     double = DoubleProcess()
     try:
         os.environ.update(double.env())
-        ratios = asyncio.run(_throughput(seconds, group, in_flight, max_tokens, rounds,
-                                         latencies, double, slices))
+        ratios = asyncio.run(
+            _throughput(seconds, group, in_flight, max_tokens, rounds, latencies, double, slices)
+        )
     finally:
         double.close()
     # The double answers at once: at +0 ms the ratio is this process's CPU per group (the
@@ -359,8 +441,7 @@ def bench_throughput(seconds: float, rounds: int, latencies: list[float],
     # sampling 32 real answers takes seconds; the longer round trips show where that leaves it.
     print(f"completions/s against the plain SDK n={group} loop (goal >= 0.9x), per round:")
     for (latency, label), values in ratios.items():
-        print(f"  +{latency * 1000:5.0f} ms  {label:<50} "
-              + "  ".join(f"{v:.2f}x" for v in values))
+        print(f"  +{latency * 1000:5.0f} ms  {label:<50} " + "  ".join(f"{v:.2f}x" for v in values))
 
 
 # ---------------------------------------------------------------------- clock cycles
@@ -382,12 +463,16 @@ def _sdk_loop(steps: int, naive: bool) -> list[int]:
     training = service.create_lora_training_client(base_model=MODEL, rank=8).result()
     renderer = get_renderer("role_colon", training.get_tokenizer())
     model_input, weights = renderer.build_supervised_example(
-        [{"role": "user", "content": "Is the sky blue?"},
-         {"role": "assistant", "content": "maybe"}])
+        [{"role": "user", "content": "Is the sky blue?"}, {"role": "assistant", "content": "maybe"}]
+    )
     tokens = model_input.to_ints()
-    datum = tinker.Datum(model_input=tinker.ModelInput.from_ints(tokens[:-1]),
-                         loss_fn_inputs={"target_tokens": tokens[1:],
-                                         "weights": [float(w) for w in weights.tolist()[1:]]})
+    datum = tinker.Datum(
+        model_input=tinker.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={
+            "target_tokens": tokens[1:],
+            "weights": [float(w) for w in weights.tolist()[1:]],
+        },
+    )
     adam = tinker.AdamParams(learning_rate=1e-4)
     for step in range(steps):
         if naive:
@@ -406,42 +491,77 @@ def _sdk_loop(steps: int, naive: bool) -> list[int]:
 
 
 def _fb_cycles(record: dict[str, Any], model_id: str) -> list[int]:
-    return [n for n, model, kind in record["cycles"]
-            if model == model_id and kind == "forward_backward"]
+    return [
+        n for n, model, kind in record["cycles"] if model == model_id and kind == "forward_backward"
+    ]
 
 
 def bench_cycles(cycle: float, steps: int) -> None:
-    print(f"\n== clock cycles per training step (the double's --clock-cycle {cycle:g}, "
-          f"{steps} steps; start-up steps left out) ==")
+    print(
+        f"\n== clock cycles per training step (the double's --clock-cycle {cycle:g}, "
+        f"{steps} steps; start-up steps left out) =="
+    )
     double = DoubleProcess("--clock-cycle", f"{cycle:g}")
     try:
         before = load()
         with tempfile.TemporaryDirectory() as tmp:
-            command = [sys.executable, "-m", "tinker_tui.app.cli", "run", "example",
-                       "--backend", "tinker", "--no-ui", "--db", str(Path(tmp) / "run.db"),
-                       "--base-model", MODEL, "--warmup-steps", "0", "--eval-every", "0",
-                       "--steps", str(steps), "--checkpoint-every", "0",
-                       "--group-size", "8", "--groups-per-step", "2"]
-            done = subprocess.run(command, env=child_env(double.env()), cwd=ROOT,
-                                  capture_output=True, text=True, timeout=900)
+            command = [
+                sys.executable,
+                "-m",
+                "tinker_tui.app.cli",
+                "run",
+                "example",
+                "--backend",
+                "tinker",
+                "--no-ui",
+                "--db",
+                str(Path(tmp) / "run.db"),
+                "--base-model",
+                MODEL,
+                "--warmup-steps",
+                "0",
+                "--eval-every",
+                "0",
+                "--steps",
+                str(steps),
+                "--checkpoint-every",
+                "0",
+                "--group-size",
+                "8",
+                "--groups-per-step",
+                "2",
+            ]
+            done = subprocess.run(
+                command,
+                env=child_env(double.env()),
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             if done.returncode != 0:
                 raise SystemExit(f"the run failed ({done.returncode}):\n{done.stderr[-3000:]}")
         record = double.record()
         models = {model for _, model, kind in record["cycles"] if kind == "forward_backward"}
         (model,) = models
         engine = _fb_cycles(record, model)
-        print(f"  engine (tinker-tui run example): {_steady_cycles(engine, 2):.2f} cycles/step "
-              f"({len(engine)} steps, forward_backward in cycles {engine[:3]}...{engine[-3:]})"
-              f"  [{before} -> {load()}]")
+        print(
+            f"  engine (tinker-tui run example): {_steady_cycles(engine, 2):.2f} cycles/step "
+            f"({len(engine)} steps, forward_backward in cycles {engine[:3]}...{engine[-3:]})"
+            f"  [{before} -> {load()}]"
+        )
         os.environ.update(double.env())
-        for naive, label in ((True, "naive loop (await fb, then optim_step, then the sampler "
-                                    "snapshot)"),
-                             (False, "fb + optim together, then publish (the trainer before)")):
+        for naive, label in (
+            (True, "naive loop (await fb, then optim_step, then the sampler snapshot)"),
+            (False, "fb + optim together, then publish (the trainer before)"),
+        ):
             before = load()
             (model,) = _sdk_loop(max(4, steps // 2), naive)
             cycles = _fb_cycles(double.record(), str(model))
-            print(f"  {label}: {_steady_cycles(cycles, 1):.2f} cycles/step ({len(cycles)} "
-                  f"steps)  [{before} -> {load()}]")
+            print(
+                f"  {label}: {_steady_cycles(cycles, 1):.2f} cycles/step ({len(cycles)} "
+                f"steps)  [{before} -> {load()}]"
+            )
     finally:
         double.close()
 
@@ -452,16 +572,24 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--slices", type=int, default=4,
-                        help="throughput: each side's seconds in this many interleaved slices")
+    parser.add_argument(
+        "--slices",
+        type=int,
+        default=4,
+        help="throughput: each side's seconds in this many interleaved slices",
+    )
     parser.add_argument("--clock-cycle", type=float, default=1.0)
     parser.add_argument("--cycle-steps", type=int, default=12)
-    parser.add_argument("--latency-ms", default="0,250,1000",
-                        help="round trips added to each asample request, comma-separated "
-                             "(0: the double's own, a few ms; a real service sampling 32 "
-                             "answers takes seconds)")
-    parser.add_argument("--in-flight", type=int, default=4,
-                        help="throughput: groups in flight on each side")
+    parser.add_argument(
+        "--latency-ms",
+        default="0,250,1000",
+        help="round trips added to each asample request, comma-separated "
+        "(0: the double's own, a few ms; a real service sampling 32 "
+        "answers takes seconds)",
+    )
+    parser.add_argument(
+        "--in-flight", type=int, default=4, help="throughput: groups in flight on each side"
+    )
     args = parser.parse_args()
     only = set(args.only or ["requests", "throughput", "cycles"])
     import logging
@@ -473,9 +601,13 @@ def main() -> None:
     if "cycles" in only:
         bench_cycles(args.clock_cycle, args.cycle_steps)
     if "throughput" in only:
-        bench_throughput(args.seconds, args.rounds,
-                         [float(x) / 1000 for x in args.latency_ms.split(",")], args.slices,
-                         args.in_flight)
+        bench_throughput(
+            args.seconds,
+            args.rounds,
+            [float(x) / 1000 for x in args.latency_ms.split(",")],
+            args.slices,
+            args.in_flight,
+        )
 
 
 if __name__ == "__main__":

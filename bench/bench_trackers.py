@@ -34,8 +34,13 @@ async def one_run(steps: int, trackers: bool, folder: Path) -> dict:
     from tinker_tui.engine.run import Run
     from tinker_tui.examples.yes_no_maybe import TASK
 
-    overrides = {"max_steps": steps, "warmup_steps": 0, "checkpoint_every": 0, "seed": 0,
-                 "health_window": 10_000}
+    overrides = {
+        "max_steps": steps,
+        "warmup_steps": 0,
+        "checkpoint_every": 0,
+        "seed": 0,
+        "health_window": 10_000,
+    }
     if trackers:
         overrides |= {"wandb_project": "bench", "tensorboard_dir": str(folder / "tb")}
     config = RunConfig().with_overrides(dict(TASK.settings)).with_overrides(overrides)
@@ -60,8 +65,12 @@ async def one_run(steps: int, trackers: bool, folder: Path) -> dict:
 
 def child(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        os.environ.update(WANDB_MODE="offline", WANDB_CONFIG_DIR=f"{tmp}/wc",
-                          WANDB_CACHE_DIR=f"{tmp}/wk", WANDB_DATA_DIR=f"{tmp}/wd")
+        os.environ.update(
+            WANDB_MODE="offline",
+            WANDB_CONFIG_DIR=f"{tmp}/wc",
+            WANDB_CACHE_DIR=f"{tmp}/wk",
+            WANDB_DATA_DIR=f"{tmp}/wd",
+        )
         result = asyncio.run(one_run(args.steps, args.variant == "trackers", Path(tmp)))
     print(json.dumps(result))
 
@@ -78,17 +87,24 @@ def main() -> None:
     results: dict[str, list[dict]] = {"plain": [], "trackers": []}
     for _ in range(args.rounds):
         for variant in results:
-            out = subprocess.run([sys.executable, __file__, "--steps", str(args.steps),
-                                  "--variant", variant], capture_output=True, text=True,
-                                 check=True)
+            out = subprocess.run(
+                [sys.executable, __file__, "--steps", str(args.steps), "--variant", variant],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             results[variant].append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(variant, results[variant][-1], flush=True)
     med = {v: statistics.median(r["rollouts_per_s"] for r in rs) for v, rs in results.items()}
     lag = {v: max(r["loop_lag_p99_ms"] for r in rs) for v, rs in results.items()}
-    print(f"rollouts/s median: plain {med['plain']:.1f}, W&B + TensorBoard "
-          f"{med['trackers']:.1f}; ratio {med['trackers'] / med['plain']:.3f} (goal >= 0.95)")
-    print(f"loop lag p99, worst run: plain {lag['plain']:.1f} ms, "
-          f"W&B + TensorBoard {lag['trackers']:.1f} ms")
+    print(
+        f"rollouts/s median: plain {med['plain']:.1f}, W&B + TensorBoard "
+        f"{med['trackers']:.1f}; ratio {med['trackers'] / med['plain']:.3f} (goal >= 0.95)"
+    )
+    print(
+        f"loop lag p99, worst run: plain {lag['plain']:.1f} ms, "
+        f"W&B + TensorBoard {lag['trackers']:.1f} ms"
+    )
     print(f"load average: {os.getloadavg()[0]:.2f}")
 
 

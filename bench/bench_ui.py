@@ -57,8 +57,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tinker_tui.engine.events import GroupSampled, StepTrained  # noqa: E402
 
-RUN_ARGS = ["--warmup-steps", "0", "--checkpoint-every", "0", "--health-window", "1000000",
-            "--seed", "0"]
+RUN_ARGS = [
+    "--warmup-steps",
+    "0",
+    "--checkpoint-every",
+    "0",
+    "--health-window",
+    "1000000",
+    "--seed",
+    "0",
+]
 ANSI = re.compile(rb"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][A-Z0-9]|[=>78])")
 #: What only the view a key switches to draws.
 VIEW_MARKERS = {"3": b"max_steps_off_policy", "1": b"Throughput"}
@@ -80,8 +88,19 @@ def environment() -> dict[str, str]:
 
 
 def command(db: Path, steps: int, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--db", str(db),
-            "--steps", str(steps), *RUN_ARGS, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "tinker_tui.app.cli",
+        "run",
+        "example",
+        "--db",
+        str(db),
+        "--steps",
+        str(steps),
+        *RUN_ARGS,
+        *extra,
+    ]
 
 
 # ------------------------------------------------------------------ reading a run back
@@ -96,8 +115,9 @@ async def read_run(db: Path) -> tuple[float, dict[int, float]]:
         events = await store.events(run, kinds={GroupSampled, StepTrained})
     step_times = {e.step: e.time for e in events if isinstance(e, StepTrained)}
     first, last = min(step_times.values()), max(step_times.values())
-    rollouts = sum(e.num_trajectories for e in events
-                   if isinstance(e, GroupSampled) and first < e.time <= last)
+    rollouts = sum(
+        e.num_trajectories for e in events if isinstance(e, GroupSampled) and first < e.time <= last
+    )
     return rollouts / (last - first), step_times
 
 
@@ -177,8 +197,9 @@ class Terminal:
         os.write(self.fd, key.encode())
         return sent, index
 
-    def wait_for(self, marker: bytes, index: int, timeout: float = 10.0,
-                 poll: float = 0.002) -> float | None:
+    def wait_for(
+        self, marker: bytes, index: int, timeout: float = 10.0, poll: float = 0.002
+    ) -> float | None:
         """When `marker` first arrived after chunk `index` (None if not within timeout).
         Each chunk is looked at once, with the end of the one before (a marker or an escape
         sequence may be cut between two): this process shares the cores with the run it
@@ -239,8 +260,13 @@ class Terminal:
 
 def headless(folder: Path, steps: int) -> float:
     db = folder / "runs.db"
-    subprocess.run(command(db, steps, "--no-ui"), check=True, env=environment(),
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        command(db, steps, "--no-ui"),
+        check=True,
+        env=environment(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     rate, _ = asyncio.run(read_run(db))
     return rate
 
@@ -254,8 +280,9 @@ class Press(NamedTuple):
     waiting: float
 
 
-def with_dashboard(folder: Path, steps: int, presses: int, rng: random.Random
-                   ) -> tuple[float, list[Press], list[float], list[float], float]:
+def with_dashboard(
+    folder: Path, steps: int, presses: int, rng: random.Random
+) -> tuple[float, list[Press], list[float], list[float], float]:
     """(rollouts/s, key presses, store -> screen seconds, event -> store seconds, the
     dashboard's CPU seconds per second of training)."""
     db = folder / "runs.db"
@@ -284,15 +311,15 @@ def with_dashboard(folder: Path, steps: int, presses: int, rng: random.Random
                 break
             misses += 1
             if misses > 5:
-                raise SystemExit("the dashboard stopped answering keys while the engine "
-                                 "trained")
+                raise SystemExit("the dashboard stopped answering keys while the engine trained")
         else:
             ran, waited = schedstat(terminal.pid)
             # the account is read a little after the screen changed: its shares of that
             # span stand for the press's
             share = (shown - sent) / (time.time() - sent)
-            latencies.append(Press(shown - sent, share * (ran - running),
-                                   share * (waited - waiting)))
+            latencies.append(
+                Press(shown - sent, share * (ran - running), share * (waited - waiting))
+            )
         key = "1" if key == "3" else "3"
         time.sleep(rng.uniform(0.1, 0.3))
     ended = terminal.wait_for(FINISHED, 0, timeout=600, poll=0.1)
@@ -303,9 +330,11 @@ def with_dashboard(folder: Path, steps: int, presses: int, rng: random.Random
     trained_while_pressing = max(step_times)
     busy = cpu_seconds(terminal.pid)
     span = max(step_times.values()) - min(step_times.values())
-    print(f"  the dashboard's process used {busy:.1f} s of CPU in all ({steps} steps trained "
-          f"in {span:.1f} s); {busy_training:.2f} s per second while the engine trained",
-          flush=True)
+    print(
+        f"  the dashboard's process used {busy:.1f} s of CPU in all ({steps} steps trained "
+        f"in {span:.1f} s); {busy_training:.2f} s per second while the engine trained",
+        flush=True,
+    )
     terminal.press("q")
     if (code := terminal.wait()) != 0:
         raise SystemExit(f"the dashboard exited with {code}")
@@ -316,8 +345,11 @@ def with_dashboard(folder: Path, steps: int, presses: int, rng: random.Random
     if trained_while_pressing < steps:
         print(f"  (only {trained_while_pressing} steps trained)", flush=True)
     if len(latencies) < presses:
-        print(f"  the run ended after {len(latencies)} of {presses} key presses: raise "
-              "--steps to measure them all while the engine trains", flush=True)
+        print(
+            f"  the run ended after {len(latencies)} of {presses} key presses: raise "
+            "--steps to measure them all while the engine trains",
+            flush=True,
+        )
     return rate, latencies, delays, commits, busy_training
 
 
@@ -335,10 +367,12 @@ def percentile(values: list[float], q: float) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=80, help="RL steps per run (default 80)")
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="runs of each kind, alternating (default 2)")
-    parser.add_argument("--presses", type=int, default=30,
-                        help="key presses per dashboard run (default 30)")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="runs of each kind, alternating (default 2)"
+    )
+    parser.add_argument(
+        "--presses", type=int, default=30, help="key presses per dashboard run (default 30)"
+    )
     args = parser.parse_args()
 
     rng = random.Random(0)
@@ -357,40 +391,60 @@ def main() -> int:
                     rate = headless(folder, args.steps)
                 else:
                     rate, pressed, delayed, committed, cpu = with_dashboard(
-                        folder, args.steps, args.presses, rng)
+                        folder, args.steps, args.presses, rng
+                    )
                     latencies += pressed
                     delays += delayed
                     commits += committed
                     busy.append(cpu)
                 rates[kind].append(rate)
-                print(f"round {round_ + 1} {kind:>9}: {rate:7.1f} rollouts/s "
-                      f"(load {os.getloadavg()[0]:.2f})", flush=True)
+                print(
+                    f"round {round_ + 1} {kind:>9}: {rate:7.1f} rollouts/s "
+                    f"(load {os.getloadavg()[0]:.2f})",
+                    flush=True,
+                )
     headless_median = statistics.median(rates["headless"])
     dashboard_median = statistics.median(rates["dashboard"])
-    print(f"headless median {headless_median:.1f} rollouts/s, with the dashboard "
-          f"{dashboard_median:.1f} rollouts/s")
-    print(f"with the dashboard / headless throughput: {dashboard_median / headless_median:.3f} "
-          "(goal >= 0.95)")
+    print(
+        f"headless median {headless_median:.1f} rollouts/s, with the dashboard "
+        f"{dashboard_median:.1f} rollouts/s"
+    )
+    print(
+        f"with the dashboard / headless throughput: {dashboard_median / headless_median:.3f} "
+        "(goal >= 0.95)"
+    )
     shown = [p.latency for p in latencies]
-    print(f"key press -> screen changed over {len(latencies)} presses: p50 "
-          f"{1000 * percentile(shown, 0.5):.0f} ms, p99 {1000 * percentile(shown, 0.99):.0f}"
-          f" ms, max {1000 * max(shown):.0f} ms (goal p99 <= 100 ms)")
-    for title, chosen in (("all presses", latencies),
-                          ("presses over 100 ms", [p for p in latencies if p.latency > 0.1])):
+    print(
+        f"key press -> screen changed over {len(latencies)} presses: p50 "
+        f"{1000 * percentile(shown, 0.5):.0f} ms, p99 {1000 * percentile(shown, 0.99):.0f}"
+        f" ms, max {1000 * max(shown):.0f} ms (goal p99 <= 100 ms)"
+    )
+    for title, chosen in (
+        ("all presses", latencies),
+        ("presses over 100 ms", [p for p in latencies if p.latency > 0.1]),
+    ):
         if chosen:
             total = sum(p.latency for p in chosen)
             running = sum(p.running for p in chosen)
             waiting = sum(p.waiting for p in chosen)
-            print(f"  {title} ({len(chosen)}): the dashboard's main thread ran "
-                  f"{running / total:.0%} of their time, waited for a CPU {waiting / total:.0%},"
-                  f" was blocked or idle {max(0.0, total - running - waiting) / total:.0%}; "
-                  f"{1000 * running / len(chosen):.0f} ms on a CPU per press")
-    print(f"the dashboard's CPU while the engine trains: {statistics.median(busy):.2f} s per "
-          "second (median over runs)")
-    print(f"store -> screen over {len(delays)} steps: p50 {1000 * percentile(delays, 0.5):.0f} ms,"
-          f" p99 {1000 * percentile(delays, 0.99):.0f} ms (goal p99 <= 1000 ms)")
-    print(f"  the engine's part, step event -> committed to the store: p50 "
-          f"{1000 * percentile(commits, 0.5):.0f} ms, p99 {1000 * percentile(commits, 0.99):.0f} ms")
+            print(
+                f"  {title} ({len(chosen)}): the dashboard's main thread ran "
+                f"{running / total:.0%} of their time, waited for a CPU {waiting / total:.0%},"
+                f" was blocked or idle {max(0.0, total - running - waiting) / total:.0%}; "
+                f"{1000 * running / len(chosen):.0f} ms on a CPU per press"
+            )
+    print(
+        f"the dashboard's CPU while the engine trains: {statistics.median(busy):.2f} s per "
+        "second (median over runs)"
+    )
+    print(
+        f"store -> screen over {len(delays)} steps: p50 {1000 * percentile(delays, 0.5):.0f} ms,"
+        f" p99 {1000 * percentile(delays, 0.99):.0f} ms (goal p99 <= 1000 ms)"
+    )
+    print(
+        f"  the engine's part, step event -> committed to the store: p50 "
+        f"{1000 * percentile(commits, 0.5):.0f} ms, p99 {1000 * percentile(commits, 0.99):.0f} ms"
+    )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -25,15 +25,27 @@ from typing import Any
 from tinker_tui import Scenario, Task, Trajectory
 from tinker_tui.engine.server.tools import TOOL_RESULT, format_text_tool_call, text_tool_section
 
-ANSWERS = {"red": "fire", "green": "grass", "blue": "sea", "white": "snow", "black": "night",
-           "gold": "sun"}
+ANSWERS = {
+    "red": "fire",
+    "green": "grass",
+    "blue": "sea",
+    "white": "snow",
+    "black": "night",
+    "gold": "sun",
+}
 COLORS = tuple(ANSWERS)
-TOOL = {"type": "function", "function": {
-    "name": "paint",
-    "description": "Returns the word of a color.",
-    "parameters": {"type": "object",
-                   "properties": {"color": {"type": "string", "enum": list(COLORS)}},
-                   "required": ["color"]}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "paint",
+        "description": "Returns the word of a color.",
+        "parameters": {
+            "type": "object",
+            "properties": {"color": {"type": "string", "enum": list(COLORS)}},
+            "required": ["color"],
+        },
+    },
+}
 NAMED = {"type": "function", "function": {"name": "paint"}}
 
 
@@ -70,7 +82,8 @@ def _tool_rollout(named: bool):  # type: ignore[no-untyped-def]
         messages: list[dict[str, Any]] = [{"role": "user", "content": tool_prompt(color)}]
         extra = {"tool_choice": NAMED} if named else {}
         first = await client.chat.completions.create(
-            model=model, messages=messages, tools=[TOOL], max_tokens=48, **extra)
+            model=model, messages=messages, tools=[TOOL], max_tokens=48, **extra
+        )
         choices = [first.choices[0]]
         message = first.choices[0].message
         calls = [c for c in message.tool_calls or [] if c.function.name == "paint"]
@@ -82,7 +95,8 @@ def _tool_rollout(named: bool):  # type: ignore[no-untyped-def]
         reward = 0.25 + (0.25 if asked == color else 0.0)
         messages.append({"role": "tool", "tool_call_id": calls[0].id, "content": answer})
         second = await client.chat.completions.create(
-            model=model, messages=messages, tools=[TOOL], max_tokens=6, tool_choice="none")
+            model=model, messages=messages, tools=[TOOL], max_tokens=6, tool_choice="none"
+        )
         choices.append(second.choices[0])
         reply = (second.choices[0].message.content or "").strip().strip(".!").lower()
         messages.append({"role": "assistant", "content": second.choices[0].message.content})
@@ -105,20 +119,30 @@ def _tool_warmup(seed: int = 5) -> tuple[tuple[dict[str, str], ...], ...]:
         color = rng.choice(COLORS)
         called = rng.choice(COLORS)
         user = {"role": "user", "content": tool_prompt(color)}
-        call = {"role": "assistant",
-                "content": format_text_tool_call("paint", {"color": called})}
+        call = {"role": "assistant", "content": format_text_tool_call("paint", {"color": called})}
         examples.append((system, user, call))
-        result = {"role": "user", "content": TOOL_RESULT.format(name="paint",
-                                                                content=ANSWERS[called])}
-        examples.append((system, user, call, result,
-                         {"role": "assistant", "content": rng.choice(words)}))
+        result = {
+            "role": "user",
+            "content": TOOL_RESULT.format(name="paint", content=ANSWERS[called]),
+        }
+        examples.append(
+            (system, user, call, result, {"role": "assistant", "content": rng.choice(words)})
+        )
     return tuple(examples)
 
 
-TOOL_TASK = Task(name="paint_tool", scenarios=_color_scenarios, rollout=_tool_rollout(False),
-                 warmup=_tool_warmup())
-NAMED_TOOL_TASK = Task(name="paint_tool_named", scenarios=_color_scenarios,
-                       rollout=_tool_rollout(True), warmup=_tool_warmup())
+TOOL_TASK = Task(
+    name="paint_tool",
+    scenarios=_color_scenarios,
+    rollout=_tool_rollout(False),
+    warmup=_tool_warmup(),
+)
+NAMED_TOOL_TASK = Task(
+    name="paint_tool_named",
+    scenarios=_color_scenarios,
+    rollout=_tool_rollout(True),
+    warmup=_tool_warmup(),
+)
 
 WORDS = ("tree", "fish", "house", "river", "music", "bird", "water", "book", "horse", "ship")
 
@@ -137,8 +161,9 @@ async def _repeat_rollout(client: Any, model: str, scenario: Scenario) -> Trajec
     reward = 0.0
     for lead, word in zip(("Repeat after me:", "Now repeat:"), scenario.data, strict=True):
         messages.append({"role": "user", "content": f"{lead} {word}"})
-        completion = await client.chat.completions.create(model=model, messages=messages,
-                                                          max_tokens=6)
+        completion = await client.chat.completions.create(
+            model=model, messages=messages, max_tokens=6
+        )
         choice = completion.choices[0]
         choices.append(choice)
         text = choice.message.content or ""
@@ -153,13 +178,24 @@ def _repeat_warmup(seed: int = 6) -> tuple[tuple[dict[str, str], ...], ...]:
     examples = []
     for _ in range(48):
         first, second = rng.sample(WORDS, 2)
-        turn = ({"role": "user", "content": f"Repeat after me: {first}"},
-                {"role": "assistant", "content": rng.choice(WORDS)})
+        turn = (
+            {"role": "user", "content": f"Repeat after me: {first}"},
+            {"role": "assistant", "content": rng.choice(WORDS)},
+        )
         examples.append(turn)
-        examples.append((*turn, {"role": "user", "content": f"Now repeat: {second}"},
-                         {"role": "assistant", "content": rng.choice(WORDS)}))
+        examples.append(
+            (
+                *turn,
+                {"role": "user", "content": f"Now repeat: {second}"},
+                {"role": "assistant", "content": rng.choice(WORDS)},
+            )
+        )
     return tuple(examples)
 
 
-MULTI_TURN_TASK = Task(name="repeat_two_turns", scenarios=_pair_scenarios,
-                       rollout=_repeat_rollout, warmup=_repeat_warmup())
+MULTI_TURN_TASK = Task(
+    name="repeat_two_turns",
+    scenarios=_pair_scenarios,
+    rollout=_repeat_rollout,
+    warmup=_repeat_warmup(),
+)

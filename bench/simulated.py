@@ -60,8 +60,12 @@ class SimulatedClient:
         version = self.policy.version
         if self.sample_seconds:
             await asyncio.sleep(self.sample_seconds)
-        return {"prompt_token_ids": [1], "token_ids": [2], "token_logprobs": [-0.1],
-                "policy_version": version}
+        return {
+            "prompt_token_ids": [1],
+            "token_ids": [2],
+            "token_logprobs": [-0.1],
+            "policy_version": version,
+        }
 
 
 def simulated_task(*, fail_every: int = 0, reward: Any = None, eval_size: int = 0) -> Task:
@@ -83,6 +87,7 @@ def simulated_task(*, fail_every: int = 0, reward: Any = None, eval_size: int = 
         value = reward(scenario) if reward is not None else rng.random()
         return Trajectory.from_choices([choice], reward=value)
 
-    evals = (lambda: [Scenario(id=f"e{i}", data=i) for i in range(eval_size)]) if eval_size \
-        else None
+    evals = (
+        (lambda: [Scenario(id=f"e{i}", data=i) for i in range(eval_size)]) if eval_size else None
+    )
     return Task(name="simulated", scenarios=scenarios, rollout=rollout, eval_scenarios=evals)

@@ -22,9 +22,12 @@ def integrity(db: Path) -> str:
 
 def confirmed_steps(db: Path) -> list[int]:
     with sqlite3.connect(db) as conn:
-        steps = [r[0] for r in conn.execute(
-            "select step from checkpoints where kind = 'state' and confirmed = 1 "
-            "order by step")]
+        steps = [
+            r[0]
+            for r in conn.execute(
+                "select step from checkpoints where kind = 'state' and confirmed = 1 order by step"
+            )
+        ]
     conn.close()
     return steps
 
@@ -51,13 +54,17 @@ def problems(db: Path, steps: int, groups_per_step: int = 4) -> list[str]:
             found.append(f"steps recorded {recorded}, not 1..{steps} once each")
 
         by_position = defaultdict(list)
-        for row in conn.execute("select scenario_index, scenario_id, status, step, reason "
-                                "from group_lifecycle order by group_id"):
+        for row in conn.execute(
+            "select scenario_index, scenario_id, status, step, reason "
+            "from group_lifecycle order by group_id"
+        ):
             by_position[row[0]].append(row)
         if sorted(by_position) != list(range(len(by_position))):
             found.append("a scenario position was skipped")
-        final = conn.execute("select resume_state from checkpoints where confirmed = 1 "
-                             "order by step desc, id desc limit 1").fetchone()
+        final = conn.execute(
+            "select resume_state from checkpoints where confirmed = 1 "
+            "order by step desc, id desc limit 1"
+        ).fetchone()
         leftover = set(json.loads(final[0])["pending"]) if final and final[0] else set()
         per_step: dict[int, int] = defaultdict(int)
         for position, attempts in by_position.items():
@@ -77,8 +84,9 @@ def problems(db: Path, steps: int, groups_per_step: int = 4) -> list[str]:
             if fate == "trained" or reason == "zero_variance":
                 per_step[step] += 1
             if any(a[2] != "requeued" for a in attempts if a is not done[0]):
-                found.append(f"position {position}: an attempt neither consumed nor "
-                             f"requeued: {attempts}")
+                found.append(
+                    f"position {position}: an attempt neither consumed nor requeued: {attempts}"
+                )
         # Each step took one full batch: nothing trained twice, none lost.
         if dict(per_step) != {s: groups_per_step for s in range(1, steps + 1)}:
             found.append(f"groups per step {dict(per_step)}, not {groups_per_step} each")
@@ -98,7 +106,8 @@ def positions_consumed_twice(db: Path) -> int:
     with sqlite3.connect(db) as conn:
         (count,) = conn.execute(
             "select count(*) from (select scenario_index from group_lifecycle where status in "
-            "('trained', 'discarded') group by scenario_index having count(*) > 1)").fetchone()
+            "('trained', 'discarded') group by scenario_index having count(*) > 1)"
+        ).fetchone()
     conn.close()
     return int(count)
 

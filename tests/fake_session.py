@@ -73,16 +73,33 @@ def trajectories_for(group_id: int, version: int) -> tuple[TrajectorySummary, ..
         ]
         if group_id % 5 == 0 and k == 0:  # a rollout that used a tool
             messages += [
-                {"role": "assistant", "content": "",
-                 "tool_calls": [{"id": "call_1", "type": "function",
-                                 "function": {"name": "lookup", "arguments": '{"q": "sky"}'}}]},
-                {"role": "tool", "tool_call_id": "call_1", "name": "lookup",
-                 "content": "The sky is blue on clear days."},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "lookup", "arguments": '{"q": "sky"}'},
+                        }
+                    ],
+                },
+                {
+                    "role": "tool",
+                    "tool_call_id": "call_1",
+                    "name": "lookup",
+                    "content": "The sky is blue on clear days.",
+                },
             ]
         messages.append({"role": "assistant", "content": answer})
-        out.append(TrajectorySummary(reward=ANSWER_REWARDS[answer], policy_version=version,
-                                     num_tokens=3 + k + (2 if len(messages) > 2 else 0),
-                                     messages=tuple(messages)))
+        out.append(
+            TrajectorySummary(
+                reward=ANSWER_REWARDS[answer],
+                policy_version=version,
+                num_tokens=3 + k + (2 if len(messages) > 2 else 0),
+                messages=tuple(messages),
+            )
+        )
     return tuple(out)
 
 
@@ -106,19 +123,28 @@ def startup_events(clock: FakeClock, warmup_until: int = WARMUP_STEPS) -> list[E
     """The start-up as the engine tells it: the model loads, then the format warm-up
     (up to step `warmup_until`), then the first rollouts once the warm-up is done."""
     events: list[Event] = [
-        StartupProgressed(time=clock.now(), phase="loading_model",
-                          detail="tiny-llama-2x64 on the local backend"),
-        LogEmitted(time=clock.now(), level="info",
-                   message=f"format warm-up: {WARMUP_STEPS} supervised steps on 12 examples "
-                           "before RL"),
+        StartupProgressed(
+            time=clock.now(), phase="loading_model", detail="tiny-llama-2x64 on the local backend"
+        ),
+        LogEmitted(
+            time=clock.now(),
+            level="info",
+            message=f"format warm-up: {WARMUP_STEPS} supervised steps on 12 examples before RL",
+        ),
     ]
     clock.advance(1.5)
-    events.append(StartupProgressed(time=clock.now(), phase="warmup", done=0,
-                                    total=WARMUP_STEPS))
+    events.append(StartupProgressed(time=clock.now(), phase="warmup", done=0, total=WARMUP_STEPS))
     for done in range(1, warmup_until + 1):
         clock.advance(0.2)
-        events.append(StartupProgressed(time=clock.now(), phase="warmup", done=done,
-                                        total=WARMUP_STEPS, loss=round(2.0 / done, 4)))
+        events.append(
+            StartupProgressed(
+                time=clock.now(),
+                phase="warmup",
+                done=done,
+                total=WARMUP_STEPS,
+                loss=round(2.0 / done, 4),
+            )
+        )
     if warmup_until >= WARMUP_STEPS:
         events.append(StartupProgressed(time=clock.now(), phase="first_rollouts"))
     return events
@@ -126,9 +152,13 @@ def startup_events(clock: FakeClock, warmup_until: int = WARMUP_STEPS) -> list[E
 
 def started(clock: FakeClock, group_id: int, version: int) -> GroupStarted:
     """A rollout worker starts the group (its scenario's position: its id, here)."""
-    return GroupStarted(time=clock.now(), group_id=group_id, scenario_index=group_id,
-                        scenario_id=f"q{group_id % len(QUESTIONS):02d}-{group_id}",
-                        policy_version=version)
+    return GroupStarted(
+        time=clock.now(),
+        group_id=group_id,
+        scenario_index=group_id,
+        scenario_id=f"q{group_id % len(QUESTIONS):02d}-{group_id}",
+        policy_version=version,
+    )
 
 
 def scripted_events(clock: FakeClock) -> list[Event]:
@@ -178,9 +208,11 @@ def scripted_events(clock: FakeClock) -> list[Event]:
                     policy_version=step - 1,
                     trainer_version=step + 1 if reason == "stale" else step - 1,
                     num_tokens=0 if failed else GROUP_SIZE * 4,
-                    detail={"stale": "2 steps off policy (limit 1)",
-                            "zero_variance": "all rewards 1",
-                            "error": "RuntimeError: sampler crashed"}[reason],
+                    detail={
+                        "stale": "2 steps off policy (limit 1)",
+                        "zero_variance": "all rewards 1",
+                        "error": "RuntimeError: sampler crashed",
+                    }[reason],
                     step=step,
                 )
             )
@@ -191,8 +223,10 @@ def scripted_events(clock: FakeClock) -> list[Event]:
                 step=step,
                 policy_version=step,
                 group_ids=tuple(
-                    GROUPS_PER_STEP * step + k for k in range(GROUPS_PER_STEP)
-                    if not (k == 0 and discard_at.get(step) == "stale")),
+                    GROUPS_PER_STEP * step + k
+                    for k in range(GROUPS_PER_STEP)
+                    if not (k == 0 and discard_at.get(step) == "stale")
+                ),
                 metrics={
                     keys.REWARD_MEAN: reward_at(step),
                     "loss": round(0.9 / step, 4),
@@ -228,8 +262,11 @@ def scripted_events(clock: FakeClock) -> list[Event]:
                     time=clock.now(),
                     step=step,
                     policy_version=step,
-                    metrics={keys.EVAL_REWARD_MEAN: round(reward_at(step) + 0.05, 4),
-                             keys.EVAL_NUM_SCENARIOS: 20.0, keys.EVAL_ERRORS: 0.0},
+                    metrics={
+                        keys.EVAL_REWARD_MEAN: round(reward_at(step) + 0.05, 4),
+                        keys.EVAL_NUM_SCENARIOS: 20.0,
+                        keys.EVAL_ERRORS: 0.0,
+                    },
                 )
             )
             add(
@@ -248,10 +285,20 @@ def scripted_events(clock: FakeClock) -> list[Event]:
                 )
             )
         if step == 12:
-            add(CommandReceived(time=clock.now(), command="set",
-                                args={"name": "learning_rate", "value": 1e-3, "old": 2e-3}))
-            add(LogEmitted(time=clock.now(), level="info",
-                           message="learning_rate changed from 0.002 to 0.001"))
+            add(
+                CommandReceived(
+                    time=clock.now(),
+                    command="set",
+                    args={"name": "learning_rate", "value": 1e-3, "old": 2e-3},
+                )
+            )
+            add(
+                LogEmitted(
+                    time=clock.now(),
+                    level="info",
+                    message="learning_rate changed from 0.002 to 0.001",
+                )
+            )
         if step in (10, 20):
             add(
                 CheckpointSaved(
@@ -328,13 +375,17 @@ class FakeControl:
         self._command("eval")
         session = self._session
         session.publish(
-            EvalCompleted(time=session.clock.now(), step=session.step,
-                          policy_version=session.step,
-                          metrics={keys.EVAL_REWARD_MEAN: 0.9, keys.EVAL_NUM_SCENARIOS: 20.0})
+            EvalCompleted(
+                time=session.clock.now(),
+                step=session.step,
+                policy_version=session.step,
+                metrics={keys.EVAL_REWARD_MEAN: 0.9, keys.EVAL_NUM_SCENARIOS: 20.0},
+            )
         )
 
-    def request_rollback(self, reason: str = "rolled back by user",
-                         lr_scale: float | None = None) -> None:
+    def request_rollback(
+        self, reason: str = "rolled back by user", lr_scale: float | None = None
+    ) -> None:
         self.calls.append(("request_rollback", f"{reason} x{lr_scale}"))
 
     def knobs(self) -> dict[str, float | int]:
@@ -418,10 +469,16 @@ class FakeSession:
         if not self.wait_for_stop:
             status, reason = self.end
             if status == "failed":
-                self.publish(LogEmitted(time=self.clock.now(), level="error",
-                                        message=f"run failed: {reason}"))
-            self.publish(RunFinished(time=self.clock.now(), status=status,
-                                     final_step=self.step, reason=reason))
+                self.publish(
+                    LogEmitted(
+                        time=self.clock.now(), level="error", message=f"run failed: {reason}"
+                    )
+                )
+            self.publish(
+                RunFinished(
+                    time=self.clock.now(), status=status, final_step=self.step, reason=reason
+                )
+            )
             return status
         await self.control.stop_requested.wait()
         if not self.finish_on_stop:
@@ -445,8 +502,14 @@ class LiveFakeSession(FakeSession):
     `db_path` are what the headless path needs to open the control endpoint.
     """
 
-    def __init__(self, db_path: str, *, step_seconds: float = 0.05, max_steps: int = 100_000,
-                 run_id: str = "live-0001") -> None:
+    def __init__(
+        self,
+        db_path: str,
+        *,
+        step_seconds: float = 0.05,
+        max_steps: int = 100_000,
+        run_id: str = "live-0001",
+    ) -> None:
         from tinker_tui.engine.clock import SystemClock
 
         super().__init__()
@@ -463,9 +526,18 @@ class LiveFakeSession(FakeSession):
         store = await RunStore.open(self.db_path)
         self.events.subscribe(store.handle)
         try:
-            self.publish(RunStarted(time=self.clock.now(), run_id=self.run_id, name="live",
-                                    backend="fake", base_model="none", max_steps=self.max_steps,
-                                    start_step=0, config=dict(KNOBS)))
+            self.publish(
+                RunStarted(
+                    time=self.clock.now(),
+                    run_id=self.run_id,
+                    name="live",
+                    backend="fake",
+                    base_model="none",
+                    max_steps=self.max_steps,
+                    start_step=0,
+                    config=dict(KNOBS),
+                )
+            )
             self.publish(RunStateChanged(time=self.clock.now(), state="running"))
             step = 0
             while not self.control.stop_requested.is_set() and step < self.max_steps:
@@ -473,23 +545,47 @@ class LiveFakeSession(FakeSession):
                 if self.control.paused:
                     continue
                 step += 1
-                self.publish(GroupSampled(
-                    time=self.clock.now(), group_id=step, scenario_id=f"s{step}",
-                    policy_version=step - 1, num_trajectories=GROUP_SIZE, num_tokens=20,
-                    reward_mean=reward_at(step), trajectories=trajectories_for(step, step - 1)))
-                self.publish(StepTrained(time=self.clock.now(), step=step, policy_version=step,
-                                         metrics={keys.REWARD_MEAN: reward_at(step),
-                                                  keys.STEP_TIME: self.step_seconds}))
+                self.publish(
+                    GroupSampled(
+                        time=self.clock.now(),
+                        group_id=step,
+                        scenario_id=f"s{step}",
+                        policy_version=step - 1,
+                        num_trajectories=GROUP_SIZE,
+                        num_tokens=20,
+                        reward_mean=reward_at(step),
+                        trajectories=trajectories_for(step, step - 1),
+                    )
+                )
+                self.publish(
+                    StepTrained(
+                        time=self.clock.now(),
+                        step=step,
+                        policy_version=step,
+                        metrics={
+                            keys.REWARD_MEAN: reward_at(step),
+                            keys.STEP_TIME: self.step_seconds,
+                        },
+                    )
+                )
             status: RunStatus = "stopped" if step < self.max_steps else "completed"
-            self.publish(RunFinished(time=self.clock.now(), status=status, final_step=step,
-                                     reason=self.stop_reason))
+            self.publish(
+                RunFinished(
+                    time=self.clock.now(), status=status, final_step=step, reason=self.stop_reason
+                )
+            )
             return status
         finally:
             await store.close()
 
 
-def step_events(clock: FakeClock, step: int, *, rewards: tuple[float, ...] | None = None,
-                first_group: int | None = None) -> list[Event]:
+def step_events(
+    clock: FakeClock,
+    step: int,
+    *,
+    rewards: tuple[float, ...] | None = None,
+    first_group: int | None = None,
+) -> list[Event]:
     """One more training step of the scripted run: its groups, then `StepTrained`.
 
     `rewards`: every rollout's reward (equal rewards make zero-variance groups, counted as
@@ -503,42 +599,70 @@ def step_events(clock: FakeClock, step: int, *, rewards: tuple[float, ...] | Non
         events.append(started(clock, group_id, step - 1))
         trajectories = trajectories_for(group_id, step - 1)
         if rewards is not None:
-            trajectories = tuple(TrajectorySummary(reward=r, policy_version=step - 1,
-                                                   num_tokens=t.num_tokens,
-                                                   messages=t.messages)
-                                 for r, t in zip(rewards, trajectories, strict=False))
+            trajectories = tuple(
+                TrajectorySummary(
+                    reward=r, policy_version=step - 1, num_tokens=t.num_tokens, messages=t.messages
+                )
+                for r, t in zip(rewards, trajectories, strict=False)
+            )
         mean = sum(t.reward for t in trajectories) / len(trajectories)
-        events.append(GroupSampled(
-            time=clock.now(), group_id=group_id, scenario_id=f"q{group_id % 4:02d}-{group_id}",
-            policy_version=step - 1, num_trajectories=len(trajectories),
-            num_tokens=sum(t.num_tokens for t in trajectories), reward_mean=mean,
-            trajectories=trajectories))
+        events.append(
+            GroupSampled(
+                time=clock.now(),
+                group_id=group_id,
+                scenario_id=f"q{group_id % 4:02d}-{group_id}",
+                policy_version=step - 1,
+                num_trajectories=len(trajectories),
+                num_tokens=sum(t.num_tokens for t in trajectories),
+                reward_mean=mean,
+                trajectories=trajectories,
+            )
+        )
         if len({t.reward for t in trajectories}) == 1:
-            events.append(GroupDiscarded(
-                time=clock.now(), group_id=group_id, scenario_id=f"q{group_id % 4:02d}",
-                reason="zero_variance", policy_version=step - 1, trainer_version=step - 1,
-                num_tokens=0, detail=f"all rewards {trajectories[0].reward:g}", step=step))
+            events.append(
+                GroupDiscarded(
+                    time=clock.now(),
+                    group_id=group_id,
+                    scenario_id=f"q{group_id % 4:02d}",
+                    reason="zero_variance",
+                    policy_version=step - 1,
+                    trainer_version=step - 1,
+                    num_tokens=0,
+                    detail=f"all rewards {trajectories[0].reward:g}",
+                    step=step,
+                )
+            )
     clock.advance(0.1)
     mean = sum(e.reward_mean for e in events if isinstance(e, GroupSampled)) / len(ids)
-    events.append(StepTrained(time=clock.now(), step=step, policy_version=step,
-                              group_ids=tuple(ids),
-                              metrics={keys.REWARD_MEAN: mean, keys.STEP_TIME: 0.6}))
+    events.append(
+        StepTrained(
+            time=clock.now(),
+            step=step,
+            policy_version=step,
+            group_ids=tuple(ids),
+            metrics={keys.REWARD_MEAN: mean, keys.STEP_TIME: 0.6},
+        )
+    )
     return events
 
 
 def converged_events(clock: FakeClock) -> list[Event]:
     """A run that learned everything: rewards rise for 6 steps, then every rollout earns
     the best reward (equal rewards at the best: converged, no gradient)."""
-    events: list[Event] = [run_started(clock), RunStateChanged(time=clock.now(),
-                                                               state="running")]
+    events: list[Event] = [run_started(clock), RunStateChanged(time=clock.now(), state="running")]
     events.append(StartupProgressed(time=clock.now(), phase="first_rollouts"))
     for step in range(1, 31):
         rewards = (1.0,) * GROUP_SIZE if step > 6 else None
         events += step_events(clock, step, rewards=rewards)
         if step > 6 and step % 3 == 0:
-            events.append(LogEmitted(time=clock.now(), level="info",
-                                     message=f"step {step}: every group had equal rewards; "
-                                             "no gradient until one differs"))
+            events.append(
+                LogEmitted(
+                    time=clock.now(),
+                    level="info",
+                    message=f"step {step}: every group had equal rewards; "
+                    "no gradient until one differs",
+                )
+            )
     return events
 
 
@@ -546,8 +670,11 @@ def finished_events(clock: FakeClock) -> list[Event]:
     """The scripted run, then its end (completed at step 20)."""
     events = scripted_events(clock)
     clock.advance(0.5)
-    events.append(RunFinished(time=clock.now(), status="completed", final_step=NUM_STEPS,
-                              reason="reached max_steps"))
+    events.append(
+        RunFinished(
+            time=clock.now(), status="completed", final_step=NUM_STEPS, reason="reached max_steps"
+        )
+    )
     return events
 
 

@@ -41,7 +41,8 @@ def project_modules(root: Path = ROOT) -> dict[str, Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _walk(node: ast.AST, typing_only: bool = False) -> Iterator[tuple[ast.AST, bool]]:
@@ -72,7 +73,7 @@ def edges(modules: dict[str, Path] | None = None) -> list[Edge]:
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
                     base_parts = package.split(".")
-                    base_parts = base_parts[:len(base_parts) - (node.level - 1)]
+                    base_parts = base_parts[: len(base_parts) - (node.level - 1)]
                     base = ".".join(base_parts + ([node.module] if node.module else []))
                 else:
                     base = node.module or ""
@@ -80,10 +81,14 @@ def edges(modules: dict[str, Path] | None = None) -> list[Edge]:
                     sub = f"{base}.{alias.name}"
                     # `from pkg import sub`: the submodule where there is one, else pkg
                     named.append(sub if sub in modules else base)
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                  and node.func.attr == "import_module" and node.args
-                  and isinstance(node.args[0], ast.Constant)
-                  and isinstance(node.args[0].value, str)):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "import_module"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
                 named = [node.args[0].value]
             for name in named:
                 found.append(Edge(importer, name, getattr(node, "lineno", 0), typing_only))
@@ -96,8 +101,11 @@ def graph(root: Path = ROOT, *, runtime_only: bool = False) -> dict[str, dict[st
     modules = project_modules(root)
     result: dict[str, dict[str, Edge]] = {name: {} for name in modules}
     for edge in edges(modules):
-        if edge.imported in modules and edge.imported != edge.importer \
-                and not (runtime_only and edge.typing_only):
+        if (
+            edge.imported in modules
+            and edge.imported != edge.importer
+            and not (runtime_only and edge.typing_only)
+        ):
             result[edge.importer].setdefault(edge.imported, edge)
     return result
 

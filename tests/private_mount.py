@@ -19,14 +19,21 @@ def available() -> bool:
     """Whether a script here can mount a tmpfs of its own."""
     if shutil.which("unshare") is None or not sys.platform.startswith("linux"):
         return False
-    probe = run('D=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs "$D" && umount "$D" '
-                '&& rmdir "$D"', timeout=30)
+    probe = run(
+        'D=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs "$D" && umount "$D" && rmdir "$D"',
+        timeout=30,
+    )
     return probe.returncode == 0
 
 
-def run(script: str, *, env: dict[str, str] | None = None,
-        timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run(
+    script: str, *, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """`script` (bash, `set -u`) in a new user and mount namespace, as its root."""
-    return subprocess.run(["unshare", "--map-root-user", "--mount", "bash", "-uc", script],
-                          capture_output=True, text=True, timeout=timeout,
-                          env=env if env is not None else dict(os.environ))
+    return subprocess.run(
+        ["unshare", "--map-root-user", "--mount", "bash", "-uc", script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env if env is not None else dict(os.environ),
+    )

@@ -24,11 +24,31 @@ from pathlib import Path
 #: Qwen3's added tokens, in id order from 151643; the first 14 are special (never split
 #: out of text by the tokenizer's normal path), the tool, fim and think tokens are not.
 ADDED_TOKENS = (
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>",
-    "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
-    "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
     "</think>",
 )
 FIRST_ADDED_ID = 151643
@@ -94,17 +114,27 @@ def write_qwen3_tokenizer(folder: Path) -> Path:
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    backend = TikTokenConverter(vocab_file=str(ranks_file()), pattern=PRETOKENIZE_REGEX,
-                                additional_special_tokens=[]).converted()
+    backend = TikTokenConverter(
+        vocab_file=str(ranks_file()), pattern=PRETOKENIZE_REGEX, additional_special_tokens=[]
+    ).converted()
     backend.normalizer = normalizers.NFC()
     assert backend.get_vocab_size() == FIRST_ADDED_ID, backend.get_vocab_size()
-    backend.add_tokens([AddedToken(t, special=i < SPECIAL_COUNT, normalized=False)
-                        for i, t in enumerate(ADDED_TOKENS)])
+    backend.add_tokens(
+        [
+            AddedToken(t, special=i < SPECIAL_COUNT, normalized=False)
+            for i, t in enumerate(ADDED_TOKENS)
+        ]
+    )
     for offset, text in enumerate(ADDED_TOKENS):
         assert backend.token_to_id(text) == FIRST_ADDED_ID + offset, text
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        bos_token=None, unk_token=None, model_max_length=131072, clean_up_tokenization_spaces=False,
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+        model_max_length=131072,
+        clean_up_tokenization_spaces=False,
         additional_special_tokens=list(ADDED_TOKENS[:SPECIAL_COUNT]),
     )
     tokenizer.chat_template = CHAT_TEMPLATE
@@ -120,17 +150,27 @@ def write_tiny_qwen3(folder: Path, *, seed: int = 0) -> Path:
 
     folder = write_qwen3_tokenizer(Path(folder))
     config = Qwen3Config(
-        vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
-        tie_word_embeddings=True, bos_token_id=ENDOFTEXT, eos_token_id=IM_END,
-        pad_token_id=ENDOFTEXT, torch_dtype="float32",
+        vocab_size=VOCAB_SIZE,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=ENDOFTEXT,
+        eos_token_id=IM_END,
+        pad_token_id=ENDOFTEXT,
+        torch_dtype="float32",
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen3ForCausalLM(config)
     model.save_pretrained(folder)
-    GenerationConfig(bos_token_id=ENDOFTEXT, eos_token_id=[IM_END, ENDOFTEXT],
-                     pad_token_id=ENDOFTEXT).save_pretrained(folder)
+    GenerationConfig(
+        bos_token_id=ENDOFTEXT, eos_token_id=[IM_END, ENDOFTEXT], pad_token_id=ENDOFTEXT
+    ).save_pretrained(folder)
     return folder
 
 

@@ -23,7 +23,7 @@ def test_mean_is_reward_minus_the_group_mean():
 
 def test_mean_std_divides_by_the_population_std_plus_epsilon():
     # rewards 1, 0, 0, 3: mean 1, deviations 0, -1, -1, 2, variance (0+1+1+4)/4 = 1.5
-    std = 1.5 ** 0.5
+    std = 1.5**0.5
     got = group_advantages([1.0, 0.0, 0.0, 3.0], "mean_std")
     assert got == pytest.approx([0.0, -1 / (std + 1e-6), -1 / (std + 1e-6), 2 / (std + 1e-6)])
     # rewards 0.5 and 0.25: deviations +-0.125, std 0.125 -> about +-1
@@ -51,8 +51,9 @@ def test_a_hook_replaces_the_rule_and_is_checked():
 def test_the_setting_and_the_hook_are_checked_before_anything_runs():
     with pytest.raises(ConfigError, match="advantage must be mean or mean_std"):
         RunConfig(advantage="median")
-    task = Task(name="t", scenarios=lambda rng: iter(()), rollout=_rollout,
-                advantages=lambda: [1.0])
+    task = Task(
+        name="t", scenarios=lambda rng: iter(()), rollout=_rollout, advantages=lambda: [1.0]
+    )
     with pytest.raises(TaskError, match="advantages"):
         check_task(task)
 
@@ -84,14 +85,22 @@ def _scenarios(rng):
 
 def run_pipeline(task, **overrides):
     policy = RecordingPolicy()
-    config = RunConfig(max_steps=2, group_size=4, groups_per_step=1, rollout_workers=1,
-                       checkpoint_every=0).with_overrides(overrides)
+    config = RunConfig(
+        max_steps=2, group_size=4, groups_per_step=1, rollout_workers=1, checkpoint_every=0
+    ).with_overrides(overrides)
     bus = EventBus()
     events = []
     bus.subscribe(events.append)
-    pipeline = Pipeline(config=config, task=task, policy=policy,
-                        client_factory=lambda: SimulatedClient(policy), model_name="m",
-                        bus=bus, clock=FakeClock(), rng=random.Random(0))
+    pipeline = Pipeline(
+        config=config,
+        task=task,
+        policy=policy,
+        client_factory=lambda: SimulatedClient(policy),
+        model_name="m",
+        bus=bus,
+        clock=FakeClock(),
+        rng=random.Random(0),
+    )
     return pipeline, policy, events
 
 
@@ -102,19 +111,25 @@ async def test_the_pipeline_trains_on_the_rule_it_is_given(rule):
     assert await pipeline.run() == "completed"
     # the members finish in any order: compare as multisets, by reward
     expected = sorted(group_advantages(REWARDS, rule))
-    assert policy.advantages and all(sorted(a) == pytest.approx(expected)
-                                     for a in policy.advantages)
+    assert policy.advantages and all(
+        sorted(a) == pytest.approx(expected) for a in policy.advantages
+    )
 
 
 async def test_the_pipeline_trains_on_the_tasks_hook_and_a_bad_hook_fails_its_group():
-    task = Task(name="t", scenarios=_scenarios, rollout=_rollout,
-                advantages=lambda rewards: [10.0 * r for r in rewards])
+    task = Task(
+        name="t",
+        scenarios=_scenarios,
+        rollout=_rollout,
+        advantages=lambda rewards: [10.0 * r for r in rewards],
+    )
     pipeline, policy, _ = run_pipeline(task)
     assert await pipeline.run() == "completed"
     assert all(sorted(a) == [0.0, 0.0, 10.0, 30.0] for a in policy.advantages)
 
-    broken = Task(name="t", scenarios=_scenarios, rollout=_rollout,
-                  advantages=lambda rewards: [1.0])
+    broken = Task(
+        name="t", scenarios=_scenarios, rollout=_rollout, advantages=lambda rewards: [1.0]
+    )
     pipeline, policy, events = run_pipeline(broken, max_steps=10_000)
     run = asyncio.create_task(pipeline.run())
     while not any(isinstance(e, GroupDiscarded) for e in events):

@@ -68,8 +68,13 @@ async def test_the_endpoint_needs_the_token_and_applies_every_command(tmp_path):
             await asyncio.to_thread(remote.client.command, "explode")
         await asyncio.to_thread(remote.stop, "done")
         assert session.control.calls == [
-            ("pause", "from another process"), ("resume", ""), ("request_checkpoint", ""),
-            ("request_eval", ""), ("set_knob", "temperature=0.7"), ("stop", "done")]
+            ("pause", "from another process"),
+            ("resume", ""),
+            ("request_checkpoint", ""),
+            ("request_eval", ""),
+            ("set_knob", "temperature=0.7"),
+            ("stop", "done"),
+        ]
     finally:
         await server.stop()
     assert not control_file.exists()
@@ -85,8 +90,9 @@ async def test_the_endpoint_answers_bad_requests_in_its_json(tmp_path):
     def call(method: str, path: str, body: bytes | None = None) -> tuple[int, dict]:
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
         try:
-            connection.request(method, path, body=body,
-                               headers={"Authorization": f"Bearer {server.token}"})
+            connection.request(
+                method, path, body=body, headers={"Authorization": f"Bearer {server.token}"}
+            )
             response = connection.getresponse()
             return response.status, json.loads(response.read())
         finally:
@@ -94,16 +100,23 @@ async def test_the_endpoint_answers_bad_requests_in_its_json(tmp_path):
 
     try:
         assert await asyncio.to_thread(call, "POST", "/v1/state") == (405, {"error": "use GET"})
-        assert await asyncio.to_thread(call, "GET", "/v1/command") == (
-            405, {"error": "use POST"})
+        assert await asyncio.to_thread(call, "GET", "/v1/command") == (405, {"error": "use POST"})
         assert await asyncio.to_thread(call, "GET", "/v2/x") == (
-            404, {"error": "no such endpoint /v2/x"})
+            404,
+            {"error": "no such endpoint /v2/x"},
+        )
         assert await asyncio.to_thread(call, "POST", "/v1/command", b"{" * (MAX_BODY + 1)) == (
-            413, {"error": "body too large"})
+            413,
+            {"error": "body too large"},
+        )
         assert await asyncio.to_thread(call, "POST", "/v1/command", b"{not json") == (
-            400, {"error": "the body is not JSON"})
+            400,
+            {"error": "the body is not JSON"},
+        )
         assert await asyncio.to_thread(call, "POST", "/v1/command", b'{"args": 1}') == (
-            400, {"error": 'expected {"command": ..., "args": {...}}'})
+            400,
+            {"error": 'expected {"command": ..., "args": {...}}'},
+        )
         assert session.control.calls == []
     finally:
         await server.stop()
@@ -115,9 +128,12 @@ async def test_a_half_sent_request_is_closed_after_the_timeout(tmp_path, caplog)
     server = ControlServer(session.control, run_id="run-1", request_timeout=0.3)
     await server.start()
     try:
-        for request in (b"GET /v1/state HTTP/1.1\r\nHost: x\r\n",  # the head never ends
-                        b"POST /v1/command HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
-                        + server.token.encode() + b"\r\nContent-Length: 50\r\n\r\n{"):
+        for request in (
+            b"GET /v1/state HTTP/1.1\r\nHost: x\r\n",  # the head never ends
+            b"POST /v1/command HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            + server.token.encode()
+            + b"\r\nContent-Length: 50\r\n\r\n{",
+        ):
             reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
             writer.write(request)
             started = time.monotonic()
@@ -154,8 +170,11 @@ def test_attach_to_no_such_run_says_what_show_says(tmp_path):
         connect(db, "nosuchrun")
     assert str(attached.value) == str(shown.value)
     assert str(attached.value).startswith("no run 'nosuchrun'")
-    with pytest.raises(UsageError, match=r"run run-0001 is completed: nothing to attach to; "
-                                         r"`tinker-tui show run-0001 --db "):
+    with pytest.raises(
+        UsageError,
+        match=r"run run-0001 is completed: nothing to attach to; "
+        r"`tinker-tui show run-0001 --db ",
+    ):
         connect(db, "run-0001")
 
 
@@ -175,12 +194,17 @@ LIVE_FAKE_RUN = (
 def start_process(args: list[str]) -> subprocess.Popen:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("TINKER_API_KEY", None)
-    return subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    return subprocess.Popen(
+        [sys.executable, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
 
 
-async def attach_pause_resume_stop(proc: subprocess.Popen, db_path: Path,
-                                   timeout: float) -> str:
+async def attach_pause_resume_stop(proc: subprocess.Popen, db_path: Path, timeout: float) -> str:
     """Attach a dashboard to the run `proc` runs, press p, p, q, y; returns the run id."""
     deadline = time.monotonic() + timeout
     while not list(db_path.parent.glob("*.control.json")):
@@ -194,6 +218,7 @@ async def attach_pause_resume_stop(proc: subprocess.Popen, db_path: Path,
     app.animation_level = "none"
 
     async with app.run_test(size=(80, 24)) as pilot:
+
         async def until(predicate, what: str, *, run_may_end: bool = False) -> None:
             while not predicate():
                 assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -204,8 +229,10 @@ async def attach_pause_resume_stop(proc: subprocess.Popen, db_path: Path,
         await pilot.press("p")
         await until(lambda: app.model.state == "paused", "the paused state in the store")
         assert control.paused and app.model.reason == "paused by user"
-        await until(lambda: app.model.commands and app.model.commands[-1].command == "pause",
-                    "the pause command in the store")
+        await until(
+            lambda: app.model.commands and app.model.commands[-1].command == "pause",
+            "the pause command in the store",
+        )
         # no new rollouts start: at most what was already sampled is trained
         await pilot.pause(0.5)
         paused_at = app.model.step
@@ -256,8 +283,23 @@ async def test_attach_steers_the_real_example_run_headless(tmp_path):
     path with a scripted run (above), and p, p, d and q-y from `attach` on the real engine
     (test_lifecycle.py, the hang-up test)."""
     db_path = tmp_path / "runs.db"
-    proc = start_process(["-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--steps", "2000",
-                          "--warmup-steps", "0", "--checkpoint-every", "0", "--db", str(db_path)])
+    proc = start_process(
+        [
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            "example",
+            "--no-ui",
+            "--steps",
+            "2000",
+            "--warmup-steps",
+            "0",
+            "--checkpoint-every",
+            "0",
+            "--db",
+            str(db_path),
+        ]
+    )
     try:
         run_id = await attach_pause_resume_stop(proc, db_path, timeout=150)
         check_finished(proc, db_path, run_id)
@@ -274,9 +316,23 @@ def test_a_checkpoint_asked_for_while_paused_is_written_at_once(tmp_path):
     import sqlite3
 
     db_path = tmp_path / "runs.db"
-    proc = start_process(["-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--steps",
-                          "2000", "--warmup-steps", "0", "--checkpoint-every", "0",
-                          "--db", str(db_path)])
+    proc = start_process(
+        [
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            "example",
+            "--no-ui",
+            "--steps",
+            "2000",
+            "--warmup-steps",
+            "0",
+            "--checkpoint-every",
+            "0",
+            "--db",
+            str(db_path),
+        ]
+    )
 
     def last_step() -> int:
         try:
@@ -287,8 +343,12 @@ def test_a_checkpoint_asked_for_while_paused_is_written_at_once(tmp_path):
 
     def checkpoints() -> list[int]:
         with sqlite3.connect(db_path) as db:
-            return [r[0] for r in db.execute(
-                "select step from checkpoints where kind = 'state' and confirmed = 1")]
+            return [
+                r[0]
+                for r in db.execute(
+                    "select step from checkpoints where kind = 'state' and confirmed = 1"
+                )
+            ]
 
     def until(predicate, what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout

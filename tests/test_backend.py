@@ -83,25 +83,43 @@ def recorded_service(tmp_path, log):
         return Recorder(client, tinker.SamplingClient, log)
 
     def trainer(client):
-        return Recorder(client, tinker.TrainingClient, log, {
-            "save_weights_and_get_sampling_client": sampler})
+        return Recorder(
+            client, tinker.TrainingClient, log, {"save_weights_and_get_sampling_client": sampler}
+        )
 
-    service = Recorder(local, tinker.ServiceClient, log, {
-        "create_lora_training_client": trainer,
-        "create_training_client_from_state_with_optimizer": trainer,
-        "create_sampling_client": sampler})
+    service = Recorder(
+        local,
+        tinker.ServiceClient,
+        log,
+        {
+            "create_lora_training_client": trainer,
+            "create_training_client_from_state_with_optimizer": trainer,
+            "create_sampling_client": sampler,
+        },
+    )
     return service
 
 
 def _group(policy, rewards=(1.0, 0.0)):
-    prompt = tuple(policy.renderer.build_generation_prompt(
-        [{"role": "user", "content": "Is the sky blue?"}]).to_ints())
+    prompt = tuple(
+        policy.renderer.build_generation_prompt(
+            [{"role": "user", "content": "Is the sky blue?"}]
+        ).to_ints()
+    )
     tokens = tuple(policy.tokenizer.encode(" maybe"))
-    turn = SampledTurn(prompt_tokens=prompt, tokens=tokens,
-                       logprobs=tuple(-1.0 for _ in tokens), policy_version=policy.version)
-    return TrajectoryGroup(group_id=0, scenario_id="s", started_at=0.0, finished_at=1.0,
-                           trajectories=tuple(Trajectory(turns=(turn,), reward=r)
-                                              for r in rewards))
+    turn = SampledTurn(
+        prompt_tokens=prompt,
+        tokens=tokens,
+        logprobs=tuple(-1.0 for _ in tokens),
+        policy_version=policy.version,
+    )
+    return TrajectoryGroup(
+        group_id=0,
+        scenario_id="s",
+        started_at=0.0,
+        finished_at=1.0,
+        trajectories=tuple(Trajectory(turns=(turn,), reward=r) for r in rewards),
+    )
 
 
 async def test_the_policy_calls_only_the_tinker_sdk_interface(tmp_path):
@@ -109,36 +127,53 @@ async def test_the_policy_calls_only_the_tinker_sdk_interface(tmp_path):
     the tinker SDK's client classes, with arguments its signature accepts. So the real
     `tinker.ServiceClient` gets the same calls: only the client object differs."""
     log = []
-    config = RunConfig(loss_fn="ppo", loss_fn_config="clip_low_threshold=0.9",
-                       adam_beta1=0.8, adam_beta2=0.99, adam_eps=1e-8, weight_decay=0.01,
-                       grad_clip_norm=1.0, keep_last_checkpoints=1, kl_penalty_coef=0.1)
+    config = RunConfig(
+        loss_fn="ppo",
+        loss_fn_config="clip_low_threshold=0.9",
+        adam_beta1=0.8,
+        adam_beta2=0.99,
+        adam_eps=1e-8,
+        weight_decay=0.01,
+        grad_clip_norm=1.0,
+        keep_last_checkpoints=1,
+        kl_penalty_coef=0.1,
+    )
     # the SDK deletes checkpoints through a tinker.RestClient: give it one that records
-    policy = BackendSession.from_config(recorded_service(tmp_path, log), config,
-                                rest_client=RecordingRest(tmp_path, log))
+    policy = BackendSession.from_config(
+        recorded_service(tmp_path, log), config, rest_client=RecordingRest(tmp_path, log)
+    )
     await policy.start()
     for _ in range(2):
-        await policy.train(policy.build_datums([_group(policy)]), loss_fn=config.loss_fn,
-                           learning_rate=1e-3)
-    await policy.train_supervised([[{"role": "user", "content": "hi"},
-                                    {"role": "assistant", "content": "maybe"}]],
-                                  learning_rate=1e-3)
+        await policy.train(
+            policy.build_datums([_group(policy)]), loss_fn=config.loss_fn, learning_rate=1e-3
+        )
+    await policy.train_supervised(
+        [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "maybe"}]],
+        learning_rate=1e-3,
+    )
     await policy.publish()
     await policy.save_state("step-000002")
     prompt = policy.renderer.build_generation_prompt([{"role": "user", "content": "hi"}])
     await policy.sample(prompt, 2, tinker.SamplingParams(max_tokens=3, seed=1))
 
     called = {(cls.__name__, name) for cls, name, _, _ in log}
-    assert {("ServiceClient", "create_lora_training_client"),
-            ("TrainingClient", "forward_backward"), ("TrainingClient", "optim_step"),
-            ("TrainingClient", "save_weights_and_get_sampling_client"),
-            ("TrainingClient", "save_weights_for_sampler"), ("TrainingClient", "save_state"),
-            ("SamplingClient", "sample"),
-            ("RestClient", "delete_checkpoint_from_tinker_path"),
-            # the KL penalty's reference: the base model, scored as the SDK does it
-            ("ServiceClient", "create_sampling_client"),
-            ("SamplingClient", "compute_logprobs")} <= called
-    assert any(n == "create_sampling_client" and k == {"base_model": DEFAULT_BASE_MODEL}
-               for _, n, _, k in log)
+    assert {
+        ("ServiceClient", "create_lora_training_client"),
+        ("TrainingClient", "forward_backward"),
+        ("TrainingClient", "optim_step"),
+        ("TrainingClient", "save_weights_and_get_sampling_client"),
+        ("TrainingClient", "save_weights_for_sampler"),
+        ("TrainingClient", "save_state"),
+        ("SamplingClient", "sample"),
+        ("RestClient", "delete_checkpoint_from_tinker_path"),
+        # the KL penalty's reference: the base model, scored as the SDK does it
+        ("ServiceClient", "create_sampling_client"),
+        ("SamplingClient", "compute_logprobs"),
+    } <= called
+    assert any(
+        n == "create_sampling_client" and k == {"base_model": DEFAULT_BASE_MODEL}
+        for _, n, _, k in log
+    )
     for cls, name, args, kwargs in log:
         method = getattr(cls, name, None)
         assert method is not None, f"{cls.__name__}.{name} is not part of the tinker SDK"
@@ -148,7 +183,12 @@ async def test_the_policy_calls_only_the_tinker_sdk_interface(tmp_path):
     assert fb[2] == {"clip_low_threshold": 0.9}
     adam = next(a[0] for c, n, a, _ in log if n == "optim_step")
     assert (adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.grad_clip_norm) == (
-        0.8, 0.99, 1e-8, 0.01, 1.0)
+        0.8,
+        0.99,
+        1e-8,
+        0.01,
+        1.0,
+    )
 
 
 def test_the_tinker_backend_is_the_sdk_service_client(tmp_path, monkeypatch):
@@ -179,15 +219,20 @@ async def test_the_context_length_is_the_backends(monkeypatch):
             asked.append("get_server_capabilities")
 
             async def answer():
-                return tinker.types.GetServerCapabilitiesResponse(supported_models=[
-                    tinker.types.SupportedModel(model_name="Qwen/Qwen3-8B",
-                                                max_context_length=32768),
-                    tinker.types.SupportedModel(model_name="Qwen/Qwen3-4B")])
+                return tinker.types.GetServerCapabilitiesResponse(
+                    supported_models=[
+                        tinker.types.SupportedModel(
+                            model_name="Qwen/Qwen3-8B", max_context_length=32768
+                        ),
+                        tinker.types.SupportedModel(model_name="Qwen/Qwen3-4B"),
+                    ]
+                )
 
             return answer()
 
     assert inspect.signature(tinker.RestClient.get_server_capabilities).parameters.keys() == {
-        "self"}
+        "self"
+    }
     inspect.signature(tinker.RestClient).bind(**where)  # raises if the SDK refuses
     monkeypatch.setattr(tinker, "RestClient", Capabilities)
     assert await context_length_of("tinker", "Qwen/Qwen3-8B") == 32768
@@ -236,21 +281,33 @@ async def test_transient_errors_are_retried_with_backoff_and_reported():
             raise _status_error(tinker.RateLimitError, 429)
         return "ok"
 
-    result = await call_with_retry(flaky, operation="sample", on_wait=waits.append,
-                                   policy=RetryPolicy(base_delay=1.0), sleep=sleep,
-                                   context=retry.WaitContext(backend="Tinker"))
+    result = await call_with_retry(
+        flaky,
+        operation="sample",
+        on_wait=waits.append,
+        policy=RetryPolicy(base_delay=1.0),
+        sleep=sleep,
+        context=retry.WaitContext(backend="Tinker"),
+    )
     assert result == "ok" and calls == [1, 2, 3]
     assert [w.attempt for w in waits] == [2, 3]
     assert all(w.retrying for w in waits)
-    assert waits[0].describe().startswith(
-        "Tinker: sample 429 Too Many Requests: rate limited, waiting for capacity, retry 1 in")
+    assert (
+        waits[0]
+        .describe()
+        .startswith(
+            "Tinker: sample 429 Too Many Requests: rate limited, waiting for capacity, retry 1 in"
+        )
+    )
     assert 0.75 <= sleep.delays[0] <= 1.25 and 1.5 <= sleep.delays[1] <= 2.5
 
 
 async def test_retries_are_bounded_and_only_for_transient_errors():
-    for error, expected_calls in ((_status_error(tinker.InternalServerError, 503), 3),
-                                  (_status_error(tinker.BadRequestError, 400), 1),
-                                  (_status_error(tinker.ConflictError, 409), 1)):
+    for error, expected_calls in (
+        (_status_error(tinker.InternalServerError, 503), 3),
+        (_status_error(tinker.BadRequestError, 400), 1),
+        (_status_error(tinker.ConflictError, 409), 1),
+    ):
         calls = []
 
         def failing(attempt, error=error, calls=calls):
@@ -258,8 +315,9 @@ async def test_retries_are_bounded_and_only_for_transient_errors():
             raise error
 
         with pytest.raises(type(error)):
-            await call_with_retry(failing, operation="x", policy=RetryPolicy(attempts=3),
-                                  sleep=Sleeps())
+            await call_with_retry(
+                failing, operation="x", policy=RetryPolicy(attempts=3), sleep=Sleeps()
+            )
         assert len(calls) == expected_calls
     calls = []
 
@@ -268,17 +326,22 @@ async def test_retries_are_bounded_and_only_for_transient_errors():
         raise _status_error(tinker.RateLimitError, 429)
 
     with pytest.raises(tinker.RateLimitError):
-        await call_with_retry(once, operation="optim_step", policy=RetryPolicy(), retry=False,
-                              sleep=Sleeps())
+        await call_with_retry(
+            once, operation="optim_step", policy=RetryPolicy(), retry=False, sleep=Sleeps()
+        )
     assert calls == [1]
 
 
 async def test_each_attempt_has_a_timeout_and_slow_attempts_are_reported():
     waits = []
     with pytest.raises(BackendTimeoutError, match="forward_backward"):
-        await call_with_retry(lambda _: asyncio.sleep(10), operation="forward_backward",
-                              policy=RetryPolicy(timeout=0.05, attempts=2), sleep=Sleeps(),
-                              on_wait=waits.append)
+        await call_with_retry(
+            lambda _: asyncio.sleep(10),
+            operation="forward_backward",
+            policy=RetryPolicy(timeout=0.05, attempts=2),
+            sleep=Sleeps(),
+            on_wait=waits.append,
+        )
     assert [w.retrying for w in waits] == [True]  # the timeout was retried once
 
     async def slow(_):
@@ -287,9 +350,16 @@ async def test_each_attempt_has_a_timeout_and_slow_attempts_are_reported():
 
     waits.clear()
     context = retry.WaitContext(backend="local backend")
-    assert await call_with_retry(slow, operation="get tokenizer", on_wait=waits.append,
-                                 policy=RetryPolicy(slow_after=0.05, report_every=10),
-                                 context=context) == 1
+    assert (
+        await call_with_retry(
+            slow,
+            operation="get tokenizer",
+            on_wait=waits.append,
+            policy=RetryPolicy(slow_after=0.05, report_every=10),
+            context=context,
+        )
+        == 1
+    )
     wait = waits[0]  # then again at 0.1 s: twice the wait so far
     assert not wait.retrying and wait.delay >= 0.05
     assert wait.describe().startswith("local backend: get tokenizer has waited")
@@ -298,15 +368,23 @@ async def test_each_attempt_has_a_timeout_and_slow_attempts_are_reported():
 
 async def test_an_unreachable_service_fails_the_call_after_the_configured_time():
     silent = [0.0]
-    context = retry.WaitContext(backend="Tinker", where="http://127.0.0.1:9",
-                                unreachable=lambda: (silent[0], "ConnectError: refused"))
+    context = retry.WaitContext(
+        backend="Tinker",
+        where="http://127.0.0.1:9",
+        unreachable=lambda: (silent[0], "ConnectError: refused"),
+    )
 
     async def never(_):
         await asyncio.sleep(3600)
 
-    task = asyncio.ensure_future(call_with_retry(
-        never, operation="create training client", context=context,
-        policy=RetryPolicy(unreachable_after=30)))
+    task = asyncio.ensure_future(
+        call_with_retry(
+            never,
+            operation="create training client",
+            context=context,
+            policy=RetryPolicy(unreachable_after=30),
+        )
+    )
     await asyncio.sleep(0.1)
     assert not task.done()
     silent[0] = 31.0  # the service has answered nothing for 31 s
@@ -318,8 +396,9 @@ async def test_an_unreachable_service_fails_the_call_after_the_configured_time()
 
 
 async def test_a_stop_abandons_calls_waiting_on_trouble_and_start_up_calls():
-    context = retry.WaitContext(backend="Tinker", cause=lambda since: "503 Service Unavailable",
-                                troubled=lambda since: True)
+    context = retry.WaitContext(
+        backend="Tinker", cause=lambda since: "503 Service Unavailable", troubled=lambda since: True
+    )
     gate = asyncio.Event()
 
     async def slow(_):
@@ -327,15 +406,24 @@ async def test_a_stop_abandons_calls_waiting_on_trouble_and_start_up_calls():
         return "done"
 
     policy = RetryPolicy(slow_after=0.05, report_every=10)
-    healthy = asyncio.ensure_future(call_with_retry(slow, operation="save state",
-                                                    policy=RetryPolicy(), context=context))
+    healthy = asyncio.ensure_future(
+        call_with_retry(slow, operation="save state", policy=RetryPolicy(), context=context)
+    )
     reports: list[retry.Wait] = []
-    troubled = asyncio.ensure_future(call_with_retry(slow, operation="optim_step",
-                                                     policy=policy, context=context,
-                                                     on_wait=reports.append))
-    start_up = asyncio.ensure_future(call_with_retry(slow, operation="create training client",
-                                                     policy=RetryPolicy(), context=context,
-                                                     abandon_on_stop=True))
+    troubled = asyncio.ensure_future(
+        call_with_retry(
+            slow, operation="optim_step", policy=policy, context=context, on_wait=reports.append
+        )
+    )
+    start_up = asyncio.ensure_future(
+        call_with_retry(
+            slow,
+            operation="create training client",
+            policy=RetryPolicy(),
+            context=context,
+            abandon_on_stop=True,
+        )
+    )
     await wait_until(lambda: reports, "the troubled call's report")
     context.stopping.set()
     with pytest.raises(retry.BackendInterrupted, match="optim_step abandoned .*503"):
@@ -347,16 +435,20 @@ async def test_a_stop_abandons_calls_waiting_on_trouble_and_start_up_calls():
     assert await asyncio.wait_for(healthy, 2) == "done"
     # sleeping before a retry counts as trouble too
     with pytest.raises(retry.BackendInterrupted):
-        await call_with_retry(lambda _: (_ for _ in ()).throw(
-            _status_error(tinker.InternalServerError, 503)), operation="sample",
-            policy=RetryPolicy(base_delay=30), context=context)
+        await call_with_retry(
+            lambda _: (_ for _ in ()).throw(_status_error(tinker.InternalServerError, 503)),
+            operation="sample",
+            policy=RetryPolicy(base_delay=30),
+            context=context,
+        )
 
 
 async def test_a_stop_waits_for_a_call_that_is_only_slow():
     """A long forward_backward, reported as slow, with no failure from the service: a
     graceful stop lets it finish (it was abandoned after 20 s, losing the step)."""
-    context = retry.WaitContext(backend="Tinker",
-                                cause=lambda since: "the service is working on it")
+    context = retry.WaitContext(
+        backend="Tinker", cause=lambda since: "the service is working on it"
+    )
     gate = asyncio.Event()
 
     async def slow(_):
@@ -364,9 +456,16 @@ async def test_a_stop_waits_for_a_call_that_is_only_slow():
         return "trained"
 
     reports: list[retry.Wait] = []
-    call = asyncio.ensure_future(call_with_retry(
-        slow, operation="forward_backward", policy=RetryPolicy(slow_after=0.05),
-        context=context, retry=False, on_wait=reports.append))
+    call = asyncio.ensure_future(
+        call_with_retry(
+            slow,
+            operation="forward_backward",
+            policy=RetryPolicy(slow_after=0.05),
+            context=context,
+            retry=False,
+            on_wait=reports.append,
+        )
+    )
     await wait_until(lambda: reports, "the report of a slow call")
     context.stopping.set()
     await asyncio.sleep(0.7)  # past the check interval: it would have been abandoned
@@ -389,8 +488,12 @@ async def test_backend_waits_become_events_and_log_lines(tmp_path):
                 raise failures.pop()
             return local.create_lora_training_client(**kwargs)
 
-    policy = BackendSession(Flaky(), base_model=DEFAULT_BASE_MODEL, on_event=events.append,
-                    retry=RetryPolicy(base_delay=0.01))
+    policy = BackendSession(
+        Flaky(),
+        base_model=DEFAULT_BASE_MODEL,
+        on_event=events.append,
+        retry=RetryPolicy(base_delay=0.01),
+    )
     await policy.start()
     [waited] = [e for e in events if isinstance(e, BackendWaited)]
     assert waited.operation == "create training client" and waited.attempt == 2
@@ -409,8 +512,13 @@ def test_retention_keeps_the_last_n_and_every_mth():
 
 
 async def test_checkpoints_carry_the_step_and_old_ones_are_deleted(tmp_path):
-    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL,
-                    keep_last_checkpoints=2, keep_every_checkpoints=2, sampler_clients_to_keep=2)
+    policy = BackendSession(
+        LocalServiceClient(checkpoint_dir=tmp_path),
+        base_model=DEFAULT_BASE_MODEL,
+        keep_last_checkpoints=2,
+        keep_every_checkpoints=2,
+        sampler_clients_to_keep=2,
+    )
     await policy.start()
     states = []
     for _ in range(5):
@@ -418,13 +526,15 @@ async def test_checkpoints_carry_the_step_and_old_ones_are_deleted(tmp_path):
         states.append(await policy.save_state(f"step-{policy.version:06d}"))
     sampler = [c for c in policy.checkpoints if c.kind == "sampler"]
     assert [c.step for c in sampler] == [0, 2, 4, 5]
-    assert [c.name for c in sampler] == ["step-000000", "step-000002", "step-000004",
-                                         "step-000005"]
+    assert [c.name for c in sampler] == ["step-000000", "step-000002", "step-000004", "step-000005"]
     assert [c.step for c in policy.checkpoints if c.kind == "state"] == [2, 4, 5]
     folders = {p.name for p in tmp_path.glob("*/sampler_weights/*")}
     assert folders == {"step-000000", "step-000002", "step-000004", "step-000005"}
     assert {p.name for p in tmp_path.glob("*/weights/*")} == {
-        "step-000002", "step-000004", "step-000005"}
+        "step-000002",
+        "step-000004",
+        "step-000005",
+    }
     assert states[-1].endswith("/weights/step-000005")
     # sampling clients: the last two stay loaded; kept weights load again on demand
     assert sorted(policy._samplers) == [4, 5]
@@ -438,13 +548,16 @@ async def test_checkpoints_carry_the_step_and_old_ones_are_deleted(tmp_path):
 
 
 # ------------------------------------------------------------------ renderers
-@pytest.mark.parametrize(("base_model", "renderer"), [
-    ("Qwen/Qwen3-8B", "qwen3"),
-    ("meta-llama/Llama-3.1-8B-Instruct", "llama3"),
-    ("openai/gpt-oss-20b", "gpt_oss_no_sysprompt"),
-    (DEFAULT_BASE_MODEL, "role_colon"),
-    ("someone/unknown-model", "role_colon"),
-])
+@pytest.mark.parametrize(
+    ("base_model", "renderer"),
+    [
+        ("Qwen/Qwen3-8B", "qwen3"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "llama3"),
+        ("openai/gpt-oss-20b", "gpt_oss_no_sysprompt"),
+        (DEFAULT_BASE_MODEL, "role_colon"),
+        ("someone/unknown-model", "role_colon"),
+    ],
+)
 def test_renderer_follows_the_base_model(base_model, renderer):
     assert renderer_name_for(base_model) == renderer
 
@@ -465,8 +578,13 @@ def test_renderer_named_explicitly_or_from_a_local_model_folder(tmp_path, monkey
 
 async def test_at_least_two_full_checkpoints_survive_retention(tmp_path):
     events = []
-    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL,
-                    keep_last_checkpoints=1, sampler_checkpoint_every=0, on_event=events.append)
+    policy = BackendSession(
+        LocalServiceClient(checkpoint_dir=tmp_path),
+        base_model=DEFAULT_BASE_MODEL,
+        keep_last_checkpoints=1,
+        sampler_checkpoint_every=0,
+        on_event=events.append,
+    )
     await policy.start()
     paths = []
     for step in range(3):
@@ -477,13 +595,19 @@ async def test_at_least_two_full_checkpoints_survive_retention(tmp_path):
     # the deletion is told, once it happened (the dashboards take the row off)
     deleted = [e for e in events if isinstance(e, CheckpointDeleted)]
     assert [(e.step, e.kind, e.name, e.path) for e in deleted] == [
-        (0, "state", "step-000000", paths[0])]
+        (0, "state", "step-000000", paths[0])
+    ]
 
 
 async def test_a_deletion_that_fails_is_logged_and_not_told_as_done(tmp_path):
     events = []
-    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL,
-                    keep_last_checkpoints=1, sampler_checkpoint_every=0, on_event=events.append)
+    policy = BackendSession(
+        LocalServiceClient(checkpoint_dir=tmp_path),
+        base_model=DEFAULT_BASE_MODEL,
+        keep_last_checkpoints=1,
+        sampler_checkpoint_every=0,
+        on_event=events.append,
+    )
     await policy.start()
     for step in range(2):
         policy.version = step

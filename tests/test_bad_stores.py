@@ -28,8 +28,10 @@ RUN = ["run", "example", "--no-ui", "--steps", "2", "--warmup-steps", "0"]
 
 def listing(folder: Path) -> dict[str, bytes | None]:
     """Every file under `folder` with its bytes (None for a folder)."""
-    return {str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes()
-            for p in sorted(folder.rglob("*"))}
+    return {
+        str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+    }
 
 
 def refused(db: Path, capsys, *extra: str) -> str:
@@ -51,13 +53,25 @@ def refused(db: Path, capsys, *extra: str) -> str:
 
 def make_store(path: Path, *, rows: int = 10, wal: bool = True) -> None:
     """A tinker-tui store with one run and `rows` log lines, closed (no -wal, no -shm)."""
+
     async def go():
         store = await RunStore.open(path)
-        store.handle(RunStarted(time=1.0, run_id="r1", name="yes_no_maybe", backend="local",
-                                base_model="tiny", max_steps=2, start_step=0, config={}))
+        store.handle(
+            RunStarted(
+                time=1.0,
+                run_id="r1",
+                name="yes_no_maybe",
+                backend="local",
+                base_model="tiny",
+                max_steps=2,
+                start_step=0,
+                config={},
+            )
+        )
         for i in range(rows):
             store.handle(LogEmitted(time=2.0 + i, level="info", message="x" * 200))
         await store.close()
+
     asyncio.run(go())
     if not wal:
         with sqlite3.connect(path) as conn:
@@ -69,7 +83,7 @@ def make_store(path: Path, *, rows: int = 10, wal: bool = True) -> None:
 def damage(path: Path) -> None:
     data = bytearray(path.read_bytes())
     middle = len(data) // 2 // 4096 * 4096
-    data[middle:middle + 4096] = b"\xff" * 4096
+    data[middle : middle + 4096] = b"\xff" * 4096
     path.write_bytes(bytes(data))
 
 
@@ -113,10 +127,12 @@ def test_a_damaged_store(tmp_path, capsys, wal):
     assert "is damaged" in refused(db, capsys)
 
 
-@pytest.mark.parametrize("command", [["runs"], ["show", "--no-ui"], ["show", "--no-ui", "--log"],
-                                     ["export"]])
-def test_a_store_damaged_past_its_header_is_one_line_for_the_read_commands(tmp_path, capsys,
-                                                                         monkeypatch, command):
+@pytest.mark.parametrize(
+    "command", [["runs"], ["show", "--no-ui"], ["show", "--no-ui", "--log"], ["export"]]
+)
+def test_a_store_damaged_past_its_header_is_one_line_for_the_read_commands(
+    tmp_path, capsys, monkeypatch, command
+):
     """The read commands open without the whole-file check `run` makes; SQLite finds the
     damage on the pages a query reads. That was "run failed: DatabaseError", exit 1."""
     db = tmp_path / "runs.db"
@@ -139,15 +155,17 @@ def test_a_store_another_writer_keeps_locked(tmp_path, capsys):
     other = sqlite3.connect(db, isolation_level=None)
     try:
         other.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
-        other.execute("INSERT INTO log (run_id, time, level, message) "
-                      "VALUES ('theirs', 0, 'info', 'kept')")
+        other.execute(
+            "INSERT INTO log (run_id, time, level, message) VALUES ('theirs', 0, 'info', 'kept')"
+        )
         assert "locked by another writer" in refused(db, capsys)
         other.execute("COMMIT")
     finally:
         other.close()
     with sqlite3.connect(db) as conn:
-        assert conn.execute("select message from log where run_id = 'theirs'").fetchall() \
-            == [("kept",)]
+        assert conn.execute("select message from log where run_id = 'theirs'").fetchall() == [
+            ("kept",)
+        ]
         assert conn.execute("select count(*) from runs").fetchone()[0] == 1
     conn.close()
 
@@ -166,10 +184,11 @@ def test_a_read_only_store(tmp_path, capsys):
             f'D=$(mktemp -d) && mount -t tmpfs -o size=4m tmpfs "$D" && cp {db} "$D/runs.db" '
             '&& mount -o remount,ro "$D" && cd "$D" && '
             f'{sys.executable} -m tinker_tui.app.cli {" ".join(RUN)} --db "$D/runs.db"; '
-            'echo "rc=$?"; ls -A "$D"')
+            'echo "rc=$?"; ls -A "$D"'
+        )
         proc = private_mount.run(script)
         assert proc.stdout.split() == ["rc=2", "runs.db"], (proc.stdout, proc.stderr)
-        line, = proc.stderr.splitlines()
+        (line,) = proc.stderr.splitlines()
         assert "cannot open run store" in line and "for writing" in line, line
         return
     try:
@@ -186,8 +205,13 @@ def test_refused_before_the_engine_starts_in_its_own_process(tmp_path):
     before = listing(tmp_path)
     env = dict(os.environ)
     env.pop("TINKER_API_KEY", None)
-    proc = subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", *RUN, "--db", str(db)],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tinker_tui.app.cli", *RUN, "--db", str(db)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert (proc.returncode, proc.stdout) == (2, "")
     assert len(proc.stderr.splitlines()) == 1 and "is damaged" in proc.stderr
     assert listing(tmp_path) == before
@@ -225,6 +249,7 @@ def test_check_file_and_open_refuse_for_the_same_reasons(tmp_path):
 
     async def open_it():
         await RunStore.open(db)
+
     with pytest.raises(StoreError) as late:
         asyncio.run(open_it())
     assert str(early.value) == str(late.value)

@@ -21,8 +21,10 @@ def test_a_collapse_stop_falls_even_when_its_last_steps_average_high_enough():
 
 def test_a_no_signal_stop_is_a_plateau_judged_over_the_steps_it_ran():
     rewards = [0.3, 0.6, 0.8] + [0.75] * 41
-    ended = ("run r stopped at step 44/100 (health check: no learning signal: 91% of the last "
-             "32 groups had equal rewards below the best seen (1))")
+    ended = (
+        "run r stopped at step 44/100 (health check: no learning signal: 91% of the last "
+        "32 groups had equal rewards below the best seen (1))"
+    )
     v = verdict(rewards, 100, ended)
     assert (v["kind"], v["holds"]) == ("plateau", True)
     low = verdict([0.3, 0.9] + [0.25] * 20, 100, ended)

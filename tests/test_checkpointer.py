@@ -16,10 +16,12 @@ from tinker_tui.engine.training.resume import ResumeState
 
 def make(tmp_path, **settings) -> Checkpointer:
     config = RunConfig(**settings)
-    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path),
-                            base_model=DEFAULT_BASE_MODEL)
-    return Checkpointer(config=config, policy=policy, health=HealthWindow(8),
-                        bus=EventBus(), clock=FakeClock())
+    policy = BackendSession(
+        LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
+    )
+    return Checkpointer(
+        config=config, policy=policy, health=HealthWindow(8), bus=EventBus(), clock=FakeClock()
+    )
 
 
 def step(checkpointer: Checkpointer, at: int, reward: float) -> str | None:
@@ -30,14 +32,23 @@ def step(checkpointer: Checkpointer, at: int, reward: float) -> str | None:
 
 
 def state(at: int) -> ResumeState:
-    return ResumeState(step=at, policy_version=at, next_position=0, pending=(),
-                       next_group_id=0, rng_state=None, warmup_done=True, knobs={})
+    return ResumeState(
+        step=at,
+        policy_version=at,
+        next_position=0,
+        pending=(),
+        next_group_id=0,
+        rng_state=None,
+        warmup_done=True,
+        knobs={},
+    )
 
 
 def test_periodic_and_requested_checkpoints_but_none_at_the_last_step(tmp_path):
     checkpointer = make(tmp_path, checkpoint_every=5, max_steps=10)
-    assert [step(checkpointer, s, 0.0) for s in range(1, 11)] == \
-        [None] * 4 + ["periodic"] + [None] * 4 + [None]  # step 10 is the final checkpoint's
+    assert [step(checkpointer, s, 0.0) for s in range(1, 11)] == [None] * 4 + ["periodic"] + [
+        None
+    ] * 4 + [None]  # step 10 is the final checkpoint's
     checkpointer.requested = True
     assert checkpointer.due(3, checkpointer.health.best_step) == "requested"
 
@@ -49,8 +60,12 @@ def test_a_new_best_step_is_checkpointed_from_checkpoint_every_on_a_third_apart(
     assert step(checkpointer, 12, 0.12) == "periodic"
     checkpointer.last_step = 12
     # A third of checkpoint_every (4 steps) after the last full checkpoint, at a new best.
-    assert [step(checkpointer, s, s / 100) for s in range(13, 17)] == \
-        [None, None, None, "best step so far"]
+    assert [step(checkpointer, s, s / 100) for s in range(13, 17)] == [
+        None,
+        None,
+        None,
+        "best step so far",
+    ]
     checkpointer.last_step = 16
     assert step(checkpointer, 17, 0.05) is None  # no new best
     assert step(checkpointer, 18, 0.01) is None
@@ -59,8 +74,15 @@ def test_a_new_best_step_is_checkpointed_from_checkpoint_every_on_a_third_apart(
 
 def test_a_short_checkpoint_every_needs_no_best_step_checkpoints(tmp_path):
     checkpointer = make(tmp_path, checkpoint_every=3, max_steps=100)
-    assert [step(checkpointer, s, s / 10) for s in range(1, 8)] == \
-        [None, None, "periodic", None, None, "periodic", None]
+    assert [step(checkpointer, s, s / 10) for s in range(1, 8)] == [
+        None,
+        None,
+        "periodic",
+        None,
+        None,
+        "periodic",
+        None,
+    ]
 
 
 def test_the_rollback_target_is_the_last_checkpoint_at_or_before_the_best_step(tmp_path):
@@ -85,9 +107,18 @@ def test_a_restored_start_state_has_no_checkpoint_of_its_step(tmp_path):
     checkpointer = make(tmp_path)
     checkpointer.restored(state(7))
     assert checkpointer.last_step == 7
-    checkpointer.restored(ResumeState(step=0, policy_version=0, next_position=0, pending=(),
-                                      next_group_id=0, rng_state=None, warmup_done=False,
-                                      knobs={}))
+    checkpointer.restored(
+        ResumeState(
+            step=0,
+            policy_version=0,
+            next_position=0,
+            pending=(),
+            next_group_id=0,
+            rng_state=None,
+            warmup_done=False,
+            knobs={},
+        )
+    )
     assert checkpointer.last_step is None
 
 
@@ -110,8 +141,9 @@ async def test_a_requested_checkpoint_survives_retention_and_says_it_was_asked_f
     checkpointer = make(tmp_path, checkpoint_every=1, max_steps=100)
     checkpointer.policy.keep_last_checkpoints = 2
     saved: list[CheckpointSaved] = []
-    checkpointer.bus.subscribe(lambda e: saved.append(e) if isinstance(e, CheckpointSaved)
-                               else None)
+    checkpointer.bus.subscribe(
+        lambda e: saved.append(e) if isinstance(e, CheckpointSaved) else None
+    )
     policy = checkpointer.policy
     await policy.start()
 
@@ -124,11 +156,20 @@ async def test_a_requested_checkpoint_survives_retention_and_says_it_was_asked_f
     for at in range(3, 7):
         await write(at, "periodic")
     assert [(e.step, e.requested) for e in saved] == [
-        (1, False), (2, True), (3, False), (4, False), (5, False), (6, False)]
+        (1, False),
+        (2, True),
+        (3, False),
+        (4, False),
+        (5, False),
+        (6, False),
+    ]
     kept = [c.step for c in policy.checkpoints if c.kind == "state"]
     assert kept == [2, 5, 6]  # the asked-for one, and the last two
     assert {p.name for p in tmp_path.glob("*/weights/*")} == {
-        "step-000002", "step-000005", "step-000006"}
+        "step-000002",
+        "step-000005",
+        "step-000006",
+    }
 
     await write(6, "requested")  # asked for at a step checkpointed already: that one
     assert (saved[-1].step, saved[-1].requested, saved[-1].path) == (6, True, saved[-2].path)
@@ -150,8 +191,9 @@ async def test_a_checkpoint_being_written_is_not_called_written(tmp_path):
         return f"/x/{name}"
 
     checkpointer.policy.save_state = slow_save
-    writing = asyncio.ensure_future(checkpointer.write(7, "periodic", lambda: state(7),
-                                                       warmup_done=True))
+    writing = asyncio.ensure_future(
+        checkpointer.write(7, "periodic", lambda: state(7), warmup_done=True)
+    )
     await asyncio.sleep(0)
     assert checkpointer.writing == 7 and checkpointer.last_step == 7
     release.set()

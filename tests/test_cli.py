@@ -10,11 +10,18 @@ import pytest
 
 
 def run_cli(*args, tmp_path, timeout=60):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD")
+    }
     env["HOME"] = str(tmp_path)  # no stored Tinker credentials
-    return subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=timeout, cwd=tmp_path)
+    return subprocess.run(
+        [sys.executable, "-m", "tinker_tui.app.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=tmp_path,
+    )
 
 
 def test_tinker_backend_without_key_fails_at_once_naming_the_variable(tmp_path):
@@ -46,9 +53,15 @@ def test_help_does_not_import_the_heavy_stack(tmp_path):
     assert result.returncode == 0
     assert "run" in result.stdout
     probe = subprocess.run(
-        [sys.executable, "-c", "import sys, tinker_tui.app.cli; "
-         "print(any(m in sys.modules for m in ('torch', 'textual', 'tinker_cookbook')))"],
-        capture_output=True, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, tinker_tui.app.cli; "
+            "print(any(m in sys.modules for m in ('torch', 'textual', 'tinker_cookbook')))",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert probe.stdout.strip() == "False"
 
 
@@ -57,19 +70,25 @@ def test_the_dashboard_is_drawn_before_the_engine_stack_is_imported(tmp_path):
     app and what watches the engine's process) imports nothing heavy: the first frame does
     not wait for torch."""
     probe = subprocess.run(
-        [sys.executable, "-c",
-         "import sys\n"
-         "from tinker_tui.app.cli import build_parser\n"
-         "from tinker_tui.app.commands.run import plan_run\n"
-         "from tinker_tui.app.engine_process import EngineProcess\n"
-         "from tinker_tui.app.store_session import StoreSession\n"
-         "from tinker_tui.app.tui import TinkerTuiApp\n"
-         "from tinker_tui.app.watch import watch\n"
-         "plan_run(build_parser().parse_args(['run', 'example', '--db', sys.argv[1]]))\n"
-         "print(sorted(m for m in ('torch', 'transformers', 'tinker_cookbook', 'tinker', "
-         "'numpy', 'fastapi', 'uvicorn') if m in sys.modules))",
-         str(tmp_path / "runs.db")],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from tinker_tui.app.cli import build_parser\n"
+            "from tinker_tui.app.commands.run import plan_run\n"
+            "from tinker_tui.app.engine_process import EngineProcess\n"
+            "from tinker_tui.app.store_session import StoreSession\n"
+            "from tinker_tui.app.tui import TinkerTuiApp\n"
+            "from tinker_tui.app.watch import watch\n"
+            "plan_run(build_parser().parse_args(['run', 'example', '--db', sys.argv[1]]))\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'tinker_cookbook', 'tinker', "
+            "'numpy', 'fastapi', 'uvicorn') if m in sys.modules))",
+            str(tmp_path / "runs.db"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == "[]"
 
@@ -126,11 +145,18 @@ def test_every_usage_error_answers_in_one_line_without_importing_torch(tmp_path)
     (tmp_path / "bad.toml").write_text("learnin_rate = 1e-3\n")
     (tmp_path / "broken_task.py").write_text("x = 1\ndef (:\n")
     cases = [[a.replace("{tmp}", str(tmp_path)) for a in argv] for argv, _ in USAGE_ERRORS]
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD")
+    }
     env["HOME"] = str(tmp_path)  # no stored Tinker credentials
-    probe = subprocess.run([sys.executable, "-c", PROBE, json.dumps(cases), json.dumps(HEAVY)],
-                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(cases), json.dumps(HEAVY)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert probe.returncode == 0, probe.stderr
     results = json.loads(probe.stdout)
     for (argv, expected), result in zip(USAGE_ERRORS, results, strict=True):

@@ -42,10 +42,17 @@ class RecordingPolicy:
         self.cancelled = 0
         self.fail: Exception | None = None
 
-    async def sample(self, prompt: tinker.ModelInput, num_samples: int,
-                     sampling_params: tinker.SamplingParams, *, version: int | None = None,
-                     top_logprobs: int = 0, constraint: Any = None,
-                     constraint_prefix: str = "") -> tuple[Any, int]:
+    async def sample(
+        self,
+        prompt: tinker.ModelInput,
+        num_samples: int,
+        sampling_params: tinker.SamplingParams,
+        *,
+        version: int | None = None,
+        top_logprobs: int = 0,
+        constraint: Any = None,
+        constraint_prefix: str = "",
+    ) -> tuple[Any, int]:
         call = len(self.calls)
         self.calls.append((tuple(prompt.to_ints()), num_samples, sampling_params.seed, version))
         try:
@@ -55,11 +62,18 @@ class RecordingPolicy:
             raise
         if self.fail is not None:
             raise self.fail
-        return tinker.SampleResponse(sequences=[
-            tinker.SampledSequence(stop_reason="length", sequence_id=f"{call}:{i}",
-                                   tokens_np=np.array([call, i]),
-                                   logprobs_np=np.array([-1.0, -1.0]))
-            for i in range(num_samples)], prompt_cache_hit_tokens=2), self.version
+        return tinker.SampleResponse(
+            sequences=[
+                tinker.SampledSequence(
+                    stop_reason="length",
+                    sequence_id=f"{call}:{i}",
+                    tokens_np=np.array([call, i]),
+                    logprobs_np=np.array([-1.0, -1.0]),
+                )
+                for i in range(num_samples)
+            ],
+            prompt_cache_hit_tokens=2,
+        ), self.version
 
 
 def tokens(result: tuple[Any, int]) -> list[list[int]]:
@@ -70,15 +84,21 @@ async def test_equal_requests_share_one_call_split_back_in_order():
     policy = RecordingPolicy()
     coalescer = SampleCoalescer(policy, window=0.05)
     results = await asyncio.gather(
-        coalescer.sample(PROMPT, 1, params()), coalescer.sample(PROMPT, 2, params()),
-        coalescer.sample(PROMPT, 1, params()), coalescer.sample(OTHER, 1, params()),
-        coalescer.sample(PROMPT, 3, params()))
+        coalescer.sample(PROMPT, 1, params()),
+        coalescer.sample(PROMPT, 2, params()),
+        coalescer.sample(PROMPT, 1, params()),
+        coalescer.sample(OTHER, 1, params()),
+        coalescer.sample(PROMPT, 3, params()),
+    )
     assert sorted(c[:2] for c in policy.calls) == [((1, 2, 3), 7), ((1, 2, 4), 1)]
     shared = next(i for i, c in enumerate(policy.calls) if c[1] == 7)
     # Each request gets its own n sequences, in arrival order, none twice.
     assert [tokens(r) for r in (results[0], results[1], results[2], results[4])] == [
-        [[shared, 0]], [[shared, 1], [shared, 2]], [[shared, 3]],
-        [[shared, 4], [shared, 5], [shared, 6]]]
+        [[shared, 0]],
+        [[shared, 1], [shared, 2]],
+        [[shared, 3]],
+        [[shared, 4], [shared, 5], [shared, 6]],
+    ]
     assert tokens(results[3]) == [[1 - shared, 0]]
     assert all(r[1] == 3 for r in results)  # the version that sampled them
     assert results[0][0].prompt_cache_hit_tokens == 2
@@ -89,10 +109,12 @@ async def test_different_settings_or_versions_are_not_mixed():
     policy = RecordingPolicy()
     coalescer = SampleCoalescer(policy, window=0.05)
     await asyncio.gather(
-        coalescer.sample(PROMPT, 1, params()), coalescer.sample(PROMPT, 1, params(top_p=0.5)),
+        coalescer.sample(PROMPT, 1, params()),
+        coalescer.sample(PROMPT, 1, params(top_p=0.5)),
         coalescer.sample(PROMPT, 1, params(), version=2),
         coalescer.sample(PROMPT, 1, params(), top_logprobs=2),
-        coalescer.sample(PROMPT, 1, tinker.SamplingParams(max_tokens=5)))
+        coalescer.sample(PROMPT, 1, tinker.SamplingParams(max_tokens=5)),
+    )
     assert len(policy.calls) == 5
     assert sorted(c[3] or 0 for c in policy.calls) == [0, 0, 0, 0, 2]
 
@@ -101,8 +123,11 @@ async def test_seeded_requests_share_only_with_the_same_seed_and_n():
     policy = RecordingPolicy()
     coalescer = SampleCoalescer(policy, window=0.05)
     a, b, c, d = await asyncio.gather(
-        coalescer.sample(PROMPT, 2, params(seed=7)), coalescer.sample(PROMPT, 2, params(seed=7)),
-        coalescer.sample(PROMPT, 1, params(seed=7)), coalescer.sample(PROMPT, 2, params(seed=8)))
+        coalescer.sample(PROMPT, 2, params(seed=7)),
+        coalescer.sample(PROMPT, 2, params(seed=7)),
+        coalescer.sample(PROMPT, 1, params(seed=7)),
+        coalescer.sample(PROMPT, 2, params(seed=8)),
+    )
     # seed 7 n=2 twice: one call of 2, both get the same sequences (what the seed fixes)
     assert sorted((c[1], c[2]) for c in policy.calls) == [(1, 7), (2, 7), (2, 8)]
     assert tokens(a) == tokens(b) and len(tokens(a)) == 2
@@ -135,8 +160,12 @@ async def test_a_whole_group_is_sent_at_once_without_waiting_out_the_window():
     coalescer = SampleCoalescer(policy, window=30.0, full_at=4)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    await asyncio.wait_for(asyncio.gather(coalescer.sample(PROMPT, 1, params()),
-                                          coalescer.sample(PROMPT, 3, params())), 10)
+    await asyncio.wait_for(
+        asyncio.gather(
+            coalescer.sample(PROMPT, 1, params()), coalescer.sample(PROMPT, 3, params())
+        ),
+        10,
+    )
     await asyncio.wait_for(coalescer.sample(OTHER, 4, params()), 10)  # one request, n=4
     assert loop.time() - started < 10
     assert [c[1] for c in policy.calls] == [4, 4]
@@ -183,8 +212,9 @@ async def test_an_error_of_the_call_is_every_members_error():
     policy = RecordingPolicy()
     policy.fail = tinker.APIConnectionError(request=None)  # type: ignore[arg-type]
     coalescer = SampleCoalescer(policy, window=0.02)
-    done = await asyncio.gather(*(coalescer.sample(PROMPT, 1, params()) for _ in range(3)),
-                                return_exceptions=True)
+    done = await asyncio.gather(
+        *(coalescer.sample(PROMPT, 1, params()) for _ in range(3)), return_exceptions=True
+    )
     assert all(isinstance(e, tinker.APIConnectionError) for e in done)
     assert len(policy.calls) == 1
 
@@ -195,20 +225,21 @@ class CountingSession(BackendSession):
 
     calls: list[int]
 
-    async def sample(self, prompt: Any, num_samples: int, sampling_params: Any,
-                     **kw: Any) -> Any:
+    async def sample(self, prompt: Any, num_samples: int, sampling_params: Any, **kw: Any) -> Any:
         self.calls.append(num_samples)
         return await super().sample(prompt, num_samples, sampling_params, **kw)
 
 
 @pytest.fixture
 async def coalescing_server(tmp_path):
-    policy = CountingSession(LocalServiceClient(checkpoint_dir=tmp_path),
-                             base_model=DEFAULT_BASE_MODEL)
+    policy = CountingSession(
+        LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
+    )
     policy.calls = []
     await policy.start()
-    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=8),
-                          coalesce_window=0.2)
+    server = PolicyServer(
+        policy, model_name="policy", defaults=SamplingDefaults(max_tokens=8), coalesce_window=0.2
+    )
     await server.start()
     yield server, policy
     await server.stop()
@@ -224,17 +255,24 @@ async def test_a_group_through_the_server_is_one_sampling_call(coalescing_server
         client.chat.completions.create(model="policy", messages=QUESTION),
         client.chat.completions.create(model="policy", messages=QUESTION, stream=True),
         client.chat.completions.create(model="policy", messages=QUESTION, logprobs=True),
-        client.chat.completions.create(model="policy", messages=QUESTION, n=3))
+        client.chat.completions.create(model="policy", messages=QUESTION, n=3),
+    )
     chunks = [chunk async for chunk in streamed]
     assert policy.calls == [6]  # 1 + 1 + 1 + 3 in one call
-    sampled = [plain.choices[0].model_extra["token_ids"],
-               next(c.choices[0].model_extra["token_ids"] for c in chunks
-                    if c.choices and c.choices[0].finish_reason),
-               logprobs.choices[0].model_extra["token_ids"],
-               *[c.model_extra["token_ids"] for c in three.choices]]
+    sampled = [
+        plain.choices[0].model_extra["token_ids"],
+        next(
+            c.choices[0].model_extra["token_ids"]
+            for c in chunks
+            if c.choices and c.choices[0].finish_reason
+        ),
+        logprobs.choices[0].model_extra["token_ids"],
+        *[c.model_extra["token_ids"] for c in three.choices],
+    ]
     assert len(sampled) == 6 and all(sampled)
     assert [c.logprob for c in logprobs.choices[0].logprobs.content] == pytest.approx(
-        logprobs.choices[0].model_extra["token_logprobs"])
+        logprobs.choices[0].model_extra["token_logprobs"]
+    )
     assert [c.index for c in three.choices] == [0, 1, 2]
 
 
@@ -243,10 +281,10 @@ async def test_a_seeded_request_answers_as_it_would_alone(coalescing_server):
     client = srv.client()
     kwargs = dict(model="policy", messages=QUESTION, max_tokens=6, seed=11, n=2)
     alone = await client.chat.completions.create(**kwargs)
-    together = await asyncio.gather(*(client.chat.completions.create(**kwargs)
-                                      for _ in range(3)),
-                                    client.chat.completions.create(model="policy",
-                                                                   messages=QUESTION))
+    together = await asyncio.gather(
+        *(client.chat.completions.create(**kwargs) for _ in range(3)),
+        client.chat.completions.create(model="policy", messages=QUESTION),
+    )
     assert sorted(policy.calls[1:]) == [1, 2]  # seed 11 n=2 thrice: one call; unseeded: one
     want = [c.model_extra["token_ids"] for c in alone.choices]
     for completion in together[:3]:

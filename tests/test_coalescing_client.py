@@ -45,18 +45,41 @@ class RecordingTransport:
             self.cancelled += 1
             raise
         if self.status != 200:
-            return httpx.Response(self.status, json={"error": {
-                "message": "the backend is unavailable", "type": "server_error",
-                "param": None, "code": None}})
-        choices = [{"index": i, "message": {"role": "assistant", "content": f"{call}.{i}"},
-                    "finish_reason": "stop", "logprobs": None, "prompt_token_ids": [1, 2],
-                    "token_ids": [call, i, *range(i)], "token_logprobs": [-1.0] * (i + 2),
-                    "policy_version": 0}
-                   for i in range(body.get("n", 1))]
-        return httpx.Response(200, json={
-            "id": "chatcmpl-x", "object": "chat.completion", "created": 0,
-            "model": body["model"], "choices": choices,
-            "usage": {"prompt_tokens": 2, "completion_tokens": 0, "total_tokens": 2}})
+            return httpx.Response(
+                self.status,
+                json={
+                    "error": {
+                        "message": "the backend is unavailable",
+                        "type": "server_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+            )
+        choices = [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": f"{call}.{i}"},
+                "finish_reason": "stop",
+                "logprobs": None,
+                "prompt_token_ids": [1, 2],
+                "token_ids": [call, i, *range(i)],
+                "token_logprobs": [-1.0] * (i + 2),
+                "policy_version": 0,
+            }
+            for i in range(body.get("n", 1))
+        ]
+        return httpx.Response(
+            200,
+            json={
+                "id": "chatcmpl-x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": choices,
+                "usage": {"prompt_tokens": 2, "completion_tokens": 0, "total_tokens": 2},
+            },
+        )
 
     async def aclose(self) -> None:
         return None
@@ -64,8 +87,12 @@ class RecordingTransport:
 
 def client_over(inner: RecordingTransport, window: float = 0.05) -> tuple[Any, Any]:
     transport = CoalescingTransport(inner, window=window)
-    client = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="k", max_retries=0,
-                                http_client=httpx.AsyncClient(transport=transport))
+    client = openai.AsyncOpenAI(
+        base_url="http://127.0.0.1:9/v1",
+        api_key="k",
+        max_retries=0,
+        http_client=httpx.AsyncClient(transport=transport),
+    )
     return client, transport
 
 
@@ -85,9 +112,10 @@ def assert_split(shares: list[list[Any]], whole: list[Any]) -> None:
     def fits(at: int, left: list[list[Any]]) -> bool:
         if not left:
             return at == len(whole)
-        return any(whole[at:at + len(share)] == share and fits(at + len(share),
-                                                                left[:i] + left[i + 1:])
-                   for i, share in enumerate(left))
+        return any(
+            whole[at : at + len(share)] == share and fits(at + len(share), left[:i] + left[i + 1 :])
+            for i, share in enumerate(left)
+        )
 
     assert fits(0, shares), f"{shares} do not cut {whole} in runs"
 
@@ -96,11 +124,13 @@ async def test_equal_requests_leave_as_one_and_each_gets_its_own_choices_in_orde
     inner = RecordingTransport()
     client, transport = client_over(inner)
     one, two, other, three = await asyncio.gather(
-        ask(client), ask(client, n=2), ask(client, max_tokens=3), ask(client, n=3))
+        ask(client), ask(client, n=2), ask(client, max_tokens=3), ask(client, n=3)
+    )
     shared = next(i for i, b in enumerate(inner.bodies) if b.get("n") == 6)
     assert sorted(b.get("n", 1) for b in inner.bodies) == [1, 6]
-    assert_split([contents(one), contents(two), contents(three)],
-                 [f"{shared}.{i}" for i in range(6)])
+    assert_split(
+        [contents(one), contents(two), contents(three)], [f"{shared}.{i}" for i in range(6)]
+    )
     assert contents(other) == [f"{1 - shared}.0"]
     # renumbered from 0 per caller; the exact sampled tokens kept; usage its own
     assert [c.index for c in three.choices] == [0, 1, 2]
@@ -109,7 +139,8 @@ async def test_equal_requests_leave_as_one_and_each_gets_its_own_choices_in_orde
             i = int(choice.message.content.split(".")[1])
             assert choice.model_extra["token_ids"] == [shared, i, *range(i)]
         assert completion.usage.completion_tokens == sum(
-            len(c.model_extra["token_ids"]) for c in completion.choices)
+            len(c.model_extra["token_ids"]) for c in completion.choices
+        )
         assert completion.usage.prompt_tokens == 2
     assert len({one.id, two.id, three.id}) == 3
     assert transport.stats.requests == 4 and transport.stats.sent == 2
@@ -134,8 +165,12 @@ async def test_seeded_streamed_and_lone_requests_go_as_they_came():
 async def test_a_full_batch_is_sent_and_the_next_request_opens_another():
     inner = RecordingTransport()
     transport = CoalescingTransport(inner, window=0.05, max_n=4)
-    client = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="k", max_retries=0,
-                                http_client=httpx.AsyncClient(transport=transport))
+    client = openai.AsyncOpenAI(
+        base_url="http://127.0.0.1:9/v1",
+        api_key="k",
+        max_retries=0,
+        http_client=httpx.AsyncClient(transport=transport),
+    )
     await asyncio.gather(*(ask(client) for _ in range(6)))
     assert sorted(b["n"] for b in inner.bodies) == [2, 4]
 
@@ -143,8 +178,12 @@ async def test_a_full_batch_is_sent_and_the_next_request_opens_another():
 async def test_a_whole_group_goes_at_once_without_waiting_out_the_window():
     inner = RecordingTransport()
     transport = CoalescingTransport(inner, window=30.0, full_at=3)
-    client = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="k", max_retries=0,
-                                http_client=httpx.AsyncClient(transport=transport))
+    client = openai.AsyncOpenAI(
+        base_url="http://127.0.0.1:9/v1",
+        api_key="k",
+        max_retries=0,
+        http_client=httpx.AsyncClient(transport=transport),
+    )
     loop = asyncio.get_running_loop()
     started = loop.time()
     await asyncio.wait_for(asyncio.gather(*(ask(client) for _ in range(3))), 10)
@@ -207,51 +246,59 @@ class RecordingSession(BackendSession):
 
     calls: list[list[list[int]]]
 
-    async def sample(self, prompt: Any, num_samples: int, sampling_params: Any,
-                     **kw: Any) -> Any:
+    async def sample(self, prompt: Any, num_samples: int, sampling_params: Any, **kw: Any) -> Any:
         response, version = await super().sample(prompt, num_samples, sampling_params, **kw)
         self.calls.append([list(s.tokens) for s in response.sequences])
         return response, version
 
 
 async def test_a_groups_rollouts_are_one_http_request_and_one_sampling_call(tmp_path):
-    policy = RecordingSession(LocalServiceClient(checkpoint_dir=tmp_path),
-                              base_model=DEFAULT_BASE_MODEL)
+    policy = RecordingSession(
+        LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
+    )
     policy.calls = []
     await policy.start()
-    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=6),
-                          coalesce_window=0.2)
+    server = PolicyServer(
+        policy, model_name="policy", defaults=SamplingDefaults(max_tokens=6), coalesce_window=0.2
+    )
     await server.start()
     try:
         client = server.client()
-        group = await asyncio.gather(*(ask(client, logprobs=True) for _ in range(8)),
-                                     ask(client, logprobs=True, n=2))
+        group = await asyncio.gather(
+            *(ask(client, logprobs=True) for _ in range(8)), ask(client, logprobs=True, n=2)
+        )
         (stats,) = server.client_coalescing
         assert stats.requests == 9 and stats.sent == 1
         assert server.coalescer.stats.requests == 1
         (sampled,) = policy.calls
         assert len(sampled) == 10
         # each caller's choices are the sampler's sequences, a run each, none twice
-        assert_split([[c.model_extra["token_ids"] for c in completion.choices]
-                      for completion in group], sampled)
+        assert_split(
+            [[c.model_extra["token_ids"] for c in completion.choices] for completion in group],
+            sampled,
+        )
         for completion in group:
             for choice in completion.choices:
                 assert [t.logprob for t in choice.logprobs.content] == pytest.approx(
-                    choice.model_extra["token_logprobs"])
+                    choice.model_extra["token_logprobs"]
+                )
             assert completion.usage.completion_tokens == sum(
-                len(c.model_extra["token_ids"]) for c in completion.choices)
+                len(c.model_extra["token_ids"]) for c in completion.choices
+            )
         assert [c.index for c in group[-1].choices] == [0, 1]
     finally:
         await server.stop()
 
 
 async def test_with_coalescing_off_the_client_sends_each_request(tmp_path):
-    policy = RecordingSession(LocalServiceClient(checkpoint_dir=tmp_path),
-                              base_model=DEFAULT_BASE_MODEL)
+    policy = RecordingSession(
+        LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
+    )
     policy.calls = []
     await policy.start()
-    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=4),
-                          coalesce_window=0.0)
+    server = PolicyServer(
+        policy, model_name="policy", defaults=SamplingDefaults(max_tokens=4), coalesce_window=0.0
+    )
     await server.start()
     try:
         client = server.client()

@@ -19,14 +19,27 @@ SETTINGS = {"collapse_groups": 6}
 
 def step(n: int, reward: float, time: float) -> StepTrained:
     flat = reward < 0.1
-    return StepTrained(time=time, step=n, policy_version=n, group_ids=(2 * n, 2 * n + 1),
-                       metrics={keys.REWARD_MEAN: reward, keys.REWARD_MIN: 0.0,
-                                keys.discarded("zero_variance"): 2.0 if flat else 0.0})
+    return StepTrained(
+        time=time,
+        step=n,
+        policy_version=n,
+        group_ids=(2 * n, 2 * n + 1),
+        metrics={
+            keys.REWARD_MEAN: reward,
+            keys.REWARD_MIN: 0.0,
+            keys.discarded("zero_variance"): 2.0 if flat else 0.0,
+        },
+    )
 
 
 def checkpoint(n: int, time: float) -> CheckpointSaved:
-    return CheckpointSaved(time=time, step=n, kind="state", name=f"step-{n:06d}",
-                           path=f"tinker://x/weights/step-{n:06d}")
+    return CheckpointSaved(
+        time=time,
+        step=n,
+        kind="state",
+        name=f"step-{n:06d}",
+        path=f"tinker://x/weights/step-{n:06d}",
+    )
 
 
 def test_a_run_read_back_has_the_live_runs_collapse_after_a_rollback_undid_its_best():
@@ -42,11 +55,21 @@ def test_a_run_read_back_has_the_live_runs_collapse_after_a_rollback_undid_its_b
         fold(live, event)
     assert live.collapse is not None and live.best_step == (11, 0.54)
     # on_collapse = rollback: back to step 10; the best step, 11, is one it undoes.
-    events.append(CommandReceived(time=t + 0.5, command="rollback", source=AUTOMATIC,
-                                  args={"to_step": 10}))
-    rolled = CommandReceived(time=t + 1, command="rolled_back", source=AUTOMATIC, args={
-        "to_step": 10, "checkpoint": "step-000010", "steps_undone": 6,
-        "best_step": 11, "best": 0.54})
+    events.append(
+        CommandReceived(time=t + 0.5, command="rollback", source=AUTOMATIC, args={"to_step": 10})
+    )
+    rolled = CommandReceived(
+        time=t + 1,
+        command="rolled_back",
+        source=AUTOMATIC,
+        args={
+            "to_step": 10,
+            "checkpoint": "step-000010",
+            "steps_undone": 6,
+            "best_step": 11,
+            "best": 0.54,
+        },
+    )
     events.append(rolled)
     fold(live, rolled)
     again = [step(n, r, t + 1 + n) for n, r in enumerate([0.3, 0.0, 0.0, 0.0], start=11)]
@@ -56,14 +79,14 @@ def test_a_run_read_back_has_the_live_runs_collapse_after_a_rollback_undid_its_b
     assert live.collapse is not None
 
     # The store: the undone steps (11..16 of the first attempt) are gone, the rest kept.
-    stored = [e for e in events if not (isinstance(e, StepTrained) and e.step > 10
-                                        and e.time <= t)]
+    stored = [e for e in events if not (isinstance(e, StepTrained) and e.step > 10 and e.time <= t)]
     read_back = HealthWindow.from_settings(SETTINGS)
     assert replay(read_back, stored) == 1  # the automatic rollback made
     assert read_back.best_step == live.best_step == (11, 0.54)
     assert read_back.collapse == live.collapse
-    assert read_back.collapse.words() == ("collapsed at step 12 (best 0.540 at step 11); best "
-                                          "checkpoint step-000010")
+    assert read_back.collapse.words() == (
+        "collapsed at step 12 (best 0.540 at step 11); best checkpoint step-000010"
+    )
     assert read_back.rollback_point() == live.rollback_point() == (10, "step-000010")
     # A resume from step 12 leaves the later steps out.
     up_to_12 = HealthWindow.from_settings(SETTINGS)
@@ -72,8 +95,10 @@ def test_a_run_read_back_has_the_live_runs_collapse_after_a_rollback_undid_its_b
 
 
 def test_a_manual_rollback_does_not_count_toward_max_rollbacks():
-    events = [CommandReceived(time=1.0, command="rollback", args={"reason": "by hand"}),
-              CommandReceived(time=2.0, command="rollback", source=AUTOMATIC)]
+    events = [
+        CommandReceived(time=1.0, command="rollback", args={"reason": "by hand"}),
+        CommandReceived(time=2.0, command="rollback", source=AUTOMATIC),
+    ]
     assert replay(HealthWindow.from_settings(SETTINGS), events) == 1
 
 
@@ -84,11 +109,27 @@ def test_the_rollback_point_read_back_is_the_checkpoint_that_sampled_the_best_st
     window = HealthWindow.from_settings(SETTINGS)
     for n, reward in enumerate([0.2, 0.4, 0.9, 0.1], start=1):
         event = step(n, reward, float(n))
-        fold(window, StepTrained(time=event.time, step=n, policy_version=n,
-                                 group_ids=event.group_ids,
-                                 metrics={**event.metrics, keys.STALENESS_MIN: 0.0}))
-        fold(window, CheckpointSaved(time=n + 0.5, step=n, kind="state", name=f"step-{n:06d}",
-                                     path="p", resume_state={"step": n, "policy_version": n}))
+        fold(
+            window,
+            StepTrained(
+                time=event.time,
+                step=n,
+                policy_version=n,
+                group_ids=event.group_ids,
+                metrics={**event.metrics, keys.STALENESS_MIN: 0.0},
+            ),
+        )
+        fold(
+            window,
+            CheckpointSaved(
+                time=n + 0.5,
+                step=n,
+                kind="state",
+                name=f"step-{n:06d}",
+                path="p",
+                resume_state={"step": n, "policy_version": n},
+            ),
+        )
     assert window.best_sampled_by == 2
     assert window.rollback_point() == (2, "step-000002")
     # A rollback records the version that sampled the best step: a window read back after
@@ -96,9 +137,30 @@ def test_the_rollback_point_read_back_is_the_checkpoint_that_sampled_the_best_st
     back = HealthWindow.from_settings(SETTINGS)
     for n in (1, 2):
         fold(back, step(n, 0.2 * n, float(n)))
-        fold(back, CheckpointSaved(time=n + 0.5, step=n, kind="state", name=f"step-{n:06d}",
-                                   path="p", resume_state={"step": n, "policy_version": n}))
-    fold(back, CommandReceived(time=9.0, command="rolled_back", source="user", args={
-        "to_step": 2, "checkpoint": "step-000002", "best_step": 3, "best": 0.9,
-        "best_sampled_by": 2}))
+        fold(
+            back,
+            CheckpointSaved(
+                time=n + 0.5,
+                step=n,
+                kind="state",
+                name=f"step-{n:06d}",
+                path="p",
+                resume_state={"step": n, "policy_version": n},
+            ),
+        )
+    fold(
+        back,
+        CommandReceived(
+            time=9.0,
+            command="rolled_back",
+            source="user",
+            args={
+                "to_step": 2,
+                "checkpoint": "step-000002",
+                "best_step": 3,
+                "best": 0.9,
+                "best_sampled_by": 2,
+            },
+        ),
+    )
     assert back.best_sampled_by == 2 and back.rollback_point() == (2, "step-000002")

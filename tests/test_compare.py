@@ -55,8 +55,16 @@ async def test_the_table_names_what_differs_and_how_each_run_went(five):
     assert differing_settings(runs) == ["learning_rate", "group_size"]  # not the W&B ids
     text = format_comparison(runs, now=0.0)
     lines = text.splitlines()
-    assert lines[0].split() == ["RUN", "STATUS", "STEP", "FINAL", "BEST", "DURATION",
-                                "learning_rate", "group_size"]
+    assert lines[0].split() == [
+        "RUN",
+        "STATUS",
+        "STEP",
+        "FINAL",
+        "BEST",
+        "DURATION",
+        "learning_rate",
+        "group_size",
+    ]
     by_name = {line.split("  ")[0]: line for line in lines[1:]}
     assert by_name["lr 1e-3"].split()[2:4] == ["completed", "12/12"]
     assert by_name["run-lr1e-2"].split()[1:3] == ["failed", "7/12"]
@@ -98,9 +106,12 @@ async def drawn(pilot: Pilot) -> None:
     for _ in range(200):
         await pilot.pause(0.05)
         screen = app.screen
-        if isinstance(screen, CompareScreen) and all(
-                r.session.loaded.is_set() for r in screen.runs) and screen._keys \
-                and not screen.pending:
+        if (
+            isinstance(screen, CompareScreen)
+            and all(r.session.loaded.is_set() for r in screen.runs)
+            and screen._keys
+            and not screen.pending
+        ):
             break
     screen = app.screen
     assert isinstance(screen, CompareScreen)
@@ -127,8 +138,7 @@ def test_snapshot_compare_by_tokens_on_a_log_scale_last_steps(snap_compare, five
         pilot.app.clear_notifications()  # no toasts in a snapshot
         await drawn(pilot)
 
-    assert snap_compare(compare_app(five, FIVE[:3]), terminal_size=(120, 36),
-                        run_before=keys)
+    assert snap_compare(compare_app(five, FIVE[:3]), terminal_size=(120, 36), run_before=keys)
 
 
 async def test_compare_charts_draw_a_line_per_run_and_q_leaves(five):

@@ -33,8 +33,7 @@ def test_every_field_has_a_setting_with_a_meaning():
 
 
 def test_live_knobs_come_from_the_spec_in_the_control_views_order():
-    assert LIVE_KNOBS == ("learning_rate", "temperature", "max_steps_off_policy",
-                          "rollout_workers")
+    assert LIVE_KNOBS == ("learning_rate", "temperature", "max_steps_off_policy", "rollout_workers")
     assert all(SETTINGS[name].live for name in LIVE_KNOBS)
     assert list(KNOBS) == list(LIVE_KNOBS)
 
@@ -60,8 +59,9 @@ def test_a_setting_and_its_knob_refuse_the_same_values_with_the_same_message(nam
             with pytest.raises(ValueError) as knob_error:
                 check_knob(name, value)
             assert str(knob_error.value) == str(config_error.value)
-            with pytest.raises(ValueError, match=spec.allowed().replace("(", r"\(")
-                               .replace(")", r"\)")):
+            with pytest.raises(
+                ValueError, match=spec.allowed().replace("(", r"\(").replace(")", r"\)")
+            ):
                 parse_knob_value(name, str(value))
             with pytest.raises(ValueError) as fake_error:
                 FakeSession().control.set_knob(name, value)
@@ -83,8 +83,12 @@ def test_types_are_checked_and_whole_floats_become_ints():
     config = RunConfig(max_steps=5.0, temperature=1)
     assert config.max_steps == 5 and isinstance(config.max_steps, int)
     assert isinstance(config.temperature, float)
-    for value, message in ((2.5, "a whole number"), ("3", "a number"), (True, "a number"),
-                           (float("nan"), "a finite number")):
+    for value, message in (
+        (2.5, "a whole number"),
+        ("3", "a number"),
+        (True, "a number"),
+        (float("nan"), "a finite number"),
+    ):
         with pytest.raises(ConfigError, match=f"max_steps must be {message}"):
             RunConfig(max_steps=value)
     with pytest.raises(ConfigError, match="loss_fn must be importance_sampling, ppo"):
@@ -92,17 +96,23 @@ def test_types_are_checked_and_whole_floats_become_ints():
     # the store holds 64-bit whole numbers: a run it could not record is refused up front
     assert RunConfig(max_steps=2**63 - 1).max_steps == 2**63 - 1
     for value in (2**63, 10**20, 1e20):
-        with pytest.raises(ConfigError, match="max_steps must be at most 9,223,372,036,854,775,"
-                                              "807 .the largest whole number the run store"):
+        with pytest.raises(
+            ConfigError,
+            match="max_steps must be at most 9,223,372,036,854,775,"
+            "807 .the largest whole number the run store",
+        ):
             RunConfig(max_steps=value)
-    with pytest.raises(ConfigError, match="min_groups_per_step must be between 0 and "
-                                          "groups_per_step"):
+    with pytest.raises(
+        ConfigError, match="min_groups_per_step must be between 0 and groups_per_step"
+    ):
         RunConfig(groups_per_step=2, min_groups_per_step=3)
 
 
 def test_knobs_that_are_not_live_are_refused_by_name():
-    with pytest.raises(ValueError, match="'seed' cannot be changed live; the live knobs are "
-                                         "learning_rate, temperature"):
+    with pytest.raises(
+        ValueError,
+        match="'seed' cannot be changed live; the live knobs are learning_rate, temperature",
+    ):
         check_knob("seed", 1)
     assert check_knob("rollout_workers", 8.0) == 8
     assert isinstance(check_knob("learning_rate", 1e-3), float)
@@ -129,8 +139,9 @@ def test_every_setting_is_a_flag_that_says_what_it_means():
             assert f"(default {default_text(spec.default)})" in flags[name].help, name
         else:  # a shorter flag stands for it (--steps, --wandb, --tensorboard)
             assert flags[name].help, name
-    args = build_parser().parse_args(["run", "example", "--rollout-workers", "8",
-                                      "--no-eval-at-start", "--temperature", "0.7"])
+    args = build_parser().parse_args(
+        ["run", "example", "--rollout-workers", "8", "--no-eval-at-start", "--temperature", "0.7"]
+    )
     assert (args.rollout_workers, args.eval_at_start, args.temperature) == (8, False, 0.7)
 
 

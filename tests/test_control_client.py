@@ -34,8 +34,9 @@ def test_no_running_run_is_named_as_such(tmp_path):
         control.connect(db=db)
     assert gone.value.pid == 2**22 + 1 and gone.value.control_file == stale
     # one that names no process, where nothing listens
-    control_file_path(db, "deaf-1").write_text(json.dumps({"url": "http://127.0.0.1:9",
-                                                            "token": "x"}))
+    control_file_path(db, "deaf-1").write_text(
+        json.dumps({"url": "http://127.0.0.1:9", "token": "x"})
+    )
     with pytest.raises(control.ControlUnavailable, match="does not answer"):
         control.connect("deaf", db=db)
 
@@ -86,9 +87,17 @@ def test_the_client_loads_no_web_framework_nor_torch():
     import subprocess
     import sys
 
-    code = ("import sys, tinker_tui.control; "
-            "print(sorted(m for m in ('torch', 'starlette', 'uvicorn', 'textual', 'aiosqlite') "
-            "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parent.parent, timeout=60, check=True)
+    code = (
+        "import sys, tinker_tui.control; "
+        "print(sorted(m for m in ('torch', 'starlette', 'uvicorn', 'textual', 'aiosqlite') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        timeout=60,
+        check=True,
+    )
     assert out.stdout.strip() == "[]"

@@ -34,8 +34,9 @@ def test_a_sampling_call_prefills_each_sample_and_the_shared_ones_are_cached():
 
 def test_cost_at_the_users_prices():
     prices = Prices(prefill=2.0, prefill_cached=0.5, sample=4.0, train=6.0)
-    usage = TokenUsage(prefill=3_000_000, prefill_cached=2_000_000, sampled=500_000,
-                       trained=1_000_000)
+    usage = TokenUsage(
+        prefill=3_000_000, prefill_cached=2_000_000, sampled=500_000, trained=1_000_000
+    )
     assert prices.cost(usage) == pytest.approx(1 * 2.0 + 2 * 0.5 + 0.5 * 4.0 + 1 * 6.0)
     assert not Prices().known
 
@@ -62,8 +63,9 @@ def test_a_resumed_run_carries_what_was_spent():
     metrics = meter.step_metrics(TokenUsage(trained=1_000_000))
     assert metrics[keys.TOKENS_TRAINED_TOTAL] == 4_000_000
     assert metrics[keys.COST_USD_TOTAL] == pytest.approx(4.0)
-    assert projected_usd(4.0, steps_done=11, start_step=10, max_steps=20,
-                         carried_usd=3.0) == pytest.approx(13.0)
+    assert projected_usd(
+        4.0, steps_done=11, start_step=10, max_steps=20, carried_usd=3.0
+    ) == pytest.approx(13.0)
     assert projected_usd(0.0, steps_done=10, start_step=10, max_steps=20) is None
 
 
@@ -87,8 +89,10 @@ def test_a_step_that_would_pass_the_budget_is_not_trained_even_the_first():
     sampled = TokenUsage(sampled=200_000)  # $0.2 of sampling so far
     assert meter.budget_passed_by_training(sampled, 200_000) == ""  # $0.4 in all: fits
     why = meter.budget_passed_by_training(sampled, 400_000)  # $0.6: it would not
-    assert why.startswith("training this step (about $0.4000) would pass the budget "
-                          "max_cost_usd = $0.5: $0.2000 spent so far"), why
+    assert why.startswith(
+        "training this step (about $0.4000) would pass the budget "
+        "max_cost_usd = $0.5: $0.2000 spent so far"
+    ), why
     assert "past it" not in why
     spent = meter.budget_passed_by_training(TokenUsage(sampled=700_000), 0)
     assert spent.endswith("$0.7000 spent so far, $0.2000 past it"), spent  # says so
@@ -99,8 +103,9 @@ def test_a_resumed_run_past_its_budget_stops_before_its_first_step():
     """The last step an earlier process recorded is the estimate of the next: a run the
     budget stopped, resumed with the same budget, must not train another step."""
     meter = CostMeter(Prices(train=1.0), max_cost_usd=3.5)
-    meter.carry({keys.COST_USD_TOTAL: 3.0, keys.COST_USD_STEP: 1.0,
-                 keys.TOKENS_TRAINED_TOTAL: 3_000_000})
+    meter.carry(
+        {keys.COST_USD_TOTAL: 3.0, keys.COST_USD_STEP: 1.0, keys.TOKENS_TRAINED_TOTAL: 3_000_000}
+    )
     assert "the next step (about $1.0000) would pass" in meter.budget_passed_by_next_step()
     roomier = CostMeter(Prices(train=1.0), max_cost_usd=10.0)
     roomier.carry({keys.COST_USD_TOTAL: 3.0, keys.COST_USD_STEP: 1.0})
@@ -130,13 +135,32 @@ def test_a_budget_without_prices_is_refused():
 
 
 def _run(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD")
+    }
     env["HOME"] = str(tmp_path)
-    return subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", "run", "example",
-                           "--no-ui", "--db", str(tmp_path / "runs.db"), "--warmup-steps", "0",
-                           "--eval-every", "0", *args],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            "example",
+            "--no-ui",
+            "--db",
+            str(tmp_path / "runs.db"),
+            "--warmup-steps",
+            "0",
+            "--eval-every",
+            "0",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=ROOT,
+    )
 
 
 def _metrics(tmp_path) -> list[dict]:
@@ -152,8 +176,17 @@ def _step_metrics(row: dict) -> dict:
 def test_a_run_on_the_local_backend_stops_at_its_budget_naming_it(tmp_path):
     """Tokens and dollars per step reach the JSONL; the run stops gracefully (a final
     checkpoint, exit 5) before the step that would pass max_cost_usd."""
-    first = _run(tmp_path, "--steps", "2", "--price-train-per-mtok", "1000000",
-                 "--price-sample-per-mtok", "1000000", "--price-prefill-per-mtok", "1000000")
+    first = _run(
+        tmp_path,
+        "--steps",
+        "2",
+        "--price-train-per-mtok",
+        "1000000",
+        "--price-sample-per-mtok",
+        "1000000",
+        "--price-prefill-per-mtok",
+        "1000000",
+    )
     assert first.returncode == 0, first.stderr[-2000:]
     rows = [_step_metrics(r) for r in _metrics(tmp_path)]
     per_step = rows[-1][keys.COST_USD_TOTAL] / len(rows)
@@ -166,35 +199,62 @@ def test_a_run_on_the_local_backend_stops_at_its_budget_naming_it(tmp_path):
     for old in tmp_path.glob("*.metrics.jsonl"):
         old.unlink()
     (tmp_path / "runs.db").unlink()
-    done = _run(tmp_path, "--steps", "40", "--price-train-per-mtok", "1000000",
-                "--price-sample-per-mtok", "1000000", "--price-prefill-per-mtok", "1000000",
-                "--max-cost-usd", f"{budget:.6f}")
+    done = _run(
+        tmp_path,
+        "--steps",
+        "40",
+        "--price-train-per-mtok",
+        "1000000",
+        "--price-sample-per-mtok",
+        "1000000",
+        "--price-prefill-per-mtok",
+        "1000000",
+        "--max-cost-usd",
+        f"{budget:.6f}",
+    )
     assert done.returncode == EXIT_BUDGET, done.stderr[-2000:]  # not a completed run's 0
     assert "max_cost_usd" in done.stdout + done.stderr
     steps = [line for line in done.stdout.splitlines() if line.startswith("step ")]
     assert steps and all(re.search(r"  spent \$\d+\.\d{4}  ", line) for line in steps), steps
-    assert re.search(r"^  spent: \$\d+\.\d{4}; tokens prefill [\d,]+ \([\d,]+ cached\), "
-                     r"sampled [\d,]+, trained [\d,]+$", done.stdout, re.M), done.stdout
+    assert re.search(
+        r"^  spent: \$\d+\.\d{4}; tokens prefill [\d,]+ \([\d,]+ cached\), "
+        r"sampled [\d,]+, trained [\d,]+$",
+        done.stdout,
+        re.M,
+    ), done.stdout
     # The same budget would stop a resume at once: the command to continue raises it.
     assert re.search(r"continue: .* --resume \S+ .*--max-cost-usd \d", done.stdout), done.stdout
     rows = [_step_metrics(r) for r in _metrics(tmp_path)]
     assert 1 <= len(rows) < 40
     assert rows[-1][keys.COST_USD_TOTAL] <= budget
-    assert rows[-1][keys.COST_USD_TOTAL] == pytest.approx(
-        sum(r[keys.COST_USD_STEP] for r in rows))
+    assert rows[-1][keys.COST_USD_TOTAL] == pytest.approx(sum(r[keys.COST_USD_STEP] for r in rows))
     with sqlite3.connect(tmp_path / "runs.db") as conn:
-        stops = conn.execute("select source, args from commands where command = 'stop'"
-                             ).fetchall()
+        stops = conn.execute("select source, args from commands where command = 'stop'").fetchall()
     conn.close()
     # The run stopped itself: the control view's "from" column must not say a person did.
     assert [source for source, _ in stops] == ["engine"], stops
     assert "budget" in stops[0][1]
     # Resumed with the same budget: it stops before its first step, and says what to do.
     run_id = re.search(r"--resume (\S+)", done.stdout)[1]
-    again = subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", "run", "example",
-                            "--resume", run_id, "--no-ui", "--db", str(tmp_path / "runs.db")],
-                           capture_output=True, text=True, timeout=600, cwd=ROOT,
-                           env={**os.environ, "HOME": str(tmp_path)})
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            "example",
+            "--resume",
+            run_id,
+            "--no-ui",
+            "--db",
+            str(tmp_path / "runs.db"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
     assert again.returncode == EXIT_BUDGET, again.stderr[-2000:]
     assert not [line for line in again.stdout.splitlines() if line.startswith("step ")]
     assert "raise max_cost_usd to go on" in again.stdout, again.stdout
@@ -205,8 +265,14 @@ def test_a_run_on_the_local_backend_stops_at_its_budget_naming_it(tmp_path):
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     full = dict(os.environ, **env)
     full.pop("HF_HUB_OFFLINE", None)
-    return subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", *args],
-                          capture_output=True, text=True, env=full, timeout=600, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "tinker_tui.app.cli", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=600,
+        cwd=ROOT,
+    )
 
 
 def test_cost_reconciles_a_tinker_run_with_the_services_billing(tmp_path):
@@ -217,11 +283,34 @@ def test_cost_reconciles_a_tinker_run_with_the_services_billing(tmp_path):
     db = str(tmp_path / "runs.db")
     with TinkerDouble(tmp_path / "ckpt") as double:
         env = double.env()
-        ran = _cli(env, "run", "example", "--backend", "tinker", "--no-ui", "--db", db,
-                   "--base-model", "tinker-tui/tiny-chat", "--warmup-steps", "0",
-                   "--eval-every", "0", "--steps", "2", "--group-size", "4",
-                   "--groups-per-step", "2", "--price-train-per-mtok", "3",
-                   "--price-sample-per-mtok", "2", "--price-prefill-per-mtok", "1")
+        ran = _cli(
+            env,
+            "run",
+            "example",
+            "--backend",
+            "tinker",
+            "--no-ui",
+            "--db",
+            db,
+            "--base-model",
+            "tinker-tui/tiny-chat",
+            "--warmup-steps",
+            "0",
+            "--eval-every",
+            "0",
+            "--steps",
+            "2",
+            "--group-size",
+            "4",
+            "--groups-per-step",
+            "2",
+            "--price-train-per-mtok",
+            "3",
+            "--price-sample-per-mtok",
+            "2",
+            "--price-prefill-per-mtok",
+            "1",
+        )
         assert ran.returncode == 0, ran.stderr[-2000:]
         (session,) = double.service.sessions
         done = _cli(env, "cost", "--db", db)
@@ -261,10 +350,15 @@ def test_the_dashboards_cost_line():
     from tinker_tui.app.view_maths import cost_text
 
     assert cost_text({}, 0, 10) == ""  # a run from before tokens were counted
-    tokens = {keys.TOKENS_PREFILL_TOTAL: 20_000.0, keys.TOKENS_PREFILL_CACHED_TOTAL: 15_000.0,
-              keys.TOKENS_SAMPLED_TOTAL: 1_500.0, keys.TOKENS_TRAINED_TOTAL: 4_000.0}
-    assert cost_text(tokens, 4, 10) == \
-        "tokens 20k prefill (75% cached) · 1.5k sampled · 4.0k trained"
+    tokens = {
+        keys.TOKENS_PREFILL_TOTAL: 20_000.0,
+        keys.TOKENS_PREFILL_CACHED_TOTAL: 15_000.0,
+        keys.TOKENS_SAMPLED_TOTAL: 1_500.0,
+        keys.TOKENS_TRAINED_TOTAL: 4_000.0,
+    }
+    assert (
+        cost_text(tokens, 4, 10) == "tokens 20k prefill (75% cached) · 1.5k sampled · 4.0k trained"
+    )
     line = cost_text({**tokens, keys.COST_USD_TOTAL: 0.2}, 4, 10)
     assert line.startswith("cost $0.2000 · $0.0500/step · ~$0.5000 at step 10 · tokens 20k")
     assert "at step" not in cost_text({**tokens, keys.COST_USD_TOTAL: 2.0}, 10, 10)
@@ -303,12 +397,17 @@ async def test_the_dashboard_shows_the_cost_line():
         out = []
         for e in events:
             if isinstance(e, StepTrained):
-                e = dataclasses.replace(e, metrics={
-                    **e.metrics, keys.TOKENS_PREFILL_TOTAL: 1000.0 * e.step,
-                    keys.TOKENS_PREFILL_CACHED_TOTAL: 900.0 * e.step,
-                    keys.TOKENS_SAMPLED_TOTAL: 100.0 * e.step,
-                    keys.TOKENS_TRAINED_TOTAL: 500.0 * e.step,
-                    keys.COST_USD_TOTAL: 0.01 * e.step})
+                e = dataclasses.replace(
+                    e,
+                    metrics={
+                        **e.metrics,
+                        keys.TOKENS_PREFILL_TOTAL: 1000.0 * e.step,
+                        keys.TOKENS_PREFILL_CACHED_TOTAL: 900.0 * e.step,
+                        keys.TOKENS_SAMPLED_TOTAL: 100.0 * e.step,
+                        keys.TOKENS_TRAINED_TOTAL: 500.0 * e.step,
+                        keys.COST_USD_TOTAL: 0.01 * e.step,
+                    },
+                )
             out.append(e)
         return out
 

@@ -23,32 +23,65 @@ from tinker_tui.engine.events import (
 def _events():
     """Step 1: a group with different rewards (0.5, 1.0); step 2: two groups all 1.0
     (converged); step 3: one group all 0.5 (below the best: no signal)."""
-    events = [RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
-                         max_steps=3, start_step=0)]
-    plan = [(1, [(0, (0.5, 1.0))]), (2, [(1, (1.0, 1.0)), (2, (1.0, 1.0))]),
-            (3, [(3, (0.5, 0.5))])]
+    events = [
+        RunStarted(
+            time=0.0,
+            run_id="r",
+            name="t",
+            backend="local",
+            base_model="m",
+            max_steps=3,
+            start_step=0,
+        )
+    ]
+    plan = [(1, [(0, (0.5, 1.0))]), (2, [(1, (1.0, 1.0)), (2, (1.0, 1.0))]), (3, [(3, (0.5, 0.5))])]
     t = 0.0
     for step, groups in plan:
         for group_id, rewards in groups:
             t += 1
-            events.append(GroupSampled(
-                time=t, group_id=group_id, scenario_id="s", policy_version=step - 1,
-                num_trajectories=2, num_tokens=4, reward_mean=sum(rewards) / 2,
-                trajectories=tuple(TrajectorySummary(reward=r, policy_version=step - 1,
-                                                     num_tokens=2) for r in rewards)))
+            events.append(
+                GroupSampled(
+                    time=t,
+                    group_id=group_id,
+                    scenario_id="s",
+                    policy_version=step - 1,
+                    num_trajectories=2,
+                    num_tokens=4,
+                    reward_mean=sum(rewards) / 2,
+                    trajectories=tuple(
+                        TrajectorySummary(reward=r, policy_version=step - 1, num_tokens=2)
+                        for r in rewards
+                    ),
+                )
+            )
         for group_id, rewards in groups:
             if len(set(rewards)) == 1:
                 t += 1
-                events.append(GroupDiscarded(
-                    time=t, group_id=group_id, scenario_id="s", reason="zero_variance",
-                    policy_version=step - 1, trainer_version=step - 1, num_tokens=4,
-                    step=step))
+                events.append(
+                    GroupDiscarded(
+                        time=t,
+                        group_id=group_id,
+                        scenario_id="s",
+                        reason="zero_variance",
+                        policy_version=step - 1,
+                        trainer_version=step - 1,
+                        num_tokens=4,
+                        step=step,
+                    )
+                )
         t += 1
-        events.append(StepTrained(time=t, step=step, policy_version=step,
-                                  metrics={"reward/mean": 1.0,
-                                           "discarded/zero_variance": float(sum(
-                                               len(set(r)) == 1 for _, r in groups))},
-                                  group_ids=tuple(g for g, _ in groups)))
+        events.append(
+            StepTrained(
+                time=t,
+                step=step,
+                policy_version=step,
+                metrics={
+                    "reward/mean": 1.0,
+                    "discarded/zero_variance": float(sum(len(set(r)) == 1 for _, r in groups)),
+                },
+                group_ids=tuple(g for g, _ in groups),
+            )
+        )
     return events
 
 
@@ -79,8 +112,10 @@ def test_the_eta_holds_steady_over_an_async_runs_bursts():
             times.append(t)
         t += 10.0
     true_pace = (times[-1] - times[0]) / (len(times) - 1)
-    etas = [eta_seconds(times[:n], n, 1000, min_span=ETA_SPAN) / (1000 - n)
-            for n in range(160, len(times))]
+    etas = [
+        eta_seconds(times[:n], n, 1000, min_span=ETA_SPAN) / (1000 - n)
+        for n in range(160, len(times))
+    ]
     assert max(etas) / min(etas) < 1.5 and abs(etas[-1] / true_pace - 1) < 0.25
     jumpy = [eta_seconds(times[:n], n, 1000) / (1000 - n) for n in range(160, len(times))]
     assert max(jumpy) / min(jumpy) > 1.8  # what the ten-step window gave: 2x jumps
@@ -100,14 +135,22 @@ async def test_a_run_paused_during_its_start_up_starts_paused():
     policy = SimulatedPolicy()
     bus, events = EventBus(), []
     bus.subscribe(events.append)
-    pipeline = Pipeline(config=RunConfig(max_steps=3, group_size=2, groups_per_step=1),
-                        task=simulated_task(), policy=policy,
-                        client_factory=lambda: SimulatedClient(policy), model_name="m",
-                        bus=bus, clock=FakeClock(), rng=random.Random(0))
+    pipeline = Pipeline(
+        config=RunConfig(max_steps=3, group_size=2, groups_per_step=1),
+        task=simulated_task(),
+        policy=policy,
+        client_factory=lambda: SimulatedClient(policy),
+        model_name="m",
+        bus=bus,
+        clock=FakeClock(),
+        rng=random.Random(0),
+    )
     pipeline.pause("before training")
     running = asyncio.ensure_future(pipeline.run())
-    await wait_until(lambda: len([e for e in events if isinstance(e, RunStateChanged)]) >= 2,
-                     "the paused run's two states")
+    await wait_until(
+        lambda: len([e for e in events if isinstance(e, RunStateChanged)]) >= 2,
+        "the paused run's two states",
+    )
     states = [e.state for e in events if isinstance(e, RunStateChanged)]
     assert states == ["paused", "paused"] and pipeline.step == 0
     pipeline.resume()

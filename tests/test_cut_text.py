@@ -79,8 +79,9 @@ def test_the_checkpoints_subtitle_leaves_out_whole_parts():
     model = DashboardState(FakeClock())
     for step in range(1, 10):  # weights change at step 1 only
         model.apply(StepTrained(time=float(step), step=step, policy_version=1, metrics={}))
-    model.apply(CheckpointSaved(time=9.0, step=9, name="step-000009", path="/x/step-000009",
-                                kind="state"))
+    model.apply(
+        CheckpointSaved(time=9.0, step=9, name="step-000009", path="/x/step-000009", kind="state")
+    )
     assert subtitle_text(model) == "1 saved · weights unchanged since step 1 · enter: path"
     assert subtitle_text(model, 40) == "1 saved · weights unchanged since step 1"
     assert subtitle_text(model, 36) == "1 saved · enter: path"

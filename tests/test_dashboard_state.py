@@ -282,10 +282,10 @@ def test_model_checkpoints_and_bounded_log():
     assert model.since_start(model.checkpoints[0].time) == "00:15"
     model.apply(CheckpointSaved(time=75.0, step=7, kind="state", name="step-7", path="/x/step-7"))
     # retention deleted the older one: its row goes, counted; an unknown path changes nothing
-    model.apply(CheckpointDeleted(time=75.1, step=5, kind="state", name="step-5",
-                                  path="/x/step-5"))
-    model.apply(CheckpointDeleted(time=75.2, step=1, kind="sampler", name="step-1",
-                                  path="/x/never-shown"))
+    model.apply(CheckpointDeleted(time=75.1, step=5, kind="state", name="step-5", path="/x/step-5"))
+    model.apply(
+        CheckpointDeleted(time=75.2, step=1, kind="sampler", name="step-1", path="/x/never-shown")
+    )
     assert [c.step for c in model.checkpoints] == [7] and model.checkpoints_deleted == 1
     for i, word in enumerate(("zero", "one", "two", "three", "four")):
         model.apply(LogEmitted(time=50.0 + i, level="INFO", message=f"line {word}"))
@@ -345,7 +345,12 @@ def test_eta_from_the_recent_pace():
 
 def test_rate_formatting_and_splitting():
     assert [format_rate(v) for v in (3.14, 456.0, 7800.0, 12_345.0, 2_500_000.0)] == [
-        "3.1", "456", "7.8k", "12k", "2.5M"]
+        "3.1",
+        "456",
+        "7.8k",
+        "12k",
+        "2.5M",
+    ]
     assert split_rate(2500.0) == ("2.5", "k") and split_rate(45.3) == ("45.3", "")
     assert format_rate(float("nan")) == "-"
 
@@ -370,15 +375,24 @@ def test_log_levels():
     assert not level_at_least("info", "warning")
     assert level_at_least("CRITICAL", "error") and level_at_least("warn", "warning")
     assert [next_log_level(x) for x in ("debug", "info", "warning", "error")] == [
-        "info", "warning", "error", "debug"]
+        "info",
+        "warning",
+        "error",
+        "debug",
+    ]
 
 
 def test_parse_knob_value():
     assert parse_knob_value("learning_rate", " 1e-3 ") == pytest.approx(1e-3)
     assert parse_knob_value("rollout_workers", "8") == 8
     assert isinstance(parse_knob_value("max_steps_off_policy", "2.0"), int)
-    for name, text in (("rollout_workers", "2.5"), ("temperature", "hot"),
-                       ("temperature", ""), ("temperature", "nan"), ("bogus", "1")):
+    for name, text in (
+        ("rollout_workers", "2.5"),
+        ("temperature", "hot"),
+        ("temperature", ""),
+        ("temperature", "nan"),
+        ("bogus", "1"),
+    ):
         with pytest.raises(ValueError):
             parse_knob_value(name, text)
 
@@ -388,13 +402,28 @@ def test_parse_knob_value():
 
 def group(reason=None, rewards=(0.0, 1.0), text="maybe", scenario="q03-7", version=2):
     trajectories = tuple(
-        TrajectorySummary(reward=r, policy_version=version, num_tokens=5,
-                          messages=({"role": "user", "content": "yes or no?"},
-                                    {"role": "assistant", "content": text}))
-        for r in rewards)
-    return GroupRecord(group_id=7, scenario_id=scenario, step=3, policy_version=version,
-                       time=0.0, reward_mean=sum(rewards) / len(rewards), num_tokens=10,
-                       trajectories=trajectories, discarded=reason)
+        TrajectorySummary(
+            reward=r,
+            policy_version=version,
+            num_tokens=5,
+            messages=(
+                {"role": "user", "content": "yes or no?"},
+                {"role": "assistant", "content": text},
+            ),
+        )
+        for r in rewards
+    )
+    return GroupRecord(
+        group_id=7,
+        scenario_id=scenario,
+        step=3,
+        policy_version=version,
+        time=0.0,
+        reward_mean=sum(rewards) / len(rewards),
+        num_tokens=10,
+        trajectories=trajectories,
+        discarded=reason,
+    )
 
 
 def test_filter_empty_matches_everything():
@@ -407,7 +436,9 @@ def test_filter_reward_terms_check_trajectories():
     assert not RolloutFilter("reward>0.75").matches_group(g)
     f = RolloutFilter("r>=0.5")
     assert [f.matches_trajectory(g, t) for t in g.trajectories] == [False, True]
-    assert RolloutFilter("v=2").matches_group(g) and not RolloutFilter("version!=2").matches_group(g)
+    assert RolloutFilter("v=2").matches_group(g) and not RolloutFilter("version!=2").matches_group(
+        g
+    )
 
 
 def test_filter_reasons_and_kept():
@@ -415,7 +446,9 @@ def test_filter_reasons_and_kept():
     assert RolloutFilter("stale").matches_group(stale)
     assert not RolloutFilter("stale").matches_group(kept)
     assert RolloutFilter("discarded").matches_group(stale)
-    assert RolloutFilter("kept").matches_group(kept) and not RolloutFilter("kept").matches_group(stale)
+    assert RolloutFilter("kept").matches_group(kept) and not RolloutFilter("kept").matches_group(
+        stale
+    )
     assert not RolloutFilter("zero-variance").matches_group(stale)
 
 
@@ -429,8 +462,15 @@ def test_filter_words_search_the_conversation_and_scenario():
 
 
 def test_filter_on_a_failed_group_without_rollouts():
-    failed = GroupRecord(group_id=9, scenario_id="q01-9", step=2, policy_version=1, time=0.0,
-                         discarded="error", detail="RuntimeError: sampler crashed")
+    failed = GroupRecord(
+        group_id=9,
+        scenario_id="q01-9",
+        step=2,
+        policy_version=1,
+        time=0.0,
+        discarded="error",
+        detail="RuntimeError: sampler crashed",
+    )
     assert RolloutFilter("error").matches_group(failed)
     assert RolloutFilter("crashed").matches_group(failed)
     assert not RolloutFilter("reward>0").matches_group(failed)
@@ -443,15 +483,42 @@ def test_model_uses_the_engines_throughput_measurements():
     clock = FakeClock()
     model = DashboardState(clock)
     started(clock, model)
-    measured = ThroughputMeasured(time=1.0, window=10.0, rollouts_per_s=42.0,
-                                  sampled_tokens_per_s=900.0, trained_tokens_per_s=800.0,
-                                  queue_depth=2, in_flight=3, trainer_busy=0.4,
-                                  sampler_busy=0.9, verdict="sampler-bound",
-                                  staleness_in_flight={0: 3}, staleness_queued={1: 2})
+    measured = ThroughputMeasured(
+        time=1.0,
+        window=10.0,
+        rollouts_per_s=42.0,
+        sampled_tokens_per_s=900.0,
+        trained_tokens_per_s=800.0,
+        queue_depth=2,
+        in_flight=3,
+        trainer_busy=0.4,
+        sampler_busy=0.9,
+        verdict="sampler-bound",
+        staleness_in_flight={0: 3},
+        staleness_queued={1: 2},
+    )
     model.apply(measured)
-    model.apply(ThroughputMeasured(**{**{f: getattr(measured, f) for f in (
-        "window", "sampled_tokens_per_s", "trained_tokens_per_s", "queue_depth", "in_flight",
-        "trainer_busy", "sampler_busy", "verdict")}, "time": 2.0, "rollouts_per_s": 50.0}))
+    model.apply(
+        ThroughputMeasured(
+            **{
+                **{
+                    f: getattr(measured, f)
+                    for f in (
+                        "window",
+                        "sampled_tokens_per_s",
+                        "trained_tokens_per_s",
+                        "queue_depth",
+                        "in_flight",
+                        "trainer_busy",
+                        "sampler_busy",
+                        "verdict",
+                    )
+                },
+                "time": 2.0,
+                "rollouts_per_s": 50.0,
+            }
+        )
+    )
     assert model.rollouts_per_s() == 50.0 and model.tokens_per_s() == 900.0
     assert model.rollout_rate_history() == [42.0, 50.0]
     assert model.token_rate_history() == [900.0, 900.0]
@@ -460,8 +527,9 @@ def test_model_uses_the_engines_throughput_measurements():
 def test_model_smoothing_recomputes_the_ema():
     model = DashboardState(FakeClock(), ema_beta=0.9)
     for step, reward in enumerate([0.0, 1.0, 1.0], start=1):
-        model.apply(StepTrained(time=step, step=step, policy_version=step,
-                                metrics={"reward/mean": reward}))
+        model.apply(
+            StepTrained(time=step, step=step, policy_version=step, metrics={"reward/mean": reward})
+        )
     assert model.reward_ema == pytest.approx(debiased_ema([0.0, 1.0, 1.0], 0.9))
     while model.ema_beta != 0.0:
         model.cycle_smoothing()
@@ -471,32 +539,57 @@ def test_model_smoothing_recomputes_the_ema():
 def test_model_evals_commands_and_knobs():
     clock = FakeClock()
     model = DashboardState(clock)
-    model.apply(RunStarted(time=0.0, run_id="r", name="n", backend="local", base_model="m",
-                           max_steps=10, start_step=0,
-                           config={"learning_rate": 3e-3, "temperature": 1.0, "seed": 3}))
+    model.apply(
+        RunStarted(
+            time=0.0,
+            run_id="r",
+            name="n",
+            backend="local",
+            base_model="m",
+            max_steps=10,
+            start_step=0,
+            config={"learning_rate": 3e-3, "temperature": 1.0, "seed": 3},
+        )
+    )
     assert model.knobs == {"learning_rate": 3e-3, "temperature": 1.0}
     model.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}))
-    model.apply(CommandReceived(time=1.5, command="set",
-                                args={"name": "learning_rate", "value": 1e-3, "old": 3e-3}))
+    model.apply(
+        CommandReceived(
+            time=1.5, command="set", args={"name": "learning_rate", "value": 1e-3, "old": 3e-3}
+        )
+    )
     model.apply(CommandReceived(time=1.6, command="pause", args={"reason": "look"}))
-    model.apply(EvalCompleted(time=2.0, step=1, policy_version=1,
-                              metrics={"eval/reward_mean": 0.7}))
-    model.apply(EvalCompleted(time=2.5, step=1, policy_version=1,
-                              metrics={"eval/reward_mean": float("nan")}))
+    model.apply(
+        EvalCompleted(time=2.0, step=1, policy_version=1, metrics={"eval/reward_mean": 0.7})
+    )
+    model.apply(
+        EvalCompleted(
+            time=2.5, step=1, policy_version=1, metrics={"eval/reward_mean": float("nan")}
+        )
+    )
     assert model.knobs["learning_rate"] == 1e-3 and model.initial_knobs["learning_rate"] == 3e-3
-    assert [c.describe() for c in model.commands] == ["set learning_rate 0.003 → 0.001",
-                                                      "pause (look)"]
+    assert [c.describe() for c in model.commands] == [
+        "set learning_rate 0.003 → 0.001",
+        "pause (look)",
+    ]
     assert [(c.step, c.command) for c in model.knob_markers()] == [(1, "set")]
     assert [(e.step, e.reward) for e in model.evals] == [(1, 0.7)]
 
 
 def sampled(group_id: int, time: float, rewards=(1.0,), version: int = 0) -> GroupSampled:
-    trajectories = tuple(TrajectorySummary(reward=r, policy_version=version, num_tokens=2)
-                         for r in rewards)
-    return GroupSampled(time=time, group_id=group_id, scenario_id=f"s{group_id}",
-                        policy_version=version, num_trajectories=len(rewards),
-                        num_tokens=2 * len(rewards), reward_mean=sum(rewards) / len(rewards),
-                        trajectories=trajectories)
+    trajectories = tuple(
+        TrajectorySummary(reward=r, policy_version=version, num_tokens=2) for r in rewards
+    )
+    return GroupSampled(
+        time=time,
+        group_id=group_id,
+        scenario_id=f"s{group_id}",
+        policy_version=version,
+        num_trajectories=len(rewards),
+        num_tokens=2 * len(rewards),
+        reward_mean=sum(rewards) / len(rewards),
+        trajectories=trajectories,
+    )
 
 
 def test_model_files_each_group_under_the_step_that_took_it_and_keeps_a_bound():
@@ -504,12 +597,32 @@ def test_model_files_each_group_under_the_step_that_took_it_and_keeps_a_bound():
     for gid in range(3):
         model.apply(sampled(gid, 0.0))
     assert [g.group_id for g in model.waiting_groups()] == [0, 1, 2]
-    model.apply(GroupDiscarded(time=0.5, group_id=1, scenario_id="s", reason="stale",
-                               policy_version=0, trainer_version=2, num_tokens=2, detail="old",
-                               step=1))
+    model.apply(
+        GroupDiscarded(
+            time=0.5,
+            group_id=1,
+            scenario_id="s",
+            reason="stale",
+            policy_version=0,
+            trainer_version=2,
+            num_tokens=2,
+            detail="old",
+            step=1,
+        )
+    )
     model.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}, group_ids=(0,)))
-    model.apply(GroupDiscarded(time=1.2, group_id=99, scenario_id="s", reason="error",
-                               policy_version=1, trainer_version=1, num_tokens=0, step=2))
+    model.apply(
+        GroupDiscarded(
+            time=1.2,
+            group_id=99,
+            scenario_id="s",
+            reason="error",
+            policy_version=1,
+            trainer_version=1,
+            num_tokens=0,
+            step=2,
+        )
+    )
     assert [g.group_id for g in model.groups_of(1)] == [1, 0]
     assert model.groups[1].discarded == "stale" and model.groups[1].detail == "old"
     assert model.groups[99].step == 2 and model.groups[99].trajectories == ()
@@ -526,40 +639,86 @@ def test_model_without_group_ids_files_the_groups_sampled_by_then():
     model.apply(sampled(0, 0.0))
     model.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}))
     model.apply(sampled(1, 1.5))
-    model.apply(GroupDiscarded(time=1.6, group_id=1, scenario_id="s", reason="stale",
-                               policy_version=0, trainer_version=2, num_tokens=2))
+    model.apply(
+        GroupDiscarded(
+            time=1.6,
+            group_id=1,
+            scenario_id="s",
+            reason="stale",
+            policy_version=0,
+            trainer_version=2,
+            num_tokens=2,
+        )
+    )
     assert [g.group_id for g in model.groups_of(1)] == [0]
     assert model.groups[1].step == 2  # dropped while step 2 was being collected
 
 
 def test_model_tells_converged_groups_from_a_lost_learning_signal():
     model = DashboardState(FakeClock())
-    model.apply(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
-                           max_steps=10, start_step=0,
-                           config={"health_window": 4, "zero_variance_pause_rate": 0.75}))
+    model.apply(
+        RunStarted(
+            time=0.0,
+            run_id="r",
+            name="t",
+            backend="local",
+            base_model="m",
+            max_steps=10,
+            start_step=0,
+            config={"health_window": 4, "zero_variance_pause_rate": 0.75},
+        )
+    )
     assert model.health() == ("none", "no group has finished sampling yet")
     model.apply(sampled(0, 0.1, rewards=(0.0, 1.0)))
     assert model.health()[0] == "learning"
     for gid in range(1, 5):  # every group earns the best reward: converged
         model.apply(sampled(gid, 0.2, rewards=(1.0, 1.0)))
-        model.apply(GroupDiscarded(time=0.2, group_id=gid, scenario_id="s",
-                                   reason="zero_variance", policy_version=0,
-                                   trainer_version=0, num_tokens=4, step=1))
+        model.apply(
+            GroupDiscarded(
+                time=0.2,
+                group_id=gid,
+                scenario_id="s",
+                reason="zero_variance",
+                policy_version=0,
+                trainer_version=0,
+                num_tokens=4,
+                step=1,
+            )
+        )
     kind, words = model.health()
     assert kind == "converged" and words.startswith("converged: every group earns the best")
     assert model.converged_groups == 4 and model.no_signal_groups == 0
     assert model.discard_rate == 0.0  # converging is not discarding
     for gid in range(5, 9):  # equal rewards below the best: no learning signal
         model.apply(sampled(gid, 0.3, rewards=(0.5, 0.5)))
-        model.apply(GroupDiscarded(time=0.3, group_id=gid, scenario_id="s",
-                                   reason="zero_variance", policy_version=0,
-                                   trainer_version=0, num_tokens=4, step=2))
+        model.apply(
+            GroupDiscarded(
+                time=0.3,
+                group_id=gid,
+                scenario_id="s",
+                reason="zero_variance",
+                policy_version=0,
+                trainer_version=0,
+                num_tokens=4,
+                step=2,
+            )
+        )
     kind, words = model.health()
     assert kind == "no_signal" and "below the best seen (1)" in words
     assert model.no_signal_groups == 4 and model.discard_rate == pytest.approx(4 / 9)
     for gid in range(100, 104):
-        model.apply(GroupDiscarded(time=0.4, group_id=gid, scenario_id="s", reason="error",
-                                   policy_version=0, trainer_version=0, num_tokens=0, step=3))
+        model.apply(
+            GroupDiscarded(
+                time=0.4,
+                group_id=gid,
+                scenario_id="s",
+                reason="error",
+                policy_version=0,
+                trainer_version=0,
+                num_tokens=0,
+                step=3,
+            )
+        )
     assert model.health() == ("error", "errors: 100% of the last 4 groups' rollouts failed")
 
 
@@ -567,17 +726,37 @@ def test_a_run_that_has_seen_one_reward_only_has_not_converged():
     """A reward that is always 0 (or always 1) from the start gives no learning signal: the
     words say so (never "converged"); the engine does not pause for it (engine.metrics.health)."""
     model = DashboardState(FakeClock())
-    model.apply(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
-                           max_steps=10, start_step=0,
-                           config={"health_window": 4, "zero_variance_pause_rate": 0.75}))
+    model.apply(
+        RunStarted(
+            time=0.0,
+            run_id="r",
+            name="t",
+            backend="local",
+            base_model="m",
+            max_steps=10,
+            start_step=0,
+            config={"health_window": 4, "zero_variance_pause_rate": 0.75},
+        )
+    )
     for gid in range(4):
         model.apply(sampled(gid, 0.1, rewards=(0.0, 0.0)))
-        model.apply(GroupDiscarded(time=0.2, group_id=gid, scenario_id="s",
-                                   reason="zero_variance", policy_version=0,
-                                   trainer_version=0, num_tokens=4, step=1))
+        model.apply(
+            GroupDiscarded(
+                time=0.2,
+                group_id=gid,
+                scenario_id="s",
+                reason="zero_variance",
+                policy_version=0,
+                trainer_version=0,
+                num_tokens=4,
+                step=1,
+            )
+        )
     kind, words = model.health()
-    assert (kind, words) == ("no_signal", "no learning signal yet: every reward so far is 0 "
-                                          "(check the reward if this lasts)")
+    assert (kind, words) == (
+        "no_signal",
+        "no learning signal yet: every reward so far is 0 (check the reward if this lasts)",
+    )
     assert model.converged_groups == 0 and model.no_signal_groups == 4
     assert not any(g.at_best for g in model.groups.values())
     model.apply(sampled(4, 0.3, rewards=(0.0, 1.0)))  # a first higher reward...
@@ -588,17 +767,27 @@ def test_a_run_that_has_seen_one_reward_only_has_not_converged():
 
 def test_repeated_lines_collapse_into_one_with_a_count():
     model = DashboardState(FakeClock())
-    model.apply(LogEmitted(time=1.0, level="info", message="step 3: every group had equal "
-                                                           "rewards; no gradient"))
+    model.apply(
+        LogEmitted(
+            time=1.0, level="info", message="step 3: every group had equal rewards; no gradient"
+        )
+    )
     model.apply(LogEmitted(time=2.0, level="info", message="checkpoint saved"))
-    model.apply(LogEmitted(time=3.0, level="info", message="step 9: every group had equal "
-                                                           "rewards; no gradient"))
+    model.apply(
+        LogEmitted(
+            time=3.0, level="info", message="step 9: every group had equal rewards; no gradient"
+        )
+    )
     model.apply(LogEmitted(time=4.0, level="warning", message="slow"))
     model.apply(LogEmitted(time=5.0, level="info", message="slow"))  # another level
     model.apply(LogEmitted(time=6.0, level="warning", message="slow"))
     assert [(line.level, line.message[:7], line.count) for line in model.log] == [
-        ("info", "step 3:", 1), ("info", "checkpo", 1), ("info", "step 9:", 1),
-        ("info", "slow", 1), ("warning", "slow", 2)]
+        ("info", "step 3:", 1),
+        ("info", "checkpo", 1),
+        ("info", "step 9:", 1),
+        ("info", "slow", 1),
+        ("warning", "slow", 2),
+    ]
     assert model.log_total == 6 and model.log_rewrites == 1
 
 
@@ -608,26 +797,43 @@ def test_results_a_user_watches_are_never_merged():
     repeat are counted, as the headless run counts them."""
     model = DashboardState(FakeClock())
     for k in range(5):
-        model.apply(LogEmitted(time=float(k), level="info",
-                               message=f"eval at step {15 * (k + 1)}: mean reward {k}.250"))
-        model.apply(LogEmitted(time=k + 0.5, level="info",
-                               message=f"checkpoint step-{15 * (k + 1):06d} saved (periodic)"))
+        model.apply(
+            LogEmitted(
+                time=float(k),
+                level="info",
+                message=f"eval at step {15 * (k + 1)}: mean reward {k}.250",
+            )
+        )
+        model.apply(
+            LogEmitted(
+                time=k + 0.5,
+                level="info",
+                message=f"checkpoint step-{15 * (k + 1):06d} saved (periodic)",
+            )
+        )
     assert [line.count for line in model.log] == [1] * 10
     assert [line.message for line in model.log][-2:] == [
-        "eval at step 75: mean reward 4.250", "checkpoint step-000075 saved (periodic)"]
+        "eval at step 75: mean reward 4.250",
+        "checkpoint step-000075 saved (periodic)",
+    ]
 
 
 def test_failed_rollouts_alike_are_one_line_with_their_count_as_headless_counts_them():
     """35 rollouts failing alike were 35 lines; their tracebacks differ in numbers only."""
     model = DashboardState(FakeClock())
     for group in range(35):
-        model.apply(LogEmitted(
-            time=float(group), level="warning",
-            message=f"rollout of group {group} failed: KeyError: 'answer'\n"
-                    f"Traceback (most recent call last):\n  File \"task.py\", line "
-                    f"{40 + group % 2}, in reward"))
-    model.apply(LogEmitted(time=40.0, level="error", message="rollout of group 36 failed: "
-                                                             "ValueError: bad"))
+        model.apply(
+            LogEmitted(
+                time=float(group),
+                level="warning",
+                message=f"rollout of group {group} failed: KeyError: 'answer'\n"
+                f'Traceback (most recent call last):\n  File "task.py", line '
+                f"{40 + group % 2}, in reward",
+            )
+        )
+    model.apply(
+        LogEmitted(time=40.0, level="error", message="rollout of group 36 failed: ValueError: bad")
+    )
     assert [(line.level, line.count) for line in model.log] == [("warning", 35), ("error", 1)]
     assert "group 34" in model.log[0].message and "line 40" in model.log[0].message
 
@@ -640,7 +846,11 @@ def test_a_resumed_run_starting_again_is_not_counted_as_a_repeat_of_its_first_st
         model.apply(LogEmitted(time=start + 1, level="warning", message="sample waited 15 s"))
         model.apply(LogEmitted(time=start + 2, level="warning", message="sample waited 30 s"))
     assert [(line.message[:8], line.count) for line in model.log] == [
-        ("starting", 1), ("sample w", 2), ("starting", 1), ("sample w", 2)]
+        ("starting", 1),
+        ("sample w", 2),
+        ("starting", 1),
+        ("sample w", 2),
+    ]
 
 
 def test_the_start_up_is_told_in_words_until_the_first_step():
@@ -649,10 +859,18 @@ def test_the_start_up_is_told_in_words_until_the_first_step():
     assert model.phase_text() == "starting the engine… 0s"
     clock.advance(4.2)  # the wait is counted, so a slow start-up does not look frozen
     assert model.phase_text() == "starting the engine… 4s"
-    model.apply(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
-                           max_steps=10, start_step=0,
-                           config={"group_size": 8, "groups_per_step": 4,
-                                   "min_groups_per_step": 0}))
+    model.apply(
+        RunStarted(
+            time=0.0,
+            run_id="r",
+            name="t",
+            backend="local",
+            base_model="m",
+            max_steps=10,
+            start_step=0,
+            config={"group_size": 8, "groups_per_step": 4, "min_groups_per_step": 0},
+        )
+    )
     model.apply(StartupProgressed(time=0.1, phase="loading_model", detail="m on local"))
     assert model.phase_text() == "loading the model: m on local"
     model.apply(StartupProgressed(time=0.2, phase="warmup", done=7, total=60, loss=0.4321))
@@ -679,13 +897,23 @@ def test_the_eta_leaves_paused_time_out():
 def test_every_metric_becomes_a_series_by_step():
     model = DashboardState(FakeClock())
     model.apply(sampled(0, 0.5))
-    model.apply(StepTrained(time=1.0, step=1, policy_version=1,
-                            metrics={"reward/mean": 0.5, "task/bits": 3, "bad": float("nan")}))
+    model.apply(
+        StepTrained(
+            time=1.0,
+            step=1,
+            policy_version=1,
+            metrics={"reward/mean": 0.5, "task/bits": 3, "bad": float("nan")},
+        )
+    )
     model.apply(sampled(1, 1.5))
-    model.apply(StepTrained(time=3.0, step=2, policy_version=2,
-                            metrics={"reward/mean": 0.7, "task/bits": 4}))
-    model.apply(EvalCompleted(time=3.0, step=2, policy_version=2,
-                              metrics={"eval/reward_mean": 0.9}))
+    model.apply(
+        StepTrained(
+            time=3.0, step=2, policy_version=2, metrics={"reward/mean": 0.7, "task/bits": 4}
+        )
+    )
+    model.apply(
+        EvalCompleted(time=3.0, step=2, policy_version=2, metrics={"eval/reward_mean": 0.9})
+    )
     assert model.series["task/bits"] == [(1, 3.0), (2, 4.0)]
     assert "bad" not in model.series
     assert model.series["throughput/sampled_tokens_per_s"] == [(2, 1.0)]  # 2 tokens in 2 s
@@ -716,8 +944,10 @@ def test_a_transcript_loses_the_empty_turn_it_ends_with():
 
     text = "User: yes, no or maybe?\n\nAssistant: maybe\n\nUser:"
     assert without_empty_turn(text) == "User: yes, no or maybe?\n\nAssistant: maybe"
-    assert without_empty_turn("User: hi\n\nAssistant: User: is a word") == \
-        "User: hi\n\nAssistant: User: is a word"
+    assert (
+        without_empty_turn("User: hi\n\nAssistant: User: is a word")
+        == "User: hi\n\nAssistant: User: is a word"
+    )
 
 
 def test_shorten_middle_keeps_both_ends():
@@ -751,9 +981,17 @@ def test_a_finished_run_shows_its_average_rates_without_the_paused_time():
     model = DashboardState(clock)
     started(clock, model)
     for t in range(1, 11):
-        model.apply(GroupSampled(time=float(t), group_id=t, scenario_id=f"s{t}",
-                                 policy_version=0, num_trajectories=8, num_tokens=100,
-                                 reward_mean=0.5))
+        model.apply(
+            GroupSampled(
+                time=float(t),
+                group_id=t,
+                scenario_id=f"s{t}",
+                policy_version=0,
+                num_trajectories=8,
+                num_tokens=100,
+                reward_mean=0.5,
+            )
+        )
     model.apply(RunStateChanged(time=12.0, state="paused", reason="user"))
     model.apply(RunStateChanged(time=17.0, state="running"))
     model.apply(RunFinished(time=20.0, status="completed", final_step=10, reason="done"))
@@ -765,46 +1003,91 @@ def test_model_names_a_collapse_and_a_rollback_undoes_the_later_steps():
     """The issue's curve: the health words say collapsed, with the best checkpoint; a
     rollback removes the later steps from the charts and is drawn as a knob change."""
     model = DashboardState(FakeClock())
-    model.apply(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
-                           max_steps=40, start_step=0,
-                           config={"learning_rate": 1e-3, "rollback_lr_scale": 0.5,
-                                   "collapse_groups": 12}))  # 3 steps: the run is short
-    curve = [0.20, 0.22, 0.25, 0.28, 0.31, 0.35, 0.38, 0.42, 0.45, 0.50, 0.54,
-             0.081, 0.0, 0.0, 0.0]
+    model.apply(
+        RunStarted(
+            time=0.0,
+            run_id="r",
+            name="t",
+            backend="local",
+            base_model="m",
+            max_steps=40,
+            start_step=0,
+            config={"learning_rate": 1e-3, "rollback_lr_scale": 0.5, "collapse_groups": 12},
+        )
+    )  # 3 steps: the run is short
+    curve = [0.20, 0.22, 0.25, 0.28, 0.31, 0.35, 0.38, 0.42, 0.45, 0.50, 0.54, 0.081, 0.0, 0.0, 0.0]
     gid = 0
     for step, reward in enumerate(curve, start=1):
         flat = step >= 12
         for _ in range(4):
-            model.apply(sampled(gid, float(step), rewards=(reward,) * 2 if flat
-                                else (0.0, 2 * reward)))
+            model.apply(
+                sampled(gid, float(step), rewards=(reward,) * 2 if flat else (0.0, 2 * reward))
+            )
             if flat:
-                model.apply(GroupDiscarded(time=float(step), group_id=gid, scenario_id="s",
-                                           reason="zero_variance", policy_version=0,
-                                           trainer_version=0, num_tokens=4, step=step))
+                model.apply(
+                    GroupDiscarded(
+                        time=float(step),
+                        group_id=gid,
+                        scenario_id="s",
+                        reason="zero_variance",
+                        policy_version=0,
+                        trainer_version=0,
+                        num_tokens=4,
+                        step=step,
+                    )
+                )
             gid += 1
-        metrics = {"reward/mean": reward,
-                   "discarded/zero_variance": 4.0 if flat else 0.0}
-        model.apply(StepTrained(time=float(step), step=step, policy_version=step,
-                                metrics=metrics, group_ids=tuple(range(gid - 4, gid))))
+        metrics = {"reward/mean": reward, "discarded/zero_variance": 4.0 if flat else 0.0}
+        model.apply(
+            StepTrained(
+                time=float(step),
+                step=step,
+                policy_version=step,
+                metrics=metrics,
+                group_ids=tuple(range(gid - 4, gid)),
+            )
+        )
         if step == 10:
-            model.apply(CheckpointSaved(time=10.0, step=10, kind="state", name="step-000010",
-                                        path="tinker://x/weights/step-000010"))
-    assert model.health() == ("collapsed", "collapsed at step 12 (best 0.540 at step 11); "
-                                           "best checkpoint step-000010")
+            model.apply(
+                CheckpointSaved(
+                    time=10.0,
+                    step=10,
+                    kind="state",
+                    name="step-000010",
+                    path="tinker://x/weights/step-000010",
+                )
+            )
+    assert model.health() == (
+        "collapsed",
+        "collapsed at step 12 (best 0.540 at step 11); best checkpoint step-000010",
+    )
     # The health pane at 80 columns (36 × 7 inside) names the best checkpoint whole: the
     # line a rollback goes back to matters more than the staleness line it displaces.
     from tinker_tui.app.widgets.discarded import discarded_content
 
     pane = discarded_content(model, 36, 7).plain.splitlines()
     assert len(pane) == 7 and " ".join(pane[:3]).split() == model.health()[1].split(), pane
-    model.apply(CommandReceived(time=16.0, command="rolled_back", args={
-        "to_step": 10, "checkpoint": "step-000010", "reason": "collapsed",
-        "name": "learning_rate", "value": 5e-4, "old": 1e-3, "steps_undone": 5}))
+    model.apply(
+        CommandReceived(
+            time=16.0,
+            command="rolled_back",
+            args={
+                "to_step": 10,
+                "checkpoint": "step-000010",
+                "reason": "collapsed",
+                "name": "learning_rate",
+                "value": 5e-4,
+                "old": 1e-3,
+                "steps_undone": 5,
+            },
+        )
+    )
     assert model.step == 10 and [s for s, _ in model.rewards] == list(range(1, 11))
     assert max(s for s, _ in model.series["reward/mean"]) == 10
     assert model.health()[0] != "collapsed" and model.knobs["learning_rate"] == 5e-4
     assert [c.describe() for c in model.knob_markers()] == [
-        "rolled back to step-000010 (step 10), learning_rate 0.001 → 0.0005: collapsed"]
+        "rolled back to step-000010 (step 10), learning_rate 0.001 → 0.0005: collapsed"
+    ]
 
 
 def test_a_checkpoint_asked_for_once_written_is_the_same_row_marked():

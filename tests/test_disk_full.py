@@ -29,13 +29,22 @@ from tinker_tui.engine.store import RunStore
 STEPS = 6
 # No sampler weights on disk: the full state checkpoints (about 2 MiB each) fill the disk,
 # at step 2 or 4, whichever the store's growth leaves no room for.
-ARGS = ["--steps", str(STEPS), "--checkpoint-every", "2", "--warmup-steps", "0",
-        "--sampler-checkpoint-every", "0"]
+ARGS = [
+    "--steps",
+    str(STEPS),
+    "--checkpoint-every",
+    "2",
+    "--warmup-steps",
+    "0",
+    "--sampler-checkpoint-every",
+    "0",
+]
 
 
 def assert_says_disk_full(line: str, folder: Path) -> None:
-    assert line.startswith("tinker-tui: run failed: DiskFull: no space left on device "
-                           "writing "), line
+    assert line.startswith("tinker-tui: run failed: DiskFull: no space left on device writing "), (
+        line
+    )
     assert str(folder) in line, line
 
 
@@ -49,10 +58,11 @@ def test_a_full_disk_names_itself_and_the_run_resumes_after(tmp_path, capsys):
         f"mount -t tmpfs -o size=4m tmpfs {disk} || exit 99\n"
         f"{command} {' '.join(ARGS)} > {tmp_path}/first.out 2> {tmp_path}/first.err\n"
         f"echo $? > {tmp_path}/first.rc\n"
-        f"mount -o remount,size=64m {disk}\n"   # the user makes room
+        f"mount -o remount,size=64m {disk}\n"  # the user makes room
         f"{command} --resume > {tmp_path}/second.out 2> {tmp_path}/second.err\n"
         f"echo $? > {tmp_path}/second.rc\n"
-        f"cp -a {disk} {copy}\n")
+        f"cp -a {disk} {copy}\n"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "CI")}
     proc = private_mount.run(script, env=env)
     assert proc.returncode == 0, proc.stderr
@@ -87,8 +97,9 @@ def test_a_checkpoint_writer_that_finds_the_disk_full(tmp_path, capsys, monkeypa
     err = capsys.readouterr().err
     assert_says_disk_full(err.splitlines()[-1], tmp_path / "checkpoints")
     assert "step-000004" in err
-    assert not [p for p in (tmp_path / "checkpoints").rglob("*step-000004*")], \
+    assert not [p for p in (tmp_path / "checkpoints").rglob("*step-000004*")], (
         "a half-written checkpoint was left"
+    )
     monkeypatch.setattr(checkpoints, "_torch_save", write)
     assert main(["run", "example", "--no-ui", "--db", str(db), "--resume"]) == 0
     assert f"completed at step {STEPS}/" in capsys.readouterr().out
@@ -100,8 +111,18 @@ async def test_a_full_store_keeps_what_it_had_and_stops_the_run(tmp_path):
     store = await RunStore.open(db)
     failures: list[DiskFull] = []
     store.on_failure = failures.append
-    store.handle(RunStarted(time=1.0, run_id="r1", name="t", backend="local", base_model="m",
-                            max_steps=1, start_step=0, config={}))
+    store.handle(
+        RunStarted(
+            time=1.0,
+            run_id="r1",
+            name="t",
+            backend="local",
+            base_model="m",
+            max_steps=1,
+            start_step=0,
+            config={},
+        )
+    )
     await store.flush()
     conn = store._require_conn()
     (pages,) = await (await conn.execute("PRAGMA page_count")).fetchone()
@@ -119,6 +140,5 @@ async def test_a_full_store_keeps_what_it_had_and_stops_the_run(tmp_path):
     await store.close()
     with sqlite3.connect(db) as check:
         assert check.execute("select count(*) from runs").fetchone()[0] == 1
-        assert check.execute("select count(*) from log where message = 'after'"
-                             ).fetchone()[0] == 0
+        assert check.execute("select count(*) from log where message = 'after'").fetchone()[0] == 0
     check.close()

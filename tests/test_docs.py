@@ -58,7 +58,7 @@ def blocks(page: Path) -> list[Block]:
             if start is None:
                 start, kind = number, line[3:].strip()
             else:
-                found.append(Block(page, start, kind, "\n".join(lines[start:number - 1]) + "\n"))
+                found.append(Block(page, start, kind, "\n".join(lines[start : number - 1]) + "\n"))
                 start = None
     assert start is None, f"{page}: a code block opened at line {start} never closes"
     return found
@@ -75,7 +75,8 @@ def of_kind(kind: str) -> list[Block]:
 def test_the_reference_pages_are_generated_from_the_settings_and_the_parser() -> None:
     for path, text in reference_docs.pages().items():
         assert (ROOT / path).read_text() == text, (
-            f"{path} is stale: run `{reference_docs.REGENERATE}` and commit it")
+            f"{path} is stale: run `{reference_docs.REGENERATE}` and commit it"
+        )
 
 
 def test_every_setting_and_flag_is_in_the_reference() -> None:
@@ -85,8 +86,13 @@ def test_every_setting_and_flag_is_in_the_reference() -> None:
     cli = reference_docs.cli_page()
     for name in SETTINGS:
         assert f"| `{name}` |" in settings
-    for flag in ("--steps N", "--resume [RUN]", "--format {jsonl,csv,wandb,tensorboard}",
-                 "--read-only", "--grid NAME=V1,V2,..."):
+    for flag in (
+        "--steps N",
+        "--resume [RUN]",
+        "--format {jsonl,csv,wandb,tensorboard}",
+        "--read-only",
+        "--grid NAME=V1,V2,...",
+    ):
         assert f"`{flag}`" in cli
 
 
@@ -198,11 +204,14 @@ def check_command(words: list[str], where: Block) -> None:
         section = {"ruff": "ruff", "mypy": "mypy", "lint-imports": "importlinter"}[program]
         assert section in PYPROJECT["tool"], f"{where}: no [tool.{section}] in pyproject.toml"
         assert program != "ruff" or words[1] in ("check", "format"), where
-        assert f"\n{shlex.join(words)}" in (ROOT / ".ci" / "run").read_text(), \
+        assert f"\n{shlex.join(words)}" in (ROOT / ".ci" / "run").read_text(), (
             f"{where}: `{shlex.join(words)}` is not a step of .ci/run"
+        )
     else:
-        assert program in OUTSIDE, (f"{where}: `{program}` is a program the docs check does "
-                                    f"not know: add a rule for it in {Path(__file__).name}")
+        assert program in OUTSIDE, (
+            f"{where}: `{program}` is a program the docs check does "
+            f"not know: add a rule for it in {Path(__file__).name}"
+        )
 
 
 def test_every_command_in_the_docs_is_a_command_that_works() -> None:
@@ -237,9 +246,11 @@ def page_python(page: Path) -> list[tuple[Block, str]]:
 
 
 def binds_task(source: str) -> bool:
-    return any(isinstance(node, ast.Assign)
-               and any(isinstance(t, ast.Name) and t.id == "TASK" for t in node.targets)
-               for node in ast.parse(source).body)
+    return any(
+        isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "TASK" for t in node.targets)
+        for node in ast.parse(source).body
+    )
 
 
 def task_pages() -> list[Path]:
@@ -249,8 +260,9 @@ def task_pages() -> list[Path]:
 @pytest.mark.parametrize("page", task_pages(), ids=lambda page: page.name)
 def test_every_task_in_the_docs_loads_as_run_loads_it(page: Path, tmp_path: Path) -> None:
     for name in ("train.jsonl", "test.jsonl"):  # the data the examples name, beside the file
-        (tmp_path / name).write_text('{"id": "a", "question": "1 + 1"}\n'
-                                     '{"id": "b", "question": "2 + 2"}\n')
+        (tmp_path / name).write_text(
+            '{"id": "a", "question": "1 + 1"}\n{"id": "b", "question": "2 + 2"}\n'
+        )
     loaded = 0
     for number, (block, source) in enumerate(page_python(page)):
         path = tmp_path / f"block{number}.py"
@@ -262,8 +274,7 @@ def test_every_task_in_the_docs_loads_as_run_loads_it(page: Path, tmp_path: Path
                 if toml.page == page:
                     config = tmp_path / "run.toml"
                     config.write_text(toml.text)
-                    layered_config(task, "local", load_config_file(config),
-                                   config_path=config)
+                    layered_config(task, "local", load_config_file(config), config_path=config)
             loaded += 1
     assert loaded
 
@@ -284,8 +295,7 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     path = folder / "blue.py"
     path.write_text(first_task_source())
     task = load_task(str(path))
-    config = layered_config(task, "local").with_overrides({"max_steps": 2,
-                                                           "checkpoint_every": 0})
+    config = layered_config(task, "local").with_overrides({"max_steps": 2, "checkpoint_every": 0})
     run = Run(task=task, config=config, backend="local", db_path=folder / "runs.db")
     events: list[object] = []
     run.events.subscribe(events.append)
@@ -307,27 +317,32 @@ def cookbook_folder(folder: Path) -> Path:
     store = TrainingRunStore(LocalStorage(folder))
     store.write_config({"model_name": "Qwen/Qwen3-4B-Instruct-2507"})
     for batch in range(2):
-        store.write_metrics({"env/all/reward/total": 0.5, "progress/done_frac": (batch + 1) / 2},
-                            step=batch)
+        store.write_metrics(
+            {"env/all/reward/total": 0.5, "progress/done_frac": (batch + 1) / 2}, step=batch
+        )
     store.write_checkpoint({"name": "final", "batch": 2, "state_path": "tinker://x/final"})
     return folder
 
 
-def test_the_read_only_commands_in_the_docs_run(trained_run: tuple[str, Path],
-                                                tmp_path: Path, monkeypatch,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_read_only_commands_in_the_docs_run(
+    trained_run: tuple[str, Path], tmp_path: Path, monkeypatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_id, db = trained_run
     monkeypatch.chdir(tmp_path)
-    values = {"RUN": run_id, "RUN_ID": run_id, "FOLDER": str(tmp_path) + "/", "PATH": str(db),
-              "COOKBOOK_DIR": str(cookbook_folder(tmp_path / "cookbook-run"))}
+    values = {
+        "RUN": run_id,
+        "RUN_ID": run_id,
+        "FOLDER": str(tmp_path) + "/",
+        "PATH": str(db),
+        "COOKBOOK_DIR": str(cookbook_folder(tmp_path / "cookbook-run")),
+    }
     ran = 0
     for block in of_kind("bash"):
         for words in commands(block):
             if words[0] != "tinker-tui" or words[1] not in READ_ONLY:
                 continue
             args = [values.get(word, word) for word in unbracket(words[1:])]
-            if "--format" in args and args[args.index("--format") + 1] in ("wandb",
-                                                                          "tensorboard"):
+            if "--format" in args and args[args.index("--format") + 1] in ("wandb", "tensorboard"):
                 continue  # the trackers' own tests write those (optional extras)
             if "--db" not in args:
                 args += ["--db", str(db)]

@@ -14,8 +14,11 @@ from tinker_tui.examples.yes_no_maybe import TASK
 
 
 async def test_headless_run_learns_and_records_everything(tmp_path):
-    config = RunConfig().with_overrides(dict(TASK.settings)).with_overrides(
-        {"max_steps": 24, "checkpoint_every": 10})
+    config = (
+        RunConfig()
+        .with_overrides(dict(TASK.settings))
+        .with_overrides({"max_steps": 24, "checkpoint_every": 10})
+    )
     run = Run(task=TASK, config=config, backend="local", db_path=tmp_path / "runs.db")
     steps = []
     run.events.subscribe(lambda e: steps.append(e) if type(e).__name__ == "StepTrained" else None)
@@ -55,16 +58,27 @@ async def test_the_runs_policy_server_refuses_a_prompt_over_the_models_context(t
             asked.append(scenario.id)
             try:
                 await client.chat.completions.create(
-                    model=model, messages=[{"role": "user", "content": "yes " * 3000}],
-                    max_tokens=1)
+                    model=model, messages=[{"role": "user", "content": "yes " * 3000}], max_tokens=1
+                )
             except openai.BadRequestError as refused:
                 refusals.append(refused)
         return await example_rollout(client, model, scenario)
 
-    config = RunConfig(max_steps=1, warmup_steps=0, checkpoint_every=0, group_size=2,
-                       groups_per_step=1, eval_at_start=False, eval_every=0)
-    run = Run(task=Task(name=TASK.name, scenarios=TASK.scenarios, rollout=rollout),
-              config=config, backend="local", db_path=tmp_path / "runs.db")
+    config = RunConfig(
+        max_steps=1,
+        warmup_steps=0,
+        checkpoint_every=0,
+        group_size=2,
+        groups_per_step=1,
+        eval_at_start=False,
+        eval_every=0,
+    )
+    run = Run(
+        task=Task(name=TASK.name, scenarios=TASK.scenarios, rollout=rollout),
+        config=config,
+        backend="local",
+        db_path=tmp_path / "runs.db",
+    )
     logs = []
     run.events.subscribe(lambda e: logs.append(e.message) if isinstance(e, LogEmitted) else None)
     assert await asyncio.wait_for(run.run(), timeout=300) == "completed"
@@ -79,9 +93,23 @@ def test_sigint_stops_gracefully_with_checkpoint_and_rows(tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("TINKER_API_KEY", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--steps", "500",
-         "--db", str(db_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            "example",
+            "--no-ui",
+            "--steps",
+            "500",
+            "--db",
+            str(db_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         seen = []
         deadline = time.monotonic() + 120
@@ -109,7 +137,8 @@ def test_sigint_stops_gracefully_with_checkpoint_and_rows(tmp_path):
     steps = [r[0] for r in db.execute("select step from steps order by step")]
     assert steps == list(range(1, final_step + 1))
     step, kind, path = db.execute(
-        "select step, kind, path from checkpoints order by step desc").fetchone()
+        "select step, kind, path from checkpoints order by step desc"
+    ).fetchone()
     assert (step, kind) == (final_step, "state") and path.startswith("tinker://")
     saved = list((tmp_path / "checkpoints").rglob(f"step-{final_step:06d}"))
     assert saved and any(p.is_dir() and any(p.iterdir()) for p in saved)

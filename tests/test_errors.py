@@ -25,8 +25,9 @@ def defined_exception_classes():
     """(module name, class) for every exception class defined in tinker_tui.app and .engine."""
     names = []
     for package in (tinker_tui.app, tinker_tui.engine):
-        names += [info.name for info in pkgutil.walk_packages(package.__path__,
-                                                              package.__name__ + ".")]
+        names += [
+            info.name for info in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
+        ]
     found = []
     for name in names:
         module = importlib.import_module(name)
@@ -39,8 +40,11 @@ def defined_exception_classes():
 def test_every_error_class_derives_from_the_root_or_mirrors_the_sdk():
     classes = defined_exception_classes()
     assert len(classes) >= 14
-    strays = [f"{module}.{cls.__name__}" for module, cls in classes
-              if not issubclass(cls, TinkerTuiError | tinker.TinkerError)]
+    strays = [
+        f"{module}.{cls.__name__}"
+        for module, cls in classes
+        if not issubclass(cls, TinkerTuiError | tinker.TinkerError)
+    ]
     assert strays == []
     # The local backend's errors are the SDK's classes (as the real service raises them).
     local = [cls for module, cls in classes if module.startswith("tinker_tui.engine.local")]
@@ -56,18 +60,22 @@ def test_builtin_bases_are_kept_where_callers_catch_them():
     assert issubclass(ControlUnavailable, ConnectionError)
 
 
-@pytest.mark.parametrize("error, code", [
-    (ConfigError("max_steps must be at least 1, got 0"), EXIT_USAGE),
-    (TaskError("the task has no rollout"), EXIT_USAGE),
-    (StoreError("run store x.db does not exist"), EXIT_USAGE),
-    (BackendError("set TINKER_API_KEY"), EXIT_USAGE),
-    (UsageError("no run 'x'"), EXIT_USAGE),
-    (TrajectoryError("reward is nan"), EXIT_FAILED),
-    (BackendTimeoutError("forward_backward took over 600 s"), EXIT_FAILED),
-    (RuntimeError("a bug"), EXIT_FAILED),
-])
+@pytest.mark.parametrize(
+    "error, code",
+    [
+        (ConfigError("max_steps must be at least 1, got 0"), EXIT_USAGE),
+        (TaskError("the task has no rollout"), EXIT_USAGE),
+        (StoreError("run store x.db does not exist"), EXIT_USAGE),
+        (BackendError("set TINKER_API_KEY"), EXIT_USAGE),
+        (UsageError("no run 'x'"), EXIT_USAGE),
+        (TrajectoryError("reward is nan"), EXIT_FAILED),
+        (BackendTimeoutError("forward_backward took over 600 s"), EXIT_FAILED),
+        (RuntimeError("a bug"), EXIT_FAILED),
+    ],
+)
 def test_the_command_line_prints_one_line_and_exits_with_the_errors_code(
-        monkeypatch, capsys, error, code):
+    monkeypatch, capsys, error, code
+):
     command = importlib.import_module("tinker_tui.app.commands.runs")
 
     def fail(args: argparse.Namespace) -> int:
@@ -78,4 +86,6 @@ def test_the_command_line_prints_one_line_and_exits_with_the_errors_code(
     assert cli.main(["runs"]) == code
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(error) in err and "Traceback" not in err
-    assert err.startswith("tinker-tui: error: " if code == EXIT_USAGE else "tinker-tui: run failed: ")
+    assert err.startswith(
+        "tinker-tui: error: " if code == EXIT_USAGE else "tinker-tui: run failed: "
+    )

@@ -25,9 +25,15 @@ class Gated:
         bus = EventBus()
         bus.subscribe(self.events.append)
         self.evaluator = Evaluator(
-            task=simulated_task(eval_size=eval_size), client_factory=lambda: None,
-            rollouts=SameLoop(), roll_out=self.roll_out, bus=bus, clock=FakeClock(),
-            now_at=lambda: self.at, stopping=lambda: False)
+            task=simulated_task(eval_size=eval_size),
+            client_factory=lambda: None,
+            rollouts=SameLoop(),
+            roll_out=self.roll_out,
+            bus=bus,
+            clock=FakeClock(),
+            now_at=lambda: self.at,
+            stopping=lambda: False,
+        )
 
     async def roll_out(self, client, scenarios):
         self.started.append(self.at)

@@ -24,15 +24,17 @@ ROOT = Path(__file__).resolve().parent.parent
 async def run_two_steps(name, tmp_path, **overrides):
     task = load_task(name)
     config = layered_config(task, "local").with_overrides(
-        {"max_steps": 2, "checkpoint_every": 0, **overrides})
+        {"max_steps": 2, "checkpoint_every": 0, **overrides}
+    )
     run = Run(task=task, config=config, backend="local", db_path=tmp_path / "runs.db")
     events = []
     run.events.subscribe(events.append)
     assert await run.run() == "completed"
     of = lambda kind: [e for e in events if isinstance(e, kind)]  # noqa: E731
     assert [e.step for e in of(StepTrained)] == [1, 2]
-    assert not [e for e in of(GroupDiscarded) if e.reason == "error"], \
-        [e.detail for e in of(GroupDiscarded)]
+    assert not [e for e in of(GroupDiscarded) if e.reason == "error"], [
+        e.detail for e in of(GroupDiscarded)
+    ]
     return task, config, of
 
 
@@ -105,15 +107,33 @@ class NativeToolClient:
     async def create(self, **request):
         self.requests.append(request)
         guess = self.guesses.pop(0)
-        calls = [] if guess is None else [SimpleNamespace(
-            id=f"call-{len(self.requests)}",
-            function=SimpleNamespace(name="make_guess", arguments=json.dumps({"guess": guess})),
-            model_dump=lambda **_: {"id": "c", "type": "function",
-                                    "function": {"name": "make_guess", "arguments": "{}"}})]
+        calls = (
+            []
+            if guess is None
+            else [
+                SimpleNamespace(
+                    id=f"call-{len(self.requests)}",
+                    function=SimpleNamespace(
+                        name="make_guess", arguments=json.dumps({"guess": guess})
+                    ),
+                    model_dump=lambda **_: {
+                        "id": "c",
+                        "type": "function",
+                        "function": {"name": "make_guess", "arguments": "{}"},
+                    },
+                )
+            ]
+        )
         message = SimpleNamespace(content="", tool_calls=calls)
-        choice = SimpleNamespace(message=message, model_extra={
-            "prompt_token_ids": [1, 2], "token_ids": [3], "token_logprobs": [-0.5],
-            "policy_version": 0})
+        choice = SimpleNamespace(
+            message=message,
+            model_extra={
+                "prompt_token_ids": [1, 2],
+                "token_ids": [3],
+                "token_logprobs": [-0.5],
+                "policy_version": 0,
+            },
+        )
         return SimpleNamespace(choices=[choice])
 
 
@@ -141,29 +161,53 @@ def test_a_task_file_runs_from_the_command_line_with_a_toml_config(tmp_path):
     task_file = tmp_path / "my_task.py"
     task_file.write_text((ROOT / "examples" / "yes_no_maybe.py").read_text())
     config = tmp_path / "run.toml"
-    config.write_text("max_steps = 50\nwarmup_steps = 2\ncheckpoint_every = 0\n"
-                      "eval_every = 0\n")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD")}
+    config.write_text("max_steps = 50\nwarmup_steps = 2\ncheckpoint_every = 0\neval_every = 0\n")
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD")
+    }
     env["HOME"] = str(tmp_path)
     result = subprocess.run(
-        [sys.executable, "-m", "tinker_tui.app.cli", "run", str(task_file), "--no-ui", "--config",
-         str(config), "--steps", "2", "--db", str(tmp_path / "runs.db")],
-        capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            str(task_file),
+            "--no-ui",
+            "--config",
+            str(config),
+            "--steps",
+            "2",
+            "--db",
+            str(tmp_path / "runs.db"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
     assert "step    2/2" in result.stdout, result.stdout  # the flag beat the file's 50
 
 
-@pytest.mark.parametrize("body, expected", [
-    ("def oops(:\n", "syntax error at line 1"),
-    ("x = 1\n", "defines no TASK"),
-])
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ("def oops(:\n", "syntax error at line 1"),
+        ("x = 1\n", "defines no TASK"),
+    ],
+)
 def test_a_broken_task_file_is_a_usage_error_naming_it(tmp_path, body, expected):
     task_file = tmp_path / "broken_task.py"
     task_file.write_text(body)
     result = subprocess.run(
         [sys.executable, "-m", "tinker_tui.app.cli", "run", str(task_file), "--no-ui"],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert result.returncode == 2
     assert "broken_task.py" in result.stderr and expected in result.stderr
     assert "Traceback" not in result.stderr

@@ -22,7 +22,8 @@ async def learn(name, tmp_path, *, budget_s, reached, **overrides):
     at which each step ended, and the evaluations."""
     task = load_task(name)
     config = layered_config(task, "local").with_overrides(
-        {"max_steps": 100_000, "checkpoint_every": 0, **overrides})
+        {"max_steps": 100_000, "checkpoint_every": 0, **overrides}
+    )
     run = Run(task=task, config=config, backend="local", db_path=tmp_path / "runs.db")
     started = time.monotonic()
     rewards, seconds, evals = [], [], []
@@ -47,25 +48,32 @@ def moving(rewards, k):
 
 async def test_yes_no_maybe_reaches_09_within_60_seconds(tmp_path):
     rewards, seconds, _ = await learn(
-        "example", tmp_path, budget_s=60, max_steps=60,
-        reached=lambda r: len(r) >= 3 and moving(r, 3) >= 0.9)
-    assert len(rewards) >= 3 and moving(rewards, 3) >= 0.9 and seconds[-1] <= 60, \
-        list(zip(seconds, rewards, strict=True))
+        "example",
+        tmp_path,
+        budget_s=60,
+        max_steps=60,
+        reached=lambda r: len(r) >= 3 and moving(r, 3) >= 0.9,
+    )
+    assert len(rewards) >= 3 and moving(rewards, 3) >= 0.9 and seconds[-1] <= 60, list(
+        zip(seconds, rewards, strict=True)
+    )
 
 
 async def test_binary_prefix_tool_reaches_15x_its_first_step_within_5_minutes(tmp_path):
     def reached(r):
         return len(r) >= 5 and moving(r, 5) >= 1.5 * r[0]
 
-    rewards, seconds, _ = await learn("binary_prefix_tool", tmp_path, budget_s=300,
-                                      reached=reached)
+    rewards, seconds, _ = await learn("binary_prefix_tool", tmp_path, budget_s=300, reached=reached)
     assert reached(rewards) and seconds[-1] <= 300, list(zip(seconds, rewards, strict=True))
 
 
 async def test_next_number_improves_on_training_and_on_held_out_numbers(tmp_path):
-    rewards, seconds, evals = await learn("next_number", tmp_path, budget_s=120,
-                                          reached=lambda r: False, max_steps=150)
+    rewards, seconds, evals = await learn(
+        "next_number", tmp_path, budget_s=120, reached=lambda r: False, max_steps=150
+    )
     assert seconds[-1] <= 120 and len(rewards) == 150
-    assert sum(rewards[-30:]) / 30 >= sum(rewards[:30]) / 30 + 0.15, list(zip(seconds, rewards, strict=True))
+    assert sum(rewards[-30:]) / 30 >= sum(rewards[:30]) / 30 + 0.15, list(
+        zip(seconds, rewards, strict=True)
+    )
     # Held-out numbers, never trained on: the sharper policy is right more often there too.
     assert evals[0][0] == 0 and max(r for _, r in evals[-2:]) >= evals[0][1] + 0.1, evals

@@ -56,30 +56,47 @@ def start(db: Path) -> subprocess.Popen[bytes]:
     out = open(db.with_suffix(".out"), "wb")  # noqa: SIM115 - closed with the process
     err = open(db.with_suffix(".err"), "wb")  # noqa: SIM115
     return subprocess.Popen(
-        [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--db",
-         str(db), *ARGS], stdout=out, stderr=err, env=environment())
+        [
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            "example",
+            "--no-ui",
+            "--db",
+            str(db),
+            *ARGS,
+        ],
+        stdout=out,
+        stderr=err,
+        env=environment(),
+    )
 
 
 @dataclass
 class Trial:
     fault: str
     fraction: float
-    seconds: float = 0.0          # after the start, when the signal was sent
-    phase: str = ""               # where the run was then
-    code: int | None = None       # the exit status as a shell shows it (128 + signal)
-    exit_s: float | None = None   # from the signal to the exit
+    seconds: float = 0.0  # after the start, when the signal was sent
+    phase: str = ""  # where the run was then
+    code: int | None = None  # the exit status as a shell shows it (128 + signal)
+    exit_s: float | None = None  # from the signal to the exit
     resumed: str = ""
     duplicates: int = 0
     problems: list[str] = field(default_factory=list)
 
     def row(self) -> str:
         exit_s = "-" if self.exit_s is None else f"{self.exit_s:.2f}"
-        return (f"{self.fault:<8} {self.fraction:5.3f} {self.seconds:6.1f}  {self.phase:<22} "
-                f"{self.code!s:>4} {exit_s:>6}  {self.resumed:<26} {self.duplicates}")
+        return (
+            f"{self.fault:<8} {self.fraction:5.3f} {self.seconds:6.1f}  {self.phase:<22} "
+            f"{self.code!s:>4} {exit_s:>6}  {self.resumed:<26} {self.duplicates}"
+        )
 
 
-HEADER = (f"{'fault':<8} {'frac':>5} {'at s':>6}  {'where the run was':<22} {'exit':>4} "
-          f"{'exit s':>6}  {'resumed':<26} duplicates")
+HEADER = (
+    f"{'fault':<8} {'frac':>5} {'at s':>6}  {'where the run was':<22} {'exit':>4} "
+    f"{'exit s':>6}  {'resumed':<26} duplicates"
+)
 
 
 def where(db: Path, at: float) -> str:
@@ -93,11 +110,21 @@ def where(db: Path, at: float) -> str:
             return "before the run began"
         if run[2] is not None and at >= run[2]:
             return "after the run ended"
-        marks = [(t, "model build" if phase == "loading_model" else
-                  "warm-up" if phase == "warmup" else "first rollouts")
-                 for t, phase in conn.execute("select time, phase from startup")]
-        marks += [(t, f"training (step {s} done)")
-                  for t, s in conn.execute("select time, step from steps")]
+        marks = [
+            (
+                t,
+                "model build"
+                if phase == "loading_model"
+                else "warm-up"
+                if phase == "warmup"
+                else "first rollouts",
+            )
+            for t, phase in conn.execute("select time, phase from startup")
+        ]
+        marks += [
+            (t, f"training (step {s} done)")
+            for t, s in conn.execute("select time, step from steps")
+        ]
         before = [m for m in marks if m[0] <= at]
         return max(before)[1] if before else "run started"
     finally:
@@ -140,8 +167,9 @@ def run_trial(tmp: Path, fault: str, frac: float, reference: float, capsys) -> T
         # of SIGTERM (143 too); nothing was recorded, so nothing is lost.
         expected = expected | ({1} if fault == "SIGINT" else set())
     if trial.code not in expected:
-        trial.problems.append(f"exit {trial.code}, expected one of {sorted(expected)}: "
-                              f"{err[-2000:]}")
+        trial.problems.append(
+            f"exit {trial.code}, expected one of {sorted(expected)}: {err[-2000:]}"
+        )
     early_interrupt = before_the_engine and err.rstrip().endswith("KeyboardInterrupt")
     if "Traceback" in err and not early_interrupt:
         trial.problems.append(f"a traceback: {err[-2000:]}")
@@ -210,8 +238,9 @@ def test_sweep_of_random_moments(reference, tmp_path, capsys):
             folder.mkdir()
             trials.append(run_trial(folder, fault, fraction(seed), reference, capsys))
             with capsys.disabled():
-                print(trials[-1].row() + ("" if not trials[-1].problems else "   PROBLEM"),
-                      flush=True)
+                print(
+                    trials[-1].row() + ("" if not trials[-1].problems else "   PROBLEM"), flush=True
+                )
     with capsys.disabled():
         print(f"\n{len(trials)} trials, sorted; load {os.getloadavg()[0]:.1f}\n{HEADER}")
         for trial in sorted(trials, key=lambda t: (t.fault, t.fraction)):

@@ -47,13 +47,29 @@ def run_cli(db: Path, *extra: str, fault: str | None = None) -> subprocess.Compl
     if fault:
         env[ENV] = fault
     return subprocess.run(
-        [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--db", str(db),
-         *ARGS, *extra], capture_output=True, text=True, env=env, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            "example",
+            "--no-ui",
+            "--db",
+            str(db),
+            *ARGS,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
 def faulted(tmp_path_factory):
     """{case: (db path, completed process)} for every case, run two at a time."""
+
     def one(case):
         point, action, step = case
         db = tmp_path_factory.mktemp(f"{point}-{action}") / "runs.db"
@@ -65,7 +81,8 @@ def faulted(tmp_path_factory):
 
 
 def test_a_missing_checkpoint_falls_back_to_the_one_before_and_never_costs_rows(
-        faulted, tmp_path, capsys):
+    faulted, tmp_path, capsys
+):
     """Runs before the matrix below resumes these stores: works on copies."""
     source, _ = faulted[("checkpoint", "int", 4)]
     assert confirmed_steps(source)[-2:] == [2, 4]
@@ -77,7 +94,8 @@ def test_a_missing_checkpoint_falls_back_to_the_one_before_and_never_costs_rows(
             paths = dict(conn.execute("select step, path from checkpoints where confirmed = 1"))
         return folder / "runs.db", {
             step: folder / "checkpoints" / path.removeprefix("tinker://")
-            for step, path in paths.items()}
+            for step, path in paths.items()
+        }
 
     db, folders = copy("one-missing")
     shutil.rmtree(folders[4])
@@ -94,12 +112,17 @@ def test_a_missing_checkpoint_falls_back_to_the_one_before_and_never_costs_rows(
     assert "no confirmed checkpoint could be loaded" in capsys.readouterr().err
     with sqlite3.connect(db) as conn:
         assert conn.execute("select count(*), max(step) from steps").fetchone() == before
-        assert conn.execute("select count(*) from group_lifecycle where status = 'requeued'"
-                            ).fetchone()[0] == 0
+        assert (
+            conn.execute(
+                "select count(*) from group_lifecycle where status = 'requeued'"
+            ).fetchone()[0]
+            == 0
+        )
 
 
-@pytest.mark.parametrize("point,action,step", CASES,
-                         ids=[f"{a}-during-{p}-{s}" for p, a, s in CASES])
+@pytest.mark.parametrize(
+    "point,action,step", CASES, ids=[f"{a}-during-{p}-{s}" for p, a, s in CASES]
+)
 def test_stopped_run_resumes_exactly_once(faulted, point, action, step, capsys):
     db, proc = faulted[(point, action, step)]
     expected = {"kill": -9, "int": 130, "term": 143}[action]
@@ -117,8 +140,12 @@ def test_stopped_run_resumes_exactly_once(faulted, point, action, step, capsys):
         if point in ("checkpoint", "commit"):
             with sqlite3.connect(db) as conn:
                 # The state was written; its row never became confirmed.
-                assert conn.execute("select count(*) from checkpoints where step = 4 and "
-                                    "confirmed = 1").fetchone()[0] == 0
+                assert (
+                    conn.execute(
+                        "select count(*) from checkpoints where step = 4 and confirmed = 1"
+                    ).fetchone()[0]
+                    == 0
+                )
     else:
         assert "stopping: received SIGINT" in proc.stdout
         assert confirmed_steps(db)[-1] >= 2
@@ -154,8 +181,17 @@ def test_a_resumed_run_deletes_the_checkpoints_from_before_the_resume_in_turn(tm
     """The retention policy counts the checkpoints the run saved before it was resumed: they
     were kept for good (a long run resumed often filled its disk)."""
     db = tmp_path / "runs.db"
-    common = ["run", "example", "--no-ui", "--db", str(db), "--checkpoint-every", "1",
-              "--keep-last-checkpoints", "2"]
+    common = [
+        "run",
+        "example",
+        "--no-ui",
+        "--db",
+        str(db),
+        "--checkpoint-every",
+        "1",
+        "--keep-last-checkpoints",
+        "2",
+    ]
     # Beside the last two, retention keeps one more: the checkpoint a rollback would resume
     # from (the weights that sampled the best step), when it is older.
     assert main([*common, "--steps", "4"]) == 0
@@ -165,7 +201,11 @@ def test_a_resumed_run_deletes_the_checkpoints_from_before_the_resume_in_turn(tm
     kept = sorted(p.name for p in tmp_path.glob("checkpoints/**/weights/*"))
     assert kept[-2:] == ["step-000006", "step-000007"] and len(kept) <= 3
     with sqlite3.connect(db) as conn:
-        deleted = [step for (step,) in conn.execute(
-            "select step from checkpoint_deletions where kind = 'state' order by id")]
+        deleted = [
+            step
+            for (step,) in conn.execute(
+                "select step from checkpoint_deletions where kind = 'state' order by id"
+            )
+        ]
     assert sorted(deleted) == [s for s in range(1, 6) if f"step-{s:06d}" not in kept]
     assert len(deleted) >= 4  # the ones saved before the resume are deleted in turn too

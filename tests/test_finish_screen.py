@@ -79,8 +79,7 @@ async def test_the_finish_screen_says_how_the_run_ended_and_q_leaves_with_its_co
         assert "final 0.834" in text and "best 0.838 (step 19)" in text
         assert "step-000010 (step 10)" in text  # the last full checkpoint, not the sampler's
         assert "tinker-tui show run-0001 --db runs/elsewhere.db" in text
-        assert "tinker-tui run example --resume run-0001 --db runs/elsewhere.db --steps 100" \
-            in text
+        assert "tinker-tui run example --resume run-0001 --db runs/elsewhere.db --steps 100" in text
         await pilot.press("escape")  # look at the dashboard; the run stays finished
         await pilot.pause()
         assert not isinstance(app.screen, FinishedScreen) and app.is_running
@@ -165,10 +164,17 @@ def test_the_summary_names_status_steps_rewards_checkpoint_store_and_next_comman
     collector = SummaryCollector(task="blue.py", db_path=Path("runs/tinker-tui.db"))
     for event in scripted_events(clock):
         collector.handle(event)
-    collector.handle(TrackerReported(time=clock.now(), level="info", tracker="wandb",
-                                     message="W&B: upload with `wandb sync x`"))
-    collector.handle(RunFinished(time=clock.now(), status="stopped", final_step=20,
-                                 reason="stopped by user"))
+    collector.handle(
+        TrackerReported(
+            time=clock.now(),
+            level="info",
+            tracker="wandb",
+            message="W&B: upload with `wandb sync x`",
+        )
+    )
+    collector.handle(
+        RunFinished(time=clock.now(), status="stopped", final_step=20, reason="stopped by user")
+    )
     lines = summary_lines(collector.summary())
     assert lines[0] == "run run-0001 stopped at step 20/50 (stopped by user)"
     assert "  reward: final 0.834, best 0.838 at step 19" in lines
@@ -185,13 +191,24 @@ def test_the_summary_of_a_resumed_headless_run_covers_the_whole_run(tmp_path, ca
     from tinker_tui.app.cli import main
 
     db = tmp_path / "runs.db"
-    args = ["run", "example", "--no-ui", "--db", str(db), "--warmup-steps", "0",
-            "--checkpoint-every", "2"]
+    args = [
+        "run",
+        "example",
+        "--no-ui",
+        "--db",
+        str(db),
+        "--warmup-steps",
+        "0",
+        "--checkpoint-every",
+        "2",
+    ]
     assert main([*args, "--steps", "4"]) == 0
     with sqlite3.connect(db) as conn:  # a best no later step can reach: step 2's
         (metrics,) = conn.execute("select metrics from steps where step = 2").fetchone()
-        conn.execute("update steps set metrics = ? where step = 2",
-                     (json.dumps({**json.loads(metrics), "reward/mean": 2.0}),))
+        conn.execute(
+            "update steps set metrics = ? where step = 2",
+            (json.dumps({**json.loads(metrics), "reward/mean": 2.0}),),
+        )
     capsys.readouterr()
     assert main([*args, "--steps", "5", "--resume", "--checkpoint-every", "0"]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -233,21 +250,29 @@ async def test_an_engine_gone_without_an_end_shows_as_failed_with_its_last_log_l
     path = tmp_path / "runs.db"
     await store_events(path, scripted_events(FakeClock(1000.0)))
     log = tmp_path / "run-0001.engine.log"
-    log.write_text("step   20/50  reward 0.814\nTraceback (most recent call last):\n"
-                   "MemoryError: out of memory\n")
-    session = StoreSession(path, run_id="run-0001", follow=True, poll_interval=0.05,
-                           engine=DeadEngine(log))
+    log.write_text(
+        "step   20/50  reward 0.814\nTraceback (most recent call last):\n"
+        "MemoryError: out of memory\n"
+    )
+    session = StoreSession(
+        path, run_id="run-0001", follow=True, poll_interval=0.05, engine=DeadEngine(log)
+    )
     seen: list = []
     session.events.subscribe(seen.append)
     assert await asyncio.wait_for(session.run(), 10) == "failed"
     end = seen[-1]
     assert isinstance(end, RunFinished) and end.final_step == 20
     assert end.reason == "the engine process was killed by SIGKILL without finishing the run"
-    logged = [(e.level, e.message) for e in seen if isinstance(e, LogEmitted)
-              and e.message.startswith("engine: ")]
-    assert logged == [("info", "engine: step   20/50  reward 0.814"),  # output, not an error
-                      ("error", "engine: Traceback (most recent call last):"),
-                      ("error", "engine: MemoryError: out of memory")]
+    logged = [
+        (e.level, e.message)
+        for e in seen
+        if isinstance(e, LogEmitted) and e.message.startswith("engine: ")
+    ]
+    assert logged == [
+        ("info", "engine: step   20/50  reward 0.814"),  # output, not an error
+        ("error", "engine: Traceback (most recent call last):"),
+        ("error", "engine: MemoryError: out of memory"),
+    ]
 
 
 class LiveEngine(DeadEngine):
@@ -260,8 +285,7 @@ class LiveEngine(DeadEngine):
 WANDB_LAST_WORD = "W&B: offline run saved: files in wandb/; upload with `wandb sync x`"
 
 
-async def test_what_the_engine_writes_as_it_closes_reaches_the_finish_screen_and_summary(
-        tmp_path):
+async def test_what_the_engine_writes_as_it_closes_reaches_the_finish_screen_and_summary(tmp_path):
     """The trackers' last lines come after the run's end (the engine closes them before its
     store): the finish screen and the summary on exit still get them."""
     path = tmp_path / "runs.db"
@@ -272,8 +296,9 @@ async def test_what_the_engine_writes_as_it_closes_reaches_the_finish_screen_and
     for event in finished_events(clock):
         store.handle(event)
     await store.flush()
-    session = StoreSession(path, await find_run(path, "run-0001"), follow=True,
-                           poll_interval=0.05, engine=LiveEngine())
+    session = StoreSession(
+        path, await find_run(path, "run-0001"), follow=True, poll_interval=0.05, engine=LiveEngine()
+    )
     summary = SummaryCollector(task="example", db_path=path)
     app = TinkerTuiApp(session, refresh_interval=0.05, summary=summary)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -284,8 +309,11 @@ async def test_what_the_engine_writes_as_it_closes_reaches_the_finish_screen_and
 
         assert "Run completed" in str(app.screen.query_one("#finished-dialog").border_title)
         assert "wandb sync" not in shown()
-        store.handle(TrackerReported(time=clock.now(), level="info", tracker="wandb",
-                                     message=WANDB_LAST_WORD))
+        store.handle(
+            TrackerReported(
+                time=clock.now(), level="info", tracker="wandb", message=WANDB_LAST_WORD
+            )
+        )
         store.handle(LogEmitted(time=clock.now(), level="info", message="W&B run closed"))
         await store.close()
         lock.release()
@@ -300,13 +328,19 @@ async def test_what_the_engine_writes_as_it_closes_reaches_the_finish_screen_and
 async def test_an_engine_that_ends_before_its_run_starts_raises_what_it_said(tmp_path):
     log = tmp_path / "run-9.engine.log"
     log.write_text("tinker-tui: error: run store runs.db is locked by another writer\n")
-    session = StoreSession(tmp_path / "runs.db", run_id="run-9", follow=True,
-                           poll_interval=0.05, engine=DeadEngine(log, code=2))
+    session = StoreSession(
+        tmp_path / "runs.db",
+        run_id="run-9",
+        follow=True,
+        poll_interval=0.05,
+        engine=DeadEngine(log, code=2),
+    )
     try:
         await asyncio.wait_for(session.run(), 10)
     except EngineExited as exc:
         assert exc.exit_code == 2 and exc.lines == [
-            "tinker-tui: error: run store runs.db is locked by another writer"]
+            "tinker-tui: error: run store runs.db is locked by another writer"
+        ]
     else:
         raise AssertionError("no EngineExited")
 
@@ -316,8 +350,13 @@ async def test_an_engine_stopped_before_its_run_was_stored_leaves_no_log(tmp_pat
     stored. Its log held only that line, left beside the store ("nothing is stored")."""
     log = tmp_path / "run-9.engine.log"
     log.write_text("tinker-tui: stopped by SIGINT; nothing was started\n")
-    session = StoreSession(tmp_path / "runs.db", run_id="run-9", follow=True,
-                           poll_interval=0.05, engine=DeadEngine(log, code=130))
+    session = StoreSession(
+        tmp_path / "runs.db",
+        run_id="run-9",
+        follow=True,
+        poll_interval=0.05,
+        engine=DeadEngine(log, code=130),
+    )
     with pytest.raises(EngineExited) as caught:
         await asyncio.wait_for(session.run(), 10)
     assert caught.value.exit_code == 130 and caught.value.log_path is None
@@ -337,8 +376,9 @@ async def test_a_stop_before_the_engine_takes_commands_is_a_signal_to_it(tmp_pat
     """Until the engine listens, its control refuses commands: a stop goes to the process
     (SIGTERM, which stops a headless run as a stop command would)."""
     engine = StartingEngine()
-    session = StoreSession(tmp_path / "runs.db", run_id="run-9", follow=True,
-                           poll_interval=0.05, engine=engine)
+    session = StoreSession(
+        tmp_path / "runs.db", run_id="run-9", follow=True, poll_interval=0.05, engine=engine
+    )
     app = TinkerTuiApp(session)
     async with app.run_test() as pilot:
         await pilot.pause()
@@ -354,8 +394,7 @@ async def test_a_signal_before_the_engine_starts_cancels_its_start(tmp_path):
     the app leaves with the signal's code and the session says the engine was stopped."""
     path = tmp_path / "runs.db"
     engine = EngineProcess(["run", "example", "--db", str(path)], run_id="run-9", db_path=path)
-    session = StoreSession(path, run_id="run-9", follow=True, poll_interval=0.05,
-                           engine=engine)
+    session = StoreSession(path, run_id="run-9", follow=True, poll_interval=0.05, engine=engine)
     app = TinkerTuiApp(session, refresh_interval=0.05, held_signals=[signal.SIGTERM])
     async with app.run_test() as pilot:
         await until(lambda: app.return_code is not None, pilot)
@@ -372,8 +411,7 @@ async def test_the_session_starts_its_engine_and_reports_what_it_said(tmp_path):
     path = tmp_path / "runs.db"
     path.write_bytes(b"this is not a run store" * 100)
     engine = EngineProcess(["run", "example", "--db", str(path)], run_id="run-9", db_path=path)
-    session = StoreSession(path, run_id="run-9", follow=True, poll_interval=0.05,
-                           engine=engine)
+    session = StoreSession(path, run_id="run-9", follow=True, poll_interval=0.05, engine=engine)
     assert engine.process is None
     try:
         await asyncio.wait_for(session.run(), 60)
@@ -395,21 +433,46 @@ def test_a_health_stop_after_a_rollback_quotes_one_best_in_reason_and_summary():
 
     def step(n: int, reward: float) -> StepTrained:
         flat = {"discarded/zero_variance": 8.0} if reward == 0.0 else {}
-        return StepTrained(time=float(n), step=n, policy_version=n, group_ids=tuple(range(8)),
-                           metrics={"reward/mean": reward, **flat})
+        return StepTrained(
+            time=float(n),
+            step=n,
+            policy_version=n,
+            group_ids=tuple(range(8)),
+            metrics={"reward/mean": reward, **flat},
+        )
 
     for n, reward in enumerate([0.5, 0.5, 0.5, 0.5, 0.75, 0.3], start=1):
         collector.handle(step(n, reward))
-    collector.handle(CommandReceived(time=6.5, command="rolled_back", source="engine", args={
-        "to_step": 4, "checkpoint": "step-000004", "value": 1e-5, "best_step": 5,
-        "best": 0.75, "best_sampled_by": 4}))
+    collector.handle(
+        CommandReceived(
+            time=6.5,
+            command="rolled_back",
+            source="engine",
+            args={
+                "to_step": 4,
+                "checkpoint": "step-000004",
+                "value": 1e-5,
+                "best_step": 5,
+                "best": 0.75,
+                "best_sampled_by": 4,
+            },
+        )
+    )
     for n in range(5, 12):
         collector.handle(step(n, 0.0))
     summary = collector.summary()
     assert summary.collapse, "the fall after the undone best is named a collapse"
-    collector.handle(RunFinished(time=20.0, status="stopped", final_step=11,
-                                 reason=f"health: {summary.collapse}", cause="collapse"))
+    collector.handle(
+        RunFinished(
+            time=20.0,
+            status="stopped",
+            final_step=11,
+            reason=f"health: {summary.collapse}",
+            cause="collapse",
+        )
+    )
     lines = summary_lines(collector.summary())
     assert "best 0.750 at step 5" in lines[0], lines[0]
-    assert lines[1] == ("  reward: final 0.000, best 0.500 at step 1 (0.750 at step 5 before "
-                        "a rollback undid it)")
+    assert lines[1] == (
+        "  reward: final 0.000, best 0.500 at step 1 (0.750 at step 5 before a rollback undid it)"
+    )

@@ -17,8 +17,16 @@ from tinker_tui.engine.store import EventCursor, RunStore, StoreReader
 
 
 def _started(time: float, start_step: int) -> RunStarted:
-    return RunStarted(time=time, run_id="r1", name="demo", backend="local", base_model="tiny",
-                      max_steps=50, start_step=start_step, config={})
+    return RunStarted(
+        time=time,
+        run_id="r1",
+        name="demo",
+        backend="local",
+        base_model="tiny",
+        max_steps=50,
+        start_step=start_step,
+        config={},
+    )
 
 
 def _step(n: int, t: float) -> StepTrained:
@@ -41,8 +49,13 @@ async def _stopped_run(path: Path) -> None:
         await store.close()
 
 
-async def _resume(path: Path, *, steps: range, to_step: int = 2,
-                  between: Callable[[], Awaitable[object]] | None = None) -> None:
+async def _resume(
+    path: Path,
+    *,
+    steps: range,
+    to_step: int = 2,
+    between: Callable[[], Awaitable[object]] | None = None,
+) -> None:
     """What `run --resume` writes: its start, the deletion after the checkpoint at
     `to_step`, the resume's log line, then (after `between`) the steps trained again."""
     store = await RunStore.open(path)
@@ -50,8 +63,15 @@ async def _resume(path: Path, *, steps: range, to_step: int = 2,
         store.handle(_started(120.0, to_step))
         await store.flush()
         await store.reconcile("r1", to_step)
-        store.handle(RunResumed(time=121.0, run_id="r1", step=to_step,
-                                checkpoint=f"step-{to_step:06d}", steps_undone=5 - to_step))
+        store.handle(
+            RunResumed(
+                time=121.0,
+                run_id="r1",
+                step=to_step,
+                checkpoint=f"step-{to_step:06d}",
+                steps_undone=5 - to_step,
+            )
+        )
         if between is not None:
             await store.flush()
             await between()

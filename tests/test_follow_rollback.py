@@ -13,8 +13,16 @@ from tinker_tui.engine.store import EventCursor, RunStore, StoreReader
 
 
 def _started() -> RunStarted:
-    return RunStarted(time=100.0, run_id="r1", name="demo", backend="local", base_model="tiny",
-                      max_steps=50, start_step=0, config={})
+    return RunStarted(
+        time=100.0,
+        run_id="r1",
+        name="demo",
+        backend="local",
+        base_model="tiny",
+        max_steps=50,
+        start_step=0,
+        config={},
+    )
 
 
 def _step(n: int, t: float) -> StepTrained:
@@ -22,8 +30,11 @@ def _step(n: int, t: float) -> StepTrained:
 
 
 def _seen(events) -> list[object]:
-    return [e.step if isinstance(e, StepTrained) else e.command for e in events
-            if isinstance(e, StepTrained | CommandReceived)]
+    return [
+        e.step if isinstance(e, StepTrained) else e.command
+        for e in events
+        if isinstance(e, StepTrained | CommandReceived)
+    ]
 
 
 async def _follow(tmp_path: Path, *, read_between: bool) -> list[object]:
@@ -42,8 +53,7 @@ async def _follow(tmp_path: Path, *, read_between: bool) -> list[object]:
             seen = _seen(await reader.events_after(cursor))
             assert seen == [1, 2, 3, 4, 5]
             await store.reconcile("r1", 2)  # the rollback to step 2
-            store.handle(CommandReceived(time=110.0, command="rolled_back",
-                                         args={"to_step": 2}))
+            store.handle(CommandReceived(time=110.0, command="rolled_back", args={"to_step": 2}))
             await store.flush()
             if read_between:  # the follower reads the rollback before the new steps
                 seen += _seen(await reader.events_after(cursor))
@@ -62,10 +72,8 @@ async def _follow(tmp_path: Path, *, read_between: bool) -> list[object]:
 
 
 async def test_a_follower_reads_the_steps_trained_again_after_a_rollback(tmp_path):
-    assert await _follow(tmp_path, read_between=False) == [
-        1, 2, 3, 4, 5, "rolled_back", 3, 4, 5, 6]
+    assert await _follow(tmp_path, read_between=False) == [1, 2, 3, 4, 5, "rolled_back", 3, 4, 5, 6]
 
 
 async def test_a_follower_that_read_the_rollback_first_still_reads_them(tmp_path):
-    assert await _follow(tmp_path, read_between=True) == [
-        1, 2, 3, 4, 5, "rolled_back", 3, 4, 5, 6]
+    assert await _follow(tmp_path, read_between=True) == [1, 2, 3, 4, 5, "rolled_back", 3, 4, 5, 6]

@@ -36,16 +36,25 @@ async def until(predicate, pilot: Pilot, timeout: float = 5.0) -> None:
 
 def started(run_id: str) -> DashboardState:
     model = DashboardState(FakeClock())
-    model.apply(RunStarted(time=0.0, run_id=run_id, name="yes_no_maybe", backend="local",
-                           base_model="tiny-chat", max_steps=60, start_step=0, config={}))
+    model.apply(
+        RunStarted(
+            time=0.0,
+            run_id=run_id,
+            name="yes_no_maybe",
+            backend="local",
+            base_model="tiny-chat",
+            max_steps=60,
+            start_step=0,
+            config={},
+        )
+    )
     return model
 
 
 def test_the_header_names_the_run_and_two_runs_of_one_task_read_apart():
     one = started("yes_no_maybe-20261201-205155-4352")
     two = started("yes_no_maybe-20261201-205201-9a0c")
-    assert run_label_text("", one) == \
-        "yes_no_maybe-20261201-205155-4352 │ local · tiny-chat"
+    assert run_label_text("", one) == "yes_no_maybe-20261201-205155-4352 │ local · tiny-chat"
     assert run_label_text("attached", two, 80).startswith("attached │ yes_no_maybe-2026")
     # narrow: backend and model go first, then the id is cut in the middle, its end kept
     for width in (40, 30, 24):
@@ -150,7 +159,8 @@ async def test_the_help_is_whole_at_80x24():
 
 
 async def test_the_palettes_screenshot_says_where_it_saves_when_there_is_no_downloads(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """Textual's Screenshot writes to ~/Downloads and, without one, said only "Failed to
     save screenshot"."""
     home, here = tmp_path / "home", tmp_path / "here"
@@ -167,8 +177,7 @@ async def test_the_palettes_screenshot_says_where_it_saves_when_there_is_no_down
         await pilot.pause()
         saved = list(here.glob("*.svg"))
         assert len(saved) == 1 and saved[0].read_text().startswith("<svg")
-        assert any(f"screenshot saved: {saved[0]}" in n.message
-                   for n in app._notifications)
+        assert any(f"screenshot saved: {saved[0]}" in n.message for n in app._notifications)
     # a folder nobody can write to (root included): it says why
     session = FakeSession()
     session.db_path = Path("/proc/runs.db")
@@ -177,8 +186,9 @@ async def test_the_palettes_screenshot_says_where_it_saves_when_there_is_no_down
         await pilot.pause()
         app.save_screen()
         await pilot.pause()
-        assert any(n.message.startswith("screenshot not saved in /proc: ")
-                   for n in app._notifications), [n.message for n in app._notifications]
+        assert any(
+            n.message.startswith("screenshot not saved in /proc: ") for n in app._notifications
+        ), [n.message for n in app._notifications]
 
 
 def test_quit_now_says_whether_the_run_goes_on():
@@ -203,21 +213,33 @@ def local_checkpoints(clock: FakeClock) -> list:
     for step in range(1, 31):
         clock.advance(1.0)
         version = min(step, 12)
-        events.append(StepTrained(time=clock.now(), step=step, policy_version=version,
-                                  metrics={}))
+        events.append(StepTrained(time=clock.now(), step=step, policy_version=version, metrics={}))
         if step <= 12:
-            events.append(CheckpointSaved(
-                time=clock.now(), step=version, kind="sampler", name=f"step-{version:06d}",
-                path=f"tinker://local-ab/sampler_weights/step-{version:06d}"))
+            events.append(
+                CheckpointSaved(
+                    time=clock.now(),
+                    step=version,
+                    kind="sampler",
+                    name=f"step-{version:06d}",
+                    path=f"tinker://local-ab/sampler_weights/step-{version:06d}",
+                )
+            )
         if step % 10 == 0:
-            events.append(CheckpointSaved(
-                time=clock.now(), step=step, kind="state", name=f"step-{step:06d}",
-                path=f"tinker://local-ab/weights/step-{step:06d}"))
+            events.append(
+                CheckpointSaved(
+                    time=clock.now(),
+                    step=step,
+                    kind="state",
+                    name=f"step-{step:06d}",
+                    path=f"tinker://local-ab/weights/step-{step:06d}",
+                )
+            )
     return events
 
 
 async def test_a_local_runs_checkpoints_show_their_folder_and_sampler_weights_their_version(
-        tmp_path):
+    tmp_path,
+):
     from tinker_tui.app.screens.text_view import TextScreen
     from tinker_tui.app.widgets.checkpoints import CheckpointsTable
 
@@ -233,14 +255,17 @@ async def test_a_local_runs_checkpoints_show_their_folder_and_sampler_weights_th
         rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
         by_kind = {(r[0], r[1]): r[3] for r in rows}
         folder = tmp_path / "checkpoints" / "local-ab"
-        for key, path in ((("30", "state"), folder / "weights" / "step-000030"),
-                          (("v12", "sampler"), folder / "sampler_weights" / "step-000012")):
+        for key, path in (
+            (("30", "state"), folder / "weights" / "step-000030"),
+            (("v12", "sampler"), folder / "sampler_weights" / "step-000012"),
+        ):
             cell = by_kind[key]  # the folder, whole folders left out from its start
             assert cell.startswith("…/") and str(path).endswith(cell[1:]), (cell, path)
         # a folder not (or no longer) on disk: the path as saved
         cell = by_kind[("20", "state")]
-        assert cell.startswith("…/") and \
-            "tinker://local-ab/weights/step-000020".endswith(cell[1:]), cell
+        assert cell.startswith("…/") and "tinker://local-ab/weights/step-000020".endswith(
+            cell[1:]
+        ), cell
         assert "weights unchanged since step 12" in str(table.border_subtitle)
         table.focus()
         table.move_cursor(row=[r[0] for r in rows].index("v12"))
@@ -269,15 +294,24 @@ def test_a_model_folder_run_keeps_its_model_name_in_the_header():
     """A Hugging Face folder as the base model is a long path: the header dropped the model
     (backend and model gave way first). It shows the folder's name, the model's."""
     model = DashboardState(FakeClock())
-    model.apply(RunStarted(time=0.0, run_id="my_task-20261204-101010-ab12", name="my_task",
-                           backend="local",
-                           base_model="/home/someone/models/hub/Qwen3-0.6B-real-format",
-                           max_steps=60, start_step=0, config={}))
+    model.apply(
+        RunStarted(
+            time=0.0,
+            run_id="my_task-20261204-101010-ab12",
+            name="my_task",
+            backend="local",
+            base_model="/home/someone/models/hub/Qwen3-0.6B-real-format",
+            max_steps=60,
+            start_step=0,
+            config={},
+        )
+    )
     for width in (80, 64):
         text = run_label_text("attached", model, width)
         assert len(text) <= width and "Qwen3-0.6B-real-format" in text, text
-        assert text.endswith("-ab12 │ local · Qwen3-0.6B-real-format") or \
-            text.endswith("-ab12 │ Qwen3-0.6B-real-format"), text
+        assert text.endswith("-ab12 │ local · Qwen3-0.6B-real-format") or text.endswith(
+            "-ab12 │ Qwen3-0.6B-real-format"
+        ), text
 
 
 def test_the_status_line_says_what_the_version_is_and_why_it_stopped():

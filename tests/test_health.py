@@ -35,8 +35,9 @@ def test_the_issues_curve_is_a_collapse_named_by_its_step_and_best_checkpoint():
     first = next(i for i, c in enumerate(told, start=1) if c is not None)
     assert first == 14 and sum(c is not None for c in told) == 1
     assert window.collapse is not None
-    assert window.collapse.words() == ("collapsed at step 12 (best 0.540 at step 11); best "
-                                       "checkpoint step-000010")
+    assert window.collapse.words() == (
+        "collapsed at step 12 (best 0.540 at step 11); best checkpoint step-000010"
+    )
     assert window.verdict() == ("collapsed", window.collapse.words())
     assert window.rollback_point() == (10, "step-000010")
     window.checkpointed(15, "step-000015")  # after the best: not a rollback point
@@ -59,8 +60,10 @@ def test_converged_and_no_signal_yet_are_not_collapses():
     always_zero = HealthWindow(4, collapse_groups=SHORT)
     feed(always_zero, [0.0] * 8, flat_after=1)
     assert always_zero.collapse is None
-    assert always_zero.verdict() == ("no_signal", "no learning signal yet: every reward so "
-                                                  "far is 0 (check the reward if this lasts)")
+    assert always_zero.verdict() == (
+        "no_signal",
+        "no learning signal yet: every reward so far is 0 (check the reward if this lasts)",
+    )
 
 
 def test_a_dip_with_gradient_is_not_a_collapse():
@@ -77,14 +80,17 @@ def test_equal_rewards_below_the_best_pause_for_no_signal_and_failures_for_error
         window.sampled([0.5, 0.5])
     assert window.group_alarm() is None  # the window is not full yet
     window.sampled([0.5, 0.5])
-    assert window.group_alarm() == ("no_signal", "no learning signal: 75% of the last 4 "
-                                                 "groups had equal rewards below the best "
-                                                 "seen (1)")
+    assert window.group_alarm() == (
+        "no_signal",
+        "no learning signal: 75% of the last 4 groups had equal rewards below the best seen (1)",
+    )
     window.clear_groups()
     for _ in range(4):
         window.failed()
-    assert window.group_alarm() == ("error", "rollout errors: 100% of the last 4 rollouts "
-                                                 "(4 groups) failed")
+    assert window.group_alarm() == (
+        "error",
+        "rollout errors: 100% of the last 4 rollouts (4 groups) failed",
+    )
 
 
 def test_a_rewind_forgets_later_steps_and_checkpoints_but_not_the_best():
@@ -110,8 +116,28 @@ def test_one_equal_rewards_rule_and_the_steps_flat_share():
 def test_a_noisy_low_reward_is_not_a_collapse():
     """next_number on the embedded model: step rewards swing between 0.1 and 0.45, many
     groups all wrong; a lucky step must not set a mark that the next dips "collapse" from."""
-    curve = [0.312, 0.250, 0.281, 0.219, 0.312, 0.375, 0.094, 0.250, 0.281, 0.125, 0.250,
-             0.438, 0.156, 0.375, 0.188, 0.219, 0.156, 0.281, 0.250, 0.250]
+    curve = [
+        0.312,
+        0.250,
+        0.281,
+        0.219,
+        0.312,
+        0.375,
+        0.094,
+        0.250,
+        0.281,
+        0.125,
+        0.250,
+        0.438,
+        0.156,
+        0.375,
+        0.188,
+        0.219,
+        0.156,
+        0.281,
+        0.250,
+        0.250,
+    ]
     window = HealthWindow(8, collapse_groups=SHORT)
     for step, reward in enumerate(curve, start=1):
         window.sampled([0.0, 1.0])
@@ -128,9 +154,10 @@ DIP = (0.0625, 0.0, 0.125)
 def feed_steps(window: HealthWindow, curve, groups: int, start: int = 1):
     """Steps of `groups` groups with these mean rewards: the low ones (< 0.2) mostly equal
     groups (3 in 4), the others one in 4; what `stepped` told at each."""
-    return [window.stepped(step, reward, 0.75 if reward < 0.2 else 0.25, groups=groups,
-                           lowest=0.0)
-            for step, reward in enumerate(curve, start=start)]
+    return [
+        window.stepped(step, reward, 0.75 if reward < 0.2 else 0.25, groups=groups, lowest=0.0)
+        for step, reward in enumerate(curve, start=start)
+    ]
 
 
 def test_a_noisy_tasks_unlucky_steps_are_not_a_collapse():
@@ -154,16 +181,21 @@ def test_a_real_fall_over_collapse_groups_groups_is_a_collapse_named_at_its_firs
     window = HealthWindow.from_settings({"collapse_groups": 32})
     window.checkpointed(10, "step-000010")
     curve = CLIMB + [0.081] + [0.0] * 10
-    told = [window.stepped(step, reward, 0.0 if step < 12 else 1.0, groups=4, lowest=0.0)
-            for step, reward in enumerate(curve, start=1)]
+    told = [
+        window.stepped(step, reward, 0.0 if step < 12 else 1.0, groups=4, lowest=0.0)
+        for step, reward in enumerate(curve, start=1)
+    ]
     assert [i for i, c in enumerate(told, start=1) if c is not None] == [19]
     assert window.collapse is not None
-    assert window.collapse.words() == ("collapsed at step 12 (best 0.540 at step 11); best "
-                                       "checkpoint step-000010")
+    assert window.collapse.words() == (
+        "collapsed at step 12 (best 0.540 at step 11); best checkpoint step-000010"
+    )
     # At 16 groups a step 32 groups are 2 steps: the stretch is still at least 3 steps.
     wide = HealthWindow.from_settings({"collapse_groups": 32})
-    told = [wide.stepped(step, reward, 0.0 if step < 12 else 1.0, groups=16, lowest=0.0)
-            for step, reward in enumerate(curve, start=1)]
+    told = [
+        wide.stepped(step, reward, 0.0 if step < 12 else 1.0, groups=16, lowest=0.0)
+        for step, reward in enumerate(curve, start=1)
+    ]
     assert [i for i, c in enumerate(told, start=1) if c is not None] == [14]
 
 
@@ -198,10 +230,10 @@ def test_steps_are_weighted_by_their_groups_and_the_setting_can_change():
     window = HealthWindow(collapse_groups=SHORT)
     # Step 4 is one lucky group at 0.9 between steps of 8 groups all at 0: steps 4..6 mean
     # 0.9 / 17 (weighted), not 0.3, the level a third of the way up to the 0.9 before.
-    for step, (reward, groups) in enumerate([(0.9, 8), (0.9, 8), (0.9, 8), (0.9, 1),
-                                             (0.0, 8), (0.0, 8)], start=1):
-        window.stepped(step, reward, 1.0 if reward == 0.0 else 0.0, groups=groups,
-                       lowest=0.0)
+    for step, (reward, groups) in enumerate(
+        [(0.9, 8), (0.9, 8), (0.9, 8), (0.9, 1), (0.0, 8), (0.0, 8)], start=1
+    ):
+        window.stepped(step, reward, 1.0 if reward == 0.0 else 0.0, groups=groups, lowest=0.0)
     assert window.collapse is not None
     assert window.collapse.words() == "collapsed at step 5 (best 0.900 at step 1)"
     window.configure({"collapse_groups": 1000})
@@ -277,9 +309,11 @@ def test_with_no_checkpoint_of_the_sampling_weights_there_is_nothing_to_roll_bac
 
 
 def test_no_finished_group_is_said_without_contradicting_groups_in_flight():
-    """"no groups sampled yet" stood beside a staleness histogram of 38 groups in flight."""
+    """ "no groups sampled yet" stood beside a staleness histogram of 38 groups in flight."""
     window = HealthWindow()
     assert window.verdict() == ("none", "no group has finished sampling yet")
     window.rewind(12)
-    assert window.verdict() == ("none", "no group has finished sampling since the rollback "
-                                        "to step 12")
+    assert window.verdict() == (
+        "none",
+        "no group has finished sampling since the rollback to step 12",
+    )

@@ -20,8 +20,9 @@ class Training:
     """The part of a tinker TrainingClient the loader uses."""
 
     def __init__(self, model: str, tokenizer_id: str | None) -> None:
-        self.info = types.GetInfoResponse(model_id="m", model_data=types.ModelData(
-            model_name=model, tokenizer_id=tokenizer_id))
+        self.info = types.GetInfoResponse(
+            model_id="m", model_data=types.ModelData(model_name=model, tokenizer_id=tokenizer_id)
+        )
         self.loads = 0
 
     def get_info(self) -> types.GetInfoResponse:
@@ -51,8 +52,12 @@ def test_offline_and_not_cached_is_a_clear_error_at_once(empty_cache, monkeypatc
         load_tokenizer(training)
     assert time.monotonic() - started < 10 and training.loads == 0
     message = str(caught.value)
-    for needed in ("Qwen/Qwen3-4B-Instruct-2507", "HF_HUB_OFFLINE", str(empty_cache),
-                   "hf download Qwen/Qwen3-4B-Instruct-2507"):
+    for needed in (
+        "Qwen/Qwen3-4B-Instruct-2507",
+        "HF_HUB_OFFLINE",
+        str(empty_cache),
+        "hf download Qwen/Qwen3-4B-Instruct-2507",
+    ):
         assert needed in message
 
 
@@ -64,8 +69,9 @@ def test_a_hub_that_never_answers_is_a_clear_error_within_seconds(empty_cache, m
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
         monkeypatch.setattr(constants, "ENDPOINT", endpoint)
         # the probe as in use, with 1 s to wait instead of PROBE_TIMEOUT (5 s)
-        monkeypatch.setattr(hub_tokenizer, "hub_problem",
-                            functools.partial(hub_tokenizer.hub_problem, timeout=1.0))
+        monkeypatch.setattr(
+            hub_tokenizer, "hub_problem", functools.partial(hub_tokenizer.hub_problem, timeout=1.0)
+        )
         training = Training("meta-llama/Llama-3.1-8B", None)
         started = time.monotonic()
         with pytest.raises(TokenizerUnavailable) as caught:

@@ -58,13 +58,16 @@ def _package(tmp_path, files: dict[str, str]):
 
 
 def test_a_cycle_through_a_function_level_import_is_found_and_named(tmp_path):
-    deps = _package(tmp_path, {
-        "__init__.py": "",
-        "a.py": "from tinker_tui import b\n",
-        "b.py": "def late():\n    from tinker_tui.c import thing\n",
-        "c.py": "from . import a\nthing = 1\n",
-        "d.py": "import tinker_tui.a\n",  # imports into the cycle, not part of it
-    })
+    deps = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": "from tinker_tui import b\n",
+            "b.py": "def late():\n    from tinker_tui.c import thing\n",
+            "c.py": "from . import a\nthing = 1\n",
+            "d.py": "import tinker_tui.a\n",  # imports into the cycle, not part of it
+        },
+    )
     cycles = import_graph.cycles(deps)
     assert cycles == [["tinker_tui.a", "tinker_tui.b", "tinker_tui.c", "tinker_tui.a"]]
     report = cycle_report(deps)
@@ -72,16 +75,20 @@ def test_a_cycle_through_a_function_level_import_is_found_and_named(tmp_path):
 
 
 def test_a_type_only_cycle_is_found_and_a_lazy_package_is_not_one(tmp_path):
-    deps = _package(tmp_path, {
-        "__init__.py": "",
-        "model.py": "from tinker_tui.adapter import install\n",
-        "adapter.py": "from typing import TYPE_CHECKING\n"
-                      "if TYPE_CHECKING:\n    from tinker_tui.model import Model\n",
-        "pkg/__init__.py": "import importlib\n"
-                           "def __getattr__(name):\n"
-                           "    return importlib.import_module('tinker_tui.pkg.' + name)\n",
-        "pkg/leaf.py": "from tinker_tui.pkg import other\n",
-        "pkg/other.py": "X = 1\n",
-    })
-    assert import_graph.cycles(deps) == [["tinker_tui.adapter", "tinker_tui.model",
-                                          "tinker_tui.adapter"]]
+    deps = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "model.py": "from tinker_tui.adapter import install\n",
+            "adapter.py": "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from tinker_tui.model import Model\n",
+            "pkg/__init__.py": "import importlib\n"
+            "def __getattr__(name):\n"
+            "    return importlib.import_module('tinker_tui.pkg.' + name)\n",
+            "pkg/leaf.py": "from tinker_tui.pkg import other\n",
+            "pkg/other.py": "X = 1\n",
+        },
+    )
+    assert import_graph.cycles(deps) == [
+        ["tinker_tui.adapter", "tinker_tui.model", "tinker_tui.adapter"]
+    ]

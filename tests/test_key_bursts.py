@@ -33,7 +33,7 @@ async def until(predicate, pilot: Pilot, timeout: float = 3.0) -> None:
     deadline = loop.time() + timeout
     while not predicate():
         if loop.time() > deadline:
-            raise AssertionError('condition not reached in time')
+            raise AssertionError("condition not reached in time")
         await pilot.pause(0.02)
 
 
@@ -47,8 +47,9 @@ async def open_knob(pilot: Pilot, row_downs: int) -> KnobEditScreen:
     for _ in range(row_downs):
         await pilot.press("down")
     await pilot.press("enter")
-    await until(lambda: isinstance(app.screen, KnobEditScreen)
-                and isinstance(app.focused, Input), pilot)
+    await until(
+        lambda: isinstance(app.screen, KnobEditScreen) and isinstance(app.focused, Input), pilot
+    )
     assert isinstance(app.screen, KnobEditScreen)
     return app.screen
 
@@ -66,13 +67,22 @@ async def test_a_burst_of_keys_in_the_knob_dialog_arrives_whole_and_in_order():
         dialog = await open_knob(pilot, row_downs=1)  # temperature, now 1 (selected)
         field = dialog.query_one(Input)
         burst(app, "backspace", "0", "full_stop", "8", "enter")
-        await until(lambda: "Enter again" in str(dialog.query_one("#knob-message").render()),
-                    pilot)
+        await until(lambda: "Enter again" in str(dialog.query_one("#knob-message").render()), pilot)
         assert field.value == "0.8"
         assert "temperature: 1 → 0.8." in str(dialog.query_one("#knob-message").render())
         # editing keys in the middle of a burst land where they were typed
-        burst(app, "backspace", "backspace", "backspace", *"0.85", "left", "left",
-              "backspace", "home", "1")
+        burst(
+            app,
+            "backspace",
+            "backspace",
+            "backspace",
+            *"0.85",
+            "left",
+            "left",
+            "backspace",
+            "home",
+            "1",
+        )
         await until(lambda: field.value == "1085", pilot)
         await pilot.pause(0.1)
         assert field.value == "1085"

@@ -32,26 +32,34 @@ PROMPT = [{"role": "user", "content": "Answer yes, no or maybe: is it raining?"}
 async def kl_to_base(policy, samples=64):
     """Mean over sampled tokens of logp_policy - logp_base: KL(policy || base) estimated."""
     prompt = policy.renderer.build_generation_prompt(PROMPT)
-    response, _ = await policy.sample(prompt, samples, tinker.SamplingParams(
-        max_tokens=4, seed=1, stop=policy.renderer.get_stop_sequences()))
+    response, _ = await policy.sample(
+        prompt,
+        samples,
+        tinker.SamplingParams(max_tokens=4, seed=1, stop=policy.renderer.get_stop_sequences()),
+    )
     head = prompt.to_ints()
     total = count = 0.0
     for sequence in response.sequences:
         base = await policy.reference.compute_logprobs(
-            tinker.ModelInput.from_ints(head + list(sequence.tokens)))
-        for logprob, base_logprob in zip(sequence.logprobs, base[len(head):], strict=True):
+            tinker.ModelInput.from_ints(head + list(sequence.tokens))
+        )
+        for logprob, base_logprob in zip(sequence.logprobs, base[len(head) :], strict=True):
             total += logprob - base_logprob
             count += 1
     return total / count
 
 
 async def drifted_policy(tmp_path, coef):
-    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL,
-                    kl_penalty_coef=coef)
+    policy = BackendSession(
+        LocalServiceClient(checkpoint_dir=tmp_path),
+        base_model=DEFAULT_BASE_MODEL,
+        kl_penalty_coef=coef,
+    )
     await policy.start()
     for _ in range(6):  # push it towards always answering "yes"
-        await policy.train_supervised([PROMPT + [{"role": "assistant", "content": "yes"}]] * 8,
-                                      learning_rate=3e-3)
+        await policy.train_supervised(
+            [PROMPT + [{"role": "assistant", "content": "yes"}]] * 8, learning_rate=3e-3
+        )
     await policy.publish()
     return policy
 
@@ -61,12 +69,30 @@ async def equal_reward_steps(policy, steps):
     metrics = []
     prompt = policy.renderer.build_generation_prompt(PROMPT)
     for step in range(steps):
-        response, version = await policy.sample(prompt, 8, tinker.SamplingParams(
-            max_tokens=4, seed=100 + step, stop=policy.renderer.get_stop_sequences()))
-        group = TrajectoryGroup(group_id=step, scenario_id="s", started_at=0.0, finished_at=0.0,
-                                trajectories=tuple(Trajectory(turns=(SampledTurn(
-                                    tuple(prompt.to_ints()), tuple(s.tokens), tuple(s.logprobs),
-                                    version),), reward=0.0) for s in response.sequences))
+        response, version = await policy.sample(
+            prompt,
+            8,
+            tinker.SamplingParams(
+                max_tokens=4, seed=100 + step, stop=policy.renderer.get_stop_sequences()
+            ),
+        )
+        group = TrajectoryGroup(
+            group_id=step,
+            scenario_id="s",
+            started_at=0.0,
+            finished_at=0.0,
+            trajectories=tuple(
+                Trajectory(
+                    turns=(
+                        SampledTurn(
+                            tuple(prompt.to_ints()), tuple(s.tokens), tuple(s.logprobs), version
+                        ),
+                    ),
+                    reward=0.0,
+                )
+                for s in response.sequences
+            ),
+        )
         result = await policy.train(policy.build_datums([group]), learning_rate=3e-3)
         metrics.append(result.metrics)
     return metrics
@@ -88,7 +114,8 @@ async def test_without_the_penalty_the_same_steps_leave_it_where_it_drifted(tmp_
     policy = await drifted_policy(tmp_path / "b", coef=0.0)
     assert policy.reference is None
     policy.reference = await policy.service_client.create_sampling_client(
-        base_model=DEFAULT_BASE_MODEL)  # only to measure
+        base_model=DEFAULT_BASE_MODEL
+    )  # only to measure
     before = await kl_to_base(policy)
     metrics = await equal_reward_steps(policy, 20)
     assert await kl_to_base(policy) == pytest.approx(before, rel=1e-3)

@@ -85,8 +85,10 @@ class Dashboard:
                 time.sleep(0.3)
                 if re.search(pattern, self.text()):
                     return
-                raise AssertionError(f"the dashboard exited ({self.returncode}) before "
-                                     f"{pattern!r} showed:\n{self.text()[-3000:]}")
+                raise AssertionError(
+                    f"the dashboard exited ({self.returncode}) before "
+                    f"{pattern!r} showed:\n{self.text()[-3000:]}"
+                )
             assert time.monotonic() < deadline, f"{pattern!r} never showed:\n{self.text()[-3000:]}"
             time.sleep(0.05)
 
@@ -117,7 +119,9 @@ class Dashboard:
     def wait(self, timeout: float = TIMEOUT) -> int:
         deadline = time.monotonic() + timeout
         while self.poll() is None:
-            assert time.monotonic() < deadline, f"the dashboard did not exit:\n{self.text()[-3000:]}"
+            assert time.monotonic() < deadline, (
+                f"the dashboard did not exit:\n{self.text()[-3000:]}"
+            )
             time.sleep(0.05)
         self._reader.join(timeout=5)
         assert self.returncode is not None
@@ -223,8 +227,9 @@ def test_sigint_to_the_dashboard_stops_the_run_gracefully_and_exits_130(dashboar
     assert f"tinker-tui run example --resume {run_id} --db {store}" in out
 
 
-def test_sigterm_twice_stops_the_engine_at_once_with_the_store_intact(dashboards, store,
-                                                                     monkeypatch):
+def test_sigterm_twice_stops_the_engine_at_once_with_the_store_intact(
+    dashboards, store, monkeypatch
+):
     monkeypatch.setenv("TINKER_TUI_FAULT", "train:slow:2")  # step 2 trains for seconds
     dashboard = start_run(dashboards, store, "--steps", "500")
     run_id = wait_for_step(store, 1, dashboard)
@@ -253,13 +258,11 @@ def test_sigterm_twice_within_a_moment_is_one_graceful_stop(dashboards, store):
     _, status, final_step = run_row(store)
     assert status == "stopped" and final_step >= 1
     assert query(store, "select max(step) from checkpoints")[0][0] == final_step
-    assert f"run {run_id} stopped at step {final_step}/500 (received SIGTERM)" in \
-        dashboard.text()
+    assert f"run {run_id} stopped at step {final_step}/500 (received SIGTERM)" in dashboard.text()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_before_the_engine_starts_leaves_no_run_and_one_line(dashboards, store,
-                                                                      signum):
+def test_a_signal_before_the_engine_starts_leaves_no_run_and_one_line(dashboards, store, signum):
     """The engine starts once the dashboard has drawn its first frame. A signal sent once
     the dashboard has taken the terminal (before its first frame) cancels that start: the
     command leaves with 130/143 and one line, the engine never ran (no log) and the store
@@ -278,8 +281,7 @@ def test_a_signal_before_the_engine_starts_leaves_no_run_and_one_line(dashboards
 # ------------------------------------------------------------------ the run outlives its dashboard
 
 
-def test_hangup_and_kill_9_leave_the_run_going_and_attach_brings_it_back(dashboards, store,
-                                                                         capfd):
+def test_hangup_and_kill_9_leave_the_run_going_and_attach_brings_it_back(dashboards, store, capfd):
     from tinker_tui.app.cli import main
 
     dashboard = start_run(dashboards, store, "--steps", "500")
@@ -352,8 +354,9 @@ def test_a_completed_run_shows_the_finish_screen_until_q_then_the_summary(dashbo
 
 
 def test_the_engine_killed_shows_as_failed_with_its_last_log_lines(dashboards, store):
-    dashboard = dashboards(["run", "example", "--db", str(store), *RUN_ARGS, "--steps", "500"],
-                           size=(160, 48))
+    dashboard = dashboards(
+        ["run", "example", "--db", str(store), *RUN_ARGS, "--steps", "500"], size=(160, 48)
+    )
     run_id = wait_for_step(store, 1, dashboard)
     os.kill(engine_pid(store, run_id), signal.SIGKILL)
     dashboard.wait_for("Run failed")

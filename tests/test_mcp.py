@@ -26,15 +26,33 @@ from tinker_tui.app.run_reading import metrics_window, read_run  # noqa: E402
 from tinker_tui.engine.control.client import find_control_files  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-ACTING = {"pause_run", "resume_run", "checkpoint_run", "evaluate_run", "set_knob",
-          "rollback_run", "stop_run"}
-READING = {"list_runs", "run_metrics", "run_health", "run_rollouts", "run_log", "run_status",
-           "scenario_board", "step_signals"}
+ACTING = {
+    "pause_run",
+    "resume_run",
+    "checkpoint_run",
+    "evaluate_run",
+    "set_knob",
+    "rollback_run",
+    "stop_run",
+}
+READING = {
+    "list_runs",
+    "run_metrics",
+    "run_health",
+    "run_rollouts",
+    "run_log",
+    "run_status",
+    "scenario_board",
+    "step_signals",
+}
 
 
 def environment() -> dict[str, str]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    )
     env.pop("TINKER_API_KEY", None)
     return env
 
@@ -42,10 +60,12 @@ def environment() -> dict[str, str]:
 @asynccontextmanager
 async def mcp_session(db: Path, *extra: str):
     """An initialized MCP client session on `tinker-tui mcp --db DB EXTRA` in a child."""
-    params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "tinker_tui.app.cli", "mcp", "--db", str(db),
-                                         *extra],
-                                   env=environment(), cwd=str(ROOT))
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "tinker_tui.app.cli", "mcp", "--db", str(db), *extra],
+        env=environment(),
+        cwd=str(ROOT),
+    )
     with open(os.devnull, "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write) as session:
@@ -82,11 +102,30 @@ async def until(predicate, what: str, proc: subprocess.Popen, timeout: float) ->
 async def test_mcp_reads_a_live_local_run_and_steers_it_only_when_allowed(tmp_path):
     db = tmp_path / "runs.db"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--steps",
-         "2000", "--warmup-steps", "0", "--checkpoint-every", "0", "--db", str(db)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment(),
-        cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            "example",
+            "--no-ui",
+            "--steps",
+            "2000",
+            "--warmup-steps",
+            "0",
+            "--checkpoint-every",
+            "0",
+            "--db",
+            str(db),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment(),
+        cwd=ROOT,
+    )
     try:
+
         async def has_endpoint() -> bool:
             return bool(find_control_files(db))
 
@@ -117,20 +156,21 @@ async def test_mcp_reads_a_live_local_run_and_steers_it_only_when_allowed(tmp_pa
             assert health["health"] in ("learning", "converged", "no_signal", "none")
             assert health["words"]
             worst = await call(session, "run_rollouts", which="worst", count=2)
-            best = await call(session, "run_rollouts", step=worst["step"], which="best",
-                              count=2)
+            best = await call(session, "run_rollouts", step=worst["step"], which="best", count=2)
             assert worst["rollouts"] and best["rollouts"]
             assert worst["rollouts"][0]["reward"] <= best["rollouts"][0]["reward"]
             assert worst["rollouts"][0]["messages"]
             log = await call(session, "run_log", lines=5)
             assert 1 <= len(log["lines"]) <= 5
-            assert "no rollouts of step 99999" in await refused(session, "run_rollouts",
-                                                                  step=99999)
+            assert "no rollouts of step 99999" in await refused(session, "run_rollouts", step=99999)
             assert "no run 'nosuchrun'" in await refused(session, "run_health", run="nosuchrun")
 
             # without --allow-control: every acting tool refuses, the run goes on
-            for tool, arguments in (("pause_run", {}), ("stop_run", {}),
-                                    ("set_knob", {"name": "temperature", "value": 0.5})):
+            for tool, arguments in (
+                ("pause_run", {}),
+                ("stop_run", {}),
+                ("set_knob", {"name": "temperature", "value": 0.5}),
+            ):
                 assert "--allow-control" in await refused(session, tool, **arguments)
             status = await call(session, "run_status")
             assert status["state"]["paused"] is False and status["state"]["stopping"] is False
@@ -149,12 +189,13 @@ async def test_mcp_reads_a_live_local_run_and_steers_it_only_when_allowed(tmp_pa
             cached = (await call(session, "run_metrics", metrics=["all"], last=500))["steps"]
             fresh = metrics_window(await read_run(db, run_id), ["all"], last=500)["steps"]
             # (the last step's row may still gain its eval's metrics)
-            assert len(cached) >= 3 and fresh[:len(cached) - 1] == cached[:-1]
+            assert len(cached) >= 3 and fresh[: len(cached) - 1] == cached[:-1]
             assert (await call(session, "list_runs"))["runs"][0]["status"] == "paused"
             changed = await call(session, "set_knob", name="temperature", value=0.8)
             assert changed["state"]["knobs"]["temperature"] == 0.8
             assert "learning_rate must be between 0 and 1" in await refused(
-                session, "set_knob", name="learning_rate", value=5.0)
+                session, "set_knob", name="learning_rate", value=5.0
+            )
             # no checkpoint (--checkpoint-every 0): the run would only log a warning
             assert "nothing to roll back to" in await refused(session, "rollback_run")
             resumed = await call(session, "resume_run", run=run_id)
@@ -184,17 +225,27 @@ async def check_board_and_signals(session: ClientSession, db: Path, run_id: str)
     from tinker_tui.app.signal_maths import classify
 
     with sqlite3.connect(db) as con:
-        drawn = dict(con.execute("SELECT scenario_id, COUNT(*) FROM sampled_groups "
-                                 "WHERE run_id = ? GROUP BY scenario_id", (run_id,)))
+        drawn = dict(
+            con.execute(
+                "SELECT scenario_id, COUNT(*) FROM sampled_groups "
+                "WHERE run_id = ? GROUP BY scenario_id",
+                (run_id,),
+            )
+        )
         rewards: dict[str, list[float]] = {}
         for scenario, reward in con.execute(
-                "SELECT g.scenario_id, t.reward FROM trajectories t JOIN sampled_groups g "
-                "ON g.run_id = t.run_id AND g.group_id = t.group_id WHERE t.run_id = ?",
-                (run_id,)):
+            "SELECT g.scenario_id, t.reward FROM trajectories t JOIN sampled_groups g "
+            "ON g.run_id = t.run_id AND g.group_id = t.group_id WHERE t.run_id = ?",
+            (run_id,),
+        ):
             rewards.setdefault(scenario, []).append(reward)
-        no_signal = dict(con.execute(
-            "SELECT scenario_id, COUNT(*) FROM discarded_groups WHERE run_id = ? AND "
-            "reason = 'zero_variance' GROUP BY scenario_id", (run_id,)))
+        no_signal = dict(
+            con.execute(
+                "SELECT scenario_id, COUNT(*) FROM discarded_groups WHERE run_id = ? AND "
+                "reason = 'zero_variance' GROUP BY scenario_id",
+                (run_id,),
+            )
+        )
     best = max(r for rs in rewards.values() for r in rs)
     board = await call(session, "scenario_board", order="drawn", count=200)
     assert board["scenarios_total"] == len(drawn) and board["pass_reward"] == best
@@ -222,8 +273,9 @@ async def check_board_and_signals(session: ClientSession, db: Path, run_id: str)
     step = signals["step"]
     funnel = signals["funnel"]
     assert funnel["step"] == step and funnel["groups"] >= 1
-    assert funnel["groups"] == (funnel["trained"] + funnel["no_signal"] + funnel["stale"]
-                                + funnel["failed"])
+    assert funnel["groups"] == (
+        funnel["trained"] + funnel["no_signal"] + funnel["stale"] + funnel["failed"]
+    )
     stored = (await call(session, "run_metrics", metrics=["all"], since_step=step))["steps"][0]
     assert stored["step"] == step
     for key in ("env/zero_variance_frac", "tokens/response_len_p50"):
@@ -244,19 +296,33 @@ async def test_the_mcp_tools_and_the_skill_file_agree():
     text = skill_text()
     assert text.startswith("---\nname: ")
     assert [n for n in sorted(names) if f"`{n}`" not in text] == []
-    out = subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", "agent-skill"],
-                         capture_output=True, text=True, cwd=ROOT, env=environment(),
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "tinker_tui.app.cli", "agent-skill"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=environment(),
+        timeout=60,
+    )
     assert out.returncode == 0 and out.stdout == text
     assert main(["agent-skill"]) == 0
 
 
 def test_without_the_sdk_mcp_says_which_extra_to_install():
-    code = ("import sys; sys.modules['mcp'] = None\n"
-            "from tinker_tui.app.cli import main\n"
-            "sys.exit(main(['mcp']))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, env=environment(), timeout=60)
+    code = (
+        "import sys; sys.modules['mcp'] = None\n"
+        "from tinker_tui.app.cli import main\n"
+        "sys.exit(main(['mcp']))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=environment(),
+        timeout=60,
+    )
     assert out.returncode == 2
-    assert out.stderr == ('tinker-tui: error: `tinker-tui mcp` needs the MCP SDK: '
-                          'pip install "tinker-tui[mcp]"\n')
+    assert out.stderr == (
+        'tinker-tui: error: `tinker-tui mcp` needs the MCP SDK: pip install "tinker-tui[mcp]"\n'
+    )

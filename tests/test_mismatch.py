@@ -14,8 +14,13 @@ from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.metrics.mismatch import DIFF_THRESHOLD, mismatch_metrics
 from tinker_tui.engine.store import StoreReader
 
-MISMATCH_KEYS = (keys.KL_SAMPLE_TRAIN_V1, keys.KL_SAMPLE_TRAIN_V2, keys.SAMPLE_TRAIN_DIFF_MAX,
-                 keys.SAMPLE_TRAIN_DIFF_FRAC, keys.ENTROPY_SAMPLED)
+MISMATCH_KEYS = (
+    keys.KL_SAMPLE_TRAIN_V1,
+    keys.KL_SAMPLE_TRAIN_V2,
+    keys.SAMPLE_TRAIN_DIFF_MAX,
+    keys.SAMPLE_TRAIN_DIFF_FRAC,
+    keys.ENTROPY_SAMPLED,
+)
 
 
 def test_the_metrics_count_sampled_tokens_only():
@@ -39,11 +44,35 @@ def test_the_metrics_count_sampled_tokens_only():
 def local_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mismatch")
     db = folder / "runs.db"
-    code = main(["run", "example", "--backend", "local", "--no-ui", "--db", str(db),
-                 "--base-model", DEFAULT_BASE_MODEL, "--warmup-steps", "0", "--steps", "6",
-                 "--group-size", "4", "--groups-per-step", "2", "--rollout-workers", "1",
-                 "--max-steps-off-policy", "0", "--eval-every", "0",
-                 "--keep-token-steps", "1"])
+    code = main(
+        [
+            "run",
+            "example",
+            "--backend",
+            "local",
+            "--no-ui",
+            "--db",
+            str(db),
+            "--base-model",
+            DEFAULT_BASE_MODEL,
+            "--warmup-steps",
+            "0",
+            "--steps",
+            "6",
+            "--group-size",
+            "4",
+            "--groups-per-step",
+            "2",
+            "--rollout-workers",
+            "1",
+            "--max-steps-off-policy",
+            "0",
+            "--eval-every",
+            "0",
+            "--keep-token-steps",
+            "1",
+        ]
+    )
     assert code == 0
     return db
 
@@ -72,10 +101,14 @@ async def test_the_store_keeps_the_latest_steps_tokens_compactly(local_run):
         group, idx, length, size = conn.execute(
             "select group_id, idx, length, length(tokens) + length(sampled) + length(trainer) "
             "+ length(advantage) + length(mask) + length(version) + length(entropy) "
-            "from trained_tokens order by step desc limit 1").fetchone()
+            "from trained_tokens order by step desc limit 1"
+        ).fetchone()
     (jsonl,) = local_run.parent.glob("*.metrics.jsonl")
-    lines = [s for s in map(json.loads, jsonl.read_text().splitlines())
-             if s["event"] == "step" and keys.KL_SAMPLE_TRAIN_V1 in s]
+    lines = [
+        s
+        for s in map(json.loads, jsonl.read_text().splitlines())
+        if s["event"] == "step" and keys.KL_SAMPLE_TRAIN_V1 in s
+    ]
     trained = [s["step"] for s in lines]
     assert len(trained) >= 2, trained  # a step before the last, to be forgotten
     assert kept == trained[-1:]  # keep_token_steps = 1
@@ -94,10 +127,12 @@ async def test_the_store_keeps_the_latest_steps_tokens_compactly(local_run):
     # on-policy: sampled by the version the step trained (the one before the step's own)
     assert set(tokens.version[tokens.mask == 1].tolist()) == {lines[-1]["policy_version"] - 1}
     assert np.all(tokens.version[tokens.mask == 0] == -1)
-    assert np.allclose(tokens.sampled[tokens.mask == 1], tokens.trainer[tokens.mask == 1],
-                       atol=0.01)
-    assert set(tokens.tokens.tolist()) <= set(pieces) and all(isinstance(p, str)
-                                                             for p in pieces.values())
+    assert np.allclose(
+        tokens.sampled[tokens.mask == 1], tokens.trainer[tokens.mask == 1], atol=0.01
+    )
+    assert set(tokens.tokens.tolist()) <= set(pieces) and all(
+        isinstance(p, str) for p in pieces.values()
+    )
     assert any(p.strip() for p in pieces.values())
 
 
@@ -124,10 +159,33 @@ def test_through_the_sdk_the_keys_come_from_the_services_loss_fn_outputs(tmp_pat
     with TinkerDouble(tmp_path / "service") as double:
         for name, value in double.env().items():
             monkeypatch.setenv(name, value)
-        code = main(["run", "example", "--backend", "tinker", "--no-ui", "--db", str(db),
-                     "--base-model", DEFAULT_BASE_MODEL, "--warmup-steps", "0", "--steps", "2",
-                     "--group-size", "4", "--groups-per-step", "2", "--rollout-workers", "1",
-                     "--max-steps-off-policy", "0", "--eval-every", "0"])
+        code = main(
+            [
+                "run",
+                "example",
+                "--backend",
+                "tinker",
+                "--no-ui",
+                "--db",
+                str(db),
+                "--base-model",
+                DEFAULT_BASE_MODEL,
+                "--warmup-steps",
+                "0",
+                "--steps",
+                "2",
+                "--group-size",
+                "4",
+                "--groups-per-step",
+                "2",
+                "--rollout-workers",
+                "1",
+                "--max-steps-off-policy",
+                "0",
+                "--eval-every",
+                "0",
+            ]
+        )
     assert code == 0
     with sqlite3.connect(db) as conn:
         metrics = [json.loads(m) for (m,) in conn.execute("select metrics from steps")]
@@ -160,8 +218,9 @@ def test_the_trainers_entropy_is_the_whole_distributions():
     hidden = torch.randn(7, 16)
     rows, targets = torch.arange(7), torch.randint(0, 300, (7,))
     entropy = torch.full((7,), float("nan"))
-    unembed.fused_loss_backward(head, hidden, rows, targets,
-                                lambda lp, at: torch.ones_like(lp), entropy)
+    unembed.fused_loss_backward(
+        head, hidden, rows, targets, lambda lp, at: torch.ones_like(lp), entropy
+    )
     logp = torch.log_softmax(hidden @ head.weight.t(), dim=-1)
     assert torch.allclose(entropy, -(logp.exp() * logp).sum(-1), atol=1e-4)
 
@@ -172,11 +231,16 @@ def test_a_batch_without_sampled_logprobs_has_no_mismatch():
 
     from tinker_tui.engine.backend.session import _trainer_outputs
 
-    datum = tinker.Datum(model_input=tinker.ModelInput.from_ints([1, 2]),
-                         loss_fn_inputs={"target_tokens": [2, 3], "weights": [1.0, 1.0]})
+    datum = tinker.Datum(
+        model_input=tinker.ModelInput.from_ints([1, 2]),
+        loss_fn_inputs={"target_tokens": [2, 3], "weights": [1.0, 1.0]},
+    )
     out = tinker.types.ForwardBackwardOutput(
-        loss_fn_output_type="TensorData", metrics={},
-        loss_fn_outputs=[{"logprobs": tinker.TensorData.from_numpy(
-            np.array([-1.0, -2.0], np.float32))}])
+        loss_fn_output_type="TensorData",
+        metrics={},
+        loss_fn_outputs=[
+            {"logprobs": tinker.TensorData.from_numpy(np.array([-1.0, -2.0], np.float32))}
+        ],
+    )
     trainer, entropy, metrics = _trainer_outputs([datum], out)
     assert metrics == {} and entropy is None and trainer[0].tolist() == [-1.0, -2.0]

@@ -32,6 +32,7 @@ def counting(prefix):
         while True:
             yield Scenario(id=f"{prefix}{i}", data=rng.random())
             i += 1
+
     return scenarios
 
 
@@ -42,17 +43,23 @@ async def rollout_a(client, model, scenario):
 
 async def group_b(client, model, scenario, n):
     """A ranking group rollout: members get 0, 1, ..., n-1."""
-    choices = [await client.chat.completions.create(model=model, messages=[])
-               for _ in range(n)]
-    return [Trajectory.from_choices([c], reward=float(i), rank=i)
-            for i, c in enumerate(choices)]
+    choices = [await client.chat.completions.create(model=model, messages=[]) for _ in range(n)]
+    return [Trajectory.from_choices([c], reward=float(i), rank=i) for i, c in enumerate(choices)]
 
 
-A = Task(name="a", scenarios=counting("a"), rollout=rollout_a,
-         eval_scenarios=lambda: [Scenario(id="ea", data=0)])
-B = Task(name="b", scenarios=counting("b"), group_rollout=group_b,
-         eval_scenarios=lambda: [Scenario(id="eb1", data=0), Scenario(id="eb2", data=0)],
-         advantages=lambda rewards: [-r for r in rewards])
+A = Task(
+    name="a",
+    scenarios=counting("a"),
+    rollout=rollout_a,
+    eval_scenarios=lambda: [Scenario(id="ea", data=0)],
+)
+B = Task(
+    name="b",
+    scenarios=counting("b"),
+    group_rollout=group_b,
+    eval_scenarios=lambda: [Scenario(id="eb1", data=0), Scenario(id="eb2", data=0)],
+    advantages=lambda rewards: [-r for r in rewards],
+)
 
 
 def test_scenarios_are_drawn_by_weight_and_each_parts_stream_is_its_own():
@@ -76,10 +83,12 @@ def test_scenarios_are_drawn_by_weight_and_each_parts_stream_is_its_own():
 
 
 def test_a_part_whose_scenarios_end_drops_out():
-    short = Task(name="short", scenarios=lambda rng: iter([Scenario("x", 1), Scenario("y", 2)]),
-                 rollout=rollout_a)
-    drawn = list(islice(mix_tasks("m", [(short, 10.0), (A, 1.0)]).scenarios(random.Random(0)),
-                        50))
+    short = Task(
+        name="short",
+        scenarios=lambda rng: iter([Scenario("x", 1), Scenario("y", 2)]),
+        rollout=rollout_a,
+    )
+    drawn = list(islice(mix_tasks("m", [(short, 10.0), (A, 1.0)]).scenarios(random.Random(0)), 50))
     assert [s.id for s in drawn if s.part == "short"] == ["short/x", "short/y"]
     assert len(drawn) == 50
 
@@ -90,23 +99,30 @@ def test_evals_warmup_and_the_part_of_a_scenario():
     scenario = mix.eval_scenarios()[1]
     assert part_of(mix, scenario) == ("b", B)
     assert part_of(A, Scenario("s", 0)) == ("", A)
-    assert mix_tasks("a_only", [(Task(name="x", scenarios=counting("x"), rollout=rollout_a),
-                                 1)]).eval_scenarios is None
+    assert (
+        mix_tasks(
+            "a_only", [(Task(name="x", scenarios=counting("x"), rollout=rollout_a), 1)]
+        ).eval_scenarios
+        is None
+    )
     assert check_task(mix) is mix
 
 
-@pytest.mark.parametrize("parts, message", [
-    ({"a": 1}, "list of (task, weight) pairs"),
-    ([A], "list of (task, weight) pairs"),
-    ([], "at least one task"),
-    ([(A, 1), (A, 2)], "two tasks are named 'a'"),
-    ([(A, 0)], "weight of 'a' must be a positive number"),
-    ([(A, float("nan"))], "weight of 'a' must be a positive number"),
-    ([(A, True)], "weight of 'a' must be a positive number"),
-    ([("a", 1)], "expected Task objects"),
-    ([(mix_tasks("inner", [(A, 1)]), 1)], "is itself a mix"),
-    ([(Task(name="x/y", scenarios=counting("x"), rollout=rollout_a), 1)], "cannot name a part"),
-])
+@pytest.mark.parametrize(
+    "parts, message",
+    [
+        ({"a": 1}, "list of (task, weight) pairs"),
+        ([A], "list of (task, weight) pairs"),
+        ([], "at least one task"),
+        ([(A, 1), (A, 2)], "two tasks are named 'a'"),
+        ([(A, 0)], "weight of 'a' must be a positive number"),
+        ([(A, float("nan"))], "weight of 'a' must be a positive number"),
+        ([(A, True)], "weight of 'a' must be a positive number"),
+        ([("a", 1)], "expected Task objects"),
+        ([(mix_tasks("inner", [(A, 1)]), 1)], "is itself a mix"),
+        ([(Task(name="x/y", scenarios=counting("x"), rollout=rollout_a), 1)], "cannot name a part"),
+    ],
+)
 def test_mistakes_are_task_errors(parts, message):
     with pytest.raises(TaskError, match=re.escape(message)):
         mix_tasks("m", parts)
@@ -130,14 +146,22 @@ class RecordingPolicy(SimulatedPolicy):
 
 async def test_a_mixed_run_rolls_out_and_reports_each_part_under_its_name():
     policy = RecordingPolicy()
-    config = RunConfig(max_steps=6, group_size=3, groups_per_step=2, rollout_workers=2,
-                       checkpoint_every=0)
+    config = RunConfig(
+        max_steps=6, group_size=3, groups_per_step=2, rollout_workers=2, checkpoint_every=0
+    )
     bus = EventBus()
     events = []
     bus.subscribe(events.append)
-    pipeline = Pipeline(config=config, task=mix_tasks("ab", [(A, 1), (B, 1)]), policy=policy,
-                        client_factory=lambda: SimulatedClient(policy), model_name="ab",
-                        bus=bus, clock=FakeClock(), rng=random.Random(1))
+    pipeline = Pipeline(
+        config=config,
+        task=mix_tasks("ab", [(A, 1), (B, 1)]),
+        policy=policy,
+        client_factory=lambda: SimulatedClient(policy),
+        model_name="ab",
+        bus=bus,
+        clock=FakeClock(),
+        rng=random.Random(1),
+    )
     assert await pipeline.run() == "completed"
     # part a: equal rewards (no signal, not trained); part b: its group_rollout's ranks, and
     # its own advantages hook (minus the reward)
@@ -146,8 +170,13 @@ async def test_a_mixed_run_rolls_out_and_reports_each_part_under_its_name():
     assert all(r == [0.0, 1.0, 2.0] and a == [-2.0, -1.0, 0.0] for _, r, a in policy.trained)
     steps = [e for e in events if isinstance(e, StepTrained)]
     reported = {k for s in steps for k in s.metrics}
-    assert {"reward/b/mean", "task/b/rank", "task/b/rank/min", "task/b/rank/max",
-            "task/rank"} <= reported
+    assert {
+        "reward/b/mean",
+        "task/b/rank",
+        "task/b/rank/min",
+        "task/b/rank/max",
+        "task/rank",
+    } <= reported
     assert all(s.metrics.get("reward/b/mean", 1.0) == 1.0 for s in steps)
     # the final step is evaluated on every part's eval scenarios, each part reported
     [final] = [e for e in events if isinstance(e, EvalCompleted) and e.step == 6]

@@ -36,13 +36,23 @@ def test_alerts_come_from_sources_and_statuses_not_text():
         alert = alert_for(RunFinished(time=1, status=status, final_step=3))
         assert alert.kind == "finish" and status in alert.title
     # a run that stopped itself says why from its typed cause, whatever its reason's text
-    for cause, words in (("budget", "budget"), ("no_signal", "trained nothing"),
-                         ("health", "health")):
-        alert = alert_for(RunFinished(time=1, status="completed", final_step=3, cause=cause,
-                                      reason="completed"))
+    for cause, words in (
+        ("budget", "budget"),
+        ("no_signal", "trained nothing"),
+        ("health", "health"),
+    ):
+        alert = alert_for(
+            RunFinished(time=1, status="completed", final_step=3, cause=cause, reason="completed")
+        )
         assert alert.kind == "stop" and words in alert.title
-    assert alert_for(RunFinished(time=1, status="completed", final_step=3, cause="max_steps",
-                                 reason="budget")).kind == "finish"
+    assert (
+        alert_for(
+            RunFinished(
+                time=1, status="completed", final_step=3, cause="max_steps", reason="budget"
+            )
+        ).kind
+        == "finish"
+    )
     assert alert_for(RunStateChanged(time=1, state="paused", reason="x")) is None
     assert (
         alert_for(

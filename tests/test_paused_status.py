@@ -19,8 +19,20 @@ from tinker_tui.engine.events import StepTrained
 def _args(db, *extra):
     from tinker_tui.app.cli import build_parser
 
-    return build_parser().parse_args(["run", "example", "--no-ui", "--db", str(db),
-                                      "--warmup-steps", "0", "--eval-every", "0", *extra])
+    return build_parser().parse_args(
+        [
+            "run",
+            "example",
+            "--no-ui",
+            "--db",
+            str(db),
+            "--warmup-steps",
+            "0",
+            "--eval-every",
+            "0",
+            *extra,
+        ]
+    )
 
 
 async def test_a_paused_headless_run_says_how_to_resume_and_lists_as_paused(tmp_path, capsys):
@@ -41,8 +53,10 @@ async def test_a_paused_headless_run_says_how_to_resume_and_lists_as_paused(tmp_
         assert not running.done(), out
         if session.control.paused and "rows" not in table:
             table["rows"] = await wait_until(lambda: _paused_rows(db), "the pause's row")
-    assert "paused: paused from a page since closed\n  it waits, paused, until resumed: " \
+    assert (
+        "paused: paused from a page since closed\n  it waits, paused, until resumed: "
         "tinker-tui attach " in out
+    )
     (row,) = table["rows"]
     assert row["STATUS"] == "paused"
     session.control.stop("test")
@@ -57,15 +71,27 @@ async def test_the_headless_lines_of_a_pause(tmp_path):
 
     out = io.StringIO()
     reporter = HeadlessReporter(out, db_path=tmp_path / "r.db")
-    reporter.handle(RunStarted(time=0.0, run_id="r-1", name="t", backend="local",
-                               base_model="m", max_steps=9, start_step=0))
+    reporter.handle(
+        RunStarted(
+            time=0.0,
+            run_id="r-1",
+            name="t",
+            backend="local",
+            base_model="m",
+            max_steps=9,
+            start_step=0,
+        )
+    )
     reporter.handle(RunStateChanged(time=1.0, state="paused", reason="paused by user"))
     reporter.paused_reminder(600.0)
     lines = out.getvalue().splitlines()[1:]
     flag = f" --db {tmp_path / 'r.db'}"
     assert lines[0] == "paused: paused by user"
-    assert re.fullmatch(rf"  it waits, paused, until resumed: tinker-tui attach r-1{re.escape(flag)}"
-                        r", then p \(or stop it: kill -TERM \d+\)", lines[1])
+    assert re.fullmatch(
+        rf"  it waits, paused, until resumed: tinker-tui attach r-1{re.escape(flag)}"
+        r", then p \(or stop it: kill -TERM \d+\)",
+        lines[1],
+    )
     assert lines[2].startswith("still paused after 10 min; it waits, paused, until resumed")
 
 
@@ -73,9 +99,12 @@ def test_detaching_from_a_paused_run_says_it_stays_paused_and_how_to_resume():
     assert detach_lines("r-1", None, "paused", "paused by user") == [
         "detached from run r-1: it stays paused in its own process (paused by user)",
         "  resume it:    tinker-tui attach r-1, then p",
-        "  list runs:    tinker-tui runs"]
-    assert detach_lines("r-1", None, "running")[0] == \
-        "detached from run r-1: it goes on in its own process"
+        "  list runs:    tinker-tui runs",
+    ]
+    assert (
+        detach_lines("r-1", None, "running")[0]
+        == "detached from run r-1: it goes on in its own process"
+    )
 
 
 async def test_runs_duration_leaves_out_the_time_between_a_finished_run_and_its_resume(tmp_path):

@@ -24,14 +24,22 @@ from tinker_tui.engine.training.pipeline import Pipeline
 def make_pipeline(policy=None, client=None, task=None, clock=None, **overrides):
     policy = policy or SimulatedPolicy()
     client = client or SimulatedClient(policy)
-    config = RunConfig(max_steps=20, group_size=4, groups_per_step=2, rollout_workers=4,
-                       checkpoint_every=0).with_overrides(overrides)
+    config = RunConfig(
+        max_steps=20, group_size=4, groups_per_step=2, rollout_workers=4, checkpoint_every=0
+    ).with_overrides(overrides)
     bus = EventBus()
     events = []
     bus.subscribe(events.append)
-    pipeline = Pipeline(config=config, task=task or simulated_task(), policy=policy,
-                        client_factory=lambda: client, model_name="m", bus=bus,
-                        clock=clock or FakeClock(), rng=random.Random(0))
+    pipeline = Pipeline(
+        config=config,
+        task=task or simulated_task(),
+        policy=policy,
+        client_factory=lambda: client,
+        model_name="m",
+        bus=bus,
+        clock=clock or FakeClock(),
+        rng=random.Random(0),
+    )
     return pipeline, policy, client, events
 
 
@@ -54,10 +62,26 @@ async def test_group_still_stale_at_dequeue_is_discarded_and_counted():
     policy = SimulatedPolicy()
     pipeline, _, _, events = make_pipeline(policy=policy, max_steps_off_policy=1)
     from tinker_tui.engine.rollouts.trajectory import TrajectoryGroup
-    old = TrajectoryGroup(group_id=99, scenario_id="old", started_at=0, finished_at=0,
-                          trajectories=(Trajectory.from_choices([{
-                              "prompt_token_ids": [1], "token_ids": [2],
-                              "token_logprobs": [-0.1], "policy_version": 0}], reward=1.0),))
+
+    old = TrajectoryGroup(
+        group_id=99,
+        scenario_id="old",
+        started_at=0,
+        finished_at=0,
+        trajectories=(
+            Trajectory.from_choices(
+                [
+                    {
+                        "prompt_token_ids": [1],
+                        "token_ids": [2],
+                        "token_logprobs": [-0.1],
+                        "policy_version": 0,
+                    }
+                ],
+                reward=1.0,
+            ),
+        ),
+    )
     policy.version = 5
     pipeline._queue.put_nowait(old)
     await pipeline.run()
@@ -107,15 +131,17 @@ async def test_stop_finishes_with_a_final_checkpoint():
 
 async def test_rollout_errors_are_counted_and_the_run_goes_on():
     # every member must succeed: a failure discards its group
-    pipeline, _, _, events = make_pipeline(task=simulated_task(fail_every=7), max_steps=5,
-                                           min_group_size=4)
+    pipeline, _, _, events = make_pipeline(
+        task=simulated_task(fail_every=7), max_steps=5, min_group_size=4
+    )
     assert await pipeline.run() == "completed"
     errors = [e for e in events if isinstance(e, GroupDiscarded) and e.reason == "error"]
     assert errors and "tool crashed" in errors[0].detail
     assert any(isinstance(e, GroupSampled) for e in events)
     steps = [e for e in events if isinstance(e, StepTrained)]
     assert sum(e.metrics["discarded/error"] for e in steps) == len(
-        [e for e in errors if e.step <= 5])
+        [e for e in errors if e.step <= 5]
+    )
 
 
 async def test_live_knobs_take_effect_and_are_recorded_as_commands():
@@ -141,8 +167,7 @@ async def test_live_knobs_take_effect_and_are_recorded_as_commands():
     assert later and all(e.metrics["optim/lr"] == 1e-4 for e in later)
     assert all(e.metrics["async/staleness_max"] == 0 for e in later[1:])
     assert sum(not w.done() for w in pipeline._workers.values()) == 0
-    sets = [e.args["name"] for e in events if isinstance(e, CommandReceived)
-            and e.command == "set"]
+    sets = [e.args["name"] for e in events if isinstance(e, CommandReceived) and e.command == "set"]
     assert sets == ["learning_rate", "temperature", "rollout_workers", "max_steps_off_policy"]
 
 
@@ -150,8 +175,7 @@ async def test_eval_every_and_eval_now_publish_eval_results():
     from tinker_tui.engine.events import EvalCompleted
 
     task = simulated_task(eval_size=5)
-    pipeline, _, _, events = make_pipeline(task=task, max_steps=6, eval_every=3,
-                                           eval_at_start=True)
+    pipeline, _, _, events = make_pipeline(task=task, max_steps=6, eval_every=3, eval_at_start=True)
     assert await pipeline.run() == "completed"
     evals = [e for e in events if isinstance(e, EvalCompleted)]
     assert [e.step for e in evals][:1] == [0]
@@ -165,8 +189,12 @@ async def test_an_eval_is_stamped_with_the_step_it_was_due_at():
     backend, so the next ones came first: `eval_every` 3 read 4, 7, 10."""
     from tinker_tui.engine.events import EvalCompleted
 
-    pipeline, _, _, events = make_pipeline(task=simulated_task(eval_size=2, reward=lambda s: 1.0),
-                                           max_steps=12, eval_every=3, eval_at_start=False)
+    pipeline, _, _, events = make_pipeline(
+        task=simulated_task(eval_size=2, reward=lambda s: 1.0),
+        max_steps=12,
+        eval_every=3,
+        eval_at_start=False,
+    )
     assert await pipeline.run() == "completed"
     evals = [e for e in events if isinstance(e, EvalCompleted)]
     trained = {e.step: e.policy_version for e in events if isinstance(e, StepTrained)}
@@ -177,8 +205,9 @@ async def test_an_eval_is_stamped_with_the_step_it_was_due_at():
 async def test_error_rate_pauses_the_run_with_a_reason():
     from tinker_tui.engine.events import RunStateChanged
 
-    pipeline, _, _, events = make_pipeline(task=simulated_task(fail_every=1), max_steps=5,
-                                           health_window=8)
+    pipeline, _, _, events = make_pipeline(
+        task=simulated_task(fail_every=1), max_steps=5, health_window=8
+    )
     task = asyncio.create_task(pipeline.run())
     await wait_until(lambda: pipeline.paused, "the pause")
     reason = [e.reason for e in events if isinstance(e, RunStateChanged) and e.state == "paused"]
@@ -194,29 +223,39 @@ async def test_collapse_pauses_but_convergence_does_not():
     # Every group earns the same reward from the start: nothing tells a reward that is always
     # 1 from one always 0 (engine.metrics.health), so neither pauses.
     for reward in (1.0, 0.0):
-        uniform, _, _, _ = make_pipeline(task=simulated_task(reward=lambda s, r=reward: r),
-                                         max_steps=12, health_window=8)
+        uniform, _, _, _ = make_pipeline(
+            task=simulated_task(reward=lambda s, r=reward: r), max_steps=12, health_window=8
+        )
         assert await asyncio.wait_for(uniform.run(), 30) == "completed"
     # Rewards vary at first, then every group earns the best: converged, keep going.
     converged, _, _, _ = make_pipeline(
         task=simulated_task(reward=lambda s: (s.data % 2) if s.data < 16 else 1.0),
-        max_steps=12, health_window=8)
+        max_steps=12,
+        health_window=8,
+    )
     assert await asyncio.wait_for(converged.run(), 30) == "completed"
     # Rewards vary at first, then every group gets the same lower reward: no learning
     # signal, pause; the same fall to far below the best: a collapse, pause (engine.metrics.health).
     # (The collapse is read from three steps, six groups here (collapse_groups); the
     # no-signal pause from a window of sixteen groups, which sampling fills ahead of
     # training.)
-    for low, words in ((0.4, "no learning signal: 94% of the last 16 groups had equal "
-                             "rewards below the best seen (1)"),
-                       (0.0, "collapsed at step 9 (best 0.500 at step 1)")):
+    for low, words in (
+        (
+            0.4,
+            "no learning signal: 94% of the last 16 groups had equal "
+            "rewards below the best seen (1)",
+        ),
+        (0.0, "collapsed at step 9 (best 0.500 at step 1)"),
+    ):
         task_ = simulated_task(reward=lambda s, low=low: (s.data % 2) if s.data < 16 else low)
-        pipeline, _, _, events = make_pipeline(task=task_, max_steps=10_000, health_window=16,
-                                               collapse_groups=6, checkpoint_every=0)
+        pipeline, _, _, events = make_pipeline(
+            task=task_, max_steps=10_000, health_window=16, collapse_groups=6, checkpoint_every=0
+        )
         task = asyncio.create_task(pipeline.run())
         await wait_until(lambda pipeline=pipeline: pipeline.paused, "the pause")
-        reason = [e.reason for e in events
-                  if isinstance(e, RunStateChanged) and e.state == "paused"]
+        reason = [
+            e.reason for e in events if isinstance(e, RunStateChanged) and e.state == "paused"
+        ]
         assert reason[0].startswith(words), reason
         pipeline.stop()
         await task
@@ -231,8 +270,10 @@ async def test_throughput_is_reported_with_a_verdict():
     pipeline, _, _, events = make_pipeline(policy=policy, max_steps=10_000, clock=SystemClock())
     pipeline.report_interval = 0.05
     task = asyncio.create_task(pipeline.run())
-    await wait_until(lambda: len([e for e in events if isinstance(e, ThroughputMeasured)]) >= 4,
-                     "four throughput reports")
+    await wait_until(
+        lambda: len([e for e in events if isinstance(e, ThroughputMeasured)]) >= 4,
+        "four throughput reports",
+    )
     pipeline.stop()
     await task
     last = [e for e in events if isinstance(e, ThroughputMeasured)][-1]
@@ -244,8 +285,9 @@ async def test_throughput_is_reported_with_a_verdict():
 async def test_min_batch_trains_on_what_is_queued_and_keeps_the_bound():
     policy = SimulatedPolicy(train_seconds=0.01)
     client = SimulatedClient(policy, sample_seconds=0.004)
-    pipeline, _, _, events = make_pipeline(policy=policy, client=client, groups_per_step=4,
-                                           min_groups_per_step=1, max_steps=30)
+    pipeline, _, _, events = make_pipeline(
+        policy=policy, client=client, groups_per_step=4, min_groups_per_step=1, max_steps=30
+    )
     assert await pipeline.run() == "completed"
     sizes = [len(b) for b in policy.trained_batches]
     assert min(sizes) >= 1 and max(sizes) <= 4
@@ -260,11 +302,17 @@ async def test_every_metric_key_the_pipeline_writes_is_named_in_metric_keys():
 
     named = {v for k, v in vars(metric_keys).items() if k.isupper() and isinstance(v, str)}
     named |= {metric_keys.discarded(reason) for reason in DISCARD_REASONS}
-    pipeline, _, _, events = make_pipeline(task=simulated_task(eval_size=3), max_steps=4,
-                                           eval_every=2)
+    pipeline, _, _, events = make_pipeline(
+        task=simulated_task(eval_size=3), max_steps=4, eval_every=2
+    )
     assert await pipeline.run() == "completed"
     written = {k for e in events if isinstance(e, StepTrained | EvalCompleted) for k in e.metrics}
     assert written and written <= named
     # what the clients read is written
-    assert {metric_keys.REWARD_MEAN, metric_keys.EVAL_REWARD_MEAN, metric_keys.STEP_TIME,
-            metric_keys.STALENESS_MEAN, metric_keys.ROLLOUTS_PER_S} <= written
+    assert {
+        metric_keys.REWARD_MEAN,
+        metric_keys.EVAL_REWARD_MEAN,
+        metric_keys.STEP_TIME,
+        metric_keys.STALENESS_MEAN,
+        metric_keys.ROLLOUTS_PER_S,
+    } <= written

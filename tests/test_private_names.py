@@ -78,8 +78,12 @@ def _assigned_in_init(cls: type, name: str) -> bool:
 def _source_files(cls: type) -> tuple[str, ...]:
     """The files `cls`'s MRO's methods come from (asked once per class: the override check
     asks for every private name of every base)."""
-    files = {value.__code__.co_filename for klass in cls.__mro__
-             for value in vars(klass).values() if hasattr(value, "__code__")}
+    files = {
+        value.__code__.co_filename
+        for klass in cls.__mro__
+        for value in vars(klass).values()
+        if hasattr(value, "__code__")
+    }
     return tuple(sorted(path for path in files if path.endswith(".py")))
 
 
@@ -91,22 +95,30 @@ def _text(path: str) -> str:
 
 def _version(owner: str) -> str:
     top = owner.split(".")[0]
-    dist = {"tinker_cookbook": "tinker-cookbook", "textual_serve": "textual-serve",
-            "tensorboardX": "tensorboardX"}.get(top, top)
+    dist = {
+        "tinker_cookbook": "tinker-cookbook",
+        "textual_serve": "textual-serve",
+        "tensorboardX": "tensorboardX",
+    }.get(top, top)
     try:
         return f"{dist} {importlib.metadata.version(dist)}"
     except importlib.metadata.PackageNotFoundError:
         return f"Python {'.'.join(map(str, __import__('sys').version_info[:3]))}"
 
 
-@pytest.mark.parametrize(("module", "owner", "name"), _guarded(),
-                         ids=[f"{owner}.{name}" for _, owner, name in _guarded()])
+@pytest.mark.parametrize(
+    ("module", "owner", "name"),
+    _guarded(),
+    ids=[f"{owner}.{name}" for _, owner, name in _guarded()],
+)
 def test_each_private_name_relied_on_still_exists(module, owner, name):
     obj = _resolve(owner)
     present = hasattr(obj, name) or (inspect.isclass(obj) and _assigned_in_init(obj, name))
-    assert present, (f"{owner}.{name} is gone in {_version(owner)}: {module} relies on it "
-                     f"(see its docstring for what for); adapt that module, then its "
-                     f"PRIVATE_NAMES")
+    assert present, (
+        f"{owner}.{name} is gone in {_version(owner)}: {module} relies on it "
+        f"(see its docstring for what for); adapt that module, then its "
+        f"PRIVATE_NAMES"
+    )
 
 
 def test_every_guard_module_lists_something():
@@ -138,8 +150,12 @@ def _defined_by_project() -> set[str]:
                 names.add(node.id)
             elif isinstance(node, ast.arg):
                 names.add(node.arg)
-            elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
-                  and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("self", "cls")
+            ):
                 names.add(node.attr)
             elif isinstance(node, ast.alias) and node.asname:
                 names.add(node.asname)
@@ -152,36 +168,58 @@ def _reaches(tree: ast.AST, own: set[str]) -> list[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in own:
             found.append((node.lineno, node.attr))
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-              and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
-              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
-              and isinstance(node.args[1].value, str) and _private(node.args[1].value)
-              and node.args[1].value not in own):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _private(node.args[1].value)
+            and node.args[1].value not in own
+        ):
             found.append((node.lineno, node.args[1].value))
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level \
-                and not node.module.startswith(import_graph.PACKAGE):
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and not node.level
+            and not node.module.startswith(import_graph.PACKAGE)
+        ):
             found += [(node.lineno, part) for part in node.module.split(".") if _private(part)]
             found += [(node.lineno, alias.name) for alias in node.names if _private(alias.name)]
         elif isinstance(node, ast.Import):
-            found += [(node.lineno, part) for alias in node.names
-                      if not alias.name.startswith(import_graph.PACKAGE)
-                      for part in alias.name.split(".") if _private(part)]
+            found += [
+                (node.lineno, part)
+                for alias in node.names
+                if not alias.name.startswith(import_graph.PACKAGE)
+                for part in alias.name.split(".")
+                if _private(part)
+            ]
     return found
 
 
 def test_no_module_but_the_guards_reaches_into_a_librarys_private_names():
     own = _defined_by_project()
-    found = [f"{module} line {line}: {name}" for module, tree in _trees()
-             if module not in PRIVATE_MODULES for line, name in _reaches(tree, own)]
-    assert not found, ("a library's private name outside its *_private module (add it there, "
-                       "to PRIVATE_NAMES, and call that module):\n" + "\n".join(found))
+    found = [
+        f"{module} line {line}: {name}"
+        for module, tree in _trees()
+        if module not in PRIVATE_MODULES
+        for line, name in _reaches(tree, own)
+    ]
+    assert not found, (
+        "a library's private name outside its *_private module (add it there, "
+        "to PRIVATE_NAMES, and call that module):\n" + "\n".join(found)
+    )
 
 
 @pytest.mark.parametrize("module", PRIVATE_MODULES)
 def test_a_guard_module_lists_every_private_name_it_uses(module):
     listed = {name for _, name in importlib.import_module(module).PRIVATE_NAMES}
-    own = {node.name for node in ast.walk(ast.parse(MODULES[module].read_text()))
-           if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+    own = {
+        node.name
+        for node in ast.walk(ast.parse(MODULES[module].read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    }
     tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
     unlisted = sorted({name for _, name in _reaches(tree, own)} - listed)
     assert not unlisted, f"{module} uses {', '.join(unlisted)} without listing it in PRIVATE_NAMES"
@@ -196,9 +234,13 @@ def _class_private_names(tree: ast.Module) -> dict[str, set[str]]:
             for part in ast.walk(node):
                 if isinstance(part, ast.FunctionDef | ast.AsyncFunctionDef) and _private(part.name):
                     names.add(part.name)
-                elif (isinstance(part, ast.Attribute) and isinstance(part.ctx, ast.Store)
-                      and isinstance(part.value, ast.Name) and part.value.id == "self"
-                      and _private(part.attr)):
+                elif (
+                    isinstance(part, ast.Attribute)
+                    and isinstance(part.ctx, ast.Store)
+                    and isinstance(part.value, ast.Name)
+                    and part.value.id == "self"
+                    and _private(part.attr)
+                ):
                     names.add(part.attr)
     return found
 
@@ -215,12 +257,18 @@ def test_no_class_but_the_guards_overrides_a_library_bases_private_names():
             cls = getattr(imported, class_name, None)
             if not inspect.isclass(cls):
                 continue
-            bases = [base for base in cls.__mro__[1:] if base is not object
-                     and not base.__module__.startswith(import_graph.PACKAGE)]
+            bases = [
+                base
+                for base in cls.__mro__[1:]
+                if base is not object and not base.__module__.startswith(import_graph.PACKAGE)
+            ]
             for name in sorted(names):
-                owners = [base for base in bases
-                          if name in vars(base) or _assigned_in_init(base, name)]
+                owners = [
+                    base for base in bases if name in vars(base) or _assigned_in_init(base, name)
+                ]
                 if owners:
-                    found.append(f"{module}.{class_name}.{name} overrides "
-                                 f"{owners[0].__module__}.{owners[0].__qualname__}.{name}")
+                    found.append(
+                        f"{module}.{class_name}.{name} overrides "
+                        f"{owners[0].__module__}.{owners[0].__qualname__}.{name}"
+                    )
     assert not found, "\n".join(found)

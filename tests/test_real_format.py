@@ -19,12 +19,23 @@ from real_format import (
     openai_tools,
 )
 
-WEATHER = {"name": "get_weather", "description": "The weather in a city, now.",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                          "required": ["city"]}}
-CLOCK = {"name": "get_time", "description": "The time in a timezone.",
-         "parameters": {"type": "object", "properties": {"tz": {"type": "string"},
-                                                         "hour24": {"type": "boolean"}}}}
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city, now.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+CLOCK = {
+    "name": "get_time",
+    "description": "The time in a timezone.",
+    "parameters": {
+        "type": "object",
+        "properties": {"tz": {"type": "string"}, "hour24": {"type": "boolean"}},
+    },
+}
 
 #: A handler asked only to render (`prepare`): no policy samples; it declares no end tokens.
 NO_POLICY: Any = SimpleNamespace(end_tokens=())
@@ -61,26 +72,37 @@ def test_added_tokens_sit_at_their_ids_and_only_the_first_fourteen_are_special(t
 def _call(name: str, arguments: dict[str, object], call_id: str):
     from tinker_cookbook.renderers import ToolCall
 
-    return ToolCall(function=ToolCall.FunctionBody(name=name, arguments=json.dumps(arguments)),
-                    id=call_id)
+    return ToolCall(
+        function=ToolCall.FunctionBody(name=name, arguments=json.dumps(arguments)), id=call_id
+    )
 
 
 def _conversations():
     weather = _call("get_weather", {"city": "Paris"}, "c1")
     return [
         [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"}],
-        [{"role": "user", "content": "Weather in Paris?"},
-         {"role": "assistant", "content": "", "tool_calls": [weather]},
-         {"role": "tool", "content": "sunny, 21C", "tool_call_id": "c1"},
-         {"role": "assistant", "content": "It is sunny."},
-         {"role": "user", "content": "And Rome?\n\n  thanks  "}],
-        [{"role": "system", "content": "Be helpful."},
-         {"role": "user", "content": "Paris, then the time in Tokyo"},
-         {"role": "assistant", "content": "Let me check.",
-          "tool_calls": [weather, _call("get_time", {"tz": "Asia/Tokyo", "hour24": True}, "c2")]},
-         {"role": "tool", "content": "rain", "tool_call_id": "c1"},
-         {"role": "assistant", "content": "Rain in Paris."},
-         {"role": "user", "content": "ok, café?"}],
+        [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [weather]},
+            {"role": "tool", "content": "sunny, 21C", "tool_call_id": "c1"},
+            {"role": "assistant", "content": "It is sunny."},
+            {"role": "user", "content": "And Rome?\n\n  thanks  "},
+        ],
+        [
+            {"role": "system", "content": "Be helpful."},
+            {"role": "user", "content": "Paris, then the time in Tokyo"},
+            {
+                "role": "assistant",
+                "content": "Let me check.",
+                "tool_calls": [
+                    weather,
+                    _call("get_time", {"tz": "Asia/Tokyo", "hour24": True}, "c2"),
+                ],
+            },
+            {"role": "tool", "content": "rain", "tool_call_id": "c1"},
+            {"role": "assistant", "content": "Rain in Paris."},
+            {"role": "user", "content": "ok, café?"},
+        ],
     ]
 
 
@@ -90,10 +112,16 @@ def _as_openai(conversation):
         message = dict(message)
         if "tool_calls" in message:
             message["tool_calls"] = [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.function.name,
-                              "arguments": json.loads(c.function.arguments)}}
-                for c in message["tool_calls"]]
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {
+                        "name": c.function.name,
+                        "arguments": json.loads(c.function.arguments),
+                    },
+                }
+                for c in message["tool_calls"]
+            ]
         out.append(message)
     return out
 
@@ -112,8 +140,11 @@ def test_the_template_agrees_with_the_cookbook_renderer(tokenizer, with_tools, i
         messages = renderer.create_conversation_prefix_with_tools([WEATHER, CLOCK], system) + rest
     expected = renderer.build_generation_prompt(messages).to_ints()
     rendered = tokenizer.apply_chat_template(
-        _as_openai(conversation), tools=openai_tools(WEATHER, CLOCK) if with_tools else None,
-        add_generation_prompt=True, tokenize=False)
+        _as_openai(conversation),
+        tools=openai_tools(WEATHER, CLOCK) if with_tools else None,
+        add_generation_prompt=True,
+        tokenize=False,
+    )
     assert tokenizer.encode(rendered) == expected, rendered
 
 
@@ -125,13 +156,17 @@ def test_the_tiny_model_folder(qwen3_folder) -> None:
     assert generation["eos_token_id"] == [IM_END, ENDOFTEXT]
 
 
-@pytest.mark.parametrize(("model_type", "template_edit", "expected"), [
-    ("qwen3", None, "qwen3_instruct"),
-    ("mistral", None, "chat_template"),  # a family the cookbook has no renderer for
-    ("qwen3", "a fine-tune's own template", "chat_template"),
-])
+@pytest.mark.parametrize(
+    ("model_type", "template_edit", "expected"),
+    [
+        ("qwen3", None, "qwen3_instruct"),
+        ("mistral", None, "chat_template"),  # a family the cookbook has no renderer for
+        ("qwen3", "a fine-tune's own template", "chat_template"),
+    ],
+)
 def test_a_folder_renders_through_its_familys_renderer_only_where_it_agrees_with_its_template(
-        tokenizer, tmp_path, model_type, template_edit, expected) -> None:
+    tokenizer, tmp_path, model_type, template_edit, expected
+) -> None:
     import copy
 
     from tinker_tui.engine.backend.choice import make_renderer
@@ -139,9 +174,10 @@ def test_a_folder_renders_through_its_familys_renderer_only_where_it_agrees_with
     (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
     if template_edit:  # a default system turn the cookbook's renderer does not write
         tokenizer = copy.copy(tokenizer)
-        tokenizer.chat_template = ("{%- if messages[0].role != 'system' %}<|im_start|>system\n"
-                                   "You are helpful.<|im_end|>\n{%- endif %}"
-                                   + tokenizer.chat_template)
+        tokenizer.chat_template = (
+            "{%- if messages[0].role != 'system' %}<|im_start|>system\n"
+            "You are helpful.<|im_end|>\n{%- endif %}" + tokenizer.chat_template
+        )
     renderer, name = make_renderer(str(tmp_path), tokenizer)
     assert name == expected
 
@@ -155,17 +191,22 @@ def test_a_forced_call_on_a_folders_own_template_opens_after_one_assistant_heade
     from tinker_tui.engine.server.schema import ChatCompletionRequest
 
     renderer = ChatTemplateRenderer(tokenizer)
-    handler = ChatHandler(NO_POLICY, model_name="m", defaults=SamplingDefaults(),
-                          max_tokens_limit=64)
-    body = ChatCompletionRequest.model_validate({
-        "model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}],
-        "tools": openai_tools(WEATHER), "tool_choice": "required"})
+    handler = ChatHandler(
+        NO_POLICY, model_name="m", defaults=SamplingDefaults(), max_tokens_limit=64
+    )
+    body = ChatCompletionRequest.model_validate(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "Weather in Paris?"}],
+            "tools": openai_tools(WEATHER),
+            "tool_choice": "required",
+        }
+    )
     prepared = handler.prepare(body, renderer)
     text = tokenizer.decode(prepared.prompt_tokens)
     assert text.count("<|im_start|>assistant") == 1
     # `required` with one tool is that tool named: the prefill carries its name
-    assert text.endswith('<|im_start|>assistant\n{"name": "get_weather", "arguments":'), \
-        text[-80:]
+    assert text.endswith('<|im_start|>assistant\n{"name": "get_weather", "arguments":'), text[-80:]
 
 
 @pytest.mark.parametrize("index", range(3))
@@ -184,14 +225,21 @@ def test_the_splicing_prompt_builder_renders_as_the_renderer_does(tokenizer, ind
 
     renderer = renderers.get_renderer("qwen3_instruct", tokenizer)
     assert splices(renderer)
-    messages = renderer.create_conversation_prefix_with_tools([WEATHER], "") + \
-        _conversations()[index]
-    keys = [message_key(m["content"], []) if m["role"] == "assistant" and not m.get(
-        "tool_calls") else None for m in messages]
+    messages = (
+        renderer.create_conversation_prefix_with_tools([WEATHER], "") + _conversations()[index]
+    )
+    keys = [
+        message_key(m["content"], [])
+        if m["role"] == "assistant" and not m.get("tool_calls")
+        else None
+        for m in messages
+    ]
     turns = SampledTurns()
     expected = renderer.build_generation_prompt(messages).to_ints()
-    assert build_prompt(renderer, messages, keys, [None] * len(messages), turns,
-                        [IM_END]).to_ints() == expected
+    assert (
+        build_prompt(renderer, messages, keys, [None] * len(messages), turns, [IM_END]).to_ints()
+        == expected
+    )
     plain = [i for i, k in enumerate(keys) if k is not None]
     if not plain:
         return
@@ -199,9 +247,10 @@ def test_the_splicing_prompt_builder_renders_as_the_renderer_does(tokenizer, ind
     before = renderer.build_generation_prompt(messages[:i]).to_ints()
     odd = [tokenizer.convert_tokens_to_ids(c) for c in "It"] + [IM_END]  # not canonical
     turns.put(before, keys[i], odd)
-    spliced = build_prompt(renderer, messages, keys, [None] * len(messages), turns,
-                           [IM_END]).to_ints()
-    assert spliced[:len(before) + len(odd)] == before + odd
+    spliced = build_prompt(
+        renderer, messages, keys, [None] * len(messages), turns, [IM_END]
+    ).to_ints()
+    assert spliced[: len(before) + len(odd)] == before + odd
     assert spliced != expected
 
 
@@ -221,13 +270,21 @@ def test_a_request_messages_reasoning_renders_as_the_template_renders_history(to
         tokenizer.chat_template = (
             "{%- for m in messages %}<|im_start|>{{ m.role }}\n{%- if m.reasoning_content %}"
             "<think>{{ m.reasoning_content }}</think>{%- endif %}{{ m.content }}<|im_end|>\n"
-            "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}")
-    handler = ChatHandler(NO_POLICY, model_name="m", defaults=SamplingDefaults(),
-                          max_tokens_limit=64)
-    body = ChatCompletionRequest.model_validate({"model": "m", "messages": [
-        {"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": "Hello.", "reasoning_content": "be kind"},
-        {"role": "user", "content": "Bye"}]})
+            "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+        )
+    handler = ChatHandler(
+        NO_POLICY, model_name="m", defaults=SamplingDefaults(), max_tokens_limit=64
+    )
+    body = ChatCompletionRequest.model_validate(
+        {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello.", "reasoning_content": "be kind"},
+                {"role": "user", "content": "Bye"},
+            ],
+        }
+    )
     text = tokenizer.decode(handler.prepare(body, ChatTemplateRenderer(tokenizer)).prompt_tokens)
     assert ("<think>be kind</think>Hello." in text) == keeps, text
     assert "Hello." in text

@@ -31,14 +31,25 @@ from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server import PolicyServer
 from tinker_tui.engine.training.rollout_loop import RolloutThread
 
-WEATHER = {"name": "get_weather", "description": "The weather in a city, now.",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                          "required": ["city"]}}
-CLOCK = {"name": "get_time", "description": "The time in a timezone.",
-         "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}}
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city, now.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+CLOCK = {
+    "name": "get_time",
+    "description": "The time in a timezone.",
+    "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}},
+}
 TOOLS = openai_tools(WEATHER, CLOCK)
-QUESTION = [{"role": "system", "content": "Be brief."},
-            {"role": "user", "content": "Weather in Paris?"}]
+QUESTION = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris?"},
+]
 
 
 class Scripted:
@@ -52,9 +63,18 @@ class Scripted:
         self.params.append(sampling_params)
         tokens = np.asarray(self.tokenizer.encode(self.texts.pop(0)), dtype=np.int32)
         future: Future = Future()
-        future.set_result(tinker.SampleResponse(sequences=[tinker.SampledSequence(
-            stop_reason="length", sequence_id="s", tokens_np=tokens,
-            logprobs_np=np.full(len(tokens), -0.5, dtype=np.float32))]))
+        future.set_result(
+            tinker.SampleResponse(
+                sequences=[
+                    tinker.SampledSequence(
+                        stop_reason="length",
+                        sequence_id="s",
+                        tokens_np=tokens,
+                        logprobs_np=np.full(len(tokens), -0.5, dtype=np.float32),
+                    )
+                ]
+            )
+        )
         return AwaitableConcurrentFuture(future)
 
 
@@ -82,8 +102,11 @@ async def served(request, qwen3_folder, tmp_path):
 
 
 def _template(tokenizer, messages, tools=None):
-    return list(tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
-                                              tokenize=True, return_dict=False))
+    return list(
+        tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+    )
 
 
 def _echo(message) -> dict:
@@ -103,24 +126,32 @@ async def test_qwen3_format_end_to_end(served) -> None:
     assert (await client.models.retrieve("policy")).model_extra["tool_calls"] == "native"
 
     # tools: Qwen3's own <tools> block, the prompt is the template's, token for token
-    first = await client.chat.completions.create(model="policy", messages=QUESTION,
-                                                 tools=TOOLS, max_tokens=4, seed=1)
+    first = await client.chat.completions.create(
+        model="policy", messages=QUESTION, tools=TOOLS, max_tokens=4, seed=1
+    )
     prompt = first.choices[0].model_extra["prompt_token_ids"]
     assert prompt == _template(tokenizer, QUESTION, TOOLS)
     assert "<tools>" in tokenizer.decode(prompt)
 
     # a named forced call: one assistant header, then Qwen3's own call opening
     forced = await client.chat.completions.create(
-        model="policy", messages=QUESTION, tools=TOOLS, max_tokens=24, seed=2,
-        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        model="policy",
+        messages=QUESTION,
+        tools=TOOLS,
+        max_tokens=24,
+        seed=2,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
     choice = forced.choices[0]
     prompt = choice.model_extra["prompt_token_ids"]
     text = tokenizer.decode(prompt)
-    assert text.endswith('<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", '
-                         '"arguments":'), text[-120:]
+    assert text.endswith(
+        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments":'
+    ), text[-120:]
     assert text.count("<|im_start|>assistant") == 1
-    assert prompt[:len(_template(tokenizer, QUESTION, TOOLS))] == \
-        _template(tokenizer, QUESTION, TOOLS)
+    assert prompt[: len(_template(tokenizer, QUESTION, TOOLS))] == _template(
+        tokenizer, QUESTION, TOOLS
+    )
     if backend == "local":  # sampled here: one whole call, within the schema and the budget
         assert choice.finish_reason == "tool_calls"
         [call] = choice.message.tool_calls
@@ -129,49 +160,74 @@ async def test_qwen3_format_end_to_end(served) -> None:
         assert choice.model_extra["token_ids"][-1] == IM_END
         assert len(choice.model_extra["token_ids"]) <= 24
     required = await client.chat.completions.create(
-        model="policy", messages=QUESTION, tools=TOOLS, max_tokens=24, seed=3,
-        tool_choice="required")
+        model="policy",
+        messages=QUESTION,
+        tools=TOOLS,
+        max_tokens=24,
+        seed=3,
+        tool_choice="required",
+    )
     text = tokenizer.decode(required.choices[0].model_extra["prompt_token_ids"])
     assert text.endswith('<|im_start|>assistant\n<tool_call>\n{"name": "')
     if backend == "local":
-        assert required.choices[0].message.tool_calls[0].function.name in {"get_weather",
-                                                                           "get_time"}
+        assert required.choices[0].message.tool_calls[0].function.name in {
+            "get_weather",
+            "get_time",
+        }
 
     # multi-turn: the sampled call echoed with its tool result, then a plain reply echoed
     # verbatim: each prompt extends the tokens sampled so far
     if backend != "local":  # the service's sampler made no call: script one (parsed here)
-        real, policy.sampling_client = policy.sampling_client, Scripted(
-            tokenizer, ' {"city":  "Paris"}}\n</tool_call><|im_end|>')
+        real, policy.sampling_client = (
+            policy.sampling_client,
+            Scripted(tokenizer, ' {"city":  "Paris"}}\n</tool_call><|im_end|>'),
+        )
         forced = await client.chat.completions.create(
-            model="policy", messages=QUESTION, tools=TOOLS, max_tokens=24,
-            tool_choice={"type": "function", "function": {"name": "get_weather"}})
+            model="policy",
+            messages=QUESTION,
+            tools=TOOLS,
+            max_tokens=24,
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        )
         choice = forced.choices[0]
         policy.sampling_client = real
     [call] = choice.message.tool_calls
-    history = [*QUESTION, _echo(choice.message),
-               {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21C"}]
+    history = [
+        *QUESTION,
+        _echo(choice.message),
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21C"},
+    ]
     turns = [_turn(choice)]
-    second = await client.chat.completions.create(model="policy", messages=history,
-                                                  tools=TOOLS, max_tokens=6, seed=4)
+    second = await client.chat.completions.create(
+        model="policy", messages=history, tools=TOOLS, max_tokens=6, seed=4
+    )
     turns.append(_turn(second.choices[0]))
     history.append(_echo(second.choices[0].message))
     history.append({"role": "user", "content": "And Rome?"})
-    third = await client.chat.completions.create(model="policy", messages=history,
-                                                 tools=TOOLS, max_tokens=4, seed=5)
+    third = await client.chat.completions.create(
+        model="policy", messages=history, tools=TOOLS, max_tokens=4, seed=5
+    )
     turns.append(_turn(third.choices[0]))
     arrays = trajectory_to_datum_arrays(turns, 1.0)
     assert (arrays.turns, arrays.prefix_mismatches) == (3, 0)
     # ... and a real edit of a reply does count
     edited = [*history[:-2], {"role": "assistant", "content": "edited"}, history[-1]]
-    fourth = await client.chat.completions.create(model="policy", messages=edited,
-                                                  tools=TOOLS, max_tokens=2, seed=6)
-    assert trajectory_to_datum_arrays([*turns[:2], _turn(fourth.choices[0])],
-                                      1.0).prefix_mismatches == 1
+    fourth = await client.chat.completions.create(
+        model="policy", messages=edited, tools=TOOLS, max_tokens=2, seed=6
+    )
+    assert (
+        trajectory_to_datum_arrays([*turns[:2], _turn(fourth.choices[0])], 1.0).prefix_mismatches
+        == 1
+    )
 
     # reasoning and end tokens, scripted: <think> becomes reasoning_content, <|endoftext|>
     # ends the sample (and is asked of the sampler as a stop), neither shows in content
-    scripted = Scripted(tokenizer, "<think>\nhmm, Paris\n</think>\n\nIt is sunny.<|im_end|>",
-                        "ok<|endoftext|>and more", "fine<|im_end|>")
+    scripted = Scripted(
+        tokenizer,
+        "<think>\nhmm, Paris\n</think>\n\nIt is sunny.<|im_end|>",
+        "ok<|endoftext|>and more",
+        "fine<|im_end|>",
+    )
     policy.sampling_client = scripted
     thought = await client.chat.completions.create(model="policy", messages=QUESTION)
     message = thought.choices[0].message
@@ -187,10 +243,17 @@ async def test_qwen3_format_end_to_end(served) -> None:
     echoed = [*QUESTION, _echo(message), {"role": "user", "content": "Thanks"}]
     assert echoed[2]["reasoning_content"] == "hmm, Paris"
     after = await client.chat.completions.create(model="policy", messages=echoed)
-    assert trajectory_to_datum_arrays([_turn(thought.choices[0]), _turn(after.choices[0])],
-                                      1.0).prefix_mismatches == 0
-    plain = [*QUESTION, {"role": "assistant", "content": "It is sunny.",
-                         "reasoning_content": "other"}, {"role": "user", "content": "Thanks"}]
+    assert (
+        trajectory_to_datum_arrays(
+            [_turn(thought.choices[0]), _turn(after.choices[0])], 1.0
+        ).prefix_mismatches
+        == 0
+    )
+    plain = [
+        *QUESTION,
+        {"role": "assistant", "content": "It is sunny.", "reasoning_content": "other"},
+        {"role": "user", "content": "Thanks"},
+    ]
     policy.sampling_client = Scripted(tokenizer, "x<|im_end|>")
     rendered = await client.chat.completions.create(model="policy", messages=plain)
     assert rendered.choices[0].model_extra["prompt_token_ids"] == _template(tokenizer, plain)
@@ -203,12 +266,16 @@ async def test_qwen3_format_end_to_end(served) -> None:
     await rollouts.start()
 
     async def ask_on_the_rollout_thread():
-        threaded = PolicyServer(rollouts.policy_for_server(policy), model_name="policy",
-                                defaults=SamplingDefaults(max_tokens=8))
+        threaded = PolicyServer(
+            rollouts.policy_for_server(policy),
+            model_name="policy",
+            defaults=SamplingDefaults(max_tokens=8),
+        )
         await threaded.start()
         try:
-            return await threaded.client().chat.completions.create(model="policy",
-                                                                   messages=QUESTION)
+            return await threaded.client().chat.completions.create(
+                model="policy", messages=QUESTION
+            )
         finally:
             await threaded.stop()
 

@@ -33,8 +33,21 @@ async def _train(session, *, change_at=None, stop_at=None):
 
 async def test_a_knob_changed_live_survives_a_resume_and_a_flag_still_wins(tmp_path):
     db = tmp_path / "runs.db"
-    first = build_session(plan_run(_args(db, "--steps", "6", "--warmup-steps", "0",
-                                         "--learning-rate", "0.003", "--eval-every", "0")))
+    first = build_session(
+        plan_run(
+            _args(
+                db,
+                "--steps",
+                "6",
+                "--warmup-steps",
+                "0",
+                "--learning-rate",
+                "0.003",
+                "--eval-every",
+                "0",
+            )
+        )
+    )
     status, steps, _ = await _train(first, change_at=2, stop_at=4)
     assert status == "stopped"
     assert steps[0].metrics["optim/lr"] == 0.003 and steps[-1].metrics["optim/lr"] == 0.0007
@@ -44,16 +57,21 @@ async def test_a_knob_changed_live_survives_a_resume_and_a_flag_still_wins(tmp_p
     plan = await asyncio.to_thread(plan_run, _args(db, "--resume", first.run_id, "--steps", "8"))
     assert plan.config.learning_rate == 0.0007
     (note,) = plan.resume_notes
-    assert note == (f"knobs as they were at checkpoint step-{stopped_at:06d}: learning_rate "
-                    "0.0007 (was 0.003); a flag on the command line overrides one")
+    assert note == (
+        f"knobs as they were at checkpoint step-{stopped_at:06d}: learning_rate "
+        "0.0007 (was 0.003); a flag on the command line overrides one"
+    )
     status, steps, logs = await _train(build_session(plan))
     assert status == "completed"
     assert {e.metrics["optim/lr"] for e in steps} == {0.0007}  # not 0.003 again
     assert any(e.level == "warning" and e.message == note for e in logs)
 
     # a flag given on the resume command line wins, and says so
-    plan = await asyncio.to_thread(plan_run, _args(db, "--resume", first.run_id, "--steps", "9",
-                                                   "--learning-rate", "0.002"))
+    plan = await asyncio.to_thread(
+        plan_run, _args(db, "--resume", first.run_id, "--steps", "9", "--learning-rate", "0.002")
+    )
     assert plan.config.learning_rate == 0.002
-    assert plan.resume_notes == ("--learning-rate 0.002 on the command line wins over "
-                                 "learning_rate 0.0007 at the checkpoint",)
+    assert plan.resume_notes == (
+        "--learning-rate 0.002 on the command line wins over "
+        "learning_rate 0.0007 at the checkpoint",
+    )

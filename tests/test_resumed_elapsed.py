@@ -23,21 +23,37 @@ def begins(time: float) -> SessionStarted:
 
 
 def started(time: float, start_step: int) -> RunStarted:
-    return RunStarted(time=time, run_id="r", name="t", backend="local", base_model="m",
-                      max_steps=4, start_step=start_step)
+    return RunStarted(
+        time=time,
+        run_id="r",
+        name="t",
+        backend="local",
+        base_model="m",
+        max_steps=4,
+        start_step=start_step,
+    )
 
 
-FIRST: list[Event] = [begins(-0.5), started(0.0, 0),
-                      StepTrained(time=10.0, step=1, policy_version=1, metrics={}),
-                      RunFinished(time=11.0, status="stopped", final_step=1)]
+FIRST: list[Event] = [
+    begins(-0.5),
+    started(0.0, 0),
+    StepTrained(time=10.0, step=1, policy_version=1, metrics={}),
+    RunFinished(time=11.0, status="stopped", final_step=1),
+]
 #: An hour later: the resume's first log line, its start, a step.
-SECOND: list[Event] = [begins(3599.5), started(3600.0, 1),
-                       StepTrained(time=3605.0, step=2, policy_version=2, metrics={})]
+SECOND: list[Event] = [
+    begins(3599.5),
+    started(3600.0, 1),
+    StepTrained(time=3605.0, step=2, policy_version=2, metrics={}),
+]
 
 
 def elapsed(reporter: HeadlessReporter) -> list[str]:
-    return [line.rsplit("elapsed ", 1)[1] for line in reporter.out.getvalue().splitlines()
-            if line.startswith("step ")]
+    return [
+        line.rsplit("elapsed ", 1)[1]
+        for line in reporter.out.getvalue().splitlines()
+        if line.startswith("step ")
+    ]
 
 
 def test_live_and_shown_step_lines_leave_the_down_time_out():
@@ -56,8 +72,15 @@ def test_live_and_shown_step_lines_leave_the_down_time_out():
 def test_a_headless_resume_says_what_it_does_again():
     """The resume's event existed; a headless `--resume` did not print it. A log line
     that only reads like one is not it."""
-    resumed = RunResumed(time=1.0, run_id="r", step=10, checkpoint="step-000010",
-                         steps_undone=2, groups_requeued=3, scenarios_pending=1)
+    resumed = RunResumed(
+        time=1.0,
+        run_id="r",
+        step=10,
+        checkpoint="step-000010",
+        steps_undone=2,
+        groups_requeued=3,
+        scenarios_pending=1,
+    )
     reporter = HeadlessReporter(out=io.StringIO())
     reporter.handle(resumed)
     reporter.handle(LogEmitted(time=2.0, level="info", message="resuming run r: nothing"))
@@ -72,10 +95,13 @@ def test_the_dashboard_leaves_the_down_time_out_of_elapsed():
     from tinker_tui.engine.clock import FakeClock
 
     model = DashboardState(FakeClock())
-    for event in [*FIRST[:-1], begins(3599.5),
-                  RunResumed(time=3599.8, run_id="r", step=1, down_seconds=3599.5 - 10.0),
-                  StepTrained(time=3605.0, step=2, policy_version=2, metrics={}),
-                  RunFinished(time=3606.0, status="completed", final_step=2)]:
+    for event in [
+        *FIRST[:-1],
+        begins(3599.5),
+        RunResumed(time=3599.8, run_id="r", step=1, down_seconds=3599.5 - 10.0),
+        StepTrained(time=3605.0, step=2, policy_version=2, metrics={}),
+        RunFinished(time=3606.0, status="completed", final_step=2),
+    ]:
         model.apply(event)
     # 10 s to the first process's last step, then 6.5 s since the resume began
     assert model.elapsed() == 16.5

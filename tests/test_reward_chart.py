@@ -40,21 +40,42 @@ def test_thin_markers_keeps_the_newest_of_each_stretch_and_all_of_sparse_ones():
 
 def long_run(steps: int):
     def script(clock: FakeClock) -> list[Event]:
-        events: list[Event] = [run_started(clock), RunStateChanged(time=clock.now(),
-                                                                   state="running")]
+        events: list[Event] = [
+            run_started(clock),
+            RunStateChanged(time=clock.now(), state="running"),
+        ]
         for step in range(1, steps + 1):
             clock.advance(0.5)
             reward = min(1.0, 0.3 + 0.7 * (1 - math.exp(-step / 300)))
-            events.append(StepTrained(time=clock.now(), step=step, policy_version=step,
-                                      metrics={keys.REWARD_MEAN: reward}))
+            events.append(
+                StepTrained(
+                    time=clock.now(),
+                    step=step,
+                    policy_version=step,
+                    metrics={keys.REWARD_MEAN: reward},
+                )
+            )
             if step % 20 == 0:
-                events.append(EvalCompleted(time=clock.now(), step=step, policy_version=step,
-                                            metrics={keys.EVAL_REWARD_MEAN: reward}))
+                events.append(
+                    EvalCompleted(
+                        time=clock.now(),
+                        step=step,
+                        policy_version=step,
+                        metrics={keys.EVAL_REWARD_MEAN: reward},
+                    )
+                )
             if step % 10 == 0:
-                events.append(CheckpointSaved(time=clock.now(), step=step, kind="state",
-                                              name=f"step-{step:06d}",
-                                              path=f"/runs/step-{step:06d}"))
+                events.append(
+                    CheckpointSaved(
+                        time=clock.now(),
+                        step=step,
+                        kind="state",
+                        name=f"step-{step:06d}",
+                        path=f"/runs/step-{step:06d}",
+                    )
+                )
         return events
+
     return script
 
 

@@ -59,7 +59,8 @@ def collapsing_task(phase: dict[str, bool]) -> Task:
 
     async def rollout(client, model, scenario: Scenario) -> Trajectory:
         completion = await client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2)
+            model=model, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2
+        )
         collapsed = phase["collapsing"] and scenario.data >= 12
         tries[scenario.id] = n = tries.get(scenario.id, 0) + 1  # the same draws every run
         reward = 0.0 if collapsed else float(random.Random(f"{scenario.id}/{n}").random() < 0.5)
@@ -70,14 +71,25 @@ def collapsing_task(phase: dict[str, bool]) -> Task:
 
 async def test_a_collapse_is_rolled_back_exactly_once(tmp_path):
     phase = {"collapsing": True}
-    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
-                       collapse_groups=SHORT,
-                       max_steps_off_policy=0, checkpoint_every=2, seed=3,
-                       on_collapse="rollback", max_rollbacks=1, rollback_lr_scale=0.5,
-                       learning_rate=1e-3, keep_last_checkpoints=2)
+    config = RunConfig(
+        max_steps=STEPS,
+        group_size=4,
+        groups_per_step=2,
+        rollout_workers=2,
+        collapse_groups=SHORT,
+        max_steps_off_policy=0,
+        checkpoint_every=2,
+        seed=3,
+        on_collapse="rollback",
+        max_rollbacks=1,
+        rollback_lr_scale=0.5,
+        learning_rate=1e-3,
+        keep_last_checkpoints=2,
+    )
     db = tmp_path / "runs.db"
-    run = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
-              headless=True)
+    run = Run(
+        task=collapsing_task(phase), config=config, backend="local", db_path=db, headless=True
+    )
     metrics_file = MetricsFile(tmp_path)
     summary = SummaryCollector(task="collapsing", db_path=db)
     rolled: list[CommandReceived] = []
@@ -98,23 +110,30 @@ async def test_a_collapse_is_rolled_back_exactly_once(tmp_path):
     assert len(rolled) == 1
     to_step = rolled[0].args["to_step"]
     assert 2 <= to_step <= 6 and rolled[0].args["steps_undone"] >= 3
-    assert re.match(r"collapsed at step [4-7] \(best [0-9.]+ at step [1-6]\); best checkpoint "
-                    rf"step-{to_step:06d} \(on_collapse = rollback, 1 of 1\)$",
-                    rolled[0].args["reason"]), rolled[0].args["reason"]
+    assert re.match(
+        r"collapsed at step [4-7] \(best [0-9.]+ at step [1-6]\); best checkpoint "
+        rf"step-{to_step:06d} \(on_collapse = rollback, 1 of 1\)$",
+        rolled[0].args["reason"],
+    ), rolled[0].args["reason"]
     assert rolled[0].args["value"] == rolled[0].args["old"] * 0.5 == 5e-4
     assert learning_rates[to_step + 1] == 5e-4 and learning_rates[STEPS] == 5e-4
     # The store as an exactly-once resume leaves it: steps 1..N once each, one policy
     # version per step, every scenario position trained once (the undone ones again).
     check_exactly_once(db, STEPS, groups_per_step=2)
     with sqlite3.connect(db) as conn:
-        commands = [(c, json.loads(a)) for c, a in conn.execute(
-            "select command, args from commands order by id")]
+        commands = [
+            (c, json.loads(a))
+            for c, a in conn.execute("select command, args from commands order by id")
+        ]
     conn.close()
     assert [c for c, _ in commands if c.startswith("roll")] == ["rollback", "rolled_back"]
     lines = summary_lines(summary.summary())
-    assert any(line.startswith(f"  rolled back to step-{to_step:06d} (step {to_step}) at "
-                               "learning rate 0.0005") for line in lines), lines
-
+    assert any(
+        line.startswith(
+            f"  rolled back to step-{to_step:06d} (step {to_step}) at learning rate 0.0005"
+        )
+        for line in lines
+    ), lines
 
 
 async def test_a_rollback_loads_the_weights_that_sampled_the_best_step_not_its_update(tmp_path):
@@ -123,13 +142,25 @@ async def test_a_rollback_loads_the_weights_that_sampled_the_best_step_not_its_u
     before it, whose weights sampled the best step's groups (on policy, each step had a
     gradient), and says so in its command's fields."""
     phase = {"collapsing": True}
-    config = RunConfig(max_steps=10, group_size=4, groups_per_step=2, rollout_workers=2,
-                       collapse_groups=SHORT, max_steps_off_policy=0, checkpoint_every=1,
-                       seed=3, on_collapse="rollback", max_rollbacks=1,
-                       rollback_lr_scale=0.5, learning_rate=1e-3, keep_last_checkpoints=2)
+    config = RunConfig(
+        max_steps=10,
+        group_size=4,
+        groups_per_step=2,
+        rollout_workers=2,
+        collapse_groups=SHORT,
+        max_steps_off_policy=0,
+        checkpoint_every=1,
+        seed=3,
+        on_collapse="rollback",
+        max_rollbacks=1,
+        rollback_lr_scale=0.5,
+        learning_rate=1e-3,
+        keep_last_checkpoints=2,
+    )
     db = tmp_path / "runs.db"
-    run = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
-              headless=True)
+    run = Run(
+        task=collapsing_task(phase), config=config, backend="local", db_path=db, headless=True
+    )
     rolled: list[CommandReceived] = []
     steps: dict[int, StepTrained] = {}
     checkpoints: dict[int, int] = {}  # step -> policy version, of the first attempt
@@ -168,7 +199,8 @@ async def test_the_summary_of_a_rolled_back_run_forgets_the_undone_steps(tmp_pat
         """Rewards 0 or 1 at random, all 1 around step 7 (the best), 0 after it (a collapse),
         until the rollback; after it, at random again (below that best)."""
         completion = await client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2)
+            model=model, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2
+        )
         index = scenario.data
         tries[scenario.id] = n = tries.get(scenario.id, 0) + 1  # the same draws every run
         draw = random.Random(f"{scenario.id}/{n}").random()
@@ -178,13 +210,28 @@ async def test_the_summary_of_a_rolled_back_run_forgets_the_undone_steps(tmp_pat
             reward = 1.0 if index < 14 else 0.0
         return Trajectory.from_choices(completion.choices, reward=reward)
 
-    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
-                       max_steps_off_policy=0, checkpoint_every=3, seed=3,
-                       on_collapse="rollback", max_rollbacks=1, learning_rate=1e-3,
-                       keep_last_checkpoints=2, collapse_groups=SHORT)
+    config = RunConfig(
+        max_steps=STEPS,
+        group_size=4,
+        groups_per_step=2,
+        rollout_workers=2,
+        max_steps_off_policy=0,
+        checkpoint_every=3,
+        seed=3,
+        on_collapse="rollback",
+        max_rollbacks=1,
+        learning_rate=1e-3,
+        keep_last_checkpoints=2,
+        collapse_groups=SHORT,
+    )
     db = tmp_path / "runs.db"
-    run = Run(task=Task(name="peaked", scenarios=endless_scenarios, rollout=rollout), config=config,
-              backend="local", db_path=db, headless=True)
+    run = Run(
+        task=Task(name="peaked", scenarios=endless_scenarios, rollout=rollout),
+        config=config,
+        backend="local",
+        db_path=db,
+        headless=True,
+    )
     live = SummaryCollector(task="peaked", db_path=db)
     rewards: dict[int, float] = {}
     undone: dict[int, float] = {}
@@ -193,8 +240,9 @@ async def test_the_summary_of_a_rolled_back_run_forgets_the_undone_steps(tmp_pat
         live.handle(event)
         if isinstance(event, CommandReceived) and event.command == "rolled_back":
             phase["rolled_back"] = True
-            undone.update((s, rewards.pop(s)) for s in [s for s in rewards
-                                                       if s > event.args["to_step"]])
+            undone.update(
+                (s, rewards.pop(s)) for s in [s for s in rewards if s > event.args["to_step"]]
+            )
         elif isinstance(event, StepTrained):
             rewards[event.step] = event.metrics["reward/mean"]
 
@@ -213,8 +261,15 @@ async def test_the_summary_of_a_rolled_back_run_forgets_the_undone_steps(tmp_pat
 
 
 def resumed(task: Task, config: RunConfig, db, run_id: str) -> Run:
-    return Run(task=task, config=config, backend="local", db_path=db, run_id=run_id,
-               resume=True, headless=True)
+    return Run(
+        task=task,
+        config=config,
+        backend="local",
+        db_path=db,
+        run_id=run_id,
+        resume=True,
+        headless=True,
+    )
 
 
 async def test_a_collapse_is_still_named_with_its_best_checkpoint_after_a_resume(tmp_path):
@@ -222,22 +277,36 @@ async def test_a_collapse_is_still_named_with_its_best_checkpoint_after_a_resume
     process names the same collapse and its best checkpoint, in its log, the step lines and
     the summary, and can still roll back to that checkpoint."""
     phase = {"collapsing": True}
-    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
-                       collapse_groups=SHORT,
-                       max_steps_off_policy=0, checkpoint_every=2, seed=3, on_collapse="stop",
-                       learning_rate=1e-3, keep_last_checkpoints=2)
+    config = RunConfig(
+        max_steps=STEPS,
+        group_size=4,
+        groups_per_step=2,
+        rollout_workers=2,
+        collapse_groups=SHORT,
+        max_steps_off_policy=0,
+        checkpoint_every=2,
+        seed=3,
+        on_collapse="stop",
+        learning_rate=1e-3,
+        keep_last_checkpoints=2,
+    )
     db = tmp_path / "runs.db"
-    first = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
-                headless=True)
+    first = Run(
+        task=collapsing_task(phase), config=config, backend="local", db_path=db, headless=True
+    )
     assert await first.run() == "stopped"
     collapse = first.pipeline.health.collapse
     assert collapse is not None and collapse.checkpoint_step is not None
     words = collapse.words()
-    assert re.match(r"collapsed at step \d+ \(best [0-9.]+ at step \d+\); best checkpoint "
-                    r"step-\d{6}$", words), words
+    assert re.match(
+        r"collapsed at step \d+ \(best [0-9.]+ at step \d+\); best checkpoint "
+        r"step-\d{6}$",
+        words,
+    ), words
 
-    again = resumed(collapsing_task(phase), dataclasses.replace(config, max_steps=STEPS + 2),
-                    db, first.run_id)
+    again = resumed(
+        collapsing_task(phase), dataclasses.replace(config, max_steps=STEPS + 2), db, first.run_id
+    )
     reporter = HeadlessReporter(out=io.StringIO())
     summary = SummaryCollector(task="collapsing", db_path=db)
     reporter.remember(await summary.read_earlier(db, first.run_id))
@@ -253,20 +322,33 @@ async def test_a_collapse_is_still_named_with_its_best_checkpoint_after_a_resume
     assert await again.run() == "completed"  # told before: named, not acted on again
     assert again.pipeline.health.collapse is not None
     assert again.pipeline.health.collapse.words() == words
-    assert again.pipeline.checkpointer.rollback_target() == (collapse.checkpoint_step, collapse.checkpoint)
-    assert any(m.startswith(f"resumed after a collapse: {words} (0 of 2 automatic rollbacks")
-               for m in logs), logs
-    step_lines = [line for line in reporter.out.getvalue().splitlines()  # type: ignore[attr-defined]
-                  if line.startswith("step ")]
+    assert again.pipeline.checkpointer.rollback_target() == (
+        collapse.checkpoint_step,
+        collapse.checkpoint,
+    )
+    assert any(
+        m.startswith(f"resumed after a collapse: {words} (0 of 2 automatic rollbacks") for m in logs
+    ), logs
+    step_lines = [
+        line
+        for line in reporter.out.getvalue().splitlines()  # type: ignore[attr-defined]
+        if line.startswith("step ")
+    ]
     assert len(step_lines) == 2 + STEPS - first.pipeline.step
-    assert all(f"collapsed (best {collapse.best:.3f} at step {collapse.best_step})" in line
-               for line in step_lines), step_lines
+    assert all(
+        f"collapsed (best {collapse.best:.3f} at step {collapse.best_step})" in line
+        for line in step_lines
+    ), step_lines
     lines = summary_lines(summary.summary())
     assert f"  health: {words}" in lines
     # How to go back to that checkpoint: resumed so, the run rolls back at once (below).
-    assert any(line.startswith("  roll back:") and line.endswith(
-        f"--resume {first.run_id} --db {db} --steps {2 * (STEPS + 2)} --on-collapse rollback")
-        for line in lines), lines
+    assert any(
+        line.startswith("  roll back:")
+        and line.endswith(
+            f"--resume {first.run_id} --db {db} --steps {2 * (STEPS + 2)} --on-collapse rollback"
+        )
+        for line in lines
+    ), lines
 
 
 async def test_the_automatic_rollbacks_made_count_across_a_resume(tmp_path):
@@ -274,14 +356,25 @@ async def test_the_automatic_rollbacks_made_count_across_a_resume(tmp_path):
     run collapses again: no second rollback, it stops (headless) as once the allowance is
     spent within one process."""
     phase = {"collapsing": True}
-    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
-                       collapse_groups=SHORT,
-                       max_steps_off_policy=0, checkpoint_every=2, seed=3,
-                       on_collapse="rollback", max_rollbacks=1, rollback_lr_scale=0.5,
-                       learning_rate=1e-3, keep_last_checkpoints=2)
+    config = RunConfig(
+        max_steps=STEPS,
+        group_size=4,
+        groups_per_step=2,
+        rollout_workers=2,
+        collapse_groups=SHORT,
+        max_steps_off_policy=0,
+        checkpoint_every=2,
+        seed=3,
+        on_collapse="rollback",
+        max_rollbacks=1,
+        rollback_lr_scale=0.5,
+        learning_rate=1e-3,
+        keep_last_checkpoints=2,
+    )
     db = tmp_path / "runs.db"
-    first = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
-                headless=True)
+    first = Run(
+        task=collapsing_task(phase), config=config, backend="local", db_path=db, headless=True
+    )
 
     def learns_after_a_rollback(event):
         if isinstance(event, CommandReceived) and event.command == "rolled_back":
@@ -292,8 +385,9 @@ async def test_the_automatic_rollbacks_made_count_across_a_resume(tmp_path):
     assert first.pipeline.rollbacks == 1 and first.pipeline.health.collapse is None
 
     phase["collapsing"] = True  # and it collapses again once resumed
-    again = resumed(collapsing_task(phase), dataclasses.replace(config, max_steps=STEPS + 8),
-                    db, first.run_id)
+    again = resumed(
+        collapsing_task(phase), dataclasses.replace(config, max_steps=STEPS + 8), db, first.run_id
+    )
     logs: list[str] = []
     again.events.subscribe(lambda e: logs.append(e.message) if isinstance(e, LogEmitted) else None)
     summary = SummaryCollector(task="collapsing", db_path=db)
@@ -304,16 +398,21 @@ async def test_the_automatic_rollbacks_made_count_across_a_resume(tmp_path):
     assert again.pipeline.rollbacks == 1
     # The command it prints to roll back gives it one more: with none left, the resumed run
     # would go on without rolling back.
-    (roll_back,) = [line for line in summary_lines(summary.summary())
-                    if line.startswith("  roll back:")]
-    assert roll_back.endswith(f"--resume {first.run_id} --db {db} --on-collapse rollback "
-                              "--max-rollbacks 2"), roll_back
+    (roll_back,) = [
+        line for line in summary_lines(summary.summary()) if line.startswith("  roll back:")
+    ]
+    assert roll_back.endswith(
+        f"--resume {first.run_id} --db {db} --on-collapse rollback --max-rollbacks 2"
+    ), roll_back
     with sqlite3.connect(db) as conn:
         commands = conn.execute("select command, source from commands order by id").fetchall()
     conn.close()
     # Asked for by on_collapse, not by a person (the control view's "from" column).
-    assert commands == [("rollback", "on_collapse"), ("rolled_back", "on_collapse"),
-                        ("stop", "on_collapse")]
+    assert commands == [
+        ("rollback", "on_collapse"),
+        ("rolled_back", "on_collapse"),
+        ("stop", "on_collapse"),
+    ]
 
 
 @needs_wandb
@@ -323,15 +422,27 @@ async def test_a_rollback_reaches_the_trackers_as_the_store_holds_it(tmp_path):
     """A real run rolled back with TensorBoard and W&B (offline) on: TensorBoard shows what
     the store keeps (each step once, the redone values), W&B marks where the redo starts."""
     phase = {"collapsing": True}
-    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
-                       collapse_groups=SHORT,
-                       max_steps_off_policy=0, checkpoint_every=2, seed=3,
-                       on_collapse="rollback", max_rollbacks=1, learning_rate=1e-3,
-                       keep_last_checkpoints=2, tensorboard_dir=str(tmp_path / "tb"),
-                       wandb_project="charts", wandb_run_id="w-rollback")
+    config = RunConfig(
+        max_steps=STEPS,
+        group_size=4,
+        groups_per_step=2,
+        rollout_workers=2,
+        collapse_groups=SHORT,
+        max_steps_off_policy=0,
+        checkpoint_every=2,
+        seed=3,
+        on_collapse="rollback",
+        max_rollbacks=1,
+        learning_rate=1e-3,
+        keep_last_checkpoints=2,
+        tensorboard_dir=str(tmp_path / "tb"),
+        wandb_project="charts",
+        wandb_run_id="w-rollback",
+    )
     db = tmp_path / "runs.db"
-    run = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
-              headless=True)
+    run = Run(
+        task=collapsing_task(phase), config=config, backend="local", db_path=db, headless=True
+    )
     rolled: list[CommandReceived] = []
 
     def on_event(event):
@@ -362,21 +473,34 @@ async def test_a_run_stopped_by_its_collapse_rolls_back_when_resumed_so(tmp_path
     """Stopped by its collapse, then resumed with on_collapse = rollback: it goes back to
     its best checkpoint at once, and the store ends as an exactly-once resume leaves it."""
     phase = {"collapsing": True}
-    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
-                       collapse_groups=SHORT,
-                       max_steps_off_policy=0, checkpoint_every=2, seed=3, on_collapse="stop",
-                       learning_rate=1e-3, keep_last_checkpoints=2)
+    config = RunConfig(
+        max_steps=STEPS,
+        group_size=4,
+        groups_per_step=2,
+        rollout_workers=2,
+        collapse_groups=SHORT,
+        max_steps_off_policy=0,
+        checkpoint_every=2,
+        seed=3,
+        on_collapse="stop",
+        learning_rate=1e-3,
+        keep_last_checkpoints=2,
+    )
     db = tmp_path / "runs.db"
-    first = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
-                headless=True)
+    first = Run(
+        task=collapsing_task(phase), config=config, backend="local", db_path=db, headless=True
+    )
     first.events.subscribe(MetricsFile(tmp_path).handle)
     assert await first.run() == "stopped"
     collapse = first.pipeline.health.collapse
     assert collapse is not None and collapse.checkpoint_step is not None
 
-    again = resumed(collapsing_task(phase),
-                    dataclasses.replace(config, on_collapse="rollback", max_rollbacks=1), db,
-                    first.run_id)
+    again = resumed(
+        collapsing_task(phase),
+        dataclasses.replace(config, on_collapse="rollback", max_rollbacks=1),
+        db,
+        first.run_id,
+    )
     rolled: list[CommandReceived] = []
 
     def on_event(event):
@@ -395,23 +519,36 @@ async def test_a_run_stopped_by_its_collapse_rolls_back_when_resumed_so(tmp_path
     check_exactly_once(db, STEPS, groups_per_step=2)
 
 
-
 async def test_a_resumed_run_that_rolls_back_ends_at_the_step_it_reached(tmp_path):
     """Resumed, rolled back below the step it resumed from, and stopped soon after: the run
     ends at the last step it trained (its RunFinished, `runs`' row and the store's last step
     agree), not at the step it resumed from."""
     phase = {"collapsing": True}
-    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
-                       max_steps_off_policy=0, checkpoint_every=2, seed=3, on_collapse="stop",
-                       learning_rate=1e-3, keep_last_checkpoints=2,
-                       collapse_groups=SHORT)
+    config = RunConfig(
+        max_steps=STEPS,
+        group_size=4,
+        groups_per_step=2,
+        rollout_workers=2,
+        max_steps_off_policy=0,
+        checkpoint_every=2,
+        seed=3,
+        on_collapse="stop",
+        learning_rate=1e-3,
+        keep_last_checkpoints=2,
+        collapse_groups=SHORT,
+    )
     db = tmp_path / "runs.db"
-    first = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
-                headless=True)
+    first = Run(
+        task=collapsing_task(phase), config=config, backend="local", db_path=db, headless=True
+    )
     assert await first.run() == "stopped"
     resumed_at = first.pipeline.step
-    again = resumed(collapsing_task(phase),
-                    dataclasses.replace(config, on_collapse="rollback"), db, first.run_id)
+    again = resumed(
+        collapsing_task(phase),
+        dataclasses.replace(config, on_collapse="rollback"),
+        db,
+        first.run_id,
+    )
     finished: list[RunFinished] = []
 
     def on_event(event):
@@ -429,7 +566,8 @@ async def test_a_resumed_run_that_rolls_back_ends_at_the_step_it_reached(tmp_pat
     (event,) = finished
     assert event.final_step == last == final == again.pipeline.step
 
-TASK_FILE = '''
+
+TASK_FILE = """
 import random
 
 from tinker_tui import Scenario, Task, Trajectory
@@ -450,7 +588,7 @@ async def rollout(client, model, scenario):
 
 
 TASK = Task(name="collapsing", scenarios=scenarios, rollout=rollout)
-'''
+"""
 
 
 def test_the_command_line_names_the_collapse_again_after_a_resume(tmp_path, capsys):
@@ -462,20 +600,42 @@ def test_the_command_line_names_the_collapse_again_after_a_resume(tmp_path, caps
     task.write_text(TASK_FILE)
     db = tmp_path / "runs.db"
     common = ["--db", str(db), "--no-ui", "--seed", "3"]
-    assert main(["run", str(task), *common, "--steps", str(STEPS), "--group-size", "4",
-                 "--groups-per-step", "2", "--rollout-workers", "2",
-                 "--max-steps-off-policy", "0", "--checkpoint-every", "2",
-                 "--collapse-groups", str(SHORT)]) == 3  # the resume reads it back
+    assert (
+        main(
+            [
+                "run",
+                str(task),
+                *common,
+                "--steps",
+                str(STEPS),
+                "--group-size",
+                "4",
+                "--groups-per-step",
+                "2",
+                "--rollout-workers",
+                "2",
+                "--max-steps-off-policy",
+                "0",
+                "--checkpoint-every",
+                "2",
+                "--collapse-groups",
+                str(SHORT),
+            ]
+        )
+        == 3
+    )  # the resume reads it back
     first = capsys.readouterr().out
     run_id = re.search(r"^run (\S+):", first, re.M)[1]  # type: ignore[index]
     # a health stop says its words once, in the summary's headline
-    (health,) = re.findall(r"^run \S+ stopped at step .*\(health check: (collapsed at step .*)\)$",
-                           first, re.M)
+    (health,) = re.findall(
+        r"^run \S+ stopped at step .*\(health check: (collapsed at step .*)\)$", first, re.M
+    )
     assert main(["run", str(task), "--resume", run_id, *common]) == 0
     again = capsys.readouterr().out
     steps = [line for line in again.splitlines() if line.startswith("step ")]
-    assert steps and all(re.search(r"  collapsed \(best [0-9.]+ at step \d+\)$", line)
-                         for line in steps), steps
+    assert steps and all(
+        re.search(r"  collapsed \(best [0-9.]+ at step \d+\)$", line) for line in steps
+    ), steps
     assert f"warning: resumed after a collapse: {health}" in again
     assert f"  health: {health}" in again.splitlines()
 
@@ -486,8 +646,14 @@ def test_a_collapse_with_nothing_to_roll_back_to_suggests_no_rollback():
     roll back, and the summary does not offer it."""
     from tinker_tui.app.run_summary import RunSummary, next_commands
 
-    collapsed = RunSummary(run_id="r", task="example", status="stopped", step=6,
-                           max_steps=40, collapse="collapsed at step 3 (best 0.781 at step 1)")
+    collapsed = RunSummary(
+        run_id="r",
+        task="example",
+        status="stopped",
+        step=6,
+        max_steps=40,
+        collapse="collapsed at step 3 (best 0.781 at step 1)",
+    )
     assert [what for what, _ in next_commands(collapsed)] == ["look again", "continue"]
     can = dataclasses.replace(collapsed, rollback_to="step-000001")
     assert [what for what, _ in next_commands(can)] == ["look again", "continue", "roll back"]

@@ -90,6 +90,7 @@ async def test_runs_a_coroutine_on_its_own_thread_and_loop():
     rollouts = RolloutThread()
     await rollouts.start()
     try:
+
         async def where():
             return threading.get_ident(), asyncio.get_running_loop()
 
@@ -178,6 +179,7 @@ async def test_errors_come_back_to_the_caller():
     rollouts = RolloutThread()
     await rollouts.start()
     try:
+
         async def fails():
             raise ValueError("bad rollout")
 
@@ -284,8 +286,17 @@ class ThreadRecordingPolicy:
     def __init__(self):
         self.threads = []
 
-    async def sample(self, prompt, num_samples, sampling_params, *, version=None,
-                     top_logprobs=0, constraint=None, constraint_prefix=""):
+    async def sample(
+        self,
+        prompt,
+        num_samples,
+        sampling_params,
+        *,
+        version=None,
+        top_logprobs=0,
+        constraint=None,
+        constraint_prefix="",
+    ):
         self.threads.append(threading.get_ident())
         await asyncio.sleep(0)
         return ("response", prompt, num_samples, top_logprobs), version or self.version
@@ -320,14 +331,23 @@ async def test_the_server_reaches_the_policy_only_on_the_engine_loop():
 def make_pipeline(rollouts, task=None, **overrides):
     policy = SimulatedPolicy()
     client = SimulatedClient(policy)
-    config = RunConfig(max_steps=10, group_size=4, groups_per_step=2, rollout_workers=4,
-                       checkpoint_every=0).with_overrides(overrides)
+    config = RunConfig(
+        max_steps=10, group_size=4, groups_per_step=2, rollout_workers=4, checkpoint_every=0
+    ).with_overrides(overrides)
     bus = EventBus()
     events = []
     bus.subscribe(lambda e: events.append((threading.get_ident(), e)))
-    pipeline = Pipeline(config=config, task=task or simulated_task(), policy=policy,
-                        client_factory=lambda: client, model_name="m", bus=bus,
-                        clock=FakeClock(), rng=random.Random(0), rollouts=rollouts)
+    pipeline = Pipeline(
+        config=config,
+        task=task or simulated_task(),
+        policy=policy,
+        client_factory=lambda: client,
+        model_name="m",
+        bus=bus,
+        clock=FakeClock(),
+        rng=random.Random(0),
+        rollouts=rollouts,
+    )
     return pipeline, policy, events
 
 
@@ -411,10 +431,15 @@ async def test_evaluation_runs_on_the_rollout_thread():
     async def rollout(client, model, scenario):
         threads.add(threading.get_ident())
         return Trajectory.from_choices(
-            [await client.chat.completions.create(model=model, messages=[])], reward=1.0)
+            [await client.chat.completions.create(model=model, messages=[])], reward=1.0
+        )
 
-    task = Task(name="t", scenarios=base.scenarios, rollout=rollout,
-                eval_scenarios=lambda: [Scenario(id=f"e{i}", data=i) for i in range(3)])
+    task = Task(
+        name="t",
+        scenarios=base.scenarios,
+        rollout=rollout,
+        eval_scenarios=lambda: [Scenario(id=f"e{i}", data=i) for i in range(3)],
+    )
     rollouts = RolloutThread()
     await rollouts.start()
     try:
@@ -455,8 +480,9 @@ def example_task(rollout):
 
 
 def example_config(**overrides):
-    return RunConfig(max_steps=2, warmup_steps=0, checkpoint_every=0, group_size=4,
-                     groups_per_step=2).with_overrides(overrides)
+    return RunConfig(
+        max_steps=2, warmup_steps=0, checkpoint_every=0, group_size=4, groups_per_step=2
+    ).with_overrides(overrides)
 
 
 async def test_a_run_rolls_out_and_serves_on_its_thread_and_ends_it(tmp_path):
@@ -470,8 +496,12 @@ async def test_a_run_rolls_out_and_serves_on_its_thread_and_ends_it(tmp_path):
         return await example_rollout(client, model, scenario)
 
     switch_interval = sys.getswitchinterval()
-    run = Run(task=example_task(rollout), config=example_config(), backend="local",
-              db_path=tmp_path / "runs.db")
+    run = Run(
+        task=example_task(rollout),
+        config=example_config(),
+        backend="local",
+        db_path=tmp_path / "runs.db",
+    )
     published_on = set()
     run.events.subscribe(lambda e: published_on.add(threading.get_ident()))
     assert await asyncio.wait_for(run.run(), 300) == "completed"
@@ -497,8 +527,12 @@ async def test_a_run_stops_and_ends_while_a_rollout_blocks_its_loop(tmp_path, mo
             gate.wait(60)  # synchronous code in a rollout: its whole loop waits
         return await example_rollout(client, model, scenario)
 
-    run = Run(task=example_task(rollout), config=example_config(max_steps=100),
-              backend="local", db_path=tmp_path / "runs.db")
+    run = Run(
+        task=example_task(rollout),
+        config=example_config(max_steps=100),
+        backend="local",
+        db_path=tmp_path / "runs.db",
+    )
     logs = []
     run.events.subscribe(lambda e: logs.append(e) if isinstance(e, LogEmitted) else None)
     running = asyncio.create_task(run.run())
@@ -508,8 +542,12 @@ async def test_a_run_stops_and_ends_while_a_rollout_blocks_its_loop(tmp_path, mo
         assert await asyncio.wait_for(running, 60) == "stopped"
     finally:
         gate.set()
-    assert any(e.level == "warning" and "did not end within 0.5 s" in e.message
-               and "left behind" in e.message for e in logs)
+    assert any(
+        e.level == "warning"
+        and "did not end within 0.5 s" in e.message
+        and "left behind" in e.message
+        for e in logs
+    )
     await asyncio.to_thread(run.rollouts._thread.join, 30)
     assert not run.rollouts.alive
 

@@ -16,8 +16,12 @@ ROWS = [{"id": f"p{i}", "question": f"What is {i} + 1?", "answer": i + 1} for i 
 @pytest.fixture
 def jsonl(tmp_path):
     path = tmp_path / "problems.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in ROWS[:3]) + "\n\n"
-                    + "\n".join(json.dumps(r) for r in ROWS[3:]) + "\n")
+    path.write_text(
+        "\n".join(json.dumps(r) for r in ROWS[:3])
+        + "\n\n"
+        + "\n".join(json.dumps(r) for r in ROWS[3:])
+        + "\n"
+    )
     return path
 
 
@@ -30,15 +34,16 @@ def test_every_row_once_per_epoch_each_epoch_shuffled_by_the_runs_rng(jsonl):
     problems = scenarios_from_jsonl(jsonl)
     assert len(problems) == 7
     drawn = draw(problems, 21)
-    epochs = [[s.data["id"] for s in drawn[i:i + 7]] for i in (0, 7, 14)]
+    epochs = [[s.data["id"] for s in drawn[i : i + 7]] for i in (0, 7, 14)]
     assert all(sorted(e) == sorted(r["id"] for r in ROWS) for e in epochs)
     assert len({tuple(e) for e in epochs}) == 3, "each epoch has its own order"
     assert [s.id for s in draw(problems, 21)] == [s.id for s in drawn], "same seed, same stream"
     assert [s.id for s in draw(problems, 7, seed=1)] != [s.id for s in drawn[:7]]
     # ids: file stem and row index, or a field of the row
     assert drawn[0].id.startswith("problems-")
-    assert {s.id for s in draw(scenarios_from_jsonl(jsonl, id_field="id"), 7)} == \
-        {r["id"] for r in ROWS}
+    assert {s.id for s in draw(scenarios_from_jsonl(jsonl, id_field="id"), 7)} == {
+        r["id"] for r in ROWS
+    }
 
 
 def test_in_order_finite_and_all_for_evaluation(jsonl):
@@ -63,20 +68,25 @@ def test_a_resume_replays_the_shuffled_epochs_exactly(jsonl):
     replay = ScenarioSource(task, random.Random(5))
     for _ in range(12):
         replay.draw()
-    resumed = ScenarioSource(task, rng, next_position=12, redo=(9, 11),
-                             rng_state=replay.rng_state())
+    resumed = ScenarioSource(
+        task, rng, next_position=12, redo=(9, 11), rng_state=replay.rng_state()
+    )
     assert resumed.reproducible
     again = [resumed.draw() for _ in range(20)]
     ids = {position: scenario.id for position, scenario in drawn}
-    assert [(p, s.id) for p, s in again] == [(9, ids[9]), (11, ids[11])] + \
-        [(p, ids[p]) for p in range(12, 30)]
+    assert [(p, s.id) for p, s in again] == [(9, ids[9]), (11, ids[11])] + [
+        (p, ids[p]) for p in range(12, 30)
+    ]
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "not found"),
-    ('{"a": 1}\n{"a": \n', "line 2 is not JSON"),
-    ("\n\n", "has no rows"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "not found"),
+        ('{"a": 1}\n{"a": \n', "line 2 is not JSON"),
+        ("\n\n", "has no rows"),
+    ],
+)
 def test_file_mistakes_are_task_errors_naming_the_file(tmp_path, content, message):
     path = tmp_path / "data.jsonl"
     if content is not None:
@@ -119,8 +129,7 @@ def test_datasets_objects_folders_and_files(offline, tmp_path):
     table.save_to_disk(str(tmp_path / "saved"))
     assert [s.data for s in scenarios_from_dataset(tmp_path / "saved").all()] == ROWS
     table.to_parquet(str(tmp_path / "rows.parquet"))
-    from_parquet = scenarios_from_dataset(tmp_path / "rows.parquet",
-                                          cache_dir=tmp_path / "cache")
+    from_parquet = scenarios_from_dataset(tmp_path / "rows.parquet", cache_dir=tmp_path / "cache")
     assert [s.data for s in from_parquet.all()] == ROWS and from_parquet.all()[0].id == "rows-0"
 
 

@@ -34,14 +34,22 @@ async def _rollout(client, model, scenario):
 
 def make_pipeline(scenarios, **overrides):
     policy = SimulatedPolicy()
-    config = RunConfig(max_steps=10, group_size=4, groups_per_step=2, rollout_workers=4,
-                       checkpoint_every=0).with_overrides(overrides)
+    config = RunConfig(
+        max_steps=10, group_size=4, groups_per_step=2, rollout_workers=4, checkpoint_every=0
+    ).with_overrides(overrides)
     bus = EventBus()
     events = []
     bus.subscribe(events.append)
-    pipeline = Pipeline(config=config, task=Task(name="t", scenarios=scenarios, rollout=_rollout),
-                        policy=policy, client_factory=lambda: SimulatedClient(policy),
-                        model_name="m", bus=bus, clock=FakeClock(), rng=random.Random(0))
+    pipeline = Pipeline(
+        config=config,
+        task=Task(name="t", scenarios=scenarios, rollout=_rollout),
+        policy=policy,
+        client_factory=lambda: SimulatedClient(policy),
+        model_name="m",
+        bus=bus,
+        clock=FakeClock(),
+        rng=random.Random(0),
+    )
     return pipeline, policy, events
 
 
@@ -80,7 +88,7 @@ async def test_an_error_in_the_scenarios_fails_the_run_naming_the_line(scenarios
         await asyncio.wait_for(pipeline.run(), 10)
     message = str(caught.value)
     assert "\n" not in message
-    code = "raise ValueError" if scenarios is raising_at_50 else "yield Scenario(id=\"s\""
+    code = "raise ValueError" if scenarios is raising_at_50 else 'yield Scenario(id="s"'
     assert f"at {__file__}:" in message and code in message, message
     assert message.endswith("fix them, then continue the run with --resume")
     if scenarios is raising_at_50:
@@ -101,7 +109,7 @@ async def test_a_scenario_of_the_wrong_type_is_named():
         await asyncio.wait_for(pipeline.run(), 10)
 
 
-BROKEN_TASK = '''
+BROKEN_TASK = """
 from tinker_tui import Scenario, Task
 from tinker_tui.examples.yes_no_maybe import rollout
 
@@ -117,9 +125,9 @@ def scenarios(rng):
 
 TASK = Task(name="broken", scenarios=scenarios, rollout=rollout,
             settings={"max_steps": 12, "warmup_steps": 0, "group_size": 4})
-'''
+"""
 
-FINITE_TASK = '''
+FINITE_TASK = """
 from tinker_tui import Scenario, Task
 from tinker_tui.examples.yes_no_maybe import rollout
 
@@ -128,7 +136,7 @@ def scenarios(rng):
 
 TASK = Task(name="finite", scenarios=scenarios, rollout=rollout,
             settings={"max_steps": 10, "warmup_steps": 0, "group_size": 4})
-'''
+"""
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,9 +145,23 @@ ROOT = Path(__file__).resolve().parents[1]
 def _run(tmp_path, *args):
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))  # this checkout's code
     env.pop("TINKER_API_KEY", None)
-    return subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", "run", *args, "--no-ui",
-                           "--db", str(tmp_path / "runs.db")],
-                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=240)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            *args,
+            "--no-ui",
+            "--db",
+            str(tmp_path / "runs.db"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
 
 
 def test_headless_a_broken_generator_fails_with_its_line_and_resumes_once_fixed(tmp_path):
@@ -148,8 +170,10 @@ def test_headless_a_broken_generator_fails_with_its_line_and_resumes_once_fixed(
     done = _run(tmp_path, "broken.py")
     assert done.returncode == 1, done.stdout + done.stderr
     (line,) = [x for x in done.stderr.splitlines() if x.startswith("tinker-tui:")]
-    assert line.startswith("tinker-tui: run failed: ScenarioError: the scenarios of task "
-                           "'broken' failed at scenario 20 at ")
+    assert line.startswith(
+        "tinker-tui: run failed: ScenarioError: the scenarios of task "
+        "'broken' failed at scenario 20 at "
+    )
     assert f"{task}:11 (raise ValueError" in line
     db = sqlite3.connect(tmp_path / "runs.db")
     run_id, status, step = db.execute("select run_id, status, final_step from runs").fetchone()
@@ -184,10 +208,12 @@ async def test_the_dashboard_ends_with_the_run_when_its_scenarios_fail_or_run_ou
     (tmp_path / "broken.py").write_text(textwrap.dedent(BROKEN_TASK))
     db = tmp_path / "runs.db"
     for name, status in (("finite", "completed"), ("broken", "failed")):
-        engine = EngineProcess(["run", str(tmp_path / f"{name}.py"), "--db", str(db)],
-                               run_id=f"r-{name}", db_path=db)
-        session = StoreSession(db, run_id=f"r-{name}", follow=True, poll_interval=0.05,
-                               engine=engine)
+        engine = EngineProcess(
+            ["run", str(tmp_path / f"{name}.py"), "--db", str(db)], run_id=f"r-{name}", db_path=db
+        )
+        session = StoreSession(
+            db, run_id=f"r-{name}", follow=True, poll_interval=0.05, engine=engine
+        )
         try:
             assert await asyncio.wait_for(session.run(), 180) == status
         finally:
@@ -197,5 +223,4 @@ async def test_the_dashboard_ends_with_the_run_when_its_scenarios_fail_or_run_ou
         if name == "finite":
             assert session.finished.reason.startswith("scenarios ran out after 6: ")
         else:
-            assert "the scenarios of task 'broken' failed at scenario 20" in \
-                session.finished.reason
+            assert "the scenarios of task 'broken' failed at scenario 20" in session.finished.reason

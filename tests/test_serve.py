@@ -47,9 +47,23 @@ class Served:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env.pop("CI", None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tinker_tui.app.cli", "serve", "--db", str(db_path),
-             "--port", "0", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+            [
+                sys.executable,
+                "-m",
+                "tinker_tui.app.cli",
+                "serve",
+                "--db",
+                str(db_path),
+                "--port",
+                "0",
+                *args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
         assert self.proc.stdout is not None
         first = self.proc.stdout.readline()
         match = re.search(r"at (http://127\.0\.0\.1:(\d+)/\?token=(\S+))$", first.strip())
@@ -110,14 +124,19 @@ class Page:
     def text(self, since: int = 0) -> str:
         return screen_text(self.chunks[since:])
 
-    async def until_text(self, words: str, timeout: float = 30.0, *, since: int = 0,
-                         keep_alive: bool = False) -> None:
+    async def until_text(
+        self, words: str, timeout: float = 30.0, *, since: int = 0, keep_alive: bool = False
+    ) -> None:
         """Wait for `words` on the screen; `keep_alive` presses a harmless key (s, the
         smoothing) every second meanwhile, so a short idle timeout does not close the page
         while its dashboard starts."""
-        waiting = asyncio.create_task(wait_until(
-            lambda: words in self.text(since) or self.reader.done(),
-            f"{words!r} on the page", timeout))
+        waiting = asyncio.create_task(
+            wait_until(
+                lambda: words in self.text(since) or self.reader.done(),
+                f"{words!r} on the page",
+                timeout,
+            )
+        )
         while keep_alive and not waiting.done():
             await self.press("s")
             await asyncio.wait([waiting], timeout=1.0)
@@ -158,9 +177,13 @@ def live_run(tmp_path):
     # its output goes to a file: a pipe nobody reads fills after ~500 step lines and
     # stalls the run
     output = (tmp_path / "run.out").open("w")
-    proc = subprocess.Popen([sys.executable, "-c", LIVE_FAKE_RUN, str(db_path)],
-                            stdout=output, stderr=subprocess.STDOUT, cwd=ROOT,
-                            env={k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LIVE_FAKE_RUN, str(db_path)],
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"},
+    )
     deadline = time.monotonic() + 30
     while not list(tmp_path.glob("*.control.json")) or not db_path.exists():
         assert proc.poll() is None, (tmp_path / "run.out").read_text()
@@ -201,12 +224,18 @@ def test_serve_answers_bad_input_with_one_line_and_exit_2(tmp_path, capsys):
         port = busy.getsockname()[1]
         cases = [
             (["serve", "nope", "--db", str(db_path)], "no run"),
-            (["serve", "--db", str(db_path), "--port", str(port)], f"port {port} on 127.0.0.1 "
-                                                                    "is in use"),
-            (["serve", "--db", str(db_path), "--host", "no-such-host.invalid"],
-             "--host 'no-such-host.invalid' is not an address of this machine"),
-            (["serve", "--db", str(db_path), "--host", "192.0.2.1", "--port", "0"],
-             "cannot listen on 192.0.2.1"),
+            (
+                ["serve", "--db", str(db_path), "--port", str(port)],
+                f"port {port} on 127.0.0.1 is in use",
+            ),
+            (
+                ["serve", "--db", str(db_path), "--host", "no-such-host.invalid"],
+                "--host 'no-such-host.invalid' is not an address of this machine",
+            ),
+            (
+                ["serve", "--db", str(db_path), "--host", "192.0.2.1", "--port", "0"],
+                "cannot listen on 192.0.2.1",
+            ),
             (["serve", "--db", str(db_path), "--port", "70000"], "--port must be between"),
             (["serve", "--db", str(db_path), "--max-viewers", "0"], "--max-viewers must be"),
             (["serve", "--db", str(db_path), "--idle-timeout", "0"], "--idle-timeout must be"),
@@ -227,9 +256,23 @@ def test_another_address_than_localhost_prints_a_warning_naming_the_risk(tmp_pat
     db_path = tmp_path / "runs.db"
     asyncio.run(finished_run(db_path))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tinker_tui.app.cli", "serve", "--db", str(db_path), "--host",
-         "0.0.0.0", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            "serve",
+            "--db",
+            str(db_path),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         assert proc.stdout is not None and proc.stderr is not None
         address = proc.stdout.readline()
@@ -238,8 +281,10 @@ def test_another_address_than_localhost_prints_a_warning_naming_the_risk(tmp_pat
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
     assert "/?token=" in address and "127.0.0.1" not in address
-    assert warning.startswith("warning: listening on 0.0.0.0, not 127.0.0.1: anyone who can "
-                              "reach it and learns the token can watch and steer this run")
+    assert warning.startswith(
+        "warning: listening on 0.0.0.0, not 127.0.0.1: anyone who can "
+        "reach it and learns the token can watch and steer this run"
+    )
     assert "plain HTTP" in warning and "SSH port-forward" in warning
 
 
@@ -253,8 +298,15 @@ async def test_without_the_token_everything_is_401_and_no_process_starts(tmp_pat
     try:
         assert f"serving run {run_id} (watch and steer) at http://127.0.0.1:" in served.printed
         async with aiohttp.ClientSession() as anonymous:
-            for path in ("/", "/?token=wrong", f"/?token={served.token}x", "/ws",
-                         "/ws?token=wrong", "/static/js/textual.js", "/nothing"):
+            for path in (
+                "/",
+                "/?token=wrong",
+                f"/?token={served.token}x",
+                "/ws",
+                "/ws?token=wrong",
+                "/static/js/textual.js",
+                "/nothing",
+            ):
                 async with anonymous.get(served.base + path) as response:
                     assert response.status == 401, path
                     assert "the address `tinker-tui serve` printed" in await response.text()
@@ -275,20 +327,24 @@ async def test_without_the_token_everything_is_401_and_no_process_starts(tmp_pat
                 # the token in the address is never passed on to another site
                 assert response.headers.get("Referrer-Policy") == "no-referrer"
             assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-            assert f'data-session-websocket-url="ws://127.0.0.1:{served.port}/ws/{run_id}"' \
-                in page
+            assert f'data-session-websocket-url="ws://127.0.0.1:{served.port}/ws/{run_id}"' in page
             assert "http" not in page.split("<body>")[0].replace("http-equiv", "")  # offline
             assert served.token not in page
             async with browser.get(served.base + "/") as response:  # the cookie alone
                 assert response.status == 200
-            for asset in ("js/textual.js", "css/xterm.css", "fonts/RobotoMono-VariableFont_wght.ttf"):
+            for asset in (
+                "js/textual.js",
+                "css/xterm.css",
+                "fonts/RobotoMono-VariableFont_wght.ttf",
+            ):
                 async with browser.get(f"{served.base}/static/{asset}") as response:
                     assert response.status == 200, asset
                     assert len(await response.read()) > 1000
             # a websocket from a page served elsewhere is refused, even with the cookie
             with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
-                await browser.ws_connect(f"{served.base}/ws",
-                                         headers={"Origin": "http://evil.example"})
+                await browser.ws_connect(
+                    f"{served.base}/ws", headers={"Origin": "http://evil.example"}
+                )
             assert refused.value.status == 403
             viewer = await open_page(browser, served)
             await viewer.until_text(f"finished run │ {run_id}")  # the run's id
@@ -302,8 +358,9 @@ async def test_without_the_token_everything_is_401_and_no_process_starts(tmp_pat
     finally:
         served.kill()
     assert served.proc.returncode == 0, err
-    assert served.token not in served.printed.replace(served.url, "") + out + err, \
+    assert served.token not in served.printed.replace(served.url, "") + out + err, (
         "the token reached the server's output outside the address"
+    )
     assert "viewer 1 opened" in err and "viewer 1 closed: server stopped" in err, err
     assert "viewer 2" not in err
     for pid in processes:
@@ -343,8 +400,7 @@ async def test_a_store_of_several_runs_is_listed_and_each_opens_its_dashboard(tm
             async with browser.get(served.base + "/?run=old-0001") as response:
                 assert response.status == 200
                 page = await response.text()
-            assert f'data-session-websocket-url="ws://127.0.0.1:{served.port}/ws/old-0001"' \
-                in page
+            assert f'data-session-websocket-url="ws://127.0.0.1:{served.port}/ws/old-0001"' in page
             assert 'history.replaceState(null, "", "/?run=old-0001")' in page
             assert '<a class="back" href="/">All runs</a>' in page  # back to the list
             for path in ("/?run=nothing", "/?run=old"):  # only a listed id, not a prefix
@@ -358,7 +414,8 @@ async def test_a_store_of_several_runs_is_listed_and_each_opens_its_dashboard(tm
 
             for run_id, steps in (("old-0001", "3/3"), ("new-0002", "5/5")):
                 websocket = await browser.ws_connect(
-                    f"{served.base}/ws/{run_id}?width=100&height=30")
+                    f"{served.base}/ws/{run_id}?width=100&height=30"
+                )
                 await websocket.send_str(json.dumps(["resize", {"width": 100, "height": 30}]))
                 viewer = Page(websocket)
                 await viewer.until_text("FINISHED (completed)")
@@ -403,19 +460,25 @@ async def test_viewers_are_capped_closed_when_idle_and_end_with_their_page(tmp_p
             started = time.monotonic()
             await asyncio.wait_for(first.reader, 15)
             assert 2.0 < time.monotonic() - started < 10
-            await wait_until(lambda: children_of(served.proc.pid) == [],
-                             "the idle viewer's process to end")
+            await wait_until(
+                lambda: children_of(served.proc.pid) == [], "the idle viewer's process to end"
+            )
             for pid in processes:
-                assert not Path(f"/proc/{pid}").exists() or \
-                    "zombie" in Path(f"/proc/{pid}/status").read_text()
+                assert (
+                    not Path(f"/proc/{pid}").exists()
+                    or "zombie" in Path(f"/proc/{pid}/status").read_text()
+                )
 
             # the slot is free again; closing the page ends its process
             second = await open_page(browser, served)
             await second.until_text("finished run", keep_alive=True)
             assert len(children_of(served.proc.pid)) == 1
             await second.close()
-            await wait_until(lambda: children_of(served.proc.pid) == [],
-                             "the closed page's process to end", timeout=15)
+            await wait_until(
+                lambda: children_of(served.proc.pid) == [],
+                "the closed page's process to end",
+                timeout=15,
+            )
     finally:
         out, err = served.stop()
     assert "viewer 1 closed: no input for 3s" in err, err
@@ -477,8 +540,15 @@ def test_the_run_list_names_the_runs_as_runs_does():
     from tinker_tui.app.web_serve import WebServer
 
     server = WebServer([], token="t", max_viewers=1, idle_timeout=1.0)
-    row = {"RUN": "r-1", "NAME": "lr 3e-4", "TASK": "t", "STATUS": "completed",
-           "STEP": "5/5", "REWARD": "0.9", "STARTED": "now"}
+    row = {
+        "RUN": "r-1",
+        "NAME": "lr 3e-4",
+        "TASK": "t",
+        "STATUS": "completed",
+        "STEP": "5/5",
+        "REWARD": "0.9",
+        "STARTED": "now",
+    }
     page = server.picker_page([row, {**row, "RUN": "r-2", "NAME": "-"}]).text
     assert "<th>NAME</th>" in page and "<td>lr 3e-4</td>" in page
     unnamed = server.picker_page([{**row, "NAME": "-"}]).text

@@ -33,10 +33,13 @@ except ImportError:  # pragma: no cover - the skip below says so
     async_playwright = None
 
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install "
-                                                "chromium)"),
-    pytest.mark.skipif(async_playwright is None, reason="the playwright package is missing "
-                                                        "(pip install -e '.[web]')"),
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install chromium)"
+    ),
+    pytest.mark.skipif(
+        async_playwright is None,
+        reason="the playwright package is missing (pip install -e '.[web]')",
+    ),
 ]
 
 
@@ -67,7 +70,8 @@ class BrowserPage:
         deadline = time.monotonic() + timeout
         while words not in self.text(since):
             assert time.monotonic() < deadline, (
-                f"{words!r} never reached the page: {self.text(since)[-1500:]!r}")
+                f"{words!r} never reached the page: {self.text(since)[-1500:]!r}"
+            )
             await asyncio.sleep(0.1)
 
     async def press(self, key: str) -> None:
@@ -136,8 +140,7 @@ async def test_read_only_in_the_browser_p_does_not_pause(live_run, tmp_path):  #
                 await page.until_text("command palette", since=drawn)
                 await asyncio.sleep(2.0)
                 commands, after = await stored(live_run)
-                await page.page.screenshot(path=str(artifact_dir(tmp_path)
-                                                    / "serve-read-only.png"))
+                await page.page.screenshot(path=str(artifact_dir(tmp_path) / "serve-read-only.png"))
             finally:
                 await browser.close()
     finally:
@@ -157,20 +160,21 @@ async def test_a_click_in_the_list_of_runs_opens_that_runs_dashboard(tmp_path):
         async with async_playwright() as playwright:
             browser = await launch(playwright)
             try:
-                page = BrowserPage(await browser.new_page(viewport={"width": 1280,
-                                                                    "height": 800}))
+                page = BrowserPage(await browser.new_page(viewport={"width": 1280, "height": 800}))
                 await page.page.goto(served.url)
                 assert "token" not in page.page.url
                 await page.page.screenshot(path=str(shots / "serve-runs.png"))
                 assert "2 runs in the store" in await page.page.inner_text("body")
                 # a run started meanwhile shows up in the open list, with no reload asked
-                await LiveFakeSession(str(db_path), step_seconds=0.0, max_steps=2,
-                                      run_id="newer-0003").run()
+                await LiveFakeSession(
+                    str(db_path), step_seconds=0.0, max_steps=2, run_id="newer-0003"
+                ).run()
                 await page.page.wait_for_selector("text=newer-0003", timeout=15_000)
                 assert "3 runs in the store" in await page.page.inner_text("body")
                 await page.page.click("text=old-0001")
-                await page.page.wait_for_selector("body.-first-byte", state="attached",
-                                                  timeout=90_000)
+                await page.page.wait_for_selector(
+                    "body.-first-byte", state="attached", timeout=90_000
+                )
                 assert page.page.url.endswith("/?run=old-0001")
                 await page.until_text("FINISHED (completed)")
                 await page.until_text("3/3")

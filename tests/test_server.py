@@ -20,18 +20,26 @@ from tinker_tui.engine.server import TOOLS_HEADER, PolicyServer
 from tinker_tui.engine.server.schema import ChatCompletionRequest
 
 QUESTION = [{"role": "user", "content": "Is the sky blue?"}]
-ADD_TOOL = {"type": "function", "function": {
-    "name": "add", "description": "Add two numbers.",
-    "parameters": {"type": "object", "properties": {"a": {"type": "number"},
-                                                    "b": {"type": "number"}}}}}
+ADD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two numbers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+        },
+    },
+}
 
 
 @pytest.fixture
 async def server(tmp_path):
-    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
+    policy = BackendSession(
+        LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
+    )
     await policy.start()
-    server = PolicyServer(policy, model_name="policy",
-                          defaults=SamplingDefaults(max_tokens=8))
+    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=8))
     await server.start()
     yield server, policy
     await server.stop()
@@ -41,7 +49,8 @@ async def test_chat_completion_with_logprobs_and_sampled_tokens(server):
     srv, policy = server
     client = srv.client()
     completion = await client.chat.completions.create(
-        model="policy", messages=QUESTION, n=3, logprobs=True, max_tokens=5, seed=7)
+        model="policy", messages=QUESTION, n=3, logprobs=True, max_tokens=5, seed=7
+    )
     assert completion.object == "chat.completion"
     assert len(completion.choices) == 3
     for choice in completion.choices:
@@ -56,14 +65,19 @@ async def test_chat_completion_with_logprobs_and_sampled_tokens(server):
         expected = policy.renderer.build_generation_prompt(QUESTION).to_ints()
         assert list(turn.prompt_tokens) == expected
     assert completion.usage.completion_tokens == sum(
-        len(SampledTurn.from_choice(c).tokens) for c in completion.choices)
+        len(SampledTurn.from_choice(c).tokens) for c in completion.choices
+    )
 
 
 async def test_same_seed_same_completion(server):
     srv, _ = server
     client = srv.client()
-    kwargs = dict(model="policy", messages=[{"role": "user", "content": "Are you ready?"}],
-                  max_tokens=6, seed=123)
+    kwargs = dict(
+        model="policy",
+        messages=[{"role": "user", "content": "Are you ready?"}],
+        max_tokens=6,
+        seed=123,
+    )
     a = await client.chat.completions.create(**kwargs)
     b = await client.chat.completions.create(**kwargs)
     assert a.choices[0].model_extra["token_ids"] == b.choices[0].model_extra["token_ids"]
@@ -73,8 +87,12 @@ async def test_stop_ends_the_reply_before_the_stop_string(server):
     srv, policy = server
     client = srv.client()
     for seed in range(10):  # a seed whose reply is long enough to cut
-        kwargs = dict(model="policy", messages=[{"role": "user", "content": "Say hello."}],
-                      max_tokens=12, seed=seed)
+        kwargs = dict(
+            model="policy",
+            messages=[{"role": "user", "content": "Say hello."}],
+            max_tokens=12,
+            seed=seed,
+        )
         free = await client.chat.completions.create(**kwargs)
         text = free.choices[0].message.content
         tokens = free.choices[0].model_extra["token_ids"]
@@ -87,10 +105,10 @@ async def test_stop_ends_the_reply_before_the_stop_string(server):
     stopped = await client.chat.completions.create(**kwargs, stop=[stop])
     choice = stopped.choices[0]
     assert choice.finish_reason == "stop"
-    assert choice.message.content == text[:text.find(stop)]
+    assert choice.message.content == text[: text.find(stop)]
     # sampling stopped at the token that completed the stop string: the same tokens so far
     sampled = choice.model_extra["token_ids"]
-    assert sampled == tokens[:len(sampled)]
+    assert sampled == tokens[: len(sampled)]
     assert stop in policy.tokenizer.decode(sampled)
     assert stop not in policy.tokenizer.decode(sampled[:-1])
 
@@ -99,7 +117,8 @@ async def test_top_logprobs(server):
     srv, _ = server
     client = srv.client()
     completion = await client.chat.completions.create(
-        model="policy", messages=QUESTION, max_tokens=4, logprobs=True, top_logprobs=3)
+        model="policy", messages=QUESTION, max_tokens=4, logprobs=True, top_logprobs=3
+    )
     choice = completion.choices[0]
     for entry in choice.logprobs.content:
         assert len(entry.top_logprobs) == 3
@@ -112,8 +131,9 @@ async def test_streaming_carries_the_same_completion_and_its_tokens(server):
     client = srv.client()
     kwargs = dict(model="policy", messages=QUESTION, max_tokens=6, seed=11, n=2)
     plain = await client.chat.completions.create(**kwargs)
-    stream = await client.chat.completions.create(**kwargs, stream=True,
-                                                  stream_options={"include_usage": True})
+    stream = await client.chat.completions.create(
+        **kwargs, stream=True, stream_options={"include_usage": True}
+    )
     content = {0: "", 1: ""}
     finals = {}
     usage = None
@@ -137,7 +157,8 @@ async def test_the_sync_openai_client_works_too(server):
     sync = openai.OpenAI(base_url=srv.base_url, api_key=srv.token, max_retries=0)
     try:
         completion = await asyncio.to_thread(
-            sync.chat.completions.create, model="policy", messages=QUESTION, n=2, max_tokens=4)
+            sync.chat.completions.create, model="policy", messages=QUESTION, n=2, max_tokens=4
+        )
         models = await asyncio.to_thread(sync.models.list)
     finally:
         sync.close()
@@ -152,11 +173,20 @@ async def test_tools_with_each_tool_choice_on_the_local_model(server):
     srv, policy = server
     client = srv.client()
     decode = policy.tokenizer.decode
-    for tool_choice in ("auto", "none", "required",
-                        {"type": "function", "function": {"name": "add"}}):
+    for tool_choice in (
+        "auto",
+        "none",
+        "required",
+        {"type": "function", "function": {"name": "add"}},
+    ):
         completion = await client.chat.completions.create(
-            model="policy", messages=QUESTION, tools=[ADD_TOOL], tool_choice=tool_choice,
-            max_tokens=10, seed=3)
+            model="policy",
+            messages=QUESTION,
+            tools=[ADD_TOOL],
+            tool_choice=tool_choice,
+            max_tokens=10,
+            seed=3,
+        )
         choice = completion.choices[0]
         prompt = decode(choice.model_extra["prompt_token_ids"])
         assert TOOLS_HEADER in prompt and '"name": "add"' in prompt
@@ -179,23 +209,38 @@ async def test_multi_turn_conversation_trains_every_turn_on_its_sampled_tokens(s
     messages = list(QUESTION)
     choices = []
     for follow_up in ("Why?", "Are you sure?"):
-        completion = await client.chat.completions.create(model="policy", messages=messages,
-                                                          max_tokens=8)
+        completion = await client.chat.completions.create(
+            model="policy", messages=messages, max_tokens=8
+        )
         choice = completion.choices[0]
         choices.append(choice)
         messages += [choice.message, {"role": "user", "content": follow_up}]
-    trajectories = (Trajectory.from_choices(choices, reward=1.0),
-                    Trajectory.from_choices(choices[:1], reward=0.0))
-    group = TrajectoryGroup(group_id=0, scenario_id="s", trajectories=trajectories,
-                            started_at=0.0, finished_at=1.0)
+    trajectories = (
+        Trajectory.from_choices(choices, reward=1.0),
+        Trajectory.from_choices(choices[:1], reward=0.0),
+    )
+    group = TrajectoryGroup(
+        group_id=0, scenario_id="s", trajectories=trajectories, started_at=0.0, finished_at=1.0
+    )
     datums = policy.build_datums([group])
     assert datums.metrics["train/turns"] == 3
     # every sampled token is trained once, with the logprob it was sampled with
-    sampled = [(t, lp) for c in choices for t, lp in zip(
-        c.model_extra["token_ids"], c.model_extra["token_logprobs"], strict=True)]
-    trained = [(tok, lp) for d in datums[:len(datums) - 1] for tok, lp, adv in zip(
-        d.loss_fn_inputs["target_tokens"].tolist(), d.loss_fn_inputs["logprobs"].tolist(),
-        d.loss_fn_inputs["advantages"].tolist(), strict=True) if adv != 0]
+    sampled = [
+        (t, lp)
+        for c in choices
+        for t, lp in zip(c.model_extra["token_ids"], c.model_extra["token_logprobs"], strict=True)
+    ]
+    trained = [
+        (tok, lp)
+        for d in datums[: len(datums) - 1]
+        for tok, lp, adv in zip(
+            d.loss_fn_inputs["target_tokens"].tolist(),
+            d.loss_fn_inputs["logprobs"].tolist(),
+            d.loss_fn_inputs["advantages"].tolist(),
+            strict=True,
+        )
+        if adv != 0
+    ]
     assert [t for t, _ in trained] == [t for t, _ in sampled]
     assert [lp for _, lp in trained] == pytest.approx([lp for _, lp in sampled])
     # turns that end at the stop sequence re-render to the same tokens and share a Datum
@@ -209,9 +254,16 @@ async def test_earlier_policy_versions_are_served_by_name_at_step(server):
     srv, policy = server
     client = srv.client()
     first = await client.chat.completions.create(model="policy", messages=QUESTION)
-    group = TrajectoryGroup(group_id=0, scenario_id="s", finished_at=1.0, started_at=0.0,
-                            trajectories=(Trajectory.from_choices(first.choices, reward=1.0),
-                                          Trajectory.from_choices(first.choices, reward=0.0)))
+    group = TrajectoryGroup(
+        group_id=0,
+        scenario_id="s",
+        finished_at=1.0,
+        started_at=0.0,
+        trajectories=(
+            Trajectory.from_choices(first.choices, reward=1.0),
+            Trajectory.from_choices(first.choices, reward=0.0),
+        ),
+    )
     await policy.train(policy.build_datums([group]), learning_rate=1e-3)
     now = await client.chat.completions.create(model="policy", messages=QUESTION)
     before = await client.chat.completions.create(model="policy@0", messages=QUESTION)
@@ -230,72 +282,98 @@ async def test_errors_are_openai_shaped_and_the_server_keeps_serving(server):
     with pytest.raises(openai.NotFoundError, match="unknown model"):
         await client.chat.completions.create(model="other", messages=messages)
     with pytest.raises(openai.BadRequestError, match="unsupported parameter: frequency_penalty"):
-        await client.chat.completions.create(model="policy", messages=messages,
-                                             frequency_penalty=0.5)
+        await client.chat.completions.create(
+            model="policy", messages=messages, frequency_penalty=0.5
+        )
     with pytest.raises(openai.BadRequestError, match="unsupported parameter: logit_bias"):
-        await client.chat.completions.create(model="policy", messages=messages,
-                                             logit_bias={"1": 5})
+        await client.chat.completions.create(model="policy", messages=messages, logit_bias={"1": 5})
     with pytest.raises(openai.BadRequestError, match="exceeds this server's limit"):
-        await client.chat.completions.create(model="policy", messages=messages,
-                                             max_tokens=10**6)
+        await client.chat.completions.create(model="policy", messages=messages, max_tokens=10**6)
     with pytest.raises(openai.BadRequestError, match="exceeds this server's limit"):
-        await client.chat.completions.create(model="policy", messages=messages,
-                                             max_completion_tokens=10**9)
+        await client.chat.completions.create(
+            model="policy", messages=messages, max_completion_tokens=10**9
+        )
     with pytest.raises(openai.BadRequestError, match="n"):
         await client.chat.completions.create(model="policy", messages=messages, n=0)
     with pytest.raises(openai.BadRequestError, match="temperature"):
-        await client.chat.completions.create(model="policy", messages=messages,
-                                             temperature=5)
+        await client.chat.completions.create(model="policy", messages=messages, temperature=5)
     with pytest.raises(openai.BadRequestError, match="top_logprobs needs logprobs"):
-        await client.chat.completions.create(model="policy", messages=messages,
-                                             top_logprobs=2)
+        await client.chat.completions.create(model="policy", messages=messages, top_logprobs=2)
     with pytest.raises(openai.BadRequestError, match="tool_choice needs tools"):
-        await client.chat.completions.create(model="policy", messages=messages,
-                                             tool_choice="required")
+        await client.chat.completions.create(
+            model="policy", messages=messages, tool_choice="required"
+        )
     with pytest.raises(openai.BadRequestError, match="not among the tools"):
         await client.chat.completions.create(
-            model="policy", messages=messages, tools=[ADD_TOOL],
-            tool_choice={"type": "function", "function": {"name": "mul"}})
+            model="policy",
+            messages=messages,
+            tools=[ADD_TOOL],
+            tool_choice={"type": "function", "function": {"name": "mul"}},
+        )
     with pytest.raises(openai.BadRequestError, match="only text parts"):
-        await client.chat.completions.create(model="policy", messages=[{"role": "user",
-            "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}])
+        await client.chat.completions.create(
+            model="policy",
+            messages=[
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}
+            ],
+        )
     with pytest.raises(openai.BadRequestError, match="tool_call_id"):
-        await client.chat.completions.create(model="policy", messages=[
-            {"role": "user", "content": "hi"}, {"role": "tool", "content": "5"}])
+        await client.chat.completions.create(
+            model="policy",
+            messages=[{"role": "user", "content": "hi"}, {"role": "tool", "content": "5"}],
+        )
     with pytest.raises(openai.BadRequestError, match="response_format"):
-        await client.chat.completions.create(model="policy", messages=messages,
-                                             response_format={"type": "json_object"})
-    async with openai.AsyncOpenAI(base_url=srv.base_url, api_key="wrong",
-                                  max_retries=0) as wrong_token:
+        await client.chat.completions.create(
+            model="policy", messages=messages, response_format={"type": "json_object"}
+        )
+    async with openai.AsyncOpenAI(
+        base_url=srv.base_url, api_key="wrong", max_retries=0
+    ) as wrong_token:
         with pytest.raises(openai.AuthenticationError):
             await wrong_token.chat.completions.create(model="policy", messages=messages)
     ok = await client.chat.completions.create(model="policy", messages=messages, max_tokens=2)
     assert ok.choices
 
 
-@pytest.mark.parametrize(("body", "status", "message"), [
-    (b"{not json", 400, "not valid JSON"),
-    (b"[1, 2]", 400, "JSON object"),
-    (json.dumps({"model": "policy", "messages": QUESTION, "n": "2"}).encode(), 400, "n"),
-    (json.dumps({"model": "policy", "messages": []}).encode(), 400, "messages"),
-    (json.dumps({"model": "policy"}).encode(), 400, "missing required parameter: messages"),
-    (json.dumps({"model": 3, "messages": QUESTION}).encode(), 400, "model"),
-    (json.dumps({"model": "policy", "messages": [{"role": "wizard", "content": "x"}]}).encode(),
-     400, "messages.0.role"),
-    (json.dumps({"model": "policy", "messages": QUESTION, "stop": ["a"] * 17}).encode(), 400,
-     "stop"),
-    (json.dumps({"model": "policy", "messages": QUESTION, "n": 10**6}).encode(), 400, "n"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b"[1, 2]", 400, "JSON object"),
+        (json.dumps({"model": "policy", "messages": QUESTION, "n": "2"}).encode(), 400, "n"),
+        (json.dumps({"model": "policy", "messages": []}).encode(), 400, "messages"),
+        (json.dumps({"model": "policy"}).encode(), 400, "missing required parameter: messages"),
+        (json.dumps({"model": 3, "messages": QUESTION}).encode(), 400, "model"),
+        (
+            json.dumps(
+                {"model": "policy", "messages": [{"role": "wizard", "content": "x"}]}
+            ).encode(),
+            400,
+            "messages.0.role",
+        ),
+        (
+            json.dumps({"model": "policy", "messages": QUESTION, "stop": ["a"] * 17}).encode(),
+            400,
+            "stop",
+        ),
+        (json.dumps({"model": "policy", "messages": QUESTION, "n": 10**6}).encode(), 400, "n"),
+    ],
+)
 async def test_malformed_requests_get_4xx_never_500(server, body, status, message):
     srv, _ = server
     async with httpx.AsyncClient() as http:
-        response = await http.post(f"{srv.base_url}/chat/completions", content=body,
-                                   headers={"Authorization": f"Bearer {srv.token}"})
+        response = await http.post(
+            f"{srv.base_url}/chat/completions",
+            content=body,
+            headers={"Authorization": f"Bearer {srv.token}"},
+        )
         assert response.status_code == status
         error = response.json()["error"]
         assert message in error["message"] and error["type"] == "invalid_request_error"
-        health = await http.get(f"{srv.base_url.removesuffix('/v1')}/health",
-                                headers={"Authorization": f"Bearer {srv.token}"})
+        health = await http.get(
+            f"{srv.base_url.removesuffix('/v1')}/health",
+            headers={"Authorization": f"Bearer {srv.token}"},
+        )
         assert health.status_code == 200
 
 
@@ -303,13 +381,18 @@ async def test_every_endpoint_needs_the_token(server):
     srv, _ = server
     root = srv.base_url.removesuffix("/v1")
     async with httpx.AsyncClient() as http:
-        for method, path in (("GET", "/health"), ("GET", "/v1/models"),
-                             ("POST", "/v1/chat/completions"), ("GET", "/nowhere")):
+        for method, path in (
+            ("GET", "/health"),
+            ("GET", "/v1/models"),
+            ("POST", "/v1/chat/completions"),
+            ("GET", "/nowhere"),
+        ):
             response = await http.request(method, root + path)
             assert response.status_code == 401
             assert response.json()["error"]["type"] == "authentication_error"
-        missing = await http.get(root + "/nowhere",
-                                 headers={"Authorization": f"Bearer {srv.token}"})
+        missing = await http.get(
+            root + "/nowhere", headers={"Authorization": f"Bearer {srv.token}"}
+        )
         assert missing.status_code == 404 and "error" in missing.json()
 
 
@@ -327,8 +410,9 @@ async def test_the_token_never_reaches_the_logs(server, caplog):
     await client.chat.completions.create(model="policy", messages=QUESTION, max_tokens=2)
     with pytest.raises(openai.BadRequestError):
         await client.chat.completions.create(model="policy", messages=QUESTION, n=0)
-    async with openai.AsyncOpenAI(base_url=srv.base_url, api_key=srv.token[:-1],
-                                  max_retries=0) as wrong:
+    async with openai.AsyncOpenAI(
+        base_url=srv.base_url, api_key=srv.token[:-1], max_retries=0
+    ) as wrong:
         with pytest.raises(openai.AuthenticationError):
             await wrong.models.list()
     assert caplog.records and srv.token not in caplog.text
@@ -336,16 +420,20 @@ async def test_the_token_never_reaches_the_logs(server, caplog):
 
 # ------------------------------------------------------------------ nothing blocks the loop
 
+
 @pytest.fixture
 async def make_server(tmp_path):
     """A server on the real local backend, with the limits a test chooses."""
     servers = []
-    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
+    policy = BackendSession(
+        LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
+    )
     await policy.start()
 
     async def make(**limits):
-        server = PolicyServer(policy, model_name="policy",
-                              defaults=SamplingDefaults(max_tokens=4), **limits)
+        server = PolicyServer(
+            policy, model_name="policy", defaults=SamplingDefaults(max_tokens=4), **limits
+        )
         await server.start()
         servers.append(server)
         return server
@@ -357,8 +445,11 @@ async def make_server(tmp_path):
 
 def errors_logged(caplog) -> list[str]:
     """Warnings and errors from the server or uvicorn (not from other tests' leftovers)."""
-    return [f"{r.name}: {r.getMessage()}" for r in caplog.records
-            if r.levelno >= logging.WARNING and r.name.startswith(("tinker_tui", "uvicorn"))]
+    return [
+        f"{r.name}: {r.getMessage()}"
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and r.name.startswith(("tinker_tui", "uvicorn"))
+    ]
 
 
 async def test_a_body_over_the_limit_is_refused_before_it_is_parsed(make_server, monkeypatch):
@@ -366,12 +457,16 @@ async def test_a_body_over_the_limit_is_refused_before_it_is_parsed(make_server,
     srv = await make(max_body_bytes=64 * 1024)
     parsed = []
     real_validate = ChatCompletionRequest.model_validate_json
-    monkeypatch.setattr(ChatCompletionRequest, "model_validate_json",
-                        lambda raw: parsed.append(len(raw)) or real_validate(raw))
+    monkeypatch.setattr(
+        ChatCompletionRequest,
+        "model_validate_json",
+        lambda raw: parsed.append(len(raw)) or real_validate(raw),
+    )
     client = srv.client()
     with pytest.raises(openai.APIStatusError) as refused:
         await client.chat.completions.create(
-            model="policy", messages=[{"role": "user", "content": "a" * 100_000}])
+            model="policy", messages=[{"role": "user", "content": "a" * 100_000}]
+        )
     assert refused.value.status_code == 413
     error = refused.value.body
     assert error["code"] == "request_too_large" and error["type"] == "invalid_request_error"
@@ -382,16 +477,18 @@ async def test_a_body_over_the_limit_is_refused_before_it_is_parsed(make_server,
             yield b" " * 1024
 
     async with httpx.AsyncClient() as http:
-        chunked = await http.post(f"{srv.base_url}/chat/completions", content=chunks(),
-                                  headers={"Authorization": f"Bearer {srv.token}"})
+        chunked = await http.post(
+            f"{srv.base_url}/chat/completions",
+            content=chunks(),
+            headers={"Authorization": f"Bearer {srv.token}"},
+        )
     assert chunked.status_code == 413 and chunked.json()["error"]["code"] == "request_too_large"
     assert parsed == []  # neither body reached the JSON parser
     ok = await client.chat.completions.create(model="policy", messages=QUESTION)
     assert ok.choices and parsed
 
 
-async def test_a_prompt_over_the_context_is_refused_without_tokenizing_it(make_server,
-                                                                          monkeypatch):
+async def test_a_prompt_over_the_context_is_refused_without_tokenizing_it(make_server, monkeypatch):
     make, policy = make_server
     srv = await make()
     client = srv.client()
@@ -407,7 +504,8 @@ async def test_a_prompt_over_the_context_is_refused_without_tokenizing_it(make_s
     monkeypatch.setattr(tokenizer, "encode", encode)
     with pytest.raises(openai.BadRequestError) as refused:
         await client.chat.completions.create(
-            model="policy", messages=[{"role": "user", "content": "a" * 1_000_000}])
+            model="policy", messages=[{"role": "user", "content": "a" * 1_000_000}]
+        )
     assert refused.value.code == "context_length_exceeded"
     assert "maximum context length is 2048 tokens" in refused.value.message
     assert sum(chars for chars, _ in encoded) < 1000  # the prompt itself was never tokenized
@@ -417,14 +515,16 @@ async def test_a_prompt_over_the_context_is_refused_without_tokenizing_it(make_s
     encoded.clear()
     with pytest.raises(openai.BadRequestError, match=r"these messages are \d+ tokens") as exact:
         await client.chat.completions.create(
-            model="policy", messages=[{"role": "user", "content": "yes " * 3000}])
+            model="policy", messages=[{"role": "user", "content": "yes " * 3000}]
+        )
     assert exact.value.code == "context_length_exceeded"
     assert encoded and not any(on_loop for chars, on_loop in encoded if chars >= 12_000)
 
     # A large prompt that fits is served, also rendered off the loop.
     encoded.clear()
     fits = await client.chat.completions.create(
-        model="policy", messages=[{"role": "user", "content": "yes " * 1500}])
+        model="policy", messages=[{"role": "user", "content": "yes " * 1500}]
+    )
     assert len(fits.choices[0].model_extra["prompt_token_ids"]) > 1500
     assert not any(on_loop for chars, on_loop in encoded if chars >= 6000)
 
@@ -455,7 +555,8 @@ async def test_a_client_that_goes_away_cancels_its_sampling(make_server, caplog)
     runtime.torch_executor().submit(release.wait, 30)
     client = srv.client()
     request = asyncio.create_task(
-        client.chat.completions.create(model="policy", messages=QUESTION, n=128))
+        client.chat.completions.create(model="policy", messages=QUESTION, n=128)
+    )
     try:
         deadline = time.monotonic() + 10
         while not sampler.futures:  # the request waits in the sampler's queue
@@ -472,18 +573,23 @@ async def test_a_client_that_goes_away_cancels_its_sampling(make_server, caplog)
     assert len(sampler.futures) == 1
     after = await client.chat.completions.create(model="policy", messages=QUESTION)
     assert after.choices and not sampler.futures[1].cancelled()
-    assert any("sampling cancelled" in r.getMessage() and r.levelno == logging.DEBUG
-               for r in caplog.records)
+    assert any(
+        "sampling cancelled" in r.getMessage() and r.levelno == logging.DEBUG
+        for r in caplog.records
+    )
     assert errors_logged(caplog) == []
 
 
 async def test_a_half_sent_request_is_closed_after_the_timeout(make_server):
     make, _ = make_server
     srv = await make(request_timeout=0.3)
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-            f"Authorization: Bearer {srv.token}\r\n").encode()
-    for request in (head,  # the head never ends
-                    head + b"Content-Length: 100\r\n\r\n{\"model\":"):  # nor does the body
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {srv.token}\r\n"
+    ).encode()
+    for request in (
+        head,  # the head never ends
+        head + b'Content-Length: 100\r\n\r\n{"model":',
+    ):  # nor does the body
         reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
         writer.write(request)
         started = time.monotonic()
@@ -506,24 +612,29 @@ async def test_a_client_that_disconnects_mid_body_is_logged_at_debug(make_server
     make, _ = make_server
     srv = await make()
     reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
-    writer.write((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                  f"Authorization: Bearer {srv.token}\r\nContent-Length: 1000\r\n\r\n"
-                  '{"model": "policy"').encode())
+    writer.write(
+        (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {srv.token}\r\nContent-Length: 1000\r\n\r\n"
+            '{"model": "policy"'
+        ).encode()
+    )
     await writer.drain()
     writer.close()
     deadline = time.monotonic() + 5
-    while not any("went away before its request was whole" in r.getMessage()
-                  for r in caplog.records):
+    while not any(
+        "went away before its request was whole" in r.getMessage() for r in caplog.records
+    ):
         assert time.monotonic() < deadline, "no disconnect was logged"
         await asyncio.sleep(0.02)
     record = next(r for r in caplog.records if "went away" in r.getMessage())
     assert record.levelno == logging.DEBUG and record.exc_info is None
     assert errors_logged(caplog) == []
-    assert (await srv.client().chat.completions.create(model="policy",
-                                                       messages=QUESTION)).choices
+    assert (await srv.client().chat.completions.create(model="policy", messages=QUESTION)).choices
 
 
 # ------------------------------------------------------------------ model names and messages
+
 
 async def test_the_model_entry_says_how_tools_reach_the_model(server):
     # the embedded model's role_colon has no tool format: the server's text protocol
@@ -544,7 +655,8 @@ async def test_an_empty_content_list_is_refused(server):
     for role in ("user", "system"):
         with pytest.raises(openai.BadRequestError) as refused:
             await srv.client().chat.completions.create(
-                model="policy", messages=[{"role": role, "content": []}, *QUESTION])
+                model="policy", messages=[{"role": role, "content": []}, *QUESTION]
+            )
         assert refused.value.code == "empty_array"
         assert refused.value.param == "messages.0.content"
 
@@ -552,21 +664,31 @@ async def test_an_empty_content_list_is_refused(server):
 async def test_a_tool_message_must_answer_a_call_of_the_assistant_message_before_it(server):
     srv, _ = server
     client = srv.client()
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'},
+    }
     asked = [*QUESTION, {"role": "assistant", "content": None, "tool_calls": [call]}]
     ok = await client.chat.completions.create(
-        model="policy", tools=[ADD_TOOL],
-        messages=[*asked, {"role": "tool", "tool_call_id": "call_1", "content": "3"}])
+        model="policy",
+        tools=[ADD_TOOL],
+        messages=[*asked, {"role": "tool", "tool_call_id": "call_1", "content": "3"}],
+    )
     assert ok.choices
     for messages in (
-            [*asked, {"role": "tool", "tool_call_id": "call_9", "content": "3"}],  # unknown id
-            [*asked, {"role": "user", "content": "and?"},  # not right after the call
-             {"role": "tool", "tool_call_id": "call_1", "content": "3"}],
-            [*QUESTION, {"role": "tool", "tool_call_id": "call_1", "content": "3"}]):
+        [*asked, {"role": "tool", "tool_call_id": "call_9", "content": "3"}],  # unknown id
+        [
+            *asked,
+            {"role": "user", "content": "and?"},  # not right after the call
+            {"role": "tool", "tool_call_id": "call_1", "content": "3"},
+        ],
+        [*QUESTION, {"role": "tool", "tool_call_id": "call_1", "content": "3"}],
+    ):
         with pytest.raises(openai.BadRequestError, match="answers no tool call") as refused:
-            await client.chat.completions.create(model="policy", tools=[ADD_TOOL],
-                                                 messages=messages)
+            await client.chat.completions.create(
+                model="policy", tools=[ADD_TOOL], messages=messages
+            )
         assert refused.value.param == f"messages.{len(messages) - 1}.tool_call_id"
 
 
@@ -574,25 +696,35 @@ async def test_content_parts_say_what_is_wrong(server):
     srv, _ = server
     client = srv.client()
     for part, param, says in (
-            ({"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}},
-             "messages.0.content.0.cache_control", "unsupported key(s) in a text part: "
-                                                   "'cache_control'"),
-            ({"type": "image_url", "image_url": {"url": "data:,"}}, "messages.0.content.0.type",
-             "unsupported content part type 'image_url'"),
-            ({"type": "text", "text": 5}, "messages.0.content.0.text", "needs 'text', a string")):
+        (
+            {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}},
+            "messages.0.content.0.cache_control",
+            "unsupported key(s) in a text part: 'cache_control'",
+        ),
+        (
+            {"type": "image_url", "image_url": {"url": "data:,"}},
+            "messages.0.content.0.type",
+            "unsupported content part type 'image_url'",
+        ),
+        ({"type": "text", "text": 5}, "messages.0.content.0.text", "needs 'text', a string"),
+    ):
         with pytest.raises(openai.BadRequestError) as refused:
             await client.chat.completions.create(
-                model="policy", messages=[{"role": "user", "content": [part]}])
+                model="policy", messages=[{"role": "user", "content": [part]}]
+            )
         assert says in refused.value.message and refused.value.param == param
     ok = await client.chat.completions.create(
-        model="policy", messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+        model="policy", messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    )
     assert ok.choices
 
 
 async def test_stopping_the_server_closes_the_clients_it_made(tmp_path):
     """A client left to the garbage collector closed its connections on whatever loop ran
     then, or on none ("Event loop is closed")."""
-    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
+    policy = BackendSession(
+        LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
+    )
     await policy.start()
     srv = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=2))
     await srv.start()

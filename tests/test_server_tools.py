@@ -22,11 +22,20 @@ from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server import PolicyServer, parse_text_tool_calls
 
 QUESTION = [{"role": "user", "content": "What is 2 plus 3?"}]
-TOOLS = [{"type": "function", "function": {
-    "name": name, "description": f"{name} two numbers",
-    "parameters": {"type": "object", "properties": {"a": {"type": "number"},
-                                                    "b": {"type": "number"}}}}}
-    for name in ("add", "mul")]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"{name} two numbers",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+            },
+        },
+    }
+    for name in ("add", "mul")
+]
 
 
 class ScriptedSampler:
@@ -41,10 +50,17 @@ class ScriptedSampler:
         self.prompts.append(prompt.to_ints())
         text = self.replies.pop(0)
         tokens = np.asarray(self.tokenizer.encode(text), dtype=np.int32)
-        response = tinker.SampleResponse(sequences=[tinker.SampledSequence(
-            stop_reason="stop", sequence_id=f"s{i}", tokens_np=tokens,
-            logprobs_np=np.full(len(tokens), -0.25, dtype=np.float32))
-            for i in range(num_samples)])
+        response = tinker.SampleResponse(
+            sequences=[
+                tinker.SampledSequence(
+                    stop_reason="stop",
+                    sequence_id=f"s{i}",
+                    tokens_np=tokens,
+                    logprobs_np=np.full(len(tokens), -0.25, dtype=np.float32),
+                )
+                for i in range(num_samples)
+            ]
+        )
         future = Future()
         future.set_result(response)
         return AwaitableConcurrentFuture(future)
@@ -52,7 +68,9 @@ class ScriptedSampler:
 
 @pytest.fixture
 async def scripted(tmp_path):
-    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL)
+    policy = BackendSession(
+        LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
+    )
     await policy.start()
     server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=32))
     await server.start()
@@ -69,8 +87,9 @@ async def scripted(tmp_path):
 async def test_auto_parses_a_json_tool_call_out_of_the_reply(scripted):
     client, policy, script = scripted
     script('Let me add.\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n\nUser:')
-    completion = await client.chat.completions.create(model="policy", messages=QUESTION,
-                                                      tools=TOOLS)
+    completion = await client.chat.completions.create(
+        model="policy", messages=QUESTION, tools=TOOLS
+    )
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content == "Let me add."
@@ -84,8 +103,9 @@ async def test_tool_choice_none_returns_the_text(scripted):
     client, _, script = scripted
     reply = '{"name": "add", "arguments": {"a": 2, "b": 3}}'
     script(reply + "\n\nUser:")
-    completion = await client.chat.completions.create(model="policy", messages=QUESTION,
-                                                      tools=TOOLS, tool_choice="none")
+    completion = await client.chat.completions.create(
+        model="policy", messages=QUESTION, tools=TOOLS, tool_choice="none"
+    )
     choice = completion.choices[0]
     assert choice.message.tool_calls is None and choice.finish_reason == "stop"
     assert choice.message.content == reply
@@ -94,8 +114,9 @@ async def test_tool_choice_none_returns_the_text(scripted):
 async def test_tool_choice_required_prefills_the_call(scripted):
     client, policy, script = scripted
     sampler = script('mul", "arguments": {"a": 2, "b": 3}}\n\nUser:')
-    completion = await client.chat.completions.create(model="policy", messages=QUESTION,
-                                                      tools=TOOLS, tool_choice="required")
+    completion = await client.chat.completions.create(
+        model="policy", messages=QUESTION, tools=TOOLS, tool_choice="required"
+    )
     choice = completion.choices[0]
     [call] = choice.message.tool_calls
     assert (call.function.name, call.function.arguments) == ("mul", '{"a": 2, "b": 3}')
@@ -112,8 +133,11 @@ async def test_a_named_tool_choice_prefills_its_name_up_to_a_token_boundary(scri
     assert [tokenizer.decode([t]) for t in tokenizer.encode(' {"a"')][0] == " {"
     sampler = script(' {"a": 1, "b": 1}}\n\nUser:')
     completion = await client.chat.completions.create(
-        model="policy", messages=QUESTION, tools=TOOLS,
-        tool_choice={"type": "function", "function": {"name": "add"}})
+        model="policy",
+        messages=QUESTION,
+        tools=TOOLS,
+        tool_choice={"type": "function", "function": {"name": "add"}},
+    )
     [call] = completion.choices[0].message.tool_calls
     assert (call.function.name, call.function.arguments) == ("add", '{"a": 1, "b": 1}')
     prompt = sampler.prompts[0]
@@ -121,9 +145,10 @@ async def test_a_named_tool_choice_prefills_its_name_up_to_a_token_boundary(scri
     # the prompt ends with the first tokens of the whole call, as the model writes it
     whole = tokenizer.encode(' {"name": "add", "arguments": {"a": 1, "b": 1}}')
     header = tokenizer.encode("Assistant:")
-    start = len(prompt) - next(i for i in range(len(prompt), 0, -1)
-                               if prompt[i - len(header):i] == header)
-    assert prompt[len(prompt) - start:] == whole[:start]
+    start = len(prompt) - next(
+        i for i in range(len(prompt), 0, -1) if prompt[i - len(header) : i] == header
+    )
+    assert prompt[len(prompt) - start :] == whole[:start]
 
 
 async def test_parallel_tool_calls_false_returns_one_call(scripted):
@@ -131,8 +156,9 @@ async def test_parallel_tool_calls_false_returns_one_call(scripted):
     two = '{"name": "add", "arguments": {"a": 1}}\n{"name": "mul", "arguments": {"a": 2}}'
     script(two + "\n\nUser:", two + "\n\nUser:")
     both = await client.chat.completions.create(model="policy", messages=QUESTION, tools=TOOLS)
-    one = await client.chat.completions.create(model="policy", messages=QUESTION, tools=TOOLS,
-                                               parallel_tool_calls=False)
+    one = await client.chat.completions.create(
+        model="policy", messages=QUESTION, tools=TOOLS, parallel_tool_calls=False
+    )
     assert [c.function.name for c in both.choices[0].message.tool_calls] == ["add", "mul"]
     assert [c.function.name for c in one.choices[0].message.tool_calls] == ["add"]
     assert one.choices[0].message.content == '{"name": "mul", "arguments": {"a": 2}}'
@@ -141,16 +167,16 @@ async def test_parallel_tool_calls_false_returns_one_call(scripted):
 async def test_streamed_tool_calls(scripted):
     client, _, script = scripted
     script('{"name": "add", "arguments": {"a": 2, "b": 3}}\n\nUser:')
-    stream = await client.chat.completions.create(model="policy", messages=QUESTION,
-                                                  tools=TOOLS, stream=True)
+    stream = await client.chat.completions.create(
+        model="policy", messages=QUESTION, tools=TOOLS, stream=True
+    )
     calls, finish = [], None
     async for chunk in stream:
         for c in chunk.choices:
             calls += c.delta.tool_calls or []
             finish = c.finish_reason or finish
     assert finish == "tool_calls"
-    assert [(c.function.name, c.function.arguments) for c in calls] == [
-        ("add", '{"a": 2, "b": 3}')]
+    assert [(c.function.name, c.function.arguments) for c in calls] == [("add", '{"a": 2, "b": 3}')]
 
 
 async def test_a_tool_conversation_trains_as_one_datum_on_the_sampled_tokens(scripted):
@@ -158,29 +184,32 @@ async def test_a_tool_conversation_trains_as_one_datum_on_the_sampled_tokens(scr
     exact sampled tokens; the tool result is context only."""
     client, policy, script = scripted
     # role_colon puts a space between "Assistant:" and the content; the model writes it too
-    script(' {"name": "add", "arguments": {"a": 2, "b": 3}}\n\nUser:',
-           " It is 5.\n\nUser:")
+    script(' {"name": "add", "arguments": {"a": 2, "b": 3}}\n\nUser:', " It is 5.\n\nUser:")
     messages = list(QUESTION)
-    first = await client.chat.completions.create(model="policy", messages=messages,
-                                                 tools=TOOLS)
+    first = await client.chat.completions.create(model="policy", messages=messages, tools=TOOLS)
     call = first.choices[0].message.tool_calls[0]
-    messages += [first.choices[0].message,
-                 {"role": "tool", "tool_call_id": call.id, "content": "5"}]
-    second = await client.chat.completions.create(model="policy", messages=messages,
-                                                  tools=TOOLS)
+    messages += [
+        first.choices[0].message,
+        {"role": "tool", "tool_call_id": call.id, "content": "5"},
+    ]
+    second = await client.chat.completions.create(model="policy", messages=messages, tools=TOOLS)
     assert second.choices[0].message.content == "It is 5."
     trajectory = Trajectory.from_choices([first.choices[0], second.choices[0]], reward=1.0)
     other = Trajectory.from_choices([first.choices[0]], reward=0.0)
-    group = TrajectoryGroup(group_id=0, scenario_id="s", trajectories=(trajectory, other),
-                            started_at=0.0, finished_at=1.0)
+    group = TrajectoryGroup(
+        group_id=0,
+        scenario_id="s",
+        trajectories=(trajectory, other),
+        started_at=0.0,
+        finished_at=1.0,
+    )
     datums = policy.build_datums([group])
     assert datums.metrics == {"train/turns": 3.0, "train/prefix_mismatch": 0.0}
     merged = datums[0]
     advantages = merged.loss_fn_inputs["advantages"].tolist()
     targets = merged.loss_fn_inputs["target_tokens"].tolist()
     trained = [t for t, a in zip(targets, advantages, strict=True) if a]
-    sampled = first.choices[0].model_extra["token_ids"] + second.choices[0].model_extra[
-        "token_ids"]
+    sampled = first.choices[0].model_extra["token_ids"] + second.choices[0].model_extra["token_ids"]
     assert trained == sampled
     text = policy.tokenizer.decode(merged.model_input.to_ints() + targets[-1:])
     assert "User: Tool add returned: 5" in text
@@ -189,20 +218,33 @@ async def test_a_tool_conversation_trains_as_one_datum_on_the_sampled_tokens(scr
 async def test_an_edited_tool_call_is_counted_as_a_prefix_mismatch(scripted):
     client, policy, script = scripted
     script(' {"name":"add","arguments":{"a":2}}\n\nUser:', " 5\n\nUser:")
-    first = await client.chat.completions.create(model="policy", messages=QUESTION,
-                                                 tools=TOOLS)
+    first = await client.chat.completions.create(model="policy", messages=QUESTION, tools=TOOLS)
     call = first.choices[0].message.tool_calls[0]
     # the agent sends back its own version of the call (same id, other arguments)
-    edited = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": call.id, "type": "function",
-         "function": {"name": "add", "arguments": '{"a": 3}'}}]}
+    edited = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": "add", "arguments": '{"a": 3}'},
+            }
+        ],
+    }
     second = await client.chat.completions.create(
-        model="policy", tools=TOOLS,
-        messages=[*QUESTION, edited, {"role": "tool", "tool_call_id": call.id, "content": "5"}])
+        model="policy",
+        tools=TOOLS,
+        messages=[*QUESTION, edited, {"role": "tool", "tool_call_id": call.id, "content": "5"}],
+    )
     trajectory = Trajectory.from_choices([first.choices[0], second.choices[0]], reward=1.0)
-    group = TrajectoryGroup(group_id=0, scenario_id="s", started_at=0.0, finished_at=1.0,
-                            trajectories=(trajectory, Trajectory(turns=trajectory.turns[:1],
-                                                                 reward=0.0)))
+    group = TrajectoryGroup(
+        group_id=0,
+        scenario_id="s",
+        started_at=0.0,
+        finished_at=1.0,
+        trajectories=(trajectory, Trajectory(turns=trajectory.turns[:1], reward=0.0)),
+    )
     datums = policy.build_datums([group])
     assert datums.metrics["train/prefix_mismatch"] == 1.0
     assert len(datums) == 3  # the first trajectory split in two, the second one Datum
@@ -213,14 +255,22 @@ async def test_an_edited_tool_call_is_counted_as_a_prefix_mismatch(scripted):
 def test_parse_text_tool_calls():
     names = ["add"]
     assert parse_text_tool_calls('{"name": "add", "arguments": {"a": 1}}', names) == (
-        "", [("add", '{"a": 1}')])
+        "",
+        [("add", '{"a": 1}')],
+    )
     # arguments given as a JSON string, or left out
     assert parse_text_tool_calls('x {"name": "add", "arguments": "{\\"a\\": 1}"} y', names) == (
-        "x\ny", [("add", '{"a": 1}')])
+        "x\ny",
+        [("add", '{"a": 1}')],
+    )
     assert parse_text_tool_calls('{"name": "add"}', names) == ("", [("add", "{}")])
     # unknown tools, extra keys, broken JSON and plain braces stay content
-    for text in ('{"name": "sub", "arguments": {}}', '{"name": "add", "arguments": {}, "x": 1}',
-                 '{"name": "add", "arguments": {', "a {b} c"):
+    for text in (
+        '{"name": "sub", "arguments": {}}',
+        '{"name": "add", "arguments": {}, "x": 1}',
+        '{"name": "add", "arguments": {',
+        "a {b} c",
+    ):
         assert parse_text_tool_calls(text, names) == (text.strip(), [])
 
 
@@ -239,8 +289,7 @@ class CharTokenizer:
     def encode(self, text, add_special_tokens=False, **_):
         out = []
         for i, part in enumerate(self._split.split(text)):
-            out += [SPECIALS.index(part)] if i % 2 else [len(SPECIALS) + b for b in
-                                                          part.encode()]
+            out += [SPECIALS.index(part)] if i % 2 else [len(SPECIALS) + b for b in part.encode()]
         return out
 
     def decode(self, ids, skip_special_tokens=False, **_):
@@ -269,21 +318,25 @@ class NativePolicy:
         self.end_tokens = ()
         self.sampler = ScriptedSampler(self.tokenizer, replies)
 
-    async def sample(self, prompt, num_samples, sampling_params, *, version=None,
-                     top_logprobs=0, **_):
+    async def sample(
+        self, prompt, num_samples, sampling_params, *, version=None, top_logprobs=0, **_
+    ):
         return await self.sampler.sample(prompt, num_samples, sampling_params), self.version
 
 
 async def test_a_renderer_with_native_tool_support_uses_its_own_format():
-    policy = NativePolicy(['<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n'
-                           "</tool_call><|im_end|>", "5, so 5.<|im_end|>",
-                           'mul", "arguments": {"a": 1, "b": 2}}\n</tool_call><|im_end|>'])
+    policy = NativePolicy(
+        [
+            '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call><|im_end|>',
+            "5, so 5.<|im_end|>",
+            'mul", "arguments": {"a": 1, "b": 2}}\n</tool_call><|im_end|>',
+        ]
+    )
     server = PolicyServer(policy, model_name="qwen")
     await server.start()
     try:
         client = server.client()
-        first = await client.chat.completions.create(model="qwen", messages=QUESTION,
-                                                     tools=TOOLS)
+        first = await client.chat.completions.create(model="qwen", messages=QUESTION, tools=TOOLS)
         prompt = policy.tokenizer.decode(policy.sampler.prompts[0])
         assert "<tools>" in prompt and '"name": "add"' in prompt
         [call] = first.choices[0].message.tool_calls
@@ -291,18 +344,27 @@ async def test_a_renderer_with_native_tool_support_uses_its_own_format():
         assert first.choices[0].finish_reason == "tool_calls"
         # the echoed call renders in Qwen's format: the next prompt extends what was sampled
         second = await client.chat.completions.create(
-            model="qwen", tools=TOOLS, stop=[", "],
-            messages=[*QUESTION, first.choices[0].message,
-                      {"role": "tool", "tool_call_id": call.id, "content": "5"}])
-        sampled = first.choices[0].model_extra["prompt_token_ids"] + \
-            first.choices[0].model_extra["token_ids"]
-        assert second.choices[0].model_extra["prompt_token_ids"][:len(sampled)] == sampled
+            model="qwen",
+            tools=TOOLS,
+            stop=[", "],
+            messages=[
+                *QUESTION,
+                first.choices[0].message,
+                {"role": "tool", "tool_call_id": call.id, "content": "5"},
+            ],
+        )
+        sampled = (
+            first.choices[0].model_extra["prompt_token_ids"]
+            + first.choices[0].model_extra["token_ids"]
+        )
+        assert second.choices[0].model_extra["prompt_token_ids"][: len(sampled)] == sampled
         # a user stop string with a renderer whose own stops are token ids: cut after sampling
         assert second.choices[0].message.content == "5"
         assert policy.tokenizer.decode(second.choices[0].model_extra["token_ids"]) == "5, "
         # tool_choice "required": Qwen3's own call opening after the one assistant header
-        forced = await client.chat.completions.create(model="qwen", messages=QUESTION,
-                                                      tools=TOOLS, tool_choice="required")
+        forced = await client.chat.completions.create(
+            model="qwen", messages=QUESTION, tools=TOOLS, tool_choice="required"
+        )
         prompt = policy.tokenizer.decode(policy.sampler.prompts[2])
         assert prompt.endswith('<|im_start|>assistant\n<tool_call>\n{"name": "')
         [call] = forced.choices[0].message.tool_calls

@@ -45,8 +45,11 @@ def write_run(path: Path, *, finish: bool = True) -> list:
     events = scripted_events(clock)
     if finish:
         clock.advance(1.0)
-        events.append(RunFinished(time=clock.now(), status="completed", final_step=20,
-                                  reason="reached max_steps"))
+        events.append(
+            RunFinished(
+                time=clock.now(), status="completed", final_step=20, reason="reached max_steps"
+            )
+        )
 
     async def store_all() -> None:
         store = await RunStore.open(path)
@@ -86,7 +89,8 @@ def test_the_store_keeps_groups_trajectories_evals_commands_and_measurements(sto
     assert db.execute("select count(*) from throughput").fetchone()[0] == 20
     # a trajectory keeps every turn, tool calls and results included
     (messages,) = db.execute(
-        "select messages from trajectories where group_id = 40 and idx = 0").fetchone()
+        "select messages from trajectories where group_id = 40 and idx = 0"
+    ).fetchone()
     assert '"tool_calls"' in messages and '"role": "tool"' in messages
 
 
@@ -99,8 +103,11 @@ async def test_rows_after_reads_incrementally_and_decodes_json(stored):
         assert isinstance(first[0]["metrics"], dict)
         rest = await store.rows_after("steps", "run-0001", first[-1]["rowid"])
         assert [r["step"] for r in rest] == list(range(6, 21))
-        (group,) = [e for e in await store.events(await store.find_run("run-0001"),
-                                                   kinds={GroupSampled}) if e.group_id == 40]
+        (group,) = [
+            e
+            for e in await store.events(await store.find_run("run-0001"), kinds={GroupSampled})
+            if e.group_id == 40
+        ]
         assert len(group.trajectories) == GROUP_SIZE
         messages = group.trajectories[0].messages
         assert messages[1]["tool_calls"][0]["function"]["name"] == "lookup"
@@ -174,8 +181,9 @@ async def test_a_store_session_replays_what_the_live_run_showed(stored):
     assert again.name == live.name and again.max_steps == live.max_steps
     assert again.rewards == live.rewards and again.step == live.step == 20
     assert again.discarded == live.discarded
-    assert [(c.step, c.path) for c in again.checkpoints] == [(c.step, c.path)
-                                                            for c in live.checkpoints]
+    assert [(c.step, c.path) for c in again.checkpoints] == [
+        (c.step, c.path) for c in live.checkpoints
+    ]
     assert [(e.step, e.reward) for e in again.evals] == [(e.step, e.reward) for e in live.evals]
     assert again.knobs == live.knobs and again.initial_knobs == live.initial_knobs
     assert [c.describe() for c in again.commands] == [c.describe() for c in live.commands]
@@ -184,7 +192,11 @@ async def test_a_store_session_replays_what_the_live_run_showed(stored):
     for group_id, group in live.groups.items():
         other = again.groups[group_id]
         assert (other.step, other.discarded, other.trajectories, other.at_best) == (
-            group.step, group.discarded, group.trajectories, group.at_best), group_id
+            group.step,
+            group.discarded,
+            group.trajectories,
+            group.at_best,
+        ), group_id
     assert [line.message for line in again.log] == [line.message for line in live.log]
     # the start-up, as the live dashboard told it (every phase and warm-up step)
     startup = [e for e in events if isinstance(e, StartupProgressed)]
@@ -192,10 +204,18 @@ async def test_a_store_session_replays_what_the_live_run_showed(stored):
     # the groups each step took, and the step that dropped each discarded group
     steps = {e.step: e.group_ids for e in events if isinstance(e, StepTrained)}
     assert {e.step: e.group_ids for e in replayed if isinstance(e, StepTrained)} == {
-        step: tuple(sorted(ids + tuple(d.group_id for d in events
-                                       if isinstance(d, GroupDiscarded) and d.step == step
-                                       and d.group_id not in ids)))
-        for step, ids in steps.items()}
+        step: tuple(
+            sorted(
+                ids
+                + tuple(
+                    d.group_id
+                    for d in events
+                    if isinstance(d, GroupDiscarded) and d.step == step and d.group_id not in ids
+                )
+            )
+        )
+        for step, ids in steps.items()
+    }
     assert again.all_steps() == list(range(1, 21)) and again.waiting_groups() == []
 
 
@@ -275,11 +295,21 @@ def test_show_names_the_task_as_the_run_was_started(tmp_path, capsys, monkeypatc
 
     async def store_run() -> None:
         store = await RunStore.open(path)
-        store.handle(RunStarted(time=1.0, run_id="calc-1", name="calc", backend="local",
-                                base_model="tiny", max_steps=5, start_step=0,
-                                task_spec=spec_to_store("calc.py")))
+        store.handle(
+            RunStarted(
+                time=1.0,
+                run_id="calc-1",
+                name="calc",
+                backend="local",
+                base_model="tiny",
+                max_steps=5,
+                start_step=0,
+                task_spec=spec_to_store("calc.py"),
+            )
+        )
         store.handle(RunFinished(time=2.0, status="stopped", final_step=0, reason="user"))
         await store.close()
+
     asyncio.run(store_run())
     assert cli_main(["show", "--db", str(path), "--no-ui"]) == 0
     out = capsys.readouterr().out
@@ -328,6 +358,7 @@ async def test_show_follows_a_run_still_running_read_only_until_it_ends(tmp_path
         assert session.follow and session.read_only
         app = TinkerTuiApp(session, refresh_interval=0.05)
         async with app.run_test(size=(120, 40)) as pilot:
+
             async def step_shown() -> int:
                 await pilot.pause(0.2)
                 return app.model.step

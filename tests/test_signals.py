@@ -19,9 +19,25 @@ def start_run(tmp_path, fault=None):
     if fault:
         env["TINKER_TUI_FAULT"] = fault  # engine.faults: e.g. step 3's training is slow
     return subprocess.Popen(
-        [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--steps", "500",
-         "--warmup-steps", "0", "--db", str(tmp_path / "runs.db")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            "example",
+            "--no-ui",
+            "--steps",
+            "500",
+            "--warmup-steps",
+            "0",
+            "--db",
+            str(tmp_path / "runs.db"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def wait_for_step(proc, step):
@@ -60,10 +76,26 @@ def test_a_signal_the_run_was_started_ignoring_stays_ignored(tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("TINKER_API_KEY", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--no-ui", "--steps",
-         "500", "--warmup-steps", "0", "--db", str(tmp_path / "runs.db")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+        [
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            "example",
+            "--no-ui",
+            "--steps",
+            "500",
+            "--warmup-steps",
+            "0",
+            "--db",
+            str(tmp_path / "runs.db"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )
     try:
         proc.send_signal(signal.SIGHUP)  # while it starts: ignored too
         wait_for_step(proc, 2)
@@ -129,12 +161,15 @@ def test_second_signal_exits_at_once_with_a_consistent_store(tmp_path, capsys):
     assert db.execute("pragma integrity_check").fetchone() == ("ok",)
     # marked interrupted in the store: it said `running` for ever
     assert db.execute("select status, reason from runs").fetchone() == (
-        "interrupted", f"{second} while stopping: stopped at once")
+        "interrupted",
+        f"{second} while stopping: stopped at once",
+    )
     steps = [r[0] for r in db.execute("select step from steps order by step")]
     assert steps == list(range(1, len(steps) + 1))
     (run_id,) = db.execute("select run_id from runs").fetchone()
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(run_id)) \
-        == [f"{run_id}.metrics.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(run_id)) == [
+        f"{run_id}.metrics.jsonl"
+    ]
     assert f"run {run_id} interrupted at step " in out
     assert f"({second} while stopping: stopped at once)" in out
     assert f"continue:   tinker-tui run example --resume {run_id}" in out
@@ -201,10 +236,29 @@ def test_gnu_timeout_stops_the_run_gracefully(tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("TINKER_API_KEY", None)
     done = subprocess.run(
-        [timeout, "-s", "TERM", "25", sys.executable, "-m", "tinker_tui.app.cli", "run",
-         "example", "--no-ui", "--steps", "100000", "--warmup-steps", "0",
-         "--db", str(tmp_path / "runs.db")],
-        capture_output=True, text=True, env=env, timeout=120)
+        [
+            timeout,
+            "-s",
+            "TERM",
+            "25",
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            "run",
+            "example",
+            "--no-ui",
+            "--steps",
+            "100000",
+            "--warmup-steps",
+            "0",
+            "--db",
+            str(tmp_path / "runs.db"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 124, done.stderr[-2000:]  # timeout's own: it timed out
     _assert_one_graceful_stop(tmp_path, done.stdout, 143)
 
@@ -248,8 +302,11 @@ async def test_dashboards_show_a_run_stopped_at_once_as_interrupted(tmp_path, mo
 
     db = tmp_path / "runs.db"
     monkeypatch.setenv("TINKER_TUI_FAULT", "train:slow:2")  # the stop waits for step 2
-    engine = EngineProcess(["run", "example", "--steps", "500", "--warmup-steps", "0",
-                            "--db", str(db)], run_id="r-1", db_path=db)
+    engine = EngineProcess(
+        ["run", "example", "--steps", "500", "--warmup-steps", "0", "--db", str(db)],
+        run_id="r-1",
+        db_path=db,
+    )
     started = StoreSession(db, run_id="r-1", follow=True, poll_interval=0.05, engine=engine)
     steps: list[int] = []
     started.events.subscribe(lambda e: isinstance(e, StepTrained) and steps.append(e.step))
@@ -264,8 +321,14 @@ async def test_dashboards_show_a_run_stopped_at_once_as_interrupted(tmp_path, mo
         first_step = time.monotonic()
         control, run_id = await asyncio.to_thread(connect, db, "r-1")
         pid = engine.process.pid
-        attached = StoreSession(db, await find_run(db, run_id), control=control, follow=True,
-                                poll_interval=0.05, engine=RunningEngine(db, run_id, pid))
+        attached = StoreSession(
+            db,
+            await find_run(db, run_id),
+            control=control,
+            follow=True,
+            poll_interval=0.05,
+            engine=RunningEngine(db, run_id, pid),
+        )
         following = asyncio.ensure_future(attached.run())
         await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - first_step)))  # step 2 trains
         engine.send_signal(signal.SIGINT)
@@ -310,7 +373,8 @@ def test_a_ctrl_c_an_import_swallowed_still_stops_the_command(tmp_path, monkeypa
 
 
 def test_a_sigterm_while_the_command_checks_its_plan_ends_it_with_143_and_one_line(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     """Before the command handles signals itself, SIGTERM ends it as SIGINT does: its exit
     code, one line, no traceback, nothing started; the handlers are put back."""
     from tinker_tui.app.cli import main

@@ -33,30 +33,49 @@ def test_only_the_signals_module_installs_signal_handlers():
         if name == SIGNALS_HOME:
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and (
                     node.func.attr in ("add_signal_handler", "remove_signal_handler")
-                    or (node.func.attr == "signal" and isinstance(node.func.value, ast.Name)
-                        and node.func.value.id == "signal")):
+                    or (
+                        node.func.attr == "signal"
+                        and isinstance(node.func.value, ast.Name)
+                        and node.func.value.id == "signal"
+                    )
+                )
+            ):
                 found.append(f"{name} line {node.lineno}: {node.func.attr}(...)")
-    assert not found, f"signal handlers belong in {SIGNALS_HOME} (take_signals):\n" \
-        + "\n".join(found)
+    assert not found, f"signal handlers belong in {SIGNALS_HOME} (take_signals):\n" + "\n".join(
+        found
+    )
 
 
 def test_only_the_signals_module_spells_their_exit_codes():
-    found = [f"{name} line {node.lineno}: {node.value}"
-             for name, tree in _trees() if name != EXIT_CODES_HOME
-             for node in ast.walk(tree)
-             if isinstance(node, ast.Constant) and type(node.value) is int
-             and node.value in SIGNAL_EXIT_CODES]
-    assert not found, f"name the exit code from {EXIT_CODES_HOME} (EXIT_SIGTERM, " \
+    found = [
+        f"{name} line {node.lineno}: {node.value}"
+        for name, tree in _trees()
+        if name != EXIT_CODES_HOME
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and type(node.value) is int
+        and node.value in SIGNAL_EXIT_CODES
+    ]
+    assert not found, (
+        f"name the exit code from {EXIT_CODES_HOME} (EXIT_SIGTERM, "
         "EXIT_INTERRUPTED...):\n" + "\n".join(found)
+    )
 
 
 def test_only_did_you_mean_asks_difflib():
-    found = [f"{edge.importer} line {edge.line}" for edge in import_graph.edges(MODULES)
-             if edge.imported.split(".")[0] == "difflib" and edge.importer != DID_YOU_MEAN_HOME]
-    assert not found, f"a close-match suggestion comes from {DID_YOU_MEAN_HOME}:\n" \
-        + "\n".join(found)
+    found = [
+        f"{edge.importer} line {edge.line}"
+        for edge in import_graph.edges(MODULES)
+        if edge.imported.split(".")[0] == "difflib" and edge.importer != DID_YOU_MEAN_HOME
+    ]
+    assert not found, f"a close-match suggestion comes from {DID_YOU_MEAN_HOME}:\n" + "\n".join(
+        found
+    )
 
 
 def test_did_you_mean_words_a_suggestion_or_lists_the_names():
@@ -64,8 +83,10 @@ def test_did_you_mean_words_a_suggestion_or_lists_the_names():
 
     assert did_you_mean("lokal", ["local", "tinker"]) == " (did you mean 'local'?)"
     assert did_you_mean("zzz", ["local", "tinker"]) == ""
-    assert did_you_mean("zzz", ["seed", "max_steps"], else_list="known settings") \
+    assert (
+        did_you_mean("zzz", ["seed", "max_steps"], else_list="known settings")
         == "; known settings: max_steps, seed"
+    )
 
 
 def test_a_tasks_unknown_setting_is_answered_as_a_settings_files_is():
@@ -75,8 +96,9 @@ def test_a_tasks_unknown_setting_is_answered_as_a_settings_files_is():
     async def rollout(client, model, scenario):
         raise AssertionError("not called")
 
-    task = Task(name="t", scenarios=lambda rng: iter(()), rollout=rollout,
-                settings={"max_stepz": 3})
+    task = Task(
+        name="t", scenarios=lambda rng: iter(()), rollout=rollout, settings={"max_stepz": 3}
+    )
     with pytest.raises(TaskError) as info:
         check_task(task, known_settings={"max_steps", "seed"})
     assert "unknown setting 'max_stepz' (did you mean 'max_steps'?)" in str(info.value)

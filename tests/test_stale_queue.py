@@ -17,20 +17,35 @@ from tinker_tui.engine.store.reader import EventCursor
 
 
 def _sampled(group_id, time):
-    return GroupSampled(time=time, group_id=group_id, scenario_id="s", policy_version=0,
-                        num_trajectories=2, num_tokens=4, reward_mean=0.5,
-                        trajectories=(TrajectorySummary(reward=0.0, policy_version=0,
-                                                        num_tokens=2),
-                                      TrajectorySummary(reward=1.0, policy_version=0,
-                                                        num_tokens=2)))
+    return GroupSampled(
+        time=time,
+        group_id=group_id,
+        scenario_id="s",
+        policy_version=0,
+        num_trajectories=2,
+        num_tokens=4,
+        reward_mean=0.5,
+        trajectories=(
+            TrajectorySummary(reward=0.0, policy_version=0, num_tokens=2),
+            TrajectorySummary(reward=1.0, policy_version=0, num_tokens=2),
+        ),
+    )
 
 
 def test_a_group_a_step_took_before_its_row_was_read_is_not_left_queued():
     model = DashboardState(FakeClock())
-    model.apply(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
-                           max_steps=9, start_step=0))
-    model.apply(StepTrained(time=2.0, step=1, policy_version=1, metrics={},
-                            group_ids=(7,)))
+    model.apply(
+        RunStarted(
+            time=0.0,
+            run_id="r",
+            name="t",
+            backend="local",
+            base_model="m",
+            max_steps=9,
+            start_step=0,
+        )
+    )
+    model.apply(StepTrained(time=2.0, step=1, policy_version=1, metrics={}, group_ids=(7,)))
     model.apply(_sampled(7, 1.0))  # its row came in a later read
     assert model.waiting_groups() == []
     assert [g.group_id for g in model.groups_of(1)] == [7]
@@ -41,8 +56,17 @@ async def test_a_poll_reads_one_snapshot_of_the_store(tmp_path, monkeypatch):
     as it was when it began, the next poll the rest."""
     db = tmp_path / "runs.db"
     store = await RunStore.open(db)
-    store.handle(RunStarted(time=0.0, run_id="r", name="t", backend="local", base_model="m",
-                            max_steps=9, start_step=0))
+    store.handle(
+        RunStarted(
+            time=0.0,
+            run_id="r",
+            name="t",
+            backend="local",
+            base_model="m",
+            max_steps=9,
+            start_step=0,
+        )
+    )
     await store.flush()
     reader = await StoreReader.open_readonly(db)
     run = await reader.run("r")
@@ -54,8 +78,10 @@ async def test_a_poll_reads_one_snapshot_of_the_store(tmp_path, monkeypatch):
         if table == "steps" and not written:  # the engine commits a step meanwhile
             written.append(True)
             with sqlite3.connect(db) as other:
-                other.execute("INSERT INTO steps (run_id, step, policy_version, time, metrics) "
-                              "VALUES ('r', 1, 1, 2.0, '{}')")
+                other.execute(
+                    "INSERT INTO steps (run_id, step, policy_version, time, metrics) "
+                    "VALUES ('r', 1, 1, 2.0, '{}')"
+                )
         return await original(self, table, run_id, after, limit)
 
     monkeypatch.setattr(StoreReader, "rows_after", rows_after)

@@ -29,7 +29,8 @@ def steady_task() -> Task:
 
     async def rollout(client, model, scenario: Scenario) -> Trajectory:
         completion = await client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2)
+            model=model, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2
+        )
         draw = random.Random(f"{scenario.id}/{completion.choices[0].message.content}")
         reward = 1.0 if scenario.data % 3 == 0 else float(draw.random() < 0.5)
         return Trajectory.from_choices(completion.choices, reward=reward)
@@ -38,8 +39,11 @@ def steady_task() -> Task:
 
 
 def step_lines(reporter: HeadlessReporter) -> list[str]:
-    return [line for line in reporter.out.getvalue().splitlines()  # type: ignore[attr-defined]
-            if line.startswith("step ")]
+    return [
+        line
+        for line in reporter.out.getvalue().splitlines()  # type: ignore[attr-defined]
+        if line.startswith("step ")
+    ]
 
 
 async def shown(db, run_id: str) -> tuple[list[str], list[Event]]:
@@ -53,14 +57,28 @@ async def shown(db, run_id: str) -> tuple[list[str], list[Event]]:
 
 
 async def test_a_resumed_runs_step_lines_go_on_from_the_runs_totals(tmp_path):
-    config = RunConfig(max_steps=5, group_size=4, groups_per_step=3, rollout_workers=2,
-                       max_steps_off_policy=0, checkpoint_every=2, seed=5, warmup_steps=0)
+    config = RunConfig(
+        max_steps=5,
+        group_size=4,
+        groups_per_step=3,
+        rollout_workers=2,
+        max_steps_off_policy=0,
+        checkpoint_every=2,
+        seed=5,
+        warmup_steps=0,
+    )
     db = tmp_path / "runs.db"
-    first = Run(task=steady_task(), config=config, backend="local", db_path=db,
-                headless=True)
+    first = Run(task=steady_task(), config=config, backend="local", db_path=db, headless=True)
     assert await first.run() == "completed"
-    again = Run(task=steady_task(), config=dataclasses.replace(config, max_steps=9),
-                backend="local", db_path=db, run_id=first.run_id, resume=True, headless=True)
+    again = Run(
+        task=steady_task(),
+        config=dataclasses.replace(config, max_steps=9),
+        backend="local",
+        db_path=db,
+        run_id=first.run_id,
+        resume=True,
+        headless=True,
+    )
     reporter = HeadlessReporter(out=io.StringIO())
     summary = SummaryCollector(task="steady", db_path=db)
     reporter.remember(await summary.read_earlier(db, first.run_id))
@@ -79,14 +97,25 @@ async def test_live_totals_after_a_rollback_are_those_show_reads(tmp_path):
     undid: after it, neither the step lines nor the dashboard count them, as `show` does
     not (the store deleted them)."""
     phase = {"collapsing": True}
-    config = RunConfig(max_steps=STEPS, group_size=4, groups_per_step=2, rollout_workers=2,
-                       max_steps_off_policy=0, checkpoint_every=2, seed=3,
-                       on_collapse="rollback", max_rollbacks=1, rollback_lr_scale=0.5,
-                       learning_rate=1e-3, keep_last_checkpoints=2,
-                       collapse_groups=SHORT)
+    config = RunConfig(
+        max_steps=STEPS,
+        group_size=4,
+        groups_per_step=2,
+        rollout_workers=2,
+        max_steps_off_policy=0,
+        checkpoint_every=2,
+        seed=3,
+        on_collapse="rollback",
+        max_rollbacks=1,
+        rollback_lr_scale=0.5,
+        learning_rate=1e-3,
+        keep_last_checkpoints=2,
+        collapse_groups=SHORT,
+    )
     db = tmp_path / "runs.db"
-    run = Run(task=collapsing_task(phase), config=config, backend="local", db_path=db,
-              headless=True)
+    run = Run(
+        task=collapsing_task(phase), config=config, backend="local", db_path=db, headless=True
+    )
     reporter = HeadlessReporter(out=io.StringIO())
     dashboard = DashboardState(FakeClock(0.0))
     undone_no_signal: list[int] = []
@@ -108,8 +137,15 @@ async def test_live_totals_after_a_rollback_are_those_show_reads(tmp_path):
     read_back = DashboardState(FakeClock(0.0))
     for event in events:
         read_back.apply(event)
+
     def totals(state: DashboardState) -> tuple[object, ...]:
-        return (state.discarded, state.converged_groups, state.no_signal_groups,
-                state.groups_sampled, state.rollouts_failed, state.rollouts_ended)
+        return (
+            state.discarded,
+            state.converged_groups,
+            state.no_signal_groups,
+            state.groups_sampled,
+            state.rollouts_failed,
+            state.rollouts_ended,
+        )
 
     assert totals(dashboard) == totals(read_back)

@@ -77,8 +77,12 @@ async def stored_steps(store, run_id: str) -> list[tuple[int, dict]]:
 
 def log_messages(path: Path, run_id: str) -> list[str]:
     with sqlite3.connect(path) as db:
-        return [m for (m,) in db.execute(
-            "SELECT message FROM log WHERE run_id IS ? ORDER BY id", (run_id,))]
+        return [
+            m
+            for (m,) in db.execute(
+                "SELECT message FROM log WHERE run_id IS ? ORDER BY id", (run_id,)
+            )
+        ]
 
 
 @pytest.fixture
@@ -130,10 +134,17 @@ async def test_round_trip_of_every_event_type(store: RunStore) -> None:
             num_tokens=80,
             reward_mean=0.25,
             trajectories=tuple(
-                TrajectorySummary(reward=r, policy_version=0, num_tokens=40, messages=(
-                    {"role": "user", "content": "2+2?"},
-                    {"role": "assistant", "content": answer})) for r, answer in
-                ((0.5, "4"), (0.0, "five"))),
+                TrajectorySummary(
+                    reward=r,
+                    policy_version=0,
+                    num_tokens=40,
+                    messages=(
+                        {"role": "user", "content": "2+2?"},
+                        {"role": "assistant", "content": answer},
+                    ),
+                )
+                for r, answer in ((0.5, "4"), (0.0, "five"))
+            ),
         )
     )
     bus.publish(
@@ -164,23 +175,44 @@ async def test_round_trip_of_every_event_type(store: RunStore) -> None:
             path="tinker://x/sampler_weights/000002",
         )
     )
-    bus.publish(CheckpointDeleted(time=103.15, step=1, kind="state", name="000001",
-                                  path="tinker://x/weights/000001"))
-    bus.publish(EvalCompleted(time=102.5, step=2, policy_version=3,
-                              metrics={"eval/reward_mean": 0.75}))
-    bus.publish(CommandReceived(time=103.2, command="set",
-                                args={"name": "learning_rate", "value": 1e-3}))
-    bus.publish(ThroughputMeasured(
-        time=103.3, window=10.0, rollouts_per_s=3.5, sampled_tokens_per_s=140.0,
-        trained_tokens_per_s=120.0, queue_depth=2, in_flight=4, trainer_busy=0.5,
-        sampler_busy=0.25, verdict="balanced", staleness_in_flight={0: 3, 1: 1},
-        staleness_queued={0: 4}, loop_lag_p99=0.002))
-    bus.publish(GroupStarted(time=103.4, group_id=4, scenario_index=4, scenario_id="s4",
-                             policy_version=3))  # feeds the group life cycle, not replayed
+    bus.publish(
+        CheckpointDeleted(
+            time=103.15, step=1, kind="state", name="000001", path="tinker://x/weights/000001"
+        )
+    )
+    bus.publish(
+        EvalCompleted(time=102.5, step=2, policy_version=3, metrics={"eval/reward_mean": 0.75})
+    )
+    bus.publish(
+        CommandReceived(time=103.2, command="set", args={"name": "learning_rate", "value": 1e-3})
+    )
+    bus.publish(
+        ThroughputMeasured(
+            time=103.3,
+            window=10.0,
+            rollouts_per_s=3.5,
+            sampled_tokens_per_s=140.0,
+            trained_tokens_per_s=120.0,
+            queue_depth=2,
+            in_flight=4,
+            trainer_busy=0.5,
+            sampler_busy=0.25,
+            verdict="balanced",
+            staleness_in_flight={0: 3, 1: 1},
+            staleness_queued={0: 4},
+            loop_lag_p99=0.002,
+        )
+    )
+    bus.publish(
+        GroupStarted(time=103.4, group_id=4, scenario_index=4, scenario_id="s4", policy_version=3)
+    )  # feeds the group life cycle, not replayed
     bus.publish(LogEmitted(time=103.5, level="WARNING", message="hello"))
     bus.publish(RunStateChanged(time=104.0, state="paused", reason="user"))
-    bus.publish(RunFinished(time=110.0, status="completed", final_step=2, reason="max steps",
-                            cause="max_steps"))
+    bus.publish(
+        RunFinished(
+            time=110.0, status="completed", final_step=2, reason="max steps", cause="max_steps"
+        )
+    )
     await store.flush()
 
     runs = await store.runs()
@@ -199,8 +231,9 @@ async def test_round_trip_of_every_event_type(store: RunStore) -> None:
     # Read back through the codec, the run's events are the ones published, in time order
     # (equal times: a group before the step that trained it); NaN survives the trip.
     events = await store.events(run)
-    in_run = sorted((e for e in published[1:-1] if not isinstance(e, GroupStarted)),
-                    key=lambda e: e.time)  # stable: publishing order on ties
+    in_run = sorted(
+        (e for e in published[1:-1] if not isinstance(e, GroupStarted)), key=lambda e: e.time
+    )  # stable: publishing order on ties
     assert repr(events) == repr(in_run)
     assert run.finished() == published[-1]
     steps = [e for e in events if isinstance(e, StepTrained)]
@@ -212,9 +245,11 @@ async def test_round_trip_of_every_event_type(store: RunStore) -> None:
     ]
     with sqlite3.connect(store.path) as db:  # a line logged before any run has no run
         assert db.execute("SELECT message FROM log WHERE run_id IS NULL").fetchall() == [
-            ("before any run",)]
+            ("before any run",)
+        ]
     assert [(g.group_id, g.scenario_index, g.status) for g in await store.groups("r1")] == [
-        (4, 4, "unused")]  # the run ended before it was sampled
+        (4, 4, "unused")
+    ]  # the run ended before it was sampled
     assert store.written == 18 and store.dropped == 0 and store.errors == 0
 
 
@@ -406,11 +441,24 @@ async def test_a_bad_row_does_not_lose_its_batch(store: RunStore, caplog) -> Non
 async def test_a_malformed_event_leaves_none_of_its_rows(store: RunStore, caplog) -> None:
     caplog.set_level(logging.CRITICAL, logger="tinker_tui.engine.store")
     store.handle(started())
-    store.handle(GroupSampled(
-        time=1.0, group_id=1, scenario_id="s1", policy_version=0, num_trajectories=1,
-        num_tokens=10, reward_mean=0.5,
-        trajectories=(TrajectorySummary(reward="high", policy_version=0,  # type: ignore[arg-type]
-                                        num_tokens=10),)))
+    store.handle(
+        GroupSampled(
+            time=1.0,
+            group_id=1,
+            scenario_id="s1",
+            policy_version=0,
+            num_trajectories=1,
+            num_tokens=10,
+            reward_mean=0.5,
+            trajectories=(
+                TrajectorySummary(
+                    reward="high",
+                    policy_version=0,  # type: ignore[arg-type]
+                    num_tokens=10,
+                ),
+            ),
+        )
+    )
     await store.flush()
     assert store.dropped == 1 and store.errors == 1
     assert (await store.run("r1")).groups_sampled == 0
@@ -433,23 +481,40 @@ async def test_a_subclass_of_an_event_type_is_stored_as_that_type(store: RunStor
 
 async def test_a_tracker_report_comes_back_by_its_column_not_its_text(store: RunStore) -> None:
     store.handle(started())
-    store.handle(TrackerReported(time=101.0, level="info", message="wandb: offline run",
-                                 tracker="wandb"))
+    store.handle(
+        TrackerReported(time=101.0, level="info", message="wandb: offline run", tracker="wandb")
+    )
     await store.flush()
     events = await store.events(await store.run("r1"), kinds={LogEmitted})
     assert [(type(e), e.tracker) for e in events] == [(TrackerReported, "wandb")]
 
 
 def stored_run(run_id: str, name: str = "demo") -> StoredRun:
-    return StoredRun(run_id=run_id, name=name, backend="local", base_model="tiny", config={},
-                     status="completed", reason="", started_at=1.0, ended_at=2.0,
-                     max_steps=3, start_step=0, final_step=3, groups_sampled=0,
-                     tokens_sampled=0)
+    return StoredRun(
+        run_id=run_id,
+        name=name,
+        backend="local",
+        base_model="tiny",
+        config={},
+        status="completed",
+        reason="",
+        started_at=1.0,
+        ended_at=2.0,
+        max_steps=3,
+        start_step=0,
+        final_step=3,
+        groups_sampled=0,
+        tokens_sampled=0,
+    )
 
 
 def test_one_run_lookup_by_id_prefix_or_newest_optionally_of_a_task() -> None:
-    runs = [stored_run("demo-2"), stored_run("other-1", "other"), stored_run("demo-1"),
-            stored_run("demo-10")]  # newest first
+    runs = [
+        stored_run("demo-2"),
+        stored_run("other-1", "other"),
+        stored_run("demo-1"),
+        stored_run("demo-10"),
+    ]  # newest first
     assert pick_run(runs, None, where="s.db").run_id == "demo-2"
     assert pick_run(runs, "latest", where="s.db").run_id == "demo-2"
     assert pick_run(runs, None, where="s.db", task="other").run_id == "other-1"
@@ -457,8 +522,11 @@ def test_one_run_lookup_by_id_prefix_or_newest_optionally_of_a_task() -> None:
     assert pick_run(runs, "demo-1", where="s.db").run_id == "demo-1"  # exact beats prefix
     with pytest.raises(NoSuchRun, match=r"'demo' matches several runs: demo-2 \(demo\), "):
         pick_run(runs, "demo", where="s.db")
-    with pytest.raises(NoSuchRun, match=r"no run 'nope' in s.db; runs: demo-2 \(demo\), "
-                                        r"other-1 \(other\), demo-1"):
+    with pytest.raises(
+        NoSuchRun,
+        match=r"no run 'nope' in s.db; runs: demo-2 \(demo\), "
+        r"other-1 \(other\), demo-1",
+    ):
         pick_run(runs, "nope", where="s.db")
     with pytest.raises(NoSuchRun, match="run other-1 is a run of task 'other', not 'demo'"):
         pick_run(runs, "other-1", where="s.db", task="demo")
@@ -650,9 +718,16 @@ def test_json_columns_encode_as_the_standard_encoder_does():
 
     from tinker_tui.engine.store import codec
 
-    values = [[], {}, ({"role": "user", "content": "héllo \"x\"\n"},), {"nan": float("nan")},
-              {"inf": float("-inf"), "b": True, "n": None, "t": (1, 2.5)},
-              (MappingProxyType({"role": "tool"}),), {"set": {3}}, {1: "int key"}]
+    values = [
+        [],
+        {},
+        ({"role": "user", "content": 'héllo "x"\n'},),
+        {"nan": float("nan")},
+        {"inf": float("-inf"), "b": True, "n": None, "t": (1, 2.5)},
+        (MappingProxyType({"role": "tool"}),),
+        {"set": {3}},
+        {1: "int key"},
+    ]
     for value in values:
         assert codec._dumps(value) == json.JSONEncoder(default=codec._json_default).encode(value)
     loop: list = []
@@ -662,16 +737,33 @@ def test_json_columns_encode_as_the_standard_encoder_does():
 
 
 async def test_a_requested_checkpoint_is_stored_so_and_marked_again_replaces_its_row(
-        store: RunStore) -> None:
+    store: RunStore,
+) -> None:
     """`CheckpointSaved.requested` survives the store (a resumed run keeps such checkpoints
     from retention); the same checkpoint saved again, now asked for, is one row."""
     store.handle(started())
-    store.handle(CheckpointSaved(time=101.0, step=1, kind="state", name="step-000001",
-                                 path="tinker://x/weights/000001", resume_state={"step": 1}))
+    store.handle(
+        CheckpointSaved(
+            time=101.0,
+            step=1,
+            kind="state",
+            name="step-000001",
+            path="tinker://x/weights/000001",
+            resume_state={"step": 1},
+        )
+    )
     await store.flush()
-    store.handle(CheckpointSaved(time=102.0, step=1, kind="state", name="step-000001",
-                                 path="tinker://x/weights/000001", resume_state={"step": 1},
-                                 requested=True))
+    store.handle(
+        CheckpointSaved(
+            time=102.0,
+            step=1,
+            kind="state",
+            name="step-000001",
+            path="tinker://x/weights/000001",
+            resume_state={"step": 1},
+            requested=True,
+        )
+    )
     await store.flush()
     [checkpoint] = await store.checkpoints("r1")
     assert checkpoint.requested and checkpoint.step == 1

@@ -40,8 +40,11 @@ def test_the_grid_names_settings_and_makes_every_combination():
 
 def test_a_bad_grid_value_is_a_grid_error_not_a_run_flags():
     """`--grid learning_rate=1e-3,abc` was reported as `run --learning-rate`'s error."""
-    with pytest.raises(UsageError, match=r"^--grid learning_rate: learning_rate must be a "
-                                         r"number, got 'abc'"):
+    with pytest.raises(
+        UsageError,
+        match=r"^--grid learning_rate: learning_rate must be a "
+        r"number, got 'abc'",
+    ):
         parse_grid(["learning_rate=1e-3,abc"])
     with pytest.raises(UsageError, match=r"^--grid group_size: group_size must be a whole"):
         parse_grid(["group_size=4,4.5"])
@@ -57,8 +60,9 @@ def test_parallel_by_default_fits_the_machine():
 
 def test_a_bad_value_stops_the_sweep_before_anything_starts(tmp_path, capsys):
     db = tmp_path / "runs.db"
-    code = cli_main(["sweep", "example", "--grid", "learning_rate=1e-3,-1", "--no-ui",
-                     "--db", str(db)])
+    code = cli_main(
+        ["sweep", "example", "--grid", "learning_rate=1e-3,-1", "--no-ui", "--db", str(db)]
+    )
     assert code == 2
     err = capsys.readouterr().err
     # checked as the grid is read: the grid's error, not a run's flag's
@@ -99,10 +103,15 @@ async def recorded_sweep(path: Path, n: int) -> StoredSweep:
     store = await RunStore.open(path, start=False)
     await store.close()
     sweep = StoredSweep(
-        sweep_id="sweep-1", task="yes_no_maybe", task_spec="example",
-        grid={"seed": [str(i) for i in range(n)]}, run_args=["--steps", "2"], parallel=2,
-        created_at=1.0, runs=tuple(SweepRun("sweep-1", i, f"run-{i}", {"seed": i})
-                                   for i in range(n)))
+        sweep_id="sweep-1",
+        task="yes_no_maybe",
+        task_spec="example",
+        grid={"seed": [str(i) for i in range(n)]},
+        run_args=["--steps", "2"],
+        parallel=2,
+        created_at=1.0,
+        runs=tuple(SweepRun("sweep-1", i, f"run-{i}", {"seed": i}) for i in range(n)),
+    )
     record_sweep(path, sweep)
     return sweep
 
@@ -118,8 +127,9 @@ async def test_the_scheduler_keeps_n_going_and_a_failure_stops_none(tmp_path):
         return FakeEngine(argv, polls=2 + len(made) % 3, code=1 if run_id == "run-1" else 0)
 
     ended = []
-    runs = await SweepScheduler(path, sweep, 2, on_end=ended.append, poll_interval=0,
-                                start_engine=engine).run()
+    runs = await SweepScheduler(
+        path, sweep, 2, on_end=ended.append, poll_interval=0, start_engine=engine
+    ).run()
     assert FakeEngine.most == 2 and len(made) == 5
     # no run stored a row here: an engine that ended 0 without one still did not complete
     assert {r.status for r in runs.values()} == {"failed"}
@@ -137,8 +147,17 @@ async def test_resuming_runs_again_only_what_did_not_complete(tmp_path):
     sweep = await recorded_sweep(path, 3)
     store = await RunStore.open(path)  # run-0 completed; run-1 started, then its process died
     for run_id in ("run-0", "run-1"):
-        store.handle(RunStarted(time=1.0, run_id=run_id, name="yes_no_maybe", backend="local",
-                                base_model="m", max_steps=2, start_step=0))
+        store.handle(
+            RunStarted(
+                time=1.0,
+                run_id=run_id,
+                name="yes_no_maybe",
+                backend="local",
+                base_model="m",
+                max_steps=2,
+                start_step=0,
+            )
+        )
         if run_id == "run-0":
             store.handle(RunFinished(time=2.0, status="completed", final_step=2))
     await store.close()
@@ -161,9 +180,25 @@ def test_a_sweep_of_four_small_runs_headless_two_fail_the_rest_complete(tmp_path
     only those two (they fail again)."""
     db = tmp_path / "runs.db"
     os.environ["OMP_NUM_THREADS"] = "1"
-    code = cli_main(["sweep", "example", "--grid", "renderer=role_colon,nope",
-                     "--grid", "learning_rate=3e-3,1e-2", "--steps", "2", "--warmup-steps",
-                     "5", "--parallel", "1", "--no-ui", "--db", str(db)])
+    code = cli_main(
+        [
+            "sweep",
+            "example",
+            "--grid",
+            "renderer=role_colon,nope",
+            "--grid",
+            "learning_rate=3e-3,1e-2",
+            "--steps",
+            "2",
+            "--warmup-steps",
+            "5",
+            "--parallel",
+            "1",
+            "--no-ui",
+            "--db",
+            str(db),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1, out
     lines = out.splitlines()
@@ -171,7 +206,11 @@ def test_a_sweep_of_four_small_runs_headless_two_fail_the_rest_complete(tmp_path
     ended = [line for line in lines if line.startswith("[")]
     assert len(ended) == 4
     assert [line.split(": ")[1].split(" ")[0] for line in ended] == [
-        "completed", "completed", "failed", "failed"]
+        "completed",
+        "completed",
+        "failed",
+        "failed",
+    ]
     assert "renderer 'nope'" in ended[2]
     assert "2 completed, 2 failed" in out and "sweep --resume" in out
     table = [line for line in lines if line.startswith("renderer=")]
@@ -203,13 +242,24 @@ def swept(tmp_path) -> tuple[Path, str]:
     path = tmp_path / "runs.db"
     store_runs(path, [0, 1, 2, 3])
     sweep = StoredSweep(
-        sweep_id="sweep-20261201-120000-ab12", task="yes_no_maybe", task_spec="example",
-        grid={"learning_rate": ["1e-3", "3e-3", "1e-2"]}, run_args=[], parallel=1,
+        sweep_id="sweep-20261201-120000-ab12",
+        task="yes_no_maybe",
+        task_spec="example",
+        grid={"learning_rate": ["1e-3", "3e-3", "1e-2"]},
+        run_args=[],
+        parallel=1,
         created_at=1.0,
-        runs=tuple(SweepRun("sweep-20261201-120000-ab12", i, RUNS[i][0],
-                            {"learning_rate": RUNS[i][2], "group_size": RUNS[i][3]},
-                            status=RUNS[i][4] if i < 4 else "pending")
-                   for i in range(5)))
+        runs=tuple(
+            SweepRun(
+                "sweep-20261201-120000-ab12",
+                i,
+                RUNS[i][0],
+                {"learning_rate": RUNS[i][2], "group_size": RUNS[i][3]},
+                status=RUNS[i][4] if i < 4 else "pending",
+            )
+            for i in range(5)
+        ),
+    )
     record_sweep(path, sweep)
     return path, sweep.sweep_id
 
@@ -223,9 +273,12 @@ def test_snapshot_sweep_view(snap_compare, swept):
         for _ in range(100):
             await pilot.pause(0.05)
             screen = pilot.app.screen
-            if isinstance(screen, SweepScreen) and screen._rows and all(
-                    c.session.loaded.is_set() for c in screen.compared.values()) \
-                    and len(screen.compared) == 4:
+            if (
+                isinstance(screen, SweepScreen)
+                and screen._rows
+                and all(c.session.loaded.is_set() for c in screen.compared.values())
+                and len(screen.compared) == 4
+            ):
                 break
         await pilot.app.screen.reload()
         await pilot.pause()
@@ -263,8 +316,10 @@ def test_sweep_rows_share_one_sparkline_scale_and_a_finished_sweep_marks_its_bes
 
     assert text_sparkline([0.1, 0.1], 4, (0.0, 1.0)) != text_sparkline([0.9, 0.9], 4, (0.0, 1.0))
     assert text_sparkline([0.0, 1.0], 4, (0.0, 1.0)) == "▁█"
-    rows = [["", "1", "lr=1", "completed", "5/5", "", "0.250", ""],
-            ["", "2", "lr=2", "completed", "5/5", "", "0.750", ""],
-            ["", "3", "lr=3", "failed", "2/5", "", "-", ""]]
+    rows = [
+        ["", "1", "lr=1", "completed", "5/5", "", "0.250", ""],
+        ["", "2", "lr=2", "completed", "5/5", "", "0.750", ""],
+        ["", "3", "lr=3", "failed", "2/5", "", "-", ""],
+    ]
     assert best_row(rows) == 1
     assert best_row([["", "1", "x", "failed", "-", "", "-", ""]]) is None

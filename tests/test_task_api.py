@@ -25,7 +25,7 @@ from tinker_tui.engine.rollouts.task import (
 from tinker_tui.engine.run_id import new_run_id
 from tinker_tui.engine.training.pipeline import Pipeline
 
-MINIMAL = '''
+MINIMAL = """
 from tinker_tui import Scenario, Task, Trajectory
 
 def scenarios(rng):
@@ -40,7 +40,7 @@ async def rollout(client, model, scenario):
 REWARD = 1.0
 TASK = Task(name="mine", scenarios=scenarios, rollout=rollout, settings={SETTINGS})
 OTHER = Task(name="other", scenarios=scenarios, rollout=rollout)
-'''
+"""
 
 
 def write_task(tmp_path, body=None, *, name="my_task.py", reward="1.0", settings=""):
@@ -61,29 +61,44 @@ def test_a_misnamed_keyword_of_task_gets_did_you_mean_as_a_misnamed_setting_does
     "did you mean"."""
     path = write_task(tmp_path, MINIMAL.replace("settings={SETTINGS}", "setting={}"))
     message = load_error(path)
-    assert "TypeError: Task.__init__() got an unexpected keyword argument 'setting' " \
-           "(did you mean 'settings'?); Task takes name, scenarios, rollout" in message
+    assert (
+        "TypeError: Task.__init__() got an unexpected keyword argument 'setting' "
+        "(did you mean 'settings'?); Task takes name, scenarios, rollout" in message
+    )
     # a Scenario built as the file loads, with a wrong keyword
     body = MINIMAL + 'HELD_OUT = [Scenario(id="e", datum=1)]\n'
     assert "'datum' (did you mean 'data'?); Scenario takes id, data" in load_error(
-        write_task(tmp_path, body, name="held_out.py"))
+        write_task(tmp_path, body, name="held_out.py")
+    )
 
 
 # ---------------------------------------------------------------------- finding a task
-@pytest.mark.parametrize("name, task_name", [
-    ("example", "yes_no_maybe"), ("yes_no_maybe", "yes_no_maybe"),
-    ("binary_prefix_tool", "binary_prefix_tool"), ("next_number", "next_number"),
-    ("tinker_tui.examples.yes_no_maybe", "yes_no_maybe"), ("tinker_tui.examples.yes_no_maybe:TASK", "yes_no_maybe"),
-    ("tinker_tui.examples.binary_prefix_tool:TASK_RANDOM_SECRETS", "binary_prefix_tool_random"),
-])
+@pytest.mark.parametrize(
+    "name, task_name",
+    [
+        ("example", "yes_no_maybe"),
+        ("yes_no_maybe", "yes_no_maybe"),
+        ("binary_prefix_tool", "binary_prefix_tool"),
+        ("next_number", "next_number"),
+        ("tinker_tui.examples.yes_no_maybe", "yes_no_maybe"),
+        ("tinker_tui.examples.yes_no_maybe:TASK", "yes_no_maybe"),
+        ("tinker_tui.examples.binary_prefix_tool:TASK_RANDOM_SECRETS", "binary_prefix_tool_random"),
+    ],
+)
 def test_built_in_names_and_modules_load(name, task_name):
     assert load_task(name).name == task_name
 
 
-@pytest.mark.parametrize(("name", "prefix"), [
-    ("yes_no_maybe", "yes_no_maybe-"), ("../../evil", "evil-"), ("my task/1", "my-task-1-"),
-    ("-v", "v-"), ("?!", "run-"),
-])
+@pytest.mark.parametrize(
+    ("name", "prefix"),
+    [
+        ("yes_no_maybe", "yes_no_maybe-"),
+        ("../../evil", "evil-"),
+        ("my task/1", "my-task-1-"),
+        ("-v", "v-"),
+        ("?!", "run-"),
+    ],
+)
 def test_a_run_id_names_files_only_beside_the_store_whatever_the_task_is_called(name, prefix):
     """The run id names the metrics file, the engine log and exports, and is pasted into
     commands: "../../evil" wrote files two folders up."""
@@ -100,7 +115,9 @@ def test_a_task_file_loads_by_path_and_by_name_after_a_colon(tmp_path):
 
 def test_a_task_file_may_import_a_helper_next_to_it(tmp_path):
     (tmp_path / "my_helpers.py").write_text("WORD = 'helped'\n")
-    body = MINIMAL.replace("from tinker_tui import", "from my_helpers import WORD\nfrom tinker_tui import")
+    body = MINIMAL.replace(
+        "from tinker_tui import", "from my_helpers import WORD\nfrom tinker_tui import"
+    )
     body = body.replace('name="mine"', "name=WORD")
     assert load_task(str(write_task(tmp_path, body))).name == "helped"
 
@@ -137,7 +154,8 @@ def test_task_of_the_wrong_type(tmp_path):
 
 def test_a_rollout_that_is_not_async_is_refused_before_the_engine_starts(tmp_path):
     body = MINIMAL.replace("async def rollout", "def rollout").replace(
-        "    completion = await", "    completion =")
+        "    completion = await", "    completion ="
+    )
     message = load_error(write_task(tmp_path, body))
     assert "my_task.py" in message and "rollout must be a coroutine function" in message
     assert "async def rollout(client, model, scenario)" in message
@@ -145,8 +163,9 @@ def test_a_rollout_that_is_not_async_is_refused_before_the_engine_starts(tmp_pat
 
 @pytest.mark.parametrize("params", ["client, model", "client, model, scenario, extra"])
 def test_a_rollout_with_the_wrong_parameters_is_refused(tmp_path, params):
-    body = MINIMAL.replace("async def rollout(client, model, scenario)",
-                           f"async def rollout({params})")
+    body = MINIMAL.replace(
+        "async def rollout(client, model, scenario)", f"async def rollout({params})"
+    )
     message = load_error(write_task(tmp_path, body))
     assert "my_task.py" in message and "must take 3 positional arguments" in message
 
@@ -158,8 +177,10 @@ def test_a_task_without_rollout_is_refused(tmp_path):
 
 
 def test_scenarios_must_be_a_function_of_the_rng(tmp_path):
-    body = MINIMAL.replace("scenarios=scenarios, rollout=rollout, settings",
-                           "scenarios=[1, 2], rollout=rollout, settings")
+    body = MINIMAL.replace(
+        "scenarios=scenarios, rollout=rollout, settings",
+        "scenarios=[1, 2], rollout=rollout, settings",
+    )
     message = load_error(write_task(tmp_path, body))
     assert "my_task.py" in message and "scenarios must be a function" in message
 
@@ -190,11 +211,18 @@ def test_bad_warmup_and_backend_settings_are_explained():
         raise AssertionError
 
     with pytest.raises(TaskError, match="must end with an assistant message"):
-        check_task(Task(name="t", scenarios=scenarios, rollout=rollout,
-                        warmup=[[{"role": "user", "content": "hi"}]]))
+        check_task(
+            Task(
+                name="t",
+                scenarios=scenarios,
+                rollout=rollout,
+                warmup=[[{"role": "user", "content": "hi"}]],
+            )
+        )
     with pytest.raises(TaskError, match="unknown backend 'gpu'"):
-        check_task(Task(name="t", scenarios=scenarios, rollout=rollout,
-                        backend_settings={"gpu": {}}))
+        check_task(
+            Task(name="t", scenarios=scenarios, rollout=rollout, backend_settings={"gpu": {}})
+        )
     with pytest.raises(TaskError, match="both rollout and group_rollout"):
         Task(name="t", scenarios=scenarios, rollout=rollout, group_rollout=rollout)
 
@@ -206,10 +234,15 @@ def test_unknown_name_is_an_unknown_task():
 
 # ---------------------------------------------------------------------- settings layers
 def test_settings_layers_task_then_backend_then_toml_then_flags(tmp_path):
-    task = load_task(str(write_task(tmp_path, settings="'max_steps': 7, 'group_size': 3, "
-                                                        "'seed': 5")))
-    task = Task(**{**{f: getattr(task, f) for f in task.__slots__},
-                   "backend_settings": {"local": {"group_size": 5, "learning_rate": 0.01}}})
+    task = load_task(
+        str(write_task(tmp_path, settings="'max_steps': 7, 'group_size': 3, 'seed': 5"))
+    )
+    task = Task(
+        **{
+            **{f: getattr(task, f) for f in task.__slots__},
+            "backend_settings": {"local": {"group_size": 5, "learning_rate": 0.01}},
+        }
+    )
     toml = tmp_path / "run.toml"
     toml.write_text("max_steps = 9\ntemperature = 1\nlearning_rate = 0.02\n")
     file_settings = load_config_file(toml)
@@ -221,13 +254,16 @@ def test_settings_layers_task_then_backend_then_toml_then_flags(tmp_path):
     assert RunConfig().group_size == 8
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("max_stepz = 3\n", "unknown setting 'max_stepz'"),
-    ("max_steps = 'ten'\n", "setting 'max_steps' must be an integer"),
-    ("eval_at_start = 1\n", "setting 'eval_at_start' must be true or false"),
-    ("[run]\nmax_steps = 3\n", "unknown setting 'run'"),
-    ("max_steps = \n", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("max_stepz = 3\n", "unknown setting 'max_stepz'"),
+        ("max_steps = 'ten'\n", "setting 'max_steps' must be an integer"),
+        ("eval_at_start = 1\n", "setting 'eval_at_start' must be true or false"),
+        ("[run]\nmax_steps = 3\n", "unknown setting 'run'"),
+        ("max_steps = \n", "not valid TOML"),
+    ],
+)
 def test_toml_mistakes_name_the_key_and_the_file(tmp_path, text, expected):
     path = tmp_path / "bad.toml"
     path.write_text(text)
@@ -250,14 +286,27 @@ def test_toml_missing_file_and_bad_value(tmp_path):
 def run_pipeline(task, **overrides):
     policy = SimulatedPolicy()
     client = SimulatedClient(policy)
-    config = RunConfig(max_steps=3, group_size=4, groups_per_step=2, rollout_workers=2,
-                       checkpoint_every=0, error_pause_rate=1.0).with_overrides(overrides)
+    config = RunConfig(
+        max_steps=3,
+        group_size=4,
+        groups_per_step=2,
+        rollout_workers=2,
+        checkpoint_every=0,
+        error_pause_rate=1.0,
+    ).with_overrides(overrides)
     bus = EventBus()
     events = []
     bus.subscribe(events.append)
-    pipeline = Pipeline(config=config, task=task, policy=policy,
-                        client_factory=lambda: client, model_name="m", bus=bus,
-                        clock=FakeClock(), rng=random.Random(0))
+    pipeline = Pipeline(
+        config=config,
+        task=task,
+        policy=policy,
+        client_factory=lambda: client,
+        model_name="m",
+        bus=bus,
+        clock=FakeClock(),
+        rng=random.Random(0),
+    )
     return pipeline, events
 
 
@@ -280,9 +329,11 @@ async def test_a_non_finite_reward_is_an_error_group_naming_the_file(tmp_path, r
 
 
 async def test_a_rollout_that_raises_or_returns_the_wrong_thing_is_an_error_not_a_crash(tmp_path):
-    body = MINIMAL.replace("    return Trajectory.from_choices([completion], reward=REWARD)",
-                           "    if scenario.data < 0.5:\n        raise KeyError('tool broke')\n"
-                           "    return {'reward': 1}")
+    body = MINIMAL.replace(
+        "    return Trajectory.from_choices([completion], reward=REWARD)",
+        "    if scenario.data < 0.5:\n        raise KeyError('tool broke')\n"
+        "    return {'reward': 1}",
+    )
     task = load_task(str(write_task(tmp_path, body)))
     pipeline, events = run_pipeline(task, max_steps=1)
     run = asyncio.create_task(pipeline.run())
@@ -294,14 +345,17 @@ async def test_a_rollout_that_raises_or_returns_the_wrong_thing_is_an_error_not_
     await run
     details = [e.detail for e in events if isinstance(e, GroupDiscarded) and e.reason == "error"]
     assert any("tool broke" in d for d in details)
-    assert any("returned a dict; expected a Trajectory" in d and "my_task.py" in d
-               for d in details)
+    assert any("returned a dict; expected a Trajectory" in d and "my_task.py" in d for d in details)
 
 
 # ---------------------------------------------------------------------- group rollouts
 def choice(version=0):
-    return {"prompt_token_ids": [1], "token_ids": [2], "token_logprobs": [-0.1],
-            "policy_version": version}
+    return {
+        "prompt_token_ids": [1],
+        "token_ids": [2],
+        "token_logprobs": [-0.1],
+        "policy_version": version,
+    }
 
 
 async def test_group_rollout_runs_once_per_group_with_n_members():
@@ -320,8 +374,14 @@ async def test_group_rollout_runs_once_per_group_with_n_members():
         # A reward that compares the members: rank within the group.
         return [Trajectory.from_choices([c], reward=float(i)) for i, c in enumerate(completions)]
 
-    task = check_task(Task(name="g", scenarios=scenarios, group_rollout=group_rollout,
-                           eval_scenarios=lambda: [Scenario(id="e", data=0)]))
+    task = check_task(
+        Task(
+            name="g",
+            scenarios=scenarios,
+            group_rollout=group_rollout,
+            eval_scenarios=lambda: [Scenario(id="e", data=0)],
+        )
+    )
     pipeline, events = run_pipeline(task, max_steps=3)
     assert await pipeline.run() == "completed"
     sampled = [e for e in events if isinstance(e, GroupSampled)]
@@ -336,11 +396,13 @@ async def test_group_rollout_mistakes_fail_the_whole_group():
     async def short(client, model, scenario, n):
         return [Trajectory.from_choices([choice()], reward=1.0)]
 
-    task = Task(name="g", scenarios=lambda rng: iter([Scenario(id="s", data=0)] * 99),
-                group_rollout=short)
+    task = Task(
+        name="g", scenarios=lambda rng: iter([Scenario(id="s", data=0)] * 99), group_rollout=short
+    )
     scenario = Scenario(id="s", data=0)
-    results = await asyncio.gather(*(task.rollout(None, "m", scenario) for _ in range(3)),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        *(task.rollout(None, "m", scenario) for _ in range(3)), return_exceptions=True
+    )
     assert all(isinstance(r, TrajectoryError) for r in results)
     assert "returned 1 trajectories for n=3" in str(results[0])
     # where the function is: what it returned has no line in the traceback

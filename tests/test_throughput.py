@@ -19,11 +19,14 @@ def test_busy_fraction_clips_intervals_to_the_window_and_counts_an_open_one():
     assert busy_fraction(deque(), None, 3.0, 3.0) == 0.0
 
 
-@pytest.mark.parametrize("trainer,sampler,waiting,expected", [
-    (0.95, 0.5, 0.0, TRAINER_BOUND),
-    (0.3, 1.0, 0.7, SAMPLER_BOUND),
-    (0.6, 0.7, 0.2, BALANCED),
-])
+@pytest.mark.parametrize(
+    "trainer,sampler,waiting,expected",
+    [
+        (0.95, 0.5, 0.0, TRAINER_BOUND),
+        (0.3, 1.0, 0.7, SAMPLER_BOUND),
+        (0.6, 0.7, 0.2, BALANCED),
+    ],
+)
 def test_verdict(trainer, sampler, waiting, expected):
     assert verdict(trainer, sampler, waiting) == expected
 
@@ -90,5 +93,6 @@ def test_the_rollout_rate_alone_is_the_snapshots():
             for elapsed in (None, 3.0, 0.5):
                 later = now + rng.random()
                 assert meter.rollouts_per_s(later, elapsed) == pytest.approx(
-                    meter.snapshot(later, elapsed).rollouts_per_s)
+                    meter.snapshot(later, elapsed).rollouts_per_s
+                )
     assert meter.rollouts_per_s(now + 11.0) == 0.0  # nothing finished in the last window

@@ -12,23 +12,29 @@ import tiers
 
 
 def test_every_collected_test_has_exactly_one_tier(request):
-    wrong = [f"{item.nodeid}: {names or 'none'}" for item in request.session.items
-             if len(names := [m.name for m in item.iter_markers() if m.name in tiers.TIERS])
-             != 1]
+    wrong = [
+        f"{item.nodeid}: {names or 'none'}"
+        for item in request.session.items
+        if len(names := [m.name for m in item.iter_markers() if m.name in tiers.TIERS]) != 1
+    ]
     assert not wrong, "tests without exactly one tier:\n" + "\n".join(wrong)
 
 
-@pytest.mark.parametrize(("function", "reaches"), [
-    (tier_examples.plain, set()),
-    (tier_examples.runs_the_command_line, {"process"}),
-    (tier_examples.names_the_interpreter, {"process"}),
-    (tier_examples.starts_one_on_the_loop, {"process"}),
-    (tier_examples.through_a_helper, {"process"}),
-    (tier_examples.through_a_helper_module, {"process"}),
-    (tier_examples.drives_a_browser, {"browser"}),
-    (tier_examples.uses_a_class_that_starts_one, {"process"}),
-    (tier_examples.drives_the_dashboard, {"ui"}),
-], ids=lambda value: getattr(value, "__name__", ""))
+@pytest.mark.parametrize(
+    ("function", "reaches"),
+    [
+        (tier_examples.plain, set()),
+        (tier_examples.runs_the_command_line, {"process"}),
+        (tier_examples.names_the_interpreter, {"process"}),
+        (tier_examples.starts_one_on_the_loop, {"process"}),
+        (tier_examples.through_a_helper, {"process"}),
+        (tier_examples.through_a_helper_module, {"process"}),
+        (tier_examples.drives_a_browser, {"browser"}),
+        (tier_examples.uses_a_class_that_starts_one, {"process"}),
+        (tier_examples.drives_the_dashboard, {"ui"}),
+    ],
+    ids=lambda value: getattr(value, "__name__", ""),
+)
 def test_the_rule_follows_what_a_test_names(function, reaches):
     assert tiers.Reader().reaches(function) == reaches
 
@@ -50,8 +56,7 @@ def test_the_guard_fails_a_fast_test_that_starts_an_interpreter(request):
     guard = tiers.ProcessGuard()
     # The audit event a process start raises, without starting one.
     with guard.watch(_Item("fast")):  # type: ignore[arg-type]
-        sys.audit("subprocess.Popen", sys.executable, [sys.executable, "-c", "pass"], None,
-                  None)
+        sys.audit("subprocess.Popen", sys.executable, [sys.executable, "-c", "pass"], None, None)
         sys.audit("subprocess.Popen", "uname", ["uname", "-p"], None, None)  # a probe
     with pytest.raises(AssertionError, match=r"fast or ui tier started a process .*'-c', 'pass'"):
         guard.check()

@@ -27,20 +27,28 @@ def double(tmp_path_factory):
 
 def _supervised(renderer, answer: str) -> types.Datum:
     model_input, weights = renderer.build_supervised_example(
-        [{"role": "user", "content": "Answer with one word: yes, no or maybe. Is it?"},
-         {"role": "assistant", "content": answer}])
+        [
+            {"role": "user", "content": "Answer with one word: yes, no or maybe. Is it?"},
+            {"role": "assistant", "content": answer},
+        ]
+    )
     tokens = model_input.to_ints()
-    return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
-                       loss_fn_inputs={"target_tokens": tokens[1:],
-                                       "weights": [float(w) for w in weights.tolist()[1:]]})
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={
+            "target_tokens": tokens[1:],
+            "weights": [float(w) for w in weights.tolist()[1:]],
+        },
+    )
 
 
 def test_the_sdk_trains_samples_saves_loads_and_deletes_through_the_double(double):
     from tinker_cookbook.renderers import get_renderer
 
     service = tinker.ServiceClient(base_url=double.base_url, api_key=API_KEY)
-    training = service.create_lora_training_client(base_model=DEFAULT_BASE_MODEL, rank=8,
-                                                   seed=0).result()
+    training = service.create_lora_training_client(
+        base_model=DEFAULT_BASE_MODEL, rank=8, seed=0
+    ).result()
     assert training.get_info().model_data.tokenizer_id == str(TOKENIZER_DIR)
     tokenizer = training.get_tokenizer()  # AutoTokenizer on the folder get_info names
     renderer = get_renderer("role_colon", tokenizer)
@@ -55,9 +63,14 @@ def test_the_sdk_trains_samples_saves_loads_and_deletes_through_the_double(doubl
 
     sampler = training.save_weights_and_get_sampling_client().result()
     prompt = renderer.build_generation_prompt(
-        [{"role": "user", "content": "Answer with one word: yes, no or maybe. Is it?"}])
-    result = sampler.sample(prompt=prompt, num_samples=3, sampling_params=types.SamplingParams(
-        max_tokens=4, seed=1), topk_sample_logprobs=2).result()
+        [{"role": "user", "content": "Answer with one word: yes, no or maybe. Is it?"}]
+    )
+    result = sampler.sample(
+        prompt=prompt,
+        num_samples=3,
+        sampling_params=types.SamplingParams(max_tokens=4, seed=1),
+        topk_sample_logprobs=2,
+    ).result()
     assert len(result.sequences) == 3
     for sequence in result.sequences:
         assert len(sequence.tokens) == len(sequence.logprobs) <= 4
@@ -68,8 +81,10 @@ def test_the_sdk_trains_samples_saves_loads_and_deletes_through_the_double(doubl
     weights = training.save_weights_for_sampler("step-000004").result().path
     assert state == f"tinker://{training.model_id}/weights/step-000004"
     assert weights == f"tinker://{training.model_id}/sampler_weights/step-000004"
-    assert service.create_sampling_client(model_path=weights).result().get_base_model() == \
-        DEFAULT_BASE_MODEL
+    assert (
+        service.create_sampling_client(model_path=weights).result().get_base_model()
+        == DEFAULT_BASE_MODEL
+    )
     # a new training client from the saved state computes what the saved one does
     loaded = service.create_training_client_from_state_with_optimizer(state).result()
     assert loaded.model_id != training.model_id
@@ -79,22 +94,37 @@ def test_the_sdk_trains_samples_saves_loads_and_deletes_through_the_double(doubl
 
     rest = tinker.RestClient(base_url=double.base_url, api_key=API_KEY)
     listed = rest.list_checkpoints(training.model_id).result().checkpoints
-    assert {c.checkpoint_id for c in listed} == {"weights/step-000004",
-                                                 "sampler_weights/step-000004"}
+    assert {c.checkpoint_id for c in listed} == {
+        "weights/step-000004",
+        "sampler_weights/step-000004",
+    }
     rest.delete_checkpoint_from_tinker_path(weights).result()
     assert weights in double.service.deleted
-    assert [c.checkpoint_id for c in rest.list_checkpoints(training.model_id).result()
-            .checkpoints] == ["weights/step-000004"]
+    assert [
+        c.checkpoint_id for c in rest.list_checkpoints(training.model_id).result().checkpoints
+    ] == ["weights/step-000004"]
 
     session_id = training.model_id.split(":")[0]
     service.close("success", detail="done").result()
-    assert double.service.sessions[session_id].finished == {"reason": "success",
-                                                            "detail": "done"}
+    assert double.service.sessions[session_id].finished == {"reason": "success", "detail": "done"}
     endpoints = {path.split("/")[0] for _, path, _ in double.service.calls}
-    assert {"client", "create_session", "create_model", "get_info", "forward_backward",
-            "optim_step", "save_weights", "save_weights_for_sampler", "load_weights",
-            "create_sampling_session", "samplers", "asample", "retrieve_future",
-            "training_runs", "sessions"} <= endpoints
+    assert {
+        "client",
+        "create_session",
+        "create_model",
+        "get_info",
+        "forward_backward",
+        "optim_step",
+        "save_weights",
+        "save_weights_for_sampler",
+        "load_weights",
+        "create_sampling_session",
+        "samplers",
+        "asample",
+        "retrieve_future",
+        "training_runs",
+        "sessions",
+    } <= endpoints
 
 
 def test_a_key_the_double_does_not_know_is_refused(double):
@@ -104,14 +134,21 @@ def test_a_key_the_double_does_not_know_is_refused(double):
 
 
 def test_the_wire_round_trips_through_the_sdks_own_codecs():
-    datum = types.Datum(model_input=types.ModelInput.from_ints([5, 6, 7]),
-                        loss_fn_inputs={"target_tokens": [6, 7, 8],
-                                        "advantages": [0.0, 0.5, -1.5],
-                                        "logprobs": [-1.0, -2.0, -3.0]})
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints([5, 6, 7]),
+        loss_fn_inputs={
+            "target_tokens": [6, 7, 8],
+            "advantages": [0.0, 0.5, -1.5],
+            "logprobs": [-1.0, -2.0, -3.0],
+        },
+    )
     request = types.ForwardBackwardRequest(
         forward_backward_input=types.ForwardBackwardInput(
-            data=[datum], loss_fn="ppo", loss_fn_config={"clip_low_threshold": 0.8}),
-        model_id="s:train:0", seq_id=3)
+            data=[datum], loss_fn="ppo", loss_fn_config={"clip_low_threshold": 0.8}
+        ),
+        model_id="s:train:0",
+        seq_id=3,
+    )
     proto = forward_backward_request_to_proto(request)  # what the SDK sends
     proto.forward_only = True
     decoded, forward_only = wire.forward_backward_request(proto.SerializeToString())
@@ -124,23 +161,33 @@ def test_the_wire_round_trips_through_the_sdks_own_codecs():
         assert got.loss_fn_inputs[key].tolist() == value.tolist()
         assert got.loss_fn_inputs[key].dtype == value.dtype
 
-    sample = types.SampleResponse(sequences=[types.SampledSequence(
-        stop_reason="stop", sequence_id="x", tokens_np=np.array([1, 2], dtype=np.int32),
-        logprobs_np=np.array([-0.5, -0.25], dtype=np.float32))],
-        prompt_logprobs_np=np.array([np.nan, -1.0], dtype=np.float32))
+    sample = types.SampleResponse(
+        sequences=[
+            types.SampledSequence(
+                stop_reason="stop",
+                sequence_id="x",
+                tokens_np=np.array([1, 2], dtype=np.int32),
+                logprobs_np=np.array([-0.5, -0.25], dtype=np.float32),
+            )
+        ],
+        prompt_logprobs_np=np.array([np.nan, -1.0], dtype=np.float32),
+    )
     back = response_conv.deserialize_sample_response(wire.sample_response(sample))
     assert back.sequences[0].tokens == [1, 2] and back.sequences[0].logprobs == [-0.5, -0.25]
     assert back.sequences[0].stop_reason == "stop"
     assert np.isnan(back.prompt_logprobs_np[0]) and back.prompt_logprobs_np[1] == -1.0
 
     output = types.ForwardBackwardOutput(
-        loss_fn_output_type="TensorData", metrics={"loss:sum": 2.5},
-        loss_fn_outputs=[{"logprobs": types.TensorData.from_numpy(np.array([-1.0, -2.0],
-                                                                           dtype=np.float32))},
-                         {"logprobs": types.TensorData.from_numpy(np.array([-3.0],
-                                                                           dtype=np.float32))}])
+        loss_fn_output_type="TensorData",
+        metrics={"loss:sum": 2.5},
+        loss_fn_outputs=[
+            {"logprobs": types.TensorData.from_numpy(np.array([-1.0, -2.0], dtype=np.float32))},
+            {"logprobs": types.TensorData.from_numpy(np.array([-3.0], dtype=np.float32))},
+        ],
+    )
     back_fb = response_conv.deserialize_forward_backward_output(
-        wire.forward_backward_output(output))
+        wire.forward_backward_output(output)
+    )
     assert back_fb.metrics == {"loss:sum": 2.5}
     assert [o["logprobs"].tolist() for o in back_fb.loss_fn_outputs] == [[-1.0, -2.0], [-3.0]]
 
@@ -155,6 +202,7 @@ def test_a_models_requests_run_in_seq_id_order_whatever_order_they_arrive_in():
             done: Future = Future()
             done.set_result(name)
             return done
+
         return begin
 
     third = sequencer.submit(3, start("c"))
@@ -185,8 +233,9 @@ def _just_after_a_tick(double) -> None:
 
 
 def _cycles_of(double, model_id: str, since: int) -> list[tuple[int, str]]:
-    return [(n, kind) for n, model, kind in double.service.clock.cycles[since:]
-            if model == model_id]
+    return [
+        (n, kind) for n, model, kind in double.service.clock.cycles[since:] if model == model_id
+    ]
 
 
 def test_training_calls_run_in_lock_step_cycles(cycled):
@@ -195,8 +244,9 @@ def test_training_calls_run_in_lock_step_cycles(cycled):
     from tinker_cookbook.renderers import get_renderer
 
     service = tinker.ServiceClient(base_url=cycled.base_url, api_key=API_KEY)
-    training = service.create_lora_training_client(base_model=DEFAULT_BASE_MODEL, rank=8,
-                                                   seed=0).result()
+    training = service.create_lora_training_client(
+        base_model=DEFAULT_BASE_MODEL, rank=8, seed=0
+    ).result()
     model_id = training.model_id
     renderer = get_renderer("role_colon", training.get_tokenizer())
     data = [_supervised(renderer, "maybe")] * 2
@@ -209,8 +259,11 @@ def test_training_calls_run_in_lock_step_cycles(cycled):
     saved = training.save_weights_for_sampler("together")
     fb.result(), step.result(), saved.result()
     together = _cycles_of(cycled, model_id, since)
-    assert [k for _, k in together] == ["forward_backward", "optim_step",
-                                        "save_weights_for_sampler"]
+    assert [k for _, k in together] == [
+        "forward_backward",
+        "optim_step",
+        "save_weights_for_sampler",
+    ]
     assert len({n for n, _ in together}) == 1
 
     since = len(cycled.service.clock.cycles)
@@ -224,8 +277,9 @@ def test_training_calls_run_in_lock_step_cycles(cycled):
 
     prompt = renderer.build_generation_prompt([{"role": "user", "content": "Is it?"}])
     asked = time_now()
-    sampler.sample(prompt=prompt, num_samples=2,
-                   sampling_params=types.SamplingParams(max_tokens=2)).result()
+    sampler.sample(
+        prompt=prompt, num_samples=2, sampling_params=types.SamplingParams(max_tokens=2)
+    ).result()
     assert time_now() - asked < CYCLE * 3  # not gated; the machine may be busy
     record = cycled.service.clock.cycles
     assert all(kind != "sample" for _, _, kind in record)

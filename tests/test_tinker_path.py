@@ -46,13 +46,35 @@ from tinker_tui.engine.local import DEFAULT_BASE_MODEL
 
 BASE = ["--base-model", DEFAULT_BASE_MODEL, "--backend-wait-report", "1", "--eval-every", "0"]
 #: A short run for the fault cases: no warm-up, small batches.
-SHORT = [*BASE, "--warmup-steps", "0", "--steps", "2", "--group-size", "4",
-         "--groups-per-step", "2", "--rollout-workers", "2"]
+SHORT = [
+    *BASE,
+    "--warmup-steps",
+    "0",
+    "--steps",
+    "2",
+    "--group-size",
+    "4",
+    "--groups-per-step",
+    "2",
+    "--rollout-workers",
+    "2",
+]
 #: What makes the tiny model learn through the SDK, as on the local backend (the example's
 #: backend_settings["tinker"] are meant for Qwen on the real service: no warm-up, lr 4e-5).
 LEARN_STEPS = 12
-LEARN = [*BASE, "--warmup-steps", "30", "--learning-rate", "3e-3", "--steps", str(LEARN_STEPS),
-         "--checkpoint-every", "2", "--keep-last-checkpoints", "2"]
+LEARN = [
+    *BASE,
+    "--warmup-steps",
+    "30",
+    "--learning-rate",
+    "3e-3",
+    "--steps",
+    str(LEARN_STEPS),
+    "--checkpoint-every",
+    "2",
+    "--keep-last-checkpoints",
+    "2",
+]
 #: SIGINT must be honoured within this many seconds.
 STOP_LIMIT = 10.0
 #: A loop blocked by a fault stalls for the fault's length (seconds, here at least 3); one
@@ -82,7 +104,7 @@ def loop_lag(db: Path) -> tuple[float, float]:
 @dataclass
 class Outcome:
     returncode: int
-    lines: list[tuple[float, str]]   # (monotonic time, stdout line)
+    lines: list[tuple[float, str]]  # (monotonic time, stdout line)
     stderr: str
     ended: float
     db: Path = Path()
@@ -97,16 +119,29 @@ class Outcome:
         return found[0]
 
 
-def run_cli(db: Path, env: dict[str, str], args: list[str], *,
-            extra_env: dict[str, str] | None = None) -> Outcome:
+def run_cli(
+    db: Path, env: dict[str, str], args: list[str], *, extra_env: dict[str, str] | None = None
+) -> Outcome:
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **env, **(extra_env or {}))
     for name in ("HF_HUB_OFFLINE", FAULT_ENV):
         if name not in (extra_env or {}):
             full_env.pop(name, None)
-    command = [sys.executable, "-m", "tinker_tui.app.cli", "run", "example", "--backend",
-               "tinker", "--no-ui", "--db", str(db), *args]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=full_env)
+    command = [
+        sys.executable,
+        "-m",
+        "tinker_tui.app.cli",
+        "run",
+        "example",
+        "--backend",
+        "tinker",
+        "--no-ui",
+        "--db",
+        str(db),
+        *args,
+    ]
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env
+    )
     errors: list[str] = []
     reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)
     reader.start()
@@ -121,8 +156,12 @@ def run_main(db: Path, env: dict[str, str], args: list[str]) -> tuple[Outcome, l
     """The command's `main` in this process (no second start-up to pay); returns its outcome
     and the warnings it raised."""
     out, err = io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings(record=True) as caught, \
-            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        warnings.catch_warnings(record=True) as caught,
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
         warnings.simplefilter("always")
         for name, value in env.items():
             patch.setenv(name, value)
@@ -157,19 +196,23 @@ def test_the_example_learns_through_the_sdk_and_resumes_exactly_once_after_sigki
     assert f"completed at step {LEARN_STEPS}/" in resumed.stdout
     check_exactly_once(resumed.db, LEARN_STEPS)
     with sqlite3.connect(resumed.db) as conn:
-        rewards = [json.loads(m)["reward/mean"] for (m,) in
-                   conn.execute("select metrics from steps order by step")]
-        backend, = conn.execute("select backend from runs").fetchone()
+        rewards = [
+            json.loads(m)["reward/mean"]
+            for (m,) in conn.execute("select metrics from steps order by step")
+        ]
+        (backend,) = conn.execute("select backend from runs").fetchone()
     assert backend == "tinker"
-    best = max(sum(rewards[i:i + 3]) / 3 for i in range(len(rewards) - 2))
+    best = max(sum(rewards[i : i + 3]) / 3 for i in range(len(rewards) - 2))
     assert best >= 0.9, rewards
 
     # retention: old checkpoints were deleted on the service, through the REST API
     service = double.service
     assert service.deleted and all(p.startswith("tinker://") for p in service.deleted)
     assert not set(service.deleted) & set(service.checkpoints)
-    assert any(method == "DELETE" and path.startswith("training_runs/")
-               for method, path, _ in service.calls)
+    assert any(
+        method == "DELETE" and path.startswith("training_runs/")
+        for method, path, _ in service.calls
+    )
     # two sessions: the killed run's (never finished) and the resumed run's, closed
     finished = [s.finished for s in service.sessions.values()]
     assert finished.count(None) == 1
@@ -181,8 +224,20 @@ def test_with_no_service_the_command_ends_with_a_clear_error(tmp_path, monkeypat
     monkeypatch.setenv("TINKER_BASE_URL", f"http://127.0.0.1:{closed_port()}")
     monkeypatch.setenv("TINKER_API_KEY", "tml-nobody-answers")
     db = tmp_path / "runs.db"
-    code = main(["run", "example", "--backend", "tinker", "--no-ui", "--db", str(db), *SHORT,
-                 "--backend-unreachable-after", "3"])
+    code = main(
+        [
+            "run",
+            "example",
+            "--backend",
+            "tinker",
+            "--no-ui",
+            "--db",
+            str(db),
+            *SHORT,
+            "--backend-unreachable-after",
+            "3",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 1, err
     with sqlite3.connect(db) as conn:  # from the session's start to the error, as logged
@@ -225,7 +280,7 @@ class Stopped:
 
     returncode: int | None
     error: BaseException | None
-    waits: list[str]                 # the warning lines, in order
+    waits: list[str]  # the warning lines, in order
     signalled: float | None
     ended: float
     db: Path
@@ -238,9 +293,17 @@ class Stopped:
         return found[0]
 
 
-def run_under_fault(tmp_path: Path, monkeypatch, capsys, faults: Faults | None,
-                    args: list[str], sigint_when: Callable[[str], bool] | None, *,
-                    hold: float = 1.0, stop_timeout: float | None = None) -> Stopped:
+def run_under_fault(
+    tmp_path: Path,
+    monkeypatch,
+    capsys,
+    faults: Faults | None,
+    args: list[str],
+    sigint_when: Callable[[str], bool] | None,
+    *,
+    hold: float = 1.0,
+    stop_timeout: float | None = None,
+) -> Stopped:
     """The `run` command's own path (make_session, preload, run_headless), in this process;
     SIGINT (a real one, to this process) as soon as a warning matches `sigint_when`. `hold`:
     how long the double holds a poll of a future that is not done."""
@@ -248,16 +311,21 @@ def run_under_fault(tmp_path: Path, monkeypatch, capsys, faults: Faults | None,
 
     double = None
     if faults is None:
-        env = {"TINKER_BASE_URL": f"http://127.0.0.1:{closed_port()}",
-               "TINKER_API_KEY": "tml-nobody-answers"}
+        env = {
+            "TINKER_BASE_URL": f"http://127.0.0.1:{closed_port()}",
+            "TINKER_API_KEY": "tml-nobody-answers",
+        }
     else:
         double = TinkerDouble(tmp_path / "service", faults=faults, hold=hold).start()
         env = double.env()
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     db = tmp_path / "runs.db"
-    session = make_session(build_parser().parse_args(
-        ["run", "example", "--backend", "tinker", "--no-ui", "--db", str(db), *args]))
+    session = make_session(
+        build_parser().parse_args(
+            ["run", "example", "--backend", "tinker", "--no-ui", "--db", str(db), *args]
+        )
+    )
     session.preload()
     waits: list[str] = []
     signalled: list[float] = []
@@ -272,15 +340,25 @@ def run_under_fault(tmp_path: Path, monkeypatch, capsys, faults: Faults | None,
     session.events.subscribe(watch)
     returncode = error = None
     try:
-        returncode = asyncio.run(run_headless(session) if stop_timeout is None
-                                 else run_headless(session, stop_timeout=stop_timeout))
+        returncode = asyncio.run(
+            run_headless(session)
+            if stop_timeout is None
+            else run_headless(session, stop_timeout=stop_timeout)
+        )
     except Exception as exc:
         error = exc
     ended = time.monotonic()
     if double is not None:
         double.stop()
-    return Stopped(returncode, error, waits, signalled[0] if signalled else None, ended, db,
-                   capsys.readouterr().out)
+    return Stopped(
+        returncode,
+        error,
+        waits,
+        signalled[0] if signalled else None,
+        ended,
+        db,
+        capsys.readouterr().out,
+    )
 
 
 def waited(pattern: str) -> Callable[[str], bool]:
@@ -295,8 +373,14 @@ def _stopped_in_time(run: Stopped) -> None:
 
 
 def test_a_slow_config_is_waited_for_visibly_and_can_be_stopped(tmp_path, monkeypatch, capsys):
-    run = run_under_fault(tmp_path, monkeypatch, capsys, Faults(delay={"client/config": 8.0}),
-                          SHORT, waited("has waited .*client/config sent"))
+    run = run_under_fault(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        Faults(delay={"client/config": 8.0}),
+        SHORT,
+        waited("has waited .*client/config sent"),
+    )
     line = run.first("has waited")
     assert line.startswith("Tinker: create training client has waited")
     _stopped_in_time(run)
@@ -312,8 +396,14 @@ def test_an_unreachable_service_can_be_stopped_at_once(tmp_path, monkeypatch, ca
 def test_a_429_burst_is_shown_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
     # Four in a row: the SDK waits about 1 s after each whatever Retry-After says, so each
     # one costs a second here (the bench runs the full-size burst).
-    run = run_under_fault(tmp_path, monkeypatch, capsys,
-                          Faults(fail={"asample": Burst(429, 4, retry_after=0.25)}), SHORT, None)
+    run = run_under_fault(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        Faults(fail={"asample": Burst(429, 4, retry_after=0.25)}),
+        SHORT,
+        None,
+    )
     assert run.error is None and run.returncode == 0
     assert run.first("asample 429").startswith("Tinker: asample 429 Too Many Requests")
     assert "completed at step 2/" in run.stdout
@@ -321,18 +411,33 @@ def test_a_429_burst_is_shown_and_the_run_goes_on(tmp_path, monkeypatch, capsys)
 
 
 def test_a_503_burst_shows_each_retry_with_its_cause(tmp_path, monkeypatch, capsys):
-    run = run_under_fault(tmp_path, monkeypatch, capsys,
-                          Faults(fail={"create_session": Burst(503, 40)}), SHORT,
-                          waited("create_session 503"))
-    assert re.fullmatch(r"Tinker: create_session 503 Service Unavailable, retry \d+ in "
-                        r"[\d.]+ s", run.first("create_session 503"))
+    run = run_under_fault(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        Faults(fail={"create_session": Burst(503, 40)}),
+        SHORT,
+        waited("create_session 503"),
+    )
+    assert re.fullmatch(
+        r"Tinker: create_session 503 Service Unavailable, retry \d+ in "
+        r"[\d.]+ s",
+        run.first("create_session 503"),
+    )
     _stopped_in_time(run)
 
 
 def test_a_persistent_503_on_optim_step_is_shown_and_abandoned_on_stop(
-        tmp_path, monkeypatch, capsys):
-    run = run_under_fault(tmp_path, monkeypatch, capsys, Faults(fail={"optim_step": Burst(503)}),
-                          SHORT, waited("optim_step has waited"))
+    tmp_path, monkeypatch, capsys
+):
+    run = run_under_fault(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        Faults(fail={"optim_step": Burst(503)}),
+        SHORT,
+        waited("optim_step has waited"),
+    )
     assert "503 Service Unavailable" in run.first("optim_step has waited")
     assert run.first("optim_step 503 Service Unavailable")
     _stopped_in_time(run)
@@ -340,14 +445,23 @@ def test_a_persistent_503_on_optim_step_is_shown_and_abandoned_on_stop(
 
 
 def test_a_future_that_stays_try_again_is_shown_and_waited_for_by_a_stop(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     """The service queues the call (try_again) without failing it: the call is slow, not in
     trouble, so a graceful stop waits for the step (a second Ctrl+C, or the stop's time
     limit, ends it at once)."""
     # Polls held 0.2 s, not 1 s: held 1 s, the first try_again could come after the first wait
     # line at 1 s (its cause then "the service is working on it").
-    run = run_under_fault(tmp_path, monkeypatch, capsys, Faults(stuck_futures={"optim_step"}),
-                          SHORT, waited("optim_step has waited"), hold=0.2, stop_timeout=4)
+    run = run_under_fault(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        Faults(stuck_futures={"optim_step"}),
+        SHORT,
+        waited("optim_step has waited"),
+        hold=0.2,
+        stop_timeout=4,
+    )
     assert "queued by the service: try_again" in run.first("optim_step has waited")
     assert "  waiting for step 1's training call (running " in run.stdout
     _stopped_in_time(run)
@@ -355,11 +469,18 @@ def test_a_future_that_stays_try_again_is_shown_and_waited_for_by_a_stop(
 
 
 def test_a_stop_during_a_slow_forward_backward_finishes_and_checkpoints_the_step(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     """SIGINT while forward_backward is slow (the double takes 6 s to answer it): the step
     finishes and is checkpointed. It was abandoned ("last checkpoint: none")."""
-    run = run_under_fault(tmp_path, monkeypatch, capsys, Faults(delay={"forward_backward": 6.0}),
-                          SHORT, waited("forward_backward has waited"))
+    run = run_under_fault(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        Faults(delay={"forward_backward": 6.0}),
+        SHORT,
+        waited("forward_backward has waited"),
+    )
     _stopped_in_time(run)
     assert "  waiting for step 1's training call (running " in run.stdout
     assert "stopped at step 1/2" in run.stdout
@@ -367,30 +488,40 @@ def test_a_stop_during_a_slow_forward_backward_finishes_and_checkpoints_the_step
 
 
 def test_a_sampler_that_never_answers_is_shown_and_the_run_stops(tmp_path, monkeypatch, capsys):
-    run = run_under_fault(tmp_path, monkeypatch, capsys, Faults(hang={"asample"}), SHORT,
-                          waited("sample has waited"))
+    run = run_under_fault(
+        tmp_path, monkeypatch, capsys, Faults(hang={"asample"}), SHORT, waited("sample has waited")
+    )
     line = run.first("sample has waited")
     assert "asample sent" in line and "no answer yet" in line
     _stopped_in_time(run)
 
 
 def test_an_uncached_tokenizer_offline_fails_the_run_at_once_saying_what_to_do(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # read by huggingface_hub when imported
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
-    run = run_under_fault(tmp_path, monkeypatch, capsys,
-                          Faults(tokenizer_id="acme/tiny-chat-tokenizer"), SHORT, None)
+    run = run_under_fault(
+        tmp_path, monkeypatch, capsys, Faults(tokenizer_id="acme/tiny-chat-tokenizer"), SHORT, None
+    )
     assert type(run.error).__name__ == "TokenizerUnavailable"
     with sqlite3.connect(run.db) as conn:  # from the training client's creation to the error
-        times = dict(conn.execute(
-            "select case when message like 'Tinker SDK: TrainingClient initialized%' then 'made' "
-            "when message like 'run failed: TokenizerUnavailable%' then 'failed' end, time "
-            "from log where level != 'debug'"))
+        times = dict(
+            conn.execute(
+                "select case when message like 'Tinker SDK: TrainingClient initialized%' then 'made' "
+                "when message like 'run failed: TokenizerUnavailable%' then 'failed' end, time "
+                "from log where level != 'debug'"
+            )
+        )
     assert times["failed"] - times["made"] < 10
     message = str(run.error)
-    for needed in (DEFAULT_BASE_MODEL, "acme/tiny-chat-tokenizer", "HF_HUB_OFFLINE",
-                   "hf download acme/tiny-chat-tokenizer"):
+    for needed in (
+        DEFAULT_BASE_MODEL,
+        "acme/tiny-chat-tokenizer",
+        "HF_HUB_OFFLINE",
+        "hf download acme/tiny-chat-tokenizer",
+    ):
         assert needed in message
     assert loop_lag(run.db)[1] < BLOCKED
 
@@ -398,8 +529,21 @@ def test_an_uncached_tokenizer_offline_fails_the_run_at_once_saying_what_to_do(
 def test_a_malformed_key_stops_the_command_at_once(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("TINKER_API_KEY", "dummy")
     started = time.monotonic()
-    assert main(["run", "example", "--backend", "tinker", "--no-ui", "--db",
-                 str(tmp_path / "runs.db"), *BASE]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "example",
+                "--backend",
+                "tinker",
+                "--no-ui",
+                "--db",
+                str(tmp_path / "runs.db"),
+                *BASE,
+            ]
+        )
+        == 2
+    )
     assert time.monotonic() - started < 5
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "TINKER_API_KEY" in err and "tml-" in err

@@ -24,18 +24,24 @@ CSS = Path(__file__).parent.parent / "tinker_tui" / "app" / "tinker_tui.tcss"
 
 #: A two-turn tool conversation as Qwen3 writes it: a tool call, the tool's answer (context,
 #: not trained), the final answer.
-FIRST_TURN = ('I will look the weather up.\n<tool_call>\n{"name": "get_weather", '
-              '"arguments": {"city": "Zürich"}}\n</tool_call><|im_end|>')
-CONTEXT = ('\n<|im_start|>user\n<tool_response>\n{"temp_c": 7, "sky": "overcast"}\n'
-           '</tool_response><|im_end|>\n<|im_start|>assistant\n')
+FIRST_TURN = (
+    'I will look the weather up.\n<tool_call>\n{"name": "get_weather", '
+    '"arguments": {"city": "Zürich"}}\n</tool_call><|im_end|>'
+)
+CONTEXT = (
+    '\n<|im_start|>user\n<tool_response>\n{"temp_c": 7, "sky": "overcast"}\n'
+    "</tool_response><|im_end|>\n<|im_start|>assistant\n"
+)
 SECOND_TURN = "It is 7 °C and overcast in Zürich: take a coat. 🧥<|im_end|>"
 
 
 def fixture_tokens(tokenizer) -> tuple[TrajectoryTokens, dict[int, str]]:
     """The conversation's real token ids, with seeded logprobs: the trainer agrees with the
     sampler to 1e-3 except at one token of the second turn (Δ 0.4), sampled a version later."""
-    parts = [tokenizer.encode(text, add_special_tokens=False)
-             for text in (FIRST_TURN, CONTEXT, SECOND_TURN)]
+    parts = [
+        tokenizer.encode(text, add_special_tokens=False)
+        for text in (FIRST_TURN, CONTEXT, SECOND_TURN)
+    ]
     ids = np.array([t for p in parts for t in p], dtype=np.int32)
     mask = np.array([1] * len(parts[0]) + [0] * len(parts[1]) + [1] * len(parts[2]), np.uint8)
     rng = np.random.default_rng(7)
@@ -43,13 +49,18 @@ def fixture_tokens(tokenizer) -> tuple[TrajectoryTokens, dict[int, str]]:
     trainer = (sampled + np.where(mask > 0, rng.normal(0, 1e-3, len(ids)), 0)).astype(np.float32)
     worst = len(parts[0]) + len(parts[1]) + 5
     trainer[worst] = sampled[worst] - 0.4
-    version = np.array([3] * len(parts[0]) + [-1] * len(parts[1]) + [4] * len(parts[2]),
-                       np.int32)
+    version = np.array([3] * len(parts[0]) + [-1] * len(parts[1]) + [4] * len(parts[2]), np.int32)
     tokens = TrajectoryTokens(
-        group_id=12, index=2, tokens=ids, sampled=sampled, trainer=trainer,
-        advantage=np.where(mask > 0, 0.375, 0.0).astype(np.float32), mask=mask,
+        group_id=12,
+        index=2,
+        tokens=ids,
+        sampled=sampled,
+        trainer=trainer,
+        advantage=np.where(mask > 0, 0.375, 0.0).astype(np.float32),
+        mask=mask,
         version=version,
-        entropy=np.where(mask > 0, rng.gamma(1.0, 0.7, len(ids)), 0).astype(np.float32))
+        entropy=np.where(mask > 0, rng.gamma(1.0, 0.7, len(ids)), 0).astype(np.float32),
+    )
     book = PieceBook(tokenizer)
     pieces = book.new_pieces([tokens])
     return tokens, pieces
@@ -70,8 +81,11 @@ class TokensApp(App[None]):
         self.tokens, self.pieces = tokens, pieces
 
     def on_mount(self) -> None:
-        self.push_screen(TokensScreen("Group 12 · trajectory 3 · weather-q07 · reward 1",
-                                      18, self.tokens, self.pieces))
+        self.push_screen(
+            TokensScreen(
+                "Group 12 · trajectory 3 · weather-q07 · reward 1", 18, self.tokens, self.pieces
+            )
+        )
 
 
 # ------------------------------------------------------------------ maths
@@ -101,8 +115,7 @@ def test_the_largest_mismatch_is_found_among_sampled_tokens(qwen3):
 
 
 def test_layout_wraps_at_the_width_and_breaks_after_newlines():
-    lines = tc.layout(["ab", "cd↵", "e", "fgh", "ijklmnop"], [False, True, False, False, False],
-                      5)
+    lines = tc.layout(["ab", "cd↵", "e", "fgh", "ijklmnop"], [False, True, False, False, False], 5)
     assert lines == [[0, 1], [2, 3], [4]]
 
 
@@ -159,16 +172,39 @@ async def test_enter_on_a_trajectory_of_a_stored_run_opens_its_tokens(tmp_path):
     from tinker_tui.engine.store import find_run
 
     db = tmp_path / "runs.db"
-    code = await asyncio.to_thread(main, [
-        "run", "example", "--backend", "local", "--no-ui", "--db", str(db), "--base-model",
-        DEFAULT_BASE_MODEL, "--warmup-steps", "0", "--steps", "2", "--group-size", "4",
-        "--groups-per-step", "2", "--rollout-workers", "1", "--eval-every", "0"])
+    code = await asyncio.to_thread(
+        main,
+        [
+            "run",
+            "example",
+            "--backend",
+            "local",
+            "--no-ui",
+            "--db",
+            str(db),
+            "--base-model",
+            DEFAULT_BASE_MODEL,
+            "--warmup-steps",
+            "0",
+            "--steps",
+            "2",
+            "--group-size",
+            "4",
+            "--groups-per-step",
+            "2",
+            "--rollout-workers",
+            "1",
+            "--eval-every",
+            "0",
+        ],
+    )
     assert code == 0
     import sqlite3
 
     with sqlite3.connect(db) as conn:
         step, group, idx, length = conn.execute(
-            "select step, group_id, idx, length from trained_tokens limit 1").fetchone()
+            "select step, group_id, idx, length from trained_tokens limit 1"
+        ).fetchone()
     run = await find_run(db, None)
     app = TinkerTuiApp(StoreSession(db, run), refresh_interval=0.05)
     app.animation_level = "none"

@@ -49,7 +49,8 @@ HAVE_TB_READER = importlib.util.find_spec("tensorboard") is not None
 needs_wandb = pytest.mark.skipif(not HAVE_WANDB, reason='needs pip install "tinker-tui[wandb]"')
 needs_tensorboard = pytest.mark.skipif(
     not (HAVE_TB_WRITER and HAVE_TB_READER),
-    reason='needs pip install "tinker-tui[tensorboard]" tensorboard')
+    reason='needs pip install "tinker-tui[tensorboard]" tensorboard',
+)
 
 RUN_ARGS = ["--no-ui", "--warmup-steps", "0", "--group-size", "4", "--groups-per-step", "2"]
 
@@ -80,9 +81,9 @@ def wandb_records(path: Path):
         if left < 7:
             pos += left
             continue
-        length = int.from_bytes(data[pos + 4:pos + 6], "little")
+        length = int.from_bytes(data[pos + 4 : pos + 6], "little")
         kind = data[pos + 6]
-        chunk = data[pos + 7:pos + 7 + length]
+        chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):
             record = wandb_internal_pb2.Record()
@@ -106,9 +107,12 @@ def wandb_segments(folder: Path, wandb_id: str) -> list[dict]:
                 segment["run_id"] = record.run.run_id
                 segment["project"] = record.run.project
             elif kind == "history":
-                segment["rows"].append({item.key or "/".join(item.nested_key):
-                                        json.loads(item.value_json)
-                                        for item in record.history.item})
+                segment["rows"].append(
+                    {
+                        item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                        for item in record.history.item
+                    }
+                )
         segments.append(segment)
     return segments
 
@@ -136,10 +140,11 @@ async def store_records(db: Path, run_id: str) -> tuple[StoredRun, list, list]:
     async with await StoreReader.open_readonly(db) as store:
         run = await store.find_run(run_id)
         events = await store.events(run, kinds={StepTrained, EvalCompleted})
-    steps = sorted(((e.step, dict(e.metrics)) for e in events if isinstance(e, StepTrained)),
-                   key=lambda s: s[0])
-    return run, steps, [(e.step, dict(e.metrics)) for e in events
-                        if isinstance(e, EvalCompleted)]
+    steps = sorted(
+        ((e.step, dict(e.metrics)) for e in events if isinstance(e, StepTrained)),
+        key=lambda s: s[0],
+    )
+    return run, steps, [(e.step, dict(e.metrics)) for e in events if isinstance(e, EvalCompleted)]
 
 
 def tensorboard_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
@@ -178,12 +183,16 @@ def assert_tensorboard_matches(scalars, steps, evals) -> None:
 
 
 # ---------------------------------------------------------------- no package, no import
-@pytest.mark.parametrize("flag, module, extra", [
-    (["--wandb", "team-charts"], "wandb", "wandb"),
-    (["--tensorboard"], "tensorboardX", "tensorboard"),
-])
+@pytest.mark.parametrize(
+    "flag, module, extra",
+    [
+        (["--wandb", "team-charts"], "wandb", "wandb"),
+        (["--tensorboard"], "tensorboardX", "tensorboard"),
+    ],
+)
 def test_a_missing_package_stops_the_run_before_anything_starts(
-        tmp_path, monkeypatch, capsys, flag, module, extra):
+    tmp_path, monkeypatch, capsys, flag, module, extra
+):
     monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
     db = tmp_path / "runs" / "runs.db"
     assert main(["run", "example", *RUN_ARGS, "--db", str(db), *flag]) == 2
@@ -212,15 +221,17 @@ def test_help_and_runs_without_trackers_never_import_them(tmp_path):
         "assert config.wandb_run_id == ''\n"
         "print(sorted(m for m in ('wandb', 'tensorboardX', 'tensorboard') if m in sys.modules))\n"
     )
-    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           cwd=tmp_path, timeout=120)
+    probe = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == "[]"
 
 
 def test_the_wandb_run_id_is_the_run_id_without_what_wandb_refuses():
-    assert wandb_run_id_for("yes_no_maybe-20261201-003059-7c6e") == \
-        "yes_no_maybe-20261201-003059-7c6e"
+    assert (
+        wandb_run_id_for("yes_no_maybe-20261201-003059-7c6e") == "yes_no_maybe-20261201-003059-7c6e"
+    )
     assert wandb_run_id_for("my:task/v2#1") == "my-task-v2-1"
 
 
@@ -236,8 +247,10 @@ def test_wandb_goes_offline_instead_of_asking_for_a_key(tmp_path):
     assert choose_mode({"NETRC": nowhere, "WANDB_MODE": "online"})[0] == "offline"
     assert choose_mode({"NETRC": nowhere, "WANDB_API_KEY": "k"}) == (None, "")
     assert choose_mode({"NETRC": str(netrc)}) == (None, "")  # `wandb login` wrote it
-    assert choose_mode({"NETRC": str(netrc), "WANDB_BASE_URL": "https://wandb.example"})[0] \
+    assert (
+        choose_mode({"NETRC": str(netrc), "WANDB_BASE_URL": "https://wandb.example"})[0]
         == "offline"
+    )
     assert choose_mode({"WANDB_API_KEY": "k", "WANDB_MODE": "offline"})[0] == "offline"
     assert choose_mode({"WANDB_MODE": "disabled"})[0] == "disabled"
 
@@ -253,23 +266,46 @@ def test_a_trackers_lines_come_back_from_the_store_as_its_own(tmp_path):
 
     assert {t.name: t.key for t in (WandbTracker, TensorBoardTracker)} == TRACKER_LINE_NAMES
     path, clock = tmp_path / "runs.db", FakeClock(10.0)
-    said = [TrackerReported(time=clock.now(), level="info", tracker="tensorboard",
-                            message="TensorBoard: event files in tb/r1; view with it"),
-            TrackerReported(time=clock.now(), level="warning", tracker="wandb",
-                            message="W&B: logging failed and is off"),
-            LogEmitted(time=clock.now(), level="info", message="W&B is not a tracker line")]
+    said = [
+        TrackerReported(
+            time=clock.now(),
+            level="info",
+            tracker="tensorboard",
+            message="TensorBoard: event files in tb/r1; view with it",
+        ),
+        TrackerReported(
+            time=clock.now(),
+            level="warning",
+            tracker="wandb",
+            message="W&B: logging failed and is off",
+        ),
+        LogEmitted(time=clock.now(), level="info", message="W&B is not a tracker line"),
+    ]
 
     async def store_and_read() -> list:
         store = await RunStore.open(path)
-        store.handle(RunStarted(time=clock.now(), run_id="r1", name="t", backend="local",
-                                base_model="m", config={}, max_steps=1, start_step=0))
+        store.handle(
+            RunStarted(
+                time=clock.now(),
+                run_id="r1",
+                name="t",
+                backend="local",
+                base_model="m",
+                config={},
+                max_steps=1,
+                start_step=0,
+            )
+        )
         for event in said:
             store.handle(event)
         await store.close()
         reader = await StoreReader.open_readonly(path)
         try:
-            return [e for e in await reader.events_after(EventCursor(await find_run(path, "r1")))
-                    if isinstance(e, LogEmitted)]
+            return [
+                e
+                for e in await reader.events_after(EventCursor(await find_run(path, "r1")))
+                if isinstance(e, LogEmitted)
+            ]
         finally:
             await reader.close()
 
@@ -326,11 +362,19 @@ class RecordingTracker:
 
 
 def run_events(steps: int, *, start_step: int = 0):
-    yield RunStarted(time=0.0, run_id="r1", name="t", backend="local", base_model="m",
-                     max_steps=steps, start_step=start_step)
+    yield RunStarted(
+        time=0.0,
+        run_id="r1",
+        name="t",
+        backend="local",
+        base_model="m",
+        max_steps=steps,
+        start_step=start_step,
+    )
     for step in range(start_step + 1, steps + 1):
-        yield StepTrained(time=float(step), step=step, policy_version=step,
-                          metrics={"reward/mean": step / 10})
+        yield StepTrained(
+            time=float(step), step=step, policy_version=step, metrics={"reward/mean": step / 10}
+        )
     yield EvalCompleted(time=99.0, step=2, policy_version=2, metrics={"eval/reward_mean": 0.5})
     yield RunFinished(time=100.0, status="completed", final_step=steps)
 
@@ -347,9 +391,16 @@ async def test_the_feed_calls_the_tracker_in_order_on_its_own_thread_without_wai
     assert [c[0] for c in tracker.calls] in ([], ["start"])  # no step went through yet
     tracker.gate.set()
     await feed.close()
-    assert tracker.calls == [("start", "r1", 0), ("step", 1, 0.1), ("step", 2, 0.2),
-                             ("step", 3, 0.3), ("step", 4, 0.4), ("step", 5, 0.5),
-                             ("eval", 2, 0.5), ("finish", "completed")]
+    assert tracker.calls == [
+        ("start", "r1", 0),
+        ("step", 1, 0.1),
+        ("step", 2, 0.2),
+        ("step", 3, 0.3),
+        ("step", 4, 0.4),
+        ("step", 5, 0.5),
+        ("eval", 2, 0.5),
+        ("finish", "completed"),
+    ]
     assert threading.get_ident() not in tracker.threads and len(tracker.threads) == 1
     await asyncio.sleep(0)  # the start line is published on the loop's thread
     assert [(type(e), e.level, e.tracker) for e in reported] == [(TrackerReported, "info", "wandb")]
@@ -357,10 +408,19 @@ async def test_the_feed_calls_the_tracker_in_order_on_its_own_thread_without_wai
 
 
 def rolled_back(to_step: int, undone: int, time: float) -> CommandReceived:
-    return CommandReceived(time=time, command="rolled_back", args={
-        "to_step": to_step, "checkpoint": f"step-{to_step:06d}", "steps_undone": undone,
-        "reason": "collapsed at step 4 (best 0.3 at step 3)", "name": "learning_rate",
-        "value": 5e-4, "old": 1e-3})
+    return CommandReceived(
+        time=time,
+        command="rolled_back",
+        args={
+            "to_step": to_step,
+            "checkpoint": f"step-{to_step:06d}",
+            "steps_undone": undone,
+            "reason": "collapsed at step 4 (best 0.3 at step 3)",
+            "name": "learning_rate",
+            "value": 5e-4,
+            "old": 1e-3,
+        },
+    )
 
 
 async def test_the_feed_tells_the_tracker_of_a_rollback_in_order():
@@ -368,22 +428,34 @@ async def test_the_feed_tells_the_tracker_of_a_rollback_in_order():
     feed = TrackerFeed(tracker, publish=bus.publish, clock=FakeClock())
     bus.subscribe(feed.handle)
     events = list(run_events(4))
-    for event in events[:5] + [rolled_back(2, 2, 4.5)] + [
+    for event in (
+        events[:5]
+        + [rolled_back(2, 2, 4.5)]
+        + [
             StepTrained(time=5.0 + s, step=s, policy_version=s, metrics={"reward/mean": s})
-            for s in (3, 4)] + [CommandReceived(time=9.0, command="rollback", args={})]:
+            for s in (3, 4)
+        ]
+        + [CommandReceived(time=9.0, command="rollback", args={})]
+    ):
         bus.publish(event)
     await feed.close()
     assert tracker.calls[1:] == [
-        ("step", 1, 0.1), ("step", 2, 0.2), ("step", 3, 0.3), ("step", 4, 0.4),
+        ("step", 1, 0.1),
+        ("step", 2, 0.2),
+        ("step", 3, 0.3),
+        ("step", 4, 0.4),
         ("rollback", 2, 2, "collapsed at step 4 (best 0.3 at step 3)"),
-        ("step", 3, 3), ("step", 4, 4)]
+        ("step", 3, 3),
+        ("step", 4, 4),
+    ]
 
 
 async def test_a_failing_tracker_is_reported_once_and_switched_off():
     bus, tracker = EventBus(), RecordingTracker(fail_at_step=2)
     warnings = []
-    bus.subscribe(lambda e: warnings.append(e) if isinstance(e, LogEmitted)
-                  and e.level == "warning" else None)
+    bus.subscribe(
+        lambda e: warnings.append(e) if isinstance(e, LogEmitted) and e.level == "warning" else None
+    )
     feed = TrackerFeed(tracker, publish=bus.publish, clock=FakeClock())
     bus.subscribe(feed.handle)
     for event in run_events(6):
@@ -401,8 +473,13 @@ async def test_a_failing_tracker_is_reported_once_and_switched_off():
 async def test_a_tracker_that_falls_too_far_behind_is_switched_off():
     bus, tracker = EventBus(), RecordingTracker()
     warnings = []
-    bus.subscribe(lambda e: warnings.append(e.message) if isinstance(e, TrackerReported)
-                  and e.level == "warning" else None)
+    bus.subscribe(
+        lambda e: (
+            warnings.append(e.message)
+            if isinstance(e, TrackerReported) and e.level == "warning"
+            else None
+        )
+    )
     feed = TrackerFeed(tracker, publish=bus.publish, clock=FakeClock(), max_backlog=3)
     bus.subscribe(feed.handle)
     tracker.gate.clear()
@@ -419,26 +496,65 @@ async def test_samples_tables_hold_the_rollouts_of_every_nth_step():
     bus, tracker = EventBus(), RecordingTracker()
     feed = TrackerFeed(tracker, publish=bus.publish, clock=FakeClock(), samples_every=2)
     bus.subscribe(feed.handle)
-    bus.publish(RunStarted(time=0.0, run_id="r1", name="t", backend="local", base_model="m",
-                           max_steps=2, start_step=0))
+    bus.publish(
+        RunStarted(
+            time=0.0,
+            run_id="r1",
+            name="t",
+            backend="local",
+            base_model="m",
+            max_steps=2,
+            start_step=0,
+        )
+    )
 
     def group(group_id, rewards):
         return GroupSampled(
-            time=0.0, group_id=group_id, scenario_id=f"q{group_id}", policy_version=0,
-            num_trajectories=len(rewards), num_tokens=3, reward_mean=sum(rewards) / 2,
-            trajectories=tuple(TrajectorySummary(
-                reward=r, policy_version=0, num_tokens=3,
-                messages=({"role": "user", "content": "hi"},
-                          {"role": "assistant", "content": f"a{r}"})) for r in rewards))
+            time=0.0,
+            group_id=group_id,
+            scenario_id=f"q{group_id}",
+            policy_version=0,
+            num_trajectories=len(rewards),
+            num_tokens=3,
+            reward_mean=sum(rewards) / 2,
+            trajectories=tuple(
+                TrajectorySummary(
+                    reward=r,
+                    policy_version=0,
+                    num_tokens=3,
+                    messages=(
+                        {"role": "user", "content": "hi"},
+                        {"role": "assistant", "content": f"a{r}"},
+                    ),
+                )
+                for r in rewards
+            ),
+        )
 
     for step, ids in ((1, (1, 2)), (2, (3, 4))):
         for g in ids:
             bus.publish(group(g, (0.0, 1.0)))
         bus.publish(group(9, (1.0,)))  # sampled, then dropped as stale: in no table
-        bus.publish(GroupDiscarded(time=0.0, group_id=9, scenario_id="q9", reason="stale",
-                                   policy_version=0, trainer_version=1, num_tokens=3))
-        bus.publish(StepTrained(time=float(step), step=step, policy_version=step,
-                                metrics={"reward/mean": 0.5}, group_ids=ids))
+        bus.publish(
+            GroupDiscarded(
+                time=0.0,
+                group_id=9,
+                scenario_id="q9",
+                reason="stale",
+                policy_version=0,
+                trainer_version=1,
+                num_tokens=3,
+            )
+        )
+        bus.publish(
+            StepTrained(
+                time=float(step),
+                step=step,
+                policy_version=step,
+                metrics={"reward/mean": 0.5},
+                group_ids=ids,
+            )
+        )
     await feed.close()
     (samples,) = [c for c in tracker.calls if c[0] == "samples"]
     _, step, rows = samples
@@ -497,8 +613,8 @@ def test_tensorboard_drops_the_steps_a_rollback_undoes(tmp_path):
     (note,) = notes.Tensors("rollback/text_summary")
     assert note.step == 2
     assert note.tensor_proto.string_val[0].decode() == (
-        "rolled back to step 2 (2 later step(s) undone): collapsed at step 3 (best 0.2 at "
-        "step 2)")
+        "rolled back to step 2 (2 later step(s) undone): collapsed at step 3 (best 0.2 at step 2)"
+    )
 
 
 @needs_wandb
@@ -522,22 +638,36 @@ def test_wandb_marks_where_a_rollback_and_a_resume_redo_steps(tmp_path, offline_
     first.finish("stopped")
     a_later_second(started)
     again = tracker()
-    again.start(RunInfo(run_id="r1", name="t", backend="local", base_model="m",
-                        start_step=3))
+    again.start(RunInfo(run_id="r1", name="t", backend="local", base_model="m", start_step=3))
     again.log_step(4, 4, {"reward/mean": 0.5}, 20.0)
     again.finish("completed")
 
-    assert summary == {"to_step": 2, "steps_undone": 2,
-                       "reason": "collapsed at step 3 (best 0.2 at step 2)"}
+    assert summary == {
+        "to_step": 2,
+        "steps_undone": 2,
+        "reason": "collapsed at step 3 (best 0.2 at step 2)",
+    }
     segments = settled_wandb_segments(tmp_path, "w1")
     assert len(segments) == 2
-    rows = [[(r["step"], r.get("reward/mean"), r.get("rollback/to_step"),
-              r.get("resume/from_step")) for r in s["rows"]] for s in segments]
+    rows = [
+        [
+            (r["step"], r.get("reward/mean"), r.get("rollback/to_step"), r.get("resume/from_step"))
+            for r in s["rows"]
+        ]
+        for s in segments
+    ]
     assert rows == [
-        [(1, 0.1, None, None), (2, 0.2, None, None), (3, 0.3, None, None),
-         (4, 0.4, None, None), (2, None, 2, None), (3, 0.03, None, None),
-         (4, 0.04, None, None)],
-        [(3, None, None, 3), (4, 0.5, None, None)]]
+        [
+            (1, 0.1, None, None),
+            (2, 0.2, None, None),
+            (3, 0.3, None, None),
+            (4, 0.4, None, None),
+            (2, None, 2, None),
+            (3, 0.03, None, None),
+            (4, 0.04, None, None),
+        ],
+        [(3, None, None, 3), (4, 0.5, None, None)],
+    ]
 
 
 def a_later_second(started: float) -> None:
@@ -550,12 +680,26 @@ def a_later_second(started: float) -> None:
 @needs_wandb
 @needs_tensorboard
 def test_a_run_and_its_resume_log_every_step_to_one_wandb_run_and_to_tensorboard(
-        tmp_path, offline_wandb, capsys):
+    tmp_path, offline_wandb, capsys
+):
     db = tmp_path / "runs" / "runs.db"
     db.parent.mkdir()
-    first = ["run", "example", *RUN_ARGS, "--db", str(db), "--steps", "2",
-             "--eval-every", "1", "--wandb", "team-charts", "--tensorboard",
-             "--wandb-samples-every", "2"]
+    first = [
+        "run",
+        "example",
+        *RUN_ARGS,
+        "--db",
+        str(db),
+        "--steps",
+        "2",
+        "--eval-every",
+        "1",
+        "--wandb",
+        "team-charts",
+        "--tensorboard",
+        "--wandb-samples-every",
+        "2",
+    ]
     started = time.time()
     if importlib.util.find_spec("openai"):  # W&B advertises Weave to a process using it
         importlib.import_module("openai")
@@ -585,8 +729,10 @@ def test_a_run_and_its_resume_log_every_step_to_one_wandb_run_and_to_tensorboard
 
     # Every step's metrics are in W&B's history, exactly as stored; evals too.
     rows = [row for segment in segments for row in segment["rows"]]
-    for kind, records, marker in (("step", steps, "reward/mean"),
-                                  ("eval", evals, "eval/reward_mean")):
+    for kind, records, marker in (
+        ("step", steps, "reward/mean"),
+        ("eval", evals, "eval/reward_mean"),
+    ):
         logged = {row["step"]: row for row in rows if marker in row}
         assert sorted(logged) == sorted(s for s, _ in records), kind
         for step, metrics in records:
@@ -603,29 +749,41 @@ def test_a_run_and_its_resume_log_every_step_to_one_wandb_run_and_to_tensorboard
 
     # A stored run, exported after the fact: the same values, in a new W&B run.
     out_tb, out_wandb = tmp_path / "export-tb", tmp_path / "export-wandb"
-    assert main(["export", run_id, "--db", str(db), "--format", "tensorboard",
-                 "-o", str(out_tb)]) == 0
+    assert (
+        main(["export", run_id, "--db", str(db), "--format", "tensorboard", "-o", str(out_tb)]) == 0
+    )
     assert_tensorboard_matches(tensorboard_scalars(out_tb / run_id), steps, evals)
-    assert main(["export", run_id, "--db", str(db), "--format", "wandb",
-                 "-o", str(out_wandb)]) == 0
+    assert main(["export", run_id, "--db", str(db), "--format", "wandb", "-o", str(out_wandb)]) == 0
     err = capsys.readouterr().err
     assert "exported run" in err and "upload with `wandb sync " in err
     (exported,) = (out_wandb / "wandb").glob("offline-run-*")
     (segment,) = settled_wandb_segments(out_wandb, exported.name.rsplit("-", 1)[-1])
     assert segment["run_id"] != wandb_id and segment["project"] == "team-charts"
     logged = {row["step"]: row for row in segment["rows"] if "reward/mean" in row}
-    assert {s: logged[s]["reward/mean"] for s in logged} == \
-        {s: m["reward/mean"] for s, m in steps}
+    assert {s: logged[s]["reward/mean"] for s in logged} == {s: m["reward/mean"] for s, m in steps}
 
 
 @needs_tensorboard
-def test_a_tracker_that_fails_in_a_real_run_is_reported_and_the_run_completes(
-        tmp_path, capsys):
+def test_a_tracker_that_fails_in_a_real_run_is_reported_and_the_run_completes(tmp_path, capsys):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the event files' folder should be")
     db = tmp_path / "runs.db"
-    assert main(["run", "example", *RUN_ARGS, "--db", str(db), "--steps", "2",
-                 "--tensorboard", str(blocker)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "example",
+                *RUN_ARGS,
+                "--db",
+                str(db),
+                "--steps",
+                "2",
+                "--tensorboard",
+                str(blocker),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.count("TensorBoard logging failed and is off") == 1, out
     assert "completed at step 2/" in out
@@ -637,7 +795,8 @@ def test_a_tracker_that_fails_in_a_real_run_is_reported_and_the_run_completes(
 async def test_tracker_feeds_for_a_run_without_trackers_are_empty():
     from tinker_tui.engine.config import RunConfig
 
-    feeds = TrackerFeeds.start(RunConfig(), store_folder=Path("."), publish=lambda e: None,
-                               clock=FakeClock())
+    feeds = TrackerFeeds.start(
+        RunConfig(), store_folder=Path("."), publish=lambda e: None, clock=FakeClock()
+    )
     assert feeds.feeds == [] and feeds.handlers() == []
     await feeds.close()

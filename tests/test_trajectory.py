@@ -12,9 +12,12 @@ from tinker_tui.engine.rollouts.trajectory import (
 
 
 def turn(tokens=(7, 8), version=3):
-    return SampledTurn(prompt_tokens=(1, 2, 3), tokens=tuple(tokens),
-                       logprobs=tuple(-0.5 * (i + 1) for i in range(len(tokens))),
-                       policy_version=version)
+    return SampledTurn(
+        prompt_tokens=(1, 2, 3),
+        tokens=tuple(tokens),
+        logprobs=tuple(-0.5 * (i + 1) for i in range(len(tokens))),
+        policy_version=version,
+    )
 
 
 def test_datum_arrays_put_advantages_only_on_sampled_tokens():
@@ -30,13 +33,18 @@ def test_datum_arrays_put_advantages_only_on_sampled_tokens():
 
 def test_group_advantages_are_relative_to_the_group_mean():
     trajectories = tuple(Trajectory(turns=(turn(),), reward=r) for r in (1.0, 0.5, 0.0))
-    group = TrajectoryGroup(group_id=0, scenario_id="s", trajectories=trajectories,
-                            started_at=0.0, finished_at=1.0)
+    group = TrajectoryGroup(
+        group_id=0, scenario_id="s", trajectories=trajectories, started_at=0.0, finished_at=1.0
+    )
     assert group.advantages() == pytest.approx([0.5, 0.0, -0.5])
     assert group.has_variance()
-    same = TrajectoryGroup(group_id=1, scenario_id="s", finished_at=1.0, started_at=0.0,
-                           trajectories=tuple(Trajectory(turns=(turn(),), reward=1.0)
-                                              for _ in range(3)))
+    same = TrajectoryGroup(
+        group_id=1,
+        scenario_id="s",
+        finished_at=1.0,
+        started_at=0.0,
+        trajectories=tuple(Trajectory(turns=(turn(),), reward=1.0) for _ in range(3)),
+    )
     assert not same.has_variance()
 
 
@@ -49,8 +57,9 @@ def test_group_version_and_tokens_come_from_its_members():
     old = Trajectory(turns=(turn(tokens=(7,), version=2), turn(version=6)), reward=0.0)
     new = Trajectory(turns=(turn(tokens=(7, 8, 9), version=5),), reward=1.0)
     assert (old.policy_version, old.num_tokens, new.num_tokens) == (2, 3, 3)
-    group = TrajectoryGroup(group_id=0, scenario_id="s", trajectories=(new, old),
-                            started_at=0.0, finished_at=1.0)
+    group = TrajectoryGroup(
+        group_id=0, scenario_id="s", trajectories=(new, old), started_at=0.0, finished_at=1.0
+    )
     assert (group.policy_version, group.num_tokens) == (2, 6)
     # derived, not part of what makes two trajectories equal or of their repr
     assert old == Trajectory(turns=old.turns, reward=0.0)
@@ -59,8 +68,9 @@ def test_group_version_and_tokens_come_from_its_members():
 
 def test_a_group_needs_a_trajectory():
     with pytest.raises(TrajectoryError, match="at least one trajectory"):
-        TrajectoryGroup(group_id=0, scenario_id="s", trajectories=(), started_at=0.0,
-                        finished_at=1.0)
+        TrajectoryGroup(
+            group_id=0, scenario_id="s", trajectories=(), started_at=0.0, finished_at=1.0
+        )
 
 
 @pytest.mark.parametrize("reward", [math.nan, math.inf, "1.0", True])
@@ -70,19 +80,25 @@ def test_reward_must_be_a_finite_number(reward):
 
 
 def test_from_choice_reads_server_extension_fields_and_explains_missing_ones():
-    choice = {"prompt_token_ids": [1, 2], "token_ids": [3], "token_logprobs": [-0.1],
-              "policy_version": 2}
+    choice = {
+        "prompt_token_ids": [1, 2],
+        "token_ids": [3],
+        "token_logprobs": [-0.1],
+        "policy_version": 2,
+    }
     assert SampledTurn.from_choice(choice).tokens == (3,)
     with pytest.raises(TrajectoryError, match="this run's server"):
         SampledTurn.from_choice({"token_ids": [3]})
 
 
 def test_turns_that_extend_the_sampled_sequence_share_one_example():
-    first = SampledTurn(prompt_tokens=(1, 2), tokens=(3, 4), logprobs=(-0.3, -0.4),
-                        policy_version=0)
+    first = SampledTurn(
+        prompt_tokens=(1, 2), tokens=(3, 4), logprobs=(-0.3, -0.4), policy_version=0
+    )
     # the next prompt is everything sampled so far, then a tool result (5, 6)
-    second = SampledTurn(prompt_tokens=(1, 2, 3, 4, 5, 6), tokens=(7,), logprobs=(-0.7,),
-                         policy_version=1)
+    second = SampledTurn(
+        prompt_tokens=(1, 2, 3, 4, 5, 6), tokens=(7,), logprobs=(-0.7,), policy_version=1
+    )
     arrays = trajectory_to_datum_arrays((first, second), advantage=0.5)
     assert arrays.turns == 2 and arrays.prefix_mismatches == 0
     [example] = arrays.examples
@@ -96,19 +112,27 @@ def test_turns_that_extend_the_sampled_sequence_share_one_example():
 
 
 def test_a_prompt_that_does_not_extend_the_sampled_tokens_is_counted_and_trained_apart():
-    first = SampledTurn(prompt_tokens=(1, 2), tokens=(3, 4), logprobs=(-0.3, -0.4),
-                        policy_version=0)
+    first = SampledTurn(
+        prompt_tokens=(1, 2), tokens=(3, 4), logprobs=(-0.3, -0.4), policy_version=0
+    )
     # re-rendered differently: token 4 became 9 in the next prompt
-    second = SampledTurn(prompt_tokens=(1, 2, 3, 9, 5), tokens=(7, 8), logprobs=(-0.7, -0.8),
-                         policy_version=0)
-    third = SampledTurn(prompt_tokens=(1, 2, 3, 9, 5, 7, 8, 6), tokens=(2,), logprobs=(-0.2,),
-                        policy_version=0)
+    second = SampledTurn(
+        prompt_tokens=(1, 2, 3, 9, 5), tokens=(7, 8), logprobs=(-0.7, -0.8), policy_version=0
+    )
+    third = SampledTurn(
+        prompt_tokens=(1, 2, 3, 9, 5, 7, 8, 6), tokens=(2,), logprobs=(-0.2,), policy_version=0
+    )
     arrays = trajectory_to_datum_arrays((first, second, third), advantage=-1.0)
     assert arrays.turns == 3 and arrays.prefix_mismatches == 1
     a, b = arrays.examples
-    assert a == {"model_input": [1, 2, 3], "target_tokens": [2, 3, 4],
-                 "logprobs": [0.0, -0.3, -0.4], "advantages": [0.0, -1.0, -1.0],
-                 "mask": [0.0, 1.0, 1.0], "versions": [-1, 0, 0]}
+    assert a == {
+        "model_input": [1, 2, 3],
+        "target_tokens": [2, 3, 4],
+        "logprobs": [0.0, -0.3, -0.4],
+        "advantages": [0.0, -1.0, -1.0],
+        "mask": [0.0, 1.0, 1.0],
+        "versions": [-1, 0, 0],
+    }
     assert b["model_input"] == [1, 2, 3, 9, 5, 7, 8, 6]
     assert b["target_tokens"] == [2, 3, 9, 5, 7, 8, 6, 2]
     assert b["advantages"] == [0.0] * 4 + [-1.0, -1.0, 0.0, -1.0]

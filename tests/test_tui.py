@@ -102,8 +102,9 @@ async def settled_with_titled_panes(pilot: Pilot) -> None:
         assert pane.region.width > 0 and pane.region.height > 2, pane
 
 
-@pytest.mark.parametrize("size", [(60, 18), (80, 24), (100, 30), (160, 48)],
-                         ids=["60x18", "80x24", "100x30", "160x48"])
+@pytest.mark.parametrize(
+    "size", [(60, 18), (80, 24), (100, 30), (160, 48)], ids=["60x18", "80x24", "100x30", "160x48"]
+)
 def test_snapshot_dashboard(snap_compare, size):
     assert snap_compare(make_app(), terminal_size=size, run_before=settled_with_titled_panes)
 
@@ -113,8 +114,9 @@ def test_snapshot_too_small_40x12(snap_compare):
 
 
 def warming_up() -> FakeSession:
-    return FakeSession(script=lambda clock: [run_started(clock)]
-                       + startup_events(clock, warmup_until=7))
+    return FakeSession(
+        script=lambda clock: [run_started(clock)] + startup_events(clock, warmup_until=7)
+    )
 
 
 def test_snapshot_warm_up(snap_compare):
@@ -148,8 +150,9 @@ def test_snapshot_metrics_view(snap_compare):
 def test_snapshot_paused_with_reason(snap_compare):
     async def paused(pilot: Pilot) -> None:
         await settled(pilot)
-        pilot.app.session.control.pause("no learning signal: 94% of the last 32 groups had "
-                                        "equal rewards below the best")
+        pilot.app.session.control.pause(
+            "no learning signal: 94% of the last 32 groups had equal rewards below the best"
+        )
         await settled(pilot)
 
     assert snap_compare(make_app(), terminal_size=(80, 24), run_before=paused)
@@ -248,8 +251,10 @@ async def test_p_c_e_b_and_a_cancelled_quit():
         assert not isinstance(app.screen, RollbackScreen)
         assert "request_rollback" not in control.call_names()
         await press(pilot, "b", "y")
-        assert control.calls[-1] == ("request_rollback",
-                                     f"by hand: roll back to step {target[0]} at lr x0.5 x0.5")
+        assert control.calls[-1] == (
+            "request_rollback",
+            f"by hand: roll back to step {target[0]} at lr x0.5 x0.5",
+        )
 
         # q asks first; n and escape cancel
         await press(pilot, "q")
@@ -341,8 +346,13 @@ async def test_help_palette_views_maximize_smoothing_and_log_level_keys():
             await press(pilot, key)
             assert isinstance(app.screen, CommandPalette)
             titles = {c.title for c in app.get_system_commands(app.screen_stack[0])}
-            assert {"Pause", "Checkpoint now", "Evaluate now", "View: rollouts",
-                    "Set learning_rate"} <= titles
+            assert {
+                "Pause",
+                "Checkpoint now",
+                "Evaluate now",
+                "View: rollouts",
+                "Set learning_rate",
+            } <= titles
             await press(pilot, "escape")
             assert not isinstance(app.screen, CommandPalette)
         # + maximizes the focused pane (the chart when nothing is focused); esc restores
@@ -369,8 +379,9 @@ async def test_help_palette_views_maximize_smoothing_and_log_level_keys():
         assert log.minimum == "warning"
         await until(lambda: len(log.lines) == 1 < before, pilot)
         total = app.model.log_total
-        await until(lambda: str(log.border_subtitle).startswith(
-            f"≥ warning · 1 of {total:,} lines"), pilot)  # what it shows, of how many
+        await until(
+            lambda: str(log.border_subtitle).startswith(f"≥ warning · 1 of {total:,} lines"), pilot
+        )  # what it shows, of how many
         # 1, 2, 3 switch views
         await press(pilot, "2")
         assert isinstance(app.screen, RolloutsScreen)
@@ -405,8 +416,9 @@ async def test_rollouts_browse_every_turn_and_filter_with_slash():
         await press(pilot, "enter")  # back to the tree
         assert app.focused is tree
         tree.cursor_line = 0
-        await until(lambda: "discarded, stale" in str(
-            app.screen.query_one("#rollout-text").render()), pilot)
+        await until(
+            lambda: "discarded, stale" in str(app.screen.query_one("#rollout-text").render()), pilot
+        )
         await press(pilot, "escape")  # clears the filter
         await until(lambda: len(tree.root.children) == 20, pilot)
 
@@ -481,9 +493,21 @@ async def test_a_run_that_raises_exits_1_and_keeps_the_error():
 
 async def test_bindings_carry_ids():
     ids = {binding.id for binding in TinkerTuiApp.BINDINGS}
-    assert {"pause", "resume", "checkpoint", "eval", "stop", "force_quit", "quit", "help",
-            "view_dashboard", "view_rollouts", "view_control", "maximize",
-            "command_palette"} <= ids
+    assert {
+        "pause",
+        "resume",
+        "checkpoint",
+        "eval",
+        "stop",
+        "force_quit",
+        "quit",
+        "help",
+        "view_dashboard",
+        "view_rollouts",
+        "view_control",
+        "maximize",
+        "command_palette",
+    } <= ids
 
 
 # ------------------------------------------------------------------ issue-13 behaviours
@@ -556,7 +580,8 @@ async def test_the_rollouts_filter_keeps_its_text_and_gives_focus_back():
         await until(lambda: len(tree.root.children) == 20, pilot)
         assert tree.cursor_node.data == opened and tree.cursor_node.parent.is_expanded
         assert str(app.screen.query_one("#rollout-text").render()).startswith(
-            f"group {opened.group_id}")
+            f"group {opened.group_id}"
+        )
 
 
 async def test_enter_opens_a_log_line_and_a_checkpoint_path_whole():
@@ -578,7 +603,8 @@ async def test_enter_opens_a_log_line_and_a_checkpoint_path_whole():
         await press(pilot, "enter")
         assert isinstance(app.screen, TextScreen)
         assert "/tmp/runs/run-0001/sampler_weights/step-000020" in str(
-            app.screen.query_one("#text-body").render())
+            app.screen.query_one("#text-body").render()
+        )
 
 
 async def test_tables_fit_their_columns_when_filled_not_when_next_idle():
@@ -598,8 +624,7 @@ async def test_tables_fit_their_columns_when_filled_not_when_next_idle():
         for table in tables:
             assert table.row_count > 0
             for row in range(table.row_count):
-                for column, cell in zip(table.ordered_columns, table.get_row_at(row),
-                                        strict=True):
+                for column, cell in zip(table.ordered_columns, table.get_row_at(row), strict=True):
                     assert cell_len(str(cell)) <= column.content_width, (table, cell)
         kinds = [str(checkpoints.get_row_at(row)[1]) for row in range(checkpoints.row_count)]
         assert "sampler" in kinds
@@ -638,18 +663,30 @@ async def test_the_metrics_view_charts_every_metric_the_run_records():
         await until(lambda: not screen.pending, pilot)
         keys = [chart.key for chart in screen.charts()]
         assert keys == app.model.metric_keys()
-        assert {"reward/mean", "loss", "optim/lr", "time/train", "task/correct",
-                "eval/reward_mean", "throughput/sampled_tokens_per_s"} <= set(keys)
+        assert {
+            "reward/mean",
+            "loss",
+            "optim/lr",
+            "time/train",
+            "task/correct",
+            "eval/reward_mean",
+            "throughput/sampled_tokens_per_s",
+        } <= set(keys)
         # a metric the task starts reporting later gets its chart
         session = app.session
         for event in step_events(session.clock, 21):
             session.publish(event)
         from tinker_tui.engine.events import StepTrained
 
-        session.publish(StepTrained(time=session.clock.now(), step=22, policy_version=22,
-                                    metrics={"task/bits_right": 7.0}))
-        await until(lambda: "task/bits_right" in [chart.key for chart in screen.charts()],
-                    pilot)
+        session.publish(
+            StepTrained(
+                time=session.clock.now(),
+                step=22,
+                policy_version=22,
+                metrics={"task/bits_right": 7.0},
+            )
+        )
+        await until(lambda: "task/bits_right" in [chart.key for chart in screen.charts()], pilot)
         # the picker hides one (space on the highlighted key: reward/mean)
         picker = screen.query_one("#metric-picker")
         assert picker.display  # wide enough to show it
@@ -657,8 +694,7 @@ async def test_the_metrics_view_charts_every_metric_the_run_records():
         await pilot.pause()
         picker.highlighted = 0
         await press(pilot, "space")
-        await until(lambda: "reward/mean" not in [chart.key for chart in screen.charts()],
-                    pilot)
+        await until(lambda: "reward/mean" not in [chart.key for chart in screen.charts()], pilot)
         assert "reward/mean" in screen.hidden
         # smoothing applies to these charts too
         await press(pilot, "s")
@@ -707,8 +743,14 @@ def test_chart_tick_labels_fit_the_margin_and_tell_ticks_apart():
     from tinker_tui.app.widgets.step_chart import CompactAxisFormatter, format_value
 
     formatter = CompactAxisFormatter()
-    for low, high in [(0.00099, 0.00111), (0.0009, 0.0016), (-0.0011, -0.00099),
-                      (1e5, 3e6), (0.5, 0.9), (1000, 1300)]:
+    for low, high in [
+        (0.00099, 0.00111),
+        (0.0009, 0.0016),
+        (-0.0011, -0.00099),
+        (1e5, 3e6),
+        (0.5, 0.9),
+        (1000, 1300),
+    ]:
         labels = formatter.get_labels_for_ticks(formatter.get_ticks(low, high))
         assert len(set(labels)) == len(labels), labels
         assert max(len(label) for label in labels) <= 8, labels
@@ -716,7 +758,11 @@ def test_chart_tick_labels_fit_the_margin_and_tell_ticks_apart():
     assert formatter.get_labels_for_ticks(ticks)[:2] == ["1.00e-3", "1.02e-3"]
     assert formatter.get_labels_for_ticks(formatter.get_ticks(0.0009, 0.0016))[1] == "1.0e-3"
     assert [format_value(v) for v in (0.00012, -2.5e7, 0.5, 12345.0)] == [
-        "1.2e-4", "-2.5e7", "0.5", "12.3k"]
+        "1.2e-4",
+        "-2.5e7",
+        "0.5",
+        "12.3k",
+    ]
     assert "0.0" in formatter.get_labels_for_ticks([-1e-17, 0.5, 1.0])  # never "-0.0"
     # a short chart: no two ticks in one row (a flat 1.0 must not sit on a "1.02" row)
     formatter.rows = lambda: 4
@@ -726,7 +772,14 @@ def test_chart_tick_labels_fit_the_margin_and_tell_ticks_apart():
     assert formatter.get_ticks_and_labels(-0.5, 0.5)[1] == ["-0.5", "0.0", "0.5"]  # a flat 0
     formatter.rows = lambda: 19  # a tall one keeps the usual ticks
     assert formatter.get_ticks_and_labels(0.25, 0.95)[1] == [
-        "0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9"]
+        "0.3",
+        "0.4",
+        "0.5",
+        "0.6",
+        "0.7",
+        "0.8",
+        "0.9",
+    ]
 
 
 def test_chart_step_axis_ticks_are_whole_steps():

@@ -17,8 +17,14 @@ from tinker_tui.engine.training.warmup_cache import CACHE_DIR, KEEP
 async def run_example(tmp_path: Path, **overrides) -> tuple[list[str], Path]:
     task = load_task("example")
     config = layered_config(task, "local").with_overrides(
-        {"max_steps": 1, "warmup_steps": 6, "checkpoint_every": 0, "sampler_checkpoint_every": 1,
-         **overrides})
+        {
+            "max_steps": 1,
+            "warmup_steps": 6,
+            "checkpoint_every": 0,
+            "sampler_checkpoint_every": 1,
+            **overrides,
+        }
+    )
     run = Run(task=task, config=config, backend="local", db_path=tmp_path / "runs.db")
     logs: list[str] = []
     run.events.subscribe(lambda e: logs.append(e.message) if isinstance(e, LogEmitted) else None)
@@ -48,8 +54,7 @@ async def test_identical_run_reuses_the_warmup(tmp_path):
 
 async def test_a_different_warmup_is_not_reused(tmp_path):
     await run_example(tmp_path)
-    changes = [{"seed": 1}, {"warmup_learning_rate": 1e-3}, {"warmup_steps": 5},
-               {"lora_rank": 8}]
+    changes = [{"seed": 1}, {"warmup_learning_rate": 1e-3}, {"warmup_steps": 5}, {"lora_rank": 8}]
     for change in changes:
         log, _ = await run_example(tmp_path, **change)
         assert "reused" not in log[0], change

@@ -39,12 +39,22 @@ TESTS = Path(__file__).resolve().parent
 TIERS = ("fast", "ui", "e2e", "browser", "slow")
 
 #: Names that start a process, as a name or as `owner.attribute`.
-PROCESS_NAMES = frozenset({"subprocess", "Popen", "create_subprocess_exec",
-                           "create_subprocess_shell", "pexpect", "posix_spawn",
-                           # the project's own: the dashboard's engine, a sweep's runs
-                           "EngineProcess", "start_scheduler"})
-PROCESS_ATTRIBUTES = frozenset({("sys", "executable"), ("os", "system"), ("os", "fork"),
-                                ("os", "execv"), ("os", "execvp")})
+PROCESS_NAMES = frozenset(
+    {
+        "subprocess",
+        "Popen",
+        "create_subprocess_exec",
+        "create_subprocess_shell",
+        "pexpect",
+        "posix_spawn",
+        # the project's own: the dashboard's engine, a sweep's runs
+        "EngineProcess",
+        "start_scheduler",
+    }
+)
+PROCESS_ATTRIBUTES = frozenset(
+    {("sys", "executable"), ("os", "system"), ("os", "fork"), ("os", "execv"), ("os", "execvp")}
+)
 BROWSER_NAMES = frozenset({"async_playwright", "sync_playwright", "playwright"})
 #: Names that drive a Textual app in-process: its pilot, a snapshot of it.
 UI_NAMES = frozenset({"run_test", "snap_compare"})
@@ -102,8 +112,9 @@ class Reader:
             return {"ui"}
         return self._object(namespace.get(name))
 
-    def _attribute(self, base: str, attr: str, namespace: dict[str, Any],
-                   owner: type | None) -> set[str]:
+    def _attribute(
+        self, base: str, attr: str, namespace: dict[str, Any], owner: type | None
+    ) -> set[str]:
         if (base, attr) in PROCESS_ATTRIBUTES or attr in PROCESS_NAMES:
             return {"process"}
         if attr in BROWSER_NAMES:
@@ -152,7 +163,7 @@ def tier_of(item: pytest.Item, reader: Reader) -> str:
             found.add("process")
         if name in UI_NAMES:
             found.add("ui")
-        for fixture in (info.name2fixturedefs.get(name, ()) if info is not None else ()):
+        for fixture in info.name2fixturedefs.get(name, ()) if info is not None else ():
             found |= reader.reaches(fixture.func)
     for tier in ("browser", "e2e", "ui"):
         if {"e2e": "process"}.get(tier, tier) in found:
@@ -172,8 +183,7 @@ class ProcessGuard:
     """Records the processes a `fast` test starts (Python's audit events, so a process the
     code under test starts counts too); `check` fails the test, naming them."""
 
-    EVENTS = frozenset({"subprocess.Popen", "os.system", "os.posix_spawn", "os.fork",
-                        "os.exec"})
+    EVENTS = frozenset({"subprocess.Popen", "os.system", "os.posix_spawn", "os.fork", "os.exec"})
     #: The platform probes libraries run on their own (`platform.processor()` runs uname,
     #: ctypes runs ldconfig): a few milliseconds, not a process the test is about.
     PROBES = frozenset({"uname", "ldconfig", "gcc", "cc", "ld", "objdump", "lscpu"})
@@ -187,8 +197,11 @@ class ProcessGuard:
         if self.watching is None or event not in self.EVENTS:
             return
         program = args[0] if args and isinstance(args[0], str | bytes) else ""
-        if event == "subprocess.Popen" and program and os.path.basename(os.fsdecode(program)) \
-                in self.PROBES:
+        if (
+            event == "subprocess.Popen"
+            and program
+            and os.path.basename(os.fsdecode(program)) in self.PROBES
+        ):
             return
         self.started.append(f"{event} {args[:2]!r}"[:200])
 
@@ -206,7 +219,8 @@ class ProcessGuard:
             started, self.started = self.started, []
             raise AssertionError(
                 "a test of the fast or ui tier started a process (" + "; ".join(started) + "): "
-                "mark it e2e (see tests/tiers.py), or keep the process out of it")
+                "mark it e2e (see tests/tiers.py), or keep the process out of it"
+            )
 
 
 #: The suite's guard (conftest.py installs it).

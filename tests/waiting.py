@@ -19,8 +19,13 @@ T = TypeVar("T")
 DEADLINE = 30.0
 
 
-async def wait_until(condition: Callable[[], T | Awaitable[T]], what: str = "the condition",
-                     *, timeout: float = DEADLINE, interval: float = 0.005) -> T:
+async def wait_until(
+    condition: Callable[[], T | Awaitable[T]],
+    what: str = "the condition",
+    *,
+    timeout: float = DEADLINE,
+    interval: float = 0.005,
+) -> T:
     """Poll `condition` (plain or async) on the running loop until it is truthy; its value.
 
     Between polls the loop runs, so the tasks the condition waits on make progress."""
@@ -36,8 +41,13 @@ async def wait_until(condition: Callable[[], T | Awaitable[T]], what: str = "the
         await asyncio.sleep(interval)
 
 
-def wait_until_sync(condition: Callable[[], T], what: str = "the condition", *,
-                    timeout: float = DEADLINE, interval: float = 0.005) -> T:
+def wait_until_sync(
+    condition: Callable[[], T],
+    what: str = "the condition",
+    *,
+    timeout: float = DEADLINE,
+    interval: float = 0.005,
+) -> T:
     """`wait_until` for a test without an event loop (a process, a thread)."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):

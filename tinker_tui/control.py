@@ -25,5 +25,14 @@ from tinker_tui.engine.control.client import (
     find_control_file,
 )
 
-__all__ = ["DEFAULT_STORE", "AmbiguousRun", "CommandRefused", "ControlClient", "ControlUnavailable",
-           "NoEndpoint", "RunNotRunning", "connect", "find_control_file"]
+__all__ = [
+    "DEFAULT_STORE",
+    "AmbiguousRun",
+    "CommandRefused",
+    "ControlClient",
+    "ControlUnavailable",
+    "NoEndpoint",
+    "RunNotRunning",
+    "connect",
+    "find_control_file",
+]

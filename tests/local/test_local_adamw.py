@@ -75,8 +75,11 @@ def test_state_that_does_not_fit_is_refused_unchanged():
     opt.step()
     before = opt.state_dict()
     other = AdamW([torch.nn.Parameter(torch.zeros(8, 4)), torch.nn.Parameter(torch.zeros(3))])
-    other.state[other.params[0]] = {"step": torch.tensor(1.0), "exp_avg": torch.zeros(8, 4),
-                                    "exp_avg_sq": torch.zeros(8, 4)}
+    other.state[other.params[0]] = {
+        "step": torch.tensor(1.0),
+        "exp_avg": torch.zeros(8, 4),
+        "exp_avg_sq": torch.zeros(8, 4),
+    }
     with pytest.raises(ValueError, match="parameters"):
         opt.load_state_dict(other.state_dict())
     wrong_shape = opt.state_dict()
@@ -84,5 +87,7 @@ def test_state_that_does_not_fit_is_refused_unchanged():
     with pytest.raises(ValueError, match="shape"):
         opt.load_state_dict(wrong_shape)
     after = opt.state_dict()
-    assert all(torch.equal(before["state"][k]["exp_avg"], after["state"][k]["exp_avg"])
-               for k in before["state"])
+    assert all(
+        torch.equal(before["state"][k]["exp_avg"], after["state"][k]["exp_avg"])
+        for k in before["state"]
+    )

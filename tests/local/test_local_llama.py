@@ -12,12 +12,16 @@ from tinker_tui.engine.local.model import build_runtime_module, build_tiny_modul
 
 @pytest.fixture(scope="module")
 def pair():
-    return build_tiny_module(DEFAULT_BASE_MODEL).eval(), build_runtime_module(DEFAULT_BASE_MODEL).eval()
+    return build_tiny_module(DEFAULT_BASE_MODEL).eval(), build_runtime_module(
+        DEFAULT_BASE_MODEL
+    ).eval()
 
 
 def test_same_logits_as_transformers(pair):
     reference, runtime = pair
-    x = torch.randint(3, reference.config.vocab_size, (3, 25), generator=torch.Generator().manual_seed(0))
+    x = torch.randint(
+        3, reference.config.vocab_size, (3, 25), generator=torch.Generator().manual_seed(0)
+    )
     with torch.no_grad():
         expected = reference(input_ids=x).logits
         got = runtime(input_ids=x).logits

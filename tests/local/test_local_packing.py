@@ -20,7 +20,11 @@ def test_trie_layout_shares_prefixes_and_masks_ancestors():
     assert layout.position_ids is not None
     rows, width = layout.shape
     assert rows == 1 and width == 7  # 5 6 7 8 | 9 10 | 11; the duplicate adds nothing
-    ids, pos, att = layout.input_ids.reshape(-1), layout.position_ids.reshape(-1), layout.attention[0]
+    ids, pos, att = (
+        layout.input_ids.reshape(-1),
+        layout.position_ids.reshape(-1),
+        layout.attention[0],
+    )
     at = 0
     for seq in tokens:
         nodes = layout.node[at : at + len(seq)]
@@ -45,30 +49,41 @@ def _rl_batch(tokenizer, seed: int) -> list[tinker.Datum]:
     vocab = len(tokenizer)
     data = []
     for question in ("Is the sky blue?", "Can a cat swim?", "Are you ready?"):
-        prompt = tokenizer.encode(f"User: Answer with one word: yes, no or maybe. {question}"
-                                  "\n\nAssistant:")
+        prompt = tokenizer.encode(
+            f"User: Answer with one word: yes, no or maybe. {question}\n\nAssistant:"
+        )
         for _ in range(5):
             answer = [rng.randrange(3, vocab) for _ in range(rng.randint(1, 4))]
             tokens = prompt + answer
             advantage = rng.choice([-0.5, 0.25, 0.0, 1.0])
             n = len(tokens) - 1
-            data.append(tinker.Datum(
-                model_input=tinker.ModelInput.from_ints(tokens[:-1]),
-                loss_fn_inputs={
-                    "target_tokens": tokens[1:],
-                    "logprobs": [0.0] * (len(prompt) - 1) + [-rng.random() * 3 for _ in answer],
-                    "advantages": [0.0] * (len(prompt) - 1) + [advantage] * len(answer),
-                    "weights": [0.0] * (len(prompt) - 1) + [1.0] * len(answer),
-                }))
+            data.append(
+                tinker.Datum(
+                    model_input=tinker.ModelInput.from_ints(tokens[:-1]),
+                    loss_fn_inputs={
+                        "target_tokens": tokens[1:],
+                        "logprobs": [0.0] * (len(prompt) - 1) + [-rng.random() * 3 for _ in answer],
+                        "advantages": [0.0] * (len(prompt) - 1) + [advantage] * len(answer),
+                        "weights": [0.0] * (len(prompt) - 1) + [1.0] * len(answer),
+                    },
+                )
+            )
             assert len(data[-1].loss_fn_inputs["target_tokens"].data) == n
     return data
 
 
 def _inputs_for(loss_fn: str, data: list[tinker.Datum]) -> list[tinker.Datum]:
-    keep = ("target_tokens", "weights") if loss_fn == "cross_entropy" else \
-        ("target_tokens", "logprobs", "advantages")
-    return [tinker.Datum(model_input=d.model_input,
-                         loss_fn_inputs={k: d.loss_fn_inputs[k] for k in keep}) for d in data]
+    keep = (
+        ("target_tokens", "weights")
+        if loss_fn == "cross_entropy"
+        else ("target_tokens", "logprobs", "advantages")
+    )
+    return [
+        tinker.Datum(
+            model_input=d.model_input, loss_fn_inputs={k: d.loss_fn_inputs[k] for k in keep}
+        )
+        for d in data
+    ]
 
 
 @pytest.mark.parametrize("loss_fn", ["cross_entropy", "importance_sampling", "ppo", "cispo", "dro"])
@@ -92,8 +107,9 @@ async def test_packed_equals_padded(service, tokenizer, monkeypatch, loss_fn):
     packed, packed_grads = run()
     monkeypatch.setattr(packing, "shared_prefix", lambda *a, **k: None)
     padded, padded_grads = run()
-    assert packed.metrics["loss:sum"] == pytest.approx(padded.metrics["loss:sum"], rel=1e-5,
-                                                       abs=1e-5)
+    assert packed.metrics["loss:sum"] == pytest.approx(
+        padded.metrics["loss:sum"], rel=1e-5, abs=1e-5
+    )
     for a, b in zip(packed.loss_fn_outputs, padded.loss_fn_outputs, strict=True):
         for key in ("logprobs", "elementwise_loss"):
             np.testing.assert_allclose(a[key].to_numpy(), b[key].to_numpy(), rtol=1e-5, atol=1e-5)

@@ -55,12 +55,16 @@ def test_role_colon_renderer_is_the_cookbooks():
         if key != "tokenizer":
             assert vars(direct)[key] == value, key
     messages = [{"role": "user", "content": "Is it?"}, {"role": "assistant", "content": "maybe"}]
-    assert direct.build_generation_prompt(messages[:1]).to_ints() == \
-        reference.build_generation_prompt(messages[:1]).to_ints()
+    assert (
+        direct.build_generation_prompt(messages[:1]).to_ints()
+        == reference.build_generation_prompt(messages[:1]).to_ints()
+    )
     from tinker_tui.engine.local.model import register_cookbook_tokenizers
 
     register_cookbook_tokenizers()  # unpickling looks the tokenizer up by name
     restored = pickle.loads(pickle.dumps(direct))
     assert type(restored) is type(reference)
-    assert restored.build_generation_prompt(messages[:1]).to_ints() == \
-        reference.build_generation_prompt(messages[:1]).to_ints()
+    assert (
+        restored.build_generation_prompt(messages[:1]).to_ints()
+        == reference.build_generation_prompt(messages[:1]).to_ints()
+    )

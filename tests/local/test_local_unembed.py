@@ -15,9 +15,13 @@ from tinker_tui.engine.local import lora, losses, unembed
 
 VOCAB, HIDDEN, RANK = 50, 8, 4
 LOSS_INPUTS = {
-    "cross_entropy": lambda g, n: {"weights": torch.rand(n, generator=g) * (torch.rand(
-        n, generator=g) > 0.3)},
-    "importance_sampling": None, "ppo": None, "cispo": None, "dro": None,
+    "cross_entropy": lambda g, n: {
+        "weights": torch.rand(n, generator=g) * (torch.rand(n, generator=g) > 0.3)
+    },
+    "importance_sampling": None,
+    "ppo": None,
+    "cispo": None,
+    "dro": None,
 }
 
 
@@ -25,8 +29,10 @@ def _inputs(loss_fn: str, positions: int, generator: torch.Generator) -> dict[st
     make = LOSS_INPUTS[loss_fn]
     if make is not None:
         return make(generator, positions)
-    return {"logprobs": -3 - torch.rand(positions, generator=generator) * 2,
-            "advantages": torch.randn(positions, generator=generator)}
+    return {
+        "logprobs": -3 - torch.rand(positions, generator=generator) * 2,
+        "advantages": torch.randn(positions, generator=generator),
+    }
 
 
 def _problem(seed: int, with_lora: bool, post: bool):
@@ -34,9 +40,13 @@ def _problem(seed: int, with_lora: bool, post: bool):
     weight = torch.randn(VOCAB, HIDDEN, generator=g)
     a = torch.randn(RANK, HIDDEN, generator=g).requires_grad_() if with_lora else None
     b = torch.randn(VOCAB, RANK, generator=g).requires_grad_() if with_lora else None
-    head = unembed.Head(weight, torch.randn(VOCAB, generator=g),
-                        None if a is None or b is None else (a, b, 0.5),
-                        logit_scale=0.7 if post else None, softcap=3.0 if post else None)
+    head = unembed.Head(
+        weight,
+        torch.randn(VOCAB, generator=g),
+        None if a is None or b is None else (a, b, 0.5),
+        logit_scale=0.7 if post else None,
+        softcap=3.0 if post else None,
+    )
     hidden = torch.randn(7, HIDDEN, generator=g).requires_grad_()
     rows = torch.tensor([0, 1, 1, 2, 3, 3, 3, 5, 6, 6])  # row 4 is read by no position
     targets = torch.randint(0, VOCAB, (len(rows),), generator=g)
@@ -125,13 +135,13 @@ def _datum(tokens: list[int], loss_fn: str, rng: np.random.Generator) -> tinker.
     else:
         inputs["logprobs"] = (-4 - rng.random(n)).tolist()
         inputs["advantages"] = [0.0] * 3 + rng.normal(size=n - 3).tolist()
-    return tinker.Datum(model_input=tinker.ModelInput.from_ints(tokens[:-1]),
-                        loss_fn_inputs=inputs)
+    return tinker.Datum(model_input=tinker.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)
 
 
 @pytest.mark.parametrize("loss_fn", list(LOSS_INPUTS))
 def test_the_clients_adapter_gradient_equals_autograd_over_full_logits(
-        fold, service, hf_folder, loss_fn):
+    fold, service, hf_folder, loss_fn
+):
     training = service.create_lora_training_client(str(hf_folder), rank=RANK, seed=3).result()
     base, adapter = training.base, training.adapter
     with torch.no_grad():  # B = 0 at creation: give every layer's pair a value
@@ -153,11 +163,15 @@ def test_the_clients_adapter_gradient_equals_autograd_over_full_logits(
             logits = base.module(input_ids=ids).logits[0].float()
             target = torch.tensor(datum.loss_fn_inputs["target_tokens"].to_numpy())
             lp = torch.log_softmax(logits, dim=-1)[torch.arange(len(target)), target]
-            inputs = {k: torch.tensor(v.to_numpy(), dtype=torch.float32)
-                      for k, v in datum.loss_fn_inputs.items() if k != "target_tokens"}
+            inputs = {
+                k: torch.tensor(v.to_numpy(), dtype=torch.float32)
+                for k, v in datum.loss_fn_inputs.items()
+                if k != "target_tokens"
+            }
             total = total + losses.elementwise_loss(loss_fn, lp, inputs, config).sum()
-            np.testing.assert_allclose(output["logprobs"].to_numpy(), lp.detach().numpy(),
-                                       rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                output["logprobs"].to_numpy(), lp.detach().numpy(), rtol=1e-5, atol=1e-5
+            )
     expected = torch.autograd.grad(total, params)
     assert out.metrics["loss:sum"] == pytest.approx(float(total.detach()), rel=1e-5, abs=1e-5)
     for value, want in zip(got, expected, strict=True):  # float32 sums in another order

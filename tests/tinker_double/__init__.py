@@ -33,12 +33,20 @@ __all__ = ["API_KEY", "Burst", "Faults", "TinkerDouble"]
 class TinkerDouble:
     """The double served by uvicorn on a thread (its own event loop)."""
 
-    def __init__(self, checkpoint_dir: Path, *, faults: Faults | None = None,
-                 api_key: str = API_KEY, hold: float = 1.0, port: int = 0,
-                 served_models: Mapping[str, str | Path] | None = None,
-                 clock_cycle: float = 0.0) -> None:
-        self.service = DoubleService(Path(checkpoint_dir), faults, served_models,
-                                     clock_cycle=clock_cycle)
+    def __init__(
+        self,
+        checkpoint_dir: Path,
+        *,
+        faults: Faults | None = None,
+        api_key: str = API_KEY,
+        hold: float = 1.0,
+        port: int = 0,
+        served_models: Mapping[str, str | Path] | None = None,
+        clock_cycle: float = 0.0,
+    ) -> None:
+        self.service = DoubleService(
+            Path(checkpoint_dir), faults, served_models, clock_cycle=clock_cycle
+        )
         self.api_key = api_key
         self.hold = hold
         self._port = port
@@ -70,14 +78,19 @@ class TinkerDouble:
         # Idle connections are kept a long time, as a service behind a load balancer keeps
         # them: uvicorn's 5 s default closes them while the SDK sends on them (a WriteError
         # it retries, shown to the user as a failure the service never had).
-        config = uvicorn.Config(create_app(self.service, api_key=self.api_key, hold=self.hold),
-                                log_level="warning", access_log=False,
-                                timeout_keep_alive=120, timeout_graceful_shutdown=1,
-                                lifespan="off")
+        config = uvicorn.Config(
+            create_app(self.service, api_key=self.api_key, hold=self.hold),
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=120,
+            timeout_graceful_shutdown=1,
+            lifespan="off",
+        )
         server = uvicorn.Server(config)
         self._server = server
-        self._thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
-                                        name="tinker-double", daemon=True)
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name="tinker-double", daemon=True
+        )
         self._thread.start()
         deadline = time.monotonic() + 30
         while not server.started:
@@ -97,6 +110,10 @@ class TinkerDouble:
     def __enter__(self) -> TinkerDouble:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()

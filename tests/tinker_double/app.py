@@ -52,7 +52,6 @@ def create_app(service: DoubleService, *, api_key: str, hold: float = 1.0) -> Fa
     hung = asyncio.Event()
     app.state.release_hung = lambda: None
 
-
     @app.middleware("http")
     async def faults_and_auth(request: Request, call_next: Any) -> Any:
         path = request.url.path
@@ -72,10 +71,16 @@ def create_app(service: DoubleService, *, api_key: str, hold: float = 1.0) -> Fa
                 await asyncio.sleep(faults.delay[endpoint])
             burst = faults.fail.get(endpoint)
             if burst is not None and burst.take():
-                headers = ({"Retry-After": f"{burst.retry_after:g}"}
-                           if burst.retry_after is not None else None)
-                response = JSONResponse({"detail": f"injected {burst.status}"},
-                                        status_code=burst.status, headers=headers)
+                headers = (
+                    {"Retry-After": f"{burst.retry_after:g}"}
+                    if burst.retry_after is not None
+                    else None
+                )
+                response = JSONResponse(
+                    {"detail": f"injected {burst.status}"},
+                    status_code=burst.status,
+                    headers=headers,
+                )
             else:
                 try:
                     response = await call_next(request)
@@ -166,8 +171,11 @@ def create_app(service: DoubleService, *, api_key: str, hold: float = 1.0) -> Fa
 
     @app.post(PREFIX + "save_weights_for_sampler")
     async def save_weights_for_sampler(request: Request) -> Any:
-        return _json(service.save_weights_for_sampler(
-            await body(request, types.SaveWeightsForSamplerRequest)))
+        return _json(
+            service.save_weights_for_sampler(
+                await body(request, types.SaveWeightsForSamplerRequest)
+            )
+        )
 
     @app.post(PREFIX + "load_weights")
     async def load_weights(request: Request) -> Any:
@@ -176,8 +184,9 @@ def create_app(service: DoubleService, *, api_key: str, hold: float = 1.0) -> Fa
     # -- sampling ------------------------------------------------------------------------
     @app.post(PREFIX + "create_sampling_session")
     async def create_sampling_session(request: Request) -> Any:
-        return _json(service.create_sampling_session(
-            await body(request, types.CreateSamplingSessionRequest)))
+        return _json(
+            service.create_sampling_session(await body(request, types.CreateSamplingSessionRequest))
+        )
 
     @app.get(PREFIX + "samplers/{sampler_id}")
     async def get_sampler(sampler_id: str) -> Any:
@@ -195,8 +204,9 @@ def create_app(service: DoubleService, *, api_key: str, hold: float = 1.0) -> Fa
         stuck = pending.kind in service.faults.stuck_futures
         if not stuck:
             try:
-                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(pending.future)),
-                                       timeout=hold)
+                await asyncio.wait_for(
+                    asyncio.shield(asyncio.wrap_future(pending.future)), timeout=hold
+                )
             except TimeoutError:
                 pass
             except Exception:  # the request failed: answered below
@@ -204,16 +214,30 @@ def create_app(service: DoubleService, *, api_key: str, hold: float = 1.0) -> Fa
         if stuck or not pending.future.done():
             if stuck:
                 await asyncio.sleep(hold)
-            return _json({"type": "try_again", "request_id": request_id,
-                          "queue_state": "paused_capacity" if stuck else "active",
-                          "queue_state_reason": "the double holds this request" if stuck
-                          else None})
+            return _json(
+                {
+                    "type": "try_again",
+                    "request_id": request_id,
+                    "queue_state": "paused_capacity" if stuck else "active",
+                    "queue_state_reason": "the double holds this request" if stuck else None,
+                }
+            )
         error = pending.future.exception()
         if error is not None:
-            user = isinstance(error, tinker.BadRequestError | tinker.NotFoundError
-                              | tinker.ConflictError | ValueError | TypeError)
-            return _json({"error": f"{type(error).__name__}: {error}",
-                          "category": "user" if user else "server"})
+            user = isinstance(
+                error,
+                tinker.BadRequestError
+                | tinker.NotFoundError
+                | tinker.ConflictError
+                | ValueError
+                | TypeError,
+            )
+            return _json(
+                {
+                    "error": f"{type(error).__name__}: {error}",
+                    "category": "user" if user else "server",
+                }
+            )
         result = pending.future.result()
         if isinstance(result, types.SampleResponse):
             return Response(wire.sample_response(result), media_type=PROTOBUF)
@@ -243,18 +267,26 @@ def create_app(service: DoubleService, *, api_key: str, hold: float = 1.0) -> Fa
     @app.get(PREFIX + "billing/usage/events")
     async def billing_usage(starting_on: str, ending_before: str) -> Any:
         window = types.GetBillingUsageRequest.model_validate(
-            {"starting_on": starting_on, "ending_before": ending_before})
+            {"starting_on": starting_on, "ending_before": ending_before}
+        )
         return _json(service.billing_usage(window.starting_on, window.ending_before))
 
     # -- the double's own controls ------------------------------------------------------
     @app.get("/_double/record")
     async def record() -> Any:
-        return _json({
-            "calls": service.calls, "deleted": service.deleted,
-            "clock_cycle": service.clock.period, "cycles": service.clock.cycles,
-            "sessions": {s.session_id: {"heartbeats": s.heartbeats, "finished": s.finished}
-                         for s in service.sessions.values()},
-            "time": time.time()})
+        return _json(
+            {
+                "calls": service.calls,
+                "deleted": service.deleted,
+                "clock_cycle": service.clock.period,
+                "cycles": service.clock.cycles,
+                "sessions": {
+                    s.session_id: {"heartbeats": s.heartbeats, "finished": s.finished}
+                    for s in service.sessions.values()
+                },
+                "time": time.time(),
+            }
+        )
 
     @app.post("/_double/faults")
     async def set_faults(request: Request) -> Any:

@@ -50,9 +50,11 @@ class Faults:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Faults:
-        return cls(delay=dict(data.get("delay", {})),
-                   fail={k: Burst(**v) for k, v in data.get("fail", {}).items()},
-                   hang=set(data.get("hang", ())),
-                   stuck_futures=set(data.get("stuck_futures", ())),
-                   tokenizer_id=data.get("tokenizer_id"),
-                   billing_lag=float(data.get("billing_lag", 0.0)))
+        return cls(
+            delay=dict(data.get("delay", {})),
+            fail={k: Burst(**v) for k, v in data.get("fail", {}).items()},
+            hang=set(data.get("hang", ())),
+            stuck_futures=set(data.get("stuck_futures", ())),
+            tokenizer_id=data.get("tokenizer_id"),
+            billing_lag=float(data.get("billing_lag", 0.0)),
+        )

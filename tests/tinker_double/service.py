@@ -94,8 +94,7 @@ class CycleClock:
         self._due: list[tuple[str, str, Callable[[], Future], Future]] = []
         self._tick: asyncio.TimerHandle | None = None
 
-    def start(self, model_id: str, kind: str, begin: Callable[[], Future],
-              target: Future) -> None:
+    def start(self, model_id: str, kind: str, begin: Callable[[], Future], target: Future) -> None:
         if self.period <= 0:
             _begin(begin, target)
             return
@@ -125,8 +124,7 @@ class Sequencer:
         self.clock = clock or CycleClock()
         self._waiting: dict[int, tuple[str, Callable[[], Future], Future]] = {}
 
-    def submit(self, seq_id: int | None, start: Callable[[], Future],
-               kind: str = "") -> Future:
+    def submit(self, seq_id: int | None, start: Callable[[], Future], kind: str = "") -> Future:
         outer: Future = Future()
         if seq_id is None or seq_id < self.next:
             raise ServiceError(400, f"seq_id {seq_id} is not after {self.next - 1}")
@@ -169,14 +167,18 @@ class Sampler:
 @dataclass
 class PendingFuture:
     request_id: str
-    kind: str       # the request that made it: create_model, forward_backward, sample, ...
+    kind: str  # the request that made it: create_model, forward_backward, sample, ...
     future: Future  # of an SDK type: a pydantic model, SampleResponse, ForwardBackwardOutput
     created: float
 
 
 #: The double's own rate card, USD per million tokens (what `estimated_cost_usd` uses).
-RATES = {"training": 3.0, "sampling_prefill": 1.0, "sampling_prefill_cached": 0.1,
-         "sampling_sample": 2.0}
+RATES = {
+    "training": 3.0,
+    "sampling_prefill": 1.0,
+    "sampling_prefill_cached": 0.1,
+    "sampling_sample": 2.0,
+}
 
 
 @dataclass
@@ -186,16 +188,16 @@ class UsageRecord:
     time: float
     session_id: str
     base_model: str
-    kind: str        # training, sampling_prefill, sampling_sample
+    kind: str  # training, sampling_prefill, sampling_sample
     tokens: int
     cached: bool = False
 
 
 @dataclass
 class CheckpointEntry:
-    path: str        # tinker://<model id>/<kind>/<name>, as the SDK sees it
+    path: str  # tinker://<model id>/<kind>/<name>, as the SDK sees it
     local_path: str  # the local backend's own path
-    kind: str        # "weights" or "sampler_weights"
+    kind: str  # "weights" or "sampler_weights"
     created: datetime
 
 
@@ -207,8 +209,10 @@ class ServedModels:
         for name, folder in (served or {}).items():
             path = Path(folder).expanduser().resolve()
             if not (path / "config.json").is_file():
-                raise ValueError(f"--serve-model {name}={folder}: {path} holds no config.json "
-                                 "(a Hugging Face model folder is needed)")
+                raise ValueError(
+                    f"--serve-model {name}={folder}: {path} holds no config.json "
+                    "(a Hugging Face model folder is needed)"
+                )
             self.folders[name] = str(path)
         self._names = {folder: name for name, folder in self.folders.items()}
 
@@ -222,9 +226,14 @@ class ServedModels:
 
 
 class DoubleService:
-    def __init__(self, checkpoint_dir: Path, faults: Faults | None = None,
-                 served_models: Mapping[str, str | Path] | None = None, *,
-                 clock_cycle: float = 0.0) -> None:
+    def __init__(
+        self,
+        checkpoint_dir: Path,
+        faults: Faults | None = None,
+        served_models: Mapping[str, str | Path] | None = None,
+        *,
+        clock_cycle: float = 0.0,
+    ) -> None:
         self.served = ServedModels(served_models)
         #: Training calls run in lock-step clock cycles of this many seconds (0: at once).
         self.clock = CycleClock(clock_cycle)
@@ -266,8 +275,10 @@ class DoubleService:
         if session is None:
             raise ServiceError(404, f"no session {session_id}")
         if session.finished is None:  # first reason wins
-            session.finished = {"reason": (body.get("reason") or {}).get("type"),
-                                "detail": body.get("detail")}
+            session.finished = {
+                "reason": (body.get("reason") or {}).get("type"),
+                "detail": body.get("detail"),
+            }
 
     # ------------------------------------------------------------------ futures
     def _future(self, kind: str, future: Future, **extra: Any) -> dict[str, Any]:
@@ -291,9 +302,11 @@ class DoubleService:
 
     def _register(self, session_id: str, model_id: str) -> Callable[[Any], Any]:
         def register(client: Any) -> Any:
-            self.models[model_id] = Model(model_id, session_id, client,
-                                          Sequencer(model_id, self.clock))
+            self.models[model_id] = Model(
+                model_id, session_id, client, Sequencer(model_id, self.clock)
+            )
             return client
+
         return register
 
     def create_model(self, request: types.CreateModelRequest) -> dict[str, Any]:
@@ -302,11 +315,18 @@ class DoubleService:
         model_id = f"{request.session_id}:train:{request.model_seq_id}"
         register = self._register(request.session_id, model_id)
         created = self.local.create_lora_training_client(
-            self.served.local(request.base_model), rank=lora.rank, seed=lora.seed, train_mlp=lora.train_mlp,
-            train_attn=lora.train_attn, train_unembed=lora.train_unembed,
-            optimizer=request.optimizer_config)
-        future = _chain(created, lambda client: (
-            register(client), types.CreateModelResponse(model_id=model_id))[1])
+            self.served.local(request.base_model),
+            rank=lora.rank,
+            seed=lora.seed,
+            train_mlp=lora.train_mlp,
+            train_attn=lora.train_attn,
+            train_unembed=lora.train_unembed,
+            optimizer=request.optimizer_config,
+        )
+        future = _chain(
+            created,
+            lambda client: (register(client), types.CreateModelResponse(model_id=model_id))[1],
+        )
         return self._future("create_model", future, model_id=model_id)
 
     def get_info(self, model_id: str) -> types.GetInfoResponse:
@@ -320,52 +340,76 @@ class DoubleService:
         elif self.faults.tokenizer_id is None and local_name in self.served.folders.values():
             tokenizer_id = local_name  # the served folder's own tokenizer
         name = self.served.hub(local_name or "")
-        data = info.model_data.model_copy(update={"tokenizer_id": tokenizer_id,
-                                                  "model_name": name})
-        return info.model_copy(update={"model_id": model_id, "model_data": data,
-                                       "model_name": name})
+        data = info.model_data.model_copy(update={"tokenizer_id": tokenizer_id, "model_name": name})
+        return info.model_copy(
+            update={"model_id": model_id, "model_data": data, "model_name": name}
+        )
 
     def load_weights(self, request: types.LoadWeightsRequest) -> dict[str, Any]:
         local_path = self.local_path(request.path)
         if request.session_id is not None:  # a new training model from a checkpoint
             self.session(request.session_id)
             model_id = f"{request.session_id}:train:{request.model_seq_id}"
-            make = (self.local.create_training_client_from_state_with_optimizer
-                    if request.optimizer else self.local.create_training_client_from_state)
+            make = (
+                self.local.create_training_client_from_state_with_optimizer
+                if request.optimizer
+                else self.local.create_training_client_from_state
+            )
             register = self._register(request.session_id, model_id)
-            base_model = (self.served.local(request.base_model)
-                          if request.base_model is not None else None)
-            future = _chain(make(local_path, base_model=base_model), lambda client: (
-                register(client), types.LoadWeightsResponse(path=request.path,
-                                                            model_id=model_id))[1])
+            base_model = (
+                self.served.local(request.base_model) if request.base_model is not None else None
+            )
+            future = _chain(
+                make(local_path, base_model=base_model),
+                lambda client: (
+                    register(client),
+                    types.LoadWeightsResponse(path=request.path, model_id=model_id),
+                )[1],
+            )
             return self._future("load_weights", future, model_id=model_id)
         model = self.model(request.model_id or "")
-        load = (model.client.load_state_with_optimizer if request.optimizer
-                else model.client.load_state)
-        future = model.sequencer.submit(request.seq_id, lambda: _chain(
-            load(local_path), lambda _: types.LoadWeightsResponse(path=request.path,
-                                                                 model_id=model.model_id)),
-            "load_weights")
+        load = (
+            model.client.load_state_with_optimizer if request.optimizer else model.client.load_state
+        )
+        future = model.sequencer.submit(
+            request.seq_id,
+            lambda: _chain(
+                load(local_path),
+                lambda _: types.LoadWeightsResponse(path=request.path, model_id=model.model_id),
+            ),
+            "load_weights",
+        )
         return self._future("load_weights", future, model_id=model.model_id)
 
-    def forward_backward(self, request: types.ForwardBackwardRequest,
-                         forward_only: bool) -> dict[str, Any]:
+    def forward_backward(
+        self, request: types.ForwardBackwardRequest, forward_only: bool
+    ) -> dict[str, Any]:
         model = self.model(request.model_id)
         fb = request.forward_backward_input
         call = model.client.forward if forward_only else model.client.forward_backward
-        self.usage.append(UsageRecord(time.time(), model.session_id,
-                                      model.client.get_info().model_data.model_name,
-                                      "training", sum(d.model_input.length for d in fb.data)))
-        future = model.sequencer.submit(request.seq_id, lambda: call(
-            fb.data, fb.loss_fn, fb.loss_fn_config),
-            "forward" if forward_only else "forward_backward")
-        return self._future("forward" if forward_only else "forward_backward", future,
-                            model_id=model.model_id)
+        self.usage.append(
+            UsageRecord(
+                time.time(),
+                model.session_id,
+                model.client.get_info().model_data.model_name,
+                "training",
+                sum(d.model_input.length for d in fb.data),
+            )
+        )
+        future = model.sequencer.submit(
+            request.seq_id,
+            lambda: call(fb.data, fb.loss_fn, fb.loss_fn_config),
+            "forward" if forward_only else "forward_backward",
+        )
+        return self._future(
+            "forward" if forward_only else "forward_backward", future, model_id=model.model_id
+        )
 
     def optim_step(self, request: types.OptimStepRequest) -> dict[str, Any]:
         model = self.model(request.model_id)
         future = model.sequencer.submit(
-            request.seq_id, lambda: model.client.optim_step(request.optim_params), "optim_step")
+            request.seq_id, lambda: model.client.optim_step(request.optim_params), "optim_step"
+        )
         return self._future("optim_step", future, model_id=model.model_id)
 
     # ------------------------------------------------------------------ checkpoints
@@ -384,40 +428,67 @@ class DoubleService:
     def save_weights(self, request: types.SaveWeightsRequest) -> dict[str, Any]:
         model = self.model(request.model_id)
         name = request.path or f"ckpt-{next(self._ids)}"
-        future = model.sequencer.submit(request.seq_id, lambda: _chain(
-            model.client.save_state(name, overwrite=request.overwrite,
-                                    user_metadata=request.user_metadata),
-            lambda saved: types.SaveWeightsResponse(
-                path=self._record_checkpoint(model, saved.path))), "save_weights")
+        future = model.sequencer.submit(
+            request.seq_id,
+            lambda: _chain(
+                model.client.save_state(
+                    name, overwrite=request.overwrite, user_metadata=request.user_metadata
+                ),
+                lambda saved: types.SaveWeightsResponse(
+                    path=self._record_checkpoint(model, saved.path)
+                ),
+            ),
+            "save_weights",
+        )
         return self._future("save_weights", future, model_id=model.model_id)
 
-    def save_weights_for_sampler(self,
-                                 request: types.SaveWeightsForSamplerRequest) -> dict[str, Any]:
+    def save_weights_for_sampler(
+        self, request: types.SaveWeightsForSamplerRequest
+    ) -> dict[str, Any]:
         model = self.model(request.model_id)
         if request.path is not None:  # named sampler weights
             name = request.path
-            future = model.sequencer.submit(request.seq_id, lambda: _chain(
-                model.client.save_weights_for_sampler(name, user_metadata=request.user_metadata),
-                lambda saved: types.SaveWeightsForSamplerResponseInternal(
-                    path=self._record_checkpoint(model, saved.path))),
-                "save_weights_for_sampler")
+            future = model.sequencer.submit(
+                request.seq_id,
+                lambda: _chain(
+                    model.client.save_weights_for_sampler(
+                        name, user_metadata=request.user_metadata
+                    ),
+                    lambda saved: types.SaveWeightsForSamplerResponseInternal(
+                        path=self._record_checkpoint(model, saved.path)
+                    ),
+                ),
+                "save_weights_for_sampler",
+            )
         else:  # an ephemeral snapshot with its own sampling session
             sampler_id = f"{model.session_id}:sample:{request.sampling_session_seq_id}"
             base_model = self.served.hub(model.client.get_info().model_data.model_name)
             snapshot = model.sequencer.submit(
-                request.seq_id, model.client.save_weights_and_get_sampling_client,
-                "sampler_snapshot")
+                request.seq_id,
+                model.client.save_weights_and_get_sampling_client,
+                "sampler_snapshot",
+            )
             self.samplers[sampler_id] = Sampler(sampler_id, base_model, None, snapshot)
-            future = _chain(snapshot, lambda _: types.SaveWeightsForSamplerResponseInternal(
-                sampling_session_id=sampler_id))
+            future = _chain(
+                snapshot,
+                lambda _: types.SaveWeightsForSamplerResponseInternal(
+                    sampling_session_id=sampler_id
+                ),
+            )
         return self._future("save_weights_for_sampler", future, model_id=model.model_id)
 
     def list_checkpoints(self, training_run_id: str) -> types.CheckpointsListResponse:
         kinds = {"weights": "training", "sampler_weights": "sampler"}
-        listed = [types.Checkpoint(checkpoint_id=e.path.split("/", 3)[3], tinker_path=e.path,
-                                   checkpoint_type=kinds[e.kind], time=e.created)  # type: ignore[arg-type]
-                  for e in self.checkpoints.values()
-                  if e.path.startswith(f"tinker://{training_run_id}/")]
+        listed = [
+            types.Checkpoint(
+                checkpoint_id=e.path.split("/", 3)[3],
+                tinker_path=e.path,
+                checkpoint_type=kinds[e.kind],
+                time=e.created,
+            )  # type: ignore[arg-type]
+            for e in self.checkpoints.values()
+            if e.path.startswith(f"tinker://{training_run_id}/")
+        ]
         return types.CheckpointsListResponse(checkpoints=listed)
 
     def _checkpoint_meta(self, path: str) -> dict[str, Any]:
@@ -428,9 +499,13 @@ class DoubleService:
         meta = self._checkpoint_meta(tinker_path)
         kinds = set(meta.get("lora_kinds") or ())
         return types.WeightsInfoResponse(
-            base_model=self.served.hub(meta["base_model"]), is_lora=True,
-            lora_rank=meta.get("lora_rank"), train_unembed="unembed" in kinds,
-            train_mlp="mlp" in kinds, train_attn="attn" in kinds)
+            base_model=self.served.hub(meta["base_model"]),
+            is_lora=True,
+            lora_rank=meta.get("lora_rank"),
+            train_unembed="unembed" in kinds,
+            train_mlp="mlp" in kinds,
+            train_attn="attn" in kinds,
+        )
 
     def training_run(self, training_run_id: str) -> types.TrainingRun:
         model = self.models.get(training_run_id)
@@ -438,14 +513,22 @@ class DoubleService:
             raise ServiceError(404, f"no training run {training_run_id}")
         info = model.client.get_info()
         listed = self.list_checkpoints(training_run_id).checkpoints
-        last = {kind: max((c for c in listed if c.checkpoint_type == kind),
-                          key=lambda c: c.time, default=None)
-                for kind in ("training", "sampler")}
+        last = {
+            kind: max(
+                (c for c in listed if c.checkpoint_type == kind), key=lambda c: c.time, default=None
+            )
+            for kind in ("training", "sampler")
+        }
         return types.TrainingRun(
             training_run_id=training_run_id,
-            base_model=self.served.hub(info.model_data.model_name), model_owner="double",
-            is_lora=True, lora_rank=info.lora_rank, last_request_time=datetime.now(UTC),
-            last_checkpoint=last["training"], last_sampler_checkpoint=last["sampler"])
+            base_model=self.served.hub(info.model_data.model_name),
+            model_owner="double",
+            is_lora=True,
+            lora_rank=info.lora_rank,
+            last_request_time=datetime.now(UTC),
+            last_checkpoint=last["training"],
+            last_sampler_checkpoint=last["sampler"],
+        )
 
     def delete_checkpoint(self, training_run_id: str, checkpoint_id: str) -> None:
         path = f"tinker://{training_run_id}/{checkpoint_id}"
@@ -457,16 +540,19 @@ class DoubleService:
 
     # ------------------------------------------------------------------ sampling
     def create_sampling_session(
-            self, request: types.CreateSamplingSessionRequest) -> types.CreateSamplingSessionResponse:
+        self, request: types.CreateSamplingSessionRequest
+    ) -> types.CreateSamplingSessionResponse:
         self.session(request.session_id)
         sampler_id = f"{request.session_id}:sample:{request.sampling_session_seq_id}"
         if request.model_path is not None:
             client = self.local.create_sampling_client(
-                model_path=self.local_path(request.model_path)).future()
+                model_path=self.local_path(request.model_path)
+            ).future()
             base_model = request.base_model or ""
         elif request.base_model is not None:
             client = self.local.create_sampling_client(
-                base_model=self.served.local(request.base_model)).future()
+                base_model=self.served.local(request.base_model)
+            ).future()
             base_model = request.base_model
         else:
             raise ServiceError(400, "create_sampling_session needs model_path or base_model")
@@ -487,25 +573,30 @@ class DoubleService:
 
     async def get_sampler(self, sampler_id: str) -> types.GetSamplerResponse:
         sampler, _ = await self.sampler(sampler_id)
-        return types.GetSamplerResponse(sampler_id=sampler_id, base_model=sampler.base_model,
-                                        model_path=sampler.model_path)
+        return types.GetSamplerResponse(
+            sampler_id=sampler_id, base_model=sampler.base_model, model_path=sampler.model_path
+        )
 
     async def asample(self, request: types.SampleRequest) -> dict[str, Any]:
         if request.sampling_session_id is None:
             raise ServiceError(400, "asample needs a sampling_session_id")
         sampler, client = await self.sampler(request.sampling_session_id)
         future = client.sample(
-            request.prompt, request.num_samples, request.sampling_params,
+            request.prompt,
+            request.num_samples,
+            request.sampling_params,
             include_prompt_logprobs=bool(request.prompt_logprobs),
             topk_prompt_logprobs=request.topk_prompt_logprobs,
-            topk_sample_logprobs=request.topk_sample_logprobs).future()
-        ids = [f"{request.sampling_session_id}:{request.seq_id}:{i}"
-               for i in range(request.num_samples)]
+            topk_sample_logprobs=request.topk_sample_logprobs,
+        ).future()
+        ids = [
+            f"{request.sampling_session_id}:{request.seq_id}:{i}"
+            for i in range(request.num_samples)
+        ]
         self._meter_sample(request, sampler.base_model, future)
         return self._future("sample", future, sample_sequence_ids=ids)
 
-    def _meter_sample(self, request: types.SampleRequest, base_model: str,
-                      future: Future) -> None:
+    def _meter_sample(self, request: types.SampleRequest, base_model: str, future: Future) -> None:
         """Bill a sampling request as the service does: its prompt's prefill once, the
         other samples' prefill as cached, and the sampled tokens once they are known."""
         session_id = (request.sampling_session_id or "").split(":sample:")[0]
@@ -513,23 +604,34 @@ class DoubleService:
         now = time.time()
         self.usage.append(UsageRecord(now, session_id, base_model, "sampling_prefill", length))
         if k > 1:
-            self.usage.append(UsageRecord(now, session_id, base_model, "sampling_prefill",
-                                          length * (k - 1), cached=True))
+            self.usage.append(
+                UsageRecord(
+                    now, session_id, base_model, "sampling_prefill", length * (k - 1), cached=True
+                )
+            )
 
         def sampled(done: Future) -> None:
             if done.exception() is None:
                 tokens = sum(len(s.tokens) for s in done.result().sequences)
-                self.usage.append(UsageRecord(time.time(), session_id, base_model,
-                                              "sampling_sample", tokens))
+                self.usage.append(
+                    UsageRecord(time.time(), session_id, base_model, "sampling_sample", tokens)
+                )
 
         future.add_done_callback(sampled)
 
-    def billing_usage(self, starting_on: datetime, ending_before: datetime
-                      ) -> types.BillingUsageResponse:
+    def billing_usage(
+        self, starting_on: datetime, ending_before: datetime
+    ) -> types.BillingUsageResponse:
         """Hourly buckets of the usage in [starting_on, ending_before), as far as the
         (lagging) billing data reaches."""
-        if starting_on.minute or starting_on.second or starting_on.microsecond \
-                or ending_before.minute or ending_before.second or ending_before.microsecond:
+        if (
+            starting_on.minute
+            or starting_on.second
+            or starting_on.microsecond
+            or ending_before.minute
+            or ending_before.second
+            or ending_before.microsecond
+        ):
             raise ServiceError(400, "starting_on and ending_before must be on UTC hours")
         if starting_on > datetime.now(UTC):
             raise ServiceError(400, "starting_on is in the future")
@@ -546,25 +648,42 @@ class DoubleService:
             buckets[key] = buckets.get(key, 0) + u.tokens
         data = []
         for (start, session_id, base_model, kind, cached), tokens in sorted(
-                buckets.items(), key=lambda item: (item[0][0], -item[1])):
+            buckets.items(), key=lambda item: (item[0][0], -item[1])
+        ):
             rate = RATES[kind + ("_cached" if cached else "")]
             info: dict[str, Any] = {"type": kind, "token_count": tokens}
             if kind == "sampling_prefill":
                 info["cached"] = cached
-            data.append(types.BillingUsageEvent.model_validate({
-                "bucket_start": start, "bucket_end": start + timedelta(hours=1),
-                "base_model": base_model, "session_id": session_id,
-                "estimated_cost_usd": rate * tokens / 1e6,
-                "effective_rate_usd_per_million_tokens": rate, "event_info": info}))
+            data.append(
+                types.BillingUsageEvent.model_validate(
+                    {
+                        "bucket_start": start,
+                        "bucket_end": start + timedelta(hours=1),
+                        "base_model": base_model,
+                        "session_id": session_id,
+                        "estimated_cost_usd": rate * tokens / 1e6,
+                        "effective_rate_usd_per_million_tokens": rate,
+                        "event_info": info,
+                    }
+                )
+            )
         return types.BillingUsageResponse(
-            data=data, sessions={e.session_id: types.BillingUsageSession()
-                                 for e in data if e.session_id})
+            data=data,
+            sessions={e.session_id: types.BillingUsageSession() for e in data if e.session_id},
+        )
 
     def capabilities(self) -> types.GetServerCapabilitiesResponse:
         listed = self.local.get_server_capabilities().supported_models
-        served = [types.SupportedModel(model_name=name, max_context_length=max_context_of(folder),
-                                       trainable=True, sampleable=True)
-                  for name, folder in self.served.folders.items()]
+        served = [
+            types.SupportedModel(
+                model_name=name,
+                max_context_length=max_context_of(folder),
+                trainable=True,
+                sampleable=True,
+            )
+            for name, folder in self.served.folders.items()
+        ]
         hidden = set(self.served.folders.values())  # known by their hub names
         return types.GetServerCapabilitiesResponse(
-            supported_models=served + [m for m in listed if m.model_name not in hidden])
+            supported_models=served + [m for m in listed if m.model_name not in hidden]
+        )

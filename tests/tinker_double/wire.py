@@ -36,10 +36,10 @@ def forward_backward_request(body: bytes) -> tuple[types.ForwardBackwardRequest,
                 raise WireError(f"datum {index}: only encoded_text chunks are served here")
             tokens = np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32)
             chunks.append(types.EncodedTextChunk(tokens=tokens.tolist()))
-        inputs = {name: _tensor_data_from_proto(tensor)
-                  for name, tensor in datum.loss_fn_inputs.items()}
-        data.append(types.Datum(model_input=types.ModelInput(chunks=chunks),
-                                loss_fn_inputs=inputs))
+        inputs = {
+            name: _tensor_data_from_proto(tensor) for name, tensor in datum.loss_fn_inputs.items()
+        }
+        data.append(types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs))
     config: dict[str, float | str] = {}
     for key, value in msg.loss_fn_config_v2.items():
         config[key] = value.text if value.WhichOneof("value") == "text" else value.number
@@ -47,8 +47,11 @@ def forward_backward_request(body: bytes) -> tuple[types.ForwardBackwardRequest,
         config.setdefault(key, number)
     request = types.ForwardBackwardRequest(
         forward_backward_input=types.ForwardBackwardInput(
-            data=data, loss_fn=msg.loss_fn, loss_fn_config=config or None),
-        model_id=msg.model_id, seq_id=msg.seq_id)
+            data=data, loss_fn=msg.loss_fn, loss_fn_config=config or None
+        ),
+        model_id=msg.model_id,
+        seq_id=msg.seq_id,
+    )
     return request, msg.forward_only
 
 
@@ -73,8 +76,7 @@ def sample_response(response: types.SampleResponse) -> bytes:
         if sequence.topk_logprobs_np is not None:
             _topk(sequence.topk_logprobs_np, seq.topk_sampled_logprobs)
     if response.prompt_logprobs_np is not None:
-        msg.prompt_logprobs = np.asarray(response.prompt_logprobs_np,
-                                         dtype=np.float32).tobytes()
+        msg.prompt_logprobs = np.asarray(response.prompt_logprobs_np, dtype=np.float32).tobytes()
     if response.topk_prompt_logprobs_np is not None:
         _topk(response.topk_prompt_logprobs_np, msg.topk_prompt_logprobs)
     msg.prompt_cache_hit_tokens = response.prompt_cache_hit_tokens
@@ -89,8 +91,9 @@ SERVICE_OUTPUTS = ("logprobs", "elementwise_loss")
 
 def forward_backward_output(output: types.ForwardBackwardOutput) -> bytes:
     """A `ForwardBackwardOutput` as protobuf: one ArrayRecord of per-datum batched tensors."""
-    msg = pb.ForwardBackwardOutput(loss_fn_output_type=output.loss_fn_output_type,
-                                   metrics=dict(output.metrics))
+    msg = pb.ForwardBackwardOutput(
+        loss_fn_output_type=output.loss_fn_output_type, metrics=dict(output.metrics)
+    )
     outputs = output.loss_fn_outputs
     if outputs:
         record = msg.loss_fn_outputs.add(num_datums=len(outputs))
@@ -99,7 +102,12 @@ def forward_backward_output(output: types.ForwardBackwardOutput) -> bytes:
             arrays = [np.asarray(o[name].to_numpy(), dtype=np_dtype) for o in outputs]
             trailing = list(arrays[0].shape[1:])
             offsets = np.cumsum([0] + [a.nbytes for a in arrays], dtype=np.int64)
-            record.fields[name].CopyFrom(pb.BatchedTensor(
-                data=b"".join(a.tobytes() for a in arrays), offsets=offsets.tobytes(),
-                dtype=dtype, trailing_shape=trailing))
+            record.fields[name].CopyFrom(
+                pb.BatchedTensor(
+                    data=b"".join(a.tobytes() for a in arrays),
+                    offsets=offsets.tobytes(),
+                    dtype=dtype,
+                    trailing_shape=trailing,
+                )
+            )
     return msg.SerializeToString()

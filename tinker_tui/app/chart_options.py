@@ -101,9 +101,13 @@ def y_of(value: float, log_y: bool) -> float | None:
     return math.log10(value) if value > 0 else None
 
 
-def chart_points(model: DashboardState, points: Sequence[tuple[int, float]],
-                 options: ChartOptions, *, last_step: int | None = None
-                 ) -> tuple[list[float], list[float]]:
+def chart_points(
+    model: DashboardState,
+    points: Sequence[tuple[int, float]],
+    options: ChartOptions,
+    *,
+    last_step: int | None = None,
+) -> tuple[list[float], list[float]]:
     """The (xs, ys) of a run's points as drawn under `options`: in the step window, on the
     chosen axes; points the axes cannot place are left out. `last_step`: the step the
     window ends at (default: the points' last)."""

@@ -39,8 +39,19 @@ from tinker_tui.engine.errors import TinkerTuiError
 
 #: Sub-commands in the order `--help` lists them; each one's module is its name with "_"
 #: for "-" (`agent-skill`: app/commands/agent_skill.py).
-COMMANDS = ("run", "sweep", "show", "attach", "compare", "serve", "runs", "export", "cost",
-            "mcp", "agent-skill")
+COMMANDS = (
+    "run",
+    "sweep",
+    "show",
+    "attach",
+    "compare",
+    "serve",
+    "runs",
+    "export",
+    "cost",
+    "mcp",
+    "agent-skill",
+)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -54,8 +65,9 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # Choices are checked where they are declared (`commands.common.one_of`), with the
         # suggestion in their own words: the message is only passed on, never read.
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n"
-                              f"(`{self.prog} --help` lists the options)\n")
+        self.exit(
+            EXIT_USAGE, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists the options)\n"
+        )
 
     def option_strings(self) -> list[str]:
         return option_strings(self)
@@ -95,8 +107,9 @@ def build_parser() -> ArgumentParser:
         prog="tinker-tui",
         description="Run and watch RL post-training of language models, locally or on Tinker.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     parser_class=ArgumentParser)
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=ArgumentParser
+    )
     for name in COMMANDS:
         module = name.replace("-", "_")
         importlib.import_module(f"tinker_tui.app.commands.{module}").add_parser(commands)
@@ -156,8 +169,10 @@ def _main(argv: list[str] | None) -> int:
         if signum is None:  # Python's own, where a command lets Ctrl+C through
             return EXIT_INTERRUPTED
         # before the command handled signals (`app.interrupts`): nothing has started
-        print(f"tinker-tui: stopped by {signal.Signals(signum).name}; nothing was started",
-              file=sys.stderr)
+        print(
+            f"tinker-tui: stopped by {signal.Signals(signum).name}; nothing was started",
+            file=sys.stderr,
+        )
         return EXIT_CODES[signum]
     except Exception as exc:  # a bug or a failing backend
         return report(exc, EXIT_FAILED)
@@ -173,8 +188,11 @@ def report(exc: Exception, code: int) -> int:
         import traceback
 
         traceback.print_exception(exc)
-    print(f"tinker-tui: run failed: {type(exc).__name__}: {exc} "
-          "(set TINKER_TUI_DEBUG=1 for the traceback)", file=sys.stderr)
+    print(
+        f"tinker-tui: run failed: {type(exc).__name__}: {exc} "
+        "(set TINKER_TUI_DEBUG=1 for the traceback)",
+        file=sys.stderr,
+    )
     return code
 
 

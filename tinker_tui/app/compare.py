@@ -37,8 +37,14 @@ if TYPE_CHECKING:
 
 #: The events a comparison reads: what the charts, their markers and the table need.
 COMPARED_EVENTS: tuple[type[Event], ...] = (
-    RunStarted, StepTrained, EvalCompleted, CheckpointSaved, CheckpointDeleted,
-    CommandReceived, RunStateChanged)
+    RunStarted,
+    StepTrained,
+    EvalCompleted,
+    CheckpointSaved,
+    CheckpointDeleted,
+    CommandReceived,
+    RunStateChanged,
+)
 #: Settings that differ between runs by construction, not by choice.
 NOT_COMPARED = frozenset({"wandb_run_id"})
 #: The most runs one comparison draws (beyond, the lines cannot be told apart).
@@ -62,8 +68,9 @@ class ComparedRun:
         return self.model.run_name or self.run.run_name or self.run.run_id
 
 
-async def resolve_runs(db_paths: Sequence[Path], wanted: Sequence[str], *,
-                       others: int = 0) -> list[tuple[Path, StoredRun]]:
+async def resolve_runs(
+    db_paths: Sequence[Path], wanted: Sequence[str], *, others: int = 0
+) -> list[tuple[Path, StoredRun]]:
     """The runs `wanted` names in the stores: each a run id or a unique prefix of one (in
     all the stores together), or a sweep's id (all its runs). UsageError (one line) for a
     name that matches nothing or several runs, or for fewer than two runs (`others`:
@@ -94,8 +101,9 @@ async def resolve_runs(db_paths: Sequence[Path], wanted: Sequence[str], *,
     if len(chosen) + others < 2:
         raise UsageError("compare needs at least two runs (ids, prefixes or a sweep id)")
     if len(chosen) + others > MOST_RUNS:
-        raise UsageError(f"compare draws at most {MOST_RUNS} runs at once; "
-                         f"{len(chosen) + others} were named")
+        raise UsageError(
+            f"compare draws at most {MOST_RUNS} runs at once; {len(chosen) + others} were named"
+        )
     return chosen
 
 
@@ -105,9 +113,15 @@ def compared_session(db_path: Path, run: StoredRun) -> StoreSession:
     from tinker_tui.engine.training.resume import run_is_live
 
     if run.finished() is None and run_is_live(db_path, run.run_id):
-        return StoreSession(db_path, run, control=ReadOnlyControl("compared"), follow=True,
-                            engine=RunningEngine(db_path, run.run_id, pid=None),
-                            kinds=COMPARED_EVENTS, poll_interval=0.5)
+        return StoreSession(
+            db_path,
+            run,
+            control=ReadOnlyControl("compared"),
+            follow=True,
+            engine=RunningEngine(db_path, run.run_id, pid=None),
+            kinds=COMPARED_EVENTS,
+            poll_interval=0.5,
+        )
     return StoreSession(db_path, run, kinds=COMPARED_EVENTS)
 
 
@@ -135,13 +149,23 @@ def foreign_compared(folder: Path) -> ComparedRun:
     if started is None:
         raise UsageError(f"{folder}: no step recorded yet, nothing to compare")
     row = StoredRun(
-        run_id=started.run_id, name=started.name, backend=started.backend,
-        base_model=started.base_model, config=dict(started.config),
-        status=ended.status if ended else "running", reason=ended.reason if ended else "",
-        started_at=started.time, ended_at=ended.time if ended else None,
-        max_steps=started.max_steps or None, start_step=0,
-        final_step=ended.final_step if ended else None, groups_sampled=0, tokens_sampled=0,
-        task_spec=started.task_spec, cause=ended.cause if ended else "")
+        run_id=started.run_id,
+        name=started.name,
+        backend=started.backend,
+        base_model=started.base_model,
+        config=dict(started.config),
+        status=ended.status if ended else "running",
+        reason=ended.reason if ended else "",
+        started_at=started.time,
+        ended_at=ended.time if ended else None,
+        max_steps=started.max_steps or None,
+        start_step=0,
+        final_step=ended.final_step if ended else None,
+        groups_sampled=0,
+        tokens_sampled=0,
+        task_spec=started.task_spec,
+        cause=ended.cause if ended else "",
+    )
     model = DashboardState(session.clock)
     session.events.subscribe(model.apply)
     return ComparedRun(folder, row, model, session)
@@ -172,8 +196,9 @@ async def drive(run: ComparedRun) -> None:
     session.loaded.set()
 
 
-async def load_comparison(pairs: Sequence[tuple[Path, StoredRun]],
-                          foreign: Sequence[ComparedRun] = ()) -> list[ComparedRun]:
+async def load_comparison(
+    pairs: Sequence[tuple[Path, StoredRun]], foreign: Sequence[ComparedRun] = ()
+) -> list[ComparedRun]:
     """The runs as stored now, read once (a headless comparison); `foreign`: runs of other
     programs' folders (`foreign_compared`) besides."""
     compared = [*open_comparison(pairs), *foreign]
@@ -186,11 +211,14 @@ async def load_comparison(pairs: Sequence[tuple[Path, StoredRun]],
 
 # ---------------------------------------------------------------------- the table
 
+
 def setting_values(run: ComparedRun) -> dict[str, Any]:
     """What a run was started with: its task, backend and model, and every setting."""
     model = run.model
-    values: dict[str, Any] = {"task": model.name or run.run.name,
-                              "backend": model.backend or run.run.backend}
+    values: dict[str, Any] = {
+        "task": model.name or run.run.name,
+        "backend": model.backend or run.run.backend,
+    }
     config = model.config or run.run.config
     values.update({k: v for k, v in config.items() if k not in NOT_COMPARED})
     return values
@@ -256,8 +284,9 @@ def duration_text(seconds: float) -> str:
 SUMMARY_COLUMNS = ("RUN", "STATUS", "STEP", "FINAL", "BEST", "DURATION")
 
 
-def comparison_rows(runs: Sequence[ComparedRun], now: float | None = None
-                    ) -> tuple[list[str], list[list[str]]]:
+def comparison_rows(
+    runs: Sequence[ComparedRun], now: float | None = None
+) -> tuple[list[str], list[list[str]]]:
     """The comparison's columns and one row of text per run: name, status, steps, final
     and best reward, duration, then each setting that differs."""
     now = time.time() if now is None else now
@@ -268,15 +297,21 @@ def comparison_rows(runs: Sequence[ComparedRun], now: float | None = None
         final = f"{model.rewards[-1][1]:.3f}" if model.rewards else "-"
         best = best_reward(model)
         values = setting_values(run)
-        rows.append([
-            run.label, status_of(run), f"{model.step}/{model.max_steps or '?'}", final,
-            f"{best[1]:.3f} @{best[0]}" if best else "-", duration_text(duration_of(run, now)),
-            *(format_setting(values.get(k)) for k in settings)])
+        rows.append(
+            [
+                run.label,
+                status_of(run),
+                f"{model.step}/{model.max_steps or '?'}",
+                final,
+                f"{best[1]:.3f} @{best[0]}" if best else "-",
+                duration_text(duration_of(run, now)),
+                *(format_setting(values.get(k)) for k in settings),
+            ]
+        )
     return [*SUMMARY_COLUMNS, *settings], rows
 
 
-def comparison_document(runs: Sequence[ComparedRun], now: float | None = None
-                        ) -> dict[str, Any]:
+def comparison_document(runs: Sequence[ComparedRun], now: float | None = None) -> dict[str, Any]:
     """`compare --json` (`app.json_output`): the table's values, each run's settings that
     differ by name."""
     from tinker_tui.app.json_output import document
@@ -288,14 +323,20 @@ def comparison_document(runs: Sequence[ComparedRun], now: float | None = None
         model = run.model
         best = best_reward(model)
         values = setting_values(run)
-        out.append({
-            "run_id": run.run.run_id, "name": run.label if run.label != run.run.run_id
-            else None, "store": str(run.db_path), "status": status_of(run),
-            "step": model.step, "max_steps": model.max_steps or None,
-            "final_reward": model.rewards[-1][1] if model.rewards else None,
-            "best_reward": None if best is None else {"step": best[0], "value": best[1]},
-            "duration_seconds": duration_of(run, now),
-            "settings": {k: values.get(k) for k in settings}})
+        out.append(
+            {
+                "run_id": run.run.run_id,
+                "name": run.label if run.label != run.run.run_id else None,
+                "store": str(run.db_path),
+                "status": status_of(run),
+                "step": model.step,
+                "max_steps": model.max_steps or None,
+                "final_reward": model.rewards[-1][1] if model.rewards else None,
+                "best_reward": None if best is None else {"step": best[0], "value": best[1]},
+                "duration_seconds": duration_of(run, now),
+                "settings": {k: values.get(k) for k in settings},
+            }
+        )
     return document("compare", differing=settings, runs=out)
 
 
@@ -304,8 +345,7 @@ def format_comparison(runs: Sequence[ComparedRun], now: float | None = None) -> 
     columns, rows = comparison_rows(runs, now)
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
-              for r in rows]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     if len(columns) == len(SUMMARY_COLUMNS):
         lines.append("(the runs' settings are the same)")
     return "\n".join(lines)

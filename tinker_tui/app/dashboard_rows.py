@@ -66,14 +66,18 @@ class CommandRow:
             return f"set {name} → {new}"
         if self.command == "rolled_back":
             old, new = self.args.get("old"), self.args.get("value")
-            text = (f"rolled back to {self.args.get('checkpoint', '?')} "
-                    f"(step {self.args.get('to_step', '?')})")
+            text = (
+                f"rolled back to {self.args.get('checkpoint', '?')} "
+                f"(step {self.args.get('to_step', '?')})"
+            )
             best, by = self.args.get("best_step"), self.args.get("best_sampled_by")
             if isinstance(best, int) and isinstance(by, int):
                 text += f", the weights (version {by}) that sampled best step {best}"
             if isinstance(old, int | float) and isinstance(new, int | float):
-                text += (f", learning_rate {format_knob('learning_rate', old)} → "
-                         f"{format_knob('learning_rate', new)}")
+                text += (
+                    f", learning_rate {format_knob('learning_rate', old)} → "
+                    f"{format_knob('learning_rate', new)}"
+                )
             reason = self.args.get("reason")
             return f"{text}: {reason}" if reason else text
         reason = self.args.get("reason")
@@ -114,5 +118,3 @@ class ThroughputSample:
     time: float
     rollouts_per_s: float
     tokens_per_s: float
-
-

@@ -10,7 +10,6 @@ The maths the panes show (debiased EMA, windowed rates, ETA, histograms, the rol
 filter, knob parsing) are plain functions here, tested alone.
 """
 
-
 from __future__ import annotations
 
 import math
@@ -68,7 +67,6 @@ from tinker_tui.engine.metrics.collapse_memory import fold
 from tinker_tui.engine.metrics.health import HealthWindow, Kind
 
 # --------------------------------------------------------------------------- the model
-
 
 
 class DashboardState:
@@ -232,9 +230,13 @@ class DashboardState:
             case RunLabelled():
                 self.run_name, self.note = event.run_name, event.note
             case StartupProgressed():
-                if self.startup is not None and self.startup.phase == "first_rollouts" \
-                        and event.phase != "first_rollouts" and self.last_event_at is not None \
-                        and self.paused_since is None:
+                if (
+                    self.startup is not None
+                    and self.startup.phase == "first_rollouts"
+                    and event.phase != "first_rollouts"
+                    and self.last_event_at is not None
+                    and self.paused_since is None
+                ):
                     # The engine starts again: a resumed run. The time it was down counts as
                     # paused, so the pace (and ETA) after it is the working pace.
                     self.paused_total += max(0.0, event.time - self.last_event_at)
@@ -255,8 +257,9 @@ class DashboardState:
                     self._add_point(key, event.step, value)
                 reward = metrics.get(keys.EVAL_REWARD_MEAN)
                 if reward is not None:
-                    self.evals.append(EvalPoint(event.step, event.policy_version, reward,
-                                                event.time, metrics))
+                    self.evals.append(
+                        EvalPoint(event.step, event.policy_version, reward, event.time, metrics)
+                    )
             case ThroughputMeasured():
                 self.throughput = event
                 self.throughput_history.append(
@@ -265,12 +268,14 @@ class DashboardState:
             case CommandReceived():
                 self._command(event)
             case CheckpointSaved():
-                row = CheckpointRow(event.step, event.kind, event.name, event.path,
-                                    event.time, event.requested)
+                row = CheckpointRow(
+                    event.step, event.kind, event.name, event.path, event.time, event.requested
+                )
                 again = [i for i, c in enumerate(self.checkpoints) if c.path == event.path]
                 if again:  # saved before, now asked for: the same checkpoint, marked
-                    self.checkpoints[again[-1]] = replace(row, time=self.checkpoints[
-                        again[-1]].time)
+                    self.checkpoints[again[-1]] = replace(
+                        row, time=self.checkpoints[again[-1]].time
+                    )
                 else:
                     self.checkpoints.append(row)
                 fold(self.health_window, event)
@@ -341,13 +346,18 @@ class DashboardState:
         # at the best reward seen (before this group): a zero-variance discard of it has
         # converged
         at_best = self.health_window.classify(event.reward_mean) == "converged"
-        self.health_window.sampled([t.reward for t in event.trajectories], event.reward_mean,
-                                  failed=event.failed)
+        self.health_window.sampled(
+            [t.reward for t in event.trajectories], event.reward_mean, failed=event.failed
+        )
         record = self.groups.get(event.group_id)
         if record is None:
-            record = GroupRecord(group_id=event.group_id, scenario_id=event.scenario_id,
-                                 step=None, policy_version=event.policy_version,
-                                 time=event.time)
+            record = GroupRecord(
+                group_id=event.group_id,
+                scenario_id=event.scenario_id,
+                step=None,
+                policy_version=event.policy_version,
+                time=event.time,
+            )
             self._add_group(record)
         record.reward_mean = event.reward_mean
         record.num_tokens = event.num_tokens
@@ -364,9 +374,14 @@ class DashboardState:
         self.discarded_tokens += event.num_tokens
         record = self.groups.get(event.group_id)
         if record is None:  # failed before it was sampled
-            record = GroupRecord(group_id=event.group_id, scenario_id=event.scenario_id,
-                                 step=None, policy_version=event.policy_version,
-                                 time=event.time, num_tokens=event.num_tokens)
+            record = GroupRecord(
+                group_id=event.group_id,
+                scenario_id=event.scenario_id,
+                step=None,
+                policy_version=event.policy_version,
+                time=event.time,
+                num_tokens=event.num_tokens,
+            )
             self._add_group(record)
             if event.reason == "error":
                 self.health_window.failed()
@@ -398,30 +413,36 @@ class DashboardState:
         if event.histograms:
             self.histograms[event.step] = dict(event.histograms)
         if self._last_step_time is not None and event.time > self._last_step_time:
-            self._add_point(SAMPLED_TOKENS_KEY, event.step,
-                            self._tokens_since_step / (event.time - self._last_step_time))
+            self._add_point(
+                SAMPLED_TOKENS_KEY,
+                event.step,
+                self._tokens_since_step / (event.time - self._last_step_time),
+            )
         self._last_step_time = event.time
         self._tokens_since_step = 0
         reward = metrics.get(keys.REWARD_MEAN)
         if reward is not None:
             self.rewards.append((event.step, reward))
-            fold(self.health_window, event,
-                 groups_per_step=int(self.config.get("groups_per_step") or 1))
+            fold(
+                self.health_window,
+                event,
+                groups_per_step=int(self.config.get("groups_per_step") or 1),
+            )
         if self.started_at is not None:
             self.step_elapsed[event.step] = self.worked(event.time)
         total = trained_tokens_total(metrics)
         if total is None:  # a running sum of the steps' own counts
             before = self._tokens_trained
             if event.step <= self._tokens_step:  # a resumed run redoes steps
-                before = max((t for s, t in self.step_tokens.items() if s < event.step),
-                             default=0.0)
+                before = max(
+                    (t for s, t in self.step_tokens.items() if s < event.step), default=0.0
+                )
             total = before + metrics.get(keys.TRAIN_TOKENS, 0.0)
         self._tokens_trained, self._tokens_step = total, event.step
         self.step_tokens[event.step] = total
         # the groups its batch took; without the list (older records), the waiting groups
         # sampled by then
-        taken = event.group_ids or [g for g in self.waiting
-                                    if self.groups[g].time <= event.time]
+        taken = event.group_ids or [g for g in self.waiting if self.groups[g].time <= event.time]
         for group_id in taken:
             record = self.groups.get(group_id)
             if record is not None:
@@ -483,8 +504,10 @@ class DashboardState:
         gone from the store, and from here."""
         self.step = min(self.step, step)
         self.rewards = [(s, r) for s, r in self.rewards if s <= step]
-        undone = {key: int(sum(v for s, v in self.series.get(key, []) if s > step))
-                  for key in (keys.ROLLOUTS_FAILED, keys.ROLLOUTS_ENDED)}
+        undone = {
+            key: int(sum(v for s, v in self.series.get(key, []) if s > step))
+            for key in (keys.ROLLOUTS_FAILED, keys.ROLLOUTS_ENDED)
+        }
         self.rollouts_failed = max(0, self.rollouts_failed - undone[keys.ROLLOUTS_FAILED])
         self.rollouts_ended = max(0, self.rollouts_ended - undone[keys.ROLLOUTS_ENDED])
         for key, points in self.series.items():
@@ -774,6 +797,8 @@ ETA_SPAN = 60.0
 #: Commands that change a knob (`name`, `value`, `old`): a setting, and a rollback's
 #: scaled learning rate.
 KNOB_COMMANDS = ("set", "rolled_back")
+
+
 def trained_tokens_total(metrics: Mapping[str, float]) -> float | None:
     """The tokens trained so far, when the step's metrics say so themselves (a running
     total); None: sum `train/tokens`, the step's own."""
@@ -788,8 +813,19 @@ def trained_tokens_total(metrics: Mapping[str, float]) -> float | None:
 SAMPLED_TOKENS_KEY = "throughput/sampled_tokens_per_s"
 
 #: Metric families in the order the metrics view lists them.
-_FAMILY_ORDER = ("reward", "eval", "task", "loss", "train", "optim", "time", "throughput",
-                 "rollouts", "discarded", "async")
+_FAMILY_ORDER = (
+    "reward",
+    "eval",
+    "task",
+    "loss",
+    "train",
+    "optim",
+    "time",
+    "throughput",
+    "rollouts",
+    "discarded",
+    "async",
+)
 
 
 def metric_order(key: str) -> tuple[int, int, str]:
@@ -804,5 +840,4 @@ def first_line(message: str) -> str:
 
 def _number(value: object) -> bool:
     """A finite int or float (not a bool): what a chart can draw."""
-    return (isinstance(value, int | float) and not isinstance(value, bool)
-            and math.isfinite(value))
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

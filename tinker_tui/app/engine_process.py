@@ -107,13 +107,22 @@ class EngineProcess:
     cancels it: it never starts, nothing of its run is stored, and its exit code is the
     signal's, as if it had started and been stopped by it at once."""
 
-    def __init__(self, run_args: list[str], *, run_id: str, db_path: str | Path,
-                 watched: bool = True) -> None:
+    def __init__(
+        self, run_args: list[str], *, run_id: str, db_path: str | Path, watched: bool = True
+    ) -> None:
         """`tinker-tui <run_args> --no-ui --watched --run-id RUN_ID`, not started yet
         (run_args: the `run` command's arguments as the user gave them). `watched`: False
         for a run no one watches as it goes (a sweep's): a health pause stops it."""
-        self.command = [sys.executable, "-m", "tinker_tui.app.cli", *run_args, "--no-ui",
-                        *(["--watched"] if watched else []), "--run-id", run_id]
+        self.command = [
+            sys.executable,
+            "-m",
+            "tinker_tui.app.cli",
+            *run_args,
+            "--no-ui",
+            *(["--watched"] if watched else []),
+            "--run-id",
+            run_id,
+        ]
         self.log_path: Path | None = engine_log_path(db_path, run_id)
         self.process: subprocess.Popen[bytes] | None = None
         #: The signal that came before the start, which then never happens.
@@ -133,10 +142,15 @@ class EngineProcess:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             with open(self.log_path, "ab") as log:
-                self.process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL,
-                                                stdout=log, stderr=subprocess.STDOUT,
-                                                start_new_session=True, env=env,
-                                                close_fds=True)
+                self.process = subprocess.Popen(
+                    self.command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env=env,
+                    close_fds=True,
+                )
 
     def exit_code(self) -> int | None:
         with self._lock:

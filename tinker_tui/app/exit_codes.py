@@ -16,9 +16,19 @@ from tinker_tui.engine.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 if TYPE_CHECKING:  # `app.interrupts` imports this early, before signals are handled
     from tinker_tui.engine.events import StopCause
 
-__all__ = ["EXIT_BUDGET", "EXIT_CODE_TABLE", "EXIT_FAILED", "EXIT_HEALTH_STOP",
-           "EXIT_INTERRUPTED", "EXIT_NO_SIGNAL", "EXIT_OK", "EXIT_SIGHUP", "EXIT_SIGTERM",
-           "EXIT_USAGE", "run_exit_code"]
+__all__ = [
+    "EXIT_BUDGET",
+    "EXIT_CODE_TABLE",
+    "EXIT_FAILED",
+    "EXIT_HEALTH_STOP",
+    "EXIT_INTERRUPTED",
+    "EXIT_NO_SIGNAL",
+    "EXIT_OK",
+    "EXIT_SIGHUP",
+    "EXIT_SIGTERM",
+    "EXIT_USAGE",
+    "run_exit_code",
+]
 
 #: A run without a dashboard stopped gracefully because a health check would have paused
 #: it (rollout errors, no learning signal, a collapse) and nobody could resume it.
@@ -48,8 +58,12 @@ EXIT_CODE_TABLE: tuple[tuple[int, str], ...] = (
     (EXIT_SIGTERM, "SIGTERM"),
 )
 
-_BY_CAUSE: dict[str, int] = {"health": EXIT_HEALTH_STOP, "no_signal": EXIT_NO_SIGNAL,
-                             "budget": EXIT_BUDGET, "failed": EXIT_FAILED}
+_BY_CAUSE: dict[str, int] = {
+    "health": EXIT_HEALTH_STOP,
+    "no_signal": EXIT_NO_SIGNAL,
+    "budget": EXIT_BUDGET,
+    "failed": EXIT_FAILED,
+}
 
 
 def run_exit_code(status: str, cause: StopCause | str) -> int:

@@ -11,9 +11,23 @@ METRIC_FIELDS = ("kind", "run_id", "step", "policy_version", "time")
 #: The fields of a sample record, in the order the csv table lists them (`kind`: "train" for
 #: a training group's rollout, "eval" for an evaluation's, whose `step` is the evaluated
 #: step and which has no group).
-SAMPLE_FIELDS = ("kind", "run_id", "group_id", "scenario_index", "scenario_id", "sample", "reward",
-                 "policy_version", "num_tokens", "status", "step", "reason", "time", "messages",
-                 "metrics")
+SAMPLE_FIELDS = (
+    "kind",
+    "run_id",
+    "group_id",
+    "scenario_index",
+    "scenario_id",
+    "sample",
+    "reward",
+    "policy_version",
+    "num_tokens",
+    "status",
+    "step",
+    "reason",
+    "time",
+    "messages",
+    "metrics",
+)
 
 
 async def read_export(db_path: Path, wanted: str | None) -> tuple[str, list[dict], list[dict]]:
@@ -30,41 +44,71 @@ async def read_export(db_path: Path, wanted: str | None) -> tuple[str, list[dict
     samples = []
     for event in events:
         if isinstance(event, StepTrained | EvalCompleted):
-            metrics.append({"kind": "step" if isinstance(event, StepTrained) else "eval",
-                            "run_id": run_id, "step": event.step,
-                            "policy_version": event.policy_version, "time": event.time,
-                            **event.metrics})
+            metrics.append(
+                {
+                    "kind": "step" if isinstance(event, StepTrained) else "eval",
+                    "run_id": run_id,
+                    "step": event.step,
+                    "policy_version": event.policy_version,
+                    "time": event.time,
+                    **event.metrics,
+                }
+            )
         elif isinstance(event, GroupSampled):
             fate = fates.get(event.group_id)
             for index, rollout in enumerate(event.trajectories):
-                samples.append({
-                    "kind": "train", "run_id": run_id, "group_id": event.group_id,
-                    "scenario_index": fate.scenario_index if fate else None,
-                    "scenario_id": (fate.scenario_id if fate else "") or event.scenario_id,
-                    "sample": index, "reward": rollout.reward,
-                    "policy_version": rollout.policy_version, "num_tokens": rollout.num_tokens,
-                    "status": fate.status if fate else None,
-                    "step": fate.step if fate else None,
-                    "reason": (fate.reason if fate else "") or None, "time": event.time,
-                    "messages": [dict(m) for m in rollout.messages],
-                    "metrics": dict(rollout.metrics),
-                })
+                samples.append(
+                    {
+                        "kind": "train",
+                        "run_id": run_id,
+                        "group_id": event.group_id,
+                        "scenario_index": fate.scenario_index if fate else None,
+                        "scenario_id": (fate.scenario_id if fate else "") or event.scenario_id,
+                        "sample": index,
+                        "reward": rollout.reward,
+                        "policy_version": rollout.policy_version,
+                        "num_tokens": rollout.num_tokens,
+                        "status": fate.status if fate else None,
+                        "step": fate.step if fate else None,
+                        "reason": (fate.reason if fate else "") or None,
+                        "time": event.time,
+                        "messages": [dict(m) for m in rollout.messages],
+                        "metrics": dict(rollout.metrics),
+                    }
+                )
         if isinstance(event, EvalCompleted):
             for index, (scenario_id, rollout) in enumerate(
-                    zip(event.scenario_ids, event.trajectories, strict=True)):
-                samples.append({
-                    "kind": "eval", "run_id": run_id, "group_id": None, "scenario_index": None,
-                    "scenario_id": scenario_id, "sample": index, "reward": rollout.reward,
-                    "policy_version": rollout.policy_version, "num_tokens": rollout.num_tokens,
-                    "status": None, "step": event.step, "reason": None, "time": event.time,
-                    "messages": [dict(m) for m in rollout.messages],
-                    "metrics": dict(rollout.metrics),
-                })
+                zip(event.scenario_ids, event.trajectories, strict=True)
+            ):
+                samples.append(
+                    {
+                        "kind": "eval",
+                        "run_id": run_id,
+                        "group_id": None,
+                        "scenario_index": None,
+                        "scenario_id": scenario_id,
+                        "sample": index,
+                        "reward": rollout.reward,
+                        "policy_version": rollout.policy_version,
+                        "num_tokens": rollout.num_tokens,
+                        "status": None,
+                        "step": event.step,
+                        "reason": None,
+                        "time": event.time,
+                        "messages": [dict(m) for m in rollout.messages],
+                        "metrics": dict(rollout.metrics),
+                    }
+                )
     metrics.sort(key=lambda r: (r["step"], r["kind"] != "step", r["time"]))
     # Training's rollouts by group, then each evaluation's in the order it ran them.
-    samples.sort(key=lambda r: (r["kind"] == "eval", r["group_id"] if r["kind"] == "train"
-                                else r["step"], r["time"] if r["kind"] == "eval" else 0,
-                                r["sample"]))
+    samples.sort(
+        key=lambda r: (
+            r["kind"] == "eval",
+            r["group_id"] if r["kind"] == "train" else r["step"],
+            r["time"] if r["kind"] == "eval" else 0,
+            r["sample"],
+        )
+    )
     return run_id, metrics, samples
 
 
@@ -77,5 +121,7 @@ def partial_note(db_path: Path, run_id: str, metrics: list[dict]) -> str | None:
         return None
     steps = [r["step"] for r in metrics if r["kind"] == "step"]
     through = f"through step {max(steps)}" if steps else "before its first step"
-    return (f"run {run_id} is still running: this export is partial ({through}); "
-            f"export again when it ends for the rest")
+    return (
+        f"run {run_id} is still running: this export is partial ({through}); "
+        f"export again when it ends for the rest"
+    )

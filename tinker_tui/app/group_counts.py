@@ -22,8 +22,7 @@ def sampled_at_best(window: HealthWindow, event: GroupSampled) -> bool:
     """Whether a group whose rewards are all equal would be converged, by the rewards seen
     before it; then count it among those seen (the engine's order: classify, then count)."""
     at_best = window.classify(event.reward_mean) == "converged"
-    window.sampled([t.reward for t in event.trajectories], event.reward_mean,
-                   failed=event.failed)
+    window.sampled([t.reward for t in event.trajectories], event.reward_mean, failed=event.failed)
     return at_best
 
 
@@ -75,8 +74,9 @@ class ZeroVarianceSplit:
         groups kept."""
         self._at_best.clear()
         self._split = {g: fate for g, fate in self._split.items() if fate[0] <= to_step}
-        self._seen = {g: seen for g, seen in self._seen.items()
-                      if seen[2] is not None and seen[2] <= to_step}
+        self._seen = {
+            g: seen for g, seen in self._seen.items() if seen[2] is not None and seen[2] <= to_step
+        }
         self.converged = sum(at_best for _, at_best in self._split.values())
         self.no_signal = len(self._split) - self.converged
         rewards = HealthWindow()

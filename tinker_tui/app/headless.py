@@ -42,6 +42,7 @@ from tinker_tui.engine.metrics.health import HealthWindow
 if TYPE_CHECKING:
     from tinker_tui.engine.control.endpoint import ControlServer
 
+
 class HeadlessReporter:
     """Prints what a person watching a log needs; subscribe `handle` to the event bus. The
     run's end is printed by its summary (`app.run_summary`), after every other line."""
@@ -88,9 +89,12 @@ class HeadlessReporter:
         """Count the earlier events the resume keeps (those up to `start_step`; it
         deletes the later steps and their groups from the store) as if they had come
         live, without printing them."""
-        kept = [e for e in earlier if not isinstance(e, StepTrained | CheckpointSaved
-                                                     | GroupDiscarded)
-                or e.step <= start_step]
+        kept = [
+            e
+            for e in earlier
+            if not isinstance(e, StepTrained | CheckpointSaved | GroupDiscarded)
+            or e.step <= start_step
+        ]
         groups = {g for e in kept if isinstance(e, StepTrained) for g in e.group_ids}
         groups |= {e.group_id for e in kept if isinstance(e, GroupDiscarded)}
         for before in kept:
@@ -158,9 +162,10 @@ class HeadlessReporter:
         if event.phase == "loading_model":
             self._print(f"starting: loading the model {event.detail}".rstrip())
         elif event.phase == "warmup":
-            self._print(f"starting: format warm-up, {event.total} supervised steps"
-                        + (" (reused from an identical earlier run)"
-                           if event.detail == "reused" else ""))
+            self._print(
+                f"starting: format warm-up, {event.total} supervised steps"
+                + (" (reused from an identical earlier run)" if event.detail == "reused" else "")
+            )
         else:
             self._print("starting: first rollouts")
 
@@ -192,15 +197,18 @@ class HeadlessReporter:
             if self._session_at is None or self._resumed_at is not None:
                 self._session(event.time if self._resumed_at is None else self._resumed_at)
             self._resumed_at = None
-            self._print(f"run {event.run_id}: task {event.name}, {event.backend} backend, "
-                        f"base model {event.base_model}, {event.max_steps} "
-                        + ("step" if event.max_steps == 1 else "steps"))
+            self._print(
+                f"run {event.run_id}: task {event.name}, {event.backend} backend, "
+                f"base model {event.base_model}, {event.max_steps} "
+                + ("step" if event.max_steps == 1 else "steps")
+            )
         elif isinstance(event, StartupProgressed):
             self._startup(event)
         elif isinstance(event, GroupSampled):
             self.zero_variance.sampled(event)
-            self.health.sampled([t.reward for t in event.trajectories], event.reward_mean,
-                                failed=event.failed)
+            self.health.sampled(
+                [t.reward for t in event.trajectories], event.reward_mean, failed=event.failed
+            )
         elif isinstance(event, GroupDiscarded):
             self.zero_variance.discarded(event)
         elif isinstance(event, StepTrained):
@@ -212,18 +220,23 @@ class HeadlessReporter:
             failures = ""
             if self.rollouts_failed:  # a reward that raises on most answers must show
                 ended = int(m.get(keys.ROLLOUTS_ENDED, 0))
-                failures = (f"failed rollouts {failed}/{ended} ({self.rollouts_failed} in "
-                            "all)  ")
+                failures = f"failed rollouts {failed}/{ended} ({self.rollouts_failed} in all)  "
             fold(self.health, event)
             collapse = self.health.collapse
-            health = "" if collapse is None else \
-                f"  collapsed (best {collapse.best:.3f} at step {collapse.best_step})"
+            health = (
+                ""
+                if collapse is None
+                else f"  collapsed (best {collapse.best:.3f} at step {collapse.best_step})"
+            )
             usd = m.get(keys.COST_USD_TOTAL)  # where prices are set
             spent = f"spent ${usd:.4f}  " if isinstance(usd, int | float) else ""
             # A reward that never varies must show at once (before the health mark, which
             # ends the line).
-            nothing = "  trained nothing (every group's rewards equal)" \
-                if m.get(keys.TRAIN_SKIPPED) else ""
+            nothing = (
+                "  trained nothing (every group's rewards equal)"
+                if m.get(keys.TRAIN_SKIPPED)
+                else ""
+            )
             self._print(
                 f"step {event.step:>4}/{self.max_steps}  "
                 f"reward {m.get(keys.REWARD_MEAN, float('nan')):.3f}  "
@@ -234,7 +247,8 @@ class HeadlessReporter:
                 f"staleness {m.get(keys.STALENESS_MEAN, 0.0):.2f}  "
                 f"step {m.get(keys.STEP_TIME, 0.0):.2f}s  "
                 f"{spent}"
-                f"elapsed {elapsed:.1f}s{nothing}{health}")
+                f"elapsed {elapsed:.1f}s{nothing}{health}"
+            )
         elif isinstance(event, CommandReceived | CheckpointDeleted):
             if isinstance(event, CommandReceived) and event.command == "rolled_back":
                 self._roll_back(int(event.args.get("to_step", 0)))
@@ -244,8 +258,9 @@ class HeadlessReporter:
         elif isinstance(event, CheckpointSaved):
             fold(self.health, event)
             kept = ", kept as asked for" if event.requested else ""
-            self._print(f"checkpoint {event.name} ({event.kind}) at step {event.step}{kept}: "
-                        f"{event.path}")
+            self._print(
+                f"checkpoint {event.name} ({event.kind}) at step {event.step}{kept}: {event.path}"
+            )
         elif isinstance(event, RunStateChanged) and event.state in ("paused", "stopping"):
             self._end_repeats()
             self._print(f"{event.state}: {event.reason}")
@@ -254,8 +269,9 @@ class HeadlessReporter:
         elif isinstance(event, TrackerReported):  # where W&B / TensorBoard records go
             if event.level == "info" and self._finished:
                 return  # a tracker's last word: the run's summary ends with it, once
-            self._print(event.message if event.level == "info"
-                        else f"{event.level}: {event.message}")
+            self._print(
+                event.message if event.level == "info" else f"{event.level}: {event.message}"
+            )
         elif isinstance(event, ThroughputMeasured):
             for stuck in event.stalled:  # once per stuck group: a log shows why nothing moves
                 if stuck.group_id not in self._stuck_said:
@@ -281,7 +297,6 @@ class HeadlessReporter:
                 show = f"tinker-tui show {self._run_id} --log{db_flag(self.db_path)}"
                 self._print(f"  {where}  (whole: {show})")
 
-
     def _timeout_hint(self) -> str:
         timeout = self._rollout_timeout
         if isinstance(timeout, int | float) and timeout > 0:
@@ -291,8 +306,10 @@ class HeadlessReporter:
     def paused_hint(self) -> str:
         """How to go on from a pause: nothing resumes a headless run by itself (a pause
         asked for from a page that was then closed still waits for someone)."""
-        return (f"it waits, paused, until resumed: tinker-tui attach {self._run_id}"
-                f"{db_flag(self.db_path)}, then p (or stop it: kill -TERM {os.getpid()})")
+        return (
+            f"it waits, paused, until resumed: tinker-tui attach {self._run_id}"
+            f"{db_flag(self.db_path)}, then p (or stop it: kill -TERM {os.getpid()})"
+        )
 
     def paused_reminder(self, seconds: float) -> None:
         """Said again while a pause lasts, so a log shows why nothing moves."""
@@ -328,7 +345,7 @@ _VALUES = re.compile(r"'[^']*'|\"[^\"]*\"|\d+")
 
 
 def _shorten(line: str, most: int = 72) -> str:
-    return line if len(line) <= most else line[:most - 1] + "…"
+    return line if len(line) <= most else line[: most - 1] + "…"
 
 
 def _is_user_file(filename: str) -> bool:
@@ -338,22 +355,32 @@ def _is_user_file(filename: str) -> bool:
 #: Where code that is not the user's lives: this package's folders, the standard library and
 #: installed packages.
 _NOT_USER_CODE = tuple(
-    {str(form) + os.sep
-     for folder in [Path(module.__file__).parent
-                    for module in (sys.modules["tinker_tui.app"], sys.modules["tinker_tui.engine"])
-                    if module.__file__]
-     + [Path(path) for name, path in sysconfig.get_paths().items()
-        if name in ("stdlib", "platstdlib", "purelib", "platlib")]
-     for form in (folder, folder.resolve())})
+    {
+        str(form) + os.sep
+        for folder in [
+            Path(module.__file__).parent
+            for module in (sys.modules["tinker_tui.app"], sys.modules["tinker_tui.engine"])
+            if module.__file__
+        ]
+        + [
+            Path(path)
+            for name, path in sysconfig.get_paths().items()
+            if name in ("stdlib", "platstdlib", "purelib", "platlib")
+        ]
+        for form in (folder, folder.resolve())
+    }
+)
 
 
 def eval_line(event: EvalCompleted, max_steps: int) -> str:
     """`eval   40/40  reward 0.875  scenarios 16`, with errors and, for a mixed task, each
     part's mean reward."""
     m = event.metrics
-    line = (f"eval {event.step:>4}/{max_steps}  "
-            f"reward {m.get(keys.EVAL_REWARD_MEAN, float('nan')):.3f}  "
-            f"scenarios {int(m.get(keys.EVAL_NUM_SCENARIOS, 0))}")
+    line = (
+        f"eval {event.step:>4}/{max_steps}  "
+        f"reward {m.get(keys.EVAL_REWARD_MEAN, float('nan')):.3f}  "
+        f"scenarios {int(m.get(keys.EVAL_NUM_SCENARIOS, 0))}"
+    )
     errors = int(m.get(keys.EVAL_ERRORS, 0))
     if errors:
         line += f"  errors {errors}"
@@ -424,8 +451,11 @@ class MetricsFile:
             self.close()
 
     def _give_up(self, exc: OSError) -> None:
-        print(f"warning: stopped writing {self.path}: {exc.strerror or exc}", file=sys.stderr,
-              flush=True)
+        print(
+            f"warning: stopped writing {self.path}: {exc.strerror or exc}",
+            file=sys.stderr,
+            flush=True,
+        )
         self.close()
 
     def close(self) -> None:
@@ -454,8 +484,9 @@ def _keep_until(path: Path, step: int) -> None:
     os.replace(tmp, path)
 
 
-async def start_control_endpoint(session: Session, out: TextIO | None = None
-                                 ) -> ControlServer | None:
+async def start_control_endpoint(
+    session: Session, out: TextIO | None = None
+) -> ControlServer | None:
     """Serve the session's control on 127.0.0.1 for `tinker-tui attach`, with its address
     and token in a 0600 file beside the store; None for a session without a store.
     Call `stop()` on the result when the run is over (it removes the file)."""
@@ -467,6 +498,5 @@ async def start_control_endpoint(session: Session, out: TextIO | None = None
 
     server = ControlServer(session.control, run_id=run_id)
     await server.start(control_file_path(db_path, run_id), extra={"store": str(db_path)})
-    print(f"control: tinker-tui attach {run_id} --db {db_path}", file=out or sys.stdout,
-          flush=True)
+    print(f"control: tinker-tui attach {run_id} --db {db_path}", file=out or sys.stdout, flush=True)
     return server

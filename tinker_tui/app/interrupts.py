@@ -48,15 +48,32 @@ from tinker_tui.app.exit_codes import (
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["EXIT_CODES", "EXIT_FAILED", "EXIT_HEALTH_STOP", "EXIT_INTERRUPTED", "EXIT_OK",
-           "EXIT_SIGHUP", "EXIT_SIGTERM", "EXIT_USAGE", "exit_now", "hold_signals",
-           "interrupted", "interrupting", "release_signals", "signal_of", "take_signals",
-           "taken_signals"]
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_FAILED",
+    "EXIT_HEALTH_STOP",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_SIGHUP",
+    "EXIT_SIGTERM",
+    "EXIT_USAGE",
+    "exit_now",
+    "hold_signals",
+    "interrupted",
+    "interrupting",
+    "release_signals",
+    "signal_of",
+    "take_signals",
+    "taken_signals",
+]
 
 #: The exit code of a command a signal ended. SIGHUP (the terminal went away) too: before
 #: a dashboard handled it, a hang-up in its first half second killed it without a word.
-EXIT_CODES: dict[int, int] = {signal.SIGINT: EXIT_INTERRUPTED, signal.SIGTERM: EXIT_SIGTERM,
-                              signal.SIGHUP: EXIT_SIGHUP}
+EXIT_CODES: dict[int, int] = {
+    signal.SIGINT: EXIT_INTERRUPTED,
+    signal.SIGTERM: EXIT_SIGTERM,
+    signal.SIGHUP: EXIT_SIGHUP,
+}
 
 
 #: Seconds after a stop began during which another signal is the same request, not a second

@@ -35,9 +35,11 @@ Acting tools work only if a person started this server with --allow-control."""
 #: The skill file (`tinker-tui agent-skill`) as a resource, for agents that read those.
 SKILL_URI = "tinker-tui://agent-skill"
 
-REFUSED = ("control is off: this MCP server was started without --allow-control, so it only "
-           "reads runs. Ask the person running it to restart it as `tinker-tui mcp "
-           "--allow-control` if you should steer runs; until then, report what you see.")
+REFUSED = (
+    "control is off: this MCP server was started without --allow-control, so it only "
+    "reads runs. Ask the person running it to restart it as `tinker-tui mcp "
+    "--allow-control` if you should steer runs; until then, report what you see."
+)
 
 
 def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
@@ -45,9 +47,13 @@ def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
     server: MCPServer = MCPServer("tinker-tui", instructions=INSTRUCTIONS)
     reader = run_reading.RunReader(db_path)
 
-    @server.resource(SKILL_URI, name="agent-skill", mime_type="text/markdown",
-                     description="How to watch a run: signals, healthy values, when to "
-                                 "pause or roll back, what never to do")
+    @server.resource(
+        SKILL_URI,
+        name="agent-skill",
+        mime_type="text/markdown",
+        description="How to watch a run: signals, healthy values, when to "
+        "pause or roll back, what never to do",
+    )
     def agent_skill() -> str:
         from tinker_tui.app.commands.agent_skill import skill_text
 
@@ -70,8 +76,12 @@ def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
             raise ToolError(str(exc)) from None
 
     @server.tool()
-    async def run_metrics(run: str | None = None, metrics: list[str] | None = None,
-                          last: int = 20, since_step: int | None = None) -> dict[str, Any]:
+    async def run_metrics(
+        run: str | None = None,
+        metrics: list[str] | None = None,
+        last: int = 20,
+        since_step: int | None = None,
+    ) -> dict[str, Any]:
         """A run's metrics per step. run: id or unique prefix (default: newest run).
         metrics: names such as reward/mean, reward/std, train/skipped, optim/lr,
         optim/grad_norm, kl/policy_base, eval/reward_mean (default: those; ["all"]: every
@@ -87,9 +97,12 @@ def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
         return run_reading.health(await read(run))
 
     @server.tool()
-    async def run_rollouts(run: str | None = None, step: int | None = None,
-                           which: Literal["worst", "best"] = "worst",
-                           count: int = 3) -> dict[str, Any]:
+    async def run_rollouts(
+        run: str | None = None,
+        step: int | None = None,
+        which: Literal["worst", "best"] = "worst",
+        count: int = 3,
+    ) -> dict[str, Any]:
         """The worst (lowest reward) or best rollouts a step trained on, with their
         conversations (long messages cut) and task metrics. step: default the last step."""
         try:
@@ -98,13 +111,15 @@ def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
             raise ToolError(str(exc)) from None
 
     @server.tool()
-    async def scenario_board(run: str | None = None,
-                             order: Literal["drawn", "mean reward", "pass rate", "no signal",
-                                            "scenario"] = "drawn",
-                             count: int = 50,
-                             kind: Literal["never solved", "always solved", "high variance",
-                                           "mostly solved", "mostly failed"] | None = None
-                             ) -> dict[str, Any]:
+    async def scenario_board(
+        run: str | None = None,
+        order: Literal["drawn", "mean reward", "pass rate", "no signal", "scenario"] = "drawn",
+        count: int = 50,
+        kind: Literal[
+            "never solved", "always solved", "high variance", "mostly solved", "mostly failed"
+        ]
+        | None = None,
+    ) -> dict[str, Any]:
         """Per scenario id (prompt) over the whole run: groups drawn, rollouts, mean reward,
         pass rate (rollouts reaching the run's best reward, pass_reward), groups lost without
         signal, and its class: never solved and always solved give no gradient, high
@@ -127,16 +142,19 @@ def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
             raise ToolError(str(exc)) from None
 
     @server.tool()
-    async def run_log(run: str | None = None, lines: int = 50,
-                      level: Literal["debug", "info", "warning", "error"] | None = None
-                      ) -> dict[str, Any]:
+    async def run_log(
+        run: str | None = None,
+        lines: int = 50,
+        level: Literal["debug", "info", "warning", "error"] | None = None,
+    ) -> dict[str, Any]:
         """The last lines of a run's log (repeats folded); level keeps that level and above."""
         return run_reading.log_tail(await read(run), lines, level)
 
     # ------------------------------------------------------------------ control
 
-    async def control(run: str | None, operation: str, *args: Any,
-                      acting: bool = True) -> dict[str, Any]:
+    async def control(
+        run: str | None, operation: str, *args: Any, acting: bool = True
+    ) -> dict[str, Any]:
         """Call `operation` on the run's control client; the run's state after it."""
         from tinker_tui.control import CommandRefused, ControlUnavailable, connect
 
@@ -160,8 +178,9 @@ def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
         return await control(run, "status", acting=False)
 
     @server.tool()
-    async def pause_run(run: str | None = None, reason: str = "paused by an agent"
-                        ) -> dict[str, Any]:
+    async def pause_run(
+        run: str | None = None, reason: str = "paused by an agent"
+    ) -> dict[str, Any]:
         """Pause a live run: no new rollouts start; those in flight finish; the trainer
         finishes its step. Needs --allow-control."""
         return await control(run, "pause", reason)
@@ -187,13 +206,19 @@ def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
     async def set_knob(name: str, value: float, run: str | None = None) -> dict[str, Any]:
         """Change a live knob: learning_rate, temperature, max_steps_off_policy or
         rollout_workers (integers for the last two). Needs --allow-control."""
-        number: float | int = int(value) if value == int(value) and name in (
-            "max_steps_off_policy", "rollout_workers") else value
+        number: float | int = (
+            int(value)
+            if value == int(value) and name in ("max_steps_off_policy", "rollout_workers")
+            else value
+        )
         return await control(run, "set", name, number)
 
     @server.tool()
-    async def rollback_run(run: str | None = None, reason: str = "rolled back by an agent",
-                           lr_scale: float | None = None) -> dict[str, Any]:
+    async def rollback_run(
+        run: str | None = None,
+        reason: str = "rolled back by an agent",
+        lr_scale: float | None = None,
+    ) -> dict[str, Any]:
         """Go back to the checkpoint of the weights that sampled the best step (not the best
         step's own, which holds its update), the learning rate scaled by lr_scale (default: the run's rollback_lr_scale). Undoes the steps
         after it. Refused when there is no such checkpoint (run_health: rollback_to).
@@ -205,16 +230,19 @@ def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
             # The run would only log a warning and go on: say so, and what to do instead.
             best = read_run.model.health_window.best_step
             where = f"of the weights that sampled its best step ({best[0]})" if best else "yet"
-            raise ToolError(f"nothing to roll back to: run {read_run.run.run_id} has no full "
-                            f"checkpoint {where}. Lowering the learning rate cannot revive "
-                            "a policy whose groups all earn the same reward; stop the run "
-                            "and start again with a lower learning rate (and a smaller "
-                            "checkpoint_every)")
+            raise ToolError(
+                f"nothing to roll back to: run {read_run.run.run_id} has no full "
+                f"checkpoint {where}. Lowering the learning rate cannot revive "
+                "a policy whose groups all earn the same reward; stop the run "
+                "and start again with a lower learning rate (and a smaller "
+                "checkpoint_every)"
+            )
         return await control(read_run.run.run_id, "rollback", reason, lr_scale)
 
     @server.tool()
-    async def stop_run(run: str | None = None, reason: str = "stopped by an agent"
-                       ) -> dict[str, Any]:
+    async def stop_run(
+        run: str | None = None, reason: str = "stopped by an agent"
+    ) -> dict[str, Any]:
         """Stop a live run gracefully (finish the step, checkpoint, flush). It can be
         resumed later with `tinker-tui run TASK --resume RUN`. Needs --allow-control."""
         return await control(run, "stop", reason)

@@ -47,11 +47,16 @@ def alert_for(event: Event) -> Alert | None:
         if event.status == "failed":
             return Alert("failure", "run failed", event.reason or f"at step {event.final_step}")
         if event.cause in ("budget", "no_signal", "health"):  # stopped itself, not finished
-            title = {"budget": "run stopped: budget reached",
-                     "no_signal": "run trained nothing",
-                     "health": "run stopped: health check"}[event.cause]
-            return Alert("stop", title, f"step {event.final_step}"
-                         + (f": {event.reason}" if event.reason else ""))
+            title = {
+                "budget": "run stopped: budget reached",
+                "no_signal": "run trained nothing",
+                "health": "run stopped: health check",
+            }[event.cause]
+            return Alert(
+                "stop",
+                title,
+                f"step {event.final_step}" + (f": {event.reason}" if event.reason else ""),
+            )
         return Alert(
             "finish",
             f"run {event.status}",

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from tinker_tui.engine.store import StoredRun
 
 
-def resume_plan(args: argparse.Namespace, task: Task, db_path: Path
-                ) -> tuple[RunConfig, str, str, tuple[str, ...]]:
+def resume_plan(
+    args: argparse.Namespace, task: Task, db_path: Path
+) -> tuple[RunConfig, str, str, tuple[str, ...]]:
     """(settings, backend, run id, notes) of the run `args.resume` names (see the module
     docstring); `args.run_id`, when set, names it instead (the run a dashboard resolved
     before starting the engine). UsageError for a run that cannot be resumed. Nothing
@@ -39,16 +40,19 @@ def resume_plan(args: argparse.Namespace, task: Task, db_path: Path
     from tinker_tui.engine.config import SETTINGS, RunConfig
 
     if not db_path.is_file():
-        raise UsageError(f"no run store at {db_path}: nothing to resume "
-                         "(start the run without --resume)")
+        raise UsageError(
+            f"no run store at {db_path}: nothing to resume (start the run without --resume)"
+        )
     from tinker_tui.engine.training.resume import run_is_live
 
     wanted = getattr(args, "run_id", None) or args.resume
     run, point = asyncio.run(_stored_run(db_path, wanted, task.name))
     resume_step = point["step"] if point is not None else None
     if run_is_live(db_path, run.run_id):  # refuse before anything else starts for it
-        raise UsageError(f"run {run.run_id} is running in another process; stop it "
-                         "first (or `tinker-tui attach` to it)")
+        raise UsageError(
+            f"run {run.run_id} is running in another process; stop it "
+            "first (or `tinker-tui attach` to it)"
+        )
     stored = run.config
     overrides = config_overrides(args)
     config_path = getattr(args, "config", None)
@@ -58,23 +62,30 @@ def resume_plan(args: argparse.Namespace, task: Task, db_path: Path
         overrides = {**load_config_file(config_path), **overrides}
     config = RunConfig().with_overrides({k: v for k, v in stored.items() if k in SETTINGS})
     if "seed" in overrides and overrides["seed"] != config.seed:
-        raise UsageError(f"--seed cannot change when resuming: run {run.run_id} draws "
-                         f"its scenarios from seed {config.seed}")
+        raise UsageError(
+            f"--seed cannot change when resuming: run {run.run_id} draws "
+            f"its scenarios from seed {config.seed}"
+        )
     knobs, notes = checkpoint_knobs(config, point, overrides)
     config = config.with_overrides({**knobs, **overrides})
     if resume_step is not None and resume_step > config.max_steps:
-        raise UsageError(f"run {run.run_id} resumes from step {resume_step}; --steps "
-                         f"{config.max_steps} must be larger (e.g. --steps {resume_step * 2})")
+        raise UsageError(
+            f"run {run.run_id} resumes from step {resume_step}; --steps "
+            f"{config.max_steps} must be larger (e.g. --steps {resume_step * 2})"
+        )
     backend = run.backend or "local"
     if args.backend and args.backend != backend:
-        raise UsageError(f"run {run.run_id} trains on the {backend} backend; its "
-                         f"checkpoints cannot be resumed with --backend {args.backend}")
+        raise UsageError(
+            f"run {run.run_id} trains on the {backend} backend; its "
+            f"checkpoints cannot be resumed with --backend {args.backend}"
+        )
     backend = choose_backend(backend)
     return config, backend, run.run_id, notes
 
 
-def checkpoint_knobs(config: RunConfig, point: dict[str, Any] | None,
-                     overrides: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+def checkpoint_knobs(
+    config: RunConfig, point: dict[str, Any] | None, overrides: dict[str, Any]
+) -> tuple[dict[str, Any], tuple[str, ...]]:
     """The live knobs the checkpoint recorded that differ from the run's settings (to
     continue with), and notes that say so; a knob given as a flag wins, and its note says
     that too."""
@@ -91,20 +102,26 @@ def checkpoint_knobs(config: RunConfig, point: dict[str, Any] | None,
         flag = "--" + name.replace("_", "-")
         if name in overrides:
             if overrides[name] != value:
-                notes.append(f"{flag} {overrides[name]:g} on the command line wins over "
-                             f"{name} {value:g} at the checkpoint")
+                notes.append(
+                    f"{flag} {overrides[name]:g} on the command line wins over "
+                    f"{name} {value:g} at the checkpoint"
+                )
         elif value != getattr(config, name):
             knobs[name] = value
             kept.append(f"{name} {value:g} (was {getattr(config, name):g})")
     if kept:
         where = f"checkpoint {point['name']}" if point else "the checkpoint"
-        notes.insert(0, f"knobs as they were at {where}: {', '.join(kept)}; a flag "
-                        "on the command line overrides one")
+        notes.insert(
+            0,
+            f"knobs as they were at {where}: {', '.join(kept)}; a flag "
+            "on the command line overrides one",
+        )
     return knobs, tuple(notes)
 
 
-async def _stored_run(db_path: Path, wanted: str | None, task: str
-                      ) -> tuple[StoredRun, dict[str, Any] | None]:
+async def _stored_run(
+    db_path: Path, wanted: str | None, task: str
+) -> tuple[StoredRun, dict[str, Any] | None]:
     """The stored run `wanted` names, and the checkpoint it would resume from (None: it has
     none and starts over)."""
     from tinker_tui.engine.store import StoreReader

@@ -15,7 +15,9 @@ from tinker_tui.engine.events import (
 
 # --------------------------------------------------------------------------- the rollouts filter
 
-_COMPARISON = re.compile(r"^(reward|r|version|v|tokens)\s*(<=|>=|!=|==|=|<|>)\s*(-?[\d.]+(?:e-?\d+)?)$")
+_COMPARISON = re.compile(
+    r"^(reward|r|version|v|tokens)\s*(<=|>=|!=|==|=|<|>)\s*(-?[\d.]+(?:e-?\d+)?)$"
+)
 _OPS = {
     "<": lambda a, b: a < b,
     "<=": lambda a, b: a <= b,
@@ -129,5 +131,3 @@ class RolloutFilter:
             haystack = f"{group.scenario_id}\n{group.detail}".lower()
             return all(word in haystack for word in self.words)
         return any(self.matches_trajectory(group, t) for t in group.trajectories)
-
-

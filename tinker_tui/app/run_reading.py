@@ -23,9 +23,18 @@ from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.store import StoredRun
 
 #: The metrics a window holds when none are asked for: what says whether a run learns.
-DEFAULT_METRICS = (keys.REWARD_MEAN, keys.REWARD_STD, keys.TRAIN_SKIPPED, keys.LEARNING_RATE,
-                   keys.GRAD_NORM, keys.KL_POLICY_BASE, keys.STALENESS_MEAN,
-                   keys.ROLLOUTS_FAILED, keys.EVAL_REWARD_MEAN, keys.STEP_TIME)
+DEFAULT_METRICS = (
+    keys.REWARD_MEAN,
+    keys.REWARD_STD,
+    keys.TRAIN_SKIPPED,
+    keys.LEARNING_RATE,
+    keys.GRAD_NORM,
+    keys.KL_POLICY_BASE,
+    keys.STALENESS_MEAN,
+    keys.ROLLOUTS_FAILED,
+    keys.EVAL_REWARD_MEAN,
+    keys.STEP_TIME,
+)
 #: The most steps, rollouts and log lines one read returns (an agent's context is small).
 MOST_STEPS = 500
 MOST_ROLLOUTS = 16
@@ -70,22 +79,25 @@ async def list_runs(db_path: Path) -> list[dict[str, Any]]:
         step = run.final_step
         if step is None:
             step = done.get("step") or run.start_step
-        rows.append({
-            "run_id": run.run_id,
-            "run_name": run.run_name,
-            "task": run.name,
-            "backend": run.backend,
-            "base_model": run.base_model,
-            "status": shown_status(run.status, live, states.get(run.run_id)),
-            "step": step,
-            "max_steps": run.max_steps,
-            "reward_mean": _finite(last.get(run.run_id, {}).get(keys.REWARD_MEAN)),
-            "checkpoint_step": done.get("checkpoint"),
-            "started_at": run.started_at,
-            "ended_at": run.ended_at,
-            "controllable": live and control_file.is_file()
-                            and control_file_orphaned(control_file) is None,
-        })
+        rows.append(
+            {
+                "run_id": run.run_id,
+                "run_name": run.run_name,
+                "task": run.name,
+                "backend": run.backend,
+                "base_model": run.base_model,
+                "status": shown_status(run.status, live, states.get(run.run_id)),
+                "step": step,
+                "max_steps": run.max_steps,
+                "reward_mean": _finite(last.get(run.run_id, {}).get(keys.REWARD_MEAN)),
+                "checkpoint_step": done.get("checkpoint"),
+                "started_at": run.started_at,
+                "ended_at": run.ended_at,
+                "controllable": live
+                and control_file.is_file()
+                and control_file_orphaned(control_file) is None,
+            }
+        )
     return rows
 
 
@@ -110,8 +122,10 @@ class RunReader:
 
         run = await find_run(self.db_path, wanted)
         if run.run_id not in self._folds:
-            self._folds[run.run_id] = (StoreSession(self.db_path, run),
-                                       DashboardState(SystemClock()))
+            self._folds[run.run_id] = (
+                StoreSession(self.db_path, run),
+                DashboardState(SystemClock()),
+            )
         session, model = self._folds[run.run_id]
         for event in await session.read_all():  # those since the last read
             model.apply(event)
@@ -126,28 +140,37 @@ def _clamp(n: int, most: int) -> int:
     return max(1, min(int(n), most))
 
 
-def metrics_window(read: ReadRun, names: list[str] | None = None, last: int = 20,
-                   since_step: int | None = None) -> dict[str, Any]:
+def metrics_window(
+    read: ReadRun, names: list[str] | None = None, last: int = 20, since_step: int | None = None
+) -> dict[str, Any]:
     """The run's metrics per step: the last `last` steps (or those from `since_step` on, at
     most MOST_STEPS), one row per step with the metrics asked for (default DEFAULT_METRICS,
     those the run has; "all" for every one); `available` lists every metric it has."""
     series = read.model.series
-    wanted = (sorted(series) if names == ["all"]
-              else [n for n in (names or DEFAULT_METRICS) if names or n in series])
+    wanted = (
+        sorted(series)
+        if names == ["all"]
+        else [n for n in (names or DEFAULT_METRICS) if names or n in series]
+    )
     unknown = [n for n in wanted if n not in series]
     steps = sorted({s for n in wanted for s, _ in series.get(n, ())})
     if since_step is not None:
         steps = [s for s in steps if s >= since_step][:MOST_STEPS]
     else:
-        steps = steps[-_clamp(last, MOST_STEPS):]
+        steps = steps[-_clamp(last, MOST_STEPS) :]
     chosen = set(steps)
     rows: dict[int, dict[str, Any]] = {s: {"step": s} for s in steps}
     for name in wanted:
         for step, value in series.get(name, ()):
             if step in chosen:
                 rows[step][name] = _finite(value)
-    return {"run_id": read.run.run_id, "metrics": wanted, "steps": [rows[s] for s in steps],
-            "unknown": unknown, "available": sorted(series)}
+    return {
+        "run_id": read.run.run_id,
+        "metrics": wanted,
+        "steps": [rows[s] for s in steps],
+        "unknown": unknown,
+        "available": sorted(series),
+    }
 
 
 def health(read: ReadRun) -> dict[str, Any]:
@@ -170,17 +193,24 @@ def health(read: ReadRun) -> dict[str, Any]:
         "words": words,
         "collapse": window.collapse.words() if window.collapse is not None else None,
         "best_step": {"step": best[0], "reward_mean": best[1]} if best else None,
-        "rollback_to": ({"step": rollback[0], "checkpoint": rollback[1],
-                         "policy_version": window.checkpoint_version(rollback[0]),
-                         "best_sampled_by": window.best_sampled_by}
-                        if rollback else None),
+        "rollback_to": (
+            {
+                "step": rollback[0],
+                "checkpoint": rollback[1],
+                "policy_version": window.checkpoint_version(rollback[0]),
+                "best_sampled_by": window.best_sampled_by,
+            }
+            if rollback
+            else None
+        ),
         "recent_rewards": [{"step": s, "reward_mean": _finite(r)} for s, r in rewards],
         "rollouts_failed": model.rollouts_failed,
         "rollouts_ended": model.rollouts_ended,
         "groups_discarded": dict(model.discarded),
         "knobs": dict(model.knobs),
-        "checkpoints": [{"step": c.step, "kind": c.kind, "name": c.name}
-                        for c in model.checkpoints[-5:]],
+        "checkpoints": [
+            {"step": c.step, "kind": c.kind, "name": c.name} for c in model.checkpoints[-5:]
+        ],
     }
 
 
@@ -191,8 +221,9 @@ def _cut(text: Any) -> str:
     return f"[{len(text) - MESSAGE_CHARS} characters cut] " + text[-MESSAGE_CHARS:]
 
 
-def rollouts(read: ReadRun, step: int | None = None, which: str = "worst",
-             count: int = 3) -> dict[str, Any]:
+def rollouts(
+    read: ReadRun, step: int | None = None, which: str = "worst", count: int = 3
+) -> dict[str, Any]:
     """The `count` worst (lowest reward) or best rollouts the step `step` took (None: the
     last step trained), each with its conversation (long messages cut)."""
     if which not in ("worst", "best"):
@@ -201,8 +232,9 @@ def rollouts(read: ReadRun, step: int | None = None, which: str = "worst",
     by_step = model.groups_by_step
     if step is None:  # the last step trained, else the last that took (or dropped) groups
         trained = [s for s in model.trained_steps if by_step.get(s)]
-        step = trained[-1] if trained else max((s for s, ids in by_step.items() if ids),
-                                               default=None)
+        step = (
+            trained[-1] if trained else max((s for s, ids in by_step.items() if ids), default=None)
+        )
     if step is None or step not in by_step:
         have = sorted(by_step)
         span = f"steps {have[0]}..{have[-1]}" if have else "no step yet"
@@ -214,17 +246,32 @@ def rollouts(read: ReadRun, step: int | None = None, which: str = "worst",
             continue
         for index, t in enumerate(group.trajectories):
             reward = _finite(t.reward)
-            found.append((-math.inf if reward is None else reward, {
-                "group_id": group_id, "index": index, "scenario_id": group.scenario_id,
-                "reward": reward, "policy_version": t.policy_version,
-                "num_tokens": t.num_tokens, "metrics": dict(t.metrics),
-                "messages": [{"role": str(m.get("role", "")), "content": _cut(m.get("content"))}
-                             for m in t.messages],
-            }))
+            found.append(
+                (
+                    -math.inf if reward is None else reward,
+                    {
+                        "group_id": group_id,
+                        "index": index,
+                        "scenario_id": group.scenario_id,
+                        "reward": reward,
+                        "policy_version": t.policy_version,
+                        "num_tokens": t.num_tokens,
+                        "metrics": dict(t.metrics),
+                        "messages": [
+                            {"role": str(m.get("role", "")), "content": _cut(m.get("content"))}
+                            for m in t.messages
+                        ],
+                    },
+                )
+            )
     found.sort(key=lambda pair: pair[0], reverse=which == "best")
-    return {"run_id": read.run.run_id, "step": step, "which": which,
-            "rollouts_in_step": len(found),
-            "rollouts": [r for _, r in found[:_clamp(count, MOST_ROLLOUTS)]]}
+    return {
+        "run_id": read.run.run_id,
+        "step": step,
+        "which": which,
+        "rollouts_in_step": len(found),
+        "rollouts": [r for _, r in found[: _clamp(count, MOST_ROLLOUTS)]],
+    }
 
 
 def log_tail(read: ReadRun, lines: int = 50, level: str | None = None) -> dict[str, Any]:
@@ -232,21 +279,29 @@ def log_tail(read: ReadRun, lines: int = 50, level: str | None = None) -> dict[s
     keeps that level and above (info, warning, error)."""
     from tinker_tui.app.view_maths import level_at_least
 
-    kept = [line for line in read.model.log
-            if level is None or level_at_least(line.level, level)]
-    kept = kept[-_clamp(lines, MOST_LOG_LINES):]
-    return {"run_id": read.run.run_id, "lines": [
-        {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(line.time)),
-         "level": line.level, "message": _cut(line.message), "repeats": line.count}
-        for line in kept]}
+    kept = [line for line in read.model.log if level is None or level_at_least(line.level, level)]
+    kept = kept[-_clamp(lines, MOST_LOG_LINES) :]
+    return {
+        "run_id": read.run.run_id,
+        "lines": [
+            {
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(line.time)),
+                "level": line.level,
+                "message": _cut(line.message),
+                "repeats": line.count,
+            }
+            for line in kept
+        ],
+    }
 
 
 #: The most scenarios one board read returns.
 MOST_SCENARIOS = 200
 
 
-def scenarios(read: ReadRun, order: str = "drawn", count: int = 50,
-              kind: str | None = None) -> dict[str, Any]:
+def scenarios(
+    read: ReadRun, order: str = "drawn", count: int = 50, kind: str | None = None
+) -> dict[str, Any]:
     """The scenario board (the dashboard's view 6): per scenario id the groups drawn of it,
     its rollouts' mean reward, pass rate and class, sorted by `order` (one of
     `signal_maths.SORTS`), the first `count`; `kind` keeps one class. The classes and the
@@ -262,14 +317,26 @@ def scenarios(read: ReadRun, order: str = "drawn", count: int = 50,
         classes[row.kind] = classes.get(row.kind, 0) + 1
     kept = [row for row in rows if kind is None or row.kind == kind]
     return {
-        "run_id": read.run.run_id, "order": order, "pass_reward": pass_line(groups),
-        "scenarios_total": len(rows), "classes": classes, "matching": len(kept),
-        "scenarios": [{
-            "scenario_id": row.scenario_id, "drawn": row.drawn, "rollouts": row.rollouts,
-            "mean_reward": _finite(row.mean), "pass_rate": _finite(row.pass_rate),
-            "no_signal_groups": row.no_signal, "failed_groups": row.failed,
-            "class": row.kind, "trend": [_finite(v) for v in row.trend[-10:]],
-        } for row in kept[:_clamp(count, MOST_SCENARIOS)]],
+        "run_id": read.run.run_id,
+        "order": order,
+        "pass_reward": pass_line(groups),
+        "scenarios_total": len(rows),
+        "classes": classes,
+        "matching": len(kept),
+        "scenarios": [
+            {
+                "scenario_id": row.scenario_id,
+                "drawn": row.drawn,
+                "rollouts": row.rollouts,
+                "mean_reward": _finite(row.mean),
+                "pass_rate": _finite(row.pass_rate),
+                "no_signal_groups": row.no_signal,
+                "failed_groups": row.failed,
+                "class": row.kind,
+                "trend": [_finite(v) for v in row.trend[-10:]],
+            }
+            for row in kept[: _clamp(count, MOST_SCENARIOS)]
+        ],
     }
 
 
@@ -297,20 +364,37 @@ def step_signals(read: ReadRun, step: int | None = None) -> dict[str, Any]:
         raise ValueError(f"run {read.run.run_id} has not trained step {step} ({span})")
     series = model.series
     metrics = {key: v for key in series if (v := series_at(series, key, step)) is not None}
-    shown = (keys.ZERO_VARIANCE_FRAC, keys.TRUNCATED_FRAC, keys.RESPONSE_LEN_MEAN,
-             keys.RESPONSE_LEN_P50, keys.RESPONSE_LEN_P90, keys.RESPONSE_LEN_MAX)
+    shown = (
+        keys.ZERO_VARIANCE_FRAC,
+        keys.TRUNCATED_FRAC,
+        keys.RESPONSE_LEN_MEAN,
+        keys.RESPONSE_LEN_P50,
+        keys.RESPONSE_LEN_P90,
+        keys.RESPONSE_LEN_MAX,
+    )
     hists = model.histograms.get(step, {})
     return {
-        "run_id": read.run.run_id, "step": step,
+        "run_id": read.run.run_id,
+        "step": step,
         "funnel": asdict(step_funnel(model.groups_of(step), step)),
-        "histograms": {name: {"lo": _finite(h.get("lo")), "hi": _finite(h.get("hi")),
-                              "counts": [int(c) for c in h.get("counts", ())]}
-                       for name, h in hists.items() if h},
+        "histograms": {
+            name: {
+                "lo": _finite(h.get("lo")),
+                "hi": _finite(h.get("hi")),
+                "counts": [int(c) for c in h.get("counts", ())],
+            }
+            for name, h in hists.items()
+            if h
+        },
         "metrics": {key: _finite(metrics.get(key)) for key in shown},
-        "reward_components": {name: {"mean": _finite(m), "std": _finite(s)}
-                              for name, (m, s) in components_of(metrics).items()},
+        "reward_components": {
+            name: {"mean": _finite(m), "std": _finite(s)}
+            for name, (m, s) in components_of(metrics).items()
+        },
         "dominance": dominance_note(metrics) or None,
-        "window": {"steps": WINDOW,
-                   keys.ZERO_VARIANCE_FRAC: window_mean(series, keys.ZERO_VARIANCE_FRAC, step),
-                   keys.TRUNCATED_FRAC: window_mean(series, keys.TRUNCATED_FRAC, step)},
+        "window": {
+            "steps": WINDOW,
+            keys.ZERO_VARIANCE_FRAC: window_mean(series, keys.ZERO_VARIANCE_FRAC, step),
+            keys.TRUNCATED_FRAC: window_mean(series, keys.TRUNCATED_FRAC, step),
+        },
     }

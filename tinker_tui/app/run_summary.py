@@ -141,7 +141,8 @@ class SummaryCollector:
                 run = await store.run(run_id)
                 if run is not None:
                     self._earlier = await store.events(
-                        run, (*EARLIER_KINDS, GroupDiscarded, GroupSampled, RunStarted))
+                        run, (*EARLIER_KINDS, GroupDiscarded, GroupSampled, RunStarted)
+                    )
         except StoreError:  # unreadable now: the run's own start says why
             return []
         return list(self._earlier)
@@ -149,21 +150,25 @@ class SummaryCollector:
     def handle(self, event: Event) -> None:
         s = self._summary
         if isinstance(event, RunStarted):
-            self._summary = replace(s, run_id=event.run_id,
-                                    task=s.task or event.task_spec
-                                    or task_spec_for(event.name),
-                                    foreign=event.backend if event.backend
-                                    in FOREIGN_BACKENDS else "",
-                                    max_steps=event.max_steps, step=max(s.step, event.start_step),
-                                    max_rollbacks=_int_or_none(event.config.get("max_rollbacks")),
-                                    max_cost_usd=_float_or_zero(event.config.get("max_cost_usd")))
+            self._summary = replace(
+                s,
+                run_id=event.run_id,
+                task=s.task or event.task_spec or task_spec_for(event.name),
+                foreign=event.backend if event.backend in FOREIGN_BACKENDS else "",
+                max_steps=event.max_steps,
+                step=max(s.step, event.start_step),
+                max_rollbacks=_int_or_none(event.config.get("max_rollbacks")),
+                max_cost_usd=_float_or_zero(event.config.get("max_cost_usd")),
+            )
             self._health.configure(event.config)
             earlier, self._earlier = self._earlier, []
             for before in earlier:  # first: an equal best stays at its earlier step
                 if isinstance(before, RunStarted):
                     continue  # this start is the run's now
-                if not isinstance(before, StepTrained | CheckpointSaved | GroupDiscarded) \
-                        or before.step <= event.start_step:
+                if (
+                    not isinstance(before, StepTrained | CheckpointSaved | GroupDiscarded)
+                    or before.step <= event.start_step
+                ):
                     self.handle(before)
             return
         elif isinstance(event, StepTrained):
@@ -172,21 +177,29 @@ class SummaryCollector:
                 float(reward) if reward is not None and math.isfinite(reward) else None,
                 int(event.metrics.get(keys.ROLLOUTS_FAILED, 0)),
                 int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)),
-                bool(event.metrics.get(keys.TRAIN_SKIPPED)))
+                bool(event.metrics.get(keys.TRAIN_SKIPPED)),
+            )
             fold(self._health, event)
-            s = replace(s, step=event.step,
-                        failed_rollouts=s.failed_rollouts
-                        + int(event.metrics.get(keys.ROLLOUTS_FAILED, 0)),
-                        rollouts=s.rollouts + int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)),
-                        skipped_steps=s.skipped_steps
-                        + bool(event.metrics.get(keys.TRAIN_SKIPPED)),
-                        totals={k: float(event.metrics[k]) for k in _TOTALS
-                                if isinstance(event.metrics.get(k), int | float)})
+            s = replace(
+                s,
+                step=event.step,
+                failed_rollouts=s.failed_rollouts + int(event.metrics.get(keys.ROLLOUTS_FAILED, 0)),
+                rollouts=s.rollouts + int(event.metrics.get(keys.ROLLOUTS_ENDED, 0)),
+                skipped_steps=s.skipped_steps + bool(event.metrics.get(keys.TRAIN_SKIPPED)),
+                totals={
+                    k: float(event.metrics[k])
+                    for k in _TOTALS
+                    if isinstance(event.metrics.get(k), int | float)
+                },
+            )
             if reward is not None and math.isfinite(reward):
                 best = s.best_reward is None or reward > s.best_reward
-                s = replace(s, final_reward=float(reward),
-                            best_reward=float(reward) if best else s.best_reward,
-                            best_step=event.step if best else s.best_step)
+                s = replace(
+                    s,
+                    final_reward=float(reward),
+                    best_reward=float(reward) if best else s.best_reward,
+                    best_step=event.step if best else s.best_step,
+                )
         elif isinstance(event, GroupDiscarded):
             if event.reason != "error":
                 return
@@ -208,9 +221,15 @@ class SummaryCollector:
             fold(self._health, event)
             self._steps = {k: v for k, v in self._steps.items() if k <= to_step}
             s = self._with_steps(replace(s, step=to_step))
-            s = replace(s, rollbacks=(*s.rollbacks, f"to {event.args.get('checkpoint', '?')} "
-                                      f"(step {to_step}) at learning rate "
-                                      f"{event.args.get('value', float('nan')):g}"))
+            s = replace(
+                s,
+                rollbacks=(
+                    *s.rollbacks,
+                    f"to {event.args.get('checkpoint', '?')} "
+                    f"(step {to_step}) at learning rate "
+                    f"{event.args.get('value', float('nan')):g}",
+                ),
+            )
         elif isinstance(event, TrackerReported):
             if event.level == "info":  # a failing tracker's warning is in the log already
                 self._trackers[event.tracker] = event.message
@@ -227,10 +246,14 @@ class SummaryCollector:
                 self._stop_reason = event.reason or self._stop_reason
             return
         elif isinstance(event, RunFinished):
-            reason = self._stop_reason if event.status == "stopped" and self._stop_reason \
+            reason = (
+                self._stop_reason
+                if event.status == "stopped" and self._stop_reason
                 else event.reason
-            s = replace(s, status=event.status, reason=reason, cause=event.cause,
-                        step=event.final_step)
+            )
+            s = replace(
+                s, status=event.status, reason=reason, cause=event.cause, step=event.final_step
+            )
         else:
             return
         self._summary = s
@@ -246,23 +269,34 @@ class SummaryCollector:
                 final = reward
                 if best is None or reward > best:  # an equal best stays at its earlier step
                     best, best_step = reward, step
-        return replace(s, final_reward=final, best_reward=best, best_step=best_step,
-                       failed_rollouts=sum(f for _, f, _, _ in self._steps.values()),
-                       rollouts=sum(n for _, _, n, _ in self._steps.values()),
-                       skipped_steps=sum(k for *_, k in self._steps.values()))
+        return replace(
+            s,
+            final_reward=final,
+            best_reward=best,
+            best_step=best_step,
+            failed_rollouts=sum(f for _, f, _, _ in self._steps.values()),
+            rollouts=sum(n for _, _, n, _ in self._steps.values()),
+            skipped_steps=sum(k for *_, k in self._steps.values()),
+        )
 
     def summary(self) -> RunSummary:
         collapse = self._health.collapse
         target = self._health.rollback_point()
         s = self._summary
         best = self._health.best_step  # what a collapse's words quote: the same value
-        if best is not None and self._health.best_undone and (
-                s.best_reward is None or best[1] > s.best_reward):
+        if (
+            best is not None
+            and self._health.best_undone
+            and (s.best_reward is None or best[1] > s.best_reward)
+        ):
             s = replace(s, undone_best=best)
-        return replace(s, last_log=tuple(self._log),
-                       trackers=tuple(self._trackers.values()),
-                       collapse=collapse.words() if collapse is not None else "",
-                       rollback_to=target[1] if target else "")
+        return replace(
+            s,
+            last_log=tuple(self._log),
+            trackers=tuple(self._trackers.values()),
+            collapse=collapse.words() if collapse is not None else "",
+            rollback_to=target[1] if target else "",
+        )
 
     def set_engine_log(self, path: Path | None) -> None:
         self._summary = replace(self._summary, engine_log=path)
@@ -288,8 +322,13 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-_TOTALS = (keys.TOKENS_PREFILL_TOTAL, keys.TOKENS_PREFILL_CACHED_TOTAL,
-           keys.TOKENS_SAMPLED_TOTAL, keys.TOKENS_TRAINED_TOTAL, keys.COST_USD_TOTAL)
+_TOTALS = (
+    keys.TOKENS_PREFILL_TOTAL,
+    keys.TOKENS_PREFILL_CACHED_TOTAL,
+    keys.TOKENS_SAMPLED_TOTAL,
+    keys.TOKENS_TRAINED_TOTAL,
+    keys.COST_USD_TOTAL,
+)
 
 
 def spending_text(totals: Mapping[str, float]) -> str:
@@ -298,16 +337,17 @@ def spending_text(totals: Mapping[str, float]) -> str:
         return ""
     prefill = int(totals.get(keys.TOKENS_PREFILL_TOTAL, 0))
     cached = int(totals.get(keys.TOKENS_PREFILL_CACHED_TOTAL, 0))
-    words = (f"tokens prefill {prefill:,} ({cached:,} cached), "
-             f"sampled {int(totals.get(keys.TOKENS_SAMPLED_TOTAL, 0)):,}, "
-             f"trained {int(totals.get(keys.TOKENS_TRAINED_TOTAL, 0)):,}")
+    words = (
+        f"tokens prefill {prefill:,} ({cached:,} cached), "
+        f"sampled {int(totals.get(keys.TOKENS_SAMPLED_TOTAL, 0)):,}, "
+        f"trained {int(totals.get(keys.TOKENS_TRAINED_TOTAL, 0)):,}"
+    )
     usd = totals.get(keys.COST_USD_TOTAL)
     return f"${usd:.4f}; {words}" if usd is not None else words
 
 
 def _float_or_zero(value: object) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
-        else 0.0
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 def _reward(value: float | None) -> str:
@@ -346,8 +386,10 @@ def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
         commands.append(("continue", resume))
     if summary.collapse and summary.rollback_to:
         # With its allowance spent, a resumed run would not roll back: allow one more.
-        spent = summary.max_rollbacks is not None \
+        spent = (
+            summary.max_rollbacks is not None
             and summary.automatic_rollbacks >= summary.max_rollbacks
+        )
         allow = f" --max-rollbacks {summary.automatic_rollbacks + 1}" if spent else ""
         commands.append(("roll back", f"{resume} --on-collapse rollback{allow}"))
     return commands
@@ -355,8 +397,10 @@ def next_commands(summary: RunSummary) -> list[tuple[str, str]]:
 
 def stuck_text(stuck: StalledRollout) -> str:
     """A stuck group's rollouts in one line: which, for how long, where they wait."""
-    return (f"rollouts of scenario {stuck.scenario_id} (group {stuck.group_id}) stuck for "
-            f"{stuck.age:.0f} s; {stuck.waiting_at}")
+    return (
+        f"rollouts of scenario {stuck.scenario_id} (group {stuck.group_id}) stuck for "
+        f"{stuck.age:.0f} s; {stuck.waiting_at}"
+    )
 
 
 def headline(summary: RunSummary) -> str:
@@ -371,11 +415,15 @@ def trained_nothing_text(summary: RunSummary) -> str:
     """The steps that trained nothing (every group's rewards equal), in words; "" when
     every step trained."""
     if summary.cause == "no_signal":
-        return ("trained nothing: in every group all rewards were equal, so no step changed "
-                "the weights (a reward that never varies teaches nothing)")
+        return (
+            "trained nothing: in every group all rewards were equal, so no step changed "
+            "the weights (a reward that never varies teaches nothing)"
+        )
     if summary.skipped_steps:
-        return (f"{summary.skipped_steps} of {summary.step} steps trained nothing (every "
-                "group's rewards equal)")
+        return (
+            f"{summary.skipped_steps} of {summary.step} steps trained nothing (every "
+            "group's rewards equal)"
+        )
     return ""
 
 
@@ -385,8 +433,7 @@ def failed_groups_text(summary: RunSummary) -> str:
     parts = []
     if summary.failed_rollouts:
         share = f" ({summary.failed_rollouts / summary.rollouts:.0%})" if summary.rollouts else ""
-        parts.append(f"{summary.failed_rollouts:,} of {summary.rollouts:,} rollouts "
-                     f"failed{share}")
+        parts.append(f"{summary.failed_rollouts:,} of {summary.rollouts:,} rollouts failed{share}")
     if summary.failed_groups:
         groups = f"{summary.failed_groups:,} group" + ("" if summary.failed_groups == 1 else "s")
         parts.append(f"{groups} lost" if parts else f"{groups} lost to failed rollouts")
@@ -427,6 +474,7 @@ def summary_lines(summary: RunSummary, *, log_lines: bool = True) -> list[str]:
         lines.append("  last log lines:")
         lines += [f"    {line}" for line in summary.last_log]
     width = max(len(what) for what, _ in next_commands(summary)) + 1
-    lines += [f"  {(what + ':').ljust(width)} {command}"
-              for what, command in next_commands(summary)]
+    lines += [
+        f"  {(what + ':').ljust(width)} {command}" for what, command in next_commands(summary)
+    ]
     return lines + list(summary.trackers)  # last: where W&B / TensorBoard records went

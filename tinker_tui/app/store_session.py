@@ -52,8 +52,10 @@ TAIL_TIMEOUT = 35.0
 
 #: A line of the engine's output that reports an error (an exception's last line, a
 #: traceback's start, a warning or error of the headless run), not a step line.
-_SAYS_ERROR = re.compile(r"(Traceback|\w*(Error|Exception|Interrupt)\b|(tinker-tui: )?"
-                         r"(error|warning)\b)")
+_SAYS_ERROR = re.compile(
+    r"(Traceback|\w*(Error|Exception|Interrupt)\b|(tinker-tui: )?"
+    r"(error|warning)\b)"
+)
 
 
 class ReadOnlyControl:
@@ -120,11 +122,18 @@ class StoreSession:
     #: Seconds between control-state refreshes while following (knobs, paused).
     CONTROL_REFRESH = 1.0
 
-    def __init__(self, db_path: str | Path, run: StoredRun | None = None, *,
-                 run_id: str | None = None, control: Control | None = None,
-                 follow: bool = False, poll_interval: float = 0.25,
-                 engine: Engine | None = None,
-                 kinds: Collection[type[Event]] | None = None) -> None:
+    def __init__(
+        self,
+        db_path: str | Path,
+        run: StoredRun | None = None,
+        *,
+        run_id: str | None = None,
+        control: Control | None = None,
+        follow: bool = False,
+        poll_interval: float = 0.25,
+        engine: Engine | None = None,
+        kinds: Collection[type[Event]] | None = None,
+    ) -> None:
         if run is None and not (follow and run_id):
             raise ValueError("a StoreSession without a stored run follows a run_id")
         self.db_path = Path(db_path)
@@ -197,8 +206,11 @@ class StoreSession:
                 if stored is not None:
                     self.note_label(stored.run_name, stored.note)
                 finished = stored.finished() if stored is not None else None
-                if finished is None and self.engine is not None \
-                        and self.engine.exit_code() is not None:
+                if (
+                    finished is None
+                    and self.engine is not None
+                    and self.engine.exit_code() is not None
+                ):
                     finished = await self._engine_gone()
                 if unreachable and finished is None:  # not merely closed with the run's end
                     self._warn_unreachable(unreachable)
@@ -215,8 +227,7 @@ class StoreSession:
         """Publish the run's name and note when they changed (edited from a dashboard)."""
         if (run_name, note) != self._label:
             self._label = (run_name, note)
-            self.events.publish(RunLabelled(time=self.clock.now(), run_name=run_name,
-                                            note=note))
+            self.events.publish(RunLabelled(time=self.clock.now(), run_name=run_name, note=note))
 
     async def _show_stored(self) -> None:
         """`show`: the stored run's end (or a warning that it has none), then wait."""
@@ -231,10 +242,14 @@ class StoreSession:
             last = self._cursor.last_time
             if isinstance(self.clock, FakeClock) and last is not None:
                 self.clock.advance(last - self.clock.now())
-            self.events.publish(LogEmitted(
-                time=self.clock.now(), level="warning",
-                message="the store has no end for this run: it is still running "
-                        "(attach follows it) or its process died"))
+            self.events.publish(
+                LogEmitted(
+                    time=self.clock.now(),
+                    level="warning",
+                    message="the store has no end for this run: it is still running "
+                    "(attach follows it) or its process died",
+                )
+            )
         self.loaded.set()
         await asyncio.Event().wait()  # a stored run stays on screen until quit
 
@@ -248,8 +263,11 @@ class StoreSession:
 
         if self.engine is not None:
             await self.engine.start()
-        where = f"; its output goes to {self.engine.log_path}" if self.engine and \
-            self.engine.log_path else ""
+        where = (
+            f"; its output goes to {self.engine.log_path}"
+            if self.engine and self.engine.log_path
+            else ""
+        )
         self._log("info", f"starting the engine for run {self.run_id}{where}")
         control_file = control_file_path(self.db_path, self.run_id)
         while True:
@@ -305,11 +323,13 @@ class StoreSession:
         for line in log_tail(self.engine.log_path):  # its output: step lines, then what broke
             level = "warning" if interrupted else "error"
             self._log(level if _SAYS_ERROR.match(line) else "info", f"engine: {line}")
-        return RunFinished(time=self.clock.now(), status="interrupted" if interrupted else "failed",
-                           cause="interrupted" if interrupted else "failed",
-                           final_step=self._last_step,
-                           reason=f"the engine process {describe_exit(code)} without finishing "
-                                  "the run")
+        return RunFinished(
+            time=self.clock.now(),
+            status="interrupted" if interrupted else "failed",
+            cause="interrupted" if interrupted else "failed",
+            final_step=self._last_step,
+            reason=f"the engine process {describe_exit(code)} without finishing the run",
+        )
 
     def _log(self, level: str, message: str) -> None:
         self.events.publish(LogEmitted(time=self.clock.now(), level=level, message=message))
@@ -330,8 +350,9 @@ class StoreSession:
         return None
 
     def _warn_unreachable(self, problem: str) -> None:
-        if not self._warned_unreachable and (self.engine is None
-                                             or self.engine.exit_code() is None):
+        if not self._warned_unreachable and (
+            self.engine is None or self.engine.exit_code() is None
+        ):
             self._warned_unreachable = True
             self._log("warning", f"cannot reach the run's control endpoint: {problem}")
 

@@ -64,16 +64,21 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
         name, sep, values_text = spec.partition("=")
         setting = name.strip().lstrip("-").replace("-", "_")
         if not sep or not setting:
-            raise UsageError(f"--grid {spec!r}: write NAME=V1,V2,... (e.g. "
-                             "--grid learning_rate=1e-3,3e-3)")
+            raise UsageError(
+                f"--grid {spec!r}: write NAME=V1,V2,... (e.g. --grid learning_rate=1e-3,3e-3)"
+            )
         if setting == "steps":
             setting = "max_steps"
         if setting not in SETTINGS:
-            raise UsageError(f"--grid: no setting {setting!r}{did_you_mean(setting, SETTINGS)}"
-                             " (tinker-tui run --help lists them)")
+            raise UsageError(
+                f"--grid: no setting {setting!r}{did_you_mean(setting, SETTINGS)}"
+                " (tinker-tui run --help lists them)"
+            )
         if setting in grid:
-            raise UsageError(f"--grid: {setting} is given twice; list all its values in one "
-                             f"--grid {setting}=V1,V2,...")
+            raise UsageError(
+                f"--grid: {setting} is given twice; list all its values in one "
+                f"--grid {setting}=V1,V2,..."
+            )
         values = [v.strip() for v in values_text.split(",")]
         if not values or any(v == "" for v in values):
             raise UsageError(f"--grid {spec!r}: every value must be given (V1,V2,...)")
@@ -104,8 +109,10 @@ def _check_value(setting: str, value: str) -> None:
 def combinations(grid: Mapping[str, Sequence[str]]) -> list[dict[str, str]]:
     """Every combination of the grid's values, the last setting varying fastest."""
     names = list(grid)
-    return [dict(zip(names, values, strict=True))
-            for values in itertools.product(*(grid[n] for n in names))]
+    return [
+        dict(zip(names, values, strict=True))
+        for values in itertools.product(*(grid[n] for n in names))
+    ]
 
 
 def setting_flags(settings: Mapping[str, Any]) -> list[str]:
@@ -116,8 +123,11 @@ def setting_flags(settings: Mapping[str, Any]) -> list[str]:
     for name, value in settings.items():
         flag = "--" + name.replace("_", "-")
         if SETTINGS[name].value_type is bool:
-            on = value if isinstance(value, bool) else str(value).lower() in (
-                "1", "true", "on", "yes")
+            on = (
+                value
+                if isinstance(value, bool)
+                else str(value).lower() in ("1", "true", "on", "yes")
+            )
             flags.append(flag if on else "--no-" + flag[2:])
         else:
             flags += [flag, str(value)]
@@ -129,7 +139,7 @@ def combination_name(settings: Mapping[str, str], prefix: str = "") -> str:
     from tinker_tui.app.commands.common import NAME_LENGTH
 
     text = " ".join([prefix] * bool(prefix) + [f"{k}={v}" for k, v in settings.items()])
-    return text if len(text) <= NAME_LENGTH else text[:NAME_LENGTH - 1] + "…"
+    return text if len(text) <= NAME_LENGTH else text[: NAME_LENGTH - 1] + "…"
 
 
 def default_parallel(backend: str, cpus: int | None = None) -> int:
@@ -150,9 +160,16 @@ class SweepPlan:
     backend: str
 
 
-def plan_sweep(task_arg: str, grid_specs: Sequence[str], base_args: Sequence[str],
-               db_path: Path, *, parallel: int | None, run_name: str = "",
-               clock: Callable[[], float] = time.time) -> SweepPlan:
+def plan_sweep(
+    task_arg: str,
+    grid_specs: Sequence[str],
+    base_args: Sequence[str],
+    db_path: Path,
+    *,
+    parallel: int | None,
+    run_name: str = "",
+    clock: Callable[[], float] = time.time,
+) -> SweepPlan:
     """Check the grid and each combination as `run` would check it (task, settings,
     backend, store; UsageError at once, naming the combination); the sweep to record."""
     from tinker_tui.app.cli import parse
@@ -164,8 +181,7 @@ def plan_sweep(task_arg: str, grid_specs: Sequence[str], base_args: Sequence[str
     grid = parse_grid(grid_specs)
     combos = combinations(grid)
     if len(combos) > MOST_RUNS:
-        raise UsageError(f"the grid makes {len(combos)} runs; a sweep holds at most "
-                         f"{MOST_RUNS}")
+        raise UsageError(f"the grid makes {len(combos)} runs; a sweep holds at most {MOST_RUNS}")
     runs: list[SweepRun] = []
     backend = "local"
     now = clock()
@@ -189,9 +205,15 @@ def plan_sweep(task_arg: str, grid_specs: Sequence[str], base_args: Sequence[str
     if parallel is not None and parallel < 1:
         raise UsageError(f"--parallel must be at least 1, not {parallel}")
     sweep = StoredSweep(
-        sweep_id=sweep_id, task=task_name, task_spec=spec_to_store(task_arg), grid=grid,
+        sweep_id=sweep_id,
+        task=task_name,
+        task_spec=spec_to_store(task_arg),
+        grid=grid,
         run_args=[*base_args, *(["--name", run_name] if run_name else [])],
-        parallel=parallel or default_parallel(backend), created_at=now, runs=tuple(runs))
+        parallel=parallel or default_parallel(backend),
+        created_at=now,
+        runs=tuple(runs),
+    )
     return SweepPlan(sweep=sweep, db_path=db_path, backend=backend)
 
 
@@ -204,8 +226,7 @@ async def record_plan(plan: SweepPlan) -> None:
     await asyncio.to_thread(record_sweep, plan.db_path, plan.sweep)
 
 
-def run_command(sweep: StoredSweep, run: SweepRun, db_path: Path, *, resume: bool
-                ) -> list[str]:
+def run_command(sweep: StoredSweep, run: SweepRun, db_path: Path, *, resume: bool) -> list[str]:
     """The `run` arguments of one combination (`EngineProcess` adds --no-ui and --run-id)."""
     task = sweep.task_spec or sweep.task
     if resume:
@@ -215,10 +236,18 @@ def run_command(sweep: StoredSweep, run: SweepRun, db_path: Path, *, resume: boo
     if "--name" in base:  # the sweep's own name starts each run's
         at = base.index("--name")
         prefix = base[at + 1] if at + 1 < len(base) else ""
-        del base[at:at + 2]
+        del base[at : at + 2]
     settings = {k: _typed_text(v) for k, v in run.settings.items()}
-    return ["run", task, *base, *setting_flags(run.settings), "--db", str(db_path),
-            "--name", combination_name(settings, prefix)]
+    return [
+        "run",
+        task,
+        *base,
+        *setting_flags(run.settings),
+        "--db",
+        str(db_path),
+        "--name",
+        combination_name(settings, prefix),
+    ]
 
 
 def _typed_text(value: Any) -> str:
@@ -259,10 +288,16 @@ class SweepScheduler:
             an `EngineProcess` by default, a fake in tests.
     """
 
-    def __init__(self, db_path: Path, sweep: StoredSweep, parallel: int, *,
-                 on_end: Callable[[SweepRun], None] | None = None,
-                 poll_interval: float = 0.5,
-                 start_engine: Callable[[list[str], str], Engine] | None = None) -> None:
+    def __init__(
+        self,
+        db_path: Path,
+        sweep: StoredSweep,
+        parallel: int,
+        *,
+        on_end: Callable[[SweepRun], None] | None = None,
+        poll_interval: float = 0.5,
+        start_engine: Callable[[list[str], str], Engine] | None = None,
+    ) -> None:
         self.db_path = db_path
         self.sweep = sweep
         self.parallel = max(1, parallel)
@@ -312,8 +347,9 @@ class SweepScheduler:
         while (todo and not self.stopping) or self._running:
             while todo and not self.stopping and len(self._running) < self.parallel:
                 run, resume = todo.pop(0)
-                engine = self.make_engine(run_command(self.sweep, run, self.db_path,
-                                                      resume=resume), run.run_id)
+                engine = self.make_engine(
+                    run_command(self.sweep, run, self.db_path, resume=resume), run.run_id
+                )
                 await engine.start()
                 self._running[run.idx] = engine
                 self.progress.started_at[run.idx] = time.time()
@@ -332,8 +368,11 @@ class SweepScheduler:
         from tinker_tui.app.engine_process import exit_interrupts
 
         row = (await self._stored()).get(run.run_id)
-        status = row.status if row is not None and row.status in ENDED else (
-            "interrupted" if exit_interrupts(code) else "failed")
+        status = (
+            row.status
+            if row is not None and row.status in ENDED
+            else ("interrupted" if exit_interrupts(code) else "failed")
+        )
         self.progress.ended_at[run.idx] = time.time()
         ended = self._set(run, status, code)
         if self.on_end is not None:
@@ -381,6 +420,8 @@ async def summary_lines(db_path: Path, sweep_id: str) -> list[str]:
     for run in sweep.runs:
         if run.status != "completed":
             log = engine_log_path(db_path, run.run_id)
-            lines.append(f"  {run.status}: {run.run_id} ({settings_text(run)})"
-                         + (f"; its output: {log}" if log.is_file() else ""))
+            lines.append(
+                f"  {run.status}: {run.run_id} ({settings_text(run)})"
+                + (f"; its output: {log}" if log.is_file() else "")
+            )
     return lines

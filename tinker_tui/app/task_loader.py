@@ -65,8 +65,11 @@ def load_task(spec: str) -> Task:
         raise TaskLoadError(_unknown(spec))
     name = attribute or "TASK"
     if not hasattr(module, name):
-        hint = ("a module-level TASK = Task(...) (from tinker_tui import Task)" if not attribute
-                else f"a module-level {name} = Task(...)")
+        hint = (
+            "a module-level TASK = Task(...) (from tinker_tui import Task)"
+            if not attribute
+            else f"a module-level {name} = Task(...)"
+        )
         raise TaskLoadError(f"{where} defines no {name}: expected {hint}")
     try:
         task = check_task(getattr(module, name), known_settings=SETTINGS)
@@ -104,8 +107,10 @@ def _unknown(spec: str) -> str:
 
     names = ", ".join(n for n in BUILTIN_TASKS if n != "yes_no_maybe")
     hint = did_you_mean(spec, [*BUILTIN_TASKS, *_task_files_here()])
-    return (f"unknown task {spec!r}{hint}: expected a built-in task ({names}), a task file "
-            "(path/to/task.py[:NAME]) or an importable module (package.module[:NAME])")
+    return (
+        f"unknown task {spec!r}{hint}: expected a built-in task ({names}), a task file "
+        "(path/to/task.py[:NAME]) or an importable module (package.module[:NAME])"
+    )
 
 
 def _task_files_here() -> list[str]:
@@ -129,8 +134,10 @@ def _import_file(path: Path) -> types.ModuleType:
             except OSError:
                 near = []
             hint = did_you_mean(str(path), near)
-        raise TaskLoadError(f"task file {str(path)!r} {what}{hint}: expected a Python file "
-                            "that defines TASK = Task(...)")
+        raise TaskLoadError(
+            f"task file {str(path)!r} {what}{hint}: expected a Python file "
+            "that defines TASK = Task(...)"
+        )
     resolved = path.resolve()
     digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:8]
     module_name = re.sub(r"\W", "_", f"tinker_tui_task_{resolved.stem}_{digest}")
@@ -147,8 +154,9 @@ def _import_file(path: Path) -> types.ModuleType:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
         sys.modules.pop(module_name, None)
-        raise TaskLoadError(f"task file {str(path)!r} has a syntax error at line {exc.lineno}: "
-                            f"{exc.msg}") from None
+        raise TaskLoadError(
+            f"task file {str(path)!r} has a syntax error at line {exc.lineno}: {exc.msg}"
+        ) from None
     except Exception as exc:
         sys.modules.pop(module_name, None)
         raise TaskLoadError(_import_failure(f"task file {str(path)!r}", exc, resolved)) from None
@@ -163,8 +171,10 @@ def _import_module(name: str, spec: str) -> types.ModuleType:
             raise TaskLoadError(_unknown(spec)) from None
         raise TaskLoadError(_import_failure(f"task module {name}", exc, None)) from None
     except SyntaxError as exc:
-        raise TaskLoadError(f"task module {name} has a syntax error in {exc.filename} at line "
-                            f"{exc.lineno}: {exc.msg}") from None
+        raise TaskLoadError(
+            f"task module {name} has a syntax error in {exc.filename} at line "
+            f"{exc.lineno}: {exc.msg}"
+        ) from None
     except Exception as exc:
         raise TaskLoadError(_import_failure(f"task module {name}", exc, None)) from None
 
@@ -185,8 +195,10 @@ def _import_failure(what: str, exc: BaseException, path: Path | None) -> str:
     return f"{what} failed to load{line}: {kind}{exc}{_keyword_hint(exc)}"
 
 
-_UNEXPECTED_KEYWORD = re.compile(r"^(\w+)\.__init__\(\) got an unexpected keyword argument "
-                                 r"'(\w+)'")
+_UNEXPECTED_KEYWORD = re.compile(
+    r"^(\w+)\.__init__\(\) got an unexpected keyword argument "
+    r"'(\w+)'"
+)
 
 
 def _keyword_hint(exc: BaseException) -> str:
@@ -197,15 +209,15 @@ def _keyword_hint(exc: BaseException) -> str:
         return ""
     import tinker_tui
 
-    cls = getattr(tinker_tui, match.group(1), None) if match.group(1) in tinker_tui.__all__ \
-        else None
+    cls = (
+        getattr(tinker_tui, match.group(1), None) if match.group(1) in tinker_tui.__all__ else None
+    )
     if cls is None or not dataclasses.is_dataclass(cls):
         return ""
     from tinker_tui.app.cli import did_you_mean
 
     takes = [f.name for f in dataclasses.fields(cls) if f.init]
-    return (did_you_mean(match.group(2), takes)
-            + f"; {match.group(1)} takes {', '.join(takes)}")
+    return did_you_mean(match.group(2), takes) + f"; {match.group(1)} takes {', '.join(takes)}"
 
 
 def _located(task: Task, where: str) -> Task:
@@ -214,8 +226,9 @@ def _located(task: Task, where: str) -> Task:
 
     group_rollout = group_rollout_of(task)
     if group_rollout is not None:
-        return dataclasses.replace(task, rollout=None, group_rollout=_NamedGroupRollout(
-            group_rollout, where))
+        return dataclasses.replace(
+            task, rollout=None, group_rollout=_NamedGroupRollout(group_rollout, where)
+        )
     return dataclasses.replace(task, rollout=_NamedRollout(task.rollout, where))
 
 
@@ -238,7 +251,8 @@ class _NamedRollout:
         if not isinstance(result, Trajectory):
             raise TrajectoryError(
                 f"the rollout of {self.where} returned {_kind(result)}; expected a Trajectory "
-                "(return Trajectory.from_choices(choices, reward=...))")
+                "(return Trajectory.from_choices(choices, reward=...))"
+            )
         return result
 
 
@@ -256,8 +270,10 @@ class _NamedGroupRollout:
         except TrajectoryError as exc:
             raise TrajectoryError(f"{exc} (in the group_rollout of {self.where})") from exc
         if isinstance(result, str | bytes) or not isinstance(result, typing.Sequence):
-            raise TrajectoryError(f"the group_rollout of {self.where} returned {_kind(result)}; "
-                                  "expected a list of n Trajectory objects")
+            raise TrajectoryError(
+                f"the group_rollout of {self.where} returned {_kind(result)}; "
+                "expected a list of n Trajectory objects"
+            )
         return result
 
 
@@ -288,8 +304,9 @@ def load_config_file(path: Path) -> dict[str, Any]:
             raise TaskLoadError(f"{where}: unknown setting {key!r}{hint}")
         expected = SETTINGS[key].value_type
         if not _fits(value, expected):
-            raise TaskLoadError(f"{where}: setting {key!r} must be {_type_name(expected)}, got "
-                                f"{value!r}")
+            raise TaskLoadError(
+                f"{where}: setting {key!r} must be {_type_name(expected)}, got {value!r}"
+            )
         if expected is float:
             data[key] = float(value)
     return data
@@ -308,13 +325,20 @@ def _fits(value: Any, expected: Any) -> bool:
 
 
 def _type_name(expected: Any) -> str:
-    return {bool: "true or false", int: "an integer", float: "a number",
-            str: "a string"}.get(expected, str(expected))
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+        expected, str(expected)
+    )
 
 
-def layered_config(task: Task, backend: str, file_settings: dict[str, Any] | None = None,
-                   flags: dict[str, Any] | None = None, *, config_path: Path | None = None,
-                   where: str | None = None) -> RunConfig:
+def layered_config(
+    task: Task,
+    backend: str,
+    file_settings: dict[str, Any] | None = None,
+    flags: dict[str, Any] | None = None,
+    *,
+    config_path: Path | None = None,
+    where: str | None = None,
+) -> RunConfig:
     """RunConfig from, later winning: engine defaults (the backend's own, `BACKEND_DEFAULTS`),
     the task's settings, the task's settings for this backend, the TOML file, flags. A bad
     value is a usage error naming where it came from."""
@@ -322,11 +346,12 @@ def layered_config(task: Task, backend: str, file_settings: dict[str, Any] | Non
 
     config = RunConfig().with_overrides(dict(BACKEND_DEFAULTS.get(backend, {})))
     of_task = f"task {task.name!r}" if where is None else where
-    layers = [(dict(task.settings), f"the settings of {of_task}"),
-              (dict(task.backend_settings.get(backend, {})),
-               f"the {backend} settings of {of_task}"),
-              (file_settings or {}, f"config file {str(config_path)!r}"),
-              (flags or {}, "")]
+    layers = [
+        (dict(task.settings), f"the settings of {of_task}"),
+        (dict(task.backend_settings.get(backend, {})), f"the {backend} settings of {of_task}"),
+        (file_settings or {}, f"config file {str(config_path)!r}"),
+        (flags or {}, ""),
+    ]
     for overrides, source in layers:
         if not overrides:
             continue

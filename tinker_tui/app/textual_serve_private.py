@@ -35,11 +35,16 @@ class ExecAppService(AppService):
         self.argv = list(argv)
         self.process: asyncio.subprocess.Process | None = None
 
-    async def _open_app_process(self, width: int = 80, height: int = 24
-                                ) -> asyncio.subprocess.Process:
+    async def _open_app_process(
+        self, width: int = 80, height: int = 24
+    ) -> asyncio.subprocess.Process:
         self.process = await asyncio.create_subprocess_exec(
-            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=self._build_environment(width, height))
+            *self.argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=self._build_environment(width, height),
+        )
         self._process = self.process
         self._stdin = self.process.stdin
         return self.process

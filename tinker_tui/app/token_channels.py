@@ -41,14 +41,23 @@ CHANNEL_NAMES = tuple(c.name for c in CHANNELS)
 _RED, _GREEN, _BLUE, _GREY = (200, 50, 50), (40, 150, 70), (50, 100, 210), (70, 70, 70)
 _YELLOW = (210, 170, 30)
 #: Policy versions cycle through these (a step usually trains two or three).
-VERSION_COLOURS = ((50, 100, 210), (200, 120, 40), (140, 70, 190), (40, 150, 150),
-                   (190, 60, 120), (110, 140, 40))
+VERSION_COLOURS = (
+    (50, 100, 210),
+    (200, 120, 40),
+    (140, 70, 190),
+    (40, 150, 150),
+    (190, 60, 120),
+    (110, 140, 40),
+)
 
 
 def channels_of(tokens: TrajectoryTokens) -> tuple[Channel, ...]:
     """The channels this trajectory has (entropy only where the backend gave it)."""
-    has_entropy = (tokens.entropy is not None and len(tokens.entropy) == len(tokens.tokens)
-                   and bool(np.isfinite(tokens.entropy).any()))
+    has_entropy = (
+        tokens.entropy is not None
+        and len(tokens.entropy) == len(tokens.tokens)
+        and bool(np.isfinite(tokens.entropy).any())
+    )
     return tuple(c for c in CHANNELS if c.name != "entropy" or has_entropy)
 
 
@@ -86,12 +95,16 @@ def turns(tokens: TrajectoryTokens) -> np.ndarray:
 
 def _blend(a: tuple[int, int, int], b: tuple[int, int, int], t: float) -> tuple[int, int, int]:
     t = min(1.0, max(0.0, t))
-    return (round(a[0] + (b[0] - a[0]) * t), round(a[1] + (b[1] - a[1]) * t),
-            round(a[2] + (b[2] - a[2]) * t))
+    return (
+        round(a[0] + (b[0] - a[0]) * t),
+        round(a[1] + (b[1] - a[1]) * t),
+        round(a[2] + (b[2] - a[2]) * t),
+    )
 
 
-def colour(channel: Channel, value: float, sampled: bool,
-           versions: tuple[int, ...] = ()) -> tuple[int, int, int] | None:
+def colour(
+    channel: Channel, value: float, sampled: bool, versions: tuple[int, ...] = ()
+) -> tuple[int, int, int] | None:
     """The background of a token with `value` (None: drawn without one)."""
     if (channel.sampled_only and not sampled) or not np.isfinite(value):
         return None
@@ -102,10 +115,10 @@ def colour(channel: Channel, value: float, sampled: bool,
         return VERSION_COLOURS[index % len(VERSION_COLOURS)]
     if channel.diverging:
         if value >= 0:
-            return _blend(_GREY, _GREEN if channel.name == "advantage" else _RED,
-                          value / channel.high)
-        return _blend(_GREY, _RED if channel.name == "advantage" else _BLUE,
-                      value / channel.low)
+            return _blend(
+                _GREY, _GREEN if channel.name == "advantage" else _RED, value / channel.high
+            )
+        return _blend(_GREY, _RED if channel.name == "advantage" else _BLUE, value / channel.low)
     share = (value - channel.low) / (channel.high - channel.low)
     if channel.name == "entropy":
         return _blend(_GREY, _YELLOW, share)
@@ -120,8 +133,9 @@ def shown_piece(piece: str | None, token: int) -> str:
     return piece.replace("\t", "→").replace("\r", "␍").replace("\n", "↵")
 
 
-def layout(pieces: list[str], breaks: list[bool], width: int,
-           cells: Callable[[str], int] = len) -> list[list[int]]:
+def layout(
+    pieces: list[str], breaks: list[bool], width: int, cells: Callable[[str], int] = len
+) -> list[list[int]]:
     """Token positions per line: pieces in order, wrapped at `width` cells (`cells` measures
     a piece), and a new line after a token whose text held a newline (`breaks`). A piece
     wider than a line gets a line of its own."""
@@ -148,10 +162,13 @@ def version_order(tokens: TrajectoryTokens) -> tuple[int, ...]:
     return tuple(sorted(set(np.asarray(tokens.version)[mask].tolist())))
 
 
-def piece_texts(tokens: TrajectoryTokens, pieces: Mapping[int, str]
-                ) -> tuple[list[str], list[bool]]:
+def piece_texts(
+    tokens: TrajectoryTokens, pieces: Mapping[int, str]
+) -> tuple[list[str], list[bool]]:
     """Per token, its shown text and whether a line ends after it."""
     ids = np.asarray(tokens.tokens).tolist()
     raw = [pieces.get(t) for t in ids]
-    return ([shown_piece(p, t) for p, t in zip(raw, ids, strict=True)],
-            [p is not None and "\n" in p for p in raw])
+    return (
+        [shown_piece(p, t) for p, t in zip(raw, ids, strict=True)],
+        [p is not None and "\n" in p for p in raw],
+    )

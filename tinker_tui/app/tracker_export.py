@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 DEFAULT_WANDB_PROJECT = "tinker-tui"
 
 
-async def _run_and_checkpoints(db_path: Path, run_id: str
-                               ) -> tuple[StoredRun, list[CheckpointSaved]]:
+async def _run_and_checkpoints(
+    db_path: Path, run_id: str
+) -> tuple[StoredRun, list[CheckpointSaved]]:
     from tinker_tui.engine.store import StoreReader
 
     async with await StoreReader.open_readonly(db_path) as store:
@@ -47,8 +48,9 @@ def export_to_tracker(args: argparse.Namespace) -> int:
     run, checkpoints = asyncio.run(_run_and_checkpoints(args.db, run_id))
     config = run.config
     tracker = _tracker(args, config)
-    info = RunInfo(run_id=run_id, name=run.name, backend=run.backend,
-                   base_model=run.base_model, config=config)
+    info = RunInfo(
+        run_id=run_id, name=run.name, backend=run.backend, base_model=run.base_model, config=config
+    )
     started = tracker.start(info)
     steps = evals = 0
     for record in metrics:
@@ -57,20 +59,31 @@ def export_to_tracker(args: argparse.Namespace) -> int:
         log(record["step"], record["policy_version"], values, record["time"] or 0.0)
         steps, evals = (steps + 1, evals) if record["kind"] == "step" else (steps, evals + 1)
     for checkpoint in checkpoints:
-        tracker.log_checkpoint(checkpoint.step, checkpoint.kind, checkpoint.name,
-                               checkpoint.path)
+        tracker.log_checkpoint(checkpoint.step, checkpoint.kind, checkpoint.name, checkpoint.path)
     every = int(config.get("wandb_samples_every", 10) or 0) if args.format == "wandb" else 0
     by_step: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
     for s in samples:
         if every and s["status"] == "trained" and s["step"] and s["step"] % every == 0:
             by_step[s["step"]].append(
-                (s["step"], s["group_id"], s["scenario_id"], s["sample"], s["reward"],
-                 s["policy_version"], s["num_tokens"], conversation_text(s["messages"] or [])))
+                (
+                    s["step"],
+                    s["group_id"],
+                    s["scenario_id"],
+                    s["sample"],
+                    s["reward"],
+                    s["policy_version"],
+                    s["num_tokens"],
+                    conversation_text(s["messages"] or []),
+                )
+            )
     for step in sorted(by_step):
         tracker.log_samples(step, by_step[step])
     finished = tracker.finish(run.status or "completed")
-    print(f"exported run {run_id} to {tracker.name}: {steps} steps, {evals} evaluations, "
-          f"{len(checkpoints)} checkpoints", file=sys.stderr)
+    print(
+        f"exported run {run_id} to {tracker.name}: {steps} steps, {evals} evaluations, "
+        f"{len(checkpoints)} checkpoints",
+        file=sys.stderr,
+    )
     for line in finished or started:  # the last word on where the records are
         print(line, file=sys.stderr)
     note = partial_note(args.db, run_id, metrics)
@@ -84,11 +97,15 @@ def _tracker(args: argparse.Namespace, config: dict[str, Any]) -> Any:
     if args.format == "tensorboard":
         from tinker_tui.engine.trackers.tensorboard_tracker import TensorBoardTracker
 
-        return TensorBoardTracker(folder=Path(args.output) if args.output
-                                  else store_folder / "tensorboard")
+        return TensorBoardTracker(
+            folder=Path(args.output) if args.output else store_folder / "tensorboard"
+        )
     from tinker_tui.engine.trackers.wandb_tracker import WandbTracker
 
     return WandbTracker(
         project=args.project or config.get("wandb_project") or DEFAULT_WANDB_PROJECT,
-        entity=config.get("wandb_entity") or None, run_name=None, run_id=None,
-        folder=Path(args.output) if args.output else store_folder)
+        entity=config.get("wandb_entity") or None,
+        run_name=None,
+        run_id=None,
+        folder=Path(args.output) if args.output else store_folder,
+    )

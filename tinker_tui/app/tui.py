@@ -130,9 +130,14 @@ class TinkerTuiApp(App[None]):
     DEFAULT_MODE = "dashboard"
     # The views other than the dashboard are imported when first shown: the first frame
     # does not wait for them.
-    MODES = {"dashboard": DashboardScreen, "rollouts": lambda: _view("rollouts"),
-             "control": lambda: _view("control"), "metrics": lambda: _view("metrics"),
-             "signals": lambda: _view("signals"), "scenarios": lambda: _view("scenarios")}
+    MODES = {
+        "dashboard": DashboardScreen,
+        "rollouts": lambda: _view("rollouts"),
+        "control": lambda: _view("control"),
+        "metrics": lambda: _view("metrics"),
+        "signals": lambda: _view("signals"),
+        "scenarios": lambda: _view("scenarios"),
+    }
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     # "-cramped": the smallest heights the views take (18-23 rows), where every row counts
     VERTICAL_BREAKPOINTS = [(0, "-cramped"), (24, "-short"), (36, "-tall")]
@@ -145,13 +150,18 @@ class TinkerTuiApp(App[None]):
         Binding("c", "checkpoint", "Checkpoint", id="checkpoint"),
         Binding("e", "eval", "Eval", id="eval"),
         Binding("b", "rollback", "Roll back", show=False, id="rollback"),
-        Binding("q", "stop", "Quit", tooltip="Stop gracefully (after a confirmation).",
-                id="stop"),
-        Binding("q", "force_quit", "Force quit", tooltip="Exit now without waiting for the run.",
-                id="force_quit"),
+        Binding("q", "stop", "Quit", tooltip="Stop gracefully (after a confirmation).", id="stop"),
+        Binding(
+            "q",
+            "force_quit",
+            "Force quit",
+            tooltip="Exit now without waiting for the run.",
+            id="force_quit",
+        ),
         Binding("ctrl+c", "stop", "Quit", show=False, priority=True, id="stop_ctrl_c"),
-        Binding("ctrl+c", "force_quit", "Force quit", show=False, priority=True,
-                id="force_quit_ctrl_c"),
+        Binding(
+            "ctrl+c", "force_quit", "Force quit", show=False, priority=True, id="force_quit_ctrl_c"
+        ),
         Binding("ctrl+q", "quit", "Exit now", show=False, priority=True, id="quit"),
         Binding("question_mark", "help", "Help", id="help"),
         Binding("s", "cycle_smoothing", "Smooth", id="smoothing"),
@@ -165,8 +175,7 @@ class TinkerTuiApp(App[None]):
         Binding("6", "view('scenarios')", "Scenarios", show=False, id="view_scenarios"),
         Binding("plus", "toggle_maximize", "Maximize", show=False, id="maximize"),
         Binding("escape", "restore", "Restore", show=False, id="restore"),
-        Binding("ctrl+p,colon", "command_palette", "Commands", show=False,
-                id="command_palette"),
+        Binding("ctrl+p,colon", "command_palette", "Commands", show=False, id="command_palette"),
     ]
 
     def __init__(
@@ -197,8 +206,7 @@ class TinkerTuiApp(App[None]):
         self.leave_code: int | None = None
         #: The user detached: the run goes on in its process.
         self.detached = False
-        self.summary = summary if summary is not None else SummaryCollector(
-            db_path=session.db_path)
+        self.summary = summary if summary is not None else SummaryCollector(db_path=session.db_path)
         self._held_signals = held_signals if held_signals is not None else []
         self.notifier = notifier
         #: A session this process does not drive and cannot steer (a stored run).
@@ -207,16 +215,23 @@ class TinkerTuiApp(App[None]):
         self.attached = session.attached
         #: A session may name its own mode (a foreign run: "watching (cookbook)").
         self.mode_label = getattr(session, "mode_label", None) or (
-            "read-only" if self.read_only and self.attached
-            else "finished run" if self.read_only
-            else "attached" if self.attached else "")
+            "read-only"
+            if self.read_only and self.attached
+            else "finished run"
+            if self.read_only
+            else "attached"
+            if self.attached
+            else ""
+        )
         if isinstance(session, StoreSession) and session.stored_run is None:
             self.model.waiting_for = "starting the engine"  # `run`: this session starts it
         elif self.read_only or self.attached:
-            self.model.waiting_for = "reading the run folder" if session.db_path is None \
-                else "reading the run store"
-        stored = session.stored_run if isinstance(session, StoreSession) \
-            and not session.follow else None
+            self.model.waiting_for = (
+                "reading the run folder" if session.db_path is None else "reading the run store"
+            )
+        stored = (
+            session.stored_run if isinstance(session, StoreSession) and not session.follow else None
+        )
         ended = stored.finished() if stored is not None else None
         if stored is not None and ended is not None:
             # `show` of a finished run: its row says who it is and how it ended; the first
@@ -311,8 +326,7 @@ class TinkerTuiApp(App[None]):
         self.after_command()
         # a dialog open at the end (help, a knob, the quit question) would sit over the
         # finish screen's place: close it, the finish screen says what matters now
-        while isinstance(self.screen, ModalScreen) and not isinstance(self.screen,
-                                                                       TooSmallScreen):
+        while isinstance(self.screen, ModalScreen) and not isinstance(self.screen, TooSmallScreen):
             self.pop_screen()
         self.push_screen(FinishedScreen(self.summary.summary()))
         self.run_worker(self.read_tail(), name="tail", exit_on_error=False)
@@ -337,8 +351,9 @@ class TinkerTuiApp(App[None]):
         status = self.run_status or self.model.status
         if status == "failed":
             return EXIT_FAILED
-        return EXIT_OK if self.read_only else run_exit_code(status or "",
-                                                            self.summary.summary().cause)
+        return (
+            EXIT_OK if self.read_only else run_exit_code(status or "", self.summary.summary().cause)
+        )
 
     @property
     def store_path(self) -> Path | None:
@@ -374,7 +389,8 @@ class TinkerTuiApp(App[None]):
         """SIGINT and SIGTERM stop the run; SIGHUP leaves. All leave through `exit`, so the
         terminal is restored."""
         self._signals_installed = take_signals(
-            asyncio.get_running_loop(), lambda signum: self.call_next(self.signal_received, signum))
+            asyncio.get_running_loop(), lambda signum: self.call_next(self.signal_received, signum)
+        )
 
     def signal_received(self, signum: int) -> None:
         """SIGINT/SIGTERM: stop the run gracefully without asking, then leave with 130/143;
@@ -459,8 +475,7 @@ class TinkerTuiApp(App[None]):
     # ---------------------------------------------------------------- keys
 
     async def on_event(self, event: events.Event) -> None:
-        if isinstance(event, events.Key) and not event.is_forwarded \
-                and self._held_keys is not None:
+        if isinstance(event, events.Key) and not event.is_forwarded and self._held_keys is not None:
             self._held_keys.append(event)
             return
         await super().on_event(event)
@@ -493,8 +508,12 @@ class TinkerTuiApp(App[None]):
         busy run never freezes the dashboard.
         """
         if self.session.attached:
-            self.run_worker(lambda: self._send_blocking(description, command), thread=True,
-                            group="control", exit_on_error=False)
+            self.run_worker(
+                lambda: self._send_blocking(description, command),
+                thread=True,
+                group="control",
+                exit_on_error=False,
+            )
             return True
         try:
             command()
@@ -507,8 +526,7 @@ class TinkerTuiApp(App[None]):
         try:
             command()
         except Exception as exc:
-            self.call_from_thread(self.notify, f"{description}: {exc}", severity="error",
-                                  timeout=4)
+            self.call_from_thread(self.notify, f"{description}: {exc}", severity="error", timeout=4)
             return
         self.call_from_thread(self.after_command)
 
@@ -535,13 +553,15 @@ class TinkerTuiApp(App[None]):
     def edit_knob(self, name: str) -> None:
         if self.read_only:
             control = self.session.control
-            why = control.why if isinstance(control, ReadOnlyControl) \
+            why = (
+                control.why
+                if isinstance(control, ReadOnlyControl)
                 else "this run is not running here"
+            )
             self.notify(f"read-only: {why}", severity="warning")
             return
         if self.model.state in ("finished", "stopping"):
-            self.notify(f"the run is {self.model.state}; knobs no longer apply",
-                        severity="warning")
+            self.notify(f"the run is {self.model.state}; knobs no longer apply", severity="warning")
             return
         current = self.live_knobs().get(name, self.model.knobs.get(name))
 
@@ -563,10 +583,22 @@ class TinkerTuiApp(App[None]):
             if action in ("pause", "resume", "stop", "force_quit", "quit"):
                 return self.allowed(action)
             return action in ("toggle_pause",)
-        if action in ("pause", "resume", "checkpoint", "eval", "rollback", "stop", "force_quit", "view",
-                      "help", "toggle_maximize", "restore", "cycle_smoothing", "run_list",
-                      "name_run") and (self.modal_open or getattr(self.screen, "OWN_KEYS",
-                                                                  False)):
+        if action in (
+            "pause",
+            "resume",
+            "checkpoint",
+            "eval",
+            "rollback",
+            "stop",
+            "force_quit",
+            "view",
+            "help",
+            "toggle_maximize",
+            "restore",
+            "cycle_smoothing",
+            "run_list",
+            "name_run",
+        ) and (self.modal_open or getattr(self.screen, "OWN_KEYS", False)):
             return False  # a dialog (or the run list, a comparison) is open: its own keys
         return self.allowed(action)
 
@@ -621,23 +653,33 @@ class TinkerTuiApp(App[None]):
         scaled learning rate."""
         target = self.model.health_window.rollback_point()
         if target is None:
-            self.notify("Nothing to roll back to: no full checkpoint of the weights that "
-                        "sampled the best step yet", severity="warning", timeout=4)
+            self.notify(
+                "Nothing to roll back to: no full checkpoint of the weights that "
+                "sampled the best step yet",
+                severity="warning",
+                timeout=4,
+            )
             return
         scale = self.model.config.get("rollback_lr_scale")
         scale = float(scale) if isinstance(scale, int | float) and 0 < scale <= 1 else 0.5
         step = target[0]
-        lr = self.model.last_metrics.get(keys.LEARNING_RATE, self.model.config.get(
-            "learning_rate"))
-        words = rollback_words(step=self.model.step, to_step=step, checkpoint=target[1],
-                               scale=scale, lr=float(lr) if isinstance(lr, int | float)
-                               else None)
+        lr = self.model.last_metrics.get(keys.LEARNING_RATE, self.model.config.get("learning_rate"))
+        words = rollback_words(
+            step=self.model.step,
+            to_step=step,
+            checkpoint=target[1],
+            scale=scale,
+            lr=float(lr) if isinstance(lr, int | float) else None,
+        )
 
         def chosen(yes: bool | None) -> None:
-            if yes and self.send("rollback", lambda: self.session.control.request_rollback(
-                    f"by hand: roll back to step {step} at lr x{scale:g}", scale)):
-                self.notify(f"Roll back to step {step} ({target[1]}) at lr ×{scale:g}",
-                            timeout=3)
+            if yes and self.send(
+                "rollback",
+                lambda: self.session.control.request_rollback(
+                    f"by hand: roll back to step {step} at lr x{scale:g}", scale
+                ),
+            ):
+                self.notify(f"Roll back to step {step} ({target[1]}) at lr ×{scale:g}", timeout=3)
 
         self.push_screen(RollbackScreen(words), chosen)
 
@@ -656,8 +698,9 @@ class TinkerTuiApp(App[None]):
         self.push_screen(QuitScreen(kind), self._quit_chosen)
 
     def action_force_quit(self) -> None:
-        self.push_screen(QuitScreen("force_attached" if self.attached else "force"),
-                         self._quit_chosen)
+        self.push_screen(
+            QuitScreen("force_attached" if self.attached else "force"), self._quit_chosen
+        )
 
     def _quit_chosen(self, choice: str | None) -> None:
         if choice == STOP:
@@ -674,8 +717,11 @@ class TinkerTuiApp(App[None]):
         does on it; so is a stop asked for before the run can take commands."""
         engine = self.engine
         starting = isinstance(self.session.control, StartingControl)
-        if engine is not None and (signum is not None or starting) \
-                and engine.send_signal(signum or signal.SIGTERM):
+        if (
+            engine is not None
+            and (signum is not None or starting)
+            and engine.send_signal(signum or signal.SIGTERM)
+        ):
             self.stopping = True
             self.after_command()
             return
@@ -796,67 +842,91 @@ class TinkerTuiApp(App[None]):
             if isinstance(self.session, StoreSession):
                 self.session.note_label(name, note)
             else:
-                self.session.events.publish(RunLabelled(time=self.clock.now(), run_name=name,
-                                                        note=note))
+                self.session.events.publish(
+                    RunLabelled(time=self.clock.now(), run_name=name, note=note)
+                )
             self.refresh_panes()
 
-        edit_run_label(self, self.session.db_path, self.model.run_id, self.model.run_name,
-                       self.model.note, done=labelled)
+        edit_run_label(
+            self,
+            self.session.db_path,
+            self.model.run_id,
+            self.model.run_name,
+            self.model.note,
+            done=labelled,
+        )
 
     def action_cycle_smoothing(self) -> None:
         beta = self.model.cycle_smoothing()
         self.refresh_panes()
-        self.notify(f"reward smoothing {beta:g}" if beta else "reward smoothing off",
-                    timeout=1.5)
+        self.notify(f"reward smoothing {beta:g}" if beta else "reward smoothing off", timeout=1.5)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """The command palette (`ctrl+p`, `:`): every command and view, and each knob."""
         commands: list[tuple[str, str, str, Callable[[], object]]] = [
-            ("Pause", "No new rollouts start; in-flight ones finish", "pause",
-             self.action_pause),
+            ("Pause", "No new rollouts start; in-flight ones finish", "pause", self.action_pause),
             ("Resume", "Start rollouts again", "resume", self.action_resume),
-            ("Checkpoint now", "Save a full checkpoint after the current step", "checkpoint",
-             self.action_checkpoint),
-            ("Evaluate now", "Run the evaluator on the current policy", "eval",
-             self.action_eval),
-            ("Stop the run", "Finish the step, checkpoint, flush, exit", "stop",
-             self.action_stop),
+            (
+                "Checkpoint now",
+                "Save a full checkpoint after the current step",
+                "checkpoint",
+                self.action_checkpoint,
+            ),
+            ("Evaluate now", "Run the evaluator on the current policy", "eval", self.action_eval),
+            ("Stop the run", "Finish the step, checkpoint, flush, exit", "stop", self.action_stop),
         ]
         for title, help_text, action, call in commands:
             if self.allowed(action):
                 yield SystemCommand(title, help_text, call)
         for view in VIEWS:
-            yield SystemCommand(f"View: {view}", f"Show the {view} view",
-                                lambda view=view: self.action_view(view))
+            yield SystemCommand(
+                f"View: {view}", f"Show the {view} view", lambda view=view: self.action_view(view)
+            )
         if not self.read_only:
             for name in LIVE_KNOBS:
-                yield SystemCommand(f"Set {name}", f"Change {name} live (confirmed)",
-                                    lambda name=name: self.edit_knob(name))
-        yield SystemCommand("Runs and compare", "The store's runs: mark some and compare "
-                            "them", self.action_run_list)
-        yield SystemCommand("Name the run", "Give the run a name and a note",
-                            self.action_name_run)
-        yield SystemCommand("Reward smoothing", "Cycle the EMA smoothing of the reward chart",
-                            self.action_cycle_smoothing)
-        yield SystemCommand("Maximize / restore", "Maximize the focused pane, or restore",
-                            self.action_toggle_maximize)
+                yield SystemCommand(
+                    f"Set {name}",
+                    f"Change {name} live (confirmed)",
+                    lambda name=name: self.edit_knob(name),
+                )
+        yield SystemCommand(
+            "Runs and compare", "The store's runs: mark some and compare them", self.action_run_list
+        )
+        yield SystemCommand("Name the run", "Give the run a name and a note", self.action_name_run)
+        yield SystemCommand(
+            "Reward smoothing",
+            "Cycle the EMA smoothing of the reward chart",
+            self.action_cycle_smoothing,
+        )
+        yield SystemCommand(
+            "Maximize / restore",
+            "Maximize the focused pane, or restore",
+            self.action_toggle_maximize,
+        )
         yield SystemCommand("Help", "Keys and views", self.action_help)
         yield SystemCommand("Quit now", self.quit_now_help(), self.action_quit_now)
         yield from (c for c in super().get_system_commands(screen) if c.title == "Theme")
         folder = self.screenshot_folder()
-        yield SystemCommand("Screenshot", "Save an SVG of the screen in the browser's downloads"
-                            if self.is_web else f"Save an SVG of the screen in {folder}",
-                            lambda: self.set_timer(0.1, self.save_screen))
+        yield SystemCommand(
+            "Screenshot",
+            "Save an SVG of the screen in the browser's downloads"
+            if self.is_web
+            else f"Save an SVG of the screen in {folder}",
+            lambda: self.set_timer(0.1, self.save_screen),
+        )
 
     def quit_now_help(self) -> str:
         """What "Quit now" does to the run, in the state it is in."""
         if self.read_only or self.model.state == "finished" or self.run_status is not None:
             return "Leave now (the run has ended, or is not running here)"
         if self.attached:
-            return ("Leave now; the run goes on in its own process (`tinker-tui attach` "
-                    "brings it back)")
-        return ("Leave now; the run stops at once, without its final checkpoint (--resume "
-                "continues from the last one)")
+            return (
+                "Leave now; the run goes on in its own process (`tinker-tui attach` brings it back)"
+            )
+        return (
+            "Leave now; the run stops at once, without its final checkpoint (--resume "
+            "continues from the last one)"
+        )
 
     def screenshot_folder(self) -> Path:
         """Where a screenshot goes: the Downloads folder if there is one (Textual's choice),
@@ -879,8 +949,11 @@ class TinkerTuiApp(App[None]):
         try:
             saved = self.save_screenshot(path=str(folder))
         except OSError as exc:
-            self.notify(f"screenshot not saved in {folder}: {exc.strerror or exc}",
-                        severity="error", timeout=6)
+            self.notify(
+                f"screenshot not saved in {folder}: {exc.strerror or exc}",
+                severity="error",
+                timeout=6,
+            )
             return
         self.notify(f"screenshot saved: {saved}", timeout=6)
 

@@ -110,7 +110,10 @@ def next_smoothing(beta: float) -> float:
 
 
 def eta_seconds(
-    step_times: Sequence[float], step: int, max_steps: int, window: int = 10,
+    step_times: Sequence[float],
+    step: int,
+    max_steps: int,
+    window: int = 10,
     min_span: float = 0.0,
 ) -> float | None:
     """Seconds until `max_steps`, from the mean duration of the last `window` steps, or of
@@ -176,8 +179,7 @@ def _usd(value: float) -> str:
 PART_SEPARATOR = " · "
 
 
-def cost_text(metrics: Mapping[str, float], step: int, max_steps: int,
-              budget: float = 0.0) -> str:
+def cost_text(metrics: Mapping[str, float], step: int, max_steps: int, budget: float = 0.0) -> str:
     """The dashboard's cost line from the last step's metrics (`cost_parts`), whole."""
     return PART_SEPARATOR.join(cost_parts(metrics, step, max_steps, budget))
 
@@ -195,8 +197,9 @@ def fit_parts(parts: Sequence[str], width: int, separator: str = PART_SEPARATOR)
     return text
 
 
-def cost_parts(metrics: Mapping[str, float], step: int, max_steps: int,
-               budget: float = 0.0) -> list[str]:
+def cost_parts(
+    metrics: Mapping[str, float], step: int, max_steps: int, budget: float = 0.0
+) -> list[str]:
     """The dashboard's cost line from the last step's metrics, most telling first: dollars
     so far, per step, the budget, projected at max_steps (when prices are set), and the
     run's tokens; none before any."""
@@ -209,9 +212,11 @@ def cost_parts(metrics: Mapping[str, float], step: int, max_steps: int,
     cached = metrics.get(keys.TOKENS_PREFILL_CACHED_TOTAL, 0.0)
     share = f" ({cached / prefill:.0%} cached)" if prefill else ""
     # three parts, so a narrow pane drops a whole count rather than cut one
-    tokens = [f"tokens {format_rate(prefill)} prefill{share}",
-              f"{format_rate(metrics.get(keys.TOKENS_SAMPLED_TOTAL, 0.0))} sampled",
-              f"{format_rate(metrics.get(keys.TOKENS_TRAINED_TOTAL, 0.0))} trained"]
+    tokens = [
+        f"tokens {format_rate(prefill)} prefill{share}",
+        f"{format_rate(metrics.get(keys.TOKENS_SAMPLED_TOTAL, 0.0))} sampled",
+        f"{format_rate(metrics.get(keys.TOKENS_TRAINED_TOTAL, 0.0))} trained",
+    ]
     total = metrics.get(keys.COST_USD_TOTAL)
     if total is None:
         return tokens
@@ -301,7 +306,7 @@ def shorten_middle(text: str, width: int) -> str:
         return text[:width]
     head = max(1, (width - 1) // 4)  # the end (which file, which step) matters most
     tail = width - 1 - head
-    return f"{text[:head]}…{text[len(text) - tail:]}"
+    return f"{text[:head]}…{text[len(text) - tail :]}"
 
 
 def shorten_path(path: str, width: int) -> str:
@@ -333,8 +338,9 @@ COLLAPSE_LOOKBACK = 8
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 
 
-def text_sparkline(values: Sequence[float], width: int = 16,
-                   scale: tuple[float, float] | None = None) -> str:
+def text_sparkline(
+    values: Sequence[float], width: int = 16, scale: tuple[float, float] | None = None
+) -> str:
     """The last `width` values as block characters, lowest to highest of them, or of
     `scale` (low, high) shared by several rows so their heights compare ("" for none): a
     reward curve in a table cell."""
@@ -351,8 +357,14 @@ def text_sparkline(values: Sequence[float], width: int = 16,
 
 #: Why a run ended, in a word or two beside its status where the status alone misleads
 #: or hides it: "completed · trained nothing", "stopped · budget" (`RunFinished.cause`).
-CAUSE_WORDS = {"no_signal": "trained nothing", "budget": "budget", "health": "health check",
-               "user": "by user", "ran_out": "scenarios ran out", "error": "error"}
+CAUSE_WORDS = {
+    "no_signal": "trained nothing",
+    "budget": "budget",
+    "health": "health check",
+    "user": "by user",
+    "ran_out": "scenarios ran out",
+    "error": "error",
+}
 
 
 def ended_text(status: str, cause: str) -> str:

@@ -56,8 +56,13 @@ def _read_tail(session: StoreSession, summary: SummaryCollector) -> None:
         unsubscribe()
 
 
-def watch(session: StoreSession, summary: SummaryCollector,
-          held: list[int] | None = None, *, notifier: Notifier | None = None) -> int:
+def watch(
+    session: StoreSession,
+    summary: SummaryCollector,
+    held: list[int] | None = None,
+    *,
+    notifier: Notifier | None = None,
+) -> int:
     """Open the dashboard on `session` (a following `StoreSession`) until the user leaves;
     returns the exit code (see `app.tui`). `held`: the signals `app.interrupts.hold_signals`
     kept meanwhile; `notifier`: the run's alerts (`run --notify`)."""
@@ -77,8 +82,14 @@ def watch(session: StoreSession, summary: SummaryCollector,
             _say([f"run {session.run_id} stopped before it started{where}"])
             return app.leave_code
         said = error.lines or []
-        _say(said + [f"tinker-tui: the engine {describe_exit(code if code is not None else EXIT_FAILED)} "
-                     f"before the run started{where}"], err=True)
+        _say(
+            said
+            + [
+                f"tinker-tui: the engine {describe_exit(code if code is not None else EXIT_FAILED)} "
+                f"before the run started{where}"
+            ],
+            err=True,
+        )
         return error.exit_code
     if error is not None:  # reported by the command line, now the screen is back
         raise error
@@ -97,10 +108,14 @@ def detach_lines(run_id: str, db_path: Path | None, state: str, reason: str = ""
     (nothing resumes it by itself), and how to resume it."""
     db = db_flag(db_path)
     if state == "paused":
-        return [f"detached from run {run_id}: it stays paused in its own process"
-                + (f" ({reason})" if reason else ""),
-                f"  resume it:    tinker-tui attach {run_id}{db}, then p",
-                f"  list runs:    tinker-tui runs{db}"]
-    return [f"detached from run {run_id}: it goes on in its own process",
-            f"  attach again: tinker-tui attach {run_id}{db}",
-            f"  list runs:    tinker-tui runs{db}"]
+        return [
+            f"detached from run {run_id}: it stays paused in its own process"
+            + (f" ({reason})" if reason else ""),
+            f"  resume it:    tinker-tui attach {run_id}{db}, then p",
+            f"  list runs:    tinker-tui runs{db}",
+        ]
+    return [
+        f"detached from run {run_id}: it goes on in its own process",
+        f"  attach again: tinker-tui attach {run_id}{db}",
+        f"  list runs:    tinker-tui runs{db}",
+    ]

@@ -82,8 +82,9 @@ class ViewerProcess(ExecAppService):
 class Viewer:
     """A page's websocket and its process, while it is open."""
 
-    def __init__(self, number: int, websocket: web.WebSocketResponse,
-                 process: ViewerProcess) -> None:
+    def __init__(
+        self, number: int, websocket: web.WebSocketResponse, process: ViewerProcess
+    ) -> None:
         self.number = number
         self.websocket = websocket
         self.process = process
@@ -104,11 +105,18 @@ class WebServer:
         run_argv: The command line of a viewer of one run (with `list_runs`).
     """
 
-    def __init__(self, viewer_argv: Sequence[str], *, token: str, title: str = "tinker-tui",
-                 max_viewers: int, idle_timeout: float,
-                 log: Callable[[str], None] | None = None,
-                 list_runs: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
-                 run_argv: Callable[[str], Sequence[str]] | None = None) -> None:
+    def __init__(
+        self,
+        viewer_argv: Sequence[str],
+        *,
+        token: str,
+        title: str = "tinker-tui",
+        max_viewers: int,
+        idle_timeout: float,
+        log: Callable[[str], None] | None = None,
+        list_runs: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
+        run_argv: Callable[[str], Sequence[str]] | None = None,
+    ) -> None:
         self.viewer_argv = list(viewer_argv)
         self.list_runs = list_runs
         self.run_argv = run_argv
@@ -127,27 +135,31 @@ class WebServer:
 
     def application(self) -> web.Application:
         app = web.Application(middlewares=[self.authenticate])
-        app.add_routes([
-            web.get("/", self.handle_index),
-            web.get("/ws", self.handle_websocket),
-            web.get("/ws/{run}", self.handle_websocket),
-            web.static("/static", str(STATIC_DIR)),
-        ])
+        app.add_routes(
+            [
+                web.get("/", self.handle_index),
+                web.get("/ws", self.handle_websocket),
+                web.get("/ws/{run}", self.handle_websocket),
+                web.static("/static", str(STATIC_DIR)),
+            ]
+        )
         return app
 
     async def start(self, sock: socket.socket) -> None:
         """Serve on a bound, listening socket (the caller reports binding errors)."""
-        self._runner = web.AppRunner(self.application(), access_log=None,
-                                     handle_signals=False)
+        self._runner = web.AppRunner(self.application(), access_log=None, handle_signals=False)
         await self._runner.setup()
         await web.SockSite(self._runner, sock).start()
 
     async def close(self) -> None:
         """Close every page's websocket (which ends its process), then the server."""
         self.stopping = True
-        await asyncio.gather(*(viewer.websocket.close(code=WSCloseCode.GOING_AWAY,
-                                                      message=b"server stopped")
-                               for viewer in list(self.viewers.values())))
+        await asyncio.gather(
+            *(
+                viewer.websocket.close(code=WSCloseCode.GOING_AWAY, message=b"server stopped")
+                for viewer in list(self.viewers.values())
+            )
+        )
         deadline = asyncio.get_running_loop().time() + 3 * QUIT_GRACE
         while self.viewers and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.05)  # their handlers end the processes
@@ -161,16 +173,19 @@ class WebServer:
         return request.query.get("token") or request.cookies.get(COOKIE)
 
     def token_ok(self, presented: str | None) -> bool:
-        return presented is not None and hmac.compare_digest(presented.encode(),
-                                                             self.token.encode())
+        return presented is not None and hmac.compare_digest(
+            presented.encode(), self.token.encode()
+        )
 
     @web.middleware
     async def authenticate(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if not self.token_ok(self.presented_token(request)):
             return web.Response(
-                status=401, headers={"Cache-Control": "no-store"},
+                status=401,
+                headers={"Cache-Control": "no-store"},
                 text="401 Unauthorized: open the address `tinker-tui serve` printed "
-                     "(it carries the token)\n")
+                "(it carries the token)\n",
+            )
         response = await handler(request)
         if "token" in request.query and isinstance(response, web.Response):
             response.set_cookie(COOKIE, self.token, httponly=True, samesite="Strict", path="/")
@@ -195,8 +210,11 @@ class WebServer:
         if self.list_runs is not None:
             run, rows = await self.chosen_run(request.query.get("run"))
             if run is None and "run" in request.query:
-                return web.Response(status=404, text=f"404: no run {request.query['run']!r} "
-                                                     "in the store; the runs are listed at /\n")
+                return web.Response(
+                    status=404,
+                    text=f"404: no run {request.query['run']!r} "
+                    "in the store; the runs are listed at /\n",
+                )
             if run is None:
                 return self.picker_page(rows)
             if len(rows) > 1:
@@ -211,18 +229,29 @@ class WebServer:
         page = INDEX_PAGE.format(
             title=html.escape(title),
             page_path=json.dumps(path).replace("<", "\\u003c"),
-            websocket_url=html.escape(f"{scheme}://{request.host}{websocket_path}",
-                                      quote=True),
-            font_size=font_size, back=back)
-        return web.Response(text=page, content_type="text/html", headers={
-            "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
+            websocket_url=html.escape(f"{scheme}://{request.host}{websocket_path}", quote=True),
+            font_size=font_size,
+            back=back,
+        )
+        return web.Response(
+            text=page,
+            content_type="text/html",
+            headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"},
+        )
 
     def picker_page(self, rows: list[dict[str, Any]]) -> web.Response:
         """The store's runs, newest first, each a link to its dashboard."""
         # the run's own name, as `runs` shows it, where any run has one
         named = any(row.get("NAME", "-") != "-" for row in rows)
-        columns = ("RUN", *(("NAME",) if named else ()), "TASK", "STATUS", "STEP", "REWARD",
-                   "STARTED")
+        columns = (
+            "RUN",
+            *(("NAME",) if named else ()),
+            "TASK",
+            "STATUS",
+            "STEP",
+            "REWARD",
+            "STARTED",
+        )
         head = "".join(f"<th>{column}</th>" for column in columns)
         lines = []
         for row in rows:
@@ -230,15 +259,26 @@ class WebServer:
             cells = [f'<td><a href="{link}">{html.escape(str(row["RUN"]))}</a></td>']
             cells += [f"<td>{html.escape(str(row[column]))}</td>" for column in columns[1:]]
             lines.append(f"<tr>{''.join(cells)}</tr>")
-        page = PICKER_PAGE.format(title=html.escape(self.title), count=len(rows), head=head,
-                                  rows="\n".join(lines), refresh=PICKER_REFRESH)
-        return web.Response(text=page, content_type="text/html", headers={
-            "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
+        page = PICKER_PAGE.format(
+            title=html.escape(self.title),
+            count=len(rows),
+            head=head,
+            rows="\n".join(lines),
+            refresh=PICKER_REFRESH,
+        )
+        return web.Response(
+            text=page,
+            content_type="text/html",
+            headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"},
+        )
 
     def full(self) -> web.Response:
-        return web.Response(status=503, text=f"503: {len(self.viewers)} viewers already "
-                                             f"(the limit is {self.max_viewers}); close a "
-                                             "page, or restart serve with --max-viewers\n")
+        return web.Response(
+            status=503,
+            text=f"503: {len(self.viewers)} viewers already "
+            f"(the limit is {self.max_viewers}); close a "
+            "page, or restart serve with --max-viewers\n",
+        )
 
     # ---------------------------------------------------------------- a viewer
 
@@ -264,9 +304,13 @@ class WebServer:
         websocket = web.WebSocketResponse(heartbeat=HEARTBEAT)
         self.viewers_started += 1
         number = self.viewers_started
-        process = ViewerProcess(argv, write_bytes=websocket.send_bytes,
-                                write_str=websocket.send_str, close=websocket.close,
-                                download_manager=self.downloads)
+        process = ViewerProcess(
+            argv,
+            write_bytes=websocket.send_bytes,
+            write_str=websocket.send_str,
+            close=websocket.close,
+            download_manager=self.downloads,
+        )
         self.viewers[number] = Viewer(number, websocket, process)  # before any await
         try:
             await websocket.prepare(request)
@@ -275,10 +319,11 @@ class WebServer:
             raise
         why = "page closed"
         try:
-            self.log(f"viewer {number} opened ({len(self.viewers)} of at most "
-                     f"{self.max_viewers})")
-            await process.start(clamp(request.query.get("width"), 80, 10, 1000),
-                                clamp(request.query.get("height"), 24, 5, 500))
+            self.log(f"viewer {number} opened ({len(self.viewers)} of at most {self.max_viewers})")
+            await process.start(
+                clamp(request.query.get("width"), 80, 10, 1000),
+                clamp(request.query.get("height"), 24, 5, 500),
+            )
             why = await self.relay(websocket, process)
         except asyncio.CancelledError:
             why = "server stopped"
@@ -305,10 +350,19 @@ class WebServer:
                 message = await websocket.receive(timeout=left)
             except TimeoutError:
                 continue
-            if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED,
-                                WSMsgType.ERROR):
-                return ("server stopped" if self.stopping else
-                        "dashboard exited" if process_ended(process) else "page closed")
+            if message.type in (
+                WSMsgType.CLOSE,
+                WSMsgType.CLOSING,
+                WSMsgType.CLOSED,
+                WSMsgType.ERROR,
+            ):
+                return (
+                    "server stopped"
+                    if self.stopping
+                    else "dashboard exited"
+                    if process_ended(process)
+                    else "page closed"
+                )
             if message.type != WSMsgType.TEXT:
                 continue
             try:
@@ -320,8 +374,10 @@ class WebServer:
                 await process.send_bytes(payload[0].encode("utf-8"))
             elif kind == "resize" and payload and isinstance(payload[0], dict):
                 last_input = loop.time()
-                await process.set_terminal_size(clamp(payload[0].get("width"), 80, 10, 1000),
-                                                clamp(payload[0].get("height"), 24, 5, 500))
+                await process.set_terminal_size(
+                    clamp(payload[0].get("width"), 80, 10, 1000),
+                    clamp(payload[0].get("height"), 24, 5, 500),
+                )
             elif kind == "ping" and payload:
                 await websocket.send_json(["pong", payload[0]])
             elif kind == "focus":

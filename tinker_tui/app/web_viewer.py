@@ -38,8 +38,7 @@ def session_for(db_path: Path, run_id: str, *, read_only: bool) -> object:
     control_file = control_file_path(db_path, run.run_id)
     if run.finished() is None and control_file.is_file():
         if read_only:
-            return StoreSession(db_path, run, control=ReadOnlyControl(READ_ONLY_WHY),
-                                follow=True)
+            return StoreSession(db_path, run, control=ReadOnlyControl(READ_ONLY_WHY), follow=True)
         try:
             control, _ = connect(db_path, run.run_id)
         except UsageError:  # the run ended between the check and now

@@ -28,7 +28,7 @@ def local_folder(checkpoint_dir: str | Path, path: str) -> Path | None:
     `checkpoint_dir`; None when `path` is not one (the parts are not checked further)."""
     if not path.startswith(SCHEME):
         return None
-    parts = path[len(SCHEME):].split("/")
+    parts = path[len(SCHEME) :].split("/")
     if len(parts) != 3 or parts[1] not in KINDS or not all(parts):
         return None
     model_id, kind, name = parts

@@ -14,6 +14,8 @@ _NAMED = {1 / 2: "halfway", 1 / 3: "a third of the way", 1 / 4: "a quarter of th
 def level_words(level: float = COLLAPSE_LEVEL) -> str:
     """`level` as the help and the docs say it: "a third of the way from the lowest
     reward"."""
-    named = next((words for value, words in _NAMED.items() if abs(value - level) < 1e-12),
-                 f"{level:.0%} of the way")
+    named = next(
+        (words for value, words in _NAMED.items() if abs(value - level) < 1e-12),
+        f"{level:.0%} of the way",
+    )
     return f"{named} from the lowest reward"

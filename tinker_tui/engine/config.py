@@ -64,7 +64,9 @@ class Setting:
         if self.low is not None and self.high is not None:
             if self.low_open == self.high_open:
                 return f"between {low} and {high}" + (" (exclusive)" if self.low_open else "")
-            return f"in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+            return (
+                f"in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+            )
         if self.low is not None:
             if self.low == 0:
                 return "positive" if self.low_open else "0 or more"
@@ -87,13 +89,17 @@ class Setting:
                     raise ConfigError(f"{self.name} must be a whole number, got {value}")
                 value = int(value)
                 if abs(value) > LARGEST_WHOLE:
-                    raise ConfigError(f"{self.name} must be at most {LARGEST_WHOLE:,} (the "
-                                      f"largest whole number the run store holds), got {value}")
+                    raise ConfigError(
+                        f"{self.name} must be at most {LARGEST_WHOLE:,} (the "
+                        f"largest whole number the run store holds), got {value}"
+                    )
             else:
                 value = float(value)
             if not self._in_range(value):  # a whole number as typed for an int setting: 0, not 0.0
-                raise ConfigError(f"{self.name} must be {self.allowed()}, "
-                                  f"got {value if self.value_type is int else original}")
+                raise ConfigError(
+                    f"{self.name} must be {self.allowed()}, "
+                    f"got {value if self.value_type is int else original}"
+                )
             return value
         if self.choices and value not in self.choices:
             hint = did_you_mean(str(value), self.choices)
@@ -135,12 +141,29 @@ def _show(bound: float | None) -> str:
 LARGEST_WHOLE = 2**63 - 1
 
 
-def setting(default: T, meaning: str, group: Group = "run", *, low: float | None = None,
-            high: float | None = None, low_open: bool = False, high_open: bool = False,
-            choices: tuple[str, ...] = (), live: bool = False) -> T:
+def setting(
+    default: T,
+    meaning: str,
+    group: Group = "run",
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    choices: tuple[str, ...] = (),
+    live: bool = False,
+) -> T:
     """A RunConfig field with its `Setting` (the default's type is the field's)."""
-    spec = Setting(meaning=meaning, group=group, low=low, high=high, low_open=low_open,
-                   high_open=high_open, choices=choices, live=live)
+    spec = Setting(
+        meaning=meaning,
+        group=group,
+        low=low,
+        high=high,
+        low_open=low_open,
+        high_open=high_open,
+        choices=choices,
+        live=live,
+    )
     return dataclasses.field(default=default, metadata={"setting": spec})
 
 
@@ -163,138 +186,239 @@ COLLAPSE_POLICIES = ("auto", "wait", "stop", "rollback")
 class RunConfig:
     max_steps: int = setting(40, "optimizer steps in the whole run", low=1)
     group_size: int = setting(
-        8, "rollouts per scenario; advantages are relative to the group", low=1)
+        8, "rollouts per scenario; advantages are relative to the group", low=1
+    )
     groups_per_step: int = setting(4, "most groups in one training batch", "pipeline", low=1)
     min_groups_per_step: int = setting(
-        0, "fewest groups to train on (0 = groups_per_step); between the two, a step takes "
-        "what is already queued", "pipeline", low=0)
+        0,
+        "fewest groups to train on (0 = groups_per_step); between the two, a step takes "
+        "what is already queued",
+        "pipeline",
+        low=0,
+    )
     loss_fn: str = setting("importance_sampling", "the RL loss", choices=LOSS_FNS)
     advantage: str = setting(
-        "mean", "group advantages: reward minus the group's mean, or that divided by the "
+        "mean",
+        "group advantages: reward minus the group's mean, or that divided by the "
         "group's standard deviation (mean_std); a task's advantages() hook overrides it",
-        choices=ADVANTAGE_RULES)
+        choices=ADVANTAGE_RULES,
+    )
     kl_penalty_coef: float = setting(
-        0.0, "KL penalty against the base model, per sampled token, added to the "
-        "advantages (tinker-cookbook's kl_penalty_coef); 0 = off", low=0)
-    learning_rate: float = setting(1e-3, "Adam learning rate of the RL steps",
-                                   low=0, high=1, low_open=True, high_open=True, live=True)
-    temperature: float = setting(1.0, "default sampling temperature of the policy server",
-                                 low=0, high=2, live=True)
+        0.0,
+        "KL penalty against the base model, per sampled token, added to the "
+        "advantages (tinker-cookbook's kl_penalty_coef); 0 = off",
+        low=0,
+    )
+    learning_rate: float = setting(
+        1e-3,
+        "Adam learning rate of the RL steps",
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+        live=True,
+    )
+    temperature: float = setting(
+        1.0, "default sampling temperature of the policy server", low=0, high=2, live=True
+    )
     max_tokens: int = setting(64, "default completion length of the policy server", low=1)
     max_steps_off_policy: int = setting(
-        1, "a group sampled by policy v trains at most at v + this", "pipeline",
-        low=0, high=64, live=True)
-    rollout_workers: int = setting(4, "groups sampled concurrently", "pipeline",
-                                   low=1, high=256, live=True)
+        1,
+        "a group sampled by policy v trains at most at v + this",
+        "pipeline",
+        low=0,
+        high=64,
+        live=True,
+    )
+    rollout_workers: int = setting(
+        4, "groups sampled concurrently", "pipeline", low=1, high=256, live=True
+    )
     sample_coalesce_ms: float = setting(
-        5.0, "milliseconds the policy server waits for a group's equal requests (same "
+        5.0,
+        "milliseconds the policy server waits for a group's equal requests (same "
         "prompt, sampling settings and policy) to send them as one sampling call; a lone "
-        "request waits this long at most; 0 = every request on its own", "pipeline",
-        low=0, high=1000)
+        "request waits this long at most; 0 = every request on its own",
+        "pipeline",
+        low=0,
+        high=1000,
+    )
     checkpoint_every: int = setting(
-        10, "full checkpoint (with optimizer state) every N steps; 0 = off", low=0)
+        10, "full checkpoint (with optimizer state) every N steps; 0 = off", low=0
+    )
     eval_every: int = setting(
-        0, "evaluate every N steps on the task's eval scenarios; 0 = never", low=0)
+        0, "evaluate every N steps on the task's eval scenarios; 0 = never", low=0
+    )
     eval_at_start: bool = setting(False, "also evaluate the starting policy")
     warmup_steps: int = setting(
-        0, "supervised format steps before RL, if the task has examples", low=0)
-    warmup_learning_rate: float = setting(3e-3, "learning rate of the warm-up steps",
-                                          low=0, high=1, low_open=True, high_open=True)
+        0, "supervised format steps before RL, if the task has examples", low=0
+    )
+    warmup_learning_rate: float = setting(
+        3e-3, "learning rate of the warm-up steps", low=0, high=1, low_open=True, high_open=True
+    )
     rollout_timeout: float = setting(
-        600.0, "seconds one rollout (a group_rollout: one group) may take; past it, it is "
+        600.0,
+        "seconds one rollout (a group_rollout: one group) may take; past it, it is "
         "cancelled and counted as an error (300 on the local backend); 0 = no limit",
-        "pipeline", low=0)
+        "pipeline",
+        low=0,
+    )
     min_group_size: int = setting(
-        2, "a group whose failed rollouts leave fewer members than this (at most "
-        "group_size) is discarded; otherwise it trains with the rest", "pipeline", low=1)
-    health_window: int = setting(32, "groups the health checks look back over", "pipeline",
-                                 low=1)
+        2,
+        "a group whose failed rollouts leave fewer members than this (at most "
+        "group_size) is discarded; otherwise it trains with the rest",
+        "pipeline",
+        low=1,
+    )
+    health_window: int = setting(32, "groups the health checks look back over", "pipeline", low=1)
     on_health_pause: str = setting(
-        "auto", "when a health check pauses the run: wait for resume, or stop gracefully "
-        "(exit code 3); auto = wait with a dashboard, stop without one", "pipeline",
-        choices=HEALTH_PAUSE_POLICIES)
+        "auto",
+        "when a health check pauses the run: wait for resume, or stop gracefully "
+        "(exit code 3); auto = wait with a dashboard, stop without one",
+        "pipeline",
+        choices=HEALTH_PAUSE_POLICIES,
+    )
     zero_variance_pause_rate: float = setting(
-        0.9, "pause when this share of them had no learning signal", "pipeline",
-        low=0, high=1, low_open=True)
-    error_pause_rate: float = setting(0.5, "pause when this share of them failed", "pipeline",
-                                      low=0, high=1, low_open=True)
+        0.9,
+        "pause when this share of them had no learning signal",
+        "pipeline",
+        low=0,
+        high=1,
+        low_open=True,
+    )
+    error_pause_rate: float = setting(
+        0.5, "pause when this share of them failed", "pipeline", low=0, high=1, low_open=True
+    )
     on_collapse: str = setting(
-        "auto", f"when the reward collapses (falls below {level_words()} to its best while "
+        "auto",
+        f"when the reward collapses (falls below {level_words()} to its best while "
         "groups turn equal or fail): wait for a person, stop gracefully (exit code 3), or roll back to "
         "the checkpoint of the weights that sampled the best step with the learning rate scaled by "
-        "rollback_lr_scale; auto = wait with a dashboard, stop without one", "pipeline",
-        choices=COLLAPSE_POLICIES)
+        "rollback_lr_scale; auto = wait with a dashboard, stop without one",
+        "pipeline",
+        choices=COLLAPSE_POLICIES,
+    )
     collapse_groups: int = setting(
-        32, "groups a collapse is judged over: the last steps holding at least this many "
-        "(and at least 3 steps), weighted by their groups", "pipeline", low=1)
+        32,
+        "groups a collapse is judged over: the last steps holding at least this many "
+        "(and at least 3 steps), weighted by their groups",
+        "pipeline",
+        low=1,
+    )
     rollback_lr_scale: float = setting(
-        0.5, "a rollback multiplies the learning rate by this", "pipeline",
-        low=0, high=1, low_open=True)
+        0.5,
+        "a rollback multiplies the learning rate by this",
+        "pipeline",
+        low=0,
+        high=1,
+        low_open=True,
+    )
     max_rollbacks: int = setting(
-        2, "automatic rollbacks in one run, its resumes included (on_collapse = rollback); "
-        "after them a collapse waits or stops as auto would", "pipeline", low=0)
+        2,
+        "automatic rollbacks in one run, its resumes included (on_collapse = rollback); "
+        "after them a collapse waits or stops as auto would",
+        "pipeline",
+        low=0,
+    )
     lora_rank: int = setting(32, "rank of the LoRA adapters", "backend", low=1)
     base_model: str = setting(DEFAULT_BASE_MODEL, "the model to train", "backend")
     seed: int = setting(0, "seeds the scenario stream and sampling")
     renderer: str = setting(
-        "", "tinker-cookbook renderer; empty = chosen from base_model", "backend")
+        "", "tinker-cookbook renderer; empty = chosen from base_model", "backend"
+    )
     loss_fn_config: str = setting(
-        "", 'loss settings "key=value,...", e.g. "clip_high_threshold=1.3"', "backend")
+        "", 'loss settings "key=value,...", e.g. "clip_high_threshold=1.3"', "backend"
+    )
     adam_beta1: float = setting(0.9, "Adam beta1", "backend", low=0, high=1, high_open=True)
     adam_beta2: float = setting(0.95, "Adam beta2", "backend", low=0, high=1, high_open=True)
     adam_eps: float = setting(1e-12, "Adam epsilon", "backend", low=0, low_open=True)
     weight_decay: float = setting(0.0, "Adam weight decay", "backend", low=0)
     grad_clip_norm: float = setting(
-        1.0, "gradient clipping norm; 0 = no clipping (unclipped, one large step collapsed "
-        "tool-calling tasks on the embedded model)", "backend", low=0)
+        1.0,
+        "gradient clipping norm; 0 = no clipping (unclipped, one large step collapsed "
+        "tool-calling tasks on the embedded model)",
+        "backend",
+        low=0,
+    )
     sampler_checkpoint_every: int = setting(
-        1, "named sampler weights every N new policy versions; 0 = never", "backend", low=0)
+        1, "named sampler weights every N new policy versions; 0 = never", "backend", low=0
+    )
     keep_last_checkpoints: int = setting(
-        5, "checkpoints kept of each kind (full state, sampler weights), besides those "
+        5,
+        "checkpoints kept of each kind (full state, sampler weights), besides those "
         "asked for and the rollback point; 0 = keep all",
-        "backend", low=0)
+        "backend",
+        low=0,
+    )
     keep_every_checkpoints: int = setting(
-        0, "also keep those whose step is a multiple of N; 0 = none", "backend", low=0)
+        0, "also keep those whose step is a multiple of N; 0 = none", "backend", low=0
+    )
     keep_token_steps: int = setting(
-        100, "latest steps whose trained tokens the store keeps (the token view); 0 = all",
-        "pipeline", low=0)
+        100,
+        "latest steps whose trained tokens the store keeps (the token view); 0 = all",
+        "pipeline",
+        low=0,
+    )
     sampler_clients_to_keep: int = setting(
-        4, 'recent policy versions servable as model "NAME@STEP"', "backend", low=1)
-    backend_timeout: float = setting(600.0, "seconds one backend call may take", "backend",
-                                     low=0, low_open=True)
+        4, 'recent policy versions servable as model "NAME@STEP"', "backend", low=1
+    )
+    backend_timeout: float = setting(
+        600.0, "seconds one backend call may take", "backend", low=0, low_open=True
+    )
     backend_retries: int = setting(
-        3, "retries of a transient backend error (idempotent calls)", "backend", low=0)
+        3, "retries of a transient backend error (idempotent calls)", "backend", low=0
+    )
     backend_unreachable_after: float = setting(
-        60.0, "seconds without any answer from the service before the run ends with an error",
-        "backend", low=0, low_open=True)
+        60.0,
+        "seconds without any answer from the service before the run ends with an error",
+        "backend",
+        low=0,
+        low_open=True,
+    )
     backend_wait_report: float = setting(
-        15.0, "seconds a backend call waits before it is shown (again at each doubling)",
-        "backend", low=0, low_open=True)
+        15.0,
+        "seconds a backend call waits before it is shown (again at each doubling)",
+        "backend",
+        low=0,
+        low_open=True,
+    )
     # What the run costs (engine.metrics.cost): the user's prices, since prices change and differ
     # by model; no built-in table.
     price_prefill_per_mtok: float = setting(
-        0.0, "USD per million prompt (prefill) tokens sampled, for the cost shown", "backend",
-        low=0)
+        0.0, "USD per million prompt (prefill) tokens sampled, for the cost shown", "backend", low=0
+    )
     price_prefill_cached_per_mtok: float = setting(
-        -1.0, "USD per million cached prefill tokens (a group's shared prompt, the service's "
-        "cache hits); -1 = price_prefill_per_mtok's price", "backend", low=-1)
+        -1.0,
+        "USD per million cached prefill tokens (a group's shared prompt, the service's "
+        "cache hits); -1 = price_prefill_per_mtok's price",
+        "backend",
+        low=-1,
+    )
     price_sample_per_mtok: float = setting(
-        0.0, "USD per million sampled tokens, for the cost shown", "backend", low=0)
+        0.0, "USD per million sampled tokens, for the cost shown", "backend", low=0
+    )
     price_train_per_mtok: float = setting(
-        0.0, "USD per million trained tokens, for the cost shown", "backend", low=0)
+        0.0, "USD per million trained tokens, for the cost shown", "backend", low=0
+    )
     max_cost_usd: float = setting(
-        0.0, "stop gracefully before the step that would pass this many USD at the prices "
-        "set; 0 = no budget", "run", low=0)
+        0.0,
+        "stop gracefully before the step that would pass this many USD at the prices "
+        "set; 0 = no budget",
+        "run",
+        low=0,
+    )
     # Outside trackers (optional extras tinker-tui[wandb], tinker-tui[tensorboard]); "" = off.
     wandb_project: str = setting("", "log to this W&B project (--wandb PROJECT)", "trackers")
     wandb_entity: str = setting("", 'W&B team or user; "" = your default one', "trackers")
     wandb_run_name: str = setting("", 'W&B display name; "" = the run id', "trackers")
     wandb_run_id: str = setting(
-        "", 'W&B run id; "" = the run id (kept, so --resume continues it)', "trackers")
+        "", 'W&B run id; "" = the run id (kept, so --resume continues it)', "trackers"
+    )
     wandb_samples_every: int = setting(
-        10, "a W&B table of the step's rollouts every N steps; 0 = never", "trackers", low=0)
+        10, "a W&B table of the step's rollouts every N steps; 0 = never", "trackers", low=0
+    )
     tensorboard_dir: str = setting(
-        "", "TensorBoard event files in DIR/<run id> (--tensorboard [DIR])", "trackers")
+        "", "TensorBoard event files in DIR/<run id> (--tensorboard [DIR])", "trackers"
+    )
 
     def __post_init__(self) -> None:
         for name, spec in SETTINGS.items():
@@ -302,16 +426,26 @@ class RunConfig:
             if value != getattr(self, name) or type(value) is not type(getattr(self, name)):
                 object.__setattr__(self, name, value)
         if self.min_groups_per_step > self.groups_per_step:
-            raise ConfigError(f"min_groups_per_step must be between 0 and groups_per_step "
-                              f"({self.groups_per_step}), got {self.min_groups_per_step}")
+            raise ConfigError(
+                f"min_groups_per_step must be between 0 and groups_per_step "
+                f"({self.groups_per_step}), got {self.min_groups_per_step}"
+            )
         parse_loss_fn_config(self.loss_fn_config)
-        if self.max_cost_usd and not any(max(0.0, price) for price in (
-                self.price_prefill_per_mtok, self.price_prefill_cached_per_mtok,
-                self.price_sample_per_mtok, self.price_train_per_mtok)):
-            raise ConfigError("max_cost_usd needs prices to count against: set "
-                              "price_prefill_per_mtok, price_prefill_cached_per_mtok, "
-                              "price_sample_per_mtok and price_train_per_mtok (USD per "
-                              "million tokens; one left unset counts as free)")
+        if self.max_cost_usd and not any(
+            max(0.0, price)
+            for price in (
+                self.price_prefill_per_mtok,
+                self.price_prefill_cached_per_mtok,
+                self.price_sample_per_mtok,
+                self.price_train_per_mtok,
+            )
+        ):
+            raise ConfigError(
+                "max_cost_usd needs prices to count against: set "
+                "price_prefill_per_mtok, price_prefill_cached_per_mtok, "
+                "price_sample_per_mtok and price_train_per_mtok (USD per "
+                "million tokens; one left unset counts as free)"
+            )
         self._check_trackers()
 
     def _check_trackers(self) -> None:
@@ -344,11 +478,14 @@ class RunConfig:
         return asdict(self)
 
 
-
 def _settings() -> dict[str, Setting]:
     hints = typing.get_type_hints(RunConfig)
-    return {f.name: replace(f.metadata["setting"], name=f.name, value_type=hints[f.name],
-                            default=f.default) for f in fields(RunConfig)}
+    return {
+        f.name: replace(
+            f.metadata["setting"], name=f.name, value_type=hints[f.name], default=f.default
+        )
+        for f in fields(RunConfig)
+    }
 
 
 #: Every run setting by name, in RunConfig's order.
@@ -363,8 +500,9 @@ def check_knob(name: str, value: Any) -> float | int:
     message for a name that is not live or a value it does not take."""
     spec = SETTINGS.get(name)
     if spec is None or not spec.live:
-        raise ConfigError(f"{name!r} cannot be changed live; the live knobs are "
-                          f"{', '.join(LIVE_KNOBS)}")
+        raise ConfigError(
+            f"{name!r} cannot be changed live; the live knobs are {', '.join(LIVE_KNOBS)}"
+        )
     checked: float | int = spec.check(value)
     return checked
 
@@ -384,6 +522,7 @@ def parse_loss_fn_config(text: str) -> dict[str, float]:
                 raise ValueError
             config[key] = float(value)
         except ValueError:
-            raise ConfigError(f"loss_fn_config must be key=number pairs separated by commas, "
-                              f"got {item.strip()!r}") from None
+            raise ConfigError(
+                f"loss_fn_config must be key=number pairs separated by commas, got {item.strip()!r}"
+            ) from None
     return config

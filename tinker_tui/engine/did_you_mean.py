@@ -25,7 +25,7 @@ def close_match(word: str, candidates: Iterable[str]) -> str | None:
 
 
 def did_you_mean(word: str, candidates: Iterable[str], *, else_list: str = "") -> str:
-    """" (did you mean 'x'?)" for a close match; else, with `else_list` (what the
+    """ " (did you mean 'x'?)" for a close match; else, with `else_list` (what the
     candidates are: "known settings"), "; known settings: a, b, c"; else ""."""
     candidates = list(candidates)
     match = close_match(word, candidates)

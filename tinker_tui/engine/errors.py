@@ -56,8 +56,10 @@ class DiskFull(TinkerTuiError, OSError):
             free = f"{shutil.disk_usage(folder).free / 2**20:.1f} MiB free on its disk"
         except OSError:
             free = "free space unknown"
-        return cls(f"no space left on device writing {what} {path} ({free}); make room "
-                   "there, then continue the run with --resume")
+        return cls(
+            f"no space left on device writing {what} {path} ({free}); make room "
+            "there, then continue the run with --resume"
+        )
 
 
 def is_disk_full(exc: BaseException) -> bool:

@@ -32,8 +32,18 @@ RunStatus = Literal["completed", "stopped", "failed", "interrupted"]
 #: failure it could finish on (a full disk, the task's scenarios, the rollout loop);
 #: "failed": it raised; "interrupted": its process ended without recording its end.
 #: "" in stores written before causes were kept.
-StopCause = Literal["", "max_steps", "ran_out", "no_signal", "user", "budget", "health",
-                    "error", "failed", "interrupted"]
+StopCause = Literal[
+    "",
+    "max_steps",
+    "ran_out",
+    "no_signal",
+    "user",
+    "budget",
+    "health",
+    "error",
+    "failed",
+    "interrupted",
+]
 CheckpointKind = Literal["state", "sampler"]
 #: The start-up of a run before its first training step, in order.
 StartupPhase = Literal["loading_model", "warmup", "first_rollouts"]
@@ -284,8 +294,9 @@ class SessionStarted(LogEmitted):
     message: str = ""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "message",
-                           f"starting {self.backend} backend, base model {self.base_model}")
+        object.__setattr__(
+            self, "message", f"starting {self.backend} backend, base model {self.base_model}"
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -312,12 +323,20 @@ class RunResumed(LogEmitted):
     message: str = ""
 
     def __post_init__(self) -> None:
-        where = (f"checkpoint {self.checkpoint} (step {self.step})" if self.checkpoint
-                 else "the start (no confirmed checkpoint)")
-        object.__setattr__(self, "message", (
-            f"resuming run {self.run_id} from {where}: {self.steps_undone} later step(s) "
-            f"undone, {self.groups_requeued} group(s) to run again "
-            f"({self.scenarios_pending} scenario(s) drawn but untrained)"))
+        where = (
+            f"checkpoint {self.checkpoint} (step {self.step})"
+            if self.checkpoint
+            else "the start (no confirmed checkpoint)"
+        )
+        object.__setattr__(
+            self,
+            "message",
+            (
+                f"resuming run {self.run_id} from {where}: {self.steps_undone} later step(s) "
+                f"undone, {self.groups_requeued} group(s) to run again "
+                f"({self.scenarios_pending} scenario(s) drawn but untrained)"
+            ),
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -29,7 +29,11 @@ import signal
 ENV = "TINKER_TUI_FAULT"
 POINTS = ("build", "warmup", "rollout", "train", "checkpoint", "commit")
 ACTIONS: dict[str, signal.Signals | None] = {
-    "kill": signal.SIGKILL, "int": signal.SIGINT, "term": signal.SIGTERM, "slow": None}
+    "kill": signal.SIGKILL,
+    "int": signal.SIGINT,
+    "term": signal.SIGTERM,
+    "slow": None,
+}
 #: Seconds the `slow` action adds to a training step.
 SLOW_SECONDS = 6.0
 
@@ -47,7 +51,8 @@ def parse(text: str | None) -> tuple[str, signal.Signals | None, int] | None:
     except ValueError:
         raise ValueError(
             f"{ENV}={text!r}: expected POINT:ACTION:STEP with POINT one of "
-            f"{', '.join(POINTS)} and ACTION one of {', '.join(ACTIONS)}") from None
+            f"{', '.join(POINTS)} and ACTION one of {', '.join(ACTIONS)}"
+        ) from None
 
 
 _armed = parse(os.environ.get(ENV))

@@ -60,8 +60,7 @@ class BodyTooLarge(TinkerTuiError):
 
     def __init__(self, limit: int, size: int | None) -> None:
         declared = f"{size} bytes" if size is not None else "more"
-        super().__init__(f"request body is {declared}; this endpoint accepts at most "
-                         f"{limit} bytes")
+        super().__init__(f"request body is {declared}; this endpoint accepts at most {limit} bytes")
         self.limit = limit
         self.size = size
 
@@ -95,8 +94,14 @@ class LoopbackServer:
     once it listens, `stop()` once it has stopped (in-flight requests get `shutdown_timeout`
     seconds to finish)."""
 
-    def __init__(self, app: ASGIApp, *, name: str, request_timeout: float = REQUEST_TIMEOUT,
-                 shutdown_timeout: int = 5) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        name: str,
+        request_timeout: float = REQUEST_TIMEOUT,
+        shutdown_timeout: int = 5,
+    ) -> None:
         self.app = app
         self.name = name
         self.request_timeout = request_timeout
@@ -114,10 +119,16 @@ class LoopbackServer:
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         # Loopback only: no proxy in front, so no proxy-header rewriting per request.
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False,
-                                lifespan="off", backlog=1024, proxy_headers=False,
-                                http=deadline_protocol(self.request_timeout),
-                                timeout_graceful_shutdown=self.shutdown_timeout)
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            backlog=1024,
+            proxy_headers=False,
+            http=deadline_protocol(self.request_timeout),
+            timeout_graceful_shutdown=self.shutdown_timeout,
+        )
         self._server = EmbeddedUvicorn(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name=self.name)
         while not self._server.listening:

@@ -121,15 +121,23 @@ class Run:
         # (engine.training.rollout_loop) so they never starve the trainer, the store writer or the
         # control endpoint; `rollout_thread=False` keeps them on this loop (for comparison).
         self.rollouts: RolloutThread | SameLoop = RolloutThread() if rollout_thread else SameLoop()
-        self.sampling_defaults = SamplingDefaults(temperature=config.temperature,
-                                                  max_tokens=config.max_tokens)
+        self.sampling_defaults = SamplingDefaults(
+            temperature=config.temperature, max_tokens=config.max_tokens
+        )
         self.pipeline = Pipeline(
-            config=config, task=task, policy=self._make_policy(), client_factory=self._client,
-            model_name=task.name, bus=self.events, clock=self.clock,
-            rng=random.Random(config.seed), sampling_defaults=self.sampling_defaults,
+            config=config,
+            task=task,
+            policy=self._make_policy(),
+            client_factory=self._client,
+            model_name=task.name,
+            bus=self.events,
+            clock=self.clock,
+            rng=random.Random(config.seed),
+            sampling_defaults=self.sampling_defaults,
             rollouts=self.rollouts,
             # on_health_pause = auto: nobody can resume a run without a dashboard
-            health_pause_default="stop" if headless else "wait")
+            health_pause_default="stop" if headless else "wait",
+        )
         # No checkpoint until the model is built and warmed up (`_warmup`, or a resume
         # state): a stop during the start-up must not record weights no resume can use.
         self.pipeline.warmup_done = False
@@ -154,8 +162,9 @@ class Run:
     def _make_policy(self) -> BackendSession:
         if self._service_client is None:
             self._service_client = make_service_client(self.backend, self.checkpoint_dir)
-        self.policy = BackendSession.from_config(self._service_client, self.config,
-                                         on_event=self.events.publish, clock=self.clock)
+        self.policy = BackendSession.from_config(
+            self._service_client, self.config, on_event=self.events.publish, clock=self.clock
+        )
         return self.policy
 
     def _client(self) -> openai.AsyncOpenAI:
@@ -171,8 +180,10 @@ class Run:
         await self.rollouts.run(self._start_server(context_length))
         assert self.server is not None
         context = "" if context_length is None else f", context {context_length} tokens"
-        self._log("info", f"policy server on {self.server.base_url} "
-                          f"(token {self.server.token_hint}{context})")
+        self._log(
+            "info",
+            f"policy server on {self.server.base_url} (token {self.server.token_hint}{context})",
+        )
 
     async def _context_length(self) -> int | None:
         """The base model's context as the backend states it, so the policy server refuses a
@@ -182,12 +193,17 @@ class Run:
         try:
             return await call_with_retry(
                 lambda _: context_length_of(self.backend, self.config.base_model),
-                operation="read the model's context length", policy=self.policy.retry,
-                retry=False)
+                operation="read the model's context length",
+                policy=self.policy.retry,
+                retry=False,
+            )
         except Exception as exc:
-            self._log("warning", f"could not read {self.config.base_model}'s context length "
-                                 f"({type(exc).__name__}: {exc}); prompts are checked against "
-                                 "the tokenizer's")
+            self._log(
+                "warning",
+                f"could not read {self.config.base_model}'s context length "
+                f"({type(exc).__name__}: {exc}); prompts are checked against "
+                "the tokenizer's",
+            )
             return None
 
     async def _start_server(self, context_length: int | None) -> None:
@@ -197,12 +213,14 @@ class Run:
         assert self.policy is not None
         # On a daemon thread, like openai's import (`_warm_up_server`).
         server = await on_daemon_thread(importlib.import_module, "tinker_tui.engine.server")
-        self.server = server.PolicyServer(self.rollouts.policy_for_server(self.policy),
-                                          model_name=self.task.name,
-                                          defaults=self.sampling_defaults,
-                                          context_length=context_length,
-                                          coalesce_window=self.config.sample_coalesce_ms / 1000,
-                                          group_size=self.config.group_size)
+        self.server = server.PolicyServer(
+            self.rollouts.policy_for_server(self.policy),
+            model_name=self.task.name,
+            defaults=self.sampling_defaults,
+            context_length=context_length,
+            coalesce_window=self.config.sample_coalesce_ms / 1000,
+            group_size=self.config.group_size,
+        )
         await self.server.start()
         await self._warm_up_server()
 
@@ -217,8 +235,8 @@ class Run:
         await on_daemon_thread(importlib.import_module, "openai.types.chat")
         self._openai = self.server.client()
         await self._openai.chat.completions.create(
-            model=self.task.name, messages=[{"role": "user", "content": "ready?"}],
-            max_tokens=1)
+            model=self.task.name, messages=[{"role": "user", "content": "ready?"}], max_tokens=1
+        )
 
     async def _close_rollout_side(self) -> None:
         """Close the openai client and the server on the rollout loop, then end that loop.
@@ -229,8 +247,10 @@ class Run:
         problems: list[str] = []
 
         async def close_both() -> None:  # on the rollout loop: it owns both
-            closers = [("openai client", None if openai_client is None else openai_client.close),
-                       ("policy server", None if server is None else server.stop)]
+            closers = [
+                ("openai client", None if openai_client is None else openai_client.close),
+                ("policy server", None if server is None else server.stop),
+            ]
             for what, close in closers:
                 try:
                     if close is not None:
@@ -245,8 +265,11 @@ class Run:
         for problem in problems:
             self._log("warning", problem)
         if not ended:
-            self._log("warning", "the rollouts' loop did not end within "
-                                 f"{CLOSE_TIMEOUT:g} s (a rollout blocks it); left behind")
+            self._log(
+                "warning",
+                "the rollouts' loop did not end within "
+                f"{CLOSE_TIMEOUT:g} s (a rollout blocks it); left behind",
+            )
 
     def _log(self, level: str, message: str) -> None:
         self.events.publish(LogEmitted(time=self.clock.now(), level=level, message=message))
@@ -256,12 +279,21 @@ class Run:
 
     def _publish_started(self, start_step: int | None = None) -> None:
         self._start_step = self.pipeline.step if start_step is None else start_step
-        self.events.publish(RunStarted(
-            time=self.clock.now(), run_id=self.run_id, name=self.task.name,
-            backend=self.backend, base_model=self.config.base_model,
-            max_steps=self.config.max_steps, start_step=self._start_step,
-            config=self.config.as_dict(), task_spec=self.task_spec,
-            run_name=self.run_name, note=self.note))
+        self.events.publish(
+            RunStarted(
+                time=self.clock.now(),
+                run_id=self.run_id,
+                name=self.task.name,
+                backend=self.backend,
+                base_model=self.config.base_model,
+                max_steps=self.config.max_steps,
+                start_step=self._start_step,
+                config=self.config.as_dict(),
+                task_spec=self.task_spec,
+                run_name=self.run_name,
+                note=self.note,
+            )
+        )
 
     async def _unless_stopped(self, work: Coroutine[Any, Any, T]) -> T | None:
         """Start-up work (building the model, the warm-up) that a graceful stop abandons:
@@ -298,8 +330,12 @@ class Run:
 
     async def _run(self, store: RunStore) -> RunStatus:
         self.events.subscribe(store.handle)
-        trackers = TrackerFeeds.start(self.config, store_folder=self.db_path.parent,
-                                      publish=self.events.publish, clock=self.clock)
+        trackers = TrackerFeeds.start(
+            self.config,
+            store_folder=self.db_path.parent,
+            publish=self.events.publish,
+            clock=self.clock,
+        )
         for handler in trackers.handlers():
             self.events.subscribe(handler)
         self.pipeline.checkpointer.commit_events = store.flush
@@ -312,9 +348,9 @@ class Run:
 
         self.pipeline.rewind_store = rewind_store
         # A full disk under the store: stop now (nothing more can be recorded), then fail.
-        store.on_failure = lambda failure: self.pipeline.stop("the run store's disk is full",
-                                                               source=SOURCE_ENGINE,
-                                                               cause="error")
+        store.on_failure = lambda failure: self.pipeline.stop(
+            "the run store's disk is full", source=SOURCE_ENGINE, cause="error"
+        )
         # What is loaded by now (torch, the SDK, the app) lives for the whole run: out of
         # the cyclic GC, whose full passes over it took seconds during start-up, stalling
         # the loop from whichever thread set one off.
@@ -335,13 +371,17 @@ class Run:
             assert self.policy is not None
             if points and points[0]["step"] >= self.config.max_steps:
                 self.pipeline.restore(ResumeState.from_dict(points[0]["resume_state"]))
-                self._log("warning", f"run {self.run_id} is already at step {self.pipeline.step} "
-                                     f"of {self.config.max_steps}; nothing to do (raise --steps "
-                                     "to train further)")
+                self._log(
+                    "warning",
+                    f"run {self.run_id} is already at step {self.pipeline.step} "
+                    f"of {self.config.max_steps}; nothing to do (raise --steps "
+                    "to train further)",
+                )
                 status, reason, cause = "completed", "reached max_steps", "max_steps"
                 return status
-            session = SessionStarted(time=self.clock.now(), backend=self.backend,
-                                     base_model=self.config.base_model)
+            session = SessionStarted(
+                time=self.clock.now(), backend=self.backend, base_model=self.config.base_model
+            )
             if self.resume:  # down since the last thing its previous session recorded
                 await store.flush()
                 last = await store.last_record_before(self.run_id, session.time)
@@ -366,16 +406,29 @@ class Run:
             status = await self.pipeline.run()
             if store.failure is not None:
                 raise store.failure
-            reason = (self.pipeline.end_reason or "reached max_steps" if status == "completed"
-                      else self.pipeline.stop_reason or "stopped before max_steps")
-            cause = "failed" if status == "failed" \
-                else self.pipeline.stop_cause if status == "stopped" \
-                else "no_signal" if self.pipeline.trained_nothing \
-                else "ran_out" if self.pipeline.end_reason else "max_steps"
+            reason = (
+                self.pipeline.end_reason or "reached max_steps"
+                if status == "completed"
+                else self.pipeline.stop_reason or "stopped before max_steps"
+            )
+            cause = (
+                "failed"
+                if status == "failed"
+                else self.pipeline.stop_cause
+                if status == "stopped"
+                else "no_signal"
+                if self.pipeline.trained_nothing
+                else "ran_out"
+                if self.pipeline.end_reason
+                else "max_steps"
+            )
             return status
         except BaseException as exc:
-            if self.pipeline.stopping and isinstance(exc, Exception) and (
-                    isinstance(exc, BackendInterrupted) or not in_pipeline):
+            if (
+                self.pipeline.stopping
+                and isinstance(exc, Exception)
+                and (isinstance(exc, BackendInterrupted) or not in_pipeline)
+            ):
                 # Stopped while starting (the service slow or failing): a call given up
                 # because of the stop, or failing for it. Nothing trained.
                 status, reason = "stopped", f"stopped before training: {exc}"
@@ -390,12 +443,21 @@ class Run:
             if self.policy is not None:
                 await self.policy.close(_SESSION_STATUS[status], reason or None)
             lag_task.cancel()
-            self._log("info", f"event loop lag over the run: p99 {lag.percentile(99) * 1e3:.1f} "
-                              f"ms, max {lag.worst * 1e3:.1f} ms ({len(lag.samples)} samples)")
+            self._log(
+                "info",
+                f"event loop lag over the run: p99 {lag.percentile(99) * 1e3:.1f} "
+                f"ms, max {lag.worst * 1e3:.1f} ms ({len(lag.samples)} samples)",
+            )
             # A resumed run stopped before it was reconciled is still at its start step.
-            self.events.publish(RunFinished(time=self.clock.now(), status=status,
-                                            final_step=max(self.pipeline.step, self._start_step),
-                                            reason=reason, cause=cause))
+            self.events.publish(
+                RunFinished(
+                    time=self.clock.now(),
+                    status=status,
+                    final_step=max(self.pipeline.step, self._start_step),
+                    reason=reason,
+                    cause=cause,
+                )
+            )
             try:
                 await trackers.close()  # before the store: their last lines are stored
             finally:
@@ -410,12 +472,12 @@ class Run:
         if not stored and await store.checkpoints(self.run_id):
             raise ResumeError(
                 f"run {self.run_id} has checkpoints but none with a resume state (it was "
-                "recorded by an older tinker-tui); it cannot be resumed exactly")
+                "recorded by an older tinker-tui); it cannot be resumed exactly"
+            )
         # A checkpoint taken before the format warm-up finished (a stop during the start-up,
         # recorded by tinker-tui before it stopped writing those) holds no usable weights:
         # without a later one the run starts over, warm-up included.
-        points = [p for p in stored
-                  if p["resume_state"].get("warmup_done", True) or p["step"] > 0]
+        points = [p for p in stored if p["resume_state"].get("warmup_done", True) or p["step"] > 0]
         for point in points:
             ResumeState.from_dict(point["resume_state"])  # ResumeError now if unreadable
         return points
@@ -431,26 +493,45 @@ class Run:
         spent = (await store.last_metrics()).get(self.run_id, {})
         counts = await store.reconcile(self.run_id, step)
         if point is None:
-            state = ResumeState(step=0, policy_version=0, next_position=0, pending=(),
-                                next_group_id=counts["next_group_id"], warmup_done=False)
+            state = ResumeState(
+                step=0,
+                policy_version=0,
+                next_position=0,
+                pending=(),
+                next_group_id=counts["next_group_id"],
+                warmup_done=False,
+            )
             checkpoint = ""
         else:
             state = ResumeState.from_dict(point["resume_state"])
-            state = dataclasses.replace(state, next_group_id=max(state.next_group_id,
-                                                                 counts["next_group_id"]))
+            state = dataclasses.replace(
+                state, next_group_id=max(state.next_group_id, counts["next_group_id"])
+            )
             checkpoint = point["name"]
         self.pipeline.restore(state)
         self.pipeline.carry_totals({k: v for k, v in spent.items() if isinstance(v, int | float)})
         # The checkpoints kept up to here are rollback points too (engine.metrics.health).
         for kept in await self._resume_points(store):
             if kept["step"] <= step:
-                self.pipeline.checkpointer.adopt(kept["step"], kept["name"], kept["path"],
-                                               ResumeState.from_dict(kept["resume_state"]),
-                                               requested=bool(kept.get("requested")))
-        self.events.publish(RunResumed(
-            time=self.clock.now(), run_id=self.run_id, step=step, checkpoint=checkpoint,
-            steps_undone=counts["steps_removed"], groups_requeued=counts["groups_requeued"],
-            scenarios_pending=len(state.pending), down_seconds=self._down_seconds))
+                self.pipeline.checkpointer.adopt(
+                    kept["step"],
+                    kept["name"],
+                    kept["path"],
+                    ResumeState.from_dict(kept["resume_state"]),
+                    requested=bool(kept.get("requested")),
+                )
+        self.events.publish(
+            RunResumed(
+                time=self.clock.now(),
+                run_id=self.run_id,
+                step=step,
+                checkpoint=checkpoint,
+                steps_undone=counts["steps_removed"],
+                groups_requeued=counts["groups_requeued"],
+                scenarios_pending=len(state.pending),
+                down_seconds=self._down_seconds,
+            )
+        )
         stored = await store.run(self.run_id)
         if stored is not None:  # the collapse tracking goes on (engine.metrics.collapse_memory)
             self.pipeline.remember(await store.events(stored, EARLIER_KINDS), step)
@@ -467,22 +548,31 @@ class Run:
             try:
                 # The version the checkpoint's weights are (a step with no gradient, all
                 # groups of equal reward, made no new version: it can trail the step).
-                await self.policy.start(from_state=point["path"],
-                                        version=int(point["resume_state"]["policy_version"]))
-                self.policy.adopt_checkpoints([
-                    CheckpointRecord("state", p["step"], p["name"], p["path"])
-                    for p in reversed(points[i:])])
+                await self.policy.start(
+                    from_state=point["path"], version=int(point["resume_state"]["policy_version"])
+                )
+                self.policy.adopt_checkpoints(
+                    [
+                        CheckpointRecord("state", p["step"], p["name"], p["path"])
+                        for p in reversed(points[i:])
+                    ]
+                )
                 return point
             except BackendInterrupted:
                 raise  # stopping: no other checkpoint is tried
             except Exception as exc:
                 if i + 1 == len(points):
-                    raise ResumeError(f"run {self.run_id}: no confirmed checkpoint could be "
-                                      f"loaded (the store is left as it was); the last tried, "
-                                      f"{point['path']}, failed: {type(exc).__name__}: "
-                                      f"{exc}") from exc
-                self._log("warning", f"checkpoint {point['path']} could not be loaded "
-                                     f"({type(exc).__name__}: {exc}); trying the one before")
+                    raise ResumeError(
+                        f"run {self.run_id}: no confirmed checkpoint could be "
+                        f"loaded (the store is left as it was); the last tried, "
+                        f"{point['path']}, failed: {type(exc).__name__}: "
+                        f"{exc}"
+                    ) from exc
+                self._log(
+                    "warning",
+                    f"checkpoint {point['path']} could not be loaded "
+                    f"({type(exc).__name__}: {exc}); trying the one before",
+                )
                 self._publish_started(points[i + 1]["step"])
         raise AssertionError("unreachable")
 
@@ -522,23 +612,38 @@ class Run:
                 await self.policy.load_training_state(str(folder))
             except Exception as exc:
                 cache.discard(key)
-                self._log("warning", f"format warm-up: the saved result {key[:12]} could not "
-                                     f"be loaded ({type(exc).__name__}: {exc}); running it")
+                self._log(
+                    "warning",
+                    f"format warm-up: the saved result {key[:12]} could not "
+                    f"be loaded ({type(exc).__name__}: {exc}); running it",
+                )
                 await self.policy.start()  # a failed load poisons the training client
             else:
                 await self.policy.publish()
                 self.pipeline.warmup_done = True
                 self._phase("warmup", done=steps, total=steps, detail="reused")
-                self._log("info", f"format warm-up: {what} reused from an identical earlier "
-                                  f"run (final loss {meta.get('final_loss', '?')} per "
-                                  f"example; saved result {key[:12]})")
+                self._log(
+                    "info",
+                    f"format warm-up: {what} reused from an identical earlier "
+                    f"run (final loss {meta.get('final_loss', '?')} per "
+                    f"example; saved result {key[:12]})",
+                )
                 return
-        over_budget = self.pipeline.cost.budget_passed_by_training(
-            self.policy.usage, sum(datums[i].model_input.length for draw in draws for i in draw),
-            what=f"the format warm-up of {what}") if self.pipeline.cost.budgeted else ""
+        over_budget = (
+            self.pipeline.cost.budget_passed_by_training(
+                self.policy.usage,
+                sum(datums[i].model_input.length for draw in draws for i in draw),
+                what=f"the format warm-up of {what}",
+            )
+            if self.pipeline.cost.budgeted
+            else ""
+        )
         if over_budget:
-            self.pipeline.stop(f"{BUDGET_STOP}{over_budget}; lower warmup_steps or raise "
-                               "max_cost_usd", source=SOURCE_ENGINE, cause="budget")
+            self.pipeline.stop(
+                f"{BUDGET_STOP}{over_budget}; lower warmup_steps or raise max_cost_usd",
+                source=SOURCE_ENGINE,
+                cause="budget",
+            )
             return
         loss = 0.0
         self._phase("warmup", done=0, total=steps)
@@ -547,7 +652,8 @@ class Run:
                 return
             faults.hit("warmup", done)  # test hook (engine.faults)
             loss = await self.policy.train_cross_entropy(
-                [datums[i] for i in draw], learning_rate=self.config.warmup_learning_rate)
+                [datums[i] for i in draw], learning_rate=self.config.warmup_learning_rate
+            )
             self._phase("warmup", done=done, total=steps, loss=loss / batch_size)
         final = f"{loss / batch_size:.3f}"
         if cache is not None and key is not None:
@@ -557,14 +663,18 @@ class Run:
         self.pipeline.cost.warmed_up(self.policy.usage)
         self._log("info", f"format warm-up: {what}, final loss {final} per example")
 
-    async def _warmup_cache(self, datums: list[tinker.Datum], draws: list[list[int]]
-                            ) -> tuple[WarmupCache | None, str | None]:
+    async def _warmup_cache(
+        self, datums: list[tinker.Datum], draws: list[list[int]]
+    ) -> tuple[WarmupCache | None, str | None]:
         """The local backend's warm-up cache and this warm-up's key (None, None elsewhere)."""
         assert self.policy is not None
         training = self.policy.training_client
         service = self._service_client
-        if self.backend != "local" or not isinstance(service, KeepsCheckpointsHere) or \
-                not isinstance(training, KnowsTrainingIdentity):
+        if (
+            self.backend != "local"
+            or not isinstance(service, KeepsCheckpointsHere)
+            or not isinstance(training, KnowsTrainingIdentity)
+        ):
             return None, None
         checkpoint_dir = service.checkpoint_dir
         from tinker_tui.engine.training.warmup_cache import CACHE_DIR, WarmupCache, warmup_key
@@ -573,8 +683,13 @@ class Run:
         if identity is None:
             return None, None
         key = await asyncio.to_thread(
-            warmup_key, identity, datums, draws,
-            learning_rate=self.config.warmup_learning_rate, adam=self.policy.adam)
+            warmup_key,
+            identity,
+            datums,
+            draws,
+            learning_rate=self.config.warmup_learning_rate,
+            adam=self.policy.adam,
+        )
         return WarmupCache(Path(checkpoint_dir) / CACHE_DIR), key
 
     async def _save_warmup(self, cache: WarmupCache, key: str, final_loss: str) -> None:
@@ -583,12 +698,16 @@ class Run:
         try:
             from tinker_tui.engine.local.checkpoints import resolve
 
-            path = await self.policy.save_training_state(f"warmup-{key[:16]}",
-                                                         {"final_loss": final_loss})
+            path = await self.policy.save_training_state(
+                f"warmup-{key[:16]}", {"final_loss": final_loss}
+            )
             service = self._service_client
             assert isinstance(service, KeepsCheckpointsHere)  # as `_warmup_cache` checked
             folder = resolve(Path(service.checkpoint_dir), path)
             await asyncio.to_thread(cache.put, key, folder)
         except Exception as exc:
-            self._log("warning", f"format warm-up: could not keep its result for reuse "
-                                 f"({type(exc).__name__}: {exc})")
+            self._log(
+                "warning",
+                f"format warm-up: could not keep its result for reuse "
+                f"({type(exc).__name__}: {exc})",
+            )

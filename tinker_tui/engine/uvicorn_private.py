@@ -75,15 +75,17 @@ class DeadlineH11Protocol(H11Protocol):
     def deadline_passed(self) -> None:
         self.request_deadline = None
         if not self.transport.is_closing():
-            logger.debug("closing a connection from %s: its request did not arrive whole "
-                         "within %g s", self.client, self.request_timeout)
+            logger.debug(
+                "closing a connection from %s: its request did not arrive whole within %g s",
+                self.client,
+                self.request_timeout,
+            )
             self.transport.close()
 
 
 def deadline_protocol(request_timeout: float) -> type[DeadlineH11Protocol]:
     """The protocol class uvicorn's `Config(http=...)` takes, with this request deadline."""
-    return type("DeadlineH11Protocol", (DeadlineH11Protocol,),
-                {"request_timeout": request_timeout})
+    return type("DeadlineH11Protocol", (DeadlineH11Protocol,), {"request_timeout": request_timeout})
 
 
 class EmbeddedUvicorn(uvicorn.Server):

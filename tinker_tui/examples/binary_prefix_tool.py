@@ -50,19 +50,29 @@ TOOL_NAME = "make_guess"
 
 def tool_spec(bits: int) -> dict[str, Any]:
     """The OpenAI tool definition of make_guess."""
-    return {"type": "function", "function": {
-        "name": TOOL_NAME,
-        "description": "Returns how many leading bits of the guess are right.",
-        "parameters": {"type": "object",
-                       "properties": {"guess": {"type": "string",
-                                                "description": f"{bits} bits, each 0 or 1"}},
-                       "required": ["guess"]}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": TOOL_NAME,
+            "description": "Returns how many leading bits of the guess are right.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "guess": {"type": "string", "description": f"{bits} bits, each 0 or 1"}
+                },
+                "required": ["guess"],
+            },
+        },
+    }
 
 
 def prompt_for(bits: int, secret_index: int | None, *, native: bool) -> str:
     which = "" if secret_index is None else f" Secret number {secret_index}."
-    how = ("Call the tool make_guess with your guess." if native else
-           f"Reply with your guess only: {bits} bits, each 0 or 1.")
+    how = (
+        "Call the tool make_guess with your guess."
+        if native
+        else f"Reply with your guess only: {bits} bits, each 0 or 1."
+    )
     return f"A string of {bits} bits is hidden.{which} Find it with make_guess. {how}"
 
 
@@ -133,8 +143,14 @@ async def _probe(client: Any, model: str) -> bool:
     return (getattr(entry, "model_extra", None) or {}).get("tool_calls") == "native"
 
 
-def make_task(*, bits: int = 30, secret_pool: int = 1, max_turns: int = 3, seed: int = 2024,
-              name: str = "binary_prefix_tool") -> Task:
+def make_task(
+    *,
+    bits: int = 30,
+    secret_pool: int = 1,
+    max_turns: int = 3,
+    seed: int = 2024,
+    name: str = "binary_prefix_tool",
+) -> Task:
     """A binary-prefix task. secret_pool: how many fixed secrets (scenarios name theirs), or 0
     for a fresh random secret per scenario; max_turns: guesses per episode."""
     pool_rng = random.Random(seed)
@@ -146,8 +162,9 @@ def make_task(*, bits: int = 30, secret_pool: int = 1, max_turns: int = 3, seed:
         while True:
             if pool:
                 j = rng.randrange(len(pool))
-                yield Scenario(id=f"secret{j}-{index}", data=(j if len(pool) > 1 else None,
-                                                              pool[j]))
+                yield Scenario(
+                    id=f"secret{j}-{index}", data=(j if len(pool) > 1 else None, pool[j])
+                )
             else:
                 secret = "".join(rng.choice("01") for _ in range(bits))
                 yield Scenario(id=f"random-{index}", data=(None, secret))
@@ -155,26 +172,35 @@ def make_task(*, bits: int = 30, secret_pool: int = 1, max_turns: int = 3, seed:
 
     def eval_scenarios() -> list[Scenario]:
         if pool:
-            return [Scenario(id=f"eval-secret{j}-{k}", data=(j if len(pool) > 1 else None, s))
-                    for j, s in enumerate(pool) for k in range(max(1, 8 // len(pool)))]
+            return [
+                Scenario(id=f"eval-secret{j}-{k}", data=(j if len(pool) > 1 else None, s))
+                for j, s in enumerate(pool)
+                for k in range(max(1, 8 // len(pool)))
+            ]
         rng = random.Random(seed + 7)
-        return [Scenario(id=f"eval-random-{k}",
-                         data=(None, "".join(rng.choice("01") for _ in range(bits))))
-                for k in range(8)]
+        return [
+            Scenario(
+                id=f"eval-random-{k}", data=(None, "".join(rng.choice("01") for _ in range(bits)))
+            )
+            for k in range(8)
+        ]
 
     async def rollout(client: Any, model: str, scenario: Scenario) -> Trajectory:
         secret_index, secret = scenario.data
         native = await native_tool_calls(client, model)
         messages: list[dict[str, Any]] = [
-            {"role": "user", "content": prompt_for(bits, secret_index, native=native)}]
+            {"role": "user", "content": prompt_for(bits, secret_index, native=native)}
+        ]
         choices, best, calls = [], 0, 0
         for _ in range(max_turns):
             if native:
                 completion = await client.chat.completions.create(
-                    model=model, messages=messages, tools=tools, max_tokens=256)
+                    model=model, messages=messages, tools=tools, max_tokens=256
+                )
             else:
                 completion = await client.chat.completions.create(
-                    model=model, messages=messages, max_tokens=bits + 8)
+                    model=model, messages=messages, max_tokens=bits + 8
+                )
             choice = completion.choices[0]
             choices.append(choice)
             message = choice.message
@@ -187,31 +213,40 @@ def make_task(*, bits: int = 30, secret_pool: int = 1, max_turns: int = 3, seed:
             else:
                 guesses = [c for c in message.tool_calls or [] if c.function.name == TOOL_NAME]
                 if not guesses:
-                    messages.append({"role": "user",
-                                     "content": f"Call {TOOL_NAME} with your guess."})
+                    messages.append(
+                        {"role": "user", "content": f"Call {TOOL_NAME} with your guess."}
+                    )
                 for call in guesses:
                     calls += 1
                     score, answer = make_guess(_guess_of(call), secret)
                     best = max(best, score)
-                    messages.append({"role": "tool", "tool_call_id": call.id,
-                                     "content": answer})
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": answer})
             if best == bits:
                 break
-        return Trajectory.from_choices(choices, reward=float(best), messages=messages,
-                                       tool_calls=float(calls))
+        return Trajectory.from_choices(
+            choices, reward=float(best), messages=messages, tool_calls=float(calls)
+        )
 
-    return Task(name=name, scenarios=scenarios, rollout=rollout, eval_scenarios=eval_scenarios,
-                warmup=text_warmup(bits, max_turns, pool, seed),
-                # A policy that has memorised a prefix answers it in every member of a group
-                # (no variance, no gradient) until a lucky sample finds the next bit: a
-                # plateau, not a collapse, so pause only if no group at all has variance.
-                settings={"max_steps": 150, "eval_every": 25, "zero_variance_pause_rate": 1.0},
-                backend_settings={"local": {"warmup_steps": 30, "learning_rate": 1e-3},
-                                  "tinker": {"learning_rate": 4e-5, "max_steps": 60}})
+    return Task(
+        name=name,
+        scenarios=scenarios,
+        rollout=rollout,
+        eval_scenarios=eval_scenarios,
+        warmup=text_warmup(bits, max_turns, pool, seed),
+        # A policy that has memorised a prefix answers it in every member of a group
+        # (no variance, no gradient) until a lucky sample finds the next bit: a
+        # plateau, not a collapse, so pause only if no group at all has variance.
+        settings={"max_steps": 150, "eval_every": 25, "zero_variance_pause_rate": 1.0},
+        backend_settings={
+            "local": {"warmup_steps": 30, "learning_rate": 1e-3},
+            "tinker": {"learning_rate": 4e-5, "max_steps": 60},
+        },
+    )
 
 
-def text_warmup(bits: int, max_turns: int, pool: list[str],
-                seed: int) -> tuple[tuple[dict[str, str], ...], ...]:
+def text_warmup(
+    bits: int, max_turns: int, pool: list[str], seed: int
+) -> tuple[tuple[dict[str, str], ...], ...]:
     """Format examples of the plain-text protocol: random guesses, answered against random
     decoys, so the secret is never shown (and no bit is preferred)."""
     rng = random.Random(seed + 1)
@@ -232,5 +267,4 @@ def text_warmup(bits: int, max_turns: int, pool: list[str],
 
 
 TASK = make_task()
-TASK_RANDOM_SECRETS = make_task(secret_pool=0, max_turns=8,
-                                name="binary_prefix_tool_random")
+TASK_RANDOM_SECRETS = make_task(secret_pool=0, max_turns=8, name="binary_prefix_tool_random")

@@ -69,8 +69,9 @@ def scenarios(rng: random.Random) -> Iterator[Scenario]:
 
 
 def eval_scenarios() -> list[Scenario]:
-    return [Scenario(id=f"eval-after-{n}-{k}", data={"n": n})
-            for n in EVAL_NUMBERS for k in range(4)]
+    return [
+        Scenario(id=f"eval-after-{n}-{k}", data={"n": n}) for n in EVAL_NUMBERS for k in range(4)
+    ]
 
 
 async def group_rollout(client: Any, model: str, scenario: Scenario, n: int) -> list[Trajectory]:
@@ -78,11 +79,14 @@ async def group_rollout(client: Any, model: str, scenario: Scenario, n: int) -> 
     number = scenario.data["n"]
     messages = [{"role": "user", "content": prompt_for(number)}]
     completion = await client.chat.completions.create(
-        model=model, messages=messages, n=n, max_tokens=8)
+        model=model, messages=messages, n=n, max_tokens=8
+    )
     return [
         Trajectory.from_choices(
-            [choice], reward=reward_for(choice.message.content or "", number + 1),
-            messages=[*messages, {"role": "assistant", "content": choice.message.content}])
+            [choice],
+            reward=reward_for(choice.message.content or "", number + 1),
+            messages=[*messages, {"role": "assistant", "content": choice.message.content}],
+        )
         for choice in completion.choices
     ]
 
@@ -92,8 +96,9 @@ TASK = Task(
     scenarios=scenarios,
     group_rollout=group_rollout,
     eval_scenarios=eval_scenarios,
-    settings={"max_steps": 150, "eval_every": 25, "eval_at_start": True,
-              "checkpoint_every": 25},
-    backend_settings={"local": {"learning_rate": 1e-3, "groups_per_step": 16},
-                      "tinker": {"learning_rate": 4e-5, "max_steps": 40, "eval_every": 10}},
+    settings={"max_steps": 150, "eval_every": 25, "eval_at_start": True, "checkpoint_every": 25},
+    backend_settings={
+        "local": {"learning_rate": 1e-3, "groups_per_step": 16},
+        "tinker": {"learning_rate": 4e-5, "max_steps": 40, "eval_every": 10},
+    },
 )

@@ -79,8 +79,11 @@ async def rollout(client: Any, model: str, scenario: Scenario) -> Trajectory:
 
 def eval_scenarios() -> list[Scenario]:
     """The held-out questions, each asked twice, for a quick, comparable evaluation."""
-    return [Scenario(id=f"eval-q{QUESTIONS.index(q):02d}-{k}", data=q)
-            for q in EVAL_QUESTIONS for k in range(2)]
+    return [
+        Scenario(id=f"eval-q{QUESTIONS.index(q):02d}-{k}", data=q)
+        for q in EVAL_QUESTIONS
+        for k in range(2)
+    ]
 
 
 WARMUP = tuple(
@@ -100,6 +103,8 @@ TASK = Task(
     # learning rate than the tiny embedded model.
     # The embedded model learns this one-word preference at 3e-3 (above the engine's 1e-3,
     # which longer replies need to hold) and holds it: every step at 1.0 after the climb.
-    backend_settings={"local": {"learning_rate": 3e-3},
-                      "tinker": {"warmup_steps": 0, "learning_rate": 4e-5, "max_steps": 30}},
+    backend_settings={
+        "local": {"learning_rate": 3e-3},
+        "tinker": {"warmup_steps": 0, "learning_rate": 4e-5, "max_steps": 30},
+    },
 )

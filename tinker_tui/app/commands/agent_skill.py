@@ -16,9 +16,12 @@ SKILL_FILE = "agent_skill.md"
 
 
 def add_parser(commands: Any) -> None:
-    commands.add_parser("agent-skill", help="print the skill file for coding agents",
-                        description="Print how a coding agent should watch and steer a run "
-                                    "(a skill file, in Markdown).")
+    commands.add_parser(
+        "agent-skill",
+        help="print the skill file for coding agents",
+        description="Print how a coding agent should watch and steer a run "
+        "(a skill file, in Markdown).",
+    )
 
 
 def skill_text() -> str:

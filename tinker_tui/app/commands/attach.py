@@ -36,16 +36,26 @@ FIND_RUN_TIMEOUT = 15.0  # seconds to wait for a just-started run to appear in t
 
 
 def add_parser(commands: Any) -> None:
-    attach = commands.add_parser("attach", help="watch and steer a running run",
-                                 description="Open the dashboard on a run that another "
-                                             "process runs (started with or without the "
-                                             "dashboard), and steer it.")
-    attach.add_argument("run", nargs="?", metavar="RUN",
-                        help="run id or a unique prefix of one (default: the newest running "
-                             "run with a control endpoint)")
+    attach = commands.add_parser(
+        "attach",
+        help="watch and steer a running run",
+        description="Open the dashboard on a run that another "
+        "process runs (started with or without the "
+        "dashboard), and steer it.",
+    )
+    attach.add_argument(
+        "run",
+        nargs="?",
+        metavar="RUN",
+        help="run id or a unique prefix of one (default: the newest running "
+        "run with a control endpoint)",
+    )
     add_db_option(attach)
-    attach.add_argument("--no-ui", action="store_true",
-                        help="print one line per step instead (also when not on a terminal)")
+    attach.add_argument(
+        "--no-ui",
+        action="store_true",
+        help="print one line per step instead (also when not on a terminal)",
+    )
 
 
 def connect(db_path: Path, wanted: str | None) -> tuple[RemoteControl, str]:
@@ -85,8 +95,10 @@ def _not_running(db_path: Path, wanted: str) -> UsageError:
     except StoreError as exc:  # no such run (the same message as show's), or no store
         return UsageError(str(exc))
     status = run.status if run.status != "running" else "not running (its process is gone)"
-    return UsageError(f"run {run.run_id} is {status}: nothing to attach to; "
-                      f"`tinker-tui show {run.run_id}{db_flag(db_path)}` shows it")
+    return UsageError(
+        f"run {run.run_id} is {status}: nothing to attach to; "
+        f"`tinker-tui show {run.run_id}{db_flag(db_path)}` shows it"
+    )
 
 
 def _gone(db_path: Path, run_id: str, pid: int | None, control_file: Path) -> UsageError:
@@ -103,11 +115,11 @@ def _gone(db_path: Path, run_id: str, pid: int | None, control_file: Path) -> Us
     return UsageError(
         f"run {run_id} is not running: its process (pid {pid}) is gone and its control file "
         f"{control_file} is stale. `tinker-tui show {run_id}{db}` shows it; "
-        f"`tinker-tui run {task} --resume {run_id}{db}` continues it")
+        f"`tinker-tui run {task} --resume {run_id}{db}` continues it"
+    )
 
 
-async def wait_for_run(db_path: Path, run_id: str, timeout: float = FIND_RUN_TIMEOUT
-                       ) -> StoredRun:
+async def wait_for_run(db_path: Path, run_id: str, timeout: float = FIND_RUN_TIMEOUT) -> StoredRun:
     from tinker_tui.engine.store import StoreError, find_run
 
     deadline = time.monotonic() + timeout

@@ -19,9 +19,22 @@ from typing import Any
 from tinker_tui.engine.did_you_mean import did_you_mean
 from tinker_tui.engine.errors import EXIT_OK, UsageError
 
-__all__ = ["BACKENDS", "DEFAULT_DB", "EXIT_OK", "TENSORBOARD_BESIDE_STORE", "add_db_option",
-           "config_overrides", "store_path", "wants_ui", "NAME_LENGTH", "NOTE_LENGTH",
-           "add_label_options", "run_label", "check_label", "one_of"]
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_DB",
+    "EXIT_OK",
+    "TENSORBOARD_BESIDE_STORE",
+    "add_db_option",
+    "config_overrides",
+    "store_path",
+    "wants_ui",
+    "NAME_LENGTH",
+    "NOTE_LENGTH",
+    "add_label_options",
+    "run_label",
+    "check_label",
+    "one_of",
+]
 
 DEFAULT_DB = Path("runs") / "tinker-tui.db"
 #: The backends `--backend` takes.
@@ -32,9 +45,13 @@ TENSORBOARD_BESIDE_STORE = "<beside the store>"
 
 def add_db_option(parser: Any) -> None:
     """`--db PATH`, the same for every command."""
-    parser.add_argument("--db", type=Path, metavar="PATH",
-                        help=f"the SQLite run store (default {DEFAULT_DB}; its folder must "
-                             "exist unless it is the default)")
+    parser.add_argument(
+        "--db",
+        type=Path,
+        metavar="PATH",
+        help=f"the SQLite run store (default {DEFAULT_DB}; its folder must "
+        "exist unless it is the default)",
+    )
 
 
 def one_of(choices: Iterable[str]) -> Callable[[str], str]:
@@ -49,7 +66,8 @@ def one_of(choices: Iterable[str]) -> Callable[[str], str]:
             return value
         listed = ", ".join(repr(c) for c in allowed)
         raise argparse.ArgumentTypeError(
-            f"invalid choice: {value!r} (choose from {listed}){did_you_mean(value, allowed)}")
+            f"invalid choice: {value!r} (choose from {listed}){did_you_mean(value, allowed)}"
+        )
 
     return check
 
@@ -62,8 +80,9 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The run settings the command line set (one flag per `engine.config.SETTINGS`)."""
     from tinker_tui.engine.config import SETTINGS
 
-    overrides = {name: getattr(args, name) for name in SETTINGS
-                 if getattr(args, name, None) is not None}
+    overrides = {
+        name: getattr(args, name) for name in SETTINGS if getattr(args, name, None) is not None
+    }
     if overrides.get("tensorboard_dir") == TENSORBOARD_BESIDE_STORE:
         overrides["tensorboard_dir"] = str(store_path(args).parent / "tensorboard")
     return overrides
@@ -84,9 +103,12 @@ NOTE_LENGTH = 2000
 def add_label_options(parser: Any) -> None:
     """`--name TEXT` and `--note TEXT`: the run's own name (header, `runs`, legends,
     trackers) and a note."""
-    parser.add_argument("--name", dest="run_name", metavar="TEXT",
-                        help="a short name for the run, shown with its id (header, runs, "
-                             "compare, W&B)")
+    parser.add_argument(
+        "--name",
+        dest="run_name",
+        metavar="TEXT",
+        help="a short name for the run, shown with its id (header, runs, compare, W&B)",
+    )
     parser.add_argument("--note", metavar="TEXT", help="a note kept with the run")
 
 

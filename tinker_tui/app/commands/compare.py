@@ -20,21 +20,34 @@ from tinker_tui.app.json_output import add_json_option
 
 def add_parser(commands: Any) -> None:
     compare = commands.add_parser(
-        "compare", help="compare runs: their curves overlaid, the settings that differ",
+        "compare",
+        help="compare runs: their curves overlaid, the settings that differ",
         description="Compare runs: every metric chart draws a line per run, over a table "
-                    "of each run's status, steps, final and best reward, duration and the "
-                    "settings that differ. Without a terminal (or with --no-ui) it prints "
-                    "the table.")
-    compare.add_argument("runs", nargs="*", metavar="RUN",
-                         help="run ids, unique prefixes of them, or a sweep's id")
-    compare.add_argument("--db", type=Path, metavar="PATH", action="append",
-                         help=f"a run store to look in (default {DEFAULT_DB}); give it "
-                              "again to compare runs of several stores")
-    compare.add_argument("--cookbook", type=Path, metavar="DIR", action="append",
-                         help="a tinker-cookbook run folder to compare too (give it again "
-                              "for several)")
-    compare.add_argument("--no-ui", action="store_true",
-                         help="print the table instead (also when not on a terminal)")
+        "of each run's status, steps, final and best reward, duration and the "
+        "settings that differ. Without a terminal (or with --no-ui) it prints "
+        "the table.",
+    )
+    compare.add_argument(
+        "runs", nargs="*", metavar="RUN", help="run ids, unique prefixes of them, or a sweep's id"
+    )
+    compare.add_argument(
+        "--db",
+        type=Path,
+        metavar="PATH",
+        action="append",
+        help=f"a run store to look in (default {DEFAULT_DB}); give it "
+        "again to compare runs of several stores",
+    )
+    compare.add_argument(
+        "--cookbook",
+        type=Path,
+        metavar="DIR",
+        action="append",
+        help="a tinker-cookbook run folder to compare too (give it again for several)",
+    )
+    compare.add_argument(
+        "--no-ui", action="store_true", help="print the table instead (also when not on a terminal)"
+    )
     add_json_option(compare, "compare")
 
 
@@ -49,13 +62,13 @@ def main(args: argparse.Namespace) -> int:
 
     stores = list(dict.fromkeys(args.db or [DEFAULT_DB]))
     folders = list(dict.fromkeys(args.cookbook or []))
-    pairs = asyncio.run(resolve_runs(stores, args.runs, others=len(folders))) \
-        if args.runs else []
+    pairs = asyncio.run(resolve_runs(stores, args.runs, others=len(folders))) if args.runs else []
     if len(pairs) + len(folders) < 2:
         from tinker_tui.engine.errors import UsageError
 
-        raise UsageError("compare needs at least two runs (ids, prefixes, a sweep id or "
-                         "--cookbook folders)")
+        raise UsageError(
+            "compare needs at least two runs (ids, prefixes, a sweep id or --cookbook folders)"
+        )
     foreign = [foreign_compared(folder) for folder in folders]
     if args.json:
         from tinker_tui.app.compare import comparison_document

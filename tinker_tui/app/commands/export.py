@@ -48,27 +48,48 @@ WHAT = ("all", "metrics", "samples")
 
 
 def add_parser(commands: Any) -> None:
-    export = commands.add_parser("export", help="write a run's metrics and samples to files",
-                                 description="Write a stored run's metrics and samples as "
-                                             "JSON lines or CSV.")
-    export.add_argument("run", nargs="?", metavar="RUN",
-                        help="run id or a unique prefix of one (default: the newest run)")
-    export.add_argument("--format", choices=FORMATS, type=one_of(FORMATS),
-                        default="jsonl",
-                        help="jsonl (default): one file, a record per line; csv: one table "
-                             "per file; wandb, tensorboard: a W&B run (offline without an API "
-                             "key) or TensorBoard event files, as --wandb / --tensorboard "
-                             "would have written them")
-    export.add_argument("--project", metavar="NAME",
-                        help="W&B project for --format wandb (default: the run's "
-                             "wandb_project, else tinker-tui)")
-    export.add_argument("--what", choices=WHAT, type=one_of(WHAT), default="all",
-                        help="what to export (default: all)")
-    export.add_argument("-o", "--output", metavar="PATH",
-                        help="a folder for the default file names (RUN.jsonl, "
-                             "RUN-metrics.csv, ...), a file, or '-' for standard output; "
-                             "default: the current folder (wandb, tensorboard: the folder to "
-                             "write in, default wandb/ and tensorboard/ beside the store)")
+    export = commands.add_parser(
+        "export",
+        help="write a run's metrics and samples to files",
+        description="Write a stored run's metrics and samples as JSON lines or CSV.",
+    )
+    export.add_argument(
+        "run",
+        nargs="?",
+        metavar="RUN",
+        help="run id or a unique prefix of one (default: the newest run)",
+    )
+    export.add_argument(
+        "--format",
+        choices=FORMATS,
+        type=one_of(FORMATS),
+        default="jsonl",
+        help="jsonl (default): one file, a record per line; csv: one table "
+        "per file; wandb, tensorboard: a W&B run (offline without an API "
+        "key) or TensorBoard event files, as --wandb / --tensorboard "
+        "would have written them",
+    )
+    export.add_argument(
+        "--project",
+        metavar="NAME",
+        help="W&B project for --format wandb (default: the run's wandb_project, else tinker-tui)",
+    )
+    export.add_argument(
+        "--what",
+        choices=WHAT,
+        type=one_of(WHAT),
+        default="all",
+        help="what to export (default: all)",
+    )
+    export.add_argument(
+        "-o",
+        "--output",
+        metavar="PATH",
+        help="a folder for the default file names (RUN.jsonl, "
+        "RUN-metrics.csv, ...), a file, or '-' for standard output; "
+        "default: the current folder (wandb, tensorboard: the folder to "
+        "write in, default wandb/ and tensorboard/ beside the store)",
+    )
     add_db_option(export)
 
 
@@ -143,13 +164,17 @@ def targets(output: str | None, names: list[str]) -> list[str]:
     several = len(names) > 1
     if output == "-" or (not is_folder(output) and not several):
         if several:
-            raise UsageError(f"csv with --what all writes two tables ({', '.join(names)}); "
-                             "standard output takes one: choose --what metrics or --what "
-                             "samples, or give --output a folder")
+            raise UsageError(
+                f"csv with --what all writes two tables ({', '.join(names)}); "
+                "standard output takes one: choose --what metrics or --what "
+                "samples, or give --output a folder"
+            )
         return [output]
     if several and not is_folder(output) and (Path(output).exists() or Path(output).suffix):
-        raise UsageError(f"{output} names a file; csv with --what all writes two tables, so "
-                         "--output names a folder (or choose --what metrics or samples)")
+        raise UsageError(
+            f"{output} names a file; csv with --what all writes two tables, so "
+            "--output names a folder (or choose --what metrics or samples)"
+        )
     return [str(Path(output) / name) for name in names]
 
 

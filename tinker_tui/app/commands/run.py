@@ -61,61 +61,107 @@ examples:
       a task file of yours, headless, two settings
 """
 
+
 def add_parser(commands: Any) -> None:
     run = commands.add_parser(
-        "run", help="train a task and watch it live",
+        "run",
+        help="train a task and watch it live",
         description="Train a task with RL and watch it live.\n\nEvery setting has a default "
-                    "(shown); the task's settings, its backend's,\n--config and then these "
-                    "flags override it, in that order.",
-        usage="tinker-tui run TASK [options]", epilog=EXAMPLES, formatter_class=HelpFormatter)
+        "(shown); the task's settings, its backend's,\n--config and then these "
+        "flags override it, in that order.",
+        usage="tinker-tui run TASK [options]",
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
     group = run.add_argument_group("run")
-    group.add_argument("task", metavar="TASK",
-                       help="a built-in task (example, binary_prefix_tool, next_number), a file "
-                            "path/to/task.py[:NAME] or a module package.module[:NAME]")
-    group.add_argument("--steps", type=int, metavar="N", dest="max_steps",
-                       help="optimizer steps in the whole run (default the task's, else 40)")
-    group.add_argument("--config", type=Path, metavar="TOML",
-                       help="settings from a TOML file (keys named like the flags, with _)")
-    group.add_argument("--resume", nargs="?", const="latest", metavar="RUN",
-                       help="continue a stored run (id or prefix; default: the newest of TASK)")
-    group.add_argument("--no-ui", action="store_true",
-                       help="no dashboard: one line per step (also when not on a terminal)")
-    group.add_argument("--json", action="store_true",
-                       help="no dashboard: a JSON object per line on stdout (start, steps, "
-                            "evaluations, checkpoints, end; tinker-tui.run-line/1), the "
-                            "text lines on stderr")
+    group.add_argument(
+        "task",
+        metavar="TASK",
+        help="a built-in task (example, binary_prefix_tool, next_number), a file "
+        "path/to/task.py[:NAME] or a module package.module[:NAME]",
+    )
+    group.add_argument(
+        "--steps",
+        type=int,
+        metavar="N",
+        dest="max_steps",
+        help="optimizer steps in the whole run (default the task's, else 40)",
+    )
+    group.add_argument(
+        "--config",
+        type=Path,
+        metavar="TOML",
+        help="settings from a TOML file (keys named like the flags, with _)",
+    )
+    group.add_argument(
+        "--resume",
+        nargs="?",
+        const="latest",
+        metavar="RUN",
+        help="continue a stored run (id or prefix; default: the newest of TASK)",
+    )
+    group.add_argument(
+        "--no-ui",
+        action="store_true",
+        help="no dashboard: one line per step (also when not on a terminal)",
+    )
+    group.add_argument(
+        "--json",
+        action="store_true",
+        help="no dashboard: a JSON object per line on stdout (start, steps, "
+        "evaluations, checkpoints, end; tinker-tui.run-line/1), the "
+        "text lines on stderr",
+    )
     add_label_options(group)
     alerts = run.add_argument_group("alerts")
-    alerts.add_argument("--notify", action="store_true",
-                        help="on a pause, collapse, failure, finish or stop of the run's own: "
-                             "the terminal's bell and a desktop notification through its "
-                             "escapes (OSC 9 / OSC 777)")
-    alerts.add_argument("--notify-command", metavar="CMD",
-                        help="a shell command run on each of those alerts (with "
-                             "TINKER_TUI_ALERT, _TITLE, _MESSAGE and _RUN set)")
+    alerts.add_argument(
+        "--notify",
+        action="store_true",
+        help="on a pause, collapse, failure, finish or stop of the run's own: "
+        "the terminal's bell and a desktop notification through its "
+        "escapes (OSC 9 / OSC 777)",
+    )
+    alerts.add_argument(
+        "--notify-command",
+        metavar="CMD",
+        help="a shell command run on each of those alerts (with "
+        "TINKER_TUI_ALERT, _TITLE, _MESSAGE and _RUN set)",
+    )
     pipeline = run.add_argument_group("pipeline")
     backend = run.add_argument_group("backend")
-    backend.add_argument("--backend", choices=BACKENDS, type=one_of(BACKENDS),
-                         help="local (embedded, CPU) or tinker (needs TINKER_API_KEY); default "
-                              "tinker when a key is configured, else local")
+    backend.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        type=one_of(BACKENDS),
+        help="local (embedded, CPU) or tinker (needs TINKER_API_KEY); default "
+        "tinker when a key is configured, else local",
+    )
     store = run.add_argument_group("store")
     add_db_option(store)
     trackers = run.add_argument_group("trackers")
-    trackers.add_argument("--wandb", metavar="PROJECT", dest="wandb_project",
-                          help='log to this W&B project (offline without an API key; needs '
-                               'pip install "tinker-tui[wandb]")')
-    trackers.add_argument("--tensorboard", nargs="?", const=TENSORBOARD_BESIDE_STORE,
-                          metavar="DIR", dest="tensorboard_dir",
-                          help="TensorBoard event files in DIR/RUN_ID (default DIR: "
-                               'tensorboard/ beside the store; needs pip install '
-                               '"tinker-tui[tensorboard]")')
+    trackers.add_argument(
+        "--wandb",
+        metavar="PROJECT",
+        dest="wandb_project",
+        help="log to this W&B project (offline without an API key; needs "
+        'pip install "tinker-tui[wandb]")',
+    )
+    trackers.add_argument(
+        "--tensorboard",
+        nargs="?",
+        const=TENSORBOARD_BESIDE_STORE,
+        metavar="DIR",
+        dest="tensorboard_dir",
+        help="TensorBoard event files in DIR/RUN_ID (default DIR: "
+        "tensorboard/ beside the store; needs pip install "
+        '"tinker-tui[tensorboard]")',
+    )
     # The run id a dashboard chose for the engine it starts (with --resume: the run resumed).
     group.add_argument("--run-id", help=argparse.SUPPRESS)
     # Set by a dashboard on the engine it starts: someone watches, so a health pause waits
     # for them (on_health_pause = auto) instead of stopping as an unwatched run does.
     group.add_argument("--watched", action="store_true", help=argparse.SUPPRESS)
-    add_config_flags({"run": group, "pipeline": pipeline, "backend": backend,
-                      "trackers": trackers})
+    add_config_flags({"run": group, "pipeline": pipeline, "backend": backend, "trackers": trackers})
 
 
 def add_config_flags(groups: dict[str, Any]) -> None:
@@ -125,8 +171,9 @@ def add_config_flags(groups: dict[str, Any]) -> None:
 
     for name, spec in SETTINGS.items():
         if name == "max_steps":  # --steps above; --max-steps is the same flag
-            groups["run"].add_argument("--max-steps", type=int, dest="max_steps",
-                                       metavar="N", help=argparse.SUPPRESS)
+            groups["run"].add_argument(
+                "--max-steps", type=int, dest="max_steps", metavar="N", help=argparse.SUPPRESS
+            )
             continue
         group = groups.get(spec.group, groups["run"])
         flag = "--" + name.replace("_", "-")
@@ -135,11 +182,18 @@ def add_config_flags(groups: dict[str, Any]) -> None:
         if name in _SHORTER_FLAG:  # the shorter flag above is the one --help lists
             help_text = argparse.SUPPRESS
         if spec.value_type is bool:
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
-                               help=help_text)
+            group.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
         else:
-            group.add_argument(flag, type=spec.value_type, default=None, dest=name,
-                               metavar=_METAVARS.get(spec.value_type, "TEXT"), help=help_text)
+            group.add_argument(
+                flag,
+                type=spec.value_type,
+                default=None,
+                dest=name,
+                metavar=_METAVARS.get(spec.value_type, "TEXT"),
+                help=help_text,
+            )
 
 
 _METAVARS: dict[type, str] = {int: "N", float: "X", str: "TEXT"}
@@ -190,11 +244,14 @@ def check_store(path: Path, *, explicit: bool) -> None:
     or read-only (`engine.store.schema.check_file`, which creates and writes nothing)."""
     path = path.expanduser()
     if path.is_dir():
-        raise UsageError(f"--db {path} is a folder; name a database file in it "
-                         f"(e.g. {path / DEFAULT_DB.name})")
+        raise UsageError(
+            f"--db {path} is a folder; name a database file in it (e.g. {path / DEFAULT_DB.name})"
+        )
     if explicit and not path.parent.is_dir():
-        raise UsageError(f"--db {path}: the folder {path.parent} does not exist; create it "
-                         f"(mkdir -p {path.parent}) or choose another --db")
+        raise UsageError(
+            f"--db {path}: the folder {path.parent} does not exist; create it "
+            f"(mkdir -p {path.parent}) or choose another --db"
+        )
     from tinker_tui.engine.store.schema import check_file
 
     check_file(path)  # the store's own checks, with the standard library: creates nothing
@@ -220,20 +277,40 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
 
         check_store(path, explicit=args.db is not None)  # before reading the run from it
         config, backend, run_id, notes = resume_plan(args, task, path)
-        return RunPlan(task=task, config=config, backend=backend, db_path=path,
-                       run_id=run_id, resume=True, task_spec=spec, run_name=run_name,
-                       note=note, resume_notes=notes)
+        return RunPlan(
+            task=task,
+            config=config,
+            backend=backend,
+            db_path=path,
+            run_id=run_id,
+            resume=True,
+            task_spec=spec,
+            run_name=run_name,
+            note=note,
+            resume_notes=notes,
+        )
     backend = choose_backend(args.backend)
     config_path = getattr(args, "config", None)
-    config = layered_config(task, backend,
-                            load_config_file(config_path) if config_path else None,
-                            config_overrides(args), config_path=config_path,
-                            where=task_source(task))
+    config = layered_config(
+        task,
+        backend,
+        load_config_file(config_path) if config_path else None,
+        config_overrides(args),
+        config_path=config_path,
+        where=task_source(task),
+    )
     check_base_model(backend, config.base_model)
     check_store(path, explicit=args.db is not None)
-    return RunPlan(task=task, config=config, backend=backend, db_path=path,
-                   run_id=getattr(args, "run_id", None), task_spec=spec, run_name=run_name,
-                   note=note)
+    return RunPlan(
+        task=task,
+        config=config,
+        backend=backend,
+        db_path=path,
+        run_id=getattr(args, "run_id", None),
+        task_spec=spec,
+        run_name=run_name,
+        note=note,
+    )
 
 
 def build_session(plan: RunPlan, clock: Clock | None = None, *, headless: bool = False) -> Run:
@@ -241,10 +318,20 @@ def build_session(plan: RunPlan, clock: Clock | None = None, *, headless: bool =
     no dashboard watches it, so a health pause stops it (on_health_pause = auto)."""
     from tinker_tui.engine.run import Run
 
-    run = Run(task=plan.task, config=plan.config, backend=plan.backend, db_path=plan.db_path,
-              run_id=plan.run_id, resume=plan.resume, clock=clock, headless=headless,
-              task_spec=plan.task_spec, run_name=plan.run_name, note=plan.note,
-              notes=plan.resume_notes)
+    run = Run(
+        task=plan.task,
+        config=plan.config,
+        backend=plan.backend,
+        db_path=plan.db_path,
+        run_id=plan.run_id,
+        resume=plan.resume,
+        clock=clock,
+        headless=headless,
+        task_spec=plan.task_spec,
+        run_name=plan.run_name,
+        note=plan.note,
+        notes=plan.resume_notes,
+    )
     run.preload()  # before the run's loop (headless) or in the dashboard's build thread
     return run
 
@@ -259,10 +346,14 @@ def make_notifier(args: argparse.Namespace, *, write: Any = None) -> Notifier | 
 
     if not getattr(args, "notify", False) and not getattr(args, "notify_command", None):
         return None
-    return Notifier(terminal=bool(args.notify), write=write if args.notify else None,
-                    command=args.notify_command or None, since=time.time(),
-                    tmux=bool(os.environ.get("TMUX")),
-                    warn=lambda line: print(f"tinker-tui: {line}", file=sys.stderr))
+    return Notifier(
+        terminal=bool(args.notify),
+        write=write if args.notify else None,
+        command=args.notify_command or None,
+        since=time.time(),
+        tmux=bool(os.environ.get("TMUX")),
+        warn=lambda line: print(f"tinker-tui: {line}", file=sys.stderr),
+    )
 
 
 def terminal_writer(stream: Any = None) -> Any:
@@ -283,9 +374,15 @@ def make_session(args: argparse.Namespace) -> Run:
     return build_session(plan_run(args))
 
 
-async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
-                       task: str = "", pause_reminder: float = PAUSE_REMINDER,
-                       json_lines: bool = False, notifier: Notifier | None = None) -> int:
+async def run_headless(
+    session: Session,
+    *,
+    stop_timeout: float = STOP_TIMEOUT,
+    task: str = "",
+    pause_reminder: float = PAUSE_REMINDER,
+    json_lines: bool = False,
+    notifier: Notifier | None = None,
+) -> int:
     """Run without a dashboard; its last lines are the run's summary (`app.run_summary`;
     `task`: how the command line named the task, for the command that continues it).
     `json_lines`: stdout gets a JSON object per line (`app.json_output.RunLines`) and the
@@ -351,8 +448,12 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
         received.append(code)
         session.control.stop(f"received {signal.Signals(signum).name}")
         waiting = getattr(session.control, "waiting_for", None)
-        print(f"  {waiting() + '; ' if callable(waiting) else ''}Ctrl+C again stops at once "
-              "(the step in flight is lost)", file=human, flush=True)
+        print(
+            f"  {waiting() + '; ' if callable(waiting) else ''}Ctrl+C again stops at once "
+            "(the step in flight is lost)",
+            file=human,
+            flush=True,
+        )
         loop.call_later(stop_timeout, run_task.cancel)
 
     async def remind_while_paused() -> None:
@@ -378,8 +479,7 @@ async def run_headless(session: Session, *, stop_timeout: float = STOP_TIMEOUT,
     except asyncio.CancelledError:
         if not received:
             raise
-        print(f"tinker-tui: graceful stop took over {stop_timeout:g} s; cancelled",
-              file=sys.stderr)
+        print(f"tinker-tui: graceful stop took over {stop_timeout:g} s; cancelled", file=sys.stderr)
     finally:
         reminder.cancel()
         release_signals(loop, taken)
@@ -411,7 +511,8 @@ def mark_interrupted(db_path: Path, run_id: str, reason: str, step: int) -> None
                 "ended_at = ?, "
                 "final_step = max(?, coalesce((SELECT max(step) FROM steps WHERE run_id = ?), "
                 "0)) WHERE run_id = ? AND status = 'running'",
-                (reason, time.time(), step, run_id, run_id))
+                (reason, time.time(), step, run_id, run_id),
+            )
     except sqlite3.Error:  # locked or gone: front ends say "interrupted" of it anyway
         pass
 
@@ -431,8 +532,12 @@ def run_with_dashboard(plan: RunPlan, args: argparse.Namespace, held: list[int])
     run_id = plan.run_id or new_run_id(plan.task.name, SystemClock())
     engine = EngineProcess(args.argv, run_id=run_id, db_path=plan.db_path)  # not started yet
     session = StoreSession(plan.db_path, run_id=run_id, follow=True, engine=engine)
-    return watch(session, SummaryCollector(task=args.task, db_path=plan.db_path), held,
-                 notifier=make_notifier(args))
+    return watch(
+        session,
+        SummaryCollector(task=args.task, db_path=plan.db_path),
+        held,
+        notifier=make_notifier(args),
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -461,7 +566,11 @@ def main(args: argparse.Namespace) -> int:
         return run_with_dashboard(plan, args, held)
     assert session is not None
     # an engine a dashboard started alerts nothing: the dashboard does, on its terminal
-    notifier = None if getattr(args, "watched", False) else make_notifier(
-        args, write=terminal_writer(sys.stderr if args.json else sys.stdout))
-    return asyncio.run(run_headless(session, task=args.task, json_lines=args.json,
-                                    notifier=notifier))
+    notifier = (
+        None
+        if getattr(args, "watched", False)
+        else make_notifier(args, write=terminal_writer(sys.stderr if args.json else sys.stdout))
+    )
+    return asyncio.run(
+        run_headless(session, task=args.task, json_lines=args.json, notifier=notifier)
+    )

@@ -22,13 +22,26 @@ from tinker_tui.app.json_output import add_json_option, document, print_json
 from tinker_tui.app.view_maths import ended_text
 from tinker_tui.engine.metrics import metric_keys as keys
 
-COLUMNS = ("RUN", "NAME", "TASK", "BACKEND", "STATUS", "STEP", "REWARD", "CKPT", "STARTED",
-           "DURATION")
+COLUMNS = (
+    "RUN",
+    "NAME",
+    "TASK",
+    "BACKEND",
+    "STATUS",
+    "STEP",
+    "REWARD",
+    "CKPT",
+    "STARTED",
+    "DURATION",
+)
 
 
 def add_parser(commands: Any) -> None:
-    runs = commands.add_parser("runs", help="list the runs in the store",
-                               description="List the runs in the store, newest first.")
+    runs = commands.add_parser(
+        "runs",
+        help="list the runs in the store",
+        description="List the runs in the store, newest first.",
+    )
     add_db_option(runs)
     add_json_option(runs, "runs")
 
@@ -49,47 +62,71 @@ async def read_records(db_path: Path) -> list[dict[str, Any]]:
     now = time.time()  # a running run's duration is its time so far
     for run in runs:
         done = progress.get(run.run_id, {})
-        status = shown_status(run.status, run_is_live(db_path, run.run_id)
-                              if run.status == "running" else False, states.get(run.run_id))
+        status = shown_status(
+            run.status,
+            run_is_live(db_path, run.run_id) if run.status == "running" else False,
+            states.get(run.run_id),
+        )
         cause = run.cause if status == run.status else ""
         step = run.final_step
         if step is None:
             step = done.get("step") or run.start_step
         started, ended = run.started_at, run.ended_at
         # the time it ran: a resumed run's time down between its sessions left out
-        end = ended if started and ended else \
-            now if started and status in ("running", "paused") else None
+        end = (
+            ended
+            if started and ended
+            else now
+            if started and status in ("running", "paused")
+            else None
+        )
         reward = last.get(run.run_id, {}).get(keys.REWARD_MEAN)
-        records.append({
-            "run_id": run.run_id, "name": run.run_name or None, "task": run.name,
-            "task_spec": run.task_spec or None, "backend": run.backend,
-            "base_model": run.base_model, "status": status, "cause": cause or None,
-            "reason": run.reason or None,
-            "step": step, "max_steps": run.max_steps or None,
-            "reward": reward if isinstance(reward, int | float) and math.isfinite(reward)
-            else None,
-            "checkpoint_step": done.get("checkpoint"),
-            "started_at": started, "ended_at": ended,
-            "duration_seconds": None if end is None or not started
-            else max(0.0, end - started - down.get(run.run_id, 0.0)),
-            "down_seconds": down.get(run.run_id, 0.0), "note": run.note or None})
+        records.append(
+            {
+                "run_id": run.run_id,
+                "name": run.run_name or None,
+                "task": run.name,
+                "task_spec": run.task_spec or None,
+                "backend": run.backend,
+                "base_model": run.base_model,
+                "status": status,
+                "cause": cause or None,
+                "reason": run.reason or None,
+                "step": step,
+                "max_steps": run.max_steps or None,
+                "reward": reward
+                if isinstance(reward, int | float) and math.isfinite(reward)
+                else None,
+                "checkpoint_step": done.get("checkpoint"),
+                "started_at": started,
+                "ended_at": ended,
+                "duration_seconds": None
+                if end is None or not started
+                else max(0.0, end - started - down.get(run.run_id, 0.0)),
+                "down_seconds": down.get(run.run_id, 0.0),
+                "note": run.note or None,
+            }
+        )
     return records
 
 
 async def read_table(db_path: Path) -> list[dict[str, Any]]:
     """One dict per run, newest first, with the columns of the table."""
-    return [{
-        "RUN": r["run_id"],
-        "NAME": r["name"] or "-",
-        "TASK": r["task"],
-        "BACKEND": r["backend"],
-        "STATUS": ended_text(r["status"], r["cause"] or ""),
-        "STEP": f"{r['step']}/{r['max_steps'] or '?'}",
-        "REWARD": "-" if r["reward"] is None else f"{r['reward']:.3f}",
-        "CKPT": "-" if r["checkpoint_step"] is None else str(r["checkpoint_step"]),
-        "STARTED": _when(r["started_at"]),
-        "DURATION": "-" if r["duration_seconds"] is None else _duration(r["duration_seconds"]),
-    } for r in await read_records(db_path)]
+    return [
+        {
+            "RUN": r["run_id"],
+            "NAME": r["name"] or "-",
+            "TASK": r["task"],
+            "BACKEND": r["backend"],
+            "STATUS": ended_text(r["status"], r["cause"] or ""),
+            "STEP": f"{r['step']}/{r['max_steps'] or '?'}",
+            "REWARD": "-" if r["reward"] is None else f"{r['reward']:.3f}",
+            "CKPT": "-" if r["checkpoint_step"] is None else str(r["checkpoint_step"]),
+            "STARTED": _when(r["started_at"]),
+            "DURATION": "-" if r["duration_seconds"] is None else _duration(r["duration_seconds"]),
+        }
+        for r in await read_records(db_path)
+    ]
 
 
 def shown_status(stored: str, live: bool, last_state: str | None) -> str:

@@ -37,30 +37,53 @@ DEFAULT_IDLE_TIMEOUT = 3600.0  # seconds without input from a page before it is 
 
 def add_parser(commands: Any) -> None:
     serve = commands.add_parser(
-        "serve", help="serve a run's dashboard as a web page",
+        "serve",
+        help="serve a run's dashboard as a web page",
         description="Serve the dashboard of a run as a web page, on 127.0.0.1 behind a "
-                    "random token (in the printed address). From another machine: "
-                    f"ssh -L {DEFAULT_PORT}:127.0.0.1:{DEFAULT_PORT} HOST, then open the "
-                    "address there.")
-    serve.add_argument("run", nargs="?", metavar="RUN",
-                       help="run id or a unique prefix of one (default: a list of the "
-                            "store's runs to pick from, or its only run)")
+        "random token (in the printed address). From another machine: "
+        f"ssh -L {DEFAULT_PORT}:127.0.0.1:{DEFAULT_PORT} HOST, then open the "
+        "address there.",
+    )
+    serve.add_argument(
+        "run",
+        nargs="?",
+        metavar="RUN",
+        help="run id or a unique prefix of one (default: a list of the "
+        "store's runs to pick from, or its only run)",
+    )
     add_db_option(serve)
-    serve.add_argument("--host", default="127.0.0.1",
-                       help="address to listen on (default 127.0.0.1; another one is "
-                            "reachable by others on the network: a warning says so)")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT,
-                       help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)")
-    serve.add_argument("--read-only", action="store_true",
-                       help="pages only watch: pause, checkpoint, eval, knobs and stop are "
-                            "disabled")
-    serve.add_argument("--max-viewers", type=int, default=DEFAULT_MAX_VIEWERS, metavar="N",
-                       help="pages open at once, each a dashboard process "
-                            f"(default {DEFAULT_MAX_VIEWERS})")
-    serve.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT,
-                       metavar="SECONDS",
-                       help="close a page after this long without a key, mouse or resize "
-                            f"from it (default {DEFAULT_IDLE_TIMEOUT:g})")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; another one is "
+        "reachable by others on the network: a warning says so)",
+    )
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)",
+    )
+    serve.add_argument(
+        "--read-only",
+        action="store_true",
+        help="pages only watch: pause, checkpoint, eval, knobs and stop are disabled",
+    )
+    serve.add_argument(
+        "--max-viewers",
+        type=int,
+        default=DEFAULT_MAX_VIEWERS,
+        metavar="N",
+        help=f"pages open at once, each a dashboard process (default {DEFAULT_MAX_VIEWERS})",
+    )
+    serve.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=DEFAULT_IDLE_TIMEOUT,
+        metavar="SECONDS",
+        help="close a page after this long without a key, mouse or resize "
+        f"from it (default {DEFAULT_IDLE_TIMEOUT:g})",
+    )
 
 
 def check_limits(args: argparse.Namespace) -> None:
@@ -75,8 +98,7 @@ def check_limits(args: argparse.Namespace) -> None:
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on host:port; UsageError (one line) for a bad host or a busy port."""
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as exc:
         raise UsageError(f"--host {host!r} is not an address of this machine ({exc})") from None
     family, _, _, _, address = infos[0]
@@ -88,8 +110,9 @@ def bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            raise UsageError(f"port {port} on {host} is in use; pick another with --port "
-                             "(0 picks a free one)") from None
+            raise UsageError(
+                f"port {port} on {host} is in use; pick another with --port (0 picks a free one)"
+            ) from None
         raise UsageError(f"cannot listen on {host} port {port}: {exc.strerror or exc}") from None
     sock.setblocking(False)
     return sock
@@ -104,8 +127,11 @@ def is_loopback(sock: socket.socket) -> bool:
 
 def page_address(sock: socket.socket, host: str, token: str) -> str:
     bound, port = sock.getsockname()[:2]
-    shown = host if not ipaddress.ip_address(bound.split("%")[0]).is_unspecified \
+    shown = (
+        host
+        if not ipaddress.ip_address(bound.split("%")[0]).is_unspecified
         else socket.gethostname()
+    )
     if ":" in shown:
         shown = f"[{shown}]"
     return f"http://{shown}:{port}/?token={token}"
@@ -147,24 +173,39 @@ def main(args: argparse.Namespace) -> int:
     token = secrets.token_urlsafe(24)
     picker: dict[str, Any] = {}
     if args.run is None:  # the page lists the store's runs while it holds several
-        picker = {"list_runs": lambda: read_table(db_path),
-                  "run_argv": lambda run_id: viewer_argv(db_path, run_id, args.read_only)}
-    server = WebServer(viewer_argv(db_path, run.run_id, args.read_only), token=token,
-                       title="tinker-tui" if several else f"tinker-tui · {run.run_id}",
-                       max_viewers=args.max_viewers, idle_timeout=args.idle_timeout, **picker)
+        picker = {
+            "list_runs": lambda: read_table(db_path),
+            "run_argv": lambda run_id: viewer_argv(db_path, run_id, args.read_only),
+        }
+    server = WebServer(
+        viewer_argv(db_path, run.run_id, args.read_only),
+        token=token,
+        title="tinker-tui" if several else f"tinker-tui · {run.run_id}",
+        max_viewers=args.max_viewers,
+        idle_timeout=args.idle_timeout,
+        **picker,
+    )
     mode = "read-only" if args.read_only else "watch and steer"
     what = f"the runs of {db_path}" if several else f"run {run.run_id}"
     print(f"serving {what} ({mode}) at {page_address(sock, args.host, token)}", flush=True)
     if not is_loopback(sock):
-        print(f"warning: listening on {args.host}, not 127.0.0.1: anyone who can reach it "
-              "and learns the token can watch" + ("" if args.read_only else " and steer")
-              + " this run, and plain HTTP shows the token to the network; prefer the "
-              "default with an SSH port-forward", file=sys.stderr, flush=True)
+        print(
+            f"warning: listening on {args.host}, not 127.0.0.1: anyone who can reach it "
+            "and learns the token can watch"
+            + ("" if args.read_only else " and steer")
+            + " this run, and plain HTTP shows the token to the network; prefer the "
+            "default with an SSH port-forward",
+            file=sys.stderr,
+            flush=True,
+        )
     else:
         bound, port = sock.getsockname()[:2]
         target = f"[{bound}]" if ":" in bound else bound
-        print(f"from another machine: ssh -L {port}:{target}:{port} THIS_HOST, then open "
-              "the address there; Ctrl+C stops serving (not the run)", flush=True)
+        print(
+            f"from another machine: ssh -L {port}:{target}:{port} THIS_HOST, then open "
+            "the address there; Ctrl+C stops serving (not the run)",
+            flush=True,
+        )
     try:
         asyncio.run(serve(server, sock))
     finally:

@@ -22,19 +22,36 @@ if TYPE_CHECKING:
 
 
 def add_parser(commands: Any) -> None:
-    show = commands.add_parser("show", help="open the dashboard on a stored run",
-                               description="Open the dashboard on a run in the store "
-                                           "(finished, or still running elsewhere).")
-    show.add_argument("run", nargs="?", metavar="RUN",
-                      help="run id or a unique prefix of one (default: the newest run)")
+    show = commands.add_parser(
+        "show",
+        help="open the dashboard on a stored run",
+        description="Open the dashboard on a run in the store "
+        "(finished, or still running elsewhere).",
+    )
+    show.add_argument(
+        "run",
+        nargs="?",
+        metavar="RUN",
+        help="run id or a unique prefix of one (default: the newest run)",
+    )
     add_db_option(show)
-    show.add_argument("--no-ui", action="store_true",
-                      help="print one line per step instead (also when not on a terminal)")
-    show.add_argument("--log", action="store_true",
-                      help="print the run's log, every message whole (tracebacks included)")
-    show.add_argument("--cookbook", type=Path, metavar="DIR",
-                      help="watch a tinker-cookbook run folder instead (read-only; followed "
-                           "while the run writes)")
+    show.add_argument(
+        "--no-ui",
+        action="store_true",
+        help="print one line per step instead (also when not on a terminal)",
+    )
+    show.add_argument(
+        "--log",
+        action="store_true",
+        help="print the run's log, every message whole (tracebacks included)",
+    )
+    show.add_argument(
+        "--cookbook",
+        type=Path,
+        metavar="DIR",
+        help="watch a tinker-cookbook run folder instead (read-only; followed "
+        "while the run writes)",
+    )
     add_json_option(show, "show")
 
 
@@ -64,8 +81,7 @@ def print_foreign(folder: Path) -> int:
     elif reader.finished is not None:
         print("\n".join(summary_lines(summary.summary())))
     else:
-        print(f"{reader.run_id} has not ended yet (no final checkpoint): step {reader.step} "
-              "so far")
+        print(f"{reader.run_id} has not ended yet (no final checkpoint): step {reader.step} so far")
     return EXIT_OK
 
 
@@ -76,20 +92,39 @@ def foreign_document(folder: Path) -> dict[str, Any]:
 
     events, reader = foreign_events(folder)
     started, finished = reader.started, reader.finished
-    run = None if started is None else {
-        "run_id": started.run_id, "name": started.name, "backend": started.backend,
-        "base_model": started.base_model, "status": finished.status if finished else "running",
-        "max_steps": started.max_steps or None, "final_step": reader.step,
-        "started_at": started.time, "config": dict(started.config), "folder": str(folder)}
+    run = (
+        None
+        if started is None
+        else {
+            "run_id": started.run_id,
+            "name": started.name,
+            "backend": started.backend,
+            "base_model": started.base_model,
+            "status": finished.status if finished else "running",
+            "max_steps": started.max_steps or None,
+            "final_step": reader.step,
+            "started_at": started.time,
+            "config": dict(started.config),
+            "folder": str(folder),
+        }
+    )
     return document(
-        "show", run=run,
+        "show",
+        run=run,
         steps=[step_record(e) for e in events if isinstance(e, StepTrained)],
         evals=[],
         checkpoints=[checkpoint_record(e) for e in events if isinstance(e, CheckpointSaved)],
-        sessions=[], resumes=[],
-        finished=None if finished is None else {
-            "status": finished.status, "reason": finished.reason or None,
-            "final_step": finished.final_step, "time": finished.time})
+        sessions=[],
+        resumes=[],
+        finished=None
+        if finished is None
+        else {
+            "status": finished.status,
+            "reason": finished.reason or None,
+            "final_step": finished.final_step,
+            "time": finished.time,
+        },
+    )
 
 
 def show_foreign(args: argparse.Namespace) -> int:
@@ -134,8 +169,7 @@ async def print_run(db_path: Path, run: StoredRun) -> int:
         summary.handle(finished)
         print("\n".join(summary_lines(summary.summary())))
     else:
-        print(f"run {run.run_id} has no end in the store (still running, or its process "
-              "died)")
+        print(f"run {run.run_id} has no end in the store (still running, or its process died)")
     return EXIT_OK
 
 
@@ -173,19 +207,27 @@ async def show_document(db_path: Path, run: StoredRun) -> dict[str, Any]:
 
     (record,) = [r for r in await read_records(db_path) if r["run_id"] == run.run_id]
     async with await StoreReader.open_readonly(db_path) as store:
-        events = await store.events(run, {StepTrained, EvalCompleted, CheckpointSaved,
-                                          SessionStarted, RunResumed})
+        events = await store.events(
+            run, {StepTrained, EvalCompleted, CheckpointSaved, SessionStarted, RunResumed}
+        )
     finished = run.finished()
     return document(
-        "show", run=record,
+        "show",
+        run=record,
         steps=[step_record(e) for e in events if isinstance(e, StepTrained)],
         evals=[step_record(e) for e in events if isinstance(e, EvalCompleted)],
         checkpoints=[checkpoint_record(e) for e in events if isinstance(e, CheckpointSaved)],
         sessions=[session_record(e) for e in events if isinstance(e, SessionStarted)],
         resumes=[resume_record(e) for e in events if isinstance(e, RunResumed)],
-        finished=None if finished is None else {
-            "status": finished.status, "reason": finished.reason or None,
-            "final_step": finished.final_step, "time": finished.time})
+        finished=None
+        if finished is None
+        else {
+            "status": finished.status,
+            "reason": finished.reason or None,
+            "final_step": finished.final_step,
+            "time": finished.time,
+        },
+    )
 
 
 def shown_session(db_path: Path, run: StoredRun) -> StoreSession:
@@ -197,10 +239,14 @@ def shown_session(db_path: Path, run: StoredRun) -> StoreSession:
     from tinker_tui.engine.training.resume import run_is_live
 
     if run.finished() is None and run_is_live(db_path, run.run_id):
-        why = (f"shown with show; to steer it: tinker-tui attach {run.run_id}"
-               f"{db_flag(db_path)}")
-        return StoreSession(db_path, run, control=ReadOnlyControl(why), follow=True,
-                            engine=RunningEngine(db_path, run.run_id, pid=None))
+        why = f"shown with show; to steer it: tinker-tui attach {run.run_id}{db_flag(db_path)}"
+        return StoreSession(
+            db_path,
+            run,
+            control=ReadOnlyControl(why),
+            follow=True,
+            engine=RunningEngine(db_path, run.run_id, pid=None),
+        )
     return StoreSession(db_path, run)
 
 

@@ -50,43 +50,71 @@ examples:
 
 def add_parser(commands: Any) -> None:
     sweep = commands.add_parser(
-        "sweep", help="train every combination of a grid of settings",
+        "sweep",
+        help="train every combination of a grid of settings",
         description="Train every combination of a grid of settings, each a run of its own "
-                    "(resumable, in the store), grouped under a sweep id; at most "
-                    "--parallel engines at once.",
+        "(resumable, in the store), grouped under a sweep id; at most "
+        "--parallel engines at once.",
         usage="tinker-tui sweep TASK --grid NAME=V1,V2,... [--grid ...] [options]",
-        epilog=EXAMPLES, formatter_class=HelpFormatter)
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
     group = sweep.add_argument_group("sweep")
-    group.add_argument("task", nargs="?", metavar="TASK",
-                       help="the task, as for run (not with --resume)")
-    group.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
-                       help="a setting and its values (named as the run flags, with _ or "
-                            "-); several --grid make every combination")
-    group.add_argument("--parallel", type=int, metavar="N",
-                       help="engines at once (default 1 on a 2-core machine, half the "
-                            "cores up to 4 locally, 4 on Tinker)")
-    group.add_argument("--resume", metavar="SWEEP",
-                       help="run what is left of a sweep (its id, a prefix, or latest)")
-    group.add_argument("--status", nargs="?", const="latest", metavar="SWEEP",
-                       help="print how a sweep stands (its id, a prefix; default the newest) "
-                            "and run nothing")
+    group.add_argument(
+        "task", nargs="?", metavar="TASK", help="the task, as for run (not with --resume)"
+    )
+    group.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2,...",
+        help="a setting and its values (named as the run flags, with _ or "
+        "-); several --grid make every combination",
+    )
+    group.add_argument(
+        "--parallel",
+        type=int,
+        metavar="N",
+        help="engines at once (default 1 on a 2-core machine, half the "
+        "cores up to 4 locally, 4 on Tinker)",
+    )
+    group.add_argument(
+        "--resume",
+        metavar="SWEEP",
+        help="run what is left of a sweep (its id, a prefix, or latest)",
+    )
+    group.add_argument(
+        "--status",
+        nargs="?",
+        const="latest",
+        metavar="SWEEP",
+        help="print how a sweep stands (its id, a prefix; default the newest) and run nothing",
+    )
     add_json_option(group, "sweep")
-    group.add_argument("--no-ui", action="store_true",
-                       help="no dashboard: a line per run as it ends, then the table")
-    group.add_argument("--steps", type=int, metavar="N", dest="max_steps",
-                       help="optimizer steps of each run")
-    group.add_argument("--config", type=Path, metavar="TOML",
-                       help="settings from a TOML file, for every run")
+    group.add_argument(
+        "--no-ui",
+        action="store_true",
+        help="no dashboard: a line per run as it ends, then the table",
+    )
+    group.add_argument(
+        "--steps", type=int, metavar="N", dest="max_steps", help="optimizer steps of each run"
+    )
+    group.add_argument(
+        "--config", type=Path, metavar="TOML", help="settings from a TOML file, for every run"
+    )
     add_label_options(group)
     pipeline = sweep.add_argument_group("pipeline")
     backend = sweep.add_argument_group("backend")
-    backend.add_argument("--backend", choices=BACKENDS, type=one_of(BACKENDS),
-                         help="local or tinker (default tinker when a key is configured)")
+    backend.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        type=one_of(BACKENDS),
+        help="local or tinker (default tinker when a key is configured)",
+    )
     store = sweep.add_argument_group("store")
     add_db_option(store)
     trackers = sweep.add_argument_group("trackers")
-    add_config_flags({"run": group, "pipeline": pipeline, "backend": backend,
-                      "trackers": trackers})
+    add_config_flags({"run": group, "pipeline": pipeline, "backend": backend, "trackers": trackers})
 
 
 def base_run_args(args: argparse.Namespace, grid_names: set[str]) -> list[str]:
@@ -115,12 +143,16 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError("sweep --status SWEEP takes no TASK, --grid or --resume")
         return asyncio.run(print_status(db_path, args.status, as_json=args.json))
     if args.json:
-        raise UsageError("sweep --json goes with --status SWEEP (a running sweep's runs: "
-                         "run --no-ui --json prints each run's lines)")
+        raise UsageError(
+            "sweep --json goes with --status SWEEP (a running sweep's runs: "
+            "run --no-ui --json prints each run's lines)"
+        )
     if args.resume is not None:
         if args.task or args.grid:
-            raise UsageError("sweep --resume SWEEP takes no TASK or --grid: the sweep has "
-                             "them (only --parallel may change)")
+            raise UsageError(
+                "sweep --resume SWEEP takes no TASK or --grid: the sweep has "
+                "them (only --parallel may change)"
+            )
         sweep = asyncio.run(_find_sweep(db_path, args.resume))
         if args.parallel is not None:
             if args.parallel < 1:
@@ -131,13 +163,20 @@ def main(args: argparse.Namespace) -> int:
         parallel = args.parallel or sweep.parallel
     else:
         if not args.task:
-            raise UsageError("sweep needs a TASK and at least one --grid NAME=V1,V2,... "
-                             "(or --resume SWEEP)")
+            raise UsageError(
+                "sweep needs a TASK and at least one --grid NAME=V1,V2,... (or --resume SWEEP)"
+            )
         run_name, _ = run_label(args)
         check_store(db_path, explicit=args.db is not None)
         names = set(parse_grid(args.grid))
-        plan = plan_sweep(args.task, args.grid, base_run_args(args, names), db_path,
-                          parallel=args.parallel, run_name=run_name)
+        plan = plan_sweep(
+            args.task,
+            args.grid,
+            base_run_args(args, names),
+            db_path,
+            parallel=args.parallel,
+            run_name=run_name,
+        )
         asyncio.run(record_plan(plan))
         sweep, parallel = plan.sweep, plan.sweep.parallel
     if wants_ui(args):
@@ -160,12 +199,26 @@ async def sweep_document(db_path: Path, wanted: str) -> dict[str, Any]:
     for run in sweep.runs:
         counts[run.status] = counts.get(run.status, 0) + 1
     return document(
-        "sweep", sweep_id=sweep.sweep_id, task=sweep.task, task_spec=sweep.task_spec or None,
-        grid=dict(sweep.grid), parallel=sweep.parallel, created_at=sweep.created_at,
+        "sweep",
+        sweep_id=sweep.sweep_id,
+        task=sweep.task,
+        task_spec=sweep.task_spec or None,
+        grid=dict(sweep.grid),
+        parallel=sweep.parallel,
+        created_at=sweep.created_at,
         counts=counts,
-        runs=[{"idx": r.idx, "run_id": r.run_id, "settings": dict(r.settings),
-               "status": r.status, "exit_code": r.exit_code,
-               "run": records.get(r.run_id)} for r in sweep.runs])
+        runs=[
+            {
+                "idx": r.idx,
+                "run_id": r.run_id,
+                "settings": dict(r.settings),
+                "status": r.status,
+                "exit_code": r.exit_code,
+                "run": records.get(r.run_id),
+            }
+            for r in sweep.runs
+        ],
+    )
 
 
 async def print_status(db_path: Path, wanted: str, *, as_json: bool) -> int:
@@ -199,22 +252,29 @@ async def run_headless(db_path: Path, sweep_id: str, parallel: int) -> int:
     try:
         lock.acquire()
     except RunLocked:
-        raise UsageError(f"sweep {sweep.sweep_id} is being run by another process; "
-                         "wait for it, or stop it first") from None
+        raise UsageError(
+            f"sweep {sweep.sweep_id} is being run by another process; wait for it, or stop it first"
+        ) from None
     total = len(sweep.runs)
     left = sum(1 for r in sweep.runs if r.status != "completed")
-    print(f"sweep {sweep.sweep_id}: {total} runs of {sweep.task}, {left} to run, "
-          f"{parallel} at a time", flush=True)
+    print(
+        f"sweep {sweep.sweep_id}: {total} runs of {sweep.task}, {left} to run, "
+        f"{parallel} at a time",
+        flush=True,
+    )
     ended: list[int] = []
 
     def on_end(run: Any) -> None:
         ended.append(run.idx)
         why = ""
         if run.status != "completed":
-            why = f" (exit {run.exit_code})" + (f": {said}" if (said := failure_line(
-                db_path, run.run_id)) else "")
-        print(f"[{len(ended)}/{left}] {run.run_id} {settings_text(run)}: {run.status}{why}",
-              flush=True)
+            why = f" (exit {run.exit_code})" + (
+                f": {said}" if (said := failure_line(db_path, run.run_id)) else ""
+            )
+        print(
+            f"[{len(ended)}/{left}] {run.run_id} {settings_text(run)}: {run.status}{why}",
+            flush=True,
+        )
 
     scheduler = SweepScheduler(db_path, sweep, parallel, on_end=on_end)
     loop = asyncio.get_running_loop()
@@ -226,8 +286,12 @@ async def run_headless(db_path: Path, sweep_id: str, parallel: int) -> int:
         if action == "same":  # one stop sent twice (`timeout` signals the group too)
             return
         if not received:
-            print(f"tinker-tui: {signal.Signals(signum).name}: stopping the sweep's runs "
-                  "(gracefully; again to stop them at once)", file=sys.stderr, flush=True)
+            print(
+                f"tinker-tui: {signal.Signals(signum).name}: stopping the sweep's runs "
+                "(gracefully; again to stop them at once)",
+                file=sys.stderr,
+                flush=True,
+            )
         received.append(signum)
         scheduler.stop()  # a second one: a second SIGTERM, which stops a run at once
 
@@ -242,7 +306,9 @@ async def run_headless(db_path: Path, sweep_id: str, parallel: int) -> int:
     if received:
         return EXIT_CODES.get(signal.Signals(received[0]), EXIT_INTERRUPTED)
     if not_completed:
-        print(f"  run what is left: tinker-tui sweep --resume {sweep.sweep_id}"
-              f"{db_flag(db_path)}", flush=True)
+        print(
+            f"  run what is left: tinker-tui sweep --resume {sweep.sweep_id}{db_flag(db_path)}",
+            flush=True,
+        )
         return EXIT_FAILED
     return EXIT_OK

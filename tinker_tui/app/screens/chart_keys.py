@@ -34,8 +34,10 @@ class ChartKeys(Screen[None]):
     def action_toggle_log(self) -> None:
         self.chart_options.log_y = not self.chart_options.log_y
         self.charts_changed()
-        self.notify("log scale (values above 0)" if self.chart_options.log_y
-                    else "linear scale", timeout=1.5)
+        self.notify(
+            "log scale (values above 0)" if self.chart_options.log_y else "linear scale",
+            timeout=1.5,
+        )
 
     def action_cycle_zoom(self) -> None:
         self.chart_options.cycle_zoom()
@@ -63,7 +65,13 @@ class ChartKeys(Screen[None]):
             self.charts_changed()
 
         current = self.chart_options.step_range
-        self.app.push_screen(TextPromptScreen(
-            "Steps to show", f"{current[0]}-{current[1]}" if current else "",
-            hint="FROM-TO, e.g. 10-50; empty: all", check=check, placeholder="10-50"),
-            chosen)
+        self.app.push_screen(
+            TextPromptScreen(
+                "Steps to show",
+                f"{current[0]}-{current[1]}" if current else "",
+                hint="FROM-TO, e.g. 10-50; empty: all",
+                check=check,
+                placeholder="10-50",
+            ),
+            chosen,
+        )

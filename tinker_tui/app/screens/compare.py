@@ -24,8 +24,16 @@ from tinker_tui.app.screens.metrics import MetricsScreen, chart_id
 from tinker_tui.app.widgets.compare_chart import RUN_COLOURS
 
 #: The theme colours of the runs, in order (`compare-chart--run-N` in the stylesheet).
-RUN_COLOUR_VARIABLES = ("success", "warning", "accent", "error", "primary-lighten-2",
-                        "secondary-lighten-1", "foreground", "warning-darken-3")
+RUN_COLOUR_VARIABLES = (
+    "success",
+    "warning",
+    "accent",
+    "error",
+    "primary-lighten-2",
+    "secondary-lighten-1",
+    "foreground",
+    "warning-darken-3",
+)
 assert len(RUN_COLOUR_VARIABLES) == RUN_COLOURS
 
 
@@ -102,8 +110,11 @@ class CompareScreen(MetricsScreen):
         columns, rows = comparison_rows(self.runs, now)
         title = self.query_one("#compare-title", Label)
         live = sum(1 for r in rows if r[1] in ("running", "paused", "starting"))
-        title.update(f"Comparing {len(rows)} runs" + (f" · {live} live" if live else "")
-                     + f" · {self.chart_options.describe()}")
+        title.update(
+            f"Comparing {len(rows)} runs"
+            + (f" · {live} live" if live else "")
+            + f" · {self.chart_options.describe()}"
+        )
         if rows == self._table_rows and columns == self._columns:
             return
         table = self.query_one("#compare-table", DataTable)

@@ -15,24 +15,34 @@ DETACH = "detach"
 FORCE = "force"
 
 TEXTS = {
-    "stop": ("Stop the run?",
-             "The current step finishes, a checkpoint is written and the store is flushed."),
-    "stop_attached": ("Stop the run or detach?",
-                      "Stop: the run (in its own process) finishes the step, checkpoints and "
-                      "exits. Detach: close this dashboard; the run goes on."),
-    "force": ("Quit now?",
-              "The run is still stopping (finishing the step, writing the checkpoint). "
-              "Quitting now skips that: the run ends at once, its store intact (--resume "
-              "continues from the last checkpoint)."),
-    "force_attached": ("Stop at once?",
-                       "The run is still stopping (finishing the step, writing the "
-                       "checkpoint). Stop now: it ends at once, its store intact (--resume "
-                       "continues from the last checkpoint). Detach: leave; it finishes "
-                       "stopping by itself."),
-    "stop_sweep": ("Stop the sweep or detach?",
-                   "Stop: every run finishes its step, checkpoints and exits, and no more "
-                   "start (sweep --resume continues). Detach: close this dashboard; the "
-                   "sweep goes on."),
+    "stop": (
+        "Stop the run?",
+        "The current step finishes, a checkpoint is written and the store is flushed.",
+    ),
+    "stop_attached": (
+        "Stop the run or detach?",
+        "Stop: the run (in its own process) finishes the step, checkpoints and "
+        "exits. Detach: close this dashboard; the run goes on.",
+    ),
+    "force": (
+        "Quit now?",
+        "The run is still stopping (finishing the step, writing the checkpoint). "
+        "Quitting now skips that: the run ends at once, its store intact (--resume "
+        "continues from the last checkpoint).",
+    ),
+    "force_attached": (
+        "Stop at once?",
+        "The run is still stopping (finishing the step, writing the "
+        "checkpoint). Stop now: it ends at once, its store intact (--resume "
+        "continues from the last checkpoint). Detach: leave; it finishes "
+        "stopping by itself.",
+    ),
+    "stop_sweep": (
+        "Stop the sweep or detach?",
+        "Stop: every run finishes its step, checkpoints and exits, and no more "
+        "start (sweep --resume continues). Detach: close this dashboard; the "
+        "sweep goes on.",
+    ),
 }
 #: Kinds that offer to detach (the run is in another process).
 DETACHABLE = ("stop_attached", "force_attached", "stop_sweep")
@@ -83,7 +93,8 @@ class QuitScreen(ModalScreen[str | None]):
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
         {"quit-confirm": self.action_confirm, "quit-detach": self.action_detach}.get(
-            event.button.id or "", self.action_cancel)()
+            event.button.id or "", self.action_cancel
+        )()
 
     def action_confirm(self) -> None:
         self.dismiss(FORCE if self.kind.startswith("force") else STOP)

@@ -11,17 +11,24 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 
-def rollback_words(*, step: int, to_step: int, checkpoint: str, scale: float,
-                   lr: float | None) -> str:
+def rollback_words(
+    *, step: int, to_step: int, checkpoint: str, scale: float, lr: float | None
+) -> str:
     """What a rollback from `step` to `to_step` undoes, in one paragraph."""
     undone = max(step - to_step, 0)
-    steps = ("undoes no steps" if undone == 0 else
-             f"undoes 1 step ({step})" if undone == 1 else
-             f"undoes {undone} steps ({to_step + 1}-{step})")
+    steps = (
+        "undoes no steps"
+        if undone == 0
+        else f"undoes 1 step ({step})"
+        if undone == 1
+        else f"undoes {undone} steps ({to_step + 1}-{step})"
+    )
     rate = f"{lr:g} → {lr * scale:g}, " if lr is not None else ""
-    return (f"Go back to checkpoint {checkpoint} (step {to_step}): {steps}, and the "
-            f"learning rate is scaled ×{scale:g} ({rate}for the rest of the run). The undone "
-            "steps leave the store; the run goes on from there.")
+    return (
+        f"Go back to checkpoint {checkpoint} (step {to_step}): {steps}, and the "
+        f"learning rate is scaled ×{scale:g} ({rate}for the rest of the run). The undone "
+        "steps leave the store; the run goes on from there."
+    )
 
 
 class RollbackScreen(ModalScreen[bool]):

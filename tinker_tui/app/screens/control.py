@@ -67,12 +67,15 @@ class ControlScreen(RunView):
             if button.disabled != disabled:
                 button.disabled = disabled
         mode = self.host.mode_label
-        note = (f"{mode}: the program that trains this run steers it"
-                if mode.startswith("watching") else
-                "read-only view: the run cannot be steered from here"
-                if read_only and self.host.attached else
-                "read-only: this run is not running here" if read_only else
-                "applies at the next rollout (temperature, workers) or step")
+        note = (
+            f"{mode}: the program that trains this run steers it"
+            if mode.startswith("watching")
+            else "read-only view: the run cannot be steered from here"
+            if read_only and self.host.attached
+            else "read-only: this run is not running here"
+            if read_only
+            else "applies at the next rollout (temperature, workers) or step"
+        )
         label_widget = self.query_one("#control-note", Label)
         if str(label_widget.content) != note:
             label_widget.update(note)

@@ -21,11 +21,18 @@ from tinker_tui.app.run_summary import (
 )
 from tinker_tui.app.screens.run_view import host
 
-TITLES = {"completed": "Run completed", "stopped": "Run stopped", "failed": "Run failed",
-          "interrupted": "Run interrupted"}
+TITLES = {
+    "completed": "Run completed",
+    "stopped": "Run stopped",
+    "failed": "Run failed",
+    "interrupted": "Run interrupted",
+}
 #: Titles by `RunFinished.cause`, where the status alone would mislead.
-CAUSE_TITLES = {"no_signal": "Run trained nothing", "budget": "Run stopped at its budget",
-                "health": "Run stopped by a health check"}
+CAUSE_TITLES = {
+    "no_signal": "Run trained nothing",
+    "budget": "Run stopped at its budget",
+    "health": "Run stopped by a health check",
+}
 
 
 def title(summary: RunSummary) -> str:
@@ -44,14 +51,28 @@ def finished_content(summary: RunSummary, width: int = 0) -> Content:
     if summary.final_reward is None:
         rows.append(("reward", "no step trained"))
     else:
-        rows.append(("reward", f"final {summary.final_reward:.3f} · best "
-                               f"{summary.best_reward:.3f} (step {summary.best_step})"
-                               + (f" · {undone_best_text(summary.undone_best)}"
-                                  if summary.undone_best is not None else "")))
+        rows.append(
+            (
+                "reward",
+                f"final {summary.final_reward:.3f} · best "
+                f"{summary.best_reward:.3f} (step {summary.best_step})"
+                + (
+                    f" · {undone_best_text(summary.undone_best)}"
+                    if summary.undone_best is not None
+                    else ""
+                ),
+            )
+        )
     if nothing := trained_nothing_text(summary):
         rows.append(("trained", nothing))
-    rows.append(("checkpoint", f"{summary.checkpoint} (step {summary.checkpoint_step})"
-                 if summary.checkpoint else "none"))
+    rows.append(
+        (
+            "checkpoint",
+            f"{summary.checkpoint} (step {summary.checkpoint_step})"
+            if summary.checkpoint
+            else "none",
+        )
+    )
     if summary.failed_groups or summary.failed_rollouts:
         rows.append(("errors", failed_groups_text(summary)))
     rows += [("stuck", stuck_text(stuck)) for stuck in summary.stalled]
@@ -59,16 +80,18 @@ def finished_content(summary: RunSummary, width: int = 0) -> Content:
         rows.append(("store", str(summary.db_path)))
     commands = next_commands(summary)
     label = max(len(what) for what, _ in rows + commands) + 2
-    lines = [Content.assemble((f"{what:<{label}}", "bold $text-accent"), value)
-             for what, value in rows]
+    lines = [
+        Content.assemble((f"{what:<{label}}", "bold $text-accent"), value) for what, value in rows
+    ]
     lines.append(Content(""))
     for what, command in commands:
         if width and label + len(command) > width:
             lines.append(Content.styled(what, "bold $text-accent"))
             lines.append(Content.styled(command, "bold"))
         else:
-            lines.append(Content.assemble((f"{what:<{label}}", "bold $text-accent"),
-                                          (command, "bold")))
+            lines.append(
+                Content.assemble((f"{what:<{label}}", "bold $text-accent"), (command, "bold"))
+            )
     if summary.trackers:  # where W&B / TensorBoard put the run's records
         lines.append(Content(""))
         lines += [Content(line) for line in summary.trackers]
@@ -124,7 +147,8 @@ class FinishedScreen(ModalScreen[None]):
         frame = dialog.styles.gutter.width + 2  # border and padding, and the scrollbar
         dialog.styles.width = min(room, max(60, longest + frame))
         self.query_one("#finished-text", Static).update(
-            finished_content(self.summary, min(room, longest + frame) - frame))
+            finished_content(self.summary, min(room, longest + frame) - frame)
+        )
 
     def on_mount(self) -> None:
         self._fit()

@@ -48,15 +48,21 @@ def help_content(mode: str = "", width: int = 80) -> Content:
             lines.append(Content.assemble((head, "bold $text-accent"), part))
     note = ""
     if mode == "attached":
-        note = ("Attached to a run in another process: commands go to it; q asks whether to "
-                "stop the run or only detach.")
+        note = (
+            "Attached to a run in another process: commands go to it; q asks whether to "
+            "stop the run or only detach."
+        )
     elif mode == "read-only":
-        note = ("A read-only view of a running run: pause, checkpoint, eval, knobs and stop "
-                "are disabled; q closes this view.")
+        note = (
+            "A read-only view of a running run: pause, checkpoint, eval, knobs and stop "
+            "are disabled; q closes this view."
+        )
     elif mode.startswith("watching"):
-        note = ("Watching a run another program trains, from its run folder: that program "
-                "steers it, so pause, checkpoint, eval, knobs and stop are off here; q closes "
-                "this view and the run goes on.")
+        note = (
+            "Watching a run another program trains, from its run folder: that program "
+            "steers it, so pause, checkpoint, eval, knobs and stop are off here; q closes "
+            "this view and the run goes on."
+        )
     elif mode == "finished run":
         note = "A stored run: nothing to steer; q quits."
     if note:
@@ -91,13 +97,13 @@ class HelpScreen(ModalScreen[None]):
         width = self.query_one("#help-text", Static).content_region.width
         if width > 0:
             self.query_one("#help-text", Static).update(
-                help_content(host(self.app).mode_label, width))
+                help_content(host(self.app).mode_label, width)
+            )
         self.call_after_refresh(self._say_scroll)
 
     def _say_scroll(self) -> None:
         dialog = self.query_one("#help-dialog")
-        dialog.border_subtitle = "↑↓ more · esc closes" if dialog.max_scroll_y > 0 \
-            else "esc closes"
+        dialog.border_subtitle = "↑↓ more · esc closes" if dialog.max_scroll_y > 0 else "esc closes"
 
     def action_close(self) -> None:
         self.dismiss(None)

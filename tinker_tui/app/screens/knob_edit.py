@@ -43,9 +43,11 @@ class KnobEditScreen(ModalScreen[float | int | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="knob-dialog", classes="dialog"):
             yield Label(f"now {format_knob(self.knob, self.current)}", id="knob-current")
-            yield InOrderInput(value=format_knob(self.knob, self.current)
-                               if self.current is not None else "",
-                               id="knob-input", select_on_focus=True)
+            yield InOrderInput(
+                value=format_knob(self.knob, self.current) if self.current is not None else "",
+                id="knob-input",
+                select_on_focus=True,
+            )
             yield Label(HINT, id="knob-message")
             with Horizontal(id="knob-buttons"):
                 yield Button("Apply (enter)", id="knob-apply", variant="warning", disabled=True)
@@ -82,8 +84,10 @@ class KnobEditScreen(ModalScreen[float | int | None]):
             return
         self.pending = value
         self.query_one("#knob-apply", Button).disabled = False
-        self._message(f"{self.knob}: {format_knob(self.knob, self.current)} → "
-                      f"{format_knob(self.knob, value)}. Enter again to apply.")
+        self._message(
+            f"{self.knob}: {format_knob(self.knob, self.current)} → "
+            f"{format_knob(self.knob, value)}. Enter again to apply."
+        )
 
     def confirm(self) -> None:
         if self.pending is None:

@@ -64,8 +64,10 @@ class MetricsScreen(RunView, ChartKeys):
         with Horizontal(id="metrics-panes"):
             yield SelectionList[str](id="metric-picker")
             with VerticalScroll(id="metric-scroll"):
-                yield Label("No step metrics yet: the charts appear with the first step.",
-                            id="metrics-empty")
+                yield Label(
+                    "No step metrics yet: the charts appear with the first step.",
+                    id="metrics-empty",
+                )
                 yield Grid(id="metric-grid")
         yield KeyFooter(compact=True)
 
@@ -128,7 +130,7 @@ class MetricsScreen(RunView, ChartKeys):
                 continue
             if mounted == self.MOUNT_BATCH:
                 break  # the next redraw mounts more
-            later = [existing[k] for k in shown[index + 1:] if k in existing]
+            later = [existing[k] for k in shown[index + 1 :] if k in existing]
             chart = self.make_chart(key)
             chart.options = self.chart_options
             if later:
@@ -146,7 +148,8 @@ class MetricsScreen(RunView, ChartKeys):
         shown = self._shown or [key for key in self._keys if key not in self.hidden]
         self.query_one("#metric-scroll").border_subtitle = (
             f"{len(shown)} of {len(self._keys)} metrics · {self.chart_options.describe()} · "
-            "s smooth · m pick · x l z r")
+            "s smooth · m pick · x l z r"
+        )
 
     def charts_changed(self) -> None:
         self._set_subtitle()

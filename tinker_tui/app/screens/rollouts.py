@@ -42,7 +42,9 @@ class RolloutsScreen(RunView):
         yield RunStatusPanel(id="status", mode=self.host.mode_label)
         yield InOrderInput(
             placeholder="filter: reward<0.5  stale  discarded  scenario:q03  words…",
-            id="rollout-filter", select_on_focus=False)
+            id="rollout-filter",
+            select_on_focus=False,
+        )
         with Horizontal(id="rollout-panes"):
             yield RolloutsTree(id="rollout-tree")
             yield RolloutDetail(id="rollout-detail")
@@ -55,7 +57,6 @@ class RolloutsScreen(RunView):
         # typed right behind `/` (tmux, a paste) go into the filter, not to the tree.
         self.set_focus(field)
         field.cursor_position = len(field.value)  # edit the filter, never replace it
-
 
     def filter_to(self, text: str) -> None:
         """Show only what `text` matches, the filter visible with it (the scenario board's
@@ -92,10 +93,18 @@ class RolloutsScreen(RunView):
 
     def on_tree_node_selected(self, event: Tree.NodeSelected[RolloutRef]) -> None:
         ref = event.node.data
-        if ref is not None and ref.kind == "trajectory" and ref.group_id is not None \
-                and ref.index is not None:
-            self.run_worker(self.open_tokens(ref.group_id, ref.index), group="tokens",
-                            exclusive=True, exit_on_error=False)
+        if (
+            ref is not None
+            and ref.kind == "trajectory"
+            and ref.group_id is not None
+            and ref.index is not None
+        ):
+            self.run_worker(
+                self.open_tokens(ref.group_id, ref.index),
+                group="tokens",
+                exclusive=True,
+                exit_on_error=False,
+            )
 
     async def open_tokens(self, group_id: int, index: int) -> None:
         """The trajectory's tokens from the store, in the token view; a note when the
@@ -115,22 +124,22 @@ class RolloutsScreen(RunView):
             finally:
                 await reader.close()
         if found is None:
-            self.notify(f"no tokens kept for group {group_id} #{index + 1}: only trained "
-                        "trajectories of the latest keep_token_steps steps have them",
-                        severity="warning")
+            self.notify(
+                f"no tokens kept for group {group_id} #{index + 1}: only trained "
+                "trajectories of the latest keep_token_steps steps have them",
+                severity="warning",
+            )
             return
         from tinker_tui.app.screens.tokens import TokensScreen
 
         step, tokens, pieces = found
-        self.app.push_screen(TokensScreen(self.token_title(group_id, index), step, tokens,
-                                          pieces))
+        self.app.push_screen(TokensScreen(self.token_title(group_id, index), step, tokens, pieces))
 
     def token_title(self, group_id: int, index: int) -> str:
         group = self._model.groups.get(group_id) if self._model is not None else None
         title = f"Group {group_id} · trajectory {index + 1}"
         if group is not None and index < len(group.trajectories):
-            title += (f" · {group.scenario_id} · reward "
-                      f"{group.trajectories[index].reward:.3g}")
+            title += f" · {group.scenario_id} · reward {group.trajectories[index].reward:.3g}"
         return title
 
     def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[RolloutRef]) -> None:

@@ -12,8 +12,15 @@ from typing import Any
 from textual.app import App
 
 
-def edit_run_label(app: App[Any], db_path: Path, run_id: str, name: str, note: str | None,
-                   *, done: Callable[[str, str], None]) -> None:
+def edit_run_label(
+    app: App[Any],
+    db_path: Path,
+    run_id: str,
+    name: str,
+    note: str | None,
+    *,
+    done: Callable[[str, str], None],
+) -> None:
     """Ask for the run's name, then its note (`note` None: read it from the store first);
     `done(name, note)` once stored."""
     from tinker_tui.app.commands.common import NAME_LENGTH, NOTE_LENGTH
@@ -35,8 +42,10 @@ def edit_run_label(app: App[Any], db_path: Path, run_id: str, name: str, note: s
         except Exception as exc:
             app.notify(f"naming the run: {exc}", severity="error", timeout=4)
             return
-        app.notify(f"run {run_id} named {new_name!r}" if new_name else
-                   f"run {run_id}: name cleared", timeout=2)
+        app.notify(
+            f"run {run_id} named {new_name!r}" if new_name else f"run {run_id}: name cleared",
+            timeout=2,
+        )
         done(new_name, new_note)
 
     async def current_note() -> str:
@@ -53,15 +62,26 @@ def edit_run_label(app: App[Any], db_path: Path, run_id: str, name: str, note: s
 
         async def ask_note() -> None:
             old = note if note is not None else await current_note()
+
             def noted(text: str | None) -> None:
                 if text is not None:
                     app.run_worker(store(new_name, text.strip()))
 
-            app.push_screen(TextPromptScreen(f"Note on {run_id}", old, check=check_note,
-                                             hint="a line kept with the run"), noted)
+            app.push_screen(
+                TextPromptScreen(
+                    f"Note on {run_id}", old, check=check_note, hint="a line kept with the run"
+                ),
+                noted,
+            )
 
         app.run_worker(ask_note())
 
-    app.push_screen(TextPromptScreen(f"Name run {run_id}", name, check=check_name,
-                                     hint="shown in the header, runs, compare and W&B"),
-                    named)
+    app.push_screen(
+        TextPromptScreen(
+            f"Name run {run_id}",
+            name,
+            check=check_name,
+            hint="shown in the header, runs, compare and W&B",
+        ),
+        named,
+    )

@@ -73,8 +73,7 @@ class RunListScreen(Screen[None]):
     def highlighted(self) -> str | None:
         if not self.rows:
             return None
-        return str(self.rows[min(self.query_one(DataTable).cursor_row, len(self.rows) - 1)]
-                   ["RUN"])
+        return str(self.rows[min(self.query_one(DataTable).cursor_row, len(self.rows) - 1)]["RUN"])
 
     async def action_mark(self) -> None:
         run_id = self.highlighted()
@@ -106,6 +105,7 @@ class RunListScreen(Screen[None]):
 
         row = next(r for r in self.rows if r["RUN"] == run_id)
         name = "" if row["NAME"] == "-" else str(row["NAME"])
+
         def done(new_name: str, new_note: str) -> None:
             self.run_worker(self.reload())
 
@@ -113,5 +113,3 @@ class RunListScreen(Screen[None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
-
-

@@ -18,7 +18,7 @@ class DashboardHost(Protocol):
 
     @property
     def mode_label(self) -> str:
-        """"" for a run driven here, "attached", "finished run" or "read-only"
+        """ "" for a run driven here, "attached", "finished run" or "read-only"
         otherwise, "watching (cookbook)" for a run another program trains."""
         ...
 

@@ -42,11 +42,26 @@ def start_scheduler(db_path: Path, sweep_id: str, parallel: int) -> subprocess.P
     log = sweep_log_path(db_path, sweep_id)
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "tinker_tui.app.cli", "sweep", "--resume", sweep_id,
-             "--no-ui", "--db", str(db_path), "--parallel", str(parallel)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"),
-            close_fds=True)
+            [
+                sys.executable,
+                "-m",
+                "tinker_tui.app.cli",
+                "sweep",
+                "--resume",
+                sweep_id,
+                "--no-ui",
+                "--db",
+                str(db_path),
+                "--parallel",
+                str(parallel),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            close_fds=True,
+        )
 
 
 def scheduler_pid(db_path: Path, sweep_id: str) -> int | None:
@@ -61,16 +76,19 @@ def scheduler_pid(db_path: Path, sweep_id: str) -> int | None:
         return None
 
 
-
 #: A sweep run's stored statuses once it ran to an end.
 ENDED = ("completed", "failed", "stopped", "interrupted")
 
 
 def best_row(rows: list[list[Any]]) -> int | None:
     """The row with the highest final reward (column 6), if any has one."""
-    finals = [(float(row[6]), i) for i, row in enumerate(rows)
-              if str(row[6]).replace(".", "", 1).replace("-", "", 1).isdigit()]
+    finals = [
+        (float(row[6]), i)
+        for i, row in enumerate(rows)
+        if str(row[6]).replace(".", "", 1).replace("-", "", 1).isdigit()
+    ]
     return max(finals)[1] if finals else None
+
 
 class SweepScreen(Screen[None]):
     """The runs of one sweep (see the module docstring)."""
@@ -123,8 +141,7 @@ class SweepScreen(Screen[None]):
             if row is not None and run.run_id not in self.compared:
                 [compared] = open_comparison([(self.db_path, row)])
                 self.compared[run.run_id] = compared
-                self.run_worker(drive(compared), group="sweep-runs",
-                                exit_on_error=False)
+                self.run_worker(drive(compared), group="sweep-runs", exit_on_error=False)
         self.redraw()
         if self.stopping and scheduler_pid(self.db_path, self.sweep_id) is None:
             self.app.exit(0)
@@ -135,16 +152,21 @@ class SweepScreen(Screen[None]):
         assert self.sweep is not None
         rows = []
         # one scale for every row's sparkline, so their heights compare across runs
-        shown = [v for c in self.compared.values()
-                 for v in [v for _, v in c.model.rewards if math.isfinite(v)][-16:]]
+        shown = [
+            v
+            for c in self.compared.values()
+            for v in [v for _, v in c.model.rewards if math.isfinite(v)][-16:]
+        ]
         scale = (min(shown), max(shown)) if shown else None
         for run in self.sweep.runs:
             compared = self.compared.get(run.run_id)
             status, step, spark, final, eta = run.status, "-", "", "-", ""
             if compared is not None:
                 model = compared.model
-                if run.status not in ("completed", "failed", "stopped", "interrupted") \
-                        or model.status is not None:
+                if (
+                    run.status not in ("completed", "failed", "stopped", "interrupted")
+                    or model.status is not None
+                ):
                     status = status_of(compared)  # with why it ended, once it has
                 step = f"{model.step}/{model.max_steps or '?'}"
                 rewards = [v for _, v in model.rewards]
@@ -153,8 +175,18 @@ class SweepScreen(Screen[None]):
                 left = model.eta() if status in ("running", "starting") else None
                 eta = format_elapsed(left) if left is not None else ""
             mark = "●" if run.run_id in self.marked else ""
-            rows.append([mark, str(run.idx + 1), settings_text(run), status, step,
-                         Text(spark, style="green"), final, eta])
+            rows.append(
+                [
+                    mark,
+                    str(run.idx + 1),
+                    settings_text(run),
+                    status,
+                    step,
+                    Text(spark, style="green"),
+                    final,
+                    eta,
+                ]
+            )
         return rows
 
     def redraw(self) -> None:
@@ -165,8 +197,11 @@ class SweepScreen(Screen[None]):
         done = sum(1 for r in sweep.runs if r.status == "completed")
         running = sum(1 for r in rows if r[3] in ("running", "paused", "starting"))
         failed = [r for r in sweep.runs if r.status == "failed"]
-        state = "stopping" if self.stopping else (
-            "running" if scheduler_pid(self.db_path, self.sweep_id) else "not running")
+        state = (
+            "stopping"
+            if self.stopping
+            else ("running" if scheduler_pid(self.db_path, self.sweep_id) else "not running")
+        )
         if state == "not running" and all(r.status in ENDED for r in sweep.runs):
             best = best_row(rows)
             state = "finished"
@@ -174,10 +209,15 @@ class SweepScreen(Screen[None]):
                 rows[best][6] = f"{rows[best][6]} ★ best"
                 state += f" · best: #{rows[best][1]} ({rows[best][2]})"
         # Counts of none left out; the title wraps (to three lines) rather than cut.
-        parts = [f"Sweep {sweep.sweep_id}", sweep.task, f"{done}/{len(sweep.runs)} completed",
-                 *([f"{running} running"] if running else []),
-                 *([f"{len(failed)} failed"] if failed else []),
-                 f"{sweep.parallel} at a time", state]
+        parts = [
+            f"Sweep {sweep.sweep_id}",
+            sweep.task,
+            f"{done}/{len(sweep.runs)} completed",
+            *([f"{running} running"] if running else []),
+            *([f"{len(failed)} failed"] if failed else []),
+            f"{sweep.parallel} at a time",
+            state,
+        ]
         self.query_one("#compare-title", Label).update(" · ".join(parts))
         if rows == self._rows:
             return
@@ -215,8 +255,18 @@ class SweepScreen(Screen[None]):
             return
         command = "attach" if run_is_live(self.db_path, run_id) else "show"
         with self.app.suspend():  # the run's own dashboard, in this terminal; q comes back
-            subprocess.run([sys.executable, "-m", "tinker_tui.app.cli", command, run_id,
-                            "--db", str(self.db_path)], check=False)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "tinker_tui.app.cli",
+                    command,
+                    run_id,
+                    "--db",
+                    str(self.db_path),
+                ],
+                check=False,
+            )
 
     def action_compare(self) -> None:
         from tinker_tui.app.screens.compare import CompareScreen
@@ -226,8 +276,9 @@ class SweepScreen(Screen[None]):
         if len(ids) < 2:
             self.notify("compare needs two runs that have started", severity="warning")
             return
-        self.app.push_screen(CompareScreen(open_comparison(
-            [(self.db_path, self.stored[i]) for i in ids[:8]])))
+        self.app.push_screen(
+            CompareScreen(open_comparison([(self.db_path, self.stored[i]) for i in ids[:8]]))
+        )
 
     def action_pause_all(self) -> None:
         self.paused = not self.paused
@@ -251,8 +302,9 @@ class SweepScreen(Screen[None]):
                 control = RemoteControl(ControlClient.from_file(path))
                 control.pause() if word == "pause" else control.resume()
             except Exception as exc:  # a run ending meanwhile
-                self.app.call_from_thread(self.notify, f"{run_id}: {exc}",
-                                          severity="warning", timeout=3)
+                self.app.call_from_thread(
+                    self.notify, f"{run_id}: {exc}", severity="warning", timeout=3
+                )
 
     def action_quit_sweep(self) -> None:
         from tinker_tui.app.screens.confirm_quit import DETACH, STOP, QuitScreen
@@ -273,8 +325,7 @@ class SweepScreen(Screen[None]):
                     return
                 os.kill(pid, signal.SIGTERM)
                 self.stopping = True
-                self.notify("stopping: each run finishes its step and checkpoints",
-                            timeout=4)
+                self.notify("stopping: each run finishes its step and checkpoints", timeout=4)
 
         self.app.push_screen(QuitScreen("stop_sweep"), chosen)
 
@@ -310,9 +361,11 @@ def watch_sweep(db_path: Path, sweep_id: str, parallel: int) -> int:
     app = SweepApp(db_path, sweep_id)
     app.run()
     if app.detached:
-        print(f"detached from sweep {sweep_id}: it goes on in its own process (its output: "
-              f"{sweep_log_path(db_path, sweep_id)})\n  watch again: tinker-tui sweep "
-              f"--resume {sweep_id}{db_flag(db_path)}")
+        print(
+            f"detached from sweep {sweep_id}: it goes on in its own process (its output: "
+            f"{sweep_log_path(db_path, sweep_id)})\n  watch again: tinker-tui sweep "
+            f"--resume {sweep_id}{db_flag(db_path)}"
+        )
         return 0
     print("\n".join(asyncio.run(summary_lines(db_path, sweep_id))))
     return 0

@@ -20,8 +20,15 @@ class TextPromptScreen(ModalScreen[str | None]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="prompt_cancel")]
 
-    def __init__(self, title: str, value: str = "", *, hint: str = "",
-                 check: Check | None = None, placeholder: str = "") -> None:
+    def __init__(
+        self,
+        title: str,
+        value: str = "",
+        *,
+        hint: str = "",
+        check: Check | None = None,
+        placeholder: str = "",
+    ) -> None:
         super().__init__()
         self.title_text = title
         self.value = value
@@ -31,8 +38,12 @@ class TextPromptScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="prompt-dialog", classes="dialog"):
-            yield Input(value=self.value, placeholder=self.placeholder, id="prompt-input",
-                        select_on_focus=True)
+            yield Input(
+                value=self.value,
+                placeholder=self.placeholder,
+                id="prompt-input",
+                select_on_focus=True,
+            )
             yield Label(self.hint, id="prompt-message")
 
     def on_mount(self) -> None:

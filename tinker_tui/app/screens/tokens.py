@@ -46,8 +46,15 @@ class TokensScreen(Screen[None]):
         Binding("q,escape", "close", "Close", id="tokens_close"),
     ]
 
-    def __init__(self, title: str, step: int, tokens: TrajectoryTokens,
-                 pieces: Mapping[int, str], *, channel: str = "diff") -> None:
+    def __init__(
+        self,
+        title: str,
+        step: int,
+        tokens: TrajectoryTokens,
+        pieces: Mapping[int, str],
+        *,
+        channel: str = "diff",
+    ) -> None:
         super().__init__(id="tokens")
         self.title_text = title
         self.step = step
@@ -115,8 +122,11 @@ class TokensScreen(Screen[None]):
     def _style(self, i: int, values: np.ndarray) -> Style:
         rgb = tc.colour(self.channel, float(values[i]), bool(self.mask[i]), self.versions)
         dim = not self.mask[i]
-        style = Style(bgcolor=Color.from_rgb(*rgb) if rgb else None,
-                      color="bright_white" if rgb else None, dim=dim and rgb is None)
+        style = Style(
+            bgcolor=Color.from_rgb(*rgb) if rgb else None,
+            color="bright_white" if rgb else None,
+            dim=dim and rgb is None,
+        )
         if i == self.cursor:
             style += Style(reverse=True, bold=True, underline=True)
         return style
@@ -142,10 +152,11 @@ class TokensScreen(Screen[None]):
             text.append("  context (not trained)", style="dim")
             return text
         text.append(f"  turn {int(self.turn_of[i])}  v{int(t.version[i])}\n")
-        text.append(f"sampled {float(t.sampled[i]):.4f}  trainer {float(t.trainer[i]):.4f}  "
-                    f"Δ {self.diffs[i]:+.4f}  adv {float(t.advantage[i]):+.3f}")
-        if t.entropy is not None and len(t.entropy) == len(t.tokens) \
-                and np.isfinite(t.entropy[i]):
+        text.append(
+            f"sampled {float(t.sampled[i]):.4f}  trainer {float(t.trainer[i]):.4f}  "
+            f"Δ {self.diffs[i]:+.4f}  adv {float(t.advantage[i]):+.3f}"
+        )
+        if t.entropy is not None and len(t.entropy) == len(t.tokens) and np.isfinite(t.entropy[i]):
             text.append(f"  H {float(t.entropy[i]):.3f}")
         return text
 
@@ -157,15 +168,18 @@ class TokensScreen(Screen[None]):
             for v in self.versions:
                 rgb = tc.colour(channel, v, True, self.versions)
                 text.append("  ")
-                text.append(f" v{v} ", Style(bgcolor=Color.from_rgb(*rgb) if rgb else None,
-                                             color="bright_white"))
+                text.append(
+                    f" v{v} ",
+                    Style(bgcolor=Color.from_rgb(*rgb) if rgb else None, color="bright_white"),
+                )
         elif channel.name != "mask":
             for v in np.linspace(channel.low, channel.high, 5):
                 rgb = tc.colour(channel, float(v), True, self.versions)
                 text.append(" ")
-                text.append(f" {v:+.2g} " if channel.diverging else f" {v:.2g} ",
-                            Style(bgcolor=Color.from_rgb(*rgb) if rgb else None,
-                                  color="bright_white"))
+                text.append(
+                    f" {v:+.2g} " if channel.diverging else f" {v:.2g} ",
+                    Style(bgcolor=Color.from_rgb(*rgb) if rgb else None, color="bright_white"),
+                )
         return text
 
     # ------------------------------------------------------------------ keys
@@ -192,8 +206,7 @@ class TokensScreen(Screen[None]):
         target = min(max(line + delta, 0), len(self._lines) - 1)
         if target == line or not self._lines[target]:
             return
-        column = sum(cell_len(self.texts[i]) for i in self._lines[line]
-                     if i < self.cursor)
+        column = sum(cell_len(self.texts[i]) for i in self._lines[line] if i < self.cursor)
         used = 0
         for i in self._lines[target]:
             used += cell_len(self.texts[i])

@@ -50,5 +50,7 @@ class TooSmallScreen(ModalScreen[None]):
         yield Static("", id="too-small-text")
 
     def update_from_model(self, model: DashboardState, now: float) -> None:
-        update_static(self.query_one("#too-small-text", Static),
-                      compact_status(model, now, self.app.size.width, self.app.size.height))
+        update_static(
+            self.query_one("#too-small-text", Static),
+            compact_status(model, now, self.app.size.width, self.app.size.height),
+        )

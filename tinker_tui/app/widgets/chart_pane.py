@@ -30,8 +30,7 @@ class ChartPane(Vertical):
         make: Builds the chart from the imported module.
     """
 
-    def __init__(self, title: str, make: Callable[[Any], Widget], *,
-                 id: str | None = None) -> None:
+    def __init__(self, title: str, make: Callable[[Any], Widget], *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.pane_title = title
         self._make = make

@@ -43,8 +43,10 @@ def step_text(row: CheckpointRow, best_step: int | None = None) -> str:
     last at or before the best step): both are kept by the retention policy."""
     if row.kind == "sampler":
         return f"v{row.step}"
-    return (f"{row.step}{REQUESTED_MARK if row.requested else ''}"
-            f"{BEST_MARK if row.step == best_step else ''}")
+    return (
+        f"{row.step}{REQUESTED_MARK if row.requested else ''}"
+        f"{BEST_MARK if row.step == best_step else ''}"
+    )
 
 
 def marks_legend(rows: list[CheckpointRow], best_step: int | None) -> str:
@@ -76,13 +78,15 @@ def subtitle_text(model: DashboardState, width: int = 0) -> str:
     what has no room is left out whole, never cut, the note before the key (the status
     line says the weights stand still too, and `enter` on a row says why)."""
     count = len(model.checkpoints)
-    deleted = f" ({model.checkpoints_deleted} older deleted)" if model.checkpoints_deleted \
-        else ""
+    deleted = f" ({model.checkpoints_deleted} older deleted)" if model.checkpoints_deleted else ""
     text = f"{count} saved{deleted}"
     best = model.health_window.rollback_point()
     marks = marks_legend(model.checkpoints, best[0] if best is not None else None)
-    for part in (marks.removeprefix(PART_SEPARATOR), sampler_note(model),
-                 "enter: path" if count else ""):
+    for part in (
+        marks.removeprefix(PART_SEPARATOR),
+        sampler_note(model),
+        "enter: path" if count else "",
+    ):
         if part and (not width or len(text) + len(PART_SEPARATOR) + len(part) <= width):
             text += PART_SEPARATOR + part
     return text
@@ -94,8 +98,9 @@ class CheckpointsTable(DataTable):
     ALLOW_MAXIMIZE = True
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=True,
-                         show_cursor=False)
+        super().__init__(
+            id=id, classes=classes, cursor_type="row", zebra_stripes=True, show_cursor=False
+        )
         self._shown: tuple[object, ...] = ()
         self._rows: list[CheckpointRow] = []
         self._model: DashboardState | None = None
@@ -138,8 +143,10 @@ class CheckpointsTable(DataTable):
         self.clear()
         self._rows = list(reversed(model.checkpoints))
         # the path takes what the other columns (and every column's padding) leave
-        cells = [[step_text(row, best_step), row.kind, model.since_start(row.time), ""]
-                 for row in self._rows]
+        cells = [
+            [step_text(row, best_step), row.kind, model.since_start(row.time), ""]
+            for row in self._rows
+        ]
         paths = [where_on_disk(row, checkpoint_dir) for row in self._rows]
         widths = fit_columns(self, cells)
         path_width = max(MIN_PATH, width - sum(widths[:-1]) - 2 * self.cell_padding * len(widths))
@@ -161,17 +168,22 @@ class CheckpointsTable(DataTable):
         folder = where_on_disk(row, host(self.app).checkpoint_dir)
         if row.kind == "sampler":
             title = f"Sampler weights of policy version {row.step}"
-            why = ("\n\nSampler weights are saved when the weights change (a new policy "
-                   "version), not per step: steps without a learning signal save none. "
-                   "Full state (weights and optimizer, what --resume loads) is saved every "
-                   "checkpoint_every steps.")
+            why = (
+                "\n\nSampler weights are saved when the weights change (a new policy "
+                "version), not per step: steps without a learning signal save none. "
+                "Full state (weights and optimizer, what --resume loads) is saved every "
+                "checkpoint_every steps."
+            )
         else:
             title = f"Checkpoint at step {row.step} (full state: weights and optimizer)" + (
-                ", asked for: kept" if row.requested else "")
+                ", asked for: kept" if row.requested else ""
+            )
             since = self._model.version_changed_at if self._model is not None else 0
-            why = ("\n\nSampler weights are saved per new policy version, not per step "
-                   "(sampler_checkpoint_every)"
-                   + (f"; this run's weights last changed at step {since}" if since else "")
-                   + ": steps without a learning signal change no weight and save none.")
+            why = (
+                "\n\nSampler weights are saved per new policy version, not per step "
+                "(sampler_checkpoint_every)"
+                + (f"; this run's weights last changed at step {since}" if since else "")
+                + ": steps without a learning signal change no weight and save none."
+            )
         where = f"{folder}\n(saved as {row.path})" if folder != row.path else row.path
         self.app.push_screen(TextScreen(title, f"{row.name}\n\n{where}{why}"))

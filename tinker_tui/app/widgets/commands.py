@@ -47,8 +47,10 @@ class CommandsTable(DataTable):
             return
         self._shown = (count, width)
         self.clear()
-        rows = [(model.since_start(command.time), str(command.step), command.describe(),
-                 command.source) for command in reversed(model.commands)]
+        rows = [
+            (model.since_start(command.time), str(command.step), command.describe(), command.source)
+            for command in reversed(model.commands)
+        ]
         widths = fit_columns(self, rows)
         column = self.columns[self.ordered_columns[2].key]
         # What the other columns and every cell's padding leave (and a scrollbar's width).
@@ -57,5 +59,10 @@ class CommandsTable(DataTable):
         column.auto_width = not wrap
         column.width = room if wrap else 0
         for time, step, command, source in rows:
-            self.add_row(time, step, Text(command), source,
-                         height=None if wrap and cell_len(command) > room else 1)
+            self.add_row(
+                time,
+                step,
+                Text(command),
+                source,
+                height=None if wrap and cell_len(command) > room else 1,
+            )

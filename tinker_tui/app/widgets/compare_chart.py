@@ -24,8 +24,7 @@ def run_component(index: int) -> str:
 class CompareChart(StepChart):
     """`key` of every model in `models` (set by the view, in the table's order)."""
 
-    COMPONENT_CLASSES = StepChart.COMPONENT_CLASSES | {
-        run_component(i) for i in range(RUN_COLOURS)}
+    COMPONENT_CLASSES = StepChart.COMPONENT_CLASSES | {run_component(i) for i in range(RUN_COLOURS)}
 
     def __init__(self, key: str, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(key, id=id, classes=classes)
@@ -33,8 +32,11 @@ class CompareChart(StepChart):
         self._emas: dict[int, tuple[int, float, list[float]]] = {}
 
     def draw_key(self, model: DashboardState) -> tuple[object, ...]:
-        per_run = tuple((len(s), s[-1] if s else None, len(m.checkpoints), len(m.knob_markers()))
-                        for m in self.models for s in [m.series.get(self.key, ())])
+        per_run = tuple(
+            (len(s), s[-1] if s else None, len(m.checkpoints), len(m.knob_markers()))
+            for m in self.models
+            for s in [m.series.get(self.key, ())]
+        )
         return (per_run, model.ema_beta, self.size, self.chart_options.key())
 
     def run_ema(self, index: int, values: Sequence[float], beta: float) -> list[float]:
@@ -49,8 +51,7 @@ class CompareChart(StepChart):
         for index, run in enumerate(self.models):
             points = run.series.get(self.key, ())
             if points:
-                parts.append(f"{self.swatch(run_component(index))}"
-                             f"{format_value(points[-1][1])}")
+                parts.append(f"{self.swatch(run_component(index))}{format_value(points[-1][1])}")
         return " ".join(parts) if parts else "no steps yet"
 
     def update_from_model(self, model: DashboardState, now: float) -> None:
@@ -79,7 +80,10 @@ class CompareChart(StepChart):
                 ("step-chart--checkpoint", {c.step for c in run.checkpoints}),
                 ("step-chart--knob", {c.step for c in run.knob_markers()}),
             ):
-                xs = [x_of(run, m, options.x_axis) for m in sorted(steps)
-                      if window is None or window[0] <= m <= window[1]]
+                xs = [
+                    x_of(run, m, options.x_axis)
+                    for m in sorted(steps)
+                    if window is None or window[0] <= m <= window[1]
+                ]
                 marks.append((self._style(component), [x for x in xs if x is not None]))
         self.draw(lines, marks=marks)

@@ -60,12 +60,14 @@ def reason_lines(model: DashboardState, bar_width: int) -> list[Content]:
     lines = []
     for label, key, style in ROWS:
         count = counts[key]
-        lines.append(Content.assemble(
-            (f"{label:<11}", "$text-muted" if not count else ""),
-            (f"{count:>6}", f"bold {style}" if count else "$text-muted"),
-            " ",
-            (bar(count, most, bar_width), style),
-        ))
+        lines.append(
+            Content.assemble(
+                (f"{label:<11}", "$text-muted" if not count else ""),
+                (f"{count:>6}", f"bold {style}" if count else "$text-muted"),
+                " ",
+                (bar(count, most, bar_width), style),
+            )
+        )
     return lines
 
 
@@ -79,8 +81,7 @@ def staleness_lines(model: DashboardState, width: int, room: int) -> list[Conten
         if mean is None:
             return [Content.styled("staleness: no steps yet", "$text-muted")]
         worst = model.last_metrics.get(keys.STALENESS_MAX, mean)
-        return [Content.assemble(("staleness", "$text-muted"),
-                                 f"  mean {mean:.2f}  max {worst:g}")]
+        return [Content.assemble(("staleness", "$text-muted"), f"  mean {mean:.2f}  max {worst:g}")]
     rows = staleness_rows(measured.staleness_in_flight, measured.staleness_queued)
     if not rows:
         return [Content.styled("staleness: no group trained lately", "$text-muted")]
@@ -89,15 +90,22 @@ def staleness_lines(model: DashboardState, width: int, room: int) -> list[Conten
         return [Content.assemble(("versions behind ", "$text-muted"), counts)]
     column = min(26, max(4, (width - 10) // 2))
     most = max(max(a, b) for _, a, b in rows)
-    lines = [Content.assemble(("behind", "$text-muted"), "  ",
-                              (f"{'in flight':<{column}}", "$text-accent"),
-                              ("queued", "$text-primary"))]
+    lines = [
+        Content.assemble(
+            ("behind", "$text-muted"),
+            "  ",
+            (f"{'in flight':<{column}}", "$text-accent"),
+            ("queued", "$text-primary"),
+        )
+    ]
     for behind, in_flight, queued in rows[: room - 1]:
         left = f"{bar(in_flight, most, column - 5)} {in_flight}"
         right = f"{bar(queued, most, column - 5)} {queued}"
-        lines.append(Content.assemble(f"{behind:>6}", "  ",
-                                      (f"{left:<{column}}", "$accent"),
-                                      (right, "$primary")))
+        lines.append(
+            Content.assemble(
+                f"{behind:>6}", "  ", (f"{left:<{column}}", "$accent"), (right, "$primary")
+            )
+        )
     return lines
 
 

@@ -20,10 +20,20 @@ def shown_keys(screen: Screen) -> tuple[object, ...]:
     """What a footer on `screen` draws from its bindings: each shown key's binding, the
     text it is drawn with, and whether it is enabled."""
     app = screen.app
-    return tuple((binding.key, app.get_key_display(binding), binding.description,
-                  binding.action, binding.group, enabled, tooltip, binding.tooltip)
-                 for _, binding, enabled, tooltip in screen.active_bindings.values()
-                 if binding.show or binding.key == app.COMMAND_PALETTE_BINDING)
+    return tuple(
+        (
+            binding.key,
+            app.get_key_display(binding),
+            binding.description,
+            binding.action,
+            binding.group,
+            enabled,
+            tooltip,
+            binding.tooltip,
+        )
+        for _, binding, enabled, tooltip in screen.active_bindings.values()
+        if binding.show or binding.key == app.COMMAND_PALETTE_BINDING
+    )
 
 
 class KeyFooter(Footer):
@@ -43,7 +53,11 @@ class KeyFooter(Footer):
     def bindings_changed(self, screen: Screen) -> None:
         if screen is self.screen and screen not in self.app.screen_stack:
             return  # a view not shown: it is checked again when it is
-        if self._composed is not None and self.is_attached and screen is self.screen \
-                and shown_keys(screen) == self._composed:
+        if (
+            self._composed is not None
+            and self.is_attached
+            and screen is self.screen
+            and shown_keys(screen) == self._composed
+        ):
             return
         super().bindings_changed(screen)

@@ -27,8 +27,9 @@ class KnobsTable(KeysInOrder, DataTable):
         self.add_column("value", key="value")
         self.add_column("at start", key="start")
         self.add_column("changed", key="changes")
-        self._shown: dict[str, tuple[str, str, str]] = {name: ("-", "-", "0")
-                                                          for name in LIVE_KNOBS}
+        self._shown: dict[str, tuple[str, str, str]] = {
+            name: ("-", "-", "0") for name in LIVE_KNOBS
+        }
         for name, row in self._shown.items():
             self.add_row(name, *row, key=name)
         self._fit()
@@ -57,8 +58,11 @@ class KnobsTable(KeysInOrder, DataTable):
         changed = False
         for name in LIVE_KNOBS:
             value = live.get(name, model.knobs.get(name))
-            row = (format_knob(name, value), format_knob(name, model.initial_knobs.get(name)),
-                   str(changes.get(name, 0)))
+            row = (
+                format_knob(name, value),
+                format_knob(name, model.initial_knobs.get(name)),
+                str(changes.get(name, 0)),
+            )
             if self._shown.get(name) == row:
                 continue
             self._shown[name] = row

@@ -93,8 +93,12 @@ class LogPanel(OptionList):
             counts = f"≥ {self.minimum} · {len(self._log_lines):,} of {model.log_total:,} lines"
         # whole parts only (a narrow pane read "enter: whole · l…"); `?` lists the keys
         width = max(0, self.region.width - 6)  # between the border's corners and spaces
-        set_subtitle(self, fit_parts([counts, "enter: whole", "l: level"], width)
-                     if width else f"{counts} · enter: whole · l: level")
+        set_subtitle(
+            self,
+            fit_parts([counts, "enter: whole", "l: level"], width)
+            if width
+            else f"{counts} · enter: whole · l: level",
+        )
 
     def update_from_model(self, model: DashboardState, now: float) -> None:
         self._model = model
@@ -109,8 +113,11 @@ class LogPanel(OptionList):
             self._log_lines = list(model.recent_log(self._max, self.minimum))
             self.set_options([log_line_content(model, line) for line in self._log_lines])
         else:
-            added = [line for line in list(model.log)[-min(new, len(model.log)):]
-                     if level_at_least(line.level, self.minimum)]
+            added = [
+                line
+                for line in list(model.log)[-min(new, len(model.log)) :]
+                if level_at_least(line.level, self.minimum)
+            ]
             self._log_lines += added
             self.add_options([log_line_content(model, line) for line in added])
             extra = len(self._log_lines) - self._max

@@ -36,13 +36,13 @@ class RewardsChart(StepChart):
         parts = [f"{self.swatch('step-chart--value')} mean {last:.3f}"]
         ema = self.ema(model, [v for _, v in model.rewards])
         if ema:
-            parts.append(f"{self.swatch('step-chart--ema')} ema({model.ema_beta:g}) "
-                         f"{ema[-1]:.3f}")
+            parts.append(f"{self.swatch('step-chart--ema')} ema({model.ema_beta:g}) {ema[-1]:.3f}")
         else:
             parts.append("no smoothing")
         if model.last_eval is not None:
-            parts.append(f"{self.swatch('step-chart--eval', '◆')} eval "
-                         f"{model.last_eval.reward:.3f}")
+            parts.append(
+                f"{self.swatch('step-chart--eval', '◆')} eval {model.last_eval.reward:.3f}"
+            )
         if model.checkpoints:
             parts.append(f"{self.swatch('step-chart--checkpoint', '┊')} ckpt")
         if model.knob_markers():

@@ -58,20 +58,21 @@ def message_lines(message: Mapping[str, Any]) -> list[Content]:
     lines = [Content.styled(f"── {title} ", f"bold {ROLE_STYLES.get(role, '$text')}")]
     content = message.get("content")
     if isinstance(content, list):  # OpenAI content parts
-        content = "\n".join(str(p.get("text", p)) if isinstance(p, Mapping) else str(p)
-                            for p in content)
+        content = "\n".join(
+            str(p.get("text", p)) if isinstance(p, Mapping) else str(p) for p in content
+        )
     if content and role == "transcript":
         content = without_empty_turn(str(content))
     if content:
         lines.extend(Content(line) for line in str(content).splitlines() or [""])
     for call in message.get("tool_calls") or ():
-        lines.append(Content.assemble(("  ↳ tool call ", "$text-accent"),
-                                      _tool_call_text(call)))
+        lines.append(Content.assemble(("  ↳ tool call ", "$text-accent"), _tool_call_text(call)))
     return lines
 
 
 def metrics_text(metrics: Mapping[str, Any]) -> str:
     """A trajectory's metrics on one line: `correct yes · tool_calls 2`."""
+
     def shown(value: Any) -> str:
         if isinstance(value, bool):
             return "yes" if value else "no"
@@ -82,38 +83,54 @@ def metrics_text(metrics: Mapping[str, Any]) -> str:
 
 def group_status(group: GroupRecord, short: bool = False, finished: bool = False) -> Content:
     if short and group.discarded == "zero_variance":
-        return (Content.styled("converged", "$text-success") if group.at_best
-                else Content.styled("no learning signal", "$text-warning"))
+        return (
+            Content.styled("converged", "$text-success")
+            if group.at_best
+            else Content.styled("no learning signal", "$text-warning")
+        )
     if group.discarded is None:
         if group.step is None:
-            return Content.styled("never trained (the run ended)" if finished
-                                  else "waiting to be trained", "$text-muted")
+            return Content.styled(
+                "never trained (the run ended)" if finished else "waiting to be trained",
+                "$text-muted",
+            )
         if group.failed and not short:
             members = len(group.trajectories) + group.failed
-            return Content.styled(f"trained with {len(group.trajectories)} of {members} "
-                                  f"rollouts; {group.failed} failed: {group.failure}",
-                                  "$text-warning")
+            return Content.styled(
+                f"trained with {len(group.trajectories)} of {members} "
+                f"rollouts; {group.failed} failed: {group.failure}",
+                "$text-warning",
+            )
         return Content.styled("trained", "$text-success")
     if group.discarded == "zero_variance" and group.at_best:
-        return Content.styled("converged: equal rewards at the best seen (no gradient, "
-                              "counted in the step's reward)", "$text-success")
+        return Content.styled(
+            "converged: equal rewards at the best seen (no gradient, counted in the step's reward)",
+            "$text-success",
+        )
     if group.discarded == "zero_variance":
-        return Content.styled("no learning signal: equal rewards below the best seen "
-                              "(counted in the step's reward)", "$text-warning")
+        return Content.styled(
+            "no learning signal: equal rewards below the best seen (counted in the step's reward)",
+            "$text-warning",
+        )
     reason = REASON_LABELS.get(group.discarded, group.discarded)
     detail = f": {group.detail}" if group.detail else ""
     behind = ""
     if group.trainer_version is not None and group.discarded == "stale":
         behind = f" (sampled by v{group.policy_version}, trainer at v{group.trainer_version})"
-    return Content.styled(f"discarded, {reason}{detail}{behind}",
-                          "$text-error" if group.discarded == "error" else "$text-warning")
+    return Content.styled(
+        f"discarded, {reason}{detail}{behind}",
+        "$text-error" if group.discarded == "error" else "$text-warning",
+    )
 
 
 def where_filed(model: DashboardState, group: GroupRecord) -> str:
     """Which step the group belongs to, in words."""
     if group.step is None:
-        return ("left over after the last step" if model.state == "finished"
-                else f"queued for step {model.step + 1}")
+        return (
+            "left over after the last step"
+            if model.state == "finished"
+            else f"queued for step {model.step + 1}"
+        )
     if group.discarded is not None and group.discarded != "zero_variance":
         return f"dropped while step {group.step} was collected"
     return f"in the batch of step {group.step}"
@@ -121,32 +138,48 @@ def where_filed(model: DashboardState, group: GroupRecord) -> str:
 
 def summary_line(group: GroupRecord, finished: bool = False) -> Content:
     mean = f"r̄ {group.reward_mean:.3f}" if group.trajectories else "no rollouts"
-    return Content.assemble(f"  g{group.group_id} {group.scenario_id}  {mean}  ",
-                            group_status(group, short=True, finished=finished))
+    return Content.assemble(
+        f"  g{group.group_id} {group.scenario_id}  {mean}  ",
+        group_status(group, short=True, finished=finished),
+    )
 
 
 def detail_content(model: DashboardState, ref: RolloutRef | None) -> Content:
     if ref is None and not model.groups:
         phase = model.phase_text()
-        return Content.styled("No rollouts yet" + (f": {phase}." if phase else ".")
-                              + "\n\nThe run's steps appear on the left as it trains.",
-                              "$text-muted")
+        return Content.styled(
+            "No rollouts yet"
+            + (f": {phase}." if phase else ".")
+            + "\n\nThe run's steps appear on the left as it trains.",
+            "$text-muted",
+        )
     if ref is None:
-        return Content.styled("Select a step, group or trajectory on the left.\n\n"
-                              "enter / → expands · / filters, e.g. reward<0.5, stale, "
-                              "maybe", "$text-muted")
+        return Content.styled(
+            "Select a step, group or trajectory on the left.\n\n"
+            "enter / → expands · / filters, e.g. reward<0.5, stale, "
+            "maybe",
+            "$text-muted",
+        )
     if ref.kind == "note":
-        return Content.styled("These steps' rollouts are not in this view; the note on the "
-                              "left says why and where to find them.", "$text-muted")
+        return Content.styled(
+            "These steps' rollouts are not in this view; the note on the "
+            "left says why and where to find them.",
+            "$text-muted",
+        )
     if ref.kind == "waiting":
         groups = model.waiting_groups()
         count = f"{len(groups)} group{'s' if len(groups) != 1 else ''}"
-        lines = ([Content.styled("left over", "bold"),
-                  Content(f"{count} sampled after the run's last step took its batch; "
-                          "never trained")] if model.state == "finished" else
-                 [Content.styled("queued", "bold"),
-                  Content(f"{count} sampled and waiting for the trainer "
-                          f"(step {model.step + 1})")])
+        lines = (
+            [
+                Content.styled("left over", "bold"),
+                Content(f"{count} sampled after the run's last step took its batch; never trained"),
+            ]
+            if model.state == "finished"
+            else [
+                Content.styled("queued", "bold"),
+                Content(f"{count} sampled and waiting for the trainer (step {model.step + 1})"),
+            ]
+        )
         lines += [summary_line(group, model.state == "finished") for group in groups]
         return Content("\n").join(lines)
     if ref.kind == "step":
@@ -154,23 +187,30 @@ def detail_content(model: DashboardState, ref: RolloutRef | None) -> Content:
         groups = model.groups_of(ref.step)
         trained = ref.step <= model.step
         count = f"{len(groups)} group" + ("" if len(groups) == 1 else "s")
-        what = (f"{count} taken or dropped by step {ref.step}" if trained
-                else f"step {ref.step} is being collected: {count} dropped so far")
+        what = (
+            f"{count} taken or dropped by step {ref.step}"
+            if trained
+            else f"step {ref.step} is being collected: {count} dropped so far"
+        )
         lines = [Content.styled(f"step {ref.step}", "bold"), Content(what)]
         if not groups and trained:
-            lines.append(Content.styled("its groups are no longer kept in memory",
-                                        "$text-muted"))
+            lines.append(Content.styled("its groups are no longer kept in memory", "$text-muted"))
         lines += [summary_line(group, model.state == "finished") for group in groups]
         return Content("\n").join(lines)
     group = model.groups.get(ref.group_id) if ref.group_id is not None else None
     if group is None:
         return Content.styled("This group is no longer kept in memory.", "$text-muted")
     header = [
-        Content.assemble(("group ", "bold"), (f"{group.group_id}", "bold"),
-                         f" · scenario {group.scenario_id} · {where_filed(model, group)}"),
-        Content(f"policy v{group.policy_version} · {len(group.trajectories)} rollouts · "
-                f"{group.num_tokens} tokens"
-                + (f" · mean reward {group.reward_mean:.3f}" if group.trajectories else "")),
+        Content.assemble(
+            ("group ", "bold"),
+            (f"{group.group_id}", "bold"),
+            f" · scenario {group.scenario_id} · {where_filed(model, group)}",
+        ),
+        Content(
+            f"policy v{group.policy_version} · {len(group.trajectories)} rollouts · "
+            f"{group.num_tokens} tokens"
+            + (f" · mean reward {group.reward_mean:.3f}" if group.trajectories else "")
+        ),
         group_status(group, finished=model.state == "finished"),
     ]
     if ref.kind == "group":
@@ -181,16 +221,25 @@ def detail_content(model: DashboardState, ref: RolloutRef | None) -> Content:
     assert ref.index is not None
     trajectory = group.trajectories[ref.index]
     lines = [
-        Content.assemble((f"trajectory {ref.index + 1} of {len(group.trajectories)}", "bold"),
-                         f" · group {group.group_id} · scenario {group.scenario_id}"),
-        Content.assemble(("reward ", "$text-muted"), (f"{trajectory.reward:.3f}", "bold"),
-                         ("  policy ", "$text-muted"), f"v{trajectory.policy_version}",
-                         ("  tokens ", "$text-muted"), f"{trajectory.num_tokens}",
-                         ("  ", ""), where_filed(model, group)),
+        Content.assemble(
+            (f"trajectory {ref.index + 1} of {len(group.trajectories)}", "bold"),
+            f" · group {group.group_id} · scenario {group.scenario_id}",
+        ),
+        Content.assemble(
+            ("reward ", "$text-muted"),
+            (f"{trajectory.reward:.3f}", "bold"),
+            ("  policy ", "$text-muted"),
+            f"v{trajectory.policy_version}",
+            ("  tokens ", "$text-muted"),
+            f"{trajectory.num_tokens}",
+            ("  ", ""),
+            where_filed(model, group),
+        ),
     ]
     if trajectory.metrics:
-        lines.append(Content.assemble(("metrics ", "$text-muted"),
-                                      metrics_text(trajectory.metrics)))
+        lines.append(
+            Content.assemble(("metrics ", "$text-muted"), metrics_text(trajectory.metrics))
+        )
     lines += [
         group_status(group, finished=model.state == "finished"),
         Content(""),
@@ -220,9 +269,12 @@ class RolloutDetail(VerticalScroll):
 
     def show(self, model: DashboardState, ref: RolloutRef | None) -> None:
         group = model.groups.get(ref.group_id) if ref and ref.group_id is not None else None
-        key = (ref, model.groups_revision if ref and ref.kind in ("step", "waiting") else None,
-               (group.discarded, group.step, group.at_best) if group else None,
-               model.phase_text() if ref is None and not model.groups else None)
+        key = (
+            ref,
+            model.groups_revision if ref and ref.kind in ("step", "waiting") else None,
+            (group.discarded, group.step, group.at_best) if group else None,
+            model.phase_text() if ref is None and not model.groups else None,
+        )
         if key == self._shown:
             return
         self._shown = key

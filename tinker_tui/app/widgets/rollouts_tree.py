@@ -48,9 +48,12 @@ def preview(text: str, width: int = 28) -> str:
 
 def step_label(step: int, groups: list[GroupRecord], collecting: bool = False) -> Text:
     count = len(groups)
-    label = Text.assemble(("step ", "dim"), (f"{step}", "bold"),
-                          (" collecting" if collecting else "", "italic"),
-                          f"  {count} group{'s' if count != 1 else ''}")
+    label = Text.assemble(
+        ("step ", "dim"),
+        (f"{step}", "bold"),
+        (" collecting" if collecting else "", "italic"),
+        f"  {count} group{'s' if count != 1 else ''}",
+    )
     rewards = [g.reward_mean for g in groups if g.reward_mean is not None and g.trajectories]
     if rewards:
         label.append(f"  r̄ {sum(rewards) / len(rewards):.3f}")
@@ -69,15 +72,18 @@ def waiting_label(groups: list[GroupRecord], model: DashboardState) -> Text:
     count = len(groups)
     groups_text = f" group{'s' if count != 1 else ''}"
     if model.state == "finished":  # nothing will take them now
-        return Text.assemble(("left over ", "dim"), (f"{count}", "bold"),
-                             f"{groups_text} never trained")
-    return Text.assemble(("queued ", "dim"), (f"{count}", "bold"),
-                         f"{groups_text} for step {model.step + 1}")
+        return Text.assemble(
+            ("left over ", "dim"), (f"{count}", "bold"), f"{groups_text} never trained"
+        )
+    return Text.assemble(
+        ("queued ", "dim"), (f"{count}", "bold"), f"{groups_text} for step {model.step + 1}"
+    )
 
 
 def group_label(group: GroupRecord) -> Text:
-    label = Text.assemble((f"g{group.group_id} ", "dim"), group.scenario_id,
-                          (f"  v{group.policy_version}", "dim"))
+    label = Text.assemble(
+        (f"g{group.group_id} ", "dim"), group.scenario_id, (f"  v{group.policy_version}", "dim")
+    )
     if group.reward_mean is not None and group.trajectories:
         label.append(f"  r̄ {group.reward_mean:.3f}")
     if converged(group):
@@ -103,8 +109,11 @@ def last_words(messages: Sequence[Mapping[str, Any]]) -> str:
 
 def trajectory_label(group: GroupRecord, index: int) -> Text:
     t = group.trajectories[index]
-    label = Text.assemble((f"#{index + 1} ", "dim"), (f"r {t.reward:.2f}", "bold"),
-                          (f"  v{t.policy_version}  {t.num_tokens} tok", "dim"))
+    label = Text.assemble(
+        (f"#{index + 1} ", "dim"),
+        (f"r {t.reward:.2f}", "bold"),
+        (f"  v{t.policy_version}  {t.num_tokens} tok", "dim"),
+    )
     said = last_words(t.messages)
     if said:
         label.append(f"  {preview(said)}")
@@ -119,8 +128,10 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
 
     ALLOW_MAXIMIZE = True
 
-    BINDINGS = [Binding("home", "newest", "Newest", show=False, id="newest_steps"),
-                Binding("slash", "screen.filter", "Filter", id="filter")]
+    BINDINGS = [
+        Binding("home", "newest", "Newest", show=False, id="newest_steps"),
+        Binding("slash", "screen.filter", "Filter", id="filter"),
+    ]
 
     async def take_key(self, event: events.Key) -> None:
         await take_key_in_order(self, event)
@@ -159,19 +170,31 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
         the tree does not show it (filtered out, or not inserted yet)."""
         if self._model is None:
             return False
-        parent = self._waiting if ref.kind == "waiting" or ref.step is None \
+        parent = (
+            self._waiting
+            if ref.kind == "waiting" or ref.step is None
             else self._step_nodes.get(ref.step)
+        )
         if parent is None:
             return False
         target: TreeNode[RolloutRef] | None = parent
         if ref.kind in ("group", "trajectory"):
             if parent.id not in self._populated:
-                self._fill_step(parent, self._visible_groups(ref.step) if ref.step is not None
-                                else [g for g in self._model.waiting_groups()
-                                      if self.filter.matches_group(g)])
+                self._fill_step(
+                    parent,
+                    self._visible_groups(ref.step)
+                    if ref.step is not None
+                    else [g for g in self._model.waiting_groups() if self.filter.matches_group(g)],
+                )
             parent.expand()
-            target = next((c for c in parent.children
-                           if c.data is not None and c.data.group_id == ref.group_id), None)
+            target = next(
+                (
+                    c
+                    for c in parent.children
+                    if c.data is not None and c.data.group_id == ref.group_id
+                ),
+                None,
+            )
             if target is not None and ref.kind == "trajectory":
                 group = self._model.groups.get(ref.group_id)  # type: ignore[arg-type]
                 if group is None:
@@ -179,8 +202,14 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
                 if target.id not in self._populated:
                     self._fill_group(target, group)
                 target.expand()
-                target = next((c for c in target.children
-                               if c.data is not None and c.data.index == ref.index), None)
+                target = next(
+                    (
+                        c
+                        for c in target.children
+                        if c.data is not None and c.data.index == ref.index
+                    ),
+                    None,
+                )
         if target is None:
             return False
         number_tree_lines(self)  # the lines the expansions added
@@ -242,8 +271,12 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
         for step in reversed(kept):  # newest first
             records = model.groups_of(step)
             collecting = step > model.step
-            raw = (len(records), sum(1 for g in records if g.discarded),
-                   sum(len(g.trajectories) for g in records), collecting)
+            raw = (
+                len(records),
+                sum(1 for g in records if g.discarded),
+                sum(len(g.trajectories) for g in records),
+                collecting,
+            )
             if self._raw.get(step) == raw and step in self._step_nodes:
                 continue  # nothing new in this step
             groups = [g for g in records if self.filter.matches_group(g)]
@@ -259,8 +292,7 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
                     self.held.append(step)  # announced, inserted on `home`
                     continue
                 self._raw[step] = raw
-                self._step_nodes[step] = self._add_step(step, step_label(step, groups,
-                                                                         collecting))
+                self._step_nodes[step] = self._add_step(step, step_label(step, groups, collecting))
                 continue
             self._raw[step] = raw
             node.set_label(step_label(step, groups, collecting))
@@ -301,32 +333,41 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
             if self._step_nodes and not following:
                 return  # a new top line would push the view down: wait for `home`
             first = next(iter(self.root.children), None)
-            self._waiting = (self.root.add(label, RolloutRef("waiting", None), before=first)
-                             if first is not None else
-                             self.root.add(label, RolloutRef("waiting", None)))
+            self._waiting = (
+                self.root.add(label, RolloutRef("waiting", None), before=first)
+                if first is not None
+                else self.root.add(label, RolloutRef("waiting", None))
+            )
             return
         self._waiting.set_label(label)
-        if self._waiting.id in self._populated and (following or self._waiting.is_expanded
-                                                    and self._at_or_below_cursor(self._waiting)):
+        if self._waiting.id in self._populated and (
+            following or self._waiting.is_expanded and self._at_or_below_cursor(self._waiting)
+        ):
             self._fill_groups(self._waiting, groups)
 
     def _sync_notes(self, model: DashboardState) -> None:
         """Why steps are missing: rollouts dropped from memory, or from before a resume."""
         notes: list[str] = []
         if model.trimmed_before is not None:
-            notes.append(f"steps before {model.trimmed_before}: rollouts no longer kept in "
-                         f"memory (the newest {model.max_groups:,} groups are); "
-                         "`tinker-tui export` has them all")
+            notes.append(
+                f"steps before {model.trimmed_before}: rollouts no longer kept in "
+                f"memory (the newest {model.max_groups:,} groups are); "
+                "`tinker-tui export` has them all"
+            )
         first = min(self._step_nodes, default=None)
         if model.start_step > 0 and (first is None or first > model.start_step):
-            notes.append(f"steps 1–{model.start_step}: trained before this run resumed; "
-                         "`tinker-tui show` has their rollouts")
+            notes.append(
+                f"steps 1–{model.start_step}: trained before this run resumed; "
+                "`tinker-tui show` has their rollouts"
+            )
         if [str(n.label) for n in self._notes] == notes:
             return
         for node in self._notes:
             node.remove()
-        self._notes = [self.root.add_leaf(Text(note, style="dim italic"),
-                                          RolloutRef("note", None)) for note in notes]
+        self._notes = [
+            self.root.add_leaf(Text(note, style="dim italic"), RolloutRef("note", None))
+            for note in notes
+        ]
 
     def _at_or_below_cursor(self, node: TreeNode[RolloutRef]) -> bool:
         return node.line >= self.cursor_line >= 0 or node.line < 0
@@ -344,12 +385,17 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
 
     def _subtitle(self, model: DashboardState) -> str:
         shown = sum(self._shown.get(s, 0) for s in self._step_nodes)
-        text = (f"{shown:,} of {len(model.groups):,} groups match" if self.filter.active
-                else f"{len(model.groups):,} groups · {len(self._step_nodes)} steps")
+        text = (
+            f"{shown:,} of {len(model.groups):,} groups match"
+            if self.filter.active
+            else f"{len(model.groups):,} groups · {len(self._step_nodes)} steps"
+        )
         if self.held:
             count = len(self.held)
-            text = (f"[b $warning]▲ {count} new step{'s' if count != 1 else ''} · "
-                    f"home: show[/] · {text}")
+            text = (
+                f"[b $warning]▲ {count} new step{'s' if count != 1 else ''} · "
+                f"home: show[/] · {text}"
+            )
         return text
 
     def _fill_step(self, node: TreeNode[RolloutRef], groups: list[GroupRecord]) -> None:
@@ -358,13 +404,18 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
             self._dirty.discard(node.data.step)
 
     def _fill_groups(self, node: TreeNode[RolloutRef], groups: list[GroupRecord]) -> None:
-        expanded = {child.data.group_id for child in node.children
-                    if child.data is not None and child.is_expanded}
+        expanded = {
+            child.data.group_id
+            for child in node.children
+            if child.data is not None and child.is_expanded
+        }
         node.remove_children()
         for group in groups:
-            child = node.add(group_label(group), RolloutRef("group", group.step,
-                                                            group.group_id),
-                             allow_expand=bool(group.trajectories))
+            child = node.add(
+                group_label(group),
+                RolloutRef("group", group.step, group.group_id),
+                allow_expand=bool(group.trajectories),
+            )
             if group.group_id in expanded:
                 self._fill_group(child, group)
                 child.expand()
@@ -376,20 +427,29 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
             if self.filter.trajectory_terms or self.filter.words:
                 if not self.filter.matches_trajectory(group, trajectory):
                     continue
-            node.add_leaf(trajectory_label(group, index),
-                          RolloutRef("trajectory", group.step, group.group_id, index))
+            node.add_leaf(
+                trajectory_label(group, index),
+                RolloutRef("trajectory", group.step, group.group_id, index),
+            )
         self._populated.add(node.id)
 
     def on_tree_node_expanded(self, event: Tree.NodeExpanded[RolloutRef]) -> None:
         node, ref = event.node, event.node.data
         if ref is None or self._model is None:
             return
-        if ref.kind == "step" and ref.step is not None and (
-                node.id not in self._populated or ref.step in self._dirty):
+        if (
+            ref.kind == "step"
+            and ref.step is not None
+            and (node.id not in self._populated or ref.step in self._dirty)
+        ):
             self._fill_step(node, self._visible_groups(ref.step))
         elif ref.kind == "waiting":
-            self._fill_groups(node, [g for g in self._model.waiting_groups()
-                                     if self.filter.matches_group(g)])
-        elif ref.kind == "group" and node.id not in self._populated \
-                and ref.group_id in self._model.groups:
+            self._fill_groups(
+                node, [g for g in self._model.waiting_groups() if self.filter.matches_group(g)]
+            )
+        elif (
+            ref.kind == "group"
+            and node.id not in self._populated
+            and ref.group_id in self._model.groups
+        ):
             self._fill_group(node, self._model.groups[ref.group_id])

@@ -26,8 +26,7 @@ def state_badge_text(model: DashboardState) -> str:
     if state == "paused":
         return f"PAUSED: {model.reason}" if model.reason else "PAUSED"
     if state == "finished":
-        return f"FINISHED ({ended_text(model.status, model.cause)})" if model.status \
-            else "FINISHED"
+        return f"FINISHED ({ended_text(model.status, model.cause)})" if model.status else "FINISHED"
     # a graceful stop waits for the step in flight (engine.training.pipeline)
     if state == "stopping":
         return "STOPPING: finishing the step · ctrl+c again: at once"
@@ -49,10 +48,13 @@ def version_texts(model: DashboardState) -> list[str]:
     version = model.policy_version
     since = model.version_changed_at
     if since and model.step - since >= UNCHANGED_STEPS:
-        return [f"weights v{version} since step {since} (no gradient)",
-                f"weights v{version} (no gradient since {since})",
-                f"v{version} (no gradient since {since})", f"v{version} (no gradient)",
-                f"v{version}"]
+        return [
+            f"weights v{version} since step {since} (no gradient)",
+            f"weights v{version} (no gradient since {since})",
+            f"v{version} (no gradient since {since})",
+            f"v{version} (no gradient)",
+            f"v{version}",
+        ]
     return [f"weights v{version}", f"v{version}"]
 
 
@@ -74,8 +76,7 @@ def progress_text(model: DashboardState, now: float, width: int = 0) -> str:
         if eta is not None and model.step < model.max_steps:
             steps += f" ETA {format_elapsed(eta)}"
     texts = [f"{steps} │ {version} │ {elapsed}" for version in version_texts(model)]
-    return next((text for text in texts if len(text) <= width), texts[-1]) if width \
-        else texts[0]
+    return next((text for text in texts if len(text) <= width), texts[-1]) if width else texts[0]
 
 
 def model_name(base_model: str) -> str:
@@ -96,8 +97,12 @@ def run_label_text(mode: str, model: DashboardState, width: int = 0) -> str:
         who = f"{who} “{model.run_name}”"
     lead = [mode] if mode else []
     name = model_name(model.base_model) if model.base_model else ""
-    for where in (" · ".join(p for p in (model.backend, model.base_model) if p),
-                  " · ".join(p for p in (model.backend, name) if p), name, ""):
+    for where in (
+        " · ".join(p for p in (model.backend, model.base_model) if p),
+        " · ".join(p for p in (model.backend, name) if p),
+        name,
+        "",
+    ):
         text = " │ ".join(lead + [who] + ([where] if where else []))
         if width <= 0 or len(text) <= width:
             return text
@@ -107,9 +112,11 @@ def run_label_text(mode: str, model: DashboardState, width: int = 0) -> str:
 
 #: The most cells the run label keeps before the version's words shorten.
 RUN_LABEL_ROOM = 64
-VERSION_TIP = ("weights vN: the policy version, one more for each step that trained. It stands "
-               "still while steps have no gradient (every group's rewards equal): "
-               "`since step K (no gradient)` says from when.")
+VERSION_TIP = (
+    "weights vN: the policy version, one more for each step that trained. It stands "
+    "still while steps have no gradient (every group's rewards equal): "
+    "`since step K (no gradient)` says from when."
+)
 
 
 class RunStatusPanel(Horizontal):

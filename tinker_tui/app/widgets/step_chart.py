@@ -26,8 +26,13 @@ MIN_PLOT_ROWS = 3
 MARKER_SPACING = 6
 
 
-def thin_markers(points: Sequence[tuple[float, float]], first: float, last: float,
-                 columns: int, spacing: int = MARKER_SPACING) -> list[tuple[float, float]]:
+def thin_markers(
+    points: Sequence[tuple[float, float]],
+    first: float,
+    last: float,
+    columns: int,
+    spacing: int = MARKER_SPACING,
+) -> list[tuple[float, float]]:
     """The points to mark on a plot `columns` wide spanning steps `first`..`last`: the
     newest of each stretch of `spacing` columns, so markers stay apart however many
     there are (an evaluation every 20 steps over thousands of steps filled every column)."""
@@ -119,10 +124,14 @@ class CompactAxisFormatter(NumericAxisFormatter):
         powers = range(math.floor(min_) - 1, math.ceil(max_) + 1)
         best: list[float] = []
         for mantissas in ((1,), (1, 2, 5), (1, 1.5, 2, 3, 5, 7)):
-            ticks = [t for t in (math.log10(m) + k for k in powers for m in mantissas)
-                     if min_ <= t <= max_]
-            if len(ticks) > max_ticks or (self.rows() > 0 and len(ticks) >= 2
-                                          and self._share_a_row(ticks, min_, max_)):
+            ticks = [
+                t
+                for t in (math.log10(m) + k for k in powers for m in mantissas)
+                if min_ <= t <= max_
+            ]
+            if len(ticks) > max_ticks or (
+                self.rows() > 0 and len(ticks) >= 2 and self._share_a_row(ticks, min_, max_)
+            ):
                 break
             best = ticks
             if len(ticks) >= 3:
@@ -133,13 +142,16 @@ class CompactAxisFormatter(NumericAxisFormatter):
         """Whether two ticks land in one row, placed as textual-plot places them (a row
         per `rows`, the lowest value one row further down)."""
         height = self.rows()
-        rows = [math.ceil(height - (tick - min_) / (max_ - min_) * height)
-                + (tick == min_) for tick in ticks if min_ <= tick <= max_]
+        rows = [
+            math.ceil(height - (tick - min_) / (max_ - min_) * height) + (tick == min_)
+            for tick in ticks
+            if min_ <= tick <= max_
+        ]
         return len(set(rows)) < len(rows)
 
     def get_labels_for_ticks(self, ticks: Sequence[float]) -> list[str]:
         if self.log:
-            return [format_value(float(f"{10 ** tick:.3g}")) for tick in ticks]
+            return [format_value(float(f"{10**tick:.3g}")) for tick in ticks]
         biggest = max((abs(t) for t in ticks), default=0.0)
         if biggest and (biggest < 0.01 or biggest >= 1e5):
             for digits in (1, 2, 3):
@@ -148,8 +160,10 @@ class CompactAxisFormatter(NumericAxisFormatter):
                     break
             return labels
         # a tick a rounding error below zero reads "-0.0": a zero is a zero
-        return [label.lstrip("-") if float(label) == 0 else label
-                for label in super().get_labels_for_ticks(ticks)]
+        return [
+            label.lstrip("-") if float(label) == 0 else label
+            for label in super().get_labels_for_ticks(ticks)
+        ]
 
 
 class StepAxisFormatter(NumericAxisFormatter):
@@ -164,8 +178,10 @@ class StepAxisFormatter(NumericAxisFormatter):
         ticks = super().get_ticks(min_, max_, max_ticks)
         interval: float = max(1, round(ticks[1] - ticks[0])) if len(ticks) >= 2 else 1
         while True:
-            ticks = [float(k * interval)
-                     for k in range(math.ceil(min_ / interval), math.floor(max_ / interval) + 1)]
+            ticks = [
+                float(k * interval)
+                for k in range(math.ceil(min_ / interval), math.floor(max_ / interval) + 1)
+            ]
             if not self._crowded(ticks, min_, max_):
                 return ticks
             interval = next_nice_interval(interval)
@@ -207,8 +223,14 @@ class StepChart(PlotWidget, inherit_bindings=False):
     #: The thinnest y range drawn (rewards: 0.1, so a flat reward does not look noisy).
     min_span = 0.0
 
-    def __init__(self, key: str, *, title: str | None = None, id: str | None = None,
-                 classes: str | None = None) -> None:
+    def __init__(
+        self,
+        key: str,
+        *,
+        title: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
         super().__init__(id=id, classes=classes, allow_pan_and_zoom=False)
         self.key = key
         self.title = title or key
@@ -295,9 +317,16 @@ class StepChart(PlotWidget, inherit_bindings=False):
     def draw_key(self, model: DashboardState) -> tuple[object, ...]:
         """Changes whenever the chart would draw differently."""
         points = self.points(model)
-        return (len(points), points[-1] if points else None, model.ema_beta,
-                len(self.extra_points(model)), len(model.checkpoints),
-                len(model.knob_markers()), self.size, self.chart_options.key())
+        return (
+            len(points),
+            points[-1] if points else None,
+            model.ema_beta,
+            len(self.extra_points(model)),
+            len(model.checkpoints),
+            len(model.knob_markers()),
+            self.size,
+            self.chart_options.key(),
+        )
 
     @property
     def chart_options(self) -> ChartOptions:
@@ -327,27 +356,44 @@ class StepChart(PlotWidget, inherit_bindings=False):
         ema = self.ema(model, [value for _, value in points])
         lines: list[Line] = []
         if ema:
-            lines.append(Line(*chart_points(model, [(s, e) for (s, _), e in zip(
-                points, ema, strict=True)], options), self._style("step-chart--ema")))
-        lines.append(Line(*chart_points(model, points, options),
-                          self._style("step-chart--value")))
-        extra = Line(*chart_points(model, self.extra_points(model), options,
-                                   last_step=points[-1][0]), self._style("step-chart--eval"))
+            lines.append(
+                Line(
+                    *chart_points(
+                        model, [(s, e) for (s, _), e in zip(points, ema, strict=True)], options
+                    ),
+                    self._style("step-chart--ema"),
+                )
+            )
+        lines.append(Line(*chart_points(model, points, options), self._style("step-chart--value")))
+        extra = Line(
+            *chart_points(model, self.extra_points(model), options, last_step=points[-1][0]),
+            self._style("step-chart--eval"),
+        )
         window = step_window(points[-1][0], options)
         marks = []
         for component, steps in (
             # full state only: sampler weights are saved per policy version, not per step
-            ("step-chart--checkpoint", sorted({c.step for c in model.checkpoints
-                                               if c.kind == "state"})),
+            (
+                "step-chart--checkpoint",
+                sorted({c.step for c in model.checkpoints if c.kind == "state"}),
+            ),
             ("step-chart--knob", sorted({c.step for c in model.knob_markers()})),
         ):
-            xs = [x_of(model, m, options.x_axis) for m in steps
-                  if window is None or window[0] <= m <= window[1]]
+            xs = [
+                x_of(model, m, options.x_axis)
+                for m in steps
+                if window is None or window[0] <= m <= window[1]
+            ]
             marks.append((self._style(component), [x for x in xs if x is not None]))
         self.draw(lines, extra=extra, marks=marks)
 
-    def draw(self, lines: Sequence[Line], *, extra: Line | None = None,
-             marks: Sequence[tuple[str, Sequence[float]]] = ()) -> None:
+    def draw(
+        self,
+        lines: Sequence[Line],
+        *,
+        extra: Line | None = None,
+        marks: Sequence[tuple[str, Sequence[float]]] = (),
+    ) -> None:
         """Draw `lines` (already on the chart's axes, `chart_options`), the points of
         `extra` as ◆ over them, and a dotted rule at each x of `marks` (style, xs)."""
         options = self.chart_options
@@ -367,11 +413,16 @@ class StepChart(PlotWidget, inherit_bindings=False):
         ys = [low + (high - low) * (i + 0.5) / rows for i in range(rows)]
         span = max(last, first + 1)
         for style, xs in marks:
-            shown = [x for x, _ in thin_markers([(x, 0.0) for x in xs if first <= x <= last],
-                                                first, span, self._plot_columns())]
+            shown = [
+                x
+                for x, _ in thin_markers(
+                    [(x, 0.0) for x in xs if first <= x <= last], first, span, self._plot_columns()
+                )
+            ]
             if shown:
-                self.scatter([x for x in shown for _ in ys], ys * len(shown), marker="┊",
-                             marker_style=style)
+                self.scatter(
+                    [x for x in shown for _ in ys], ys * len(shown), marker="┊", marker_style=style
+                )
         for line in lines:
             if not line.xs:
                 continue
@@ -379,10 +430,15 @@ class StepChart(PlotWidget, inherit_bindings=False):
             if len(line.xs) == 1:  # a line needs two points: show the first one as a dot
                 self.scatter(line.xs, line.ys, marker="•", marker_style=line.style)
         if extra is not None and extra.xs:  # over the lines, never closer than MARKER_SPACING
-            marks_at = thin_markers(list(zip(extra.xs, extra.ys, strict=True)), first, span,
-                                    self._plot_columns())
-            self.scatter([x for x, _ in marks_at], [y for _, y in marks_at], marker="◆",
-                         marker_style=extra.style)
+            marks_at = thin_markers(
+                list(zip(extra.xs, extra.ys, strict=True)), first, span, self._plot_columns()
+            )
+            self.scatter(
+                [x for x, _ in marks_at],
+                [y for _, y in marks_at],
+                marker="◆",
+                marker_style=extra.style,
+            )
 
     def _set_formatters(self, options: ChartOptions) -> None:
         """The axes' tick labels for the options' x axis and y scale."""
@@ -425,4 +481,7 @@ def short_duration(seconds: float) -> str:
 
 
 X_FORMATTERS: dict[str, type[StepAxisFormatter]] = {
-    "step": StepAxisFormatter, "elapsed": ElapsedAxisFormatter, "tokens": TokensAxisFormatter}
+    "step": StepAxisFormatter,
+    "elapsed": ElapsedAxisFormatter,
+    "tokens": TokensAxisFormatter,
+}

@@ -33,16 +33,21 @@ def idle_text(model: DashboardState) -> str:
     measured = model.throughput
     if measured is None:
         return "idle  trainer -  sampler -"
-    return (f"idle  trainer {idle_percent(measured.trainer_busy)}%  "
-            f"sampler {idle_percent(measured.sampler_busy)}%")
+    return (
+        f"idle  trainer {idle_percent(measured.trainer_busy)}%  "
+        f"sampler {idle_percent(measured.sampler_busy)}%"
+    )
 
 
 def stuck_short(stalled: Sequence[StalledRollout]) -> str:
     """The oldest stuck rollout, short: its age and the line it waits at."""
     oldest = stalled[0]
     more = f" (+{len(stalled) - 1})" if len(stalled) > 1 else ""
-    where = f" at {Path(oldest.file).name}:{oldest.line} {oldest.code}" if oldest.file \
+    where = (
+        f" at {Path(oldest.file).name}:{oldest.line} {oldest.code}"
+        if oldest.file
         else f" (scenario {oldest.scenario_id})"
+    )
     return f"⚠ stuck {oldest.age:.0f}s{more}{where}"
 
 
@@ -50,8 +55,9 @@ def verdict_text(model: DashboardState) -> str:
     """What holds the pipeline back, or why nothing flows: starting, paused, stopping."""
     measured = model.throughput
     if model.state == "paused":
-        flying = f"; {measured.in_flight} in flight finishing" if measured and \
-            measured.in_flight else ""
+        flying = (
+            f"; {measured.in_flight} in flight finishing" if measured and measured.in_flight else ""
+        )
         return f"⏸ paused: no new rollouts start{flying}"
     if model.state == "stopping":
         return "■ stopping: finishing the current step"
@@ -127,33 +133,45 @@ class ThroughputPanel(Vertical, can_focus=True):
         paused = model.state == "paused"
         self.set_class(paused, "-paused")
         # A finished run's last window is history: it shows the run's averages.
-        rollout_rate, token_rate = model.average_rates() if finished else (
-            model.rollouts_per_s(now), model.tokens_per_s(now))
+        rollout_rate, token_rate = (
+            model.average_rates()
+            if finished
+            else (model.rollouts_per_s(now), model.tokens_per_s(now))
+        )
         rollouts, r_unit = split_rate(rollout_rate)
         tokens, t_unit = split_rate(token_rate)
         update_digits(self.query_one("#rollouts-rate", Digits), rollouts)
         update_digits(self.query_one("#tokens-digits", Digits), tokens)
         note = " · paused" if paused else " · run average" if finished else ""
         # a row without room for digits (the smallest terminals) has its label carry them
-        rollouts_label = (f"{rollouts}{r_unit} rollouts/s"
-                          if not self.query_one("#rollouts-rate", Digits).display
-                          else f"{r_unit} rollouts/s{note}".lstrip())
+        rollouts_label = (
+            f"{rollouts}{r_unit} rollouts/s"
+            if not self.query_one("#rollouts-rate", Digits).display
+            else f"{r_unit} rollouts/s{note}".lstrip()
+        )
         update_static(self.query_one("#rollouts-unit", Label), rollouts_label)
         # where the tokens row has no room for digits the label carries the number
         short = not self.query_one("#tokens-digits", Digits).display
-        tokens_label = (f"{tokens}{t_unit} tokens/s" if short
-                        else f"{t_unit} tokens/s{note}".lstrip())
+        tokens_label = (
+            f"{tokens}{t_unit} tokens/s" if short else f"{t_unit} tokens/s{note}".lstrip()
+        )
         update_static(self.query_one("#tokens-rate", Label), tokens_label)
-        for selector, history in (("#rollouts-history", model.rollout_rate_history(now)),
-                                  ("#tokens-history", model.token_rate_history(now))):
+        for selector, history in (
+            ("#rollouts-history", model.rollout_rate_history(now)),
+            ("#tokens-history", model.token_rate_history(now)),
+        ):
             sparkline = self.query_one(selector, Sparkline)
             sparkline.data = history
             sparkline.visible = bool(history)  # an empty sparkline draws full bars
         update_static(self.query_one("#idle", Label), idle_text(model))
         cost = self.query_one("#cost", Label)
         budget = model.config.get("max_cost_usd")
-        parts = cost_parts(model.last_metrics, model.step, model.max_steps,
-                           float(budget) if isinstance(budget, int | float) else 0.0)
+        parts = cost_parts(
+            model.last_metrics,
+            model.step,
+            model.max_steps,
+            float(budget) if isinstance(budget, int | float) else 0.0,
+        )
         text = PART_SEPARATOR.join(parts)  # the whole line, for the tooltip
         cost.set_class(not text, "-empty")
         width = self.content_size.width  # 0 before the first layout: all of it
@@ -164,10 +182,13 @@ class ThroughputPanel(Vertical, can_focus=True):
         label = self.query_one("#verdict", Label)
         # two lines where the pane has a row to spare (the verdict wraps), else one
         spare = self.content_size.height - sum(
-            child.outer_size.height for child in self.children if child is not label
-            and child.display)
-        update_static(label, fit_verdict(verdict, width, 2 if spare >= 2 else 1)
-                      if width else verdict)
+            child.outer_size.height
+            for child in self.children
+            if child is not label and child.display
+        )
+        update_static(
+            label, fit_verdict(verdict, width, 2 if spare >= 2 else 1) if width else verdict
+        )
         stalled = measured.stalled if measured is not None and not finished else ()
         tip = "\n".join(stuck_text(s) for s in stalled) or verdict  # whole, with the path
         label.set_class(bool(stalled), "-stuck")

@@ -38,12 +38,20 @@ def same_size(widget: Static, old: object, new: str | Content) -> bool:
     wraps)."""
     styles = widget.styles
     width, height = styles.width, styles.height
-    if width is not None and not width.is_auto and height is not None and not height.is_auto \
-            and styles.overflow_x == styles.overflow_y == "hidden":
+    if (
+        width is not None
+        and not width.is_auto
+        and height is not None
+        and not height.is_auto
+        and styles.overflow_x == styles.overflow_y == "hidden"
+    ):
         return True
     widths = line_widths(new)
-    return widths is not None and widths == line_widths(old) \
+    return (
+        widths is not None
+        and widths == line_widths(old)
         and max(widths) <= widget.content_region.width
+    )
 
 
 def update_static(widget: Static, content: str | Content) -> None:
@@ -79,7 +87,6 @@ def fit_columns(table: DataTable, rows: Sequence[Sequence[str]]) -> list[int]:
     was drawn with columns as wide as their labels, "sampler" cut to "samp"."""
     widths = []
     for index, column in enumerate(table.ordered_columns):
-        column.content_width = max([column.label.cell_len,
-                                    *(cell_len(row[index]) for row in rows)])
+        column.content_width = max([column.label.cell_len, *(cell_len(row[index]) for row in rows)])
         widths.append(column.content_width)
     return widths

@@ -32,8 +32,9 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_result(result)
 
 
-async def on_daemon_thread(fn: Callable[..., T], *args: Any, name: str = "blocking-call",
-                           **kwargs: Any) -> T:
+async def on_daemon_thread(
+    fn: Callable[..., T], *args: Any, name: str = "blocking-call", **kwargs: Any
+) -> T:
     """`fn(*args, **kwargs)` on a new daemon thread; cancelling the await abandons it."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()

@@ -30,12 +30,18 @@ class SamplingClient(Protocol):
     """What the engine needs of a sampling client (`tinker.SamplingClient`): samples, and
     the base model's logprobs for the KL penalty."""
 
-    def sample(self, prompt: tinker.ModelInput, num_samples: int,
-               sampling_params: tinker.SamplingParams, *, topk_sample_logprobs: int = 0
-               ) -> Awaitable[tinker.SampleResponse]: ...
+    def sample(
+        self,
+        prompt: tinker.ModelInput,
+        num_samples: int,
+        sampling_params: tinker.SamplingParams,
+        *,
+        topk_sample_logprobs: int = 0,
+    ) -> Awaitable[tinker.SampleResponse]: ...
 
-    def compute_logprobs(self, prompt: tinker.ModelInput, prompt_logprobs_last_n: int | None = None
-                         ) -> Awaitable[list[float | None]]: ...
+    def compute_logprobs(
+        self, prompt: tinker.ModelInput, prompt_logprobs_last_n: int | None = None
+    ) -> Awaitable[list[float | None]]: ...
 
 
 class TrainingClient(Protocol):
@@ -45,24 +51,30 @@ class TrainingClient(Protocol):
     @property
     def model_id(self) -> str: ...
 
-    def forward_backward(self, data: list[tinker.Datum], loss_fn: tinker.types.LossFnType,
-                         loss_fn_config: Mapping[str, float] | None = None
-                         ) -> Awaitable[tinker.types.ForwardBackwardOutput]: ...
+    def forward_backward(
+        self,
+        data: list[tinker.Datum],
+        loss_fn: tinker.types.LossFnType,
+        loss_fn_config: Mapping[str, float] | None = None,
+    ) -> Awaitable[tinker.types.ForwardBackwardOutput]: ...
 
-    def optim_step(self, optim_params: tinker.AdamParams
-                   ) -> Awaitable[tinker.types.OptimStepResponse]: ...
+    def optim_step(
+        self, optim_params: tinker.AdamParams
+    ) -> Awaitable[tinker.types.OptimStepResponse]: ...
 
     def save_weights_and_get_sampling_client(self) -> Awaitable[SamplingClient]: ...
 
-    def save_weights_for_sampler(self, name: str
-                                 ) -> Awaitable[tinker.types.SaveWeightsForSamplerResponse]: ...
+    def save_weights_for_sampler(
+        self, name: str
+    ) -> Awaitable[tinker.types.SaveWeightsForSamplerResponse]: ...
 
-    def save_state(self, name: str, *, overwrite: bool = False,
-                   user_metadata: dict[str, str] | None = None
-                   ) -> Awaitable[tinker.types.SaveWeightsResponse]: ...
+    def save_state(
+        self, name: str, *, overwrite: bool = False, user_metadata: dict[str, str] | None = None
+    ) -> Awaitable[tinker.types.SaveWeightsResponse]: ...
 
-    def load_state_with_optimizer(self, path: str
-                                  ) -> Awaitable[tinker.types.LoadWeightsResponse]: ...
+    def load_state_with_optimizer(
+        self, path: str
+    ) -> Awaitable[tinker.types.LoadWeightsResponse]: ...
 
     def get_info(self) -> tinker.types.GetInfoResponse:
         """The model's name and tokenizer id (the SDK's tokenizer is found from them)."""
@@ -78,14 +90,17 @@ class ServiceClient(Protocol):
     training client and sampling clients. The SDK's calls may block on first use (they
     build its session), so the engine makes them off the loop (`engine.backend.blocking`)."""
 
-    def create_lora_training_client(self, base_model: str, rank: int = 32,
-                                    seed: int | None = None) -> Awaitable[TrainingClient]: ...
+    def create_lora_training_client(
+        self, base_model: str, rank: int = 32, seed: int | None = None
+    ) -> Awaitable[TrainingClient]: ...
 
     def create_training_client_from_state_with_optimizer(
-            self, path: str) -> Awaitable[TrainingClient]: ...
+        self, path: str
+    ) -> Awaitable[TrainingClient]: ...
 
-    def create_sampling_client(self, model_path: str | None = None,
-                               base_model: str | None = None) -> Awaitable[SamplingClient]: ...
+    def create_sampling_client(
+        self, model_path: str | None = None, base_model: str | None = None
+    ) -> Awaitable[SamplingClient]: ...
 
 
 class RemovesCheckpoints(Protocol):
@@ -99,8 +114,9 @@ class RemovesCheckpoints(Protocol):
 class ClosesSession(Protocol):
     """A service client whose session is finished explicitly (the SDK's `close`)."""
 
-    def close(self, status: Literal["success", "errored", "interrupted"],
-              detail: str | None = None) -> object: ...
+    def close(
+        self, status: Literal["success", "errored", "interrupted"], detail: str | None = None
+    ) -> object: ...
 
 
 @runtime_checkable
@@ -108,10 +124,15 @@ class SamplesConstrained(Protocol):
     """A sampling client that samples in this process, so it can keep each sample's text
     within a constraint (the local backend's)."""
 
-    def sample_constrained(self, prompt: tinker.ModelInput, num_samples: int,
-                           sampling_params: tinker.SamplingParams, constraint: Any,
-                           constraint_prefix: str = "", topk_sample_logprobs: int = 0
-                           ) -> Awaitable[tinker.SampleResponse]: ...
+    def sample_constrained(
+        self,
+        prompt: tinker.ModelInput,
+        num_samples: int,
+        sampling_params: tinker.SamplingParams,
+        constraint: Any,
+        constraint_prefix: str = "",
+        topk_sample_logprobs: int = 0,
+    ) -> Awaitable[tinker.SampleResponse]: ...
 
 
 @runtime_checkable
@@ -136,8 +157,9 @@ if TYPE_CHECKING:  # checked by mypy, never run
     from tinker_tui.engine.local.service_client import LocalServiceClient
     from tinker_tui.engine.local.training_client import LocalTrainingClient
 
-    def _local_backend_has_them(service: LocalServiceClient, sampler: LocalSamplingClient,
-                                trainer: LocalTrainingClient) -> None:
+    def _local_backend_has_them(
+        service: LocalServiceClient, sampler: LocalSamplingClient, trainer: LocalTrainingClient
+    ) -> None:
         """The local backend is a backend client, with every capability."""
         services: ServiceClient = service
         trains: TrainingClient = trainer
@@ -148,8 +170,12 @@ if TYPE_CHECKING:  # checked by mypy, never run
         knows: KnowsTrainingIdentity = trainer
         del services, trains, samples, closes, keeps, constrains, knows
 
-    def _tinker_sdk_has_them(service: tinker.ServiceClient, sampler: tinker.SamplingClient,
-                             trainer: tinker.TrainingClient, rest: tinker.RestClient) -> None:
+    def _tinker_sdk_has_them(
+        service: tinker.ServiceClient,
+        sampler: tinker.SamplingClient,
+        trainer: tinker.TrainingClient,
+        rest: tinker.RestClient,
+    ) -> None:
         """The SDK's clients are backend clients; its service client closes its session."""
         services: ServiceClient = service
         trains: TrainingClient = trainer

@@ -55,7 +55,8 @@ def check_api_key_form() -> None:
         raise BackendError(
             "TINKER_API_KEY is not a Tinker API key: keys start with 'tml-' (copy it again "
             "from the Tinker console, or unset TINKER_API_KEY to use TINKER_CREDENTIAL_CMD, "
-            "`tinker auth login`, or --backend local)")
+            "`tinker auth login`, or --backend local)"
+        )
 
 
 def choose_backend(requested: str | None) -> str:
@@ -90,8 +91,10 @@ def check_base_model(backend: str, base_model: str) -> None:
 
     embedded = base_model.startswith(DEFAULT_BASE_MODEL.split("/")[0] + "/")
     if backend == "tinker" and embedded and not os.environ.get("TINKER_BASE_URL"):
-        raise BackendError("the embedded base model runs only on the local backend; "
-                           "choose a Tinker base model for --backend tinker (--base-model NAME)")
+        raise BackendError(
+            "the embedded base model runs only on the local backend; "
+            "choose a Tinker base model for --backend tinker (--base-model NAME)"
+        )
     if backend == "local":
         from tinker_tui.engine.local.base_model_names import base_model_problem
 
@@ -124,8 +127,9 @@ def rest_client() -> tinker.RestClient:
     import tinker
     from tinker.lib.base_url import resolve_base_url
 
-    return tinker.RestClient(base_url=resolve_base_url(None),
-                             api_key=os.environ.get("TINKER_API_KEY") or None)
+    return tinker.RestClient(
+        base_url=resolve_base_url(None), api_key=os.environ.get("TINKER_API_KEY") or None
+    )
 
 
 def is_tinker_sdk(service_client: object) -> bool:
@@ -163,8 +167,7 @@ async def context_length_of(backend: str, base_model: str) -> int | None:
 
     # The SDK's way: a RestClient, which needs no session (ServiceClient's method is deprecated).
     rest: tinker.RestClient = await sdk_call(rest_client)
-    capabilities: tinker.types.GetServerCapabilitiesResponse = (
-        await rest.get_server_capabilities())
+    capabilities: tinker.types.GetServerCapabilitiesResponse = await rest.get_server_capabilities()
     for model in capabilities.supported_models:
         if model.model_name == base_model:
             return model.max_context_length
@@ -190,8 +193,12 @@ def renderer_name_for(base_model: str) -> str:
         return LOCAL_RENDERER
 
 
-def make_renderer(base_model: str, tokenizer: Any, name: str | None = None,
-                  warn: Callable[[str], None] | None = None) -> tuple[Any, str]:
+def make_renderer(
+    base_model: str,
+    tokenizer: Any,
+    name: str | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> tuple[Any, str]:
     """The renderer for a policy and the name it is known by.
 
     An explicit `name` is any tinker-cookbook renderer. Otherwise: the embedded model uses
@@ -205,8 +212,9 @@ def make_renderer(base_model: str, tokenizer: Any, name: str | None = None,
         try:
             return cookbook_renderer(name, tokenizer), name
         except Exception as exc:
-            raise BackendError(f"renderer {name!r} cannot be used with {base_model}: {exc}") \
-                from None
+            raise BackendError(
+                f"renderer {name!r} cannot be used with {base_model}: {exc}"
+            ) from None
     from tinker_tui.engine.local import DEFAULT_BASE_MODEL
 
     if base_model != DEFAULT_BASE_MODEL and Path(base_model).expanduser().is_dir():
@@ -215,8 +223,10 @@ def make_renderer(base_model: str, tokenizer: Any, name: str | None = None,
         return folder_renderer(base_model, tokenizer, cookbook_renderer)
     chosen = renderer_name_for(base_model)
     if chosen == LOCAL_RENDERER and base_model != DEFAULT_BASE_MODEL and warn is not None:
-        warn(f"no recommended renderer is known for {base_model}; using {LOCAL_RENDERER} "
-             f"(pass --renderer to choose one)")
+        warn(
+            f"no recommended renderer is known for {base_model}; using {LOCAL_RENDERER} "
+            f"(pass --renderer to choose one)"
+        )
     return cookbook_renderer(chosen, tokenizer), chosen
 
 

@@ -54,7 +54,7 @@ def is_cached(repo: str) -> bool:
 
 
 def hub_problem(endpoint: str, repo: str, timeout: float = PROBE_TIMEOUT) -> str:
-    """"" if the hub answers (any HTTP status will do), else what went wrong."""
+    """ "" if the hub answers (any HTTP status will do), else what went wrong."""
     import httpx
 
     try:
@@ -65,9 +65,11 @@ def hub_problem(endpoint: str, repo: str, timeout: float = PROBE_TIMEOUT) -> str
 
 
 def _prefetch_advice(repo: str, cache: str) -> str:
-    return (f"pre-fetch it where the hub is reachable (`hf download {repo} --include "
-            f"'*token*' '*.json'`, into the cache {cache}, or the same on another machine and "
-            f"copy the cache here), then run with HF_HUB_OFFLINE=1")
+    return (
+        f"pre-fetch it where the hub is reachable (`hf download {repo} --include "
+        f"'*token*' '*.json'`, into the cache {cache}, or the same on another machine and "
+        f"copy the cache here), then run with HF_HUB_OFFLINE=1"
+    )
 
 
 def load_tokenizer(training_client: TrainingClient) -> Any:
@@ -82,12 +84,16 @@ def load_tokenizer(training_client: TrainingClient) -> Any:
     cached = is_cached(repo)
     if constants.HF_HUB_OFFLINE:
         if not cached:
-            switch = ("TRANSFORMERS_OFFLINE" if os.environ.get("TRANSFORMERS_OFFLINE")
-                      and not os.environ.get("HF_HUB_OFFLINE") else "HF_HUB_OFFLINE")
+            switch = (
+                "TRANSFORMERS_OFFLINE"
+                if os.environ.get("TRANSFORMERS_OFFLINE") and not os.environ.get("HF_HUB_OFFLINE")
+                else "HF_HUB_OFFLINE"
+            )
             raise TokenizerUnavailable(
                 f"the tokenizer of {model} ({repo}) is not in the local Hugging Face cache "
                 f"and {switch}=1 forbids downloading it: "
-                f"{_prefetch_advice(repo, constants.HF_HUB_CACHE)}")
+                f"{_prefetch_advice(repo, constants.HF_HUB_CACHE)}"
+            )
         return training_client.get_tokenizer()
     problem = hub_problem(constants.ENDPOINT, repo)
     if not problem:
@@ -99,4 +105,5 @@ def load_tokenizer(training_client: TrainingClient) -> Any:
     raise TokenizerUnavailable(
         f"the tokenizer of {model} ({repo}) is not in the local Hugging Face cache and the "
         f"hub ({constants.ENDPOINT}) does not answer ({problem}); HF_HUB_OFFLINE is not set: "
-        f"{_prefetch_advice(repo, constants.HF_HUB_CACHE)}")
+        f"{_prefetch_advice(repo, constants.HF_HUB_CACHE)}"
+    )

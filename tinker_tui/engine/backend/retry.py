@@ -52,11 +52,11 @@ class BackendInterrupted(TinkerTuiError):
 class RetryPolicy:
     """How long a backend call may take and how often it is retried."""
 
-    timeout: float = 600.0     # seconds one attempt may take
-    attempts: int = 4          # tries in all (1 = no retry)
-    base_delay: float = 1.0    # backoff before the first retry; doubles each time
-    max_delay: float = 30.0    # backoff cap
-    slow_after: float = 15.0   # report an attempt still running after this many seconds
+    timeout: float = 600.0  # seconds one attempt may take
+    attempts: int = 4  # tries in all (1 = no retry)
+    base_delay: float = 1.0  # backoff before the first retry; doubles each time
+    max_delay: float = 30.0  # backoff cap
+    slow_after: float = 15.0  # report an attempt still running after this many seconds
     report_every: float = 60.0  # ... again after twice as long, then at most this far apart
     unreachable_after: float = 60.0  # fail once the service answered nothing for this long
 
@@ -90,8 +90,8 @@ def _never_troubled(since: float) -> bool:
 class WaitContext:
     """What `call_with_retry` knows about the backend beyond the call itself."""
 
-    backend: str = "backend"          # how waits name it: "Tinker", "local backend"
-    where: str = ""                   # the service's address, for the unreachable error
+    backend: str = "backend"  # how waits name it: "Tinker", "local backend"
+    where: str = ""  # the service's address, for the unreachable error
     #: The wire's explanation of a wait since a time (`loop.time()` clock); "" if none.
     cause: Callable[[float], str] = _no_cause
     #: (seconds the service has answered nothing, the last connection error).
@@ -124,8 +124,10 @@ class Wait:
 
     def describe(self) -> str:
         if self.retrying:
-            return (f"{self.backend}: {self.operation} {self.cause}, "
-                    f"retry {self.attempt - 1} in {self.delay:.1f} s")
+            return (
+                f"{self.backend}: {self.operation} {self.cause}, "
+                f"retry {self.attempt - 1} in {self.delay:.1f} s"
+            )
         return f"{self.backend}: {self.operation} has waited {self.delay:.0f} s ({self.cause})"
 
 
@@ -134,8 +136,13 @@ WaitCallback = Callable[[Wait], None]
 
 def is_retryable(error: BaseException) -> bool:
     """Transient errors, as the tinker SDK classifies them: worth trying again."""
-    if isinstance(error, tinker.RateLimitError | tinker.InternalServerError
-                  | tinker.APIConnectionError | BackendTimeoutError):
+    if isinstance(
+        error,
+        tinker.RateLimitError
+        | tinker.InternalServerError
+        | tinker.APIConnectionError
+        | BackendTimeoutError,
+    ):
         return True
     if isinstance(error, tinker.RequestFailedError):
         return str(getattr(error, "category", "")).lower() == "server"
@@ -199,20 +206,28 @@ async def call_with_retry(
         if context.stopping.is_set() and abandon_on_stop:
             raise BackendInterrupted(f"{operation} not started: the run is stopping")
         try:
-            return await _attempt(call(attempt), operation=operation, attempt=attempt,
-                                  policy=policy, on_wait=on_wait, context=context,
-                                  abandon_on_stop=abandon_on_stop)
+            return await _attempt(
+                call(attempt),
+                operation=operation,
+                attempt=attempt,
+                policy=policy,
+                on_wait=on_wait,
+                context=context,
+                abandon_on_stop=abandon_on_stop,
+            )
         except Exception as error:
             if attempt >= attempts or not is_retryable(error):
                 raise
             delay = policy.delay(attempt, rng)
             if on_wait is not None:
-                on_wait(Wait(context.backend, operation, wait_reason(error), attempt + 1,
-                             delay, True))
+                on_wait(
+                    Wait(context.backend, operation, wait_reason(error), attempt + 1, delay, True)
+                )
             if context.stopping.is_set():
                 raise BackendInterrupted(
                     f"{operation} abandoned: the run is stopping "
-                    f"({context.backend}: {wait_reason(error)})") from error
+                    f"({context.backend}: {wait_reason(error)})"
+                ) from error
             sleeper = asyncio.ensure_future(sleep(delay))
             stop = asyncio.ensure_future(context.stopping.wait())
             try:
@@ -223,7 +238,8 @@ async def call_with_retry(
             if context.stopping.is_set():
                 raise BackendInterrupted(
                     f"{operation} abandoned: the run is stopping "
-                    f"({context.backend}: {wait_reason(error)})") from error
+                    f"({context.backend}: {wait_reason(error)})"
+                ) from error
             attempt += 1
 
 
@@ -231,9 +247,16 @@ async def call_with_retry(
 CHECK_EVERY = 0.5
 
 
-async def _attempt(awaitable: Awaitable[T], *, operation: str, attempt: int,
-                   policy: RetryPolicy, on_wait: WaitCallback | None,
-                   context: WaitContext, abandon_on_stop: bool) -> T:
+async def _attempt(
+    awaitable: Awaitable[T],
+    *,
+    operation: str,
+    attempt: int,
+    policy: RetryPolicy,
+    on_wait: WaitCallback | None,
+    context: WaitContext,
+    abandon_on_stop: bool,
+) -> T:
     task = asyncio.ensure_future(_await(awaitable))
     stop = asyncio.ensure_future(context.stopping.wait())
     loop = asyncio.get_running_loop()
@@ -245,24 +268,26 @@ async def _attempt(awaitable: Awaitable[T], *, operation: str, attempt: int,
         while True:
             now = loop.time()
             if now >= deadline:
-                raise BackendTimeoutError(
-                    f"{operation} took longer than {policy.timeout:g} s")
+                raise BackendTimeoutError(f"{operation} took longer than {policy.timeout:g} s")
             if stop.done() and (abandon_on_stop or reported and context.troubled(started)):
                 cause = context.cause(started) or "waiting"
                 raise BackendInterrupted(
                     f"{operation} abandoned after {now - started:.0f} s: the run is stopping "
-                    f"({context.backend}: {cause})")
+                    f"({context.backend}: {cause})"
+                )
             silent, last_error = context.unreachable()
             if silent >= policy.unreachable_after:
                 where = f" at {context.where}" if context.where else ""
                 raise BackendUnreachableError(
                     f"{context.backend}{where} unreachable: no answer for {silent:.0f} s "
                     f"({last_error}); check the address and the network (TINKER_BASE_URL), "
-                    f"or raise backend_unreachable_after (now {policy.unreachable_after:g} s)")
+                    f"or raise backend_unreachable_after (now {policy.unreachable_after:g} s)"
+                )
             wake = min(deadline, next_report, now + CHECK_EVERY)
             waiting = {task} if stop.done() else {task, stop}
-            done, _ = await asyncio.wait(waiting, timeout=max(0.0, wake - now),
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                waiting, timeout=max(0.0, wake - now), return_when=asyncio.FIRST_COMPLETED
+            )
             if task in done:
                 return task.result()
             now = loop.time()
@@ -270,11 +295,9 @@ async def _attempt(awaitable: Awaitable[T], *, operation: str, attempt: int,
                 reported = True
                 if on_wait is not None:
                     cause = context.cause(started) or "no answer yet"
-                    on_wait(Wait(context.backend, operation, cause, attempt, now - started,
-                                 False))
+                    on_wait(Wait(context.backend, operation, cause, attempt, now - started, False))
                 # Again after twice the wait so far (15, 30, 60 s...), at most report_every.
-                next_report = now + min(policy.report_every, max(now - started,
-                                                                  policy.slow_after))
+                next_report = now + min(policy.report_every, max(now - started, policy.slow_after))
     finally:
         stop.cancel()
         if not task.done():

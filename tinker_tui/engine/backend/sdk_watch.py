@@ -67,7 +67,7 @@ def endpoint_of(url: str) -> str:
     `training_runs/{run}/checkpoints/...` -> `training_runs/checkpoints`)."""
     path = urlsplit(url).path
     if _API_PREFIX in path:
-        path = path[path.find(_API_PREFIX) + len(_API_PREFIX):]
+        path = path[path.find(_API_PREFIX) + len(_API_PREFIX) :]
     parts = path.strip("/").split("/")
     if parts[0] == "client":
         return "/".join(parts[:2])
@@ -93,20 +93,24 @@ def _error_text(error: BaseException | None) -> str:
 
 
 class SdkWatch:
-    def __init__(self, base_url: str, on_notice: Callable[[Notice], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        on_notice: Callable[[Notice], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.on_notice = on_notice
         self.clock = clock
         self._lock = threading.Lock()
-        self._last_url: dict[int, str] = {}             # SDK task -> URL of its last request
+        self._last_url: dict[int, str] = {}  # SDK task -> URL of its last request
         self._in_flight: dict[int, tuple[str, float]] = {}  # task -> (endpoint, sent at)
-        self._retries: dict[int, int] = {}              # task -> retries since its last success
-        self._cause: dict[int, str] = {}                # task -> why its last request failed
+        self._retries: dict[int, int] = {}  # task -> retries since its last success
+        self._cause: dict[int, str] = {}  # task -> why its last request failed
         self._failures: deque[tuple[float, str, str]] = deque(maxlen=512)  # (t, endpoint, cause)
         self._try_again: deque[float] = deque(maxlen=512)
         self._last_answer: float | None = None
-        self._first_failure: float | None = None        # since the last answer
+        self._first_failure: float | None = None  # since the last answer
         self._last_failure = ""
         self._installed: list[tuple[logging.Logger, logging.Handler]] = []
         self._saved: tuple[int, bool, int] | None = None
@@ -162,12 +166,22 @@ class SdkWatch:
                 self._try_again.append(now)
             self._notify(Notice("try_again", cause="try_again"))
         elif record.levelno >= logging.INFO and record.name.startswith(_ROOT_LOGGER):
-            self._notify(Notice("log", cause=record.getMessage().splitlines()[0][:300],
-                                level="warning" if record.levelno >= logging.WARNING
-                                else "info"))
+            self._notify(
+                Notice(
+                    "log",
+                    cause=record.getMessage().splitlines()[0][:300],
+                    level="warning" if record.levelno >= logging.WARNING else "info",
+                )
+            )
 
-    def _read_client(self, message: object, args: tuple[Any, ...], record: logging.LogRecord,
-                     task: int, now: float) -> None:
+    def _read_client(
+        self,
+        message: object,
+        args: tuple[Any, ...],
+        record: logging.LogRecord,
+        task: int,
+        now: float,
+    ) -> None:
         if message == "Sending HTTP Request: %s %s" and len(args) == 2:
             url = str(args[1])
             with self._lock:
@@ -198,8 +212,11 @@ class SdkWatch:
                     self._cause.pop(task, None)
         elif message in ("Encountered Exception", "Encountered httpx.TimeoutException"):
             error = record.exc_info[1] if record.exc_info else None
-            cause = ("no answer within the SDK's timeout" if "Timeout" in str(message)
-                     else _error_text(error))
+            cause = (
+                "no answer within the SDK's timeout"
+                if "Timeout" in str(message)
+                else _error_text(error)
+            )
             with self._lock:
                 self._in_flight.pop(task, None)
                 self._cause[task] = cause
@@ -207,8 +224,11 @@ class SdkWatch:
                 self._last_failure = cause
                 if self._first_failure is None:
                     self._first_failure = now
-        elif message in ("Re-raising status error", "Raising connection error",
-                         "Raising timeout error"):
+        elif message in (
+            "Re-raising status error",
+            "Raising connection error",
+            "Raising timeout error",
+        ):
             # The HTTP client gives up on this request (no retries left, or none allowed):
             # the SDK's session code may still try it again, silently. Show it.
             with self._lock:
@@ -218,8 +238,15 @@ class SdkWatch:
             with self._lock:
                 attempt = self._retries[task] = self._retries.get(task, 0) + 1
                 cause = self._cause.get(task, "failed")
-            self._notify(Notice("retry", endpoint=endpoint_of(str(args[0])), cause=cause,
-                                attempt=attempt, delay=float(args[1])))
+            self._notify(
+                Notice(
+                    "retry",
+                    endpoint=endpoint_of(str(args[0])),
+                    cause=cause,
+                    attempt=attempt,
+                    delay=float(args[1]),
+                )
+            )
 
     # ------------------------------------------------------------------ questions
     def unreachable_for(self) -> float:
@@ -236,8 +263,7 @@ class SdkWatch:
         """Whether the service failed a call (or answered nothing) since `since`: a wait
         worth abandoning when the run stops, unlike a call that is only slow."""
         with self._lock:
-            return self._first_failure is not None or any(
-                f[0] >= since for f in self._failures)
+            return self._first_failure is not None or any(f[0] >= since for f in self._failures)
 
     def cause(self, since: float | None = None) -> str:
         """Why calls are waiting, as far as the wire shows, over the last `RECENT` seconds
@@ -250,13 +276,17 @@ class SdkWatch:
             unanswered = min(self._in_flight.values(), key=lambda v: v[1], default=None)
             first_failure = self._first_failure
         if first_failure is not None:
-            return (f"unreachable for {now - first_failure:.0f} s: "
-                    f"{failures[-1][2] if failures else self._last_failure}")
+            return (
+                f"unreachable for {now - first_failure:.0f} s: "
+                f"{failures[-1][2] if failures else self._last_failure}"
+            )
         if failures:
             when, endpoint, last = failures[-1]
             count = sum(1 for f in failures if f[2] == last)
             times = f", {count} times" if count > 1 else ""
-            return f"the service answered {endpoint} with {last}{times}, last {now - when:.0f} s ago"
+            return (
+                f"the service answered {endpoint} with {last}{times}, last {now - when:.0f} s ago"
+            )
         if polls:
             return f"queued by the service: try_again, {polls} polls"
         if unanswered is not None:

@@ -80,17 +80,21 @@ def _loss_inputs(**arrays: Sequence[float]) -> tinker.types.LossFnInputs:
     (with the dtype its key needs), though its annotation names only TensorData."""
     return cast("tinker.types.LossFnInputs", dict(arrays))
 
+
 class UnknownVersionError(TinkerTuiError, LookupError):
     """A policy version that this run does not serve (never existed, or evicted)."""
 
 
-def _datum(model_input: list[int], target_tokens: list[int], logprobs: list[float],
-           advantages: list[float]) -> tinker.Datum:
+def _datum(
+    model_input: list[int], target_tokens: list[int], logprobs: list[float], advantages: list[float]
+) -> tinker.Datum:
     """An RL Datum (the inputs every RL loss takes)."""
     return tinker.Datum(
         model_input=tinker.ModelInput.from_ints(model_input),
-        loss_fn_inputs=_loss_inputs(target_tokens=target_tokens, logprobs=logprobs,
-                                    advantages=advantages))
+        loss_fn_inputs=_loss_inputs(
+            target_tokens=target_tokens, logprobs=logprobs, advantages=advantages
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -105,8 +109,11 @@ def checkpoints_to_delete(steps: Sequence[int], keep_last: int, keep_every: int)
     if keep_last <= 0:
         return []
     first_kept = max(0, len(steps) - keep_last)
-    return [i for i, step in enumerate(steps[:first_kept])
-            if not (keep_every > 0 and step % keep_every == 0)]
+    return [
+        i
+        for i, step in enumerate(steps[:first_kept])
+        if not (keep_every > 0 and step % keep_every == 0)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,11 +163,14 @@ class DatumBatch(list):  # type: ignore[type-arg]
     sources: list[tuple[int, int]]
     versions: list[list[int]]
 
-    def __init__(self, datums: Sequence[tinker.Datum] = (),
-                 metrics: Mapping[str, float] | None = None,
-                 masks: Sequence[Sequence[float]] | None = None,
-                 sources: Sequence[tuple[int, int]] = (),
-                 versions: Sequence[Sequence[int]] = ()) -> None:
+    def __init__(
+        self,
+        datums: Sequence[tinker.Datum] = (),
+        metrics: Mapping[str, float] | None = None,
+        masks: Sequence[Sequence[float]] | None = None,
+        sources: Sequence[tuple[int, int]] = (),
+        versions: Sequence[Sequence[int]] = (),
+    ) -> None:
         super().__init__(datums)
         self.metrics = dict(metrics or {})
         self.masks = [list(m) for m in masks] if masks is not None else []
@@ -168,24 +178,29 @@ class DatumBatch(list):  # type: ignore[type-arg]
         self.versions = [list(v) for v in versions]
 
 
-def kl_penalized_advantages(advantages: Sequence[Sequence[float]],
-                            sampled_logprobs: Sequence[Sequence[float]],
-                            base_logprobs: Sequence[Sequence[float]],
-                            masks: Sequence[Sequence[float]],
-                            coef: float) -> tuple[list[list[float]], float]:
+def kl_penalized_advantages(
+    advantages: Sequence[Sequence[float]],
+    sampled_logprobs: Sequence[Sequence[float]],
+    base_logprobs: Sequence[Sequence[float]],
+    masks: Sequence[Sequence[float]],
+    coef: float,
+) -> tuple[list[list[float]], float]:
     """The KL penalty against the base model, as tinker-cookbook's `incorporate_kl_penalty`
     applies it: per sampled token, d = logp_sampled - logp_base; the advantage of that token
     gains coef * (mean d over every sampled token of the batch - d). Tokens the base finds
     much less likely than the policy did are pushed down, the others up; the batch's mean
     advantage is unchanged. Returns the new advantages and the mean d (an estimate of
     KL(policy || base) on the sampled tokens)."""
-    diffs = [[(s - b) * m for s, b, m in zip(sampled, base, mask, strict=True)]
-             for sampled, base, mask in zip(sampled_logprobs, base_logprobs, masks,
-                                            strict=True)]
+    diffs = [
+        [(s - b) * m for s, b, m in zip(sampled, base, mask, strict=True)]
+        for sampled, base, mask in zip(sampled_logprobs, base_logprobs, masks, strict=True)
+    ]
     count = sum(sum(mask) for mask in masks)
     mean = sum(sum(d) for d in diffs) / count if count else 0.0
-    new = [[a + coef * m * (mean - d) for a, d, m in zip(adv, diff, mask, strict=True)]
-           for adv, diff, mask in zip(advantages, diffs, masks, strict=True)]
+    new = [
+        [a + coef * m * (mean - d) for a, d, m in zip(adv, diff, mask, strict=True)]
+        for adv, diff, mask in zip(advantages, diffs, masks, strict=True)
+    ]
     return new, mean
 
 
@@ -235,8 +250,13 @@ class BackendSession:
         self.requested_renderer = renderer_name or None
         self.renderer_name = renderer_name or renderer_name_for(base_model)
         self.loss_fn_config = dict(loss_fn_config or {})
-        self.adam = {"beta1": adam_beta1, "beta2": adam_beta2, "eps": adam_eps,
-                     "weight_decay": weight_decay, "grad_clip_norm": grad_clip_norm}
+        self.adam = {
+            "beta1": adam_beta1,
+            "beta2": adam_beta2,
+            "eps": adam_eps,
+            "weight_decay": weight_decay,
+            "grad_clip_norm": grad_clip_norm,
+        }
         self.sampler_checkpoint_every = sampler_checkpoint_every
         self.keep_last_checkpoints = keep_last_checkpoints
         self.keep_every_checkpoints = keep_every_checkpoints
@@ -273,11 +293,16 @@ class BackendSession:
         self.watch = SdkWatch(service_address(service_client)) if self.tinker_sdk else None
         watch = self.watch
         self.wait_context = WaitContext(
-            backend=self.backend_label, where=watch.base_url if watch else "",
+            backend=self.backend_label,
+            where=watch.base_url if watch else "",
             cause=(lambda since: watch.cause(since)) if watch else (lambda since: ""),
             troubled=(lambda since: watch.troubled(since)) if watch else (lambda since: False),
-            unreachable=((lambda: (watch.unreachable_for(), watch.unreachable_cause()))
-                         if watch else (lambda: (0.0, ""))))
+            unreachable=(
+                (lambda: (watch.unreachable_for(), watch.unreachable_cause()))
+                if watch
+                else (lambda: (0.0, ""))
+            ),
+        )
         self._shown: dict[tuple[str, ...], float] = {}  # throttles the SDK's notices
         #: The Tinker session id (the service bills by it); "" on the local backend.
         self.session_id = ""
@@ -287,30 +312,45 @@ class BackendSession:
         self._pending_save: _Publish | None = None
 
     @classmethod
-    def from_config(cls, service_client: ServiceClient, config: RunConfig, *,
-                    on_event: Callable[[Event], None] | None = None,
-                    clock: Clock | None = None,
-                    rest_client: RemovesCheckpoints | None = None) -> BackendSession:
+    def from_config(
+        cls,
+        service_client: ServiceClient,
+        config: RunConfig,
+        *,
+        on_event: Callable[[Event], None] | None = None,
+        clock: Clock | None = None,
+        rest_client: RemovesCheckpoints | None = None,
+    ) -> BackendSession:
         """A policy with every backend setting of a `RunConfig`."""
         from tinker_tui.engine.config import parse_loss_fn_config
 
         return cls(
-            service_client, base_model=config.base_model, lora_rank=config.lora_rank,
-            seed=config.seed, renderer_name=config.renderer or None,
+            service_client,
+            base_model=config.base_model,
+            lora_rank=config.lora_rank,
+            seed=config.seed,
+            renderer_name=config.renderer or None,
             loss_fn_config=parse_loss_fn_config(config.loss_fn_config),
-            adam_beta1=config.adam_beta1, adam_beta2=config.adam_beta2,
-            adam_eps=config.adam_eps, weight_decay=config.weight_decay,
+            adam_beta1=config.adam_beta1,
+            adam_beta2=config.adam_beta2,
+            adam_eps=config.adam_eps,
+            weight_decay=config.weight_decay,
             grad_clip_norm=config.grad_clip_norm,
             sampler_checkpoint_every=config.sampler_checkpoint_every,
             keep_last_checkpoints=config.keep_last_checkpoints,
             keep_every_checkpoints=config.keep_every_checkpoints,
             sampler_clients_to_keep=config.sampler_clients_to_keep,
             kl_penalty_coef=config.kl_penalty_coef,
-            retry=RetryPolicy(timeout=config.backend_timeout,
-                              attempts=config.backend_retries + 1,
-                              slow_after=config.backend_wait_report,
-                              unreachable_after=config.backend_unreachable_after),
-            on_event=on_event, clock=clock, rest_client=rest_client)
+            retry=RetryPolicy(
+                timeout=config.backend_timeout,
+                attempts=config.backend_retries + 1,
+                slow_after=config.backend_wait_report,
+                unreachable_after=config.backend_unreachable_after,
+            ),
+            on_event=on_event,
+            clock=clock,
+            rest_client=rest_client,
+        )
 
     # ------------------------------------------------------------------ events
     def _now(self) -> float:
@@ -328,20 +368,38 @@ class BackendSession:
             return
         from tinker_tui.engine.events import BackendWaited
 
-        self.on_event(BackendWaited(time=self._now(), operation=wait.operation,
-                                    reason=wait.reason, attempt=wait.attempt, delay=wait.delay))
+        self.on_event(
+            BackendWaited(
+                time=self._now(),
+                operation=wait.operation,
+                reason=wait.reason,
+                attempt=wait.attempt,
+                delay=wait.delay,
+            )
+        )
         # Concurrent calls of one kind (32 samples) that wait on the same trouble report at
         # about the same time: one log line per kind and report interval says it; each
         # still has its event.
         if wait.retrying or self._once_per(self.retry.slow_after * 0.9, "slow", wait.operation):
             self._log("warning", wait.describe())
 
-    async def _call(self, operation: str, call: Callable[[int], Awaitable[T]], *,
-                    retry: bool = True, abandon_on_stop: bool = False) -> T:
-        return await call_with_retry(call, operation=operation, policy=self.retry,
-                                     on_wait=self._report_wait, retry=retry,
-                                     context=self.wait_context,
-                                     abandon_on_stop=abandon_on_stop)
+    async def _call(
+        self,
+        operation: str,
+        call: Callable[[int], Awaitable[T]],
+        *,
+        retry: bool = True,
+        abandon_on_stop: bool = False,
+    ) -> T:
+        return await call_with_retry(
+            call,
+            operation=operation,
+            policy=self.retry,
+            on_wait=self._report_wait,
+            retry=retry,
+            context=self.wait_context,
+            abandon_on_stop=abandon_on_stop,
+        )
 
     def interrupt(self) -> None:
         """The run is stopping: calls waiting on a degraded backend (reported, or sleeping
@@ -358,8 +416,16 @@ class BackendSession:
     def _on_notice(self, notice: Notice) -> None:
         """What the SDK did on its own (on the loop's thread: see `_watch_sdk`)."""
         if notice.kind == "retry" and self._once_per(5.0, notice.endpoint, notice.cause):
-            self._report_wait(Wait(self.backend_label, notice.endpoint, notice.cause,
-                                   notice.attempt + 1, notice.delay, True))
+            self._report_wait(
+                Wait(
+                    self.backend_label,
+                    notice.endpoint,
+                    notice.cause,
+                    notice.attempt + 1,
+                    notice.delay,
+                    True,
+                )
+            )
         elif notice.kind == "error" and self._once_per(5.0, notice.endpoint, notice.cause):
             self._report_failure(notice.endpoint, notice.cause)
         elif notice.kind == "log" and self._once_per(60.0, notice.cause):
@@ -371,9 +437,15 @@ class BackendSession:
             return
         from tinker_tui.engine.events import BackendWaited
 
-        self.on_event(BackendWaited(time=self._now(), operation=endpoint,
-                                    reason=f"{self.backend_label}: {cause}", attempt=0,
-                                    delay=0.0))
+        self.on_event(
+            BackendWaited(
+                time=self._now(),
+                operation=endpoint,
+                reason=f"{self.backend_label}: {cause}",
+                attempt=0,
+                delay=0.0,
+            )
+        )
         self._log("warning", f"{self.backend_label}: {endpoint} {cause}")
 
     def _watch_sdk(self) -> None:
@@ -388,8 +460,7 @@ class BackendSession:
         watch.on_notice = notify
         watch.install()
 
-    async def close(self, status: str, detail: str | None = None,
-                    timeout: float = 5.0) -> None:
+    async def close(self, status: str, detail: str | None = None, timeout: float = 5.0) -> None:
         """Finish the backend session ("success", "errored" or "interrupted"): the SDK's
         `ServiceClient.close`, bounded by `timeout` (a service that does not answer ends
         the session itself when its heartbeats stop)."""
@@ -405,8 +476,10 @@ class BackendSession:
                 await asyncio.wait_for(sdk_call(close, status, detail), timeout)
         except Exception as exc:
             text = str(exc) or f"no answer within {timeout:g} s"
-            self._log("warning", f"{self.backend_label}: could not close the session "
-                                 f"({type(exc).__name__}: {text})")
+            self._log(
+                "warning",
+                f"{self.backend_label}: could not close the session ({type(exc).__name__}: {text})",
+            )
         finally:
             if self.watch is not None:
                 self.watch.uninstall()
@@ -431,38 +504,60 @@ class BackendSession:
         service = self.service_client
         if from_state is None:
             self.training_client = await self._call(
-                "create training client", lambda _: sdk_call(
-                    service.create_lora_training_client, base_model=self.base_model,
-                    rank=self.lora_rank, seed=self.seed), abandon_on_stop=True)
+                "create training client",
+                lambda _: sdk_call(
+                    service.create_lora_training_client,
+                    base_model=self.base_model,
+                    rank=self.lora_rank,
+                    seed=self.seed,
+                ),
+                abandon_on_stop=True,
+            )
         else:
             self.training_client = await self._call(
-                "create training client from state", lambda _: sdk_call(
-                    service.create_training_client_from_state_with_optimizer, from_state),
-                abandon_on_stop=True)
+                "create training client from state",
+                lambda _: sdk_call(
+                    service.create_training_client_from_state_with_optimizer, from_state
+                ),
+                abandon_on_stop=True,
+            )
         training = self._training()
         self.session_id = _sdk_session_id(service, training) if self.tinker_sdk else ""
         if self.session_id and self.on_event is not None:
             from tinker_tui.engine.events import BackendSessionOpened
 
-            self.on_event(BackendSessionOpened(time=self._now(), session_id=self.session_id,
-                                               base_model=self.base_model))
+            self.on_event(
+                BackendSessionOpened(
+                    time=self._now(), session_id=self.session_id, base_model=self.base_model
+                )
+            )
         load = _sdk_tokenizer if self.tinker_sdk else _own_tokenizer
         self.tokenizer = await self._call(
-            "get tokenizer", lambda _: on_daemon_thread(load, training, name="get-tokenizer"),
-            retry=False, abandon_on_stop=True)
+            "get tokenizer",
+            lambda _: on_daemon_thread(load, training, name="get-tokenizer"),
+            retry=False,
+            abandon_on_stop=True,
+        )
         warnings: list[str] = []  # make_renderer runs on a thread: log its words after
         self.renderer, self.renderer_name = await on_daemon_thread(
-            make_renderer, self.base_model, self.tokenizer, self.requested_renderer,
-            warn=warnings.append, name="make-renderer")
+            make_renderer,
+            self.base_model,
+            self.tokenizer,
+            self.requested_renderer,
+            warn=warnings.append,
+            name="make-renderer",
+        )
         for message in warnings:
             self._log("warning", message)
         self.end_tokens = await on_daemon_thread(
-            declared_end_tokens, self.tokenizer, self.base_model, name="end-tokens")
+            declared_end_tokens, self.tokenizer, self.base_model, name="end-tokens"
+        )
         if self.kl_penalty_coef > 0 and self.reference is None:
             # The untrained base model, as tinker-cookbook's KL reference defaults to.
             self.reference = await self._call(
                 "create KL reference sampler",
-                lambda _: service.create_sampling_client(base_model=self.base_model))
+                lambda _: service.create_sampling_client(base_model=self.base_model),
+            )
         self.version = version
         await self._publish(version)
 
@@ -475,8 +570,7 @@ class BackendSession:
         every = self.sampler_checkpoint_every
         started = time.perf_counter()
         snapshot = training.save_weights_and_get_sampling_client()
-        saved = training.save_weights_for_sampler(name) \
-            if every and version % every == 0 else None
+        saved = training.save_weights_for_sampler(name) if every and version % every == 0 else None
         return _Publish(version, name, snapshot, saved, started)
 
     async def _publish(self, version: int, suffix: str = "") -> float:
@@ -491,9 +585,14 @@ class BackendSession:
         """Await the snapshot and make it the current sampler. The named save's outcome is
         kept pending (`settle_sampler_save`): nothing waits for it but its record."""
         training = self._training()
-        client = await self._call("publish weights", lambda attempt: publish.snapshot
-                                  if attempt == 1
-                                  else training.save_weights_and_get_sampling_client())
+        client = await self._call(
+            "publish weights",
+            lambda attempt: (
+                publish.snapshot
+                if attempt == 1
+                else training.save_weights_and_get_sampling_client()
+            ),
+        )
         # Version and client change together: a request never sees one without the other.
         self.version = publish.version
         self.sampling_client = client
@@ -516,16 +615,23 @@ class BackendSession:
         name, saved = publish.name, publish.saved
         try:
             response = await self._call(
-                "save sampler weights", lambda attempt: saved if attempt == 1
-                else training.save_weights_for_sampler(f"{name}-retry{attempt}"))
+                "save sampler weights",
+                lambda attempt: (
+                    saved
+                    if attempt == 1
+                    else training.save_weights_for_sampler(f"{name}-retry{attempt}")
+                ),
+            )
         except DiskFull:
             raise  # every later write fails too: stop now, saying why
         except Exception as exc:  # a missing copy on disk must not stop training
-            self._log("warning", f"could not save sampler weights {name}: "
-                                 f"{type(exc).__name__}: {exc}")
+            self._log(
+                "warning", f"could not save sampler weights {name}: {type(exc).__name__}: {exc}"
+            )
             return
-        await self._record_checkpoint(CheckpointRecord("sampler", publish.version, name,
-                                                       response.path))
+        await self._record_checkpoint(
+            CheckpointRecord("sampler", publish.version, name, response.path)
+        )
 
     # ------------------------------------------------------------------ sampling
     def available_versions(self) -> list[int]:
@@ -539,15 +645,19 @@ class BackendSession:
         if client is not None:
             self._samplers.move_to_end(version)
             return client
-        record = next((c for c in reversed(self.checkpoints)
-                       if c.kind == "sampler" and c.step == version), None)
+        record = next(
+            (c for c in reversed(self.checkpoints) if c.kind == "sampler" and c.step == version),
+            None,
+        )
         if record is None:
             available = ", ".join(str(v) for v in self.available_versions()) or "none"
-            raise UnknownVersionError(f"policy version {version} is not available "
-                                      f"(available: {available})")
+            raise UnknownVersionError(
+                f"policy version {version} is not available (available: {available})"
+            )
         service = self.service_client
-        client = await self._call("load sampler weights", lambda _: service.create_sampling_client(
-            model_path=record.path))
+        client = await self._call(
+            "load sampler weights", lambda _: service.create_sampling_client(model_path=record.path)
+        )
         if version in self._samplers:  # loaded concurrently by another request
             return self._samplers[version]
         self._samplers[version] = client
@@ -562,10 +672,17 @@ class BackendSession:
             del self._samplers[victim]
             self._loaded_from.pop(victim, None)
 
-    async def sample(self, prompt: tinker.ModelInput, num_samples: int,
-                     sampling_params: tinker.SamplingParams, *, version: int | None = None,
-                     top_logprobs: int = 0, constraint: Any = None,
-                     constraint_prefix: str = "") -> tuple[tinker.SampleResponse, int]:
+    async def sample(
+        self,
+        prompt: tinker.ModelInput,
+        num_samples: int,
+        sampling_params: tinker.SamplingParams,
+        *,
+        version: int | None = None,
+        top_logprobs: int = 0,
+        constraint: Any = None,
+        constraint_prefix: str = "",
+    ) -> tuple[tinker.SampleResponse, int]:
         """Sample from the current policy (or `version`); returns the response and the
         version that produced it. `constraint` (with the text it starts from) keeps the
         samples' text within a shape where the backend samples in this process (the local
@@ -578,18 +695,31 @@ class BackendSession:
         if client is None:
             raise RuntimeError("the backend session is not started (call start first)")
         extra = {"topk_sample_logprobs": top_logprobs} if top_logprobs else {}
-        constrained = client.sample_constrained \
-            if constraint is not None and isinstance(client, SamplesConstrained) else None
+        constrained = (
+            client.sample_constrained
+            if constraint is not None and isinstance(client, SamplesConstrained)
+            else None
+        )
         if constrained is not None:
-            response = await self._call("sample", lambda _: constrained(
-                prompt, num_samples, sampling_params, constraint, constraint_prefix, **extra))
+            response = await self._call(
+                "sample",
+                lambda _: constrained(
+                    prompt, num_samples, sampling_params, constraint, constraint_prefix, **extra
+                ),
+            )
         else:
-            response = await self._call("sample", lambda _: client.sample(
-                prompt=prompt, num_samples=num_samples, sampling_params=sampling_params,
-                **extra))
-        self.usage.add_sample(prompt.length, num_samples,
-                              response.prompt_cache_hit_tokens or 0,
-                              sum(len(s.tokens) for s in response.sequences))
+            response = await self._call(
+                "sample",
+                lambda _: client.sample(
+                    prompt=prompt, num_samples=num_samples, sampling_params=sampling_params, **extra
+                ),
+            )
+        self.usage.add_sample(
+            prompt.length,
+            num_samples,
+            response.prompt_cache_hit_tokens or 0,
+            sum(len(s.tokens) for s in response.sequences),
+        )
         return response, version
 
     def can_constrain(self) -> bool:
@@ -611,21 +741,30 @@ class BackendSession:
         turns = mismatches = 0
         for group in groups:
             for index, (trajectory, advantage) in enumerate(
-                    zip(group.trajectories, group.advantages(), strict=True)):
+                zip(group.trajectories, group.advantages(), strict=True)
+            ):
                 arrays = trajectory_to_datum_arrays(trajectory.turns, advantage)
                 turns += arrays.turns
                 mismatches += arrays.prefix_mismatches
                 for example in arrays.examples:
-                    datums.append(_datum(list(example["model_input"]),
-                                         list(example["target_tokens"]),
-                                         list(example["logprobs"]),
-                                         list(example["advantages"])))
+                    datums.append(
+                        _datum(
+                            list(example["model_input"]),
+                            list(example["target_tokens"]),
+                            list(example["logprobs"]),
+                            list(example["advantages"]),
+                        )
+                    )
                     masks.append(list(example["mask"]))
                     sources.append((group.group_id, index))
                     versions.append(list(example["versions"]))
-        return DatumBatch(datums, {keys.TRAIN_TURNS: float(turns),
-                                   keys.TRAIN_PREFIX_MISMATCH: float(mismatches)}, masks,
-                          sources, versions)
+        return DatumBatch(
+            datums,
+            {keys.TRAIN_TURNS: float(turns), keys.TRAIN_PREFIX_MISMATCH: float(mismatches)},
+            masks,
+            sources,
+            versions,
+        )
 
     async def apply_kl_penalty(self, datums: DatumBatch) -> tuple[DatumBatch, dict[str, float]]:
         """The batch with the KL penalty against the base model added to its advantages
@@ -647,20 +786,34 @@ class BackendSession:
             if first is None:
                 return [0.0] * len(targets[index])
             last_n = len(full) - (first + 1)  # from the first sampled target to the end
-            scored = await self._call("KL reference logprobs", lambda _: reference.compute_logprobs(
-                tinker.ModelInput.from_ints(full), prompt_logprobs_last_n=last_n))
+            scored = await self._call(
+                "KL reference logprobs",
+                lambda _: reference.compute_logprobs(
+                    tinker.ModelInput.from_ints(full), prompt_logprobs_last_n=last_n
+                ),
+            )
             self.usage.add_prefill(len(full))
             # scored[i + 1] is log p_base(full[i + 1] | full[:i + 1]), i.e. of target i
             return [0.0 if v is None else float(v) for v in list(scored)[1:]]
 
         base = await asyncio.gather(*(base_logprobs(i) for i in range(len(datums))))
         new_advantages, mean_kl = await asyncio.to_thread(
-            kl_penalized_advantages, advantages, sampled, base, masks, self.kl_penalty_coef)
-        batch = DatumBatch([_datum(i, t, s, a) for i, t, s, a in
-                            zip(inputs, targets, sampled, new_advantages, strict=True)],
-                           datums.metrics, masks, datums.sources, datums.versions)
-        return batch, {keys.KL_POLICY_BASE: mean_kl,
-                       keys.KL_REFERENCE_TIME: time.perf_counter() - started}
+            kl_penalized_advantages, advantages, sampled, base, masks, self.kl_penalty_coef
+        )
+        batch = DatumBatch(
+            [
+                _datum(i, t, s, a)
+                for i, t, s, a in zip(inputs, targets, sampled, new_advantages, strict=True)
+            ],
+            datums.metrics,
+            masks,
+            datums.sources,
+            datums.versions,
+        )
+        return batch, {
+            keys.KL_POLICY_BASE: mean_kl,
+            keys.KL_REFERENCE_TIME: time.perf_counter() - started,
+        }
 
     async def train(
         self,
@@ -684,8 +837,9 @@ class BackendSession:
         started = time.perf_counter()
         # RunConfig allows only LOSS_FNS, each a loss the SDK names (config.py does not
         # import the SDK, so its setting is a plain str).
-        fb_future = training.forward_backward(datums, cast("tinker.types.LossFnType", loss_fn),
-                                              config)
+        fb_future = training.forward_backward(
+            datums, cast("tinker.types.LossFnType", loss_fn), config
+        )
         optim_future = training.optim_step(self._adam(learning_rate))
         publish = self._submit_publish(self.version + 1)
         num_tokens = sum(d.model_input.length for d in datums)
@@ -695,10 +849,12 @@ class BackendSession:
         optim = await self._call("optim_step", lambda _: optim_future, retry=False)
         optim_done = time.perf_counter()
         await self._finish_publish(publish)
-        metrics = {keys.TRAIN_LOSS_SUM: float(fb.metrics.get("loss:sum", 0.0)),
-                   keys.FORWARD_BACKWARD_TIME: fb_done - started,
-                   keys.OPTIM_STEP_TIME: optim_done - fb_done,
-                   keys.PUBLISH_WEIGHTS_TIME: time.perf_counter() - optim_done}
+        metrics = {
+            keys.TRAIN_LOSS_SUM: float(fb.metrics.get("loss:sum", 0.0)),
+            keys.FORWARD_BACKWARD_TIME: fb_done - started,
+            keys.OPTIM_STEP_TIME: optim_done - fb_done,
+            keys.PUBLISH_WEIGHTS_TIME: time.perf_counter() - optim_done,
+        }
         grad_norm = (optim.metrics or {}).get("grad_norm:mean")
         if grad_norm is not None:  # where the backend reports it
             metrics[keys.GRAD_NORM] = float(grad_norm)
@@ -718,21 +874,25 @@ class BackendSession:
             model_input, weights = self.renderer.build_supervised_example(list(messages))
             tokens = model_input.to_ints()
             weight_list = [float(w) for w in weights.tolist()]
-            datums.append(tinker.Datum(
-                model_input=tinker.ModelInput.from_ints(tokens[:-1]),
-                loss_fn_inputs=_loss_inputs(target_tokens=tokens[1:],
-                                            weights=weight_list[1:])))
+            datums.append(
+                tinker.Datum(
+                    model_input=tinker.ModelInput.from_ints(tokens[:-1]),
+                    loss_fn_inputs=_loss_inputs(target_tokens=tokens[1:], weights=weight_list[1:]),
+                )
+            )
         return datums
 
     async def train_supervised(
         self, conversations: Sequence[Sequence[Mapping[str, Any]]], *, learning_rate: float
     ) -> float:
         """One cross-entropy step on whole conversations (last assistant turn trained)."""
-        return await self.train_cross_entropy(self.supervised_datums(conversations),
-                                              learning_rate=learning_rate)
+        return await self.train_cross_entropy(
+            self.supervised_datums(conversations), learning_rate=learning_rate
+        )
 
-    async def train_cross_entropy(self, datums: Sequence[tinker.Datum], *,
-                                  learning_rate: float) -> float:
+    async def train_cross_entropy(
+        self, datums: Sequence[tinker.Datum], *, learning_rate: float
+    ) -> float:
         """One cross-entropy step on `supervised_datums`; returns the summed loss. No new
         policy version (call `publish` when done)."""
         training = self._training()
@@ -743,21 +903,27 @@ class BackendSession:
         await self._call("optim_step", lambda _: optim_future, retry=False)
         return float(fb.metrics.get("loss:sum", 0.0))
 
-    async def save_training_state(self, name: str,
-                                  metadata: Mapping[str, str] | None = None) -> str:
+    async def save_training_state(
+        self, name: str, metadata: Mapping[str, str] | None = None
+    ) -> str:
         """Save weights and optimizer state without recording a run checkpoint (no
         retention, not a resume point); returns its path."""
         training = self._training()
-        response = await self._call("save state", lambda attempt: training.save_state(
-            name, overwrite=attempt > 1, user_metadata=dict(metadata or {})))
+        response = await self._call(
+            "save state",
+            lambda attempt: training.save_state(
+                name, overwrite=attempt > 1, user_metadata=dict(metadata or {})
+            ),
+        )
         return str(response.path)
 
     async def load_training_state(self, path: str) -> None:
         """Replace the training client's weights and optimizer state with a saved state of
         the same model (no new policy version: call `publish`)."""
         training = self._training()
-        await self._call("load state", lambda _: training.load_state_with_optimizer(path),
-                         retry=False)
+        await self._call(
+            "load state", lambda _: training.load_state_with_optimizer(path), retry=False
+        )
 
     async def publish(self) -> None:
         """Publish the current weights as the sampling client (after supervised steps)."""
@@ -770,10 +936,12 @@ class BackendSession:
         `step` (default: the current policy version) orders it for the retention policy."""
         await self.settle_sampler_save()  # recorded in the order they were saved
         training = self._training()
-        response = await self._call("save state", lambda attempt: training.save_state(
-            name, overwrite=attempt > 1))
-        await self._record_checkpoint(CheckpointRecord(
-            "state", self.version if step is None else step, name, response.path))
+        response = await self._call(
+            "save state", lambda attempt: training.save_state(name, overwrite=attempt > 1)
+        )
+        await self._record_checkpoint(
+            CheckpointRecord("state", self.version if step is None else step, name, response.path)
+        )
         return str(response.path)
 
     async def rewind(self, path: str, version: int, step: int) -> None:
@@ -783,8 +951,9 @@ class BackendSession:
         run goes on)."""
         await self.load_training_state(path)
         self.requested_state_steps = {s for s in self.requested_state_steps if s <= step}
-        for old in [c for c in self.checkpoints
-                    if c.step > (step if c.kind == "state" else version)]:
+        for old in [
+            c for c in self.checkpoints if c.step > (step if c.kind == "state" else version)
+        ]:
             self.checkpoints.remove(old)
             await self._delete(old)
         for later in [v for v in self._samplers if v > version]:
@@ -801,16 +970,24 @@ class BackendSession:
 
     async def _record_checkpoint(self, record: CheckpointRecord) -> None:
         self.checkpoints.append(record)
-        same = [c for c in self.checkpoints if c.kind == record.kind
-                and not (c.kind == "state" and c.step in self.requested_state_steps)]
+        same = [
+            c
+            for c in self.checkpoints
+            if c.kind == record.kind
+            and not (c.kind == "state" and c.step in self.requested_state_steps)
+        ]
         keep_last = self.keep_last_checkpoints
         if record.kind == "state" and keep_last:
             # Never fewer than two: the newest may not be confirmed by the run store yet when
             # a crash hits, and a resume then needs the one before it.
             keep_last = max(keep_last, 2)
-        doomed = [same[i] for i in checkpoints_to_delete(
-            [c.step for c in same], keep_last, self.keep_every_checkpoints)
-            if not (record.kind == "state" and same[i].step == self.keep_state_step)]
+        doomed = [
+            same[i]
+            for i in checkpoints_to_delete(
+                [c.step for c in same], keep_last, self.keep_every_checkpoints
+            )
+            if not (record.kind == "state" and same[i].step == self.keep_state_step)
+        ]
         for old in doomed:
             self.checkpoints.remove(old)
             if record.kind == "sampler" and self._loaded_from.get(old.step) == old.path:
@@ -825,8 +1002,9 @@ class BackendSession:
             if isinstance(self.service_client, KeepsCheckpointsHere):
                 self._rest = _LocalCheckpointRemover(self.service_client.checkpoint_dir)
             elif self.tinker_sdk:
-                self._rest = await self._call("connect to the checkpoint API",
-                                              lambda _: sdk_call(rest_client))
+                self._rest = await self._call(
+                    "connect to the checkpoint API", lambda _: sdk_call(rest_client)
+                )
         return self._rest
 
     async def _delete(self, record: CheckpointRecord) -> None:
@@ -834,29 +1012,41 @@ class BackendSession:
         try:
             remover = await self._remover()
         except Exception as exc:
-            self._log("warning", f"could not delete old checkpoint {record.path}: "
-                                 f"{type(exc).__name__}: {exc}")
+            self._log(
+                "warning",
+                f"could not delete old checkpoint {record.path}: {type(exc).__name__}: {exc}",
+            )
             return
         if remover is None:
             return
         try:
-            await self._call(f"delete checkpoint {record.name}",
-                             lambda _: remover.delete_checkpoint_from_tinker_path(record.path))
+            await self._call(
+                f"delete checkpoint {record.name}",
+                lambda _: remover.delete_checkpoint_from_tinker_path(record.path),
+            )
         except Exception as exc:
-            self._log("warning", f"could not delete old checkpoint {record.path}: "
-                                 f"{type(exc).__name__}: {exc}")
+            self._log(
+                "warning",
+                f"could not delete old checkpoint {record.path}: {type(exc).__name__}: {exc}",
+            )
             return
         if self.on_event is not None:
             from tinker_tui.engine.events import CheckpointDeleted
 
-            self.on_event(CheckpointDeleted(time=self._now(), step=record.step,
-                                            kind=record.kind,
-                                            name=record.name, path=record.path))
+            self.on_event(
+                CheckpointDeleted(
+                    time=self._now(),
+                    step=record.step,
+                    kind=record.kind,
+                    name=record.name,
+                    path=record.path,
+                )
+            )
 
 
-def _trainer_outputs(datums: Sequence[tinker.Datum], fb: Any
-                     ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...] | None,
-                                dict[str, float]]:
+def _trainer_outputs(
+    datums: Sequence[tinker.Datum], fb: Any
+) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...] | None, dict[str, float]]:
     """The trainer's per-target logprobs (and entropy, where the backend answered it) from a
     `forward_backward` result, and the step's mismatch metrics against the sampled logprobs
     (`engine.metrics.mismatch`); nothing when the result has no per-datum logprobs."""
@@ -864,14 +1054,19 @@ def _trainer_outputs(datums: Sequence[tinker.Datum], fb: Any
     if len(outputs) != len(datums) or not all("logprobs" in o for o in outputs):
         return (), None, {}
     trainer = tuple(np.asarray(o["logprobs"].to_numpy(), dtype=np.float32) for o in outputs)
-    entropy = (tuple(np.asarray(o["entropy"].to_numpy(), dtype=np.float32) for o in outputs)
-               if all("entropy" in o for o in outputs) else None)
-    if not all("logprobs" in d.loss_fn_inputs and "advantages" in d.loss_fn_inputs
-               for d in datums):
+    entropy = (
+        tuple(np.asarray(o["entropy"].to_numpy(), dtype=np.float32) for o in outputs)
+        if all("entropy" in o for o in outputs)
+        else None
+    )
+    if not all("logprobs" in d.loss_fn_inputs and "advantages" in d.loss_fn_inputs for d in datums):
         return trainer, entropy, {}  # not an RL batch (cross_entropy): nothing was sampled
     sampled = [np.asarray(d.loss_fn_inputs["logprobs"].to_numpy()) for d in datums]
-    masks = (datums.masks if isinstance(datums, DatumBatch) and datums.masks
-             else [np.asarray(d.loss_fn_inputs["advantages"].to_numpy()) != 0 for d in datums])
+    masks = (
+        datums.masks
+        if isinstance(datums, DatumBatch) and datums.masks
+        else [np.asarray(d.loss_fn_inputs["advantages"].to_numpy()) != 0 for d in datums]
+    )
     return trainer, entropy, mismatch.mismatch_metrics(sampled, trainer, masks, entropy)
 
 

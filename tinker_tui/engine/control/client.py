@@ -30,10 +30,23 @@ from urllib.parse import urlsplit
 
 from tinker_tui.engine.errors import UsageError
 
-__all__ = ["CONTROL_FILE_SUFFIX", "DEFAULT_STORE", "AmbiguousRun", "CommandRefused", "ControlClient",
-           "ControlUnavailable", "NoEndpoint", "RemoteControl", "RunNotRunning", "connect",
-           "control_file_orphaned", "control_file_path", "find_control_file",
-           "find_control_files", "read_control_file"]
+__all__ = [
+    "CONTROL_FILE_SUFFIX",
+    "DEFAULT_STORE",
+    "AmbiguousRun",
+    "CommandRefused",
+    "ControlClient",
+    "ControlUnavailable",
+    "NoEndpoint",
+    "RemoteControl",
+    "RunNotRunning",
+    "connect",
+    "control_file_orphaned",
+    "control_file_path",
+    "find_control_file",
+    "find_control_files",
+    "read_control_file",
+]
 
 #: The control file of run RUN_ID lives beside the store as RUN_ID + this suffix.
 CONTROL_FILE_SUFFIX = ".control.json"
@@ -61,8 +74,10 @@ class RunNotRunning(ControlUnavailable):
     """The run's control file is stale: its process (`pid`) is gone without removing it."""
 
     def __init__(self, run_id: str, pid: int | None, control_file: Path) -> None:
-        super().__init__(f"run {run_id} is not running: its process (pid {pid}) is gone and "
-                         f"its control file {control_file} is stale")
+        super().__init__(
+            f"run {run_id} is not running: its process (pid {pid}) is gone and "
+            f"its control file {control_file} is stale"
+        )
         self.run_id = run_id
         self.pid = pid
         self.control_file = control_file
@@ -156,14 +171,18 @@ def find_control_file(db_path: str | Path, wanted: str | None = None) -> Path:
     if not files and wanted:
         raise NoEndpoint(f"no running run {wanted!r} beside {db_path}", wanted)
     if not files:
-        raise NoEndpoint(f"no control endpoint for any run beside {db_path}: start the run "
-                         "with `tinker-tui run TASK --no-ui` (same --db), or use "
-                         "`tinker-tui show` for a finished run", None)
+        raise NoEndpoint(
+            f"no control endpoint for any run beside {db_path}: start the run "
+            "with `tinker-tui run TASK --no-ui` (same --db), or use "
+            "`tinker-tui show` for a finished run",
+            None,
+        )
     return files[0]
 
 
-def connect(run: str | None = None, *, db: str | Path = DEFAULT_STORE,
-            timeout: float = 5.0) -> ControlClient:
+def connect(
+    run: str | None = None, *, db: str | Path = DEFAULT_STORE, timeout: float = 5.0
+) -> ControlClient:
     """A client of the running run `run` (a run id, a unique prefix, None: the newest
     running run) in the store `db`, checked to answer: its `run_id` is the run's own."""
     control_file = find_control_file(db, run)
@@ -181,9 +200,16 @@ class ControlClient:
 
     The operations return the run's state after the command (`status()`'s shape)."""
 
-    def __init__(self, url: str, token: str, *, timeout: float = 5.0,
-                 run_id: str = "", pid: int | None = None,
-                 control_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = 5.0,
+        run_id: str = "",
+        pid: int | None = None,
+        control_file: Path | None = None,
+    ) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname or parts.port is None:
             raise ControlUnavailable(f"bad control endpoint address {url!r}")
@@ -201,13 +227,18 @@ class ControlClient:
     def from_file(cls, path: str | Path, *, timeout: float = 5.0) -> ControlClient:
         data = read_control_file(path)
         pid = data.get("pid")
-        return cls(str(data["url"]), str(data["token"]), timeout=timeout,
-                   run_id=str(data.get("run_id") or run_id_of(Path(path))),
-                   pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
-                   control_file=Path(path))
+        return cls(
+            str(data["url"]),
+            str(data["token"]),
+            timeout=timeout,
+            run_id=str(data.get("run_id") or run_id_of(Path(path))),
+            pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+            control_file=Path(path),
+        )
 
-    def request(self, method: str, path: str, body: Mapping[str, Any] | None = None
-                ) -> dict[str, Any]:
+    def request(
+        self, method: str, path: str, body: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         """One request; CommandRefused (the server's message) for a refused command,
         PermissionError for a wrong token, ControlUnavailable when nothing answers."""
         payload = json.dumps(body).encode() if body is not None else None
@@ -221,7 +252,8 @@ class ControlClient:
             raw = response.read()
         except (OSError, http.client.HTTPException) as exc:
             raise ControlUnavailable(
-                f"the run's control endpoint {self.url} does not answer ({exc})") from None
+                f"the run's control endpoint {self.url} does not answer ({exc})"
+            ) from None
         finally:
             connection.close()
         try:
@@ -234,8 +266,9 @@ class ControlClient:
             error = data.get("error") if isinstance(data, dict) else None
             raise CommandRefused(str(error or f"HTTP {response.status}"), response.status)
         if not isinstance(data, dict):
-            raise CommandRefused(f"control endpoint {self.url} answered {data!r}, not an "
-                                 "object", response.status)
+            raise CommandRefused(
+                f"control endpoint {self.url} answered {data!r}, not an object", response.status
+            )
         return data
 
     def command(self, command: str, **args: Any) -> dict[str, Any]:
@@ -273,8 +306,7 @@ class ControlClient:
         """Change a live knob (`engine.config.LIVE_KNOBS`); CommandRefused for a bad one."""
         return self._state_after("set", name=name, value=value)
 
-    def rollback(self, reason: str | None = None, lr_scale: float | None = None
-                 ) -> dict[str, Any]:
+    def rollback(self, reason: str | None = None, lr_scale: float | None = None) -> dict[str, Any]:
         """Back to the checkpoint of the weights that sampled the best step, the learning rate
         scaled by `lr_scale` (default: the run's `rollback_lr_scale`)."""
         return self._state_after("rollback", reason=reason, lr_scale=lr_scale)
@@ -346,8 +378,9 @@ class RemoteControl:
     def request_eval(self) -> None:
         self._send("eval")
 
-    def request_rollback(self, reason: str = "rolled back by user",
-                         lr_scale: float | None = None) -> None:
+    def request_rollback(
+        self, reason: str = "rolled back by user", lr_scale: float | None = None
+    ) -> None:
         self._send("rollback", reason=reason, lr_scale=lr_scale)
 
     def knobs(self) -> Mapping[str, float | int]:

@@ -45,10 +45,23 @@ from tinker_tui.engine.control.interface import Control
 
 # The client side lives in `client` (one client for every front end); its names stay
 # importable from here.
-__all__ = ["COMMANDS", "CONTROL_FILE_SUFFIX", "MAX_BODY", "REQUEST_TIMEOUT", "ControlClient",
-           "ControlServer", "ControlUnavailable", "RemoteControl", "apply_command",
-           "control_app", "control_file_orphaned", "control_file_path", "control_state",
-           "find_control_files", "read_control_file"]
+__all__ = [
+    "COMMANDS",
+    "CONTROL_FILE_SUFFIX",
+    "MAX_BODY",
+    "REQUEST_TIMEOUT",
+    "ControlClient",
+    "ControlServer",
+    "ControlUnavailable",
+    "RemoteControl",
+    "apply_command",
+    "control_app",
+    "control_file_orphaned",
+    "control_file_path",
+    "control_state",
+    "find_control_files",
+    "read_control_file",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -163,24 +176,35 @@ def control_app(control: Control, *, run_id: str, token: str) -> Any:
         """Starlette's 404 and 405, in this endpoint's JSON."""
         assert isinstance(exc, HTTPException)
         if exc.status_code == 405:
-            allowed = [m for m in (exc.headers or {}).get("Allow", "").split(", ")
-                       if m and m != "HEAD"]
+            allowed = [
+                m for m in (exc.headers or {}).get("Allow", "").split(", ") if m and m != "HEAD"
+            ]
             return _error(405, f"use {' or '.join(allowed)}")
         if exc.status_code == 404:
             return _error(404, f"no such endpoint {request.url.path}")
         return _error(exc.status_code, str(exc.detail))
 
-    app = Starlette(routes=[Route("/v1/state", state, methods=["GET"]),
-                            Route("/v1/command", command, methods=["POST"])],
-                    exception_handlers={HTTPException: http_error})
+    app = Starlette(
+        routes=[
+            Route("/v1/state", state, methods=["GET"]),
+            Route("/v1/command", command, methods=["POST"]),
+        ],
+        exception_handlers={HTTPException: http_error},
+    )
     return BearerAuth(app, token=token, refusal=lambda: _error(401, "missing or wrong token"))
 
 
 class ControlServer:
     """Serves `control` on 127.0.0.1 (random port) to clients that hold the token."""
 
-    def __init__(self, control: Control, *, run_id: str = "", token: str | None = None,
-                 request_timeout: float = REQUEST_TIMEOUT) -> None:
+    def __init__(
+        self,
+        control: Control,
+        *,
+        run_id: str = "",
+        token: str | None = None,
+        request_timeout: float = REQUEST_TIMEOUT,
+    ) -> None:
         self.control = control
         self.run_id = run_id
         self.token = token or secrets.token_urlsafe(32)
@@ -194,22 +218,29 @@ class ControlServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    async def start(self, control_file: str | Path | None = None,
-                    extra: Mapping[str, Any] | None = None) -> None:
+    async def start(
+        self, control_file: str | Path | None = None, extra: Mapping[str, Any] | None = None
+    ) -> None:
         """Listen, then (if given) write the control file with the address and token."""
         # Imported here, not at the top: dashboards import this module for the client only.
         from tinker_tui.engine.loopback_http import LoopbackServer
 
         app = control_app(self.control, run_id=self.run_id, token=self.token)
-        self._server = LoopbackServer(app, name="control-endpoint",
-                                      request_timeout=self.request_timeout, shutdown_timeout=2)
+        self._server = LoopbackServer(
+            app, name="control-endpoint", request_timeout=self.request_timeout, shutdown_timeout=2
+        )
         await self._server.start()
         self.port = self._server.port
         if control_file is not None:
             self.file = Path(control_file)
             self.file.parent.mkdir(parents=True, exist_ok=True)
-            description = {"url": self.url, "token": self.token, "run_id": self.run_id,
-                           "pid": os.getpid(), **dict(extra or {})}
+            description = {
+                "url": self.url,
+                "token": self.token,
+                "run_id": self.run_id,
+                "pid": os.getpid(),
+                **dict(extra or {}),
+            }
             _write_private(self.file, json.dumps(description, indent=2) + "\n")
 
     def remove_file(self) -> None:

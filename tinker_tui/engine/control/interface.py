@@ -47,8 +47,9 @@ class Control(Protocol):
     def request_eval(self) -> None:
         """Run the evaluator on the current policy as soon as possible."""
 
-    def request_rollback(self, reason: str = "rolled back by user",
-                         lr_scale: float | None = None) -> None:
+    def request_rollback(
+        self, reason: str = "rolled back by user", lr_scale: float | None = None
+    ) -> None:
         """Go back to the checkpoint of the weights that sampled the best step, with the learning
         rate scaled (default `rollback_lr_scale`); the steps after it are undone as a resume
         undoes them (`Pipeline.request_rollback`)."""

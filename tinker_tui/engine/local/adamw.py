@@ -41,8 +41,13 @@ class AdamW:
     ) -> None:
         self.params = list(params)
         self.param_groups: list[dict[str, Any]] = [
-            {"params": self.params, "lr": lr, "betas": betas, "eps": eps,
-             "weight_decay": weight_decay}
+            {
+                "params": self.params,
+                "lr": lr,
+                "betas": betas,
+                "eps": eps,
+                "weight_decay": weight_decay,
+            }
         ]
         #: Per parameter: ``step`` (a float32 CPU scalar tensor), ``exp_avg``, ``exp_avg_sq``.
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
@@ -95,13 +100,22 @@ class AdamW:
         group = self.param_groups[0]
         return {
             "state": {i: dict(self.state[p]) for i, p in enumerate(self.params) if p in self.state},
-            "param_groups": [{
-                "lr": group["lr"], "betas": tuple(group["betas"]), "eps": group["eps"],
-                "weight_decay": group["weight_decay"], "amsgrad": False, "foreach": None,
-                "maximize": False, "capturable": False, "differentiable": False,
-                "fused": None, "decoupled_weight_decay": True,
-                "params": list(range(len(self.params))),
-            }],
+            "param_groups": [
+                {
+                    "lr": group["lr"],
+                    "betas": tuple(group["betas"]),
+                    "eps": group["eps"],
+                    "weight_decay": group["weight_decay"],
+                    "amsgrad": False,
+                    "foreach": None,
+                    "maximize": False,
+                    "capturable": False,
+                    "differentiable": False,
+                    "fused": None,
+                    "decoupled_weight_decay": True,
+                    "params": list(range(len(self.params))),
+                }
+            ],
         }
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -114,8 +128,10 @@ class AdamW:
             raise ValueError(f"not an optimizer state dict ({exc!r} missing)") from None
         if len(groups) != 1 or len(groups[0]["params"]) != len(self.params):
             sizes = [len(g["params"]) for g in groups]
-            raise ValueError(f"saved parameter groups have {sizes} parameters, this optimizer "
-                             f"has [{len(self.params)}]")
+            raise ValueError(
+                f"saved parameter groups have {sizes} parameters, this optimizer "
+                f"has [{len(self.params)}]"
+            )
         if groups[0].get("amsgrad") or groups[0].get("maximize"):
             raise ValueError("saved optimizer used amsgrad or maximize, which AdamW here does not")
         index = {saved_id: p for saved_id, p in zip(groups[0]["params"], self.params, strict=True)}
@@ -126,8 +142,10 @@ class AdamW:
                 raise ValueError(f"saved state for unknown parameter {key!r}")
             for name in ("exp_avg", "exp_avg_sq"):
                 if tuple(values[name].shape) != tuple(p.shape):
-                    raise ValueError(f"saved {name} of parameter {key} has shape "
-                                     f"{list(values[name].shape)}, expected {list(p.shape)}")
+                    raise ValueError(
+                        f"saved {name} of parameter {key} has shape "
+                        f"{list(values[name].shape)}, expected {list(p.shape)}"
+                    )
             state[p] = {
                 "step": torch.as_tensor(values["step"], dtype=torch.float32).detach().clone().cpu(),
                 "exp_avg": values["exp_avg"].detach().to(p.device, p.dtype, copy=True),

@@ -28,10 +28,14 @@ def base_model_problem(base_model: str) -> str | None:
     if looks_like_path(base_model):
         folder = Path(base_model).expanduser().resolve()
         if not (folder / "config.json").is_file():
-            return (f"Base model folder {base_model!r} is not a Hugging Face model folder: "
-                    f"{folder / 'config.json'} does not exist")
+            return (
+                f"Base model folder {base_model!r} is not a Hugging Face model folder: "
+                f"{folder / 'config.json'} does not exist"
+            )
         return None
-    return (f"Unknown base model {base_model!r} for the local backend: it embeds "
-            f"{', '.join(repr(n) for n in EMBEDDED_MODELS)}, and also loads a Hugging Face "
-            "causal-LM folder given by its path (a directory with config.json and weights). "
-            "Models by hub name need the Tinker service (set TINKER_API_KEY).")
+    return (
+        f"Unknown base model {base_model!r} for the local backend: it embeds "
+        f"{', '.join(repr(n) for n in EMBEDDED_MODELS)}, and also loads a Hugging Face "
+        "causal-LM folder given by its path (a directory with config.json and weights). "
+        "Models by hub name need the Tinker service (set TINKER_API_KEY)."
+    )

@@ -241,9 +241,16 @@ def _draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 CONSTRAINED_DRAWS = 16
 
 
-def _constrained_choice(r: GenRequest, tokens: list[int], tok: int, weights: torch.Tensor,
-                        greedy: bool, tokenizer: Any, token_text: dict[int, str],
-                        generator: torch.Generator) -> tuple[int | None, bool]:
+def _constrained_choice(
+    r: GenRequest,
+    tokens: list[int],
+    tok: int,
+    weights: torch.Tensor,
+    greedy: bool,
+    tokenizer: Any,
+    token_text: dict[int, str],
+    generator: torch.Generator,
+) -> tuple[int | None, bool]:
     """A token for a row with a constraint: `tok` if it keeps the text within the shape,
     else another drawn from the row's sampling weights without the rejected ones (the
     most likely allowed one for greedy rows), then the most likely allowed one. Returns
@@ -254,8 +261,7 @@ def _constrained_choice(r: GenRequest, tokens: list[int], tok: int, weights: tor
         # whole, and only the end of the turn may follow (even where sampling's filters
         # left an end token no weight): the drawn one, else the constraint's own
         end = getattr(r.constraint, "end_token", None)
-        return (tok if tok in r.stop_ids else end if end in r.stop_ids
-                else min(r.stop_ids)), True
+        return (tok if tok in r.stop_ids else end if end in r.stop_ids else min(r.stop_ids)), True
     first_ok: dict[str, bool] = {}  # a text can only pass if its first character does
     # The budget: the fewest tokens that close the call (and end the turn, where the
     # constraint wants an end token) must still fit after this one.
@@ -464,9 +470,16 @@ def generate(
                 r = rows[row]
                 if r.constraint is None:
                     continue
-                tok, done = _constrained_choice(r, out_tokens[row], picks[b], weights[b],
-                                                bool(greedy[b]), facts.tokenizer, token_text,
-                                                generator)
+                tok, done = _constrained_choice(
+                    r,
+                    out_tokens[row],
+                    picks[b],
+                    weights[b],
+                    bool(greedy[b]),
+                    facts.tokenizer,
+                    token_text,
+                    generator,
+                )
                 if tok is None:  # nothing keeps the shape: end the row as it is
                     tok, done = picks[b], True
                 picks[b] = tok
@@ -492,10 +505,14 @@ def generate(
                 out_topk[row].append(
                     (top_indices[b, : r.topk_sample], top_values[b, : r.topk_sample])
                 )
-            if tok in r.stop_ids or row in complete or (
-                r.stop_strings
-                and _hits_stop_string(
-                    facts.tokenizer, out_tokens[row], r.stop_strings, windows[row]
+            if (
+                tok in r.stop_ids
+                or row in complete
+                or (
+                    r.stop_strings
+                    and _hits_stop_string(
+                        facts.tokenizer, out_tokens[row], r.stop_strings, windows[row]
+                    )
                 )
             ):
                 reasons[row] = "stop"

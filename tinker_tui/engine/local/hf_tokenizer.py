@@ -58,8 +58,11 @@ TOKENIZER_CONFIG: dict[str, Any] = {
 
 def _byte_to_char() -> dict[int, str]:
     """GPT-2's reversible map from bytes to printable characters (the `ByteLevel` alphabet)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     chars = list(printable)
     extra = 0
     for b in range(256):
@@ -99,25 +102,35 @@ def build_tokenizer() -> Any:
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
     # The unknown token is never produced: every byte has an entry.
-    model = models.WordPiece(_vocab(), unk_token="<unk>", continuing_subword_prefix="",
-                             max_input_chars_per_word=1_000_000_000)
+    model = models.WordPiece(
+        _vocab(),
+        unk_token="<unk>",
+        continuing_subword_prefix="",
+        max_input_chars_per_word=1_000_000_000,
+    )
     tokenizer = Tokenizer(model)
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(_PIECE_RE.pattern), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_PIECE_RE.pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.ByteLevel()])
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                                  for t in SPECIAL_TOKENS])
+    tokenizer.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS]
+    )
     return tokenizer
 
 
 def files() -> dict[str, str]:
     """The folder's files and their text."""
-    tokenizer_json = json.dumps(json.loads(build_tokenizer().to_str()), indent=1,
-                                ensure_ascii=False, sort_keys=True)
-    return {"tokenizer.json": tokenizer_json + "\n",
-            "tokenizer_config.json": json.dumps(TOKENIZER_CONFIG, indent=1, sort_keys=True) + "\n"}
+    tokenizer_json = json.dumps(
+        json.loads(build_tokenizer().to_str()), indent=1, ensure_ascii=False, sort_keys=True
+    )
+    return {
+        "tokenizer.json": tokenizer_json + "\n",
+        "tokenizer_config.json": json.dumps(TOKENIZER_CONFIG, indent=1, sort_keys=True) + "\n",
+    }
 
 
 def build(folder: Path = TOKENIZER_DIR) -> Path:

@@ -198,7 +198,11 @@ class LlamaModel(nn.Module):
         past_key_values: KVCache | None = None,
     ) -> BackboneOutput:
         batch, length = input_ids.shape
-        past = past_key_values.layers[0][0].shape[2] if past_key_values and past_key_values.layers else 0
+        past = (
+            past_key_values.layers[0][0].shape[2]
+            if past_key_values and past_key_values.layers
+            else 0
+        )
         if position_ids is None:
             position_ids = torch.arange(past, past + length, device=input_ids.device)[None]
         cos = self.rope_cos[position_ids].unsqueeze(1).to(self.embed_tokens.weight.dtype)

@@ -121,8 +121,9 @@ def check_loss_name(loss_fn: str) -> LossSpec:
     raise bad_request(f"Unknown loss_fn {loss_fn!r}; supported: {supported}")
 
 
-def resolve_config(loss_fn: str, loss_fn_config: Mapping[str, float | str] | None
-                   ) -> dict[str, float]:
+def resolve_config(
+    loss_fn: str, loss_fn_config: Mapping[str, float | str] | None
+) -> dict[str, float]:
     spec = check_loss_name(loss_fn)
     config = dict(spec.config_defaults)
     for key, value in (loss_fn_config or {}).items():

@@ -91,8 +91,9 @@ def get_spec(base_model: str) -> BaseModelSpec:
 
 
 def unknown_model(base_model: str) -> Exception:
-    return bad_request(base_model_problem(base_model) or f"Unknown base model {base_model!r}",
-                       what="model")
+    return bad_request(
+        base_model_problem(base_model) or f"Unknown base model {base_model!r}", what="model"
+    )
 
 
 def canonical_name(base_model: str) -> str:
@@ -189,8 +190,11 @@ class BaseModel:
         self._fingerprint: str | None = None
         output = module.get_output_embeddings()  # a linear layer, wrapped by lora.install
         if not isinstance(output, nn.Linear | lora.LoRALinear):
-            raise bad_request(f"model {name!r}: its output embeddings are a "
-                              f"{type(output).__name__}, not a linear layer", what="model")
+            raise bad_request(
+                f"model {name!r}: its output embeddings are a "
+                f"{type(output).__name__}, not a linear layer",
+                what="model",
+            )
         self.vocab_size = int(output.out_features)
         self.device = next(module.parameters()).device
         self.dtype = next(module.parameters()).dtype

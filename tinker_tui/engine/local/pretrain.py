@@ -168,7 +168,9 @@ def _lr(step: int, steps: int) -> float:
     return FINAL_LR + 0.5 * (PEAK_LR - FINAL_LR) * (1 + math.cos(math.pi * progress))
 
 
-def train(steps: int = DEFAULT_STEPS, log_every: int = 250) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def train(
+    steps: int = DEFAULT_STEPS, log_every: int = 250
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Pre-train from the seeded random init; returns (state_dict without lm_head, metadata)."""
     import torch
     import torch.nn.functional as F
@@ -281,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     from tinker_tui.engine.local.model import WEIGHTS_DIR, get_spec
 
     shipped = WEIGHTS_DIR / get_spec(DEFAULT_BASE_MODEL).weights_file
-    parser = argparse.ArgumentParser(prog="python -m tinker_tui.engine.local.pretrain", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m tinker_tui.engine.local.pretrain", description=__doc__
+    )
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--out", type=Path, default=shipped)
     parser.add_argument("--check", action="store_true", help="compare with the shipped file")

@@ -221,8 +221,13 @@ class LocalSamplingClient:
         `constraint.check(constraint_prefix + text so far)` decides every token; a sample
         ends ("stop") once it says "done". Logprobs stay the model's own."""
         try:
-            request = make_request(prompt, num_samples, sampling_params, self._facts,
-                                   topk_sample_logprobs=topk_sample_logprobs)
+            request = make_request(
+                prompt,
+                num_samples,
+                sampling_params,
+                self._facts,
+                topk_sample_logprobs=topk_sample_logprobs,
+            )
         except Exception as exc:
             return runtime.failed(exc)
         request.constraint = constraint

@@ -11,8 +11,10 @@ from __future__ import annotations
 import torch
 
 #: (owner, name): the private names used below.
-PRIVATE_NAMES = tuple(("torch", f"_foreach_{op}") for op in (
-    "mul_", "lerp_", "addcmul_", "sqrt", "div_", "add_", "addcdiv_"))
+PRIVATE_NAMES = tuple(
+    ("torch", f"_foreach_{op}")
+    for op in ("mul_", "lerp_", "addcmul_", "sqrt", "div_", "add_", "addcdiv_")
+)
 
 mul_ = torch._foreach_mul_
 lerp_ = torch._foreach_lerp_

@@ -45,8 +45,13 @@ if TYPE_CHECKING:
 MAX_TOKENS_PER_MICROBATCH = 8192
 
 
-def _loss_grad(loss_fn: str, inputs: Mapping[str, torch.Tensor], config: Mapping[str, float],
-               logprobs: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+def _loss_grad(
+    loss_fn: str,
+    inputs: Mapping[str, torch.Tensor],
+    config: Mapping[str, float],
+    logprobs: torch.Tensor,
+    at: torch.Tensor,
+) -> torch.Tensor:
     """d loss / d logprob at positions `at`, given their logprobs (a built-in loss is a sum
     of per-position terms, so this needs nothing of the other positions)."""
     with torch.enable_grad():
@@ -324,9 +329,7 @@ class LocalTrainingClient:
             batches.append(current)
         return batches
 
-    def _hidden_states(
-        self, tokens: Sequence[list[int]]
-    ) -> tuple[torch.Tensor, np.ndarray]:
+    def _hidden_states(self, tokens: Sequence[list[int]]) -> tuple[torch.Tensor, np.ndarray]:
         """The backbone's final hidden states of a batch, flattened to ``[rows * width,
         hidden]``, and per datum position (datums concatenated) the row that predicts its
         target. Call with the adapter active.
@@ -379,17 +382,24 @@ class LocalTrainingClient:
         hidden, node = self._hidden_states(tokens)
         head = unembed.Head.of(self._base.module)
         target = torch.from_numpy(
-            np.concatenate([np.asarray(t, dtype=np.int64) for t in targets])).to(device)
+            np.concatenate([np.asarray(t, dtype=np.int64) for t in targets])
+        ).to(device)
         # Each hidden state read once (positions sharing one read it together); padding
         # is never projected.
         used, rows = np.unique(node, return_inverse=True)
         if not torch.is_grad_enabled() or loss_grad is None:
             picked = hidden.index_select(0, torch.from_numpy(used).to(device))
-            score = (unembed.target_logprobs if not torch.is_grad_enabled()
-                     else unembed.differentiable_target_logprobs)
+            score = (
+                unembed.target_logprobs
+                if not torch.is_grad_enabled()
+                else unembed.differentiable_target_logprobs
+            )
             return score(head, picked, torch.from_numpy(rows).to(device), target)
-        flags = np.ones(len(node), dtype=bool) if active is None else \
-            np.concatenate([np.asarray(a, dtype=bool) for a in active])
+        flags = (
+            np.ones(len(node), dtype=bool)
+            if active is None
+            else np.concatenate([np.asarray(a, dtype=bool) for a in active])
+        )
         trained = np.zeros(len(used), dtype=bool)
         trained[rows[flags]] = True
         out = torch.empty(len(node), dtype=torch.float32, device=device)
@@ -401,8 +411,11 @@ class LocalTrainingClient:
             at = np.flatnonzero(~graded)
             with torch.no_grad():
                 out[torch.from_numpy(at).to(device)] = unembed.target_logprobs(
-                    head, hidden.index_select(0, torch.from_numpy(used[scored]).to(device)),
-                    torch.from_numpy(remap[rows[at]]).to(device), target[at])
+                    head,
+                    hidden.index_select(0, torch.from_numpy(used[scored]).to(device)),
+                    torch.from_numpy(remap[rows[at]]).to(device),
+                    target[at],
+                )
         if graded.any():
             kept = np.flatnonzero(trained)
             remap = np.full(len(used), -1, dtype=np.int64)
@@ -412,8 +425,13 @@ class LocalTrainingClient:
             picked = hidden.index_select(0, torch.from_numpy(used[kept]).to(device))
             part = None if entropy is None else torch.empty(len(trained_at), device=device)
             logprobs, grad = unembed.fused_loss_backward(
-                head, picked, torch.from_numpy(remap[rows[trained_at]]).to(device),
-                target[positions], lambda lp, where: loss_grad(lp, positions[where]), part)
+                head,
+                picked,
+                torch.from_numpy(remap[rows[trained_at]]).to(device),
+                target[positions],
+                lambda lp, where: loss_grad(lp, positions[where]),
+                part,
+            )
             out[positions] = logprobs
             if entropy is not None and part is not None:
                 entropy[positions] = part
@@ -451,12 +469,15 @@ class LocalTrainingClient:
                 }
                 targets = [a["target_tokens"] for a in arrays]
                 # NaN where not measured: positions the loss does not train, a forward
-                entropy = torch.full((sum(len(t) for t in tokens),), float("nan"),
-                                     device=device)
+                entropy = torch.full((sum(len(t) for t in tokens),), float("nan"), device=device)
                 if backward:
                     logprobs = self._target_logprobs(
-                        tokens, targets, functools.partial(_loss_grad, loss_fn, inputs, config),
-                        active, entropy)
+                        tokens,
+                        targets,
+                        functools.partial(_loss_grad, loss_fn, inputs, config),
+                        active,
+                        entropy,
+                    )
                 else:
                     with torch.no_grad():
                         logprobs = self._target_logprobs(tokens, targets)
@@ -730,7 +751,9 @@ class LocalTrainingClient:
         self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
     ) -> LocalSamplingClient:
         """Deprecated SDK alias: ``await create_sampling_client(...)``."""
-        return await self.create_sampling_client(model_path, retry_config, record_stability_info).result_async()
+        return await self.create_sampling_client(
+            model_path, retry_config, record_stability_info
+        ).result_async()
 
 
 @functools.cache

@@ -87,10 +87,12 @@ class Head:
             return Head(self.weight.detach(), self.bias, None, self.logit_scale, self.softcap)
         a, b, scale = (self.lora[0].detach(), self.lora[1].detach(), self.lora[2])
         if not _fold_pays(self.weight, a, rows, backward):
-            return Head(self.weight.detach(), self.bias, (a, b, scale), self.logit_scale,
-                        self.softcap)
-        weight = torch.addmm(self.weight, b.to(self.weight.dtype), a.to(self.weight.dtype),
-                             alpha=scale)
+            return Head(
+                self.weight.detach(), self.bias, (a, b, scale), self.logit_scale, self.softcap
+            )
+        weight = torch.addmm(
+            self.weight, b.to(self.weight.dtype), a.to(self.weight.dtype), alpha=scale
+        )
         return Head(weight, self.bias, None, self.logit_scale, self.softcap)
 
     @torch.no_grad()
@@ -146,8 +148,9 @@ def _buffer(head: Head, hidden: torch.Tensor) -> torch.Tensor:
     return torch.empty((rows, head.vocab_size), dtype=torch.float32, device=hidden.device)
 
 
-def _normalise(logits: torch.Tensor, local: torch.Tensor, targets: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _normalise(
+    logits: torch.Tensor, local: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The target logprobs of positions (`local`: their rows), and, in place of `logits`,
     ``exp(logits - max)`` with its row sums: one exp pass gives the log-normaliser and the
     softmax (``probs / total``). Returns (logprobs, probs, total [rows, 1])."""
@@ -158,9 +161,9 @@ def _normalise(logits: torch.Tensor, local: torch.Tensor, targets: torch.Tensor
     return picked - (top + total.log())[local, 0], probs, total
 
 
-def _normalise_entropy(logits: torch.Tensor, local: torch.Tensor, targets: torch.Tensor,
-                       spare: torch.Tensor
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _normalise_entropy(
+    logits: torch.Tensor, local: torch.Tensor, targets: torch.Tensor, spare: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """`_normalise`, and the entropy of each position's distribution: the softmax goes into
     `spare` (a buffer of the logits' size) so the shifted logits stay, and ``H = log total -
     sum(exp(z) z) / total`` (z the shifted logits) is one batched dot product per row. (An
@@ -169,7 +172,7 @@ def _normalise_entropy(logits: torch.Tensor, local: torch.Tensor, targets: torch
     picked = logits[local, targets]
     top = logits.amax(dim=-1, keepdim=True)
     shifted = logits.sub_(top)
-    probs = torch.exp(shifted, out=spare[:logits.shape[0]])
+    probs = torch.exp(shifted, out=spare[: logits.shape[0]])
     total = probs.sum(dim=-1, keepdim=True)
     dot = torch.bmm(probs.unsqueeze(1), shifted.unsqueeze(2))[:, 0, 0]
     sums = total[:, 0]
@@ -186,8 +189,9 @@ def _grouped(rows: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor
 
 
 @torch.no_grad()
-def target_logprobs(head: Head, hidden: torch.Tensor, rows: torch.Tensor,
-                    targets: torch.Tensor) -> torch.Tensor:
+def target_logprobs(
+    head: Head, hidden: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
     """``log softmax(logits(hidden[rows[p]]))[targets[p]]`` for every position p (float32)."""
     head = head.folded(hidden.shape[0])
     out = torch.empty(len(rows), dtype=torch.float32, device=hidden.device)
@@ -196,7 +200,7 @@ def target_logprobs(head: Head, hidden: torch.Tensor, rows: torch.Tensor,
     order, starts = _grouped(rows, hidden.shape[0])
     buffer = _buffer(head, hidden)
     for lo, hi in _chunks(hidden.shape[0], head.chunk_rows()):
-        at = order[int(starts[lo]):int(starts[hi])]
+        at = order[int(starts[lo]) : int(starts[hi])]
         if len(at):
             logits = head.logits(hidden[lo:hi], buffer)
             out[at] = _normalise(logits, rows[at] - lo, targets[at])[0]
@@ -204,8 +208,9 @@ def target_logprobs(head: Head, hidden: torch.Tensor, rows: torch.Tensor,
 
 
 @torch.no_grad()
-def scored(head: Head, hidden: torch.Tensor, targets: torch.Tensor, topk: int = 0
-           ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+def scored(
+    head: Head, hidden: torch.Tensor, targets: torch.Tensor, topk: int = 0
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Row i's target logprob (``targets[i]``) and, with `topk`, its k most likely tokens'
     logprobs and ids: (logprobs [n], values [n, k] or None, ids [n, k] or None)."""
     head = head.folded(hidden.shape[0])
@@ -230,8 +235,9 @@ class _Backward:
     """The projection's gradients, accumulated chunk by chunk: of the hidden states, and of
     the LoRA pair (through one folded weight's gradient when folding pays)."""
 
-    def __init__(self, head: Head, hidden: torch.Tensor,
-                 entropy: torch.Tensor | None = None) -> None:
+    def __init__(
+        self, head: Head, hidden: torch.Tensor, entropy: torch.Tensor | None = None
+    ) -> None:
         self.hidden = hidden.detach()
         #: Where `run` writes each position's entropy, when asked (`_normalise_entropy`).
         self.entropy = entropy
@@ -243,17 +249,24 @@ class _Backward:
         self.grad_weight = self.grad_a = self.grad_b = None
         self.buffer: torch.Tensor | None = None
         if head.lora is not None and self.head.lora is None:  # folded
-            self.grad_weight = torch.zeros(self.head.weight.shape, dtype=torch.float32,
-                                           device=device)
+            self.grad_weight = torch.zeros(
+                self.head.weight.shape, dtype=torch.float32, device=device
+            )
         elif self.head.lora is not None:
             a, b, _ = self.head.lora
             self.grad_a = torch.zeros(a.shape, dtype=torch.float32, device=device)
             self.grad_b = torch.zeros(b.shape, dtype=torch.float32, device=device)
 
     @torch.no_grad()
-    def step(self, lo: int, hi: int, local: torch.Tensor, targets: torch.Tensor,
-             upstream: Callable[[torch.Tensor], torch.Tensor],
-             at: torch.Tensor | None = None) -> torch.Tensor:
+    def step(
+        self,
+        lo: int,
+        hi: int,
+        local: torch.Tensor,
+        targets: torch.Tensor,
+        upstream: Callable[[torch.Tensor], torch.Tensor],
+        at: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """A chunk of rows: the target logprobs of its positions (`local`: their rows within
         the chunk), and the gradient of ``sum_p g_p * logprob_p`` added, where
         ``g = upstream(logprobs)``. Returns the logprobs."""
@@ -300,25 +313,35 @@ class _Backward:
             return None, None
         if self.grad_weight is not None:  # W' = W + s B A: dA = s B^T dW', dB = s dW' A^T
             a, b, scale = self.original
-            return (scale * (b.detach().float().t() @ self.grad_weight),
-                    scale * (self.grad_weight @ a.detach().float().t()))
+            return (
+                scale * (b.detach().float().t() @ self.grad_weight),
+                scale * (self.grad_weight @ a.detach().float().t()),
+            )
         return self.grad_a, self.grad_b
 
-    def run(self, rows: torch.Tensor, targets: torch.Tensor,
-            upstream: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def run(
+        self,
+        rows: torch.Tensor,
+        targets: torch.Tensor,
+        upstream: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
         """Every chunk (`upstream(logprobs, positions)` gives their g); the logprobs."""
         out = torch.empty(len(rows), dtype=torch.float32, device=self.hidden.device)
         order, starts = _grouped(rows, self.hidden.shape[0])
         for lo, hi in _chunks(self.hidden.shape[0], self.head.chunk_rows()):
-            at = order[int(starts[lo]):int(starts[hi])]
+            at = order[int(starts[lo]) : int(starts[hi])]
             if len(at):
-                out[at] = self.step(lo, hi, rows[at] - lo, targets[at],
-                                    functools.partial(_at, upstream, at), at)
+                out[at] = self.step(
+                    lo, hi, rows[at] - lo, targets[at], functools.partial(_at, upstream, at), at
+                )
         return out
 
 
-def _at(upstream: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], at: torch.Tensor,
-        logprobs: torch.Tensor) -> torch.Tensor:
+def _at(
+    upstream: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    at: torch.Tensor,
+    logprobs: torch.Tensor,
+) -> torch.Tensor:
     return upstream(logprobs, at)
 
 
@@ -356,8 +379,15 @@ class TargetLogprobs(torch.autograd.Function):
     pair), chunked both ways; the backward recomputes each chunk's logits."""
 
     @staticmethod
-    def forward(ctx: Any, hidden: torch.Tensor, a: torch.Tensor | None, b: torch.Tensor | None,
-                head: Head, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def forward(
+        ctx: Any,
+        hidden: torch.Tensor,
+        a: torch.Tensor | None,
+        b: torch.Tensor | None,
+        head: Head,
+        rows: torch.Tensor,
+        targets: torch.Tensor,
+    ) -> torch.Tensor:
         ctx.head = head
         ctx.save_for_backward(hidden, rows, targets)
         return target_logprobs(head, hidden, rows, targets)
@@ -371,10 +401,12 @@ class TargetLogprobs(torch.autograd.Function):
         return (backward.grad_hidden.to(hidden.dtype), grad_a, grad_b, None, None, None)
 
 
-def differentiable_target_logprobs(head: Head, hidden: torch.Tensor, rows: torch.Tensor,
-                                   targets: torch.Tensor) -> torch.Tensor:
+def differentiable_target_logprobs(
+    head: Head, hidden: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
     """`target_logprobs` with autograd (see `TargetLogprobs`)."""
     a, b = (head.lora[0], head.lora[1]) if head.lora is not None else (None, None)
     result: torch.Tensor = TargetLogprobs.apply(  # type: ignore[no-untyped-call]
-        hidden, a, b, head, rows, targets)
+        hidden, a, b, head, rows, targets
+    )
     return result

@@ -36,8 +36,12 @@ from tinker_tui.engine.metrics.health import Collapse, HealthWindow, flat_share
 #: The source of the commands of a rollback `on_collapse = rollback` asked for.
 AUTOMATIC = "on_collapse"
 #: The stored events `replay` reads.
-EARLIER_KINDS: tuple[type[Event], ...] = (StepTrained, CheckpointSaved, CheckpointDeleted,
-                                          CommandReceived)
+EARLIER_KINDS: tuple[type[Event], ...] = (
+    StepTrained,
+    CheckpointSaved,
+    CheckpointDeleted,
+    CommandReceived,
+)
 
 
 def fold(window: HealthWindow, event: Event, *, groups_per_step: int = 1) -> Collapse | None:
@@ -50,13 +54,17 @@ def fold(window: HealthWindow, event: Event, *, groups_per_step: int = 1) -> Col
             return None
         low = m.get(keys.REWARD_MIN)
         groups = len(event.group_ids) or max(1, groups_per_step)
-        return window.stepped(event.step, float(reward), flat_share(m, groups), groups=groups,
-                              lowest=float(low) if _number(low) else None,
-                              sampled_by=sampled_by(event))
+        return window.stepped(
+            event.step,
+            float(reward),
+            flat_share(m, groups),
+            groups=groups,
+            lowest=float(low) if _number(low) else None,
+            sampled_by=sampled_by(event),
+        )
     if isinstance(event, CheckpointSaved) and event.kind == "state":
         version = event.resume_state.get("policy_version")
-        window.checkpointed(event.step, event.name,
-                            version if isinstance(version, int) else None)
+        window.checkpointed(event.step, event.name, version if isinstance(version, int) else None)
     elif isinstance(event, CheckpointDeleted) and event.kind == "state":
         window.checkpoint_deleted(event.name)
     elif isinstance(event, CommandReceived) and event.command == "rolled_back":
@@ -64,9 +72,11 @@ def fold(window: HealthWindow, event: Event, *, groups_per_step: int = 1) -> Col
         if isinstance(to_step, int):
             best_step, best = event.args.get("best_step"), event.args.get("best")
             by = event.args.get("best_sampled_by")
-            window.rewind(to_step, (best_step, float(best))
-                          if isinstance(best_step, int) and _number(best) else None,
-                          by if isinstance(by, int) else None)
+            window.rewind(
+                to_step,
+                (best_step, float(best)) if isinstance(best_step, int) and _number(best) else None,
+                by if isinstance(by, int) else None,
+            )
     return None
 
 
@@ -84,19 +94,30 @@ def sampled_by(event: StepTrained) -> int | None:
 
 def is_automatic_rollback(event: Event) -> bool:
     """A rollback `on_collapse = rollback` asked for (what `max_rollbacks` counts)."""
-    return (isinstance(event, CommandReceived) and event.command == "rollback"
-            and event.source == AUTOMATIC)
+    return (
+        isinstance(event, CommandReceived)
+        and event.command == "rollback"
+        and event.source == AUTOMATIC
+    )
 
 
-def replay(window: HealthWindow, earlier: Iterable[Event], *, groups_per_step: int = 1,
-           up_to: int | None = None) -> int:
+def replay(
+    window: HealthWindow,
+    earlier: Iterable[Event],
+    *,
+    groups_per_step: int = 1,
+    up_to: int | None = None,
+) -> int:
     """Feed `window` a run's stored events (time order), the steps after `up_to` left out
     (a resume undoes them); returns the automatic rollbacks the run made (each counts
     toward `max_rollbacks`, whether or not the steps after it were kept)."""
     rollbacks = 0
     for event in earlier:
-        if isinstance(event, StepTrained | CheckpointSaved) and up_to is not None \
-                and event.step > up_to:
+        if (
+            isinstance(event, StepTrained | CheckpointSaved)
+            and up_to is not None
+            and event.step > up_to
+        ):
             continue
         rollbacks += is_automatic_rollback(event)
         fold(window, event, groups_per_step=groups_per_step)
@@ -104,5 +125,4 @@ def replay(window: HealthWindow, earlier: Iterable[Event], *, groups_per_step: i
 
 
 def _number(value: object) -> TypeGuard[float]:
-    return (isinstance(value, int | float) and not isinstance(value, bool)
-            and math.isfinite(value))
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

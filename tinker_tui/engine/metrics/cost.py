@@ -31,13 +31,15 @@ class TokenUsage:
     sampled: int = 0
     trained: int = 0
 
-    def add_sample(self, prompt_tokens: int, num_samples: int, cache_hits: int,
-                   sampled: int) -> None:
+    def add_sample(
+        self, prompt_tokens: int, num_samples: int, cache_hits: int, sampled: int
+    ) -> None:
         """One sampling call: the prompt is prefilled once per sample; beyond the
         service's cache hits on the prompt itself, the other samples' prefill is cached."""
         self.prefill += prompt_tokens * num_samples
-        self.prefill_cached += min(max(cache_hits, 0), prompt_tokens) \
-            + prompt_tokens * (num_samples - 1)
+        self.prefill_cached += min(max(cache_hits, 0), prompt_tokens) + prompt_tokens * (
+            num_samples - 1
+        )
         self.sampled += sampled
 
     def add_prefill(self, tokens: int) -> None:
@@ -50,12 +52,14 @@ class TokenUsage:
         return replace(self)
 
     def minus(self, earlier: TokenUsage) -> TokenUsage:
-        return TokenUsage(**{f.name: getattr(self, f.name) - getattr(earlier, f.name)
-                             for f in fields(self)})
+        return TokenUsage(
+            **{f.name: getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)}
+        )
 
     def plus(self, other: TokenUsage) -> TokenUsage:
-        return TokenUsage(**{f.name: getattr(self, f.name) + getattr(other, f.name)
-                             for f in fields(self)})
+        return TokenUsage(
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        )
 
 
 @dataclass(frozen=True)
@@ -72,9 +76,12 @@ class Prices:
         """The run's prices; cached prefill left unset (negative) costs what prefill does,
         not $0: a run that set only the prefill price would undercount."""
         cached = config.price_prefill_cached_per_mtok
-        return cls(prefill=config.price_prefill_per_mtok,
-                   prefill_cached=config.price_prefill_per_mtok if cached < 0 else cached,
-                   sample=config.price_sample_per_mtok, train=config.price_train_per_mtok)
+        return cls(
+            prefill=config.price_prefill_per_mtok,
+            prefill_cached=config.price_prefill_per_mtok if cached < 0 else cached,
+            sample=config.price_sample_per_mtok,
+            train=config.price_train_per_mtok,
+        )
 
     @property
     def known(self) -> bool:
@@ -83,8 +90,12 @@ class Prices:
 
     def cost(self, usage: TokenUsage) -> float:
         uncached = usage.prefill - usage.prefill_cached
-        return (uncached * self.prefill + usage.prefill_cached * self.prefill_cached
-                + usage.sampled * self.sample + usage.trained * self.train) / 1e6
+        return (
+            uncached * self.prefill
+            + usage.prefill_cached * self.prefill_cached
+            + usage.sampled * self.sample
+            + usage.trained * self.train
+        ) / 1e6
 
 
 #: How the reason of a stop for the budget (`max_cost_usd`) begins (words for people:
@@ -126,7 +137,8 @@ class CostMeter:
             prefill=int(metrics.get(keys.TOKENS_PREFILL_TOTAL, 0)),
             prefill_cached=int(metrics.get(keys.TOKENS_PREFILL_CACHED_TOTAL, 0)),
             sampled=int(metrics.get(keys.TOKENS_SAMPLED_TOTAL, 0)),
-            trained=int(metrics.get(keys.TOKENS_TRAINED_TOTAL, 0)))
+            trained=int(metrics.get(keys.TOKENS_TRAINED_TOTAL, 0)),
+        )
         self.carried_usd = float(metrics.get(keys.COST_USD_TOTAL, 0.0))
         self.total_usd = self.carried_usd
         last_step = metrics.get(keys.COST_USD_STEP)
@@ -138,8 +150,7 @@ class CostMeter:
         """The format warm-up ended with the backend's running totals `usage`: its cost is
         counted (in the totals and the first step's share) but does not make the estimate
         of a step."""
-        self._warmup_usd = self.prices.cost(usage.minus(self._last)) if self.prices.known \
-            else 0.0
+        self._warmup_usd = self.prices.cost(usage.minus(self._last)) if self.prices.known else 0.0
 
     def step_metrics(self, usage: TokenUsage) -> dict[str, float]:
         """The metrics of a step that ends with the backend's running totals `usage`."""
@@ -178,11 +189,14 @@ class CostMeter:
         estimate = self.next_step_estimate()
         if self.total_usd + estimate <= self.max_cost_usd:
             return ""
-        return (f"the next step (about ${estimate:.4f}) would pass the budget max_cost_usd = "
-                f"${self.max_cost_usd:g}: {self._spent(self.total_usd)}")
+        return (
+            f"the next step (about ${estimate:.4f}) would pass the budget max_cost_usd = "
+            f"${self.max_cost_usd:g}: {self._spent(self.total_usd)}"
+        )
 
-    def budget_passed_by_training(self, usage: TokenUsage, tokens: int,
-                                  what: str = "this step") -> str:
+    def budget_passed_by_training(
+        self, usage: TokenUsage, tokens: int, what: str = "this step"
+    ) -> str:
         """Why `what`, about to train `tokens`, must not (what is spent, its sampling
         included, and its training would pass `max_cost_usd`), or "" if it may. Asked
         before every step (the first has no estimate, and a step may cost more than the
@@ -193,16 +207,19 @@ class CostMeter:
         training = tokens * self.prices.train / 1e6
         if spent + training <= self.max_cost_usd:
             return ""
-        return (f"training {what} (about ${training:.4f}) would pass the budget "
-                f"max_cost_usd = ${self.max_cost_usd:g}: {self._spent(spent)}")
+        return (
+            f"training {what} (about ${training:.4f}) would pass the budget "
+            f"max_cost_usd = ${self.max_cost_usd:g}: {self._spent(spent)}"
+        )
 
     def _spent(self, spent: float) -> str:
         over = spent - self.max_cost_usd
         return f"${spent:.4f} spent so far" + (f", ${over:.4f} past it" if over > 0 else "")
 
 
-def projected_usd(total_usd: float, steps_done: int, start_step: int, max_steps: int,
-                  carried_usd: float = 0.0) -> float | None:
+def projected_usd(
+    total_usd: float, steps_done: int, start_step: int, max_steps: int, carried_usd: float = 0.0
+) -> float | None:
     """The run's cost at `max_steps`, projected from the cost per step so far (None
     before the first step)."""
     done = steps_done - start_step

@@ -154,14 +154,23 @@ class HealthWindow:
     """The recent groups' outcomes (the last `size`), the rewards seen, the steps' rewards,
     and the checkpoints a rollback could resume from (module docstring)."""
 
-    def __init__(self, size: int = 32, *, no_signal_rate: float = 0.9,
-                 error_rate: float = 0.5, collapse_groups: int | None = None) -> None:
+    def __init__(
+        self,
+        size: int = 32,
+        *,
+        no_signal_rate: float = 0.9,
+        error_rate: float = 0.5,
+        collapse_groups: int | None = None,
+    ) -> None:
         self.size = size
         self.no_signal_rate = no_signal_rate
         self.error_rate = error_rate
         #: The groups a collapse is judged over (the run's `collapse_groups` setting).
-        self.collapse_groups = (_setting_default("collapse_groups") if collapse_groups is None
-                                else max(1, int(collapse_groups)))
+        self.collapse_groups = (
+            _setting_default("collapse_groups")
+            if collapse_groups is None
+            else max(1, int(collapse_groups))
+        )
         self.outcomes: deque[Outcome] = deque(maxlen=size)
         #: The step a rollback went back to, once one has (the words say so while no
         #: group has finished since).
@@ -215,8 +224,9 @@ class HealthWindow:
             return "no_signal"
         return "converged" if self.lowest < reward - TOLERANCE else "uniform"
 
-    def sampled(self, rewards: Sequence[float], mean: float | None = None, *,
-                failed: int = 0) -> Outcome:
+    def sampled(
+        self, rewards: Sequence[float], mean: float | None = None, *, failed: int = 0
+    ) -> Outcome:
         """Count a sampled group by its members' rewards (and its mean reward, when they
         are not all at hand: a record without them) and the `failed` members dropped from
         it; returns its outcome."""
@@ -242,8 +252,9 @@ class HealthWindow:
         self.rollouts.append((min(members, max(1, failed)), members))
 
     def share(self, outcome: Outcome) -> float:
-        return (sum(o == outcome for o in self.outcomes) / len(self.outcomes)
-                if self.outcomes else 0.0)
+        return (
+            sum(o == outcome for o in self.outcomes) / len(self.outcomes) if self.outcomes else 0.0
+        )
 
     def rollout_errors(self) -> tuple[float, int]:
         """(share of the recent groups' rollouts that failed, how many rollouts)."""
@@ -262,8 +273,10 @@ class HealthWindow:
             return None
         errors, rollouts = self.rollout_errors()
         if errors >= self.error_rate:
-            return "error", (f"rollout errors: {errors:.0%} of the last {rollouts} rollouts "
-                             f"({len(self.outcomes)} groups) failed")
+            return "error", (
+                f"rollout errors: {errors:.0%} of the last {rollouts} rollouts "
+                f"({len(self.outcomes)} groups) failed"
+            )
         no_signal = self.share("no_signal")
         if no_signal >= self.no_signal_rate and not self.judging_a_fall():
             return "no_signal", self.no_signal_words(no_signal)
@@ -280,8 +293,7 @@ class HealthWindow:
             return False
         last = self._steps[-1]
         low = min(self.lowest, min(s.reward for s in self._steps))
-        if not last.top - low > TOLERANCE or \
-                last.reward >= low + COLLAPSE_LEVEL * (last.top - low):
+        if not last.top - low > TOLERANCE or last.reward >= low + COLLAPSE_LEVEL * (last.top - low):
             return False
         return sum(s.groups for s in self._steps if s.step > best.step) < self.collapse_groups
 
@@ -301,8 +313,16 @@ class HealthWindow:
         """The newest policy version that sampled the best step's groups, if known."""
         return None if self._best is None else self._best.sampled_by
 
-    def stepped(self, step: int, reward: float, flat: float, *, groups: int = 1,
-                lowest: float | None = None, sampled_by: int | None = None) -> Collapse | None:
+    def stepped(
+        self,
+        step: int,
+        reward: float,
+        flat: float,
+        *,
+        groups: int = 1,
+        lowest: float | None = None,
+        sampled_by: int | None = None,
+    ) -> Collapse | None:
         """Count a trained step: its mean reward, `flat_share`, the groups it trained on and
         the newest policy version that sampled them (and its lowest reward, for a window not
         fed the groups: a stored run read back).
@@ -313,8 +333,7 @@ class HealthWindow:
             self.lowest = min(self.lowest, lowest)
         if self._steps and self._steps[-1].step >= step:
             self._steps = [s for s in self._steps if s.step < step]  # a rewound run goes again
-        self._steps.append(_Step(step, reward, flat, max(1, int(groups)),
-                                 sampled_by=sampled_by))
+        self._steps.append(_Step(step, reward, flat, max(1, int(groups)), sampled_by=sampled_by))
         self._restretch(len(self._steps) - 1)
         entry = self._steps[-1]
         if self._best is None or reward > self._best.reward + TOLERANCE:
@@ -333,7 +352,7 @@ class HealthWindow:
         steps = self._steps
         for i in range(first, len(steps)):
             start = _stretch(steps, i, self.collapse_groups)
-            mean = _weighted(steps[start:i + 1], "reward") if start >= 0 else -math.inf
+            mean = _weighted(steps[start : i + 1], "reward") if start >= 0 else -math.inf
             top = max(mean, steps[i - 1].top if i else -math.inf)
             s = steps[i]
             steps[i] = dataclasses.replace(s, start=start, mean=mean, top=top)
@@ -345,7 +364,7 @@ class HealthWindow:
         last = self._steps[-1]
         if last.start < 0:
             return None
-        recent = self._steps[last.start:]
+        recent = self._steps[last.start :]
         if recent[0].step <= best.step:
             return None
         low = min(self.lowest, min(s.reward for s in self._steps))
@@ -354,17 +373,28 @@ class HealthWindow:
         if not top - low > TOLERANCE:
             return None
         level = low + COLLAPSE_LEVEL * (top - low)
-        if last.mean >= level or _weighted(recent, "flat") < COLLAPSE_FLAT_SHARE \
-                or last.reward >= level:
+        if (
+            last.mean >= level
+            or _weighted(recent, "flat") < COLLAPSE_FLAT_SHARE
+            or last.reward >= level
+        ):
             return None
         first = len(self._steps) - 1  # the first step of the fall: back while below level
-        while first > 0 and self._steps[first - 1].reward < level \
-                and self._steps[first - 1].step > best.step:
+        while (
+            first > 0
+            and self._steps[first - 1].reward < level
+            and self._steps[first - 1].step > best.step
+        ):
             first -= 1
         fell = self._steps[first].step
         at = self.rollback_point()
-        return Collapse(step=fell, best=best.reward, best_step=best.step,
-                        checkpoint=at[1] if at else "", checkpoint_step=at[0] if at else None)
+        return Collapse(
+            step=fell,
+            best=best.reward,
+            best_step=best.step,
+            checkpoint=at[1] if at else "",
+            checkpoint_step=at[0] if at else None,
+        )
 
     def checkpointed(self, step: int, name: str, version: int | None = None) -> None:
         """A full checkpoint was saved at `step`, of policy `version` (None: not known)."""
@@ -378,9 +408,13 @@ class HealthWindow:
     def _refresh_collapse(self) -> None:
         if self.collapse is not None:
             at = self.rollback_point()
-            self.collapse = Collapse(self.collapse.step, self.collapse.best,
-                                     self.collapse.best_step, at[1] if at else "",
-                                     at[0] if at else None)
+            self.collapse = Collapse(
+                self.collapse.step,
+                self.collapse.best,
+                self.collapse.best_step,
+                at[1] if at else "",
+                at[0] if at else None,
+            )
 
     def rollback_point(self) -> tuple[int, str] | None:
         """(step, name) of the newest full checkpoint holding the weights that sampled the
@@ -389,9 +423,16 @@ class HealthWindow:
         if best is None:
             return None
         last = best.step if best.undone_after is None else min(best.step, best.undone_after)
-        steps = [s for s, (_, version) in self._checkpoints.items()
-                 if s <= last and (s < best.step if version is None or best.sampled_by is None
-                                   else version <= best.sampled_by)]
+        steps = [
+            s
+            for s, (_, version) in self._checkpoints.items()
+            if s <= last
+            and (
+                s < best.step
+                if version is None or best.sampled_by is None
+                else version <= best.sampled_by
+            )
+        ]
         return (max(steps), self._checkpoints[max(steps)][0]) if steps else None
 
     def checkpoint_version(self, step: int) -> int | None:
@@ -399,20 +440,25 @@ class HealthWindow:
         held = self._checkpoints.get(step)
         return None if held is None else held[1]
 
-    def rewind(self, step: int, best: tuple[int, float] | None = None,
-               best_sampled_by: int | None = None) -> None:
+    def rewind(
+        self, step: int, best: tuple[int, float] | None = None, best_sampled_by: int | None = None
+    ) -> None:
         """The run went back to its checkpoint at `step` (a rollback): later steps and
         checkpoints are gone; the best step stays the one to beat, even when it was one of
         them (`best`, the (step, reward) the rollback recorded, and `best_sampled_by`, set
         it for a window that read the run back from the store, where the undone steps are
         gone)."""
-        if best is not None and math.isfinite(best[1]) and (
-                self._best is None or best[1] > self._best.reward + TOLERANCE):
+        if (
+            best is not None
+            and math.isfinite(best[1])
+            and (self._best is None or best[1] > self._best.reward + TOLERANCE)
+        ):
             self._best = _Step(int(best[0]), float(best[1]), 0.0, sampled_by=best_sampled_by)
         if self._best is not None and self._best.step > step:
             end = self._best.undone_after
             self._best = dataclasses.replace(
-                self._best, undone_after=step if end is None else min(end, step))
+                self._best, undone_after=step if end is None else min(end, step)
+            )
         self._steps = [s for s in self._steps if s.step <= step]
         self._checkpoints = {s: n for s, n in self._checkpoints.items() if s <= step}
         self.collapse = None
@@ -431,8 +477,9 @@ class HealthWindow:
             # groups in flight (the staleness histogram beside these words) have not
             # finished sampling: "no groups sampled" read as a contradiction of them
             if self._rewound_to is not None:
-                return "none", (f"no group has finished sampling since the rollback to step "
-                                f"{self._rewound_to}")
+                return "none", (
+                    f"no group has finished sampling since the rollback to step {self._rewound_to}"
+                )
             return "none", "no group has finished sampling yet"
         share = {o: self.share(o) for o in OUTCOMES}
         best_text = f" ({self.best_group:.3g})" if math.isfinite(self.best_group) else ""
@@ -448,8 +495,10 @@ class HealthWindow:
         if share["converged"] >= self.no_signal_rate:
             if share["converged"] == 1:
                 return "converged", f"converged: every group earns the best reward seen{best_text}"
-            return "converged", (f"converged: {share['converged']:.0%} of the last {n} groups "
-                                 f"earn the best reward seen{best_text}")
+            return "converged", (
+                f"converged: {share['converged']:.0%} of the last {n} groups "
+                f"earn the best reward seen{best_text}"
+            )
         words = f"learning: {share['ok']:.0%} of the last {n} groups carry a gradient"
         if errors:
             words += f", {errors:.0%} of their rollouts failed"
@@ -457,10 +506,14 @@ class HealthWindow:
 
     def no_signal_words(self, share: float) -> str:
         """Why the learning signal is gone, for a pause reason or the health pane."""
-        return (f"no learning signal: {share:.0%} of the last {len(self.outcomes)} groups had "
-                f"equal rewards below the best seen ({self.best_group:.3g})")
+        return (
+            f"no learning signal: {share:.0%} of the last {len(self.outcomes)} groups had "
+            f"equal rewards below the best seen ({self.best_group:.3g})"
+        )
 
     def uniform_words(self) -> str:
         """No two different rewards yet (see the module docstring)."""
-        return (f"no learning signal yet: every reward so far is {self.best_group:.3g} "
-                "(check the reward if this lasts)")
+        return (
+            f"no learning signal yet: every reward so far is {self.best_group:.3g} "
+            "(check the reward if this lasts)"
+        )

@@ -162,5 +162,5 @@ def eval_parts(metrics: dict[str, float] | Any) -> dict[str, float]:
     out = {}
     for key, value in metrics.items():
         if key.startswith("eval/") and key.endswith("/reward_mean") and key.count("/") == 2:
-            out[key[len("eval/"):-len("/reward_mean")]] = value
+            out[key[len("eval/") : -len("/reward_mean")]] = value
     return out

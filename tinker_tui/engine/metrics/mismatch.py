@@ -37,8 +37,9 @@ from tinker_tui.engine.metrics import metric_keys as keys
 DIFF_THRESHOLD = 0.1
 
 
-def sample_train_diffs(sampled: Sequence[ArrayLike], trainer: Sequence[ArrayLike],
-                       masks: Sequence[ArrayLike]) -> list[np.ndarray]:
+def sample_train_diffs(
+    sampled: Sequence[ArrayLike], trainer: Sequence[ArrayLike], masks: Sequence[ArrayLike]
+) -> list[np.ndarray]:
     """Per datum, sampled - trainer logprob at every position (0 where the mask is 0)."""
     out = []
     for s, t, m in zip(sampled, trainer, masks, strict=True):
@@ -50,10 +51,13 @@ def sample_train_diffs(sampled: Sequence[ArrayLike], trainer: Sequence[ArrayLike
     return out
 
 
-def mismatch_metrics(sampled: Sequence[ArrayLike], trainer: Sequence[ArrayLike],
-                     masks: Sequence[ArrayLike],
-                     entropy: Sequence[ArrayLike] | None = None,
-                     threshold: float = DIFF_THRESHOLD) -> dict[str, float]:
+def mismatch_metrics(
+    sampled: Sequence[ArrayLike],
+    trainer: Sequence[ArrayLike],
+    masks: Sequence[ArrayLike],
+    entropy: Sequence[ArrayLike] | None = None,
+    threshold: float = DIFF_THRESHOLD,
+) -> dict[str, float]:
     """The step's mismatch and entropy metrics (see the module docstring) over every sampled
     position of its datums; {} when there is none. `entropy` (per datum, per position):
     the trainer's, where the backend gave it."""
@@ -63,21 +67,24 @@ def mismatch_metrics(sampled: Sequence[ArrayLike], trainer: Sequence[ArrayLike],
     count = int(sum(c.sum() for c in chosen))
     if count == 0:
         return {}
-    diffs = np.concatenate([d[c] for d, c in
-                            zip(sample_train_diffs(sampled, trainer, masks), chosen, strict=True)])
-    logprobs = np.concatenate([np.asarray(s, dtype=np.float64)[c]
-                               for s, c in zip(sampled, chosen, strict=True)])
+    diffs = np.concatenate(
+        [d[c] for d, c in zip(sample_train_diffs(sampled, trainer, masks), chosen, strict=True)]
+    )
+    logprobs = np.concatenate(
+        [np.asarray(s, dtype=np.float64)[c] for s, c in zip(sampled, chosen, strict=True)]
+    )
     magnitude = np.abs(diffs)
     metrics = {
         keys.KL_SAMPLE_TRAIN_V1: float(diffs.mean()),
-        keys.KL_SAMPLE_TRAIN_V2: float(0.5 * (diffs ** 2).mean()),
+        keys.KL_SAMPLE_TRAIN_V2: float(0.5 * (diffs**2).mean()),
         keys.SAMPLE_TRAIN_DIFF_MAX: float(magnitude.max()),
         keys.SAMPLE_TRAIN_DIFF_FRAC: float((magnitude > threshold).mean()),
         keys.ENTROPY_SAMPLED: float(-logprobs.mean()),
     }
     if entropy is not None:
-        values = np.concatenate([np.asarray(e, dtype=np.float64)[c]
-                                 for e, c in zip(entropy, chosen, strict=True)])
+        values = np.concatenate(
+            [np.asarray(e, dtype=np.float64)[c] for e, c in zip(entropy, chosen, strict=True)]
+        )
         values = values[np.isfinite(values)]  # NaN: a token the backend did not measure
         if len(values):
             metrics[keys.ENTROPY] = float(values.mean())

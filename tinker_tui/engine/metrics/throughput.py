@@ -18,8 +18,9 @@ BALANCED = "balanced"
 IDLE = "idle"
 
 
-def busy_fraction(intervals: Iterable[Sequence[float]], open_since: float | None,
-                  start: float, end: float) -> float:
+def busy_fraction(
+    intervals: Iterable[Sequence[float]], open_since: float | None, start: float, end: float
+) -> float:
     """Fraction of [start, end] covered by the (non-overlapping) busy intervals.
 
     An interval is (a, b), busy throughout, or (a, b, busy): several merged, busy for `busy`
@@ -66,8 +67,9 @@ class ThroughputSnapshot:
 
 
 class ThroughputMeter:
-    def __init__(self, window: float = 10.0, max_records: int = 4096,
-                 bucket: float | None = None) -> None:
+    def __init__(
+        self, window: float = 10.0, max_records: int = 4096, bucket: float | None = None
+    ) -> None:
         self.window = window
         #: Records less than this many seconds after a record's first are added into it.
         self.bucket = window / 100 if bucket is None else bucket
@@ -83,8 +85,9 @@ class ThroughputMeter:
         self._sampler_busy: deque[list[float]] = deque(maxlen=max_records)
         self._sampler_since: float | None = None
         # (first time, [last time], in-flight versions -> groups, queued versions -> groups)
-        self._staleness: deque[tuple[float, list[float], Counter[int], Counter[int]]] = \
-            deque(maxlen=max_records)
+        self._staleness: deque[tuple[float, list[float], Counter[int], Counter[int]]] = deque(
+            maxlen=max_records
+        )
 
     # ---------------------------------------------------------------- recording
     def rollouts_finished(self, now: float, trajectories: int, tokens: int) -> None:
@@ -179,8 +182,13 @@ class ThroughputMeter:
                 in_flight.update(in_flight_counts)
                 queued.update(queued_counts)
         return ThroughputSnapshot(
-            window=window, rollouts_per_s=rollouts / window, sampled_tokens_per_s=sampled / window,
-            trained_tokens_per_s=trained / window, trainer_busy=trainer, sampler_busy=sampler,
+            window=window,
+            rollouts_per_s=rollouts / window,
+            sampled_tokens_per_s=sampled / window,
+            trained_tokens_per_s=trained / window,
+            trainer_busy=trainer,
+            sampler_busy=sampler,
             verdict=verdict(trainer, sampler, waiting),
             staleness_in_flight=dict(sorted(in_flight.items())),
-            staleness_queued=dict(sorted(queued.items())))
+            staleness_queued=dict(sorted(queued.items())),
+        )

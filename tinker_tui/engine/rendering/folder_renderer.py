@@ -31,37 +31,59 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "kimi_k2": ("kimi_k2",),
 }
 
-_TOOL = {"name": "lookup", "description": "Look a word up.",
-         "parameters": {"type": "object", "properties": {"word": {"type": "string"}},
-                        "required": ["word"]}}
+_TOOL = {
+    "name": "lookup",
+    "description": "Look a word up.",
+    "parameters": {
+        "type": "object",
+        "properties": {"word": {"type": "string"}},
+        "required": ["word"],
+    },
+}
 
 
 def _probes() -> list[tuple[list[dict[str, Any]], bool]]:
     """(OpenAI-shaped conversation, with tools) pairs the renderer must agree on."""
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": "lookup", "arguments": '{"word": "tea"}'}}
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "lookup", "arguments": '{"word": "tea"}'},
+    }
     turns: list[dict[str, Any]] = [
         {"role": "user", "content": "What is tea?"},
         {"role": "assistant", "content": "", "tool_calls": [call]},
         {"role": "tool", "content": "a drink", "tool_call_id": "call_1"},
         {"role": "assistant", "content": "A drink."},
-        {"role": "user", "content": "And  coffee?\n"}]
+        {"role": "user", "content": "And  coffee?\n"},
+    ]
     system = {"role": "system", "content": "Be brief."}
-    return [([system, turns[0]], False), ([system, *turns], False), ([system, *turns], True),
-            (turns, True), (turns[:3], True)]
+    return [
+        ([system, turns[0]], False),
+        ([system, *turns], False),
+        ([system, *turns], True),
+        (turns, True),
+        (turns[:3], True),
+    ]
 
 
-def _cookbook_messages(renderer: Any, conversation: list[dict[str, Any]],
-                       tools: list[dict[str, Any]] | None) -> list[Any]:
+def _cookbook_messages(
+    renderer: Any, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> list[Any]:
     from tinker_cookbook.renderers import ToolCall
 
     out: list[Any] = []
     for m in conversation:
         message = dict(m)
         if "tool_calls" in m:
-            message["tool_calls"] = [ToolCall(id=c["id"], function=ToolCall.FunctionBody(
-                name=c["function"]["name"], arguments=c["function"]["arguments"]))
-                for c in m["tool_calls"]]
+            message["tool_calls"] = [
+                ToolCall(
+                    id=c["id"],
+                    function=ToolCall.FunctionBody(
+                        name=c["function"]["name"], arguments=c["function"]["arguments"]
+                    ),
+                )
+                for c in m["tool_calls"]
+            ]
         out.append(message)
     if tools is not None:
         system = ""
@@ -78,9 +100,15 @@ def agrees_with_template(renderer: Any, tokenizer: Any) -> bool:
     for conversation, with_tools in _probes():
         tools = [_TOOL] if with_tools else None
         try:
-            expected = _ids(tokenizer.apply_chat_template(
-                conversation, tools=[{"type": "function", "function": _TOOL}] if tools
-                else None, add_generation_prompt=True, tokenize=True, return_dict=False))
+            expected = _ids(
+                tokenizer.apply_chat_template(
+                    conversation,
+                    tools=[{"type": "function", "function": _TOOL}] if tools else None,
+                    add_generation_prompt=True,
+                    tokenize=True,
+                    return_dict=False,
+                )
+            )
             messages = _cookbook_messages(renderer, conversation, tools)
             got = renderer.build_generation_prompt(messages).to_ints()
         except Exception:
@@ -98,8 +126,9 @@ def model_type(folder: Path) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def folder_renderer(folder: str | Path, tokenizer: Any,
-                    make: Callable[[str, Any], Any]) -> tuple[Any, str]:
+def folder_renderer(
+    folder: str | Path, tokenizer: Any, make: Callable[[str, Any], Any]
+) -> tuple[Any, str]:
     """The renderer for a model folder and its name (see the module docstring). `make`
     builds a cookbook renderer by name."""
     if getattr(tokenizer, "chat_template", None):
@@ -113,8 +142,7 @@ def folder_renderer(folder: str | Path, tokenizer: Any,
     from tinker_tui.engine.rendering.chat_template_renderer import renderer_for_tokenizer
 
     renderer = renderer_for_tokenizer(tokenizer)
-    return renderer, "chat_template" if getattr(tokenizer, "chat_template", None) \
-        else "role_colon"
+    return renderer, "chat_template" if getattr(tokenizer, "chat_template", None) else "role_colon"
 
 
 def declared_end_tokens(tokenizer: Any, base_model: str) -> list[int]:

@@ -33,8 +33,12 @@ from tinker_tui.engine.rollouts.task import Scenario, TaskError
 __all__ = ["ScenarioSet", "scenarios_from_dataset", "scenarios_from_jsonl"]
 
 #: Data files `scenarios_from_dataset` reads with the `datasets` library, by suffix.
-DATA_FILE_READERS = {".json": "from_json", ".jsonl": "from_json", ".csv": "from_csv",
-                     ".parquet": "from_parquet"}
+DATA_FILE_READERS = {
+    ".json": "from_json",
+    ".jsonl": "from_json",
+    ".csv": "from_csv",
+    ".parquet": "from_parquet",
+}
 
 
 class ScenarioSet:
@@ -45,12 +49,21 @@ class ScenarioSet:
     becomes a Scenario's `data` as it is. Ids are `<name>-<row index>`, or the row's
     `id_field` value."""
 
-    def __init__(self, rows: Sequence[Any], *, name: str, id_field: str | None = None,
-                 shuffle: bool = True, epochs: int | None = None) -> None:
-        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int)
-                                   or epochs < 1):
-            raise TaskError(f"epochs must be a whole number of at least 1 (or None: "
-                            f"endless), got {epochs!r}")
+    def __init__(
+        self,
+        rows: Sequence[Any],
+        *,
+        name: str,
+        id_field: str | None = None,
+        shuffle: bool = True,
+        epochs: int | None = None,
+    ) -> None:
+        if epochs is not None and (
+            isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1
+        ):
+            raise TaskError(
+                f"epochs must be a whole number of at least 1 (or None: endless), got {epochs!r}"
+            )
         if len(rows) == 0:
             raise TaskError(f"{name} has no rows: a task needs at least one scenario")
         self.rows = rows
@@ -74,8 +87,10 @@ class ScenarioSet:
         row = self.rows[index]
         value = row.get(self.id_field) if isinstance(row, dict) else None
         if value is None or isinstance(value, dict | list):
-            raise TaskError(f"{self.name}: row {index} has no usable {self.id_field!r} "
-                            f"(id_field): got {value!r}")
+            raise TaskError(
+                f"{self.name}: row {index} has no usable {self.id_field!r} "
+                f"(id_field): got {value!r}"
+            )
         return str(value)
 
     def scenario(self, index: int) -> Scenario:
@@ -98,8 +113,13 @@ class ScenarioSet:
         return [self.scenario(index) for index in range(len(self.rows))]
 
 
-def scenarios_from_jsonl(path: str | Path, *, id_field: str | None = None,
-                         shuffle: bool = True, epochs: int | None = None) -> ScenarioSet:
+def scenarios_from_jsonl(
+    path: str | Path,
+    *,
+    id_field: str | None = None,
+    shuffle: bool = True,
+    epochs: int | None = None,
+) -> ScenarioSet:
     """One scenario per line of a JSON Lines file (blank lines skipped); the line's JSON
     value is the scenario's `data`."""
     file = Path(path).expanduser()
@@ -120,14 +140,18 @@ def scenarios_from_jsonl(path: str | Path, *, id_field: str | None = None,
             rows.append(json.loads(line))
         except ValueError as exc:
             raise TaskError(f"{where} line {number} is not JSON: {exc}") from None
-    return ScenarioSet(rows, name=file.stem, id_field=id_field, shuffle=shuffle,
-                       epochs=epochs)
+    return ScenarioSet(rows, name=file.stem, id_field=id_field, shuffle=shuffle, epochs=epochs)
 
 
-def scenarios_from_dataset(source: Any, *, split: str | None = None,
-                           id_field: str | None = None, shuffle: bool = True,
-                           epochs: int | None = None,
-                           cache_dir: str | Path | None = None) -> ScenarioSet:
+def scenarios_from_dataset(
+    source: Any,
+    *,
+    split: str | None = None,
+    id_field: str | None = None,
+    shuffle: bool = True,
+    epochs: int | None = None,
+    cache_dir: str | Path | None = None,
+) -> ScenarioSet:
     """One scenario per row of a Hugging Face dataset on this machine (never downloaded):
     a `datasets.Dataset`, a `DatasetDict` with `split`, a folder saved with
     `save_to_disk`, or a `.json`/`.jsonl`/`.csv`/`.parquet` file (read with the `datasets`
@@ -136,8 +160,9 @@ def scenarios_from_dataset(source: Any, *, split: str | None = None,
     try:
         import datasets
     except ImportError:  # pragma: no cover - a dependency of tinker-cookbook
-        raise TaskError("scenarios_from_dataset needs the datasets package: "
-                        "pip install datasets") from None
+        raise TaskError(
+            "scenarios_from_dataset needs the datasets package: pip install datasets"
+        ) from None
     name = "dataset"
     if isinstance(source, str | Path):
         path = Path(source).expanduser()
@@ -145,20 +170,22 @@ def scenarios_from_dataset(source: Any, *, split: str | None = None,
         source = _load_local(datasets, path, cache_dir)
     if isinstance(source, datasets.DatasetDict):
         if split is None:
-            raise TaskError(f"the dataset has splits {', '.join(source)}: name one "
-                            "(split=...)")
+            raise TaskError(f"the dataset has splits {', '.join(source)}: name one (split=...)")
         if split not in source:
-            raise TaskError(f"the dataset has no split {split!r}; it has "
-                            f"{', '.join(source)}")
+            raise TaskError(f"the dataset has no split {split!r}; it has {', '.join(source)}")
         source = source[split]
         name = f"{name}-{split}"
     elif split is not None and split != "train":
-        raise TaskError(f"split={split!r} needs a dataset with splits (a DatasetDict); this "
-                        "one has a single table")
+        raise TaskError(
+            f"split={split!r} needs a dataset with splits (a DatasetDict); this "
+            "one has a single table"
+        )
     if not isinstance(source, datasets.Dataset):
-        raise TaskError("scenarios_from_dataset takes a datasets.Dataset, a DatasetDict, a "
-                        "folder saved with save_to_disk or a local data file, got a "
-                        f"{type(source).__name__}")
+        raise TaskError(
+            "scenarios_from_dataset takes a datasets.Dataset, a DatasetDict, a "
+            "folder saved with save_to_disk or a local data file, got a "
+            f"{type(source).__name__}"
+        )
     return ScenarioSet(source, name=name, id_field=id_field, shuffle=shuffle, epochs=epochs)
 
 
@@ -166,9 +193,11 @@ def _load_local(datasets: Any, path: Path, cache_dir: str | Path | None) -> Any:
     """A dataset from a local folder or data file, without touching the Hub."""
     where = f"dataset {str(path)!r}"
     if not path.exists():
-        raise TaskError(f"{where} not found: scenarios_from_dataset reads local files only "
-                        "(to use a Hub dataset, download it with datasets.load_dataset and "
-                        "pass the Dataset)")
+        raise TaskError(
+            f"{where} not found: scenarios_from_dataset reads local files only "
+            "(to use a Hub dataset, download it with datasets.load_dataset and "
+            "pass the Dataset)"
+        )
     bars = datasets.utils.is_progress_bar_enabled()
     datasets.utils.disable_progress_bars()  # nothing on the terminal the dashboard draws on
     try:
@@ -176,15 +205,19 @@ def _load_local(datasets: Any, path: Path, cache_dir: str | Path | None) -> Any:
             return datasets.load_from_disk(str(path))
         reader = DATA_FILE_READERS.get(path.suffix.lower())
         if reader is None:
-            raise TaskError(f"{where}: expected a folder saved with save_to_disk or a "
-                            f"{', '.join(sorted(DATA_FILE_READERS))} file")
+            raise TaskError(
+                f"{where}: expected a folder saved with save_to_disk or a "
+                f"{', '.join(sorted(DATA_FILE_READERS))} file"
+            )
         options = {"cache_dir": str(cache_dir)} if cache_dir is not None else {}
         return getattr(datasets.Dataset, reader)(str(path), **options)
     except TaskError:
         raise
     except Exception as exc:
-        raise TaskError(f"{where} cannot be read: {type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+        raise TaskError(
+            f"{where} cannot be read: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from None
     finally:
         if bars:
             datasets.utils.enable_progress_bars()

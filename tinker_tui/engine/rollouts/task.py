@@ -121,8 +121,9 @@ class Task:
     def __post_init__(self) -> None:
         if self.group_rollout is not None and not isinstance(self.rollout, _GroupJoin):
             if self.rollout is not None:
-                raise TaskError(f"task {self.name!r} gives both rollout and group_rollout; "
-                                "give one of them")
+                raise TaskError(
+                    f"task {self.name!r} gives both rollout and group_rollout; give one of them"
+                )
             # The engine calls `rollout` once per group member; the members of one group
             # share one group_rollout call.
             object.__setattr__(self, "rollout", _GroupJoin(self.group_rollout))
@@ -169,19 +170,22 @@ class _GroupJoin:
                 raise TrajectoryError(
                     f"group_rollout{_defined_at(self.group_rollout)} returned "
                     f"{len(trajectories)} trajectories for n={members.count}; return "
-                    "exactly n, one per answer")
+                    "exactly n, one per answer"
+                )
             for t in trajectories:
                 if not isinstance(t, Trajectory):
                     raise TrajectoryError(
                         f"group_rollout{_defined_at(self.group_rollout)} returned a "
-                        f"{type(t).__name__} in its list, expected Trajectory objects")
+                        f"{type(t).__name__} in its list, expected Trajectory objects"
+                    )
         except BaseException as exc:
             if not members.result.done():
                 if isinstance(exc, asyncio.CancelledError):
                     # The call was cancelled (its timeout, or a stop): the members waiting
                     # on it fail with an error, not a cancellation of their own.
-                    exc = TrajectoryError("the group_rollout call was cancelled (timed out, "
-                                          "or the run is stopping)")
+                    exc = TrajectoryError(
+                        "the group_rollout call was cancelled (timed out, or the run is stopping)"
+                    )
                 members.result.set_exception(exc)
                 members.result.exception()  # marked as read: members may be gone
             raise
@@ -196,9 +200,13 @@ class _Members:
 
 
 # ---------------------------------------------------------------------- mixing tasks
-def mix_tasks(name: str, parts: Iterable[tuple[Task, float]], *,
-              settings: Mapping[str, Any] | None = None,
-              backend_settings: Mapping[str, Mapping[str, Any]] | None = None) -> Task:
+def mix_tasks(
+    name: str,
+    parts: Iterable[tuple[Task, float]],
+    *,
+    settings: Mapping[str, Any] | None = None,
+    backend_settings: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Task:
     """One task made of several, for one run: each scenario is drawn from one of `parts`
     ((task, weight) pairs; a task's share of the scenarios is its weight over the total), rolled
     out by that task's own rollout (or group_rollout) and advantages hook, and reported
@@ -208,24 +216,30 @@ def mix_tasks(name: str, parts: Iterable[tuple[Task, float]], *,
     conversations. Run settings come from `settings` / `backend_settings` here: the parts'
     own settings do not apply (one run has one learning rate)."""
     if isinstance(parts, Mapping | str | bytes) or not isinstance(parts, Iterable):
-        raise TaskError(f"mix_tasks({name!r}) takes a list of (task, weight) pairs, got "
-                        f"{_kind(parts)}")
+        raise TaskError(
+            f"mix_tasks({name!r}) takes a list of (task, weight) pairs, got {_kind(parts)}"
+        )
     task_parts = []
     for item in parts:
         if not isinstance(item, tuple | list) or len(item) != 2:
-            raise TaskError(f"mix_tasks({name!r}) takes a list of (task, weight) pairs; "
-                            f"got {_kind(item)} in it")
+            raise TaskError(
+                f"mix_tasks({name!r}) takes a list of (task, weight) pairs; got {_kind(item)} in it"
+            )
         part_task, weight = item
         task_parts.append(TaskPart(part_task, weight))
     parts_tuple = tuple(task_parts)
     _check_parts(name, parts_tuple)
     has_evals = any(p.task.eval_scenarios is not None for p in parts_tuple)
     return Task(
-        name=name, scenarios=_MixedScenarios(parts_tuple), rollout=_MixedRollout(parts_tuple),
+        name=name,
+        scenarios=_MixedScenarios(parts_tuple),
+        rollout=_MixedRollout(parts_tuple),
         eval_scenarios=_MixedEvals(parts_tuple) if has_evals else None,
         warmup=tuple(c for p in parts_tuple for c in p.task.warmup),
-        settings=dict(settings or {}), backend_settings=dict(backend_settings or {}),
-        parts=parts_tuple)
+        settings=dict(settings or {}),
+        backend_settings=dict(backend_settings or {}),
+        parts=parts_tuple,
+    )
 
 
 def _check_parts(name: str, parts: tuple[TaskPart, ...]) -> None:
@@ -234,25 +248,39 @@ def _check_parts(name: str, parts: tuple[TaskPart, ...]) -> None:
     seen: set[str] = set()
     for part in parts:
         if not isinstance(part.task, Task):
-            raise TaskError(f"mix_tasks({name!r}): expected Task objects, got "
-                            f"{_kind(part.task)}")
+            raise TaskError(f"mix_tasks({name!r}): expected Task objects, got {_kind(part.task)}")
         if part.task.parts:
-            raise TaskError(f"mix_tasks({name!r}): {part.task.name!r} is itself a mix; list "
-                            "its tasks instead")
+            raise TaskError(
+                f"mix_tasks({name!r}): {part.task.name!r} is itself a mix; list its tasks instead"
+            )
         part_name = part.task.name
-        if not isinstance(part_name, str) or not part_name or "/" in part_name \
-                or part_name != part_name.strip():
-            raise TaskError(f"mix_tasks({name!r}): task name {part_name!r} cannot name a "
-                            "part (it is used in metric keys: no '/', no surrounding spaces)")
+        if (
+            not isinstance(part_name, str)
+            or not part_name
+            or "/" in part_name
+            or part_name != part_name.strip()
+        ):
+            raise TaskError(
+                f"mix_tasks({name!r}): task name {part_name!r} cannot name a "
+                "part (it is used in metric keys: no '/', no surrounding spaces)"
+            )
         if part_name in seen:
-            raise TaskError(f"mix_tasks({name!r}): two tasks are named {part_name!r}; each "
-                            "part is reported under its name, so names must differ")
+            raise TaskError(
+                f"mix_tasks({name!r}): two tasks are named {part_name!r}; each "
+                "part is reported under its name, so names must differ"
+            )
         seen.add(part_name)
         weight = part.weight
-        if isinstance(weight, bool) or not isinstance(weight, int | float) \
-                or not math.isfinite(weight) or weight <= 0:
-            raise TaskError(f"mix_tasks({name!r}): the weight of {part_name!r} must be a "
-                            f"positive number, got {weight!r}")
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or not math.isfinite(weight)
+            or weight <= 0
+        ):
+            raise TaskError(
+                f"mix_tasks({name!r}): the weight of {part_name!r} must be a "
+                f"positive number, got {weight!r}"
+            )
 
 
 class _MixedScenarios:
@@ -264,8 +292,10 @@ class _MixedScenarios:
         self.parts = parts
 
     def __call__(self, rng: random.Random) -> Iterator[Scenario]:
-        streams = {p.task.name: iter(p.task.scenarios(random.Random(rng.getrandbits(64))))
-                   for p in self.parts}
+        streams = {
+            p.task.name: iter(p.task.scenarios(random.Random(rng.getrandbits(64))))
+            for p in self.parts
+        }
         weights = {p.task.name: float(p.weight) for p in self.parts}
         while weights:
             names = list(weights)
@@ -285,9 +315,12 @@ class _MixedEvals:
         self.parts = parts
 
     def __call__(self) -> list[Scenario]:
-        return [PartScenario(id=f"{p.task.name}/{inner.id}", data=inner, part=p.task.name)
-                for p in self.parts if p.task.eval_scenarios is not None
-                for inner in p.task.eval_scenarios()]
+        return [
+            PartScenario(id=f"{p.task.name}/{inner.id}", data=inner, part=p.task.name)
+            for p in self.parts
+            if p.task.eval_scenarios is not None
+            for inner in p.task.eval_scenarios()
+        ]
 
 
 class _MixedRollout:
@@ -327,21 +360,22 @@ def check_task(task: Any, *, known_settings: Iterable[str] | None = None) -> Tas
     """Check a task's pieces before the engine starts; raises `TaskError` saying what is
     expected. `known_settings`: the run settings `task.settings` may name."""
     if not isinstance(task, Task):
-        raise TaskError(f"expected a Task (from tinker_tui import Task), got "
-                        f"{_kind(task)}")
+        raise TaskError(f"expected a Task (from tinker_tui import Task), got {_kind(task)}")
     if not isinstance(task.name, str) or not task.name.strip():
         raise TaskError(f"Task.name must be a non-empty string, got {task.name!r}")
     _check_callable("scenarios", task.scenarios, ("rng",), asynchronous=False)
     group_rollout = group_rollout_of(task)
     if group_rollout is not None:
-        _check_callable("group_rollout", group_rollout, ("client", "model", "scenario", "n"),
-                        asynchronous=True)
+        _check_callable(
+            "group_rollout", group_rollout, ("client", "model", "scenario", "n"), asynchronous=True
+        )
     elif task.rollout is None:
-        raise TaskError("the task has no rollout: give rollout=async def rollout(client, "
-                        "model, scenario) -> Trajectory (or group_rollout=...)")
+        raise TaskError(
+            "the task has no rollout: give rollout=async def rollout(client, "
+            "model, scenario) -> Trajectory (or group_rollout=...)"
+        )
     else:
-        _check_callable("rollout", task.rollout, ("client", "model", "scenario"),
-                        asynchronous=True)
+        _check_callable("rollout", task.rollout, ("client", "model", "scenario"), asynchronous=True)
     if task.eval_scenarios is not None:
         _check_callable("eval_scenarios", task.eval_scenarios, (), asynchronous=False)
     _check_warmup(task.warmup)
@@ -354,40 +388,53 @@ def check_task(task: Any, *, known_settings: Iterable[str] | None = None) -> Tas
             try:
                 check_task(part.task)
             except TaskError as exc:
-                raise TaskError(f"in the mix {task.name!r}, task {part.task.name!r}: "
-                                f"{exc}") from None
+                raise TaskError(
+                    f"in the mix {task.name!r}, task {part.task.name!r}: {exc}"
+                ) from None
     if not isinstance(task.settings, Mapping):
         raise TaskError(f"Task.settings must be a dict of run settings, got {_kind(task.settings)}")
     if not isinstance(task.backend_settings, Mapping):
-        raise TaskError("Task.backend_settings must be a dict like {'local': {...}, "
-                        f"'tinker': {{...}}}}, got {_kind(task.backend_settings)}")
+        raise TaskError(
+            "Task.backend_settings must be a dict like {'local': {...}, "
+            f"'tinker': {{...}}}}, got {_kind(task.backend_settings)}"
+        )
     layers = [("Task.settings", task.settings)]
     for backend, settings in task.backend_settings.items():
         if backend not in BACKENDS:
-            raise TaskError(f"Task.backend_settings has an unknown backend {backend!r}; "
-                            f"expected {' or '.join(map(repr, BACKENDS))}")
+            raise TaskError(
+                f"Task.backend_settings has an unknown backend {backend!r}; "
+                f"expected {' or '.join(map(repr, BACKENDS))}"
+            )
         if not isinstance(settings, Mapping):
-            raise TaskError(f"Task.backend_settings[{backend!r}] must be a dict of run "
-                            f"settings, got {_kind(settings)}")
+            raise TaskError(
+                f"Task.backend_settings[{backend!r}] must be a dict of run "
+                f"settings, got {_kind(settings)}"
+            )
         layers.append((f"Task.backend_settings[{backend!r}]", settings))
     if known_settings is not None:
         known = set(known_settings)
         for where, settings in layers:
             for key in settings:
                 if key not in known:
-                    raise TaskError(f"{where} has an unknown setting {key!r}"
-                                    + did_you_mean(key, known, else_list="known settings"))
+                    raise TaskError(
+                        f"{where} has an unknown setting {key!r}"
+                        + did_you_mean(key, known, else_list="known settings")
+                    )
     return task
 
 
 def _check_components(names: Any) -> None:
     if isinstance(names, str) or not isinstance(names, Sequence | Set):
-        raise TaskError("Task.reward_components must be a tuple of metric names, like "
-                        f"('format', 'correct'), got {_kind(names)}")
+        raise TaskError(
+            "Task.reward_components must be a tuple of metric names, like "
+            f"('format', 'correct'), got {_kind(names)}"
+        )
     for name in names:
         if not isinstance(name, str) or not METRIC_NAME.fullmatch(name):
-            raise TaskError(f"Task.reward_components: {name!r} is not a metric name "
-                            "(letters, digits, '_', '-' or '.')")
+            raise TaskError(
+                f"Task.reward_components: {name!r} is not a metric name "
+                "(letters, digits, '_', '-' or '.')"
+            )
 
 
 def reward_components_of(task: Task) -> tuple[str, ...]:
@@ -421,11 +468,14 @@ def _check_callable(name: str, fn: Any, params: tuple[str, ...], *, asynchronous
     if not callable(fn):
         raise TaskError(f"Task.{name} must be a function `{shape}`, got {_kind(fn)}")
     if asynchronous and not _is_async(fn):
-        raise TaskError(f"Task.{name} must be a coroutine function `{shape}`; "
-                        f"{getattr(fn, '__name__', name)} is not async")
+        raise TaskError(
+            f"Task.{name} must be a coroutine function `{shape}`; "
+            f"{getattr(fn, '__name__', name)} is not async"
+        )
     if not asynchronous and (_is_async(fn) or inspect.isasyncgenfunction(fn)):
-        raise TaskError(f"Task.{name} must be a plain function `{shape}` (a generator is "
-                        f"fine), not async")
+        raise TaskError(
+            f"Task.{name} must be a plain function `{shape}` (a generator is fine), not async"
+        )
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -433,27 +483,38 @@ def _check_callable(name: str, fn: Any, params: tuple[str, ...], *, asynchronous
     try:
         signature.bind(*params)
     except TypeError:
-        raise TaskError(f"Task.{name} must take {len(params)} positional argument"
-                        f"{'' if len(params) == 1 else 's'} `{shape}`; "
-                        f"{getattr(fn, '__name__', name)}{signature} does not") from None
+        raise TaskError(
+            f"Task.{name} must take {len(params)} positional argument"
+            f"{'' if len(params) == 1 else 's'} `{shape}`; "
+            f"{getattr(fn, '__name__', name)}{signature} does not"
+        ) from None
 
 
 def _check_warmup(warmup: Any) -> None:
     if isinstance(warmup, str | bytes | Mapping) or not isinstance(warmup, Sequence | tuple):
-        raise TaskError("Task.warmup must be a list of conversations (each a list of "
-                        f"{{'role': ..., 'content': ...}} messages), got {_kind(warmup)}")
+        raise TaskError(
+            "Task.warmup must be a list of conversations (each a list of "
+            f"{{'role': ..., 'content': ...}} messages), got {_kind(warmup)}"
+        )
     for i, conversation in enumerate(warmup):
         if isinstance(conversation, str | Mapping) or not isinstance(conversation, Sequence):
-            raise TaskError(f"Task.warmup[{i}] must be a list of messages, got "
-                            f"{_kind(conversation)}")
+            raise TaskError(
+                f"Task.warmup[{i}] must be a list of messages, got {_kind(conversation)}"
+            )
         for message in conversation:
-            if (not isinstance(message, Mapping) or not isinstance(message.get("role"), str)
-                    or not isinstance(message.get("content"), str)):
-                raise TaskError(f"Task.warmup[{i}] has a message that is not "
-                                f"{{'role': str, 'content': str}}: {message!r}")
+            if (
+                not isinstance(message, Mapping)
+                or not isinstance(message.get("role"), str)
+                or not isinstance(message.get("content"), str)
+            ):
+                raise TaskError(
+                    f"Task.warmup[{i}] has a message that is not "
+                    f"{{'role': str, 'content': str}}: {message!r}"
+                )
         if not conversation or conversation[-1]["role"] != "assistant":
-            raise TaskError(f"Task.warmup[{i}] must end with an assistant message (the turn "
-                            "that is trained)")
+            raise TaskError(
+                f"Task.warmup[{i}] must end with an assistant message (the turn that is trained)"
+            )
 
 
 def _defined_at(function: Any) -> str:

@@ -15,8 +15,9 @@ from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.rollouts.trajectory import Trajectory, TrajectoryGroup
 
 
-def trajectory_metrics(trajectories: Iterable[Trajectory], *, part: str = "",
-                       stats: bool = True) -> dict[str, float]:
+def trajectory_metrics(
+    trajectories: Iterable[Trajectory], *, part: str = "", stats: bool = True
+) -> dict[str, float]:
     """`task/<name>` (mean) for every metric the trajectories report, and with `stats`
     `task/<name>/min` and `/max` for those that are numbers."""
     values: dict[str, list[float]] = {}
@@ -44,20 +45,22 @@ def step_task_metrics(groups: Sequence[TrajectoryGroup]) -> dict[str, float]:
         if group.part:
             parts.setdefault(group.part, []).extend(group.trajectories)
     for part, trajectories in parts.items():
-        out[keys.part_reward_mean(part)] = sum(t.reward for t in trajectories) / len(
-            trajectories)
+        out[keys.part_reward_mean(part)] = sum(t.reward for t in trajectories) / len(trajectories)
         out.update(trajectory_metrics(trajectories, part=part))
     return out
 
 
-def eval_task_metrics(results: Sequence[tuple[str, Trajectory | BaseException]]
-                      ) -> dict[str, float]:
+def eval_task_metrics(
+    results: Sequence[tuple[str, Trajectory | BaseException]],
+) -> dict[str, float]:
     """An evaluation's metrics beyond its reward mean: each metric's mean
     (`eval/task/<name>`) and, for a mixed task, per part its reward mean and metrics.
     `results`: (part, the rollout's trajectory or its error) per eval scenario."""
     done = [(part, r) for part, r in results if isinstance(r, Trajectory)]
-    out = {_as_eval(key): value for key, value in
-           trajectory_metrics((t for _, t in done), stats=False).items()}
+    out = {
+        _as_eval(key): value
+        for key, value in trajectory_metrics((t for _, t in done), stats=False).items()
+    }
     parts: dict[str, list[Trajectory]] = {}
     for part, trajectory in done:
         if part:
@@ -65,12 +68,14 @@ def eval_task_metrics(results: Sequence[tuple[str, Trajectory | BaseException]]
     for part in {part for part, _ in results if part}:
         trajectories = parts.get(part, [])
         out[keys.eval_part_reward_mean(part)] = (
-            sum(t.reward for t in trajectories) / len(trajectories) if trajectories
-            else float("nan"))
+            sum(t.reward for t in trajectories) / len(trajectories)
+            if trajectories
+            else float("nan")
+        )
         for key, value in trajectory_metrics(trajectories, stats=False).items():
-            out[keys.eval_task_metric(key[len(keys.TASK_PREFIX):], part)] = value
+            out[keys.eval_task_metric(key[len(keys.TASK_PREFIX) :], part)] = value
     return out
 
 
 def _as_eval(task_key: str) -> str:
-    return keys.eval_task_metric(task_key[len(keys.TASK_PREFIX):])
+    return keys.eval_task_metric(task_key[len(keys.TASK_PREFIX) :])

@@ -53,10 +53,13 @@ class SampledTurn:
         else:  # a standard field of the choice, not an extension
             data, finish = _extra_fields(choice), getattr(choice, "finish_reason", None)
         try:  # positional: built once per turn of every rollout
-            return cls(tuple(map(int, data["prompt_token_ids"])),
-                       tuple(map(int, data["token_ids"])),
-                       tuple(map(float, data["token_logprobs"])),
-                       int(data["policy_version"]), finish if isinstance(finish, str) else "")
+            return cls(
+                tuple(map(int, data["prompt_token_ids"])),
+                tuple(map(int, data["token_ids"])),
+                tuple(map(float, data["token_logprobs"])),
+                int(data["policy_version"]),
+                finish if isinstance(finish, str) else "",
+            )
         except (KeyError, TypeError) as exc:
             raise TrajectoryError(
                 "a choice without sampled tokens: pass the choices returned by this run's "
@@ -68,8 +71,10 @@ def _extra_fields(choice: Any) -> dict[str, Any]:
     extra = getattr(choice, "model_extra", None)
     if extra:
         return dict(extra)
-    return {name: getattr(choice, name, None) for name in
-            ("prompt_token_ids", "token_ids", "token_logprobs", "policy_version")}
+    return {
+        name: getattr(choice, name, None)
+        for name in ("prompt_token_ids", "token_ids", "token_logprobs", "policy_version")
+    }
 
 
 def check_metrics(metrics: Mapping[str, Any]) -> dict[str, float | bool]:
@@ -77,19 +82,23 @@ def check_metrics(metrics: Mapping[str, Any]) -> dict[str, float | bool]:
     digits, `_`, `-`, `.`), values finite numbers or booleans. A boolean stays a boolean: the
     step reports its mean (a rate) only, a number its mean, min and max."""
     if not isinstance(metrics, Mapping):
-        raise TrajectoryError(f"metrics must be a dict of name -> number, got "
-                              f"{type(metrics).__name__}")
+        raise TrajectoryError(
+            f"metrics must be a dict of name -> number, got {type(metrics).__name__}"
+        )
     checked: dict[str, float | bool] = {}
     for name, value in metrics.items():
         if not isinstance(name, str) or not METRIC_NAME.fullmatch(name):
-            raise TrajectoryError(f"metric name {name!r} must be letters, digits, '_', '-' or "
-                                  "'.' (it becomes part of the step metric task/<name>)")
+            raise TrajectoryError(
+                f"metric name {name!r} must be letters, digits, '_', '-' or "
+                "'.' (it becomes part of the step metric task/<name>)"
+            )
         if isinstance(value, bool):
             checked[name] = value
             continue
         if not isinstance(value, numbers.Real):
-            raise TrajectoryError(f"metric {name!r} must be a number or a bool, got "
-                                  f"{type(value).__name__}")
+            raise TrajectoryError(
+                f"metric {name!r} must be a number or a bool, got {type(value).__name__}"
+            )
         number = float(value)
         if not math.isfinite(number):
             raise TrajectoryError(f"metric {name!r} must be a finite number, got {value!r}")
@@ -115,8 +124,9 @@ class Trajectory:
 
     def __post_init__(self) -> None:
         reward, turns, metrics = self.reward, self.turns, self.metrics
-        if type(reward) is not float and (isinstance(reward, bool)
-                                          or not isinstance(reward, (int, float))):
+        if type(reward) is not float and (
+            isinstance(reward, bool) or not isinstance(reward, (int, float))
+        ):
             raise TrajectoryError(f"reward must be a number, got {type(reward).__name__}")
         if not math.isfinite(reward):
             raise TrajectoryError(f"reward must be a finite number, got {reward!r}")
@@ -132,17 +142,27 @@ class Trajectory:
             tokens = sum(len(t.tokens) for t in turns)
         object.__setattr__(self, "policy_version", version)
         object.__setattr__(self, "num_tokens", tokens)
-        object.__setattr__(self, "metrics",
-                           {} if type(metrics) is dict and not metrics else check_metrics(metrics))
+        object.__setattr__(
+            self, "metrics", {} if type(metrics) is dict and not metrics else check_metrics(metrics)
+        )
 
     @classmethod
-    def from_choices(cls, choices: Iterable[Any], reward: float, *,
-                     messages: Iterable[dict[str, Any]] = (),
-                     **metrics: float | bool) -> Trajectory:
+    def from_choices(
+        cls,
+        choices: Iterable[Any],
+        reward: float,
+        *,
+        messages: Iterable[dict[str, Any]] = (),
+        **metrics: float | bool,
+    ) -> Trajectory:
         # `metrics` is this call's own dict; __post_init__ keeps a checked copy of it.
         from_choice = SampledTurn.from_choice
-        return cls(tuple([from_choice(c) for c in choices]), reward, metrics,
-                   messages if type(messages) is tuple else tuple(messages))
+        return cls(
+            tuple([from_choice(c) for c in choices]),
+            reward,
+            metrics,
+            messages if type(messages) is tuple else tuple(messages),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,10 +201,12 @@ class TrajectoryGroup:
         object.__setattr__(self, "rewards", rewards)
         object.__setattr__(self, "reward_mean", sum(rewards) / len(rewards))
         object.__setattr__(self, "_variance", not rewards_equal(rewards))
-        if self.advantage_values is not None and \
-                len(self.advantage_values) != len(self.trajectories):
-            raise TrajectoryError(f"{len(self.advantage_values)} advantages for "
-                                  f"{len(self.trajectories)} trajectories")
+        if self.advantage_values is not None and len(self.advantage_values) != len(
+            self.trajectories
+        ):
+            raise TrajectoryError(
+                f"{len(self.advantage_values)} advantages for {len(self.trajectories)} trajectories"
+            )
 
     def advantages(self) -> list[float]:
         """Each member's advantage: as computed by the run's rule when the group was
@@ -216,8 +238,7 @@ class SequenceArrays:
     prefix_mismatches: int
 
 
-def trajectory_to_datum_arrays(turns: Sequence[SampledTurn],
-                               advantage: float) -> SequenceArrays:
+def trajectory_to_datum_arrays(turns: Sequence[SampledTurn], advantage: float) -> SequenceArrays:
     """Every assistant turn of a trajectory, trained on its exact sampled tokens.
 
     A turn whose prompt starts with everything sampled so far (the previous prompts and
@@ -232,21 +253,20 @@ def trajectory_to_datum_arrays(turns: Sequence[SampledTurn],
     mismatches = 0
     used = 0
     full: list[int] = []
-    logprobs: list[float] = []   # logprobs[i]: sampled logprob of full[i] (0 for context)
-    trained: list[bool] = []     # trained[i]: full[i] was sampled
-    versions: list[int] = []     # versions[i]: the policy that sampled full[i] (-1: context)
+    logprobs: list[float] = []  # logprobs[i]: sampled logprob of full[i] (0 for context)
+    trained: list[bool] = []  # trained[i]: full[i] was sampled
+    versions: list[int] = []  # versions[i]: the policy that sampled full[i] (-1: context)
     for turn in turns:
         if not turn.tokens:
             continue
         used += 1
         prompt = turn.prompt_tokens
-        extends = bool(full) and len(prompt) >= len(full) and \
-            list(prompt[:len(full)]) == full
+        extends = bool(full) and len(prompt) >= len(full) and list(prompt[: len(full)]) == full
         if full and not extends:
             mismatches += 1
             examples.extend(_example(full, logprobs, trained, versions, advantage))
             full, logprobs, trained, versions = [], [], [], []
-        context = prompt[len(full):]
+        context = prompt[len(full) :]
         full.extend(context)
         logprobs.extend([0.0] * len(context))
         trained.extend([False] * len(context))
@@ -259,18 +279,25 @@ def trajectory_to_datum_arrays(turns: Sequence[SampledTurn],
     return SequenceArrays(examples=examples, turns=used, prefix_mismatches=mismatches)
 
 
-def _example(full: list[int], logprobs: list[float], trained: list[bool], versions: list[int],
-             advantage: float) -> list[dict[str, Sequence[Any]]]:
+def _example(
+    full: list[int],
+    logprobs: list[float],
+    trained: list[bool],
+    versions: list[int],
+    advantage: float,
+) -> list[dict[str, Sequence[Any]]]:
     if len(full) < 2:
         return []  # nothing to predict from: a completion needs at least one token before it
-    return [{
-        "model_input": full[:-1],
-        "target_tokens": full[1:],
-        "logprobs": logprobs[1:],
-        "advantages": [advantage if t else 0.0 for t in trained[1:]],
-        # 1.0 where the target was sampled (trained), 0.0 for context: not sent to the
-        # backend (a loss takes no extra keys), used for the KL penalty.
-        "mask": [1.0 if t else 0.0 for t in trained[1:]],
-        # The policy version that sampled each target (-1 for context): for the token view.
-        "versions": versions[1:],
-    }]
+    return [
+        {
+            "model_input": full[:-1],
+            "target_tokens": full[1:],
+            "logprobs": logprobs[1:],
+            "advantages": [advantage if t else 0.0 for t in trained[1:]],
+            # 1.0 where the target was sampled (trained), 0.0 for context: not sent to the
+            # backend (a loss takes no extra keys), used for the KL penalty.
+            "mask": [1.0 if t else 0.0 for t in trained[1:]],
+            # The policy version that sampled each target (-1 for context): for the token view.
+            "versions": versions[1:],
+        }
+    ]

@@ -28,5 +28,11 @@ from tinker_tui.engine.server.handler import PolicySource
 from tinker_tui.engine.server.schema import RequestError
 from tinker_tui.engine.server.tools import TOOLS_HEADER, parse_text_tool_calls
 
-__all__ = ["TOOLS_HEADER", "PolicyServer", "PolicySource", "RequestError", "create_app",
-           "parse_text_tool_calls"]
+__all__ = [
+    "TOOLS_HEADER",
+    "PolicyServer",
+    "PolicySource",
+    "RequestError",
+    "create_app",
+    "parse_text_tool_calls",
+]

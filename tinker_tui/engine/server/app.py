@@ -63,18 +63,29 @@ def _dumps(payload: Any) -> bytes:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def openai_error(status: int, message: str, *, param: str | None = None,
-                 code: str | None = None, kind: str = "invalid_request_error") -> Response:
+def openai_error(
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+    kind: str = "invalid_request_error",
+) -> Response:
     body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return Response(_dumps(body), status_code=status, media_type="application/json")
 
 
-def _sse(body: ChatCompletionRequest, choices: list[dict[str, Any]], prepared: Prepared,
-         model: str) -> bytes:
+def _sse(
+    body: ChatCompletionRequest, choices: list[dict[str, Any]], prepared: Prepared, model: str
+) -> bytes:
     """The whole completion as server-sent `chat.completion.chunk` events (sampling returns
     complete sequences, so every chunk is ready at once)."""
-    base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": model}
+    base = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
     events: list[bytes] = []
 
     def emit(choice_list: list[dict[str, Any]], **extra: Any) -> None:
@@ -83,20 +94,63 @@ def _sse(body: ChatCompletionRequest, choices: list[dict[str, Any]], prepared: P
     for c in choices:
         message = c["message"]
         i = c["index"]
-        emit([{"index": i, "delta": {"role": "assistant", "content": ""},
-               "logprobs": None, "finish_reason": None}])
+        emit(
+            [
+                {
+                    "index": i,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ]
+        )
         if message.get("reasoning_content"):
-            emit([{"index": i, "delta": {"reasoning_content": message["reasoning_content"]},
-                   "logprobs": None, "finish_reason": None}])
+            emit(
+                [
+                    {
+                        "index": i,
+                        "delta": {"reasoning_content": message["reasoning_content"]},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ]
+            )
         if message.get("content") or c["logprobs"]:
-            emit([{"index": i, "delta": {"content": message.get("content") or ""},
-                   "logprobs": c["logprobs"], "finish_reason": None}])
+            emit(
+                [
+                    {
+                        "index": i,
+                        "delta": {"content": message.get("content") or ""},
+                        "logprobs": c["logprobs"],
+                        "finish_reason": None,
+                    }
+                ]
+            )
         for k, call in enumerate(message.get("tool_calls") or []):
-            emit([{"index": i, "delta": {"tool_calls": [{"index": k, **call}]},
-                   "logprobs": None, "finish_reason": None}])
-        emit([{"index": i, "delta": {}, "logprobs": None, "finish_reason": c["finish_reason"],
-               "prompt_token_ids": c["prompt_token_ids"], "token_ids": c["token_ids"],
-               "token_logprobs": c["token_logprobs"], "policy_version": c["policy_version"]}])
+            emit(
+                [
+                    {
+                        "index": i,
+                        "delta": {"tool_calls": [{"index": k, **call}]},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ]
+            )
+        emit(
+            [
+                {
+                    "index": i,
+                    "delta": {},
+                    "logprobs": None,
+                    "finish_reason": c["finish_reason"],
+                    "prompt_token_ids": c["prompt_token_ids"],
+                    "token_ids": c["token_ids"],
+                    "token_logprobs": c["token_logprobs"],
+                    "policy_version": c["policy_version"],
+                }
+            ]
+        )
     if body.stream_options is not None and body.stream_options.include_usage:
         emit([], usage=usage(prepared, choices))
     events.append(b"data: [DONE]\n\n")
@@ -131,28 +185,50 @@ async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
     return task.result()
 
 
-def create_app(policy: PolicySource, *, model_name: str, token: str,
-               defaults: SamplingDefaults, max_tokens_limit: int = 1024,
-               max_body_bytes: int = MAX_BODY_BYTES,
-               context_length: int | None = None,
-               coalescer: SampleCoalescer | None = None) -> FastAPI:
-    app = FastAPI(title="tinker-tui policy server", docs_url=None, redoc_url=None,
-                  openapi_url=None)
-    app.add_middleware(BearerAuth, token=token, refusal=lambda: openai_error(
-        401, "missing or wrong bearer token", kind="authentication_error",
-        code="invalid_api_key"))
+def create_app(
+    policy: PolicySource,
+    *,
+    model_name: str,
+    token: str,
+    defaults: SamplingDefaults,
+    max_tokens_limit: int = 1024,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    context_length: int | None = None,
+    coalescer: SampleCoalescer | None = None,
+) -> FastAPI:
+    app = FastAPI(title="tinker-tui policy server", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(
+        BearerAuth,
+        token=token,
+        refusal=lambda: openai_error(
+            401,
+            "missing or wrong bearer token",
+            kind="authentication_error",
+            code="invalid_api_key",
+        ),
+    )
     source: PolicySource = coalescer if coalescer is not None else policy
-    handler = ChatHandler(source, model_name=model_name, defaults=defaults,
-                          max_tokens_limit=max_tokens_limit, context_length=context_length)
+    handler = ChatHandler(
+        source,
+        model_name=model_name,
+        defaults=defaults,
+        max_tokens_limit=max_tokens_limit,
+        context_length=context_length,
+    )
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException) -> Response:
-        return openai_error(exc.status_code, str(exc.detail),
-                            code="not_found" if exc.status_code == 404 else None)
+        return openai_error(
+            exc.status_code, str(exc.detail), code="not_found" if exc.status_code == 404 else None
+        )
 
     def model_entry(name: str) -> dict[str, Any]:
-        entry: dict[str, Any] = {"id": name, "object": "model", "created": 0,
-                                 "owned_by": "tinker-tui"}
+        entry: dict[str, Any] = {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "tinker-tui",
+        }
         if policy.renderer is not None:
             # How tools reach this model: in its own format ("native"), or in the server's
             # text protocol ("text"), so a rollout can choose its prompts.
@@ -161,26 +237,33 @@ def create_app(policy: PolicySource, *, model_name: str, token: str,
         return entry
 
     def model_names() -> list[str]:
-        older = ([f"{model_name}@{v}" for v in policy.available_versions()]
-                 if isinstance(policy, ServesEarlierVersions) else [])
+        older = (
+            [f"{model_name}@{v}" for v in policy.available_versions()]
+            if isinstance(policy, ServesEarlierVersions)
+            else []
+        )
         return [model_name, *older]
 
     @app.get("/health")
     async def health() -> Response:
-        return Response(_dumps({"status": "ok", "policy_version": policy.version}),
-                        media_type="application/json")
+        return Response(
+            _dumps({"status": "ok", "policy_version": policy.version}),
+            media_type="application/json",
+        )
 
     @app.get("/v1/models")
     async def models() -> Response:
-        return Response(_dumps({"object": "list",
-                                "data": [model_entry(n) for n in model_names()]}),
-                        media_type="application/json")
+        return Response(
+            _dumps({"object": "list", "data": [model_entry(n) for n in model_names()]}),
+            media_type="application/json",
+        )
 
     @app.get("/v1/models/{model:path}")
     async def model(model: str) -> Response:
         if model not in model_names():
-            return openai_error(404, f"unknown model {model!r}", param="model",
-                                code="model_not_found")
+            return openai_error(
+                404, f"unknown model {model!r}", param="model", code="model_not_found"
+            )
         return Response(_dumps(model_entry(model)), media_type="application/json")
 
     async def chat_completions(request: Request) -> Response:
@@ -194,23 +277,29 @@ def create_app(policy: PolicySource, *, model_name: str, token: str,
             except ValidationError as exc:
                 raise validation_error(exc) from None
             choices, prepared, _version = await unless_client_leaves(
-                request, handler.complete(body))
+                request, handler.complete(body)
+            )
         except RequestError as exc:
-            return openai_error(exc.status, exc.message, param=exc.param, code=exc.code,
-                                kind=exc.kind)
+            return openai_error(
+                exc.status, exc.message, param=exc.param, code=exc.code, kind=exc.kind
+            )
         except (ClientDisconnect, ClientGone) as exc:
-            logger.debug("chat completion: the client went away %s",
-                         "while sampling; sampling cancelled" if isinstance(exc, ClientGone)
-                         else "before its request was whole")
+            logger.debug(
+                "chat completion: the client went away %s",
+                "while sampling; sampling cancelled"
+                if isinstance(exc, ClientGone)
+                else "before its request was whole",
+            )
             return Response(status_code=499)  # nobody reads it
         except Exception as exc:  # a bug here must not take the server down
             logger.exception("chat completion failed")
-            return openai_error(500, f"internal error: {type(exc).__name__}",
-                                kind="server_error")
+            return openai_error(500, f"internal error: {type(exc).__name__}", kind="server_error")
         if body.stream:
-            return Response(_sse(body, choices, prepared, body.model),
-                            media_type="text/event-stream",
-                            headers={"Cache-Control": "no-cache"})
+            return Response(
+                _sse(body, choices, prepared, body.model),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
         payload = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -230,23 +319,39 @@ def create_app(policy: PolicySource, *, model_name: str, token: str,
 class PolicyServer:
     """Runs the app on 127.0.0.1 in the current event loop; start() returns once it listens."""
 
-    def __init__(self, policy: PolicySource, *, model_name: str, token: str | None = None,
-                 defaults: SamplingDefaults | None = None, max_tokens_limit: int = 1024,
-                 max_body_bytes: int = MAX_BODY_BYTES, context_length: int | None = None,
-                 request_timeout: float = REQUEST_TIMEOUT,
-                 coalesce_window: float = 0.0, group_size: int | None = None) -> None:
+    def __init__(
+        self,
+        policy: PolicySource,
+        *,
+        model_name: str,
+        token: str | None = None,
+        defaults: SamplingDefaults | None = None,
+        max_tokens_limit: int = 1024,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        context_length: int | None = None,
+        request_timeout: float = REQUEST_TIMEOUT,
+        coalesce_window: float = 0.0,
+        group_size: int | None = None,
+    ) -> None:
         self.model_name = model_name
         #: Coalesces a group's equal requests into one sampling call (`coalesce`); a batch
         #: of `group_size` samples (a whole group) goes without waiting out the window.
         self.coalescer = SampleCoalescer(policy, window=coalesce_window, full_at=group_size)
         self.token = token or secrets.token_urlsafe(24)
         self.defaults = defaults or SamplingDefaults()
-        self.app = create_app(policy, model_name=model_name, token=self.token,
-                              defaults=self.defaults, max_tokens_limit=max_tokens_limit,
-                              max_body_bytes=max_body_bytes, context_length=context_length,
-                              coalescer=self.coalescer)
-        self._server = LoopbackServer(self.app, name="policy-server",
-                                      request_timeout=request_timeout)
+        self.app = create_app(
+            policy,
+            model_name=model_name,
+            token=self.token,
+            defaults=self.defaults,
+            max_tokens_limit=max_tokens_limit,
+            max_body_bytes=max_body_bytes,
+            context_length=context_length,
+            coalescer=self.coalescer,
+        )
+        self._server = LoopbackServer(
+            self.app, name="policy-server", request_timeout=request_timeout
+        )
         self._clients: list[openai.AsyncOpenAI] = []
         #: What each client's coalescing did (`client()`), for benches and tests.
         self.client_coalescing: list[ClientCoalescingStats] = []
@@ -291,10 +396,16 @@ class PolicyServer:
 
         http_client = None
         if self.coalescer.window > 0:
-            http_client, transport = coalescing_http_client(self.coalescer.window / 2,
-                                                            full_at=self.coalescer.full_at)
+            http_client, transport = coalescing_http_client(
+                self.coalescer.window / 2, full_at=self.coalescer.full_at
+            )
             self.client_coalescing.append(transport.stats)
-        client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.token, max_retries=0,
-                                    timeout=120.0, http_client=http_client)
+        client = openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=self.token,
+            max_retries=0,
+            timeout=120.0,
+            http_client=http_client,
+        )
         self._clients.append(client)
         return client

@@ -15,8 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 #: The smallest value of each JSON Schema type, as JSON text.
-_SMALLEST = {"string": '""', "integer": "0", "number": "0", "boolean": "false",
-             "null": "null", "object": "{}", "array": "[]"}
+_SMALLEST = {
+    "string": '""',
+    "integer": "0",
+    "number": "0",
+    "boolean": "false",
+    "null": "null",
+    "object": "{}",
+    "array": "[]",
+}
 _ANY_VALUE = ('""', "0", "null", "false", "{}", "[]")
 
 
@@ -42,7 +49,7 @@ def completion(scan: Any, limit: int = 256) -> str | None:
     else:
         return None
     if framed:
-        out += scan.constraint.closing[len(scan.tail):]
+        out += scan.constraint.closing[len(scan.tail) :]
     return out
 
 
@@ -63,7 +70,7 @@ def _pieces(s: Any) -> list[str]:
         else:
             for literal in ("true", "false", "null"):
                 if literal.startswith(word) and literal != word:
-                    return [literal[len(word):]]
+                    return [literal[len(word) :]]
         return [*_after_value(s, depth)]
     if not s.stack:
         return ["{"]
@@ -105,18 +112,19 @@ def _finish_string(s: Any, depth: int) -> str:
     raw = s.buffer
     if depth == 1 and s.is_key:
         wanted = ("name", "arguments")[min(len(s.keys), 1)]
-        return wanted[len(raw):] + '"'
+        return wanted[len(raw) :] + '"'
     if depth == 1 and s.keys and s.keys[-1] == "name":
         names = sorted((n for n in s.names if n.startswith(raw)), key=len)
-        return (names[0][len(raw):] if names else "") + '"'
+        return (names[0][len(raw) :] if names else "") + '"'
     if depth == 2 and s.is_key:
         rules = s._rules()
         left = s._keys_left()
         if left is not None:
             required = [k for k in left if rules is not None and k in rules.required]
-            fits = sorted((k for k in (required or left) if k.startswith(raw)), key=len) \
-                or sorted((k for k in left if k.startswith(raw)), key=len)
-            return (fits[0][len(raw):] if fits else "") + '"'
+            fits = sorted((k for k in (required or left) if k.startswith(raw)), key=len) or sorted(
+                (k for k in left if k.startswith(raw)), key=len
+            )
+            return (fits[0][len(raw) :] if fits else "") + '"'
         return '"'
     if depth == 2 and not s.is_key:
         rules = s._rules()
@@ -125,7 +133,7 @@ def _finish_string(s: Any, depth: int) -> str:
             quoted = '"' + raw
             fits = sorted((v for v in enum if v.startswith(quoted)), key=len)
             if fits:
-                return str(fits[0][len(quoted):])
+                return str(fits[0][len(quoted) :])
     return '"'
 
 
@@ -142,6 +150,7 @@ def _values(s: Any, depth: int) -> list[str]:
                 return sorted(enum, key=len)
             kinds = rules.kinds.get(key)
             if kinds:
-                return sorted((_SMALLEST[k] for k in kinds if k in _SMALLEST), key=len) \
-                    or list(_ANY_VALUE)
+                return sorted((_SMALLEST[k] for k in kinds if k in _SMALLEST), key=len) or list(
+                    _ANY_VALUE
+                )
     return list(_ANY_VALUE)

@@ -86,8 +86,14 @@ class SampleCoalescer:
     run's group size): a batch that holds that many samples is a whole group and is sent at
     once, without waiting out the window."""
 
-    def __init__(self, policy: PolicySource, *, window: float,
-                 max_samples: int = MAX_SAMPLES_PER_CALL, full_at: int | None = None) -> None:
+    def __init__(
+        self,
+        policy: PolicySource,
+        *,
+        window: float,
+        max_samples: int = MAX_SAMPLES_PER_CALL,
+        full_at: int | None = None,
+    ) -> None:
         self.policy = policy
         self.window = window
         self.max_samples = max_samples
@@ -108,30 +114,56 @@ class SampleCoalescer:
     def end_tokens(self) -> Sequence[int]:
         return tuple(self.policy.end_tokens)
 
-    async def sample(self, prompt: tinker.ModelInput, num_samples: int,
-                     sampling_params: tinker.SamplingParams, *, version: int | None = None,
-                     top_logprobs: int = 0, constraint: Any = None,
-                     constraint_prefix: str = "") -> tuple[Any, int]:
+    async def sample(
+        self,
+        prompt: tinker.ModelInput,
+        num_samples: int,
+        sampling_params: tinker.SamplingParams,
+        *,
+        version: int | None = None,
+        top_logprobs: int = 0,
+        constraint: Any = None,
+        constraint_prefix: str = "",
+    ) -> tuple[Any, int]:
         self.stats.requests += 1
         if self.window <= 0 or num_samples > self.max_samples:
             self.stats.calls += 1
             self.stats.samples += num_samples
             response, used = await self.policy.sample(
-                prompt, num_samples, sampling_params, version=version,
-                top_logprobs=top_logprobs, constraint=constraint,
-                constraint_prefix=constraint_prefix)
+                prompt,
+                num_samples,
+                sampling_params,
+                version=version,
+                top_logprobs=top_logprobs,
+                constraint=constraint,
+                constraint_prefix=constraint_prefix,
+            )
             return response, used
         shared = sampling_params.seed is not None
-        key = _key(prompt, num_samples, sampling_params, version, top_logprobs, constraint,
-                   constraint_prefix)
+        key = _key(
+            prompt,
+            num_samples,
+            sampling_params,
+            version,
+            top_logprobs,
+            constraint,
+            constraint_prefix,
+        )
         batch = self._open.get(key)
-        if batch is not None and not shared \
-                and batch.num_samples + num_samples > self.max_samples:
+        if batch is not None and not shared and batch.num_samples + num_samples > self.max_samples:
             self._send(batch)
             batch = None
         if batch is None:
-            batch = _Batch(key, prompt, sampling_params, version, top_logprobs, constraint,
-                           constraint_prefix, shared)
+            batch = _Batch(
+                key,
+                prompt,
+                sampling_params,
+                version,
+                top_logprobs,
+                constraint,
+                constraint_prefix,
+                shared,
+            )
             self._open.add(batch, asyncio.get_running_loop(), self.window, self._send)
         member = _Member(num_samples, asyncio.get_running_loop().create_future())
         batch.members.append(member)
@@ -148,29 +180,41 @@ class SampleCoalescer:
             return
         self.stats.calls += 1
         self.stats.samples += batch.num_samples
-        batch.task = asyncio.get_running_loop().create_task(self._call(batch),
-                                                            name="coalesced-sample")
+        batch.task = asyncio.get_running_loop().create_task(
+            self._call(batch), name="coalesced-sample"
+        )
 
     async def _call(self, batch: _Batch) -> None:
         asked = batch.num_samples
         try:
             response, used = await self.policy.sample(
-                batch.prompt, asked, batch.params, version=batch.version,
-                top_logprobs=batch.top_logprobs, constraint=batch.constraint,
-                constraint_prefix=batch.constraint_prefix)
+                batch.prompt,
+                asked,
+                batch.params,
+                version=batch.version,
+                top_logprobs=batch.top_logprobs,
+                constraint=batch.constraint,
+                constraint_prefix=batch.constraint_prefix,
+            )
             sequences = list(response.sequences)
             if len(sequences) != asked:
-                raise RuntimeError(f"the sampler returned {len(sequences)} sequences for "
-                                   f"num_samples={asked}")
+                raise RuntimeError(
+                    f"the sampler returned {len(sequences)} sequences for num_samples={asked}"
+                )
         except BaseException as exc:
             self._open.failed(batch, exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
         split: Callable[[int, int], Any] = (
-            (lambda start, count: response) if batch.shared
-            else (lambda start, count: dataclasses.replace(
-                response, sequences=sequences[start:start + count])))
+            (lambda start, count: response)
+            if batch.shared
+            else (
+                lambda start, count: dataclasses.replace(
+                    response, sequences=sequences[start : start + count]
+                )
+            )
+        )
         start = 0
         for member in batch.members:
             if not member.future.done():
@@ -179,13 +223,25 @@ class SampleCoalescer:
                 start += member.num_samples
 
 
-def _key(prompt: tinker.ModelInput, num_samples: int, params: tinker.SamplingParams,
-         version: int | None, top_logprobs: int, constraint: Any,
-         constraint_prefix: str) -> tuple[Any, ...]:
+def _key(
+    prompt: tinker.ModelInput,
+    num_samples: int,
+    params: tinker.SamplingParams,
+    version: int | None,
+    top_logprobs: int,
+    constraint: Any,
+    constraint_prefix: str,
+) -> tuple[Any, ...]:
     """What requests must share to share a call (see the module docstring)."""
     fields = params.model_dump()
     seed = fields.pop("seed", None)
     per_seed = (seed, num_samples) if seed is not None else None
-    return (tuple(prompt.to_ints()), json.dumps(fields, sort_keys=True, default=str), per_seed,
-            version, top_logprobs, id(constraint) if constraint is not None else None,
-            constraint_prefix)
+    return (
+        tuple(prompt.to_ints()),
+        json.dumps(fields, sort_keys=True, default=str),
+        per_seed,
+        version,
+        top_logprobs,
+        id(constraint) if constraint is not None else None,
+        constraint_prefix,
+    )

@@ -83,8 +83,9 @@ class CoalescingTransport:
     """An httpx async transport over `inner` that coalesces equal chat requests (module
     docstring). `window` > 0."""
 
-    def __init__(self, inner: Any, *, window: float, max_n: int = MAX_N,
-                 full_at: int | None = None) -> None:
+    def __init__(
+        self, inner: Any, *, window: float, max_n: int = MAX_N, full_at: int | None = None
+    ) -> None:
         # `max_n`: the most choices one coalesced request asks for (the server's limit);
         # `full_at` (the run's group size): a batch asking that many is a whole group and
         # goes at once, without waiting out the window.
@@ -147,8 +148,11 @@ class CoalescingTransport:
         if type(n) is not int or not 1 <= n <= self.max_n:
             return None  # the server's own error, to this request alone
         rest = {k: v for k, v in body.items() if k != "n"}
-        key = (str(request.url), request.headers.get("authorization"),
-               json.dumps(rest, sort_keys=True, separators=(",", ":")))
+        key = (
+            str(request.url),
+            request.headers.get("authorization"),
+            json.dumps(rest, sort_keys=True, separators=(",", ":")),
+        )
         return key, rest, n
 
     # -- a batch's life -------------------------------------------------------------------
@@ -156,8 +160,9 @@ class CoalescingTransport:
         if not self._open.closing(batch):
             return
         self.stats.sent += 1
-        batch.task = asyncio.get_running_loop().create_task(self._request(batch),
-                                                            name="coalesced-chat-request")
+        batch.task = asyncio.get_running_loop().create_task(
+            self._request(batch), name="coalesced-chat-request"
+        )
 
     async def _request(self, batch: _Batch) -> None:
         first = batch.members[0]
@@ -165,10 +170,18 @@ class CoalescingTransport:
             merged = first.request  # alone: sent exactly as it came
         else:
             content = json.dumps({**batch.body, "n": batch.n}).encode()
-            headers = [(k, v) for k, v in first.request.headers.multi_items()
-                       if k.lower() != "content-length"]
-            merged = self._httpx.Request("POST", first.request.url, headers=headers,
-                                         content=content, extensions=first.request.extensions)
+            headers = [
+                (k, v)
+                for k, v in first.request.headers.multi_items()
+                if k.lower() != "content-length"
+            ]
+            merged = self._httpx.Request(
+                "POST",
+                first.request.url,
+                headers=headers,
+                content=content,
+                extensions=first.request.extensions,
+            )
         try:
             response = await self.inner.handle_async_request(merged)
             try:
@@ -181,13 +194,20 @@ class CoalescingTransport:
                 raise
             return
         shares = self._split(raw, response.status_code, batch)
-        headers = [(k, v) for k, v in response.headers.multi_items()
-                   if k.lower() not in _BODY_HEADERS]
+        headers = [
+            (k, v) for k, v in response.headers.multi_items() if k.lower() not in _BODY_HEADERS
+        ]
         for member, share in zip(batch.members, shares, strict=True):
             if not member.future.done():
-                member.future.set_result(self._httpx.Response(
-                    response.status_code, headers=headers, content=share,
-                    request=member.request, extensions=response.extensions))
+                member.future.set_result(
+                    self._httpx.Response(
+                        response.status_code,
+                        headers=headers,
+                        content=share,
+                        request=member.request,
+                        extensions=response.extensions,
+                    )
+                )
 
     def _split(self, raw: bytes, status: int, batch: _Batch) -> list[bytes]:
         """Each member's share of the answer: its choices (renumbered from 0) and usage; an
@@ -206,15 +226,14 @@ class CoalescingTransport:
         shares: list[bytes] = []
         start = 0
         for k, member in enumerate(batch.members):
-            own = [{**c, "index": i} for i, c in enumerate(choices[start:start + member.n])]
+            own = [{**c, "index": i} for i, c in enumerate(choices[start : start + member.n])]
             start += member.n
             share = {**payload, "choices": own}
             if k and isinstance(payload.get("id"), str):
                 share["id"] = f"{payload['id']}-{k}"
             if isinstance(usage, dict):
                 share["usage"] = _usage(usage, own)
-            shares.append(json.dumps(share, separators=(",", ":"),
-                                     ensure_ascii=False).encode())
+            shares.append(json.dumps(share, separators=(",", ":"), ensure_ascii=False).encode())
         return shares
 
 
@@ -228,16 +247,18 @@ def _usage(usage: dict[str, Any], choices: list[dict[str, Any]]) -> dict[str, An
     return {**usage, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def coalescing_http_client(window: float, *, full_at: int | None = None,
-                           **client_kwargs: Any) -> tuple[Any, CoalescingTransport]:
+def coalescing_http_client(
+    window: float, *, full_at: int | None = None, **client_kwargs: Any
+) -> tuple[Any, CoalescingTransport]:
     """An HTTP client for `openai.AsyncOpenAI(http_client=...)` whose chat requests coalesce
     within `window` seconds (a whole group, `full_at`, at once), and its transport (for its
     stats). Its connection limits are the openai client's own defaults."""
     import openai
 
     httpx = httpx_module()
-    inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=1000,
-                                                         max_keepalive_connections=100))
+    inner = httpx.AsyncHTTPTransport(
+        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+    )
     transport = CoalescingTransport(inner, window=window, full_at=full_at)
     # httpx asks of a transport only these methods (it is not an httpx class: which httpx
     # the installed openai uses is known at run time only).

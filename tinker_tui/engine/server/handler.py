@@ -72,10 +72,17 @@ class PolicySource(Protocol):
         list), which end a sample as the renderer's own stops do."""
         ...
 
-    async def sample(self, prompt: tinker.ModelInput, num_samples: int,
-                     sampling_params: tinker.SamplingParams, *, version: int | None = None,
-                     top_logprobs: int = 0, constraint: Any = None,
-                     constraint_prefix: str = "") -> tuple[tinker.SampleResponse, int]: ...
+    async def sample(
+        self,
+        prompt: tinker.ModelInput,
+        num_samples: int,
+        sampling_params: tinker.SamplingParams,
+        *,
+        version: int | None = None,
+        top_logprobs: int = 0,
+        constraint: Any = None,
+        constraint_prefix: str = "",
+    ) -> tuple[tinker.SampleResponse, int]: ...
 
 
 @runtime_checkable
@@ -127,8 +134,15 @@ class Prepared:
 
 
 class ChatHandler:
-    def __init__(self, policy: PolicySource, *, model_name: str, defaults: SamplingDefaults,
-                 max_tokens_limit: int, context_length: int | None = None) -> None:
+    def __init__(
+        self,
+        policy: PolicySource,
+        *,
+        model_name: str,
+        defaults: SamplingDefaults,
+        max_tokens_limit: int,
+        context_length: int | None = None,
+    ) -> None:
         self.policy = policy
         self.model_name = model_name
         self.defaults = defaults
@@ -149,9 +163,13 @@ class ChatHandler:
         name, sep, step = model.rpartition("@")
         if sep and name == self.model_name and step.isascii() and step.isdigit():
             return int(step)
-        raise RequestError(404, f"unknown model {model!r}; this run serves {self.model_name!r} "
-                                f"(or {self.model_name}@STEP for an earlier policy)",
-                           param="model", code="model_not_found")
+        raise RequestError(
+            404,
+            f"unknown model {model!r}; this run serves {self.model_name!r} "
+            f"(or {self.model_name}@STEP for an earlier policy)",
+            param="model",
+            code="model_not_found",
+        )
 
     def renderer_info(self, renderer: Any) -> RendererInfo:
         cached = self._renderer_info
@@ -159,14 +177,20 @@ class ChatHandler:
             return cached[1]
         stops = list(renderer.get_stop_sequences())
         string_stops = all(isinstance(s, str) for s in stops)
-        ends = [] if string_stops else list(dict.fromkeys(
-            [*stops, *(int(t) for t in self.policy.end_tokens)]))
-        info = RendererInfo(native_tools=supports_native_tools(renderer),
-                            content_prefix=content_prefix(renderer),
-                            string_stops=string_stops, stops=stops, end_tokens=ends,
-                            splices=not string_stops and splices(renderer),
-                            context_length=self.context_length
-                            or _tokenizer_context_length(renderer.tokenizer))
+        ends = (
+            []
+            if string_stops
+            else list(dict.fromkeys([*stops, *(int(t) for t in self.policy.end_tokens)]))
+        )
+        info = RendererInfo(
+            native_tools=supports_native_tools(renderer),
+            content_prefix=content_prefix(renderer),
+            string_stops=string_stops,
+            stops=stops,
+            end_tokens=ends,
+            splices=not string_stops and splices(renderer),
+            context_length=self.context_length or _tokenizer_context_length(renderer.tokenizer),
+        )
         self._renderer_info = (renderer, info)
         self._prepared.clear()
         return info
@@ -175,14 +199,21 @@ class ChatHandler:
     def prepare(self, body: ChatCompletionRequest, renderer: Any) -> Prepared:
         info = self.renderer_info(renderer)
         tools: list[dict[str, Any]] = [
-                 {"name": t.function.name, "description": t.function.description,
-                  "parameters": t.function.parameters or {"type": "object", "properties": {}}}
-                 for t in body.tools or []]
+            {
+                "name": t.function.name,
+                "description": t.function.description,
+                "parameters": t.function.parameters or {"type": "object", "properties": {}},
+            }
+            for t in body.tools or []
+        ]
         for i, tool in enumerate(body.tools or []):
             if tool.function.strict:
-                raise RequestError(400, "strict function schemas need constrained decoding, "
-                                        "which this server does not offer",
-                                   param=f"tools.{i}.function.strict")
+                raise RequestError(
+                    400,
+                    "strict function schemas need constrained decoding, "
+                    "which this server does not offer",
+                    param=f"tools.{i}.function.strict",
+                )
         names = [t.function.name for t in body.tools or []]
         if len(set(names)) != len(names):
             raise RequestError(400, "tool names must be unique", param="tools")
@@ -196,8 +227,11 @@ class ChatHandler:
         if isinstance(choice, NamedToolChoice):
             forced_name = choice.function.name
             if forced_name not in names:
-                raise RequestError(400, f"tool_choice names {forced_name!r}, which is not "
-                                        f"among the tools", param="tool_choice")
+                raise RequestError(
+                    400,
+                    f"tool_choice names {forced_name!r}, which is not among the tools",
+                    param="tool_choice",
+                )
         elif choice == "required" and len(names) == 1:
             # One tool: "required" is that tool named, so the prefill covers its name too
             # and a tight max_tokens holds the same call a named choice does.
@@ -205,60 +239,79 @@ class ChatHandler:
         mode: Literal["off", "text", "native"] = "off"
         if tools:
             mode = "native" if info.native_tools else "text"
-        messages, keys, reasonings = self._convert_messages(body.messages, mode, tools,
-                                                            renderer)
+        messages, keys, reasonings = self._convert_messages(body.messages, mode, tools, renderer)
         prefill, prefill_tokens = "", list[int]()
         constraint: Any = None
         forced = choice == "required" or forced_name is not None
         allowed = tuple([forced_name] if forced_name else names)
         if mode == "text" and forced:
-            prefill, prefill_tokens = forced_call_prefill(renderer.tokenizer,
-                                                          info.content_prefix, names,
-                                                          forced_name)
+            prefill, prefill_tokens = forced_call_prefill(
+                renderer.tokenizer, info.content_prefix, names, forced_name
+            )
             constraint = ToolCallConstraint.for_tools(tools, allowed)
         elif mode == "native" and forced:
             opening = call_opening(renderer, forced_name, names[0])
             if opening is None or not opening[1]:
-                raise RequestError(400, "tool_choice 'required' or a named function needs "
-                                        "the start of a tool call in the renderer's format, "
-                                        "and this renderer writes none this server can "
-                                        "find; use 'auto'", param="tool_choice")
+                raise RequestError(
+                    400,
+                    "tool_choice 'required' or a named function needs "
+                    "the start of a tool call in the renderer's format, "
+                    "and this renderer writes none this server can "
+                    "find; use 'auto'",
+                    param="tool_choice",
+                )
             prefill, prefill_tokens = opening
             frame = call_frame(renderer, allowed[0])
             if frame is not None:
                 end = next((int(t) for t in info.stops if isinstance(t, int)), None)
-                constraint = FramedCallConstraint(frame[0], ToolCallConstraint.for_tools(
-                    tools, allowed), frame[1], end_token=end)
+                constraint = FramedCallConstraint(
+                    frame[0], ToolCallConstraint.for_tools(tools, allowed), frame[1], end_token=end
+                )
         try:
             if info.splices:
-                prompt = build_prompt(renderer, messages, keys, reasonings,
-                                      self.sampled_turns, info.end_tokens)
+                prompt = build_prompt(
+                    renderer, messages, keys, reasonings, self.sampled_turns, info.end_tokens
+                )
             else:
                 prompt = renderer.build_generation_prompt(messages)
         except RequestError:
             raise
         except Exception as exc:
-            raise RequestError(400, f"cannot render these messages with the policy's "
-                                    f"renderer: {type(exc).__name__}: {exc}",
-                               param="messages") from None
+            raise RequestError(
+                400,
+                f"cannot render these messages with the policy's "
+                f"renderer: {type(exc).__name__}: {exc}",
+                param="messages",
+            ) from None
         if prefill_tokens:
-            prompt = tinker.ModelInput(chunks=[*prompt.chunks, tinker.EncodedTextChunk(
-                tokens=prefill_tokens)])
+            prompt = tinker.ModelInput(
+                chunks=[*prompt.chunks, tinker.EncodedTextChunk(tokens=prefill_tokens)]
+            )
         prompt_tokens = prompt.to_ints()
         if info.context_length is not None and len(prompt_tokens) >= info.context_length:
-            raise _too_long(info.context_length, f"these messages are {len(prompt_tokens)} "
-                                                 f"tokens")
+            raise _too_long(info.context_length, f"these messages are {len(prompt_tokens)} tokens")
         # The text a reply's content starts with (native calls: none, the prefill is part
         # of the call the renderer parses).
-        prefill_text = "" if mode == "native" else prefill[len(info.content_prefix):] \
-            if prefill.startswith(info.content_prefix) else prefill.lstrip()
-        return Prepared(prompt=prompt, prompt_tokens=prompt_tokens,
-                        prefill_tokens=prefill_tokens, prefill_text=prefill_text,
-                        tool_names=list(allowed) if forced else names, tool_mode=mode,
-                        parse_tools=mode != "off" and choice != "none",
-                        tool_limit=1 if body.parallel_tool_calls is False or forced else None,
-                        forced=forced,
-                        constraint=constraint, constraint_prefix=prefill)
+        prefill_text = (
+            ""
+            if mode == "native"
+            else prefill[len(info.content_prefix) :]
+            if prefill.startswith(info.content_prefix)
+            else prefill.lstrip()
+        )
+        return Prepared(
+            prompt=prompt,
+            prompt_tokens=prompt_tokens,
+            prefill_tokens=prefill_tokens,
+            prefill_text=prefill_text,
+            tool_names=list(allowed) if forced else names,
+            tool_mode=mode,
+            parse_tools=mode != "off" and choice != "none",
+            tool_limit=1 if body.parallel_tool_calls is False or forced else None,
+            forced=forced,
+            constraint=constraint,
+            constraint_prefix=prefill,
+        )
 
     def prepare_large(self, body: ChatCompletionRequest, renderer: Any) -> Prepared:
         """`prepare` for a large request, on a worker thread: a prompt that cannot fit the
@@ -270,14 +323,15 @@ class ChatHandler:
             if info.max_token_chars:
                 fewest, chars = _fewest_tokens(body, info.max_token_chars)
                 if fewest >= info.context_length:
-                    raise _too_long(info.context_length, f"these messages are at least "
-                                                         f"{fewest} tokens ({chars} characters)")
+                    raise _too_long(
+                        info.context_length,
+                        f"these messages are at least {fewest} tokens ({chars} characters)",
+                    )
         return self.prepare(body, renderer)
 
-    def _convert_messages(self, messages: Sequence[ChatMessage], mode: str,
-                          tools: list[dict[str, Any]], renderer: Any
-                          ) -> tuple[list[dict[str, Any]], list[MessageKey | None],
-                                     list[str | None]]:
+    def _convert_messages(
+        self, messages: Sequence[ChatMessage], mode: str, tools: list[dict[str, Any]], renderer: Any
+    ) -> tuple[list[dict[str, Any]], list[MessageKey | None], list[str | None]]:
         """The messages for the renderer, and per message its key among sampled replies
         (assistant messages) and the reasoning it carries."""
         from tinker_cookbook.renderers import TextPart, ThinkingPart, ToolCall
@@ -294,62 +348,85 @@ class ChatHandler:
             text = self._text(m, where)
             role = "system" if m.role == "developer" else m.role
             if m.annotations:
-                raise RequestError(400, "message annotations are not supported",
-                                   param=f"{where}.annotations")
+                raise RequestError(
+                    400, "message annotations are not supported", param=f"{where}.annotations"
+                )
             if m.reasoning_content is not None and role != "assistant":
-                raise RequestError(400, "only assistant messages carry reasoning_content",
-                                   param=f"{where}.reasoning_content")
+                raise RequestError(
+                    400,
+                    "only assistant messages carry reasoning_content",
+                    param=f"{where}.reasoning_content",
+                )
             if m.name is not None and role != "tool":
-                raise RequestError(400, "name is supported on tool messages only",
-                                   param=f"{where}.name")
+                raise RequestError(
+                    400, "name is supported on tool messages only", param=f"{where}.name"
+                )
             if m.tool_calls is not None and role != "assistant":
-                raise RequestError(400, "only assistant messages carry tool_calls",
-                                   param=f"{where}.tool_calls")
+                raise RequestError(
+                    400, "only assistant messages carry tool_calls", param=f"{where}.tool_calls"
+                )
             if m.tool_call_id is not None and role != "tool":
-                raise RequestError(400, "only tool messages carry tool_call_id",
-                                   param=f"{where}.tool_call_id")
+                raise RequestError(
+                    400, "only tool messages carry tool_call_id", param=f"{where}.tool_call_id"
+                )
             if text is None and not (role == "assistant" and m.tool_calls):
-                raise RequestError(400, f"{m.role} messages need content",
-                                   param=f"{where}.content")
+                raise RequestError(400, f"{m.role} messages need content", param=f"{where}.content")
             message: dict[str, Any] = {"role": role, "content": text or ""}
             if m.reasoning_content and not isinstance(renderer, RoleColonRenderer):
                 # As the renderer renders history: Qwen3-Instruct drops it, a thinking
                 # template may keep it (role_colon has no place for it and drops it).
-                message["content"] = [ThinkingPart(type="thinking",
-                                                   thinking=m.reasoning_content),
-                                      TextPart(type="text", text=text or "")]
-            keys.append(message_key(text, [(c.function.name, c.function.arguments)
-                                           for c in m.tool_calls or []])
-                        if role == "assistant" else None)
+                message["content"] = [
+                    ThinkingPart(type="thinking", thinking=m.reasoning_content),
+                    TextPart(type="text", text=text or ""),
+                ]
+            keys.append(
+                message_key(
+                    text, [(c.function.name, c.function.arguments) for c in m.tool_calls or []]
+                )
+                if role == "assistant"
+                else None
+            )
             reasonings.append(m.reasoning_content)
             if role != "tool":
                 open_calls = {}
             if role == "assistant" and m.tool_calls:
                 open_calls = {call.id: call.function.name for call in m.tool_calls}
                 if mode == "native":
-                    message["tool_calls"] = [ToolCall(id=c.id, function=ToolCall.FunctionBody(
-                        name=c.function.name, arguments=c.function.arguments))
-                        for c in m.tool_calls]
+                    message["tool_calls"] = [
+                        ToolCall(
+                            id=c.id,
+                            function=ToolCall.FunctionBody(
+                                name=c.function.name, arguments=c.function.arguments
+                            ),
+                        )
+                        for c in m.tool_calls
+                    ]
                 else:
                     message["content"] = self._assistant_text(text or "", m.tool_calls)
                     keys[-1] = None  # the text protocol has its own exact replies
             if role == "tool":
                 if m.tool_call_id is None:
-                    raise RequestError(400, "tool messages need tool_call_id",
-                                       param=f"{where}.tool_call_id")
+                    raise RequestError(
+                        400, "tool messages need tool_call_id", param=f"{where}.tool_call_id"
+                    )
                 if m.tool_call_id not in open_calls:
-                    raise RequestError(400, f"tool_call_id {m.tool_call_id[:64]!r} answers no "
-                                            "tool call of the assistant message before it "
-                                            "(a tool message must follow the assistant "
-                                            "message whose tool_calls name its id)",
-                                       param=f"{where}.tool_call_id")
+                    raise RequestError(
+                        400,
+                        f"tool_call_id {m.tool_call_id[:64]!r} answers no "
+                        "tool call of the assistant message before it "
+                        "(a tool message must follow the assistant "
+                        "message whose tool_calls name its id)",
+                        param=f"{where}.tool_call_id",
+                    )
                 name = m.name or open_calls[m.tool_call_id]
                 if mode != "native":
                     # A renderer without a tool format (role_colon stops at "\n\nUser:")
                     # hears tool results from the user, so the next prompt extends the
                     # sampled tokens.
-                    message = {"role": "user", "content": TOOL_RESULT.format(
-                        name=name or "tool", content=text or "")}
+                    message = {
+                        "role": "user",
+                        "content": TOOL_RESULT.format(name=name or "tool", content=text or ""),
+                    }
                 else:
                     message["tool_call_id"] = m.tool_call_id
                     if name is not None:
@@ -358,8 +435,12 @@ class ChatHandler:
         if mode == "text":
             section = text_tool_section(tools)
             if out and out[0]["role"] == "system":
-                out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{section}"
-                          if out[0]["content"] else section}
+                out[0] = {
+                    **out[0],
+                    "content": f"{out[0]['content']}\n\n{section}"
+                    if out[0]["content"]
+                    else section,
+                }
             else:
                 out.insert(0, {"role": "system", "content": section})
                 keys.insert(0, None)
@@ -383,25 +464,35 @@ class ChatHandler:
         if m.content is None or isinstance(m.content, str):
             return m.content
         if not m.content:
-            raise RequestError(400, "content is an empty array; give a string or at least "
-                                    "one text part", param=f"{where}.content",
-                               code="empty_array")
+            raise RequestError(
+                400,
+                "content is an empty array; give a string or at least one text part",
+                param=f"{where}.content",
+                code="empty_array",
+            )
         parts = []
         for j, part in enumerate(m.content):
             kind = part.get("type")
             if kind != "text":
-                raise RequestError(400, f"unsupported content part type {str(kind)[:40]!r}: "
-                                        "only text parts are supported",
-                                   param=f"{where}.content.{j}.type")
+                raise RequestError(
+                    400,
+                    f"unsupported content part type {str(kind)[:40]!r}: "
+                    "only text parts are supported",
+                    param=f"{where}.content.{j}.type",
+                )
             if not isinstance(part.get("text"), str):
-                raise RequestError(400, "a text part needs 'text', a string",
-                                   param=f"{where}.content.{j}.text")
+                raise RequestError(
+                    400, "a text part needs 'text', a string", param=f"{where}.content.{j}.text"
+                )
             extra = sorted(set(part) - {"type", "text"})
             if extra:
                 names = ", ".join(repr(k[:40]) for k in extra[:5])
-                raise RequestError(400, f"unsupported key(s) in a text part: {names} (a text "
-                                        "part holds only 'type' and 'text')",
-                                   param=f"{where}.content.{j}.{extra[0][:40]}")
+                raise RequestError(
+                    400,
+                    f"unsupported key(s) in a text part: {names} (a text "
+                    "part holds only 'type' and 'text')",
+                    param=f"{where}.content.{j}.{extra[0][:40]}",
+                )
             parts.append(part["text"])
         return "".join(parts)
 
@@ -422,30 +513,39 @@ class ChatHandler:
         return "\n".join(lines)
 
     # -- sampling -----------------------------------------------------------------------
-    async def complete(self, body: ChatCompletionRequest) -> tuple[list[dict[str, Any]],
-                                                                    Prepared, int]:
+    async def complete(
+        self, body: ChatCompletionRequest
+    ) -> tuple[list[dict[str, Any]], Prepared, int]:
         version = self.resolve_version(body.model)
         max_tokens = body.max_completion_tokens or body.max_tokens or self.defaults.max_tokens
         if max_tokens > self.max_tokens_limit:
             param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
-            raise RequestError(400, f"max_tokens {max_tokens} exceeds this server's limit of "
-                                    f"{self.max_tokens_limit}", param=param)
+            raise RequestError(
+                400,
+                f"max_tokens {max_tokens} exceeds this server's limit of {self.max_tokens_limit}",
+                param=param,
+            )
         if body.top_logprobs and not body.logprobs:
             raise RequestError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
         for name in ("frequency_penalty", "presence_penalty"):
             if getattr(body, name) not in (None, 0, 0.0):
-                raise RequestError(400, f"unsupported parameter: {name} (only 0 is supported)",
-                                   param=name)
+                raise RequestError(
+                    400, f"unsupported parameter: {name} (only 0 is supported)", param=name
+                )
         if body.response_format is not None and body.response_format.type != "text":
-            raise RequestError(400, f"unsupported parameter: response_format of type "
-                                    f"{body.response_format.type!r} (only 'text')",
-                               param="response_format")
+            raise RequestError(
+                400,
+                f"unsupported parameter: response_format of type "
+                f"{body.response_format.type!r} (only 'text')",
+                param="response_format",
+            )
         if body.stream_options is not None and not body.stream:
             raise RequestError(400, "stream_options needs stream=true", param="stream_options")
         user_stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         if len(user_stop) > MAX_STOP or any(not s for s in user_stop):
-            raise RequestError(400, f"stop must be at most {MAX_STOP} non-empty strings",
-                               param="stop")
+            raise RequestError(
+                400, f"stop must be at most {MAX_STOP} non-empty strings", param="stop"
+            )
         renderer = self.policy.renderer
         info = self.renderer_info(renderer)
         key = _signature(body)
@@ -468,44 +568,64 @@ class ChatHandler:
             stop = list(info.end_tokens)
         params = tinker.SamplingParams(
             max_tokens=max_tokens,
-            temperature=self.defaults.temperature if body.temperature is None
-            else body.temperature,
+            temperature=self.defaults.temperature if body.temperature is None else body.temperature,
             top_p=1.0 if body.top_p is None else body.top_p,
             seed=body.seed,
             stop=stop or None,
         )
-        response, used_version = await self._sample(prepared.prompt, body.n, params, version,
-                                                    body.top_logprobs or 0, prepared)
-        choices = [self._choice(i, seq, prepared, body, used_version, user_stop, renderer)
-                   for i, seq in enumerate(response.sequences)]
+        response, used_version = await self._sample(
+            prepared.prompt, body.n, params, version, body.top_logprobs or 0, prepared
+        )
+        choices = [
+            self._choice(i, seq, prepared, body, used_version, user_stop, renderer)
+            for i, seq in enumerate(response.sequences)
+        ]
         return choices, prepared, used_version
 
-    async def _sample(self, prompt: tinker.ModelInput, n: int, params: tinker.SamplingParams,
-                      version: int | None, top_logprobs: int,
-                      prepared: Prepared | None = None) -> tuple[Any, int]:
+    async def _sample(
+        self,
+        prompt: tinker.ModelInput,
+        n: int,
+        params: tinker.SamplingParams,
+        version: int | None,
+        top_logprobs: int,
+        prepared: Prepared | None = None,
+    ) -> tuple[Any, int]:
         from tinker_tui.engine.backend.session import UnknownVersionError
 
         try:
             constrained: dict[str, Any] = {}
             if prepared is not None and prepared.constraint is not None:
-                constrained = {"constraint": prepared.constraint,
-                               "constraint_prefix": prepared.constraint_prefix}
-            return await self.policy.sample(prompt, n, params, version=version,
-                                            top_logprobs=top_logprobs, **constrained)
+                constrained = {
+                    "constraint": prepared.constraint,
+                    "constraint_prefix": prepared.constraint_prefix,
+                }
+            return await self.policy.sample(
+                prompt, n, params, version=version, top_logprobs=top_logprobs, **constrained
+            )
         except UnknownVersionError as exc:
             raise RequestError(404, str(exc), param="model", code="model_not_found") from None
         except (tinker.BadRequestError, tinker.UnprocessableEntityError) as exc:
             raise RequestError(400, f"the sampler refused this request: {exc}") from None
         except tinker.RateLimitError as exc:
-            raise RequestError(429, f"the backend is rate limited: {exc}",
-                               kind="rate_limit_error") from None
+            raise RequestError(
+                429, f"the backend is rate limited: {exc}", kind="rate_limit_error"
+            ) from None
         except (BackendTimeoutError, BackendInterrupted, tinker.TinkerError) as exc:
-            raise RequestError(503, f"the backend is unavailable: {type(exc).__name__}: {exc}",
-                               kind="server_error") from None
+            raise RequestError(
+                503, f"the backend is unavailable: {type(exc).__name__}: {exc}", kind="server_error"
+            ) from None
 
-    def _choice(self, index: int, sequence: Any, prepared: Prepared,
-                body: ChatCompletionRequest, version: int, user_stop: list[str],
-                renderer: Any) -> dict[str, Any]:
+    def _choice(
+        self,
+        index: int,
+        sequence: Any,
+        prepared: Prepared,
+        body: ChatCompletionRequest,
+        version: int,
+        user_stop: list[str],
+        renderer: Any,
+    ) -> dict[str, Any]:
         tokens = list(sequence.tokens)
         logprobs = [float(x) for x in (sequence.logprobs or [])]
         topk = getattr(sequence, "topk_logprobs", None) if body.top_logprobs else None
@@ -516,8 +636,8 @@ class ChatHandler:
         # sampler stopped there.
         end_at = next((i for i, t in enumerate(tokens) if t in info.end_tokens), None)
         if end_at is not None and end_at + 1 < len(tokens):
-            tokens, logprobs, finish = tokens[:end_at + 1], logprobs[:end_at + 1], "stop"
-            topk = topk[:end_at + 1] if topk else topk
+            tokens, logprobs, finish = tokens[: end_at + 1], logprobs[: end_at + 1], "stop"
+            topk = topk[: end_at + 1] if topk else topk
         if user_stop and not info.string_stops:
             cut = _stop_cut(tokenizer, tokens, user_stop)
             if cut is not None:
@@ -539,8 +659,9 @@ class ChatHandler:
         calls: list[tuple[str, str]] = []
         ids: list[str] = []
         if prepared.parse_tools and prepared.tool_mode == "text":
-            rest, calls = parse_text_tool_calls(content, prepared.tool_names,
-                                                limit=prepared.tool_limit)
+            rest, calls = parse_text_tool_calls(
+                content, prepared.tool_names, limit=prepared.tool_limit
+            )
             if calls:
                 ids = [_call_id() for _ in calls]
                 self.tool_texts.put(tuple(ids), rest, calls, content)
@@ -550,13 +671,15 @@ class ChatHandler:
             if not found and end_at is None and info.end_tokens:
                 # A whole call whose end-of-turn token did not fit is still a call: parse
                 # the reply as if the turn had ended there.
-                ended, _ = renderer.parse_response(_as_parsed(
-                    prepared.prefill_tokens + tokens + [info.end_tokens[0]], info))
+                ended, _ = renderer.parse_response(
+                    _as_parsed(prepared.prefill_tokens + tokens + [info.end_tokens[0]], info)
+                )
                 if ended.get("tool_calls"):
                     message, found = ended, list(ended["tool_calls"])
                     content, _ = _text_and_thinking(ended.get("content", ""))
-            native = [c for c in found
-                      if c.function.name in prepared.tool_names][:prepared.tool_limit]
+            native = [c for c in found if c.function.name in prepared.tool_names][
+                : prepared.tool_limit
+            ]
             calls = [(c.function.name, c.function.arguments) for c in native]
             ids = [c.id or _call_id() for c in native]
             if calls and (prepared.forced or not content.strip()):
@@ -565,22 +688,32 @@ class ChatHandler:
                 out_message["content"] = content
         if calls:
             out_message["tool_calls"] = [
-                {"id": call_id, "type": "function",
-                 "function": {"name": name, "arguments": arguments}}
-                for call_id, (name, arguments) in zip(ids, calls, strict=True)]
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }
+                for call_id, (name, arguments) in zip(ids, calls, strict=True)
+            ]
             finish = "tool_calls"
         if reasoning:
             out_message["reasoning_content"] = reasoning
         if info.splices:
-            before = prepared.prompt_tokens[:len(prepared.prompt_tokens)
-                                            - len(prepared.prefill_tokens)]
-            self.sampled_turns.put(before, message_key(out_message["content"], calls),
-                                   prepared.prefill_tokens + tokens, reasoning)
+            before = prepared.prompt_tokens[
+                : len(prepared.prompt_tokens) - len(prepared.prefill_tokens)
+            ]
+            self.sampled_turns.put(
+                before,
+                message_key(out_message["content"], calls),
+                prepared.prefill_tokens + tokens,
+                reasoning,
+            )
         return {
             "index": index,
             "message": out_message,
             "finish_reason": finish,
-            "logprobs": _openai_logprobs(tokenizer, tokens, logprobs, topk) if body.logprobs
+            "logprobs": _openai_logprobs(tokenizer, tokens, logprobs, topk)
+            if body.logprobs
             else None,
             "prompt_token_ids": prepared.prompt_tokens,
             "token_ids": tokens,
@@ -614,8 +747,9 @@ def prompt_chars(body: ChatCompletionRequest) -> int:
 def _fewest_tokens(body: ChatCompletionRequest, max_token_chars: int) -> tuple[int, int]:
     """The fewest tokens the prompt can have, and the characters that bound counts: those
     of the verbatim text less ASCII whitespace (a tokenizer may fold runs of it)."""
-    chars = sum(len(text) - sum(text.count(c) for c in " \t\n\r\f\v")
-                for text in _verbatim_texts(body))
+    chars = sum(
+        len(text) - sum(text.count(c) for c in " \t\n\r\f\v") for text in _verbatim_texts(body)
+    )
     return -(-chars // max_token_chars), chars
 
 
@@ -638,23 +772,45 @@ def _max_token_chars(tokenizer: Any) -> int | None:
 
 
 def _too_long(context_length: int, what: str) -> RequestError:
-    return RequestError(400, f"this model's maximum context length is {context_length} "
-                             f"tokens; {what}", param="messages",
-                        code="context_length_exceeded")
+    return RequestError(
+        400,
+        f"this model's maximum context length is {context_length} tokens; {what}",
+        param="messages",
+        code="context_length_exceeded",
+    )
 
 
 def _signature(body: ChatCompletionRequest) -> tuple[Any, ...]:
     """Everything `prepare` reads from a request: equal signatures render equal prompts."""
     messages = tuple(
-        (m.role, m.content if m.content is None or isinstance(m.content, str)
-         else json.dumps(m.content, sort_keys=True), m.name, m.tool_call_id,
-         tuple((c.id, c.function.name, c.function.arguments) for c in m.tool_calls)
-         if m.tool_calls is not None else None,
-         json.dumps(m.annotations) if m.annotations is not None else None, m.reasoning_content)
-        for m in body.messages)
-    tools = tuple((t.function.name, t.function.description,
-                   json.dumps(t.function.parameters, sort_keys=True), t.function.strict)
-                  for t in body.tools) if body.tools is not None else None
+        (
+            m.role,
+            m.content
+            if m.content is None or isinstance(m.content, str)
+            else json.dumps(m.content, sort_keys=True),
+            m.name,
+            m.tool_call_id,
+            tuple((c.id, c.function.name, c.function.arguments) for c in m.tool_calls)
+            if m.tool_calls is not None
+            else None,
+            json.dumps(m.annotations) if m.annotations is not None else None,
+            m.reasoning_content,
+        )
+        for m in body.messages
+    )
+    tools = (
+        tuple(
+            (
+                t.function.name,
+                t.function.description,
+                json.dumps(t.function.parameters, sort_keys=True),
+                t.function.strict,
+            )
+            for t in body.tools
+        )
+        if body.tools is not None
+        else None
+    )
     choice = body.tool_choice
     named = ("function", choice.function.name) if isinstance(choice, NamedToolChoice) else choice
     return messages, tools, named, body.parallel_tool_calls
@@ -687,7 +843,7 @@ def _split_thinking(text: str) -> tuple[str, str]:
     head = text.lstrip()
     if not head.startswith("<think>") or "</think>" not in head:
         return text, ""
-    reasoning, _, rest = head[len("<think>"):].partition("</think>")
+    reasoning, _, rest = head[len("<think>") :].partition("</think>")
     return rest.lstrip("\n"), reasoning.strip("\n")
 
 
@@ -704,8 +860,9 @@ def _stop_cut(tokenizer: Any, tokens: list[int], stops: list[str]) -> int | None
     return None
 
 
-def _openai_logprobs(tokenizer: Any, tokens: list[int], logprobs: list[float],
-                     topk: Any) -> dict[str, Any]:
+def _openai_logprobs(
+    tokenizer: Any, tokens: list[int], logprobs: list[float], topk: Any
+) -> dict[str, Any]:
     content = []
     for position, (token, logprob) in enumerate(zip(tokens, logprobs, strict=True)):
         text = tokenizer.decode([token])
@@ -713,15 +870,29 @@ def _openai_logprobs(tokenizer: Any, tokens: list[int], logprobs: list[float],
         if topk and position < len(topk) and topk[position]:
             for alt, alt_logprob in topk[position]:
                 alt_text = tokenizer.decode([int(alt)])
-                top.append({"token": alt_text, "logprob": float(alt_logprob),
-                            "bytes": list(alt_text.encode("utf-8"))})
-        content.append({"token": text, "logprob": logprob,
-                        "bytes": list(text.encode("utf-8")), "top_logprobs": top})
+                top.append(
+                    {
+                        "token": alt_text,
+                        "logprob": float(alt_logprob),
+                        "bytes": list(alt_text.encode("utf-8")),
+                    }
+                )
+        content.append(
+            {
+                "token": text,
+                "logprob": logprob,
+                "bytes": list(text.encode("utf-8")),
+                "top_logprobs": top,
+            }
+        )
     return {"content": content, "refusal": None}
 
 
 def usage(prepared: Prepared, choices: list[dict[str, Any]]) -> dict[str, int]:
     completion = sum(len(c["token_ids"]) for c in choices)
     prompt = len(prepared.prompt_tokens)
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }

@@ -33,8 +33,15 @@ def _rendered_call(renderer: Any, name: str) -> tuple[list[int], str] | None:
     `name` with the marker arguments (its end-of-turn token left out)."""
     from tinker_cookbook.renderers import RenderContext, ToolCall
 
-    message = {"role": "assistant", "content": "", "tool_calls": [ToolCall(
-        id="call_0", function=ToolCall.FunctionBody(name=name, arguments=json.dumps(_ARGS)))]}
+    message = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            ToolCall(
+                id="call_0", function=ToolCall.FunctionBody(name=name, arguments=json.dumps(_ARGS))
+            )
+        ],
+    }
     try:
         rendered = renderer.render_message(message, RenderContext(idx=1, is_last=True))
     except Exception:
@@ -53,8 +60,9 @@ def _int_stops(renderer: Any) -> list[int]:
         return []
 
 
-def call_opening(renderer: Any, forced_name: str | None,
-                 first_name: str) -> tuple[str, list[int]] | None:
+def call_opening(
+    renderer: Any, forced_name: str | None, first_name: str
+) -> tuple[str, list[int]] | None:
     """The prefill of a forced call (text, tokens), or None if the renderer writes no call
     this way. `forced_name` None: tool_choice "required" (the opening up to the name)."""
     name = forced_name or first_name
@@ -83,11 +91,13 @@ def call_frame(renderer: Any, name: str) -> tuple[str, str] | None:
     if rendered is None:
         return None
     text = rendered[1]
-    for payload in (json.dumps({"name": name, "arguments": _ARGS}),
-                    json.dumps({"name": name, "arguments": _ARGS}, ensure_ascii=False)):
+    for payload in (
+        json.dumps({"name": name, "arguments": _ARGS}),
+        json.dumps({"name": name, "arguments": _ARGS}, ensure_ascii=False),
+    ):
         at = text.find(payload)
         if at >= 0:
-            return text[:at], text[at + len(payload):]
+            return text[:at], text[at + len(payload) :]
     return None
 
 
@@ -157,7 +167,7 @@ class FramedScan:
                     self.verdict = "reject"
                     return "reject"
                 if self.inner.verdict == "done":
-                    text = text[i + 1:]
+                    text = text[i + 1 :]
                     break
             else:
                 text = ""
@@ -169,7 +179,6 @@ class FramedScan:
             if not c.closing.startswith(self.tail):
                 self.verdict = "reject"
                 return "reject"
-        done = self.inner is not None and self.inner.verdict == "done" \
-            and self.tail == c.closing
+        done = self.inner is not None and self.inner.verdict == "done" and self.tail == c.closing
         self.verdict = "end" if done else "continue"
         return self.verdict

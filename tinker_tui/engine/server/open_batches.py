@@ -41,8 +41,9 @@ class OpenBatches(Generic[B]):
     def get(self, key: Hashable) -> B | None:
         return self.open.get(key)
 
-    def add(self, batch: B, loop: asyncio.AbstractEventLoop, window: float,
-            send: Callable[[B], None]) -> None:
+    def add(
+        self, batch: B, loop: asyncio.AbstractEventLoop, window: float, send: Callable[[B], None]
+    ) -> None:
         """Open `batch`, sent by `send` when `window` seconds have passed."""
         self.open[batch.key] = batch
         batch.timer = loop.call_later(window, send, batch)

@@ -58,16 +58,18 @@ class SampledTurns:
     def __len__(self) -> int:
         return len(self._items)
 
-    def put(self, before: Sequence[int], key: MessageKey, tokens: Sequence[int],
-            reasoning: str = "") -> None:
+    def put(
+        self, before: Sequence[int], key: MessageKey, tokens: Sequence[int], reasoning: str = ""
+    ) -> None:
         item = (_digest(before), key)
         self._items[item] = Sampled(array("q", tokens), reasoning)
         self._items.move_to_end(item)
         if len(self._items) > self.size:
             self._items.popitem(last=False)
 
-    def get(self, before: Sequence[int], key: MessageKey,
-            reasoning: str | None) -> list[int] | None:
+    def get(
+        self, before: Sequence[int], key: MessageKey, reasoning: str | None
+    ) -> list[int] | None:
         """The sampled tokens of this message after `before`; `reasoning` None matches any
         (agents often drop it from history), else it must be the reasoning returned."""
         found = self._items.get((_digest(before), key))
@@ -81,13 +83,20 @@ def splices(renderer: Any) -> bool:
     sampled reply can take a message's place."""
     from tinker_cookbook.renderers.base import Renderer
 
-    return isinstance(renderer, Renderer) and \
-        type(renderer).build_generation_prompt is Renderer.build_generation_prompt
+    return (
+        isinstance(renderer, Renderer)
+        and type(renderer).build_generation_prompt is Renderer.build_generation_prompt
+    )
 
 
-def build_prompt(renderer: Any, messages: list[Any], keys: Sequence[MessageKey | None],
-                 reasonings: Sequence[str | None], turns: SampledTurns,
-                 ends: Sequence[int]) -> tinker.ModelInput:
+def build_prompt(
+    renderer: Any,
+    messages: list[Any],
+    keys: Sequence[MessageKey | None],
+    reasonings: Sequence[str | None],
+    turns: SampledTurns,
+    ends: Sequence[int],
+) -> tinker.ModelInput:
     """The generation prompt of `messages`, as `renderer.build_generation_prompt` builds it,
     except that an assistant message with a key whose sampled tokens `turns` holds after the
     tokens so far is those tokens (and the renderer's end of turn if they lack an end).
@@ -114,18 +123,23 @@ def build_prompt(renderer: Any, messages: list[Any], keys: Sequence[MessageKey |
 
     so_far: list[int] = list(tokens)  # every token so far, for the lookups
     for idx, message in enumerate(messages):
-        ctx = RenderContext(idx=idx, is_last=idx == len(messages) - 1,
-                            prev_message=messages[idx - 1] if idx > 0 else None,
-                            next_message=messages[idx + 1] if idx + 1 < len(messages) else None,
-                            last_user_index=last_user, in_last_assistant_turn=idx >= turn_start)
+        ctx = RenderContext(
+            idx=idx,
+            is_last=idx == len(messages) - 1,
+            prev_message=messages[idx - 1] if idx > 0 else None,
+            next_message=messages[idx + 1] if idx + 1 < len(messages) else None,
+            last_user_index=last_user,
+            in_last_assistant_turn=idx >= turn_start,
+        )
         rendered = renderer.render_message(message, ctx)
         header = rendered.header
         if header is not None and getattr(header, "tokens", None) != []:
             add(header)
             so_far.extend(getattr(header, "tokens", []))
         key = keys[idx]
-        sampled = turns.get(so_far, key, reasonings[idx]) \
-            if key is not None and len(turns) else None
+        sampled = (
+            turns.get(so_far, key, reasonings[idx]) if key is not None and len(turns) else None
+        )
         if sampled is not None:
             if not sampled or sampled[-1] not in ends_set:
                 own = [t for c in rendered.output for t in getattr(c, "tokens", [])]
@@ -140,10 +154,17 @@ def build_prompt(renderer: Any, messages: list[Any], keys: Sequence[MessageKey |
                 continue
             add(chunk)
             so_far.extend(getattr(chunk, "tokens", []))
-    suffix = cookbook_private.generation_suffix(renderer,
-        "assistant", RenderContext(idx=len(messages), is_last=True,
-                                   prev_message=messages[-1] if messages else None,
-                                   last_user_index=last_user, in_last_assistant_turn=True))
+    suffix = cookbook_private.generation_suffix(
+        renderer,
+        "assistant",
+        RenderContext(
+            idx=len(messages),
+            is_last=True,
+            prev_message=messages[-1] if messages else None,
+            last_user_index=last_user,
+            in_last_assistant_turn=True,
+        ),
+    )
     tokens.extend(suffix)
     flush()
     return tinker.ModelInput(chunks=chunks)

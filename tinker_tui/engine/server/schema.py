@@ -105,8 +105,15 @@ class ChatCompletionRequest(_Strict):
 class RequestError(TinkerTuiError):
     """A request the server refuses; becomes an OpenAI-shaped error response."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None,
-                 code: str | None = None, kind: str = "invalid_request_error") -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -121,8 +128,11 @@ _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "function-a
 def _param(loc: Sequence[Any]) -> str | None:
     """`messages.0.content` from a pydantic error location, without the tags pydantic adds
     for union members (`str`, `list[...]`, `NamedToolChoice`, ...)."""
-    parts = [str(p) for p in loc if isinstance(p, int) or not (
-        str(p) in _TYPE_TAGS or "[" in str(p) or str(p)[:1].isupper())]
+    parts = [
+        str(p)
+        for p in loc
+        if isinstance(p, int) or not (str(p) in _TYPE_TAGS or "[" in str(p) or str(p)[:1].isupper())
+    ]
     return ".".join(parts) or None
 
 
@@ -141,5 +151,6 @@ def validation_error(exc: ValidationError) -> RequestError:
     if not loc:
         return RequestError(400, "the request body must be a JSON object")
     message = first.get("msg", "invalid request")
-    return RequestError(400, f"invalid value for {param}: {message}" if param else message,
-                        param=param)
+    return RequestError(
+        400, f"invalid value for {param}: {message}" if param else message, param=param
+    )

@@ -93,14 +93,20 @@ class ArgumentRules:
             if isinstance(types, list) and types and set(types) <= _KINDS:
                 kinds[key] = frozenset(types)
             enum = spec.get("enum")
-            if isinstance(enum, list) and enum and all(
-                    isinstance(v, str | int | float | bool) or v is None for v in enum):
+            if (
+                isinstance(enum, list)
+                and enum
+                and all(isinstance(v, str | int | float | bool) or v is None for v in enum)
+            ):
                 enums[key] = tuple(_json(v) for v in enum)
-        return cls(keys=keys,
-                   required=frozenset(_json(str(k))[1:-1] for k in required
-                                      if k in properties) if isinstance(required, list)
-                   else frozenset(),
-                   kinds=kinds, enums=enums)
+        return cls(
+            keys=keys,
+            required=frozenset(_json(str(k))[1:-1] for k in required if k in properties)
+            if isinstance(required, list)
+            else frozenset(),
+            kinds=kinds,
+            enums=enums,
+        )
 
     def allows(self, key: str, kind: str) -> bool:
         kinds = self.kinds.get(key)
@@ -121,23 +127,30 @@ class ToolCallConstraint:
     schemas: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def for_tools(cls, tools: list[dict[str, Any]], names: tuple[str, ...]
-                  ) -> ToolCallConstraint:
+    def for_tools(cls, tools: list[dict[str, Any]], names: tuple[str, ...]) -> ToolCallConstraint:
         """A call of one of `names`, each with its tool's `parameters` (tools as the handler
         lists them: name, description, parameters)."""
-        return cls(names, {t["name"]: ArgumentRules.from_schema(t.get("parameters"))
-                           for t in tools if t["name"] in names},
-                   {t["name"]: t.get("parameters") for t in tools if t["name"] in names})
+        return cls(
+            names,
+            {
+                t["name"]: ArgumentRules.from_schema(t.get("parameters"))
+                for t in tools
+                if t["name"] in names
+            },
+            {t["name"]: t.get("parameters") for t in tools if t["name"] in names},
+        )
 
     def start(self, text: str) -> ScanState:
         """The scan of `text` (check its `verdict`)."""
-        state = ScanState(tuple(_json(n)[1:-1] for n in self.tool_names),
-                          {_json(n)[1:-1]: rules for n, rules in self.arguments.items()})
+        state = ScanState(
+            tuple(_json(n)[1:-1] for n in self.tool_names),
+            {_json(n)[1:-1]: rules for n, rules in self.arguments.items()},
+        )
         state.feed(text)
         return state
 
     def check(self, text: str) -> Verdict:
-        """"reject" if `text` can no longer become a call, "done" once it is one (nothing
+        """ "reject" if `text` can no longer become a call, "done" once it is one (nothing
         may follow), else "continue"."""
         return self.start(text).verdict
 
@@ -161,11 +174,26 @@ class ScanState:
     scalar, `mode` says so and `buffer` holds its text as written. The arguments object is
     the one object two levels down (the call's only object value)."""
 
-    __slots__ = ("names", "rules", "name", "stack", "keys", "arg_keys", "mode", "buffer",
-                 "is_key", "unicode_left", "last", "started", "done", "verdict")
+    __slots__ = (
+        "names",
+        "rules",
+        "name",
+        "stack",
+        "keys",
+        "arg_keys",
+        "mode",
+        "buffer",
+        "is_key",
+        "unicode_left",
+        "last",
+        "started",
+        "done",
+        "verdict",
+    )
 
-    def __init__(self, names: tuple[str, ...],
-                 rules: Mapping[str, ArgumentRules] | None = None) -> None:
+    def __init__(
+        self, names: tuple[str, ...], rules: Mapping[str, ArgumentRules] | None = None
+    ) -> None:
         self.names = names  # as JSON writes them, without quotes
         self.rules = rules or {}  # per name, as JSON writes it
         self.name = ""  # the tool called, once its name is written
@@ -300,8 +328,9 @@ class ScanState:
             elif c in "{[":
                 self._top_value("object" if c == "{" else "array")
                 frame[1] = "comma_or_end"
-                self.stack.append(["object", "key_or_end"] if c == "{"
-                                  else ["array", "value_or_end"])
+                self.stack.append(
+                    ["object", "key_or_end"] if c == "{" else ["array", "value_or_end"]
+                )
             else:
                 self._top_value("scalar")
                 frame[1] = "comma_or_end"
@@ -355,8 +384,9 @@ class ScanState:
             if not wanted.startswith(raw) or (closed and raw != wanted):
                 raise _Reject
         elif self.keys and self.keys[-1] == "name":
-            if not any(name.startswith(raw) for name in self.names) or \
-                    (closed and raw not in self.names):
+            if not any(name.startswith(raw) for name in self.names) or (
+                closed and raw not in self.names
+            ):
                 raise _Reject
 
     def _check_argument_string(self, *, closed: bool) -> None:
@@ -365,8 +395,9 @@ class ScanState:
         raw = self.buffer
         if self.is_key:
             left = self._keys_left()
-            if left is not None and (not any(k.startswith(raw) for k in left)
-                                     or (closed and raw not in left)):
+            if left is not None and (
+                not any(k.startswith(raw) for k in left) or (closed and raw not in left)
+            ):
                 raise _Reject
             return
         rules = self._rules()
@@ -418,8 +449,7 @@ class ScanState:
             return
         key = self.arg_keys[-1]
         enum = rules.enums.get(key)
-        if enum is not None and not any(v == word if ended else v.startswith(word)
-                                        for v in enum):
+        if enum is not None and not any(v == word if ended else v.startswith(word) for v in enum):
             raise _Reject
         if key not in rules.kinds:
             return
@@ -427,8 +457,8 @@ class ScanState:
             whole = (_INTEGER if ended else _INTEGER_START).fullmatch(word) is not None
             if not (rules.allows(key, "number") or (whole and rules.allows(key, "integer"))):
                 raise _Reject
-        elif not any(rules.allows(key, kind) and (lit == word if ended else lit.startswith(word))
-                     for kind, lit in (("boolean", "true"), ("boolean", "false"),
-                                       ("null", "null"))):
+        elif not any(
+            rules.allows(key, kind) and (lit == word if ended else lit.startswith(word))
+            for kind, lit in (("boolean", "true"), ("boolean", "false"), ("null", "null"))
+        ):
             raise _Reject
-

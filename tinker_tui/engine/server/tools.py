@@ -22,16 +22,23 @@ from typing import Any
 
 #: The first line of the system-message section that lists tools (text protocol).
 TOOLS_HEADER = "You can call these tools (one JSON object each):"
-TOOLS_INSTRUCTION = ('To call a tool, write a JSON object on a line of its own: '
-                     '{"name": "<tool name>", "arguments": {<arguments>}}')
+TOOLS_INSTRUCTION = (
+    "To call a tool, write a JSON object on a line of its own: "
+    '{"name": "<tool name>", "arguments": {<arguments>}}'
+)
 #: How a tool result reaches the model in the text protocol: as a user message.
 TOOL_RESULT = "Tool {name} returned: {content}"
 
 
 def text_tool_section(tools: Sequence[dict[str, Any]]) -> str:
     """The system-message text that offers tools to a renderer without native tool support."""
-    lines = [json.dumps({"name": t["name"], "description": t["description"],
-                         "parameters": t["parameters"]}, ensure_ascii=False) for t in tools]
+    lines = [
+        json.dumps(
+            {"name": t["name"], "description": t["description"], "parameters": t["parameters"]},
+            ensure_ascii=False,
+        )
+        for t in tools
+    ]
     return "\n".join([TOOLS_HEADER, *lines, TOOLS_INSTRUCTION])
 
 
@@ -40,8 +47,9 @@ def format_text_tool_call(name: str, arguments: Any) -> str:
     return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
 
 
-def forced_call_prefill(tokenizer: Any, content_prefix: str, tool_names: Sequence[str],
-                        forced_name: str | None) -> tuple[str, list[int]]:
+def forced_call_prefill(
+    tokenizer: Any, content_prefix: str, tool_names: Sequence[str], forced_name: str | None
+) -> tuple[str, list[int]]:
     """The prefill of a forced tool call in the text protocol: its text and its tokens.
 
     The wanted start is `content_prefix` + `{"name": "` (tool_choice "required") or
@@ -52,12 +60,16 @@ def forced_call_prefill(tokenizer: Any, content_prefix: str, tool_names: Sequenc
     parses. The tokens are that whole call's own first tokens, so the prompt ends exactly
     where a sampled call would be at that point."""
     name = forced_name or tool_names[0]
-    head = f'{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments":' if forced_name \
+    head = (
+        f'{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments":'
+        if forced_name
         else '{"name": "'
+    )
     wanted = content_prefix + head
     whole = content_prefix + format_text_tool_call(name, {})
-    return longest_prefix_of(tokenizer, list(tokenizer.encode(whole, add_special_tokens=False)),
-                             wanted)
+    return longest_prefix_of(
+        tokenizer, list(tokenizer.encode(whole, add_special_tokens=False)), wanted
+    )
 
 
 def longest_prefix_of(tokenizer: Any, tokens: list[int], wanted: str) -> tuple[str, list[int]]:
@@ -87,8 +99,9 @@ def _encode(arguments: dict[str, Any]) -> str | None:
         return None
 
 
-def parse_text_tool_calls(text: str, tool_names: Sequence[str], *,
-                          limit: int | None = None) -> tuple[str, list[tuple[str, str]]]:
+def parse_text_tool_calls(
+    text: str, tool_names: Sequence[str], *, limit: int | None = None
+) -> tuple[str, list[tuple[str, str]]]:
     """Split a reply into content and tool calls written in the text protocol.
 
     A tool call is a JSON object with a `name` among `tool_names` and an `arguments` object
@@ -115,8 +128,12 @@ def parse_text_tool_calls(text: str, tool_names: Sequence[str], *,
             except ValueError:
                 arguments = None
         encoded = _encode(arguments) if isinstance(arguments, dict) else None
-        if (isinstance(obj, dict) and obj.get("name") in names and encoded is not None
-                and set(obj) <= {"name", "arguments"}):
+        if (
+            isinstance(obj, dict)
+            and obj.get("name") in names
+            and encoded is not None
+            and set(obj) <= {"name", "arguments"}
+        ):
             calls.append((obj["name"], encoded))
             spans.append((start, end))
             position = end
@@ -136,7 +153,8 @@ def parse_text_tool_calls(text: str, tool_names: Sequence[str], *,
 def supports_native_tools(renderer: Any) -> bool:
     try:
         renderer.create_conversation_prefix_with_tools(
-            [{"name": "probe", "description": "", "parameters": {"type": "object"}}], "")
+            [{"name": "probe", "description": "", "parameters": {"type": "object"}}], ""
+        )
     except NotImplementedError:
         return False
     except Exception:
@@ -151,19 +169,23 @@ def content_prefix(renderer: Any) -> str:
 
     marker = "QQmarkerQQ"
     try:
-        rendered = renderer.render_message({"role": "assistant", "content": marker},
-                                           RenderContext(idx=1, is_last=True))
+        rendered = renderer.render_message(
+            {"role": "assistant", "content": marker}, RenderContext(idx=1, is_last=True)
+        )
         if rendered.header is None:
             # A renderer that renders whole turns (a folder's chat template): the text
             # between the generation prompt and the reply, so the header is not repeated.
             question = [{"role": "user", "content": "hi"}]
             decode = renderer.tokenizer.decode
             prompt = decode(renderer.build_generation_prompt(question).to_ints())
-            whole = decode(renderer.build_supervised_example(
-                [*question, {"role": "assistant", "content": marker}])[0].to_ints())
+            whole = decode(
+                renderer.build_supervised_example(
+                    [*question, {"role": "assistant", "content": marker}]
+                )[0].to_ints()
+            )
             if not whole.startswith(prompt):
                 return ""
-            text = whole[len(prompt):]
+            text = whole[len(prompt) :]
         else:
             tokens = [t for chunk in rendered.output for t in getattr(chunk, "tokens", [])]
             text = renderer.tokenizer.decode(tokens)
@@ -178,11 +200,13 @@ class ToolTextCache:
 
     def __init__(self, size: int = 4096) -> None:
         self.size = size
-        self._items: OrderedDict[tuple[str, ...], tuple[str, list[tuple[str, str]], str]] = \
+        self._items: OrderedDict[tuple[str, ...], tuple[str, list[tuple[str, str]], str]] = (
             OrderedDict()
+        )
 
-    def put(self, ids: tuple[str, ...], content: str, calls: list[tuple[str, str]],
-            raw: str) -> None:
+    def put(
+        self, ids: tuple[str, ...], content: str, calls: list[tuple[str, str]], raw: str
+    ) -> None:
         self._items[ids] = (content, calls, raw)
         if len(self._items) > self.size:
             self._items.popitem(last=False)
@@ -193,8 +217,9 @@ class ToolTextCache:
             return None
         cached_content, cached_calls, raw = item
         same_calls = len(calls) == len(cached_calls) and all(
-            a[0] == b[0] and _json_equal(a[1], b[1]) for a, b in zip(calls, cached_calls,
-                                                                    strict=True))
+            a[0] == b[0] and _json_equal(a[1], b[1])
+            for a, b in zip(calls, cached_calls, strict=True)
+        )
         return raw if same_calls and content.strip() == cached_content.strip() else None
 
 

@@ -152,15 +152,35 @@ WHERE run_id = ? AND status IN ('started', 'sampled')
 
 
 def _encode_run_started(rows: Rows, run_id: str | None, e: RunStarted) -> None:
-    rows.run_ops.append((SQL_RUN_STARTED, (
-        _str(e.run_id), _str(e.name), _str(e.backend), _str(e.base_model),
-        _dumps(dict(e.config)), _float_or_none(e.time), _int_or_none(e.max_steps),
-        int(e.start_step), _str(e.task_spec), _str(e.run_name), _str(e.note))))
+    rows.run_ops.append(
+        (
+            SQL_RUN_STARTED,
+            (
+                _str(e.run_id),
+                _str(e.name),
+                _str(e.backend),
+                _str(e.base_model),
+                _dumps(dict(e.config)),
+                _float_or_none(e.time),
+                _int_or_none(e.max_steps),
+                int(e.start_step),
+                _str(e.task_spec),
+                _str(e.run_name),
+                _str(e.note),
+            ),
+        )
+    )
 
 
 def _encode_run_finished(rows: Rows, run_id: str, e: RunFinished) -> None:
-    finished = (_str(e.status), _str(e.reason), _float_or_none(e.time),
-                _int_or_none(e.final_step), _str(e.cause), run_id)
+    finished = (
+        _str(e.status),
+        _str(e.reason),
+        _float_or_none(e.time),
+        _int_or_none(e.final_step),
+        _str(e.cause),
+        run_id,
+    )
     rows.run_ops.append((SQL_RUN_FINISHED, finished))
     rows.by_statement[_SQL_GROUPS_UNUSED].append((run_id,))
 
@@ -201,20 +221,31 @@ class StoredRun:
 
     def started(self) -> RunStarted:
         """The run's RunStarted, as its last start recorded it (time: its first start)."""
-        return RunStarted(time=float(self.started_at or 0.0), run_id=self.run_id,
-                          name=self.name, backend=self.backend, base_model=self.base_model,
-                          max_steps=int(self.max_steps or 0), start_step=self.start_step,
-                          config=dict(self.config), task_spec=self.task_spec,
-                          run_name=self.run_name, note=self.note)
+        return RunStarted(
+            time=float(self.started_at or 0.0),
+            run_id=self.run_id,
+            name=self.name,
+            backend=self.backend,
+            base_model=self.base_model,
+            max_steps=int(self.max_steps or 0),
+            start_step=self.start_step,
+            config=dict(self.config),
+            task_spec=self.task_spec,
+            run_name=self.run_name,
+            note=self.note,
+        )
 
     def finished(self) -> RunFinished | None:
         """The run's RunFinished; None while the store has no end for it."""
         if self.status in ("", "running"):
             return None
-        return RunFinished(time=float(self.ended_at or self.started_at or 0.0),
-                           status=self.status,  # type: ignore[arg-type]  # as recorded
-                           final_step=int(self.final_step or 0), reason=self.reason,
-                           cause=self.cause)  # type: ignore[arg-type]  # as recorded
+        return RunFinished(
+            time=float(self.ended_at or self.started_at or 0.0),
+            status=self.status,  # type: ignore[arg-type]  # as recorded
+            final_step=int(self.final_step or 0),
+            reason=self.reason,
+            cause=self.cause,  # type: ignore[arg-type]  # as recorded
+        )
 
 
 def decode_run(row: StoredRow) -> StoredRun:
@@ -224,16 +255,25 @@ def decode_run(row: StoredRow) -> StoredRun:
     except ValueError:
         config = {}
     return StoredRun(
-        run_id=row["run_id"], name=row["name"] or "", backend=row["backend"] or "",
+        run_id=row["run_id"],
+        name=row["name"] or "",
+        backend=row["backend"] or "",
         base_model=row["base_model"] or "",
-        config=config if isinstance(config, dict) else {}, status=row["status"] or "",
-        reason=row["reason"] or "", started_at=row["started_at"], ended_at=row["ended_at"],
-        max_steps=row["max_steps"], start_step=int(row["start_step"] or 0),
-        final_step=row["final_step"], groups_sampled=int(row["groups_sampled"] or 0),
+        config=config if isinstance(config, dict) else {},
+        status=row["status"] or "",
+        reason=row["reason"] or "",
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        max_steps=row["max_steps"],
+        start_step=int(row["start_step"] or 0),
+        final_step=row["final_step"],
+        groups_sampled=int(row["groups_sampled"] or 0),
         tokens_sampled=int(row["tokens_sampled"] or 0),
         task_spec=_column(row, "task_spec") or "",
-        run_name=_column(row, "run_name") or "", note=_column(row, "note") or "",
-        cause=_column(row, "cause") or "")
+        run_name=_column(row, "run_name") or "",
+        note=_column(row, "note") or "",
+        cause=_column(row, "cause") or "",
+    )
 
 
 # ---------------------------------------------------------------------- StepTrained
@@ -256,8 +296,14 @@ WHERE run_id = ? AND group_id = ? AND status = 'sampled'
 def _encode_step(rows: Rows, run_id: str, e: StepTrained) -> None:
     t = _float_or_none(e.time)
     metrics = {str(k): v for k, v in dict(e.metrics).items()}
-    step = (run_id, int(e.step), _int_or_none(e.policy_version), t, _dumps(metrics),
-            _dumps(e.histograms))
+    step = (
+        run_id,
+        int(e.step),
+        _int_or_none(e.policy_version),
+        t,
+        _dumps(metrics),
+        _dumps(e.histograms),
+    )
     trained = []
     if e.group_ids:
         # The version the gradient was taken against (a skipped step made none).
@@ -269,11 +315,14 @@ def _encode_step(rows: Rows, run_id: str, e: StepTrained) -> None:
 
 def _decode_step(row: Mapping[str, Any]) -> StepTrained:
     # `group_ids` is not a column: the reader adds it from the groups' life cycle (a dict)
-    return StepTrained(time=_time(row), step=int(row["step"]),
-                       policy_version=int(row["policy_version"] or 0),
-                       metrics=_dict(row["metrics"]),
-                       group_ids=tuple(row.get("group_ids") or ()),
-                       histograms=_dict(_added(row, "histograms", None)))
+    return StepTrained(
+        time=_time(row),
+        step=int(row["step"]),
+        policy_version=int(row["policy_version"] or 0),
+        metrics=_dict(row["metrics"]),
+        group_ids=tuple(row.get("group_ids") or ()),
+        histograms=_dict(_added(row, "histograms", None)),
+    )
 
 
 # ---------------------------------------------------------------------- GroupStarted
@@ -288,8 +337,15 @@ VALUES (?, ?, ?, ?, 'started', ?, ?)
 
 def _encode_group_started(rows: Rows, run_id: str, e: GroupStarted) -> None:
     rows.by_statement[_SQL_GROUP_STARTED].append(
-        (run_id, int(e.group_id), int(e.scenario_index), _str(e.scenario_id),
-         _int_or_none(e.policy_version), _float_or_none(e.time)))
+        (
+            run_id,
+            int(e.group_id),
+            int(e.scenario_index),
+            _str(e.scenario_id),
+            _int_or_none(e.policy_version),
+            _float_or_none(e.time),
+        )
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,9 +367,15 @@ class GroupFate:
 
 
 def decode_group_fate(row: StoredRow) -> GroupFate:
-    return GroupFate(group_id=group_of(row), scenario_index=int(row["scenario_index"]),
-                     scenario_id=row["scenario_id"] or "", status=row["status"],
-                     step=row["step"], reason=row["reason"] or "", detail=row["detail"] or "")
+    return GroupFate(
+        group_id=group_of(row),
+        scenario_index=int(row["scenario_index"]),
+        scenario_id=row["scenario_id"] or "",
+        status=row["status"],
+        step=row["step"],
+        reason=row["reason"] or "",
+        detail=row["detail"] or "",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,13 +398,18 @@ class GroupSpan:
 
 
 def decode_group_span(row: StoredRow) -> GroupSpan:
-    return GroupSpan(group_id=group_of(row), scenario_id=row["scenario_id"] or "",
-                     status=row["status"], policy_version=_int_or_none(row["policy_version"]),
-                     trainer_version=_int_or_none(row["trainer_version"]),
-                     step=_int_or_none(row["step"]), reason=row["reason"] or "",
-                     started_at=_float_or_none(row["started_at"]),
-                     sampled_at=_float_or_none(row["sampled_at"]),
-                     finished_at=_float_or_none(row["finished_at"]))
+    return GroupSpan(
+        group_id=group_of(row),
+        scenario_id=row["scenario_id"] or "",
+        status=row["status"],
+        policy_version=_int_or_none(row["policy_version"]),
+        trainer_version=_int_or_none(row["trainer_version"]),
+        step=_int_or_none(row["step"]),
+        reason=row["reason"] or "",
+        started_at=_float_or_none(row["started_at"]),
+        sampled_at=_float_or_none(row["sampled_at"]),
+        finished_at=_float_or_none(row["finished_at"]),
+    )
 
 
 # ---------------------------------------------------------------------- GroupSampled
@@ -375,37 +442,59 @@ def _encode_group_sampled(rows: Rows, run_id: str, e: GroupSampled) -> None:
     t = _float_or_none(e.time)
     group_id, version = _int_or_none(e.group_id), _int_or_none(e.policy_version)
     tokens, reward_mean = int(e.num_tokens), _float_or_none(e.reward_mean)
-    group = (run_id, group_id, _str(e.scenario_id), version, _int_or_none(e.num_trajectories),
-             tokens, reward_mean, t, int(e.failed), _str(e.detail))
+    group = (
+        run_id,
+        group_id,
+        _str(e.scenario_id),
+        version,
+        _int_or_none(e.num_trajectories),
+        tokens,
+        reward_mean,
+        t,
+        int(e.failed),
+        _str(e.detail),
+    )
     # Eight or more rows per group: the conversions written out, not called per value.
     trajectories = [
-        (run_id, group_id, idx, None if m.reward is None else float(m.reward),
-         None if m.policy_version is None else int(m.policy_version),
-         None if m.num_tokens is None else int(m.num_tokens),
-         _dumps(m.messages), t, _dumps(m.metrics),
-         None if m.advantage is None else float(m.advantage), int(bool(m.truncated)))
-        for idx, m in enumerate(e.trajectories)]
+        (
+            run_id,
+            group_id,
+            idx,
+            None if m.reward is None else float(m.reward),
+            None if m.policy_version is None else int(m.policy_version),
+            None if m.num_tokens is None else int(m.num_tokens),
+            _dumps(m.messages),
+            t,
+            _dumps(m.metrics),
+            None if m.advantage is None else float(m.advantage),
+            int(bool(m.truncated)),
+        )
+        for idx, m in enumerate(e.trajectories)
+    ]
     rows.by_statement[_SQL_SAMPLED_GROUP].append(group)
     rows.by_statement[_SQL_TRAJECTORY].extend(trajectories)
     rows.by_statement[_SQL_GROUP_SAMPLED].append(
-        (version, tokens, reward_mean, t, run_id, group_id))
+        (version, tokens, reward_mean, t, run_id, group_id)
+    )
     counts = rows.group_counts.setdefault(run_id, [0, 0])
     counts[0] += 1
     counts[1] += tokens
 
 
-def _decode_group_sampled(row: StoredRow,
-                          trajectories: Sequence[StoredRow] = ()) -> GroupSampled:
+def _decode_group_sampled(row: StoredRow, trajectories: Sequence[StoredRow] = ()) -> GroupSampled:
     """The group's event, with the summaries of its rollouts (their `trajectories` rows)."""
-    return GroupSampled(time=_time(row), group_id=group_of(row),
-                        scenario_id=row["scenario_id"] or "",
-                        policy_version=int(row["policy_version"] or 0),
-                        num_trajectories=int(row["num_trajectories"] or 0),
-                        num_tokens=int(row["num_tokens"] or 0),
-                        reward_mean=float(row["reward_mean"] or 0.0),
-                        trajectories=_summaries(trajectories),
-                        failed=int(_added(row, "failed", 0) or 0),
-                        detail=_added(row, "detail", "") or "")
+    return GroupSampled(
+        time=_time(row),
+        group_id=group_of(row),
+        scenario_id=row["scenario_id"] or "",
+        policy_version=int(row["policy_version"] or 0),
+        num_trajectories=int(row["num_trajectories"] or 0),
+        num_tokens=int(row["num_tokens"] or 0),
+        reward_mean=float(row["reward_mean"] or 0.0),
+        trajectories=_summaries(trajectories),
+        failed=int(_added(row, "failed", 0) or 0),
+        detail=_added(row, "detail", "") or "",
+    )
 
 
 def _summaries(rows: Sequence[StoredRow]) -> tuple[TrajectorySummary, ...]:
@@ -419,7 +508,8 @@ def _summaries(rows: Sequence[StoredRow]) -> tuple[TrajectorySummary, ...]:
             advantage=_float_or_none(_added(r, "advantage", None)),
             truncated=bool(_added(r, "truncated", 0)),
         )
-        for r in sorted(rows, key=lambda r: r["idx"]))
+        for r in sorted(rows, key=lambda r: r["idx"])
+    )
 
 
 def _added(row: StoredRow, column: str, default: Any) -> Any:
@@ -433,8 +523,7 @@ def _added(row: StoredRow, column: str, default: Any) -> Any:
 
 def _metrics(value: Any) -> dict[str, float | bool]:
     """A trajectory's stored metrics: numbers and booleans by name (anything else dropped)."""
-    return {str(k): v for k, v in _dict(value).items()
-            if isinstance(v, bool | int | float)}
+    return {str(k): v for k, v in _dict(value).items() if isinstance(v, bool | int | float)}
 
 
 def group_of(row: StoredRow) -> int:
@@ -461,22 +550,43 @@ def _encode_group_discarded(rows: Rows, run_id: str, e: GroupDiscarded) -> None:
     t = _float_or_none(e.time)
     group_id, reason, detail = _int_or_none(e.group_id), _str(e.reason), _str(e.detail)
     trainer_version = _int_or_none(e.trainer_version)
-    discarded = (run_id, group_id, _str(e.scenario_id), reason, _int_or_none(e.policy_version),
-                 trainer_version, _int_or_none(e.num_tokens), detail, t)
-    fate = (reason, detail, int(e.step) if e.step >= 0 else None, trainer_version, t, run_id,
-            group_id)
+    discarded = (
+        run_id,
+        group_id,
+        _str(e.scenario_id),
+        reason,
+        _int_or_none(e.policy_version),
+        trainer_version,
+        _int_or_none(e.num_tokens),
+        detail,
+        t,
+    )
+    fate = (
+        reason,
+        detail,
+        int(e.step) if e.step >= 0 else None,
+        trainer_version,
+        t,
+        run_id,
+        group_id,
+    )
     rows.by_statement[_SQL_DISCARDED].append(discarded)
     rows.by_statement[_SQL_GROUP_DISCARDED].append(fate)
 
 
 def _decode_group_discarded(row: Mapping[str, Any]) -> GroupDiscarded:
-    return GroupDiscarded(time=_time(row), group_id=group_of(row),
-                          scenario_id=row["scenario_id"] or "", reason=row["reason"],
-                          policy_version=int(row["policy_version"] or 0),
-                          trainer_version=int(row["trainer_version"] or 0),
-                          num_tokens=int(row["num_tokens"] or 0), detail=row["detail"] or "",
-                          # not a column: the reader adds it from the groups' life cycle
-                          step=int(row.get("step", -1)))
+    return GroupDiscarded(
+        time=_time(row),
+        group_id=group_of(row),
+        scenario_id=row["scenario_id"] or "",
+        reason=row["reason"],
+        policy_version=int(row["policy_version"] or 0),
+        trainer_version=int(row["trainer_version"] or 0),
+        num_tokens=int(row["num_tokens"] or 0),
+        detail=row["detail"] or "",
+        # not a column: the reader adds it from the groups' life cycle
+        step=int(row.get("step", -1)),
+    )
 
 
 # ---------------------------------------------------------------------- checkpoints
@@ -502,13 +612,22 @@ _SQL_CHECKPOINT = (
 
 def _encode_checkpoint_started(rows: Rows, run_id: str, e: CheckpointStarted) -> None:
     rows.by_statement[_SQL_CHECKPOINT_STARTED].append(
-        (run_id, int(e.step), _str(e.kind), _str(e.name), _float_or_none(e.time)))
+        (run_id, int(e.step), _str(e.kind), _str(e.name), _float_or_none(e.time))
+    )
 
 
 def _encode_checkpoint_saved(rows: Rows, run_id: str, e: CheckpointSaved) -> None:
     step, kind, name = int(e.step), _str(e.kind), _str(e.name)
-    saved = (run_id, step, kind, name, _str(e.path), _float_or_none(e.time),
-             _dumps(dict(e.resume_state)) if e.resume_state else None, int(bool(e.requested)))
+    saved = (
+        run_id,
+        step,
+        kind,
+        name,
+        _str(e.path),
+        _float_or_none(e.time),
+        _dumps(dict(e.resume_state)) if e.resume_state else None,
+        int(bool(e.requested)),
+    )
     rows.by_statement[_SQL_CHECKPOINT_UNCONFIRMED].append((run_id, kind, name))
     if e.requested:
         rows.by_statement[_SQL_CHECKPOINT_AGAIN].append((run_id, kind, _str(e.path)))
@@ -524,12 +643,14 @@ _SQL_CHECKPOINT_DELETED = (
 
 def _encode_checkpoint_deleted(rows: Rows, run_id: str, e: CheckpointDeleted) -> None:
     rows.by_statement[_SQL_CHECKPOINT_DELETED].append(
-        (run_id, _float_or_none(e.time), int(e.step), _str(e.kind), _str(e.name), _str(e.path)))
+        (run_id, _float_or_none(e.time), int(e.step), _str(e.kind), _str(e.name), _str(e.path))
+    )
 
 
 def _decode_checkpoint_deleted(row: StoredRow) -> CheckpointDeleted:
-    return CheckpointDeleted(time=_time(row), step=int(row["step"]), kind=row["kind"],
-                             name=row["name"], path=row["path"])
+    return CheckpointDeleted(
+        time=_time(row), step=int(row["step"]), kind=row["kind"], name=row["name"], path=row["path"]
+    )
 
 
 _SQL_BACKEND_SESSION = (
@@ -539,42 +660,66 @@ _SQL_BACKEND_SESSION = (
 
 def _encode_backend_session(rows: Rows, run_id: str, e: BackendSessionOpened) -> None:
     rows.by_statement[_SQL_BACKEND_SESSION].append(
-        (run_id, _float_or_none(e.time), _str(e.session_id), _str(e.base_model)))
+        (run_id, _float_or_none(e.time), _str(e.session_id), _str(e.base_model))
+    )
 
 
 def decode_checkpoint(row: StoredRow) -> CheckpointSaved:
     """A row of `checkpoints` as the CheckpointSaved that wrote it (its resume state is
     `decode_resume_state`'s)."""
-    return CheckpointSaved(time=_time(row), step=int(row["step"]), kind=row["kind"],
-                           name=row["name"], path=row["path"],
-                           requested=bool(_column(row, "requested")))
+    return CheckpointSaved(
+        time=_time(row),
+        step=int(row["step"]),
+        kind=row["kind"],
+        name=row["name"],
+        path=row["path"],
+        requested=bool(_column(row, "requested")),
+    )
 
 
 # ---------------------------------------------------------------------- EvalCompleted
 # A row of `evals`, metrics as JSON, its rollouts as a JSON list (each with `scenario_id`).
 
-_SQL_EVAL = ("INSERT INTO evals (run_id, step, policy_version, time, metrics, rollouts) "
-             "VALUES (?, ?, ?, ?, ?, ?)")
+_SQL_EVAL = (
+    "INSERT INTO evals (run_id, step, policy_version, time, metrics, rollouts) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
 
 
 def _encode_eval(rows: Rows, run_id: str, e: EvalCompleted) -> None:
     metrics = {str(k): v for k, v in dict(e.metrics).items()}
-    rollouts = [{"scenario_id": scenario_id, "reward": _float_or_none(t.reward),
-                 "policy_version": _int_or_none(t.policy_version),
-                 "num_tokens": _int_or_none(t.num_tokens), "messages": list(t.messages),
-                 "metrics": dict(t.metrics), "truncated": bool(t.truncated)}
-                for scenario_id, t in zip(e.scenario_ids, e.trajectories, strict=True)]
+    rollouts = [
+        {
+            "scenario_id": scenario_id,
+            "reward": _float_or_none(t.reward),
+            "policy_version": _int_or_none(t.policy_version),
+            "num_tokens": _int_or_none(t.num_tokens),
+            "messages": list(t.messages),
+            "metrics": dict(t.metrics),
+            "truncated": bool(t.truncated),
+        }
+        for scenario_id, t in zip(e.scenario_ids, e.trajectories, strict=True)
+    ]
     rows.by_statement[_SQL_EVAL].append(
-        (run_id, _int_or_none(e.step), _int_or_none(e.policy_version), _float_or_none(e.time),
-         _dumps(metrics), _dumps(rollouts)))
+        (
+            run_id,
+            _int_or_none(e.step),
+            _int_or_none(e.policy_version),
+            _float_or_none(e.time),
+            _dumps(metrics),
+            _dumps(rollouts),
+        )
+    )
 
 
 def _decode_eval(row: StoredRow) -> EvalCompleted:
     stored = _added(row, "rollouts", None)
     rollouts = [r for r in (stored if isinstance(stored, list) else []) if isinstance(r, dict)]
     return EvalCompleted(
-        time=_time(row), step=int(row["step"] or 0),
-        policy_version=int(row["policy_version"] or 0), metrics=_dict(row["metrics"]),
+        time=_time(row),
+        step=int(row["step"] or 0),
+        policy_version=int(row["policy_version"] or 0),
+        metrics=_dict(row["metrics"]),
         scenario_ids=tuple(str(r.get("scenario_id") or "") for r in rollouts),
         trajectories=tuple(
             TrajectorySummary(
@@ -582,8 +727,12 @@ def _decode_eval(row: StoredRow) -> EvalCompleted:
                 policy_version=int(r.get("policy_version") or 0),
                 num_tokens=int(r.get("num_tokens") or 0),
                 messages=tuple(m for m in r.get("messages") or [] if isinstance(m, dict)),
-                metrics=_metrics(r.get("metrics")), truncated=bool(r.get("truncated")))
-            for r in rollouts))
+                metrics=_metrics(r.get("metrics")),
+                truncated=bool(r.get("truncated")),
+            )
+            for r in rollouts
+        ),
+    )
 
 
 # ---------------------------------------------------------------------- CommandReceived
@@ -594,21 +743,32 @@ _SQL_COMMAND = "INSERT INTO commands (run_id, time, command, args, source) VALUE
 
 def _encode_command(rows: Rows, run_id: str, e: CommandReceived) -> None:
     rows.by_statement[_SQL_COMMAND].append(
-        (run_id, _float_or_none(e.time), _str(e.command), _dumps(dict(e.args)), _str(e.source)))
+        (run_id, _float_or_none(e.time), _str(e.command), _dumps(dict(e.args)), _str(e.source))
+    )
 
 
 def _decode_command(row: StoredRow) -> CommandReceived:
-    return CommandReceived(time=_time(row), command=row["command"],
-                           args=_dict(row["args"]), source=row["source"] or "")
+    return CommandReceived(
+        time=_time(row), command=row["command"], args=_dict(row["args"]), source=row["source"] or ""
+    )
 
 
 # ---------------------------------------------------------------------- ThroughputMeasured
 # A row of `throughput`: every measured field in one JSON object (`measured`).
 
 _SQL_THROUGHPUT = "INSERT INTO throughput (run_id, time, measured) VALUES (?, ?, ?)"
-_MEASURED = ("window", "rollouts_per_s", "sampled_tokens_per_s", "trained_tokens_per_s",
-             "queue_depth", "in_flight", "trainer_busy", "sampler_busy", "verdict",
-             "loop_lag_p99")
+_MEASURED = (
+    "window",
+    "rollouts_per_s",
+    "sampled_tokens_per_s",
+    "trained_tokens_per_s",
+    "queue_depth",
+    "in_flight",
+    "trainer_busy",
+    "sampler_busy",
+    "verdict",
+    "loop_lag_p99",
+)
 
 
 def _encode_throughput(rows: Rows, run_id: str, e: ThroughputMeasured) -> None:
@@ -616,9 +776,18 @@ def _encode_throughput(rows: Rows, run_id: str, e: ThroughputMeasured) -> None:
     measured["staleness_in_flight"] = {str(k): v for k, v in e.staleness_in_flight.items()}
     measured["staleness_queued"] = {str(k): v for k, v in e.staleness_queued.items()}
     if e.stalled:
-        measured["stalled"] = [{"group_id": s.group_id, "scenario_id": s.scenario_id,
-                                "age": s.age, "waiting_at": s.waiting_at, "file": s.file,
-                                "line": s.line, "code": s.code} for s in e.stalled]
+        measured["stalled"] = [
+            {
+                "group_id": s.group_id,
+                "scenario_id": s.scenario_id,
+                "age": s.age,
+                "waiting_at": s.waiting_at,
+                "file": s.file,
+                "line": s.line,
+                "code": s.code,
+            }
+            for s in e.stalled
+        ]
     rows.by_statement[_SQL_THROUGHPUT].append((run_id, _float_or_none(e.time), _dumps(measured)))
 
 
@@ -627,25 +796,33 @@ def _decode_throughput(row: StoredRow) -> ThroughputMeasured | None:
     if not isinstance(m, dict):
         return None
     return ThroughputMeasured(
-        time=_time(row), window=float(m.get("window", 0.0)),
+        time=_time(row),
+        window=float(m.get("window", 0.0)),
         rollouts_per_s=float(m.get("rollouts_per_s", 0.0)),
         sampled_tokens_per_s=float(m.get("sampled_tokens_per_s", 0.0)),
         trained_tokens_per_s=float(m.get("trained_tokens_per_s", 0.0)),
-        queue_depth=int(m.get("queue_depth", 0)), in_flight=int(m.get("in_flight", 0)),
+        queue_depth=int(m.get("queue_depth", 0)),
+        in_flight=int(m.get("in_flight", 0)),
         trainer_busy=float(m.get("trainer_busy", 0.0)),
-        sampler_busy=float(m.get("sampler_busy", 0.0)), verdict=str(m.get("verdict", "")),
+        sampler_busy=float(m.get("sampler_busy", 0.0)),
+        verdict=str(m.get("verdict", "")),
         staleness_in_flight=_histogram(m.get("staleness_in_flight")),
         staleness_queued=_histogram(m.get("staleness_queued")),
         loop_lag_p99=float(m.get("loop_lag_p99") or 0.0),
-        stalled=tuple(_stalled(s) for s in m.get("stalled") or () if isinstance(s, dict)))
+        stalled=tuple(_stalled(s) for s in m.get("stalled") or () if isinstance(s, dict)),
+    )
 
 
 def _stalled(s: Mapping[str, Any]) -> StalledRollout:
-    return StalledRollout(group_id=int(s.get("group_id", -1)),
-                          scenario_id=str(s.get("scenario_id", "")),
-                          age=float(s.get("age", 0.0)), waiting_at=str(s.get("waiting_at", "")),
-                          file=str(s.get("file", "")), line=int(s.get("line") or 0),
-                          code=str(s.get("code", "")))
+    return StalledRollout(
+        group_id=int(s.get("group_id", -1)),
+        scenario_id=str(s.get("scenario_id", "")),
+        age=float(s.get("age", 0.0)),
+        waiting_at=str(s.get("waiting_at", "")),
+        file=str(s.get("file", "")),
+        line=int(s.get("line") or 0),
+        code=str(s.get("code", "")),
+    )
 
 
 def _histogram(data: Any) -> dict[int, int]:
@@ -667,7 +844,8 @@ _SQL_STATE = "INSERT INTO run_states (run_id, time, state, reason) VALUES (?, ?,
 
 def _encode_state(rows: Rows, run_id: str, e: RunStateChanged) -> None:
     rows.by_statement[_SQL_STATE].append(
-        (run_id, _float_or_none(e.time), _str(e.state), _str(e.reason)))
+        (run_id, _float_or_none(e.time), _str(e.state), _str(e.reason))
+    )
 
 
 def _decode_state(row: StoredRow) -> RunStateChanged:
@@ -683,12 +861,14 @@ _SQL_LOG = "INSERT INTO log (run_id, time, level, message, tracker) VALUES (?, ?
 
 def _encode_log(rows: Rows, run_id: str | None, e: LogEmitted) -> None:
     rows.by_statement[_SQL_LOG].append(
-        (run_id, _float_or_none(e.time), _str(e.level), _str(e.message), None))
+        (run_id, _float_or_none(e.time), _str(e.level), _str(e.message), None)
+    )
 
 
 def _encode_tracker(rows: Rows, run_id: str | None, e: TrackerReported) -> None:
     rows.by_statement[_SQL_LOG].append(
-        (run_id, _float_or_none(e.time), _str(e.level), _str(e.message), _str(e.tracker)))
+        (run_id, _float_or_none(e.time), _str(e.level), _str(e.message), _str(e.tracker))
+    )
 
 
 def decode_log(row: StoredRow) -> LogEmitted:
@@ -707,53 +887,85 @@ _SQL_SESSION = "INSERT INTO sessions (run_id, time, backend, base_model) VALUES 
 
 def _encode_session(rows: Rows, run_id: str, e: SessionStarted) -> None:
     rows.by_statement[_SQL_SESSION].append(
-        (run_id, _float_or_none(e.time), _str(e.backend), _str(e.base_model)))
+        (run_id, _float_or_none(e.time), _str(e.backend), _str(e.base_model))
+    )
 
 
 def _decode_session(row: StoredRow) -> SessionStarted:
-    return SessionStarted(time=_time(row), backend=row["backend"] or "",
-                          base_model=row["base_model"] or "")
+    return SessionStarted(
+        time=_time(row), backend=row["backend"] or "", base_model=row["base_model"] or ""
+    )
 
 
 # ---------------------------------------------------------------------- RunResumed
 # A row of `resumes` per `--resume`: where it went back to, what it redid, the time down.
 
-_SQL_RESUME = ("INSERT INTO resumes (run_id, time, step, checkpoint, steps_undone, "
-               "groups_requeued, scenarios_pending, down_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+_SQL_RESUME = (
+    "INSERT INTO resumes (run_id, time, step, checkpoint, steps_undone, "
+    "groups_requeued, scenarios_pending, down_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 def _encode_resume(rows: Rows, run_id: str, e: RunResumed) -> None:
     rows.by_statement[_SQL_RESUME].append(
-        (run_id, _float_or_none(e.time), int(e.step), _str(e.checkpoint), int(e.steps_undone),
-         int(e.groups_requeued), int(e.scenarios_pending), float(e.down_seconds)))
+        (
+            run_id,
+            _float_or_none(e.time),
+            int(e.step),
+            _str(e.checkpoint),
+            int(e.steps_undone),
+            int(e.groups_requeued),
+            int(e.scenarios_pending),
+            float(e.down_seconds),
+        )
+    )
 
 
 def _decode_resume(row: StoredRow) -> RunResumed:
-    return RunResumed(time=_time(row), run_id=row["run_id"], step=int(row["step"]),
-                      checkpoint=row["checkpoint"] or "",
-                      steps_undone=int(row["steps_undone"] or 0),
-                      groups_requeued=int(row["groups_requeued"] or 0),
-                      scenarios_pending=int(row["scenarios_pending"] or 0),
-                      down_seconds=float(row["down_seconds"] or 0.0))
+    return RunResumed(
+        time=_time(row),
+        run_id=row["run_id"],
+        step=int(row["step"]),
+        checkpoint=row["checkpoint"] or "",
+        steps_undone=int(row["steps_undone"] or 0),
+        groups_requeued=int(row["groups_requeued"] or 0),
+        scenarios_pending=int(row["scenarios_pending"] or 0),
+        down_seconds=float(row["down_seconds"] or 0.0),
+    )
 
 
 # ---------------------------------------------------------------------- StartupProgressed
 # A row of `startup` per phase and per warm-up step.
 
-_SQL_STARTUP = ("INSERT INTO startup (run_id, time, phase, done, total, loss, detail) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)")
+_SQL_STARTUP = (
+    "INSERT INTO startup (run_id, time, phase, done, total, loss, detail) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 def _encode_startup(rows: Rows, run_id: str, e: StartupProgressed) -> None:
     rows.by_statement[_SQL_STARTUP].append(
-        (run_id, _float_or_none(e.time), _str(e.phase), int(e.done), int(e.total),
-         _float_or_none(e.loss), _str(e.detail)))
+        (
+            run_id,
+            _float_or_none(e.time),
+            _str(e.phase),
+            int(e.done),
+            int(e.total),
+            _float_or_none(e.loss),
+            _str(e.detail),
+        )
+    )
 
 
 def _decode_startup(row: StoredRow) -> StartupProgressed:
-    return StartupProgressed(time=_time(row), phase=row["phase"], done=int(row["done"] or 0),
-                             total=int(row["total"] or 0), loss=_float_or_none(row["loss"]),
-                             detail=row["detail"] or "")
+    return StartupProgressed(
+        time=_time(row),
+        phase=row["phase"],
+        done=int(row["done"] or 0),
+        total=int(row["total"] or 0),
+        loss=_float_or_none(row["loss"]),
+        detail=row["detail"] or "",
+    )
 
 
 # ---------------------------------------------------------------------- TokensTrained
@@ -774,8 +986,15 @@ ON CONFLICT (run_id, group_id, idx) DO UPDATE SET
 _SQL_TOKENS_FORGET = "DELETE FROM trained_tokens WHERE run_id = ? AND step <= ?"
 _SQL_PIECE = "INSERT OR IGNORE INTO token_pieces (run_id, token, piece) VALUES (?, ?, ?)"
 #: The arrays of a `TrajectoryTokens` and how each is kept (numpy dtype, little-endian).
-TOKEN_ARRAYS = (("tokens", "<i4"), ("sampled", "<f4"), ("trainer", "<f4"),
-                ("advantage", "<f4"), ("mask", "u1"), ("version", "<i4"), ("entropy", "<f4"))
+TOKEN_ARRAYS = (
+    ("tokens", "<i4"),
+    ("sampled", "<f4"),
+    ("trainer", "<f4"),
+    ("advantage", "<f4"),
+    ("mask", "u1"),
+    ("version", "<i4"),
+    ("entropy", "<f4"),
+)
 
 
 def _pack(values: Any, dtype: str) -> bytes:
@@ -800,10 +1019,15 @@ def _encode_tokens(rows: Rows, run_id: str, e: TokensTrained) -> None:
     t, step = _float_or_none(e.time), int(e.step)
     trained = []
     for traj in e.trajectories:
-        packed = [None if getattr(traj, name) is None or not len(getattr(traj, name))
-                  else _pack(getattr(traj, name), dtype) for name, dtype in TOKEN_ARRAYS]
-        trained.append((run_id, step, int(traj.group_id), int(traj.index), len(traj.tokens),
-                        *packed, t))
+        packed = [
+            None
+            if getattr(traj, name) is None or not len(getattr(traj, name))
+            else _pack(getattr(traj, name), dtype)
+            for name, dtype in TOKEN_ARRAYS
+        ]
+        trained.append(
+            (run_id, step, int(traj.group_id), int(traj.index), len(traj.tokens), *packed, t)
+        )
     pieces = [(run_id, int(token), _str(piece)) for token, piece in dict(e.pieces).items()]
     if e.keep_steps > 0 and step - e.keep_steps > 0:
         rows.by_statement[_SQL_TOKENS_FORGET].append((run_id, step - e.keep_steps))
@@ -823,12 +1047,31 @@ def decode_tokens(row: StoredRow) -> TrajectoryTokens:
 #: tables are independent; a checkpoint's unconfirmed row goes before it is replaced, and
 #: the group life cycle comes last, in its own order (a group's events arrive in that order).
 STATEMENT_ORDER = (
-    _SQL_STEP, _SQL_TOKENS_FORGET, _SQL_TOKENS, _SQL_PIECE, _SQL_CHECKPOINT_STARTED, _SQL_CHECKPOINT_UNCONFIRMED,
-    _SQL_CHECKPOINT_AGAIN, _SQL_CHECKPOINT,
-    _SQL_CHECKPOINT_DELETED, _SQL_BACKEND_SESSION,
-    _SQL_DISCARDED, _SQL_LOG, _SQL_SESSION, _SQL_RESUME, _SQL_STATE, _SQL_SAMPLED_GROUP, _SQL_TRAJECTORY, _SQL_EVAL,
-    _SQL_COMMAND, _SQL_THROUGHPUT, _SQL_STARTUP,
-    _SQL_GROUP_STARTED, _SQL_GROUP_SAMPLED, _SQL_GROUP_DISCARDED, _SQL_GROUP_TRAINED,
+    _SQL_STEP,
+    _SQL_TOKENS_FORGET,
+    _SQL_TOKENS,
+    _SQL_PIECE,
+    _SQL_CHECKPOINT_STARTED,
+    _SQL_CHECKPOINT_UNCONFIRMED,
+    _SQL_CHECKPOINT_AGAIN,
+    _SQL_CHECKPOINT,
+    _SQL_CHECKPOINT_DELETED,
+    _SQL_BACKEND_SESSION,
+    _SQL_DISCARDED,
+    _SQL_LOG,
+    _SQL_SESSION,
+    _SQL_RESUME,
+    _SQL_STATE,
+    _SQL_SAMPLED_GROUP,
+    _SQL_TRAJECTORY,
+    _SQL_EVAL,
+    _SQL_COMMAND,
+    _SQL_THROUGHPUT,
+    _SQL_STARTUP,
+    _SQL_GROUP_STARTED,
+    _SQL_GROUP_SAMPLED,
+    _SQL_GROUP_DISCARDED,
+    _SQL_GROUP_TRAINED,
     _SQL_GROUPS_UNUSED,
 )
 
@@ -949,8 +1192,7 @@ TRAJECTORIES = "trajectories"
 READABLE_TABLES = (*(r.table for r in REPLAYED), TRAJECTORIES, "group_lifecycle")
 
 #: Columns that hold JSON.
-_JSON_COLUMNS = ("metrics", "messages", "args", "measured", "config", "histograms",
-                 "rollouts")
+_JSON_COLUMNS = ("metrics", "messages", "args", "measured", "config", "histograms", "rollouts")
 
 
 def decode_row(row: sqlite3.Row | Mapping[str, Any]) -> dict[str, Any]:

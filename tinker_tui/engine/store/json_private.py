@@ -29,7 +29,14 @@ def c_encoder(encoder: json.JSONEncoder) -> Callable[[Any, int], list[str]] | No
     if make is None:
         return None
     encode: Callable[[Any, int], list[str]] = make(
-        None, encoder.default, json.encoder.encode_basestring_ascii, None,
-        encoder.key_separator, encoder.item_separator, encoder.sort_keys, encoder.skipkeys,
-        encoder.allow_nan)
+        None,
+        encoder.default,
+        json.encoder.encode_basestring_ascii,
+        None,
+        encoder.key_separator,
+        encoder.item_separator,
+        encoder.sort_keys,
+        encoder.skipkeys,
+        encoder.allow_nan,
+    )
     return encode

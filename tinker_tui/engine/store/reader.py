@@ -72,8 +72,9 @@ class NoSuchRun(StoreError):
     store has."""
 
 
-def pick_run(runs: Sequence[StoredRun], wanted: str | None, *, where: str | Path,
-             task: str | None = None) -> StoredRun:
+def pick_run(
+    runs: Sequence[StoredRun], wanted: str | None, *, where: str | Path, task: str | None = None
+) -> StoredRun:
     """The run `wanted` names among `runs` (newest first): an exact id, else a unique prefix
     of one, else (None, "" or "latest") the newest run, of task `task` when given. NoSuchRun
     otherwise; `where` (the store) names what was searched."""
@@ -102,8 +103,7 @@ def _listing(runs: Sequence[StoredRun], most: int = 10) -> str:
     return shown + (f", ... ({len(runs)} runs)" if len(runs) > most else "")
 
 
-async def find_run(path: str | Path, wanted: str | None, *,
-                   task: str | None = None) -> StoredRun:
+async def find_run(path: str | Path, wanted: str | None, *, task: str | None = None) -> StoredRun:
     """The run `wanted` names in the store at `path` (see `pick_run`), read-only."""
     async with await StoreReader.open_readonly(path) as store:
         return await store.find_run(wanted, task=task)
@@ -119,7 +119,8 @@ class EventCursor:
         self.run = run
         # A kind reads its subclasses' tables too (LogEmitted: sessions and resumes).
         self._replayed: list[Replayed] = [
-            r for r in REPLAYED if kinds is None or issubclass(r.event, tuple(kinds))]
+            r for r in REPLAYED if kinds is None or issubclass(r.event, tuple(kinds))
+        ]
         self._started_given = kinds is not None and RunStarted not in kinds
         self._last: dict[str, int] = {r.table: 0 for r in self._replayed}
         self._last[TRAJECTORIES] = 0
@@ -139,8 +140,9 @@ def _rewinds(event: Event) -> bool:
 class StoreReader:
     """Queries on a run store's connection, one at a time (see the module docstring)."""
 
-    def __init__(self, path: Path, conn: aiosqlite.Connection, *,
-                 schema_version: int = SCHEMA_VERSION) -> None:
+    def __init__(
+        self, path: Path, conn: aiosqlite.Connection, *, schema_version: int = SCHEMA_VERSION
+    ) -> None:
         # Use `await StoreReader.open_readonly(path)` (or `RunStore.open`): no I/O here.
         self.path = path
         self._conn: aiosqlite.Connection | None = conn
@@ -164,8 +166,9 @@ class StoreReader:
             raise StoreError(f"run store {path} does not exist")
         uri = f"{path.resolve().as_uri()}?mode=ro"
         try:
-            conn = await aiosqlite.connect(uri, uri=True, isolation_level=None,
-                                           timeout=busy_timeout)
+            conn = await aiosqlite.connect(
+                uri, uri=True, isolation_level=None, timeout=busy_timeout
+            )
         except sqlite3.Error as exc:
             raise store_error(path, exc) from exc
         try:
@@ -228,9 +231,11 @@ class StoreReader:
         """The backend sessions the run opened, oldest first: (time, session id, base
         model)."""
         try:
-            rows = await self._fetchall("SELECT time, session_id, base_model FROM "
-                                        "backend_sessions WHERE run_id = ? ORDER BY id",
-                                        (run_id,))
+            rows = await self._fetchall(
+                "SELECT time, session_id, base_model FROM "
+                "backend_sessions WHERE run_id = ? ORDER BY id",
+                (run_id,),
+            )
         except sqlite3.OperationalError:  # a store from before version 7, read as it is
             return []
         return [(float(r["time"] or 0.0), r["session_id"], r["base_model"]) for r in rows]
@@ -242,8 +247,9 @@ class StoreReader:
 
     # ------------------------------------------------------------------ a run's events
 
-    async def events(self, run: StoredRun,
-                     kinds: Collection[type[Event]] | None = None) -> list[Event]:
+    async def events(
+        self, run: StoredRun, kinds: Collection[type[Event]] | None = None
+    ) -> list[Event]:
         """Every stored event of `run` (of the types in `kinds`, if given), in time order."""
         return await self.events_after(EventCursor(run, kinds))
 
@@ -272,8 +278,9 @@ class StoreReader:
             ordered.append((started.time, 0, 0, started))
         for order, replayed in enumerate(cursor._replayed, start=1):
             while True:
-                rows = await self.rows_after(replayed.table, run.run_id,
-                                             cursor._last[replayed.table], _PAGE)
+                rows = await self.rows_after(
+                    replayed.table, run.run_id, cursor._last[replayed.table], _PAGE
+                )
                 if not rows:
                     break
                 cursor._last[replayed.table] = rows[-1]["rowid"]
@@ -308,17 +315,22 @@ class StoreReader:
         if replayed.table != "log" or self.schema_version >= TYPED_LOG_EVENTS:
             return replayed.decode
         known = dict(run_log_events(run_id, await self._log_rows(run_id)))
-        return lambda row: known.get(row["rowid"]) or legacy_log_event(
-            row["run_id"], float(row["time"] or 0.0), row["level"], row["message"])
+        return lambda row: (
+            known.get(row["rowid"])
+            or legacy_log_event(
+                row["run_id"], float(row["time"] or 0.0), row["level"], row["message"]
+            )
+        )
 
     async def _log_rows(self, run_id: str) -> list[sqlite3.Row]:
         """The run's log rows (id, time, level, message), in id order."""
         return await self._fetchall(
-            "SELECT id, time, level, message FROM log WHERE run_id = ? ORDER BY id", (run_id,))
+            "SELECT id, time, level, message FROM log WHERE run_id = ? ORDER BY id", (run_id,)
+        )
 
-    async def _up_to_rollback(self, cursor: EventCursor,
-                              ordered: list[tuple[float, int, int, Event]], at: float
-                              ) -> list[tuple[float, int, int, Event]]:
+    async def _up_to_rollback(
+        self, cursor: EventCursor, ordered: list[tuple[float, int, int, Event]], at: float
+    ) -> list[tuple[float, int, int, Event]]:
         """A rollback or a resume (at time `at`) deleted the rows of the steps it undid, and
         SQLite gives the rows written next the rowids the deleted ones had: rowids alone
         would skip the steps trained again. Each table's cursor goes back to its last row written up to the
@@ -326,8 +338,10 @@ class StoreReader:
         run_id = cursor.run.run_id
         for table in cursor._last:
             try:
-                rows = await self._fetchall(f"SELECT max(rowid) FROM {table} WHERE run_id = ? "
-                                            "AND coalesce(time, 0) <= ?", (run_id, at))
+                rows = await self._fetchall(
+                    f"SELECT max(rowid) FROM {table} WHERE run_id = ? AND coalesce(time, 0) <= ?",
+                    (run_id, at),
+                )
             except sqlite3.OperationalError as exc:  # a table newer than the store
                 if "no such table" not in str(exc).lower():
                     raise
@@ -335,13 +349,15 @@ class StoreReader:
             cursor._last[table] = int(rows[0][0] or 0) if rows else 0
         waiting = cursor._early_trajectories
         for group in list(waiting):
-            waiting[group] = [r for r in waiting[group]
-                              if r["rowid"] <= cursor._last[TRAJECTORIES]]
+            waiting[group] = [r for r in waiting[group] if r["rowid"] <= cursor._last[TRAJECTORIES]]
             if not waiting[group]:
                 del waiting[group]
         tables = {order: r.table for order, r in enumerate(cursor._replayed, start=1)}
-        return [item for item in ordered
-                if item[1] not in tables or item[2] <= cursor._last[tables[item[1]]]]
+        return [
+            item
+            for item in ordered
+            if item[1] not in tables or item[2] <= cursor._last[tables[item[1]]]
+        ]
 
     async def _add_fates(self, table: str, run_id: str, rows: list[dict[str, Any]]) -> None:
         """What the groups' life cycle knows and the rows do not: the groups each step took
@@ -355,23 +371,26 @@ class StoreReader:
             for row in rows:
                 row["group_ids"] = tuple(taken.get(int(row["step"]), ()))
             return
-        steps = {int(fate["group_id"]): int(fate["step"])
-                 for fate in await self._lifecycle("group_id", [group_of(r) for r in rows],
-                                                   run_id) if fate["step"] is not None}
+        steps = {
+            int(fate["group_id"]): int(fate["step"])
+            for fate in await self._lifecycle("group_id", [group_of(r) for r in rows], run_id)
+            if fate["step"] is not None
+        }
         for row in rows:
             row["step"] = steps.get(group_of(row), -1)
 
-    async def _lifecycle(self, column: str, values: list[int], run_id: str
-                         ) -> list[sqlite3.Row]:
+    async def _lifecycle(self, column: str, values: list[int], run_id: str) -> list[sqlite3.Row]:
         """(group_id, step) of the run's groups whose `column` (step or group_id) is one of
         `values`, by group id."""
         out: list[sqlite3.Row] = []
         wanted = sorted(set(values))
         for start in range(0, len(wanted), 500):
-            chunk = wanted[start:start + 500]
+            chunk = wanted[start : start + 500]
             out += await self._fetchall(
                 f"SELECT group_id, step FROM group_lifecycle WHERE run_id = ? AND {column} IN "
-                f"({','.join('?' * len(chunk))}) ORDER BY group_id", (run_id, *chunk))
+                f"({','.join('?' * len(chunk))}) ORDER BY group_id",
+                (run_id, *chunk),
+            )
         return out
 
     async def last_metrics(self) -> dict[str, dict[str, Any]]:
@@ -379,21 +398,24 @@ class StoreReader:
         out: dict[str, dict[str, Any]] = {}
         rows = await self._fetchall(
             "SELECT s.run_id, s.metrics FROM steps s JOIN (SELECT run_id, max(step) AS last "
-            "FROM steps GROUP BY run_id) t ON s.run_id = t.run_id AND s.step = t.last")
+            "FROM steps GROUP BY run_id) t ON s.run_id = t.run_id AND s.step = t.last"
+        )
         for row in rows:
             metrics = decode_row(row).get("metrics")
             if isinstance(metrics, dict):
                 out[row["run_id"]] = metrics
         return out
 
-    async def _trajectories_of(self, cursor: EventCursor, groups: list[dict[str, Any]]
-                               ) -> dict[int, list[dict[str, Any]]]:
+    async def _trajectories_of(
+        self, cursor: EventCursor, groups: list[dict[str, Any]]
+    ) -> dict[int, list[dict[str, Any]]]:
         """The trajectory rows of these groups: they were committed with the groups, so
         reading them after the groups finds them all; rows of newer groups wait for theirs."""
         waiting = cursor._early_trajectories
         while True:
-            rows = await self.rows_after(TRAJECTORIES, cursor.run.run_id,
-                                         cursor._last[TRAJECTORIES], _PAGE)
+            rows = await self.rows_after(
+                TRAJECTORIES, cursor.run.run_id, cursor._last[TRAJECTORIES], _PAGE
+            )
             if not rows:
                 break
             cursor._last[TRAJECTORIES] = rows[-1]["rowid"]
@@ -436,16 +458,18 @@ class StoreReader:
     def _not_deleted(self) -> str:
         """SQL condition on `checkpoints`: not deleted by the retention policy (recorded
         since v6)."""
-        return (" AND NOT EXISTS (SELECT 1 FROM checkpoint_deletions d WHERE d.run_id = "
-                "checkpoints.run_id AND d.path = checkpoints.path)"
-                if self.schema_version >= 6 else "")
+        return (
+            " AND NOT EXISTS (SELECT 1 FROM checkpoint_deletions d WHERE d.run_id = "
+            "checkpoints.run_id AND d.path = checkpoints.path)"
+            if self.schema_version >= 6
+            else ""
+        )
 
     async def checkpoints(self, run_id: str) -> list[CheckpointSaved]:
         """The run's confirmed checkpoints, in step order, those the retention policy
         deleted since included (every checkpoint the run saved)."""
         rows = await self._fetchall(
-            "SELECT * FROM checkpoints WHERE run_id = ?" + self._confirmed()
-            + " ORDER BY step, id",
+            "SELECT * FROM checkpoints WHERE run_id = ?" + self._confirmed() + " ORDER BY step, id",
             (run_id,),
         )
         return [decode_checkpoint(r) for r in rows]
@@ -459,8 +483,7 @@ class StoreReader:
             return []
         rows = await self._fetchall(
             "SELECT * FROM checkpoints WHERE run_id = ? AND kind = 'state' AND confirmed = 1 "
-            "AND resume_state IS NOT NULL" + self._not_deleted()
-            + " ORDER BY step DESC, id DESC",
+            "AND resume_state IS NOT NULL" + self._not_deleted() + " ORDER BY step DESC, id DESC",
             (run_id,),
         )
         points = []
@@ -470,10 +493,17 @@ class StoreReader:
             if state is None:
                 logger.warning("run store: unreadable resume state of %s", checkpoint.name)
                 continue
-            points.append({"step": checkpoint.step, "kind": checkpoint.kind,
-                           "name": checkpoint.name, "path": checkpoint.path,
-                           "time": checkpoint.time, "resume_state": state,
-                           "requested": checkpoint.requested})
+            points.append(
+                {
+                    "step": checkpoint.step,
+                    "kind": checkpoint.kind,
+                    "name": checkpoint.name,
+                    "path": checkpoint.path,
+                    "time": checkpoint.time,
+                    "resume_state": state,
+                    "requested": checkpoint.requested,
+                }
+            )
         return points
 
     async def down_seconds(self, run_id: str) -> float:
@@ -482,7 +512,8 @@ class StoreReader:
         if self.schema_version < TYPED_LOG_EVENTS:
             return legacy_down_seconds(run_id, await self._log_rows(run_id))
         rows = await self._fetchall(
-            "SELECT coalesce(sum(down_seconds), 0) FROM resumes WHERE run_id = ?", (run_id,))
+            "SELECT coalesce(sum(down_seconds), 0) FROM resumes WHERE run_id = ?", (run_id,)
+        )
         return float(rows[0][0])
 
     async def last_record_before(self, run_id: str, time: float) -> float | None:
@@ -491,7 +522,8 @@ class StoreReader:
         rows = await self._fetchall(
             "SELECT max(t) FROM (SELECT max(time) AS t FROM log WHERE run_id = ?1 AND time < ?2 "
             "UNION ALL SELECT max(time) FROM steps WHERE run_id = ?1 AND time < ?2)",
-            (run_id, float(time)))
+            (run_id, float(time)),
+        )
         return None if not rows or rows[0][0] is None else float(rows[0][0])
 
     async def last_states(self) -> dict[str, str]:
@@ -499,7 +531,8 @@ class StoreReader:
         live run that is paused can be listed as paused."""
         rows = await self._fetchall(
             "SELECT r.run_id, r.state FROM run_states r JOIN (SELECT run_id, max(id) AS last "
-            "FROM run_states GROUP BY run_id) t ON r.run_id = t.run_id AND r.id = t.last")
+            "FROM run_states GROUP BY run_id) t ON r.run_id = t.run_id AND r.id = t.last"
+        )
         return {row[0]: row[1] for row in rows}
 
     async def progress(self) -> dict[str, dict[str, int | None]]:
@@ -507,11 +540,14 @@ class StoreReader:
         checkpoint ({"step", "checkpoint"}, None when there is none)."""
         out: dict[str, dict[str, int | None]] = {}
         for run_id, last in await self._fetchall(
-                "SELECT run_id, max(step) FROM steps GROUP BY run_id"):
+            "SELECT run_id, max(step) FROM steps GROUP BY run_id"
+        ):
             out.setdefault(run_id, {"step": None, "checkpoint": None})["step"] = last
         for run_id, last in await self._fetchall(
-                "SELECT run_id, max(step) FROM checkpoints WHERE kind = 'state'"
-                + self._confirmed() + " GROUP BY run_id"):
+            "SELECT run_id, max(step) FROM checkpoints WHERE kind = 'state'"
+            + self._confirmed()
+            + " GROUP BY run_id"
+        ):
             out.setdefault(run_id, {"step": None, "checkpoint": None})["checkpoint"] = last
         return out
 
@@ -522,8 +558,7 @@ class StoreReader:
         runs: dict[str, list[sqlite3.Row]] = {}
         for row in await self._fetchall("SELECT * FROM sweep_runs ORDER BY sweep_id, idx"):
             runs.setdefault(row["sweep_id"], []).append(row)
-        rows = await self._fetchall(
-            "SELECT * FROM sweeps ORDER BY created_at DESC, rowid DESC")
+        rows = await self._fetchall("SELECT * FROM sweeps ORDER BY created_at DESC, rowid DESC")
         return [decode_sweep(row, runs.get(row["sweep_id"], [])) for row in rows]
 
     async def find_sweep(self, wanted: str | None) -> StoredSweep:
@@ -534,14 +569,16 @@ class StoreReader:
             raise NoSuchRun(f"run store {self.path} has no sweeps")
         if wanted in (None, "", "latest"):
             return sweeps[0]
-        matches = [s for s in sweeps if s.sweep_id == wanted] or \
-            [s for s in sweeps if s.sweep_id.startswith(wanted)]
+        matches = [s for s in sweeps if s.sweep_id == wanted] or [
+            s for s in sweeps if s.sweep_id.startswith(wanted)
+        ]
         listing = ", ".join(s.sweep_id for s in sweeps[:10])
         if not matches:
             raise NoSuchRun(f"no sweep {wanted!r} in {self.path}; sweeps: {listing}")
         if len(matches) > 1:
-            raise NoSuchRun(f"{wanted!r} matches several sweeps: "
-                            + ", ".join(s.sweep_id for s in matches))
+            raise NoSuchRun(
+                f"{wanted!r} matches several sweeps: " + ", ".join(s.sweep_id for s in matches)
+            )
         return matches[0]
 
     async def groups(self, run_id: str) -> list[GroupFate]:
@@ -561,11 +598,14 @@ class StoreReader:
             return []
         rows = await self._fetchall(
             "SELECT * FROM (SELECT * FROM group_lifecycle WHERE run_id = ? "
-            "ORDER BY group_id DESC LIMIT ?) ORDER BY group_id", (run_id, int(last)))
+            "ORDER BY group_id DESC LIMIT ?) ORDER BY group_id",
+            (run_id, int(last)),
+        )
         return [decode_group_span(r) for r in rows]
 
-    async def trained_tokens(self, run_id: str, group_id: int, index: int
-                             ) -> tuple[int, TrajectoryTokens, dict[int, str]] | None:
+    async def trained_tokens(
+        self, run_id: str, group_id: int, index: int
+    ) -> tuple[int, TrajectoryTokens, dict[int, str]] | None:
         """The tokens one trajectory was trained on: (the step, its arrays, the pieces of
         its token ids); None when the store has none (not trained, older than the run's
         `keep_token_steps`, or a store from before the token view)."""
@@ -573,16 +613,19 @@ class StoreReader:
             return None
         rows = await self._fetchall(
             "SELECT * FROM trained_tokens WHERE run_id = ? AND group_id = ? AND idx = ?",
-            (run_id, int(group_id), int(index)))
+            (run_id, int(group_id), int(index)),
+        )
         if not rows:
             return None
         tokens = decode_tokens(rows[0])
         ids = sorted(set(tokens.tokens.tolist()))
         pieces: dict[int, str] = {}
         for lo in range(0, len(ids), 500):  # SQLite's limit on parameters
-            chunk = ids[lo:lo + 500]
+            chunk = ids[lo : lo + 500]
             found = await self._fetchall(
                 f"SELECT token, piece FROM token_pieces WHERE run_id = ? AND token IN "
-                f"({', '.join('?' * len(chunk))})", (run_id, *chunk))
+                f"({', '.join('?' * len(chunk))})",
+                (run_id, *chunk),
+            )
             pieces.update({int(r["token"]): r["piece"] for r in found})
         return int(rows[0]["step"]), tokens, pieces

@@ -77,8 +77,10 @@ def _write(path: str | Path, statements: Sequence[tuple[str, Sequence[Any]]]) ->
             conn.close()
     except sqlite3.OperationalError as exc:
         if "no such column" in str(exc) or "no such table" in str(exc):
-            raise StoreError(f"run store {path} is older than this tinker-tui; run any "
-                             "`tinker-tui run` on it once to upgrade it") from None
+            raise StoreError(
+                f"run store {path} is older than this tinker-tui; run any "
+                "`tinker-tui run` on it once to upgrade it"
+            ) from None
         raise store_error(Path(path), exc) from exc
     except sqlite3.Error as exc:
         raise store_error(Path(path), exc) from exc
@@ -86,37 +88,59 @@ def _write(path: str | Path, statements: Sequence[tuple[str, Sequence[Any]]]) ->
 
 def set_run_label(path: str | Path, run_id: str, run_name: str, note: str) -> None:
     """Give a stored run its name and note; StoreError if the store has no such run."""
-    changed = _write(path, [("UPDATE runs SET run_name = ?, note = ? WHERE run_id = ?",
-                             (run_name, note, run_id))])
+    changed = _write(
+        path,
+        [("UPDATE runs SET run_name = ?, note = ? WHERE run_id = ?", (run_name, note, run_id))],
+    )
     if not changed:
         raise StoreError(f"no run {run_id!r} in {path}")
 
 
 def record_sweep(path: str | Path, sweep: StoredSweep) -> None:
     """Store a new sweep and its runs (all pending)."""
-    statements: list[tuple[str, Sequence[Any]]] = [(
-        "INSERT INTO sweeps (sweep_id, task, task_spec, grid, run_args, parallel, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (sweep.sweep_id, sweep.task, sweep.task_spec, json.dumps(dict(sweep.grid)),
-         json.dumps(list(sweep.run_args)), int(sweep.parallel), sweep.created_at))]
+    statements: list[tuple[str, Sequence[Any]]] = [
+        (
+            "INSERT INTO sweeps (sweep_id, task, task_spec, grid, run_args, parallel, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                sweep.sweep_id,
+                sweep.task,
+                sweep.task_spec,
+                json.dumps(dict(sweep.grid)),
+                json.dumps(list(sweep.run_args)),
+                int(sweep.parallel),
+                sweep.created_at,
+            ),
+        )
+    ]
     for run in sweep.runs:
-        statements.append((
-            "INSERT INTO sweep_runs (sweep_id, idx, run_id, settings, status) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (sweep.sweep_id, run.idx, run.run_id, json.dumps(dict(run.settings)), run.status)))
+        statements.append(
+            (
+                "INSERT INTO sweep_runs (sweep_id, idx, run_id, settings, status) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (sweep.sweep_id, run.idx, run.run_id, json.dumps(dict(run.settings)), run.status),
+            )
+        )
     _write(path, statements)
 
 
-def set_sweep_run_status(path: str | Path, sweep_id: str, idx: int, status: str,
-                         exit_code: int | None = None) -> None:
-    _write(path, [("UPDATE sweep_runs SET status = ?, exit_code = ? WHERE sweep_id = ? AND "
-                   "idx = ?", (status, exit_code, sweep_id, idx))])
+def set_sweep_run_status(
+    path: str | Path, sweep_id: str, idx: int, status: str, exit_code: int | None = None
+) -> None:
+    _write(
+        path,
+        [
+            (
+                "UPDATE sweep_runs SET status = ?, exit_code = ? WHERE sweep_id = ? AND idx = ?",
+                (status, exit_code, sweep_id, idx),
+            )
+        ],
+    )
 
 
 def set_sweep_parallel(path: str | Path, sweep_id: str, parallel: int) -> None:
     """A resumed sweep's own `--parallel`, kept for the next resume."""
-    _write(path, [("UPDATE sweeps SET parallel = ? WHERE sweep_id = ?",
-                   (int(parallel), sweep_id))])
+    _write(path, [("UPDATE sweeps SET parallel = ? WHERE sweep_id = ?", (int(parallel), sweep_id))])
 
 
 def _json(text: Any, default: Any) -> Any:
@@ -130,9 +154,22 @@ def _json(text: Any, default: Any) -> Any:
 def decode_sweep(row: sqlite3.Row, runs: Sequence[sqlite3.Row]) -> StoredSweep:
     """A row of `sweeps` and its rows of `sweep_runs` (in index order)."""
     return StoredSweep(
-        sweep_id=row["sweep_id"], task=row["task"] or "", task_spec=row["task_spec"] or "",
-        grid=_json(row["grid"], {}), run_args=_json(row["run_args"], []),
-        parallel=int(row["parallel"] or 1), created_at=float(row["created_at"] or 0.0),
-        runs=tuple(SweepRun(sweep_id=r["sweep_id"], idx=int(r["idx"]), run_id=r["run_id"],
-                            settings=_json(r["settings"], {}), status=r["status"] or "",
-                            exit_code=r["exit_code"]) for r in runs))
+        sweep_id=row["sweep_id"],
+        task=row["task"] or "",
+        task_spec=row["task_spec"] or "",
+        grid=_json(row["grid"], {}),
+        run_args=_json(row["run_args"], []),
+        parallel=int(row["parallel"] or 1),
+        created_at=float(row["created_at"] or 0.0),
+        runs=tuple(
+            SweepRun(
+                sweep_id=r["sweep_id"],
+                idx=int(r["idx"]),
+                run_id=r["run_id"],
+                settings=_json(r["settings"], {}),
+                status=r["status"] or "",
+                exit_code=r["exit_code"],
+            )
+            for r in runs
+        ),
+    )

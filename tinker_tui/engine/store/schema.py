@@ -369,9 +369,21 @@ ALTER TABLE evals ADD COLUMN rollouts TEXT NOT NULL DEFAULT '[]';
 """
 
 #: Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5,
-                               SCHEMA_V6, SCHEMA_V7, SCHEMA_V8, SCHEMA_V9, SCHEMA_V10,
-                               SCHEMA_V11, SCHEMA_V12, SCHEMA_V13)
+MIGRATIONS: tuple[str, ...] = (
+    SCHEMA_V1,
+    SCHEMA_V2,
+    SCHEMA_V3,
+    SCHEMA_V4,
+    SCHEMA_V5,
+    SCHEMA_V6,
+    SCHEMA_V7,
+    SCHEMA_V8,
+    SCHEMA_V9,
+    SCHEMA_V10,
+    SCHEMA_V11,
+    SCHEMA_V12,
+    SCHEMA_V13,
+)
 #: Rows a migration converts after its SQL ran, by the version it migrates to, in the same
 #: transaction: (connection) -> None.
 DATA_MIGRATIONS: dict[int, Callable[[aiosqlite.Connection], Awaitable[None]]] = {
@@ -447,9 +459,11 @@ async def prepare_schema(conn: aiosqlite.Connection, path: Path) -> None:
 #: check a run would append to the file and fail, or lose rows, later).
 SQL_QUICK_CHECK = "PRAGMA quick_check(3)"
 #: The application id, the schema version and the number of schema objects, in one row.
-SQL_OWNERSHIP = ("SELECT (SELECT application_id FROM pragma_application_id), "
-                 "(SELECT user_version FROM pragma_user_version), "
-                 "(SELECT count(*) FROM sqlite_master)")
+SQL_OWNERSHIP = (
+    "SELECT (SELECT application_id FROM pragma_application_id), "
+    "(SELECT user_version FROM pragma_user_version), "
+    "(SELECT count(*) FROM sqlite_master)"
+)
 
 
 async def check_intact(conn: aiosqlite.Connection, path: Path) -> None:
@@ -465,7 +479,8 @@ def refuse_damaged(path: Path, problems: list[str]) -> None:
         said = "; ".join(" ".join(p.split()) for p in problems)  # one line
         raise StoreError(
             f"run store {path} is damaged ({said[:300]}); refusing to write to it: restore "
-            "it from a backup, or pass another --db file")
+            "it from a backup, or pass another --db file"
+        )
 
 
 async def check_ownership(conn: aiosqlite.Connection, path: Path) -> int:
@@ -530,13 +545,16 @@ def check_file(path: str | Path, *, lock_wait: float = LOCK_WAIT) -> None:
     except OSError as exc:
         raise StoreError(f"cannot read run store {path}: {exc.strerror or exc}") from None
     if header and not header.startswith(SQLITE_MAGIC):
-        raise StoreError(f"{path} is not a SQLite database (or is damaged); refusing to use "
-                         "it as a run store")
+        raise StoreError(
+            f"{path} is not a SQLite database (or is damaged); refusing to use it as a run store"
+        )
     if not os.access(path, os.W_OK):
         raise StoreError(f"cannot open run store {path} for writing: the file is read-only")
     if not os.access(path.parent, os.W_OK | os.X_OK):
-        raise StoreError(f"cannot open run store {path} for writing: its folder "
-                         f"{path.parent} is not writable (SQLite keeps its journal there)")
+        raise StoreError(
+            f"cannot open run store {path} for writing: its folder "
+            f"{path.parent} is not writable (SQLite keeps its journal there)"
+        )
     if not header:
         return
     # A WAL store (header bytes 18-19) no process has open has no -wal and -shm files; any
@@ -546,8 +564,11 @@ def check_file(path: str | Path, *, lock_wait: float = LOCK_WAIT) -> None:
     idle = wal and not any(Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-shm"))
     try:
         if idle:
-            conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1",
-                                   uri=True, isolation_level=None)
+            conn = sqlite3.connect(
+                f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1",
+                uri=True,
+                isolation_level=None,
+            )
         else:
             conn = sqlite3.connect(path, timeout=lock_wait, isolation_level=None)
         try:

@@ -409,9 +409,7 @@ class RunStore(StoreReader):
         await cur.close()
         return True
 
-    async def _execute_rows(
-        self, conn: aiosqlite.Connection, sql: str, rows: list[Row]
-    ) -> int:
+    async def _execute_rows(self, conn: aiosqlite.Connection, sql: str, rows: list[Row]) -> int:
         await conn.execute("SAVEPOINT rows")
         try:
             await conn.executemany(sql, rows)
@@ -426,7 +424,6 @@ class RunStore(StoreReader):
             return bad
         await conn.execute("RELEASE rows")
         return 0
-
 
     # ------------------------------------------------------------------ resume
 
@@ -449,16 +446,23 @@ class RunStore(StoreReader):
                     await conn.execute(
                         f"DELETE FROM {table} WHERE run_id = ?1 AND group_id IN (SELECT "
                         "group_id FROM group_lifecycle WHERE run_id = ?1 AND status = "
-                        "'requeued')", (run_id,))
-                cur = await conn.execute("DELETE FROM steps WHERE run_id = ? AND step > ?",
-                                         (run_id, int(step)))
+                        "'requeued')",
+                        (run_id,),
+                    )
+                cur = await conn.execute(
+                    "DELETE FROM steps WHERE run_id = ? AND step > ?", (run_id, int(step))
+                )
                 steps_removed = cur.rowcount
-                await conn.execute("DELETE FROM evals WHERE run_id = ? AND step > ?",
-                                   (run_id, int(step)))
-                await conn.execute("DELETE FROM trained_tokens WHERE run_id = ? AND step > ?",
-                                   (run_id, int(step)))
-                await conn.execute("DELETE FROM checkpoints WHERE run_id = ? AND "
-                                   "(step > ? OR confirmed = 0)", (run_id, int(step)))
+                await conn.execute(
+                    "DELETE FROM evals WHERE run_id = ? AND step > ?", (run_id, int(step))
+                )
+                await conn.execute(
+                    "DELETE FROM trained_tokens WHERE run_id = ? AND step > ?", (run_id, int(step))
+                )
+                await conn.execute(
+                    "DELETE FROM checkpoints WHERE run_id = ? AND (step > ? OR confirmed = 0)",
+                    (run_id, int(step)),
+                )
                 await conn.execute(_SQL_RECOUNT, (run_id,))
                 cur = await conn.execute(_SQL_MAX_GROUP_ID, (run_id,))
                 row = await cur.fetchone()
@@ -470,6 +474,8 @@ class RunStore(StoreReader):
                     pass
                 raise
         top = row[0] if row is not None else None
-        return {"steps_removed": steps_removed, "groups_requeued": requeued,
-                "next_group_id": 0 if top is None else int(top) + 1}
-
+        return {
+            "steps_removed": steps_removed,
+            "groups_requeued": requeued,
+            "next_group_id": 0 if top is None else int(top) + 1,
+        }

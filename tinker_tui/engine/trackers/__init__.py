@@ -26,8 +26,11 @@ PACKAGES = {"wandb": ("wandb", "wandb"), "tensorboard": ("tensorboardX", "tensor
 
 def wanted(config: Any) -> list[str]:
     """The trackers a run's settings turn on ("wandb", "tensorboard")."""
-    return [name for name, on in (("wandb", config.wandb_project),
-                                  ("tensorboard", config.tensorboard_dir)) if on]
+    return [
+        name
+        for name, on in (("wandb", config.wandb_project), ("tensorboard", config.tensorboard_dir))
+        if on
+    ]
 
 
 def missing_package(tracker: str, asked_by: str = "") -> str | None:
@@ -36,10 +39,13 @@ def missing_package(tracker: str, asked_by: str = "") -> str | None:
     module, extra = PACKAGES[tracker]
     if importlib.util.find_spec(module) is not None:
         return None
-    asked_by = asked_by or ("wandb_project (--wandb)" if tracker == "wandb"
-                            else "tensorboard_dir (--tensorboard)")
-    return (f"{asked_by} needs the {module} package, which is not installed: "
-            f'pip install "tinker-tui[{extra}]"')
+    asked_by = asked_by or (
+        "wandb_project (--wandb)" if tracker == "wandb" else "tensorboard_dir (--tensorboard)"
+    )
+    return (
+        f"{asked_by} needs the {module} package, which is not installed: "
+        f'pip install "tinker-tui[{extra}]"'
+    )
 
 
 def wandb_run_id_for(run_id: str) -> str:
@@ -61,10 +67,15 @@ def make_trackers(config: Any, *, store_folder: Path) -> list[Any]:
     if config.wandb_project:
         from tinker_tui.engine.trackers.wandb_tracker import WandbTracker
 
-        trackers.append(WandbTracker(
-            project=config.wandb_project, entity=config.wandb_entity or None,
-            run_name=config.wandb_run_name or None, run_id=config.wandb_run_id or None,
-            folder=store_folder))
+        trackers.append(
+            WandbTracker(
+                project=config.wandb_project,
+                entity=config.wandb_entity or None,
+                run_name=config.wandb_run_name or None,
+                run_id=config.wandb_run_id or None,
+                folder=store_folder,
+            )
+        )
     if config.tensorboard_dir:
         from tinker_tui.engine.trackers.tensorboard_tracker import TensorBoardTracker
 
@@ -80,12 +91,21 @@ class TrackerFeeds:
         self.feeds = feeds
 
     @classmethod
-    def start(cls, config: Any, *, store_folder: Path, publish: Callable[[Event], None],
-              clock: Clock) -> TrackerFeeds:
+    def start(
+        cls, config: Any, *, store_folder: Path, publish: Callable[[Event], None], clock: Clock
+    ) -> TrackerFeeds:
         samples_every = getattr(config, "wandb_samples_every", 0)
-        return cls([TrackerFeed(tracker, publish=publish, clock=clock,
-                                samples_every=samples_every if tracker.key == "wandb" else 0)
-                    for tracker in make_trackers(config, store_folder=store_folder)])
+        return cls(
+            [
+                TrackerFeed(
+                    tracker,
+                    publish=publish,
+                    clock=clock,
+                    samples_every=samples_every if tracker.key == "wandb" else 0,
+                )
+                for tracker in make_trackers(config, store_folder=store_folder)
+            ]
+        )
 
     def handlers(self) -> list[Callable[[Event], None]]:
         return [feed.handle for feed in self.feeds]

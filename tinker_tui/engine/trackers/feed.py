@@ -40,9 +40,16 @@ _MAX_GROUPS = 4096
 
 
 class TrackerFeed:
-    def __init__(self, tracker: Any, *, publish: Callable[[Event], None], clock: Clock,
-                 samples_every: int = 0, max_backlog: int = 10_000,
-                 close_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        tracker: Any,
+        *,
+        publish: Callable[[Event], None],
+        clock: Clock,
+        samples_every: int = 0,
+        max_backlog: int = 10_000,
+        close_timeout: float = 30.0,
+    ) -> None:
         self.tracker = tracker
         self.samples_every = samples_every
         self.max_backlog = max_backlog
@@ -55,10 +62,11 @@ class TrackerFeed:
         self._loop_thread = threading.get_ident()
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._queued = 0  # calls queued (loop thread)
-        self._done = 0    # calls finished or skipped (tracker thread)
+        self._done = 0  # calls finished or skipped (tracker thread)
         self._groups: dict[int, GroupSampled] = {}
-        self._thread = threading.Thread(target=self._work, daemon=True,
-                                        name=f"tracker-{tracker.key}")
+        self._thread = threading.Thread(
+            target=self._work, daemon=True, name=f"tracker-{tracker.key}"
+        )
         self._thread.start()
 
     # ------------------------------------------------------------------ loop side
@@ -71,10 +79,12 @@ class TrackerFeed:
             return
         t = self.tracker
         if isinstance(event, StepTrained):
-            self._call(t.log_step, event.step, event.policy_version, dict(event.metrics),
-                       event.time)
-            groups = [g for g in (self._groups.pop(i, None) for i in event.group_ids)
-                      if g is not None]
+            self._call(
+                t.log_step, event.step, event.policy_version, dict(event.metrics), event.time
+            )
+            groups = [
+                g for g in (self._groups.pop(i, None) for i in event.group_ids) if g is not None
+            ]
             if self.samples_every and event.step % self.samples_every == 0 and groups:
                 self._call(self._log_samples, event.step, groups)
         elif isinstance(event, GroupSampled):
@@ -86,22 +96,36 @@ class TrackerFeed:
             if event.reason != "zero_variance":  # those still count in their step's batch
                 self._groups.pop(event.group_id, None)
         elif isinstance(event, EvalCompleted):
-            self._call(t.log_eval, event.step, event.policy_version, dict(event.metrics),
-                       event.time)
+            self._call(
+                t.log_eval, event.step, event.policy_version, dict(event.metrics), event.time
+            )
         elif isinstance(event, CheckpointSaved):
             self._call(t.log_checkpoint, event.step, event.kind, event.name, event.path)
         elif isinstance(event, CommandReceived) and event.command == "rolled_back":
             to_step = event.args.get("to_step")
             if isinstance(to_step, int):
                 self._groups.clear()  # sampled for steps that will not come
-                self._call(t.log_rollback, to_step, int(event.args.get("steps_undone") or 0),
-                           str(event.args.get("reason") or ""), event.time)
+                self._call(
+                    t.log_rollback,
+                    to_step,
+                    int(event.args.get("steps_undone") or 0),
+                    str(event.args.get("reason") or ""),
+                    event.time,
+                )
         elif isinstance(event, RunStarted):
-            self._call(t.start, RunInfo(run_id=event.run_id, name=event.name,
-                                        backend=event.backend, base_model=event.base_model,
-                                        config=dict(event.config),
-                                        start_step=event.start_step,
-                                        run_name=event.run_name, note=event.note))
+            self._call(
+                t.start,
+                RunInfo(
+                    run_id=event.run_id,
+                    name=event.name,
+                    backend=event.backend,
+                    base_model=event.base_model,
+                    config=dict(event.config),
+                    start_step=event.start_step,
+                    run_name=event.run_name,
+                    note=event.note,
+                ),
+            )
         elif isinstance(event, RunFinished):
             self._call(t.finish, event.status)
 
@@ -117,9 +141,12 @@ class TrackerFeed:
         self._calls.put(_CLOSE)
         await asyncio.to_thread(self._thread.join, self.close_timeout)
         if self._thread.is_alive():
-            self._say("warning", f"{self.tracker.name} was still writing after "
-                                 f"{self.close_timeout:g} s; the run ends without waiting for "
-                                 "it (its last records may be missing)")
+            self._say(
+                "warning",
+                f"{self.tracker.name} was still writing after "
+                f"{self.close_timeout:g} s; the run ends without waiting for "
+                "it (its last records may be missing)",
+            )
 
     # ------------------------------------------------------------------ tracker thread
     def _work(self) -> None:
@@ -147,9 +174,20 @@ class TrackerFeed:
                 self._done += 1
 
     def _log_samples(self, step: int, groups: list[GroupSampled]) -> None:
-        rows = [(step, g.group_id, g.scenario_id, i, t.reward, t.policy_version, t.num_tokens,
-                 conversation_text(t.messages))
-                for g in groups for i, t in enumerate(g.trajectories)]
+        rows = [
+            (
+                step,
+                g.group_id,
+                g.scenario_id,
+                i,
+                t.reward,
+                t.policy_version,
+                t.num_tokens,
+                conversation_text(t.messages),
+            )
+            for g in groups
+            for i, t in enumerate(g.trajectories)
+        ]
         if rows:
             self.tracker.log_samples(step, rows)
 
@@ -164,8 +202,10 @@ class TrackerFeed:
         if self.failed:
             return
         self.failed = True
-        message = (f"{self.tracker.name} logging failed and is off for the rest of this run "
-                   f"(training goes on): {why}")
+        message = (
+            f"{self.tracker.name} logging failed and is off for the rest of this run "
+            f"(training goes on): {why}"
+        )
         if from_thread:
             self._report("warning", message)
         else:
@@ -179,8 +219,11 @@ class TrackerFeed:
             logger.warning("%s", message)
 
     def _say(self, level: str, message: str) -> None:
-        self._publish(TrackerReported(time=self._clock.now(), level=level, message=message,
-                                      tracker=self.tracker.key))
+        self._publish(
+            TrackerReported(
+                time=self._clock.now(), level=level, message=message, tracker=self.tracker.key
+            )
+        )
 
 
 def _describe(exc: BaseException) -> str:

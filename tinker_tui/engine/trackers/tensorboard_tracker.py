@@ -39,15 +39,24 @@ class TensorBoardTracker:
             self.logdir = self.folder / run.run_id
             # TensorBoard reads a folder's files in name order, and names carry only the
             # second: the suffix keeps a restart within the same second after the original.
-            self.writer = SummaryWriter(logdir=str(self.logdir), flush_secs=10,
-                                        filename_suffix=f".{time.time_ns()}")
+            self.writer = SummaryWriter(
+                logdir=str(self.logdir), flush_secs=10, filename_suffix=f".{time.time_ns()}"
+            )
         self._purge_from(run.start_step + 1)
         if run.run_name or run.note:  # TensorBoard's text tab: the run's name and note
-            self.writer.add_text("run", "\n\n".join(
-                t for t in (run.run_name and f"**{run.run_name}** ({run.run_id})", run.note)
-                if t), run.start_step)
-        return [f"TensorBoard: event files in {self.logdir}; view with "
-                f"`tensorboard --logdir {self.folder}`"]
+            self.writer.add_text(
+                "run",
+                "\n\n".join(
+                    t
+                    for t in (run.run_name and f"**{run.run_name}** ({run.run_id})", run.note)
+                    if t
+                ),
+                run.start_step,
+            )
+        return [
+            f"TensorBoard: event files in {self.logdir}; view with "
+            f"`tensorboard --logdir {self.folder}`"
+        ]
 
     def _purge_from(self, step: int) -> None:
         from tensorboardX.proto.event_pb2 import Event, SessionLog
@@ -60,12 +69,14 @@ class TensorBoardTracker:
             self.writer.add_scalar(key, value, step, walltime=time)
         self.writer.flush()
 
-    def log_step(self, step: int, policy_version: int, metrics: Mapping[str, float],
-                 time: float) -> None:
+    def log_step(
+        self, step: int, policy_version: int, metrics: Mapping[str, float], time: float
+    ) -> None:
         self._scalars(step, {**metrics, "policy_version": policy_version}, time)
 
-    def log_eval(self, step: int, policy_version: int, metrics: Mapping[str, float],
-                 time: float) -> None:
+    def log_eval(
+        self, step: int, policy_version: int, metrics: Mapping[str, float], time: float
+    ) -> None:
         self._scalars(step, metrics, time)
 
     def log_checkpoint(self, step: int, kind: str, name: str, path: str) -> None:
@@ -76,8 +87,12 @@ class TensorBoardTracker:
 
     def log_rollback(self, to_step: int, steps_undone: int, reason: str, time: float) -> None:
         self._purge_from(to_step + 1)
-        self.writer.add_text("rollback", f"rolled back to step {to_step} ({steps_undone} later "
-                                         f"step(s) undone): {reason}", to_step, walltime=time)
+        self.writer.add_text(
+            "rollback",
+            f"rolled back to step {to_step} ({steps_undone} later step(s) undone): {reason}",
+            to_step,
+            walltime=time,
+        )
         self.writer.flush()
 
     def finish(self, status: str) -> list[str]:

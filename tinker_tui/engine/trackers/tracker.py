@@ -12,8 +12,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 #: Columns of a samples table, one row per rollout.
-SAMPLE_COLUMNS = ("step", "group_id", "scenario_id", "sample", "reward", "policy_version",
-                  "num_tokens", "conversation")
+SAMPLE_COLUMNS = (
+    "step",
+    "group_id",
+    "scenario_id",
+    "sample",
+    "reward",
+    "policy_version",
+    "num_tokens",
+    "conversation",
+)
 #: Longest conversation text a samples table keeps per rollout.
 MAX_CONVERSATION_CHARS = 4000
 
@@ -33,16 +41,18 @@ class RunInfo:
 
 
 class Tracker(Protocol):
-    key: str    # "wandb" | "tensorboard"
-    name: str   # as the user knows it: "W&B", "TensorBoard"
+    key: str  # "wandb" | "tensorboard"
+    name: str  # as the user knows it: "W&B", "TensorBoard"
 
     def start(self, run: RunInfo) -> list[str]: ...
 
-    def log_step(self, step: int, policy_version: int, metrics: Mapping[str, float],
-                 time: float) -> None: ...
+    def log_step(
+        self, step: int, policy_version: int, metrics: Mapping[str, float], time: float
+    ) -> None: ...
 
-    def log_eval(self, step: int, policy_version: int, metrics: Mapping[str, float],
-                 time: float) -> None: ...
+    def log_eval(
+        self, step: int, policy_version: int, metrics: Mapping[str, float], time: float
+    ) -> None: ...
 
     def log_checkpoint(self, step: int, kind: str, name: str, path: str) -> None: ...
 
@@ -70,11 +80,14 @@ def conversation_text(messages: Iterable[Mapping[str, Any]]) -> str:
         lines.append(f"{message.get('role', '?')}: {content}")
     text = "\n".join(lines)
     if len(text) > MAX_CONVERSATION_CHARS:
-        text = text[:MAX_CONVERSATION_CHARS - 1] + "…"
+        text = text[: MAX_CONVERSATION_CHARS - 1] + "…"
     return text
 
 
 def numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
     """The metrics a chart can draw (numbers; booleans and text left out)."""
-    return {str(k): float(v) for k, v in metrics.items()
-            if isinstance(v, int | float) and not isinstance(v, bool)}
+    return {
+        str(k): float(v)
+        for k, v in metrics.items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }

@@ -39,16 +39,24 @@ DEFAULT_URLS = ("https://api.wandb.ai",)
 #: collect nothing about the machine or the code, and write the run's file every second (by
 #: default every 15 s: a run killed with SIGKILL lost up to 15 s of steps).
 SETTINGS: dict[str, Any] = {
-    "console": "off", "silent": True, "quiet": True, "show_info": False,
-    "show_warnings": False, "x_disable_stats": True, "x_disable_meta": True,
-    "x_save_requirements": False, "disable_git": True, "disable_code": True,
-    "save_code": False, "disable_job_creation": True, "x_transaction_log_flush_interval": 1.0,
+    "console": "off",
+    "silent": True,
+    "quiet": True,
+    "show_info": False,
+    "show_warnings": False,
+    "x_disable_stats": True,
+    "x_disable_meta": True,
+    "x_save_requirements": False,
+    "disable_git": True,
+    "disable_code": True,
+    "save_code": False,
+    "disable_job_creation": True,
+    "x_transaction_log_flush_interval": 1.0,
 }
 
 
 #: The part of SETTINGS that W&B reads process-wide for what it prints to the terminal.
-QUIET: dict[str, Any] = {"silent": True, "quiet": True, "show_info": False,
-                         "show_warnings": False}
+QUIET: dict[str, Any] = {"silent": True, "quiet": True, "show_info": False, "show_warnings": False}
 
 
 def has_api_key(environ: Mapping[str, str], default_urls: tuple[str, ...] = DEFAULT_URLS) -> bool:
@@ -69,8 +77,9 @@ def has_api_key(environ: Mapping[str, str], default_urls: tuple[str, ...] = DEFA
 WandbMode = Literal["offline", "disabled"] | None
 
 
-def choose_mode(environ: Mapping[str, str],
-                default_urls: tuple[str, ...] = DEFAULT_URLS) -> tuple[WandbMode, str]:
+def choose_mode(
+    environ: Mapping[str, str], default_urls: tuple[str, ...] = DEFAULT_URLS
+) -> tuple[WandbMode, str]:
     """(the mode to give wandb.init, why it was chosen). None lets W&B choose (online, or
     offline by its own settings): only when it has a key, so it never prompts for one."""
     asked = environ.get("WANDB_MODE", "").strip().lower()
@@ -87,9 +96,16 @@ class WandbTracker:
     key = "wandb"
     name = "W&B"
 
-    def __init__(self, *, project: str, entity: str | None = None, run_name: str | None = None,
-                 run_id: str | None = None, folder: Path,
-                 environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        project: str,
+        entity: str | None = None,
+        run_name: str | None = None,
+        run_id: str | None = None,
+        folder: Path,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self.project = project
         self.entity = entity
         self.run_name = run_name
@@ -111,29 +127,49 @@ class WandbTracker:
         self._wandb = wandb
         fields = getattr(wandb.Settings, "model_fields", None)  # settings vary by version
         package_url = getattr((fields or {}).get("base_url"), "default", None)
-        mode, why = choose_mode(self.environ, DEFAULT_URLS + ((package_url,) if isinstance(
-            package_url, str) else ()))
-        settings = wandb.Settings(**{k: v for k, v in SETTINGS.items()
-                                     if fields is None or k in fields})
+        mode, why = choose_mode(
+            self.environ, DEFAULT_URLS + ((package_url,) if isinstance(package_url, str) else ())
+        )
+        settings = wandb.Settings(
+            **{k: v for k, v in SETTINGS.items() if fields is None or k in fields}
+        )
         # W&B's terminal lines (its banner, "Detected [openai] in use", its Weave advert)
         # follow its process-wide settings, not a run's: quiet them there, before init.
-        wandb.setup(settings=wandb.Settings(**{k: v for k, v in QUIET.items()
-                                               if fields is None or k in fields}))
+        wandb.setup(
+            settings=wandb.Settings(
+                **{k: v for k, v in QUIET.items() if fields is None or k in fields}
+            )
+        )
         kwargs: dict[str, Any] = {}
         if not self.environ.get("WANDB_DIR"):
             self.folder.mkdir(parents=True, exist_ok=True)
             kwargs["dir"] = str(self.folder)
         self.run = wandb.init(
-            project=self.project, entity=self.entity, name=self.run_name or run.run_name or run.run_id,
+            project=self.project,
+            entity=self.entity,
+            name=self.run_name or run.run_name or run.run_id,
             notes=run.note or None,
-            id=self.run_id, resume="allow", mode=mode, settings=settings,
-            reinit="create_new", job_type="rl", **kwargs)
+            id=self.run_id,
+            resume="allow",
+            mode=mode,
+            settings=settings,
+            reinit="create_new",
+            job_type="rl",
+            **kwargs,
+        )
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")
-        self.run.config.update({"run_id": run.run_id, "run_name": run.run_name,
-                                "task": run.name, "backend": run.backend,
-                                "base_model": run.base_model, **dict(run.config)},
-                               allow_val_change=True)
+        self.run.config.update(
+            {
+                "run_id": run.run_id,
+                "run_name": run.run_name,
+                "task": run.name,
+                "backend": run.backend,
+                "base_model": run.base_model,
+                **dict(run.config),
+            },
+            allow_val_change=True,
+        )
         if run.start_step > 0:
             self.run.log({"step": run.start_step, "resume/from_step": run.start_step})
         if self._offline():
@@ -150,14 +186,16 @@ class WandbTracker:
         every = sync_dir.parent / f"offline-run-*-{self.run.id}"
         return f"files in {sync_dir}; upload with `wandb sync {every}`"
 
-    def log_step(self, step: int, policy_version: int, metrics: Mapping[str, float],
-                 time: float) -> None:
+    def log_step(
+        self, step: int, policy_version: int, metrics: Mapping[str, float], time: float
+    ) -> None:
         if self.run is None:  # W&B is disabled
             return
         self.run.log({"step": step, "policy_version": policy_version, **numeric(metrics)})
 
-    def log_eval(self, step: int, policy_version: int, metrics: Mapping[str, float],
-                 time: float) -> None:
+    def log_eval(
+        self, step: int, policy_version: int, metrics: Mapping[str, float], time: float
+    ) -> None:
         if self.run is None:  # W&B is disabled
             return
         self.run.log({"step": step, **numeric(metrics)})
@@ -178,10 +216,14 @@ class WandbTracker:
     def log_rollback(self, to_step: int, steps_undone: int, reason: str, time: float) -> None:
         if self.run is None:  # W&B is disabled
             return
-        self.run.log({"step": to_step, "rollback/to_step": to_step,
-                      "rollback/steps_undone": steps_undone})
-        self.run.summary["rollback/last"] = {"to_step": to_step, "steps_undone": steps_undone,
-                                             "reason": reason}
+        self.run.log(
+            {"step": to_step, "rollback/to_step": to_step, "rollback/steps_undone": steps_undone}
+        )
+        self.run.summary["rollback/last"] = {
+            "to_step": to_step,
+            "steps_undone": steps_undone,
+            "reason": reason,
+        }
 
     def finish(self, status: str) -> list[str]:
         if self.run is None:

@@ -34,8 +34,9 @@ STD_EPSILON = 1e-6
 AdvantageHook = Callable[[list[float]], Sequence[float]]
 
 
-def group_advantages(rewards: Sequence[float], rule: str = "mean",
-                     hook: AdvantageHook | None = None) -> list[float]:
+def group_advantages(
+    rewards: Sequence[float], rule: str = "mean", hook: AdvantageHook | None = None
+) -> list[float]:
     """The advantages of one group's members, by `hook` if given, else by `rule`."""
     rewards = [float(r) for r in rewards]
     if hook is not None:
@@ -49,23 +50,30 @@ def group_advantages(rewards: Sequence[float], rule: str = "mean",
     if rule == "mean_std":
         std = math.sqrt(sum(c * c for c in centered) / len(centered))
         return [c / (std + STD_EPSILON) for c in centered]
-    raise ValueError(f"unknown advantage rule {rule!r}; expected one of "
-                     f"{', '.join(ADVANTAGE_RULES)}")
+    raise ValueError(
+        f"unknown advantage rule {rule!r}; expected one of {', '.join(ADVANTAGE_RULES)}"
+    )
 
 
 def _checked(values: Any, count: int) -> list[float]:
     where = "the task's advantages(rewards) hook"
     if isinstance(values, str | bytes) or not isinstance(values, Sequence):
-        raise TrajectoryError(f"{where} returned {type(values).__name__}; expected a list of "
-                              f"{count} numbers")
+        raise TrajectoryError(
+            f"{where} returned {type(values).__name__}; expected a list of {count} numbers"
+        )
     if len(values) != count:
-        raise TrajectoryError(f"{where} returned {len(values)} values for {count} rewards; "
-                              "return one per reward")
+        raise TrajectoryError(
+            f"{where} returned {len(values)} values for {count} rewards; return one per reward"
+        )
     out = []
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-                or not math.isfinite(value):
-            raise TrajectoryError(f"{where} returned {value!r}; every advantage must be a "
-                                  "finite number")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, numbers.Real)
+            or not math.isfinite(value)
+        ):
+            raise TrajectoryError(
+                f"{where} returned {value!r}; every advantage must be a finite number"
+            )
         out.append(float(value))
     return out

@@ -23,8 +23,15 @@ from tinker_tui.engine.training.resume import ResumeState
 
 
 class Checkpointer:
-    def __init__(self, *, config: RunConfig, policy: BackendSession, health: HealthWindow,
-                 bus: EventBus, clock: Clock) -> None:
+    def __init__(
+        self,
+        *,
+        config: RunConfig,
+        policy: BackendSession,
+        health: HealthWindow,
+        bus: EventBus,
+        clock: Clock,
+    ) -> None:
         self.config = config
         self.policy = policy
         self.health = health
@@ -63,14 +70,21 @@ class Checkpointer:
         below 4 the periodic checkpoints are that close to any best step already."""
         every = self.config.checkpoint_every
         best = self.health.best_step
-        if every < 4 or best is None or best == best_before or best[0] != step \
-                or step < every or step >= self.config.max_steps:
+        if (
+            every < 4
+            or best is None
+            or best == best_before
+            or best[0] != step
+            or step < every
+            or step >= self.config.max_steps
+        ):
             return False
         last = self.last_step
         return last is None or step - last >= max(1, every // 3)
 
-    async def write(self, step: int, why: str, resume_state: Callable[[], ResumeState], *,
-                    warmup_done: bool) -> None:
+    async def write(
+        self, step: int, why: str, resume_state: Callable[[], ResumeState], *, warmup_done: bool
+    ) -> None:
         """Write the checkpoint of `step` (unless it is written already, or the weights are
         not worth one); `resume_state` is taken before the first await."""
         self.requested = False
@@ -82,8 +96,11 @@ class Checkpointer:
         if not warmup_done:
             # The weights are the base's, or part-way through the format warm-up: no resume
             # could continue from them. A resumed run starts over and runs the warm-up.
-            self._log("info", f"no checkpoint ({why}): the format warm-up had not finished; "
-                              "a resumed run starts over and runs it")
+            self._log(
+                "info",
+                f"no checkpoint ({why}): the format warm-up had not finished; "
+                "a resumed run starts over and runs it",
+            )
             return
         self.last_step = step
         self.writing = step
@@ -92,11 +109,13 @@ class Checkpointer:
         finally:
             self.writing = None
 
-    async def _write(self, step: int, name: str, why: str,
-                     resume_state: Callable[[], ResumeState]) -> None:
+    async def _write(
+        self, step: int, name: str, why: str, resume_state: Callable[[], ResumeState]
+    ) -> None:
         state = resume_state()
-        self.bus.publish(CheckpointStarted(time=self.clock.now(), step=step, kind="state",
-                                           name=name))
+        self.bus.publish(
+            CheckpointStarted(time=self.clock.now(), step=step, kind="state", name=name)
+        )
         # Ordered by step for the retention policy (a step without gradient makes no new
         # version), as a resumed run's adopted checkpoints are.
         path = await self.policy.save_state(name, step=step)
@@ -105,9 +124,17 @@ class Checkpointer:
         if requested:  # kept by the retention policy from now on
             self.policy.requested_state_steps.add(state.step)
         # Confirmed once this row is committed (with the resume state, in one row).
-        self.bus.publish(CheckpointSaved(time=self.clock.now(), step=state.step, kind="state",
-                                         name=name, path=path, resume_state=state.as_dict(),
-                                         requested=requested))
+        self.bus.publish(
+            CheckpointSaved(
+                time=self.clock.now(),
+                step=state.step,
+                kind="state",
+                name=name,
+                path=path,
+                resume_state=state.as_dict(),
+                requested=requested,
+            )
+        )
         self.table[state.step] = (name, path, state)
         self.health.checkpointed(state.step, name, state.policy_version)
         self.keep_rollback_point()
@@ -120,18 +147,30 @@ class Checkpointer:
         (kept by retention, marked), published again as such."""
         name = checkpoint_name(step)
         if step in self.policy.requested_state_steps or step not in self.table:
-            self._log("info", f"checkpoint {name} is written already"
-                      + ("; it is kept" if step in self.policy.requested_state_steps else ""))
+            self._log(
+                "info",
+                f"checkpoint {name} is written already"
+                + ("; it is kept" if step in self.policy.requested_state_steps else ""),
+            )
             return
         _, path, state = self.table[step]
         self.policy.requested_state_steps.add(step)
-        self.bus.publish(CheckpointSaved(time=self.clock.now(), step=step, kind="state",
-                                         name=name, path=path, resume_state=state.as_dict(),
-                                         requested=True))
+        self.bus.publish(
+            CheckpointSaved(
+                time=self.clock.now(),
+                step=step,
+                kind="state",
+                name=name,
+                path=path,
+                resume_state=state.as_dict(),
+                requested=True,
+            )
+        )
         self._log("info", f"checkpoint {name} is written already; it is kept as asked for")
 
-    def adopt(self, step: int, name: str, path: str, state: ResumeState, *,
-              requested: bool = False) -> None:
+    def adopt(
+        self, step: int, name: str, path: str, state: ResumeState, *, requested: bool = False
+    ) -> None:
         """A full checkpoint an earlier process of this run saved (a resumed run);
         `requested`: a person asked for it, so the retention policy keeps it."""
         self.table[step] = (name, path, state)

@@ -23,14 +23,25 @@ from tinker_tui.engine.training.rollout_loop import RolloutLoop
 
 #: Rolls out scenarios with a client, one rollout each, together, on the rollout loop (the
 #: pipeline's, so a rollout is checked and bounded by `rollout_timeout` the same way in both).
-RollOut = Callable[[object, list[Scenario]], Coroutine[
-    Any, Any, tuple[list[Trajectory | BaseException], tuple[TrajectorySummary, ...]]]]
+RollOut = Callable[
+    [object, list[Scenario]],
+    Coroutine[Any, Any, tuple[list[Trajectory | BaseException], tuple[TrajectorySummary, ...]]],
+]
 
 
 class Evaluator:
-    def __init__(self, *, task: Task, client_factory: Callable[[], object], rollouts: RolloutLoop,
-                 roll_out: RollOut, bus: EventBus, clock: Clock,
-                 now_at: Callable[[], tuple[int, int]], stopping: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        *,
+        task: Task,
+        client_factory: Callable[[], object],
+        rollouts: RolloutLoop,
+        roll_out: RollOut,
+        bus: EventBus,
+        clock: Clock,
+        now_at: Callable[[], tuple[int, int]],
+        stopping: Callable[[], bool],
+    ) -> None:
         self.task = task
         self.rollouts = rollouts
         self.bus = bus
@@ -91,18 +102,34 @@ class Evaluator:
         results, summaries = await self.rollouts.run(self._roll_out(client, scenarios))
         rewards = [r.reward for r in results if isinstance(r, Trajectory)]
         errors = len(results) - len(rewards)
-        metrics = {keys.EVAL_REWARD_MEAN: sum(rewards) / len(rewards) if rewards else float("nan"),
-                   keys.EVAL_NUM_SCENARIOS: float(len(scenarios)),
-                   keys.EVAL_ERRORS: float(errors)}
-        metrics.update(eval_task_metrics(
-            [(part_of(self.task, s)[0], r) for s, r in zip(scenarios, results, strict=True)]))
-        scenario_ids = tuple(s.id for s, r in zip(scenarios, results, strict=True)
-                             if isinstance(r, Trajectory))
-        self.bus.publish(EvalCompleted(time=self.clock.now(), step=step, policy_version=version,
-                                       metrics=metrics, trajectories=summaries,
-                                       scenario_ids=scenario_ids))
-        self._log("info", f"eval at step {step}: mean reward {metrics[keys.EVAL_REWARD_MEAN]:.3f} "
-                          f"over {len(rewards)} scenarios" + (f", {errors} errors" if errors else ""))
+        metrics = {
+            keys.EVAL_REWARD_MEAN: sum(rewards) / len(rewards) if rewards else float("nan"),
+            keys.EVAL_NUM_SCENARIOS: float(len(scenarios)),
+            keys.EVAL_ERRORS: float(errors),
+        }
+        metrics.update(
+            eval_task_metrics(
+                [(part_of(self.task, s)[0], r) for s, r in zip(scenarios, results, strict=True)]
+            )
+        )
+        scenario_ids = tuple(
+            s.id for s, r in zip(scenarios, results, strict=True) if isinstance(r, Trajectory)
+        )
+        self.bus.publish(
+            EvalCompleted(
+                time=self.clock.now(),
+                step=step,
+                policy_version=version,
+                metrics=metrics,
+                trajectories=summaries,
+                scenario_ids=scenario_ids,
+            )
+        )
+        self._log(
+            "info",
+            f"eval at step {step}: mean reward {metrics[keys.EVAL_REWARD_MEAN]:.3f} "
+            f"over {len(rewards)} scenarios" + (f", {errors} errors" if errors else ""),
+        )
         # A request made meanwhile starts once this task is done: called from inside it,
         # `start_if_due` saw it running and left the request for the next step (never, while
         # the run is paused).

@@ -165,7 +165,8 @@ class Pipeline:
         self._ran_out_at: int | None = None  # scenarios drawn when they ran out
         self._training_since: float | None = None  # the step's training call began
         self.sampling_defaults = sampling_defaults or SamplingDefaults(
-            temperature=config.temperature, max_tokens=config.max_tokens)
+            temperature=config.temperature, max_tokens=config.max_tokens
+        )
         # Live knobs: start from the config, change through set_knob.
         self._learning_rate = config.learning_rate
         self._max_off = config.max_steps_off_policy
@@ -174,17 +175,25 @@ class Pipeline:
         #: The task's eval scenarios on the current policy, beside training
         #: (engine.training.evaluator).
         self.evaluator = Evaluator(
-            task=task, client_factory=client_factory, rollouts=self.rollouts,
+            task=task,
+            client_factory=client_factory,
+            rollouts=self.rollouts,
             roll_out=lambda client, scenarios: self._roll_out(client, scenarios),
-            bus=bus, clock=clock, now_at=lambda: (self.step, self.policy.version),
-            stopping=lambda: self._stopping)
+            bus=bus,
+            clock=clock,
+            now_at=lambda: (self.step, self.policy.version),
+            stopping=lambda: self._stopping,
+        )
         # Accounting and health.
         self.meter = ThroughputMeter()
         #: Tokens and dollars per step and in total, and the budget (engine.metrics.cost).
         self.cost = CostMeter(Prices.from_config(config), config.max_cost_usd)
         #: Groups sampled, trained and discarded since the run began.
-        self.group_counts = {keys.GROUPS_SAMPLED_TOTAL: 0, keys.GROUPS_TRAINED_TOTAL: 0,
-                             keys.GROUPS_DISCARDED_TOTAL: 0}
+        self.group_counts = {
+            keys.GROUPS_SAMPLED_TOTAL: 0,
+            keys.GROUPS_TRAINED_TOTAL: 0,
+            keys.GROUPS_DISCARDED_TOTAL: 0,
+        }
         self.loop_lag = LoopLagMonitor()
         self.report_interval = 1.0
         self._finish_version: dict[int, int] = {}
@@ -199,15 +208,18 @@ class Pipeline:
         self._rollouts_ended = 0  # rollouts that ended (succeeded or failed) since then
         # What a health pause does: the setting, or the front end's choice for "auto"
         # (stop without a dashboard, wait with one).
-        self.on_health_pause = (config.on_health_pause if config.on_health_pause != "auto"
-                                else health_pause_default)
+        self.on_health_pause = (
+            config.on_health_pause if config.on_health_pause != "auto" else health_pause_default
+        )
         #: What a collapse does: the setting, or the front end's choice for "auto".
-        self.on_collapse = (config.on_collapse if config.on_collapse != "auto"
-                            else health_pause_default)
+        self.on_collapse = (
+            config.on_collapse if config.on_collapse != "auto" else health_pause_default
+        )
         self.rollbacks = 0  # automatic rollbacks so far
         #: The run's full checkpoints, and the one a rollback uses (engine.training.checkpointer).
-        self.checkpointer = Checkpointer(config=config, policy=policy, health=self.health,
-                                         bus=bus, clock=clock)
+        self.checkpointer = Checkpointer(
+            config=config, policy=policy, health=self.health, bus=bus, clock=clock
+        )
         #: Set by the run: flush the store and reconcile it to a step (a rollback), returns
         #: what `RunStore.reconcile` returns.
         self.rewind_store: Callable[[int], Awaitable[Mapping[str, int]]] | None = None
@@ -235,8 +247,9 @@ class Pipeline:
 
     def _command(self, command: str, *, source: str = "user", **args: Any) -> None:
         """Record a command; `source` as `CommandReceived` lists them."""
-        self._emit(CommandReceived(time=self.clock.now(), command=command, args=args,
-                                   source=source))
+        self._emit(
+            CommandReceived(time=self.clock.now(), command=command, args=args, source=source)
+        )
 
     def pause(self, reason: str = "paused by user", *, source: str = "user") -> None:
         self._command("pause", reason=reason, source=source)
@@ -269,8 +282,9 @@ class Pipeline:
             self.log("info", "checkpoint requested; it is written after the current step")
         self._wake.set()
 
-    def stop(self, reason: str = "stopped by user", *, source: str = "user",
-             cause: StopCause = "user") -> None:
+    def stop(
+        self, reason: str = "stopped by user", *, source: str = "user", cause: StopCause = "user"
+    ) -> None:
         """Stop gracefully; `cause` is why, typed (`RunFinished.cause`), the first stop's."""
         self._command("stop", reason=reason, source=source)
         if self._stopping:
@@ -291,16 +305,23 @@ class Pipeline:
         lost), then the final checkpoint."""
         if self._training_since is not None:
             running = self.clock.now() - self._training_since
-            return (f"waiting for step {self.step + 1}'s training call (running "
-                    f"{running:.0f} s) to finish, then a checkpoint")
+            return (
+                f"waiting for step {self.step + 1}'s training call (running "
+                f"{running:.0f} s) to finish, then a checkpoint"
+            )
         if self.checkpointer.writing == self.step:
             return f"waiting for step {self.step}'s checkpoint, being written"
         if self.checkpointer.last_step == self.step:
             return f"step {self.step} is checkpointed already"
         return f"writing a checkpoint of step {self.step}"
 
-    def request_rollback(self, reason: str = "rolled back by user",
-                         lr_scale: float | None = None, *, automatic: bool = False) -> None:
+    def request_rollback(
+        self,
+        reason: str = "rolled back by user",
+        lr_scale: float | None = None,
+        *,
+        automatic: bool = False,
+    ) -> None:
         """Go back to the checkpoint holding the weights that sampled the best step (not the
         best step's own: it holds that step's update, `HealthWindow.rollback_point`), with the
         learning rate scaled by `lr_scale` (default `rollback_lr_scale`): after the current
@@ -312,17 +333,25 @@ class Pipeline:
             raise ValueError(f"a rollback's learning-rate scale must be in (0, 1], got {scale}")
         target = self.health.rollback_point()
         source = collapse_memory.AUTOMATIC if automatic else "user"
-        self._command("rollback", reason=reason, lr_scale=scale,
-                      to_step=target[0] if target else None, source=source,
-                      **self._rollback_basis(target))
+        self._command(
+            "rollback",
+            reason=reason,
+            lr_scale=scale,
+            to_step=target[0] if target else None,
+            source=source,
+            **self._rollback_basis(target),
+        )
         if self._stopping:
             return
         if target is None or target[0] not in self.checkpointer.table:
             self.log("warning", f"nothing to roll back to: {self._no_rollback_point()}")
             return
         self._rollback_requested = (reason, scale, source)
-        self.log("info", f"rolling back to {target[1]} ({self._target_words(target)}) at "
-                         f"learning rate x{scale:g}: {reason}")
+        self.log(
+            "info",
+            f"rolling back to {target[1]} ({self._target_words(target)}) at "
+            f"learning rate x{scale:g}: {reason}",
+        )
         self._queue.put_nowait(None)  # wakes a trainer waiting for groups
         self._wake.set()
 
@@ -346,9 +375,11 @@ class Pipeline:
             return f"step {target[0]}"
         if by is None or version is None:
             return f"step {target[0]}, the last checkpoint before best step {best[0]}"
-        return (f"step {target[0]}, weights version {version}: the newest checkpoint of the "
-                f"weights that sampled best step {best[0]} (version {by}); a checkpoint "
-                f"after that holds an update the best step's rewards did not see")
+        return (
+            f"step {target[0]}, weights version {version}: the newest checkpoint of the "
+            f"weights that sampled best step {best[0]} (version {by}); a checkpoint "
+            f"after that holds an update the best step's rewards did not see"
+        )
 
     def _no_rollback_point(self) -> str:
         """Why there is nothing to roll back to, in words."""
@@ -356,9 +387,11 @@ class Pipeline:
         if best is None:
             return "no step trained yet"
         weights = f"version {by}, " if by is not None else ""
-        return (f"no full checkpoint of this run holds the weights that sampled its best step "
-                f"({weights}step {best[0]}); the checkpoint of the best step itself holds "
-                "that step's update")
+        return (
+            f"no full checkpoint of this run holds the weights that sampled its best step "
+            f"({weights}step {best[0]}); the checkpoint of the best step itself holds "
+            "that step's update"
+        )
 
     async def stop_requested(self) -> None:
         """Returns once `stop` has been called (at once if it was): the run's start-up
@@ -415,19 +448,28 @@ class Pipeline:
             return self._status()
         # Paused during the start-up, it starts paused: "running" here made every front end
         # count the pause as working time (the run-average rollouts/s read a fraction).
-        self._emit(RunStateChanged(time=self.clock.now(),
-                                   state="paused" if self._paused else "running",
-                                   reason=self._pause_reason if self._paused else ""))
+        self._emit(
+            RunStateChanged(
+                time=self.clock.now(),
+                state="paused" if self._paused else "running",
+                reason=self._pause_reason if self._paused else "",
+            )
+        )
         self._last_step_end = self._started_at = self.clock.now()
         over_budget = self.cost.budget_passed_by_next_step()  # a resumed run's budget
         if over_budget and self.step < self.config.max_steps:
-            self.stop(f"{BUDGET_STOP}{over_budget}; raise max_cost_usd to go on", source=SOURCE_ENGINE,
-                      cause="budget")
+            self.stop(
+                f"{BUDGET_STOP}{over_budget}; raise max_cost_usd to go on",
+                source=SOURCE_ENGINE,
+                cause="budget",
+            )
             await self._checkpoint("final")
             return self._status()
         self._ensure_workers()
-        reporters = [asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
-                     asyncio.create_task(self._report_throughput(), name="throughput")]
+        reporters = [
+            asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
+            asyncio.create_task(self._report_throughput(), name="throughput"),
+        ]
         if self.config.eval_at_start:
             self.evaluator.ask()
             self.evaluator.start_if_due()
@@ -440,8 +482,9 @@ class Pipeline:
                 raise
             # The step's outcome on the backend is unknown: no checkpoint of it. A resume
             # continues from the last confirmed checkpoint.
-            self.log("warning", f"stopped during step {self.step + 1}, which is not recorded: "
-                                f"{exc}")
+            self.log(
+                "warning", f"stopped during step {self.step + 1}, which is not recorded: {exc}"
+            )
             return "stopped"
         finally:
             self._stopping = True
@@ -479,15 +522,20 @@ class Pipeline:
         """
         ahead = self._held + self._queue.qsize() + self._in_flight
         limit = (self._max_off + 1) * self.config.min_batch
-        return (not self._paused and not self._stopping and self._rollback_requested is None
-                and ahead < limit)
+        return (
+            not self._paused
+            and not self._stopping
+            and self._rollback_requested is None
+            and ahead < limit
+        )
 
     def _ensure_workers(self) -> None:
         """Start workers up to the wanted count; surplus workers retire by themselves."""
         for index in range(self._workers_wanted):
             if index not in self._workers or self._workers[index].done():
                 self._workers[index] = asyncio.create_task(
-                    self._worker(index), name=f"rollout-worker-{index}")
+                    self._worker(index), name=f"rollout-worker-{index}"
+                )
 
     async def _worker(self, index: int) -> None:
         client = self._client_factory()
@@ -509,9 +557,15 @@ class Pipeline:
             self._next_group_id += 1
             self._position_of[group_id] = position
             self._open[position] = None
-            self._emit(GroupStarted(time=self.clock.now(), group_id=group_id,
-                                    scenario_index=position, scenario_id=scenario.id,
-                                    policy_version=self.policy.version))
+            self._emit(
+                GroupStarted(
+                    time=self.clock.now(),
+                    group_id=group_id,
+                    scenario_index=position,
+                    scenario_id=scenario.id,
+                    policy_version=self.policy.version,
+                )
+            )
             self._in_flight += 1
             self.meter.in_flight_changed(self.clock.now(), self._in_flight)
             try:
@@ -531,8 +585,11 @@ class Pipeline:
         if self._ran_out_at is not None:
             return
         self._ran_out_at = drawn
-        self.log("info", f"the task's scenarios ran out after {drawn}: training what was "
-                         "drawn, then the run ends")
+        self.log(
+            "info",
+            f"the task's scenarios ran out after {drawn}: training what was "
+            "drawn, then the run ends",
+        )
         if not self._in_flight:
             self._queue.put_nowait(None)  # wake the trainer
 
@@ -545,15 +602,17 @@ class Pipeline:
         self.log("error", str(error))
         self.stop("the task's scenarios failed", source=SOURCE_ENGINE, cause="error")
 
-    async def _sample_group(self, client: object, group_id: int,
-                            scenario: Scenario) -> TrajectoryGroup | None:
+    async def _sample_group(
+        self, client: object, group_id: int, scenario: Scenario
+    ) -> TrajectoryGroup | None:
         faults.hit("rollout", self.step + 1)
         started = self.clock.now()
         coros: list[Any] = []
         self._rolling[group_id] = (started, scenario, coros)
         try:
             results, summaries = await self.rollouts.run(
-                self._roll_out(client, [scenario] * self.config.group_size, watch=coros))
+                self._roll_out(client, [scenario] * self.config.group_size, watch=coros)
+            )
         except RolloutLoopClosed as exc:
             if not self._stopping:  # the rollout loop ended under a running pipeline
                 self.log("error", f"rollouts cannot run any more: {exc}")
@@ -565,7 +624,8 @@ class Pipeline:
         if any(isinstance(e, asyncio.CancelledError) for e in errors):
             raise asyncio.CancelledError
         trajectories: tuple[Trajectory, ...] = tuple(
-            [r for r in results if isinstance(r, Trajectory)])
+            [r for r in results if isinstance(r, Trajectory)]
+        )
         self._error_rollouts += len(errors)
         self._rollouts_ended += len(results)
         if errors:
@@ -574,40 +634,71 @@ class Pipeline:
         advantages: tuple[float, ...] | None = None
         if len(trajectories) >= self.config.min_members:
             try:
-                advantages = tuple(group_advantages([t.reward for t in trajectories],
-                                                    self.config.advantage,
-                                                    part_task.advantages))
+                advantages = tuple(
+                    group_advantages(
+                        [t.reward for t in trajectories],
+                        self.config.advantage,
+                        part_task.advantages,
+                    )
+                )
             except Exception as exc:  # the task's advantages hook: its error first
                 errors.insert(0, exc)
         if advantages is None:
-            self._fail_group(group_id, scenario, errors, len(results),
-                             raised=len(results) - len(trajectories))
+            self._fail_group(
+                group_id, scenario, errors, len(results), raised=len(results) - len(trajectories)
+            )
             return None
         if errors:
-            self._log_failures("warning", scenario, errors, len(results),
-                               f"dropped; the group trains with the other {len(trajectories)}")
-        group = TrajectoryGroup(group_id=group_id, scenario_id=scenario.id,
-                                trajectories=trajectories, started_at=started,
-                                finished_at=self.clock.now(), advantage_values=advantages,
-                                part=part, failed=len(errors))
+            self._log_failures(
+                "warning",
+                scenario,
+                errors,
+                len(results),
+                f"dropped; the group trains with the other {len(trajectories)}",
+            )
+        group = TrajectoryGroup(
+            group_id=group_id,
+            scenario_id=scenario.id,
+            trajectories=trajectories,
+            started_at=started,
+            finished_at=self.clock.now(),
+            advantage_values=advantages,
+            part=part,
+            failed=len(errors),
+        )
         self._finish_version[group_id] = self.policy.version
         self.group_counts[keys.GROUPS_SAMPLED_TOTAL] += 1
         self.meter.rollouts_finished(group.finished_at, len(trajectories), group.num_tokens)
         self.health.sampled(group.rewards, failed=len(errors))
         self._check_health()
-        self._emit(GroupSampled(
-            time=group.finished_at, group_id=group_id, scenario_id=scenario.id,
-            policy_version=group.policy_version, num_trajectories=len(trajectories),
-            num_tokens=group.num_tokens, reward_mean=group.reward_mean,
-            trajectories=tuple(
-                dataclasses.replace(s, advantage=a, truncated=truncated(t))
-                for s, a, t in zip(summaries, advantages, trajectories, strict=False)),
-            scenario_index=self._position_of.get(group_id, -1), failed=len(errors),
-            detail=_describe(errors[0]) if errors else ""))
+        self._emit(
+            GroupSampled(
+                time=group.finished_at,
+                group_id=group_id,
+                scenario_id=scenario.id,
+                policy_version=group.policy_version,
+                num_trajectories=len(trajectories),
+                num_tokens=group.num_tokens,
+                reward_mean=group.reward_mean,
+                trajectories=tuple(
+                    dataclasses.replace(s, advantage=a, truncated=truncated(t))
+                    for s, a, t in zip(summaries, advantages, trajectories, strict=False)
+                ),
+                scenario_index=self._position_of.get(group_id, -1),
+                failed=len(errors),
+                detail=_describe(errors[0]) if errors else "",
+            )
+        )
         return group
 
-    def _fail_group(self, group_id: int, scenario: Scenario, errors: list[BaseException],
-                    members: int, raised: int) -> None:
+    def _fail_group(
+        self,
+        group_id: int,
+        scenario: Scenario,
+        errors: list[BaseException],
+        members: int,
+        raised: int,
+    ) -> None:
         """Too few members left (or the advantages hook failed): the group is discarded as
         an error."""
         error = errors[0]
@@ -615,30 +706,52 @@ class Pipeline:
         if len(errors) > 1:
             detail = f"{len(errors)} of {members} rollouts failed, first: {detail}"
         self._discard_counts("error")
-        self._emit(GroupDiscarded(
-            time=self.clock.now(), group_id=group_id, scenario_id=scenario.id,
-            reason="error", policy_version=self.policy.version,
-            trainer_version=self.policy.version, num_tokens=0, detail=detail,
-            scenario_index=self._consumed(group_id), step=self.step + 1))
+        self._emit(
+            GroupDiscarded(
+                time=self.clock.now(),
+                group_id=group_id,
+                scenario_id=scenario.id,
+                reason="error",
+                policy_version=self.policy.version,
+                trainer_version=self.policy.version,
+                num_tokens=0,
+                detail=detail,
+                scenario_index=self._consumed(group_id),
+                step=self.step + 1,
+            )
+        )
         self._log_failures("error", scenario, errors, members, "the group is discarded")
         self._last_failure = _describe(error).splitlines()[0]
         self.health.failed(raised, members)
         self._check_health()
 
-    def _log_failures(self, level: str, scenario: Scenario, errors: list[BaseException],
-                      members: int, outcome: str) -> None:
+    def _log_failures(
+        self,
+        level: str,
+        scenario: Scenario,
+        errors: list[BaseException],
+        members: int,
+        outcome: str,
+    ) -> None:
         error = errors[0]
         if isinstance(error, RolloutTimeout):
             where = str(error)  # where the rollout was waiting says more than a traceback
         else:
             tb = "".join(traceback.format_exception(error)).rstrip()
             where = f"{_describe(error)}\n{tb}"
-        self.log(level, f"rollout of scenario {scenario.id} failed ({len(errors)}/{members}, "
-                        f"{outcome}): {where}")
+        self.log(
+            level,
+            f"rollout of scenario {scenario.id} failed ({len(errors)}/{members}, "
+            f"{outcome}): {where}",
+        )
 
-    async def _roll_out(self, client: object, scenarios: list[Scenario], *,
-                        watch: list[Any] | None = None,
-                        ) -> tuple[list[Trajectory | BaseException], tuple[TrajectorySummary, ...]]:
+    async def _roll_out(
+        self,
+        client: object,
+        scenarios: list[Scenario],
+        *,
+        watch: list[Any] | None = None,
+    ) -> tuple[list[Trajectory | BaseException], tuple[TrajectorySummary, ...]]:
         """Runs on the rollout loop: the rollouts of `scenarios` (one each, together) and the
         summaries of those that succeeded, in order, for `GroupSampled` (decoding text is
         rollout-side work). Touches no pipeline state and publishes nothing: that is the
@@ -648,13 +761,13 @@ class Pipeline:
         coros = [self._rollout(client, s) for s in scenarios]
         if watch is not None:
             watch.extend(coros)
-        results: list[Trajectory | BaseException] = await run_together(
-            iter(coros), timeout=limit)
+        results: list[Trajectory | BaseException] = await run_together(iter(coros), timeout=limit)
         for i, result in enumerate(results):
             if isinstance(result, DeadlinePassed):
                 results[i] = RolloutTimeout(
                     f"timed out after {limit:g} s (rollout_timeout) and was cancelled; "
-                    f"{self._waiting_at(scenarios[i], result)}")
+                    f"{self._waiting_at(scenarios[i], result)}"
+                )
         return results, tuple(self._summary(t) for t in results if isinstance(t, Trajectory))
 
     def _summary(self, trajectory: Trajectory) -> TrajectorySummary:
@@ -664,10 +777,13 @@ class Pipeline:
             last = trajectory.turns[-1]
             text = tokenizer.decode(list(last.prompt_tokens) + list(last.tokens))
             messages = ({"role": "transcript", "content": text},)
-        return TrajectorySummary(reward=trajectory.reward,
-                                 policy_version=trajectory.policy_version,
-                                 num_tokens=trajectory.num_tokens, messages=messages,
-                                 metrics=dict(trajectory.metrics))
+        return TrajectorySummary(
+            reward=trajectory.reward,
+            policy_version=trajectory.policy_version,
+            num_tokens=trajectory.num_tokens,
+            messages=messages,
+            metrics=dict(trajectory.metrics),
+        )
 
     async def _rollout(self, client: object, scenario: Scenario) -> Trajectory:
         """One rollout, checked; `_roll_out` bounds it by `rollout_timeout`."""
@@ -676,7 +792,8 @@ class Pipeline:
         if not isinstance(trajectory, Trajectory):
             raise TrajectoryError(
                 f"the rollout of task {self.task.name!r} returned "
-                f"{type(trajectory).__name__}, expected a Trajectory")
+                f"{type(trajectory).__name__}, expected a Trajectory"
+            )
         return trajectory
 
     def _waiting_at(self, scenario: Scenario, exc: BaseException) -> str:
@@ -689,18 +806,24 @@ class Pipeline:
         """The groups whose rollouts have run `stall_after` seconds or more, oldest first,
         each with where in the task's code its first unfinished rollout waits."""
         out = []
-        for group_id, (started, scenario, coros) in sorted(self._rolling.items(),
-                                                             key=lambda kv: kv[1][0]):
+        for group_id, (started, scenario, coros) in sorted(
+            self._rolling.items(), key=lambda kv: kv[1][0]
+        ):
             if now - started < self.stall_after:
                 continue
             frames = next((f for f in map(_awaiting, coros) if f), [])
             frame = self._task_frame(scenario, frames)
-            out.append(StalledRollout(group_id=group_id, scenario_id=scenario.id,
-                                      age=now - started,
-                                      waiting_at=self._where(scenario, frames, "is"),
-                                      file=frame.filename if frame else "",
-                                      line=frame.lineno or 0 if frame else 0,
-                                      code=(frame.line or "").strip() if frame else ""))
+            out.append(
+                StalledRollout(
+                    group_id=group_id,
+                    scenario_id=scenario.id,
+                    age=now - started,
+                    waiting_at=self._where(scenario, frames, "is"),
+                    file=frame.filename if frame else "",
+                    line=frame.lineno or 0 if frame else 0,
+                    code=(frame.line or "").strip() if frame else "",
+                )
+            )
         return tuple(out)
 
     def _rollout_source(self, scenario: Scenario) -> tuple[Task, str | None]:
@@ -712,22 +835,24 @@ class Pipeline:
         except TypeError:
             return part_task, None
 
-    def _task_frame(self, scenario: Scenario, frames: list[traceback.FrameSummary]
-                    ) -> traceback.FrameSummary | None:
+    def _task_frame(
+        self, scenario: Scenario, frames: list[traceback.FrameSummary]
+    ) -> traceback.FrameSummary | None:
         """The deepest of `frames` in the file of the task's rollout, if any is."""
         _, source = self._rollout_source(scenario)
         own = [f for f in frames if source is not None and f.filename == source]
         return own[-1] if own else None
 
-    def _where(self, scenario: Scenario, frames: list[traceback.FrameSummary],
-               verb: str) -> str:
-        """"it was (`verb`) waiting at FILE:LINE (code)": the deepest of `frames` in the file
+    def _where(self, scenario: Scenario, frames: list[traceback.FrameSummary], verb: str) -> str:
+        """ "it was (`verb`) waiting at FILE:LINE (code)": the deepest of `frames` in the file
         of the task's rollout, else that file."""
         part_task, source = self._rollout_source(scenario)
         frame = self._task_frame(scenario, frames)
         if frame is not None:
-            return (f"it {verb} waiting at {frame.filename}:{frame.lineno} "
-                    f"({(frame.line or '').strip()})")
+            return (
+                f"it {verb} waiting at {frame.filename}:{frame.lineno} "
+                f"({(frame.line or '').strip()})"
+            )
         if source is not None:
             return f"its rollout is in {source} (task {part_task.name!r})"
         return f"task {part_task.name!r}"
@@ -751,8 +876,9 @@ class Pipeline:
         (no helper task) matters for pacing: a group leaves the queue only when this
         coroutine resumes and counts it as held, so workers never see it in neither place.
         """
-        if self._stopping or (self._ran_out_at is not None and not self._in_flight
-                              and self._queue.empty()):
+        if self._stopping or (
+            self._ran_out_at is not None and not self._in_flight and self._queue.empty()
+        ):
             return None
         group = await self._queue.get()
         self._wake.set()
@@ -772,23 +898,38 @@ class Pipeline:
             staleness = self.policy.version - group.policy_version
             if staleness > self._max_off:
                 self._discard_counts("stale")
-                self._emit(GroupDiscarded(
-                    time=self.clock.now(), group_id=group.group_id, scenario_id=group.scenario_id,
-                    reason="stale", policy_version=group.policy_version,
-                    trainer_version=self.policy.version, num_tokens=group.num_tokens,
-                    detail=f"{staleness} steps off policy (limit {self._max_off})",
-                    scenario_index=self._consumed(group.group_id), step=self.step + 1))
+                self._emit(
+                    GroupDiscarded(
+                        time=self.clock.now(),
+                        group_id=group.group_id,
+                        scenario_id=group.scenario_id,
+                        reason="stale",
+                        policy_version=group.policy_version,
+                        trainer_version=self.policy.version,
+                        num_tokens=group.num_tokens,
+                        detail=f"{staleness} steps off policy (limit {self._max_off})",
+                        scenario_index=self._consumed(group.group_id),
+                        step=self.step + 1,
+                    )
+                )
                 continue
             if not group.has_variance():
                 # Counted in the batch (its rewards are real) but carries no gradient.
                 self._discard_counts("zero_variance")
-                self._emit(GroupDiscarded(
-                    time=self.clock.now(), group_id=group.group_id, scenario_id=group.scenario_id,
-                    reason="zero_variance", policy_version=group.policy_version,
-                    trainer_version=self.policy.version, num_tokens=group.num_tokens,
-                    detail=f"all rewards {group.rewards[0]:g}",
-                    scenario_index=self._position_of.get(group.group_id, -1),
-                    step=self.step + 1))
+                self._emit(
+                    GroupDiscarded(
+                        time=self.clock.now(),
+                        group_id=group.group_id,
+                        scenario_id=group.scenario_id,
+                        reason="zero_variance",
+                        policy_version=group.policy_version,
+                        trainer_version=self.policy.version,
+                        num_tokens=group.num_tokens,
+                        detail=f"all rewards {group.rewards[0]:g}",
+                        scenario_index=self._position_of.get(group.group_id, -1),
+                        step=self.step + 1,
+                    )
+                )
             batch.append(group)
             self._held = len(batch)
         return batch
@@ -813,17 +954,23 @@ class Pipeline:
                 if self._rollback_requested is not None and not self._stopping:
                     continue
                 if self._ran_out_at is not None and not self._stopping:
-                    self.end_reason = (f"{RAN_OUT} after {self._ran_out_at}: "
-                                       f"{self.step} of {self.config.max_steps} steps trained")
+                    self.end_reason = (
+                        f"{RAN_OUT} after {self._ran_out_at}: "
+                        f"{self.step} of {self.config.max_steps} steps trained"
+                    )
                     self.log("info", self.end_reason)
                 return
             train_started = self.clock.now()
             self.meter.trainer_started(train_started)
             trainable = [g for g in batch if g.has_variance()]
             datums = self.policy.build_datums(trainable)
-            over_budget = self.cost.budget_passed_by_training(
-                self.policy.usage, sum(d.model_input.length for d in datums)) \
-                if self.cost.budgeted else ""
+            over_budget = (
+                self.cost.budget_passed_by_training(
+                    self.policy.usage, sum(d.model_input.length for d in datums)
+                )
+                if self.cost.budgeted
+                else ""
+            )
             if over_budget:
                 self.stop(f"{BUDGET_STOP}{over_budget}", source=SOURCE_ENGINE, cause="budget")
                 return
@@ -835,20 +982,25 @@ class Pipeline:
                 self._training_since = train_started
                 try:
                     await faults.slow_down("train", self.step + 1)  # test hook
-                    result = await self.policy.train(datums, loss_fn=self.config.loss_fn,
-                                                     learning_rate=self._learning_rate)
+                    result = await self.policy.train(
+                        datums, loss_fn=self.config.loss_fn, learning_rate=self._learning_rate
+                    )
                 finally:
                     self._training_since = None
                 metrics.update(result.metrics)
-                tokens = await asyncio.to_thread(trained_tokens, datums,
-                                                 result.trainer_logprobs, result.entropy)
+                tokens = await asyncio.to_thread(
+                    trained_tokens, datums, result.trainer_logprobs, result.entropy
+                )
                 metrics[keys.TRAIN_NUM_DATUMS] = result.num_datums
                 metrics[keys.TRAIN_TOKENS] = result.num_tokens
             else:
                 metrics[keys.TRAIN_SKIPPED] = 1.0
                 if not self._skipping:  # say it once per run of such steps, not every step
-                    self.log("info", f"step {self.step + 1}: every group had equal rewards; "
-                                     "no gradient until one differs")
+                    self.log(
+                        "info",
+                        f"step {self.step + 1}: every group had equal rewards; "
+                        "no gradient until one differs",
+                    )
             self._skipping = not datums
             for group in batch:
                 self._consumed(group.group_id)
@@ -859,27 +1011,45 @@ class Pipeline:
             self.meter.trainer_finished(now)
             split = [self._staleness_split(g, version_before) for g in batch]
             self.meter.trained(now, int(metrics.get(keys.TRAIN_TOKENS, 0)), split)
-            metrics.update(self._step_metrics(batch, version_before, split, wait_started,
-                                              train_started, now))
+            metrics.update(
+                self._step_metrics(batch, version_before, split, wait_started, train_started, now)
+            )
             shapes, histograms = step_distributions(batch, self._reward_components)
             metrics.update(shapes)
-            self._emit(StepTrained(time=now, step=self.step, policy_version=self.policy.version,
-                                   metrics=metrics,
-                                   group_ids=tuple(g.group_id for g in batch),
-                                   histograms=histograms))
+            self._emit(
+                StepTrained(
+                    time=now,
+                    step=self.step,
+                    policy_version=self.policy.version,
+                    metrics=metrics,
+                    group_ids=tuple(g.group_id for g in batch),
+                    histograms=histograms,
+                )
+            )
             if tokens:
                 if self._pieces is None:
                     self._pieces = PieceBook(getattr(self.policy, "tokenizer", None))
-                self._emit(await asyncio.to_thread(
-                    tokens_event, now, self.step, tokens, self._pieces,
-                    self.config.keep_token_steps))
+                self._emit(
+                    await asyncio.to_thread(
+                        tokens_event,
+                        now,
+                        self.step,
+                        tokens,
+                        self._pieces,
+                        self.config.keep_token_steps,
+                    )
+                )
             over_budget = self.cost.budget_passed_by_next_step()
             if over_budget and self.step < self.config.max_steps:
                 self.stop(f"{BUDGET_STOP}{over_budget}", source=SOURCE_ENGINE, cause="budget")
             best_before = self.health.best_step
             collapse = self.health.stepped(
-                self.step, metrics[keys.REWARD_MEAN], flat_share(metrics, len(batch)),
-                groups=len(batch), sampled_by=max(g.policy_version for g in batch))
+                self.step,
+                metrics[keys.REWARD_MEAN],
+                flat_share(metrics, len(batch)),
+                groups=len(batch),
+                sampled_by=max(g.policy_version for g in batch),
+            )
             why = self.checkpointer.due(self.step, best_before)
             if why is not None:
                 await self._checkpoint(why)
@@ -897,15 +1067,22 @@ class Pipeline:
         again only to roll back (`on_collapse = rollback` with rollbacks left: a run stopped
         by its collapse, resumed so): the process that saw it waited or stopped already."""
         self.rollbacks = collapse_memory.replay(
-            self.health, earlier, groups_per_step=self.config.groups_per_step, up_to=up_to)
+            self.health, earlier, groups_per_step=self.config.groups_per_step, up_to=up_to
+        )
         self.checkpointer.keep_rollback_point()
         collapse = self.health.collapse
         if collapse is None:
             return
-        self.log("warning", f"resumed after a collapse: {collapse.words()} ({self.rollbacks} "
-                            f"of {self.config.max_rollbacks} automatic rollbacks made)")
-        if self.on_collapse == "rollback" and self.rollbacks < self.config.max_rollbacks \
-                and self.checkpointer.rollback_target() is not None:
+        self.log(
+            "warning",
+            f"resumed after a collapse: {collapse.words()} ({self.rollbacks} "
+            f"of {self.config.max_rollbacks} automatic rollbacks made)",
+        )
+        if (
+            self.on_collapse == "rollback"
+            and self.rollbacks < self.config.max_rollbacks
+            and self.checkpointer.rollback_target() is not None
+        ):
             self._collapsed(collapse)
 
     async def _roll_back(self) -> None:
@@ -937,8 +1114,14 @@ class Pipeline:
         if self.rewind_store is not None:
             counts = await self.rewind_store(state.step)
         undone = self.step - state.step
-        self.restore(dataclasses.replace(state, next_group_id=max(
-            state.next_group_id, int(counts.get("next_group_id", 0)), self._next_group_id)))
+        self.restore(
+            dataclasses.replace(
+                state,
+                next_group_id=max(
+                    state.next_group_id, int(counts.get("next_group_id", 0)), self._next_group_id
+                ),
+            )
+        )
         self.checkpointer.rewound(state.step)
         best = self.health.best_step  # kept, and recorded: it may be one of the undone steps
         self.health.rewind(state.step)
@@ -950,28 +1133,56 @@ class Pipeline:
         self._skipping = False
         self._last_step_end = self.clock.now()
         self._rollback_requested = None
-        kept: dict[str, int | float] = {} if best is None else {"best_step": best[0],
-                                                                  "best": best[1]}
+        kept: dict[str, int | float] = (
+            {} if best is None else {"best_step": best[0], "best": best[1]}
+        )
         if self.health.best_sampled_by is not None:
             kept["best_sampled_by"] = self.health.best_sampled_by
-        self._command("rolled_back", source=source, to_step=state.step, checkpoint=name,
-                      checkpoint_version=state.policy_version,
-                      reason=reason, name="learning_rate", value=self._learning_rate, old=old,
-                      steps_undone=undone, **kept)
-        why = "" if best is None else (f"; best step {best[0]}" + (
-            "" if self.health.best_sampled_by is None
-            else f" was sampled by version {self.health.best_sampled_by}"))
-        self.log("warning", f"rolled back to {name} (step {state.step}, weights version "
-                            f"{state.policy_version}{why}; {undone} later step(s) undone), "
-                            f"learning rate {old:g} -> {self._learning_rate:g}: {reason}")
+        self._command(
+            "rolled_back",
+            source=source,
+            to_step=state.step,
+            checkpoint=name,
+            checkpoint_version=state.policy_version,
+            reason=reason,
+            name="learning_rate",
+            value=self._learning_rate,
+            old=old,
+            steps_undone=undone,
+            **kept,
+        )
+        why = (
+            ""
+            if best is None
+            else (
+                f"; best step {best[0]}"
+                + (
+                    ""
+                    if self.health.best_sampled_by is None
+                    else f" was sampled by version {self.health.best_sampled_by}"
+                )
+            )
+        )
+        self.log(
+            "warning",
+            f"rolled back to {name} (step {state.step}, weights version "
+            f"{state.policy_version}{why}; {undone} later step(s) undone), "
+            f"learning rate {old:g} -> {self._learning_rate:g}: {reason}",
+        )
         if self._paused:
             self.resume(source=source)
         self._ensure_workers()
         self._wake.set()
 
-    def _step_metrics(self, batch: list[TrajectoryGroup], version_before: int,
-                      split: list[tuple[int, int]], wait_started: float, train_started: float,
-                      now: float) -> dict[str, float]:
+    def _step_metrics(
+        self,
+        batch: list[TrajectoryGroup],
+        version_before: int,
+        split: list[tuple[int, int]],
+        wait_started: float,
+        train_started: float,
+        now: float,
+    ) -> dict[str, float]:
         rewards = [r for g in batch for r in g.rewards]
         staleness = [version_before - g.policy_version for g in batch]
         for g in batch:
@@ -999,8 +1210,7 @@ class Pipeline:
         }
         for reason, count in self._discards_this_step.items():
             metrics[keys.discarded(reason)] = float(count)
-        self.group_counts[keys.GROUPS_DISCARDED_TOTAL] += sum(
-            self._discards_this_step.values())
+        self.group_counts[keys.GROUPS_DISCARDED_TOTAL] += sum(self._discards_this_step.values())
         self.group_counts[keys.GROUPS_TRAINED_TOTAL] += sum(g.has_variance() for g in batch)
         metrics.update({k: float(v) for k, v in self.group_counts.items()})
         metrics.update(self.cost.step_metrics(self.policy.usage))
@@ -1047,13 +1257,17 @@ class Pipeline:
         if self.on_collapse == "rollback":
             if self.rollbacks < self.config.max_rollbacks and collapse.checkpoint_step is not None:
                 self.rollbacks += 1
-                self.request_rollback(f"{words} (on_collapse = rollback, "
-                                      f"{self.rollbacks} of {self.config.max_rollbacks})",
-                                      automatic=True)
+                self.request_rollback(
+                    f"{words} (on_collapse = rollback, "
+                    f"{self.rollbacks} of {self.config.max_rollbacks})",
+                    automatic=True,
+                )
                 return
-            why = ("no checkpoint of the weights that sampled the best step"
-                   if collapse.checkpoint_step is None
-                   else f"max_rollbacks ({self.config.max_rollbacks}) reached")
+            why = (
+                "no checkpoint of the weights that sampled the best step"
+                if collapse.checkpoint_step is None
+                else f"max_rollbacks ({self.config.max_rollbacks}) reached"
+            )
             self.log("warning", f"{words}; no rollback: {why}")
             fallback = self.on_health_pause
         else:
@@ -1062,11 +1276,14 @@ class Pipeline:
             return
         if fallback == "stop":
             self.health_stop_reason = words  # the stop says it (state, log, summary)
-            self.stop(f"health check: {words}", source=collapse_memory.AUTOMATIC,
-                      cause="health")
+            self.stop(f"health check: {words}", source=collapse_memory.AUTOMATIC, cause="health")
         else:
-            self.pause(f"{words}; roll back to it, or resume" if collapse.checkpoint
-                       else f"{words}; resume, or stop", source=collapse_memory.AUTOMATIC)
+            self.pause(
+                f"{words}; roll back to it, or resume"
+                if collapse.checkpoint
+                else f"{words}; resume, or stop",
+                source=collapse_memory.AUTOMATIC,
+            )
 
     def _health_pause(self, reason: str) -> None:
         """Pause for a person to decide (`wait`), or stop gracefully (`stop`: nobody is
@@ -1082,16 +1299,24 @@ class Pipeline:
             await asyncio.sleep(self.report_interval)
             now = self.clock.now()
             snap = self.meter.snapshot(now, elapsed=now - self._started_at)
-            self._emit(ThroughputMeasured(
-                stalled=self.stalled(now),
-                time=now, window=snap.window, rollouts_per_s=snap.rollouts_per_s,
-                sampled_tokens_per_s=snap.sampled_tokens_per_s,
-                trained_tokens_per_s=snap.trained_tokens_per_s,
-                queue_depth=self._queue.qsize(), in_flight=self._in_flight,
-                trainer_busy=snap.trainer_busy, sampler_busy=snap.sampler_busy,
-                verdict=snap.verdict, staleness_in_flight=snap.staleness_in_flight,
-                staleness_queued=snap.staleness_queued,
-                loop_lag_p99=self.loop_lag.percentile(99)))
+            self._emit(
+                ThroughputMeasured(
+                    stalled=self.stalled(now),
+                    time=now,
+                    window=snap.window,
+                    rollouts_per_s=snap.rollouts_per_s,
+                    sampled_tokens_per_s=snap.sampled_tokens_per_s,
+                    trained_tokens_per_s=snap.trained_tokens_per_s,
+                    queue_depth=self._queue.qsize(),
+                    in_flight=self._in_flight,
+                    trainer_busy=snap.trainer_busy,
+                    sampler_busy=snap.sampler_busy,
+                    verdict=snap.verdict,
+                    staleness_in_flight=snap.staleness_in_flight,
+                    staleness_queued=snap.staleness_queued,
+                    loop_lag_p99=self.loop_lag.percentile(99),
+                )
+            )
 
     # ------------------------------------------------------------------ evaluator
     async def _final_eval(self) -> None:
@@ -1119,11 +1344,15 @@ class Pipeline:
         for position in [p for p, at in self._open.items() if at is not None and at <= step]:
             del self._open[position]  # consumed for good: later checkpoints are later steps
         return ResumeState(
-            step=step, policy_version=self.policy.version,
+            step=step,
+            policy_version=self.policy.version,
             next_position=self._source.next_position,
             pending=tuple(sorted(set(pending) | set(self._source.waiting()))),
-            next_group_id=self._next_group_id, rng_state=self._source.rng_state(),
-            warmup_done=self.warmup_done, knobs=dict(self.knobs()))
+            next_group_id=self._next_group_id,
+            rng_state=self._source.rng_state(),
+            warmup_done=self.warmup_done,
+            knobs=dict(self.knobs()),
+        )
 
     @property
     def trained_nothing(self) -> bool:
@@ -1145,12 +1374,20 @@ class Pipeline:
         Replays the scenario stream from the seed to the saved position; the positions the
         checkpoint had not consumed are drawn first. The policy is loaded by the caller."""
         self._rng.setstate(self._rng_start)
-        self._source = ScenarioSource(self.task, self._rng, next_position=state.next_position,
-                                      redo=state.pending, rng_state=state.rng_state)
+        self._source = ScenarioSource(
+            self.task,
+            self._rng,
+            next_position=state.next_position,
+            redo=state.pending,
+            rng_state=state.rng_state,
+        )
         if not self._source.reproducible:
-            self.log("warning", "the task's scenarios are not reproducible from the seed (the "
-                                "random state after replaying them differs from the saved one); "
-                                "resumed positions may not be the scenarios first drawn")
+            self.log(
+                "warning",
+                "the task's scenarios are not reproducible from the seed (the "
+                "random state after replaying them differs from the saved one); "
+                "resumed positions may not be the scenarios first drawn",
+            )
         self.step = state.step
         self.checkpointer.restored(state)
         self._next_group_id = state.next_group_id
@@ -1160,8 +1397,9 @@ class Pipeline:
 
     async def _checkpoint(self, why: str) -> None:
         """A full checkpoint of the current step (`Checkpointer.write`)."""
-        await self.checkpointer.write(self.step, why, self.resume_state,
-                                      warmup_done=self.warmup_done)
+        await self.checkpointer.write(
+            self.step, why, self.resume_state, warmup_done=self.warmup_done
+        )
 
 
 def _awaiting(coro: Any) -> list[traceback.FrameSummary]:
@@ -1174,9 +1412,14 @@ def _awaiting(coro: Any) -> list[traceback.FrameSummary]:
         if frame is None:
             break
         code = frame.f_code
-        frames.append(traceback.FrameSummary(
-            code.co_filename, frame.f_lineno, code.co_name,
-            line=linecache.getline(code.co_filename, frame.f_lineno).strip()))
+        frames.append(
+            traceback.FrameSummary(
+                code.co_filename,
+                frame.f_lineno,
+                code.co_name,
+                line=linecache.getline(code.co_filename, frame.f_lineno).strip(),
+            )
+        )
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
     return frames
 
@@ -1188,4 +1431,4 @@ def _describe(error: BaseException) -> str:
 
 def _shorten(text: str, most: int = 160) -> str:
     """At most `most` characters, cut with an ellipsis (a pause reason is one line)."""
-    return text if len(text) <= most else text[:most - 1] + "…"
+    return text if len(text) <= most else text[: most - 1] + "…"

@@ -83,15 +83,18 @@ def scenario_error(task: Task, exc: BaseException, position: int) -> ScenarioErr
         source = None
     frames = traceback.extract_tb(exc.__traceback__)
     own = [f for f in frames if source is not None and f.filename == source] or [
-        f for f in frames if not f.filename.startswith(_PACKAGE)]
+        f for f in frames if not f.filename.startswith(_PACKAGE)
+    ]
     where = ""
     if own:
         frame = own[-1]
         code = (frame.line or "").strip()
         where = f" at {frame.filename}:{frame.lineno}" + (f" ({code})" if code else "")
     message = f"{type(exc).__name__}: {exc}" if not isinstance(exc, ScenarioError) else str(exc)
-    return ScenarioError(f"the scenarios of task {task.name!r} failed at scenario {position}"
-                         f"{where}: {message}; fix them, then continue the run with --resume")
+    return ScenarioError(
+        f"the scenarios of task {task.name!r} failed at scenario {position}"
+        f"{where}: {message}; fix them, then continue the run with --resume"
+    )
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
@@ -121,13 +124,16 @@ class ResumeState:
         try:
             if int(data.get("format", 0)) != RESUME_FORMAT:
                 raise ValueError(f"unknown resume state format {data.get('format')!r}")
-            return cls(step=int(data["step"]), policy_version=int(data["policy_version"]),
-                       next_position=int(data["next_position"]),
-                       pending=tuple(sorted(int(p) for p in data["pending"])),
-                       next_group_id=int(data["next_group_id"]),
-                       rng_state=data.get("rng_state"),
-                       warmup_done=bool(data.get("warmup_done", True)),
-                       knobs=_knobs(data.get("knobs")))
+            return cls(
+                step=int(data["step"]),
+                policy_version=int(data["policy_version"]),
+                next_position=int(data["next_position"]),
+                pending=tuple(sorted(int(p) for p in data["pending"])),
+                next_group_id=int(data["next_group_id"]),
+                rng_state=data.get("rng_state"),
+                warmup_done=bool(data.get("warmup_done", True)),
+                knobs=_knobs(data.get("knobs")),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise ResumeError(f"the checkpoint's resume state is unreadable: {exc}") from None
 
@@ -135,8 +141,9 @@ class ResumeState:
 def _knobs(data: Any) -> dict[str, float | int] | None:
     if not isinstance(data, Mapping):
         return None
-    return {str(k): v for k, v in data.items()
-            if isinstance(v, int | float) and not isinstance(v, bool)}
+    return {
+        str(k): v for k, v in data.items() if isinstance(v, int | float) and not isinstance(v, bool)
+    }
 
 
 def rng_state_to_json(state: Any) -> Any:
@@ -159,8 +166,15 @@ class ScenarioSource:
     Replaying to `next_position` costs one generator step per position.
     """
 
-    def __init__(self, task: Task, rng: random.Random, *, next_position: int = 0,
-                 redo: Iterable[int] = (), rng_state: Any = None) -> None:
+    def __init__(
+        self,
+        task: Task,
+        rng: random.Random,
+        *,
+        next_position: int = 0,
+        redo: Iterable[int] = (),
+        rng_state: Any = None,
+    ) -> None:
         self._task = task
         self._rng = rng
         self._iter: Iterator[Scenario] | None = None  # the task's, on the first draw
@@ -176,7 +190,8 @@ class ScenarioSource:
                 raise ResumeError(
                     f"the task's scenario stream ends at position {self.next_position}, "
                     f"before the checkpoint's position {next_position}: it is not the "
-                    "stream the run was started with") from None
+                    "stream the run was started with"
+                ) from None
             if self.next_position in wanted:
                 self._redo.append((self.next_position, scenario))
             self.next_position += 1
@@ -208,9 +223,13 @@ class ScenarioSource:
             raise scenario_error(self._task, exc, self.next_position) from exc
         if not isinstance(scenario, Scenario):
             self.exhausted = True
-            raise scenario_error(self._task, ScenarioError(
-                f"it gave a {type(scenario).__name__}, expected a Scenario(id=..., data=...)"),
-                self.next_position)
+            raise scenario_error(
+                self._task,
+                ScenarioError(
+                    f"it gave a {type(scenario).__name__}, expected a Scenario(id=..., data=...)"
+                ),
+                self.next_position,
+            )
         return scenario
 
     def draw(self) -> tuple[int, Scenario]:
@@ -261,8 +280,10 @@ class RunLock:
         except BlockingIOError:
             holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise RunLocked(f"run {self.run_id} is running in another process (pid {holder}); "
-                            "stop that process first, or wait for it to end") from None
+            raise RunLocked(
+                f"run {self.run_id} is running in another process (pid {holder}); "
+                "stop that process first, or wait for it to end"
+            ) from None
         except BaseException:
             os.close(fd)
             raise

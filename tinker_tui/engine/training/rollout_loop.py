@@ -123,8 +123,7 @@ class _LoopJob(_Job[T]):
 
     def end(self, outcome: _Outcome) -> None:
         with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
-            self.mailbox.post(_settle, self.result, self.ended, outcome,
-                              asyncio.InvalidStateError)
+            self.mailbox.post(_settle, self.result, self.ended, outcome, asyncio.InvalidStateError)
 
 
 class _Mailbox:
@@ -183,7 +182,8 @@ class _Mailbox:
                 callback(*args)
             except Exception as exc:  # as the loop treats a failing callback: report, go on
                 self.loop.call_exception_handler(
-                    {"message": f"exception in {callback!r}", "exception": exc})
+                    {"message": f"exception in {callback!r}", "exception": exc}
+                )
 
 
 #: How a coroutine ended: ("result", value), ("error", exception) or ("cancelled", None).
@@ -218,8 +218,9 @@ class DeadlinePassed(TinkerTuiError, TimeoutError):
     traceback says where)."""
 
 
-async def run_together(coros: Iterable[Coroutine[Any, Any, T]], *,
-                       timeout: float | None = None) -> list[T | BaseException]:
+async def run_together(
+    coros: Iterable[Coroutine[Any, Any, T]], *, timeout: float | None = None
+) -> list[T | BaseException]:
     """Run `coros` at once on this loop; each one's result or exception, in order.
 
     What `asyncio.gather(..., return_exceptions=True)` returns, for about half its cost:
@@ -299,8 +300,9 @@ class SameLoop:
     def policy_for_server(self, policy: BackendSession) -> PolicySource:
         return policy
 
-    async def close(self, timeout: float = CLOSE_TIMEOUT, *,
-                    before: Callable[[], Awaitable[Any]] | None = None) -> bool:
+    async def close(
+        self, timeout: float = CLOSE_TIMEOUT, *, before: Callable[[], Awaitable[Any]] | None = None
+    ) -> bool:
         if before is not None:
             await asyncio.wait_for(before(), timeout)
         return True
@@ -309,9 +311,13 @@ class SameLoop:
 class RolloutThread:
     """An asyncio loop in a daemon thread, for rollouts; started and closed from the engine loop."""
 
-    def __init__(self, *, name: str = "tinker-tui-rollouts",
-                 lag: LoopLagMonitor | None = None,
-                 switch_interval: float | None = SWITCH_INTERVAL) -> None:
+    def __init__(
+        self,
+        *,
+        name: str = "tinker-tui-rollouts",
+        lag: LoopLagMonitor | None = None,
+        switch_interval: float | None = SWITCH_INTERVAL,
+    ) -> None:
         self.name = name
         #: The GIL switch interval to set while running (None: leave it as it is).
         self.switch_interval = switch_interval
@@ -396,7 +402,8 @@ class RolloutThread:
     def _ended(self) -> str:
         cause = self.died
         return "the rollout loop ended" + (
-            f": {type(cause).__name__}: {cause}" if cause is not None else "")
+            f": {type(cause).__name__}: {cause}" if cause is not None else ""
+        )
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Schedule `coro` on the rollout loop (from any thread); cancelling the returned
@@ -408,7 +415,9 @@ class RolloutThread:
         with self._lock:
             if self._closing or self.loop is None or self._inbox is None or not self.alive:
                 coro.close()
-                raise RolloutLoopClosed(self._ended() if self.died else "the rollout loop is closed")
+                raise RolloutLoopClosed(
+                    self._ended() if self.died else "the rollout loop is closed"
+                )
             loop, inbox = self.loop, self._inbox
             self._pending.add(job)
 
@@ -429,8 +438,12 @@ class RolloutThread:
             raise RolloutLoopClosed(self._ended()) from None
         return job
 
-    def _end(self, job: _Job[Any], task: asyncio.Task[Any] | None = None,
-             error: BaseException | None = None) -> None:
+    def _end(
+        self,
+        job: _Job[Any],
+        task: asyncio.Task[Any] | None = None,
+        error: BaseException | None = None,
+    ) -> None:
         """Hand the outcome over (once) and mark the job ended."""
         outcome: _Outcome
         if error is not None:
@@ -476,8 +489,7 @@ class RolloutThread:
         box = self._outboxes.get(caller_loop)
         if box is None:
             with self._lock:
-                box = self._outboxes.setdefault(caller_loop,
-                                                _Mailbox(caller_loop, after_turn=True))
+                box = self._outboxes.setdefault(caller_loop, _Mailbox(caller_loop, after_turn=True))
         return box
 
     def policy_for_server(self, policy: BackendSession) -> PolicySource:
@@ -485,8 +497,9 @@ class RolloutThread:
         assert self.engine_loop is not None, "start() first"
         return EngineLoopPolicy(policy, self.engine_loop)
 
-    async def close(self, timeout: float = CLOSE_TIMEOUT, *,
-                    before: Callable[[], Awaitable[Any]] | None = None) -> bool:
+    async def close(
+        self, timeout: float = CLOSE_TIMEOUT, *, before: Callable[[], Awaitable[Any]] | None = None
+    ) -> bool:
         """Run `before` there (closing what lives on the loop), cancel what still runs,
         stop the loop and end the thread; returns whether the thread ended.
 
@@ -584,15 +597,30 @@ class EngineLoopPolicy:
     def version(self) -> int:
         return int(self._policy.version)
 
-    async def sample(self, prompt: Any, num_samples: int, sampling_params: Any, *,
-                     version: int | None = None, top_logprobs: int = 0,
-                     constraint: Any = None, constraint_prefix: str = "") -> Any:
+    async def sample(
+        self,
+        prompt: Any,
+        num_samples: int,
+        sampling_params: Any,
+        *,
+        version: int | None = None,
+        top_logprobs: int = 0,
+        constraint: Any = None,
+        constraint_prefix: str = "",
+    ) -> Any:
         # `constraint` (a forced tool call's shape) is immutable: it may cross.
         future = asyncio.run_coroutine_threadsafe(
-            self._policy.sample(prompt, num_samples, sampling_params, version=version,
-                                top_logprobs=top_logprobs, constraint=constraint,
-                                constraint_prefix=constraint_prefix),
-            self._engine_loop)
+            self._policy.sample(
+                prompt,
+                num_samples,
+                sampling_params,
+                version=version,
+                top_logprobs=top_logprobs,
+                constraint=constraint,
+                constraint_prefix=constraint_prefix,
+            ),
+            self._engine_loop,
+        )
         return await asyncio.wrap_future(future)
 
     def available_versions(self) -> list[int]:

@@ -21,8 +21,11 @@ if TYPE_CHECKING:
     from tinker_tui.engine.backend.session import DatumBatch
 
 
-def trained_tokens(datums: DatumBatch | Sequence[Any], trainer: Sequence[np.ndarray],
-                   entropy: Sequence[np.ndarray] | None) -> tuple[TrajectoryTokens, ...]:
+def trained_tokens(
+    datums: DatumBatch | Sequence[Any],
+    trainer: Sequence[np.ndarray],
+    entropy: Sequence[np.ndarray] | None,
+) -> tuple[TrajectoryTokens, ...]:
     """Per trajectory of the batch (`datums` a `DatumBatch` with its sources), its tokens;
     () when the batch does not say which trajectory each Datum trains, or the backend gave
     no trainer logprobs."""
@@ -51,7 +54,8 @@ def trained_tokens(datums: DatumBatch | Sequence[Any], trainer: Sequence[np.ndar
             arrays["entropy"] = np.asarray(entropy[i], dtype=np.float32)
         group_id, index = sources[i]
         parts.setdefault((int(group_id), int(index)), []).append(
-            {name: value[first:] for name, value in arrays.items()})
+            {name: value[first:] for name, value in arrays.items()}
+        )
     out = []
     for (group_id, index), pieces in parts.items():
         joined = {name: np.concatenate([p[name] for p in pieces]) for name in pieces[0]}
@@ -105,8 +109,11 @@ def _byte_level_bytes(tokenizer: Any, token: int) -> bytes | None:
 
 def _unicode_to_byte() -> dict[str, int]:
     """GPT-2's table of the characters byte-level BPE writes each byte as, inverted."""
-    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-                 + list(range(ord("®"), ord("ÿ") + 1)))
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = printable[:]
     extra = 0
     for b in range(256):
@@ -117,7 +124,17 @@ def _unicode_to_byte() -> dict[str, int]:
     return {chr(c): b for b, c in zip(printable, chars, strict=True)}
 
 
-def tokens_event(time: float, step: int, trajectories: tuple[TrajectoryTokens, ...],
-                 book: PieceBook, keep_steps: int) -> TokensTrained:
-    return TokensTrained(time=time, step=step, trajectories=trajectories,
-                         pieces=book.new_pieces(trajectories), keep_steps=keep_steps)
+def tokens_event(
+    time: float,
+    step: int,
+    trajectories: tuple[TrajectoryTokens, ...],
+    book: PieceBook,
+    keep_steps: int,
+) -> TokensTrained:
+    return TokensTrained(
+        time=time,
+        step=step,
+        trajectories=trajectories,
+        pieces=book.new_pieces(trajectories),
+        keep_steps=keep_steps,
+    )

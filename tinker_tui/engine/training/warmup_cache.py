@@ -43,13 +43,27 @@ def warmup_key(
     adam: Mapping[str, float],
 ) -> str:
     digest = hashlib.sha256()
-    digest.update(json.dumps({"identity": identity, "loss_fn": "cross_entropy",
-                              "learning_rate": learning_rate, "adam": dict(sorted(adam.items())),
-                              "draws": [list(d) for d in draws]}).encode())
+    digest.update(
+        json.dumps(
+            {
+                "identity": identity,
+                "loss_fn": "cross_entropy",
+                "learning_rate": learning_rate,
+                "adam": dict(sorted(adam.items())),
+                "draws": [list(d) for d in draws],
+            }
+        ).encode()
+    )
     for datum in datums:
-        digest.update(json.dumps([datum.model_input.to_ints(),
-                                  {k: v.to_numpy().tolist() for k, v in sorted(datum.loss_fn_inputs.items())}],
-                                 default=float).encode())
+        digest.update(
+            json.dumps(
+                [
+                    datum.model_input.to_ints(),
+                    {k: v.to_numpy().tolist() for k, v in sorted(datum.loss_fn_inputs.items())},
+                ],
+                default=float,
+            ).encode()
+        )
     return digest.hexdigest()[:32]
 
 
@@ -84,7 +98,10 @@ class WarmupCache:
         shutil.rmtree(self.entry(key), ignore_errors=True)
 
     def prune(self) -> None:
-        entries = sorted((p for p in self.root.iterdir() if p.is_dir()),
-                         key=lambda p: p.stat().st_mtime, reverse=True)
-        for old in entries[self.keep:]:
+        entries = sorted(
+            (p for p in self.root.iterdir() if p.is_dir()),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
+        for old in entries[self.keep :]:
             shutil.rmtree(old, ignore_errors=True)
