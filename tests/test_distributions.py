@@ -11,6 +11,7 @@ import textwrap
 
 import pytest
 
+from tinker_tui.app.exit_codes import EXIT_NO_SIGNAL, EXIT_OK
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.rollouts.distributions import (
     dominant_component,
@@ -185,7 +186,9 @@ def test_a_local_runs_jsonl_and_store_carry_the_distributions(tmp_path):
     (tmp_path / "shapes.py").write_text(textwrap.dedent(TASK_FILE))
     db = tmp_path / "runs.db"
     done = run_cli("run", "shapes.py", "--no-ui", "--steps", "3", "--db", str(db), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr + done.stdout
+    # completed; whether its 3 steps found a group with differing rewards depends on what
+    # the tiny model sampled (exit 4: trained nothing), which is not what this test is about
+    assert done.returncode in (EXIT_OK, EXIT_NO_SIGNAL), done.stderr + done.stdout
     conn = sqlite3.connect(db)
     [run_id] = [r for (r,) in conn.execute("select run_id from runs")]
     lines = [
