@@ -276,6 +276,7 @@ def test_compare_needs_two_runs_with_folders_counted(finished, capsys):
 # ------------------------------------------------------------------ the cookbook's own loop
 
 
+@pytest.mark.e2e  # the cookbook's loop runs `git` to record where it ran
 async def test_the_cookbook_rl_loop_is_watched_live_as_it_trains(tmp_path, monkeypatch):
     """The cookbook's rl.train through the Tinker double, watched while it writes: every
     step it records is drawn, its rollouts carry the logtree's conversations, and its final

@@ -62,7 +62,7 @@ async def test_a_paused_headless_run_says_how_to_resume_and_lists_as_paused(tmp_
     session.control.stop("test")
     assert await asyncio.wait_for(running, 60) == 0
     (row,) = await read_table(db)
-    assert row["STATUS"] == "stopped"
+    assert row["STATUS"] == "stopped · by user"
 
 
 async def test_the_headless_lines_of_a_pause(tmp_path):

@@ -226,8 +226,12 @@ class TinkerTuiApp(App[None]):
         if isinstance(session, StoreSession) and session.stored_run is None:
             self.model.waiting_for = "starting the engine"  # `run`: this session starts it
         elif self.read_only or self.attached:
+            from tinker_tui.app.foreign_session import ForeignSession
+
             self.model.waiting_for = (
-                "reading the run folder" if session.db_path is None else "reading the run store"
+                "reading the run folder"
+                if isinstance(session, ForeignSession)
+                else "reading the run store"
             )
         stored = (
             session.stored_run if isinstance(session, StoreSession) and not session.follow else None
