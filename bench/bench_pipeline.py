@@ -72,8 +72,8 @@ async def timed_run(
     on_step=None,
     thread: bool = True,
 ) -> dict[str, float]:
-    policy = SimulatedPolicy(train_seconds=train_s)
-    client = SimulatedClient(policy, sample_seconds=sample_s)
+    session = SimulatedPolicy(train_seconds=train_s)
+    client = SimulatedClient(session, sample_seconds=sample_s)
     config = RunConfig(
         max_steps=steps,
         group_size=group_size,
@@ -106,7 +106,7 @@ async def timed_run(
     pipeline = Pipeline(
         config=config,
         task=simulated_task(),
-        policy=policy,
+        session=session,
         client_factory=lambda: client,
         model_name="bench",
         bus=bus,

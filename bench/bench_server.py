@@ -77,18 +77,18 @@ class InstantSamplingClient:
         return AwaitableConcurrentFuture(future)
 
 
-async def make_policy(checkpoint_dir: str) -> Any:
+async def make_session(checkpoint_dir: str) -> Any:
     from tinker_tui.engine.backend.session import BackendSession
     from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
 
-    policy = BackendSession(
+    session = BackendSession(
         LocalServiceClient(checkpoint_dir=checkpoint_dir),
         base_model=DEFAULT_BASE_MODEL,
         sampler_checkpoint_every=0,
     )
-    await policy.start()
-    policy.sampling_client = InstantSamplingClient(policy.tokenizer.encode(COMPLETION))
-    return policy
+    await session.start()
+    session.sampling_client = InstantSamplingClient(session.tokenizer.encode(COMPLETION))
+    return session
 
 
 class LagTicker:
@@ -117,8 +117,8 @@ def serve(conn: Any, checkpoint_dir: str) -> None:
         from tinker_tui.engine.sampling_defaults import SamplingDefaults
         from tinker_tui.engine.server import PolicyServer
 
-        policy = await make_policy(checkpoint_dir)
-        server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults())
+        session = await make_session(checkpoint_dir)
+        server = PolicyServer(session, model_name="policy", defaults=SamplingDefaults())
         await server.start()
         ticker = LagTicker()
         ticking = asyncio.create_task(ticker.run())
@@ -186,16 +186,16 @@ async def direct_latencies(n: int, checkpoint_dir: str) -> tuple[list[float], li
     and as a bare sampling-client call."""
     import tinker
 
-    policy = await make_policy(checkpoint_dir)
-    prompt = policy.renderer.build_generation_prompt(MESSAGES)
+    session = await make_session(checkpoint_dir)
+    prompt = session.renderer.build_generation_prompt(MESSAGES)
     params = tinker.SamplingParams(max_tokens=64, temperature=1.0, stop=["\n\nUser:"])
     via_policy, bare = [], []
     for _ in range(n):
         t = time.perf_counter()
-        await policy.sample(prompt, 1, params)
+        await session.sample(prompt, 1, params)
         via_policy.append(time.perf_counter() - t)
         t = time.perf_counter()
-        await policy.sampling_client.sample(prompt=prompt, num_samples=1, sampling_params=params)
+        await session.sampling_client.sample(prompt=prompt, num_samples=1, sampling_params=params)
         bare.append(time.perf_counter() - t)
     return via_policy, bare
 
@@ -330,8 +330,8 @@ async def large_prompt_same_loop(
     from tinker_tui.engine.sampling_defaults import SamplingDefaults
     from tinker_tui.engine.server import PolicyServer
 
-    policy = await make_policy(checkpoint_dir)
-    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults())
+    session = await make_session(checkpoint_dir)
+    server = PolicyServer(session, model_name="policy", defaults=SamplingDefaults())
     await server.start()
     ticker = LagTicker()
     ticking = asyncio.create_task(ticker.run())
@@ -364,14 +364,14 @@ async def abandoned_requests(checkpoint_dir: str) -> dict[str, float]:
     from tinker_tui.engine.sampling_defaults import SamplingDefaults
     from tinker_tui.engine.server import PolicyServer
 
-    policy = BackendSession(
+    session = BackendSession(
         LocalServiceClient(checkpoint_dir=checkpoint_dir),
         base_model=DEFAULT_BASE_MODEL,
         sampler_checkpoint_every=0,
     )
-    await policy.start()
+    await session.start()
     futures: list[Any] = []
-    real = policy.sampling_client
+    real = session.sampling_client
 
     class Recording:
         """The real sampling client; keeps each call's future to see if it was cancelled."""
@@ -381,8 +381,8 @@ async def abandoned_requests(checkpoint_dir: str) -> dict[str, float]:
             futures.append(future.future())
             return future
 
-    policy.sampling_client = Recording()
-    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults())
+    session.sampling_client = Recording()
+    server = PolicyServer(session, model_name="policy", defaults=SamplingDefaults())
     await server.start()
     client = server.client()
     impatient = openai.AsyncOpenAI(

@@ -321,8 +321,8 @@ async def _throughput(
     from tinker_tui.engine.training.rollout_loop import RolloutThread, run_together
 
     service = tinker.ServiceClient()
-    policy = BackendSession(service, base_model=MODEL, sampler_checkpoint_every=0)
-    await policy.start()
+    session = BackendSession(service, base_model=MODEL, sampler_checkpoint_every=0)
+    await session.start()
     rollouts = RolloutThread()
     await rollouts.start()
     server: Any = None
@@ -330,7 +330,7 @@ async def _throughput(
     async def start_server() -> None:  # on the rollout loop, which serves it
         nonlocal server
         server = PolicyServer(
-            rollouts.policy_for_server(policy),
+            rollouts.policy_for_server(session),
             model_name="policy",
             coalesce_window=0.005,
             group_size=group,
@@ -342,10 +342,10 @@ async def _throughput(
         return server.client()
 
     await rollouts.run(start_server())
-    stop = policy.renderer.get_stop_sequences()
+    stop = session.renderer.get_stop_sequences()
     params = tinker.SamplingParams(max_tokens=max_tokens, temperature=1.0, stop=stop)
-    prompts = [policy.renderer.build_generation_prompt(messages_for(i)) for i in range(in_flight)]
-    sampler = policy.sampling_client  # the plain loop asks the same sampler itself
+    prompts = [session.renderer.build_generation_prompt(messages_for(i)) for i in range(in_flight)]
+    sampler = session.sampling_client  # the plain loop asks the same sampler itself
     per_trajectory, per_group = _tasks(max_tokens)
     scenarios = [Scenario(id=f"lane-{i}", data=messages_for(i)) for i in range(in_flight)]
 
@@ -416,7 +416,7 @@ async def _throughput(
         await server.stop()
 
     await rollouts.close(before=stop_server)
-    await policy.close("success")
+    await session.close("success")
     return ratios
 
 

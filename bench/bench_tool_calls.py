@@ -82,9 +82,9 @@ async def bench_model(label: str, base_model: str, rounds: int, n: int, max_toke
     from tinker_tui.engine.server import PolicyServer
 
     service = LocalServiceClient(checkpoint_dir=tempfile.mkdtemp(prefix="bench-tool-calls-"))
-    policy = BackendSession(service, base_model=base_model)
-    await policy.start()
-    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=8))
+    session = BackendSession(service, base_model=base_model)
+    await session.start()
+    server = PolicyServer(session, model_name="policy", defaults=SamplingDefaults(max_tokens=8))
     await server.start()
     client = server.client()
     try:
@@ -106,7 +106,7 @@ async def bench_model(label: str, base_model: str, rounds: int, n: int, max_toke
             print(f"  {mode:<9} {rate:8.1f} tok/s  {rate / free:5.2f}x free  {share}")
     finally:
         await server.stop()
-        await policy.close("success")
+        await session.close("success")
 
 
 async def main() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from types import SimpleNamespace
 from typing import Any
 
 from tinker_tui.engine.backend.session import TrainResult
@@ -26,7 +27,8 @@ class SimulatedPolicy:
         self.saved: list[str] = []
         self.train_time = 0.0
         self.usage = TokenUsage()  # tokens processed, as BackendSession counts them
-        self.requested_state_steps: set[int] = set()  # checkpoints asked for: kept
+        #: What the checkpointer tells the retention policy (nothing is deleted here).
+        self.retention = SimpleNamespace(keep_state_step=None, requested_state_steps=set())
 
     def build_datums(self, groups: Any) -> list[Any]:
         self.trained_batches.append([g.policy_version for g in groups])
@@ -48,8 +50,8 @@ class SimulatedPolicy:
 
 
 class SimulatedClient:
-    def __init__(self, policy: SimulatedPolicy, sample_seconds: float = 0.002) -> None:
-        self.policy = policy
+    def __init__(self, session: SimulatedPolicy, sample_seconds: float = 0.002) -> None:
+        self.session = session
         self.sample_seconds = sample_seconds
         self.started = 0
         self.chat = self
@@ -57,7 +59,7 @@ class SimulatedClient:
 
     async def create(self, **_: Any) -> dict[str, Any]:
         self.started += 1
-        version = self.policy.version
+        version = self.session.version
         if self.sample_seconds:
             await asyncio.sleep(self.sample_seconds)
         return {

@@ -84,7 +84,7 @@ def _scenarios(rng):
 
 
 def run_pipeline(task, **overrides):
-    policy = RecordingPolicy()
+    session = RecordingPolicy()
     config = RunConfig(
         max_steps=2, group_size=4, groups_per_step=1, rollout_workers=1, checkpoint_every=0
     ).with_overrides(overrides)
@@ -94,25 +94,25 @@ def run_pipeline(task, **overrides):
     pipeline = Pipeline(
         config=config,
         task=task,
-        policy=policy,
-        client_factory=lambda: SimulatedClient(policy),
+        session=session,
+        client_factory=lambda: SimulatedClient(session),
         model_name="m",
         bus=bus,
         clock=FakeClock(),
         rng=random.Random(0),
     )
-    return pipeline, policy, events
+    return pipeline, session, events
 
 
 @pytest.mark.parametrize("rule", ["mean", "mean_std"])
 async def test_the_pipeline_trains_on_the_rule_it_is_given(rule):
     task = Task(name="t", scenarios=_scenarios, rollout=_rollout)
-    pipeline, policy, _ = run_pipeline(task, advantage=rule)
+    pipeline, session, _ = run_pipeline(task, advantage=rule)
     assert await pipeline.run() == "completed"
     # the members finish in any order: compare as multisets, by reward
     expected = sorted(group_advantages(REWARDS, rule))
-    assert policy.advantages and all(
-        sorted(a) == pytest.approx(expected) for a in policy.advantages
+    assert session.advantages and all(
+        sorted(a) == pytest.approx(expected) for a in session.advantages
     )
 
 
@@ -123,14 +123,14 @@ async def test_the_pipeline_trains_on_the_tasks_hook_and_a_bad_hook_fails_its_gr
         rollout=_rollout,
         advantages=lambda rewards: [10.0 * r for r in rewards],
     )
-    pipeline, policy, _ = run_pipeline(task)
+    pipeline, session, _ = run_pipeline(task)
     assert await pipeline.run() == "completed"
-    assert all(sorted(a) == [0.0, 0.0, 10.0, 30.0] for a in policy.advantages)
+    assert all(sorted(a) == [0.0, 0.0, 10.0, 30.0] for a in session.advantages)
 
     broken = Task(
         name="t", scenarios=_scenarios, rollout=_rollout, advantages=lambda rewards: [1.0]
     )
-    pipeline, policy, events = run_pipeline(broken, max_steps=10_000)
+    pipeline, session, events = run_pipeline(broken, max_steps=10_000)
     run = asyncio.create_task(pipeline.run())
     while not any(isinstance(e, GroupDiscarded) for e in events):
         await asyncio.sleep(0.001)
@@ -138,4 +138,4 @@ async def test_the_pipeline_trains_on_the_tasks_hook_and_a_bad_hook_fails_its_gr
     await run
     [first, *_] = [e for e in events if isinstance(e, GroupDiscarded)]
     assert first.reason == "error" and "advantages(rewards) hook returned 1 values" in first.detail
-    assert policy.advantages == []
+    assert session.advantages == []

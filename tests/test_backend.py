@@ -20,11 +20,8 @@ from tinker_tui.engine.backend.choice import (
     renderer_name_for,
 )
 from tinker_tui.engine.backend.retry import BackendTimeoutError, RetryPolicy, call_with_retry
-from tinker_tui.engine.backend.session import (
-    BackendSession,
-    UnknownVersionError,
-    checkpoints_to_delete,
-)
+from tinker_tui.engine.backend.checkpoint_retention import checkpoints_to_delete
+from tinker_tui.engine.backend.session import BackendSession, UnknownVersionError
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL, RunConfig
 from tinker_tui.engine.events import BackendWaited, CheckpointDeleted, LogEmitted
 from tinker_tui.engine.local import LocalServiceClient
@@ -66,9 +63,9 @@ class Recorder:
 
 class RecordingRest:
     def __init__(self, local_dir, log):
-        from tinker_tui.engine.backend.session import _LocalCheckpointRemover
+        from tinker_tui.engine.backend.checkpoint_retention import LocalCheckpointRemover
 
-        self._remover = _LocalCheckpointRemover(local_dir)
+        self._remover = LocalCheckpointRemover(local_dir)
         self._log = log
 
     def delete_checkpoint_from_tinker_path(self, path):
@@ -100,18 +97,18 @@ def recorded_service(tmp_path, log):
     return service
 
 
-def _group(policy, rewards=(1.0, 0.0)):
+def _group(session, rewards=(1.0, 0.0)):
     prompt = tuple(
-        policy.renderer.build_generation_prompt(
+        session.renderer.build_generation_prompt(
             [{"role": "user", "content": "Is the sky blue?"}]
         ).to_ints()
     )
-    tokens = tuple(policy.tokenizer.encode(" maybe"))
+    tokens = tuple(session.tokenizer.encode(" maybe"))
     turn = SampledTurn(
         prompt_tokens=prompt,
         tokens=tokens,
         logprobs=tuple(-1.0 for _ in tokens),
-        policy_version=policy.version,
+        policy_version=session.version,
     )
     return TrajectoryGroup(
         group_id=0,
@@ -139,22 +136,22 @@ async def test_the_policy_calls_only_the_tinker_sdk_interface(tmp_path):
         kl_penalty_coef=0.1,
     )
     # the SDK deletes checkpoints through a tinker.RestClient: give it one that records
-    policy = BackendSession.from_config(
+    session = BackendSession.from_config(
         recorded_service(tmp_path, log), config, rest_client=RecordingRest(tmp_path, log)
     )
-    await policy.start()
+    await session.start()
     for _ in range(2):
-        await policy.train(
-            policy.build_datums([_group(policy)]), loss_fn=config.loss_fn, learning_rate=1e-3
+        await session.train(
+            session.build_datums([_group(session)]), loss_fn=config.loss_fn, learning_rate=1e-3
         )
-    await policy.train_supervised(
+    await session.train_supervised(
         [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "maybe"}]],
         learning_rate=1e-3,
     )
-    await policy.publish()
-    await policy.save_state("step-000002")
-    prompt = policy.renderer.build_generation_prompt([{"role": "user", "content": "hi"}])
-    await policy.sample(prompt, 2, tinker.SamplingParams(max_tokens=3, seed=1))
+    await session.publish()
+    await session.save_state("step-000002")
+    prompt = session.renderer.build_generation_prompt([{"role": "user", "content": "hi"}])
+    await session.sample(prompt, 2, tinker.SamplingParams(max_tokens=3, seed=1))
 
     called = {(cls.__name__, name) for cls, name, _, _ in log}
     assert {
@@ -195,8 +192,8 @@ def test_the_tinker_backend_is_the_sdk_service_client(tmp_path, monkeypatch):
     monkeypatch.setenv("TINKER_API_KEY", "tml-test-not-a-real-key")
     client = make_service_client("tinker", tmp_path)  # builds no connection
     assert type(client) is tinker.ServiceClient
-    policy = BackendSession(client, base_model="Qwen/Qwen3-8B")
-    assert policy.renderer_name == "qwen3"
+    session = BackendSession(client, base_model="Qwen/Qwen3-8B")
+    assert session.renderer_name == "qwen3"
     assert isinstance(make_service_client("local", tmp_path), LocalServiceClient)
 
 
@@ -488,13 +485,13 @@ async def test_backend_waits_become_events_and_log_lines(tmp_path):
                 raise failures.pop()
             return local.create_lora_training_client(**kwargs)
 
-    policy = BackendSession(
+    session = BackendSession(
         Flaky(),
         base_model=DEFAULT_BASE_MODEL,
         on_event=events.append,
         retry=RetryPolicy(base_delay=0.01),
     )
-    await policy.start()
+    await session.start()
     [waited] = [e for e in events if isinstance(e, BackendWaited)]
     assert waited.operation == "create training client" and waited.attempt == 2
     assert waited.reason.startswith("local backend: 429")
@@ -512,22 +509,22 @@ def test_retention_keeps_the_last_n_and_every_mth():
 
 
 async def test_checkpoints_carry_the_step_and_old_ones_are_deleted(tmp_path):
-    policy = BackendSession(
+    session = BackendSession(
         LocalServiceClient(checkpoint_dir=tmp_path),
         base_model=DEFAULT_BASE_MODEL,
         keep_last_checkpoints=2,
         keep_every_checkpoints=2,
         sampler_clients_to_keep=2,
     )
-    await policy.start()
+    await session.start()
     states = []
     for _ in range(5):
-        await policy.train(policy.build_datums([_group(policy)]), learning_rate=1e-3)
-        states.append(await policy.save_state(f"step-{policy.version:06d}"))
-    sampler = [c for c in policy.checkpoints if c.kind == "sampler"]
+        await session.train(session.build_datums([_group(session)]), learning_rate=1e-3)
+        states.append(await session.save_state(f"step-{session.version:06d}"))
+    sampler = [c for c in session.checkpoints if c.kind == "sampler"]
     assert [c.step for c in sampler] == [0, 2, 4, 5]
     assert [c.name for c in sampler] == ["step-000000", "step-000002", "step-000004", "step-000005"]
-    assert [c.step for c in policy.checkpoints if c.kind == "state"] == [2, 4, 5]
+    assert [c.step for c in session.checkpoints if c.kind == "state"] == [2, 4, 5]
     folders = {p.name for p in tmp_path.glob("*/sampler_weights/*")}
     assert folders == {"step-000000", "step-000002", "step-000004", "step-000005"}
     assert {p.name for p in tmp_path.glob("*/weights/*")} == {
@@ -537,14 +534,14 @@ async def test_checkpoints_carry_the_step_and_old_ones_are_deleted(tmp_path):
     }
     assert states[-1].endswith("/weights/step-000005")
     # sampling clients: the last two stay loaded; kept weights load again on demand
-    assert sorted(policy._samplers) == [4, 5]
-    assert policy.available_versions() == [0, 2, 4, 5]
-    prompt = policy.renderer.build_generation_prompt([{"role": "user", "content": "hi"}])
+    assert sorted(session.samplers.versions()) == [4, 5]
+    assert session.available_versions() == [0, 2, 4, 5]
+    prompt = session.renderer.build_generation_prompt([{"role": "user", "content": "hi"}])
     params = tinker.SamplingParams(max_tokens=2)
-    _, version = await policy.sample(prompt, 1, params, version=2)
-    assert version == 2 and len(policy._samplers) == 2 and policy.version in policy._samplers
+    _, version = await session.sample(prompt, 1, params, version=2)
+    assert version == 2 and len(session.samplers) == 2 and session.version in session.samplers
     with pytest.raises(UnknownVersionError, match="available: 0, 2, 4, 5"):
-        await policy.sample(prompt, 1, params, version=3)
+        await session.sample(prompt, 1, params, version=3)
 
 
 # ------------------------------------------------------------------ renderers
@@ -578,19 +575,19 @@ def test_renderer_named_explicitly_or_from_a_local_model_folder(tmp_path, monkey
 
 async def test_at_least_two_full_checkpoints_survive_retention(tmp_path):
     events = []
-    policy = BackendSession(
+    session = BackendSession(
         LocalServiceClient(checkpoint_dir=tmp_path),
         base_model=DEFAULT_BASE_MODEL,
         keep_last_checkpoints=1,
         sampler_checkpoint_every=0,
         on_event=events.append,
     )
-    await policy.start()
+    await session.start()
     paths = []
     for step in range(3):
-        policy.version = step
-        paths.append(await policy.save_state(f"step-{step:06d}"))
-    assert [c.name for c in policy.checkpoints] == ["step-000001", "step-000002"]
+        session.version = step
+        paths.append(await session.save_state(f"step-{step:06d}"))
+    assert [c.name for c in session.checkpoints] == ["step-000001", "step-000002"]
     assert {p.name for p in tmp_path.glob("*/weights/*")} == {"step-000001", "step-000002"}
     # the deletion is told, once it happened (the dashboards take the row off)
     deleted = [e for e in events if isinstance(e, CheckpointDeleted)]
@@ -601,20 +598,20 @@ async def test_at_least_two_full_checkpoints_survive_retention(tmp_path):
 
 async def test_a_deletion_that_fails_is_logged_and_not_told_as_done(tmp_path):
     events = []
-    policy = BackendSession(
+    session = BackendSession(
         LocalServiceClient(checkpoint_dir=tmp_path),
         base_model=DEFAULT_BASE_MODEL,
         keep_last_checkpoints=1,
         sampler_checkpoint_every=0,
         on_event=events.append,
     )
-    await policy.start()
+    await session.start()
     for step in range(2):
-        policy.version = step
-        await policy.save_state(f"step-{step:06d}")
+        session.version = step
+        await session.save_state(f"step-{step:06d}")
     for folder in tmp_path.glob("*/weights/step-000000"):
         shutil.rmtree(folder)  # gone already: the deletion fails
-    policy.version = 2
-    await policy.save_state("step-000002")
+    session.version = 2
+    await session.save_state("step-000002")
     assert not [e for e in events if isinstance(e, CheckpointDeleted)]
     assert any("could not delete old checkpoint" in getattr(e, "message", "") for e in events)

@@ -16,11 +16,11 @@ from tinker_tui.engine.training.resume import ResumeState
 
 def make(tmp_path, **settings) -> Checkpointer:
     config = RunConfig(**settings)
-    policy = BackendSession(
+    session = BackendSession(
         LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
     )
     return Checkpointer(
-        config=config, policy=policy, health=HealthWindow(8), bus=EventBus(), clock=FakeClock()
+        config=config, session=session, health=HealthWindow(8), bus=EventBus(), clock=FakeClock()
     )
 
 
@@ -95,7 +95,7 @@ def test_the_rollback_target_is_the_last_checkpoint_at_or_before_the_best_step(t
     checkpointer.adopt(6, "step-000006", "tinker://run/weights/step-000006", state(6))
     assert checkpointer.rollback_target() == (3, "step-000003")  # best is step 4
     checkpointer.keep_rollback_point()
-    assert checkpointer.policy.keep_state_step == 3  # the retention policy keeps it
+    assert checkpointer.session.retention.keep_state_step == 3  # the retention policy keeps it
     checkpointer.rewound(2)
     assert sorted(checkpointer.table) == [2]
     assert checkpointer.rollback_target() is None  # the health window still names step 3
@@ -129,7 +129,7 @@ def test_the_rollback_target_is_not_the_checkpoint_holding_the_best_steps_update
         checkpointer.adopt(s, f"step-{s:06d}", f"tinker://run/weights/step-{s:06d}", state(s))
     assert checkpointer.rollback_target() == (2, "step-000002")  # sampled step 3
     checkpointer.keep_rollback_point()
-    assert checkpointer.policy.keep_state_step == 2
+    assert checkpointer.session.retention.keep_state_step == 2
 
 
 async def test_a_requested_checkpoint_survives_retention_and_says_it_was_asked_for(tmp_path):
@@ -139,13 +139,13 @@ async def test_a_requested_checkpoint_survives_retention_and_says_it_was_asked_f
     from tinker_tui.engine.events import CheckpointSaved
 
     checkpointer = make(tmp_path, checkpoint_every=1, max_steps=100)
-    checkpointer.policy.keep_last_checkpoints = 2
+    checkpointer.session.retention.keep_last = 2
     saved: list[CheckpointSaved] = []
     checkpointer.bus.subscribe(
         lambda e: saved.append(e) if isinstance(e, CheckpointSaved) else None
     )
-    policy = checkpointer.policy
-    await policy.start()
+    session = checkpointer.session
+    await session.start()
 
     async def write(at: int, why: str) -> None:
         checkpointer.requested = why == "requested"
@@ -163,7 +163,7 @@ async def test_a_requested_checkpoint_survives_retention_and_says_it_was_asked_f
         (5, False),
         (6, False),
     ]
-    kept = [c.step for c in policy.checkpoints if c.kind == "state"]
+    kept = [c.step for c in session.checkpoints if c.kind == "state"]
     assert kept == [2, 5, 6]  # the asked-for one, and the last two
     assert {p.name for p in tmp_path.glob("*/weights/*")} == {
         "step-000002",
@@ -175,7 +175,7 @@ async def test_a_requested_checkpoint_survives_retention_and_says_it_was_asked_f
     assert (saved[-1].step, saved[-1].requested, saved[-1].path) == (6, True, saved[-2].path)
     for at in range(7, 10):
         await write(at, "periodic")
-    assert [c.step for c in policy.checkpoints if c.kind == "state"] == [2, 6, 8, 9]
+    assert [c.step for c in session.checkpoints if c.kind == "state"] == [2, 6, 8, 9]
 
 
 async def test_a_checkpoint_being_written_is_not_called_written(tmp_path):
@@ -190,7 +190,7 @@ async def test_a_checkpoint_being_written_is_not_called_written(tmp_path):
         await release.wait()
         return f"/x/{name}"
 
-    checkpointer.policy.save_state = slow_save
+    checkpointer.session.save_state = slow_save
     writing = asyncio.ensure_future(
         checkpointer.write(7, "periodic", lambda: state(7), warmup_done=True)
     )

@@ -81,8 +81,8 @@ def tokens(result: tuple[Any, int]) -> list[list[int]]:
 
 
 async def test_equal_requests_share_one_call_split_back_in_order():
-    policy = RecordingPolicy()
-    coalescer = SampleCoalescer(policy, window=0.05)
+    session = RecordingPolicy()
+    coalescer = SampleCoalescer(session, window=0.05)
     results = await asyncio.gather(
         coalescer.sample(PROMPT, 1, params()),
         coalescer.sample(PROMPT, 2, params()),
@@ -90,8 +90,8 @@ async def test_equal_requests_share_one_call_split_back_in_order():
         coalescer.sample(OTHER, 1, params()),
         coalescer.sample(PROMPT, 3, params()),
     )
-    assert sorted(c[:2] for c in policy.calls) == [((1, 2, 3), 7), ((1, 2, 4), 1)]
-    shared = next(i for i, c in enumerate(policy.calls) if c[1] == 7)
+    assert sorted(c[:2] for c in session.calls) == [((1, 2, 3), 7), ((1, 2, 4), 1)]
+    shared = next(i for i, c in enumerate(session.calls) if c[1] == 7)
     # Each request gets its own n sequences, in arrival order, none twice.
     assert [tokens(r) for r in (results[0], results[1], results[2], results[4])] == [
         [[shared, 0]],
@@ -106,8 +106,8 @@ async def test_equal_requests_share_one_call_split_back_in_order():
 
 
 async def test_different_settings_or_versions_are_not_mixed():
-    policy = RecordingPolicy()
-    coalescer = SampleCoalescer(policy, window=0.05)
+    session = RecordingPolicy()
+    coalescer = SampleCoalescer(session, window=0.05)
     await asyncio.gather(
         coalescer.sample(PROMPT, 1, params()),
         coalescer.sample(PROMPT, 1, params(top_p=0.5)),
@@ -115,13 +115,13 @@ async def test_different_settings_or_versions_are_not_mixed():
         coalescer.sample(PROMPT, 1, params(), top_logprobs=2),
         coalescer.sample(PROMPT, 1, tinker.SamplingParams(max_tokens=5)),
     )
-    assert len(policy.calls) == 5
-    assert sorted(c[3] or 0 for c in policy.calls) == [0, 0, 0, 0, 2]
+    assert len(session.calls) == 5
+    assert sorted(c[3] or 0 for c in session.calls) == [0, 0, 0, 0, 2]
 
 
 async def test_seeded_requests_share_only_with_the_same_seed_and_n():
-    policy = RecordingPolicy()
-    coalescer = SampleCoalescer(policy, window=0.05)
+    session = RecordingPolicy()
+    coalescer = SampleCoalescer(session, window=0.05)
     a, b, c, d = await asyncio.gather(
         coalescer.sample(PROMPT, 2, params(seed=7)),
         coalescer.sample(PROMPT, 2, params(seed=7)),
@@ -129,35 +129,35 @@ async def test_seeded_requests_share_only_with_the_same_seed_and_n():
         coalescer.sample(PROMPT, 2, params(seed=8)),
     )
     # seed 7 n=2 twice: one call of 2, both get the same sequences (what the seed fixes)
-    assert sorted((c[1], c[2]) for c in policy.calls) == [(1, 7), (2, 7), (2, 8)]
+    assert sorted((c[1], c[2]) for c in session.calls) == [(1, 7), (2, 7), (2, 8)]
     assert tokens(a) == tokens(b) and len(tokens(a)) == 2
     assert len(tokens(c)) == 1 and len(tokens(d)) == 2
     assert tokens(d) != tokens(a)
 
 
 async def test_a_lone_request_waits_no_longer_than_the_window():
-    policy = RecordingPolicy()
-    coalescer = SampleCoalescer(policy, window=0.02)
+    session = RecordingPolicy()
+    coalescer = SampleCoalescer(session, window=0.02)
     loop = asyncio.get_running_loop()
     started = loop.time()
     await coalescer.sample(PROMPT, 1, params())
     assert loop.time() - started < 0.5  # 20 ms window, with room for a busy machine
     # window 0: no waiting, each request its own call
-    plain = SampleCoalescer(policy, window=0.0)
+    plain = SampleCoalescer(session, window=0.0)
     await asyncio.gather(plain.sample(PROMPT, 1, params()), plain.sample(PROMPT, 1, params()))
-    assert len(policy.calls) == 3
+    assert len(session.calls) == 3
 
 
 async def test_a_full_batch_is_sent_and_the_next_request_opens_another():
-    policy = RecordingPolicy()
-    coalescer = SampleCoalescer(policy, window=0.05, max_samples=4)
+    session = RecordingPolicy()
+    coalescer = SampleCoalescer(session, window=0.05, max_samples=4)
     await asyncio.gather(*(coalescer.sample(PROMPT, 1, params()) for _ in range(6)))
-    assert sorted(c[1] for c in policy.calls) == [2, 4]
+    assert sorted(c[1] for c in session.calls) == [2, 4]
 
 
 async def test_a_whole_group_is_sent_at_once_without_waiting_out_the_window():
-    policy = RecordingPolicy()
-    coalescer = SampleCoalescer(policy, window=30.0, full_at=4)
+    session = RecordingPolicy()
+    coalescer = SampleCoalescer(session, window=30.0, full_at=4)
     loop = asyncio.get_running_loop()
     started = loop.time()
     await asyncio.wait_for(
@@ -168,55 +168,55 @@ async def test_a_whole_group_is_sent_at_once_without_waiting_out_the_window():
     )
     await asyncio.wait_for(coalescer.sample(OTHER, 4, params()), 10)  # one request, n=4
     assert loop.time() - started < 10
-    assert [c[1] for c in policy.calls] == [4, 4]
+    assert [c[1] for c in session.calls] == [4, 4]
 
 
 async def test_cancelling_one_member_before_the_call_leaves_the_others_theirs():
-    policy = RecordingPolicy()
-    coalescer = SampleCoalescer(policy, window=0.1)
+    session = RecordingPolicy()
+    coalescer = SampleCoalescer(session, window=0.1)
     tasks = [asyncio.create_task(coalescer.sample(PROMPT, 1, params())) for _ in range(4)]
     await asyncio.sleep(0.01)  # all four joined the open batch
     tasks[1].cancel()
     done = await asyncio.gather(*tasks, return_exceptions=True)
     assert isinstance(done[1], asyncio.CancelledError)
-    assert policy.calls == [((1, 2, 3), 3, None, None)]  # the cancelled one is not sampled
+    assert session.calls == [((1, 2, 3), 3, None, None)]  # the cancelled one is not sampled
     assert [tokens(r) for i, r in enumerate(done) if i != 1] == [[[0, 0]], [[0, 1]], [[0, 2]]]
 
 
 async def test_cancelling_one_member_during_the_call_leaves_the_others_theirs():
-    policy = RecordingPolicy(delay=0.1)
-    coalescer = SampleCoalescer(policy, window=0.01)
+    session = RecordingPolicy(delay=0.1)
+    coalescer = SampleCoalescer(session, window=0.01)
     tasks = [asyncio.create_task(coalescer.sample(PROMPT, 1, params())) for _ in range(3)]
-    await wait_until(lambda: policy.calls, "the call to start")
-    assert len(policy.calls) == 1
+    await wait_until(lambda: session.calls, "the call to start")
+    assert len(session.calls) == 1
     tasks[0].cancel()
     done = await asyncio.gather(*tasks, return_exceptions=True)
     assert isinstance(done[0], asyncio.CancelledError)
     assert tokens(done[1]) == [[0, 1]] and tokens(done[2]) == [[0, 2]]
-    assert policy.cancelled == 0
+    assert session.cancelled == 0
 
 
 async def test_the_call_is_cancelled_once_nobody_waits_for_it():
-    policy = RecordingPolicy(delay=5.0)
-    coalescer = SampleCoalescer(policy, window=0.01)
+    session = RecordingPolicy(delay=5.0)
+    coalescer = SampleCoalescer(session, window=0.01)
     tasks = [asyncio.create_task(coalescer.sample(PROMPT, 1, params())) for _ in range(2)]
-    await wait_until(lambda: policy.calls, "the call to start")
+    await wait_until(lambda: session.calls, "the call to start")
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    await wait_until(lambda: policy.cancelled, "the call to be cancelled")
-    assert policy.cancelled == 1
+    await wait_until(lambda: session.cancelled, "the call to be cancelled")
+    assert session.cancelled == 1
 
 
 async def test_an_error_of_the_call_is_every_members_error():
-    policy = RecordingPolicy()
-    policy.fail = tinker.APIConnectionError(request=None)  # type: ignore[arg-type]
-    coalescer = SampleCoalescer(policy, window=0.02)
+    session = RecordingPolicy()
+    session.fail = tinker.APIConnectionError(request=None)  # type: ignore[arg-type]
+    coalescer = SampleCoalescer(session, window=0.02)
     done = await asyncio.gather(
         *(coalescer.sample(PROMPT, 1, params()) for _ in range(3)), return_exceptions=True
     )
     assert all(isinstance(e, tinker.APIConnectionError) for e in done)
-    assert len(policy.calls) == 1
+    assert len(session.calls) == 1
 
 
 # ---------------------------------------------------------------------- through the server
@@ -232,16 +232,16 @@ class CountingSession(BackendSession):
 
 @pytest.fixture
 async def coalescing_server(tmp_path):
-    policy = CountingSession(
+    session = CountingSession(
         LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
     )
-    policy.calls = []
-    await policy.start()
+    session.calls = []
+    await session.start()
     server = PolicyServer(
-        policy, model_name="policy", defaults=SamplingDefaults(max_tokens=8), coalesce_window=0.2
+        session, model_name="policy", defaults=SamplingDefaults(max_tokens=8), coalesce_window=0.2
     )
     await server.start()
-    yield server, policy
+    yield server, session
     await server.stop()
 
 
@@ -249,7 +249,7 @@ QUESTION = [{"role": "user", "content": "Is the sky blue?"}]
 
 
 async def test_a_group_through_the_server_is_one_sampling_call(coalescing_server):
-    srv, policy = coalescing_server
+    srv, session = coalescing_server
     client = srv.client()
     plain, streamed, logprobs, three = await asyncio.gather(
         client.chat.completions.create(model="policy", messages=QUESTION),
@@ -258,7 +258,7 @@ async def test_a_group_through_the_server_is_one_sampling_call(coalescing_server
         client.chat.completions.create(model="policy", messages=QUESTION, n=3),
     )
     chunks = [chunk async for chunk in streamed]
-    assert policy.calls == [6]  # 1 + 1 + 1 + 3 in one call
+    assert session.calls == [6]  # 1 + 1 + 1 + 3 in one call
     sampled = [
         plain.choices[0].model_extra["token_ids"],
         next(
@@ -277,7 +277,7 @@ async def test_a_group_through_the_server_is_one_sampling_call(coalescing_server
 
 
 async def test_a_seeded_request_answers_as_it_would_alone(coalescing_server):
-    srv, policy = coalescing_server
+    srv, session = coalescing_server
     client = srv.client()
     kwargs = dict(model="policy", messages=QUESTION, max_tokens=6, seed=11, n=2)
     alone = await client.chat.completions.create(**kwargs)
@@ -285,7 +285,7 @@ async def test_a_seeded_request_answers_as_it_would_alone(coalescing_server):
         *(client.chat.completions.create(**kwargs) for _ in range(3)),
         client.chat.completions.create(model="policy", messages=QUESTION),
     )
-    assert sorted(policy.calls[1:]) == [1, 2]  # seed 11 n=2 thrice: one call; unseeded: one
+    assert sorted(session.calls[1:]) == [1, 2]  # seed 11 n=2 thrice: one call; unseeded: one
     want = [c.model_extra["token_ids"] for c in alone.choices]
     for completion in together[:3]:
         assert [c.model_extra["token_ids"] for c in completion.choices] == want

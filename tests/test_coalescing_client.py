@@ -253,13 +253,13 @@ class RecordingSession(BackendSession):
 
 
 async def test_a_groups_rollouts_are_one_http_request_and_one_sampling_call(tmp_path):
-    policy = RecordingSession(
+    session = RecordingSession(
         LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
     )
-    policy.calls = []
-    await policy.start()
+    session.calls = []
+    await session.start()
     server = PolicyServer(
-        policy, model_name="policy", defaults=SamplingDefaults(max_tokens=6), coalesce_window=0.2
+        session, model_name="policy", defaults=SamplingDefaults(max_tokens=6), coalesce_window=0.2
     )
     await server.start()
     try:
@@ -270,7 +270,7 @@ async def test_a_groups_rollouts_are_one_http_request_and_one_sampling_call(tmp_
         (stats,) = server.client_coalescing
         assert stats.requests == 9 and stats.sent == 1
         assert server.coalescer.stats.requests == 1
-        (sampled,) = policy.calls
+        (sampled,) = session.calls
         assert len(sampled) == 10
         # each caller's choices are the sampler's sequences, a run each, none twice
         assert_split(
@@ -291,19 +291,19 @@ async def test_a_groups_rollouts_are_one_http_request_and_one_sampling_call(tmp_
 
 
 async def test_with_coalescing_off_the_client_sends_each_request(tmp_path):
-    policy = RecordingSession(
+    session = RecordingSession(
         LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
     )
-    policy.calls = []
-    await policy.start()
+    session.calls = []
+    await session.start()
     server = PolicyServer(
-        policy, model_name="policy", defaults=SamplingDefaults(max_tokens=4), coalesce_window=0.0
+        session, model_name="policy", defaults=SamplingDefaults(max_tokens=4), coalesce_window=0.0
     )
     await server.start()
     try:
         client = server.client()
         await asyncio.gather(*(ask(client) for _ in range(3)))
         assert server.client_coalescing == []
-        assert server.coalescer.stats.requests == 3 and len(policy.calls) == 3
+        assert server.coalescer.stats.requests == 3 and len(session.calls) == 3
     finally:
         await server.stop()

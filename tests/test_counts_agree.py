@@ -132,14 +132,14 @@ async def test_a_run_paused_during_its_start_up_starts_paused():
     from tinker_tui.engine.events import EventBus, RunStateChanged
     from tinker_tui.engine.training.pipeline import Pipeline
 
-    policy = SimulatedPolicy()
+    session = SimulatedPolicy()
     bus, events = EventBus(), []
     bus.subscribe(events.append)
     pipeline = Pipeline(
         config=RunConfig(max_steps=3, group_size=2, groups_per_step=1),
         task=simulated_task(),
-        policy=policy,
-        client_factory=lambda: SimulatedClient(policy),
+        session=session,
+        client_factory=lambda: SimulatedClient(session),
         model_name="m",
         bus=bus,
         clock=FakeClock(),

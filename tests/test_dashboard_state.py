@@ -1,4 +1,4 @@
-"""The dashboard's model and its pure maths, without Textual."""
+"""The dashboard's state and its pure maths, without Textual."""
 
 from __future__ import annotations
 
@@ -136,11 +136,11 @@ def test_format_elapsed():
     assert format_elapsed(-3) == "00:00"
 
 
-# ------------------------------------------------------------------ the model
+# ------------------------------------------------------------------ the state
 
 
-def started(clock: FakeClock, model: DashboardState) -> None:
-    model.apply(
+def started(clock: FakeClock, state: DashboardState) -> None:
+    state.apply(
         RunStarted(
             time=clock.now(),
             run_id="r",
@@ -154,67 +154,67 @@ def started(clock: FakeClock, model: DashboardState) -> None:
 
 
 def test_model_starts_empty():
-    model = DashboardState(FakeClock())
-    assert model.state == "starting"
-    assert model.rollouts_per_s() == 0.0
-    assert model.rollout_rate_history() == []
-    assert model.discard_rate == 0.0
-    assert model.last_reward is None
-    assert model.checkpoints == [] and len(model.log) == 0
+    state = DashboardState(FakeClock())
+    assert state.state == "starting"
+    assert state.rollouts_per_s() == 0.0
+    assert state.rollout_rate_history() == []
+    assert state.discard_rate == 0.0
+    assert state.last_reward is None
+    assert state.checkpoints == [] and len(state.log) == 0
 
 
 def test_model_run_info_and_state():
     clock = FakeClock(100.0)
-    model = DashboardState(clock)
-    started(clock, model)
-    assert (model.name, model.backend, model.base_model, model.max_steps) == (
+    state = DashboardState(clock)
+    started(clock, state)
+    assert (state.name, state.backend, state.base_model, state.max_steps) == (
         "demo",
         "local",
         "tiny",
         10,
     )
-    assert model.state == "running"
-    model.apply(RunStateChanged(time=101.0, state="paused", reason="eval"))
-    assert (model.state, model.reason) == ("paused", "eval")
-    model.apply(RunStateChanged(time=102.0, state="running"))
-    assert (model.state, model.reason) == ("running", "")
+    assert state.state == "running"
+    state.apply(RunStateChanged(time=101.0, state="paused", reason="eval"))
+    assert (state.state, state.reason) == ("paused", "eval")
+    state.apply(RunStateChanged(time=102.0, state="running"))
+    assert (state.state, state.reason) == ("running", "")
     clock.advance(5.0)
-    assert model.elapsed() == pytest.approx(5.0)
-    model.apply(RunFinished(time=103.0, status="stopped", final_step=7, reason="user"))
-    assert (model.state, model.status, model.step, model.reason) == (
+    assert state.elapsed() == pytest.approx(5.0)
+    state.apply(RunFinished(time=103.0, status="stopped", final_step=7, reason="user"))
+    assert (state.state, state.status, state.step, state.reason) == (
         "finished",
         "stopped",
         7,
         "user",
     )
     clock.advance(100.0)
-    assert model.elapsed() == pytest.approx(3.0)  # frozen at the finish
+    assert state.elapsed() == pytest.approx(3.0)  # frozen at the finish
 
 
 def test_model_steps_rewards_and_ema():
     clock = FakeClock()
-    model = DashboardState(clock, ema_beta=0.5)
+    state = DashboardState(clock, ema_beta=0.5)
     for step, reward in enumerate([0.1, 0.3, 0.5], start=1):
-        model.apply(
+        state.apply(
             StepTrained(
                 time=float(step), step=step, policy_version=step, metrics={"reward/mean": reward}
             )
         )
     # a step without the reward metric moves the step but adds no point
-    model.apply(StepTrained(time=4.0, step=4, policy_version=4, metrics={"loss": 1.0}))
-    assert (model.step, model.policy_version) == (4, 4)
-    assert model.rewards == [(1, 0.1), (2, 0.3), (3, 0.5)]
-    assert model.reward_ema == pytest.approx(debiased_ema([0.1, 0.3, 0.5], 0.5))
-    assert model.last_reward == 0.5
+    state.apply(StepTrained(time=4.0, step=4, policy_version=4, metrics={"loss": 1.0}))
+    assert (state.step, state.policy_version) == (4, 4)
+    assert state.rewards == [(1, 0.1), (2, 0.3), (3, 0.5)]
+    assert state.reward_ema == pytest.approx(debiased_ema([0.1, 0.3, 0.5], 0.5))
+    assert state.last_reward == 0.5
 
 
 def test_model_throughput_uses_event_times_and_the_clock():
     clock = FakeClock()
-    model = DashboardState(clock, rate_window=10.0)
-    started(clock, model)
+    state = DashboardState(clock, rate_window=10.0)
+    started(clock, state)
     for i in range(1, 5):
         clock.advance(1.0)
-        model.apply(
+        state.apply(
             GroupSampled(
                 time=clock.now(),
                 group_id=i,
@@ -226,23 +226,23 @@ def test_model_throughput_uses_event_times_and_the_clock():
             )
         )
     # 32 rollouts and 400 tokens in 4 s
-    assert model.rollouts_per_s() == pytest.approx(8.0)
-    assert model.tokens_per_s() == pytest.approx(100.0)
-    assert model.rollouts_sampled == 32 and model.groups_sampled == 4
+    assert state.rollouts_per_s() == pytest.approx(8.0)
+    assert state.tokens_per_s() == pytest.approx(100.0)
+    assert state.rollouts_sampled == 32 and state.groups_sampled == 4
     # paused: nothing new for 20 s, the rate falls to zero
     clock.advance(20.0)
-    assert model.rollouts_per_s() == 0.0
-    history = model.rollout_rate_history()
+    assert state.rollouts_per_s() == 0.0
+    history = state.rollout_rate_history()
     # one sample per rate_step since the start (24 s / 0.5 s), capped at rate_history_len
-    assert len(history) == min(model.rate_history_len, int(24.0 / model.rate_step))
+    assert len(history) == min(state.rate_history_len, int(24.0 / state.rate_step))
     assert history[-1] == 0.0
 
 
 def test_model_discards_by_reason_and_rate():
     clock = FakeClock()
-    model = DashboardState(clock)
+    state = DashboardState(clock)
     for i in range(4):
-        model.apply(
+        state.apply(
             GroupSampled(
                 time=0.0,
                 group_id=i,
@@ -254,7 +254,7 @@ def test_model_discards_by_reason_and_rate():
             )
         )
     for reason in ("stale", "stale", "error"):
-        model.apply(
+        state.apply(
             GroupDiscarded(
                 time=0.0,
                 group_id=9,
@@ -265,58 +265,58 @@ def test_model_discards_by_reason_and_rate():
                 num_tokens=10,
             )
         )
-    assert model.discarded == {"stale": 2, "zero_variance": 0, "error": 1}
-    assert model.discarded_total == 3
-    assert model.discarded_tokens == 30
-    assert model.discard_rate == pytest.approx(3 / 4)
+    assert state.discarded == {"stale": 2, "zero_variance": 0, "error": 1}
+    assert state.discarded_total == 3
+    assert state.discarded_tokens == 30
+    assert state.discard_rate == pytest.approx(3 / 4)
 
 
 def test_model_checkpoints_and_bounded_log():
     clock = FakeClock(50.0)
-    model = DashboardState(clock, log_lines=3)
-    started(clock, model)
-    model.apply(CheckpointSaved(time=65.0, step=5, kind="state", name="step-5", path="/x/step-5"))
-    assert [(c.step, c.kind, c.name, c.path) for c in model.checkpoints] == [
+    state = DashboardState(clock, log_lines=3)
+    started(clock, state)
+    state.apply(CheckpointSaved(time=65.0, step=5, kind="state", name="step-5", path="/x/step-5"))
+    assert [(c.step, c.kind, c.name, c.path) for c in state.checkpoints] == [
         (5, "state", "step-5", "/x/step-5")
     ]
-    assert model.since_start(model.checkpoints[0].time) == "00:15"
-    model.apply(CheckpointSaved(time=75.0, step=7, kind="state", name="step-7", path="/x/step-7"))
+    assert state.since_start(state.checkpoints[0].time) == "00:15"
+    state.apply(CheckpointSaved(time=75.0, step=7, kind="state", name="step-7", path="/x/step-7"))
     # retention deleted the older one: its row goes, counted; an unknown path changes nothing
-    model.apply(CheckpointDeleted(time=75.1, step=5, kind="state", name="step-5", path="/x/step-5"))
-    model.apply(
+    state.apply(CheckpointDeleted(time=75.1, step=5, kind="state", name="step-5", path="/x/step-5"))
+    state.apply(
         CheckpointDeleted(time=75.2, step=1, kind="sampler", name="step-1", path="/x/never-shown")
     )
-    assert [c.step for c in model.checkpoints] == [7] and model.checkpoints_deleted == 1
+    assert [c.step for c in state.checkpoints] == [7] and state.checkpoints_deleted == 1
     for i, word in enumerate(("zero", "one", "two", "three", "four")):
-        model.apply(LogEmitted(time=50.0 + i, level="INFO", message=f"line {word}"))
-    assert [line.message for line in model.log] == ["line two", "line three", "line four"]
-    assert model.log_total == 5
+        state.apply(LogEmitted(time=50.0 + i, level="INFO", message=f"line {word}"))
+    assert [line.message for line in state.log] == ["line two", "line three", "line four"]
+    assert state.log_total == 5
 
 
 def test_model_revision_counts_applied_events():
-    model = DashboardState(FakeClock())
-    model.apply(LogEmitted(time=0.0, level="INFO", message="x"))
-    assert model.revision == 1
+    state = DashboardState(FakeClock())
+    state.apply(LogEmitted(time=0.0, level="INFO", message="x"))
+    assert state.revision == 1
 
 
 def test_model_folds_the_fake_session_script():
     session = FakeSession()
-    model = DashboardState(session.clock)
+    state = DashboardState(session.clock)
     for event in scripted_events(session.clock):
-        model.apply(event)
-    assert model.name == "yes-no-maybe"
-    assert model.step == 20 and model.policy_version == 20
-    assert len(model.rewards) == 20
-    assert model.last_reward == pytest.approx(reward_at(20))
-    assert model.rewards[-1][1] > model.rewards[0][1]  # rewards rise
-    assert set(model.discarded) == {"stale", "zero_variance", "error"}
-    assert all(count > 0 for count in model.discarded.values())
-    assert [c.step for c in model.checkpoints] == [10, 20]
-    assert model.rollouts_per_s() > 0 and math.isfinite(model.tokens_per_s())
-    assert [e.step for e in model.evals] == [5, 10, 15, 20]
-    assert model.knobs["learning_rate"] == 1e-3 and model.initial_knobs["learning_rate"] == 2e-3
-    assert [c.step for c in model.knob_markers()] == [12]
-    assert model.throughput is not None and len(model.throughput_history) == 20
+        state.apply(event)
+    assert state.name == "yes-no-maybe"
+    assert state.step == 20 and state.policy_version == 20
+    assert len(state.rewards) == 20
+    assert state.last_reward == pytest.approx(reward_at(20))
+    assert state.rewards[-1][1] > state.rewards[0][1]  # rewards rise
+    assert set(state.discarded) == {"stale", "zero_variance", "error"}
+    assert all(count > 0 for count in state.discarded.values())
+    assert [c.step for c in state.checkpoints] == [10, 20]
+    assert state.rollouts_per_s() > 0 and math.isfinite(state.tokens_per_s())
+    assert [e.step for e in state.evals] == [5, 10, 15, 20]
+    assert state.knobs["learning_rate"] == 1e-3 and state.initial_knobs["learning_rate"] == 2e-3
+    assert [c.step for c in state.knob_markers()] == [12]
+    assert state.throughput is not None and len(state.throughput_history) == 20
 
 
 # ------------------------------------------------------------------ more pure maths
@@ -476,13 +476,13 @@ def test_filter_on_a_failed_group_without_rollouts():
     assert not RolloutFilter("reward>0").matches_group(failed)
 
 
-# ------------------------------------------------------------------ the model, new events
+# ------------------------------------------------------------------ the state, new events
 
 
 def test_model_uses_the_engines_throughput_measurements():
     clock = FakeClock()
-    model = DashboardState(clock)
-    started(clock, model)
+    state = DashboardState(clock)
+    started(clock, state)
     measured = ThroughputMeasured(
         time=1.0,
         window=10.0,
@@ -497,8 +497,8 @@ def test_model_uses_the_engines_throughput_measurements():
         staleness_in_flight={0: 3},
         staleness_queued={1: 2},
     )
-    model.apply(measured)
-    model.apply(
+    state.apply(measured)
+    state.apply(
         ThroughputMeasured(
             **{
                 **{
@@ -519,27 +519,27 @@ def test_model_uses_the_engines_throughput_measurements():
             }
         )
     )
-    assert model.rollouts_per_s() == 50.0 and model.tokens_per_s() == 900.0
-    assert model.rollout_rate_history() == [42.0, 50.0]
-    assert model.token_rate_history() == [900.0, 900.0]
+    assert state.rollouts_per_s() == 50.0 and state.tokens_per_s() == 900.0
+    assert state.rollout_rate_history() == [42.0, 50.0]
+    assert state.token_rate_history() == [900.0, 900.0]
 
 
 def test_model_smoothing_recomputes_the_ema():
-    model = DashboardState(FakeClock(), ema_beta=0.9)
+    state = DashboardState(FakeClock(), ema_beta=0.9)
     for step, reward in enumerate([0.0, 1.0, 1.0], start=1):
-        model.apply(
+        state.apply(
             StepTrained(time=step, step=step, policy_version=step, metrics={"reward/mean": reward})
         )
-    assert model.reward_ema == pytest.approx(debiased_ema([0.0, 1.0, 1.0], 0.9))
-    while model.ema_beta != 0.0:
-        model.cycle_smoothing()
-    assert model.reward_ema == pytest.approx([0.0, 1.0, 1.0])
+    assert state.reward_ema == pytest.approx(debiased_ema([0.0, 1.0, 1.0], 0.9))
+    while state.ema_beta != 0.0:
+        state.cycle_smoothing()
+    assert state.reward_ema == pytest.approx([0.0, 1.0, 1.0])
 
 
 def test_model_evals_commands_and_knobs():
     clock = FakeClock()
-    model = DashboardState(clock)
-    model.apply(
+    state = DashboardState(clock)
+    state.apply(
         RunStarted(
             time=0.0,
             run_id="r",
@@ -551,29 +551,29 @@ def test_model_evals_commands_and_knobs():
             config={"learning_rate": 3e-3, "temperature": 1.0, "seed": 3},
         )
     )
-    assert model.knobs == {"learning_rate": 3e-3, "temperature": 1.0}
-    model.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}))
-    model.apply(
+    assert state.knobs == {"learning_rate": 3e-3, "temperature": 1.0}
+    state.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}))
+    state.apply(
         CommandReceived(
             time=1.5, command="set", args={"name": "learning_rate", "value": 1e-3, "old": 3e-3}
         )
     )
-    model.apply(CommandReceived(time=1.6, command="pause", args={"reason": "look"}))
-    model.apply(
+    state.apply(CommandReceived(time=1.6, command="pause", args={"reason": "look"}))
+    state.apply(
         EvalCompleted(time=2.0, step=1, policy_version=1, metrics={"eval/reward_mean": 0.7})
     )
-    model.apply(
+    state.apply(
         EvalCompleted(
             time=2.5, step=1, policy_version=1, metrics={"eval/reward_mean": float("nan")}
         )
     )
-    assert model.knobs["learning_rate"] == 1e-3 and model.initial_knobs["learning_rate"] == 3e-3
-    assert [c.describe() for c in model.commands] == [
+    assert state.knobs["learning_rate"] == 1e-3 and state.initial_knobs["learning_rate"] == 3e-3
+    assert [c.describe() for c in state.commands] == [
         "set learning_rate 0.003 → 0.001",
         "pause (look)",
     ]
-    assert [(c.step, c.command) for c in model.knob_markers()] == [(1, "set")]
-    assert [(e.step, e.reward) for e in model.evals] == [(1, 0.7)]
+    assert [(c.step, c.command) for c in state.knob_markers()] == [(1, "set")]
+    assert [(e.step, e.reward) for e in state.evals] == [(1, 0.7)]
 
 
 def sampled(group_id: int, time: float, rewards=(1.0,), version: int = 0) -> GroupSampled:
@@ -593,11 +593,11 @@ def sampled(group_id: int, time: float, rewards=(1.0,), version: int = 0) -> Gro
 
 
 def test_model_files_each_group_under_the_step_that_took_it_and_keeps_a_bound():
-    model = DashboardState(FakeClock(), max_groups=4)
+    state = DashboardState(FakeClock(), max_groups=4)
     for gid in range(3):
-        model.apply(sampled(gid, 0.0))
-    assert [g.group_id for g in model.waiting_groups()] == [0, 1, 2]
-    model.apply(
+        state.apply(sampled(gid, 0.0))
+    assert [g.group_id for g in state.waiting_groups()] == [0, 1, 2]
+    state.apply(
         GroupDiscarded(
             time=0.5,
             group_id=1,
@@ -610,8 +610,8 @@ def test_model_files_each_group_under_the_step_that_took_it_and_keeps_a_bound():
             step=1,
         )
     )
-    model.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}, group_ids=(0,)))
-    model.apply(
+    state.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}, group_ids=(0,)))
+    state.apply(
         GroupDiscarded(
             time=1.2,
             group_id=99,
@@ -623,23 +623,23 @@ def test_model_files_each_group_under_the_step_that_took_it_and_keeps_a_bound():
             step=2,
         )
     )
-    assert [g.group_id for g in model.groups_of(1)] == [1, 0]
-    assert model.groups[1].discarded == "stale" and model.groups[1].detail == "old"
-    assert model.groups[99].step == 2 and model.groups[99].trajectories == ()
-    assert [g.group_id for g in model.waiting_groups()] == [2]  # queued, not yet trained
-    assert model.all_steps() == [1, 2]
-    model.apply(sampled(5, 2.0, version=1))
-    model.apply(sampled(6, 2.0, version=1))
-    assert model.steps_with_groups() == [2] and model.trimmed_before == 2  # step 1 dropped
-    assert model.all_steps() == [1, 2]  # still listed: its absence is explained
+    assert [g.group_id for g in state.groups_of(1)] == [1, 0]
+    assert state.groups[1].discarded == "stale" and state.groups[1].detail == "old"
+    assert state.groups[99].step == 2 and state.groups[99].trajectories == ()
+    assert [g.group_id for g in state.waiting_groups()] == [2]  # queued, not yet trained
+    assert state.all_steps() == [1, 2]
+    state.apply(sampled(5, 2.0, version=1))
+    state.apply(sampled(6, 2.0, version=1))
+    assert state.steps_with_groups() == [2] and state.trimmed_before == 2  # step 1 dropped
+    assert state.all_steps() == [1, 2]  # still listed: its absence is explained
 
 
 def test_model_without_group_ids_files_the_groups_sampled_by_then():
-    model = DashboardState(FakeClock())
-    model.apply(sampled(0, 0.0))
-    model.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}))
-    model.apply(sampled(1, 1.5))
-    model.apply(
+    state = DashboardState(FakeClock())
+    state.apply(sampled(0, 0.0))
+    state.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}))
+    state.apply(sampled(1, 1.5))
+    state.apply(
         GroupDiscarded(
             time=1.6,
             group_id=1,
@@ -650,13 +650,13 @@ def test_model_without_group_ids_files_the_groups_sampled_by_then():
             num_tokens=2,
         )
     )
-    assert [g.group_id for g in model.groups_of(1)] == [0]
-    assert model.groups[1].step == 2  # dropped while step 2 was being collected
+    assert [g.group_id for g in state.groups_of(1)] == [0]
+    assert state.groups[1].step == 2  # dropped while step 2 was being collected
 
 
 def test_model_tells_converged_groups_from_a_lost_learning_signal():
-    model = DashboardState(FakeClock())
-    model.apply(
+    state = DashboardState(FakeClock())
+    state.apply(
         RunStarted(
             time=0.0,
             run_id="r",
@@ -668,12 +668,12 @@ def test_model_tells_converged_groups_from_a_lost_learning_signal():
             config={"health_window": 4, "zero_variance_pause_rate": 0.75},
         )
     )
-    assert model.health() == ("none", "no group has finished sampling yet")
-    model.apply(sampled(0, 0.1, rewards=(0.0, 1.0)))
-    assert model.health()[0] == "learning"
+    assert state.health() == ("none", "no group has finished sampling yet")
+    state.apply(sampled(0, 0.1, rewards=(0.0, 1.0)))
+    assert state.health()[0] == "learning"
     for gid in range(1, 5):  # every group earns the best reward: converged
-        model.apply(sampled(gid, 0.2, rewards=(1.0, 1.0)))
-        model.apply(
+        state.apply(sampled(gid, 0.2, rewards=(1.0, 1.0)))
+        state.apply(
             GroupDiscarded(
                 time=0.2,
                 group_id=gid,
@@ -685,13 +685,13 @@ def test_model_tells_converged_groups_from_a_lost_learning_signal():
                 step=1,
             )
         )
-    kind, words = model.health()
+    kind, words = state.health()
     assert kind == "converged" and words.startswith("converged: every group earns the best")
-    assert model.converged_groups == 4 and model.no_signal_groups == 0
-    assert model.discard_rate == 0.0  # converging is not discarding
+    assert state.converged_groups == 4 and state.no_signal_groups == 0
+    assert state.discard_rate == 0.0  # converging is not discarding
     for gid in range(5, 9):  # equal rewards below the best: no learning signal
-        model.apply(sampled(gid, 0.3, rewards=(0.5, 0.5)))
-        model.apply(
+        state.apply(sampled(gid, 0.3, rewards=(0.5, 0.5)))
+        state.apply(
             GroupDiscarded(
                 time=0.3,
                 group_id=gid,
@@ -703,11 +703,11 @@ def test_model_tells_converged_groups_from_a_lost_learning_signal():
                 step=2,
             )
         )
-    kind, words = model.health()
+    kind, words = state.health()
     assert kind == "no_signal" and "below the best seen (1)" in words
-    assert model.no_signal_groups == 4 and model.discard_rate == pytest.approx(4 / 9)
+    assert state.no_signal_groups == 4 and state.discard_rate == pytest.approx(4 / 9)
     for gid in range(100, 104):
-        model.apply(
+        state.apply(
             GroupDiscarded(
                 time=0.4,
                 group_id=gid,
@@ -719,14 +719,14 @@ def test_model_tells_converged_groups_from_a_lost_learning_signal():
                 step=3,
             )
         )
-    assert model.health() == ("error", "errors: 100% of the last 4 groups' rollouts failed")
+    assert state.health() == ("error", "errors: 100% of the last 4 groups' rollouts failed")
 
 
 def test_a_run_that_has_seen_one_reward_only_has_not_converged():
     """A reward that is always 0 (or always 1) from the start gives no learning signal: the
     words say so (never "converged"); the engine does not pause for it (engine.metrics.health)."""
-    model = DashboardState(FakeClock())
-    model.apply(
+    state = DashboardState(FakeClock())
+    state.apply(
         RunStarted(
             time=0.0,
             run_id="r",
@@ -739,8 +739,8 @@ def test_a_run_that_has_seen_one_reward_only_has_not_converged():
         )
     )
     for gid in range(4):
-        model.apply(sampled(gid, 0.1, rewards=(0.0, 0.0)))
-        model.apply(
+        state.apply(sampled(gid, 0.1, rewards=(0.0, 0.0)))
+        state.apply(
             GroupDiscarded(
                 time=0.2,
                 group_id=gid,
@@ -752,67 +752,67 @@ def test_a_run_that_has_seen_one_reward_only_has_not_converged():
                 step=1,
             )
         )
-    kind, words = model.health()
+    kind, words = state.health()
     assert (kind, words) == (
         "no_signal",
         "no learning signal yet: every reward so far is 0 (check the reward if this lasts)",
     )
-    assert model.converged_groups == 0 and model.no_signal_groups == 4
-    assert not any(g.at_best for g in model.groups.values())
-    model.apply(sampled(4, 0.3, rewards=(0.0, 1.0)))  # a first higher reward...
+    assert state.converged_groups == 0 and state.no_signal_groups == 4
+    assert not any(g.at_best for g in state.groups.values())
+    state.apply(sampled(4, 0.3, rewards=(0.0, 1.0)))  # a first higher reward...
     for gid in range(5, 9):  # ...then every group earns it: now that is converged
-        model.apply(sampled(gid, 0.4, rewards=(1.0, 1.0)))
-    assert model.health()[0] == "converged"
+        state.apply(sampled(gid, 0.4, rewards=(1.0, 1.0)))
+    assert state.health()[0] == "converged"
 
 
 def test_repeated_lines_collapse_into_one_with_a_count():
-    model = DashboardState(FakeClock())
-    model.apply(
+    state = DashboardState(FakeClock())
+    state.apply(
         LogEmitted(
             time=1.0, level="info", message="step 3: every group had equal rewards; no gradient"
         )
     )
-    model.apply(LogEmitted(time=2.0, level="info", message="checkpoint saved"))
-    model.apply(
+    state.apply(LogEmitted(time=2.0, level="info", message="checkpoint saved"))
+    state.apply(
         LogEmitted(
             time=3.0, level="info", message="step 9: every group had equal rewards; no gradient"
         )
     )
-    model.apply(LogEmitted(time=4.0, level="warning", message="slow"))
-    model.apply(LogEmitted(time=5.0, level="info", message="slow"))  # another level
-    model.apply(LogEmitted(time=6.0, level="warning", message="slow"))
-    assert [(line.level, line.message[:7], line.count) for line in model.log] == [
+    state.apply(LogEmitted(time=4.0, level="warning", message="slow"))
+    state.apply(LogEmitted(time=5.0, level="info", message="slow"))  # another level
+    state.apply(LogEmitted(time=6.0, level="warning", message="slow"))
+    assert [(line.level, line.message[:7], line.count) for line in state.log] == [
         ("info", "step 3:", 1),
         ("info", "checkpo", 1),
         ("info", "step 9:", 1),
         ("info", "slow", 1),
         ("warning", "slow", 2),
     ]
-    assert model.log_total == 6 and model.log_rewrites == 1
+    assert state.log_total == 6 and state.log_rewrites == 1
 
 
 def test_results_a_user_watches_are_never_merged():
     """Five evaluations read "×5 eval at step 75: mean reward 3.250": four results hidden.
     Info lines (results, checkpoints) each keep their line; only warnings and errors that
     repeat are counted, as the headless run counts them."""
-    model = DashboardState(FakeClock())
+    state = DashboardState(FakeClock())
     for k in range(5):
-        model.apply(
+        state.apply(
             LogEmitted(
                 time=float(k),
                 level="info",
                 message=f"eval at step {15 * (k + 1)}: mean reward {k}.250",
             )
         )
-        model.apply(
+        state.apply(
             LogEmitted(
                 time=k + 0.5,
                 level="info",
                 message=f"checkpoint step-{15 * (k + 1):06d} saved (periodic)",
             )
         )
-    assert [line.count for line in model.log] == [1] * 10
-    assert [line.message for line in model.log][-2:] == [
+    assert [line.count for line in state.log] == [1] * 10
+    assert [line.message for line in state.log][-2:] == [
         "eval at step 75: mean reward 4.250",
         "checkpoint step-000075 saved (periodic)",
     ]
@@ -820,9 +820,9 @@ def test_results_a_user_watches_are_never_merged():
 
 def test_failed_rollouts_alike_are_one_line_with_their_count_as_headless_counts_them():
     """35 rollouts failing alike were 35 lines; their tracebacks differ in numbers only."""
-    model = DashboardState(FakeClock())
+    state = DashboardState(FakeClock())
     for group in range(35):
-        model.apply(
+        state.apply(
             LogEmitted(
                 time=float(group),
                 level="warning",
@@ -831,21 +831,21 @@ def test_failed_rollouts_alike_are_one_line_with_their_count_as_headless_counts_
                 f"{40 + group % 2}, in reward",
             )
         )
-    model.apply(
+    state.apply(
         LogEmitted(time=40.0, level="error", message="rollout of group 36 failed: ValueError: bad")
     )
-    assert [(line.level, line.count) for line in model.log] == [("warning", 35), ("error", 1)]
-    assert "group 34" in model.log[0].message and "line 40" in model.log[0].message
+    assert [(line.level, line.count) for line in state.log] == [("warning", 35), ("error", 1)]
+    assert "group 34" in state.log[0].message and "line 40" in state.log[0].message
 
 
 def test_a_resumed_run_starting_again_is_not_counted_as_a_repeat_of_its_first_start():
-    model = DashboardState(FakeClock())
+    state = DashboardState(FakeClock())
     for start in (0.0, 100.0):  # the run, then its resume
-        model.apply(SessionStarted(time=start, backend="local", base_model="tiny"))
-        model.apply(StartupProgressed(time=start + 0.1, phase="loading_model", detail="tiny"))
-        model.apply(LogEmitted(time=start + 1, level="warning", message="sample waited 15 s"))
-        model.apply(LogEmitted(time=start + 2, level="warning", message="sample waited 30 s"))
-    assert [(line.message[:8], line.count) for line in model.log] == [
+        state.apply(SessionStarted(time=start, backend="local", base_model="tiny"))
+        state.apply(StartupProgressed(time=start + 0.1, phase="loading_model", detail="tiny"))
+        state.apply(LogEmitted(time=start + 1, level="warning", message="sample waited 15 s"))
+        state.apply(LogEmitted(time=start + 2, level="warning", message="sample waited 30 s"))
+    assert [(line.message[:8], line.count) for line in state.log] == [
         ("starting", 1),
         ("sample w", 2),
         ("starting", 1),
@@ -855,11 +855,11 @@ def test_a_resumed_run_starting_again_is_not_counted_as_a_repeat_of_its_first_st
 
 def test_the_start_up_is_told_in_words_until_the_first_step():
     clock = FakeClock(100.0)
-    model = DashboardState(clock)
-    assert model.phase_text() == "starting the engine… 0s"
+    state = DashboardState(clock)
+    assert state.phase_text() == "starting the engine… 0s"
     clock.advance(4.2)  # the wait is counted, so a slow start-up does not look frozen
-    assert model.phase_text() == "starting the engine… 4s"
-    model.apply(
+    assert state.phase_text() == "starting the engine… 4s"
+    state.apply(
         RunStarted(
             time=0.0,
             run_id="r",
@@ -871,33 +871,33 @@ def test_the_start_up_is_told_in_words_until_the_first_step():
             config={"group_size": 8, "groups_per_step": 4, "min_groups_per_step": 0},
         )
     )
-    model.apply(StartupProgressed(time=0.1, phase="loading_model", detail="m on local"))
-    assert model.phase_text() == "loading the model: m on local"
-    model.apply(StartupProgressed(time=0.2, phase="warmup", done=7, total=60, loss=0.4321))
-    assert model.phase_text() == "format warm-up 7/60 · loss 0.432"
-    model.apply(StartupProgressed(time=0.3, phase="first_rollouts"))
-    model.apply(sampled(0, 0.4, rewards=(1.0,) * 8))
-    assert model.phase_text() == "first rollouts: 8/32 sampled for step 1"
-    model.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}))
-    assert model.phase_text() is None
+    state.apply(StartupProgressed(time=0.1, phase="loading_model", detail="m on local"))
+    assert state.phase_text() == "loading the model: m on local"
+    state.apply(StartupProgressed(time=0.2, phase="warmup", done=7, total=60, loss=0.4321))
+    assert state.phase_text() == "format warm-up 7/60 · loss 0.432"
+    state.apply(StartupProgressed(time=0.3, phase="first_rollouts"))
+    state.apply(sampled(0, 0.4, rewards=(1.0,) * 8))
+    assert state.phase_text() == "first rollouts: 8/32 sampled for step 1"
+    state.apply(StepTrained(time=1.0, step=1, policy_version=1, metrics={}))
+    assert state.phase_text() is None
 
 
 def test_the_eta_leaves_paused_time_out():
-    model = DashboardState(FakeClock())
-    started(FakeClock(), model)
+    state = DashboardState(FakeClock())
+    started(FakeClock(), state)
     for step in (1, 2):
-        model.apply(StepTrained(time=2.0 * step, step=step, policy_version=step, metrics={}))
-    model.apply(RunStateChanged(time=5.0, state="paused", reason="user"))
-    assert model.eta() is None
-    model.apply(RunStateChanged(time=605.0, state="running", reason="resumed"))
-    model.apply(StepTrained(time=606.0, step=3, policy_version=3, metrics={}))
-    assert model.eta() == pytest.approx(2.0 * (model.max_steps - 3))  # 2 s a step, not 300
+        state.apply(StepTrained(time=2.0 * step, step=step, policy_version=step, metrics={}))
+    state.apply(RunStateChanged(time=5.0, state="paused", reason="user"))
+    assert state.eta() is None
+    state.apply(RunStateChanged(time=605.0, state="running", reason="resumed"))
+    state.apply(StepTrained(time=606.0, step=3, policy_version=3, metrics={}))
+    assert state.eta() == pytest.approx(2.0 * (state.max_steps - 3))  # 2 s a step, not 300
 
 
 def test_every_metric_becomes_a_series_by_step():
-    model = DashboardState(FakeClock())
-    model.apply(sampled(0, 0.5))
-    model.apply(
+    state = DashboardState(FakeClock())
+    state.apply(sampled(0, 0.5))
+    state.apply(
         StepTrained(
             time=1.0,
             step=1,
@@ -905,38 +905,38 @@ def test_every_metric_becomes_a_series_by_step():
             metrics={"reward/mean": 0.5, "task/bits": 3, "bad": float("nan")},
         )
     )
-    model.apply(sampled(1, 1.5))
-    model.apply(
+    state.apply(sampled(1, 1.5))
+    state.apply(
         StepTrained(
             time=3.0, step=2, policy_version=2, metrics={"reward/mean": 0.7, "task/bits": 4}
         )
     )
-    model.apply(
+    state.apply(
         EvalCompleted(time=3.0, step=2, policy_version=2, metrics={"eval/reward_mean": 0.9})
     )
-    assert model.series["task/bits"] == [(1, 3.0), (2, 4.0)]
-    assert "bad" not in model.series
-    assert model.series["throughput/sampled_tokens_per_s"] == [(2, 1.0)]  # 2 tokens in 2 s
-    assert model.metric_keys()[:3] == ["reward/mean", "eval/reward_mean", "task/bits"]
+    assert state.series["task/bits"] == [(1, 3.0), (2, 4.0)]
+    assert "bad" not in state.series
+    assert state.series["throughput/sampled_tokens_per_s"] == [(2, 1.0)]  # 2 tokens in 2 s
+    assert state.metric_keys()[:3] == ["reward/mean", "eval/reward_mean", "task/bits"]
 
 
 def test_model_eta_only_while_running():
     clock = FakeClock()
-    model = DashboardState(clock)
-    started(clock, model)
+    state = DashboardState(clock)
+    started(clock, state)
     for step in range(1, 4):
-        model.apply(StepTrained(time=2.0 * step, step=step, policy_version=step, metrics={}))
-    assert model.eta() == pytest.approx(14.0)
-    model.apply(RunStateChanged(time=7.0, state="paused", reason="x"))
-    assert model.eta() is None
+        state.apply(StepTrained(time=2.0 * step, step=step, policy_version=step, metrics={}))
+    assert state.eta() == pytest.approx(14.0)
+    state.apply(RunStateChanged(time=7.0, state="paused", reason="x"))
+    assert state.eta() is None
 
 
 def test_recent_log_filters_by_level():
-    model = DashboardState(FakeClock())
+    state = DashboardState(FakeClock())
     for level in ("info", "WARNING", "error", "debug"):
-        model.apply(LogEmitted(time=0.0, level=level, message=level))
-    assert [line.message for line in model.recent_log(10, "warning")] == ["WARNING", "error"]
-    assert len(model.recent_log(10)) == 4
+        state.apply(LogEmitted(time=0.0, level=level, message=level))
+    assert [line.message for line in state.recent_log(10, "warning")] == ["WARNING", "error"]
+    assert len(state.recent_log(10)) == 4
 
 
 def test_a_transcript_loses_the_empty_turn_it_ends_with():
@@ -962,26 +962,26 @@ def test_shorten_middle_keeps_both_ends():
 def test_the_time_a_resumed_run_was_down_is_not_its_pace():
     """A run resumed after 100 s: its ETA came from step times that included the gap."""
     clock = FakeClock(0.0)
-    model = DashboardState(clock)
-    started(clock, model)
-    model.apply(StartupProgressed(time=0.5, phase="first_rollouts"))
+    state = DashboardState(clock)
+    started(clock, state)
+    state.apply(StartupProgressed(time=0.5, phase="first_rollouts"))
     for step in range(1, 5):
-        model.apply(StepTrained(time=float(step), step=step, policy_version=step, metrics={}))
+        state.apply(StepTrained(time=float(step), step=step, policy_version=step, metrics={}))
     # the process ends; 100 s later `--resume` starts the engine again
-    model.apply(StartupProgressed(time=104.0, phase="loading_model"))
-    model.apply(StartupProgressed(time=104.5, phase="first_rollouts"))
+    state.apply(StartupProgressed(time=104.0, phase="loading_model"))
+    state.apply(StartupProgressed(time=104.5, phase="first_rollouts"))
     for step in range(5, 7):
-        model.apply(StepTrained(time=100.0 + step, step=step, policy_version=step, metrics={}))
-    assert model.eta() == pytest.approx(4.0)  # 4 steps left at 1 s a step
-    assert model.working_time(106.0) == pytest.approx(6.0)
+        state.apply(StepTrained(time=100.0 + step, step=step, policy_version=step, metrics={}))
+    assert state.eta() == pytest.approx(4.0)  # 4 steps left at 1 s a step
+    assert state.working_time(106.0) == pytest.approx(6.0)
 
 
 def test_a_finished_run_shows_its_average_rates_without_the_paused_time():
     clock = FakeClock(0.0)
-    model = DashboardState(clock)
-    started(clock, model)
+    state = DashboardState(clock)
+    started(clock, state)
     for t in range(1, 11):
-        model.apply(
+        state.apply(
             GroupSampled(
                 time=float(t),
                 group_id=t,
@@ -992,18 +992,18 @@ def test_a_finished_run_shows_its_average_rates_without_the_paused_time():
                 reward_mean=0.5,
             )
         )
-    model.apply(RunStateChanged(time=12.0, state="paused", reason="user"))
-    model.apply(RunStateChanged(time=17.0, state="running"))
-    model.apply(RunFinished(time=20.0, status="completed", final_step=10, reason="done"))
-    rollouts, tokens = model.average_rates()
+    state.apply(RunStateChanged(time=12.0, state="paused", reason="user"))
+    state.apply(RunStateChanged(time=17.0, state="running"))
+    state.apply(RunFinished(time=20.0, status="completed", final_step=10, reason="done"))
+    rollouts, tokens = state.average_rates()
     assert rollouts == pytest.approx(80 / 15) and tokens == pytest.approx(1000 / 15)
 
 
 def test_model_names_a_collapse_and_a_rollback_undoes_the_later_steps():
     """The issue's curve: the health words say collapsed, with the best checkpoint; a
     rollback removes the later steps from the charts and is drawn as a knob change."""
-    model = DashboardState(FakeClock())
-    model.apply(
+    state = DashboardState(FakeClock())
+    state.apply(
         RunStarted(
             time=0.0,
             run_id="r",
@@ -1020,11 +1020,11 @@ def test_model_names_a_collapse_and_a_rollback_undoes_the_later_steps():
     for step, reward in enumerate(curve, start=1):
         flat = step >= 12
         for _ in range(4):
-            model.apply(
+            state.apply(
                 sampled(gid, float(step), rewards=(reward,) * 2 if flat else (0.0, 2 * reward))
             )
             if flat:
-                model.apply(
+                state.apply(
                     GroupDiscarded(
                         time=float(step),
                         group_id=gid,
@@ -1038,7 +1038,7 @@ def test_model_names_a_collapse_and_a_rollback_undoes_the_later_steps():
                 )
             gid += 1
         metrics = {"reward/mean": reward, "discarded/zero_variance": 4.0 if flat else 0.0}
-        model.apply(
+        state.apply(
             StepTrained(
                 time=float(step),
                 step=step,
@@ -1048,7 +1048,7 @@ def test_model_names_a_collapse_and_a_rollback_undoes_the_later_steps():
             )
         )
         if step == 10:
-            model.apply(
+            state.apply(
                 CheckpointSaved(
                     time=10.0,
                     step=10,
@@ -1057,7 +1057,7 @@ def test_model_names_a_collapse_and_a_rollback_undoes_the_later_steps():
                     path="tinker://x/weights/step-000010",
                 )
             )
-    assert model.health() == (
+    assert state.health() == (
         "collapsed",
         "collapsed at step 12 (best 0.540 at step 11); best checkpoint step-000010",
     )
@@ -1065,9 +1065,9 @@ def test_model_names_a_collapse_and_a_rollback_undoes_the_later_steps():
     # line a rollback goes back to matters more than the staleness line it displaces.
     from tinker_tui.app.widgets.discarded import discarded_content
 
-    pane = discarded_content(model, 36, 7).plain.splitlines()
-    assert len(pane) == 7 and " ".join(pane[:3]).split() == model.health()[1].split(), pane
-    model.apply(
+    pane = discarded_content(state, 36, 7).plain.splitlines()
+    assert len(pane) == 7 and " ".join(pane[:3]).split() == state.health()[1].split(), pane
+    state.apply(
         CommandReceived(
             time=16.0,
             command="rolled_back",
@@ -1082,10 +1082,10 @@ def test_model_names_a_collapse_and_a_rollback_undoes_the_later_steps():
             },
         )
     )
-    assert model.step == 10 and [s for s, _ in model.rewards] == list(range(1, 11))
-    assert max(s for s, _ in model.series["reward/mean"]) == 10
-    assert model.health()[0] != "collapsed" and model.knobs["learning_rate"] == 5e-4
-    assert [c.describe() for c in model.knob_markers()] == [
+    assert state.step == 10 and [s for s, _ in state.rewards] == list(range(1, 11))
+    assert max(s for s, _ in state.series["reward/mean"]) == 10
+    assert state.health()[0] != "collapsed" and state.knobs["learning_rate"] == 5e-4
+    assert [c.describe() for c in state.knob_markers()] == [
         "rolled back to step-000010 (step 10), learning_rate 0.001 → 0.0005: collapsed"
     ]
 
@@ -1094,22 +1094,22 @@ def test_a_checkpoint_asked_for_once_written_is_the_same_row_marked():
     from tinker_tui.app.widgets.checkpoints import marks_legend, step_text
     from tinker_tui.engine.events import CheckpointSaved
 
-    model = DashboardState(FakeClock())
+    state = DashboardState(FakeClock())
     saved = dict(step=3, kind="state", name="step-000003", path="/w/step-000003")
-    model.apply(CheckpointSaved(time=1.0, **saved))
-    model.apply(CheckpointSaved(time=2.0, **saved, requested=True))
-    [row] = model.checkpoints
+    state.apply(CheckpointSaved(time=1.0, **saved))
+    state.apply(CheckpointSaved(time=2.0, **saved, requested=True))
+    [row] = state.checkpoints
     assert row.requested and row.time == 1.0  # when it was written, not when marked
     assert step_text(row) == "3✓" and step_text(row, best_step=3) == "3✓★"
-    assert marks_legend(model.checkpoints, 3) == " · ✓ asked for ★ best"
-    assert marks_legend(model.checkpoints, None) == " · ✓ asked for"
+    assert marks_legend(state.checkpoints, 3) == " · ✓ asked for ★ best"
+    assert marks_legend(state.checkpoints, None) == " · ✓ asked for"
 
 
 def test_the_status_bar_says_a_run_that_ended_on_no_signal_trained_nothing():
     from tinker_tui.app.widgets.status_bar import state_badge_text
 
-    model = DashboardState(FakeClock())
-    model.apply(RunFinished(time=1.0, status="completed", final_step=4, cause="no_signal"))
-    assert state_badge_text(model) == "FINISHED (completed · trained nothing)"
-    model.apply(RunFinished(time=2.0, status="completed", final_step=4, cause="max_steps"))
-    assert state_badge_text(model) == "FINISHED (completed)"
+    state = DashboardState(FakeClock())
+    state.apply(RunFinished(time=1.0, status="completed", final_step=4, cause="no_signal"))
+    assert state_badge_text(state) == "FINISHED (completed · trained nothing)"
+    state.apply(RunFinished(time=2.0, status="completed", final_step=4, cause="max_steps"))
+    assert state_badge_text(state) == "FINISHED (completed)"

@@ -75,11 +75,11 @@ class Scripted:
 
 
 async def _served(base_model: str, tmp_path):
-    policy = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=base_model)
-    await policy.start()
-    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=8))
+    session = BackendSession(LocalServiceClient(checkpoint_dir=tmp_path), base_model=base_model)
+    await session.start()
+    server = PolicyServer(session, model_name="policy", defaults=SamplingDefaults(max_tokens=8))
     await server.start()
-    return policy, server
+    return session, server
 
 
 def _one_call(choice, names=("add",)) -> dict:
@@ -98,14 +98,14 @@ def _one_call(choice, names=("add",)) -> dict:
 
 @pytest.fixture
 async def embedded(tmp_path):
-    policy, server = await _served(DEFAULT_BASE_MODEL, tmp_path)
-    yield policy, server.client()
+    session, server = await _served(DEFAULT_BASE_MODEL, tmp_path)
+    yield session, server.client()
     await server.stop()
-    await policy.close("success")
+    await session.close("success")
 
 
 async def test_required_closes_at_tight_budgets_on_the_embedded_model(embedded):
-    policy, client = embedded
+    session, client = embedded
     for max_tokens in (16, 24, 28):
         for choice in ("required", NAMED):
             completion = await client.chat.completions.create(
@@ -125,7 +125,7 @@ async def test_required_closes_at_tight_budgets_on_the_embedded_model(embedded):
 async def test_required_among_tools_closes_when_a_minimal_call_fits(embedded):
     """With two tools the model picks the name (held to the tools' names): the fewest
     tokens that make a call from the prefill are enough."""
-    policy, client = embedded
+    session, client = embedded
     call = ToolCallConstraint.for_tools(
         [
             {"name": t["function"]["name"], "parameters": t["function"]["parameters"]}
@@ -134,7 +134,7 @@ async def test_required_among_tools_closes_when_a_minimal_call_fits(embedded):
         ("add", "mul"),
     )
     minimal = len(
-        policy.tokenizer.encode(
+        session.tokenizer.encode(
             call.completion(call.start(' {"name": "')), add_special_tokens=False
         )
     )
@@ -155,9 +155,9 @@ async def test_a_named_choice_returns_one_call_and_no_content(embedded):
     """Issue 33 item 11: a reply that does not keep the call's shape (a sampler that cannot
     be held to it, as Tinker's) returned the prefilled opening and free text as content
     beside two parsed calls."""
-    policy, client = embedded
-    policy.sampling_client = Scripted(
-        policy.tokenizer,
+    session, client = embedded
+    session.sampling_client = Scripted(
+        session.tokenizer,
         ' Let me add. {"name": "add", "arguments": {"a": 1, "b": 2}} '
         '{"name": "mul", "arguments": {"a": 3, "b": 4}}\n\nUser:',
         "stop",
@@ -171,16 +171,16 @@ async def test_a_named_choice_returns_one_call_and_no_content(embedded):
 
 @pytest.fixture
 async def qwen3(qwen3_folder, tmp_path):
-    policy, server = await _served(str(qwen3_folder), tmp_path)
-    yield policy, server.client()
+    session, server = await _served(str(qwen3_folder), tmp_path)
+    yield session, server.client()
     await server.stop()
-    await policy.close("success")
+    await session.close("success")
 
 
 async def test_forced_calls_close_on_the_qwen3_fixture(qwen3):
     from real_format import IM_END
 
-    policy, client = qwen3
+    session, client = qwen3
     for max_tokens, choice in ((16, "required"), (24, "required"), (28, "required"), (16, NAMED)):
         completion = await client.chat.completions.create(
             model="policy",
@@ -194,7 +194,7 @@ async def test_forced_calls_close_on_the_qwen3_fixture(qwen3):
         for c in completion.choices:
             _one_call(c)
             assert len(c.model_extra["token_ids"]) <= max_tokens
-            text = policy.tokenizer.decode(c.model_extra["token_ids"])
+            text = session.tokenizer.decode(c.model_extra["token_ids"])
             assert "</tool_call>" in text
             assert (
                 c.model_extra["token_ids"][-1] == IM_END
@@ -202,16 +202,16 @@ async def test_forced_calls_close_on_the_qwen3_fixture(qwen3):
             )
 
     # a complete call whose <|im_end|> did not fit is still a call, forced or not
-    policy.sampling_client = Scripted(
-        policy.tokenizer,
+    session.sampling_client = Scripted(
+        session.tokenizer,
         '<tool_call>\n{"name": "add", "arguments": {"a": 0, "b": 0}}\n</tool_call>',
     )
     auto = await client.chat.completions.create(
         model="policy", messages=QUESTION, tools=[ADD, MUL], max_tokens=20
     )
     assert _one_call(auto.choices[0]) == {"a": 0, "b": 0}
-    policy.sampling_client = Scripted(
-        policy.tokenizer, 'add", "arguments": {"a": 0, "b": 0}}\n</tool_call>'
+    session.sampling_client = Scripted(
+        session.tokenizer, 'add", "arguments": {"a": 0, "b": 0}}\n</tool_call>'
     )
     required = await client.chat.completions.create(
         model="policy", messages=QUESTION, tools=[ADD, MUL], tool_choice="required", max_tokens=16

@@ -5,7 +5,8 @@ pulled back by the penalty alone."""
 import pytest
 import tinker
 
-from tinker_tui.engine.backend.session import BackendSession, kl_penalized_advantages
+from tinker_tui.engine.backend.datums import kl_penalized_advantages
+from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
 from tinker_tui.engine.local import LocalServiceClient
 from tinker_tui.engine.rollouts.trajectory import SampledTurn, Trajectory, TrajectoryGroup
@@ -29,18 +30,18 @@ def test_the_penalty_by_hand():
 PROMPT = [{"role": "user", "content": "Answer yes, no or maybe: is it raining?"}]
 
 
-async def kl_to_base(policy, samples=64):
+async def kl_to_base(session, samples=64):
     """Mean over sampled tokens of logp_policy - logp_base: KL(policy || base) estimated."""
-    prompt = policy.renderer.build_generation_prompt(PROMPT)
-    response, _ = await policy.sample(
+    prompt = session.renderer.build_generation_prompt(PROMPT)
+    response, _ = await session.sample(
         prompt,
         samples,
-        tinker.SamplingParams(max_tokens=4, seed=1, stop=policy.renderer.get_stop_sequences()),
+        tinker.SamplingParams(max_tokens=4, seed=1, stop=session.renderer.get_stop_sequences()),
     )
     head = prompt.to_ints()
     total = count = 0.0
     for sequence in response.sequences:
-        base = await policy.reference.compute_logprobs(
+        base = await session.reference.compute_logprobs(
             tinker.ModelInput.from_ints(head + list(sequence.tokens))
         )
         for logprob, base_logprob in zip(sequence.logprobs, base[len(head) :], strict=True):
@@ -50,30 +51,30 @@ async def kl_to_base(policy, samples=64):
 
 
 async def drifted_policy(tmp_path, coef):
-    policy = BackendSession(
+    session = BackendSession(
         LocalServiceClient(checkpoint_dir=tmp_path),
         base_model=DEFAULT_BASE_MODEL,
         kl_penalty_coef=coef,
     )
-    await policy.start()
+    await session.start()
     for _ in range(6):  # push it towards always answering "yes"
-        await policy.train_supervised(
+        await session.train_supervised(
             [PROMPT + [{"role": "assistant", "content": "yes"}]] * 8, learning_rate=3e-3
         )
-    await policy.publish()
-    return policy
+    await session.publish()
+    return session
 
 
-async def equal_reward_steps(policy, steps):
+async def equal_reward_steps(session, steps):
     """RL steps whose rewards carry no signal (all equal): only the penalty can move it."""
     metrics = []
-    prompt = policy.renderer.build_generation_prompt(PROMPT)
+    prompt = session.renderer.build_generation_prompt(PROMPT)
     for step in range(steps):
-        response, version = await policy.sample(
+        response, version = await session.sample(
             prompt,
             8,
             tinker.SamplingParams(
-                max_tokens=4, seed=100 + step, stop=policy.renderer.get_stop_sequences()
+                max_tokens=4, seed=100 + step, stop=session.renderer.get_stop_sequences()
             ),
         )
         group = TrajectoryGroup(
@@ -93,17 +94,17 @@ async def equal_reward_steps(policy, steps):
                 for s in response.sequences
             ),
         )
-        result = await policy.train(policy.build_datums([group]), learning_rate=3e-3)
+        result = await session.train(session.build_datums([group]), learning_rate=3e-3)
         metrics.append(result.metrics)
     return metrics
 
 
 async def test_the_penalty_pulls_a_drifting_policy_back_to_its_base(tmp_path):
-    policy = await drifted_policy(tmp_path / "a", coef=1.0)
-    before = await kl_to_base(policy)
+    session = await drifted_policy(tmp_path / "a", coef=1.0)
+    before = await kl_to_base(session)
     assert before > 0.05, "the supervised steps moved the policy away from its base"
-    metrics = await equal_reward_steps(policy, 20)
-    after = await kl_to_base(policy)
+    metrics = await equal_reward_steps(session, 20)
+    after = await kl_to_base(session)
     assert after < before / 4, (before, after)
     # reported every step, and falling as the policy returns
     kl = [m["kl/policy_base"] for m in metrics]
@@ -111,12 +112,12 @@ async def test_the_penalty_pulls_a_drifting_policy_back_to_its_base(tmp_path):
 
 
 async def test_without_the_penalty_the_same_steps_leave_it_where_it_drifted(tmp_path):
-    policy = await drifted_policy(tmp_path / "b", coef=0.0)
-    assert policy.reference is None
-    policy.reference = await policy.service_client.create_sampling_client(
+    session = await drifted_policy(tmp_path / "b", coef=0.0)
+    assert session.reference is None
+    session.reference = await session.service_client.create_sampling_client(
         base_model=DEFAULT_BASE_MODEL
     )  # only to measure
-    before = await kl_to_base(policy)
-    metrics = await equal_reward_steps(policy, 20)
-    assert await kl_to_base(policy) == pytest.approx(before, rel=1e-3)
+    before = await kl_to_base(session)
+    metrics = await equal_reward_steps(session, 20)
+    assert await kl_to_base(session) == pytest.approx(before, rel=1e-3)
     assert not any("kl/policy_base" in m for m in metrics)

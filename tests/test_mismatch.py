@@ -229,7 +229,7 @@ def test_a_batch_without_sampled_logprobs_has_no_mismatch():
     """`train` also takes supervised (cross_entropy) Datums: nothing was sampled."""
     import tinker
 
-    from tinker_tui.engine.backend.session import _trainer_outputs
+    from tinker_tui.engine.backend.datums import trainer_outputs as _trainer_outputs
 
     datum = tinker.Datum(
         model_input=tinker.ModelInput.from_ints([1, 2]),

@@ -145,7 +145,7 @@ class RecordingPolicy(SimulatedPolicy):
 
 
 async def test_a_mixed_run_rolls_out_and_reports_each_part_under_its_name():
-    policy = RecordingPolicy()
+    session = RecordingPolicy()
     config = RunConfig(
         max_steps=6, group_size=3, groups_per_step=2, rollout_workers=2, checkpoint_every=0
     )
@@ -155,8 +155,8 @@ async def test_a_mixed_run_rolls_out_and_reports_each_part_under_its_name():
     pipeline = Pipeline(
         config=config,
         task=mix_tasks("ab", [(A, 1), (B, 1)]),
-        policy=policy,
-        client_factory=lambda: SimulatedClient(policy),
+        session=session,
+        client_factory=lambda: SimulatedClient(session),
         model_name="ab",
         bus=bus,
         clock=FakeClock(),
@@ -165,9 +165,9 @@ async def test_a_mixed_run_rolls_out_and_reports_each_part_under_its_name():
     assert await pipeline.run() == "completed"
     # part a: equal rewards (no signal, not trained); part b: its group_rollout's ranks, and
     # its own advantages hook (minus the reward)
-    parts = {part for part, _, _ in policy.trained}
+    parts = {part for part, _, _ in session.trained}
     assert parts == {"b"}
-    assert all(r == [0.0, 1.0, 2.0] and a == [-2.0, -1.0, 0.0] for _, r, a in policy.trained)
+    assert all(r == [0.0, 1.0, 2.0] and a == [-2.0, -1.0, 0.0] for _, r, a in session.trained)
     steps = [e for e in events if isinstance(e, StepTrained)]
     reported = {k for s in steps for k in s.metrics}
     assert {

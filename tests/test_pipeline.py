@@ -21,9 +21,9 @@ from tinker_tui.engine.rollouts.trajectory import Trajectory
 from tinker_tui.engine.training.pipeline import Pipeline
 
 
-def make_pipeline(policy=None, client=None, task=None, clock=None, **overrides):
-    policy = policy or SimulatedPolicy()
-    client = client or SimulatedClient(policy)
+def make_pipeline(session=None, client=None, task=None, clock=None, **overrides):
+    session = session or SimulatedPolicy()
+    client = client or SimulatedClient(session)
     config = RunConfig(
         max_steps=20, group_size=4, groups_per_step=2, rollout_workers=4, checkpoint_every=0
     ).with_overrides(overrides)
@@ -33,22 +33,22 @@ def make_pipeline(policy=None, client=None, task=None, clock=None, **overrides):
     pipeline = Pipeline(
         config=config,
         task=task or simulated_task(),
-        policy=policy,
+        session=session,
         client_factory=lambda: client,
         model_name="m",
         bus=bus,
         clock=clock or FakeClock(),
         rng=random.Random(0),
     )
-    return pipeline, policy, client, events
+    return pipeline, session, client, events
 
 
 @pytest.mark.parametrize("max_off", [0, 1, 2])
 async def test_pacing_keeps_every_trained_group_within_the_bound(max_off):
-    pipeline, policy, _, events = make_pipeline(max_steps_off_policy=max_off)
+    pipeline, session, _, events = make_pipeline(max_steps_off_policy=max_off)
     assert await pipeline.run() == "completed"
     trained_at = 0
-    for batch in policy.trained_batches:
+    for batch in session.trained_batches:
         assert all(trained_at - v <= max_off for v in batch), (trained_at, batch)
         trained_at += 1
     assert not [e for e in events if isinstance(e, GroupDiscarded) and e.reason == "stale"]
@@ -59,8 +59,8 @@ async def test_pacing_keeps_every_trained_group_within_the_bound(max_off):
 
 
 async def test_group_still_stale_at_dequeue_is_discarded_and_counted():
-    policy = SimulatedPolicy()
-    pipeline, _, _, events = make_pipeline(policy=policy, max_steps_off_policy=1)
+    session = SimulatedPolicy()
+    pipeline, _, _, events = make_pipeline(session=session, max_steps_off_policy=1)
     from tinker_tui.engine.rollouts.trajectory import TrajectoryGroup
 
     old = TrajectoryGroup(
@@ -82,7 +82,7 @@ async def test_group_still_stale_at_dequeue_is_discarded_and_counted():
             ),
         ),
     )
-    policy.version = 5
+    session.version = 5
     pipeline._queue.put_nowait(old)
     await pipeline.run()
     stale = [e for e in events if isinstance(e, GroupDiscarded) and e.reason == "stale"]
@@ -91,9 +91,9 @@ async def test_group_still_stale_at_dequeue_is_discarded_and_counted():
 
 
 async def test_pause_stops_new_rollouts_and_resume_restarts_them():
-    policy = SimulatedPolicy()
-    client = SimulatedClient(policy)
-    pipeline, _, _, events = make_pipeline(policy=policy, client=client, max_steps=10_000)
+    session = SimulatedPolicy()
+    client = SimulatedClient(session)
+    pipeline, _, _, events = make_pipeline(session=session, client=client, max_steps=10_000)
     task = asyncio.create_task(pipeline.run())
     await wait_until(lambda: client.started, "a rollout to start")
     pipeline.pause()
@@ -108,7 +108,7 @@ async def test_pause_stops_new_rollouts_and_resume_restarts_them():
 
 
 async def test_checkpoint_now_is_written_after_the_current_step():
-    pipeline, policy, _, events = make_pipeline(max_steps=10_000)
+    pipeline, session, _, events = make_pipeline(max_steps=10_000)
     task = asyncio.create_task(pipeline.run())
     await wait_until(lambda: any(isinstance(e, StepTrained) for e in events), "a step")
     pipeline.request_checkpoint()
@@ -121,12 +121,12 @@ async def test_checkpoint_now_is_written_after_the_current_step():
 
 
 async def test_stop_finishes_with_a_final_checkpoint():
-    pipeline, policy, _, events = make_pipeline(max_steps=10_000)
+    pipeline, session, _, events = make_pipeline(max_steps=10_000)
     task = asyncio.create_task(pipeline.run())
     await wait_until(lambda: any(isinstance(e, StepTrained) for e in events), "a step")
     pipeline.stop("test")
     assert await asyncio.wait_for(task, 5) == "stopped"
-    assert policy.saved[-1] == f"step-{pipeline.step:06d}"
+    assert session.saved[-1] == f"step-{pipeline.step:06d}"
 
 
 async def test_rollout_errors_are_counted_and_the_run_goes_on():
@@ -147,7 +147,7 @@ async def test_rollout_errors_are_counted_and_the_run_goes_on():
 async def test_live_knobs_take_effect_and_are_recorded_as_commands():
     from tinker_tui.engine.events import CommandReceived
 
-    pipeline, policy, client, events = make_pipeline(max_steps=10_000)
+    pipeline, session, client, events = make_pipeline(max_steps=10_000)
     task = asyncio.create_task(pipeline.run())
     await wait_until(lambda: any(isinstance(e, StepTrained) for e in events), "a step")
     pipeline.set_knob("learning_rate", 1e-4)
@@ -264,10 +264,10 @@ async def test_collapse_pauses_but_convergence_does_not():
 async def test_throughput_is_reported_with_a_verdict():
     from tinker_tui.engine.events import ThroughputMeasured
 
-    policy = SimulatedPolicy(train_seconds=0.05)
+    session = SimulatedPolicy(train_seconds=0.05)
     from tinker_tui.engine.clock import SystemClock
 
-    pipeline, _, _, events = make_pipeline(policy=policy, max_steps=10_000, clock=SystemClock())
+    pipeline, _, _, events = make_pipeline(session=session, max_steps=10_000, clock=SystemClock())
     pipeline.report_interval = 0.05
     task = asyncio.create_task(pipeline.run())
     await wait_until(
@@ -283,16 +283,16 @@ async def test_throughput_is_reported_with_a_verdict():
 
 
 async def test_min_batch_trains_on_what_is_queued_and_keeps_the_bound():
-    policy = SimulatedPolicy(train_seconds=0.01)
-    client = SimulatedClient(policy, sample_seconds=0.004)
+    session = SimulatedPolicy(train_seconds=0.01)
+    client = SimulatedClient(session, sample_seconds=0.004)
     pipeline, _, _, events = make_pipeline(
-        policy=policy, client=client, groups_per_step=4, min_groups_per_step=1, max_steps=30
+        session=session, client=client, groups_per_step=4, min_groups_per_step=1, max_steps=30
     )
     assert await pipeline.run() == "completed"
-    sizes = [len(b) for b in policy.trained_batches]
+    sizes = [len(b) for b in session.trained_batches]
     assert min(sizes) >= 1 and max(sizes) <= 4
     assert not [e for e in events if isinstance(e, GroupDiscarded) and e.reason == "stale"]
-    for trained_at, batch in enumerate(policy.trained_batches):
+    for trained_at, batch in enumerate(session.trained_batches):
         assert all(trained_at - v <= 1 for v in batch)
 
 

@@ -88,15 +88,15 @@ async def served(request, qwen3_folder, tmp_path):
 
         double = TinkerDouble(tmp_path / "service").start()
         service = tinker.ServiceClient(base_url=double.base_url, api_key=API_KEY)
-    policy = BackendSession(service, base_model=str(qwen3_folder))
-    await policy.start()
-    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=8))
+    session = BackendSession(service, base_model=str(qwen3_folder))
+    await session.start()
+    server = PolicyServer(session, model_name="policy", defaults=SamplingDefaults(max_tokens=8))
     await server.start()
     try:
-        yield request.param, policy, server.client()
+        yield request.param, session, server.client()
     finally:
         await server.stop()
-        await policy.close("success")
+        await session.close("success")
         if double is not None:
             double.stop()
 
@@ -119,10 +119,10 @@ def _turn(choice) -> SampledTurn:
 
 
 async def test_qwen3_format_end_to_end(served) -> None:
-    backend, policy, client = served
-    tokenizer = policy.tokenizer
-    assert policy.renderer_name == "qwen3_instruct"
-    assert set(policy.end_tokens) == {IM_END, ENDOFTEXT}
+    backend, session, client = served
+    tokenizer = session.tokenizer
+    assert session.renderer_name == "qwen3_instruct"
+    assert set(session.end_tokens) == {IM_END, ENDOFTEXT}
     assert (await client.models.retrieve("policy")).model_extra["tool_calls"] == "native"
 
     # tools: Qwen3's own <tools> block, the prompt is the template's, token for token
@@ -178,8 +178,8 @@ async def test_qwen3_format_end_to_end(served) -> None:
     # multi-turn: the sampled call echoed with its tool result, then a plain reply echoed
     # verbatim: each prompt extends the tokens sampled so far
     if backend != "local":  # the service's sampler made no call: script one (parsed here)
-        real, policy.sampling_client = (
-            policy.sampling_client,
+        real, session.sampling_client = (
+            session.sampling_client,
             Scripted(tokenizer, ' {"city":  "Paris"}}\n</tool_call><|im_end|>'),
         )
         forced = await client.chat.completions.create(
@@ -190,7 +190,7 @@ async def test_qwen3_format_end_to_end(served) -> None:
             tool_choice={"type": "function", "function": {"name": "get_weather"}},
         )
         choice = forced.choices[0]
-        policy.sampling_client = real
+        session.sampling_client = real
     [call] = choice.message.tool_calls
     history = [
         *QUESTION,
@@ -228,7 +228,7 @@ async def test_qwen3_format_end_to_end(served) -> None:
         "ok<|endoftext|>and more",
         "fine<|im_end|>",
     )
-    policy.sampling_client = scripted
+    session.sampling_client = scripted
     thought = await client.chat.completions.create(model="policy", messages=QUESTION)
     message = thought.choices[0].message
     assert message.content == "It is sunny."
@@ -254,20 +254,20 @@ async def test_qwen3_format_end_to_end(served) -> None:
         {"role": "assistant", "content": "It is sunny.", "reasoning_content": "other"},
         {"role": "user", "content": "Thanks"},
     ]
-    policy.sampling_client = Scripted(tokenizer, "x<|im_end|>")
+    session.sampling_client = Scripted(tokenizer, "x<|im_end|>")
     rendered = await client.chat.completions.create(model="policy", messages=plain)
     assert rendered.choices[0].model_extra["prompt_token_ids"] == _template(tokenizer, plain)
 
     # the same end token through a server on the rollout thread, as a run serves it (the
     # engine-loop view of the policy passed on no end tokens: only <|im_end|> ended a sample)
     scripted = Scripted(tokenizer, "ok<|endoftext|>and more")
-    policy.sampling_client = scripted
+    session.sampling_client = scripted
     rollouts = RolloutThread()
     await rollouts.start()
 
     async def ask_on_the_rollout_thread():
         threaded = PolicyServer(
-            rollouts.policy_for_server(policy),
+            rollouts.policy_for_server(session),
             model_name="policy",
             defaults=SamplingDefaults(max_tokens=8),
         )

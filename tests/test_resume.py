@@ -54,7 +54,7 @@ from tinker_tui.engine.training.resume import (
 
 
 def make_pipeline(events, **overrides):
-    policy = SimulatedPolicy()
+    session = SimulatedPolicy()
     config = RunConfig(
         max_steps=12, group_size=4, groups_per_step=2, rollout_workers=3, checkpoint_every=3
     ).with_overrides(overrides)
@@ -63,14 +63,14 @@ def make_pipeline(events, **overrides):
     pipeline = Pipeline(
         config=config,
         task=simulated_task(),
-        policy=policy,
-        client_factory=lambda: SimulatedClient(policy),
+        session=session,
+        client_factory=lambda: SimulatedClient(session),
         model_name="m",
         bus=bus,
         clock=FakeClock(),
         rng=random.Random(7),
     )
-    return pipeline, policy
+    return pipeline, session
 
 
 def consumed(events, upto=None):
@@ -110,7 +110,7 @@ async def test_a_crashed_pipeline_resumes_every_position_exactly_once():
     assert state.pending, "groups were in flight or queued at the checkpoint"
 
     second: list = []
-    resumed, policy = make_pipeline(second)
+    resumed, session = make_pipeline(second)
     resumed.restore(state)
     assert await resumed.run() == "completed"
     assert [e.step for e in second if isinstance(e, StepTrained)] == list(range(7, 13))
@@ -134,7 +134,7 @@ async def test_a_crashed_pipeline_resumes_every_position_exactly_once():
 
 async def test_resume_state_counts_groups_dropped_after_the_checkpoint_as_pending():
     events: list = []
-    pipeline, policy = make_pipeline(events, max_steps_off_policy=0)
+    pipeline, session = make_pipeline(events, max_steps_off_policy=0)
     pipeline._source.draw()
     pipeline._open = {0: 1, 1: 2, 2: None, 3: 3}
     pipeline.step = 2
@@ -672,7 +672,7 @@ def test_resume_with_fewer_steps_than_its_checkpoint_is_refused_before_anything_
 async def test_a_pipeline_stopped_before_it_began_checkpoints_only_a_warmed_up_policy():
     for warmed_up in (False, True):
         events: list = []
-        pipeline, policy = make_pipeline(events)
+        pipeline, session = make_pipeline(events)
         pipeline.warmup_done = warmed_up
         pipeline.stop("a signal during the start-up")
         assert await pipeline.run() == "stopped"

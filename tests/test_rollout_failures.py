@@ -37,7 +37,7 @@ def scenarios(rng):
 
 
 def make_pipeline(task, **overrides):
-    policy = SimulatedPolicy()
+    session = SimulatedPolicy()
     config = RunConfig(
         max_steps=4, group_size=4, groups_per_step=2, rollout_workers=2, checkpoint_every=0
     ).with_overrides(overrides)
@@ -47,8 +47,8 @@ def make_pipeline(task, **overrides):
     pipeline = Pipeline(
         config=config,
         task=task,
-        policy=policy,
-        client_factory=lambda: SimulatedClient(policy),
+        session=session,
+        client_factory=lambda: SimulatedClient(session),
         model_name="m",
         bus=bus,
         clock=FakeClock(),
@@ -168,19 +168,19 @@ async def test_too_few_members_left_discards_the_group():
 
 
 @pytest.mark.parametrize("policy, expected", [("stop", "stopped"), ("wait", None)])
-async def test_a_health_pause_stops_the_run_or_waits(policy, expected):
+async def test_a_health_pause_stops_the_run_or_waits(session, expected):
     async def rollout(client, model, scenario):
         raise RuntimeError("always")
 
     task = Task(name="t", scenarios=scenarios, rollout=rollout)
-    pipeline, events = make_pipeline(task, max_steps=10, health_window=4, on_health_pause=policy)
+    pipeline, events = make_pipeline(task, max_steps=10, health_window=4, on_health_pause=session)
     run = asyncio.create_task(pipeline.run())
     try:
         status = await asyncio.wait_for(asyncio.shield(run), 2)
     except TimeoutError:
         status = None
     assert status == expected
-    if policy == "stop":
+    if session == "stop":
         assert pipeline.health_stop_reason.startswith("rollout errors: 100%")
         assert pipeline.stop_reason == f"health check: {pipeline.health_stop_reason}"
     else:
@@ -196,7 +196,7 @@ async def test_auto_means_what_the_front_end_says():
         pipeline = Pipeline(
             config=config,
             task=task,
-            policy=SimulatedPolicy(),
+            session=SimulatedPolicy(),
             client_factory=lambda: None,
             model_name="m",
             bus=EventBus(),
@@ -208,7 +208,7 @@ async def test_auto_means_what_the_front_end_says():
     explicit = Pipeline(
         config=RunConfig(on_health_pause="wait"),
         task=task,
-        policy=SimulatedPolicy(),
+        session=SimulatedPolicy(),
         client_factory=lambda: None,
         model_name="m",
         bus=EventBus(),
@@ -584,7 +584,7 @@ async def test_a_hung_rollout_is_shown_with_its_age_and_line_long_before_its_tim
             await asyncio.sleep(10**6)  # hangs here
         return Trajectory.from_choices([choice], reward=random.random())
 
-    policy = SimulatedPolicy()
+    session = SimulatedPolicy()
     config = RunConfig(
         max_steps=1000,
         group_size=2,
@@ -604,8 +604,8 @@ async def test_a_hung_rollout_is_shown_with_its_age_and_line_long_before_its_tim
     pipeline = Pipeline(
         config=config,
         task=Task(name="t", scenarios=scenarios, rollout=rollout),
-        policy=policy,
-        client_factory=lambda: SimulatedClient(policy),
+        session=session,
+        client_factory=lambda: SimulatedClient(session),
         model_name="m",
         bus=bus,
         clock=_MonotonicClock(),

@@ -307,11 +307,11 @@ class ThreadRecordingPolicy:
 
 
 async def test_the_server_reaches_the_policy_only_on_the_engine_loop():
-    policy = ThreadRecordingPolicy()
+    session = ThreadRecordingPolicy()
     rollouts = RolloutThread()
     await rollouts.start()
     try:
-        view = rollouts.policy_for_server(policy)
+        view = rollouts.policy_for_server(session)
         assert isinstance(view, EngineLoopPolicy)
 
         async def as_the_server():
@@ -323,14 +323,14 @@ async def test_the_server_reaches_the_policy_only_on_the_engine_loop():
     finally:
         await rollouts.close()
     assert sampled == (("response", "prompt", 3, 2), 7)
-    assert versions == [5, 6, 7] and version == 7 and renderer is policy.renderer
-    assert list(ends) == policy.end_tokens
-    assert policy.threads == [threading.get_ident()] * 2
+    assert versions == [5, 6, 7] and version == 7 and renderer is session.renderer
+    assert list(ends) == session.end_tokens
+    assert session.threads == [threading.get_ident()] * 2
 
 
 def make_pipeline(rollouts, task=None, **overrides):
-    policy = SimulatedPolicy()
-    client = SimulatedClient(policy)
+    session = SimulatedPolicy()
+    client = SimulatedClient(session)
     config = RunConfig(
         max_steps=10, group_size=4, groups_per_step=2, rollout_workers=4, checkpoint_every=0
     ).with_overrides(overrides)
@@ -340,7 +340,7 @@ def make_pipeline(rollouts, task=None, **overrides):
     pipeline = Pipeline(
         config=config,
         task=task or simulated_task(),
-        policy=policy,
+        session=session,
         client_factory=lambda: client,
         model_name="m",
         bus=bus,
@@ -348,7 +348,7 @@ def make_pipeline(rollouts, task=None, **overrides):
         rng=random.Random(0),
         rollouts=rollouts,
     )
-    return pipeline, policy, events
+    return pipeline, session, events
 
 
 async def test_pipeline_rolls_out_on_the_thread_and_publishes_on_the_engine_loop():
@@ -363,7 +363,7 @@ async def test_pipeline_rolls_out_on_the_thread_and_publishes_on_the_engine_loop
     rollouts = RolloutThread()
     await rollouts.start()
     try:
-        pipeline, policy, events = make_pipeline(rollouts, task=task)
+        pipeline, session, events = make_pipeline(rollouts, task=task)
         assert await pipeline.run() == "completed"
     finally:
         assert await rollouts.close()

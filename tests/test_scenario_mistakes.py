@@ -33,7 +33,7 @@ async def _rollout(client, model, scenario):
 
 
 def make_pipeline(scenarios, **overrides):
-    policy = SimulatedPolicy()
+    session = SimulatedPolicy()
     config = RunConfig(
         max_steps=10, group_size=4, groups_per_step=2, rollout_workers=4, checkpoint_every=0
     ).with_overrides(overrides)
@@ -43,14 +43,14 @@ def make_pipeline(scenarios, **overrides):
     pipeline = Pipeline(
         config=config,
         task=Task(name="t", scenarios=scenarios, rollout=_rollout),
-        policy=policy,
-        client_factory=lambda: SimulatedClient(policy),
+        session=session,
+        client_factory=lambda: SimulatedClient(session),
         model_name="m",
         bus=bus,
         clock=FakeClock(),
         rng=random.Random(0),
     )
-    return pipeline, policy, events
+    return pipeline, session, events
 
 
 def six(rng):
@@ -72,18 +72,18 @@ def wrong_keyword(rng):
 
 
 async def test_scenarios_that_run_out_end_the_run_completed_after_training_them():
-    pipeline, policy, events = make_pipeline(six)
+    pipeline, session, events = make_pipeline(six)
     assert await asyncio.wait_for(pipeline.run(), 10) == "completed"
     steps = [e for e in events if isinstance(e, StepTrained)]
     trained = sum(len(e.group_ids) for e in steps)
     assert trained == 6  # every scenario drawn was trained, the last batch a short one
     assert pipeline.end_reason == f"scenarios ran out after 6: {len(steps)} of 10 steps trained"
-    assert policy.saved[-1] == f"step-{len(steps):06d}"  # and checkpointed
+    assert session.saved[-1] == f"step-{len(steps):06d}"  # and checkpointed
 
 
 @pytest.mark.parametrize("scenarios", [raising_at_50, wrong_keyword])
 async def test_an_error_in_the_scenarios_fails_the_run_naming_the_line(scenarios):
-    pipeline, policy, events = make_pipeline(scenarios, max_steps=1000)
+    pipeline, session, events = make_pipeline(scenarios, max_steps=1000)
     with pytest.raises(ScenarioError) as caught:
         await asyncio.wait_for(pipeline.run(), 10)
     message = str(caught.value)

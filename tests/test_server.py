@@ -35,18 +35,18 @@ ADD_TOOL = {
 
 @pytest.fixture
 async def server(tmp_path):
-    policy = BackendSession(
+    session = BackendSession(
         LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
     )
-    await policy.start()
-    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=8))
+    await session.start()
+    server = PolicyServer(session, model_name="policy", defaults=SamplingDefaults(max_tokens=8))
     await server.start()
-    yield server, policy
+    yield server, session
     await server.stop()
 
 
 async def test_chat_completion_with_logprobs_and_sampled_tokens(server):
-    srv, policy = server
+    srv, session = server
     client = srv.client()
     completion = await client.chat.completions.create(
         model="policy", messages=QUESTION, n=3, logprobs=True, max_tokens=5, seed=7
@@ -58,11 +58,11 @@ async def test_chat_completion_with_logprobs_and_sampled_tokens(server):
         assert isinstance(choice.message.content, str)
         turn = SampledTurn.from_choice(choice)
         assert 1 <= len(turn.tokens) <= 5
-        assert turn.policy_version == policy.version == 0
+        assert turn.policy_version == session.version == 0
         assert [c.logprob for c in choice.logprobs.content] == pytest.approx(list(turn.logprobs))
         assert all(lp <= 0 for lp in turn.logprobs)
         # the prompt tokens are exactly what the renderer builds for these messages
-        expected = policy.renderer.build_generation_prompt(QUESTION).to_ints()
+        expected = session.renderer.build_generation_prompt(QUESTION).to_ints()
         assert list(turn.prompt_tokens) == expected
     assert completion.usage.completion_tokens == sum(
         len(SampledTurn.from_choice(c).tokens) for c in completion.choices
@@ -84,7 +84,7 @@ async def test_same_seed_same_completion(server):
 
 
 async def test_stop_ends_the_reply_before_the_stop_string(server):
-    srv, policy = server
+    srv, session = server
     client = srv.client()
     for seed in range(10):  # a seed whose reply is long enough to cut
         kwargs = dict(
@@ -109,8 +109,8 @@ async def test_stop_ends_the_reply_before_the_stop_string(server):
     # sampling stopped at the token that completed the stop string: the same tokens so far
     sampled = choice.model_extra["token_ids"]
     assert sampled == tokens[: len(sampled)]
-    assert stop in policy.tokenizer.decode(sampled)
-    assert stop not in policy.tokenizer.decode(sampled[:-1])
+    assert stop in session.tokenizer.decode(sampled)
+    assert stop not in session.tokenizer.decode(sampled[:-1])
 
 
 async def test_top_logprobs(server):
@@ -170,9 +170,9 @@ async def test_the_sync_openai_client_works_too(server):
 async def test_tools_with_each_tool_choice_on_the_local_model(server):
     """The embedded model's renderer has no tool format: tools go into the system message
     and 'required' / a named function prefill the start of the JSON call."""
-    srv, policy = server
+    srv, session = server
     client = srv.client()
-    decode = policy.tokenizer.decode
+    decode = session.tokenizer.decode
     for tool_choice in (
         "auto",
         "none",
@@ -204,7 +204,7 @@ async def test_tools_with_each_tool_choice_on_the_local_model(server):
 
 
 async def test_multi_turn_conversation_trains_every_turn_on_its_sampled_tokens(server):
-    srv, policy = server
+    srv, session = server
     client = srv.client()
     messages = list(QUESTION)
     choices = []
@@ -222,7 +222,7 @@ async def test_multi_turn_conversation_trains_every_turn_on_its_sampled_tokens(s
     group = TrajectoryGroup(
         group_id=0, scenario_id="s", trajectories=trajectories, started_at=0.0, finished_at=1.0
     )
-    datums = policy.build_datums([group])
+    datums = session.build_datums([group])
     assert datums.metrics["train/turns"] == 3
     # every sampled token is trained once, with the logprob it was sampled with
     sampled = [
@@ -245,13 +245,13 @@ async def test_multi_turn_conversation_trains_every_turn_on_its_sampled_tokens(s
     assert [lp for _, lp in trained] == pytest.approx([lp for _, lp in sampled])
     # turns that end at the stop sequence re-render to the same tokens and share a Datum
     assert len(datums) - 1 == 1 + datums.metrics["train/prefix_mismatch"]
-    result = await policy.train(datums, learning_rate=1e-3)
+    result = await session.train(datums, learning_rate=1e-3)
     assert result.policy_version == 1
     assert result.metrics["train/turns"] == 3
 
 
 async def test_earlier_policy_versions_are_served_by_name_at_step(server):
-    srv, policy = server
+    srv, session = server
     client = srv.client()
     first = await client.chat.completions.create(model="policy", messages=QUESTION)
     group = TrajectoryGroup(
@@ -264,7 +264,7 @@ async def test_earlier_policy_versions_are_served_by_name_at_step(server):
             Trajectory.from_choices(first.choices, reward=0.0),
         ),
     )
-    await policy.train(policy.build_datums([group]), learning_rate=1e-3)
+    await session.train(session.build_datums([group]), learning_rate=1e-3)
     now = await client.chat.completions.create(model="policy", messages=QUESTION)
     before = await client.chat.completions.create(model="policy@0", messages=QUESTION)
     assert now.choices[0].model_extra["policy_version"] == 1
@@ -425,20 +425,20 @@ async def test_the_token_never_reaches_the_logs(server, caplog):
 async def make_server(tmp_path):
     """A server on the real local backend, with the limits a test chooses."""
     servers = []
-    policy = BackendSession(
+    session = BackendSession(
         LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
     )
-    await policy.start()
+    await session.start()
 
     async def make(**limits):
         server = PolicyServer(
-            policy, model_name="policy", defaults=SamplingDefaults(max_tokens=4), **limits
+            session, model_name="policy", defaults=SamplingDefaults(max_tokens=4), **limits
         )
         await server.start()
         servers.append(server)
         return server
 
-    yield make, policy
+    yield make, session
     for server in servers:
         await server.stop()
 
@@ -489,10 +489,10 @@ async def test_a_body_over_the_limit_is_refused_before_it_is_parsed(make_server,
 
 
 async def test_a_prompt_over_the_context_is_refused_without_tokenizing_it(make_server, monkeypatch):
-    make, policy = make_server
+    make, session = make_server
     srv = await make()
     client = srv.client()
-    tokenizer = policy.renderer.tokenizer
+    tokenizer = session.renderer.tokenizer
     encoded: list[tuple[int, bool]] = []  # (characters, on the event loop's thread)
     real_encode = tokenizer.encode
     loop_thread = threading.current_thread()
@@ -546,10 +546,10 @@ async def test_a_client_that_goes_away_cancels_its_sampling(make_server, caplog)
     from tinker_tui.engine.local import runtime
 
     caplog.set_level("DEBUG")
-    make, policy = make_server
+    make, session = make_server
     srv = await make()
-    sampler = RecordingSampler(policy.sampling_client)
-    policy.sampling_client = sampler
+    sampler = RecordingSampler(session.sampling_client)
+    session.sampling_client = sampler
     # Hold the sampler's thread so the request waits in its queue, as behind a long batch.
     release = threading.Event()
     runtime.torch_executor().submit(release.wait, 30)
@@ -722,11 +722,11 @@ async def test_content_parts_say_what_is_wrong(server):
 async def test_stopping_the_server_closes_the_clients_it_made(tmp_path):
     """A client left to the garbage collector closed its connections on whatever loop ran
     then, or on none ("Event loop is closed")."""
-    policy = BackendSession(
+    session = BackendSession(
         LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
     )
-    await policy.start()
-    srv = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=2))
+    await session.start()
+    srv = PolicyServer(session, model_name="policy", defaults=SamplingDefaults(max_tokens=2))
     await srv.start()
     clients = [srv.client(), srv.client()]
     await clients[0].chat.completions.create(model="policy", messages=QUESTION)

@@ -68,24 +68,24 @@ class ScriptedSampler:
 
 @pytest.fixture
 async def scripted(tmp_path):
-    policy = BackendSession(
+    session = BackendSession(
         LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
     )
-    await policy.start()
-    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=32))
+    await session.start()
+    server = PolicyServer(session, model_name="policy", defaults=SamplingDefaults(max_tokens=32))
     await server.start()
 
     def script(*replies):
-        sampler = ScriptedSampler(policy.tokenizer, replies)
-        policy.sampling_client = sampler
+        sampler = ScriptedSampler(session.tokenizer, replies)
+        session.sampling_client = sampler
         return sampler
 
-    yield server.client(), policy, script
+    yield server.client(), session, script
     await server.stop()
 
 
 async def test_auto_parses_a_json_tool_call_out_of_the_reply(scripted):
-    client, policy, script = scripted
+    client, session, script = scripted
     script('Let me add.\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n\nUser:')
     completion = await client.chat.completions.create(
         model="policy", messages=QUESTION, tools=TOOLS
@@ -112,7 +112,7 @@ async def test_tool_choice_none_returns_the_text(scripted):
 
 
 async def test_tool_choice_required_prefills_the_call(scripted):
-    client, policy, script = scripted
+    client, session, script = scripted
     sampler = script('mul", "arguments": {"a": 2, "b": 3}}\n\nUser:')
     completion = await client.chat.completions.create(
         model="policy", messages=QUESTION, tools=TOOLS, tool_choice="required"
@@ -121,13 +121,13 @@ async def test_tool_choice_required_prefills_the_call(scripted):
     [call] = choice.message.tool_calls
     assert (call.function.name, call.function.arguments) == ("mul", '{"a": 2, "b": 3}')
     # the prefill is part of the prompt the sampler saw, and of prompt_token_ids
-    assert policy.tokenizer.decode(sampler.prompts[0]).endswith('Assistant: {"name": "')
+    assert session.tokenizer.decode(sampler.prompts[0]).endswith('Assistant: {"name": "')
     assert choice.model_extra["prompt_token_ids"] == sampler.prompts[0]
 
 
 async def test_a_named_tool_choice_prefills_its_name_up_to_a_token_boundary(scripted):
-    client, policy, script = scripted
-    tokenizer = policy.tokenizer
+    client, session, script = scripted
+    tokenizer = session.tokenizer
     # the embedded tokenizer writes " {" as one token: a prefill ending in the space would
     # leave the model a continuation ("{" after a lone " ") it never writes
     assert [tokenizer.decode([t]) for t in tokenizer.encode(' {"a"')][0] == " {"
@@ -182,7 +182,7 @@ async def test_streamed_tool_calls(scripted):
 async def test_a_tool_conversation_trains_as_one_datum_on_the_sampled_tokens(scripted):
     """Tool call, tool result, answer: both assistant turns are trained, in one Datum, on the
     exact sampled tokens; the tool result is context only."""
-    client, policy, script = scripted
+    client, session, script = scripted
     # role_colon puts a space between "Assistant:" and the content; the model writes it too
     script(' {"name": "add", "arguments": {"a": 2, "b": 3}}\n\nUser:', " It is 5.\n\nUser:")
     messages = list(QUESTION)
@@ -203,7 +203,7 @@ async def test_a_tool_conversation_trains_as_one_datum_on_the_sampled_tokens(scr
         started_at=0.0,
         finished_at=1.0,
     )
-    datums = policy.build_datums([group])
+    datums = session.build_datums([group])
     assert datums.metrics == {"train/turns": 3.0, "train/prefix_mismatch": 0.0}
     merged = datums[0]
     advantages = merged.loss_fn_inputs["advantages"].tolist()
@@ -211,12 +211,12 @@ async def test_a_tool_conversation_trains_as_one_datum_on_the_sampled_tokens(scr
     trained = [t for t, a in zip(targets, advantages, strict=True) if a]
     sampled = first.choices[0].model_extra["token_ids"] + second.choices[0].model_extra["token_ids"]
     assert trained == sampled
-    text = policy.tokenizer.decode(merged.model_input.to_ints() + targets[-1:])
+    text = session.tokenizer.decode(merged.model_input.to_ints() + targets[-1:])
     assert "User: Tool add returned: 5" in text
 
 
 async def test_an_edited_tool_call_is_counted_as_a_prefix_mismatch(scripted):
-    client, policy, script = scripted
+    client, session, script = scripted
     script(' {"name":"add","arguments":{"a":2}}\n\nUser:', " 5\n\nUser:")
     first = await client.chat.completions.create(model="policy", messages=QUESTION, tools=TOOLS)
     call = first.choices[0].message.tool_calls[0]
@@ -245,10 +245,10 @@ async def test_an_edited_tool_call_is_counted_as_a_prefix_mismatch(scripted):
         finished_at=1.0,
         trajectories=(trajectory, Trajectory(turns=trajectory.turns[:1], reward=0.0)),
     )
-    datums = policy.build_datums([group])
+    datums = session.build_datums([group])
     assert datums.metrics["train/prefix_mismatch"] == 1.0
     assert len(datums) == 3  # the first trajectory split in two, the second one Datum
-    result = await policy.train(datums, learning_rate=1e-3)
+    result = await session.train(datums, learning_rate=1e-3)
     assert result.metrics["train/prefix_mismatch"] == 1.0
 
 
@@ -325,19 +325,19 @@ class NativePolicy:
 
 
 async def test_a_renderer_with_native_tool_support_uses_its_own_format():
-    policy = NativePolicy(
+    session = NativePolicy(
         [
             '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call><|im_end|>',
             "5, so 5.<|im_end|>",
             'mul", "arguments": {"a": 1, "b": 2}}\n</tool_call><|im_end|>',
         ]
     )
-    server = PolicyServer(policy, model_name="qwen")
+    server = PolicyServer(session, model_name="qwen")
     await server.start()
     try:
         client = server.client()
         first = await client.chat.completions.create(model="qwen", messages=QUESTION, tools=TOOLS)
-        prompt = policy.tokenizer.decode(policy.sampler.prompts[0])
+        prompt = session.tokenizer.decode(session.sampler.prompts[0])
         assert "<tools>" in prompt and '"name": "add"' in prompt
         [call] = first.choices[0].message.tool_calls
         assert (call.function.name, call.function.arguments) == ("add", '{"a": 2, "b": 3}')
@@ -360,12 +360,12 @@ async def test_a_renderer_with_native_tool_support_uses_its_own_format():
         assert second.choices[0].model_extra["prompt_token_ids"][: len(sampled)] == sampled
         # a user stop string with a renderer whose own stops are token ids: cut after sampling
         assert second.choices[0].message.content == "5"
-        assert policy.tokenizer.decode(second.choices[0].model_extra["token_ids"]) == "5, "
+        assert session.tokenizer.decode(second.choices[0].model_extra["token_ids"]) == "5, "
         # tool_choice "required": Qwen3's own call opening after the one assistant header
         forced = await client.chat.completions.create(
             model="qwen", messages=QUESTION, tools=TOOLS, tool_choice="required"
         )
-        prompt = policy.tokenizer.decode(policy.sampler.prompts[2])
+        prompt = session.tokenizer.decode(session.sampler.prompts[2])
         assert prompt.endswith('<|im_start|>assistant\n<tool_call>\n{"name": "')
         [call] = forced.choices[0].message.tool_calls
         assert (call.function.name, call.function.arguments) == ("mul", '{"a": 1, "b": 2}')

@@ -284,8 +284,8 @@ def test_toml_missing_file_and_bad_value(tmp_path):
 
 # ---------------------------------------------------------------------- rollout mistakes at run time
 def run_pipeline(task, **overrides):
-    policy = SimulatedPolicy()
-    client = SimulatedClient(policy)
+    session = SimulatedPolicy()
+    client = SimulatedClient(session)
     config = RunConfig(
         max_steps=3,
         group_size=4,
@@ -300,7 +300,7 @@ def run_pipeline(task, **overrides):
     pipeline = Pipeline(
         config=config,
         task=task,
-        policy=policy,
+        session=session,
         client_factory=lambda: client,
         model_name="m",
         bus=bus,

@@ -300,17 +300,17 @@ def test_the_trainer_pays_one_cycle_per_step(cycled, tmp_path):
 
     async def steps() -> tuple[str, list[int], int]:
         service = tinker.ServiceClient(base_url=cycled.base_url, api_key=API_KEY)
-        policy = BackendSession(service, base_model=DEFAULT_BASE_MODEL, lora_rank=8)
-        await policy.start()
-        data = [_supervised(policy.renderer, "maybe")] * 2
+        session = BackendSession(service, base_model=DEFAULT_BASE_MODEL, lora_rank=8)
+        await session.start()
+        data = [_supervised(session.renderer, "maybe")] * 2
         since = len(cycled.service.clock.cycles)
         for _ in range(4):
-            await policy.train(data, loss_fn="cross_entropy", learning_rate=1e-3)
-        await policy.settle_sampler_save()
-        model_id = policy.training_client.model_id
+            await session.train(data, loss_fn="cross_entropy", learning_rate=1e-3)
+        await session.settle_sampler_save()
+        model_id = session.training_client.model_id
         fbs = [n for n, k in _cycles_of(cycled, model_id, since) if k == "forward_backward"]
-        saved = [c for c in policy.checkpoints if c.kind == "sampler"]
-        await policy.close("success")
+        saved = [c for c in session.checkpoints if c.kind == "sampler"]
+        await session.close("success")
         return model_id, fbs, len(saved)
 
     _, fbs, saved = asyncio.run(steps())

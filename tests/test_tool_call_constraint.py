@@ -233,21 +233,21 @@ ADD = {
 
 @pytest.fixture
 async def local_server(tmp_path):
-    policy = BackendSession(
+    session = BackendSession(
         LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
     )
-    await policy.start()
-    server = PolicyServer(policy, model_name="policy", defaults=SamplingDefaults(max_tokens=8))
+    await session.start()
+    server = PolicyServer(session, model_name="policy", defaults=SamplingDefaults(max_tokens=8))
     await server.start()
-    yield server, policy
+    yield server, session
     await server.stop()
 
 
 async def test_the_local_models_forced_calls_keep_the_shape(local_server):
     """The untrained embedded model never wrote a parsable named call with the prefill
     alone; constrained, every sample is a call or, cut by max_tokens, the start of one."""
-    srv, policy = local_server
-    assert policy.can_constrain()
+    srv, session = local_server
+    assert session.can_constrain()
     completion = await srv.client().chat.completions.create(
         model="policy",
         messages=[{"role": "user", "content": "What is 2 plus 3?"}],
@@ -268,7 +268,7 @@ async def test_the_local_models_forced_calls_keep_the_shape(local_server):
         else:
             # cut by max_tokens inside the call: what was sampled still fits its shape
             assert choice.finish_reason == "length"
-            text = policy.tokenizer.decode(choice.model_extra["token_ids"])
+            text = session.tokenizer.decode(choice.model_extra["token_ids"])
             assert CALL.check('{"name": "add", "arguments":' + text) == "continue"
     # logprobs stay the model's own: finite, one per sampled token
     for choice in completion.choices:

@@ -17,15 +17,15 @@ from tinker_tui.engine.local import LocalServiceClient
 from tinker_tui.engine.backend.session import BackendSession
 
 async def main():
-    policy = BackendSession(LocalServiceClient(checkpoint_dir=tempfile.mkdtemp()),
+    session = BackendSession(LocalServiceClient(checkpoint_dir=tempfile.mkdtemp()),
                     base_model="tinker-tui/tiny-chat", lora_rank=4)
-    await policy.start()
-    await policy.train_supervised(
+    await session.start()
+    await session.train_supervised(
         [[{"role": "user", "content": "Is it?"}, {"role": "assistant", "content": "maybe"}]],
         learning_rate=1e-3)
-    await policy.publish()
-    prompt = policy.renderer.build_generation_prompt([{"role": "user", "content": "Is it?"}])
-    await policy.sample(prompt, 2, tinker.SamplingParams(max_tokens=3))
+    await session.publish()
+    prompt = session.renderer.build_generation_prompt([{"role": "user", "content": "Is it?"}])
+    await session.sample(prompt, 2, tinker.SamplingParams(max_tokens=3))
 
 asyncio.run(main())
 print(sorted(m for m in sys.modules if m.split(".")[0] == "transformers" or m == "torch._dynamo"))

@@ -83,13 +83,13 @@ def step_window(last_step: int, options: ChartOptions) -> tuple[int, int] | None
     return None
 
 
-def x_of(model: DashboardState, step: int, axis: XAxis) -> float | None:
-    """Where `step` of the model's run sits on the x axis (None: not known there)."""
+def x_of(state: DashboardState, step: int, axis: XAxis) -> float | None:
+    """Where `step` of the run sits on the x axis (None: not known there)."""
     if axis == "step":
         return float(step)
     if axis == "elapsed":
-        return model.step_elapsed.get(step)
-    return model.step_tokens.get(step)
+        return state.step_elapsed.get(step)
+    return state.step_tokens.get(step)
 
 
 def y_of(value: float, log_y: bool) -> float | None:
@@ -102,7 +102,7 @@ def y_of(value: float, log_y: bool) -> float | None:
 
 
 def chart_points(
-    model: DashboardState,
+    state: DashboardState,
     points: Sequence[tuple[int, float]],
     options: ChartOptions,
     *,
@@ -119,7 +119,7 @@ def chart_points(
     for step, value in points:
         if window is not None and not window[0] <= step <= window[1]:
             continue
-        x = x_of(model, step, options.x_axis)
+        x = x_of(state, step, options.x_axis)
         y = y_of(value, options.log_y)
         if x is not None and y is not None:
             xs.append(x)

@@ -258,8 +258,8 @@ def duration_of(run: ComparedRun, now: float) -> float:
     return model.elapsed(now)
 
 
-def best_reward(model: DashboardState) -> tuple[int, float] | None:
-    finite = [(s, v) for s, v in model.rewards if math.isfinite(v)]
+def best_reward(state: DashboardState) -> tuple[int, float] | None:
+    finite = [(s, v) for s, v in state.rewards if math.isfinite(v)]
     return max(finite, key=lambda p: (p[1], -p[0])) if finite else None
 
 

@@ -30,7 +30,8 @@ from tinker_tui.engine.backend.capabilities import (
 )
 from tinker_tui.engine.backend.choice import context_length_of, make_service_client
 from tinker_tui.engine.backend.retry import BackendInterrupted, call_with_retry
-from tinker_tui.engine.backend.session import BackendSession, CheckpointRecord
+from tinker_tui.engine.backend.checkpoint_retention import CheckpointRecord
+from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.checkpoint_paths import run_checkpoint_dir
 from tinker_tui.engine.clock import Clock, SystemClock
 from tinker_tui.engine.config import RunConfig
@@ -114,7 +115,7 @@ class Run:
         self.checkpoint_dir = Path(checkpoint_dir or run_checkpoint_dir(self.db_path))
         self.events = EventBus()
         self._service_client = service_client
-        self.policy: BackendSession | None = None
+        self.session: BackendSession | None = None
         self.server: PolicyServer | None = None
         self._openai: openai.AsyncOpenAI | None = None
         # The rollouts, the openai client and the policy server run on a loop of their own
@@ -124,10 +125,13 @@ class Run:
         self.sampling_defaults = SamplingDefaults(
             temperature=config.temperature, max_tokens=config.max_tokens
         )
+        #: The run's store while `_run` runs: the pipeline flushes it at checkpoints and
+        #: reconciles it on a rollback (`_flush_store`, `_rewind_store`).
+        self._store: RunStore | None = None
         self.pipeline = Pipeline(
             config=config,
             task=task,
-            policy=self._make_policy(),
+            session=self._make_session(),
             client_factory=self._client,
             model_name=task.name,
             bus=self.events,
@@ -137,10 +141,12 @@ class Run:
             rollouts=self.rollouts,
             # on_health_pause = auto: nobody can resume a run without a dashboard
             health_pause_default="stop" if headless else "wait",
+            # No checkpoint until the model is built and warmed up (`_warmup`, or a resume
+            # state): a stop during the start-up must not record weights no resume can use.
+            warmup_done=False,
+            rewind_store=self._rewind_store,
+            commit_events=self._flush_store,
         )
-        # No checkpoint until the model is built and warmed up (`_warmup`, or a resume
-        # state): a stop during the start-up must not record weights no resume can use.
-        self.pipeline.warmup_done = False
         self._start_step = 0
         #: Seconds a resumed run was down before this session (`RunResumed.down_seconds`).
         self._down_seconds = 0.0
@@ -159,13 +165,13 @@ class Run:
     def control(self) -> Pipeline:
         return self.pipeline
 
-    def _make_policy(self) -> BackendSession:
+    def _make_session(self) -> BackendSession:
         if self._service_client is None:
             self._service_client = make_service_client(self.backend, self.checkpoint_dir)
-        self.policy = BackendSession.from_config(
+        self.session = BackendSession.from_config(
             self._service_client, self.config, on_event=self.events.publish, clock=self.clock
         )
-        return self.policy
+        return self.session
 
     def _client(self) -> openai.AsyncOpenAI:
         """One shared OpenAI client (and connection pool) for every worker."""
@@ -189,12 +195,12 @@ class Run:
         """The base model's context as the backend states it, so the policy server refuses a
         longer prompt (`context_length_exceeded`) before it reaches the sampler. If the backend
         cannot say, the server falls back on the tokenizer's `model_max_length`."""
-        assert self.policy is not None
+        assert self.session is not None
         try:
             return await call_with_retry(
                 lambda _: context_length_of(self.backend, self.config.base_model),
                 operation="read the model's context length",
-                policy=self.policy.retry,
+                policy=self.session.retry,
                 retry=False,
             )
         except Exception as exc:
@@ -210,11 +216,11 @@ class Run:
         """Runs on the rollout loop, which serves it: start the policy server, then pay its
         one-time costs (`_warm_up_server`). Its module is imported in a thread: fastapi and the
         request models take a while."""
-        assert self.policy is not None
+        assert self.session is not None
         # On a daemon thread, like openai's import (`_warm_up_server`).
         server = await on_daemon_thread(importlib.import_module, "tinker_tui.engine.server")
         self.server = server.PolicyServer(
-            self.rollouts.policy_for_server(self.policy),
+            self.rollouts.policy_for_server(self.session),
             model_name=self.task.name,
             defaults=self.sampling_defaults,
             context_length=context_length,
@@ -328,6 +334,20 @@ class Run:
         finally:
             lock.release()
 
+    async def _flush_store(self) -> None:
+        """Commit what the store has been handed (the checkpointer waits for its rows)."""
+        if self._store is not None:
+            await self._store.flush()
+
+    async def _rewind_store(self, step: int) -> Mapping[str, int]:
+        """A rollback, as a resume does: flush the store and reconcile it to `step`."""
+        # Below the step a resumed run started from, the run now ends where it trains.
+        self._start_step = min(self._start_step, step)
+        if self._store is None:
+            return {}
+        await self._store.flush()
+        return await self._store.reconcile(self.run_id, step)
+
     async def _run(self, store: RunStore) -> RunStatus:
         self.events.subscribe(store.handle)
         trackers = TrackerFeeds.start(
@@ -338,15 +358,7 @@ class Run:
         )
         for handler in trackers.handlers():
             self.events.subscribe(handler)
-        self.pipeline.checkpointer.commit_events = store.flush
-
-        async def rewind_store(step: int) -> Mapping[str, int]:  # a rollback, as a resume does
-            # Below the step a resumed run started from, the run now ends where it trains.
-            self._start_step = min(self._start_step, step)
-            await store.flush()
-            return await store.reconcile(self.run_id, step)
-
-        self.pipeline.rewind_store = rewind_store
+        self._store = store
         # A full disk under the store: stop now (nothing more can be recorded), then fail.
         store.on_failure = lambda failure: self.pipeline.stop(
             "the run store's disk is full", source=SOURCE_ENGINE, cause="error"
@@ -368,7 +380,7 @@ class Run:
             self._publish_started(points[0]["step"] if points else None)
             for note in self.notes:
                 self._log("warning", note)  # shown by every front end, headless included
-            assert self.policy is not None
+            assert self.session is not None
             if points and points[0]["step"] >= self.config.max_steps:
                 self.pipeline.restore(ResumeState.from_dict(points[0]["resume_state"]))
                 self._log(
@@ -440,8 +452,8 @@ class Run:
             raise
         finally:
             await self._close_rollout_side()
-            if self.policy is not None:
-                await self.policy.close(_SESSION_STATUS[status], reason or None)
+            if self.session is not None:
+                await self.session.close(_SESSION_STATUS[status], reason or None)
             lag_task.cancel()
             self._log(
                 "info",
@@ -539,19 +551,19 @@ class Run:
     async def _start_policy(self, points: list[dict[str, Any]]) -> dict[str, Any] | None:
         """Start the policy fresh (no points), or from the newest resume point that loads;
         returns that point."""
-        assert self.policy is not None
+        assert self.session is not None
         faults.hit("build", 0)  # test hook (engine.faults)
         if not points:
-            await self.policy.start()
+            await self.session.start()
             return None
         for i, point in enumerate(points):
             try:
                 # The version the checkpoint's weights are (a step with no gradient, all
                 # groups of equal reward, made no new version: it can trail the step).
-                await self.policy.start(
+                await self.session.start(
                     from_state=point["path"], version=int(point["resume_state"]["policy_version"])
                 )
-                self.policy.adopt_checkpoints(
+                self.session.adopt_checkpoints(
                     [
                         CheckpointRecord("state", p["step"], p["name"], p["path"])
                         for p in reversed(points[i:])
@@ -594,11 +606,11 @@ class Run:
             return
         if self.pipeline.step > 0 or (self.resume and self.pipeline.warmup_done):
             return  # the resumed weights already include it
-        assert self.policy is not None
+        assert self.session is not None
         examples = list(self.task.warmup)
         # Rendered once; each step trains on a draw of them (the same draws, in the same
         # order, as sampling the conversations themselves), made up front for the cache key.
-        datums = await asyncio.to_thread(self.policy.supervised_datums, examples)
+        datums = await asyncio.to_thread(self.session.supervised_datums, examples)
         rng = random.Random(self.config.seed)
         batch_size = min(len(examples), self.config.group_size * self.config.groups_per_step)
         draws = [rng.sample(range(len(datums)), batch_size) for _ in range(steps)]
@@ -609,7 +621,7 @@ class Run:
             assert cache is not None and key is not None
             folder, meta = hit
             try:
-                await self.policy.load_training_state(str(folder))
+                await self.session.load_training_state(str(folder))
             except Exception as exc:
                 cache.discard(key)
                 self._log(
@@ -617,9 +629,9 @@ class Run:
                     f"format warm-up: the saved result {key[:12]} could not "
                     f"be loaded ({type(exc).__name__}: {exc}); running it",
                 )
-                await self.policy.start()  # a failed load poisons the training client
+                await self.session.start()  # a failed load poisons the training client
             else:
-                await self.policy.publish()
+                await self.session.publish()
                 self.pipeline.warmup_done = True
                 self._phase("warmup", done=steps, total=steps, detail="reused")
                 self._log(
@@ -631,7 +643,7 @@ class Run:
                 return
         over_budget = (
             self.pipeline.cost.budget_passed_by_training(
-                self.policy.usage,
+                self.session.usage,
                 sum(datums[i].model_input.length for draw in draws for i in draw),
                 what=f"the format warm-up of {what}",
             )
@@ -651,24 +663,24 @@ class Run:
             if self.pipeline.stopping:
                 return
             faults.hit("warmup", done)  # test hook (engine.faults)
-            loss = await self.policy.train_cross_entropy(
+            loss = await self.session.train_cross_entropy(
                 [datums[i] for i in draw], learning_rate=self.config.warmup_learning_rate
             )
             self._phase("warmup", done=done, total=steps, loss=loss / batch_size)
         final = f"{loss / batch_size:.3f}"
         if cache is not None and key is not None:
             await self._save_warmup(cache, key, final)
-        await self.policy.publish()
+        await self.session.publish()
         self.pipeline.warmup_done = True
-        self.pipeline.cost.warmed_up(self.policy.usage)
+        self.pipeline.cost.warmed_up(self.session.usage)
         self._log("info", f"format warm-up: {what}, final loss {final} per example")
 
     async def _warmup_cache(
         self, datums: list[tinker.Datum], draws: list[list[int]]
     ) -> tuple[WarmupCache | None, str | None]:
         """The local backend's warm-up cache and this warm-up's key (None, None elsewhere)."""
-        assert self.policy is not None
-        training = self.policy.training_client
+        assert self.session is not None
+        training = self.session.training_client
         service = self._service_client
         if (
             self.backend != "local"
@@ -688,17 +700,17 @@ class Run:
             datums,
             draws,
             learning_rate=self.config.warmup_learning_rate,
-            adam=self.policy.adam,
+            adam=self.session.adam,
         )
         return WarmupCache(Path(checkpoint_dir) / CACHE_DIR), key
 
     async def _save_warmup(self, cache: WarmupCache, key: str, final_loss: str) -> None:
         """Keep the warm-up's result for the next identical run; a failure only warns."""
-        assert self.policy is not None
+        assert self.session is not None
         try:
             from tinker_tui.engine.local.checkpoints import resolve
 
-            path = await self.policy.save_training_state(
+            path = await self.session.save_training_state(
                 f"warmup-{key[:16]}", {"final_loss": final_loss}
             )
             service = self._service_client

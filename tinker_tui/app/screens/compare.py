@@ -82,7 +82,7 @@ class CompareScreen(MetricsScreen):
         chart.models = self.models
         return chart
 
-    def update_from_model(self, model: DashboardState, now: float) -> None:
+    def update_from_model(self, state: DashboardState, now: float) -> None:
         """The dashboard's timer: this view redraws on its own (`refresh_compare`)."""
 
     def charts_changed(self) -> None:

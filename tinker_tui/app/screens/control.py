@@ -52,18 +52,18 @@ class ControlScreen(RunView):
             event.stop()
             await self.app.run_action(action)
 
-    def update_from_model(self, model: DashboardState, now: float) -> None:
-        self.query_one(RunStatusPanel).update_from_model(model, now)
-        self.query_one(KnobsTable).update_from_model(model, self.host.live_knobs())
-        self.query_one(CommandsTable).update_from_model(model)
+    def update_from_model(self, state: DashboardState, now: float) -> None:
+        self.query_one(RunStatusPanel).update_from_model(state, now)
+        self.query_one(KnobsTable).update_from_model(state, self.host.live_knobs())
+        self.query_one(CommandsTable).update_from_model(state)
         read_only = self.host.read_only
-        paused = model.state == "paused"
+        paused = state.state == "paused"
         pause = self.query_one("#action-pause", Button)
         label = "Resume" if paused else "Pause"
         if str(pause.label) != label:
             pause.label = label
         for button in self.query(Button):
-            disabled = read_only or model.state in ("finished", "stopping")
+            disabled = read_only or state.state in ("finished", "stopping")
             if button.disabled != disabled:
                 button.disabled = disabled
         mode = self.host.mode_label

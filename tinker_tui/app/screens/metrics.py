@@ -155,13 +155,13 @@ class MetricsScreen(RunView, ChartKeys):
         self._set_subtitle()
         self.host.refresh_panes()
 
-    def update_from_model(self, model: DashboardState, now: float) -> None:
-        self.query_one(RunStatusPanel).update_from_model(model, now)
-        keys = model.metric_keys()
+    def update_from_model(self, state: DashboardState, now: float) -> None:
+        self.query_one(RunStatusPanel).update_from_model(state, now)
+        keys = state.metric_keys()
         if keys != self._keys:
             self._keys = keys
             self._sync_picker(keys)
         self._sync_charts()
         for chart in self.charts():
             if chart.is_mounted:
-                chart.update_from_model(model, now)
+                chart.update_from_model(state, now)

@@ -146,12 +146,12 @@ class RolloutsScreen(RunView):
         if self._model is not None:
             self.query_one(RolloutDetail).show(self._model, event.node.data)
 
-    def _show_selection(self, model: DashboardState) -> None:
+    def _show_selection(self, state: DashboardState) -> None:
         node = self.query_one(RolloutsTree).cursor_node
-        self.query_one(RolloutDetail).show(model, node.data if node is not None else None)
+        self.query_one(RolloutDetail).show(state, node.data if node is not None else None)
 
-    def update_from_model(self, model: DashboardState, now: float) -> None:
-        self._model = model
-        self.query_one(RunStatusPanel).update_from_model(model, now)
-        self.query_one(RolloutsTree).sync(model)
-        self._show_selection(model)
+    def update_from_model(self, state: DashboardState, now: float) -> None:
+        self._model = state
+        self.query_one(RunStatusPanel).update_from_model(state, now)
+        self.query_one(RolloutsTree).sync(state)
+        self._show_selection(state)

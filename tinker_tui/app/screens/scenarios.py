@@ -49,6 +49,6 @@ class ScenariosScreen(RunView):
             event.stop()
             self.host.show_rollouts_of(str(event.row_key.value))
 
-    def update_from_model(self, model: DashboardState, now: float) -> None:
-        self.query_one(RunStatusPanel).update_from_model(model, now)
-        self.query_one(ScenarioBoard).update_from_model(model, now)
+    def update_from_model(self, state: DashboardState, now: float) -> None:
+        self.query_one(RunStatusPanel).update_from_model(state, now)
+        self.query_one(ScenarioBoard).update_from_model(state, now)

@@ -56,8 +56,8 @@ class SignalsScreen(RunView):
             yield TimelinePanel(id="timeline")
         yield KeyFooter(compact=True)
 
-    def shown_step(self, model: DashboardState) -> int:
-        steps = model.trained_steps
+    def shown_step(self, state: DashboardState) -> int:
+        steps = state.trained_steps
         if not steps:
             return 0
         if self.chosen is None:
@@ -81,32 +81,32 @@ class SignalsScreen(RunView):
         if self._model is not None:
             self.update_from_model(self._model, self._model.now())
 
-    def update_from_model(self, model: DashboardState, now: float) -> None:
-        self._model = model
-        self.query_one(RunStatusPanel).update_from_model(model, now)
-        step = self.shown_step(model)
-        self.query_one(DistributionsPanel).show(model, step)
-        self.query_one(FunnelPanel).show(model, step)
+    def update_from_model(self, state: DashboardState, now: float) -> None:
+        self._model = state
+        self.query_one(RunStatusPanel).update_from_model(state, now)
+        step = self.shown_step(state)
+        self.query_one(DistributionsPanel).show(state, step)
+        self.query_one(FunnelPanel).show(state, step)
         self.query_one(TimelinePanel).show(self.spans, self._note)
-        self._maybe_read(model, now)
+        self._maybe_read(state, now)
 
-    def _maybe_read(self, model: DashboardState, now: float) -> None:
+    def _maybe_read(self, state: DashboardState, now: float) -> None:
         path = self.host.store_path
-        if path is None or not model.run_id:
+        if path is None or not state.run_id:
             self._note = "this run has no store: no timeline"
             return
-        if model.groups_revision == self._read_revision:
+        if state.groups_revision == self._read_revision:
             return
         if (
             self._read_at is not None
             and now - self._read_at < TIMELINE_EVERY
-            and model.state != "finished"
+            and state.state != "finished"
         ):
             return
         self._read_at = now
-        self._read_revision = model.groups_revision
+        self._read_revision = state.groups_revision
         self.run_worker(
-            self._read_spans(path, model.run_id),
+            self._read_spans(path, state.run_id),
             group="timeline",
             exclusive=True,
             exit_on_error=False,

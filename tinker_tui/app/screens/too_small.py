@@ -23,18 +23,18 @@ def too_small(width: int, height: int) -> bool:
     return width < MIN_WIDTH or height < MIN_HEIGHT
 
 
-def compact_status(model: DashboardState, now: float, width: int, height: int) -> Content:
+def compact_status(state: DashboardState, now: float, width: int, height: int) -> Content:
     lines = [
         Content.styled(f"Terminal too small: {width}×{height}", "bold $text-warning"),
         Content(f"tinker-tui needs {MIN_WIDTH}×{MIN_HEIGHT}. Resize, or q to quit."),
         Content(""),
-        Content.styled(state_badge_text(model), "bold"),
+        Content.styled(state_badge_text(state), "bold"),
     ]
-    if model.name:
-        lines.append(Content(model.name))
-    lines += [Content(part.strip()) for part in progress_text(model, now).split("│")]
-    if model.last_reward is not None:
-        lines.append(Content(f"reward {model.last_reward:.3f}"))
+    if state.name:
+        lines.append(Content(state.name))
+    lines += [Content(part.strip()) for part in progress_text(state, now).split("│")]
+    if state.last_reward is not None:
+        lines.append(Content(f"reward {state.last_reward:.3f}"))
     return Content("\n").join(lines)
 
 
@@ -49,8 +49,8 @@ class TooSmallScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         yield Static("", id="too-small-text")
 
-    def update_from_model(self, model: DashboardState, now: float) -> None:
+    def update_from_model(self, state: DashboardState, now: float) -> None:
         update_static(
             self.query_one("#too-small-text", Static),
-            compact_status(model, now, self.app.size.width, self.app.size.height),
+            compact_status(state, now, self.app.size.width, self.app.size.height),
         )

@@ -63,8 +63,8 @@ class ChartPane(Vertical):
             self.chart.update_from_model(*self._pending)
             self._pending = None
 
-    def update_from_model(self, model: Any, now: float) -> None:
+    def update_from_model(self, state: Any, now: float) -> None:
         if self.chart is not None and self.chart.is_mounted:
-            self.chart.update_from_model(model, now)
+            self.chart.update_from_model(state, now)
         else:
-            self._pending = (model, now)
+            self._pending = (state, now)

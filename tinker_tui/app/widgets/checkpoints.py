@@ -64,27 +64,27 @@ def marks_legend(rows: list[CheckpointRow], best_step: int | None) -> str:
 UNCHANGED_STEPS = 3
 
 
-def sampler_note(model: DashboardState) -> str:
+def sampler_note(state: DashboardState) -> str:
     """Why sampler weights stop while full state goes on: they are saved per new policy
     version, and steps without a learning signal change no weight."""
-    since = model.version_changed_at
-    if since and model.step - since >= UNCHANGED_STEPS:
+    since = state.version_changed_at
+    if since and state.step - since >= UNCHANGED_STEPS:
         return f"weights unchanged since step {since}"
     return ""
 
 
-def subtitle_text(model: DashboardState, width: int = 0) -> str:
+def subtitle_text(state: DashboardState, width: int = 0) -> str:
     """`6 saved · weights unchanged since step 32 · enter: path` in `width` cells (0: any):
     what has no room is left out whole, never cut, the note before the key (the status
     line says the weights stand still too, and `enter` on a row says why)."""
-    count = len(model.checkpoints)
-    deleted = f" ({model.checkpoints_deleted} older deleted)" if model.checkpoints_deleted else ""
+    count = len(state.checkpoints)
+    deleted = f" ({state.checkpoints_deleted} older deleted)" if state.checkpoints_deleted else ""
     text = f"{count} saved{deleted}"
-    best = model.health_window.rollback_point()
-    marks = marks_legend(model.checkpoints, best[0] if best is not None else None)
+    best = state.health_window.rollback_point()
+    marks = marks_legend(state.checkpoints, best[0] if best is not None else None)
     for part in (
         marks.removeprefix(PART_SEPARATOR),
-        sampler_note(model),
+        sampler_note(state),
         "enter: path" if count else "",
     ):
         if part and (not width or len(text) + len(PART_SEPARATOR) + len(part) <= width):
@@ -125,26 +125,26 @@ class CheckpointsTable(DataTable):
     def on_blur(self) -> None:
         self.show_cursor = False
 
-    def update_from_model(self, model: DashboardState, now: float) -> None:
-        self._model = model
-        count = len(model.checkpoints)
-        best = model.health_window.rollback_point()
+    def update_from_model(self, state: DashboardState, now: float) -> None:
+        self._model = state
+        count = len(state.checkpoints)
+        best = state.health_window.rollback_point()
         best_step = best[0] if best is not None else None
         # the subtitle sits in the bottom border, between its corners and a space each side
-        set_subtitle(self, subtitle_text(model, max(0, self.region.width - 6)))
+        set_subtitle(self, subtitle_text(state, max(0, self.region.width - 6)))
         width = self.content_region.width or 60
         checkpoint_dir = host(self.app).checkpoint_dir
-        requested = tuple(r.step for r in model.checkpoints if r.requested)
-        shown = (count, model.checkpoints_deleted, width, checkpoint_dir, requested, best_step)
+        requested = tuple(r.step for r in state.checkpoints if r.requested)
+        shown = (count, state.checkpoints_deleted, width, checkpoint_dir, requested, best_step)
         if shown == self._shown:
             return
         self._shown = shown
         cursor = self.cursor_row
         self.clear()
-        self._rows = list(reversed(model.checkpoints))
+        self._rows = list(reversed(state.checkpoints))
         # the path takes what the other columns (and every column's padding) leave
         cells = [
-            [step_text(row, best_step), row.kind, model.since_start(row.time), ""]
+            [step_text(row, best_step), row.kind, state.since_start(row.time), ""]
             for row in self._rows
         ]
         paths = [where_on_disk(row, checkpoint_dir) for row in self._rows]

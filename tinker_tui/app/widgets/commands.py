@@ -38,9 +38,9 @@ class CommandsTable(DataTable):
         if self._model is not None:
             self.update_from_model(self._model)
 
-    def update_from_model(self, model: DashboardState) -> None:
-        self._model = model
-        count = len(model.commands)
+    def update_from_model(self, state: DashboardState) -> None:
+        self._model = state
+        count = len(state.commands)
         set_subtitle(self, f"{count} received")
         width = self.scrollable_content_region.width
         if (count, width) == self._shown:
@@ -48,8 +48,8 @@ class CommandsTable(DataTable):
         self._shown = (count, width)
         self.clear()
         rows = [
-            (model.since_start(command.time), str(command.step), command.describe(), command.source)
-            for command in reversed(model.commands)
+            (state.since_start(command.time), str(command.step), command.describe(), command.source)
+            for command in reversed(state.commands)
         ]
         widths = fit_columns(self, rows)
         column = self.columns[self.ordered_columns[2].key]

@@ -31,13 +31,13 @@ class CompareChart(StepChart):
         self.models: Sequence[DashboardState] = ()
         self._emas: dict[int, tuple[int, float, list[float]]] = {}
 
-    def draw_key(self, model: DashboardState) -> tuple[object, ...]:
+    def draw_key(self, state: DashboardState) -> tuple[object, ...]:
         per_run = tuple(
             (len(s), s[-1] if s else None, len(m.checkpoints), len(m.knob_markers()))
             for m in self.models
             for s in [m.series.get(self.key, ())]
         )
-        return (per_run, model.ema_beta, self.size, self.chart_options.key())
+        return (per_run, state.ema_beta, self.size, self.chart_options.key())
 
     def run_ema(self, index: int, values: Sequence[float], beta: float) -> list[float]:
         count, cached_beta, cached = self._emas.get(index, (-1, -1.0, []))
@@ -46,7 +46,7 @@ class CompareChart(StepChart):
             self._emas[index] = (len(values), beta, cached)
         return cached
 
-    def subtitle_text(self, model: DashboardState) -> str:
+    def subtitle_text(self, state: DashboardState) -> str:
         parts = []
         for index, run in enumerate(self.models):
             points = run.series.get(self.key, ())
@@ -54,12 +54,12 @@ class CompareChart(StepChart):
                 parts.append(f"{self.swatch(run_component(index))}{format_value(points[-1][1])}")
         return " ".join(parts) if parts else "no steps yet"
 
-    def update_from_model(self, model: DashboardState, now: float) -> None:
-        """Draw every run (`model`: the one whose smoothing the view uses)."""
-        key = self.draw_key(model)
+    def update_from_model(self, state: DashboardState, now: float) -> None:
+        """Draw every run (`state`: the one whose smoothing the view uses)."""
+        key = self.draw_key(state)
         if key[:1] != self._subtitle_key:
             self._subtitle_key = key[:1]
-            set_subtitle(self, self.subtitle_text(model))
+            set_subtitle(self, self.subtitle_text(state))
         if key == self._drawn:
             return
         self._drawn = key
@@ -72,7 +72,7 @@ class CompareChart(StepChart):
             if not points:
                 continue
             style = self._style(run_component(index))
-            ema = self.run_ema(index, [v for _, v in points], model.ema_beta)
+            ema = self.run_ema(index, [v for _, v in points], state.ema_beta)
             drawn = [(s, e) for (s, _), e in zip(points, ema, strict=True)] if ema else points
             lines.append(Line(*chart_points(run, drawn, options), style))
             window = step_window(points[-1][0], options)

@@ -36,17 +36,17 @@ HEALTH_STYLES = {
 }
 
 
-def reason_counts(model: DashboardState) -> dict[str, int]:
+def reason_counts(state: DashboardState) -> dict[str, int]:
     return {
-        "stale": model.discarded.get("stale", 0),
-        "no_signal": model.no_signal_groups,
-        "converged": model.converged_groups,
-        "error": model.discarded.get("error", 0),
+        "stale": state.discarded.get("stale", 0),
+        "no_signal": state.no_signal_groups,
+        "converged": state.converged_groups,
+        "error": state.discarded.get("error", 0),
     }
 
 
-def health_lines(model: DashboardState, width: int, room: int = 2) -> list[Content]:
-    kind, words = model.health()
+def health_lines(state: DashboardState, width: int, room: int = 2) -> list[Content]:
+    kind, words = state.health()
     lines = textwrap.wrap(words, max(10, width)) or [""]
     if len(lines) > room:
         lines = lines[:room]
@@ -54,8 +54,8 @@ def health_lines(model: DashboardState, width: int, room: int = 2) -> list[Conte
     return [Content.styled(line, HEALTH_STYLES.get(kind, "")) for line in lines]
 
 
-def reason_lines(model: DashboardState, bar_width: int) -> list[Content]:
-    counts = reason_counts(model)
+def reason_lines(state: DashboardState, bar_width: int) -> list[Content]:
+    counts = reason_counts(state)
     most = max(counts.values(), default=0)
     lines = []
     for label, key, style in ROWS:
@@ -71,16 +71,16 @@ def reason_lines(model: DashboardState, bar_width: int) -> list[Content]:
     return lines
 
 
-def staleness_lines(model: DashboardState, width: int, room: int) -> list[Content]:
+def staleness_lines(state: DashboardState, width: int, room: int) -> list[Content]:
     """The histogram of versions behind, in flight vs queued, in at most `room` lines."""
     if room <= 0:
         return []
-    measured = model.throughput
+    measured = state.throughput
     if measured is None:
-        mean = model.last_metrics.get(keys.STALENESS_MEAN)
+        mean = state.last_metrics.get(keys.STALENESS_MEAN)
         if mean is None:
             return [Content.styled("staleness: no steps yet", "$text-muted")]
-        worst = model.last_metrics.get(keys.STALENESS_MAX, mean)
+        worst = state.last_metrics.get(keys.STALENESS_MAX, mean)
         return [Content.assemble(("staleness", "$text-muted"), f"  mean {mean:.2f}  max {worst:g}")]
     rows = staleness_rows(measured.staleness_in_flight, measured.staleness_queued)
     if not rows:
@@ -109,24 +109,24 @@ def staleness_lines(model: DashboardState, width: int, room: int) -> list[Conten
     return lines
 
 
-def discarded_content(model: DashboardState, width: int, height: int = 7) -> Content:
+def discarded_content(state: DashboardState, width: int, height: int = 7) -> Content:
     """The pane's text for an inner area of `width` × `height`. A collapse gets a line more
     where the staleness line would be: the best checkpoint it names is what a rollback uses."""
     room = 2 if height >= 7 else 1
-    if model.health()[0] == "collapsed" and height >= 7:
+    if state.health()[0] == "collapsed" and height >= 7:
         room += 1
-    lines = health_lines(model, width, room=room)
-    lines += reason_lines(model, min(30, max(0, width - 19)))
-    lines += staleness_lines(model, width, height - len(lines))
+    lines = health_lines(state, width, room=room)
+    lines += reason_lines(state, min(30, max(0, width - 19)))
+    lines += staleness_lines(state, width, height - len(lines))
     return Content("\n").join(lines[: max(1, height)])
 
 
-def discarded_subtitle(model: DashboardState) -> str:
+def discarded_subtitle(state: DashboardState) -> str:
     """`0.0% of 12,000 groups discarded`, and the rollouts that failed, when any did."""
-    groups = max(model.groups_sampled, model.discarded_total)
-    text = f"{model.discard_rate:.1%} of {groups:,} groups discarded"
-    if model.rollouts_failed:
-        text += f" · {model.rollouts_failed:,} of {model.rollouts_ended:,} rollouts failed"
+    groups = max(state.groups_sampled, state.discarded_total)
+    text = f"{state.discard_rate:.1%} of {groups:,} groups discarded"
+    if state.rollouts_failed:
+        text += f" · {state.rollouts_failed:,} of {state.rollouts_ended:,} rollouts failed"
     return text
 
 
@@ -138,8 +138,8 @@ class DiscardedPanel(Static, can_focus=True):
     def on_mount(self) -> None:
         self.border_title = "Health & discards"
 
-    def update_from_model(self, model: DashboardState, now: float) -> None:
+    def update_from_model(self, state: DashboardState, now: float) -> None:
         width = self.content_region.width or self.size.width
         height = self.content_region.height or 7
-        update_static(self, discarded_content(model, width, height))
-        set_subtitle(self, discarded_subtitle(model))
+        update_static(self, discarded_content(state, width, height))
+        set_subtitle(self, discarded_subtitle(state))

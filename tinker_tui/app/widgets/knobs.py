@@ -50,17 +50,17 @@ class KnobsTable(KeysInOrder, DataTable):
     def selected_knob(self) -> str:
         return LIVE_KNOBS[max(0, min(self.cursor_row, len(LIVE_KNOBS) - 1))]
 
-    def update_from_model(self, model: DashboardState, live: Mapping[str, float | int]) -> None:
+    def update_from_model(self, state: DashboardState, live: Mapping[str, float | int]) -> None:
         changes: dict[str, int] = {}
-        for command in model.knob_markers():
+        for command in state.knob_markers():
             name = str(command.args.get("name"))
             changes[name] = changes.get(name, 0) + 1
         changed = False
         for name in LIVE_KNOBS:
-            value = live.get(name, model.knobs.get(name))
+            value = live.get(name, state.knobs.get(name))
             row = (
                 format_knob(name, value),
-                format_knob(name, model.initial_knobs.get(name)),
+                format_knob(name, state.initial_knobs.get(name)),
                 str(changes.get(name, 0)),
             )
             if self._shown.get(name) == row:

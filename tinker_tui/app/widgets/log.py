@@ -25,7 +25,7 @@ LEVEL_STYLES = {
 SHORT_LEVELS = {"warning": "WARN", "error": "ERROR", "info": "INFO", "debug": "DEBUG"}
 
 
-def log_line_content(model: DashboardState, line: LogLine) -> Content:
+def log_line_content(state: DashboardState, line: LogLine) -> Content:
     """`MM:SS LEVEL ×N message`, on one line (the first line of the message); the count
     comes first so a cut line still shows it."""
     level = normalise_level(line.level)
@@ -33,7 +33,7 @@ def log_line_content(model: DashboardState, line: LogLine) -> Content:
     first = line.message.splitlines()[0] if line.message else ""
     more = " …" if "\n" in line.message else ""
     return Content.assemble(
-        (model.since_start(line.time), "$text-muted"),
+        (state.since_start(line.time), "$text-muted"),
         " ",
         (f"{SHORT_LEVELS.get(level, level.upper())[:5]:<5}", style),
         " ",
@@ -42,10 +42,10 @@ def log_line_content(model: DashboardState, line: LogLine) -> Content:
     )
 
 
-def log_line_text(model: DashboardState, line: LogLine) -> str:
+def log_line_text(state: DashboardState, line: LogLine) -> str:
     """The whole line, for the `enter` view."""
     repeats = f"\n\n(seen {line.count} times; this is the latest)" if line.count > 1 else ""
-    return f"{model.since_start(line.time)}  {line.level.upper()}\n\n{line.message}{repeats}"
+    return f"{state.since_start(line.time)}  {line.level.upper()}\n\n{line.message}{repeats}"
 
 
 class LogPanel(OptionList):
@@ -84,13 +84,13 @@ class LogPanel(OptionList):
         """The lines shown, oldest first."""
         return list(self._log_lines)
 
-    def _show_counts(self, model: DashboardState) -> None:
+    def _show_counts(self, state: DashboardState) -> None:
         """The level shown and how many lines, of how many, in the border: a filter that
         hides every line reads "0 of N", not N."""
         if self.minimum == "debug":
-            counts = f"all · {model.log_total:,} lines"
+            counts = f"all · {state.log_total:,} lines"
         else:
-            counts = f"≥ {self.minimum} · {len(self._log_lines):,} of {model.log_total:,} lines"
+            counts = f"≥ {self.minimum} · {len(self._log_lines):,} of {state.log_total:,} lines"
         # whole parts only (a narrow pane read "enter: whole · l…"); `?` lists the keys
         width = max(0, self.region.width - 6)  # between the border's corners and spaces
         set_subtitle(
@@ -100,32 +100,32 @@ class LogPanel(OptionList):
             else f"{counts} · enter: whole · l: level",
         )
 
-    def update_from_model(self, model: DashboardState, now: float) -> None:
-        self._model = model
-        new = model.log_total - self._written
-        if not (self._rewrite or model.log_rewrites != self._rewrites or new > 0):
-            self._show_counts(model)
+    def update_from_model(self, state: DashboardState, now: float) -> None:
+        self._model = state
+        new = state.log_total - self._written
+        if not (self._rewrite or state.log_rewrites != self._rewrites or new > 0):
+            self._show_counts(state)
             return
         follow = self.following
-        if self._rewrite or model.log_rewrites != self._rewrites:
+        if self._rewrite or state.log_rewrites != self._rewrites:
             self._rewrite = False
-            self._rewrites = model.log_rewrites
-            self._log_lines = list(model.recent_log(self._max, self.minimum))
-            self.set_options([log_line_content(model, line) for line in self._log_lines])
+            self._rewrites = state.log_rewrites
+            self._log_lines = list(state.recent_log(self._max, self.minimum))
+            self.set_options([log_line_content(state, line) for line in self._log_lines])
         else:
             added = [
                 line
-                for line in list(model.log)[-min(new, len(model.log)) :]
+                for line in list(state.log)[-min(new, len(state.log)) :]
                 if level_at_least(line.level, self.minimum)
             ]
             self._log_lines += added
-            self.add_options([log_line_content(model, line) for line in added])
+            self.add_options([log_line_content(state, line) for line in added])
             extra = len(self._log_lines) - self._max
             for _ in range(max(0, extra)):
                 self._log_lines.pop(0)
                 self.remove_option_at_index(0)
-        self._written = model.log_total
-        self._show_counts(model)
+        self._written = state.log_total
+        self._show_counts(state)
         if follow:
             if self.highlighted is not None and self._log_lines:
                 self.highlighted = len(self._log_lines) - 1

@@ -19,32 +19,32 @@ class RewardsChart(StepChart):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(keys.REWARD_MEAN, title="Reward", id=id, classes=classes)
 
-    def points(self, model: DashboardState) -> Points:
-        return model.rewards
+    def points(self, state: DashboardState) -> Points:
+        return state.rewards
 
-    def extra_points(self, model: DashboardState) -> Points:
-        return [(p.step, p.reward) for p in model.evals]
+    def extra_points(self, state: DashboardState) -> Points:
+        return [(p.step, p.reward) for p in state.evals]
 
-    def empty_text(self, model: DashboardState) -> str:
-        phase = model.phase_text()
+    def empty_text(self, state: DashboardState) -> str:
+        phase = state.phase_text()
         return f"no steps yet: {phase}" if phase else "no steps yet · s: smoothing"
 
-    def subtitle_text(self, model: DashboardState) -> str:
-        last = model.last_reward
+    def subtitle_text(self, state: DashboardState) -> str:
+        last = state.last_reward
         if last is None:
-            return self.empty_text(model)
+            return self.empty_text(state)
         parts = [f"{self.swatch('step-chart--value')} mean {last:.3f}"]
-        ema = self.ema(model, [v for _, v in model.rewards])
+        ema = self.ema(state, [v for _, v in state.rewards])
         if ema:
-            parts.append(f"{self.swatch('step-chart--ema')} ema({model.ema_beta:g}) {ema[-1]:.3f}")
+            parts.append(f"{self.swatch('step-chart--ema')} ema({state.ema_beta:g}) {ema[-1]:.3f}")
         else:
             parts.append("no smoothing")
-        if model.last_eval is not None:
+        if state.last_eval is not None:
             parts.append(
-                f"{self.swatch('step-chart--eval', '◆')} eval {model.last_eval.reward:.3f}"
+                f"{self.swatch('step-chart--eval', '◆')} eval {state.last_eval.reward:.3f}"
             )
-        if model.checkpoints:
+        if state.checkpoints:
             parts.append(f"{self.swatch('step-chart--checkpoint', '┊')} ckpt")
-        if model.knob_markers():
+        if state.knob_markers():
             parts.append(f"{self.swatch('step-chart--knob', '┊')} knob")
         return "  ".join(parts)

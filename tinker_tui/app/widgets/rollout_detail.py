@@ -123,13 +123,13 @@ def group_status(group: GroupRecord, short: bool = False, finished: bool = False
     )
 
 
-def where_filed(model: DashboardState, group: GroupRecord) -> str:
+def where_filed(state: DashboardState, group: GroupRecord) -> str:
     """Which step the group belongs to, in words."""
     if group.step is None:
         return (
             "left over after the last step"
-            if model.state == "finished"
-            else f"queued for step {model.step + 1}"
+            if state.state == "finished"
+            else f"queued for step {state.step + 1}"
         )
     if group.discarded is not None and group.discarded != "zero_variance":
         return f"dropped while step {group.step} was collected"
@@ -144,9 +144,9 @@ def summary_line(group: GroupRecord, finished: bool = False) -> Content:
     )
 
 
-def detail_content(model: DashboardState, ref: RolloutRef | None) -> Content:
-    if ref is None and not model.groups:
-        phase = model.phase_text()
+def detail_content(state: DashboardState, ref: RolloutRef | None) -> Content:
+    if ref is None and not state.groups:
+        phase = state.phase_text()
         return Content.styled(
             "No rollouts yet"
             + (f": {phase}." if phase else ".")
@@ -167,25 +167,25 @@ def detail_content(model: DashboardState, ref: RolloutRef | None) -> Content:
             "$text-muted",
         )
     if ref.kind == "waiting":
-        groups = model.waiting_groups()
+        groups = state.waiting_groups()
         count = f"{len(groups)} group{'s' if len(groups) != 1 else ''}"
         lines = (
             [
                 Content.styled("left over", "bold"),
                 Content(f"{count} sampled after the run's last step took its batch; never trained"),
             ]
-            if model.state == "finished"
+            if state.state == "finished"
             else [
                 Content.styled("queued", "bold"),
-                Content(f"{count} sampled and waiting for the trainer (step {model.step + 1})"),
+                Content(f"{count} sampled and waiting for the trainer (step {state.step + 1})"),
             ]
         )
-        lines += [summary_line(group, model.state == "finished") for group in groups]
+        lines += [summary_line(group, state.state == "finished") for group in groups]
         return Content("\n").join(lines)
     if ref.kind == "step":
         assert ref.step is not None
-        groups = model.groups_of(ref.step)
-        trained = ref.step <= model.step
+        groups = state.groups_of(ref.step)
+        trained = ref.step <= state.step
         count = f"{len(groups)} group" + ("" if len(groups) == 1 else "s")
         what = (
             f"{count} taken or dropped by step {ref.step}"
@@ -195,23 +195,23 @@ def detail_content(model: DashboardState, ref: RolloutRef | None) -> Content:
         lines = [Content.styled(f"step {ref.step}", "bold"), Content(what)]
         if not groups and trained:
             lines.append(Content.styled("its groups are no longer kept in memory", "$text-muted"))
-        lines += [summary_line(group, model.state == "finished") for group in groups]
+        lines += [summary_line(group, state.state == "finished") for group in groups]
         return Content("\n").join(lines)
-    group = model.groups.get(ref.group_id) if ref.group_id is not None else None
+    group = state.groups.get(ref.group_id) if ref.group_id is not None else None
     if group is None:
         return Content.styled("This group is no longer kept in memory.", "$text-muted")
     header = [
         Content.assemble(
             ("group ", "bold"),
             (f"{group.group_id}", "bold"),
-            f" · scenario {group.scenario_id} · {where_filed(model, group)}",
+            f" · scenario {group.scenario_id} · {where_filed(state, group)}",
         ),
         Content(
             f"policy v{group.policy_version} · {len(group.trajectories)} rollouts · "
             f"{group.num_tokens} tokens"
             + (f" · mean reward {group.reward_mean:.3f}" if group.trajectories else "")
         ),
-        group_status(group, finished=model.state == "finished"),
+        group_status(group, finished=state.state == "finished"),
     ]
     if ref.kind == "group":
         rewards = ", ".join(f"{t.reward:.2f}" for t in group.trajectories)
@@ -233,7 +233,7 @@ def detail_content(model: DashboardState, ref: RolloutRef | None) -> Content:
             ("  tokens ", "$text-muted"),
             f"{trajectory.num_tokens}",
             ("  ", ""),
-            where_filed(model, group),
+            where_filed(state, group),
         ),
     ]
     if trajectory.metrics:
@@ -241,7 +241,7 @@ def detail_content(model: DashboardState, ref: RolloutRef | None) -> Content:
             Content.assemble(("metrics ", "$text-muted"), metrics_text(trajectory.metrics))
         )
     lines += [
-        group_status(group, finished=model.state == "finished"),
+        group_status(group, finished=state.state == "finished"),
         Content(""),
     ]
     if not trajectory.messages:
@@ -267,18 +267,18 @@ class RolloutDetail(VerticalScroll):
     def on_mount(self) -> None:
         self.border_title = "Detail"
 
-    def show(self, model: DashboardState, ref: RolloutRef | None) -> None:
-        group = model.groups.get(ref.group_id) if ref and ref.group_id is not None else None
+    def show(self, state: DashboardState, ref: RolloutRef | None) -> None:
+        group = state.groups.get(ref.group_id) if ref and ref.group_id is not None else None
         key = (
             ref,
-            model.groups_revision if ref and ref.kind in ("step", "waiting") else None,
+            state.groups_revision if ref and ref.kind in ("step", "waiting") else None,
             (group.discarded, group.step, group.at_best) if group else None,
-            model.phase_text() if ref is None and not model.groups else None,
+            state.phase_text() if ref is None and not state.groups else None,
         )
         if key == self._shown:
             return
         self._shown = key
         self.ref = ref
-        self.query_one("#rollout-text", Static).update(detail_content(model, ref))
+        self.query_one("#rollout-text", Static).update(detail_content(state, ref))
         if ref is not None:
             set_subtitle(self, ref.kind)

@@ -68,15 +68,15 @@ def converged(group: GroupRecord) -> bool:
     return group.discarded == "zero_variance" and group.at_best
 
 
-def waiting_label(groups: list[GroupRecord], model: DashboardState) -> Text:
+def waiting_label(groups: list[GroupRecord], state: DashboardState) -> Text:
     count = len(groups)
     groups_text = f" group{'s' if count != 1 else ''}"
-    if model.state == "finished":  # nothing will take them now
+    if state.state == "finished":  # nothing will take them now
         return Text.assemble(
             ("left over ", "dim"), (f"{count}", "bold"), f"{groups_text} never trained"
         )
     return Text.assemble(
-        ("queued ", "dim"), (f"{count}", "bold"), f"{groups_text} for step {model.step + 1}"
+        ("queued ", "dim"), (f"{count}", "bold"), f"{groups_text} for step {state.step + 1}"
     )
 
 
@@ -252,16 +252,16 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
             self.sync(self._model)
             self.cursor_line = 0
 
-    def sync(self, model: DashboardState) -> None:
+    def sync(self, state: DashboardState) -> None:
         """Bring the tree up to date with the model (cheap when nothing changed)."""
-        self._model = model
-        if model.groups_revision == self._revision:
+        self._model = state
+        if state.groups_revision == self._revision:
             return
-        self._revision = model.groups_revision
+        self._revision = state.groups_revision
         following = self.following
         keep = self.cursor_node if self.cursor_line >= 0 else None
-        self._sync_waiting(model, following)
-        kept = [s for s in model.all_steps() if not self._trimmed(model, s)]
+        self._sync_waiting(state, following)
+        kept = [s for s in state.all_steps() if not self._trimmed(state, s)]
         for step in list(self._step_nodes):
             if step not in kept:  # trimmed from the model
                 self._step_nodes.pop(step).remove()
@@ -269,8 +269,8 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
         newest = max(self._step_nodes, default=None)
         self.held = []
         for step in reversed(kept):  # newest first
-            records = model.groups_of(step)
-            collecting = step > model.step
+            records = state.groups_of(step)
+            collecting = step > state.step
             raw = (
                 len(records),
                 sum(1 for g in records if g.discarded),
@@ -301,15 +301,15 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
                     self._fill_step(node, groups)
                 else:
                     self._dirty.add(step)
-        self._sync_notes(model)
-        set_subtitle(self, self._subtitle(model))
+        self._sync_notes(state)
+        set_subtitle(self, self._subtitle(state))
         if keep is not None and not following:
             self._keep_cursor_on(keep)
         elif following and self.cursor_line < 0 and (self._step_nodes or self._waiting):
             self.cursor_line = 0
 
-    def _trimmed(self, model: DashboardState, step: int) -> bool:
-        return model.trimmed_before is not None and step < model.trimmed_before
+    def _trimmed(self, state: DashboardState, step: int) -> bool:
+        return state.trimmed_before is not None and step < state.trimmed_before
 
     def _add_step(self, step: int, label: Text) -> TreeNode[RolloutRef]:
         """A step node in its place: steps newest first, below the queued node."""
@@ -321,14 +321,14 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
             return self.root.add(label, ref, before=self._notes[0])
         return self.root.add(label, ref)
 
-    def _sync_waiting(self, model: DashboardState, following: bool) -> None:
-        groups = [g for g in model.waiting_groups() if self.filter.matches_group(g)]
+    def _sync_waiting(self, state: DashboardState, following: bool) -> None:
+        groups = [g for g in state.waiting_groups() if self.filter.matches_group(g)]
         if not groups:
             if self._waiting is not None:
                 self._waiting.remove()
                 self._waiting = None
             return
-        label = waiting_label(groups, model)
+        label = waiting_label(groups, state)
         if self._waiting is None:
             if self._step_nodes and not following:
                 return  # a new top line would push the view down: wait for `home`
@@ -345,19 +345,19 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
         ):
             self._fill_groups(self._waiting, groups)
 
-    def _sync_notes(self, model: DashboardState) -> None:
+    def _sync_notes(self, state: DashboardState) -> None:
         """Why steps are missing: rollouts dropped from memory, or from before a resume."""
         notes: list[str] = []
-        if model.trimmed_before is not None:
+        if state.trimmed_before is not None:
             notes.append(
-                f"steps before {model.trimmed_before}: rollouts no longer kept in "
-                f"memory (the newest {model.max_groups:,} groups are); "
+                f"steps before {state.trimmed_before}: rollouts no longer kept in "
+                f"memory (the newest {state.max_groups:,} groups are); "
                 "`tinker-tui export` has them all"
             )
         first = min(self._step_nodes, default=None)
-        if model.start_step > 0 and (first is None or first > model.start_step):
+        if state.start_step > 0 and (first is None or first > state.start_step):
             notes.append(
-                f"steps 1–{model.start_step}: trained before this run resumed; "
+                f"steps 1–{state.start_step}: trained before this run resumed; "
                 "`tinker-tui show` has their rollouts"
             )
         if [str(n.label) for n in self._notes] == notes:
@@ -383,12 +383,12 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
         if self.cursor_node is not node:
             self.move_cursor(node)
 
-    def _subtitle(self, model: DashboardState) -> str:
+    def _subtitle(self, state: DashboardState) -> str:
         shown = sum(self._shown.get(s, 0) for s in self._step_nodes)
         text = (
-            f"{shown:,} of {len(model.groups):,} groups match"
+            f"{shown:,} of {len(state.groups):,} groups match"
             if self.filter.active
-            else f"{len(model.groups):,} groups · {len(self._step_nodes)} steps"
+            else f"{len(state.groups):,} groups · {len(self._step_nodes)} steps"
         )
         if self.held:
             count = len(self.held)

@@ -53,22 +53,22 @@ class ScenarioBoard(DataTable):
     def on_resize(self, event: events.Resize) -> None:
         self._shown = ()
 
-    def update_from_model(self, model: DashboardState, now: float) -> None:
+    def update_from_model(self, state: DashboardState, now: float) -> None:
         """Rebuild the board when the groups changed; on a live run no oftener than
         `PACE` times what the last rebuild cost (it reads every group the model keeps:
         a 2,000-step run's 16,000 groups take a tenth of a second or more)."""
-        shown = (model.groups_revision, self.order, self.size.width)
+        shown = (state.groups_revision, self.order, self.size.width)
         if shown == self._shown:
             return
-        if shown[1:] == self._shown[1:] and model.state != "finished" and now < self._next_at:
+        if shown[1:] == self._shown[1:] and state.state != "finished" and now < self._next_at:
             return
         self._shown = shown
         started = time.perf_counter()
-        self._fill(model)
+        self._fill(state)
         self._next_at = now + min(MAX_WAIT, PACE * (time.perf_counter() - started))
 
-    def _fill(self, model: DashboardState) -> None:
-        groups = list(model.groups.values())
+    def _fill(self, state: DashboardState) -> None:
+        groups = list(state.groups.values())
         rows = sorted_board(scenario_board(groups), self.order)
         line = pass_line(groups)
         kinds: dict[str, int] = {}

@@ -38,11 +38,11 @@ def _num(value: float | None) -> str:
     return "–" if value is None or not math.isfinite(value) else f"{value:g}"
 
 
-def distribution_lines(model: DashboardState, step: int, width: int) -> list[Content]:
+def distribution_lines(state: DashboardState, step: int, width: int) -> list[Content]:
     """What the distributions pane shows of `step` (and the window up to it)."""
-    series = model.series
+    series = state.series
     metrics = {key: v for key in series if (v := series_at(series, key, step)) is not None}
-    hists = model.histograms.get(step, {})
+    hists = state.histograms.get(step, {})
     lines: list[Content] = []
     for name in ("reward", "advantage"):
         hist = hists.get(name)
@@ -109,10 +109,10 @@ class DistributionsPanel(Static, can_focus=True):
     def on_mount(self) -> None:
         self.border_title = "Distributions"
 
-    def show(self, model: DashboardState, step: int) -> None:
+    def show(self, state: DashboardState, step: int) -> None:
         width = self.content_region.width or 40
         lines = (
-            distribution_lines(model, step, width)
+            distribution_lines(state, step, width)
             if step > 0
             else [Content.styled("No step trained yet.", MUTED)]
         )
@@ -128,9 +128,9 @@ class FunnelPanel(Static, can_focus=True):
     def on_mount(self) -> None:
         self.border_title = "Funnel"
 
-    def show(self, model: DashboardState, step: int) -> None:
+    def show(self, state: DashboardState, step: int) -> None:
         width = self.content_region.width or 30
-        funnel = step_funnel(model.groups_of(step), step)
+        funnel = step_funnel(state.groups_of(step), step)
         most = max(funnel.groups, 1)
         bar_width = max(0, width - 17)
         lines = []

@@ -18,36 +18,36 @@ from tinker_tui.app.widgets.updates import set_state_class, update_static
 STATE_CLASSES = ("-starting", "-running", "-paused", "-stopping", "-finished", "-failed")
 
 
-def state_badge_text(model: DashboardState) -> str:
+def state_badge_text(state: DashboardState) -> str:
     """The badge text: `STARTING`, `RUNNING`, `PAUSED: reason`, `FINISHED (stopped)`, ..."""
-    state = model.state
-    if state in ("starting", "running") and model.phase_text() is not None:
+    run_state = state.state
+    if run_state in ("starting", "running") and state.phase_text() is not None:
         return "STARTING"
-    if state == "paused":
-        return f"PAUSED: {model.reason}" if model.reason else "PAUSED"
-    if state == "finished":
-        return f"FINISHED ({ended_text(model.status, model.cause)})" if model.status else "FINISHED"
+    if run_state == "paused":
+        return f"PAUSED: {state.reason}" if state.reason else "PAUSED"
+    if run_state == "finished":
+        return f"FINISHED ({ended_text(state.status, state.cause)})" if state.status else "FINISHED"
     # a graceful stop waits for the step in flight (engine.training.pipeline)
-    if state == "stopping":
+    if run_state == "stopping":
         return "STOPPING: finishing the step · ctrl+c again: at once"
-    return state.upper()
+    return run_state.upper()
 
 
-def state_class(model: DashboardState) -> str:
-    if model.state == "finished" and model.status == "failed":
+def state_class(state: DashboardState) -> str:
+    if state.state == "finished" and state.status == "failed":
         return "-failed"
-    if model.state == "running" and model.phase_text() is not None:
+    if state.state == "running" and state.phase_text() is not None:
         return "-starting"
-    return f"-{model.state}"
+    return f"-{state.state}"
 
 
-def version_texts(model: DashboardState) -> list[str]:
+def version_texts(state: DashboardState) -> list[str]:
     """The policy version, longest (most telling) first: `weights v11`, and once steps
     have gone by without training (every group's rewards equal: no gradient) since when
     it stands: `weights v11 since step 12 (no gradient)`."""
-    version = model.policy_version
-    since = model.version_changed_at
-    if since and model.step - since >= UNCHANGED_STEPS:
+    version = state.policy_version
+    since = state.version_changed_at
+    if since and state.step - since >= UNCHANGED_STEPS:
         return [
             f"weights v{version} since step {since} (no gradient)",
             f"weights v{version} (no gradient since {since})",
@@ -58,24 +58,24 @@ def version_texts(model: DashboardState) -> list[str]:
     return [f"weights v{version}", f"v{version}"]
 
 
-def progress_text(model: DashboardState, now: float, width: int = 0) -> str:
+def progress_text(state: DashboardState, now: float, width: int = 0) -> str:
     """`step 12/60 ETA 00:31 │ weights v12 │ 00:09` in `width` cells (0: any; the version's
     words shorten first); before the first step the start-up phase
     (`format warm-up 23/60 · loss 0.412 │ 00:09`); while paused the ETA says so."""
-    elapsed = format_elapsed(model.elapsed(now))
-    phase = model.phase_text()
+    elapsed = format_elapsed(state.elapsed(now))
+    phase = state.phase_text()
     if phase is not None:
         return f"{phase} │ {elapsed}"
-    steps = f"step {model.step}"
-    if model.max_steps:
-        steps += f"/{model.max_steps}"
-    if model.state == "paused" and model.step < model.max_steps:
+    steps = f"step {state.step}"
+    if state.max_steps:
+        steps += f"/{state.max_steps}"
+    if state.state == "paused" and state.step < state.max_steps:
         steps += " ETA paused"
     else:
-        eta = model.eta()
-        if eta is not None and model.step < model.max_steps:
+        eta = state.eta()
+        if eta is not None and state.step < state.max_steps:
             steps += f" ETA {format_elapsed(eta)}"
-    texts = [f"{steps} │ {version} │ {elapsed}" for version in version_texts(model)]
+    texts = [f"{steps} │ {version} │ {elapsed}" for version in version_texts(state)]
     return next((text for text in texts if len(text) <= width), texts[-1]) if width else texts[0]
 
 
@@ -87,19 +87,19 @@ def model_name(base_model: str) -> str:
     return base_model
 
 
-def run_label_text(mode: str, model: DashboardState, width: int = 0) -> str:
+def run_label_text(mode: str, state: DashboardState, width: int = 0) -> str:
     """`attached │ RUN_ID “NAME” │ backend · model` in `width` cells (0: any): a model
     folder shows its name, not its path; then the backend gives way, then the model, then
     the run id is cut in the middle, keeping its start (the task) and its end (the time and
     suffix that tell two runs of a task apart)."""
-    who = model.run_id or model.name or "waiting for the run to start"
-    if model.run_name:  # the run's own name, beside its id
-        who = f"{who} “{model.run_name}”"
+    who = state.run_id or state.name or "waiting for the run to start"
+    if state.run_name:  # the run's own name, beside its id
+        who = f"{who} “{state.run_name}”"
     lead = [mode] if mode else []
-    name = model_name(model.base_model) if model.base_model else ""
+    name = model_name(state.base_model) if state.base_model else ""
     for where in (
-        " · ".join(p for p in (model.backend, model.base_model) if p),
-        " · ".join(p for p in (model.backend, name) if p),
+        " · ".join(p for p in (state.backend, state.base_model) if p),
+        " · ".join(p for p in (state.backend, name) if p),
         name,
         "",
     ):
@@ -136,18 +136,18 @@ class RunStatusPanel(Horizontal):
         yield Label("", id="run-label")
         yield Label("", id="progress-label")
 
-    def update_from_model(self, model: DashboardState, now: float) -> None:
+    def update_from_model(self, state: DashboardState, now: float) -> None:
         badge = self.query_one("#state-badge", Label)
-        update_static(badge, state_badge_text(model))
-        set_state_class(badge, state_class(model))
+        update_static(badge, state_badge_text(state))
+        set_state_class(badge, state_class(state))
 
         # the progress takes what the badge leaves beside the run label (its id and the
         # model's name, up to RUN_LABEL_ROOM): the version's words shorten first
-        keep = min(RUN_LABEL_ROOM, len(run_label_text(self.mode, model, RUN_LABEL_ROOM * 2)))
-        room = self.size.width - len(state_badge_text(model)) - 2 - keep - 2 - 2
+        keep = min(RUN_LABEL_ROOM, len(run_label_text(self.mode, state, RUN_LABEL_ROOM * 2)))
+        room = self.size.width - len(state_badge_text(state)) - 2 - keep - 2 - 2
         progress = self.query_one("#progress-label", Label)
-        update_static(progress, progress_text(model, now, max(1, room)))
+        update_static(progress, progress_text(state, now, max(1, room)))
         if progress.tooltip != VERSION_TIP:
             progress.tooltip = VERSION_TIP
         label = self.query_one("#run-label", Label)
-        update_static(label, run_label_text(self.mode, model, label.content_size.width))
+        update_static(label, run_label_text(self.mode, state, label.content_size.width))

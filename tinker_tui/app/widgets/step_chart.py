@@ -200,7 +200,7 @@ class StepAxisFormatter(NumericAxisFormatter):
 
 
 class StepChart(PlotWidget, inherit_bindings=False):
-    """Line chart of `model.series[key]`: values, EMA (when smoothing is on), markers.
+    """Line chart of `state.series[key]`: values, EMA (when smoothing is on), markers.
 
     Focusable (so `+` can maximize it) but without pan/zoom (nor their keys): it is a live
     view. Colours come from the component classes below, so they follow the theme.
@@ -274,19 +274,19 @@ class StepChart(PlotWidget, inherit_bindings=False):
         return max(0, self.query_one("#plot").size.height - 2) if self.is_mounted else 0
 
     # ------------------------------------------------------------------ data
-    def points(self, model: DashboardState) -> Points:
-        return model.series.get(self.key, ())
+    def points(self, state: DashboardState) -> Points:
+        return state.series.get(self.key, ())
 
-    def extra_points(self, model: DashboardState) -> Points:
+    def extra_points(self, state: DashboardState) -> Points:
         """Points marked ◆ over the lines (the reward chart's evaluations), thinned
         (`thin_markers`) so that they never hide the line."""
         return ()
 
-    def ema(self, model: DashboardState, values: Sequence[float]) -> list[float]:
+    def ema(self, state: DashboardState, values: Sequence[float]) -> list[float]:
         count, beta, cached = self._ema
-        if count != len(values) or beta != model.ema_beta:
-            cached = debiased_ema(values, model.ema_beta) if model.ema_beta > 0 else []
-            self._ema = (len(values), model.ema_beta, cached)
+        if count != len(values) or beta != state.ema_beta:
+            cached = debiased_ema(values, state.ema_beta) if state.ema_beta > 0 else []
+            self._ema = (len(values), state.ema_beta, cached)
         return cached
 
     # ------------------------------------------------------------------ drawing
@@ -301,29 +301,29 @@ class StepChart(PlotWidget, inherit_bindings=False):
         r, g, b = color.get_truecolor()
         return f"[#{r:02x}{g:02x}{b:02x}]{glyph}[/]"
 
-    def empty_text(self, model: DashboardState) -> str:
+    def empty_text(self, state: DashboardState) -> str:
         return "no steps yet"
 
-    def subtitle_text(self, model: DashboardState) -> str:
-        points = self.points(model)
+    def subtitle_text(self, state: DashboardState) -> str:
+        points = self.points(state)
         if not points:
-            return self.empty_text(model)
+            return self.empty_text(state)
         parts = [f"{self.swatch('step-chart--value')} {format_value(points[-1][1])}"]
-        ema = self.ema(model, [v for _, v in points])
+        ema = self.ema(state, [v for _, v in points])
         if ema:
             parts.append(f"{self.swatch('step-chart--ema')} ema {format_value(ema[-1])}")
         return "  ".join(parts)
 
-    def draw_key(self, model: DashboardState) -> tuple[object, ...]:
+    def draw_key(self, state: DashboardState) -> tuple[object, ...]:
         """Changes whenever the chart would draw differently."""
-        points = self.points(model)
+        points = self.points(state)
         return (
             len(points),
             points[-1] if points else None,
-            model.ema_beta,
-            len(self.extra_points(model)),
-            len(model.checkpoints),
-            len(model.knob_markers()),
+            state.ema_beta,
+            len(self.extra_points(state)),
+            len(state.checkpoints),
+            len(state.knob_markers()),
             self.size,
             self.chart_options.key(),
         )
@@ -332,7 +332,7 @@ class StepChart(PlotWidget, inherit_bindings=False):
     def chart_options(self) -> ChartOptions:
         return self.options if self.options is not None else ChartOptions()
 
-    def update_from_model(self, model: DashboardState, now: float) -> None:
+    def update_from_model(self, state: DashboardState, now: float) -> None:
         self._fit_labels()
         plot_size = (self._plot_columns(), self._plot_rows())
         if plot_size != self._plot_size:
@@ -340,33 +340,33 @@ class StepChart(PlotWidget, inherit_bindings=False):
             # textual-plot resizes its canvases only on a layout refresh of the chart
             self._plot_size = plot_size
             self.refresh(layout=True)
-        key = self.draw_key(model) + (plot_size,)
-        subtitle_key = key[:-3] + (key[-2], model.phase_text())
+        key = self.draw_key(state) + (plot_size,)
+        subtitle_key = key[:-3] + (key[-2], state.phase_text())
         if subtitle_key != self._subtitle_key:
             self._subtitle_key = subtitle_key
-            set_subtitle(self, self.subtitle_text(model))
+            set_subtitle(self, self.subtitle_text(state))
         if key == self._drawn:
             return
         self._drawn = key
         self.clear()
-        points = self.points(model)
+        points = self.points(state)
         if not points:
             return
         options = self.chart_options
-        ema = self.ema(model, [value for _, value in points])
+        ema = self.ema(state, [value for _, value in points])
         lines: list[Line] = []
         if ema:
             lines.append(
                 Line(
                     *chart_points(
-                        model, [(s, e) for (s, _), e in zip(points, ema, strict=True)], options
+                        state, [(s, e) for (s, _), e in zip(points, ema, strict=True)], options
                     ),
                     self._style("step-chart--ema"),
                 )
             )
-        lines.append(Line(*chart_points(model, points, options), self._style("step-chart--value")))
+        lines.append(Line(*chart_points(state, points, options), self._style("step-chart--value")))
         extra = Line(
-            *chart_points(model, self.extra_points(model), options, last_step=points[-1][0]),
+            *chart_points(state, self.extra_points(state), options, last_step=points[-1][0]),
             self._style("step-chart--eval"),
         )
         window = step_window(points[-1][0], options)
@@ -375,12 +375,12 @@ class StepChart(PlotWidget, inherit_bindings=False):
             # full state only: sampler weights are saved per policy version, not per step
             (
                 "step-chart--checkpoint",
-                sorted({c.step for c in model.checkpoints if c.kind == "state"}),
+                sorted({c.step for c in state.checkpoints if c.kind == "state"}),
             ),
-            ("step-chart--knob", sorted({c.step for c in model.knob_markers()})),
+            ("step-chart--knob", sorted({c.step for c in state.knob_markers()})),
         ):
             xs = [
-                x_of(model, m, options.x_axis)
+                x_of(state, m, options.x_axis)
                 for m in steps
                 if window is None or window[0] <= m <= window[1]
             ]

@@ -29,8 +29,8 @@ from tinker_tui.engine.events import StalledRollout
 __all__ = ["ThroughputPanel", "fit_verdict", "format_rate", "idle_text", "verdict_text"]
 
 
-def idle_text(model: DashboardState) -> str:
-    measured = model.throughput
+def idle_text(state: DashboardState) -> str:
+    measured = state.throughput
     if measured is None:
         return "idle  trainer -  sampler -"
     return (
@@ -51,21 +51,21 @@ def stuck_short(stalled: Sequence[StalledRollout]) -> str:
     return f"⚠ stuck {oldest.age:.0f}s{more}{where}"
 
 
-def verdict_text(model: DashboardState) -> str:
+def verdict_text(state: DashboardState) -> str:
     """What holds the pipeline back, or why nothing flows: starting, paused, stopping."""
-    measured = model.throughput
-    if model.state == "paused":
+    measured = state.throughput
+    if state.state == "paused":
         flying = (
             f"; {measured.in_flight} in flight finishing" if measured and measured.in_flight else ""
         )
         return f"⏸ paused: no new rollouts start{flying}"
-    if model.state == "stopping":
+    if state.state == "stopping":
         return "■ stopping: finishing the current step"
-    if model.state == "finished":
-        return f"■ finished: {model.status}" if model.status else "■ finished"
+    if state.state == "finished":
+        return f"■ finished: {state.status}" if state.status else "■ finished"
     if measured is not None and measured.stalled:  # before the start-up's words: it hides it
         return stuck_short(measured.stalled)
-    phase = model.phase_text()
+    phase = state.phase_text()
     if phase is not None:
         return f"▶ {phase}"
     if measured is None:
@@ -123,20 +123,20 @@ class ThroughputPanel(Vertical, can_focus=True):
     def on_mount(self) -> None:
         self.border_title = "Throughput"
 
-    def update_from_model(self, model: DashboardState, now: float) -> None:
-        measured = model.throughput
-        finished = model.state == "finished"
+    def update_from_model(self, state: DashboardState, now: float) -> None:
+        measured = state.throughput
+        finished = state.state == "finished"
         if measured is not None and not finished:
             set_subtitle(self, f"queue {measured.queue_depth} · in flight {measured.in_flight}")
         else:
-            set_subtitle(self, f"{model.rollouts_sampled:,} rollouts")
-        paused = model.state == "paused"
+            set_subtitle(self, f"{state.rollouts_sampled:,} rollouts")
+        paused = state.state == "paused"
         self.set_class(paused, "-paused")
         # A finished run's last window is history: it shows the run's averages.
         rollout_rate, token_rate = (
-            model.average_rates()
+            state.average_rates()
             if finished
-            else (model.rollouts_per_s(now), model.tokens_per_s(now))
+            else (state.rollouts_per_s(now), state.tokens_per_s(now))
         )
         rollouts, r_unit = split_rate(rollout_rate)
         tokens, t_unit = split_rate(token_rate)
@@ -157,19 +157,19 @@ class ThroughputPanel(Vertical, can_focus=True):
         )
         update_static(self.query_one("#tokens-rate", Label), tokens_label)
         for selector, history in (
-            ("#rollouts-history", model.rollout_rate_history(now)),
-            ("#tokens-history", model.token_rate_history(now)),
+            ("#rollouts-history", state.rollout_rate_history(now)),
+            ("#tokens-history", state.token_rate_history(now)),
         ):
             sparkline = self.query_one(selector, Sparkline)
             sparkline.data = history
             sparkline.visible = bool(history)  # an empty sparkline draws full bars
-        update_static(self.query_one("#idle", Label), idle_text(model))
+        update_static(self.query_one("#idle", Label), idle_text(state))
         cost = self.query_one("#cost", Label)
-        budget = model.config.get("max_cost_usd")
+        budget = state.config.get("max_cost_usd")
         parts = cost_parts(
-            model.last_metrics,
-            model.step,
-            model.max_steps,
+            state.last_metrics,
+            state.step,
+            state.max_steps,
             float(budget) if isinstance(budget, int | float) else 0.0,
         )
         text = PART_SEPARATOR.join(parts)  # the whole line, for the tooltip
@@ -178,7 +178,7 @@ class ThroughputPanel(Vertical, can_focus=True):
         update_static(cost, fit_parts(parts, width) if width else text)
         if cost.tooltip != (text or None):
             cost.tooltip = text or None
-        verdict = verdict_text(model)
+        verdict = verdict_text(state)
         label = self.query_one("#verdict", Label)
         # two lines where the pane has a row to spare (the verdict wraps), else one
         spare = self.content_size.height - sum(
@@ -194,7 +194,7 @@ class ThroughputPanel(Vertical, can_focus=True):
         label.set_class(bool(stalled), "-stuck")
         if label.tooltip != tip:
             label.tooltip = tip
-        self._whole = "\n\n".join(line for line in (tip, idle_text(model), text) if line)
+        self._whole = "\n\n".join(line for line in (tip, idle_text(state), text) if line)
 
     def action_show_whole(self) -> None:
         from tinker_tui.app.screens.text_view import TextScreen

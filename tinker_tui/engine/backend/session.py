@@ -3,8 +3,9 @@
 `BackendSession` is the code above the seam. It is identical for the embedded local backend
 (`tinker_tui.engine.local.LocalServiceClient`) and for the real `tinker.ServiceClient`; only the
 service client object handed to it differs. It owns the training client, the sampling
-clients of recent policy versions, the renderer, and the checkpoints; it turns trajectory
-groups into Datums, trains, and publishes the next sampling client.
+clients of recent policy versions (`engine.backend.sampler_cache`), the renderer, and the
+checkpoints (`engine.backend.checkpoint_retention`); it trains on Datums
+(`engine.backend.datums`) and publishes the next sampling client.
 
 Every call to the backend goes through `tinker_tui.engine.backend.retry.call_with_retry`: it
 has a timeout, transient errors are retried with backoff (idempotent calls only), and waits are published
@@ -18,21 +19,18 @@ as they happen (`engine.backend.sdk_watch`), a service that answers nothing fail
 
 Checkpoints carry the step in their name (`step-000012`): sampler weights every
 `sampler_checkpoint_every` steps, full state (weights + optimizer) whenever the pipeline
-asks (`save_state`). Of each kind the last `keep_last_checkpoints` are kept, plus those
-whose step is a multiple of `keep_every_checkpoints`; older ones are deleted. Sampling
-clients of the last `sampler_clients_to_keep` versions stay loaded for `model@step`
-requests; older versions are loaded again from their sampler weights if still kept.
+asks (`save_state`); `CheckpointRetention` deletes those the `keep_last_checkpoints` and
+`keep_every_checkpoints` settings do not keep. Sampling clients of the last
+`sampler_clients_to_keep` versions stay loaded (`SamplerCache`); older versions are loaded
+again from their sampler weights if still kept.
 """
 
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
@@ -49,6 +47,12 @@ from tinker_tui.engine.backend.capabilities import (
     ServiceClient,
     TrainingClient,
 )
+from tinker_tui.engine.backend.checkpoint_retention import (
+    CheckpointRecord,
+    CheckpointRetention,
+    LocalCheckpointRemover,
+    checkpoint_name,
+)
 from tinker_tui.engine.backend.choice import (
     backend_label,
     is_tinker_sdk,
@@ -57,87 +61,34 @@ from tinker_tui.engine.backend.choice import (
     rest_client,
     service_address,
 )
+from tinker_tui.engine.backend.datums import (
+    DatumBatch,
+    build_datums,
+    kl_penalized_advantages,
+    rl_datum,
+    supervised_datums,
+    trainer_outputs,
+)
 from tinker_tui.engine.backend.retry import RetryPolicy, Wait, WaitContext, call_with_retry
+from tinker_tui.engine.backend.sampler_cache import SamplerCache
 from tinker_tui.engine.backend.sdk_watch import Notice, SdkWatch
 from tinker_tui.engine.errors import DiskFull, TinkerTuiError
 from tinker_tui.engine.metrics import metric_keys as keys
-from tinker_tui.engine.metrics import mismatch
 from tinker_tui.engine.metrics.cost import TokenUsage
 from tinker_tui.engine.rendering.folder_renderer import declared_end_tokens
-from tinker_tui.engine.rollouts.trajectory import TrajectoryGroup, trajectory_to_datum_arrays
+from tinker_tui.engine.rollouts.trajectory import TrajectoryGroup
 
 if TYPE_CHECKING:
     from tinker_tui.engine.clock import Clock
     from tinker_tui.engine.config import RunConfig
-    from tinker_tui.engine.events import CheckpointKind, Event
+    from tinker_tui.engine.events import Event
 
 
 T = TypeVar("T")
 
 
-def _loss_inputs(**arrays: Sequence[float]) -> tinker.types.LossFnInputs:
-    """Per-token loss inputs as plain lists: `tinker.Datum` turns each into its TensorData
-    (with the dtype its key needs), though its annotation names only TensorData."""
-    return cast("tinker.types.LossFnInputs", dict(arrays))
-
-
 class UnknownVersionError(TinkerTuiError, LookupError):
     """A policy version that this run does not serve (never existed, or evicted)."""
-
-
-def _datum(
-    model_input: list[int], target_tokens: list[int], logprobs: list[float], advantages: list[float]
-) -> tinker.Datum:
-    """An RL Datum (the inputs every RL loss takes)."""
-    return tinker.Datum(
-        model_input=tinker.ModelInput.from_ints(model_input),
-        loss_fn_inputs=_loss_inputs(
-            target_tokens=target_tokens, logprobs=logprobs, advantages=advantages
-        ),
-    )
-
-
-# ---------------------------------------------------------------------------- checkpoints
-def checkpoint_name(step: int, suffix: str = "") -> str:
-    return f"step-{step:06d}{suffix}"
-
-
-def checkpoints_to_delete(steps: Sequence[int], keep_last: int, keep_every: int) -> list[int]:
-    """Indices (into `steps`, oldest first) of the checkpoints a retention policy removes:
-    all but the last `keep_last` (0 keeps everything) and those whose step is a multiple of
-    `keep_every` (0: none kept for that reason)."""
-    if keep_last <= 0:
-        return []
-    first_kept = max(0, len(steps) - keep_last)
-    return [
-        i
-        for i, step in enumerate(steps[:first_kept])
-        if not (keep_every > 0 and step % keep_every == 0)
-    ]
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointRecord:
-    kind: CheckpointKind  # "state" (weights + optimizer) or "sampler" (weights for sampling)
-    step: int
-    name: str
-    path: str
-
-
-class _LocalCheckpointRemover:
-    """Deletes checkpoints of the local backend by path, as `tinker.RestClient` deletes
-    them on the service (`delete_checkpoint_from_tinker_path`)."""
-
-    def __init__(self, checkpoint_dir: Path) -> None:
-        self.checkpoint_dir = Path(checkpoint_dir)
-
-    def delete_checkpoint_from_tinker_path(self, path: str) -> Awaitable[None]:
-        from tinker_tui.engine.local import checkpoints
-
-        def remove() -> None:
-            shutil.rmtree(checkpoints.resolve(self.checkpoint_dir, path))
-
-        return asyncio.to_thread(remove)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,58 +101,6 @@ class TrainResult:
     #: `forward_backward` answered it; and its entropy there where the backend gave one.
     trainer_logprobs: tuple[np.ndarray, ...] = ()
     entropy: tuple[np.ndarray, ...] | None = None
-
-
-class DatumBatch(list):  # type: ignore[type-arg]
-    """The Datums of one training step (a list), with metrics about how they were built and,
-    per Datum, which of its targets were sampled (1.0) rather than context (0.0)."""
-
-    metrics: dict[str, float]
-    masks: list[list[float]]
-    #: Per Datum: (group id, index in the group) of the trajectory it trains, and per
-    #: target the policy version that sampled it (-1 for context); empty when not known.
-    sources: list[tuple[int, int]]
-    versions: list[list[int]]
-
-    def __init__(
-        self,
-        datums: Sequence[tinker.Datum] = (),
-        metrics: Mapping[str, float] | None = None,
-        masks: Sequence[Sequence[float]] | None = None,
-        sources: Sequence[tuple[int, int]] = (),
-        versions: Sequence[Sequence[int]] = (),
-    ) -> None:
-        super().__init__(datums)
-        self.metrics = dict(metrics or {})
-        self.masks = [list(m) for m in masks] if masks is not None else []
-        self.sources = list(sources)
-        self.versions = [list(v) for v in versions]
-
-
-def kl_penalized_advantages(
-    advantages: Sequence[Sequence[float]],
-    sampled_logprobs: Sequence[Sequence[float]],
-    base_logprobs: Sequence[Sequence[float]],
-    masks: Sequence[Sequence[float]],
-    coef: float,
-) -> tuple[list[list[float]], float]:
-    """The KL penalty against the base model, as tinker-cookbook's `incorporate_kl_penalty`
-    applies it: per sampled token, d = logp_sampled - logp_base; the advantage of that token
-    gains coef * (mean d over every sampled token of the batch - d). Tokens the base finds
-    much less likely than the policy did are pushed down, the others up; the batch's mean
-    advantage is unchanged. Returns the new advantages and the mean d (an estimate of
-    KL(policy || base) on the sampled tokens)."""
-    diffs = [
-        [(s - b) * m for s, b, m in zip(sampled, base, mask, strict=True)]
-        for sampled, base, mask in zip(sampled_logprobs, base_logprobs, masks, strict=True)
-    ]
-    count = sum(sum(mask) for mask in masks)
-    mean = sum(sum(d) for d in diffs) / count if count else 0.0
-    new = [
-        [a + coef * m * (mean - d) for a, d, m in zip(adv, diff, mask, strict=True)]
-        for adv, diff, mask in zip(advantages, diffs, masks, strict=True)
-    ]
-    return new, mean
 
 
 @dataclass
@@ -258,9 +157,6 @@ class BackendSession:
             "grad_clip_norm": grad_clip_norm,
         }
         self.sampler_checkpoint_every = sampler_checkpoint_every
-        self.keep_last_checkpoints = keep_last_checkpoints
-        self.keep_every_checkpoints = keep_every_checkpoints
-        self.sampler_clients_to_keep = max(1, sampler_clients_to_keep)
         self.kl_penalty_coef = kl_penalty_coef
         #: The base model's sampling client, the KL penalty's reference (when it is on).
         self.reference: SamplingClient | None = None
@@ -275,18 +171,22 @@ class BackendSession:
         #: (`engine.rendering.folder_renderer.declared_end_tokens`).
         self.end_tokens: list[int] = []
         self.tokenizer: Any = None
-        #: Every checkpoint this policy saved and still keeps, oldest first.
-        self.checkpoints: list[CheckpointRecord] = []
-        #: The step of a full checkpoint the retention policy keeps (the run's rollback point).
-        self.keep_state_step: int | None = None
-        #: Steps of full checkpoints a person asked for (`c`, the control endpoint): the
-        #: retention policy keeps them, and they do not count toward `keep_last_checkpoints`.
-        self.requested_state_steps: set[int] = set()
         self.rewinds = 0  # rollbacks so far (names their sampler weights apart)
-        self._samplers: OrderedDict[int, SamplingClient] = OrderedDict()
-        self._loaded_from: dict[int, str] = {}  # version -> path its cached client was loaded from
+        #: Sampling clients of recent versions, for `model@step` requests.
+        self.samplers = SamplerCache(sampler_clients_to_keep)
         #: What deletes old checkpoints: a tinker.RestClient (made on first use), or by path.
         self._rest: RemovesCheckpoints | None = rest_client
+        #: The checkpoints this session saved and still keeps, and the policy deleting others.
+        self.retention = CheckpointRetention(
+            keep_last=keep_last_checkpoints,
+            keep_every=keep_every_checkpoints,
+            call=lambda operation, call: self._call(operation, call),
+            remover=self._remover,
+            log=self._log,
+            now=self._now,
+            on_event=on_event,
+            on_sampler_deleted=lambda old: self.samplers.forget_loaded_from(old.step, old.path),
+        )
         self.tinker_sdk = is_tinker_sdk(service_client)
         #: How waits name the backend ("Tinker", "local backend").
         self.backend_label = backend or backend_label(service_client)
@@ -596,10 +496,7 @@ class BackendSession:
         # Version and client change together: a request never sees one without the other.
         self.version = publish.version
         self.sampling_client = client
-        self._samplers[publish.version] = client
-        self._samplers.move_to_end(publish.version)
-        self._loaded_from.pop(publish.version, None)
-        self._evict_samplers()
+        self.samplers.put(publish.version, client, current=self.version)
         await self.settle_sampler_save()  # an earlier one, if still pending
         if publish.saved is not None:
             self._pending_save = publish
@@ -629,26 +526,21 @@ class BackendSession:
                 "warning", f"could not save sampler weights {name}: {type(exc).__name__}: {exc}"
             )
             return
-        await self._record_checkpoint(
+        await self.retention.record(
             CheckpointRecord("sampler", publish.version, name, response.path)
         )
 
     # ------------------------------------------------------------------ sampling
     def available_versions(self) -> list[int]:
         """Policy versions that can be sampled: loaded, or saved as sampler weights."""
-        saved = {c.step for c in self.checkpoints if c.kind == "sampler"}
-        return sorted(set(self._samplers) | saved)
+        return sorted(self.samplers.versions() | self.retention.sampler_steps())
 
     async def sampling_client_for(self, version: int) -> SamplingClient:
         """The sampling client of an earlier (or the current) policy version."""
-        client = self._samplers.get(version)
+        client = self.samplers.get(version)
         if client is not None:
-            self._samplers.move_to_end(version)
             return client
-        record = next(
-            (c for c in reversed(self.checkpoints) if c.kind == "sampler" and c.step == version),
-            None,
-        )
+        record = self.retention.sampler_record(version)
         if record is None:
             available = ", ".join(str(v) for v in self.available_versions()) or "none"
             raise UnknownVersionError(
@@ -658,19 +550,11 @@ class BackendSession:
         client = await self._call(
             "load sampler weights", lambda _: service.create_sampling_client(model_path=record.path)
         )
-        if version in self._samplers:  # loaded concurrently by another request
-            return self._samplers[version]
-        self._samplers[version] = client
-        self._loaded_from[version] = record.path
-        self._evict_samplers()
+        loaded = self.samplers.get(version)
+        if loaded is not None:  # loaded concurrently by another request
+            return loaded
+        self.samplers.put(version, client, current=self.version, loaded_from=record.path)
         return client
-
-    def _evict_samplers(self) -> None:
-        """Keep the `sampler_clients_to_keep` most recently used, always the current one."""
-        while len(self._samplers) > self.sampler_clients_to_keep:
-            victim = next(v for v in self._samplers if v != self.version)
-            del self._samplers[victim]
-            self._loaded_from.pop(victim, None)
 
     async def sample(
         self,
@@ -728,43 +612,8 @@ class BackendSession:
 
     # ------------------------------------------------------------------ training
     def build_datums(self, groups: Sequence[TrajectoryGroup]) -> DatumBatch:
-        """Datums for every sampled assistant turn, weighted by its group-relative advantage.
-
-        The turns of one trajectory share a Datum while each prompt extends what was sampled
-        before it (see `trajectory_to_datum_arrays`); `metrics` counts the turns and the
-        prefix mismatches that split a trajectory into several Datums.
-        """
-        datums: list[tinker.Datum] = []
-        masks: list[list[float]] = []
-        sources: list[tuple[int, int]] = []
-        versions: list[list[int]] = []
-        turns = mismatches = 0
-        for group in groups:
-            for index, (trajectory, advantage) in enumerate(
-                zip(group.trajectories, group.advantages(), strict=True)
-            ):
-                arrays = trajectory_to_datum_arrays(trajectory.turns, advantage)
-                turns += arrays.turns
-                mismatches += arrays.prefix_mismatches
-                for example in arrays.examples:
-                    datums.append(
-                        _datum(
-                            list(example["model_input"]),
-                            list(example["target_tokens"]),
-                            list(example["logprobs"]),
-                            list(example["advantages"]),
-                        )
-                    )
-                    masks.append(list(example["mask"]))
-                    sources.append((group.group_id, index))
-                    versions.append(list(example["versions"]))
-        return DatumBatch(
-            datums,
-            {keys.TRAIN_TURNS: float(turns), keys.TRAIN_PREFIX_MISMATCH: float(mismatches)},
-            masks,
-            sources,
-            versions,
-        )
+        """Datums for every sampled assistant turn (`engine.backend.datums.build_datums`)."""
+        return build_datums(groups)
 
     async def apply_kl_penalty(self, datums: DatumBatch) -> tuple[DatumBatch, dict[str, float]]:
         """The batch with the KL penalty against the base model added to its advantages
@@ -802,7 +651,7 @@ class BackendSession:
         )
         batch = DatumBatch(
             [
-                _datum(i, t, s, a)
+                rl_datum(i, t, s, a)
                 for i, t, s, a in zip(inputs, targets, sampled, new_advantages, strict=True)
             ],
             datums.metrics,
@@ -861,26 +710,15 @@ class BackendSession:
         if isinstance(datums, DatumBatch):  # how they were built
             metrics.update(datums.metrics)
         metrics.update(kl_metrics)
-        trainer, entropy, mismatch = await asyncio.to_thread(_trainer_outputs, datums, fb)
+        trainer, entropy, mismatch = await asyncio.to_thread(trainer_outputs, datums, fb)
         metrics.update(mismatch)
         return TrainResult(self.version, metrics, len(datums), num_tokens, trainer, entropy)
 
     def supervised_datums(
         self, conversations: Sequence[Sequence[Mapping[str, Any]]]
     ) -> list[tinker.Datum]:
-        """One cross-entropy Datum per conversation (its last assistant turn trained)."""
-        datums = []
-        for messages in conversations:
-            model_input, weights = self.renderer.build_supervised_example(list(messages))
-            tokens = model_input.to_ints()
-            weight_list = [float(w) for w in weights.tolist()]
-            datums.append(
-                tinker.Datum(
-                    model_input=tinker.ModelInput.from_ints(tokens[:-1]),
-                    loss_fn_inputs=_loss_inputs(target_tokens=tokens[1:], weights=weight_list[1:]),
-                )
-            )
-        return datums
+        """One cross-entropy Datum per conversation, rendered by this session's renderer."""
+        return supervised_datums(self.renderer, conversations)
 
     async def train_supervised(
         self, conversations: Sequence[Sequence[Mapping[str, Any]]], *, learning_rate: float
@@ -939,7 +777,7 @@ class BackendSession:
         response = await self._call(
             "save state", lambda attempt: training.save_state(name, overwrite=attempt > 1)
         )
-        await self._record_checkpoint(
+        await self.retention.record(
             CheckpointRecord("state", self.version if step is None else step, name, response.path)
         )
         return str(response.path)
@@ -950,124 +788,31 @@ class BackendSession:
         sampler weights of later versions are deleted (their names are used again as the
         run goes on)."""
         await self.load_training_state(path)
-        self.requested_state_steps = {s for s in self.requested_state_steps if s <= step}
-        for old in [
-            c for c in self.checkpoints if c.step > (step if c.kind == "state" else version)
-        ]:
-            self.checkpoints.remove(old)
-            await self._delete(old)
-        for later in [v for v in self._samplers if v > version]:
-            del self._samplers[later]
-            self._loaded_from.pop(later, None)
+        await self.retention.rewind(step, version)
+        self.samplers.drop_after(version)
         self.rewinds += 1
         await self._publish(version, suffix=f"-rewind{self.rewinds}")
 
-    def adopt_checkpoints(self, records: Sequence[CheckpointRecord]) -> None:
-        """Checkpoints an earlier process of this run saved (oldest first), so the retention
-        policy counts them and deletes them in turn; without them, a resumed run kept every
-        checkpoint from before the resume for good."""
-        self.checkpoints[:0] = records
+    @property
+    def checkpoints(self) -> list[CheckpointRecord]:
+        """Every checkpoint this session saved and still keeps, oldest first."""
+        return self.retention.checkpoints
 
-    async def _record_checkpoint(self, record: CheckpointRecord) -> None:
-        self.checkpoints.append(record)
-        same = [
-            c
-            for c in self.checkpoints
-            if c.kind == record.kind
-            and not (c.kind == "state" and c.step in self.requested_state_steps)
-        ]
-        keep_last = self.keep_last_checkpoints
-        if record.kind == "state" and keep_last:
-            # Never fewer than two: the newest may not be confirmed by the run store yet when
-            # a crash hits, and a resume then needs the one before it.
-            keep_last = max(keep_last, 2)
-        doomed = [
-            same[i]
-            for i in checkpoints_to_delete(
-                [c.step for c in same], keep_last, self.keep_every_checkpoints
-            )
-            if not (record.kind == "state" and same[i].step == self.keep_state_step)
-        ]
-        for old in doomed:
-            self.checkpoints.remove(old)
-            if record.kind == "sampler" and self._loaded_from.get(old.step) == old.path:
-                self._samplers.pop(old.step, None)
-                self._loaded_from.pop(old.step, None)
-            await self._delete(old)
+    def adopt_checkpoints(self, records: Sequence[CheckpointRecord]) -> None:
+        """Checkpoints an earlier process of this run saved (`CheckpointRetention.adopt`)."""
+        self.retention.adopt(records)
 
     async def _remover(self) -> RemovesCheckpoints | None:
         """What deletes checkpoints: the local backend's folders by path, or a
         `tinker.RestClient` (its constructor fetches the service's config: off the loop)."""
         if self._rest is None:
             if isinstance(self.service_client, KeepsCheckpointsHere):
-                self._rest = _LocalCheckpointRemover(self.service_client.checkpoint_dir)
+                self._rest = LocalCheckpointRemover(self.service_client.checkpoint_dir)
             elif self.tinker_sdk:
                 self._rest = await self._call(
                     "connect to the checkpoint API", lambda _: sdk_call(rest_client)
                 )
         return self._rest
-
-    async def _delete(self, record: CheckpointRecord) -> None:
-        """Delete an old checkpoint; a failure is logged, never fatal."""
-        try:
-            remover = await self._remover()
-        except Exception as exc:
-            self._log(
-                "warning",
-                f"could not delete old checkpoint {record.path}: {type(exc).__name__}: {exc}",
-            )
-            return
-        if remover is None:
-            return
-        try:
-            await self._call(
-                f"delete checkpoint {record.name}",
-                lambda _: remover.delete_checkpoint_from_tinker_path(record.path),
-            )
-        except Exception as exc:
-            self._log(
-                "warning",
-                f"could not delete old checkpoint {record.path}: {type(exc).__name__}: {exc}",
-            )
-            return
-        if self.on_event is not None:
-            from tinker_tui.engine.events import CheckpointDeleted
-
-            self.on_event(
-                CheckpointDeleted(
-                    time=self._now(),
-                    step=record.step,
-                    kind=record.kind,
-                    name=record.name,
-                    path=record.path,
-                )
-            )
-
-
-def _trainer_outputs(
-    datums: Sequence[tinker.Datum], fb: Any
-) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...] | None, dict[str, float]]:
-    """The trainer's per-target logprobs (and entropy, where the backend answered it) from a
-    `forward_backward` result, and the step's mismatch metrics against the sampled logprobs
-    (`engine.metrics.mismatch`); nothing when the result has no per-datum logprobs."""
-    outputs = list(getattr(fb, "loss_fn_outputs", None) or ())
-    if len(outputs) != len(datums) or not all("logprobs" in o for o in outputs):
-        return (), None, {}
-    trainer = tuple(np.asarray(o["logprobs"].to_numpy(), dtype=np.float32) for o in outputs)
-    entropy = (
-        tuple(np.asarray(o["entropy"].to_numpy(), dtype=np.float32) for o in outputs)
-        if all("entropy" in o for o in outputs)
-        else None
-    )
-    if not all("logprobs" in d.loss_fn_inputs and "advantages" in d.loss_fn_inputs for d in datums):
-        return trainer, entropy, {}  # not an RL batch (cross_entropy): nothing was sampled
-    sampled = [np.asarray(d.loss_fn_inputs["logprobs"].to_numpy()) for d in datums]
-    masks = (
-        datums.masks
-        if isinstance(datums, DatumBatch) and datums.masks
-        else [np.asarray(d.loss_fn_inputs["advantages"].to_numpy()) != 0 for d in datums]
-    )
-    return trainer, entropy, mismatch.mismatch_metrics(sampled, trainer, masks, entropy)
 
 
 def _sdk_session_id(service_client: ServiceClient, training_client: TrainingClient) -> str:

@@ -186,7 +186,7 @@ async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
 
 
 def create_app(
-    policy: PolicySource,
+    session: PolicySource,
     *,
     model_name: str,
     token: str,
@@ -207,7 +207,7 @@ def create_app(
             code="invalid_api_key",
         ),
     )
-    source: PolicySource = coalescer if coalescer is not None else policy
+    source: PolicySource = coalescer if coalescer is not None else session
     handler = ChatHandler(
         source,
         model_name=model_name,
@@ -229,17 +229,17 @@ def create_app(
             "created": 0,
             "owned_by": "tinker-tui",
         }
-        if policy.renderer is not None:
+        if session.renderer is not None:
             # How tools reach this model: in its own format ("native"), or in the server's
             # text protocol ("text"), so a rollout can choose its prompts.
-            native = handler.renderer_info(policy.renderer).native_tools
+            native = handler.renderer_info(session.renderer).native_tools
             entry["tool_calls"] = "native" if native else "text"
         return entry
 
     def model_names() -> list[str]:
         older = (
-            [f"{model_name}@{v}" for v in policy.available_versions()]
-            if isinstance(policy, ServesEarlierVersions)
+            [f"{model_name}@{v}" for v in session.available_versions()]
+            if isinstance(session, ServesEarlierVersions)
             else []
         )
         return [model_name, *older]
@@ -247,7 +247,7 @@ def create_app(
     @app.get("/health")
     async def health() -> Response:
         return Response(
-            _dumps({"status": "ok", "policy_version": policy.version}),
+            _dumps({"status": "ok", "policy_version": session.version}),
             media_type="application/json",
         )
 
@@ -321,7 +321,7 @@ class PolicyServer:
 
     def __init__(
         self,
-        policy: PolicySource,
+        session: PolicySource,
         *,
         model_name: str,
         token: str | None = None,
@@ -336,11 +336,11 @@ class PolicyServer:
         self.model_name = model_name
         #: Coalesces a group's equal requests into one sampling call (`coalesce`); a batch
         #: of `group_size` samples (a whole group) goes without waiting out the window.
-        self.coalescer = SampleCoalescer(policy, window=coalesce_window, full_at=group_size)
+        self.coalescer = SampleCoalescer(session, window=coalesce_window, full_at=group_size)
         self.token = token or secrets.token_urlsafe(24)
         self.defaults = defaults or SamplingDefaults()
         self.app = create_app(
-            policy,
+            session,
             model_name=model_name,
             token=self.token,
             defaults=self.defaults,

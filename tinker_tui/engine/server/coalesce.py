@@ -88,13 +88,13 @@ class SampleCoalescer:
 
     def __init__(
         self,
-        policy: PolicySource,
+        session: PolicySource,
         *,
         window: float,
         max_samples: int = MAX_SAMPLES_PER_CALL,
         full_at: int | None = None,
     ) -> None:
-        self.policy = policy
+        self.session = session
         self.window = window
         self.max_samples = max_samples
         self.full_at = full_at
@@ -104,15 +104,15 @@ class SampleCoalescer:
     # The handler reads these from its policy.
     @property
     def renderer(self) -> Any:
-        return self.policy.renderer
+        return self.session.renderer
 
     @property
     def version(self) -> int:
-        return int(self.policy.version)
+        return int(self.session.version)
 
     @property
     def end_tokens(self) -> Sequence[int]:
-        return tuple(self.policy.end_tokens)
+        return tuple(self.session.end_tokens)
 
     async def sample(
         self,
@@ -129,7 +129,7 @@ class SampleCoalescer:
         if self.window <= 0 or num_samples > self.max_samples:
             self.stats.calls += 1
             self.stats.samples += num_samples
-            response, used = await self.policy.sample(
+            response, used = await self.session.sample(
                 prompt,
                 num_samples,
                 sampling_params,
@@ -187,7 +187,7 @@ class SampleCoalescer:
     async def _call(self, batch: _Batch) -> None:
         asked = batch.num_samples
         try:
-            response, used = await self.policy.sample(
+            response, used = await self.session.sample(
                 batch.prompt,
                 asked,
                 batch.params,

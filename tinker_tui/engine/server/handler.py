@@ -136,14 +136,14 @@ class Prepared:
 class ChatHandler:
     def __init__(
         self,
-        policy: PolicySource,
+        session: PolicySource,
         *,
         model_name: str,
         defaults: SamplingDefaults,
         max_tokens_limit: int,
         context_length: int | None = None,
     ) -> None:
-        self.policy = policy
+        self.session = session
         self.model_name = model_name
         self.defaults = defaults
         self.max_tokens_limit = max_tokens_limit
@@ -180,7 +180,7 @@ class ChatHandler:
         ends = (
             []
             if string_stops
-            else list(dict.fromkeys([*stops, *(int(t) for t in self.policy.end_tokens)]))
+            else list(dict.fromkeys([*stops, *(int(t) for t in self.session.end_tokens)]))
         )
         info = RendererInfo(
             native_tools=supports_native_tools(renderer),
@@ -546,7 +546,7 @@ class ChatHandler:
             raise RequestError(
                 400, f"stop must be at most {MAX_STOP} non-empty strings", param="stop"
             )
-        renderer = self.policy.renderer
+        renderer = self.session.renderer
         info = self.renderer_info(renderer)
         key = _signature(body)
         prepared = self._prepared.get(key)
@@ -600,7 +600,7 @@ class ChatHandler:
                     "constraint": prepared.constraint,
                     "constraint_prefix": prepared.constraint_prefix,
                 }
-            return await self.policy.sample(
+            return await self.session.sample(
                 prompt, n, params, version=version, top_logprobs=top_logprobs, **constrained
             )
         except UnknownVersionError as exc:

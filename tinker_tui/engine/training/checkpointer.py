@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from tinker_tui.engine import faults
-from tinker_tui.engine.backend.session import BackendSession, checkpoint_name
+from tinker_tui.engine.backend.checkpoint_retention import checkpoint_name
+from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import RunConfig
 from tinker_tui.engine.events import CheckpointSaved, CheckpointStarted, EventBus, LogEmitted
@@ -27,13 +28,14 @@ class Checkpointer:
         self,
         *,
         config: RunConfig,
-        policy: BackendSession,
+        session: BackendSession,
         health: HealthWindow,
         bus: EventBus,
         clock: Clock,
+        commit_events: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config
-        self.policy = policy
+        self.session = session
         self.health = health
         self.bus = bus
         self.clock = clock
@@ -48,7 +50,7 @@ class Checkpointer:
         self.requested = False
         #: Awaited after a checkpoint event is published, so the store commits its row
         #: before training goes on (the run passes the store's flush).
-        self.commit_events: Callable[[], Awaitable[None]] | None = None
+        self.commit_events = commit_events
 
     def due(self, step: int, best_before: tuple[int, float] | None) -> str | None:
         """Why a checkpoint is written after `step`, if one is: asked for, periodic, or near
@@ -118,11 +120,11 @@ class Checkpointer:
         )
         # Ordered by step for the retention policy (a step without gradient makes no new
         # version), as a resumed run's adopted checkpoints are.
-        path = await self.policy.save_state(name, step=step)
+        path = await self.session.save_state(name, step=step)
         faults.hit("checkpoint", state.step)
         requested = why == "requested"
         if requested:  # kept by the retention policy from now on
-            self.policy.requested_state_steps.add(state.step)
+            self.session.retention.requested_state_steps.add(state.step)
         # Confirmed once this row is committed (with the resume state, in one row).
         self.bus.publish(
             CheckpointSaved(
@@ -146,15 +148,15 @@ class Checkpointer:
         """Asked for at a step checkpointed already: that checkpoint is the one asked for
         (kept by retention, marked), published again as such."""
         name = checkpoint_name(step)
-        if step in self.policy.requested_state_steps or step not in self.table:
+        if step in self.session.retention.requested_state_steps or step not in self.table:
             self._log(
                 "info",
                 f"checkpoint {name} is written already"
-                + ("; it is kept" if step in self.policy.requested_state_steps else ""),
+                + ("; it is kept" if step in self.session.retention.requested_state_steps else ""),
             )
             return
         _, path, state = self.table[step]
-        self.policy.requested_state_steps.add(step)
+        self.session.retention.requested_state_steps.add(step)
         self.bus.publish(
             CheckpointSaved(
                 time=self.clock.now(),
@@ -176,7 +178,7 @@ class Checkpointer:
         self.table[step] = (name, path, state)
         self.health.checkpointed(step, name, state.policy_version)
         if requested:
-            self.policy.requested_state_steps.add(step)
+            self.session.retention.requested_state_steps.add(step)
 
     def restored(self, state: ResumeState) -> None:
         """The run continues from `state`: a start state (no checkpoint: warm-up not done)
@@ -195,7 +197,7 @@ class Checkpointer:
     def keep_rollback_point(self) -> None:
         """The checkpoint a rollback would use is kept by the retention policy."""
         target = self.health.rollback_point()
-        self.policy.keep_state_step = target[0] if target else None
+        self.session.retention.keep_state_step = target[0] if target else None
 
     def _log(self, level: str, message: str) -> None:
         self.bus.publish(LogEmitted(time=self.clock.now(), level=level, message=message))

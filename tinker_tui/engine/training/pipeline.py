@@ -23,7 +23,6 @@ import asyncio
 import dataclasses
 import inspect
 import linecache
-import math
 import random
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -35,7 +34,6 @@ from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.config import RunConfig, check_knob
 from tinker_tui.engine.events import (
-    DISCARD_REASONS,
     SOURCE_ENGINE,
     CommandReceived,
     DiscardReason,
@@ -68,7 +66,6 @@ from tinker_tui.engine.rollouts.task import (
     part_of,
     reward_components_of,
 )
-from tinker_tui.engine.rollouts.task_metrics import step_task_metrics
 from tinker_tui.engine.rollouts.trajectory import Trajectory, TrajectoryError, TrajectoryGroup
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.training.advantages import group_advantages
@@ -88,6 +85,7 @@ from tinker_tui.engine.training.rollout_loop import (
     SameLoop,
     run_together,
 )
+from tinker_tui.engine.training.step_metrics import StepMetrics
 from tinker_tui.engine.training.trained_tokens import PieceBook, tokens_event, trained_tokens
 
 
@@ -106,7 +104,7 @@ class Pipeline:
         *,
         config: RunConfig,
         task: Task,
-        policy: BackendSession,
+        session: BackendSession,
         client_factory: Callable[[], object],
         model_name: str,
         bus: EventBus,
@@ -117,6 +115,9 @@ class Pipeline:
         rollouts: RolloutLoop | None = None,
         health_pause_default: str = "wait",
         stall_after: float = STALL_AFTER,
+        warmup_done: bool = True,
+        rewind_store: Callable[[int], Awaitable[Mapping[str, int]]] | None = None,
+        commit_events: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config
         #: Seconds before a group's rollouts in flight count as stalled (`STALL_AFTER`).
@@ -126,7 +127,7 @@ class Pipeline:
         self._rolling: dict[int, tuple[float, Scenario, list[Any]]] = {}
         self.task = task
         self._reward_components = reward_components_of(task)
-        self.policy = policy
+        self.session = session
         self.model_name = model_name
         self.bus = bus
         self.clock = clock
@@ -146,9 +147,10 @@ class Pipeline:
         # Drawn positions not yet known to be consumed at a checkpoint: position -> the step
         # that consumed it (trained, or dropped while collecting its batch), None while open.
         self._open: dict[int, int | None] = {}
-        #: Whether the policy's weights are worth a checkpoint: the run (engine.run) keeps it
-        #: False until the model is built and the supervised warm-up is done (or there is none).
-        self.warmup_done = True
+        #: Whether the policy's weights are worth a checkpoint: the run (engine.run) starts
+        #: it False until the model is built and the supervised warm-up is done (or there is
+        #: none).
+        self.warmup_done = warmup_done
         self._queue: asyncio.Queue[TrajectoryGroup | None] = asyncio.Queue()
         self._in_flight = 0
         self._held = 0  # groups the trainer holds: its partial batch, or the batch it trains
@@ -161,7 +163,6 @@ class Pipeline:
         self._paused_checkpoint: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._stop_event = asyncio.Event()  # set once by stop(); see stop_requested()
-        self._discards_this_step: dict[DiscardReason, int] = dict.fromkeys(DISCARD_REASONS, 0)
         self._ran_out_at: int | None = None  # scenarios drawn when they ran out
         self._training_since: float | None = None  # the step's training call began
         self.sampling_defaults = sampling_defaults or SamplingDefaults(
@@ -181,31 +182,23 @@ class Pipeline:
             roll_out=lambda client, scenarios: self._roll_out(client, scenarios),
             bus=bus,
             clock=clock,
-            now_at=lambda: (self.step, self.policy.version),
+            now_at=lambda: (self.step, self.session.version),
             stopping=lambda: self._stopping,
         )
         # Accounting and health.
         self.meter = ThroughputMeter()
         #: Tokens and dollars per step and in total, and the budget (engine.metrics.cost).
         self.cost = CostMeter(Prices.from_config(config), config.max_cost_usd)
-        #: Groups sampled, trained and discarded since the run began.
-        self.group_counts = {
-            keys.GROUPS_SAMPLED_TOTAL: 0,
-            keys.GROUPS_TRAINED_TOTAL: 0,
-            keys.GROUPS_DISCARDED_TOTAL: 0,
-        }
+        #: The counts between two steps and the run's group totals; a step's metrics.
+        self.step_metrics = StepMetrics()
         self.loop_lag = LoopLagMonitor()
         self.report_interval = 1.0
-        self._finish_version: dict[int, int] = {}
         #: The run's health (engine.metrics.health): what pauses it, what tells a collapse.
         self.health = HealthWindow.from_settings(config.as_dict())
         self._last_failure = ""  # why the last failed group failed, for a health pause
         self._pieces: PieceBook | None = None  # token pieces given to the store so far
         self._started_at = 0.0
-        self._last_step_end: float | None = None
         self._skipping = False  # the last step had no gradient (all groups zero-variance)
-        self._error_rollouts = 0  # rollouts that failed since the last step
-        self._rollouts_ended = 0  # rollouts that ended (succeeded or failed) since then
         # What a health pause does: the setting, or the front end's choice for "auto"
         # (stop without a dashboard, wait with one).
         self.on_health_pause = (
@@ -218,11 +211,16 @@ class Pipeline:
         self.rollbacks = 0  # automatic rollbacks so far
         #: The run's full checkpoints, and the one a rollback uses (engine.training.checkpointer).
         self.checkpointer = Checkpointer(
-            config=config, policy=policy, health=self.health, bus=bus, clock=clock
+            config=config,
+            session=session,
+            health=self.health,
+            bus=bus,
+            clock=clock,
+            commit_events=commit_events,
         )
-        #: Set by the run: flush the store and reconcile it to a step (a rollback), returns
-        #: what `RunStore.reconcile` returns.
-        self.rewind_store: Callable[[int], Awaitable[Mapping[str, int]]] | None = None
+        #: Flush the store and reconcile it to a step (a rollback), returns what
+        #: `RunStore.reconcile` returns; the run hands it over.
+        self.rewind_store = rewind_store
         #: (reason, lr scale, who asked: "user" or "on_collapse")
         self._rollback_requested: tuple[str, float, str] | None = None
         #: Why the run was stopped (`stop`'s reason and typed cause), once it was.
@@ -295,7 +293,7 @@ class Pipeline:
         self.stop_cause = cause
         self._emit(RunStateChanged(time=self.clock.now(), state="stopping", reason=reason))
         self.log("info", f"stopping ({reason}): no new rollouts; {self.waiting_for()}")
-        self.policy.interrupt()  # backend calls waiting on trouble give up
+        self.session.interrupt()  # backend calls waiting on trouble give up
         self._queue.put_nowait(None)
         self._wake.set()
 
@@ -455,7 +453,8 @@ class Pipeline:
                 reason=self._pause_reason if self._paused else "",
             )
         )
-        self._last_step_end = self._started_at = self.clock.now()
+        self._started_at = self.clock.now()
+        self.step_metrics.started(self._started_at)
         over_budget = self.cost.budget_passed_by_next_step()  # a resumed run's budget
         if over_budget and self.step < self.config.max_steps:
             self.stop(
@@ -563,7 +562,7 @@ class Pipeline:
                     group_id=group_id,
                     scenario_index=position,
                     scenario_id=scenario.id,
-                    policy_version=self.policy.version,
+                    policy_version=self.session.version,
                 )
             )
             self._in_flight += 1
@@ -626,8 +625,7 @@ class Pipeline:
         trajectories: tuple[Trajectory, ...] = tuple(
             [r for r in results if isinstance(r, Trajectory)]
         )
-        self._error_rollouts += len(errors)
-        self._rollouts_ended += len(results)
+        self.step_metrics.rollouts_ended(len(results), failed=len(errors))
         if errors:
             self._last_failure = _describe(errors[0]).splitlines()[0]
         part, part_task = part_of(self.task, scenario)
@@ -666,8 +664,7 @@ class Pipeline:
             part=part,
             failed=len(errors),
         )
-        self._finish_version[group_id] = self.policy.version
-        self.group_counts[keys.GROUPS_SAMPLED_TOTAL] += 1
+        self.step_metrics.group_sampled(group_id, self.session.version)
         self.meter.rollouts_finished(group.finished_at, len(trajectories), group.num_tokens)
         self.health.sampled(group.rewards, failed=len(errors))
         self._check_health()
@@ -712,8 +709,8 @@ class Pipeline:
                 group_id=group_id,
                 scenario_id=scenario.id,
                 reason="error",
-                policy_version=self.policy.version,
-                trainer_version=self.policy.version,
+                policy_version=self.session.version,
+                trainer_version=self.session.version,
                 num_tokens=0,
                 detail=detail,
                 scenario_index=self._consumed(group_id),
@@ -772,7 +769,7 @@ class Pipeline:
 
     def _summary(self, trajectory: Trajectory) -> TrajectorySummary:
         messages: tuple[Any, ...] = trajectory.messages
-        tokenizer = self.policy.tokenizer
+        tokenizer = self.session.tokenizer
         if not messages and tokenizer is not None:
             last = trajectory.turns[-1]
             text = tokenizer.decode(list(last.prompt_tokens) + list(last.tokens))
@@ -859,7 +856,7 @@ class Pipeline:
 
     # ------------------------------------------------------------------ trainer
     def _discard_counts(self, reason: DiscardReason) -> None:
-        self._discards_this_step[reason] += 1
+        self.step_metrics.discarded(reason)
 
     def _consumed(self, group_id: int) -> int:
         """The group is consumed by the step being collected (trained, or dropped while
@@ -895,7 +892,7 @@ class Pipeline:
                 if self._stopping or not batch:
                     return None
                 return batch  # the scenarios ran out: train what there is
-            staleness = self.policy.version - group.policy_version
+            staleness = self.session.version - group.policy_version
             if staleness > self._max_off:
                 self._discard_counts("stale")
                 self._emit(
@@ -905,7 +902,7 @@ class Pipeline:
                         scenario_id=group.scenario_id,
                         reason="stale",
                         policy_version=group.policy_version,
-                        trainer_version=self.policy.version,
+                        trainer_version=self.session.version,
                         num_tokens=group.num_tokens,
                         detail=f"{staleness} steps off policy (limit {self._max_off})",
                         scenario_index=self._consumed(group.group_id),
@@ -923,7 +920,7 @@ class Pipeline:
                         scenario_id=group.scenario_id,
                         reason="zero_variance",
                         policy_version=group.policy_version,
-                        trainer_version=self.policy.version,
+                        trainer_version=self.session.version,
                         num_tokens=group.num_tokens,
                         detail=f"all rewards {group.rewards[0]:g}",
                         scenario_index=self._position_of.get(group.group_id, -1),
@@ -963,10 +960,10 @@ class Pipeline:
             train_started = self.clock.now()
             self.meter.trainer_started(train_started)
             trainable = [g for g in batch if g.has_variance()]
-            datums = self.policy.build_datums(trainable)
+            datums = self.session.build_datums(trainable)
             over_budget = (
                 self.cost.budget_passed_by_training(
-                    self.policy.usage, sum(d.model_input.length for d in datums)
+                    self.session.usage, sum(d.model_input.length for d in datums)
                 )
                 if self.cost.budgeted
                 else ""
@@ -974,7 +971,7 @@ class Pipeline:
             if over_budget:
                 self.stop(f"{BUDGET_STOP}{over_budget}", source=SOURCE_ENGINE, cause="budget")
                 return
-            version_before = self.policy.version
+            version_before = self.session.version
             metrics: dict[str, float] = {}
             tokens: tuple[TrajectoryTokens, ...] = ()
             faults.hit("train", self.step + 1)
@@ -982,7 +979,7 @@ class Pipeline:
                 self._training_since = train_started
                 try:
                     await faults.slow_down("train", self.step + 1)  # test hook
-                    result = await self.policy.train(
+                    result = await self.session.train(
                         datums, loss_fn=self.config.loss_fn, learning_rate=self._learning_rate
                     )
                 finally:
@@ -1009,10 +1006,24 @@ class Pipeline:
             self._wake.set()
             now = self.clock.now()
             self.meter.trainer_finished(now)
-            split = [self._staleness_split(g, version_before) for g in batch]
+            split = [self.step_metrics.staleness_split(g, version_before) for g in batch]
             self.meter.trained(now, int(metrics.get(keys.TRAIN_TOKENS, 0)), split)
             metrics.update(
-                self._step_metrics(batch, version_before, split, wait_started, train_started, now)
+                self.step_metrics.build(
+                    batch,
+                    version_before,
+                    split,
+                    wait_started=wait_started,
+                    train_started=train_started,
+                    now=now,
+                    queue_depth=self._queue.qsize(),
+                    # The dashboard's windowed rate: rollouts finished during this step alone
+                    # read 0.0 whenever sampling was ahead and the step took a batch already
+                    # queued.
+                    rollouts_per_s=self.meter.rollouts_per_s(now, elapsed=now - self._started_at),
+                    learning_rate=self._learning_rate,
+                    cost=self.cost.step_metrics(self.session.usage),
+                )
             )
             shapes, histograms = step_distributions(batch, self._reward_components)
             metrics.update(shapes)
@@ -1020,7 +1031,7 @@ class Pipeline:
                 StepTrained(
                     time=now,
                     step=self.step,
-                    policy_version=self.policy.version,
+                    policy_version=self.session.version,
                     metrics=metrics,
                     group_ids=tuple(g.group_id for g in batch),
                     histograms=histograms,
@@ -1028,7 +1039,7 @@ class Pipeline:
             )
             if tokens:
                 if self._pieces is None:
-                    self._pieces = PieceBook(getattr(self.policy, "tokenizer", None))
+                    self._pieces = PieceBook(getattr(self.session, "tokenizer", None))
                 self._emit(
                     await asyncio.to_thread(
                         tokens_event,
@@ -1109,7 +1120,7 @@ class Pipeline:
         self._workers.clear()
         self._queue = asyncio.Queue()
         self._in_flight = self._held = 0
-        await self.policy.rewind(path, state.policy_version, state.step)
+        await self.session.rewind(path, state.policy_version, state.step)
         counts: Mapping[str, int] = {}
         if self.rewind_store is not None:
             counts = await self.rewind_store(state.step)
@@ -1127,11 +1138,8 @@ class Pipeline:
         self.health.rewind(state.step)
         old = self._learning_rate
         self._learning_rate = old * scale
-        self._discards_this_step = dict.fromkeys(self._discards_this_step, 0)
-        self._error_rollouts = 0
-        self._finish_version.clear()
+        self.step_metrics.rewound(self.clock.now())
         self._skipping = False
-        self._last_step_end = self.clock.now()
         self._rollback_requested = None
         kept: dict[str, int | float] = (
             {} if best is None else {"best_step": best[0], "best": best[1]}
@@ -1173,60 +1181,6 @@ class Pipeline:
             self.resume(source=source)
         self._ensure_workers()
         self._wake.set()
-
-    def _step_metrics(
-        self,
-        batch: list[TrajectoryGroup],
-        version_before: int,
-        split: list[tuple[int, int]],
-        wait_started: float,
-        train_started: float,
-        now: float,
-    ) -> dict[str, float]:
-        rewards = [r for g in batch for r in g.rewards]
-        staleness = [version_before - g.policy_version for g in batch]
-        for g in batch:
-            self._finish_version.pop(g.group_id, None)
-        elapsed = max(now - (self._last_step_end or now), 1e-9)
-        mean = sum(rewards) / len(rewards)
-        metrics = {
-            keys.REWARD_MEAN: mean,
-            keys.REWARD_STD: math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
-            keys.REWARD_MIN: min(rewards),
-            keys.REWARD_MAX: max(rewards),
-            keys.STALENESS_MEAN: sum(staleness) / len(staleness),
-            keys.STALENESS_MAX: float(max(staleness)),
-            keys.STALENESS_MIN: float(min(staleness)),
-            keys.STALENESS_IN_FLIGHT_MEAN: sum(f for f, _ in split) / len(split),
-            keys.STALENESS_QUEUED_MEAN: sum(q for _, q in split) / len(split),
-            keys.QUEUE_DEPTH: float(self._queue.qsize()),
-            keys.STEP_TIME: elapsed,
-            keys.WAIT_BATCH_TIME: train_started - wait_started,
-            keys.TRAIN_TIME: now - train_started,
-            # The dashboard's windowed rate: rollouts finished during this step alone read
-            # 0.0 whenever sampling was ahead and the step took a batch already queued.
-            keys.ROLLOUTS_PER_S: self.meter.rollouts_per_s(now, elapsed=now - self._started_at),
-            keys.LEARNING_RATE: self._learning_rate,
-        }
-        for reason, count in self._discards_this_step.items():
-            metrics[keys.discarded(reason)] = float(count)
-        self.group_counts[keys.GROUPS_DISCARDED_TOTAL] += sum(self._discards_this_step.values())
-        self.group_counts[keys.GROUPS_TRAINED_TOTAL] += sum(g.has_variance() for g in batch)
-        metrics.update({k: float(v) for k, v in self.group_counts.items()})
-        metrics.update(self.cost.step_metrics(self.policy.usage))
-        metrics[keys.ROLLOUTS_FAILED] = float(self._error_rollouts)
-        metrics[keys.ROLLOUTS_ENDED] = float(self._rollouts_ended)
-        metrics.update(step_task_metrics(batch))
-        self._discards_this_step = dict.fromkeys(self._discards_this_step, 0)
-        self._error_rollouts = 0
-        self._rollouts_ended = 0
-        self._last_step_end = now
-        return metrics
-
-    def _staleness_split(self, group: TrajectoryGroup, trained_at: int) -> tuple[int, int]:
-        """(versions that passed while the group was sampled, versions while it was queued)."""
-        finished_at = self._finish_version.get(group.group_id, group.policy_version)
-        return finished_at - group.policy_version, trained_at - finished_at
 
     # ------------------------------------------------------------------ health
     def _check_health(self) -> None:
@@ -1345,7 +1299,7 @@ class Pipeline:
             del self._open[position]  # consumed for good: later checkpoints are later steps
         return ResumeState(
             step=step,
-            policy_version=self.policy.version,
+            policy_version=self.session.version,
             next_position=self._source.next_position,
             pending=tuple(sorted(set(pending) | set(self._source.waiting()))),
             next_group_id=self._next_group_id,
@@ -1359,14 +1313,13 @@ class Pipeline:
         """No group of the run (a resumed run's earlier processes included) had rewards that
         differed, so no step changed the weights: a run that ends so exits with a code of
         its own (`RunFinished.cause` "no_signal"), not as a success."""
-        return self.group_counts[keys.GROUPS_TRAINED_TOTAL] == 0
+        return self.step_metrics.trained_nothing
 
     def carry_totals(self, metrics: Mapping[str, float]) -> None:
         """Continue the run's totals (tokens, cost, group counts) from the last step an
         earlier process of this run recorded; after `restore` (the step it resumes at)."""
         self.cost.carry(metrics, steps=self.step)
-        for key in self.group_counts:
-            self.group_counts[key] = int(metrics.get(key, 0))
+        self.step_metrics.carry_totals(metrics)
 
     def restore(self, state: ResumeState) -> None:
         """Continue from a checkpoint's resume state; call before `run`.

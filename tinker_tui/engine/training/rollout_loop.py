@@ -283,7 +283,7 @@ class RolloutLoop(Protocol):
 
     async def run(self, coro: Coroutine[Any, Any, T]) -> T: ...
 
-    def policy_for_server(self, policy: BackendSession) -> PolicySource: ...
+    def policy_for_server(self, session: BackendSession) -> PolicySource: ...
 
 
 class SameLoop:
@@ -297,8 +297,8 @@ class SameLoop:
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return await coro
 
-    def policy_for_server(self, policy: BackendSession) -> PolicySource:
-        return policy
+    def policy_for_server(self, session: BackendSession) -> PolicySource:
+        return session
 
     async def close(
         self, timeout: float = CLOSE_TIMEOUT, *, before: Callable[[], Awaitable[Any]] | None = None
@@ -492,10 +492,10 @@ class RolloutThread:
                 box = self._outboxes.setdefault(caller_loop, _Mailbox(caller_loop, after_turn=True))
         return box
 
-    def policy_for_server(self, policy: BackendSession) -> PolicySource:
+    def policy_for_server(self, session: BackendSession) -> PolicySource:
         """The policy as a server on this loop must see it (see `EngineLoopPolicy`)."""
         assert self.engine_loop is not None, "start() first"
-        return EngineLoopPolicy(policy, self.engine_loop)
+        return EngineLoopPolicy(session, self.engine_loop)
 
     async def close(
         self, timeout: float = CLOSE_TIMEOUT, *, before: Callable[[], Awaitable[Any]] | None = None
@@ -579,23 +579,23 @@ class EngineLoopPolicy:
     request for the current policy is resolved on the engine loop, not from this read.
     """
 
-    def __init__(self, policy: BackendSession, engine_loop: asyncio.AbstractEventLoop) -> None:
-        self._policy = policy
+    def __init__(self, session: BackendSession, engine_loop: asyncio.AbstractEventLoop) -> None:
+        self._session = session
         self._engine_loop = engine_loop
 
     @property
     def renderer(self) -> Any:
-        return self._policy.renderer
+        return self._session.renderer
 
     @property
     def end_tokens(self) -> Sequence[int]:
         """The model's declared end tokens: without them here, the server on this loop
         ended samples at its renderer's stops only."""
-        return tuple(self._policy.end_tokens)
+        return tuple(self._session.end_tokens)
 
     @property
     def version(self) -> int:
-        return int(self._policy.version)
+        return int(self._session.version)
 
     async def sample(
         self,
@@ -610,7 +610,7 @@ class EngineLoopPolicy:
     ) -> Any:
         # `constraint` (a forced tool call's shape) is immutable: it may cross.
         future = asyncio.run_coroutine_threadsafe(
-            self._policy.sample(
+            self._session.sample(
                 prompt,
                 num_samples,
                 sampling_params,
@@ -630,7 +630,7 @@ class EngineLoopPolicy:
 
         def ask() -> None:
             try:
-                future.set_result(list(self._policy.available_versions()))
+                future.set_result(list(self._session.available_versions()))
             except BaseException as exc:  # handed back to the caller
                 future.set_exception(exc)
 

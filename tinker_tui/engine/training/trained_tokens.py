@@ -18,7 +18,7 @@ import numpy as np
 from tinker_tui.engine.events import TokensTrained, TrajectoryTokens
 
 if TYPE_CHECKING:
-    from tinker_tui.engine.backend.session import DatumBatch
+    from tinker_tui.engine.backend.datums import DatumBatch
 
 
 def trained_tokens(
