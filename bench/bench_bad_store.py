@@ -96,7 +96,9 @@ def time_to_exit(args: list[str], env: dict[str, str]) -> tuple[float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=5)
     rounds = parser.parse_args().rounds
     env = {k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "CI")}

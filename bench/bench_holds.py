@@ -196,7 +196,9 @@ def describe(result: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tasks", default="tool,named,multi")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--steps", type=int, default=100)

@@ -604,7 +604,9 @@ def bench_curves(names: list[str], seeds: list[int]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default=DEFAULT_BASE_MODEL)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(

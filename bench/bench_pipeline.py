@@ -330,7 +330,9 @@ async def simulated_sections(quick: bool, sections: set[int], thread: bool) -> N
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
         "--sections", default="1,2,3,4,5", help="comma-separated sections to run (default: all)"

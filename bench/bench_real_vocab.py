@@ -169,7 +169,9 @@ def run_case(case: str, folder: str, answer_tokens: int, chunk: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--answer-tokens", type=int, default=160)
     parser.add_argument(

@@ -98,7 +98,9 @@ async def time_to_page_frame(browser, url: str) -> tuple[float, float]:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -446,7 +446,9 @@ def report_abandoned(r: dict[str, float]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
         "--requests", type=int, default=2000, help="sequential requests for the latency figures"
     )

@@ -109,7 +109,9 @@ def stop(proc: subprocess.Popen[bytes], leader: int, timeout: float = 60.0) -> N
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     times: dict[str, list[float]] = {

@@ -315,7 +315,9 @@ async def baseline(seconds: float) -> None:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     steps = 300 if args.quick else 2500

@@ -235,7 +235,9 @@ def learning(folder: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--skip-learning", action="store_true")
     args = parser.parse_args()

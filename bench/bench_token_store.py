@@ -305,7 +305,9 @@ async def open_view(db: Path) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="200 steps instead of 2,000")
     args = parser.parse_args()
     steps = 200 if args.quick else 2000

@@ -365,7 +365,9 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=80, help="RL steps per run (default 80)")
     parser.add_argument(
         "--rounds", type=int, default=2, help="runs of each kind, alternating (default 2)"

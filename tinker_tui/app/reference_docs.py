@@ -194,12 +194,23 @@ def write(root: Path) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    root = Path(argv[0]) if argv else Path.cwd()
+    parser = argparse.ArgumentParser(
+        prog="python -m tinker_tui.app.reference_docs",
+        description="Rewrite docs/reference/settings.md and docs/reference/cli.md from the "
+        "settings' spec and the command line's parser.",
+    )
+    parser.add_argument(
+        "root", nargs="?", type=Path, default=Path.cwd(), help="the repository (default: here)"
+    )
+    root: Path = parser.parse_args(argv).root
     if not (root / "mkdocs.yml").is_file():
         print(f"{root}: no mkdocs.yml here; run this from the repository's root", file=sys.stderr)
         return 2
-    for path in write(root):
+    changed = write(root)
+    for path in changed:
         print(f"wrote {path}")
+    if not changed:
+        print("the reference pages are up to date")
     return 0
 
 
