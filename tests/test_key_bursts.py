@@ -140,4 +140,4 @@ async def test_keys_typed_right_behind_the_slash_go_into_the_rollouts_filter():
         field = app.screen.query_one("#rollout-filter", Input)
         await until(lambda: len(tree.root.children) == 2, pilot)
         assert field.value == "stale"
-        assert app.focused is tree
+        await until(lambda: app.focused is tree, pilot)  # enter gives focus back to the tree
