@@ -167,20 +167,20 @@ async def test_too_few_members_left_discards_the_group():
     assert first.reason == "error" and first.detail.startswith("2 of 4 rollouts failed")
 
 
-@pytest.mark.parametrize("policy, expected", [("stop", "stopped"), ("wait", None)])
-async def test_a_health_pause_stops_the_run_or_waits(session, expected):
+@pytest.mark.parametrize("reaction, expected", [("stop", "stopped"), ("wait", None)])
+async def test_a_health_pause_stops_the_run_or_waits(reaction, expected):
     async def rollout(client, model, scenario):
         raise RuntimeError("always")
 
     task = Task(name="t", scenarios=scenarios, rollout=rollout)
-    pipeline, events = make_pipeline(task, max_steps=10, health_window=4, on_health_pause=session)
+    pipeline, events = make_pipeline(task, max_steps=10, health_window=4, on_health_pause=reaction)
     run = asyncio.create_task(pipeline.run())
     try:
         status = await asyncio.wait_for(asyncio.shield(run), 2)
     except TimeoutError:
         status = None
     assert status == expected
-    if session == "stop":
+    if reaction == "stop":
         assert pipeline.health_stop_reason.startswith("rollout errors: 100%")
         assert pipeline.stop_reason == f"health check: {pipeline.health_stop_reason}"
     else:
