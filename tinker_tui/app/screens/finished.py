@@ -83,6 +83,10 @@ def finished_content(summary: RunSummary, width: int = 0) -> Content:
     lines = [
         Content.assemble((f"{what:<{label}}", "bold $text-accent"), value) for what, value in rows
     ]
+    if summary.status == "failed" and summary.last_log:  # why it failed, before what next
+        lines.append(Content(""))
+        lines.append(Content.styled("last log lines", "bold $text-error"))
+        lines += [Content.styled(line, "$text-muted") for line in summary.last_log]
     lines.append(Content(""))
     for what, command in commands:
         if width and label + len(command) > width:
@@ -95,10 +99,6 @@ def finished_content(summary: RunSummary, width: int = 0) -> Content:
     if summary.trackers:  # where W&B / TensorBoard put the run's records
         lines.append(Content(""))
         lines += [Content(line) for line in summary.trackers]
-    if summary.status == "failed" and summary.last_log:
-        lines.append(Content(""))
-        lines.append(Content.styled("last log lines", "bold $text-error"))
-        lines += [Content.styled(line, "$text-muted") for line in summary.last_log]
     return Content("\n").join(lines)
 
 
