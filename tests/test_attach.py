@@ -225,23 +225,23 @@ async def attach_pause_resume_stop(proc: subprocess.Popen, db_path: Path, timeou
                 assert run_may_end or proc.poll() is None, proc.communicate()
                 await pilot.pause(0.05)
 
-        await until(lambda: app.model.step >= 2, "the run to train two steps")
+        await until(lambda: app.state.step >= 2, "the run to train two steps")
         await pilot.press("p")
-        await until(lambda: app.model.state == "paused", "the paused state in the store")
-        assert control.paused and app.model.reason == "paused by user"
+        await until(lambda: app.state.state == "paused", "the paused state in the store")
+        assert control.paused and app.state.reason == "paused by user"
         await until(
-            lambda: app.model.commands and app.model.commands[-1].command == "pause",
+            lambda: app.state.commands and app.state.commands[-1].command == "pause",
             "the pause command in the store",
         )
         # no new rollouts start: at most what was already sampled is trained
         await pilot.pause(0.5)
-        paused_at = app.model.step
+        paused_at = app.state.step
         await pilot.pause(1.0)
-        assert app.model.step <= paused_at + 1
+        assert app.state.step <= paused_at + 1
 
         await pilot.press("p")
-        await until(lambda: app.model.state == "running", "the run to resume")
-        await until(lambda: app.model.step >= paused_at + 2, "steps after resuming")
+        await until(lambda: app.state.state == "running", "the run to resume")
+        await until(lambda: app.state.step >= paused_at + 2, "steps after resuming")
         assert not control.paused
 
         await pilot.press("q")

@@ -11,6 +11,7 @@ import tinker
 from waiting import wait_until
 
 from tinker_tui.engine.backend import retry
+from tinker_tui.engine.backend.checkpoint_retention import checkpoints_to_delete
 from tinker_tui.engine.backend.choice import (
     BackendError,
     choose_backend,
@@ -20,7 +21,6 @@ from tinker_tui.engine.backend.choice import (
     renderer_name_for,
 )
 from tinker_tui.engine.backend.retry import BackendTimeoutError, RetryPolicy, call_with_retry
-from tinker_tui.engine.backend.checkpoint_retention import checkpoints_to_delete
 from tinker_tui.engine.backend.session import BackendSession, UnknownVersionError
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL, RunConfig
 from tinker_tui.engine.events import BackendWaited, CheckpointDeleted, LogEmitted

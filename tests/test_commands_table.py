@@ -25,7 +25,7 @@ class Table(App[None]):
         yield CommandsTable(id="commands")
 
     def on_mount(self) -> None:
-        self.query_one(CommandsTable).update_from_model(self.model)
+        self.query_one(CommandsTable).update_from_state(self.model)
 
 
 def rolled_back_model() -> DashboardState:

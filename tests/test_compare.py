@@ -72,7 +72,7 @@ async def test_the_table_names_what_differs_and_how_each_run_went(five):
     assert by_name["run-lr1e-2"].split()[-2:] == ["0.01", "8"]
     assert by_name["group 16"].split()[-2:] == ["0.003", "16"]
     # the failing run's best reward came before it fell
-    best = runs[2].model.rewards
+    best = runs[2].state.rewards
     assert by_name["run-lr1e-2"].split()[3] == f"{best[-1][1]:.3f}"  # FINAL
     assert max(v for _, v in best) > best[-1][1]
 
@@ -148,11 +148,11 @@ async def test_compare_charts_draw_a_line_per_run_and_q_leaves(five):
         screen = app.screen
         assert isinstance(screen, CompareScreen)
         chart = next(c for c in screen.charts() if c.key == "reward/mean")
-        assert len(chart.models) == 5
+        assert len(chart.states) == 5
         subtitle = str(chart.border_subtitle)
         assert subtitle.count("━") == 5
         await pilot.press("s")  # smoothing applies to every run
-        assert {m.ema_beta for m in chart.models} == {screen.models[0].ema_beta}
+        assert {m.ema_beta for m in chart.states} == {screen.states[0].ema_beta}
         await pilot.press("q")
         await pilot.pause()
     assert app.return_code == 0
@@ -199,9 +199,9 @@ async def test_a_dashboard_lists_the_store_marks_runs_compares_and_names_its_run
         await pilot.press(*"first", "space", *"try", "enter")
         for _ in range(40):
             await pilot.pause(0.05)
-            if app.model.run_name == "baseline":
+            if app.state.run_name == "baseline":
                 break
-        assert (app.model.run_name, app.model.note) == ("baseline", "first try")
+        assert (app.state.run_name, app.state.note) == ("baseline", "first try")
     async with await StoreReader.open_readonly(path) as store:
         stored = await store.run("run-lr1e-3")
     assert stored is not None and (stored.run_name, stored.note) == ("baseline", "first try")

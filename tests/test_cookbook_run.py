@@ -221,24 +221,24 @@ async def test_a_live_folder_shows_each_new_step_within_a_second(tmp_path):
     app = watch_app(folder)
     async with app.run_test(size=(120, 40)) as pilot:
         await loaded(pilot)
-        assert app.model.step == 2 and app.mode_label == "watching (cookbook)"
+        assert app.state.step == 2 and app.mode_label == "watching (cookbook)"
         for i in range(2, BATCHES):
             write_batch(store, i)
             wrote = time.monotonic()
-            while app.model.step < i + 1:
+            while app.state.step < i + 1:
                 assert time.monotonic() - wrote < 1.0, f"step {i + 1} not shown in 1 s"
                 await pilot.pause(0.02)
-        assert [c.name for c in app.model.checkpoints] == ["000004", "000008"]
+        assert [c.name for c in app.state.checkpoints] == ["000004", "000008"]
         await pilot.press("p", "c", "e")  # nothing to steer from here
         await pilot.pause()
-        assert app.model.state == "finished" and app.model.status == "completed"
+        assert app.state.state == "finished" and app.state.status == "completed"
 
 
 async def test_watching_refuses_control_and_q_leaves(finished):
     app = watch_app(finished)
     async with app.run_test(size=(80, 24)) as pilot:
         await loaded(pilot)
-        assert app.read_only and app.model.status == "completed"
+        assert app.read_only and app.state.status == "completed"
         footer = {k.description for k in app.screen.query("FooterKey")}
         assert not footer & {"Pause", "Resume", "Checkpoint", "Eval"}
         await pilot.press("q")
@@ -305,18 +305,18 @@ async def test_the_cookbook_rl_loop_is_watched_live_as_it_trains(tmp_path, monke
             trainer.start()
             seen = set()
             deadline = time.monotonic() + 240
-            while app.model.status is None and time.monotonic() < deadline and not failed:
-                seen.add(app.model.step)
+            while app.state.status is None and time.monotonic() < deadline and not failed:
+                seen.add(app.state.step)
                 await pilot.pause(0.05)
             trainer.join(timeout=60)
             assert not failed, failed
-            assert app.model.status == "completed" and app.model.step == 6
+            assert app.state.status == "completed" and app.state.step == 6
             assert len(seen) > 2  # drawn step by step, not at the end only
             records = TrainingRunStore(LocalStorage(folder, mkdir=False)).read_metrics()
-            assert [r for _, r in app.model.rewards] == pytest.approx(
+            assert [r for _, r in app.state.rewards] == pytest.approx(
                 [r["env/all/reward/total"] for r in records]
             )
-            group = app.model.groups[app.model.groups_by_step[1][0]]
+            group = app.state.groups[app.state.groups_by_step[1][0]]
             assert group.trajectories[0].messages[0]["content"] == QUESTION
 
 
@@ -346,7 +346,7 @@ async def test_the_compare_view_draws_a_cookbook_folder_beside_our_run(finished,
         screen.refresh_compare()
         await pilot.pause(0.1)
         chart = next(c for c in screen.charts() if c.key == "reward/mean")
-        assert len(chart.models) == 2
-        assert [len(m.rewards) for m in chart.models] == [12, BATCHES]
+        assert len(chart.states) == 2
+        assert [len(m.rewards) for m in chart.states] == [12, BATCHES]
         await pilot.press("q")
         await pilot.pause()

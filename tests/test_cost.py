@@ -423,7 +423,7 @@ async def test_the_dashboard_shows_the_cost_line():
             assert label.display == shown and (label.region.height == 1) == shown
             if shown:
                 text = str(label.render())
-                assert text.startswith(f"cost ${0.01 * app.model.step:.4f} · $0.0100/step")
+                assert text.startswith(f"cost ${0.01 * app.state.step:.4f} · $0.0100/step")
                 # the pane shows the parts that fit whole; the tooltip has the whole line
                 assert len(text) <= app.screen.query_one("ThroughputPanel").content_size.width
                 assert text in str(label.tooltip) and "tokens" in str(label.tooltip)

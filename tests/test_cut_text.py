@@ -37,7 +37,7 @@ async def test_the_throughput_lines_fit_whole_and_enter_opens_them(size):
             if label.display:
                 text = shown(label)
                 assert len(text) <= width and "…" not in text, (line, text, width)
-        whole = f"▶ {app.model.throughput.verdict}"
+        whole = f"▶ {app.state.throughput.verdict}"
         if len(whole) > width:
             assert shown(verdict) == "▶ sampler-bound · enter: why", shown(verdict)
         panel.focus()
@@ -67,7 +67,7 @@ async def test_the_checkpoints_title_fits(size):
         table = app.screen.query_one(CheckpointsTable)
         subtitle = str(table.border_subtitle)
         assert len(subtitle) <= table.region.width - 4, (subtitle, table.region.width)
-        assert subtitle.startswith(f"{len(app.model.checkpoints)} saved")
+        assert subtitle.startswith(f"{len(app.state.checkpoints)} saved")
 
 
 def test_the_checkpoints_subtitle_leaves_out_whole_parts():
@@ -107,7 +107,7 @@ async def test_a_maximized_log_wraps_its_lines():
     async with app.run_test(size=(80, 24)) as pilot:
         await settled(pilot)
         words = " ".join(f"word{i}" for i in range(30)) + " THE-END"
-        app.model.apply(LogEmitted(time=app.clock.now(), level="info", message=words))
+        app.state.apply(LogEmitted(time=app.clock.now(), level="info", message=words))
         app.refresh_panes()
         await pilot.pause()
         log = app.screen.query_one(LogPanel)

@@ -107,8 +107,8 @@ async def show_from_the_first_frame(db: Path) -> None:
     run = await find_run(db, None)
     app = TinkerTuiApp(StoreSession(db, run), refresh_interval=0.05)
     # before anything is read from the store: the run's row says how it ended
-    assert app.model.state == "finished" and app.model.status == "completed"
-    assert app.model.run_id == "run-0001" and app.model.phase_text() is None
+    assert app.state.state == "finished" and app.state.status == "completed"
+    assert app.state.run_id == "run-0001" and app.state.phase_text() is None
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()  # the first frame, before the session has read the store
         status = app.screen.query_one(RunStatusPanel)
@@ -118,7 +118,7 @@ async def show_from_the_first_frame(db: Path) -> None:
         assert "waiting" not in label and "STARTING" not in badge
         await asyncio.wait_for(app.session.loaded.wait(), timeout=10)
         await pilot.pause()
-        assert app.model.state == "finished" and app.model.step == 20
+        assert app.state.state == "finished" and app.state.step == 20
 
 
 async def test_a_view_switched_to_shows_the_step_of_now_in_its_first_frame():
@@ -251,7 +251,7 @@ async def test_a_local_runs_checkpoints_show_their_folder_and_sampler_weights_th
     async with app.run_test(size=(160, 48)) as pilot:
         await asyncio.wait_for(session.script_done.wait(), timeout=5)
         table = app.screen.query_one(CheckpointsTable)
-        await until(lambda: table.row_count == len(app.model.checkpoints) > 0, pilot)
+        await until(lambda: table.row_count == len(app.state.checkpoints) > 0, pilot)
         rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
         by_kind = {(r[0], r[1]): r[3] for r in rows}
         folder = tmp_path / "checkpoints" / "local-ab"

@@ -256,9 +256,9 @@ async def test_show_draws_the_run_read_only_and_q_quits(stored):
     app = show_app(path, await find_run(path, None))
     async with app.run_test(size=(80, 24)) as pilot:
         await loaded(pilot)
-        assert app.model.state == "finished" and app.model.status == "completed"
+        assert app.state.state == "finished" and app.state.status == "completed"
         assert app.read_only and app.mode_label == "finished run"
-        assert app.clock.now() == app.model.finished_at  # drawn as of the end of the run
+        assert app.clock.now() == app.state.finished_at  # drawn as of the end of the run
         footer = {k.description for k in app.screen.query("FooterKey")}
         assert "Quit" in footer and not footer & {"Pause", "Resume", "Checkpoint", "Eval"}
         await pilot.press("p", "c", "e")  # nothing to steer: no effect, no error
@@ -361,7 +361,7 @@ async def test_show_follows_a_run_still_running_read_only_until_it_ends(tmp_path
 
             async def step_shown() -> int:
                 await pilot.pause(0.2)
-                return app.model.step
+                return app.state.step
 
             first = await step_shown()
             while (later := await step_shown()) <= first:
@@ -372,9 +372,9 @@ async def test_show_follows_a_run_still_running_read_only_until_it_ends(tmp_path
             await pilot.pause(0.2)
             assert not live.control.paused  # read-only: nothing reaches the run
             await asyncio.wait_for(running, 30)
-            while app.model.state != "finished":
+            while app.state.state != "finished":
                 await pilot.pause(0.1)
-            assert app.model.step == 40
+            assert app.state.step == 40
     finally:
         lock.release()
         live.control.stop("test over")

@@ -251,9 +251,9 @@ async def test_the_signals_view_steps_back_and_the_board_opens_rollouts(signal_s
         await pilot.press("5")
         screen = app.screen
         assert isinstance(screen, SignalsScreen)
-        assert screen.shown_step(app.model) == 20
+        assert screen.shown_step(app.state) == 20
         await pilot.press("left_square_bracket", "left_square_bracket")
-        assert screen.shown_step(app.model) == 18
+        assert screen.shown_step(app.state) == 18
         funnel = str(screen.query_one(FunnelPanel).render())
         assert "no signal" in funnel and "step 18" in str(
             screen.query_one(FunnelPanel).border_subtitle
@@ -261,7 +261,7 @@ async def test_the_signals_view_steps_back_and_the_board_opens_rollouts(signal_s
         text = str(screen.query_one(DistributionsPanel).render())
         assert "answer dominates" in text and "50%" in text  # half its groups: no signal
         await pilot.press("end")
-        assert screen.shown_step(app.model) == 20
+        assert screen.shown_step(app.state) == 20
         await pilot.press("6")
         await pilot.pause()
         app.refresh_panes()

@@ -210,15 +210,15 @@ async def test_p_c_e_b_and_a_cancelled_quit():
         await press(pilot, "p")
         assert control.call_names() == ["pause"] and control.paused
         assert "Resume" in footer_labels(app) and "Pause" not in footer_labels(app)
-        await until(lambda: app.model.state == "paused", pilot)
+        await until(lambda: app.state.state == "paused", pilot)
         badge = app.screen.query_one(RunStatusPanel).query_one("#state-badge")
         await until(lambda: str(badge.render()).startswith("PAUSED"), pilot)
         # p again resumes
         await press(pilot, "p")
         assert control.call_names() == ["pause", "resume"] and not control.paused
         assert "Pause" in footer_labels(app) and "Resume" not in footer_labels(app)
-        assert app.model.state == "running"
-        assert [c.command for c in app.model.commands[-2:]] == ["pause", "resume"]
+        assert app.state.state == "running"
+        assert [c.command for c in app.state.commands[-2:]] == ["pause", "resume"]
 
         # c: a checkpoint, and the table gains a row (redrawn by the timer)
         table = app.screen.query_one(CheckpointsTable)
@@ -230,22 +230,22 @@ async def test_p_c_e_b_and_a_cancelled_quit():
         assert newest[0] == "20✓" and newest[1] == "state"  # asked for: kept, marked
         assert "✓ asked for" in str(table.border_subtitle)
         assert newest[3].endswith("000020") and "…" in newest[3]  # cut in the middle
-        assert app.model.checkpoints[-1].path.endswith("/weights/manual-000020")
+        assert app.state.checkpoints[-1].path.endswith("/weights/manual-000020")
 
         # e: an evaluation
         await press(pilot, "e")
         assert control.call_names()[-1] == "request_eval"
-        assert app.model.last_eval is not None and app.model.last_eval.reward == 0.9
+        assert app.state.last_eval is not None and app.state.last_eval.reward == 0.9
 
         # b: roll back to the checkpoint of the weights that sampled the best step, at lr x0.5
-        target = app.model.health_window.rollback_point()
-        assert target is not None and target[0] <= app.model.health_window.best_step[0]
+        target = app.state.health_window.rollback_point()
+        assert target is not None and target[0] <= app.state.health_window.best_step[0]
         # b asks first, saying what it undoes; n cancels, y rolls back
         await press(pilot, "b")
         assert isinstance(app.screen, RollbackScreen)
         said = str(app.screen.query_one("#rollback-text", Static).render())
-        undone = app.model.step - target[0]
-        assert f"undoes {undone} steps ({target[0] + 1}-{app.model.step})" in said, said
+        undone = app.state.step - target[0]
+        assert f"undoes {undone} steps ({target[0] + 1}-{app.state.step})" in said, said
         assert "learning rate" in said and "×0.5" in said, said
         await press(pilot, "n")
         assert not isinstance(app.screen, RollbackScreen)
@@ -278,7 +278,7 @@ async def test_q_asks_then_stops_gracefully_and_exits_0():
     assert app.return_code == EXIT_OK
     assert app.run_status == "stopped"
     assert app.run_error is None
-    assert app.model.state == "finished"
+    assert app.state.state == "finished"
 
 
 async def test_ctrl_c_asks_too_and_a_second_ctrl_c_confirms():
@@ -367,9 +367,9 @@ async def test_help_palette_views_maximize_smoothing_and_log_level_keys():
         await press(pilot, "escape")
         assert app.screen.maximized is None
         # s cycles the reward smoothing
-        assert app.model.ema_beta == 0.9
+        assert app.state.ema_beta == 0.9
         await press(pilot, "s")
-        assert app.model.ema_beta == 0.95
+        assert app.state.ema_beta == 0.95
         chart = app.screen.query_one(RewardsChart)
         await until(lambda: "ema(0.95)" in str(chart.border_subtitle), pilot)
         # l cycles the log level: debug → info → warning shows the one warning
@@ -378,7 +378,7 @@ async def test_help_palette_views_maximize_smoothing_and_log_level_keys():
         await press(pilot, "l", "l")
         assert log.minimum == "warning"
         await until(lambda: len(log.lines) == 1 < before, pilot)
-        total = app.model.log_total
+        total = app.state.log_total
         await until(
             lambda: str(log.border_subtitle).startswith(f"≥ warning · 1 of {total:,} lines"), pilot
         )  # what it shows, of how many
@@ -450,8 +450,8 @@ async def test_enter_edits_a_knob_with_confirmation_and_shows_refusals():
         await press(pilot, "enter")
         assert not isinstance(app.screen, KnobEditScreen)
     assert app.session.control.calls == [("set_knob", "learning_rate=0.0005")]
-    assert app.model.knobs["learning_rate"] == 0.0005
-    assert [c.step for c in app.model.knob_markers()] == [12, 20]  # markers on the chart
+    assert app.state.knobs["learning_rate"] == 0.0005
+    assert [c.step for c in app.state.knob_markers()] == [12, 20]  # markers on the chart
 
 
 async def test_the_mouse_focuses_panes_and_presses_buttons():
@@ -618,9 +618,9 @@ async def test_tables_fit_their_columns_when_filled_not_when_next_idle():
         await pilot.pause()
         checkpoints, commands, knobs = tables
         # filled and measured with no await between: no idle turn can have run
-        checkpoints.update_from_model(app.model, 0.0)
-        commands.update_from_model(app.model)
-        knobs.update_from_model(app.model, {"learning_rate": 0.000123456})
+        checkpoints.update_from_state(app.state, 0.0)
+        commands.update_from_state(app.state)
+        knobs.update_from_state(app.state, {"learning_rate": 0.000123456})
         for table in tables:
             assert table.row_count > 0
             for row in range(table.row_count):
@@ -662,7 +662,7 @@ async def test_the_metrics_view_charts_every_metric_the_run_records():
         assert isinstance(screen, MetricsScreen)
         await until(lambda: not screen.pending, pilot)
         keys = [chart.key for chart in screen.charts()]
-        assert keys == app.model.metric_keys()
+        assert keys == app.state.metric_keys()
         assert {
             "reward/mean",
             "loss",
@@ -698,7 +698,7 @@ async def test_the_metrics_view_charts_every_metric_the_run_records():
         assert "reward/mean" in screen.hidden
         # smoothing applies to these charts too
         await press(pilot, "s")
-        assert app.model.ema_beta == 0.95
+        assert app.state.ema_beta == 0.95
 
 
 async def test_the_metrics_view_mounts_its_charts_a_few_per_redraw():
@@ -709,7 +709,7 @@ async def test_the_metrics_view_mounts_its_charts_a_few_per_redraw():
         await press(pilot, "4")
         screen = app.screen
         assert isinstance(screen, MetricsScreen)
-        total = len(app.model.metric_keys())
+        total = len(app.state.metric_keys())
         counts = [len(screen.charts())]  # what showing the view drew, if it drew yet
         while True:
             app.refresh_panes()
@@ -721,7 +721,7 @@ async def test_the_metrics_view_mounts_its_charts_a_few_per_redraw():
         assert total > 2 * batch and counts[-1] == total
         steps = [b - a for a, b in zip(counts, counts[1:], strict=False)]
         assert all(0 < step <= batch for step in steps) and len(steps) >= 2, counts
-        assert [chart.key for chart in screen.charts()] == app.model.metric_keys()
+        assert [chart.key for chart in screen.charts()] == app.state.metric_keys()
 
 
 async def test_a_terminal_too_small_gets_a_notice_that_goes_when_it_grows():
@@ -820,8 +820,8 @@ def test_groups_left_when_a_run_ends_are_not_called_queued():
 def test_a_stored_run_waits_for_the_store_not_for_an_engine():
     session = FakeSession()
     session.read_only = True  # what `show` reads from the store
-    assert make_app(session).model.phase_text().startswith("reading the run store… ")
-    assert make_app().model.phase_text().startswith("starting the engine… ")
+    assert make_app(session).state.phase_text().startswith("reading the run store… ")
+    assert make_app().state.phase_text().startswith("starting the engine… ")
 
 
 def test_the_rollouts_detail_says_what_the_run_does_before_its_first_rollouts():
@@ -880,7 +880,7 @@ def test_run_says_it_starts_the_engine_and_attach_that_it_reads_the_store(tmp_pa
     from tinker_tui.app.store_session import StoreSession
 
     starting = StoreSession(tmp_path / "runs.db", run_id="run-0001", follow=True)
-    assert TinkerTuiApp(starting).model.phase_text().startswith("starting the engine… ")
+    assert TinkerTuiApp(starting).state.phase_text().startswith("starting the engine… ")
     db = tmp_path / "show.db"
     from test_show import write_run
 
@@ -888,7 +888,7 @@ def test_run_says_it_starts_the_engine_and_attach_that_it_reads_the_store(tmp_pa
 
     write_run(db)
     attached = StoreSession(db, asyncio.run(find_run(db, None)), follow=True)
-    assert TinkerTuiApp(attached).model.phase_text().startswith("reading the run store… ")
+    assert TinkerTuiApp(attached).state.phase_text().startswith("reading the run store… ")
 
 
 @pytest.mark.parametrize("height", [18, 21, 23])

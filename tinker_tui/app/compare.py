@@ -59,13 +59,13 @@ class ComparedRun:
 
     db_path: Path
     run: StoredRun
-    model: DashboardState
+    state: DashboardState
     session: StoreSession | ForeignSession
 
     @property
     def label(self) -> str:
         """The run's name (as edited last), else its id."""
-        return self.model.run_name or self.run.run_name or self.run.run_id
+        return self.state.run_name or self.run.run_name or self.run.run_id
 
 
 async def resolve_runs(
@@ -130,9 +130,9 @@ def open_comparison(pairs: Sequence[tuple[Path, StoredRun]]) -> list[ComparedRun
     compared = []
     for path, run in pairs:
         session = compared_session(path, run)
-        model = DashboardState(session.clock)
-        session.events.subscribe(model.apply)
-        compared.append(ComparedRun(path, run, model, session))
+        state = DashboardState(session.clock)
+        session.events.subscribe(state.apply)
+        compared.append(ComparedRun(path, run, state, session))
     return compared
 
 
@@ -166,9 +166,9 @@ def foreign_compared(folder: Path) -> ComparedRun:
         task_spec=started.task_spec,
         cause=ended.cause if ended else "",
     )
-    model = DashboardState(session.clock)
-    session.events.subscribe(model.apply)
-    return ComparedRun(folder, row, model, session)
+    state = DashboardState(session.clock)
+    session.events.subscribe(state.apply)
+    return ComparedRun(folder, row, state, session)
 
 
 async def drive(run: ComparedRun) -> None:
@@ -214,12 +214,12 @@ async def load_comparison(
 
 def setting_values(run: ComparedRun) -> dict[str, Any]:
     """What a run was started with: its task, backend and model, and every setting."""
-    model = run.model
+    state = run.state
     values: dict[str, Any] = {
-        "task": model.name or run.run.name,
-        "backend": model.backend or run.run.backend,
+        "task": state.name or run.run.name,
+        "backend": state.backend or run.run.backend,
     }
-    config = model.config or run.run.config
+    config = state.config or run.run.config
     values.update({k: v for k, v in config.items() if k not in NOT_COMPARED})
     return values
 
@@ -238,24 +238,24 @@ def status_of(run: ComparedRun) -> str:
     gone without recording an end, as `tinker-tui runs` says)."""
     from tinker_tui.engine.training.resume import run_is_live
 
-    model = run.model
-    if model.status is not None:
-        return ended_text(model.status, model.cause)
+    state = run.state
+    if state.status is not None:
+        return ended_text(state.status, state.cause)
     if not isinstance(run.session, StoreSession):  # its folder records no end yet
         return "running"
     if run.session.follow and run.session.finished is None:
-        return model.state if model.state != "starting" else "starting"
+        return state.state if state.state != "starting" else "starting"
     if run.run.finished() is None and not run_is_live(run.db_path, run.run.run_id):
         return "interrupted"
-    return model.state
+    return state.state
 
 
 def duration_of(run: ComparedRun, now: float) -> float:
-    model = run.model
-    if model.finished_at is None and not run.session.follow:  # stored: until its last event
-        end = model.last_event_at or model.started_at or 0.0
-        return max(0.0, end - (model.started_at or end))
-    return model.elapsed(now)
+    state = run.state
+    if state.finished_at is None and not run.session.follow:  # stored: until its last event
+        end = state.last_event_at or state.started_at or 0.0
+        return max(0.0, end - (state.started_at or end))
+    return state.elapsed(now)
 
 
 def best_reward(state: DashboardState) -> tuple[int, float] | None:
@@ -293,15 +293,15 @@ def comparison_rows(
     settings = differing_settings(runs)
     rows = []
     for run in runs:
-        model = run.model
-        final = f"{model.rewards[-1][1]:.3f}" if model.rewards else "-"
-        best = best_reward(model)
+        state = run.state
+        final = f"{state.rewards[-1][1]:.3f}" if state.rewards else "-"
+        best = best_reward(state)
         values = setting_values(run)
         rows.append(
             [
                 run.label,
                 status_of(run),
-                f"{model.step}/{model.max_steps or '?'}",
+                f"{state.step}/{state.max_steps or '?'}",
                 final,
                 f"{best[1]:.3f} @{best[0]}" if best else "-",
                 duration_text(duration_of(run, now)),
@@ -320,8 +320,8 @@ def comparison_document(runs: Sequence[ComparedRun], now: float | None = None) -
     settings = differing_settings(runs)
     out = []
     for run in runs:
-        model = run.model
-        best = best_reward(model)
+        state = run.state
+        best = best_reward(state)
         values = setting_values(run)
         out.append(
             {
@@ -329,9 +329,9 @@ def comparison_document(runs: Sequence[ComparedRun], now: float | None = None) -
                 "name": run.label if run.label != run.run.run_id else None,
                 "store": str(run.db_path),
                 "status": status_of(run),
-                "step": model.step,
-                "max_steps": model.max_steps or None,
-                "final_reward": model.rewards[-1][1] if model.rewards else None,
+                "step": state.step,
+                "max_steps": state.max_steps or None,
+                "final_reward": state.rewards[-1][1] if state.rewards else None,
                 "best_reward": None if best is None else {"step": best[0], "value": best[1]},
                 "duration_seconds": duration_of(run, now),
                 "settings": {k: values.get(k) for k in settings},

@@ -228,7 +228,7 @@ def build_server(db_path: Path, *, allow_control: bool = False) -> MCPServer:
         read_run = await read(run)
         if run_reading.health(read_run)["rollback_to"] is None:
             # The run would only log a warning and go on: say so, and what to do instead.
-            best = read_run.model.health_window.best_step
+            best = read_run.state.health_window.best_step
             where = f"of the weights that sampled its best step ({best[0]})" if best else "yet"
             raise ToolError(
                 f"nothing to roll back to: run {read_run.run.run_id} has no full "

@@ -48,7 +48,7 @@ class ReadRun:
     """A stored run and the dashboard's model of it, as of the read."""
 
     run: StoredRun
-    model: DashboardState
+    state: DashboardState
     live: bool
 
 
@@ -126,14 +126,14 @@ class RunReader:
                 StoreSession(self.db_path, run),
                 DashboardState(SystemClock()),
             )
-        session, model = self._folds[run.run_id]
+        session, state = self._folds[run.run_id]
         for event in await session.read_all():  # those since the last read
-            model.apply(event)
+            state.apply(event)
         finished = run.finished()
-        if finished is not None and model.state != "finished":
-            model.apply(finished)
+        if finished is not None and state.state != "finished":
+            state.apply(finished)
         live = finished is None and run_is_live(self.db_path, run.run_id)
-        return ReadRun(run, model, live)
+        return ReadRun(run, state, live)
 
 
 def _clamp(n: int, most: int) -> int:
@@ -146,7 +146,7 @@ def metrics_window(
     """The run's metrics per step: the last `last` steps (or those from `since_step` on, at
     most MOST_STEPS), one row per step with the metrics asked for (default DEFAULT_METRICS,
     those the run has; "all" for every one); `available` lists every metric it has."""
-    series = read.model.series
+    series = read.state.series
     wanted = (
         sorted(series)
         if names == ["all"]
@@ -175,20 +175,20 @@ def metrics_window(
 
 def health(read: ReadRun) -> dict[str, Any]:
     """The run's state and health words, as the dashboard's health pane reads them."""
-    model = read.model
-    window = model.health_window
+    state = read.state
+    window = state.health_window
     kind, words = window.verdict()
     best = window.best_step
     rollback = window.rollback_point()
-    rewards = model.rewards[-5:]
+    rewards = state.rewards[-5:]
     return {
         "run_id": read.run.run_id,
-        "state": model.state,
-        "reason": model.reason,
-        "status": model.status,
+        "state": state.state,
+        "reason": state.reason,
+        "status": state.status,
         "live": read.live,
-        "step": model.step,
-        "max_steps": model.max_steps,
+        "step": state.step,
+        "max_steps": state.max_steps,
         "health": kind,
         "words": words,
         "collapse": window.collapse.words() if window.collapse is not None else None,
@@ -204,12 +204,12 @@ def health(read: ReadRun) -> dict[str, Any]:
             else None
         ),
         "recent_rewards": [{"step": s, "reward_mean": _finite(r)} for s, r in rewards],
-        "rollouts_failed": model.rollouts_failed,
-        "rollouts_ended": model.rollouts_ended,
-        "groups_discarded": dict(model.discarded),
-        "knobs": dict(model.knobs),
+        "rollouts_failed": state.rollouts_failed,
+        "rollouts_ended": state.rollouts_ended,
+        "groups_discarded": dict(state.discarded),
+        "knobs": dict(state.knobs),
         "checkpoints": [
-            {"step": c.step, "kind": c.kind, "name": c.name} for c in model.checkpoints[-5:]
+            {"step": c.step, "kind": c.kind, "name": c.name} for c in state.checkpoints[-5:]
         ],
     }
 
@@ -228,10 +228,10 @@ def rollouts(
     last step trained), each with its conversation (long messages cut)."""
     if which not in ("worst", "best"):
         raise ValueError(f"which is 'worst' or 'best', not {which!r}")
-    model = read.model
-    by_step = model.groups_by_step
+    state = read.state
+    by_step = state.groups_by_step
     if step is None:  # the last step trained, else the last that took (or dropped) groups
-        trained = [s for s in model.trained_steps if by_step.get(s)]
+        trained = [s for s in state.trained_steps if by_step.get(s)]
         step = (
             trained[-1] if trained else max((s for s, ids in by_step.items() if ids), default=None)
         )
@@ -241,7 +241,7 @@ def rollouts(
         raise ValueError(f"run {read.run.run_id} has no rollouts of step {step} ({span})")
     found: list[tuple[float, dict[str, Any]]] = []
     for group_id in by_step[step]:
-        group = model.groups.get(group_id)
+        group = state.groups.get(group_id)
         if group is None:
             continue
         for index, t in enumerate(group.trajectories):
@@ -279,7 +279,7 @@ def log_tail(read: ReadRun, lines: int = 50, level: str | None = None) -> dict[s
     keeps that level and above (info, warning, error)."""
     from tinker_tui.app.view_maths import level_at_least
 
-    kept = [line for line in read.model.log if level is None or level_at_least(line.level, level)]
+    kept = [line for line in read.state.log if level is None or level_at_least(line.level, level)]
     kept = kept[-_clamp(lines, MOST_LOG_LINES) :]
     return {
         "run_id": read.run.run_id,
@@ -310,7 +310,7 @@ def scenarios(
 
     if order not in SORTS:
         raise ValueError(f"order is one of {', '.join(SORTS)}, not {order!r}")
-    groups = list(read.model.groups.values())
+    groups = list(read.state.groups.values())
     rows = sorted_board(scenario_board(groups), order)
     classes: dict[str, int] = {}
     for row in rows:
@@ -355,14 +355,14 @@ def step_signals(read: ReadRun, step: int | None = None) -> dict[str, Any]:
     )
     from tinker_tui.engine.rollouts.distributions import components_of
 
-    model = read.model
-    steps = model.trained_steps
+    state = read.state
+    steps = state.trained_steps
     if step is None:
         step = steps[-1] if steps else None
     if step is None or step not in steps:
         span = f"steps {steps[0]}..{steps[-1]}" if steps else "no step yet"
         raise ValueError(f"run {read.run.run_id} has not trained step {step} ({span})")
-    series = model.series
+    series = state.series
     metrics = {key: v for key in series if (v := series_at(series, key, step)) is not None}
     shown = (
         keys.ZERO_VARIANCE_FRAC,
@@ -372,11 +372,11 @@ def step_signals(read: ReadRun, step: int | None = None) -> dict[str, Any]:
         keys.RESPONSE_LEN_P90,
         keys.RESPONSE_LEN_MAX,
     )
-    hists = model.histograms.get(step, {})
+    hists = state.histograms.get(step, {})
     return {
         "run_id": read.run.run_id,
         "step": step,
-        "funnel": asdict(step_funnel(model.groups_of(step), step)),
+        "funnel": asdict(step_funnel(state.groups_of(step), step)),
         "histograms": {
             name: {
                 "lo": _finite(h.get("lo")),

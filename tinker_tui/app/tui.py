@@ -194,7 +194,7 @@ class TinkerTuiApp(App[None]):
         self.clock: Clock = clock if clock is not None else session.clock
         self.refresh_interval = refresh_interval
         self.log_lines = log_lines
-        self.model = DashboardState(self.clock, log_lines=log_lines)
+        self.state = DashboardState(self.clock, log_lines=log_lines)
         self.run_status: RunStatus | None = None
         self.run_error: str | None = None
         self.run_exception: Exception | None = None
@@ -224,11 +224,11 @@ class TinkerTuiApp(App[None]):
             else ""
         )
         if isinstance(session, StoreSession) and session.stored_run is None:
-            self.model.waiting_for = "starting the engine"  # `run`: this session starts it
+            self.state.waiting_for = "starting the engine"  # `run`: this session starts it
         elif self.read_only or self.attached:
             from tinker_tui.app.foreign_session import ForeignSession
 
-            self.model.waiting_for = (
+            self.state.waiting_for = (
                 "reading the run folder"
                 if isinstance(session, ForeignSession)
                 else "reading the run store"
@@ -240,8 +240,8 @@ class TinkerTuiApp(App[None]):
         if stored is not None and ended is not None:
             # `show` of a finished run: its row says who it is and how it ended; the first
             # frame says so at once, not "starting" while the store is read
-            self.model.apply(stored.started())
-            self.model.apply(ended)
+            self.state.apply(stored.started())
+            self.state.apply(ended)
         self._unsubscribe: Callable[[], None] | None = None
         self._signals_installed: list[int] = []  # the signals its loop handles
         self._refresh_timer: Timer | None = None
@@ -255,7 +255,7 @@ class TinkerTuiApp(App[None]):
     # ---------------------------------------------------------------- lifecycle
 
     def on_mount(self) -> None:
-        unsubscribe_model = self.session.events.subscribe(self.model.apply)
+        unsubscribe_model = self.session.events.subscribe(self.state.apply)
         unsubscribe_summary = self.session.events.subscribe(self.summary.handle)
         unsubscribe_notifier: Callable[[], None] = lambda: None  # noqa: E731
         if self.notifier is not None:
@@ -352,7 +352,7 @@ class TinkerTuiApp(App[None]):
         """The exit code for leaving a run that has ended: 1 if it failed; a run this
         dashboard ran or followed gives its end's own (`app.exit_codes`: 3 a health stop,
         4 trained nothing, 5 a budget stop), a stored run looked at 0."""
-        status = self.run_status or self.model.status
+        status = self.run_status or self.state.status
         if status == "failed":
             return EXIT_FAILED
         return (
@@ -380,7 +380,7 @@ class TinkerTuiApp(App[None]):
     def checkpoint_dir(self) -> Path | None:
         """Where a local run keeps its checkpoints (beside its store); None otherwise."""
         db = self.session.db_path
-        if db is None or self.model.backend != "local":
+        if db is None or self.state.backend != "local":
             return None
         return run_checkpoint_dir(db)
 
@@ -410,7 +410,7 @@ class TinkerTuiApp(App[None]):
             self.exit(return_code=EXIT_SIGHUP)
             return
         code = EXIT_CODES.get(signum, EXIT_INTERRUPTED)
-        if self.read_only or self.run_status is not None or self.model.state == "finished":
+        if self.read_only or self.run_status is not None or self.state.state == "finished":
             self.exit(return_code=code)  # nothing here can stop the run: only close
             return
         action = self.stop_signals.take(stopping=self.stopping)
@@ -450,7 +450,7 @@ class TinkerTuiApp(App[None]):
             now = self.clock.now()
             for screen in self.screen_stack:
                 if isinstance(screen, RunView | TooSmallScreen) and screen.is_mounted:
-                    screen.update_from_model(self.model, now)
+                    screen.update_from_state(self.state, now)
             self.sync_bindings()
             if isinstance(self.screen, TooSmallScreen) and not too_small(*self.size):
                 self.pop_screen()
@@ -460,7 +460,7 @@ class TinkerTuiApp(App[None]):
 
     def sync_bindings(self) -> None:
         """Refresh the footer when the pause or run state changed behind our back."""
-        state = (self.control_paused, self.stopping, self.model.state)
+        state = (self.control_paused, self.stopping, self.state.state)
         if state != self._binding_state:
             self._binding_state = state
             self.refresh_bindings()
@@ -470,7 +470,7 @@ class TinkerTuiApp(App[None]):
         try:
             return bool(self.session.control.paused)
         except Exception:
-            return self.model.state == "paused"
+            return self.state.state == "paused"
 
     @property
     def modal_open(self) -> bool:
@@ -564,10 +564,10 @@ class TinkerTuiApp(App[None]):
             )
             self.notify(f"read-only: {why}", severity="warning")
             return
-        if self.model.state in ("finished", "stopping"):
-            self.notify(f"the run is {self.model.state}; knobs no longer apply", severity="warning")
+        if self.state.state in ("finished", "stopping"):
+            self.notify(f"the run is {self.state.state}; knobs no longer apply", severity="warning")
             return
-        current = self.live_knobs().get(name, self.model.knobs.get(name))
+        current = self.live_knobs().get(name, self.state.knobs.get(name))
 
         def applied(value: float | int | None) -> None:
             if value is not None:
@@ -610,7 +610,7 @@ class TinkerTuiApp(App[None]):
         """Whether `action` applies in the run's current state (True, False, or None for
         shown but disabled)."""
         paused = self.control_paused
-        live = not self.read_only and self.model.state != "finished"
+        live = not self.read_only and self.state.state != "finished"
         if action == "pause":
             return live and not paused and not self.stopping
         if action == "resume":
@@ -655,7 +655,7 @@ class TinkerTuiApp(App[None]):
     def action_rollback(self) -> None:
         """`b`: go back to the checkpoint of the weights that sampled the best step, at a
         scaled learning rate."""
-        target = self.model.health_window.rollback_point()
+        target = self.state.health_window.rollback_point()
         if target is None:
             self.notify(
                 "Nothing to roll back to: no full checkpoint of the weights that "
@@ -664,12 +664,12 @@ class TinkerTuiApp(App[None]):
                 timeout=4,
             )
             return
-        scale = self.model.config.get("rollback_lr_scale")
+        scale = self.state.config.get("rollback_lr_scale")
         scale = float(scale) if isinstance(scale, int | float) and 0 < scale <= 1 else 0.5
         step = target[0]
-        lr = self.model.last_metrics.get(keys.LEARNING_RATE, self.model.config.get("learning_rate"))
+        lr = self.state.last_metrics.get(keys.LEARNING_RATE, self.state.config.get("learning_rate"))
         words = rollback_words(
-            step=self.model.step,
+            step=self.state.step,
             to_step=step,
             checkpoint=target[1],
             scale=scale,
@@ -695,7 +695,7 @@ class TinkerTuiApp(App[None]):
         if self.read_only:
             self.exit(return_code=EXIT_OK)  # a stored run, or a read-only view: nothing to stop
             return
-        if self.model.state == "finished" or self.run_status is not None:
+        if self.state.state == "finished" or self.run_status is not None:
             self.exit(return_code=self.finished_code)
             return
         kind = "stop_attached" if self.attached else "stop"
@@ -752,7 +752,7 @@ class TinkerTuiApp(App[None]):
         self.exit(return_code=EXIT_OK)
 
     def action_quit_now(self) -> None:
-        if self.attached and self.model.state != "finished" and self.run_status is None:
+        if self.attached and self.state.state != "finished" and self.run_status is None:
             self.detach()
             return
         if self.read_only or self.attached or self.run_status is not None:
@@ -796,7 +796,7 @@ class TinkerTuiApp(App[None]):
         try:
             screen = self.get_screen_stack(name)[0]
             if isinstance(screen, RunView) and screen.is_mounted:
-                screen.update_from_model(self.model, self.clock.now())
+                screen.update_from_state(self.state, self.clock.now())
         except (NoMatches, IndexError, KeyError):
             return
 
@@ -833,11 +833,11 @@ class TinkerTuiApp(App[None]):
             return
         from tinker_tui.app.screens.run_list import RunListScreen
 
-        self.push_screen(RunListScreen(self.session.db_path, self.model.run_id))
+        self.push_screen(RunListScreen(self.session.db_path, self.state.run_id))
 
     def action_name_run(self) -> None:
         """`n`: name the run and note something about it (kept in the store)."""
-        if self.session.db_path is None or not self.model.run_id:
+        if self.session.db_path is None or not self.state.run_id:
             self.notify("the run is not in the store yet", severity="warning")
             return
         from tinker_tui.app.screens.run_label import edit_run_label
@@ -854,14 +854,14 @@ class TinkerTuiApp(App[None]):
         edit_run_label(
             self,
             self.session.db_path,
-            self.model.run_id,
-            self.model.run_name,
-            self.model.note,
+            self.state.run_id,
+            self.state.run_name,
+            self.state.note,
             done=labelled,
         )
 
     def action_cycle_smoothing(self) -> None:
-        beta = self.model.cycle_smoothing()
+        beta = self.state.cycle_smoothing()
         self.refresh_panes()
         self.notify(f"reward smoothing {beta:g}" if beta else "reward smoothing off", timeout=1.5)
 
@@ -921,7 +921,7 @@ class TinkerTuiApp(App[None]):
 
     def quit_now_help(self) -> str:
         """What "Quit now" does to the run, in the state it is in."""
-        if self.read_only or self.model.state == "finished" or self.run_status is not None:
+        if self.read_only or self.state.state == "finished" or self.run_status is not None:
             return "Leave now (the run has ended, or is not running here)"
         if self.attached:
             return (

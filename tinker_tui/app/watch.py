@@ -97,7 +97,7 @@ def watch(
         _read_tail(session, summary)
     result = summary.summary()
     if app.detached:
-        _say(detach_lines(session.run_id, session.db_path, app.model.state, app.model.reason))
+        _say(detach_lines(session.run_id, session.db_path, app.state.state, app.state.reason))
     elif result.run_id:
         _say(summary_lines(result))
     return app.return_code if app.return_code is not None else EXIT_OK

@@ -28,9 +28,9 @@ from tinker_tui.engine.backend.capabilities import (
     KnowsTrainingIdentity,
     ServiceClient,
 )
+from tinker_tui.engine.backend.checkpoint_retention import CheckpointRecord
 from tinker_tui.engine.backend.choice import context_length_of, make_service_client
 from tinker_tui.engine.backend.retry import BackendInterrupted, call_with_retry
-from tinker_tui.engine.backend.checkpoint_retention import CheckpointRecord
 from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.checkpoint_paths import run_checkpoint_dir
 from tinker_tui.engine.clock import Clock, SystemClock

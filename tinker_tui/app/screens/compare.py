@@ -59,8 +59,8 @@ class CompareScreen(MetricsScreen):
         self._columns: list[str] = []
 
     @property
-    def models(self) -> list[DashboardState]:
-        return [run.model for run in self.runs]
+    def states(self) -> list[DashboardState]:
+        return [run.state for run in self.runs]
 
     def compose(self) -> ComposeResult:
         yield Label(f"Comparing {len(self.runs)} runs", id="compare-title")
@@ -79,10 +79,10 @@ class CompareScreen(MetricsScreen):
         from tinker_tui.app.widgets.compare_chart import CompareChart
 
         chart = CompareChart(key, id=chart_id(key), classes="metric-chart")
-        chart.models = self.models
+        chart.states = self.states
         return chart
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
+    def update_from_state(self, state: DashboardState, now: float) -> None:
         """The dashboard's timer: this view redraws on its own (`refresh_compare`)."""
 
     def charts_changed(self) -> None:
@@ -95,8 +95,8 @@ class CompareScreen(MetricsScreen):
         now = self.clock()
         self._refresh_table(now)
         keys: list[str] = []
-        for model in self.models:
-            keys += [k for k in model.metric_keys() if k not in keys]
+        for state in self.states:
+            keys += [k for k in state.metric_keys() if k not in keys]
         keys.sort(key=metric_order)
         if keys != self._keys:
             self._keys = keys
@@ -104,7 +104,7 @@ class CompareScreen(MetricsScreen):
         self._sync_charts()
         for chart in self.charts():
             if chart.is_mounted:
-                chart.update_from_model(self.models[0], now)
+                chart.update_from_state(self.states[0], now)
 
     def _refresh_table(self, now: float) -> None:
         columns, rows = comparison_rows(self.runs, now)
@@ -135,8 +135,8 @@ class CompareScreen(MetricsScreen):
 
     def action_cycle_smoothing(self) -> None:
         beta = 0.0
-        for model in self.models:
-            beta = model.cycle_smoothing()
+        for state in self.states:
+            beta = state.cycle_smoothing()
         self.refresh_compare()
         self.notify(f"smoothing {beta:g}" if beta else "smoothing off", timeout=1.5)
 

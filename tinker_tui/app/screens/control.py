@@ -52,10 +52,10 @@ class ControlScreen(RunView):
             event.stop()
             await self.app.run_action(action)
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
-        self.query_one(RunStatusPanel).update_from_model(state, now)
-        self.query_one(KnobsTable).update_from_model(state, self.host.live_knobs())
-        self.query_one(CommandsTable).update_from_model(state)
+    def update_from_state(self, state: DashboardState, now: float) -> None:
+        self.query_one(RunStatusPanel).update_from_state(state, now)
+        self.query_one(KnobsTable).update_from_state(state, self.host.live_knobs())
+        self.query_one(CommandsTable).update_from_state(state)
         read_only = self.host.read_only
         paused = state.state == "paused"
         pause = self.query_one("#action-pause", Button)

@@ -48,10 +48,10 @@ class DashboardScreen(RunView):
         log.set_minimum(next_log_level(log.minimum))
         self.host.refresh_panes()
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
-        self.query_one(RunStatusPanel).update_from_model(state, now)
-        self.query_one(ThroughputPanel).update_from_model(state, now)
-        self.query_one(DiscardedPanel).update_from_model(state, now)
-        self.query_one(ChartPane).update_from_model(state, now)
-        self.query_one(CheckpointsTable).update_from_model(state, now)
-        self.query_one(LogPanel).update_from_model(state, now)
+    def update_from_state(self, state: DashboardState, now: float) -> None:
+        self.query_one(RunStatusPanel).update_from_state(state, now)
+        self.query_one(ThroughputPanel).update_from_state(state, now)
+        self.query_one(DiscardedPanel).update_from_state(state, now)
+        self.query_one(ChartPane).update_from_state(state, now)
+        self.query_one(CheckpointsTable).update_from_state(state, now)
+        self.query_one(LogPanel).update_from_state(state, now)

@@ -155,8 +155,8 @@ class MetricsScreen(RunView, ChartKeys):
         self._set_subtitle()
         self.host.refresh_panes()
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
-        self.query_one(RunStatusPanel).update_from_model(state, now)
+    def update_from_state(self, state: DashboardState, now: float) -> None:
+        self.query_one(RunStatusPanel).update_from_state(state, now)
         keys = state.metric_keys()
         if keys != self._keys:
             self._keys = keys
@@ -164,4 +164,4 @@ class MetricsScreen(RunView, ChartKeys):
         self._sync_charts()
         for chart in self.charts():
             if chart.is_mounted:
-                chart.update_from_model(state, now)
+                chart.update_from_state(state, now)

@@ -150,8 +150,8 @@ class RolloutsScreen(RunView):
         node = self.query_one(RolloutsTree).cursor_node
         self.query_one(RolloutDetail).show(state, node.data if node is not None else None)
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
+    def update_from_state(self, state: DashboardState, now: float) -> None:
         self._model = state
-        self.query_one(RunStatusPanel).update_from_model(state, now)
+        self.query_one(RunStatusPanel).update_from_state(state, now)
         self.query_one(RolloutsTree).sync(state)
         self._show_selection(state)

@@ -75,5 +75,5 @@ class RunView(ResumesUnstyled):
     def host(self) -> DashboardHost:
         return host(self.app)
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
+    def update_from_state(self, state: DashboardState, now: float) -> None:
         raise NotImplementedError

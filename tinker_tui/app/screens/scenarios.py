@@ -49,6 +49,6 @@ class ScenariosScreen(RunView):
             event.stop()
             self.host.show_rollouts_of(str(event.row_key.value))
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
-        self.query_one(RunStatusPanel).update_from_model(state, now)
-        self.query_one(ScenarioBoard).update_from_model(state, now)
+    def update_from_state(self, state: DashboardState, now: float) -> None:
+        self.query_one(RunStatusPanel).update_from_state(state, now)
+        self.query_one(ScenarioBoard).update_from_state(state, now)

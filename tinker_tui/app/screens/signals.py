@@ -74,16 +74,16 @@ class SignalsScreen(RunView):
             self.chosen = later[0] if delta > 0 else later[-1]
             if self.chosen == steps[-1]:
                 self.chosen = None  # the newest: follow new steps again
-        self.update_from_model(self._model, self._model.now())
+        self.update_from_state(self._model, self._model.now())
 
     def action_latest(self) -> None:
         self.chosen = None
         if self._model is not None:
-            self.update_from_model(self._model, self._model.now())
+            self.update_from_state(self._model, self._model.now())
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
+    def update_from_state(self, state: DashboardState, now: float) -> None:
         self._model = state
-        self.query_one(RunStatusPanel).update_from_model(state, now)
+        self.query_one(RunStatusPanel).update_from_state(state, now)
         step = self.shown_step(state)
         self.query_one(DistributionsPanel).show(state, step)
         self.query_one(FunnelPanel).show(state, step)

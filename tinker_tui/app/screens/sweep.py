@@ -155,24 +155,24 @@ class SweepScreen(Screen[None]):
         shown = [
             v
             for c in self.compared.values()
-            for v in [v for _, v in c.model.rewards if math.isfinite(v)][-16:]
+            for v in [v for _, v in c.state.rewards if math.isfinite(v)][-16:]
         ]
         scale = (min(shown), max(shown)) if shown else None
         for run in self.sweep.runs:
             compared = self.compared.get(run.run_id)
             status, step, spark, final, eta = run.status, "-", "", "-", ""
             if compared is not None:
-                model = compared.model
+                state = compared.state
                 if (
                     run.status not in ("completed", "failed", "stopped", "interrupted")
-                    or model.status is not None
+                    or state.status is not None
                 ):
                     status = status_of(compared)  # with why it ended, once it has
-                step = f"{model.step}/{model.max_steps or '?'}"
-                rewards = [v for _, v in model.rewards]
+                step = f"{state.step}/{state.max_steps or '?'}"
+                rewards = [v for _, v in state.rewards]
                 spark = text_sparkline(rewards, 16, scale)
                 final = f"{rewards[-1]:.3f}" if rewards else "-"
-                left = model.eta() if status in ("running", "starting") else None
+                left = state.eta() if status in ("running", "starting") else None
                 eta = format_elapsed(left) if left is not None else ""
             mark = "●" if run.run_id in self.marked else ""
             rows.append(

@@ -49,7 +49,7 @@ class TooSmallScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         yield Static("", id="too-small-text")
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
+    def update_from_state(self, state: DashboardState, now: float) -> None:
         update_static(
             self.query_one("#too-small-text", Static),
             compact_status(state, now, self.app.size.width, self.app.size.height),

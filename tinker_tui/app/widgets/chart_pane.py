@@ -60,11 +60,11 @@ class ChartPane(Vertical):
         await self.query(".chart-loading").remove()
         await self.mount(self.chart)
         if self._pending is not None:
-            self.chart.update_from_model(*self._pending)
+            self.chart.update_from_state(*self._pending)
             self._pending = None
 
-    def update_from_model(self, state: Any, now: float) -> None:
+    def update_from_state(self, state: Any, now: float) -> None:
         if self.chart is not None and self.chart.is_mounted:
-            self.chart.update_from_model(state, now)
+            self.chart.update_from_state(state, now)
         else:
             self._pending = (state, now)

@@ -125,7 +125,7 @@ class CheckpointsTable(DataTable):
     def on_blur(self) -> None:
         self.show_cursor = False
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
+    def update_from_state(self, state: DashboardState, now: float) -> None:
         self._model = state
         count = len(state.checkpoints)
         best = state.health_window.rollback_point()

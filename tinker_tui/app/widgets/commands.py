@@ -36,9 +36,9 @@ class CommandsTable(DataTable):
 
     def on_resize(self, event: events.Resize) -> None:
         if self._model is not None:
-            self.update_from_model(self._model)
+            self.update_from_state(self._model)
 
-    def update_from_model(self, state: DashboardState) -> None:
+    def update_from_state(self, state: DashboardState) -> None:
         self._model = state
         count = len(state.commands)
         set_subtitle(self, f"{count} received")

@@ -28,13 +28,13 @@ class CompareChart(StepChart):
 
     def __init__(self, key: str, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(key, id=id, classes=classes)
-        self.models: Sequence[DashboardState] = ()
+        self.states: Sequence[DashboardState] = ()
         self._emas: dict[int, tuple[int, float, list[float]]] = {}
 
     def draw_key(self, state: DashboardState) -> tuple[object, ...]:
         per_run = tuple(
             (len(s), s[-1] if s else None, len(m.checkpoints), len(m.knob_markers()))
-            for m in self.models
+            for m in self.states
             for s in [m.series.get(self.key, ())]
         )
         return (per_run, state.ema_beta, self.size, self.chart_options.key())
@@ -48,13 +48,13 @@ class CompareChart(StepChart):
 
     def subtitle_text(self, state: DashboardState) -> str:
         parts = []
-        for index, run in enumerate(self.models):
+        for index, run in enumerate(self.states):
             points = run.series.get(self.key, ())
             if points:
                 parts.append(f"{self.swatch(run_component(index))}{format_value(points[-1][1])}")
         return " ".join(parts) if parts else "no steps yet"
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
+    def update_from_state(self, state: DashboardState, now: float) -> None:
         """Draw every run (`state`: the one whose smoothing the view uses)."""
         key = self.draw_key(state)
         if key[:1] != self._subtitle_key:
@@ -67,7 +67,7 @@ class CompareChart(StepChart):
         options = self.chart_options
         lines: list[Line] = []
         marks: list[tuple[str, list[float]]] = []
-        for index, run in enumerate(self.models):
+        for index, run in enumerate(self.states):
             points = run.series.get(self.key, ())
             if not points:
                 continue

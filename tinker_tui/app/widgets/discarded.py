@@ -138,7 +138,7 @@ class DiscardedPanel(Static, can_focus=True):
     def on_mount(self) -> None:
         self.border_title = "Health & discards"
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
+    def update_from_state(self, state: DashboardState, now: float) -> None:
         width = self.content_region.width or self.size.width
         height = self.content_region.height or 7
         update_static(self, discarded_content(state, width, height))

@@ -50,7 +50,7 @@ class KnobsTable(KeysInOrder, DataTable):
     def selected_knob(self) -> str:
         return LIVE_KNOBS[max(0, min(self.cursor_row, len(LIVE_KNOBS) - 1))]
 
-    def update_from_model(self, state: DashboardState, live: Mapping[str, float | int]) -> None:
+    def update_from_state(self, state: DashboardState, live: Mapping[str, float | int]) -> None:
         changes: dict[str, int] = {}
         for command in state.knob_markers():
             name = str(command.args.get("name"))

@@ -100,7 +100,7 @@ class LogPanel(OptionList):
             else f"{counts} · enter: whole · l: level",
         )
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
+    def update_from_state(self, state: DashboardState, now: float) -> None:
         self._model = state
         new = state.log_total - self._written
         if not (self._rewrite or state.log_rewrites != self._rewrites or new > 0):

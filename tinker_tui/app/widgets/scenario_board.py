@@ -53,7 +53,7 @@ class ScenarioBoard(DataTable):
     def on_resize(self, event: events.Resize) -> None:
         self._shown = ()
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
+    def update_from_state(self, state: DashboardState, now: float) -> None:
         """Rebuild the board when the groups changed; on a live run no oftener than
         `PACE` times what the last rebuild cost (it reads every group the model keeps:
         a 2,000-step run's 16,000 groups take a tenth of a second or more)."""

@@ -136,7 +136,7 @@ class RunStatusPanel(Horizontal):
         yield Label("", id="run-label")
         yield Label("", id="progress-label")
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
+    def update_from_state(self, state: DashboardState, now: float) -> None:
         badge = self.query_one("#state-badge", Label)
         update_static(badge, state_badge_text(state))
         set_state_class(badge, state_class(state))

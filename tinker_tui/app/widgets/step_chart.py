@@ -332,7 +332,7 @@ class StepChart(PlotWidget, inherit_bindings=False):
     def chart_options(self) -> ChartOptions:
         return self.options if self.options is not None else ChartOptions()
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
+    def update_from_state(self, state: DashboardState, now: float) -> None:
         self._fit_labels()
         plot_size = (self._plot_columns(), self._plot_rows())
         if plot_size != self._plot_size:

@@ -123,7 +123,7 @@ class ThroughputPanel(Vertical, can_focus=True):
     def on_mount(self) -> None:
         self.border_title = "Throughput"
 
-    def update_from_model(self, state: DashboardState, now: float) -> None:
+    def update_from_state(self, state: DashboardState, now: float) -> None:
         measured = state.throughput
         finished = state.state == "finished"
         if measured is not None and not finished:
