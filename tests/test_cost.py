@@ -99,6 +99,19 @@ def test_a_step_that_would_pass_the_budget_is_not_trained_even_the_first():
     assert CostMeter(Prices(train=1.0)).budget_passed_by_training(sampled, 10**9) == ""
 
 
+def test_what_rollouts_sample_while_a_step_trains_counts_against_the_budget():
+    """Sampling runs on while a step trains: a step whose training alone fits, but whose
+    step ends past the budget once the recent steps' sampling is added, is not trained."""
+    meter = CostMeter(Prices(sample=1.0, train=1.0), max_cost_usd=1.0)
+    running = TokenUsage(sampled=100_000, trained=100_000)  # a step: $0.1 + $0.1
+    meter.step_metrics(running)
+    assert meter.budget_passed_by_training(running, 700_000) == ""  # 0.2 + 0.7 + 0.1
+    why = meter.budget_passed_by_training(running, 750_000)  # 0.2 + 0.75 + 0.1 > 1
+    assert why.startswith(
+        "training this step (about $0.8500, with what rollouts sample meanwhile) would pass"
+    ), why
+
+
 def test_a_resumed_run_past_its_budget_stops_before_its_first_step():
     """The last step an earlier process recorded is the estimate of the next: a run the
     budget stopped, resumed with the same budget, must not train another step."""
@@ -115,6 +128,20 @@ def test_a_resumed_run_past_its_budget_stops_before_its_first_step():
     cheap_last = CostMeter(Prices(train=1.0), max_cost_usd=3.8)
     cheap_last.carry({keys.COST_USD_TOTAL: 3.0, keys.COST_USD_STEP: 0.5}, steps=3)
     assert "the next step (about $1.0000) would pass" in cheap_last.budget_passed_by_next_step()
+    # A resumed process samples its first step from nothing and ahead while it trains:
+    # $0.5 of a $1 step is sampling, so its first step is estimated at $1.5.
+    sampler = CostMeter(Prices(sample=1.0, train=1.0), max_cost_usd=4.2)
+    sampler.carry(
+        {
+            keys.COST_USD_TOTAL: 3.0,
+            keys.TOKENS_SAMPLED_TOTAL: 1_500_000,
+            keys.TOKENS_TRAINED_TOTAL: 1_500_000,
+        },
+        steps=3,
+    )
+    assert "the next step (about $1.5000) would pass" in sampler.budget_passed_by_next_step()
+    sampler.step_metrics(TokenUsage(sampled=500_000, trained=500_000))  # it trained one
+    assert sampler.next_step_estimate() == pytest.approx(1.0)
 
 
 def test_the_warm_up_counts_in_the_totals_but_not_in_a_steps_estimate():

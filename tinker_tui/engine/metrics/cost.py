@@ -119,8 +119,12 @@ class CostMeter:
         self.carried_usd = 0.0
         self._last = TokenUsage()
         self._recent: deque[float] = deque(maxlen=BUDGET_WINDOW)
+        self._recent_sampling: deque[float] = deque(maxlen=BUDGET_WINDOW)
         self._warmup_usd = 0.0
         self.total_usd = 0.0
+        # A resumed process samples its first step from nothing and samples ahead while
+        # it trains: that step costs a step and a step's sampling.
+        self._cold = False
 
     @property
     def budgeted(self) -> bool:
@@ -145,6 +149,11 @@ class CostMeter:
         estimate = self.carried_usd / steps if steps > 0 else last_step
         if self.prices.known and isinstance(estimate, int | float) and estimate > 0:
             self._recent.append(float(estimate))
+            if steps > 0:
+                self._recent_sampling.append(
+                    self.prices.cost(replace(self.carried, trained=0)) / steps
+                )
+                self._cold = True
 
     def warmed_up(self, usage: TokenUsage) -> None:
         """The format warm-up ended with the backend's running totals `usage`: its cost is
@@ -171,14 +180,22 @@ class CostMeter:
             step_usd = self.prices.cost(step)
             self.total_usd = self.carried_usd + self.prices.cost(usage)
             self._recent.append(max(step_usd - self._warmup_usd, 0.0))
+            self._recent_sampling.append(self.prices.cost(replace(step, trained=0)))
+            self._cold = False
             self._warmup_usd = 0.0
             metrics[keys.COST_USD_STEP] = step_usd
             metrics[keys.COST_USD_TOTAL] = self.total_usd
         return metrics
 
     def next_step_estimate(self) -> float:
-        """What the next step will likely cost: the mean of the recent steps."""
-        return sum(self._recent) / len(self._recent) if self._recent else 0.0
+        """What the next step will likely cost: the mean of the recent steps (and, the
+        first of a resumed process, a step's sampling more)."""
+        if not self._recent:
+            return 0.0
+        estimate = sum(self._recent) / len(self._recent)
+        if self._cold and self._recent_sampling:
+            estimate += sum(self._recent_sampling) / len(self._recent_sampling)
+        return estimate
 
     def budget_passed_by_next_step(self) -> str:
         """Why the run must stop before the next step (it would pass `max_cost_usd`), or
@@ -200,15 +217,21 @@ class CostMeter:
         """Why `what`, about to train `tokens`, must not (what is spent, its sampling
         included, and its training would pass `max_cost_usd`), or "" if it may. Asked
         before every step (the first has no estimate, and a step may cost more than the
-        recent ones) and before the format warm-up."""
+        recent ones) and before the format warm-up. Rollouts keep sampling while the
+        step trains, so what the recent steps sampled counts too: without it a step
+        that fits on its own can end past the budget."""
         if not self.budgeted:
             return ""
         spent = self.carried_usd + self.prices.cost(usage)
         training = tokens * self.prices.train / 1e6
+        meanwhile = ""
+        if self._recent_sampling:
+            training += sum(self._recent_sampling) / len(self._recent_sampling)
+            meanwhile = ", with what rollouts sample meanwhile"
         if spent + training <= self.max_cost_usd:
             return ""
         return (
-            f"training {what} (about ${training:.4f}) would pass the budget "
+            f"training {what} (about ${training:.4f}{meanwhile}) would pass the budget "
             f"max_cost_usd = ${self.max_cost_usd:g}: {self._spent(spent)}"
         )
 
