@@ -160,7 +160,7 @@ def test_model_starts_empty():
     assert state.rollout_rate_history() == []
     assert state.discard_rate == 0.0
     assert state.last_reward is None
-    assert state.checkpoints == [] and len(state.log) == 0
+    assert state.checkpoints.rows == [] and len(state.log) == 0
 
 
 def test_model_run_info_and_state():
@@ -279,18 +279,18 @@ def test_model_checkpoints_and_bounded_log():
     assert [(c.step, c.kind, c.name, c.path) for c in state.checkpoints] == [
         (5, "state", "step-5", "/x/step-5")
     ]
-    assert state.since_start(state.checkpoints[0].time) == "00:15"
+    assert state.since_start(state.checkpoints.rows[0].time) == "00:15"
     state.apply(CheckpointSaved(time=75.0, step=7, kind="state", name="step-7", path="/x/step-7"))
     # retention deleted the older one: its row goes, counted; an unknown path changes nothing
     state.apply(CheckpointDeleted(time=75.1, step=5, kind="state", name="step-5", path="/x/step-5"))
     state.apply(
         CheckpointDeleted(time=75.2, step=1, kind="sampler", name="step-1", path="/x/never-shown")
     )
-    assert [c.step for c in state.checkpoints] == [7] and state.checkpoints_deleted == 1
+    assert [c.step for c in state.checkpoints] == [7] and state.checkpoints.deleted == 1
     for i, word in enumerate(("zero", "one", "two", "three", "four")):
         state.apply(LogEmitted(time=50.0 + i, level="INFO", message=f"line {word}"))
     assert [line.message for line in state.log] == ["line two", "line three", "line four"]
-    assert state.log_total == 5
+    assert state.log.total == 5
 
 
 def test_model_revision_counts_applied_events():
@@ -788,7 +788,7 @@ def test_repeated_lines_collapse_into_one_with_a_count():
         ("info", "slow", 1),
         ("warning", "slow", 2),
     ]
-    assert state.log_total == 6 and state.log_rewrites == 1
+    assert state.log.total == 6 and state.log.rewrites == 1
 
 
 def test_results_a_user_watches_are_never_merged():
@@ -835,7 +835,7 @@ def test_failed_rollouts_alike_are_one_line_with_their_count_as_headless_counts_
         LogEmitted(time=40.0, level="error", message="rollout of group 36 failed: ValueError: bad")
     )
     assert [(line.level, line.count) for line in state.log] == [("warning", 35), ("error", 1)]
-    assert "group 34" in state.log[0].message and "line 40" in state.log[0].message
+    assert "group 34" in state.log.lines[0].message and "line 40" in state.log.lines[0].message
 
 
 def test_a_resumed_run_starting_again_is_not_counted_as_a_repeat_of_its_first_start():
@@ -935,8 +935,8 @@ def test_recent_log_filters_by_level():
     state = DashboardState(FakeClock())
     for level in ("info", "WARNING", "error", "debug"):
         state.apply(LogEmitted(time=0.0, level=level, message=level))
-    assert [line.message for line in state.recent_log(10, "warning")] == ["WARNING", "error"]
-    assert len(state.recent_log(10)) == 4
+    assert [line.message for line in state.log.recent(10, "warning")] == ["WARNING", "error"]
+    assert len(state.log.recent(10)) == 4
 
 
 def test_a_transcript_loses_the_empty_turn_it_ends_with():
@@ -1101,8 +1101,8 @@ def test_a_checkpoint_asked_for_once_written_is_the_same_row_marked():
     [row] = state.checkpoints
     assert row.requested and row.time == 1.0  # when it was written, not when marked
     assert step_text(row) == "3✓" and step_text(row, best_step=3) == "3✓★"
-    assert marks_legend(state.checkpoints, 3) == " · ✓ asked for ★ best"
-    assert marks_legend(state.checkpoints, None) == " · ✓ asked for"
+    assert marks_legend(state.checkpoints.rows, 3) == " · ✓ asked for ★ best"
+    assert marks_legend(state.checkpoints.rows, None) == " · ✓ asked for"
 
 
 def test_the_status_bar_says_a_run_that_ended_on_no_signal_trained_nothing():

@@ -230,7 +230,7 @@ async def test_p_c_e_b_and_a_cancelled_quit():
         assert newest[0] == "20✓" and newest[1] == "state"  # asked for: kept, marked
         assert "✓ asked for" in str(table.border_subtitle)
         assert newest[3].endswith("000020") and "…" in newest[3]  # cut in the middle
-        assert app.state.checkpoints[-1].path.endswith("/weights/manual-000020")
+        assert app.state.checkpoints.rows[-1].path.endswith("/weights/manual-000020")
 
         # e: an evaluation
         await press(pilot, "e")
@@ -378,7 +378,7 @@ async def test_help_palette_views_maximize_smoothing_and_log_level_keys():
         await press(pilot, "l", "l")
         assert log.minimum == "warning"
         await until(lambda: len(log.lines) == 1 < before, pilot)
-        total = app.state.log_total
+        total = app.state.log.total
         await until(
             lambda: str(log.border_subtitle).startswith(f"≥ warning · 1 of {total:,} lines"), pilot
         )  # what it shows, of how many

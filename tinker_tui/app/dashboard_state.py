@@ -14,27 +14,22 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Mapping
 from typing import Any
 
+from tinker_tui.app.checkpoint_book import CheckpointBook
 from tinker_tui.app.dashboard_rows import (
-    CheckpointRow,
     CommandRow,
     EvalPoint,
     GroupRecord,
-    LogLine,
     ThroughputSample,
 )
+from tinker_tui.app.log_tail import LogTail
 from tinker_tui.app.view_maths import (
-    COLLAPSE_LOOKBACK,
     debiased_ema,
     eta_seconds,
     format_elapsed,
-    level_at_least,
-    message_shape,
     next_smoothing,
-    normalise_level,
     rate_history,
     windowed_rate,
 )
@@ -206,16 +201,8 @@ class DashboardState:
         self.initial_knobs: dict[str, float | int] = {}
 
         # checkpoints and log
-        self.checkpoints: list[CheckpointRow] = []
-        #: Checkpoints shown once and since deleted by the retention policy.
-        self.checkpoints_deleted = 0
-        self.log: deque[LogLine] = deque(maxlen=log_lines)
-        self.log_total = 0
-        #: Bumped when a line already shown changed (a repeat collapsed into it).
-        self.log_rewrites = 0
-        #: Lines added since the engine last started: repeats collapse within one start only
-        #: (a resumed run's "starting local backend" is not a repeat of the first one's).
-        self._lines_this_start = 0
+        self.checkpoints = CheckpointBook()
+        self.log = LogTail(log_lines)
 
         # bumped on every applied event, so panes can skip redrawing unchanged data
         self.revision = 0
@@ -242,7 +229,7 @@ class DashboardState:
                     self.paused_total += max(0.0, event.time - self.last_event_at)
                 self.startup = event
                 if event.phase == "loading_model":  # the engine (re)starts
-                    self._lines_this_start = 0
+                    self.log.engine_started()
                 if event.phase == "first_rollouts":
                     self.rollouts_since_startup = 0
             case GroupSampled():
@@ -268,28 +255,17 @@ class DashboardState:
             case CommandReceived():
                 self._command(event)
             case CheckpointSaved():
-                row = CheckpointRow(
-                    event.step, event.kind, event.name, event.path, event.time, event.requested
-                )
-                again = [i for i, c in enumerate(self.checkpoints) if c.path == event.path]
-                if again:  # saved before, now asked for: the same checkpoint, marked
-                    self.checkpoints[again[-1]] = replace(
-                        row, time=self.checkpoints[again[-1]].time
-                    )
-                else:
-                    self.checkpoints.append(row)
+                self.checkpoints.saved(event)
                 fold(self.health_window, event)
             case CheckpointDeleted():
                 fold(self.health_window, event)
-                kept = [c for c in self.checkpoints if c.path != event.path]
-                self.checkpoints_deleted += len(self.checkpoints) - len(kept)
-                self.checkpoints = kept
+                self.checkpoints.removed(event)
             case RunStateChanged():
                 self._state_changed(event.time, event.state)
                 self.state = event.state
                 self.reason = event.reason
             case LogEmitted():
-                self._log(event)
+                self.log.add(event)
                 if isinstance(event, SessionStarted):
                     self._session_at = event.time
                 if isinstance(event, RunResumed):  # read while following: as at a rollback
@@ -515,7 +491,7 @@ class DashboardState:
         self.series_revision += 1
         self.evals = [e for e in self.evals if e.step <= step]
         self.histograms = {s: h for s, h in self.histograms.items() if s <= step}
-        self.checkpoints = [c for c in self.checkpoints if c.step <= step]
+        self.checkpoints.rewind(step)
         self.trained_steps = [s for s in self.trained_steps if s <= step]
         for later in [s for s in self.groups_by_step if s > step]:
             for group_id in self.groups_by_step.pop(later):
@@ -550,29 +526,6 @@ class DashboardState:
         elif self.paused_since is not None:
             self.paused_total += max(0.0, time - self.paused_since)
             self.paused_since = None
-
-    def _log(self, event: LogEmitted) -> None:
-        """A line, or for a warning or an error the count of a recent one of the same shape
-        (numbers aside, its first line: 35 rollouts failing alike are one line ×35, as the
-        headless run counts them), since the engine last started. Info lines are never
-        merged: they carry the results a user watches (an evaluation's reward, a checkpoint),
-        and a count would hide all but the last."""
-        line = LogLine(event.time, event.level, event.message)
-        self.log_total += 1
-        shape = message_shape(first_line(event.message))
-        lookback = min(COLLAPSE_LOOKBACK, self._lines_this_start)
-        if normalise_level(event.level) not in ("warning", "error"):
-            lookback = 0
-        recent = list(self.log)[-lookback:] if lookback else []
-        for back, old in enumerate(reversed(recent), start=1):
-            if old.level == event.level and message_shape(first_line(old.message)) == shape:
-                del self.log[len(self.log) - back]
-                line = LogLine(event.time, event.level, event.message, old.count + 1)
-                self.log_rewrites += 1
-                break
-        else:
-            self._lines_this_start += 1
-        self.log.append(line)
 
     def _trim_samples(self, now: float) -> None:
         horizon = self.rate_window + self.rate_step * self.rate_history_len
@@ -767,10 +720,6 @@ class DashboardState:
             return format_elapsed(0.0)
         return format_elapsed(self.worked(time))
 
-    def recent_log(self, count: int, minimum: str = "debug") -> Sequence[LogLine]:
-        lines = [line for line in self.log if level_at_least(line.level, minimum)]
-        return lines[-count:] if count > 0 else []
-
     def steps_with_groups(self) -> list[int]:
         """Steps that took (or dropped) a group still kept, oldest first."""
         return sorted(s for s, ids in self.groups_by_step.items() if ids)
@@ -832,10 +781,6 @@ def metric_order(key: str) -> tuple[int, int, str]:
     family = key.split("/", 1)[0]
     rank = _FAMILY_ORDER.index(family) if family in _FAMILY_ORDER else len(_FAMILY_ORDER)
     return (rank, 0 if key == keys.REWARD_MEAN else 1, key)
-
-
-def first_line(message: str) -> str:
-    return message.split("\n", 1)[0]
 
 
 def _number(value: object) -> bool:

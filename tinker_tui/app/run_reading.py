@@ -209,7 +209,7 @@ def health(read: ReadRun) -> dict[str, Any]:
         "groups_discarded": dict(state.discarded),
         "knobs": dict(state.knobs),
         "checkpoints": [
-            {"step": c.step, "kind": c.kind, "name": c.name} for c in state.checkpoints[-5:]
+            {"step": c.step, "kind": c.kind, "name": c.name} for c in state.checkpoints.rows[-5:]
         ],
     }
 

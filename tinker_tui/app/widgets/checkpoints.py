@@ -78,10 +78,10 @@ def subtitle_text(state: DashboardState, width: int = 0) -> str:
     what has no room is left out whole, never cut, the note before the key (the status
     line says the weights stand still too, and `enter` on a row says why)."""
     count = len(state.checkpoints)
-    deleted = f" ({state.checkpoints_deleted} older deleted)" if state.checkpoints_deleted else ""
+    deleted = f" ({state.checkpoints.deleted} older deleted)" if state.checkpoints.deleted else ""
     text = f"{count} saved{deleted}"
     best = state.health_window.rollback_point()
-    marks = marks_legend(state.checkpoints, best[0] if best is not None else None)
+    marks = marks_legend(state.checkpoints.rows, best[0] if best is not None else None)
     for part in (
         marks.removeprefix(PART_SEPARATOR),
         sampler_note(state),
@@ -135,13 +135,13 @@ class CheckpointsTable(DataTable):
         width = self.content_region.width or 60
         checkpoint_dir = host(self.app).checkpoint_dir
         requested = tuple(r.step for r in state.checkpoints if r.requested)
-        shown = (count, state.checkpoints_deleted, width, checkpoint_dir, requested, best_step)
+        shown = (count, state.checkpoints.deleted, width, checkpoint_dir, requested, best_step)
         if shown == self._shown:
             return
         self._shown = shown
         cursor = self.cursor_row
         self.clear()
-        self._rows = list(reversed(state.checkpoints))
+        self._rows = list(reversed(state.checkpoints.rows))
         # the path takes what the other columns (and every column's padding) leave
         cells = [
             [step_text(row, best_step), row.kind, state.since_start(row.time), ""]

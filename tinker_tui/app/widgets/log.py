@@ -88,9 +88,9 @@ class LogPanel(OptionList):
         """The level shown and how many lines, of how many, in the border: a filter that
         hides every line reads "0 of N", not N."""
         if self.minimum == "debug":
-            counts = f"all · {state.log_total:,} lines"
+            counts = f"all · {state.log.total:,} lines"
         else:
-            counts = f"≥ {self.minimum} · {len(self._log_lines):,} of {state.log_total:,} lines"
+            counts = f"≥ {self.minimum} · {len(self._log_lines):,} of {state.log.total:,} lines"
         # whole parts only (a narrow pane read "enter: whole · l…"); `?` lists the keys
         width = max(0, self.region.width - 6)  # between the border's corners and spaces
         set_subtitle(
@@ -102,20 +102,20 @@ class LogPanel(OptionList):
 
     def update_from_state(self, state: DashboardState, now: float) -> None:
         self._model = state
-        new = state.log_total - self._written
-        if not (self._rewrite or state.log_rewrites != self._rewrites or new > 0):
+        new = state.log.total - self._written
+        if not (self._rewrite or state.log.rewrites != self._rewrites or new > 0):
             self._show_counts(state)
             return
         follow = self.following
-        if self._rewrite or state.log_rewrites != self._rewrites:
+        if self._rewrite or state.log.rewrites != self._rewrites:
             self._rewrite = False
-            self._rewrites = state.log_rewrites
-            self._log_lines = list(state.recent_log(self._max, self.minimum))
+            self._rewrites = state.log.rewrites
+            self._log_lines = list(state.log.recent(self._max, self.minimum))
             self.set_options([log_line_content(state, line) for line in self._log_lines])
         else:
             added = [
                 line
-                for line in list(state.log)[-min(new, len(state.log)) :]
+                for line in list(state.log.lines)[-min(new, len(state.log)) :]
                 if level_at_least(line.level, self.minimum)
             ]
             self._log_lines += added
@@ -124,7 +124,7 @@ class LogPanel(OptionList):
             for _ in range(max(0, extra)):
                 self._log_lines.pop(0)
                 self.remove_option_at_index(0)
-        self._written = state.log_total
+        self._written = state.log.total
         self._show_counts(state)
         if follow:
             if self.highlighted is not None and self._log_lines:
