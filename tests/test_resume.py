@@ -135,12 +135,16 @@ async def test_a_crashed_pipeline_resumes_every_position_exactly_once():
 async def test_resume_state_counts_groups_dropped_after_the_checkpoint_as_pending():
     events: list = []
     pipeline, session = make_pipeline(events, max_steps_off_policy=0)
-    pipeline._source.draw()
-    pipeline._open = {0: 1, 1: 2, 2: None, 3: 3}
+    ledger = pipeline.scenarios
+    groups = [ledger.draw()[0] for _ in range(4)]  # positions 0..3
+    for group_id, step in zip(groups, (1, 2, None, 3), strict=True):
+        if step is not None:
+            assert ledger.consumed(group_id, step) == group_id
     pipeline.step = 2
     state = pipeline.resume_state()
-    assert state.pending == (2, 3)
-    assert pipeline._open == {2: None, 3: 3}  # consumed by step 2: done for good
+    assert state.pending == (2, 3)  # open, or consumed only after the checkpoint
+    assert ledger.at_checkpoint(3)["pending"] == (2,)  # 0 and 1 done for good, 3 by step 3
+    assert state.next_position == 4 and state.next_group_id == 4
 
 
 def test_scenario_source_replays_and_detects_a_stream_that_is_not_seeded():

@@ -76,7 +76,12 @@ from tinker_tui.engine.training.resume import (
     ResumeState,
     ScenarioError,
     ScenariosExhausted,
-    ScenarioSource,
+)
+from tinker_tui.engine.training.rollback_words import (
+    best_words,
+    no_rollback_point,
+    rollback_basis,
+    target_words,
 )
 from tinker_tui.engine.training.rollout_loop import (
     DeadlinePassed,
@@ -85,6 +90,7 @@ from tinker_tui.engine.training.rollout_loop import (
     SameLoop,
     run_together,
 )
+from tinker_tui.engine.training.scenario_ledger import ScenarioLedger
 from tinker_tui.engine.training.step_metrics import StepMetrics
 from tinker_tui.engine.training.trained_tokens import PieceBook, tokens_event, trained_tokens
 
@@ -137,16 +143,8 @@ class Pipeline:
         # Where the rollouts run (engine.training.rollout_loop); this object's own state, its events
         # and the trainer stay on the loop that runs `run()`.
         self.rollouts: RolloutLoop = rollouts or SameLoop()
-        # Scenarios by position (see engine.training.resume): `restore` rebuilds the stream from the
-        # generator's starting random state, so keep it.
-        self._rng = rng
-        self._rng_start = rng.getstate()
-        self._source = ScenarioSource(task, rng)
-        self._next_group_id = 0
-        self._position_of: dict[int, int] = {}  # group id -> scenario position
-        # Drawn positions not yet known to be consumed at a checkpoint: position -> the step
-        # that consumed it (trained, or dropped while collecting its batch), None while open.
-        self._open: dict[int, int | None] = {}
+        #: Scenarios by position, and which a checkpoint consumed (exactly-once resume).
+        self.scenarios = ScenarioLedger(task, rng)
         #: Whether the policy's weights are worth a checkpoint: the run (engine.run) starts
         #: it False until the model is built and the supervised warm-up is done (or there is
         #: none).
@@ -337,59 +335,21 @@ class Pipeline:
             lr_scale=scale,
             to_step=target[0] if target else None,
             source=source,
-            **self._rollback_basis(target),
+            **rollback_basis(self.health, target),
         )
         if self._stopping:
             return
         if target is None or target[0] not in self.checkpointer.table:
-            self.log("warning", f"nothing to roll back to: {self._no_rollback_point()}")
+            self.log("warning", f"nothing to roll back to: {no_rollback_point(self.health)}")
             return
         self._rollback_requested = (reason, scale, source)
         self.log(
             "info",
-            f"rolling back to {target[1]} ({self._target_words(target)}) at "
+            f"rolling back to {target[1]} ({target_words(self.health, target)}) at "
             f"learning rate x{scale:g}: {reason}",
         )
         self._queue.put_nowait(None)  # wakes a trainer waiting for groups
         self._wake.set()
-
-    def _rollback_basis(self, target: tuple[int, str] | None) -> dict[str, int]:
-        """Why a rollback goes where it goes, as a command's fields: the best step, the
-        newest policy version that sampled it, and the target checkpoint's version."""
-        best, by = self.health.best_step, self.health.best_sampled_by
-        basis = {} if best is None else {"best_step": best[0]}
-        if by is not None:
-            basis["best_sampled_by"] = by
-        version = None if target is None else self.health.checkpoint_version(target[0])
-        if version is not None:
-            basis["checkpoint_version"] = version
-        return basis
-
-    def _target_words(self, target: tuple[int, str]) -> str:
-        """The rollback target and why, in words, for the log."""
-        best, by = self.health.best_step, self.health.best_sampled_by
-        version = self.health.checkpoint_version(target[0])
-        if best is None:
-            return f"step {target[0]}"
-        if by is None or version is None:
-            return f"step {target[0]}, the last checkpoint before best step {best[0]}"
-        return (
-            f"step {target[0]}, weights version {version}: the newest checkpoint of the "
-            f"weights that sampled best step {best[0]} (version {by}); a checkpoint "
-            f"after that holds an update the best step's rewards did not see"
-        )
-
-    def _no_rollback_point(self) -> str:
-        """Why there is nothing to roll back to, in words."""
-        best, by = self.health.best_step, self.health.best_sampled_by
-        if best is None:
-            return "no step trained yet"
-        weights = f"version {by}, " if by is not None else ""
-        return (
-            f"no full checkpoint of this run holds the weights that sampled its best step "
-            f"({weights}step {best[0]}); the checkpoint of the best step itself holds "
-            "that step's update"
-        )
 
     async def stop_requested(self) -> None:
         """Returns once `stop` has been called (at once if it was): the run's start-up
@@ -545,17 +505,13 @@ class Pipeline:
                 self._wake.clear()
                 await self._wake.wait()
             try:
-                position, scenario = self._source.draw()
+                group_id, position, scenario = self.scenarios.draw()
             except ScenariosExhausted as exc:
                 self._scenarios_ran_out(exc.drawn)
                 return
             except ScenarioError as exc:
                 self._scenarios_failed(exc)
                 return
-            group_id = self._next_group_id
-            self._next_group_id += 1
-            self._position_of[group_id] = position
-            self._open[position] = None
             self._emit(
                 GroupStarted(
                     time=self.clock.now(),
@@ -575,7 +531,7 @@ class Pipeline:
                 self._wake.set()
             if group is not None:
                 self._queue.put_nowait(group)
-            if self._source.exhausted and not self._in_flight:
+            if self.scenarios.exhausted and not self._in_flight:
                 self._queue.put_nowait(None)  # the trainer trains what is left, then ends
 
     def _scenarios_ran_out(self, drawn: int) -> None:
@@ -681,7 +637,7 @@ class Pipeline:
                     dataclasses.replace(s, advantage=a, truncated=truncated(t))
                     for s, a, t in zip(summaries, advantages, trajectories, strict=False)
                 ),
-                scenario_index=self._position_of.get(group_id, -1),
+                scenario_index=self.scenarios.position(group_id),
                 failed=len(errors),
                 detail=_describe(errors[0]) if errors else "",
             )
@@ -861,10 +817,7 @@ class Pipeline:
     def _consumed(self, group_id: int) -> int:
         """The group is consumed by the step being collected (trained, or dropped while
         collecting it); returns its scenario position (-1 if it has none)."""
-        position = self._position_of.pop(group_id, -1)
-        if position in self._open:
-            self._open[position] = self.step + 1
-        return position
+        return self.scenarios.consumed(group_id, self.step + 1)
 
     async def _next_group(self) -> TrajectoryGroup | None:
         """The next queued group, or None once a stop is requested.
@@ -923,7 +876,7 @@ class Pipeline:
                         trainer_version=self.session.version,
                         num_tokens=group.num_tokens,
                         detail=f"all rewards {group.rewards[0]:g}",
-                        scenario_index=self._position_of.get(group.group_id, -1),
+                        scenario_index=self.scenarios.position(group.group_id),
                         step=self.step + 1,
                     )
                 )
@@ -1129,7 +1082,9 @@ class Pipeline:
             dataclasses.replace(
                 state,
                 next_group_id=max(
-                    state.next_group_id, int(counts.get("next_group_id", 0)), self._next_group_id
+                    state.next_group_id,
+                    int(counts.get("next_group_id", 0)),
+                    self.scenarios.next_group_id,
                 ),
             )
         )
@@ -1159,22 +1114,10 @@ class Pipeline:
             steps_undone=undone,
             **kept,
         )
-        why = (
-            ""
-            if best is None
-            else (
-                f"; best step {best[0]}"
-                + (
-                    ""
-                    if self.health.best_sampled_by is None
-                    else f" was sampled by version {self.health.best_sampled_by}"
-                )
-            )
-        )
         self.log(
             "warning",
             f"rolled back to {name} (step {state.step}, weights version "
-            f"{state.policy_version}{why}; {undone} later step(s) undone), "
+            f"{state.policy_version}{best_words(self.health, best)}; {undone} later step(s) undone), "
             f"learning rate {old:g} -> {self._learning_rate:g}: {reason}",
         )
         if self._paused:
@@ -1293,17 +1236,10 @@ class Pipeline:
         the step that consumed it is at most the current one; the rest (in flight, queued,
         held by the trainer, dropped while collecting the next batch) are run again.
         """
-        step = self.step
-        pending = [p for p, at in self._open.items() if at is None or at > step]
-        for position in [p for p, at in self._open.items() if at is not None and at <= step]:
-            del self._open[position]  # consumed for good: later checkpoints are later steps
         return ResumeState(
-            step=step,
+            step=self.step,
             policy_version=self.session.version,
-            next_position=self._source.next_position,
-            pending=tuple(sorted(set(pending) | set(self._source.waiting()))),
-            next_group_id=self._next_group_id,
-            rng_state=self._source.rng_state(),
+            **self.scenarios.at_checkpoint(self.step),
             warmup_done=self.warmup_done,
             knobs=dict(self.knobs()),
         )
@@ -1326,15 +1262,7 @@ class Pipeline:
 
         Replays the scenario stream from the seed to the saved position; the positions the
         checkpoint had not consumed are drawn first. The policy is loaded by the caller."""
-        self._rng.setstate(self._rng_start)
-        self._source = ScenarioSource(
-            self.task,
-            self._rng,
-            next_position=state.next_position,
-            redo=state.pending,
-            rng_state=state.rng_state,
-        )
-        if not self._source.reproducible:
+        if not self.scenarios.restore(state):
             self.log(
                 "warning",
                 "the task's scenarios are not reproducible from the seed (the "
@@ -1343,9 +1271,6 @@ class Pipeline:
             )
         self.step = state.step
         self.checkpointer.restored(state)
-        self._next_group_id = state.next_group_id
-        self._position_of.clear()
-        self._open.clear()
         self.warmup_done = state.warmup_done
 
     async def _checkpoint(self, why: str) -> None:
