@@ -28,7 +28,7 @@ class Table(App[None]):
         self.query_one(CommandsTable).update_from_state(self.model)
 
 
-def rolled_back_model() -> DashboardState:
+def rolled_back_state() -> DashboardState:
     model = DashboardState(clock=FakeClock())
     model.apply(CommandReceived(time=1.0, command="pause"))
     model.apply(
@@ -56,7 +56,7 @@ def lines(table: CommandsTable) -> list[str]:
 
 
 async def test_a_rollback_row_wraps_its_reason_within_80_columns():
-    app = Table(rolled_back_model())
+    app = Table(rolled_back_state())
     async with app.run_test(size=(80, 12)) as pilot:
         await pilot.pause()
         table = app.query_one(CommandsTable)

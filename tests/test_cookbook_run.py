@@ -316,7 +316,7 @@ async def test_the_cookbook_rl_loop_is_watched_live_as_it_trains(tmp_path, monke
             assert [r for _, r in app.state.rewards] == pytest.approx(
                 [r["env/all/reward/total"] for r in records]
             )
-            group = app.state.groups[app.state.groups_by_step[1][0]]
+            group = app.state.groups[app.state.groups.by_step[1][0]]
             assert group.trajectories[0].messages[0]["content"] == QUESTION
 
 

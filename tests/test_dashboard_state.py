@@ -596,7 +596,7 @@ def test_model_files_each_group_under_the_step_that_took_it_and_keeps_a_bound():
     state = DashboardState(FakeClock(), max_groups=4)
     for gid in range(3):
         state.apply(sampled(gid, 0.0))
-    assert [g.group_id for g in state.waiting_groups()] == [0, 1, 2]
+    assert [g.group_id for g in state.groups.waiting()] == [0, 1, 2]
     state.apply(
         GroupDiscarded(
             time=0.5,
@@ -623,15 +623,17 @@ def test_model_files_each_group_under_the_step_that_took_it_and_keeps_a_bound():
             step=2,
         )
     )
-    assert [g.group_id for g in state.groups_of(1)] == [1, 0]
+    assert [g.group_id for g in state.groups.of(1)] == [1, 0]
     assert state.groups[1].discarded == "stale" and state.groups[1].detail == "old"
     assert state.groups[99].step == 2 and state.groups[99].trajectories == ()
-    assert [g.group_id for g in state.waiting_groups()] == [2]  # queued, not yet trained
-    assert state.all_steps() == [1, 2]
+    assert [g.group_id for g in state.groups.waiting()] == [2]  # queued, not yet trained
+    assert state.groups.all_steps() == [1, 2]
     state.apply(sampled(5, 2.0, version=1))
     state.apply(sampled(6, 2.0, version=1))
-    assert state.steps_with_groups() == [2] and state.trimmed_before == 2  # step 1 dropped
-    assert state.all_steps() == [1, 2]  # still listed: its absence is explained
+    assert (
+        state.groups.steps_with_groups() == [2] and state.groups.trimmed_before == 2
+    )  # step 1 dropped
+    assert state.groups.all_steps() == [1, 2]  # still listed: its absence is explained
 
 
 def test_model_without_group_ids_files_the_groups_sampled_by_then():
@@ -650,7 +652,7 @@ def test_model_without_group_ids_files_the_groups_sampled_by_then():
             num_tokens=2,
         )
     )
-    assert [g.group_id for g in state.groups_of(1)] == [0]
+    assert [g.group_id for g in state.groups.of(1)] == [0]
     assert state.groups[1].step == 2  # dropped while step 2 was being collected
 
 

@@ -135,7 +135,7 @@ async def test_a_dashboard_following_across_a_resume_shows_the_run_as_stored(tmp
         following = DashboardState(FakeClock(0.0))
         for event in await reader.events_after(cursor):
             following.apply(event)
-        assert following.trained_steps == [1, 2, 3, 4, 5]
+        assert following.groups.trained_steps == [1, 2, 3, 4, 5]
         await _resume(path, steps=range(3, 7))
         for event in await reader.events_after(cursor):
             following.apply(event)
@@ -144,5 +144,5 @@ async def test_a_dashboard_following_across_a_resume_shows_the_run_as_stored(tmp
             at_once.apply(event)
     finally:
         await reader.close()
-    assert following.trained_steps == at_once.trained_steps == [1, 2, 3, 4, 5, 6]
+    assert following.groups.trained_steps == at_once.groups.trained_steps == [1, 2, 3, 4, 5, 6]
     assert following.rewards == at_once.rewards

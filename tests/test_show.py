@@ -189,7 +189,7 @@ async def test_a_store_session_replays_what_the_live_run_showed(stored):
     assert [c.describe() for c in again.commands] == [c.describe() for c in live.commands]
     assert again.throughput == live.throughput
     assert sorted(again.groups) == sorted(live.groups)
-    for group_id, group in live.groups.items():
+    for group_id, group in live.groups.records.items():
         other = again.groups[group_id]
         assert (other.step, other.discarded, other.trajectories, other.at_best) == (
             group.step,
@@ -216,7 +216,7 @@ async def test_a_store_session_replays_what_the_live_run_showed(stored):
         )
         for step, ids in steps.items()
     }
-    assert again.all_steps() == list(range(1, 21)) and again.waiting_groups() == []
+    assert again.groups.all_steps() == list(range(1, 21)) and again.groups.waiting() == []
 
 
 async def test_find_run_by_prefix_latest_or_not_at_all(stored):

@@ -47,8 +47,8 @@ def test_a_group_a_step_took_before_its_row_was_read_is_not_left_queued():
     )
     model.apply(StepTrained(time=2.0, step=1, policy_version=1, metrics={}, group_ids=(7,)))
     model.apply(_sampled(7, 1.0))  # its row came in a later read
-    assert model.waiting_groups() == []
-    assert [g.group_id for g in model.groups_of(1)] == [7]
+    assert model.groups.waiting() == []
+    assert [g.group_id for g in model.groups.of(1)] == [7]
 
 
 async def test_a_poll_reads_one_snapshot_of_the_store(tmp_path, monkeypatch):

@@ -809,7 +809,7 @@ def test_groups_left_when_a_run_ends_are_not_called_queued():
     left = step_events(clock, 21, rewards=(0.0, 1.0) * 8)[:-1]  # sampled, not taken
     for event in events[:-1] + left:
         model.apply(event)
-    waiting = model.waiting_groups()
+    waiting = model.groups.waiting()
     assert waiting and str(waiting_label(waiting, model)).startswith("queued")
     model.apply(events[-1])  # the run ends: nothing will train them now
     assert str(waiting_label(waiting, model)).startswith("left over")

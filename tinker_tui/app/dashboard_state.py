@@ -24,6 +24,7 @@ from tinker_tui.app.dashboard_rows import (
     GroupRecord,
     ThroughputSample,
 )
+from tinker_tui.app.group_book import GroupBook
 from tinker_tui.app.log_tail import LogTail
 from tinker_tui.app.view_maths import (
     debiased_ema,
@@ -100,7 +101,6 @@ class DashboardState:
         self.rate_step = rate_step
         self.rate_history_len = rate_history
         self.ema_beta = ema_beta
-        self.max_groups = max_groups
 
         # run info
         self.run_id = ""
@@ -185,15 +185,7 @@ class DashboardState:
         self.health_window = HealthWindow()
 
         # rollouts, by group id; the steps that took them; those still queued
-        self.groups: dict[int, GroupRecord] = {}
-        self.groups_by_step: dict[int, list[int]] = {}
-        self.waiting: dict[int, None] = {}  # group ids sampled, not yet taken by a step
-        #: Groups a step took before their GroupSampled came (a reader's late row): the
-        #: step each goes to when it comes, instead of "waiting" for good.
-        self._taken_unseen: dict[int, int] = {}
-        self.trained_steps: list[int] = []
-        self.trimmed_before: int | None = None  # steps before this lost their groups
-        self.groups_revision = 0
+        self.groups = GroupBook(max_groups)
 
         # control: commands received and the knobs' values
         self.commands: list[CommandRow] = []
@@ -334,16 +326,13 @@ class DashboardState:
                 policy_version=event.policy_version,
                 time=event.time,
             )
-            self._add_group(record)
+            self.groups.add(record)
         record.reward_mean = event.reward_mean
         record.num_tokens = event.num_tokens
         record.trajectories = tuple(event.trajectories)
         record.failed, record.failure = event.failed, event.detail
         record.at_best = at_best
-        step = self._taken_unseen.pop(event.group_id, None)
-        if step is not None:
-            self._assign(record, step)
-        self.groups_revision += 1
+        self.groups.sampled(record)
 
     def _group_discarded(self, event: GroupDiscarded) -> None:
         self.discarded[event.reason] = self.discarded.get(event.reason, 0) + 1
@@ -358,7 +347,7 @@ class DashboardState:
                 time=event.time,
                 num_tokens=event.num_tokens,
             )
-            self._add_group(record)
+            self.groups.add(record)
             if event.reason == "error":
                 self.health_window.failed()
         if event.reason == "zero_variance":
@@ -370,8 +359,8 @@ class DashboardState:
         record.detail = event.detail
         record.trainer_version = event.trainer_version
         # the step that was being collected (older records lack it: the next step)
-        self._assign(record, event.step if event.step > 0 else self.step + 1)
-        self.groups_revision += 1
+        self.groups.assign(record, event.step if event.step > 0 else self.step + 1)
+        self.groups.revision += 1
 
     def _step_trained(self, event: StepTrained) -> None:
         self.step = event.step
@@ -418,38 +407,7 @@ class DashboardState:
         self.step_tokens[event.step] = total
         # the groups its batch took; without the list (older records), the waiting groups
         # sampled by then
-        taken = event.group_ids or [g for g in self.waiting if self.groups[g].time <= event.time]
-        for group_id in taken:
-            record = self.groups.get(group_id)
-            if record is not None:
-                self._assign(record, event.step)
-            elif event.group_ids:
-                self._taken_unseen[group_id] = event.step
-        if event.step not in self.groups_by_step:
-            self.groups_by_step[event.step] = []
-        self.trained_steps.append(event.step)
-        self.groups_revision += 1
-
-    def _assign(self, record: GroupRecord, step: int) -> None:
-        if record.step == step:
-            return
-        if record.step is not None:
-            ids = self.groups_by_step.get(record.step, [])
-            if record.group_id in ids:
-                ids.remove(record.group_id)
-        self.waiting.pop(record.group_id, None)
-        record.step = step
-        self.groups_by_step.setdefault(step, []).append(record.group_id)
-
-    def _add_group(self, record: GroupRecord) -> None:
-        self.groups[record.group_id] = record
-        self.waiting[record.group_id] = None
-        self.groups_revision += 1
-        while len(self.groups) > self.max_groups and self.groups_by_step:
-            oldest = min(self.groups_by_step)
-            for group_id in self.groups_by_step.pop(oldest):
-                self.groups.pop(group_id, None)
-            self.trimmed_before = max(self.trimmed_before or 0, oldest + 1)
+        self.groups.trained(event.step, event.group_ids or (), event.time)
 
     def _add_point(self, key: str, step: int, value: float) -> None:
         points = self.series.setdefault(key, [])
@@ -492,20 +450,12 @@ class DashboardState:
         self.evals = [e for e in self.evals if e.step <= step]
         self.histograms = {s: h for s, h in self.histograms.items() if s <= step}
         self.checkpoints.rewind(step)
-        self.trained_steps = [s for s in self.trained_steps if s <= step]
-        for later in [s for s in self.groups_by_step if s > step]:
-            for group_id in self.groups_by_step.pop(later):
-                self._forget(self.groups.pop(group_id, None))
-        for group_id in list(self.waiting):  # sampled for steps that will not come
-            self.waiting.pop(group_id)
-            self._forget(self.groups.pop(group_id, None))
-        self.groups_revision += 1
+        for record in self.groups.rewind(step):
+            self._forget(record)
 
-    def _forget(self, record: GroupRecord | None) -> None:
+    def _forget(self, record: GroupRecord) -> None:
         """A group the rollback deleted from the store leaves the run's counts too, as
         `show` (reading the store) never counts it."""
-        if record is None:
-            return
         if record.reward_mean is not None:
             self.groups_sampled = max(0, self.groups_sampled - 1)
         if record.discarded is None:
@@ -719,22 +669,6 @@ class DashboardState:
         if self.started_at is None:
             return format_elapsed(0.0)
         return format_elapsed(self.worked(time))
-
-    def steps_with_groups(self) -> list[int]:
-        """Steps that took (or dropped) a group still kept, oldest first."""
-        return sorted(s for s, ids in self.groups_by_step.items() if ids)
-
-    def all_steps(self) -> list[int]:
-        """Every step the rollouts view lists: each trained step, and the step being
-        collected when it already dropped groups; oldest first."""
-        return sorted(set(self.trained_steps) | set(self.steps_with_groups()))
-
-    def groups_of(self, step: int) -> list[GroupRecord]:
-        return [self.groups[g] for g in self.groups_by_step.get(step, []) if g in self.groups]
-
-    def waiting_groups(self) -> list[GroupRecord]:
-        """Groups sampled and not yet taken by a step (queued for training)."""
-        return [self.groups[g] for g in self.waiting if g in self.groups]
 
     def metric_keys(self) -> list[str]:
         """Every metric the run recorded, in a stable order: reward first, then by name."""

@@ -229,9 +229,9 @@ def rollouts(
     if which not in ("worst", "best"):
         raise ValueError(f"which is 'worst' or 'best', not {which!r}")
     state = read.state
-    by_step = state.groups_by_step
+    by_step = state.groups.by_step
     if step is None:  # the last step trained, else the last that took (or dropped) groups
-        trained = [s for s in state.trained_steps if by_step.get(s)]
+        trained = [s for s in state.groups.trained_steps if by_step.get(s)]
         step = (
             trained[-1] if trained else max((s for s, ids in by_step.items() if ids), default=None)
         )
@@ -356,7 +356,7 @@ def step_signals(read: ReadRun, step: int | None = None) -> dict[str, Any]:
     from tinker_tui.engine.rollouts.distributions import components_of
 
     state = read.state
-    steps = state.trained_steps
+    steps = state.groups.trained_steps
     if step is None:
         step = steps[-1] if steps else None
     if step is None or step not in steps:
@@ -376,7 +376,7 @@ def step_signals(read: ReadRun, step: int | None = None) -> dict[str, Any]:
     return {
         "run_id": read.run.run_id,
         "step": step,
-        "funnel": asdict(step_funnel(state.groups_of(step), step)),
+        "funnel": asdict(step_funnel(state.groups.of(step), step)),
         "histograms": {
             name: {
                 "lo": _finite(h.get("lo")),

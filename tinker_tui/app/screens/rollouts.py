@@ -36,7 +36,7 @@ class RolloutsScreen(RunView):
 
     def __init__(self) -> None:
         super().__init__(id="rollouts")
-        self._model: DashboardState | None = None
+        self._state: DashboardState | None = None
 
     def compose(self) -> ComposeResult:
         yield RunStatusPanel(id="status", mode=self.host.mode_label)
@@ -81,8 +81,8 @@ class RolloutsScreen(RunView):
         if event.input.id == "rollout-filter":
             tree = self.query_one(RolloutsTree)
             tree.set_filter(RolloutFilter(event.value))
-            if self._model is not None:
-                self._show_selection(self._model)
+            if self._state is not None:
+                self._show_selection(self._state)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "rollout-filter":
@@ -111,7 +111,7 @@ class RolloutsScreen(RunView):
         store has none (not trained, or older than `keep_token_steps`)."""
         from tinker_tui.engine.store import StoreError, StoreReader
 
-        path, run_id = self.host.store_path, self._model.run_id if self._model else ""
+        path, run_id = self.host.store_path, self._state.run_id if self._state else ""
         found = None
         if path is not None and run_id:
             try:
@@ -136,22 +136,22 @@ class RolloutsScreen(RunView):
         self.app.push_screen(TokensScreen(self.token_title(group_id, index), step, tokens, pieces))
 
     def token_title(self, group_id: int, index: int) -> str:
-        group = self._model.groups.get(group_id) if self._model is not None else None
+        group = self._state.groups.get(group_id) if self._state is not None else None
         title = f"Group {group_id} · trajectory {index + 1}"
         if group is not None and index < len(group.trajectories):
             title += f" · {group.scenario_id} · reward {group.trajectories[index].reward:.3g}"
         return title
 
     def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[RolloutRef]) -> None:
-        if self._model is not None:
-            self.query_one(RolloutDetail).show(self._model, event.node.data)
+        if self._state is not None:
+            self.query_one(RolloutDetail).show(self._state, event.node.data)
 
     def _show_selection(self, state: DashboardState) -> None:
         node = self.query_one(RolloutsTree).cursor_node
         self.query_one(RolloutDetail).show(state, node.data if node is not None else None)
 
     def update_from_state(self, state: DashboardState, now: float) -> None:
-        self._model = state
+        self._state = state
         self.query_one(RunStatusPanel).update_from_state(state, now)
         self.query_one(RolloutsTree).sync(state)
         self._show_selection(state)

@@ -46,7 +46,7 @@ class SignalsScreen(RunView):
         self._note = ""
         self._read_at: float | None = None
         self._read_revision = -1
-        self._model: DashboardState | None = None
+        self._state: DashboardState | None = None
 
     def compose(self) -> ComposeResult:
         yield RunStatusPanel(id="status", mode=self.host.mode_label)
@@ -57,7 +57,7 @@ class SignalsScreen(RunView):
         yield KeyFooter(compact=True)
 
     def shown_step(self, state: DashboardState) -> int:
-        steps = state.trained_steps
+        steps = state.groups.trained_steps
         if not steps:
             return 0
         if self.chosen is None:
@@ -65,24 +65,24 @@ class SignalsScreen(RunView):
         return min(max(self.chosen, steps[0]), steps[-1])
 
     def action_step(self, delta: int) -> None:
-        if self._model is None or not self._model.trained_steps:
+        if self._state is None or not self._state.groups.trained_steps:
             return
-        steps = sorted(set(self._model.trained_steps))
-        current = self.shown_step(self._model)
+        steps = sorted(set(self._state.groups.trained_steps))
+        current = self.shown_step(self._state)
         later = [s for s in steps if (s > current if delta > 0 else s < current)]
         if later:
             self.chosen = later[0] if delta > 0 else later[-1]
             if self.chosen == steps[-1]:
                 self.chosen = None  # the newest: follow new steps again
-        self.update_from_state(self._model, self._model.now())
+        self.update_from_state(self._state, self._state.now())
 
     def action_latest(self) -> None:
         self.chosen = None
-        if self._model is not None:
-            self.update_from_state(self._model, self._model.now())
+        if self._state is not None:
+            self.update_from_state(self._state, self._state.now())
 
     def update_from_state(self, state: DashboardState, now: float) -> None:
-        self._model = state
+        self._state = state
         self.query_one(RunStatusPanel).update_from_state(state, now)
         step = self.shown_step(state)
         self.query_one(DistributionsPanel).show(state, step)
@@ -95,7 +95,7 @@ class SignalsScreen(RunView):
         if path is None or not state.run_id:
             self._note = "this run has no store: no timeline"
             return
-        if state.groups_revision == self._read_revision:
+        if state.groups.revision == self._read_revision:
             return
         if (
             self._read_at is not None
@@ -104,7 +104,7 @@ class SignalsScreen(RunView):
         ):
             return
         self._read_at = now
-        self._read_revision = state.groups_revision
+        self._read_revision = state.groups.revision
         self.run_worker(
             self._read_spans(path, state.run_id),
             group="timeline",

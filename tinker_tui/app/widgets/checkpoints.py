@@ -103,7 +103,7 @@ class CheckpointsTable(DataTable):
         )
         self._shown: tuple[object, ...] = ()
         self._rows: list[CheckpointRow] = []
-        self._model: DashboardState | None = None
+        self._state: DashboardState | None = None
         # columns exist from the start, so rows added before mount size them correctly
         self.add_column("step", key="step")
         self.add_column("kind", key="kind")
@@ -126,7 +126,7 @@ class CheckpointsTable(DataTable):
         self.show_cursor = False
 
     def update_from_state(self, state: DashboardState, now: float) -> None:
-        self._model = state
+        self._state = state
         count = len(state.checkpoints)
         best = state.health_window.rollback_point()
         best_step = best[0] if best is not None else None
@@ -178,7 +178,7 @@ class CheckpointsTable(DataTable):
             title = f"Checkpoint at step {row.step} (full state: weights and optimizer)" + (
                 ", asked for: kept" if row.requested else ""
             )
-            since = self._model.version_changed_at if self._model is not None else 0
+            since = self._state.version_changed_at if self._state is not None else 0
             why = (
                 "\n\nSampler weights are saved per new policy version, not per step "
                 "(sampler_checkpoint_every)"

@@ -29,17 +29,17 @@ class CommandsTable(DataTable):
         self.add_column("command", key="command")
         self.add_column("from", key="source")
         self._shown: tuple[int, int] = (-1, -1)
-        self._model: DashboardState | None = None
+        self._state: DashboardState | None = None
 
     def on_mount(self) -> None:
         self.border_title = "Commands"
 
     def on_resize(self, event: events.Resize) -> None:
-        if self._model is not None:
-            self.update_from_state(self._model)
+        if self._state is not None:
+            self.update_from_state(self._state)
 
     def update_from_state(self, state: DashboardState) -> None:
-        self._model = state
+        self._state = state
         count = len(state.commands)
         set_subtitle(self, f"{count} received")
         width = self.scrollable_content_region.width

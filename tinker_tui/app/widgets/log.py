@@ -65,7 +65,7 @@ class LogPanel(OptionList):
         #: The least severe level shown ("debug" shows everything).
         self.minimum = "debug"
         self._rewrite = False
-        self._model: DashboardState | None = None
+        self._state: DashboardState | None = None
 
     def on_mount(self) -> None:
         self.border_title = "Log"
@@ -101,7 +101,7 @@ class LogPanel(OptionList):
         )
 
     def update_from_state(self, state: DashboardState, now: float) -> None:
-        self._model = state
+        self._state = state
         new = state.log.total - self._written
         if not (self._rewrite or state.log.rewrites != self._rewrites or new > 0):
             self._show_counts(state)
@@ -133,12 +133,12 @@ class LogPanel(OptionList):
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
-        if self._model is None or not 0 <= event.option_index < len(self._log_lines):
+        if self._state is None or not 0 <= event.option_index < len(self._log_lines):
             return
         from tinker_tui.app.screens.text_view import TextScreen
 
         line = self._log_lines[event.option_index]
-        self.app.push_screen(TextScreen("Log line", log_line_text(self._model, line)))
+        self.app.push_screen(TextScreen("Log line", log_line_text(self._state, line)))
 
     def on_focus(self) -> None:
         if self.highlighted is None and self._log_lines:

@@ -167,7 +167,7 @@ def detail_content(state: DashboardState, ref: RolloutRef | None) -> Content:
             "$text-muted",
         )
     if ref.kind == "waiting":
-        groups = state.waiting_groups()
+        groups = state.groups.waiting()
         count = f"{len(groups)} group{'s' if len(groups) != 1 else ''}"
         lines = (
             [
@@ -184,7 +184,7 @@ def detail_content(state: DashboardState, ref: RolloutRef | None) -> Content:
         return Content("\n").join(lines)
     if ref.kind == "step":
         assert ref.step is not None
-        groups = state.groups_of(ref.step)
+        groups = state.groups.of(ref.step)
         trained = ref.step <= state.step
         count = f"{len(groups)} group" + ("" if len(groups) == 1 else "s")
         what = (
@@ -271,7 +271,7 @@ class RolloutDetail(VerticalScroll):
         group = state.groups.get(ref.group_id) if ref and ref.group_id is not None else None
         key = (
             ref,
-            state.groups_revision if ref and ref.kind in ("step", "waiting") else None,
+            state.groups.revision if ref and ref.kind in ("step", "waiting") else None,
             (group.discarded, group.step, group.at_best) if group else None,
             state.phase_text() if ref is None and not state.groups else None,
         )

@@ -141,7 +141,7 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
         self.show_root = False
         self.guide_depth = 2
         self.filter = RolloutFilter()
-        self._model: DashboardState | None = None
+        self._state: DashboardState | None = None
         self._waiting: TreeNode[RolloutRef] | None = None
         self._step_nodes: dict[int, TreeNode[RolloutRef]] = {}
         self._notes: list[TreeNode[RolloutRef]] = []
@@ -168,7 +168,7 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
     def reveal(self, ref: RolloutRef) -> bool:
         """Open the path to `ref` (its step, its group) and put the cursor on it; False when
         the tree does not show it (filtered out, or not inserted yet)."""
-        if self._model is None:
+        if self._state is None:
             return False
         parent = (
             self._waiting
@@ -184,7 +184,7 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
                     parent,
                     self._visible_groups(ref.step)
                     if ref.step is not None
-                    else [g for g in self._model.waiting_groups() if self.filter.matches_group(g)],
+                    else [g for g in self._state.groups.waiting() if self.filter.matches_group(g)],
                 )
             parent.expand()
             target = next(
@@ -196,7 +196,7 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
                 None,
             )
             if target is not None and ref.kind == "trajectory":
-                group = self._model.groups.get(ref.group_id)  # type: ignore[arg-type]
+                group = self._state.groups.get(ref.group_id)  # type: ignore[arg-type]
                 if group is None:
                     return False
                 if target.id not in self._populated:
@@ -229,13 +229,13 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
         self.cursor_line = 0
         self.scroll_home(animate=False, immediate=True)
         self._revision = -1
-        if self._model is not None:
-            self.sync(self._model)
+        if self._state is not None:
+            self.sync(self._state)
         self.cursor_line = 0
 
     def _visible_groups(self, step: int) -> list[GroupRecord]:
-        assert self._model is not None
-        return [g for g in self._model.groups_of(step) if self.filter.matches_group(g)]
+        assert self._state is not None
+        return [g for g in self._state.groups.of(step) if self.filter.matches_group(g)]
 
     def _rebuild(self) -> None:
         self.clear()
@@ -248,20 +248,20 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
         self._dirty.clear()
         self.held = []
         self._revision = -1
-        if self._model is not None:
-            self.sync(self._model)
+        if self._state is not None:
+            self.sync(self._state)
             self.cursor_line = 0
 
     def sync(self, state: DashboardState) -> None:
         """Bring the tree up to date with the model (cheap when nothing changed)."""
-        self._model = state
-        if state.groups_revision == self._revision:
+        self._state = state
+        if state.groups.revision == self._revision:
             return
-        self._revision = state.groups_revision
+        self._revision = state.groups.revision
         following = self.following
         keep = self.cursor_node if self.cursor_line >= 0 else None
         self._sync_waiting(state, following)
-        kept = [s for s in state.all_steps() if not self._trimmed(state, s)]
+        kept = [s for s in state.groups.all_steps() if not self._trimmed(state, s)]
         for step in list(self._step_nodes):
             if step not in kept:  # trimmed from the model
                 self._step_nodes.pop(step).remove()
@@ -269,7 +269,7 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
         newest = max(self._step_nodes, default=None)
         self.held = []
         for step in reversed(kept):  # newest first
-            records = state.groups_of(step)
+            records = state.groups.of(step)
             collecting = step > state.step
             raw = (
                 len(records),
@@ -309,7 +309,7 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
             self.cursor_line = 0
 
     def _trimmed(self, state: DashboardState, step: int) -> bool:
-        return state.trimmed_before is not None and step < state.trimmed_before
+        return state.groups.trimmed_before is not None and step < state.groups.trimmed_before
 
     def _add_step(self, step: int, label: Text) -> TreeNode[RolloutRef]:
         """A step node in its place: steps newest first, below the queued node."""
@@ -322,7 +322,7 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
         return self.root.add(label, ref)
 
     def _sync_waiting(self, state: DashboardState, following: bool) -> None:
-        groups = [g for g in state.waiting_groups() if self.filter.matches_group(g)]
+        groups = [g for g in state.groups.waiting() if self.filter.matches_group(g)]
         if not groups:
             if self._waiting is not None:
                 self._waiting.remove()
@@ -348,10 +348,10 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
     def _sync_notes(self, state: DashboardState) -> None:
         """Why steps are missing: rollouts dropped from memory, or from before a resume."""
         notes: list[str] = []
-        if state.trimmed_before is not None:
+        if state.groups.trimmed_before is not None:
             notes.append(
-                f"steps before {state.trimmed_before}: rollouts no longer kept in "
-                f"memory (the newest {state.max_groups:,} groups are); "
+                f"steps before {state.groups.trimmed_before}: rollouts no longer kept in "
+                f"memory (the newest {state.groups.keep:,} groups are); "
                 "`tinker-tui export` has them all"
             )
         first = min(self._step_nodes, default=None)
@@ -435,7 +435,7 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
 
     def on_tree_node_expanded(self, event: Tree.NodeExpanded[RolloutRef]) -> None:
         node, ref = event.node, event.node.data
-        if ref is None or self._model is None:
+        if ref is None or self._state is None:
             return
         if (
             ref.kind == "step"
@@ -445,11 +445,12 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
             self._fill_step(node, self._visible_groups(ref.step))
         elif ref.kind == "waiting":
             self._fill_groups(
-                node, [g for g in self._model.waiting_groups() if self.filter.matches_group(g)]
+                node, [g for g in self._state.groups.waiting() if self.filter.matches_group(g)]
             )
         elif (
             ref.kind == "group"
             and node.id not in self._populated
-            and ref.group_id in self._model.groups
+            and ref.group_id is not None
+            and ref.group_id in self._state.groups
         ):
-            self._fill_group(node, self._model.groups[ref.group_id])
+            self._fill_group(node, self._state.groups[ref.group_id])

@@ -57,7 +57,7 @@ class ScenarioBoard(DataTable):
         """Rebuild the board when the groups changed; on a live run no oftener than
         `PACE` times what the last rebuild cost (it reads every group the model keeps:
         a 2,000-step run's 16,000 groups take a tenth of a second or more)."""
-        shown = (state.groups_revision, self.order, self.size.width)
+        shown = (state.groups.revision, self.order, self.size.width)
         if shown == self._shown:
             return
         if shown[1:] == self._shown[1:] and state.state != "finished" and now < self._next_at:

@@ -130,7 +130,7 @@ class FunnelPanel(Static, can_focus=True):
 
     def show(self, state: DashboardState, step: int) -> None:
         width = self.content_region.width or 30
-        funnel = step_funnel(state.groups_of(step), step)
+        funnel = step_funnel(state.groups.of(step), step)
         most = max(funnel.groups, 1)
         bar_width = max(0, width - 17)
         lines = []
