@@ -332,7 +332,9 @@ async def test_the_compare_view_draws_a_cookbook_folder_beside_our_run(finished,
     from tinker_tui.app.screens.compare import CompareApp, CompareScreen
 
     pairs = await resolve_runs([one_of_ours], ["run-lr1e-3"], others=1)
-    app = CompareApp([*open_comparison(pairs), foreign_compared(finished)], clock=lambda: 0.0)
+    app = CompareApp(
+        [*open_comparison(pairs), foreign_compared("cookbook", finished)], clock=lambda: 0.0
+    )
     async with app.run_test(size=(160, 48)) as pilot:
         for _ in range(200):
             await pilot.pause(0.05)

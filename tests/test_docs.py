@@ -8,7 +8,8 @@ modules with their flags, `pip` extras and the torch pin must exist. `python`: a
 blocks are one task file, in order; each `TASK` is loaded as `tinker-tui run FILE` loads it,
 and the first trains two steps on the local backend. `toml`: read as a `--config` file.
 `text`: output and diagrams, shown only. Square brackets in a command mark optional parts,
-as in a usage line; RUN, FOLDER, PATH, COOKBOOK_DIR (a cookbook run folder) are placeholders.
+as in a usage line; RUN, FOLDER, PATH, COOKBOOK_DIR (a cookbook run folder), ART_MODEL_DIR
+(an ART model folder) are placeholders.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tinker_tui.engine.events import GroupDiscarded, GroupSampled
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
+ART_MODEL = ROOT / "tests" / "data" / "art_model" / "mail" / "models" / "agent-001"
 KINDS = ("bash", "python", "toml", "text")
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 #: Programs a command block may use that the project does not ship: shell built-ins and
@@ -335,6 +337,7 @@ def test_the_read_only_commands_in_the_docs_run(
         "FOLDER": str(tmp_path) + "/",
         "PATH": str(db),
         "COOKBOOK_DIR": str(cookbook_folder(tmp_path / "cookbook-run")),
+        "ART_MODEL_DIR": str(ART_MODEL),
     }
     ran = 0
     for block in of_kind("bash"):

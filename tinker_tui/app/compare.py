@@ -34,6 +34,7 @@ from tinker_tui.engine.store import StoredRun, StoreReader
 
 if TYPE_CHECKING:
     from tinker_tui.app.foreign_session import ForeignSession
+    from tinker_tui.engine.foreign.folder_reader import FolderFormat
 
 #: The events a comparison reads: what the charts, their markers and the table need.
 COMPARED_EVENTS: tuple[type[Event], ...] = (
@@ -54,7 +55,7 @@ MOST_RUNS = 8
 @dataclass
 class ComparedRun:
     """One run of a comparison: where it is stored, its row, its model and its session.
-    A run another program trains (`compare --cookbook DIR`): its folder, and a row made
+    A run another program trains (`compare --cookbook DIR`, `--art DIR`): its folder, and a row made
     from what the folder says (`foreign_compared`)."""
 
     db_path: Path
@@ -136,15 +137,15 @@ def open_comparison(pairs: Sequence[tuple[Path, StoredRun]]) -> list[ComparedRun
     return compared
 
 
-def foreign_compared(folder: Path) -> ComparedRun:
-    """A cookbook run folder as a run of a comparison: its session (`ForeignSession`, which
+def foreign_compared(kind: FolderFormat, folder: Path) -> ComparedRun:
+    """Another program's run folder (a cookbook run, an ART model) as a run of a comparison: its session (`ForeignSession`, which
     reads what the folder holds now), its model, and a row made from its start and end.
     UsageError for a folder that is not one, or has no step yet."""
     from tinker_tui.app.foreign_session import ForeignSession
     from tinker_tui.engine.clock import SystemClock
-    from tinker_tui.engine.foreign.cookbook_run import CookbookRun
+    from tinker_tui.engine.foreign.folder_reader import open_folder
 
-    session = ForeignSession(CookbookRun(folder, SystemClock()), poll_interval=0.5)
+    session = ForeignSession(open_folder(kind, folder, SystemClock()), poll_interval=0.5)
     started, ended = session.reader.started, session.reader.finished
     if started is None:
         raise UsageError(f"{folder}: no step recorded yet, nothing to compare")

@@ -1,7 +1,8 @@
-"""A run another program trains, watched from its own run folder (`show --cookbook`).
+"""A run another program trains, watched from its own run folder (`show --cookbook`,
+`show --art`).
 
 `ForeignSession` is a `Session` over an incremental reader of the folder
-(`engine.foreign.cookbook_run.CookbookRun`): it publishes what the folder holds, then polls
+(`engine.foreign.folder_reader.FolderReader`): it publishes what the folder holds, then polls
 it every `poll_interval` seconds for what the run writes next, until the folder says the
 run ended. Control stays with the program that trains: every command is refused, and the
 dashboard says it is watching (`mode_label`)."""
@@ -15,7 +16,7 @@ from tinker_tui.app.store_session import ReadOnlyControl
 from tinker_tui.engine.clock import Clock, FakeClock, SystemClock
 from tinker_tui.engine.control.interface import Control
 from tinker_tui.engine.events import Event, EventBus, RunFinished, RunStatus
-from tinker_tui.engine.foreign.cookbook_run import CookbookRun
+from tinker_tui.engine.foreign.folder_reader import FolderReader
 
 
 class ForeignSession:
@@ -28,7 +29,7 @@ class ForeignSession:
     engine = None
 
     def __init__(
-        self, reader: CookbookRun, *, poll_interval: float = 0.25, clock: Clock | None = None
+        self, reader: FolderReader, *, poll_interval: float = 0.25, clock: Clock | None = None
     ) -> None:
         self.reader = reader
         self.run_id = reader.run_id

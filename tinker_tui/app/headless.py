@@ -199,8 +199,12 @@ class HeadlessReporter:
             self._resumed_at = None
             self._print(
                 f"run {event.run_id}: task {event.name}, {event.backend} backend, "
-                f"base model {event.base_model}, {event.max_steps} "
-                + ("step" if event.max_steps == 1 else "steps")
+                f"base model {event.base_model}, "
+                + (
+                    f"{event.max_steps} " + ("step" if event.max_steps == 1 else "steps")
+                    if event.max_steps > 0
+                    else "length not said"
+                )
             )
         elif isinstance(event, StartupProgressed):
             self._startup(event)
@@ -238,7 +242,7 @@ class HeadlessReporter:
                 else ""
             )
             self._print(
-                f"step {event.step:>4}/{self.max_steps}  "
+                f"step {event.step:>4}/{steps_of(self.max_steps)}  "
                 f"reward {m.get(keys.REWARD_MEAN, float('nan')):.3f}  "
                 f"rollouts/s {m.get(keys.ROLLOUTS_PER_S, 0.0):6.1f}  "
                 f"discarded stale/no-signal/error {d['stale']}/{z.no_signal}/{d['error']}  "
@@ -372,12 +376,18 @@ _NOT_USER_CODE = tuple(
 )
 
 
+def steps_of(max_steps: int) -> str:
+    """A run's length in a step line: "?" where it is not known (a folder of another
+    program that does not say it)."""
+    return str(max_steps) if max_steps > 0 else "?"
+
+
 def eval_line(event: EvalCompleted, max_steps: int) -> str:
     """`eval   40/40  reward 0.875  scenarios 16`, with errors and, for a mixed task, each
     part's mean reward."""
     m = event.metrics
     line = (
-        f"eval {event.step:>4}/{max_steps}  "
+        f"eval {event.step:>4}/{steps_of(max_steps)}  "
         f"reward {m.get(keys.EVAL_REWARD_MEAN, float('nan')):.3f}  "
         f"scenarios {int(m.get(keys.EVAL_NUM_SCENARIOS, 0))}"
     )

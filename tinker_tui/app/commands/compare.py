@@ -12,10 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_tui.app.commands.common import DEFAULT_DB, EXIT_OK
 from tinker_tui.app.json_output import add_json_option
+
+if TYPE_CHECKING:
+    from tinker_tui.engine.foreign.folder_reader import FolderFormat
 
 
 def add_parser(commands: Any) -> None:
@@ -46,6 +49,13 @@ def add_parser(commands: Any) -> None:
         help="a tinker-cookbook run folder to compare too (give it again for several)",
     )
     compare.add_argument(
+        "--art",
+        type=Path,
+        metavar="DIR",
+        action="append",
+        help="an ART model folder to compare too (give it again for several)",
+    )
+    compare.add_argument(
         "--no-ui", action="store_true", help="print the table instead (also when not on a terminal)"
     )
     add_json_option(compare, "compare")
@@ -61,15 +71,19 @@ def main(args: argparse.Namespace) -> int:
     )
 
     stores = list(dict.fromkeys(args.db or [DEFAULT_DB]))
-    folders = list(dict.fromkeys(args.cookbook or []))
+    folders: list[tuple[FolderFormat, Path]] = [
+        *(("cookbook", f) for f in dict.fromkeys(args.cookbook or [])),
+        *(("art", f) for f in dict.fromkeys(args.art or [])),
+    ]
     pairs = asyncio.run(resolve_runs(stores, args.runs, others=len(folders))) if args.runs else []
     if len(pairs) + len(folders) < 2:
         from tinker_tui.engine.errors import UsageError
 
         raise UsageError(
-            "compare needs at least two runs (ids, prefixes, a sweep id or --cookbook folders)"
+            "compare needs at least two runs (ids, prefixes, a sweep id, --cookbook or "
+            "--art folders)"
         )
-    foreign = [foreign_compared(folder) for folder in folders]
+    foreign = [foreign_compared(kind, folder) for kind, folder in folders]
     if args.json:
         from tinker_tui.app.compare import comparison_document
         from tinker_tui.app.json_output import print_json

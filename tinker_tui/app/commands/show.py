@@ -18,6 +18,7 @@ from tinker_tui.app.json_output import add_json_option
 
 if TYPE_CHECKING:
     from tinker_tui.app.store_session import StoreSession
+    from tinker_tui.engine.foreign.folder_reader import FolderFormat, FolderReader
     from tinker_tui.engine.store import StoredRun
 
 
@@ -45,32 +46,50 @@ def add_parser(commands: Any) -> None:
         action="store_true",
         help="print the run's log, every message whole (tracebacks included)",
     )
-    show.add_argument(
+    folders = show.add_mutually_exclusive_group()
+    folders.add_argument(
         "--cookbook",
         type=Path,
         metavar="DIR",
         help="watch a tinker-cookbook run folder instead (read-only; followed "
         "while the run writes)",
     )
+    folders.add_argument(
+        "--art",
+        type=Path,
+        metavar="DIR",
+        help="watch an ART model folder instead (<art path>/<project>/models/<model>; "
+        "read-only; followed while the run writes)",
+    )
     add_json_option(show, "show")
 
 
-def foreign_events(folder: Path) -> tuple[list[Any], Any]:
-    """Everything a cookbook run folder holds now, as our events, and its reader."""
+def foreign_events(kind: FolderFormat, folder: Path) -> tuple[list[Any], FolderReader]:
+    """Everything a run folder of another program holds now, as our events, and its
+    reader."""
     from tinker_tui.engine.clock import SystemClock
-    from tinker_tui.engine.foreign.cookbook_run import CookbookRun
+    from tinker_tui.engine.foreign.folder_reader import open_folder
 
-    reader = CookbookRun(folder, SystemClock())
+    reader = open_folder(kind, folder, SystemClock())
     return reader.poll(), reader
 
 
-def print_foreign(folder: Path) -> int:
-    """`show --cookbook DIR --no-ui`: the folder's steps as the headless reporter prints
-    them, then its summary (or that it has not ended yet)."""
+def folder_of(args: argparse.Namespace) -> tuple[FolderFormat, Path] | None:
+    """The other program's run folder `show` was given (`--cookbook`, `--art`), if any."""
+    if args.cookbook is not None:
+        return "cookbook", args.cookbook
+    if args.art is not None:
+        return "art", args.art
+    return None
+
+
+def print_foreign(kind: FolderFormat, folder: Path) -> int:
+    """`show --cookbook DIR --no-ui` (or `--art`): the folder's steps as the headless
+    reporter prints them, then its summary (or that it has not ended yet)."""
     from tinker_tui.app.headless import HeadlessReporter
     from tinker_tui.app.run_summary import SummaryCollector, summary_lines
 
-    events, reader = foreign_events(folder)
+    events, reader = foreign_events(kind, folder)
     reporter = HeadlessReporter()
     summary = SummaryCollector()
     for event in events:
@@ -81,16 +100,17 @@ def print_foreign(folder: Path) -> int:
     elif reader.finished is not None:
         print("\n".join(summary_lines(summary.summary())))
     else:
-        print(f"{reader.run_id} has not ended yet (no final checkpoint): step {reader.step} so far")
+        print(f"{reader.run_id} has not ended yet ({reader.not_ended}): step {reader.step} so far")
     return EXIT_OK
 
 
-def foreign_document(folder: Path) -> dict[str, Any]:
-    """`show --cookbook DIR --json`: the folder's run in the `show` document's shape."""
+def foreign_document(kind: FolderFormat, folder: Path) -> dict[str, Any]:
+    """`show --cookbook DIR --json` (or `--art`): the folder's run in the `show`
+    document's shape."""
     from tinker_tui.app.json_output import checkpoint_record, document, step_record
     from tinker_tui.engine.events import CheckpointSaved, StepTrained
 
-    events, reader = foreign_events(folder)
+    events, reader = foreign_events(kind, folder)
     started, finished = reader.started, reader.finished
     run = (
         None
@@ -127,25 +147,25 @@ def foreign_document(folder: Path) -> dict[str, Any]:
     )
 
 
-def show_foreign(args: argparse.Namespace) -> int:
+def show_foreign(args: argparse.Namespace, kind: FolderFormat, folder: Path) -> int:
     from tinker_tui.app.commands.common import wants_ui
     from tinker_tui.engine.errors import UsageError
 
     if args.run or args.log:
-        raise UsageError("--cookbook shows a run folder: give no RUN and no --log with it")
+        raise UsageError(f"--{kind} shows a run folder: give no RUN and no --log with it")
     if args.json:
         from tinker_tui.app.json_output import print_json
 
-        print_json(foreign_document(args.cookbook))
+        print_json(foreign_document(kind, folder))
         return EXIT_OK
     if not wants_ui(args):
-        return print_foreign(args.cookbook)
+        return print_foreign(kind, folder)
     from tinker_tui.app.foreign_session import ForeignSession
     from tinker_tui.app.tui import TinkerTuiApp
     from tinker_tui.engine.clock import SystemClock
-    from tinker_tui.engine.foreign.cookbook_run import CookbookRun
+    from tinker_tui.engine.foreign.folder_reader import open_folder
 
-    app = TinkerTuiApp(ForeignSession(CookbookRun(args.cookbook, SystemClock())))
+    app = TinkerTuiApp(ForeignSession(open_folder(kind, folder, SystemClock())))
     app.run()
     if app.run_exception is not None:
         raise app.run_exception
@@ -254,8 +274,9 @@ def main(args: argparse.Namespace) -> int:
     from tinker_tui.app.commands.common import wants_ui
     from tinker_tui.engine.store import find_run
 
-    if args.cookbook is not None:
-        return show_foreign(args)
+    foreign = folder_of(args)
+    if foreign is not None:
+        return show_foreign(args, *foreign)
     run = asyncio.run(find_run(store_path(args), args.run))
     if args.json:
         from tinker_tui.app.json_output import print_json

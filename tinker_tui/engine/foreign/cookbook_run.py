@@ -93,6 +93,7 @@ class CookbookRun:
     `poll` does blocking file reads: call it from a thread (`asyncio.to_thread`)."""
 
     backend = "cookbook"
+    not_ended = "no final checkpoint yet"
 
     def __init__(self, folder: str | Path, clock: Clock) -> None:
         from tinker_cookbook.stores import LocalStorage, TrainingRunStore
