@@ -4,13 +4,16 @@ schedule (warm-up, then the decay), `num_substeps = 2` makes two optimizer steps
 and a cut-off rollout's reward is at most `truncated_reward_cap` while the others keep
 theirs."""
 
+import asyncio
 import json
 import random
 import sqlite3
 
 import pytest
 
-from tinker_tui.app.cli import main
+from tinker_tui.app.cli import build_parser, main
+from tinker_tui.app.commands.run import build_session, plan_run
+from tinker_tui.engine.events import StepTrained
 from tinker_tui.engine.training.lr_schedule import lr_factor
 
 #: Half the rollouts may write 2 tokens (cut off), half 48 (most end on their own); the
@@ -126,3 +129,42 @@ def test_a_cut_off_rollout_gets_at_most_the_cap_and_the_others_keep_their_reward
     lowered = sum(1 for _, raw in cut if raw > CAP)
     # every trained step counts those it lowered (stored rows include groups not trained)
     assert 0 < sum(s["env/truncated_capped"] for s in steps) <= lowered
+
+
+async def test_a_resumed_run_continues_the_schedule_at_its_step(tmp_path):
+    """Stopped after step 2 and resumed: the resumed steps train at the schedule's factor
+    of their own step (the schedule is a function of the step, nothing restarts it)."""
+    db = tmp_path / "runs.db"
+    common = ["--no-ui", "--db", str(db), "--eval-every", "0"]
+    flags = ["--steps", "6", "--warmup-steps", "0", "--lr-schedule", "cosine"]
+    flags += ["--lr-warmup-steps", "1", "--learning-rate", str(LR), "--checkpoint-every", "1"]
+
+    async def train(args, stop_at=None):
+        session = build_session(await asyncio.to_thread(plan_run, args))
+        steps = []
+
+        def watch(event):
+            if isinstance(event, StepTrained):
+                steps.append(event)
+                if event.step == stop_at:
+                    session.control.stop("test")
+
+        session.events.subscribe(watch)
+        status = await asyncio.wait_for(session.run(), 300)
+        return status, steps, session.run_id
+
+    parser = build_parser()
+    status, first, run_id = await train(
+        parser.parse_args(["run", "example", *common, *flags]), stop_at=2
+    )
+    assert status == "stopped"
+    status, resumed, _ = await train(
+        parser.parse_args(["run", "example", *common, "--resume", run_id])
+    )
+    assert status == "completed"
+    steps = first + resumed
+    assert resumed[0].step == first[-1].step + 1 and steps[-1].step == 6
+    for event in steps:
+        factor = lr_factor("cosine", event.step - 1, 6, 1)
+        assert event.metrics["optim/lr_factor"] == pytest.approx(factor)
+        assert event.metrics["optim/lr"] == pytest.approx(LR * factor)
