@@ -34,7 +34,9 @@ class SimulatedPolicy:
         self.trained_batches.append([g.policy_version for g in groups])
         return [object()] * sum(len(g.trajectories) for g in groups)
 
-    async def train(self, datums: Any, *, loss_fn: str, learning_rate: float) -> TrainResult:
+    async def train(
+        self, datums: Any, *, loss_fn: str, learning_rate: float, num_substeps: int = 1
+    ) -> TrainResult:
         if self.train_seconds:
             await asyncio.sleep(self.train_seconds)
         self.train_time += self.train_seconds

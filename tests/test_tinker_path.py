@@ -219,6 +219,28 @@ def test_the_example_learns_through_the_sdk_and_resumes_exactly_once_after_sigki
     assert {"reason": "success", "detail": "reached max_steps"} in finished
 
 
+def test_substeps_and_a_schedule_go_through_the_sdk(tmp_path):
+    """`num_substeps = 2` through the real SDK: the double sees two optim_step requests per
+    trained step; the steps record the cosine schedule's factors."""
+    with TinkerDouble(tmp_path / "service") as double:
+        db = tmp_path / "runs.db"
+        outcome, _ = run_main(
+            db,
+            double.env(),
+            [*SHORT, "--steps", "3", "--num-substeps", "2", "--lr-schedule", "cosine"],
+        )
+        calls = [c for c in double.service.calls if c[:2] == ("POST", "optim_step")]
+    assert outcome.returncode == 0, outcome.stderr[-3000:]
+    with sqlite3.connect(db) as conn:
+        steps = [json.loads(m) for (m,) in conn.execute("select metrics from steps order by step")]
+    trained = [m for m in steps if not m.get("train/skipped")]
+    assert len(steps) == 3 and trained
+    assert all(m["optim/steps"] == 2 for m in trained)
+    assert len(calls) == 2 * len(trained) and all(status == 200 for *_, status in calls)
+    # cosine over 3 steps: 1, 0.75, 0.25 of the rate
+    assert [m["optim/lr_factor"] for m in steps] == pytest.approx([1.0, 0.75, 0.25])
+
+
 def test_with_no_service_the_command_ends_with_a_clear_error(tmp_path, monkeypatch, capsys):
     """The command's own `main`, in this process (its imports are paid once per session)."""
     monkeypatch.setenv("TINKER_BASE_URL", f"http://127.0.0.1:{closed_port()}")

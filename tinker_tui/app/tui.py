@@ -667,7 +667,11 @@ class TinkerTuiApp(App[None]):
         scale = self.state.config.get("rollback_lr_scale")
         scale = float(scale) if isinstance(scale, int | float) and 0 < scale <= 1 else 0.5
         step = target[0]
-        lr = self.state.last_metrics.get(keys.LEARNING_RATE, self.state.config.get("learning_rate"))
+        # The knob is what a rollback scales (optim/lr is the knob times the schedule's factor).
+        lr = self.state.knobs.get(
+            "learning_rate",
+            self.state.last_metrics.get(keys.LEARNING_RATE, self.state.config.get("learning_rate")),
+        )
         words = rollback_words(
             step=self.state.step,
             to_step=step,

@@ -180,6 +180,11 @@ HEALTH_PAUSE_POLICIES = ("auto", "wait", "stop")
 #: What a collapse (engine.metrics.health) does: `auto` is `wait` with a dashboard, `stop`
 #: without one.
 COLLAPSE_POLICIES = ("auto", "wait", "stop", "rollback")
+#: The shapes of the learning rate over the run (engine.training.lr_schedule).
+LR_SCHEDULES = ("constant", "linear", "cosine")
+#: What a trajectory the length limit cut off gets: its reward as graded, or at most
+#: `truncated_reward_cap` (engine.rollouts.truncation).
+TRUNCATION_POLICIES = ("keep", "cap")
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,12 +216,40 @@ class RunConfig:
     )
     learning_rate: float = setting(
         1e-3,
-        "Adam learning rate of the RL steps",
+        "Adam learning rate of the RL steps (the peak: lr_schedule scales it per step)",
         low=0,
         high=1,
         low_open=True,
         high_open=True,
         live=True,
+    )
+    lr_schedule: str = setting(
+        "constant",
+        "the learning rate over the run after its warm-up: constant, or decaying to 0 at "
+        "max_steps (linear, cosine); the live learning_rate knob scales it",
+        choices=LR_SCHEDULES,
+    )
+    lr_warmup_steps: int = setting(
+        0,
+        "RL steps over which the learning rate rises linearly to learning_rate before "
+        "the schedule starts (not the supervised warmup_steps); less than max_steps",
+        low=0,
+    )
+    num_substeps: int = setting(
+        1,
+        "optimizer steps per batch: its datums split into this many minibatches, each "
+        "a forward_backward and an optim_step",
+        low=1,
+        high=64,
+    )
+    truncation_policy: str = setting(
+        "keep",
+        "a rollout the length limit (max_tokens) cut off keeps its graded reward, or gets "
+        "at most truncated_reward_cap (cap)",
+        choices=TRUNCATION_POLICIES,
+    )
+    truncated_reward_cap: float = setting(
+        0.0, "the most reward a cut-off rollout gets with truncation_policy = cap"
     )
     temperature: float = setting(
         1.0, "default sampling temperature of the policy server", low=0, high=2, live=True
@@ -429,6 +462,11 @@ class RunConfig:
             raise ConfigError(
                 f"min_groups_per_step must be between 0 and groups_per_step "
                 f"({self.groups_per_step}), got {self.min_groups_per_step}"
+            )
+        if self.lr_warmup_steps and self.lr_warmup_steps >= self.max_steps:
+            raise ConfigError(
+                f"lr_warmup_steps must be less than max_steps ({self.max_steps}), "
+                f"got {self.lr_warmup_steps}"
             )
         parse_loss_fn_config(self.loss_fn_config)
         if self.max_cost_usd and not any(

@@ -31,6 +31,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
@@ -670,9 +671,14 @@ class BackendSession:
         *,
         loss_fn: str = "importance_sampling",
         learning_rate: float,
+        num_substeps: int = 1,
     ) -> TrainResult:
         """One optimizer step (with the KL penalty, when it is on), then publish the next
-        sampling client (version + 1)."""
+        sampling client (version + 1). With `num_substeps` > 1 the datums are split into
+        that many minibatches (in order, sizes differing by one at most; fewer when there
+        are fewer datums), each its own forward_backward and optim_step at the same
+        learning rate, as tinker-cookbook's substeps: a minibatch after the first is scored
+        by the weights its predecessors moved, so its logprobs are the trainer's then."""
         kl_metrics: dict[str, float] = {}
         if self.kl_penalty_coef > 0 and self.reference is not None and datums:
             batch = datums if isinstance(datums, DatumBatch) else DatumBatch(datums)
@@ -686,31 +692,48 @@ class BackendSession:
         started = time.perf_counter()
         # RunConfig allows only LOSS_FNS, each a loss the SDK names (config.py does not
         # import the SDK, so its setting is a plain str).
-        fb_future = training.forward_backward(
-            datums, cast("tinker.types.LossFnType", loss_fn), config
-        )
-        optim_future = training.optim_step(self._adam(learning_rate))
+        loss = cast("tinker.types.LossFnType", loss_fn)
+        submitted = [
+            (
+                training.forward_backward(minibatch, loss, config),
+                training.optim_step(self._adam(learning_rate)),
+            )
+            for minibatch in minibatches(datums, num_substeps)
+        ]
         publish = self._submit_publish(self.version + 1)
         num_tokens = sum(d.model_input.length for d in datums)
         self.usage.add_trained(num_tokens)
-        fb = await self._call("forward_backward", lambda _: fb_future, retry=False)
-        fb_done = time.perf_counter()
-        optim = await self._call("optim_step", lambda _: optim_future, retry=False)
-        optim_done = time.perf_counter()
+        loss_sum, outputs, norms = 0.0, list[Any](), list[float]()
+        fb_time = optim_time = 0.0
+        mark = started
+        for fb_future, optim_future in submitted:
+            fb = await self._call("forward_backward", _submitted(fb_future), retry=False)
+            fb_done = time.perf_counter()
+            optim = await self._call("optim_step", _submitted(optim_future), retry=False)
+            optim_done = time.perf_counter()
+            fb_time, optim_time = fb_time + fb_done - mark, optim_time + optim_done - fb_done
+            mark = optim_done
+            loss_sum += float(fb.metrics.get("loss:sum", 0.0))
+            outputs.extend(getattr(fb, "loss_fn_outputs", None) or ())
+            grad_norm = (optim.metrics or {}).get("grad_norm:mean")
+            if grad_norm is not None:  # where the backend reports it
+                norms.append(float(grad_norm))
         await self._finish_publish(publish)
         metrics = {
-            keys.TRAIN_LOSS_SUM: float(fb.metrics.get("loss:sum", 0.0)),
-            keys.FORWARD_BACKWARD_TIME: fb_done - started,
-            keys.OPTIM_STEP_TIME: optim_done - fb_done,
-            keys.PUBLISH_WEIGHTS_TIME: time.perf_counter() - optim_done,
+            keys.TRAIN_LOSS_SUM: loss_sum,
+            keys.FORWARD_BACKWARD_TIME: fb_time,
+            keys.OPTIM_STEP_TIME: optim_time,
+            keys.PUBLISH_WEIGHTS_TIME: time.perf_counter() - mark,
         }
-        grad_norm = (optim.metrics or {}).get("grad_norm:mean")
-        if grad_norm is not None:  # where the backend reports it
-            metrics[keys.GRAD_NORM] = float(grad_norm)
+        if norms:  # the mean over the substeps
+            metrics[keys.GRAD_NORM] = sum(norms) / len(norms)
+        if num_substeps > 1:
+            metrics[keys.OPTIM_STEPS] = float(len(submitted))
+        answered = SimpleNamespace(loss_fn_outputs=outputs)  # every minibatch's, in order
         if isinstance(datums, DatumBatch):  # how they were built
             metrics.update(datums.metrics)
         metrics.update(kl_metrics)
-        trainer, entropy, mismatch = await asyncio.to_thread(trainer_outputs, datums, fb)
+        trainer, entropy, mismatch = await asyncio.to_thread(trainer_outputs, datums, answered)
         metrics.update(mismatch)
         return TrainResult(self.version, metrics, len(datums), num_tokens, trainer, entropy)
 
@@ -833,3 +856,22 @@ def _sdk_tokenizer(training_client: TrainingClient) -> Any:
     from tinker_tui.engine.backend.hub_tokenizer import load_tokenizer
 
     return load_tokenizer(training_client)
+
+
+def minibatches(datums: Sequence[tinker.Datum], count: int) -> list[list[tinker.Datum]]:
+    """`datums` in `count` consecutive minibatches whose sizes differ by one at most (the
+    first ones larger); fewer, one datum each, when there are fewer datums than `count`."""
+    items = list(datums)
+    count = max(1, min(count, len(items)))
+    size, extra = divmod(len(items), count)
+    out, start = [], 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+def _submitted(future: Awaitable[T]) -> Callable[[int], Awaitable[T]]:
+    """A call that is never retried: every attempt awaits the one request submitted."""
+    return lambda _: future

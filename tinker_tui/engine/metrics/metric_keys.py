@@ -36,7 +36,13 @@ OPTIM_STEP_TIME = "time/optim_step"
 PUBLISH_WEIGHTS_TIME = "time/publish_weights"
 
 ROLLOUTS_PER_S = "throughput/rollouts_per_s"
+#: The learning rate the step's optimizer used: the live knob times the schedule's factor
+#: (engine.training.lr_schedule); with a constant schedule, the knob.
 LEARNING_RATE = "optim/lr"
+#: The schedule's factor at the step (only when a schedule or a warm-up is set).
+LR_FACTOR = "optim/lr_factor"
+#: Optimizer steps the step made (only when num_substeps > 1: one per minibatch).
+OPTIM_STEPS = "optim/steps"
 #: The gradient's global norm before clipping, where the backend's optim_step reports it.
 GRAD_NORM = "optim/grad_norm"
 
@@ -85,6 +91,8 @@ KL_REFERENCE_TIME = "time/kl_reference"
 # (finish reason `length`), and the sampled tokens per rollout.
 ZERO_VARIANCE_FRAC = "env/zero_variance_frac"
 TRUNCATED_FRAC = "env/truncated_frac"
+#: Rollouts of the step whose reward `truncation_policy = cap` lowered (only with it on).
+TRUNCATED_CAPPED = "env/truncated_capped"
 RESPONSE_LEN_MEAN = "tokens/response_len_mean"
 RESPONSE_LEN_P50 = "tokens/response_len_p50"
 RESPONSE_LEN_P90 = "tokens/response_len_p90"

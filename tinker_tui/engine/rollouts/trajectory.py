@@ -190,6 +190,8 @@ class TrajectoryGroup:
     part: str = ""
     #: Members whose rollout failed and were dropped (the group trains with the rest).
     failed: int = 0
+    #: Members cut off by the length limit whose reward `truncation_policy = cap` lowered.
+    capped: int = 0
 
     def __post_init__(self) -> None:
         trajectories = self.trajectories

@@ -67,10 +67,12 @@ from tinker_tui.engine.rollouts.task import (
     reward_components_of,
 )
 from tinker_tui.engine.rollouts.trajectory import Trajectory, TrajectoryError, TrajectoryGroup
+from tinker_tui.engine.rollouts.truncation import cap_truncated
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.training.advantages import group_advantages
 from tinker_tui.engine.training.checkpointer import Checkpointer
 from tinker_tui.engine.training.evaluator import Evaluator
+from tinker_tui.engine.training.lr_schedule import lr_factor
 from tinker_tui.engine.training.resume import (
     RAN_OUT,
     ResumeState,
@@ -581,6 +583,9 @@ class Pipeline:
         trajectories: tuple[Trajectory, ...] = tuple(
             [r for r in results if isinstance(r, Trajectory)]
         )
+        capped = 0
+        if self.config.truncation_policy == "cap":
+            trajectories, capped = cap_truncated(trajectories, self.config.truncated_reward_cap)
         self.step_metrics.rollouts_ended(len(results), failed=len(errors))
         if errors:
             self._last_failure = _describe(errors[0]).splitlines()[0]
@@ -619,6 +624,7 @@ class Pipeline:
             advantage_values=advantages,
             part=part,
             failed=len(errors),
+            capped=capped,
         )
         self.step_metrics.group_sampled(group_id, self.session.version)
         self.meter.rollouts_finished(group.finished_at, len(trajectories), group.num_tokens)
@@ -634,7 +640,7 @@ class Pipeline:
                 num_tokens=group.num_tokens,
                 reward_mean=group.reward_mean,
                 trajectories=tuple(
-                    dataclasses.replace(s, advantage=a, truncated=truncated(t))
+                    dataclasses.replace(s, reward=t.reward, advantage=a, truncated=truncated(t))
                     for s, a, t in zip(summaries, advantages, trajectories, strict=False)
                 ),
                 scenario_index=self.scenarios.position(group_id),
@@ -928,12 +934,17 @@ class Pipeline:
             metrics: dict[str, float] = {}
             tokens: tuple[TrajectoryTokens, ...] = ()
             faults.hit("train", self.step + 1)
+            learning_rate, schedule_metrics = self._step_learning_rate()
+            metrics.update(schedule_metrics)
             if datums:
                 self._training_since = train_started
                 try:
                     await faults.slow_down("train", self.step + 1)  # test hook
                     result = await self.session.train(
-                        datums, loss_fn=self.config.loss_fn, learning_rate=self._learning_rate
+                        datums,
+                        loss_fn=self.config.loss_fn,
+                        learning_rate=learning_rate,
+                        num_substeps=self.config.num_substeps,
                     )
                 finally:
                     self._training_since = None
@@ -974,12 +985,14 @@ class Pipeline:
                     # read 0.0 whenever sampling was ahead and the step took a batch already
                     # queued.
                     rollouts_per_s=self.meter.rollouts_per_s(now, elapsed=now - self._started_at),
-                    learning_rate=self._learning_rate,
+                    learning_rate=learning_rate,
                     cost=self.cost.step_metrics(self.session.usage),
                 )
             )
             shapes, histograms = step_distributions(batch, self._reward_components)
             metrics.update(shapes)
+            if self.config.truncation_policy == "cap":
+                metrics[keys.TRUNCATED_CAPPED] = float(sum(g.capped for g in batch))
             self._emit(
                 StepTrained(
                     time=now,
@@ -1023,6 +1036,16 @@ class Pipeline:
             if self.config.eval_every and self.step % self.config.eval_every == 0:
                 self.evaluator.ask()
             self.evaluator.start_if_due()
+
+    def _step_learning_rate(self) -> tuple[float, dict[str, float]]:
+        """The rate the next step trains at: the live knob times the schedule's factor at
+        its step (engine.training.lr_schedule), and the factor as a metric where a schedule
+        or a warm-up is set (a constant run's metrics stay as they were)."""
+        config = self.config
+        if config.lr_schedule == "constant" and not config.lr_warmup_steps:
+            return self._learning_rate, {}
+        factor = lr_factor(config.lr_schedule, self.step, config.max_steps, config.lr_warmup_steps)
+        return self._learning_rate * factor, {keys.LR_FACTOR: factor}
 
     def remember(self, earlier: Iterable[Event], up_to: int) -> None:
         """Continue the collapse tracking of this run's earlier processes (a resumed run),
