@@ -22,14 +22,25 @@ from tinker_tui.app.cli import main as cli_main
 from tinker_tui.app.foreign_session import ForeignSession
 from tinker_tui.app.tui import TinkerTuiApp
 from tinker_tui.engine.clock import FakeClock, SystemClock
-from tinker_tui.engine.events import CheckpointSaved, GroupSampled, RunFinished, StepTrained
+from tinker_tui.engine.events import (
+    CheckpointSaved,
+    EvalCompleted,
+    GroupSampled,
+    RunFinished,
+    StepTrained,
+)
 from tinker_tui.engine.foreign.cookbook_run import CookbookRun, mapped_metrics
 
 BATCHES = 8
 
 
 def write_batch(
-    store: TrainingRunStore, i: int, *, rollouts: bool = True, batches: int = BATCHES
+    store: TrainingRunStore,
+    i: int,
+    *,
+    rollouts: bool = True,
+    batches: int = BATCHES,
+    extra: dict | None = None,
 ) -> None:
     """What the cookbook's RL loop writes for batch `i` (0-based): its rollout summaries,
     its metrics, and a checkpoint every 4 batches (the last one final)."""
@@ -78,6 +89,7 @@ def write_batch(
             "time/total": 2.0 + 0.25 * (i % 2),
             "time/sample": 1.25,
             "note": "text is not a metric",
+            **(extra or {}),
         },
         step=i,
     )
@@ -165,6 +177,42 @@ def test_a_finished_folder_reads_as_a_run(finished):
     ]
     assert isinstance(events[-1], RunFinished) and events[-1].final_step == BATCHES
     assert reader.poll() == []
+
+
+def test_an_evaluators_numbers_and_rollouts_are_evaluations(tmp_path):
+    """rl.train evaluates the weights batch i samples with before training it, merging
+    `<name>/...` into batch i's record, and saves the rollouts under the evaluator's label."""
+    folder = tmp_path / "with-evals"
+    store = cookbook_folder(folder, batches_done=0)
+    for i in range(BATCHES):
+        if i % 4 == 0:
+            store.write_rollouts(
+                i,
+                [
+                    {
+                        "split": "eval/test",
+                        "iteration": i,
+                        "group_idx": g,
+                        "traj_idx": 0,
+                        "tags": [f"held-out-{g}"],
+                        "total_reward": float(g),
+                        "steps": [{"step_idx": 0, "ob_len": 20, "ac_len": 5, "reward": 0.0}],
+                    }
+                    for g in range(2)
+                ],
+                base_name="eval_test",
+            )
+        write_batch(
+            store, i, extra={"test/env/all/reward/total": 0.5 + i / 100} if i % 4 == 0 else {}
+        )
+    events = CookbookRun(folder, FakeClock()).poll()
+    evals = [e for e in events if isinstance(e, EvalCompleted)]
+    assert [(e.step, e.metrics["eval/reward_mean"]) for e in evals] == [(0, 0.5), (4, 0.54)]
+    assert "test/env/all/reward/total" in evals[0].metrics
+    assert [t.reward for t in evals[1].trajectories] == [0.0, 1.0]
+    assert evals[1].scenario_ids == ("held-out-0", "held-out-1")
+    steps = [e for e in events if isinstance(e, StepTrained)]
+    assert events.index(evals[1]) < events.index(steps[4])  # before the batch it sampled
 
 
 def test_not_a_cookbook_folder_is_one_line_and_exit_2(tmp_path, capsys):

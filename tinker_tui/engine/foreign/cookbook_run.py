@@ -11,6 +11,10 @@ How the folder maps onto our events:
   (`batch: i + 1`) lands on the step that made it. `env/all/reward/total` is our
   `reward/mean` and `time/total` our `time/step`; every other number keeps its own name
   (`optim/*`, `time/*`, `env/all/*`, per-tag `env/<tag>/*`, `progress/*`).
+- the evaluators' numbers in a metrics record (`<name>/env/all/reward/total`, `name`
+  "test" by default; the cookbook evaluates the weights batch `i` samples with, before
+  training it) -> an `EvalCompleted` of our step `i`, its reward as `eval/reward_mean`; its
+  rollouts from `iteration_NNNNNN/eval_<label>_rollout_summaries.jsonl` where it saved them.
 - each `checkpoints.jsonl` record -> `CheckpointSaved`; the final one (named "final" by
   `rl.train`, or marked `final`) ends the run (`RunFinished`, completed).
 - each `iteration_NNNNNN/train_rollout_summaries.jsonl` -> a `GroupSampled` per group
@@ -35,6 +39,7 @@ from tinker_tui.engine.errors import UsageError
 from tinker_tui.engine.events import (
     CheckpointKind,
     CheckpointSaved,
+    EvalCompleted,
     Event,
     GroupSampled,
     LogEmitted,
@@ -47,6 +52,8 @@ from tinker_tui.engine.metrics import metric_keys as keys
 
 #: Cookbook metric names that have a pane of ours, and the name the pane reads.
 RENAMED = {"env/all/reward/total": keys.REWARD_MEAN, "time/total": keys.STEP_TIME}
+#: An evaluator's reward in a metrics record: `<evaluator name>/` and this.
+EVAL_REWARD = "/env/all/reward/total"
 #: Files whose presence makes a folder a cookbook run folder.
 MARKERS = ("metrics.jsonl", "config.json", "checkpoints.jsonl")
 #: Group ids of iteration `i` are `i * GROUP_STRIDE + group_idx` (unique across the run).
@@ -146,6 +153,7 @@ class CookbookRun:
             batch = record.get("step")
             if isinstance(batch, int) and batch in rollouts:  # sampled before its step
                 events += self._groups_of(batch, rollouts.pop(batch))
+            events += self._evals(record)
             events.append(self._step(record))
         for iteration, summaries in sorted(rollouts.items()):  # their steps still to come
             events += self._groups_of(iteration, summaries)
@@ -210,6 +218,49 @@ class CookbookRun:
             metrics=metrics,
             group_ids=self._groups.get(step - 1, ()),
         )
+
+    def _evals(self, record: Mapping[str, Any]) -> list[Event]:
+        """The evaluations a metrics record carries: one per evaluator name whose reward is
+        there (`<name>/env/all/reward/total`; not the training's own `env/...`), of the
+        weights its batch sampled with (our step = the batch's index)."""
+        raw = record.get("step")
+        batch = int(raw) if isinstance(raw, int) else self.step
+        events: list[Event] = []
+        for name, value in record.items():
+            prefix = name.removesuffix(EVAL_REWARD)
+            if not name.endswith(EVAL_REWARD) or prefix in ("", "env") or "/" in prefix:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            own = {k: v for k, v in record.items() if k.startswith(prefix + "/")}
+            metrics = {**mapped_metrics(own), keys.EVAL_REWARD_MEAN: float(value)}
+            summaries = self._eval_rollouts(batch, prefix)
+            events.append(
+                EvalCompleted(
+                    time=self._now() if self.started is not None else self.clock.now(),
+                    step=batch,
+                    policy_version=batch,
+                    metrics=metrics,
+                    trajectories=tuple(_trajectory(r, batch) for r in summaries),
+                    scenario_ids=tuple(
+                        "/".join(str(t) for t in r.get("tags") or [])
+                        or f"group {r.get('group_idx', 0)}"
+                        for r in summaries
+                    ),
+                )
+            )
+        return events
+
+    def _eval_rollouts(self, iteration: int, name: str) -> list[dict[str, Any]]:
+        """The rollout summaries an evaluation of `iteration` saved (files are named by the
+        evaluator's label, which is its name made safe for a file name, or its index)."""
+        for info in self.store.list_iterations():
+            if info.iteration != iteration:
+                continue
+            labels = [name] if name in info.eval_labels else info.eval_labels[:1]
+            for label in labels:
+                return self.store.read_rollouts(iteration, base_name=f"eval_{label}")
+        return []
 
     def _new_checkpoints(self) -> list[Event]:
         records = self.store.read_checkpoints()
