@@ -273,6 +273,7 @@ def test_the_json_says_what_the_store_holds(db, capsys):
         }
     ]
     assert show["finished"]["status"] == "completed"
+    assert "cause" in show["finished"]  # typed, for a script (null for old stores)
 
     compare = _json_of(capsys, "compare", "r1", "r2", "--json", "--db", str(db))
     assert compare["differing"] == ["seed"]
@@ -352,6 +353,7 @@ def test_run_json_prints_only_json_lines_on_stdout(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     got = [json.loads(line) for line in done.stdout.splitlines()]
     assert got[0]["event"] == "started" and got[-1]["event"] == "finished"
+    assert got[-1]["cause"] == "max_steps"
     assert [g["step"] for g in got if g["event"] == "step"] == [1, 2]
     docs = documented()
     for line in got:

@@ -170,6 +170,7 @@ class RunLines:
                 "finished",
                 event.time,
                 status=event.status,
+                cause=event.cause or None,
                 final_step=event.final_step,
                 reason=event.reason,
             )

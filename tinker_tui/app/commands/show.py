@@ -140,6 +140,7 @@ def foreign_document(kind: FolderFormat, folder: Path) -> dict[str, Any]:
         if finished is None
         else {
             "status": finished.status,
+            "cause": finished.cause or None,
             "reason": finished.reason or None,
             "final_step": finished.final_step,
             "time": finished.time,
@@ -243,6 +244,7 @@ async def show_document(db_path: Path, run: StoredRun) -> dict[str, Any]:
         if finished is None
         else {
             "status": finished.status,
+            "cause": finished.cause or None,
             "reason": finished.reason or None,
             "final_step": finished.final_step,
             "time": finished.time,
