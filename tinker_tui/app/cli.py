@@ -48,6 +48,7 @@ COMMANDS = (
     "serve",
     "runs",
     "export",
+    "chat",
     "cost",
     "mcp",
     "agent-skill",

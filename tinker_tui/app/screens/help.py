@@ -24,7 +24,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("1-6", "dashboard rollouts control metrics signals scenarios"),
     ("tab  click", "move between panes"),
     ("+  esc", "maximize the focused pane (or the chart) / restore"),
-    ("enter", "a line whole · rollouts: expand · control: edit"),
+    ("enter  t", "a line whole · expand · edit · t: chat with a checkpoint"),
     ("s", "smoothing: 0.9 → 0.95 → 0.99 → off → 0.6 → 0.8"),
     ("l", "log level: all → info → warning → error"),
     ("/  home", "rollouts: filter (reward<0.5, stale, …) · newest"),

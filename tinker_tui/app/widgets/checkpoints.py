@@ -6,13 +6,15 @@ under is in the row's detail). Sampler weights are saved per policy version, not
 (`v12`): a step that changes no weight (every group without a learning signal, as a
 converged run has) saves none, while full state is saved every `checkpoint_every` steps.
 Paths that have no room lose whole folders from their start (`…/checkpoints/step-000060`),
-so which checkpoint it is stays readable; `enter` on a row shows the path whole.
+so which checkpoint it is stays readable; `enter` on a row shows the path whole, `t` opens a
+chat with it (`screens.chat`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from textual.binding import Binding
 from textual.widgets import DataTable
 
 from tinker_tui.app.dashboard_rows import CheckpointRow
@@ -96,6 +98,7 @@ class CheckpointsTable(DataTable):
     """One row per `CheckpointSaved`."""
 
     ALLOW_MAXIMIZE = True
+    BINDINGS = [Binding("t", "talk", "Talk to it")]
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(
@@ -187,3 +190,40 @@ class CheckpointsTable(DataTable):
             )
         where = f"{folder}\n(saved as {row.path})" if folder != row.path else row.path
         self.app.push_screen(TextScreen(title, f"{row.name}\n\n{where}{why}"))
+
+    def action_talk(self) -> None:
+        """Chat with the checkpoint under the cursor: a full one (sampler weights are a
+        version's snapshot, not a state the chat loads) of a run whose store is here."""
+        if not 0 <= self.cursor_row < len(self._rows) or self._state is None:
+            return
+        row = self._rows[self.cursor_row]
+        store = host(self.app).store_path
+        if (
+            store is None
+            or not self._state.run_id
+            or host(self.app).mode_label.startswith("watching")
+        ):
+            self.notify("only a run of this store's checkpoints can be talked to here")
+            return
+        if row.kind != "state":
+            self.notify("sampler weights: talk to a full checkpoint (a step's row)")
+            return
+        self.run_worker(self._talk(store, f"{self._state.run_id}@{row.step}"), group="talk")
+
+    async def _talk(self, store: Path, ref: str) -> None:
+        from tinker_tui.app.commands.chat import resolve_target
+        from tinker_tui.app.screens.chat import ChatScreen
+        from tinker_tui.engine.errors import TinkerTuiError
+
+        try:
+            target = await resolve_target(store, ref)
+        except TinkerTuiError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.app.push_screen(
+            ChatScreen(
+                target,
+                temperature=target.config.temperature,
+                max_tokens=target.config.max_tokens,
+            )
+        )
