@@ -39,6 +39,7 @@ BUILTIN_TASKS = {
     "yes_no_maybe": "tinker_tui.examples.yes_no_maybe:TASK",
     "binary_prefix_tool": "tinker_tui.examples.binary_prefix_tool:TASK",
     "next_number": "tinker_tui.examples.next_number:TASK",
+    "cookbook_yes_no_maybe": "tinker_tui.examples.cookbook_yes_no_maybe:TASK",
 }
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -117,6 +117,33 @@ class Task:
     #: a length penalty): each is charted per step as `reward/component/<name>`, and the
     #: signals view flags one whose spread drives the advantages alone.
     reward_components: tuple[str, ...] = ()
+    #: The rollout speaks tokens, not chat: its `client` is a `TokenSampler` (prompt tokens
+    #: in, sampled tokens out, straight from the backend) instead of the openai client. Set
+    #: by `Task.from_cookbook`; a hand-written token-level rollout may set it too.
+    samples_tokens: bool = False
+
+    @classmethod
+    def from_cookbook(
+        cls, dataset: Any, *, name: str | None = None, settings: Mapping[str, Any] | None = None
+    ) -> Task:
+        """A task that drives a tinker-cookbook RL environment unchanged: `dataset` is an
+        `RLDatasetBuilder` (or an `RLDataset`); each group builder is a scenario, rolled out
+        by the cookbook's own loop on tokens sampled straight from the backend. `settings`
+        go over the builder's own `group_size`. See `engine.rollouts.cookbook_envs`."""
+        from tinker_tui.engine.rollouts import cookbook_envs
+
+        try:
+            parts = cookbook_envs.cookbook_parts(dataset, Scenario)
+        except cookbook_envs.CookbookError as exc:
+            raise TaskError(str(exc)) from None
+        return cls(
+            name=name or parts.name,
+            scenarios=parts.scenarios,
+            group_rollout=parts.group_rollout,
+            eval_scenarios=parts.eval_scenarios,
+            settings={**parts.settings, **dict(settings or {})},
+            samples_tokens=True,
+        )
 
     def __post_init__(self) -> None:
         if self.group_rollout is not None and not isinstance(self.rollout, _GroupJoin):
@@ -391,6 +418,8 @@ def check_task(task: Any, *, known_settings: Iterable[str] | None = None) -> Tas
                 raise TaskError(
                     f"in the mix {task.name!r}, task {part.task.name!r}: {exc}"
                 ) from None
+    if not isinstance(task.samples_tokens, bool):
+        raise TaskError(f"Task.samples_tokens must be True or False, got {task.samples_tokens!r}")
     if not isinstance(task.settings, Mapping):
         raise TaskError(f"Task.settings must be a dict of run settings, got {_kind(task.settings)}")
     if not isinstance(task.backend_settings, Mapping):
