@@ -4,7 +4,9 @@
 
 * a built-in name: ``example`` (yes/no/maybe), ``binary_prefix_tool``, ``next_number``;
 * a task file: ``path/to/task.py`` (its module-level ``TASK``) or ``path/to/task.py:NAME``;
-* an importable module: ``package.module`` (its ``TASK``) or ``package.module:NAME``.
+* an importable module: ``package.module`` (its ``TASK``) or ``package.module:NAME``;
+* an installed verifiers environment: ``vf:ENV_ID`` (`Task.from_verifiers`, with the
+  environment's default config; a task file configures it otherwise).
 
 Settings are layered, later wins: the engine's defaults, the task's ``settings``, a TOML file
 (``--config``; top-level keys are run settings, the same names as the flags with ``_``), then
@@ -57,6 +59,8 @@ def load_task(spec: str) -> Task:
     from tinker_tui.engine.config import SETTINGS
     from tinker_tui.engine.rollouts.task import TaskError, check_task
 
+    if spec.startswith(VERIFIERS_PREFIX):
+        return _verifiers_task(spec)
     target, attribute = _split(BUILTIN_TASKS.get(spec, spec))
     if _looks_like_path(target):
         module, where = _import_file(Path(target)), target
@@ -77,6 +81,30 @@ def load_task(spec: str) -> Task:
     except TaskError as exc:
         raise TaskLoadError(f"{where}: {name}: {exc}") from None
     return _located(task, where)
+
+
+#: `run vf:ENV_ID`: a verifiers environment, by the id its installed package answers to.
+VERIFIERS_PREFIX = "vf:"
+
+
+def _verifiers_task(spec: str) -> Task:
+    from tinker_tui.engine.config import SETTINGS
+    from tinker_tui.engine.rollouts.task import Task, TaskError, check_task
+
+    env_id = spec[len(VERIFIERS_PREFIX) :].strip()
+    if not env_id:
+        raise TaskLoadError(
+            "vf: needs an environment id: tinker-tui run vf:ENV_ID (an installed "
+            "verifiers environment)"
+        )
+    try:
+        return check_task(Task.from_verifiers(env_id), known_settings=SETTINGS)
+    except TaskError as exc:
+        raise TaskLoadError(f"{spec}: {exc}") from None
+    except Exception as exc:  # the environment's own code failed to build it
+        raise TaskLoadError(
+            f"{spec}: building the verifiers environment failed: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def spec_to_store(spec: str) -> str:

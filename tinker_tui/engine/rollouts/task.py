@@ -145,6 +145,36 @@ class Task:
             samples_tokens=True,
         )
 
+    @classmethod
+    def from_verifiers(
+        cls,
+        env: Any,
+        *,
+        name: str | None = None,
+        eval_tasks: Iterable[Any] | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> Task:
+        """A task that runs a `verifiers` environment unchanged: `env` is a
+        `verifiers.v1.Env`, or the id of an installed one. Each task of its taskset is a
+        scenario, played by the env's own harness with its model calls answered by the
+        policy; the reward is its rubric's (`@vf.reward` methods), each one a named reward
+        component. `eval_tasks`: held-out verifiers tasks (a taskset view or a list). See
+        `engine.rollouts.verifiers_envs`; needs ``pip install "tinker-tui[verifiers]"``."""
+        from tinker_tui.engine.rollouts import verifiers_envs
+
+        try:
+            parts = verifiers_envs.verifiers_parts(env, Scenario, eval_tasks=eval_tasks)
+        except verifiers_envs.VerifiersError as exc:
+            raise TaskError(str(exc)) from None
+        return cls(
+            name=name or parts.name,
+            scenarios=parts.scenarios,
+            rollout=parts.rollout,
+            eval_scenarios=parts.eval_scenarios,
+            settings=dict(settings or {}),
+            reward_components=parts.reward_components,
+        )
+
     def __post_init__(self) -> None:
         if self.group_rollout is not None and not isinstance(self.rollout, _GroupJoin):
             if self.rollout is not None:
