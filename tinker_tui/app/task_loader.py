@@ -2,7 +2,8 @@
 
 ``tinker-tui run TASK`` accepts:
 
-* a built-in name: ``example`` (yes/no/maybe), ``binary_prefix_tool``, ``next_number``;
+* a built-in name: ``example`` (yes/no/maybe), ``binary_prefix_tool``, ``next_number``,
+  ``cookbook_yes_no_maybe`` (the example as a tinker-cookbook environment);
 * a task file: ``path/to/task.py`` (its module-level ``TASK``) or ``path/to/task.py:NAME``;
 * an importable module: ``package.module`` (its ``TASK``) or ``package.module:NAME``;
 * an installed verifiers environment: ``vf:ENV_ID`` (`Task.from_verifiers`, with the
