@@ -248,3 +248,19 @@ def test_the_cookbook_example_runs_through_the_tinker_sdk_against_the_double(tmp
     with sqlite3.connect(db) as conn:
         steps = [json.loads(m) for (m,) in conn.execute("SELECT metrics FROM steps ORDER BY step")]
     assert len(steps) == 3 and all(0.0 <= s["reward/mean"] <= 1.0 for s in steps)
+
+
+def test_a_cookbook_recipe_naming_the_embedded_model_loads_offline(tmp_path, monkeypatch):
+    """The cookbook's own arithmetic recipe, unchanged: its builder asks the cookbook for the
+    tokenizer of `tinker-tui/tiny-chat`, which the task loader registered beforehand."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = tmp_path / "arith.py"
+    path.write_text(
+        "from tinker_cookbook.recipes.math_rl.arithmetic_env import ArithmeticDatasetBuilder\n"
+        "from tinker_tui import Task\n"
+        "TASK = Task.from_cookbook(ArithmeticDatasetBuilder(batch_size=2, group_size=4,\n"
+        f"    model_name_for_tokenizer={DEFAULT_BASE_MODEL!r}, renderer_name='role_colon',\n"
+        "    n_batches=3))\n"
+    )
+    task = load_task(str(path))
+    assert task.settings == {"group_size": 4} and len(list(task.scenarios(None))) == 6

@@ -180,6 +180,7 @@ def _import_file(path: Path) -> types.ModuleType:
     folder = str(resolved.parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
+    _cookbook_names_embedded_models(resolved)
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
@@ -193,7 +194,33 @@ def _import_file(path: Path) -> types.ModuleType:
     return module
 
 
+def _cookbook_names_embedded_models(source: Path | None) -> None:
+    """A task that uses the tinker-cookbook builds its datasets (and their tokenizers, by
+    model name) as it is imported: make the cookbook's `get_tokenizer` know the embedded
+    models first, so a recipe's builder given `--base-model`'s embedded name works offline.
+    Read from the task's source, so a task that does not use the cookbook does not pay for
+    importing it."""
+    try:
+        text = source.read_text(errors="replace") if source is not None else ""
+    except OSError:
+        return
+    if "tinker_cookbook" in text:
+        from tinker_tui.engine.local.model import register_cookbook_tokenizers
+
+        register_cookbook_tokenizers()
+
+
+def _module_source(name: str) -> Path | None:
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(found, "origin", None)
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
 def _import_module(name: str, spec: str) -> types.ModuleType:
+    _cookbook_names_embedded_models(_module_source(name))
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
