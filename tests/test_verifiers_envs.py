@@ -160,3 +160,19 @@ def test_the_verifiers_example_runs_through_the_tinker_sdk_against_the_double(tm
     with sqlite3.connect(db) as conn:
         steps = [json.loads(m) for (m,) in conn.execute("SELECT metrics FROM steps ORDER BY step")]
     assert len(steps) == 2 and all("reward/component/preference" in s for s in steps)
+
+
+@needs_verifiers
+def test_an_env_left_in_a_prime_sandbox_without_credentials_is_refused_at_once(
+    tmp_path, monkeypatch
+):
+    import verifiers.v1 as vf
+
+    from tinker_tui import Task
+    from tinker_tui.engine.rollouts.task import TaskError
+
+    monkeypatch.delenv("PRIME_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.prime/config.json
+    env = vf.load_environment(vf.resolve_env_config({"taskset": {"id": "vf_toy_tools"}}))
+    with pytest.raises(TaskError, match="Prime sandbox .* runtime set to subprocess"):
+        Task.from_verifiers(env)

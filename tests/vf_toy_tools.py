@@ -1,6 +1,7 @@
 """A multi-turn verifiers environment with a tool, for tests/test_verifiers_envs.py (runs
 offline: its harness plays in-process). The model must call `note(word)` first (the call is
-forced), the harness runs the tool and hands its result back, then the model answers; two
+forced), the harness runs the tool and hands its result back, then the model answers (a
+streamed request); two
 rewards: `called` (the call named a word) and `answer` (yes/no/maybe, as the example)."""
 
 from __future__ import annotations
@@ -79,10 +80,16 @@ class NoteHarness(vf.Harness[vf.HarnessConfig]):
                 word = json.loads(call.function.arguments or "{}").get("word")
                 trace.info["noted"] = word
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": "noted"})
-            second = await client.chat.completions.create(
-                model=ctx.model, messages=messages, max_tokens=6
+            # The answer streamed, as agent programs (verifiers' bash harness) ask for it.
+            stream = await client.chat.completions.create(
+                model=ctx.model,
+                messages=messages,
+                max_tokens=6,
+                stream=True,
+                stream_options={"include_usage": True},
             )
-        return vf.ProgramResult(0, second.choices[0].message.content or "", "")
+            answer = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        return vf.ProgramResult(0, answer, "")
 
 
 def environment() -> vf.Env:

@@ -29,7 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tinker_tui.engine.errors import UsageError
-from tinker_tui.engine.rollouts.trajectory import METRIC_NAME, Trajectory, TrajectoryError
+from tinker_tui.engine.rollouts.trajectory import (
+    METRIC_NAME,
+    SampledTurn,
+    Trajectory,
+    TrajectoryError,
+)
 
 __all__ = ["VerifiersError", "VerifiersParts", "load_env", "verifiers_parts"]
 
@@ -88,6 +93,7 @@ def verifiers_parts(
             f"Task.from_verifiers takes a verifiers.v1.Env (or an environment id), got "
             f"{type(env).__name__}"
         )
+    _check_runtimes(env)
     held_out = None if eval_tasks is None else list(eval_tasks)
     return VerifiersParts(
         name=str(env.config.taskset.id or type(env).__name__).replace("/", "-"),
@@ -98,6 +104,27 @@ def verifiers_parts(
         else (lambda: [scenario(f"eval-{_task_id(t, i)}", t) for i, t in enumerate(held_out)]),
         reward_components=_reward_names(type(env.taskset).task_type()),
     )
+
+
+def _check_runtimes(env: Any) -> None:
+    """An agent that runs in a Prime sandbox (verifiers' default runtime) needs Prime
+    credentials; without them verifiers exits from inside an episode. Said here, at once."""
+    from verifiers.v1.runtimes import PrimeConfig
+    from verifiers.v1.utils.prime import ensure_prime_auth
+
+    specs = getattr(env, "_agent_specs", {})
+    if not any(isinstance(getattr(s, "runtime", None), PrimeConfig) for s in specs.values()):
+        return
+    try:
+        ensure_prime_auth()
+    except SystemExit:
+        raise VerifiersError(
+            f"{env.config.taskset.id or type(env).__name__} runs its agent in a Prime sandbox "
+            "(verifiers' default runtime), which needs `prime login` or $PRIME_API_KEY; to run "
+            "it on this machine, build it in a task file with the agent's runtime set to "
+            'subprocess: vf.resolve_env_config({"taskset": {"id": ...}, "agent": {"runtime": '
+            '{"type": "subprocess"}}}) and Task.from_verifiers(vf.load_environment(config))'
+        ) from None
 
 
 def _task_id(task: Any, position: int) -> str:
@@ -265,11 +292,8 @@ class _Relay:
             )
         client, calls = entry
         body = json.loads(await request.read())
-        if body.get("stream"):
-            return web.json_response(
-                {"error": {"message": "streaming is not relayed", "type": "invalid_request"}},
-                status=400,
-            )
+        stream = bool(body.pop("stream", False))
+        stream_options = body.pop("stream_options", None) or {}
         known = {"model", "messages"}
         extra = {k: v for k, v in body.items() if k not in known}
         try:
@@ -284,7 +308,51 @@ class _Relay:
             )
         for choice in completion.choices:
             calls.append(_Call(body, choice))
+        if stream:
+            return await _as_stream(request, completion, bool(stream_options.get("include_usage")))
         return web.json_response(completion.model_dump(mode="json"))
+
+
+async def _as_stream(request: Any, completion: Any, include_usage: bool) -> Any:
+    """The completion as the server-sent events of a streamed one: one chunk with each
+    choice's whole message, one with its finish reason (and the usage, when asked), then
+    `[DONE]`. The policy is sampled unstreamed (the trainer needs the whole sample anyway);
+    a harness that streams reads the same answer."""
+    from aiohttp import web
+
+    head = {
+        "id": completion.id,
+        "object": "chat.completion.chunk",
+        "created": completion.created,
+        "model": completion.model,
+    }
+    chunks = []
+    for choice in completion.choices:
+        message = choice.message
+        delta: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
+        if message.tool_calls:
+            delta["tool_calls"] = [
+                {"index": i, **call.model_dump(mode="json")}
+                for i, call in enumerate(message.tool_calls)
+            ]
+        chunks.append({**head, "choices": [{"index": choice.index, "delta": delta}]})
+        chunks.append(
+            {
+                **head,
+                "choices": [
+                    {"index": choice.index, "delta": {}, "finish_reason": choice.finish_reason}
+                ],
+            }
+        )
+    if include_usage and completion.usage is not None:
+        chunks.append({**head, "choices": [], "usage": completion.usage.model_dump(mode="json")})
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for chunk in chunks:
+        await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
 
 
 def _trajectory(episode: Any, calls: list[_Call]) -> Trajectory:
@@ -312,11 +380,13 @@ def _trajectory(episode: Any, calls: list[_Call]) -> Trajectory:
         *last.request.get("messages", []),
         {"role": "assistant", "content": message.content or ""},
     ]
-    return Trajectory.from_choices(
-        [c.choice for c in calls],
+    # Built directly, not by from_choices(**metrics): a reward may be named `reward` (as
+    # `vf init` scaffolds it) or `messages`.
+    return Trajectory(
+        tuple(SampledTurn.from_choice(c.choice) for c in calls),
         reward,
-        messages=[_display(m) for m in shown],
-        **metrics,
+        metrics,
+        tuple(_display(m) for m in shown),
     )
 
 
