@@ -17,6 +17,11 @@ A task is one Python file that builds a module-level ``TASK = Task(...)``:
   ``backend_settings`` (defaults for one backend, over ``settings``) and
   ``advantages(rewards)`` (a group's advantages, instead of the run's `advantage` rule).
 
+An environment written for another framework is a task in one line:
+`Task.from_cookbook(dataset_builder)` (a tinker-cookbook RL environment, rolled out on tokens
+sampled straight from the backend: `samples_tokens`) and `Task.from_verifiers(env)` (a
+verifiers environment, its episodes played against the policy server).
+
 `mix_tasks(name, [(task, weight), ...])` makes one task of several: each scenario comes from
 one of them, drawn by weight, and is rolled out (and reported) as that task's.
 
