@@ -109,10 +109,11 @@ def verifiers_parts(
 def _check_runtimes(env: Any) -> None:
     """An agent that runs in a Prime sandbox (verifiers' default runtime) needs Prime
     credentials; without them verifiers exits from inside an episode. Said here, at once."""
+    from verifiers.v1.configs.agent import agent_config_fields
     from verifiers.v1.runtimes import PrimeConfig
     from verifiers.v1.utils.prime import ensure_prime_auth
 
-    specs = getattr(env, "_agent_specs", {})
+    specs = agent_config_fields(env.config)
     if not any(isinstance(getattr(s, "runtime", None), PrimeConfig) for s in specs.values()):
         return
     try:
@@ -265,8 +266,8 @@ class _Relay:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        host, port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}"
 
     async def stop(self) -> None:
         if self._runner is not None:
