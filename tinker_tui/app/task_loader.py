@@ -2,9 +2,12 @@
 
 ``tinker-tui run TASK`` accepts:
 
-* a built-in name: ``example`` (yes/no/maybe), ``binary_prefix_tool``, ``next_number``;
+* a built-in name: ``example`` (yes/no/maybe), ``binary_prefix_tool``, ``next_number``,
+  ``cookbook_yes_no_maybe`` (the example as a tinker-cookbook environment);
 * a task file: ``path/to/task.py`` (its module-level ``TASK``) or ``path/to/task.py:NAME``;
-* an importable module: ``package.module`` (its ``TASK``) or ``package.module:NAME``.
+* an importable module: ``package.module`` (its ``TASK``) or ``package.module:NAME``;
+* an installed verifiers environment: ``vf:ENV_ID`` (`Task.from_verifiers`, with the
+  environment's default config; a task file configures it otherwise).
 
 Settings are layered, later wins: the engine's defaults, the task's ``settings``, a TOML file
 (``--config``; top-level keys are run settings, the same names as the flags with ``_``), then
@@ -39,6 +42,7 @@ BUILTIN_TASKS = {
     "yes_no_maybe": "tinker_tui.examples.yes_no_maybe:TASK",
     "binary_prefix_tool": "tinker_tui.examples.binary_prefix_tool:TASK",
     "next_number": "tinker_tui.examples.next_number:TASK",
+    "cookbook_yes_no_maybe": "tinker_tui.examples.cookbook_yes_no_maybe:TASK",
 }
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -56,6 +60,8 @@ def load_task(spec: str) -> Task:
     from tinker_tui.engine.config import SETTINGS
     from tinker_tui.engine.rollouts.task import TaskError, check_task
 
+    if spec.startswith(VERIFIERS_PREFIX):
+        return _verifiers_task(spec)
     target, attribute = _split(BUILTIN_TASKS.get(spec, spec))
     if _looks_like_path(target):
         module, where = _import_file(Path(target)), target
@@ -76,6 +82,30 @@ def load_task(spec: str) -> Task:
     except TaskError as exc:
         raise TaskLoadError(f"{where}: {name}: {exc}") from None
     return _located(task, where)
+
+
+#: `run vf:ENV_ID`: a verifiers environment, by the id its installed package answers to.
+VERIFIERS_PREFIX = "vf:"
+
+
+def _verifiers_task(spec: str) -> Task:
+    from tinker_tui.engine.config import SETTINGS
+    from tinker_tui.engine.rollouts.task import Task, TaskError, check_task
+
+    env_id = spec[len(VERIFIERS_PREFIX) :].strip()
+    if not env_id:
+        raise TaskLoadError(
+            "vf: needs an environment id: tinker-tui run vf:ENV_ID (an installed "
+            "verifiers environment)"
+        )
+    try:
+        return check_task(Task.from_verifiers(env_id), known_settings=SETTINGS)
+    except TaskError as exc:
+        raise TaskLoadError(f"{spec}: {exc}") from None
+    except Exception as exc:  # the environment's own code failed to build it
+        raise TaskLoadError(
+            f"{spec}: building the verifiers environment failed: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def spec_to_store(spec: str) -> str:
@@ -150,6 +180,7 @@ def _import_file(path: Path) -> types.ModuleType:
     folder = str(resolved.parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
+    _cookbook_names_embedded_models(resolved)
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
@@ -163,7 +194,33 @@ def _import_file(path: Path) -> types.ModuleType:
     return module
 
 
+def _cookbook_names_embedded_models(source: Path | None) -> None:
+    """A task that uses the tinker-cookbook builds its datasets (and their tokenizers, by
+    model name) as it is imported: make the cookbook's `get_tokenizer` know the embedded
+    models first, so a recipe's builder given `--base-model`'s embedded name works offline.
+    Read from the task's source, so a task that does not use the cookbook does not pay for
+    importing it."""
+    try:
+        text = source.read_text(errors="replace") if source is not None else ""
+    except OSError:
+        return
+    if "tinker_cookbook" in text:
+        from tinker_tui.engine.local.model import register_cookbook_tokenizers
+
+        register_cookbook_tokenizers()
+
+
+def _module_source(name: str) -> Path | None:
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(found, "origin", None)
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
 def _import_module(name: str, spec: str) -> types.ModuleType:
+    _cookbook_names_embedded_models(_module_source(name))
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:

@@ -77,8 +77,9 @@ def add_parser(commands: Any) -> None:
     group.add_argument(
         "task",
         metavar="TASK",
-        help="a built-in task (example, binary_prefix_tool, next_number), a file "
-        "path/to/task.py[:NAME] or a module package.module[:NAME]",
+        help="a built-in task (example, binary_prefix_tool, next_number, "
+        "cookbook_yes_no_maybe), a file path/to/task.py[:NAME], a module "
+        "package.module[:NAME] or an installed verifiers environment vf:ENV_ID",
     )
     group.add_argument(
         "--steps",

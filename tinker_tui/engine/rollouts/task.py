@@ -17,6 +17,11 @@ A task is one Python file that builds a module-level ``TASK = Task(...)``:
   ``backend_settings`` (defaults for one backend, over ``settings``) and
   ``advantages(rewards)`` (a group's advantages, instead of the run's `advantage` rule).
 
+An environment written for another framework is a task in one line:
+`Task.from_cookbook(dataset_builder)` (a tinker-cookbook RL environment, rolled out on tokens
+sampled straight from the backend: `samples_tokens`) and `Task.from_verifiers(env)` (a
+verifiers environment, its episodes played against the policy server).
+
 `mix_tasks(name, [(task, weight), ...])` makes one task of several: each scenario comes from
 one of them, drawn by weight, and is rolled out (and reported) as that task's.
 
@@ -117,6 +122,63 @@ class Task:
     #: a length penalty): each is charted per step as `reward/component/<name>`, and the
     #: signals view flags one whose spread drives the advantages alone.
     reward_components: tuple[str, ...] = ()
+    #: The rollout speaks tokens, not chat: its `client` is a `TokenSampler` (prompt tokens
+    #: in, sampled tokens out, straight from the backend) instead of the openai client. Set
+    #: by `Task.from_cookbook`; a hand-written token-level rollout may set it too.
+    samples_tokens: bool = False
+
+    @classmethod
+    def from_cookbook(
+        cls, dataset: Any, *, name: str | None = None, settings: Mapping[str, Any] | None = None
+    ) -> Task:
+        """A task that drives a tinker-cookbook RL environment unchanged: `dataset` is an
+        `RLDatasetBuilder` (or an `RLDataset`); each group builder is a scenario, rolled out
+        by the cookbook's own loop on tokens sampled straight from the backend. `settings`
+        go over the builder's own `group_size`. See `engine.rollouts.cookbook_envs`."""
+        from tinker_tui.engine.rollouts import cookbook_envs
+
+        try:
+            parts = cookbook_envs.cookbook_parts(dataset, Scenario)
+        except cookbook_envs.CookbookError as exc:
+            raise TaskError(str(exc)) from None
+        return cls(
+            name=name or parts.name,
+            scenarios=parts.scenarios,
+            group_rollout=parts.group_rollout,
+            eval_scenarios=parts.eval_scenarios,
+            settings={**parts.settings, **dict(settings or {})},
+            samples_tokens=True,
+        )
+
+    @classmethod
+    def from_verifiers(
+        cls,
+        env: Any,
+        *,
+        name: str | None = None,
+        eval_tasks: Iterable[Any] | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> Task:
+        """A task that runs a `verifiers` environment unchanged: `env` is a
+        `verifiers.v1.Env`, or the id of an installed one. Each task of its taskset is a
+        scenario, played by the env's own harness with its model calls answered by the
+        policy; the reward is its rubric's (`@vf.reward` methods), each one a named reward
+        component. `eval_tasks`: held-out verifiers tasks (a taskset view or a list). See
+        `engine.rollouts.verifiers_envs`; needs ``pip install "tinker-tui[verifiers]"``."""
+        from tinker_tui.engine.rollouts import verifiers_envs
+
+        try:
+            parts = verifiers_envs.verifiers_parts(env, Scenario, eval_tasks=eval_tasks)
+        except verifiers_envs.VerifiersError as exc:
+            raise TaskError(str(exc)) from None
+        return cls(
+            name=name or parts.name,
+            scenarios=parts.scenarios,
+            rollout=parts.rollout,
+            eval_scenarios=parts.eval_scenarios,
+            settings=dict(settings or {}),
+            reward_components=parts.reward_components,
+        )
 
     def __post_init__(self) -> None:
         if self.group_rollout is not None and not isinstance(self.rollout, _GroupJoin):
@@ -391,6 +453,8 @@ def check_task(task: Any, *, known_settings: Iterable[str] | None = None) -> Tas
                 raise TaskError(
                     f"in the mix {task.name!r}, task {part.task.name!r}: {exc}"
                 ) from None
+    if not isinstance(task.samples_tokens, bool):
+        raise TaskError(f"Task.samples_tokens must be True or False, got {task.samples_tokens!r}")
     if not isinstance(task.settings, Mapping):
         raise TaskError(f"Task.settings must be a dict of run settings, got {_kind(task.settings)}")
     if not isinstance(task.backend_settings, Mapping):

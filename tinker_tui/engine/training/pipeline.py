@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from tinker_tui.engine import faults
+from tinker_tui.engine.backend.direct_sampler import DirectSampler
 from tinker_tui.engine.backend.retry import BackendInterrupted
 from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.clock import Clock
@@ -142,6 +143,8 @@ class Pipeline:
         self.step = start_step
         # What each rollout is handed (the run's OpenAI client): opaque to the engine.
         self._client_factory = client_factory
+        # What a token-level task's rollouts are handed instead (`_token_sampler`).
+        self._direct_sampler: DirectSampler | None = None
         # Where the rollouts run (engine.training.rollout_loop); this object's own state, its events
         # and the trainer stay on the loop that runs `run()`.
         self.rollouts: RolloutLoop = rollouts or SameLoop()
@@ -747,6 +750,8 @@ class Pipeline:
     async def _rollout(self, client: object, scenario: Scenario) -> Trajectory:
         """One rollout, checked; `_roll_out` bounds it by `rollout_timeout`."""
         assert self.task.rollout is not None  # check_task: a rollout, or a group_rollout
+        if part_of(self.task, scenario)[1].samples_tokens:
+            client = self._token_sampler()
         trajectory = await self.task.rollout(client, self.model_name, scenario)
         if not isinstance(trajectory, Trajectory):
             raise TrajectoryError(
@@ -754,6 +759,18 @@ class Pipeline:
                 f"{type(trajectory).__name__}, expected a Trajectory"
             )
         return trajectory
+
+    def _token_sampler(self) -> DirectSampler:
+        """What a token-level task's rollouts sample with (`Task.samples_tokens`): the
+        backend's own sampling, as the policy server reaches it from the rollout loop, with
+        the run's live sampling defaults. Made on first use, once the rollout loop runs."""
+        if self._direct_sampler is None:
+            self._direct_sampler = DirectSampler(
+                self.rollouts.policy_for_server(self.session),
+                self.sampling_defaults,
+                self.session.tokenizer,
+            )
+        return self._direct_sampler
 
     def _waiting_at(self, scenario: Scenario, exc: BaseException) -> str:
         """Where a timed-out rollout was waiting: the deepest line of the task's file in the
