@@ -13,6 +13,7 @@ Every request needs `X-API-Key` equal to the double's key (a `tml-` key, as the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Any
 
@@ -278,6 +279,8 @@ def create_app(service: DoubleService, *, api_key: str, hold: float = 1.0) -> Fa
             {
                 "calls": service.calls,
                 "deleted": service.deleted,
+                "inflight_saves": [dataclasses.asdict(s) for s in service.inflight_saves],
+                "inflight_samples": [dataclasses.asdict(s) for s in service.inflight_samples],
                 "clock_cycle": service.clock.period,
                 "cycles": service.clock.cycles,
                 "sessions": {

@@ -12,6 +12,15 @@ requests name the hub name, the local backend loads the folder, and everything t
 reports — get_info (whose tokenizer is the folder's), samplers, training runs, checkpoints'
 weights info, capabilities — names the hub name, so a client picks that family's renderer.
 
+In-flight sampling (`save_weights_and_get_sampling_client(kind="inflight")`, the request's
+`kind`): every in-flight sampler of a training model follows that model's one mutable
+weights target, which each in-flight save moves (the local backend's `InflightWeights`), so
+a request on an older sampler runs on the newest weights published before it starts; the
+response, as the service's, does not say which (the wire drops the local backend's
+`weights_publish`). `inflight_saves` records every in-flight save and `inflight_samples`
+every request on an in-flight sampler, with the publish its sampler was made by and the
+publish its tokens came from: a request whose two differ spans a weight update.
+
 Requests on one training model run in `seq_id` order, as the service guarantees (the SDK
 numbers them; chunks of one forward_backward may arrive out of order). Everything here runs
 on the double's event loop; torch work runs on the local backend's thread.
@@ -162,6 +171,27 @@ class Sampler:
     base_model: str
     model_path: str | None
     client: Future  # of a LocalSamplingClient
+    #: The model's in-flight publish that made it (0: a snapshot or saved weights).
+    inflight_publish: int = 0
+
+
+@dataclass(frozen=True)
+class InflightSave:
+    """An in-flight save: the sampler it made, and its number among the model's publishes."""
+
+    model_id: str
+    sampler_id: str
+    publish: int
+
+
+@dataclass(frozen=True)
+class InflightSample:
+    """A sampling request on an in-flight sampler: the publish that made its sampler (the
+    oldest weights it may use) and the publish whose weights made its tokens."""
+
+    sampler_id: str
+    sampler_publish: int
+    used_publish: int
 
 
 @dataclass
@@ -251,6 +281,9 @@ class DoubleService:
         self.deleted: list[str] = []
         #: Billable usage, as `billing/usage/events` reports it (hourly buckets).
         self.usage: list[UsageRecord] = []
+        #: Every in-flight save, and every request on an in-flight sampler, in order.
+        self.inflight_saves: list[InflightSave] = []
+        self.inflight_samples: list[InflightSample] = []
         self._ids = itertools.count(1)
 
     # ------------------------------------------------------------------ sessions
@@ -463,12 +496,16 @@ class DoubleService:
         else:  # an ephemeral snapshot with its own sampling session
             sampler_id = f"{model.session_id}:sample:{request.sampling_session_seq_id}"
             base_model = self.served.hub(model.client.get_info().model_data.model_name)
+            kind = request.kind
             snapshot = model.sequencer.submit(
                 request.seq_id,
-                model.client.save_weights_and_get_sampling_client,
-                "sampler_snapshot",
+                lambda: model.client.save_weights_and_get_sampling_client(kind=kind),
+                "sampler_snapshot" if kind == "snapshot" else "sampler_inflight",
             )
-            self.samplers[sampler_id] = Sampler(sampler_id, base_model, None, snapshot)
+            sampler = Sampler(sampler_id, base_model, None, snapshot)
+            self.samplers[sampler_id] = sampler
+            if kind == "inflight":
+                snapshot.add_done_callback(lambda done: self._inflight_saved(model, sampler, done))
             future = _chain(
                 snapshot,
                 lambda _: types.SaveWeightsForSamplerResponseInternal(
@@ -476,6 +513,13 @@ class DoubleService:
                 ),
             )
         return self._future("save_weights_for_sampler", future, model_id=model.model_id)
+
+    def _inflight_saved(self, model: Model, sampler: Sampler, done: Future) -> None:
+        if done.exception() is None:
+            sampler.inflight_publish = done.result().weights_publish
+            self.inflight_saves.append(
+                InflightSave(model.model_id, sampler.sampler_id, sampler.inflight_publish)
+            )
 
     def list_checkpoints(self, training_run_id: str) -> types.CheckpointsListResponse:
         kinds = {"weights": "training", "sampler_weights": "sampler"}
@@ -594,7 +638,16 @@ class DoubleService:
             for i in range(request.num_samples)
         ]
         self._meter_sample(request, sampler.base_model, future)
+        if sampler.inflight_publish:
+            future.add_done_callback(lambda done: self._inflight_sampled(sampler, done))
         return self._future("sample", future, sample_sequence_ids=ids)
+
+    def _inflight_sampled(self, sampler: Sampler, done: Future) -> None:
+        if done.exception() is None and done.result().sequences:
+            used = min(s.weights_publish for s in done.result().sequences)
+            self.inflight_samples.append(
+                InflightSample(sampler.sampler_id, sampler.inflight_publish, used)
+            )
 
     def _meter_sample(self, request: types.SampleRequest, base_model: str, future: Future) -> None:
         """Bill a sampling request as the service does: its prompt's prefill once, the

@@ -245,6 +245,17 @@ def idle_percent(busy: float) -> int:
     return round(100 * (1.0 - min(1.0, max(0.0, busy))))
 
 
+def versions_are_bounds(config: Mapping[str, object]) -> bool:
+    """Whether a run's policy versions are lower bounds: with `sampling = inflight` a
+    sampler moves to newer weights while it runs, so "v3" means sampled from v3 or newer."""
+    return config.get("sampling") == "inflight"
+
+
+def version_text(version: object, bound: bool) -> str:
+    """`v3`, or `v≥3` where the version is a lower bound (`versions_are_bounds`)."""
+    return f"v≥{version}" if bound else f"v{version}"
+
+
 def staleness_rows(
     in_flight: Mapping[int, int], queued: Mapping[int, int]
 ) -> list[tuple[int, int, int]]:

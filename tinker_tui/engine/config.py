@@ -185,6 +185,9 @@ LR_SCHEDULES = ("constant", "linear", "cosine")
 #: What a trajectory the length limit cut off gets: its reward as graded, or at most
 #: `truncated_reward_cap` (engine.rollouts.truncation).
 TRUNCATION_POLICIES = ("keep", "cap")
+#: Which weights rollouts sample from: a fixed snapshot per policy version, or Tinker's
+#: in-flight sampler that every publish moves forward (engine.backend.session).
+SAMPLING_KINDS = ("snapshot", "inflight")
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,9 +258,18 @@ class RunConfig:
         1.0, "default sampling temperature of the policy server", low=0, high=2, live=True
     )
     max_tokens: int = setting(64, "default completion length of the policy server", low=1)
+    sampling: str = setting(
+        "snapshot",
+        "what rollouts sample from: a fixed snapshot of each policy version, or one "
+        "in-flight sampler every step moves to its new weights (running rollouts included; "
+        "staleness is then a bound and nothing is discarded for it)",
+        "pipeline",
+        choices=SAMPLING_KINDS,
+    )
     max_steps_off_policy: int = setting(
         1,
-        "a group sampled by policy v trains at most at v + this",
+        "a group sampled by policy v trains at most at v + this (with sampling = "
+        "inflight: how far sampling runs ahead of training)",
         "pipeline",
         low=0,
         high=64,

@@ -15,7 +15,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from tinker_tui.app.dashboard_state import DashboardState
-from tinker_tui.app.view_maths import bar, staleness_rows
+from tinker_tui.app.view_maths import bar, staleness_rows, versions_are_bounds
 from tinker_tui.app.widgets.updates import set_subtitle, update_static
 from tinker_tui.engine.metrics import metric_keys as keys
 
@@ -76,23 +76,29 @@ def staleness_lines(state: DashboardState, width: int, room: int) -> list[Conten
     if room <= 0:
         return []
     measured = state.throughput
+    # In-flight sampling: a group's version is a lower bound, so its staleness an upper one.
+    at_most = "≤" if versions_are_bounds(state.config) else ""
     if measured is None:
         mean = state.last_metrics.get(keys.STALENESS_MEAN)
         if mean is None:
             return [Content.styled("staleness: no steps yet", "$text-muted")]
         worst = state.last_metrics.get(keys.STALENESS_MAX, mean)
-        return [Content.assemble(("staleness", "$text-muted"), f"  mean {mean:.2f}  max {worst:g}")]
+        return [
+            Content.assemble(
+                ("staleness", "$text-muted"), f"  mean {at_most}{mean:.2f}  max {at_most}{worst:g}"
+            )
+        ]
     rows = staleness_rows(measured.staleness_in_flight, measured.staleness_queued)
     if not rows:
         return [Content.styled("staleness: no group trained lately", "$text-muted")]
     if room < 2:  # no room for the histogram: versions behind × groups, on one line
-        counts = "  ".join(f"{behind}×{a + b}" for behind, a, b in rows)
+        counts = "  ".join(f"{at_most}{behind}×{a + b}" for behind, a, b in rows)
         return [Content.assemble(("versions behind ", "$text-muted"), counts)]
     column = min(26, max(4, (width - 10) // 2))
     most = max(max(a, b) for _, a, b in rows)
     lines = [
         Content.assemble(
-            ("behind", "$text-muted"),
+            (f"{'≤ behind' if at_most else 'behind'}", "$text-muted"),
             "  ",
             (f"{'in flight':<{column}}", "$text-accent"),
             ("queued", "$text-primary"),
@@ -103,7 +109,10 @@ def staleness_lines(state: DashboardState, width: int, room: int) -> list[Conten
         right = f"{bar(queued, most, column - 5)} {queued}"
         lines.append(
             Content.assemble(
-                f"{behind:>6}", "  ", (f"{left:<{column}}", "$accent"), (right, "$primary")
+                f"{at_most + str(behind):>{8 if at_most else 6}}",
+                "  ",
+                (f"{left:<{column}}", "$accent"),
+                (right, "$primary"),
             )
         )
     return lines

@@ -15,6 +15,7 @@ from textual.widgets import Static
 
 from tinker_tui.app.dashboard_rows import GroupRecord
 from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.view_maths import version_text, versions_are_bounds
 from tinker_tui.app.widgets.rollouts_tree import REASON_LABELS, RolloutRef
 from tinker_tui.app.widgets.updates import set_subtitle
 
@@ -200,6 +201,7 @@ def detail_content(state: DashboardState, ref: RolloutRef | None) -> Content:
     group = state.groups.get(ref.group_id) if ref.group_id is not None else None
     if group is None:
         return Content.styled("This group is no longer kept in memory.", "$text-muted")
+    bound = versions_are_bounds(state.config)
     header = [
         Content.assemble(
             ("group ", "bold"),
@@ -207,7 +209,8 @@ def detail_content(state: DashboardState, ref: RolloutRef | None) -> Content:
             f" · scenario {group.scenario_id} · {where_filed(state, group)}",
         ),
         Content(
-            f"policy v{group.policy_version} · {len(group.trajectories)} rollouts · "
+            f"policy {version_text(group.policy_version, bound)} · "
+            f"{len(group.trajectories)} rollouts · "
             f"{group.num_tokens} tokens"
             + (f" · mean reward {group.reward_mean:.3f}" if group.trajectories else "")
         ),
@@ -229,7 +232,7 @@ def detail_content(state: DashboardState, ref: RolloutRef | None) -> Content:
             ("reward ", "$text-muted"),
             (f"{trajectory.reward:.3f}", "bold"),
             ("  policy ", "$text-muted"),
-            f"v{trajectory.policy_version}",
+            version_text(trajectory.policy_version, bound),
             ("  tokens ", "$text-muted"),
             f"{trajectory.num_tokens}",
             ("  ", ""),

@@ -25,6 +25,7 @@ from tinker_tui.app.dashboard_rows import GroupRecord
 from tinker_tui.app.dashboard_state import DashboardState
 from tinker_tui.app.rollout_filter import RolloutFilter
 from tinker_tui.app.textual_private import KeysInOrder, number_tree_lines
+from tinker_tui.app.view_maths import version_text, versions_are_bounds
 from tinker_tui.app.widgets.in_order_keys import take_key_in_order
 from tinker_tui.app.widgets.updates import set_subtitle
 
@@ -80,9 +81,12 @@ def waiting_label(groups: list[GroupRecord], state: DashboardState) -> Text:
     )
 
 
-def group_label(group: GroupRecord) -> Text:
+def group_label(group: GroupRecord, bound: bool = False) -> Text:
+    """`bound`: the run's versions are lower bounds (in-flight sampling): `v≥3`."""
     label = Text.assemble(
-        (f"g{group.group_id} ", "dim"), group.scenario_id, (f"  v{group.policy_version}", "dim")
+        (f"g{group.group_id} ", "dim"),
+        group.scenario_id,
+        (f"  {version_text(group.policy_version, bound)}", "dim"),
     )
     if group.reward_mean is not None and group.trajectories:
         label.append(f"  r̄ {group.reward_mean:.3f}")
@@ -107,12 +111,12 @@ def last_words(messages: Sequence[Mapping[str, Any]]) -> str:
     return ""
 
 
-def trajectory_label(group: GroupRecord, index: int) -> Text:
+def trajectory_label(group: GroupRecord, index: int, bound: bool = False) -> Text:
     t = group.trajectories[index]
     label = Text.assemble(
         (f"#{index + 1} ", "dim"),
         (f"r {t.reward:.2f}", "bold"),
-        (f"  v{t.policy_version}  {t.num_tokens} tok", "dim"),
+        (f"  {version_text(t.policy_version, bound)}  {t.num_tokens} tok", "dim"),
     )
     said = last_words(t.messages)
     if said:
@@ -398,6 +402,9 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
             )
         return text
 
+    def _bound(self) -> bool:
+        return self._state is not None and versions_are_bounds(self._state.config)
+
     def _fill_step(self, node: TreeNode[RolloutRef], groups: list[GroupRecord]) -> None:
         self._fill_groups(node, groups)
         if node.data is not None and node.data.step is not None:
@@ -412,7 +419,7 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
         node.remove_children()
         for group in groups:
             child = node.add(
-                group_label(group),
+                group_label(group, self._bound()),
                 RolloutRef("group", group.step, group.group_id),
                 allow_expand=bool(group.trajectories),
             )
@@ -428,7 +435,7 @@ class RolloutsTree(KeysInOrder, Tree[RolloutRef]):
                 if not self.filter.matches_trajectory(group, trajectory):
                     continue
             node.add_leaf(
-                trajectory_label(group, index),
+                trajectory_label(group, index, self._bound()),
                 RolloutRef("trajectory", group.step, group.group_id, index),
             )
         self._populated.add(node.id)

@@ -62,7 +62,9 @@ class TrainingClient(Protocol):
         self, optim_params: tinker.AdamParams
     ) -> Awaitable[tinker.types.OptimStepResponse]: ...
 
-    def save_weights_and_get_sampling_client(self) -> Awaitable[SamplingClient]: ...
+    def save_weights_and_get_sampling_client(
+        self, *, kind: Literal["snapshot", "inflight"] = "snapshot"
+    ) -> Awaitable[SamplingClient]: ...
 
     def save_weights_for_sampler(
         self, name: str

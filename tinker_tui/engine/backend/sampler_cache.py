@@ -55,6 +55,12 @@ class SamplerCache:
         if self._loaded_from.get(version) == path:
             self._drop(version)
 
+    def drop_published(self) -> None:
+        """Drop every published client (not loaded from sampler weights): in-flight clients
+        that a newer publish has moved to its weights."""
+        for version in [v for v in self._clients if v not in self._loaded_from]:
+            self._drop(version)
+
     def drop_after(self, version: int) -> None:
         """A rollback to `version`: later versions no longer exist."""
         for later in [v for v in self._clients if v > version]:

@@ -23,6 +23,16 @@ asks (`save_state`); `CheckpointRetention` deletes those the `keep_last_checkpoi
 `keep_every_checkpoints` settings do not keep. Sampling clients of the last
 `sampler_clients_to_keep` versions stay loaded (`SamplerCache`); older versions are loaded
 again from their sampler weights if still kept.
+
+With `sampling = "inflight"` every publish is an in-flight save
+(`save_weights_and_get_sampling_client(kind="inflight")`): the training model has one mutable
+weights target that each publish moves, so requests already running go on with the newer
+weights. The newest client serves new requests (Tinker guarantees it at least the weights of
+its save); the clients of older versions are dropped from the cache, since they no longer hold
+those versions (a `model@step` request of one is served from its saved sampler weights). The
+version `sample` returns is then a lower bound: the service does not say which weights made
+which token. The local backend does say (`InflightSequence.weights_publish`): there it is the
+exact version of every token of the response.
 """
 
 from __future__ import annotations
@@ -137,6 +147,7 @@ class BackendSession:
         keep_every_checkpoints: int = 0,
         sampler_clients_to_keep: int = 4,
         kl_penalty_coef: float = 0.0,
+        sampling: str = "snapshot",
         retry: RetryPolicy | None = None,
         on_event: Callable[[Event], None] | None = None,
         clock: Clock | None = None,
@@ -159,6 +170,11 @@ class BackendSession:
         }
         self.sampler_checkpoint_every = sampler_checkpoint_every
         self.kl_penalty_coef = kl_penalty_coef
+        #: "snapshot" (a fixed sampler per version) or "inflight" (one that publishes move).
+        self.sampling = sampling
+        #: The policy version of each in-flight save submitted, in order: publish n of the
+        #: local backend's `InflightWeights` is `_inflight_saves[n - 1]`.
+        self._inflight_saves: list[int] = []
         #: The base model's sampling client, the KL penalty's reference (when it is on).
         self.reference: SamplingClient | None = None
         self.retry = retry or RetryPolicy()
@@ -242,6 +258,7 @@ class BackendSession:
             keep_every_checkpoints=config.keep_every_checkpoints,
             sampler_clients_to_keep=config.sampler_clients_to_keep,
             kl_penalty_coef=config.kl_penalty_coef,
+            sampling=config.sampling,
             retry=RetryPolicy(
                 timeout=config.backend_timeout,
                 attempts=config.backend_retries + 1,
@@ -470,9 +487,23 @@ class BackendSession:
         name = checkpoint_name(version, suffix)
         every = self.sampler_checkpoint_every
         started = time.perf_counter()
-        snapshot = training.save_weights_and_get_sampling_client()
+        snapshot = self._new_sampler(version)
         saved = training.save_weights_for_sampler(name) if every and version % every == 0 else None
         return _Publish(version, name, snapshot, saved, started)
+
+    @property
+    def inflight(self) -> bool:
+        """Whether rollouts sample from the in-flight sampler (`sampling = "inflight"`)."""
+        return self.sampling == "inflight"
+
+    def _new_sampler(self, version: int) -> Awaitable[SamplingClient]:
+        """Submit the save that makes the sampling client of `version`: a snapshot, or an
+        in-flight save (whose order the local backend's responses are told apart by)."""
+        training = self._training()
+        if not self.inflight:
+            return training.save_weights_and_get_sampling_client()
+        self._inflight_saves.append(version)
+        return training.save_weights_and_get_sampling_client(kind="inflight")
 
     async def _publish(self, version: int, suffix: str = "") -> float:
         """Snapshot the weights as sampler `version` (and save them, if due); returns the
@@ -485,18 +516,17 @@ class BackendSession:
     async def _finish_publish(self, publish: _Publish) -> None:
         """Await the snapshot and make it the current sampler. The named save's outcome is
         kept pending (`settle_sampler_save`): nothing waits for it but its record."""
-        training = self._training()
         client = await self._call(
             "publish weights",
             lambda attempt: (
-                publish.snapshot
-                if attempt == 1
-                else training.save_weights_and_get_sampling_client()
+                publish.snapshot if attempt == 1 else self._new_sampler(publish.version)
             ),
         )
         # Version and client change together: a request never sees one without the other.
         self.version = publish.version
         self.sampling_client = client
+        if self.inflight:  # earlier in-flight clients have moved on: they are not their versions
+            self.samplers.drop_published()
         self.samplers.put(publish.version, client, current=self.version)
         await self.settle_sampler_save()  # an earlier one, if still pending
         if publish.saved is not None:
@@ -605,7 +635,18 @@ class BackendSession:
             response.prompt_cache_hit_tokens or 0,
             sum(len(s.tokens) for s in response.sequences),
         )
-        return response, version
+        return response, self._made_by(response, version)
+
+    def _made_by(self, response: tinker.SampleResponse, version: int) -> int:
+        """The version a response was sampled with: `version` (the client's; with the
+        in-flight sampler, the oldest its tokens can come from), or, where the local
+        backend names the in-flight publish that made its tokens, that publish's version."""
+        publishes = [getattr(s, "weights_publish", 0) for s in response.sequences]
+        if not self.inflight or not publishes or not all(publishes):
+            return version
+        saves = self._inflight_saves
+        made = [saves[n - 1] for n in publishes if n <= len(saves)]
+        return min(made) if len(made) == len(publishes) else version
 
     def can_constrain(self) -> bool:
         """Whether `sample` applies a constraint: the backend samples in this process."""

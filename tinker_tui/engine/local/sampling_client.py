@@ -1,4 +1,4 @@
-"""`LocalSamplingClient`: Tinker's SamplingClient, in-process, frozen to one weight snapshot.
+"""`LocalSamplingClient`: Tinker's SamplingClient, in-process, on a snapshot or in-flight weights.
 
 A sampling client holds the shared frozen base model and its own detached copy of a LoRA
 adapter (or none: the plain base), taken when it was created, so training that happens
@@ -13,6 +13,13 @@ together are merged into one batched generation (`generation.generate`), which i
 many concurrent rollout workers cheap. Requests that carry a seed run in a batch of their own,
 so the same seed always gives the same samples. The client pickles (base name + adapter); the
 torch thread is recreated lazily on load.
+
+An in-flight client (`save_weights_and_get_sampling_client(kind="inflight")`) follows the
+training model's `InflightWeights` instead: it reads the newest published adapter before each
+batch of requests, so the weights change between requests, never during one (all torch work
+runs on one thread: a save cannot land while a generation runs). Every sequence it returns
+records which publish made all of its tokens (`InflightSequence.weights_publish`), so the
+local backend knows each token's weights exactly, where Tinker's responses do not say.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,6 +55,31 @@ MAX_BATCH_ROWS = 256
 MERGE_MAX_BYTES = 64 << 20
 
 
+class InflightWeights:
+    """The one mutable weights target of a training model's in-flight sampling clients.
+
+    Each in-flight save replaces its adapter (a detached snapshot) on the torch thread, in
+    submission order; `publishes` counts them (1 for the first), which is how a sequence
+    names the weights that made it."""
+
+    def __init__(self) -> None:
+        self.adapter: lora.Adapter | None = None
+        self.publishes = 0
+
+    def publish(self, adapter: lora.Adapter) -> int:
+        self.adapter = adapter
+        self.publishes += 1
+        return self.publishes
+
+
+@dataclass(frozen=True)
+class InflightSequence(tinker.SampledSequence):
+    """A sequence of an in-flight client: `weights_publish` is the `InflightWeights`
+    publish whose weights made every one of its tokens (not in Tinker's responses)."""
+
+    weights_publish: int = 0
+
+
 class LocalSamplingClient:
     """Samples from a frozen snapshot of a model. Same surface as `tinker.SamplingClient`.
 
@@ -61,9 +94,13 @@ class LocalSamplingClient:
         *,
         model_path: str | None = None,
         sampler_id: str | None = None,
+        inflight: InflightWeights | None = None,
     ) -> None:
         self._base = base
         self._adapter = adapter
+        #: The shared target an in-flight client follows (None: a fixed snapshot).
+        self._inflight = inflight
+        self._publish = inflight.publishes if inflight is not None else 0
         self._model_path = model_path
         self._sampler_id = sampler_id or f"local-sampler-{uuid.uuid4().hex[:12]}"
         self._init_runtime_state()
@@ -95,6 +132,8 @@ class LocalSamplingClient:
     def __setstate__(self, state: dict[str, Any]) -> None:
         base = load_base(state["base_model"])
         adapter = None
+        self._inflight = None  # a copy sent elsewhere keeps the weights it had
+        self._publish = 0
         saved = state["adapter"]
         if saved is not None:
             adapter = lora.Adapter.create(
@@ -115,6 +154,11 @@ class LocalSamplingClient:
         """The checkpoint path it was loaded from; None for a snapshot or a base model."""
         return self._model_path
 
+    @property
+    def weights_publish(self) -> int:
+        """The in-flight publish whose weights it samples with now (0: not in flight)."""
+        return self._publish if self._inflight is not None else 0
+
     def get_tokenizer(self) -> Any:
         return self._base.tokenizer
 
@@ -129,12 +173,26 @@ class LocalSamplingClient:
         return None
 
     def __repr__(self) -> str:
-        src = self._model_path or ("snapshot" if self._adapter is not None else "base")
+        src = self._model_path or (
+            "inflight"
+            if self._inflight is not None
+            else "snapshot"
+            if self._adapter is not None
+            else "base"
+        )
         return f"LocalSamplingClient({self._base.name!r}, {src}, id={self._sampler_id})"
+
+    def _follow(self) -> None:
+        """An in-flight client takes the newest published weights (between requests)."""
+        target = self._inflight
+        if target is not None and target.adapter is not self._adapter:
+            self._adapter, self._merged = target.adapter, None
+            self._publish = target.publishes
 
     @contextlib.contextmanager
     def _weights(self) -> Iterator[None]:
         """Run the base with this client's adapter (merged when the base is small)."""
+        self._follow()
         layers, adapter = self._base.layers, self._adapter
         if adapter is None:
             with lora.activate(layers):
@@ -340,14 +398,16 @@ class LocalSamplingClient:
             for _, fut in live:
                 fut.set_exception(exc)
             return
+        publish = self._publish if self._inflight is not None else 0
         for (_, fut), res in zip(live, results, strict=True):
             sequences = [
-                tinker.SampledSequence(
-                    stop_reason=reason,  # type: ignore[arg-type]
-                    sequence_id=f"{self._sampler_id}-{next(self._seq_counter)}",
-                    tokens_np=np.asarray(tokens, dtype=np.int32),
-                    logprobs_np=np.asarray(logprobs, dtype=np.float32),
-                    topk_logprobs_np=topk,
+                _sequence(
+                    reason,
+                    f"{self._sampler_id}-{next(self._seq_counter)}",
+                    np.asarray(tokens, dtype=np.int32),
+                    np.asarray(logprobs, dtype=np.float32),
+                    topk,
+                    publish,
                 )
                 for tokens, logprobs, reason, topk in zip(
                     res.tokens, res.logprobs, res.stop_reasons, res.topk, strict=True
@@ -360,3 +420,30 @@ class LocalSamplingClient:
                     topk_prompt_logprobs_np=res.topk_prompt,
                 )
             )
+
+
+def _sequence(
+    reason: Any,
+    sequence_id: str,
+    tokens: np.ndarray,
+    logprobs: np.ndarray,
+    topk: Any,
+    publish: int,
+) -> tinker.SampledSequence:
+    """A sampled sequence; an in-flight client's names the publish that made it."""
+    if publish:
+        return InflightSequence(
+            stop_reason=reason,
+            sequence_id=sequence_id,
+            tokens_np=tokens,
+            logprobs_np=logprobs,
+            topk_logprobs_np=topk,
+            weights_publish=publish,
+        )
+    return tinker.SampledSequence(
+        stop_reason=reason,
+        sequence_id=sequence_id,
+        tokens_np=tokens,
+        logprobs_np=logprobs,
+        topk_logprobs_np=topk,
+    )

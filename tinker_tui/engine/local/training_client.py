@@ -34,7 +34,7 @@ import tinker_tui.engine.local.unembed as unembed
 from tinker_tui.engine.local.adamw import AdamW
 from tinker_tui.engine.local.errors import POISONED_MESSAGE, bad_request
 from tinker_tui.engine.local.model import BaseModel, load_base
-from tinker_tui.engine.local.sampling_client import LocalSamplingClient
+from tinker_tui.engine.local.sampling_client import InflightWeights, LocalSamplingClient
 
 if TYPE_CHECKING:
     from tinker.lib.public_interfaces.api_future import APIFuture
@@ -91,6 +91,8 @@ class LocalTrainingClient:
         self._seed = seed
         self._error: BaseException | None = None
         self._optimizer = self._new_optimizer(optimizer_state)
+        #: What this model's in-flight sampling clients share (Tinker's kind="inflight").
+        self.inflight_weights = InflightWeights()
         self._info = types.GetInfoResponse(
             model_data=types.ModelData(
                 arch=base.arch, model_name=base.name, tokenizer_id=base.name
@@ -721,9 +723,18 @@ class LocalTrainingClient:
         """A sampling client on a snapshot of the current adapter (taken in submission order:
         after every step submitted before it, before any submitted after it).
 
+        `kind="inflight"`: the snapshot is published to this model's one shared in-flight
+        target instead, and the client follows that target: every later in-flight save
+        moves it (and every earlier in-flight client) to the newer weights between requests
+        (`sampling_client.InflightWeights`).
+
         `name` has no effect (as in the SDK, where it is deprecated): snapshots are ephemeral.
         Use `save_weights_for_sampler` for a persistent copy.
         """
+        if kind == "inflight":
+            return self._submit(self._inflight_sampler)
+        if kind != "snapshot":
+            return runtime.failed(bad_request(f"unknown sampling client kind {kind!r}"))
         return self._submit(self._snapshot_sampler)
 
     async def save_weights_and_get_sampling_client_async(
@@ -740,6 +751,11 @@ class LocalTrainingClient:
 
     def _snapshot_sampler(self) -> LocalSamplingClient:
         return LocalSamplingClient(self._base, self._adapter.snapshot())
+
+    def _inflight_sampler(self) -> LocalSamplingClient:
+        target = self.inflight_weights
+        target.publish(self._adapter.snapshot())
+        return LocalSamplingClient(self._base, target.adapter, inflight=target)
 
     def create_sampling_client(
         self, model_path: str, retry_config: Any = None, record_stability_info: bool = False

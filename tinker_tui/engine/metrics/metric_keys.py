@@ -25,6 +25,10 @@ STALENESS_MAX = "async/staleness_max"
 STALENESS_MIN = "async/staleness_min"
 STALENESS_IN_FLIGHT_MEAN = "async/staleness_in_flight_mean"
 STALENESS_QUEUED_MEAN = "async/staleness_queued_mean"
+#: 1.0 when the step's versions are lower bounds (sampling = inflight: a sampler moves to
+#: newer weights while it runs, so a group sampled from "version >= v" is at most the staleness
+#: shown); absent with fixed snapshots, whose staleness is exact.
+STALENESS_BOUND = "async/staleness_is_bound"
 QUEUE_DEPTH = "async/queue_depth"
 
 # Seconds.

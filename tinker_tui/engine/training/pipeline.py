@@ -4,7 +4,10 @@ Workers sample while the trainer trains, so neither waits for the other. Every g
 stamped with the policy version that sampled it. Staleness is paced first (a worker does
 not start a group while enough work is already queued or in flight to fill the batches the
 trainer can still use) and enforced at dequeue: a group more than `max_steps_off_policy`
-versions behind the trainer is discarded and counted. The pipeline is also the run's
+versions behind the trainer is discarded and counted. With `sampling = inflight` the stamp
+is a lower bound (the sampler moved to newer weights while the group ran), so nothing is
+discarded for staleness: pacing alone bounds how far sampling runs ahead, as
+tinker-cookbook's async loop does. The pipeline is also the run's
 `Control`: pause, resume, checkpoint now and stop act on it directly.
 
 A rollout that raises, returns no `Trajectory` or runs past `rollout_timeout` fails as one
@@ -174,6 +177,8 @@ class Pipeline:
         # Live knobs: start from the config, change through set_knob.
         self._learning_rate = config.learning_rate
         self._max_off = config.max_steps_off_policy
+        #: The in-flight sampler: versions are lower bounds; pacing replaces the discard.
+        self._inflight = config.sampling == "inflight"
         self._workers_wanted = config.rollout_workers
         self._workers: dict[int, asyncio.Task[None]] = {}
         #: The task's eval scenarios on the current policy, beside training
@@ -869,7 +874,7 @@ class Pipeline:
                     return None
                 return batch  # the scenarios ran out: train what there is
             staleness = self.session.version - group.policy_version
-            if staleness > self._max_off:
+            if staleness > self._max_off and not self._inflight:
                 self._discard_counts("stale")
                 self._emit(
                     GroupDiscarded(
@@ -1010,6 +1015,8 @@ class Pipeline:
             metrics.update(shapes)
             if self.config.truncation_policy == "cap":
                 metrics[keys.TRUNCATED_CAPPED] = float(sum(g.capped for g in batch))
+            if self._inflight:
+                metrics[keys.STALENESS_BOUND] = 1.0
             self._emit(
                 StepTrained(
                     time=now,

@@ -48,6 +48,9 @@ class StepMetrics:
     def staleness_split(self, group: TrajectoryGroup, trained_at: int) -> tuple[int, int]:
         """(versions that passed while the group was sampled, versions while it was queued)."""
         finished_at = self._finish_version.get(group.group_id, group.policy_version)
+        # An in-flight sampler on the local backend may already sample with weights the
+        # trainer has published but not yet returned from: never a negative count.
+        finished_at = max(finished_at, group.policy_version)
         return finished_at - group.policy_version, trained_at - finished_at
 
     def rewound(self, now: float) -> None:
