@@ -65,6 +65,7 @@ from tinker_tui.engine.backend.choice import (
 from tinker_tui.engine.backend.datums import (
     DatumBatch,
     build_datums,
+    carry_provenance,
     kl_penalized_advantages,
     rl_datum,
     supervised_datums,
@@ -137,6 +138,7 @@ class BackendSession:
         keep_every_checkpoints: int = 0,
         sampler_clients_to_keep: int = 4,
         kl_penalty_coef: float = 0.0,
+        record_stability_info: bool = False,
         retry: RetryPolicy | None = None,
         on_event: Callable[[Event], None] | None = None,
         clock: Clock | None = None,
@@ -159,6 +161,8 @@ class BackendSession:
         }
         self.sampler_checkpoint_every = sampler_checkpoint_every
         self.kl_penalty_coef = kl_penalty_coef
+        #: Samplers record every sequence and datums name them (StableReinforce).
+        self.record_stability_info = record_stability_info
         #: The base model's sampling client, the KL penalty's reference (when it is on).
         self.reference: SamplingClient | None = None
         self.retry = retry or RetryPolicy()
@@ -242,6 +246,7 @@ class BackendSession:
             keep_every_checkpoints=config.keep_every_checkpoints,
             sampler_clients_to_keep=config.sampler_clients_to_keep,
             kl_penalty_coef=config.kl_penalty_coef,
+            record_stability_info=config.loss_fn == "stable_reinforce",
             retry=RetryPolicy(
                 timeout=config.backend_timeout,
                 attempts=config.backend_retries + 1,
@@ -470,7 +475,9 @@ class BackendSession:
         name = checkpoint_name(version, suffix)
         every = self.sampler_checkpoint_every
         started = time.perf_counter()
-        snapshot = training.save_weights_and_get_sampling_client()
+        snapshot = training.save_weights_and_get_sampling_client(
+            record_stability_info=self.record_stability_info
+        )
         saved = training.save_weights_for_sampler(name) if every and version % every == 0 else None
         return _Publish(version, name, snapshot, saved, started)
 
@@ -491,7 +498,9 @@ class BackendSession:
             lambda attempt: (
                 publish.snapshot
                 if attempt == 1
-                else training.save_weights_and_get_sampling_client()
+                else training.save_weights_and_get_sampling_client(
+                    record_stability_info=self.record_stability_info
+                )
             ),
         )
         # Version and client change together: a request never sees one without the other.
@@ -614,7 +623,7 @@ class BackendSession:
     # ------------------------------------------------------------------ training
     def build_datums(self, groups: Sequence[TrajectoryGroup]) -> DatumBatch:
         """Datums for every sampled assistant turn (`engine.backend.datums.build_datums`)."""
-        return build_datums(groups)
+        return build_datums(groups, provenance=self.record_stability_info)
 
     async def apply_kl_penalty(self, datums: DatumBatch) -> tuple[DatumBatch, dict[str, float]]:
         """The batch with the KL penalty against the base model added to its advantages
@@ -652,8 +661,10 @@ class BackendSession:
         )
         batch = DatumBatch(
             [
-                rl_datum(i, t, s, a)
-                for i, t, s, a in zip(inputs, targets, sampled, new_advantages, strict=True)
+                carry_provenance(rl_datum(i, t, s, a), old)
+                for i, t, s, a, old in zip(
+                    inputs, targets, sampled, new_advantages, datums, strict=True
+                )
             ],
             datums.metrics,
             masks,

@@ -455,9 +455,9 @@ class LocalTrainingClient:
         spec = losses.LOSSES[loss_fn]
         parsed = [self._datum_arrays(i, d, loss_fn) for i, d in enumerate(data)]
         if spec.provenance:  # the sampler's logprobs, as recorded when it sampled
-            for i, (datum, (_, arrays)) in enumerate(zip(data, parsed, strict=True)):
-                arrays["logprobs"] = self._stability.sampler_logprobs(
-                    i, datum.loss_fn_input_spans, arrays["target_tokens"]
+            for i, (datum, (_, given)) in enumerate(zip(data, parsed, strict=True)):
+                given["logprobs"] = self._stability.sampler_logprobs(
+                    i, datum.loss_fn_input_spans, given["target_tokens"]
                 )
         if loss_fn == "gspo":
             self._sequence_log_ratios(parsed)
