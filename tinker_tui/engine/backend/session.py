@@ -93,6 +93,19 @@ class UnknownVersionError(TinkerTuiError, LookupError):
     """A policy version that this run does not serve (never existed, or evicted)."""
 
 
+class SequencesRefused(TinkerTuiError):
+    """The backend refused a stable_reinforce step's recorded sequences (missing, from
+    another session, or expired): those groups cannot be trained, only sampled again."""
+
+
+def _refusal(exc: Exception) -> str:
+    """The service's own words of a 400 (its JSON `detail`), else the message."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("detail"), str):
+        return str(body["detail"])
+    return str(getattr(exc, "message", None) or exc)
+
+
 @dataclass(frozen=True, slots=True)
 class TrainResult:
     policy_version: int
@@ -718,7 +731,16 @@ class BackendSession:
         fb_time = optim_time = 0.0
         mark = started
         for fb_future, optim_future in submitted:
-            fb = await self._call("forward_backward", _submitted(fb_future), retry=False)
+            try:
+                fb = await self._call("forward_backward", _submitted(fb_future), retry=False)
+            except tinker.BadRequestError as exc:
+                if not self.record_stability_info:
+                    raise
+                raise SequencesRefused(
+                    f"the backend refused the recorded sequences of this step: "
+                    f"{_refusal(exc)}; their groups must be sampled again (--resume "
+                    "re-samples every group that was not trained)"
+                ) from None
             fb_done = time.perf_counter()
             optim = await self._call("optim_step", _submitted(optim_future), retry=False)
             optim_done = time.perf_counter()
