@@ -51,8 +51,9 @@ class SampledTurn:
     #: cut it off); "" when not known.
     finish_reason: str = ""
     #: The sampler's id of the sequence `tokens` starts (Tinker's `sequence_id`; session-
-    #: scoped, so not stored); "" when not known.
-    sequence_id: str = ""
+    #: scoped, so not stored, and not part of what the turn is: two samplings of the same
+    #: tokens are equal turns); "" when not known.
+    sequence_id: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if len(self.tokens) != len(self.logprobs):
