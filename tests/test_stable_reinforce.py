@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import math
+import re
 import sqlite3
 
 import pytest
@@ -111,3 +112,34 @@ def test_a_short_local_run_trains_with_the_loss(tmp_path, loss_fn):
     trained = [m for m in steps if "train/loss_sum" in m]
     assert trained and all(math.isfinite(m["train/loss_sum"]) for m in trained)
     assert any(m["train/loss_sum"] != 0.0 for m in trained)
+
+
+def test_a_resumed_stable_reinforce_run_says_it_samples_the_untrained_groups_again(tmp_path):
+    """Recorded sequences belong to the session that sampled them: a resume samples every
+    scenario the checkpoint had not trained again, and says so."""
+    db = tmp_path / "runs.db"
+    args = [*LOCAL, "--db", str(db), "--loss-fn", "stable_reinforce", "--checkpoint-every", "1"]
+
+    def run(*extra: str) -> str:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["run", "example", *args, *extra])
+        assert code == 0, err.getvalue()[-3000:]
+        return out.getvalue()
+
+    run("--steps", "2")
+    with sqlite3.connect(db) as conn:
+        (run_id,) = conn.execute("select run_id from runs").fetchone()
+    resumed = run("--resume", run_id, "--steps", "3")
+    drawn = re.search(r"(\d+) scenario\(s\) drawn but untrained", resumed)
+    assert drawn, resumed
+    said = re.search(
+        r"stable_reinforce: the (\d+) scenario\(s\) not trained by step 2 are "
+        r"sampled again",
+        resumed,
+    )
+    if int(drawn.group(1)):
+        assert said and said.group(1) == drawn.group(1), resumed
+    else:
+        assert said is None
+    assert "completed at step 3/3" in resumed

@@ -546,9 +546,10 @@ class Run:
         )
         if self.config.loss_fn == "stable_reinforce" and state.pending:
             # Recorded sequences belong to the session that sampled them (and expire): none
-            # of the old session's rollouts can be trained here, so they are drawn again.
+            # of the old session's rollouts can be trained here, so they are drawn again
+            # (a warning: sampled work is thrown away, and a headless run shows it).
             self._log(
-                "info",
+                "warning",
                 f"stable_reinforce: the {len(state.pending)} scenario(s) not trained by step "
                 f"{step} are sampled again (recorded sequences belong to the session that "
                 "sampled them and expire)",
