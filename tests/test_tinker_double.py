@@ -319,7 +319,8 @@ def test_the_trainer_pays_one_cycle_per_step(cycled, tmp_path):
 
 
 def test_stable_reinforce_provenance_is_checked_as_the_service_would(double):
-    """Through the SDK: a recording sampler's sequences train with provenance naming them;
+    """Through the SDK: a recording sampler's sequences train with provenance naming them
+    (gspo needs none);
     a datum without provenance, or naming an id the session never recorded, is a 400 that
     says so."""
     service = tinker.ServiceClient(base_url=double.base_url, api_key=API_KEY)
@@ -358,6 +359,9 @@ def test_stable_reinforce_provenance_is_checked_as_the_service_would(double):
     out = training.forward_backward([datum(seq.sequence_id)], "stable_reinforce").result()
     assert np.isfinite(out.metrics["loss:sum"])
     assert seq.sequence_id in double.service.trained_sequences
+    # gspo is passed through as it is: no provenance needed
+    gspo = training.forward_backward([datum(None)], "gspo").result()
+    assert np.isfinite(gspo.metrics["loss:sum"]) and gspo.metrics["loss:sum"] != 0.0
     for bad, words in ((None, "has no loss_fn_input_spans"), ("sess-x:sample:9:9:0", "was not")):
         with pytest.raises(tinker.BadRequestError, match=words):
             training.forward_backward([datum(bad)], "stable_reinforce").result()
