@@ -320,9 +320,8 @@ def test_the_trainer_pays_one_cycle_per_step(cycled, tmp_path):
 
 def test_stable_reinforce_provenance_is_checked_as_the_service_would(double):
     """Through the SDK: a recording sampler's sequences train with provenance naming them
-    (gspo needs none);
-    a datum without provenance, or naming an id the session never recorded, is a 400 that
-    says so."""
+    (gspo needs none); a datum without provenance, or naming an id the session never
+    recorded, is a 400 that says so."""
     service = tinker.ServiceClient(base_url=double.base_url, api_key=API_KEY)
     training = service.create_lora_training_client(
         base_model=DEFAULT_BASE_MODEL, rank=4, seed=0
