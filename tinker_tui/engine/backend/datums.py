@@ -10,6 +10,7 @@ from typing import Any, cast
 import numpy as np
 import tinker
 
+from tinker_tui.engine.errors import TinkerTuiError
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.metrics import mismatch
 from tinker_tui.engine.rollouts.trajectory import (
@@ -69,7 +70,7 @@ def carry_provenance(new: tinker.Datum, old: tinker.Datum) -> tinker.Datum:
     )
 
 
-class MissingProvenance(ValueError):
+class MissingProvenance(TinkerTuiError, ValueError):
     """A trajectory whose sampled turns do not say which sequence they were."""
 
 
