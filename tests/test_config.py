@@ -82,7 +82,9 @@ def test_allowed_reads_as_a_sentence():
     assert SETTINGS["error_pause_rate"].allowed() == "in (0, 1]"
     assert SETTINGS["adam_beta1"].allowed() == "in [0, 1)"
     assert SETTINGS["adam_eps"].allowed() == "positive"
-    assert SETTINGS["loss_fn"].allowed() == "importance_sampling, ppo, cispo or dro"
+    assert SETTINGS["loss_fn"].allowed() == (
+        "importance_sampling, ppo, cispo, dro, gspo or stable_reinforce"
+    )
 
 
 def test_types_are_checked_and_whole_floats_become_ints():

@@ -316,3 +316,51 @@ def test_the_trainer_pays_one_cycle_per_step(cycled, tmp_path):
     _, fbs, saved = asyncio.run(steps())
     assert [b - a for a, b in zip(fbs, fbs[1:], strict=False)] == [1, 1, 1], fbs
     assert saved == 5  # every step's sampler weights (and the start's) are recorded
+
+
+def test_stable_reinforce_provenance_is_checked_as_the_service_would(double):
+    """Through the SDK: a recording sampler's sequences train with provenance naming them
+    (gspo needs none); a datum without provenance, or naming an id the session never
+    recorded, is a 400 that says so."""
+    service = tinker.ServiceClient(base_url=double.base_url, api_key=API_KEY)
+    training = service.create_lora_training_client(
+        base_model=DEFAULT_BASE_MODEL, rank=4, seed=0
+    ).result()
+    sampler = training.save_weights_and_get_sampling_client(record_stability_info=True).result()
+    prompt = types.ModelInput.from_ints(training.get_tokenizer().encode("User: hi\n\nAssistant:"))
+    params = types.SamplingParams(max_tokens=4, temperature=1.0, seed=1)
+    seq = sampler.sample(prompt, 1, params).result().sequences[0]
+    assert seq.sequence_id in double.service.recorded
+    ids, n_prompt, n = prompt.to_ints() + list(seq.tokens), prompt.length, len(seq.tokens)
+
+    def datum(sequence_id: str | None) -> types.Datum:
+        plain = types.Datum(
+            model_input=types.ModelInput.from_ints(ids[:-1]),
+            loss_fn_inputs={
+                "target_tokens": ids[1:],
+                "logprobs": [0.0] * (n_prompt - 1) + list(seq.logprobs or []),
+                "advantages": [0.0] * (n_prompt - 1) + [1.0] * n,
+            },
+        )
+        if sequence_id is None:
+            return plain
+        return plain.with_provenance(
+            model_input=[
+                types.PromptProvenanceSpan(sequence_id=sequence_id, length=n_prompt),
+                types.SampledProvenanceSpan(sequence_id=sequence_id, length=n - 1),
+            ],
+            loss_fn_inputs=[
+                types.PromptProvenanceSpan(sequence_id=sequence_id, length=n_prompt - 1),
+                types.SampledProvenanceSpan(sequence_id=sequence_id, length=n),
+            ],
+        )
+
+    out = training.forward_backward([datum(seq.sequence_id)], "stable_reinforce").result()
+    assert np.isfinite(out.metrics["loss:sum"])
+    assert seq.sequence_id in double.service.trained_sequences
+    # gspo is passed through as it is: no provenance needed
+    gspo = training.forward_backward([datum(None)], "gspo").result()
+    assert np.isfinite(gspo.metrics["loss:sum"]) and gspo.metrics["loss:sum"] != 0.0
+    for bad, words in ((None, "has no loss_fn_input_spans"), ("sess-x:sample:9:9:0", "was not")):
+        with pytest.raises(tinker.BadRequestError, match=words):
+            training.forward_backward([datum(bad)], "stable_reinforce").result()

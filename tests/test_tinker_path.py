@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import io
 import json
+import math
 import os
 import re
 import signal
@@ -569,3 +570,40 @@ def test_a_malformed_key_stops_the_command_at_once(monkeypatch, tmp_path, capsys
     assert time.monotonic() - started < 5
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "TINKER_API_KEY" in err and "tml-" in err
+
+
+# ---------------------------------------------------------------------- StableReinforce
+def test_a_stable_reinforce_run_trains_on_recorded_sequences_through_the_sdk(tmp_path):
+    """`loss_fn = stable_reinforce` through the real SDK: samplers record stability info,
+    every datum names its sampled sequences (the double refuses a stable_reinforce request
+    without provenance, or naming sequences it did not record in this session), and the
+    run trains."""
+    with TinkerDouble(tmp_path / "service") as double:
+        db = tmp_path / "runs.db"
+        outcome, _ = run_main(db, double.env(), [*SHORT, "--loss-fn", "stable_reinforce"])
+        service = double.service
+        fbs = [c for c in service.calls if c[:2] == ("POST", "forward_backward")]
+    assert outcome.returncode == 0, outcome.stderr[-3000:]
+    assert fbs and all(status == 200 for *_, status in fbs)
+    # 2 steps x 2 groups x 4 rollouts, each one sampled sequence named by its datum
+    assert len(service.trained_sequences) == 16
+    assert service.trained_sequences <= set(service.recorded)
+    with sqlite3.connect(db) as conn:
+        steps = [json.loads(m) for (m,) in conn.execute("select metrics from steps order by step")]
+    assert len(steps) == 2 and all(math.isfinite(m["train/loss_sum"]) for m in steps)
+
+
+def test_an_expired_sequence_is_explained_in_one_line_not_a_crash(tmp_path):
+    """The double expires recorded sequences at once: the service's 400 ends the run with
+    exit 1 and one line saying what was refused and what to do, no traceback."""
+    with TinkerDouble(tmp_path / "service") as double:
+        double.faults = Faults(sequence_ttl=0.0)
+        outcome, _ = run_main(
+            tmp_path / "runs.db", double.env(), [*SHORT, "--loss-fn", "stable_reinforce"]
+        )
+    assert outcome.returncode == 1
+    assert "Traceback" not in outcome.stderr + outcome.stdout
+    lines = [line for line in outcome.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, outcome.stderr
+    assert "refused the recorded sequences" in lines[0] and "has expired" in lines[0]
+    assert "--resume re-samples" in lines[0]

@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import pytest
@@ -132,6 +133,7 @@ def test_a_prompt_that_does_not_extend_the_sampled_tokens_is_counted_and_trained
         "advantages": [0.0, -1.0, -1.0],
         "mask": [0.0, 1.0, 1.0],
         "versions": [-1, 0, 0],
+        "provenance": [],  # the turns do not say which sampled sequence they were
     }
     assert b["model_input"] == [1, 2, 3, 9, 5, 7, 8, 6]
     assert b["target_tokens"] == [2, 3, 9, 5, 7, 8, 6, 2]
@@ -139,3 +141,14 @@ def test_a_prompt_that_does_not_extend_the_sampled_tokens_is_counted_and_trained
     # every sampled token is trained exactly once across the examples
     trained = sum(1 for ex in arrays.examples for adv in ex["advantages"] if adv)
     assert trained == sum(len(t.tokens) for t in (first, second, third))
+    # with sequence ids, the second example's runs start afresh at the second turn's prompt
+    named = [
+        dataclasses.replace(t, sequence_id=f"s{i}") for i, t in enumerate((first, second, third))
+    ]
+    _, b = trajectory_to_datum_arrays(named, advantage=-1.0).examples
+    assert [(r.kind, r.sequence_id, r.offset, r.length) for r in b["provenance"]] == [
+        ("prompt", "s1", 0, 5),
+        ("sampled", "s1", 0, 2),
+        ("prompt", "s2", 7, 1),
+        ("sampled", "s2", 0, 1),
+    ]

@@ -10,7 +10,7 @@ import pytest
 import tinker
 import torch
 
-from tinker_tui.engine.local import DEFAULT_BASE_MODEL, losses
+from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient, losses
 
 E = math.e
 
@@ -107,8 +107,8 @@ def test_unknown_loss_name_is_a_bad_request():
         losses.check_loss_name("cross_entropyy")
     assert "Unknown loss_fn 'cross_entropyy'" in _message(exc)
     assert "importance_sampling" in _message(exc) and "dro" in _message(exc)
-    with pytest.raises(ValueError, match="does not implement"):
-        losses.check_loss_name("gspo")
+    assert losses.check_loss_name("gspo").inputs == ("target_tokens", "logprobs", "advantages")
+    assert losses.check_loss_name("stable_reinforce").provenance
     with pytest.raises(tinker.BadRequestError, match="forward_backward_custom"):
         losses.check_loss_name("custom")
 
@@ -198,3 +198,110 @@ async def test_importance_sampling_gradient_through_the_model(service, tokenizer
     la = (await a.forward([datum], "importance_sampling")).loss_fn_outputs[0]["logprobs"]
     lb = (await b.forward([datum], "importance_sampling")).loss_fn_outputs[0]["logprobs"]
     assert np.allclose(la.to_numpy(), lb.to_numpy(), atol=1e-5)
+
+
+# -- gspo and stable_reinforce ----------------------------------------------------------------
+def test_gspo_values_and_gradient():
+    lp = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)
+    q = torch.tensor([-1.0, -1.5, -1.0])
+    adv = torch.tensor([1.0, 1.0, -1.0])
+    seq = torch.full((3,), 0.1)  # the sequence ratio e^0.1 = 1.1051709 on every token
+    el = losses.gspo(lp, q, adv, seq, 0.9, 1.2)
+    # unclipped (1.1051709 within [0.9, 1.2]): -(1.1051709 * A)
+    assert el.tolist() == pytest.approx([-1.1051709, -1.1051709, 1.1051709], abs=1e-6)
+    el.sum().backward()
+    # d/dlp_t of -(s * e^(lp_t - sg lp_t) * A_t) = -s * A_t
+    assert lp.grad.tolist() == pytest.approx([-1.1051709, -1.1051709, 1.1051709], abs=1e-6)
+    lp2 = torch.tensor([-1.0], requires_grad=True)
+    clipped = losses.gspo(lp2, q[:1], torch.tensor([1.0]), torch.tensor([0.5]), 0.9, 1.2)
+    clipped.sum().backward()
+    # e^0.5 = 1.6487 above 1.2 with A > 0: the clipped term (1.2, no gradient) is the min
+    assert clipped.item() == pytest.approx(-1.2) and lp2.grad.item() == 0.0
+
+
+def test_stable_reinforce_masks_tokens_outside_the_band():
+    lp = torch.tensor([-1.0, -1.0, -1.0], requires_grad=True)
+    recorded = torch.tensor([-1.0, -2.5, -0.8])  # ratios 1, e^1.5 = 4.48 (out), e^-0.2 = 0.82
+    adv = torch.tensor([2.0, 2.0, 2.0])
+    el = losses.stable_reinforce(lp, recorded, adv)
+    el.sum().backward()
+    r = math.exp(-0.2)
+    assert el.tolist() == pytest.approx([2.0, 0.0, 2.0 * r], abs=1e-6)
+    assert lp.grad.tolist() == pytest.approx([-2.0, 0.0, -2.0 * r], abs=1e-6)
+
+
+async def test_client_gspo_is_the_sequence_ratio_formula(service, tokenizer, prompt):
+    tc = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=1)
+    ids = prompt.to_ints() + tokenizer.encode(" maybe\n\nUser:")
+    n_prompt = len(prompt.to_ints())
+    datum = _rl_datum(ids, n_prompt, [-0.3, -2.0, -0.1, -1.0], 0.7)
+    out = await tc.forward([datum], "gspo", {"clip_low_threshold": 0.0, "clip_high_threshold": 9})
+    lp = torch.tensor(out.loss_fn_outputs[0]["logprobs"].to_numpy())
+    q = torch.tensor(datum.loss_fn_inputs["logprobs"].to_numpy())
+    adv = torch.tensor(datum.loss_fn_inputs["advantages"].to_numpy())
+    sampled = adv != 0
+    seq = float((lp - q)[sampled].mean())
+    expected = -(math.exp(seq) * adv)
+    got = out.loss_fn_outputs[0]["elementwise_loss"].to_numpy()
+    assert np.allclose(got, expected.numpy(), atol=1e-5)
+
+
+async def _recorded_datum(service, tokenizer, prompt, advantage: float):
+    """A training client, and a Datum of one sequence its recording sampler produced, with
+    provenance naming it."""
+    tc = await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=2)
+    sampler = await tc.save_weights_and_get_sampling_client(record_stability_info=True)
+    params = tinker.SamplingParams(max_tokens=6, temperature=1.0, seed=5)
+    seq = (await sampler.sample(prompt, 1, params)).sequences[0]
+    ids = prompt.to_ints() + list(seq.tokens)
+    n_prompt, n = len(prompt.to_ints()), len(seq.tokens)
+    datum = tinker.Datum(
+        model_input=tinker.ModelInput.from_ints(ids[:-1]),
+        loss_fn_inputs={
+            "target_tokens": ids[1:],
+            "advantages": [0.0] * (n_prompt - 1) + [advantage] * n,
+        },
+    ).with_provenance(
+        model_input=[
+            tinker.PromptProvenanceSpan(sequence_id=seq.sequence_id, length=n_prompt),
+            tinker.SampledProvenanceSpan(sequence_id=seq.sequence_id, length=n - 1),
+        ],
+        loss_fn_inputs=[
+            tinker.PromptProvenanceSpan(sequence_id=seq.sequence_id, length=n_prompt - 1),
+            tinker.SampledProvenanceSpan(sequence_id=seq.sequence_id, length=n),
+        ],
+    )
+    return tc, datum, seq
+
+
+async def test_client_stable_reinforce_reads_the_recorded_logprobs(service, tokenizer, prompt):
+    tc, datum, seq = await _recorded_datum(service, tokenizer, prompt, 0.5)
+    out = await tc.forward_backward([datum], "stable_reinforce")
+    await tc.optim_step(tinker.AdamParams(learning_rate=1e-3))
+    lp = torch.tensor(out.loss_fn_outputs[0]["logprobs"].to_numpy())
+    adv = torch.tensor(datum.loss_fn_inputs["advantages"].to_numpy())
+    recorded = torch.zeros_like(lp)
+    recorded[-len(seq.tokens) :] = torch.tensor(seq.logprobs)
+    expected = losses.stable_reinforce(lp, recorded, adv)
+    got = out.loss_fn_outputs[0]["elementwise_loss"].to_numpy()
+    assert np.allclose(got, expected.numpy(), atol=1e-5)
+    assert math.isfinite(out.metrics["loss:sum"]) and out.metrics["loss:sum"] != 0.0
+
+
+async def test_stable_reinforce_refuses_missing_unknown_and_expired_ids(service, tokenizer, prompt):
+    _, datum, _ = await _recorded_datum(service, tokenizer, prompt, 0.5)
+
+    async def fresh():  # a refused request poisons its client, as on the service
+        return await service.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=2)
+
+    bare = tinker.Datum(model_input=datum.model_input, loss_fn_inputs=datum.loss_fn_inputs)
+    with pytest.raises(tinker.BadRequestError, match="no loss_fn_input_spans"):
+        await (await fresh()).forward([bare], "stable_reinforce")
+    await (await fresh()).forward([datum], "stable_reinforce")  # same session: trainable
+    other = LocalServiceClient(checkpoint_dir=service.checkpoint_dir)  # another session
+    stranger = await other.create_lora_training_client(DEFAULT_BASE_MODEL, rank=4, seed=2)
+    with pytest.raises(tinker.BadRequestError, match="was not recorded in this session"):
+        await stranger.forward([datum], "stable_reinforce")
+    service.stability.expire_all()
+    with pytest.raises(tinker.BadRequestError, match="has expired"):
+        await (await fresh()).forward([datum], "stable_reinforce")

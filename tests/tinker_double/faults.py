@@ -42,6 +42,9 @@ class Faults:
     #: Billing usage newer than this many seconds is not reported yet (the service's
     #: billing data lags hours).
     billing_lag: float = 0.0
+    #: Seconds a recorded sequence (`record_stability_info`) stays trainable after its last
+    #: use (the service: one day).
+    sequence_ttl: float = 86400.0
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -57,4 +60,5 @@ class Faults:
             stuck_futures=set(data.get("stuck_futures", ())),
             tokenizer_id=data.get("tokenizer_id"),
             billing_lag=float(data.get("billing_lag", 0.0)),
+            sequence_ttl=float(data.get("sequence_ttl", 86400.0)),
         )

@@ -29,6 +29,7 @@ on the double's event loop; torch work runs on the local backend's thread.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import secrets
@@ -195,6 +196,16 @@ class InflightSample:
 
 
 @dataclass
+class RecordedSequence:
+    """A sequence sampled with `record_stability_info`: whose session it is, the local
+    backend's id of it (once sampled), and when a request last used it (its day restarts)."""
+
+    session_id: str
+    local_id: str | None
+    last_used: float
+
+
+@dataclass
 class PendingFuture:
     request_id: str
     kind: str  # the request that made it: create_model, forward_backward, sample, ...
@@ -284,6 +295,10 @@ class DoubleService:
         #: Every in-flight save, and every request on an in-flight sampler, in order.
         self.inflight_saves: list[InflightSave] = []
         self.inflight_samples: list[InflightSample] = []
+        #: Sequences sampled with `record_stability_info`, by the id the SDK sees.
+        self.recorded: dict[str, RecordedSequence] = {}
+        #: Every recorded sequence a stable_reinforce request trained on.
+        self.trained_sequences: set[str] = set()
         self._ids = itertools.count(1)
 
     # ------------------------------------------------------------------ sessions
@@ -419,6 +434,9 @@ class DoubleService:
     ) -> dict[str, Any]:
         model = self.model(request.model_id)
         fb = request.forward_backward_input
+        data = list(fb.data)
+        if fb.loss_fn == "stable_reinforce":
+            data = self._provenance(model.session_id, data)
         call = model.client.forward if forward_only else model.client.forward_backward
         self.usage.append(
             UsageRecord(
@@ -431,12 +449,69 @@ class DoubleService:
         )
         future = model.sequencer.submit(
             request.seq_id,
-            lambda: call(fb.data, fb.loss_fn, fb.loss_fn_config),
+            lambda: call(data, fb.loss_fn, fb.loss_fn_config),
             "forward" if forward_only else "forward_backward",
         )
         return self._future(
             "forward" if forward_only else "forward_backward", future, model_id=model.model_id
         )
+
+    def _provenance(self, session_id: str, data: list[types.Datum]) -> list[types.Datum]:
+        """Check a stable_reinforce request's provenance as the service does (every datum
+        names its sequences; each was recorded in this session and has not expired; the
+        runs tile the fields), restart the named sequences' day, and name them by the local
+        backend's ids for the training client underneath."""
+        now, ttl = time.time(), self.faults.sequence_ttl
+        used: set[str] = set()
+
+        def local(index: int, spans: Any, field_name: str, length: int) -> list[Any]:
+            if not spans:
+                raise ServiceError(
+                    400,
+                    f"stable_reinforce: datum {index} has no {field_name}; every trained token "
+                    "must name the sampled sequence behind it (Datum.with_provenance)",
+                )
+            if sum(s.length for s in spans) != length:
+                raise ServiceError(
+                    400,
+                    f"stable_reinforce: datum {index}'s {field_name} cover "
+                    f"{sum(s.length for s in spans)} positions, not its {length}",
+                )
+            out = []
+            for span in spans:
+                rec = self.recorded.get(span.sequence_id)
+                if rec is None or rec.session_id != session_id or rec.local_id is None:
+                    raise ServiceError(
+                        400,
+                        f"stable_reinforce: sequence_id {span.sequence_id!r} (datum {index}) "
+                        "was not sampled with record_stability_info in this session",
+                    )
+                if now - rec.last_used > ttl:
+                    raise ServiceError(
+                        400,
+                        f"stable_reinforce: sequence_id {span.sequence_id!r} (datum {index}) "
+                        "has expired: recorded sequences are trainable for one day after "
+                        "their last use",
+                    )
+                used.add(span.sequence_id)
+                out.append(dataclasses.replace(span, sequence_id=rec.local_id))
+            return out
+
+        checked = []
+        for index, datum in enumerate(data):
+            targets = datum.loss_fn_inputs.get("target_tokens")
+            n_targets = targets.shape[0] if targets is not None and targets.shape else 0
+            trained = local(index, datum.loss_fn_input_spans, "loss_fn_input_spans", n_targets)
+            read = local(
+                index, datum.model_input_spans, "model_input_spans", datum.model_input.length
+            )
+            checked.append(
+                dataclasses.replace(datum, model_input_spans=read, loss_fn_input_spans=trained)
+            )
+        for sequence_id in used:
+            self.recorded[sequence_id].last_used = now
+        self.trained_sequences |= used
+        return checked
 
     def optim_step(self, request: types.OptimStepRequest) -> dict[str, Any]:
         model = self.model(request.model_id)
@@ -640,6 +715,8 @@ class DoubleService:
         self._meter_sample(request, sampler.base_model, future)
         if sampler.inflight_publish:
             future.add_done_callback(lambda done: self._inflight_sampled(sampler, done))
+        if request.record_stability_info:
+            self._record(request.sampling_session_id.split(":sample:")[0], ids, future)
         return self._future("sample", future, sample_sequence_ids=ids)
 
     def _inflight_sampled(self, sampler: Sampler, done: Future) -> None:
@@ -648,6 +725,24 @@ class DoubleService:
             self.inflight_samples.append(
                 InflightSample(sampler.sampler_id, sampler.inflight_publish, used)
             )
+
+    def _record(self, session_id: str, ids: list[str], future: Future) -> None:
+        """Record the sequences a `record_stability_info` request samples: in the local
+        backend's records (what its stable_reinforce reads) and here under the ids the SDK
+        sees, for the session that sampled them."""
+        for sequence_id in ids:
+            self.recorded[sequence_id] = RecordedSequence(session_id, None, time.time())
+
+        def sampled(done: Future) -> None:
+            if done.exception() is not None:
+                return
+            sequences = done.result().sequences
+            self.local.stability.record(sequences)
+            for sequence_id, sequence in zip(ids, sequences, strict=True):
+                self.recorded[sequence_id].local_id = sequence.sequence_id
+                self.recorded[sequence_id].last_used = time.time()
+
+        future.add_done_callback(sampled)
 
     def _meter_sample(self, request: types.SampleRequest, base_model: str, future: Future) -> None:
         """Bill a sampling request as the service does: its prompt's prefill once, the

@@ -9,6 +9,8 @@ round-trip tests (tests/test_tinker_double.py) rather than passing silently.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
@@ -39,7 +41,16 @@ def forward_backward_request(body: bytes) -> tuple[types.ForwardBackwardRequest,
         inputs = {
             name: _tensor_data_from_proto(tensor) for name, tensor in datum.loss_fn_inputs.items()
         }
-        data.append(types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs))
+        read = types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs)
+        if datum.model_input_spans or datum.loss_fn_input_spans:
+            # As given (the service checks them), not through `with_provenance`, which
+            # refuses a miscounted tiling before the service could explain it.
+            read = dataclasses.replace(
+                read,
+                model_input_spans=[_span(s) for s in datum.model_input_spans],
+                loss_fn_input_spans=[_span(s) for s in datum.loss_fn_input_spans],
+            )
+        data.append(read)
     config: dict[str, float | str] = {}
     for key, value in msg.loss_fn_config_v2.items():
         config[key] = value.text if value.WhichOneof("value") == "text" else value.number
@@ -53,6 +64,22 @@ def forward_backward_request(body: bytes) -> tuple[types.ForwardBackwardRequest,
         seq_id=msg.seq_id,
     )
     return request, msg.forward_only
+
+
+def _span(msg: pb.ProvenanceSpan) -> types.PromptProvenanceSpan | types.SampledProvenanceSpan:
+    """One provenance run as the SDK wrote it (`request_conv._write_provenance_span`)."""
+    arm = msg.WhichOneof("span")
+    if arm == "sampled_tokens":
+        s = msg.sampled_tokens
+        return types.SampledProvenanceSpan(
+            sequence_id=s.sequence_id, offset=s.offset, length=s.length
+        )
+    if arm == "prompt_tokens":
+        p = msg.prompt_tokens
+        return types.PromptProvenanceSpan(
+            sequence_id=p.sequence_id, offset=p.offset, length=p.length
+        )
+    raise WireError("a provenance span names neither prompt_tokens nor sampled_tokens")
 
 
 def _topk(topk: types.TopkLogprobs | None, out: pb.TopkLogprobs) -> None:

@@ -172,7 +172,24 @@ def setting(
 #: settings, a config file and flags still win (`app.task_loader.layered_config`).
 BACKEND_DEFAULTS: dict[str, dict[str, Any]] = {"local": {"rollout_timeout": 300.0}}
 
-LOSS_FNS = ("importance_sampling", "ppo", "cispo", "dro")
+LOSS_FNS = ("importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce")
+#: The async recipes a run can follow (`async_style`): today's default, or the cookbook's.
+ASYNC_STYLES = ("default", "cookbook")
+#: What `async_style = cookbook` sets, in one place: Tinker's current async recipe
+#: (tinker-cookbook's async default) — in-flight sampling, StableReinforce, nothing discarded
+#: for staleness, and sampling paced to run at most `max_steps_off_policy` steps ahead of
+#: training (the cookbook's `sampling_steps_ahead`). A key that is not a setting of this
+#: version is skipped (`sampling` arrives with in-flight sampling), so the preset works
+#: before and after that setting exists.
+ASYNC_PRESETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "cookbook": {
+        "sampling": "inflight",
+        "loss_fn": "stable_reinforce",
+        "discard_stale": False,
+        "max_steps_off_policy": 1,
+    },
+}
 #: The values of `advantage` (see engine.training.advantages; kept here so --help needs no import).
 ADVANTAGE_RULES = ("mean", "mean_std")
 #: What a health pause does: `auto` is `wait` with a dashboard, `stop` without one.
@@ -204,7 +221,19 @@ class RunConfig:
         "pipeline",
         low=0,
     )
-    loss_fn: str = setting("importance_sampling", "the RL loss", choices=LOSS_FNS)
+    loss_fn: str = setting(
+        "importance_sampling",
+        "the RL loss (stable_reinforce samples with recorded stability info and names each "
+        "trained token's sequence; gspo uses a sequence-level importance ratio)",
+        choices=LOSS_FNS,
+    )
+    async_style: str = setting(
+        "default",
+        "the async recipe: default (snapshot samplers, staleness discard), or cookbook "
+        "(in-flight sampling, stable_reinforce, no staleness discard, steps-ahead pacing); "
+        "a setting you give that differs from its default wins over the preset",
+        choices=ASYNC_STYLES,
+    )
     advantage: str = setting(
         "mean",
         "group advantages: reward minus the group's mean, or that divided by the "
@@ -274,6 +303,12 @@ class RunConfig:
         low=0,
         high=64,
         live=True,
+    )
+    discard_stale: bool = setting(
+        True,
+        "discard a group more than max_steps_off_policy versions behind the trainer; off: "
+        "train it anyway (pacing still bounds how far ahead sampling runs)",
+        "pipeline",
     )
     rollout_workers: int = setting(
         4, "groups sampled concurrently", "pipeline", low=1, high=256, live=True
@@ -466,6 +501,7 @@ class RunConfig:
     )
 
     def __post_init__(self) -> None:
+        self._apply_async_style()
         for name, spec in SETTINGS.items():
             value = spec.check(getattr(self, name))
             if value != getattr(self, name) or type(value) is not type(getattr(self, name)):
@@ -497,6 +533,15 @@ class RunConfig:
                 "million tokens; one left unset counts as free)"
             )
         self._check_trackers()
+
+    def _apply_async_style(self) -> None:
+        """Set the preset's values where the setting still has its default (a value you gave
+        wins); keys that are not settings of this version are skipped."""
+        preset = ASYNC_PRESETS.get(self.async_style, {})
+        for name, value in preset.items():
+            spec = SETTINGS.get(name)
+            if spec is not None and getattr(self, name) == spec.default:
+                object.__setattr__(self, name, value)
 
     def _check_trackers(self) -> None:
         """A tracker whose package is missing stops the run before anything starts."""

@@ -544,6 +544,16 @@ class Run:
                 down_seconds=self._down_seconds,
             )
         )
+        if self.config.loss_fn == "stable_reinforce" and state.pending:
+            # Recorded sequences belong to the session that sampled them (and expire): none
+            # of the old session's rollouts can be trained here, so they are drawn again
+            # (a warning: sampled work is thrown away, and a headless run shows it).
+            self._log(
+                "warning",
+                f"stable_reinforce: the {len(state.pending)} scenario(s) not trained by step "
+                f"{step} are sampled again (recorded sequences belong to the session that "
+                "sampled them and expire)",
+            )
         stored = await store.run(self.run_id)
         if stored is not None:  # the collapse tracking goes on (engine.metrics.collapse_memory)
             self.pipeline.remember(await store.events(stored, EARLIER_KINDS), step)

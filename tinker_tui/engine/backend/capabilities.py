@@ -63,7 +63,10 @@ class TrainingClient(Protocol):
     ) -> Awaitable[tinker.types.OptimStepResponse]: ...
 
     def save_weights_and_get_sampling_client(
-        self, *, kind: Literal["snapshot", "inflight"] = "snapshot"
+        self,
+        *,
+        kind: Literal["snapshot", "inflight"] = "snapshot",
+        record_stability_info: bool = ...,
     ) -> Awaitable[SamplingClient]: ...
 
     def save_weights_for_sampler(

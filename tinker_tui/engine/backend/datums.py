@@ -10,9 +10,14 @@ from typing import Any, cast
 import numpy as np
 import tinker
 
+from tinker_tui.engine.errors import TinkerTuiError
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.metrics import mismatch
-from tinker_tui.engine.rollouts.trajectory import TrajectoryGroup, trajectory_to_datum_arrays
+from tinker_tui.engine.rollouts.trajectory import (
+    ProvenanceRun,
+    TrajectoryGroup,
+    trajectory_to_datum_arrays,
+)
 
 
 def loss_inputs(**arrays: Sequence[float]) -> tinker.types.LossFnInputs:
@@ -31,6 +36,42 @@ def rl_datum(
             target_tokens=target_tokens, logprobs=logprobs, advantages=advantages
         ),
     )
+
+
+def _spans(runs: Sequence[ProvenanceRun]) -> list[Any]:
+    return [
+        (tinker.SampledProvenanceSpan if r.kind == "sampled" else tinker.PromptProvenanceSpan)(
+            sequence_id=r.sequence_id, offset=r.offset, length=r.length
+        )
+        for r in runs
+        if r.length > 0
+    ]
+
+
+def with_provenance(datum: tinker.Datum, runs: Sequence[ProvenanceRun]) -> tinker.Datum:
+    """`datum` (built from the sequence the runs tile, shifted by one) naming the sampled
+    sequence behind each of its tokens: its input drops the sequence's last token, its
+    targets the first (StableReinforce reads the sampler's records through them)."""
+    head = list(runs)
+    last = head[-1]
+    head[-1] = ProvenanceRun(last.kind, last.sequence_id, last.offset, last.length - 1)
+    tail = list(runs)
+    first = tail[0]
+    tail[0] = ProvenanceRun(first.kind, first.sequence_id, first.offset + 1, first.length - 1)
+    return datum.with_provenance(model_input=_spans(head), loss_fn_inputs=_spans(tail))
+
+
+def carry_provenance(new: tinker.Datum, old: tinker.Datum) -> tinker.Datum:
+    """`new` (the same tokens as `old`, other loss inputs) with `old`'s provenance."""
+    if old.loss_fn_input_spans is None or old.model_input_spans is None:
+        return new
+    return new.with_provenance(
+        model_input=old.model_input_spans, loss_fn_inputs=old.loss_fn_input_spans
+    )
+
+
+class MissingProvenance(TinkerTuiError, ValueError):
+    """A trajectory whose sampled turns do not say which sequence they were."""
 
 
 class DatumBatch(list):  # type: ignore[type-arg]
@@ -59,12 +100,14 @@ class DatumBatch(list):  # type: ignore[type-arg]
         self.versions = [list(v) for v in versions]
 
 
-def build_datums(groups: Sequence[TrajectoryGroup]) -> DatumBatch:
+def build_datums(groups: Sequence[TrajectoryGroup], provenance: bool = False) -> DatumBatch:
     """Datums for every sampled assistant turn, weighted by its group-relative advantage.
 
     The turns of one trajectory share a Datum while each prompt extends what was sampled
     before it (see `trajectory_to_datum_arrays`); `metrics` counts the turns and the
-    prefix mismatches that split a trajectory into several Datums.
+    prefix mismatches that split a trajectory into several Datums. With `provenance` each
+    Datum names the sampled sequences behind its tokens (`with_provenance`); a turn whose
+    sequence id is not known fails the build (`MissingProvenance`).
     """
     datums: list[tinker.Datum] = []
     masks: list[list[float]] = []
@@ -79,14 +122,21 @@ def build_datums(groups: Sequence[TrajectoryGroup]) -> DatumBatch:
             turns += arrays.turns
             mismatches += arrays.prefix_mismatches
             for example in arrays.examples:
-                datums.append(
-                    rl_datum(
-                        list(example["model_input"]),
-                        list(example["target_tokens"]),
-                        list(example["logprobs"]),
-                        list(example["advantages"]),
-                    )
+                datum = rl_datum(
+                    list(example["model_input"]),
+                    list(example["target_tokens"]),
+                    list(example["logprobs"]),
+                    list(example["advantages"]),
                 )
+                if provenance:
+                    runs = cast("list[ProvenanceRun]", example["provenance"])
+                    if not runs:
+                        raise MissingProvenance(
+                            f"group {group.group_id}: a sampled turn has no sequence id, so "
+                            "stable_reinforce cannot name it (sample through this run's server)"
+                        )
+                    datum = with_provenance(datum, runs)
+                datums.append(datum)
                 masks.append(list(example["mask"]))
                 sources.append((group.group_id, index))
                 versions.append(list(example["versions"]))

@@ -75,6 +75,7 @@ from tinker_tui.engine.backend.choice import (
 from tinker_tui.engine.backend.datums import (
     DatumBatch,
     build_datums,
+    carry_provenance,
     kl_penalized_advantages,
     rl_datum,
     supervised_datums,
@@ -100,6 +101,19 @@ T = TypeVar("T")
 
 class UnknownVersionError(TinkerTuiError, LookupError):
     """A policy version that this run does not serve (never existed, or evicted)."""
+
+
+class SequencesRefused(TinkerTuiError):
+    """The backend refused a stable_reinforce step's recorded sequences (missing, from
+    another session, or expired): those groups cannot be trained, only sampled again."""
+
+
+def _refusal(exc: Exception) -> str:
+    """The service's own words of a 400 (its JSON `detail`), else the message."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("detail"), str):
+        return str(body["detail"])
+    return str(getattr(exc, "message", None) or exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +162,7 @@ class BackendSession:
         sampler_clients_to_keep: int = 4,
         kl_penalty_coef: float = 0.0,
         sampling: str = "snapshot",
+        record_stability_info: bool = False,
         retry: RetryPolicy | None = None,
         on_event: Callable[[Event], None] | None = None,
         clock: Clock | None = None,
@@ -175,6 +190,8 @@ class BackendSession:
         #: The policy version of each in-flight save submitted, in order: publish n of the
         #: local backend's `InflightWeights` is `_inflight_saves[n - 1]`.
         self._inflight_saves: list[int] = []
+        #: Samplers record every sequence and datums name them (StableReinforce).
+        self.record_stability_info = record_stability_info
         #: The base model's sampling client, the KL penalty's reference (when it is on).
         self.reference: SamplingClient | None = None
         self.retry = retry or RetryPolicy()
@@ -259,6 +276,7 @@ class BackendSession:
             sampler_clients_to_keep=config.sampler_clients_to_keep,
             kl_penalty_coef=config.kl_penalty_coef,
             sampling=config.sampling,
+            record_stability_info=config.loss_fn == "stable_reinforce",
             retry=RetryPolicy(
                 timeout=config.backend_timeout,
                 attempts=config.backend_retries + 1,
@@ -500,10 +518,13 @@ class BackendSession:
         """Submit the save that makes the sampling client of `version`: a snapshot, or an
         in-flight save (whose order the local backend's responses are told apart by)."""
         training = self._training()
+        record = self.record_stability_info
         if not self.inflight:
-            return training.save_weights_and_get_sampling_client()
+            return training.save_weights_and_get_sampling_client(record_stability_info=record)
         self._inflight_saves.append(version)
-        return training.save_weights_and_get_sampling_client(kind="inflight")
+        return training.save_weights_and_get_sampling_client(
+            kind="inflight", record_stability_info=record
+        )
 
     async def _publish(self, version: int, suffix: str = "") -> float:
         """Snapshot the weights as sampler `version` (and save them, if due); returns the
@@ -655,7 +676,7 @@ class BackendSession:
     # ------------------------------------------------------------------ training
     def build_datums(self, groups: Sequence[TrajectoryGroup]) -> DatumBatch:
         """Datums for every sampled assistant turn (`engine.backend.datums.build_datums`)."""
-        return build_datums(groups)
+        return build_datums(groups, provenance=self.record_stability_info)
 
     async def apply_kl_penalty(self, datums: DatumBatch) -> tuple[DatumBatch, dict[str, float]]:
         """The batch with the KL penalty against the base model added to its advantages
@@ -693,8 +714,10 @@ class BackendSession:
         )
         batch = DatumBatch(
             [
-                rl_datum(i, t, s, a)
-                for i, t, s, a in zip(inputs, targets, sampled, new_advantages, strict=True)
+                carry_provenance(rl_datum(i, t, s, a), old)
+                for i, t, s, a, old in zip(
+                    inputs, targets, sampled, new_advantages, datums, strict=True
+                )
             ],
             datums.metrics,
             masks,
@@ -748,7 +771,16 @@ class BackendSession:
         fb_time = optim_time = 0.0
         mark = started
         for fb_future, optim_future in submitted:
-            fb = await self._call("forward_backward", _submitted(fb_future), retry=False)
+            try:
+                fb = await self._call("forward_backward", _submitted(fb_future), retry=False)
+            except tinker.BadRequestError as exc:
+                if not self.record_stability_info:
+                    raise
+                raise SequencesRefused(
+                    f"the backend refused the recorded sequences of this step: "
+                    f"{_refusal(exc)}; their groups must be sampled again (--resume "
+                    "re-samples every group that was not trained)"
+                ) from None
             fb_done = time.perf_counter()
             optim = await self._call("optim_step", _submitted(optim_future), retry=False)
             optim_done = time.perf_counter()

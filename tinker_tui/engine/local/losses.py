@@ -79,14 +79,58 @@ def dro(
     return -(target_logprobs * advantages - 0.5 * beta * quadratic)
 
 
+def gspo(
+    target_logprobs: torch.Tensor,
+    sampling_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    sequence_log_ratio: torch.Tensor,
+    clip_low_threshold: float = 1.0 - 3e-4,
+    clip_high_threshold: float = 1.0 + 4e-4,
+) -> torch.Tensor:
+    """GSPO-token (Zheng et al. 2025, as Tinker's docs give it): every token's ratio has the
+    sequence ratio's value ``exp(sequence_log_ratio)`` (the mean token log-ratio over the
+    sequence, computed without gradient by the caller) and its own logprob's gradient; then
+    PPO's clipped surrogate. ``sampling_logprobs`` is unused here (the caller folded it into
+    ``sequence_log_ratio``) but kept so every RL loss reads the same inputs. Default bounds
+    are the paper's (eps_low 3e-4, eps_high 4e-4); Tinker's docs do not state theirs."""
+    del sampling_logprobs
+    ratio = torch.exp(sequence_log_ratio + target_logprobs - target_logprobs.detach())
+    clipped = torch.clamp(ratio, clip_low_threshold, clip_high_threshold)
+    return -torch.minimum(ratio * advantages, clipped * advantages)
+
+
+#: The trust band of the local stable_reinforce: a token whose trainer/sampler ratio leaves it
+#: gets no gradient (Tinker does not publish its formula; see docs "Where the local backend
+#: chose").
+STABLE_REINFORCE_BAND = (0.5, 2.0)
+
+
+def stable_reinforce(
+    target_logprobs: torch.Tensor, recorded_logprobs: torch.Tensor, advantages: torch.Tensor
+) -> torch.Tensor:
+    """The local StableReinforce: REINFORCE weighted by the importance ratio against the
+    sampler's *recorded* logprobs (not the client's copy), the ratio not differentiated, and
+    tokens outside `STABLE_REINFORCE_BAND` masked: ``-m * sg(r) * logp * A``. Inside the band
+    the gradient equals importance sampling's; a token the trainer and sampler disagree on
+    (stale weights, different numerics) drops out instead of blowing up the step."""
+    ratio = torch.exp(target_logprobs - recorded_logprobs).detach()
+    low, high = STABLE_REINFORCE_BAND
+    weight = torch.where((ratio >= low) & (ratio <= high), ratio, torch.zeros_like(ratio))
+    return -(weight * target_logprobs * advantages)
+
+
 @dataclass(frozen=True)
 class LossSpec:
     """Which per-token inputs a loss takes, its config keys with defaults, and the input
-    whose zero entries make a position contribute no gradient (None: every position may)."""
+    whose zero entries make a position contribute no gradient (None: every position may).
+    `optional`: inputs it also accepts; `provenance`: it reads recorded sequences named by
+    the datum's provenance spans."""
 
     inputs: tuple[str, ...]
     config_defaults: Mapping[str, float]
     coefficient: str | None = "advantages"
+    optional: tuple[str, ...] = ()
+    provenance: bool = False
 
 
 _RL_INPUTS = ("target_tokens", "logprobs", "advantages")
@@ -97,10 +141,19 @@ LOSSES: dict[str, LossSpec] = {
     "ppo": LossSpec(_RL_INPUTS, {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}),
     "cispo": LossSpec(_RL_INPUTS, {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0}),
     "dro": LossSpec(_RL_INPUTS, {"beta": 0.05}, None),
+    "gspo": LossSpec(
+        _RL_INPUTS,
+        {"clip_low_threshold": 1.0 - 3e-4, "clip_high_threshold": 1.0 + 4e-4},
+        optional=("sequence_ratio_mask",),
+    ),
+    # The sampler's logprobs come from the records; a client's copy is accepted and unused.
+    "stable_reinforce": LossSpec(
+        ("target_tokens", "advantages"), {}, optional=("logprobs",), provenance=True
+    ),
 }
 
 # Known to Tinker but not implemented here: named separately so the error says so.
-UNSUPPORTED_LOSSES = ("gspo", "stable_reinforce", "custom")
+UNSUPPORTED_LOSSES = ("custom",)
 
 
 def check_loss_name(loss_fn: str) -> LossSpec:
@@ -119,6 +172,18 @@ def check_loss_name(loss_fn: str) -> LossSpec:
             f"supported here: {supported}"
         )
     raise bad_request(f"Unknown loss_fn {loss_fn!r}; supported: {supported}")
+
+
+def loss_input_keys(loss_fn: str) -> tuple[str, ...]:
+    """The per-token tensors `elementwise_loss` reads for `loss_fn` (after the training client
+    filled in what it computes: stable_reinforce's recorded ``logprobs``, gspo's
+    ``sequence_log_ratio``)."""
+    spec = check_loss_name(loss_fn)
+    if loss_fn == "stable_reinforce":
+        return ("target_tokens", "logprobs", "advantages")
+    if loss_fn == "gspo":
+        return (*spec.inputs, "sequence_log_ratio")
+    return spec.inputs
 
 
 def resolve_config(
@@ -144,7 +209,7 @@ def check_datum_inputs(
 ) -> None:
     """Raise a BadRequest naming exactly what is wrong with datum `index`'s loss inputs."""
     spec = check_loss_name(loss_fn)
-    needed = set(spec.inputs)
+    needed = set(spec.inputs) | set(spec.optional)
     missing = [k for k in spec.inputs if k not in keys]
     extra = sorted(keys - needed)
     if missing or extra:
@@ -155,9 +220,10 @@ def check_datum_inputs(
             problems.append("has unexpected key(s) " + ", ".join(repr(k) for k in extra))
         raise bad_request(
             f"Datum {index}: loss_fn_inputs {' and '.join(problems)}; "
-            f"{loss_fn!r} takes exactly: {', '.join(spec.inputs)}"
+            f"{loss_fn!r} takes: {', '.join(spec.inputs)}"
+            + (f" (optional: {', '.join(spec.optional)})" if spec.optional else "")
         )
-    for key in spec.inputs:
+    for key in [k for k in (*spec.inputs, *spec.optional) if k in keys]:
         if lengths[key] != model_len:
             raise bad_request(
                 f"Datum {index}: loss_fn_inputs[{key!r}] has length {lengths[key]} but "
@@ -183,5 +249,15 @@ def elementwise_loss(
         return cispo(target_logprobs, inputs["logprobs"], inputs["advantages"], **config)
     if loss_fn == "dro":
         return dro(target_logprobs, inputs["logprobs"], inputs["advantages"], **config)
+    if loss_fn == "gspo":
+        return gspo(
+            target_logprobs,
+            inputs["logprobs"],
+            inputs["advantages"],
+            inputs["sequence_log_ratio"],
+            **config,
+        )
+    if loss_fn == "stable_reinforce":
+        return stable_reinforce(target_logprobs, inputs["logprobs"], inputs["advantages"])
     check_loss_name(loss_fn)  # raises for unknown names
     raise AssertionError(f"loss {loss_fn!r} is registered but not dispatched")

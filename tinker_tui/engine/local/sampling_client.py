@@ -48,6 +48,8 @@ from tinker_tui.engine.local.model import BaseModel, load_base
 if TYPE_CHECKING:
     from tinker.lib.public_interfaces.api_future import APIFuture
 
+    from tinker_tui.engine.local.stability import StabilityRecords
+
 # Rows (prompt copies) merged into one generation at most; more wait for the next batch.
 MAX_BATCH_ROWS = 256
 # Merge the adapter into a private copy of the adapted weights when the base is at most this
@@ -95,6 +97,7 @@ class LocalSamplingClient:
         model_path: str | None = None,
         sampler_id: str | None = None,
         inflight: InflightWeights | None = None,
+        stability: StabilityRecords | None = None,
     ) -> None:
         self._base = base
         self._adapter = adapter
@@ -103,6 +106,8 @@ class LocalSamplingClient:
         self._publish = inflight.publishes if inflight is not None else 0
         self._model_path = model_path
         self._sampler_id = sampler_id or f"local-sampler-{uuid.uuid4().hex[:12]}"
+        #: Where every sample is recorded (``record_stability_info=True``); None: not kept.
+        self._stability = stability
         self._init_runtime_state()
 
     def _init_runtime_state(self) -> None:
@@ -146,6 +151,7 @@ class LocalSamplingClient:
         self._adapter = adapter
         self._model_path = state["model_path"]
         self._sampler_id = state["sampler_id"]
+        self._stability = None  # records are the session's: a copy elsewhere keeps none
         self._init_runtime_state()
 
     # -- info -------------------------------------------------------------------------------
@@ -413,6 +419,8 @@ class LocalSamplingClient:
                     res.tokens, res.logprobs, res.stop_reasons, res.topk, strict=True
                 )
             ]
+            if self._stability is not None:
+                self._stability.record(sequences)
             fut.set_result(
                 tinker.SampleResponse(
                     sequences=sequences,

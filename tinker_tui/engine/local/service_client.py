@@ -30,6 +30,7 @@ from tinker_tui.engine.local.model import (
     max_context_of,
 )
 from tinker_tui.engine.local.sampling_client import LocalSamplingClient
+from tinker_tui.engine.local.stability import StabilityRecords
 from tinker_tui.engine.local.training_client import LocalTrainingClient, load_sampling_client
 
 if TYPE_CHECKING:
@@ -65,6 +66,9 @@ class LocalServiceClient:
             else checkpoints.default_checkpoint_dir()
         )
         self._closed = False
+        #: This session's recorded sequences (``record_stability_info``), shared by its
+        #: training and sampling clients: StableReinforce trains only within its session.
+        self.stability = StabilityRecords()
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -149,7 +153,7 @@ class LocalServiceClient:
         assert any([train_mlp, train_attn, train_unembed]), (
             "At least one of train_mlp, train_attn, or train_unembed must be True"
         )
-        checkpoint_dir = self._checkpoint_dir
+        checkpoint_dir, stability = self._checkpoint_dir, self.stability
         kinds = tuple(
             kind
             for kind, on in (("attn", train_attn), ("mlp", train_mlp), ("unembed", train_unembed))
@@ -178,6 +182,7 @@ class LocalServiceClient:
                 adapter=adapter,
                 checkpoint_dir=checkpoint_dir,
                 seed=seed,
+                stability=stability,
             )
 
         return runtime.submit_client(create)
@@ -202,7 +207,7 @@ class LocalServiceClient:
         self, path: str, with_optimizer: bool, base_model: str | None
     ) -> APIFuture[LocalTrainingClient]:
         self._check_open()
-        checkpoint_dir = self._checkpoint_dir
+        checkpoint_dir, stability = self._checkpoint_dir, self.stability
 
         def create() -> LocalTrainingClient:
             folder = checkpoints.resolve(checkpoint_dir, path)
@@ -222,6 +227,7 @@ class LocalServiceClient:
                 adapter=adapter,
                 checkpoint_dir=checkpoint_dir,
                 optimizer_state=optimizer_state,
+                stability=stability,
             )
 
         return runtime.submit_client(create)
@@ -285,10 +291,13 @@ class LocalServiceClient:
         if model_path is None and base_model is None:
             raise ValueError("Either model_path or base_model must be provided")
         checkpoint_dir = self._checkpoint_dir
+        records = self.stability if record_stability_info else None
         if model_path is not None:
-            return runtime.submit_client(load_sampling_client, checkpoint_dir, model_path)
+            return runtime.submit_client(load_sampling_client, checkpoint_dir, model_path, records)
         assert base_model is not None
-        return runtime.submit_client(lambda: LocalSamplingClient(load_base(base_model), None))
+        return runtime.submit_client(
+            lambda: LocalSamplingClient(load_base(base_model), None, stability=records)
+        )
 
     async def create_sampling_client_async(
         self,

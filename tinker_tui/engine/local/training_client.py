@@ -35,6 +35,7 @@ from tinker_tui.engine.local.adamw import AdamW
 from tinker_tui.engine.local.errors import POISONED_MESSAGE, bad_request
 from tinker_tui.engine.local.model import BaseModel, load_base
 from tinker_tui.engine.local.sampling_client import InflightWeights, LocalSamplingClient
+from tinker_tui.engine.local.stability import StabilityRecords
 
 if TYPE_CHECKING:
     from tinker.lib.public_interfaces.api_future import APIFuture
@@ -83,8 +84,12 @@ class LocalTrainingClient:
         checkpoint_dir: Path,
         seed: int | None = None,
         optimizer_state: Mapping[str, Any] | None = None,
+        stability: StabilityRecords | None = None,
     ) -> None:
         self._model_id = model_id
+        #: The session's recorded sequences (stable_reinforce reads them; samplers made with
+        #: ``record_stability_info=True`` write them).
+        self._stability = stability if stability is not None else StabilityRecords()
         self._base = base
         self._adapter = adapter
         self._checkpoint_dir = Path(checkpoint_dir)
@@ -451,6 +456,14 @@ class LocalTrainingClient:
         config = losses.resolve_config(loss_fn, loss_fn_config)
         spec = losses.LOSSES[loss_fn]
         parsed = [self._datum_arrays(i, d, loss_fn) for i, d in enumerate(data)]
+        if spec.provenance:  # the sampler's logprobs, as recorded when it sampled
+            for i, (datum, (_, given)) in enumerate(zip(data, parsed, strict=True)):
+                given["logprobs"] = self._stability.sampler_logprobs(
+                    i, datum.loss_fn_input_spans, given["target_tokens"]
+                )
+        if loss_fn == "gspo":
+            self._sequence_log_ratios(parsed)
+        keys = [k for k in losses.loss_input_keys(loss_fn) if k != "target_tokens"]
         outputs: list[dict[str, tinker.TensorData]] = [{} for _ in data]
         total = 0.0
         coefficient = spec.coefficient
@@ -466,8 +479,7 @@ class LocalTrainingClient:
                     key: torch.from_numpy(
                         np.concatenate([a[key] for a in arrays]).astype(np.float32)
                     ).to(device)
-                    for key in spec.inputs
-                    if key != "target_tokens"
+                    for key in keys
                 }
                 targets = [a["target_tokens"] for a in arrays]
                 # NaN where not measured: positions the loss does not train, a forward
@@ -503,6 +515,26 @@ class LocalTrainingClient:
             loss_fn_outputs=outputs,
             metrics={"loss:sum": total},
         )
+
+    def _sequence_log_ratios(self, parsed: list[tuple[list[int], dict[str, np.ndarray]]]) -> None:
+        """GSPO's sequence log-ratio per datum (mean of trainer - sampler logprob over the
+        tokens `sequence_ratio_mask` marks; without it, those with a nonzero advantage),
+        from a pass without gradient before the step: the loss's gradient at a token needs
+        this value of its whole sequence, which the fused pass never holds at once. Stored
+        per position as ``sequence_log_ratio``, so the loss stays a sum of per-position terms."""
+        with lora.activate(self._base.layers, self._adapter), torch.no_grad():
+            for idx in self._microbatches([len(t) for t, _ in parsed]):
+                tokens = [parsed[i][0] for i in idx]
+                arrays = [parsed[i][1] for i in idx]
+                logprobs = self._target_logprobs(tokens, [a["target_tokens"] for a in arrays])
+                bounds = np.cumsum([len(t) for t in tokens])[:-1]
+                for a, lp in zip(
+                    arrays, np.split(logprobs.float().cpu().numpy(), bounds), strict=True
+                ):
+                    mask = a.get("sequence_ratio_mask", a["advantages"]) != 0
+                    diff = (lp - a["logprobs"])[mask]
+                    value = float(diff.mean()) if diff.size else 0.0
+                    a["sequence_log_ratio"] = np.full(len(lp), value, dtype=np.float32)
 
     def _forward_backward_custom(
         self, data: list[types.Datum], loss_fn: Callable[..., Any]
@@ -732,10 +764,10 @@ class LocalTrainingClient:
         Use `save_weights_for_sampler` for a persistent copy.
         """
         if kind == "inflight":
-            return self._submit(self._inflight_sampler)
+            return self._submit(self._inflight_sampler, record_stability_info)
         if kind != "snapshot":
             return runtime.failed(bad_request(f"unknown sampling client kind {kind!r}"))
-        return self._submit(self._snapshot_sampler)
+        return self._submit(self._snapshot_sampler, record_stability_info)
 
     async def save_weights_and_get_sampling_client_async(
         self,
@@ -749,19 +781,33 @@ class LocalTrainingClient:
             name, retry_config, record_stability_info, kind
         ).result_async()
 
-    def _snapshot_sampler(self) -> LocalSamplingClient:
-        return LocalSamplingClient(self._base, self._adapter.snapshot())
+    def _snapshot_sampler(self, record_stability_info: bool = False) -> LocalSamplingClient:
+        return LocalSamplingClient(
+            self._base,
+            self._adapter.snapshot(),
+            stability=self._stability if record_stability_info else None,
+        )
 
-    def _inflight_sampler(self) -> LocalSamplingClient:
+    def _inflight_sampler(self, record_stability_info: bool = False) -> LocalSamplingClient:
         target = self.inflight_weights
         target.publish(self._adapter.snapshot())
-        return LocalSamplingClient(self._base, target.adapter, inflight=target)
+        return LocalSamplingClient(
+            self._base,
+            target.adapter,
+            inflight=target,
+            stability=self._stability if record_stability_info else None,
+        )
 
     def create_sampling_client(
         self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
     ) -> APIFuture[LocalSamplingClient]:
         """A sampling client on saved weights (``tinker://...``)."""
-        return runtime.submit(load_sampling_client, self._checkpoint_dir, model_path)
+        return runtime.submit(
+            load_sampling_client,
+            self._checkpoint_dir,
+            model_path,
+            self._stability if record_stability_info else None,
+        )
 
     async def create_sampling_client_async(
         self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
@@ -782,10 +828,12 @@ def _backend_code_digest() -> str:
     return digest.hexdigest()
 
 
-def load_sampling_client(checkpoint_dir: Path, model_path: str) -> LocalSamplingClient:
+def load_sampling_client(
+    checkpoint_dir: Path, model_path: str, stability: StabilityRecords | None = None
+) -> LocalSamplingClient:
     """Build a sampling client from a saved checkpoint (runs on the torch thread)."""
     folder = checkpoints.resolve(checkpoint_dir, model_path)
     meta, state, _ = checkpoints.load(folder, with_optimizer=False, path=model_path)
     base = load_base(meta["base_model"])
     adapter = checkpoints.restore_adapter(meta, state, base, model_path)
-    return LocalSamplingClient(base, adapter.snapshot(), model_path=model_path)
+    return LocalSamplingClient(base, adapter.snapshot(), model_path=model_path, stability=stability)

@@ -28,6 +28,18 @@ class TrajectoryError(TinkerTuiError, ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class ProvenanceRun:
+    """Consecutive tokens of a training sequence and where they came from: positions
+    [offset, offset + length) of a sampled sequence's tokens ("sampled") or of the prompt of
+    the request that sampled it ("prompt"), as Tinker's provenance spans name them."""
+
+    kind: str
+    sequence_id: str
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
 class SampledTurn:
     """One assistant completion exactly as sampled."""
 
@@ -38,6 +50,10 @@ class SampledTurn:
     #: Why the sampler ended it: "stop", "tool_calls", or "length" (the `max_tokens` limit
     #: cut it off); "" when not known.
     finish_reason: str = ""
+    #: The sampler's id of the sequence `tokens` starts (Tinker's `sequence_id`; session-
+    #: scoped, so not stored, and not part of what the turn is: two samplings of the same
+    #: tokens are equal turns); "" when not known.
+    sequence_id: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if len(self.tokens) != len(self.logprobs):
@@ -59,6 +75,7 @@ class SampledTurn:
                 tuple(map(float, data["token_logprobs"])),
                 int(data["policy_version"]),
                 finish if isinstance(finish, str) else "",
+                str(data.get("sequence_id") or ""),
             )
         except (KeyError, TypeError) as exc:
             raise TrajectoryError(
@@ -258,6 +275,7 @@ def trajectory_to_datum_arrays(turns: Sequence[SampledTurn], advantage: float) -
     logprobs: list[float] = []  # logprobs[i]: sampled logprob of full[i] (0 for context)
     trained: list[bool] = []  # trained[i]: full[i] was sampled
     versions: list[int] = []  # versions[i]: the policy that sampled full[i] (-1: context)
+    runs: list[ProvenanceRun] = []  # runs tiling full, naming the sequence behind each token
     for turn in turns:
         if not turn.tokens:
             continue
@@ -266,9 +284,12 @@ def trajectory_to_datum_arrays(turns: Sequence[SampledTurn], advantage: float) -
         extends = bool(full) and len(prompt) >= len(full) and list(prompt[: len(full)]) == full
         if full and not extends:
             mismatches += 1
-            examples.extend(_example(full, logprobs, trained, versions, advantage))
-            full, logprobs, trained, versions = [], [], [], []
+            examples.extend(_example(full, logprobs, trained, versions, advantage, runs))
+            full, logprobs, trained, versions, runs = [], [], [], [], []
         context = prompt[len(full) :]
+        if context:
+            runs.append(ProvenanceRun("prompt", turn.sequence_id, len(full), len(context)))
+        runs.append(ProvenanceRun("sampled", turn.sequence_id, 0, len(turn.tokens)))
         full.extend(context)
         logprobs.extend([0.0] * len(context))
         trained.extend([False] * len(context))
@@ -277,7 +298,7 @@ def trajectory_to_datum_arrays(turns: Sequence[SampledTurn], advantage: float) -
         logprobs.extend(turn.logprobs)
         trained.extend([True] * len(turn.tokens))
         versions.extend([turn.policy_version] * len(turn.tokens))
-    examples.extend(_example(full, logprobs, trained, versions, advantage))
+    examples.extend(_example(full, logprobs, trained, versions, advantage, runs))
     return SequenceArrays(examples=examples, turns=used, prefix_mismatches=mismatches)
 
 
@@ -287,6 +308,7 @@ def _example(
     trained: list[bool],
     versions: list[int],
     advantage: float,
+    runs: Sequence[ProvenanceRun] = (),
 ) -> list[dict[str, Sequence[Any]]]:
     if len(full) < 2:
         return []  # nothing to predict from: a completion needs at least one token before it
@@ -301,5 +323,8 @@ def _example(
             "mask": [1.0 if t else 0.0 for t in trained[1:]],
             # The policy version that sampled each target (-1 for context): for the token view.
             "versions": versions[1:],
+            # Runs tiling `full` (model_input is it minus the last token, target_tokens minus
+            # the first); empty when a turn's sequence id is not known.
+            "provenance": list(runs) if all(r.sequence_id for r in runs) else [],
         }
     ]

@@ -148,6 +148,7 @@ def _sse(
                     "token_ids": c["token_ids"],
                     "token_logprobs": c["token_logprobs"],
                     "policy_version": c["policy_version"],
+                    "sequence_id": c.get("sequence_id", ""),
                 }
             ]
         )

@@ -719,6 +719,9 @@ class ChatHandler:
             "token_ids": tokens,
             "token_logprobs": logprobs,
             "policy_version": version,
+            # The sampler's name for the sequence (a prefix of which `token_ids` is): a
+            # stable_reinforce datum names it in its provenance.
+            "sequence_id": getattr(sequence, "sequence_id", None) or "",
         }
 
 

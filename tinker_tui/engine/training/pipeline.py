@@ -874,7 +874,7 @@ class Pipeline:
                     return None
                 return batch  # the scenarios ran out: train what there is
             staleness = self.session.version - group.policy_version
-            if staleness > self._max_off and not self._inflight:
+            if staleness > self._max_off and not self._inflight and self.config.discard_stale:
                 self._discard_counts("stale")
                 self._emit(
                     GroupDiscarded(
