@@ -485,6 +485,7 @@ class DoubleService:
                 tinker_path=e.path,
                 checkpoint_type=kinds[e.kind],
                 time=e.created,
+                user_metadata=self._checkpoint_meta(e.path).get("user_metadata") or None,
             )  # type: ignore[arg-type]
             for e in self.checkpoints.values()
             if e.path.startswith(f"tinker://{training_run_id}/")

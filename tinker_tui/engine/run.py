@@ -171,6 +171,7 @@ class Run:
         self.session = BackendSession.from_config(
             self._service_client, self.config, on_event=self.events.publish, clock=self.clock
         )
+        self.session.run_id = self.run_id
         return self.session
 
     def _client(self) -> openai.AsyncOpenAI:

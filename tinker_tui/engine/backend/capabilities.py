@@ -65,7 +65,7 @@ class TrainingClient(Protocol):
     def save_weights_and_get_sampling_client(self) -> Awaitable[SamplingClient]: ...
 
     def save_weights_for_sampler(
-        self, name: str
+        self, name: str, *, user_metadata: dict[str, str] | None = None
     ) -> Awaitable[tinker.types.SaveWeightsForSamplerResponse]: ...
 
     def save_state(

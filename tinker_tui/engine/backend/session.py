@@ -207,6 +207,8 @@ class BackendSession:
         self._shown: dict[tuple[str, ...], float] = {}  # throttles the SDK's notices
         #: The Tinker session id (the service bills by it); "" on the local backend.
         self.session_id = ""
+        #: The run this session trains, tagged on its checkpoints (`checkpoint_metadata`).
+        self.run_id = ""
         #: Tokens the backend processed so far (engine.metrics.cost), as the service bills them.
         self.usage = TokenUsage()
         #: The last publish whose named sampler save is not awaited yet.
@@ -471,7 +473,13 @@ class BackendSession:
         every = self.sampler_checkpoint_every
         started = time.perf_counter()
         snapshot = training.save_weights_and_get_sampling_client()
-        saved = training.save_weights_for_sampler(name) if every and version % every == 0 else None
+        saved = (
+            training.save_weights_for_sampler(
+                name, user_metadata=self.checkpoint_metadata(version, version)
+            )
+            if every and version % every == 0
+            else None
+        )
         return _Publish(version, name, snapshot, saved, started)
 
     async def _publish(self, version: int, suffix: str = "") -> float:
@@ -517,7 +525,10 @@ class BackendSession:
                 lambda attempt: (
                     saved
                     if attempt == 1
-                    else training.save_weights_for_sampler(f"{name}-retry{attempt}")
+                    else training.save_weights_for_sampler(
+                        f"{name}-retry{attempt}",
+                        user_metadata=self.checkpoint_metadata(publish.version, publish.version),
+                    )
                 ),
             )
         except DiskFull:
@@ -798,12 +809,24 @@ class BackendSession:
         await self.settle_sampler_save()  # recorded in the order they were saved
         training = self._training()
         response = await self._call(
-            "save state", lambda attempt: training.save_state(name, overwrite=attempt > 1)
+            "save state",
+            lambda attempt: training.save_state(
+                name,
+                overwrite=attempt > 1,
+                user_metadata=self.checkpoint_metadata(
+                    self.version, self.version if step is None else step
+                ),
+            ),
         )
         await self.retention.record(
             CheckpointRecord("state", self.version if step is None else step, name, response.path)
         )
         return str(response.path)
+
+    def checkpoint_metadata(self, version: int, step: int) -> dict[str, str]:
+        """What a checkpoint is tagged with (the SDK's `user_metadata`, strings only), so
+        it can be found by run and step on the service: run id, step, policy version."""
+        return {"run_id": self.run_id, "step": str(step), "policy_version": str(version)}
 
     async def rewind(self, path: str, version: int, step: int) -> None:
         """Go back to a full checkpoint of this run (a rollback), taken at `step`: its weights
