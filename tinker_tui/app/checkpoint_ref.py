@@ -30,6 +30,8 @@ class CheckpointRef:
     backend: str
     base_model: str
     checkpoint_dir: Path
+    #: The LoRA rank of the run that saved it (None when not known).
+    lora_rank: int | None = None
 
     @property
     def label(self) -> str:
@@ -89,4 +91,9 @@ async def resolve(db: Path, spec: str, *, need_state: bool = False) -> Checkpoin
         backend=run.backend,
         base_model=run.base_model,
         checkpoint_dir=run_checkpoint_dir(db),
+        lora_rank=_int_or_none(run.config.get("lora_rank")),
     )
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -398,8 +398,11 @@ class BackendSession:
         return tinker.AdamParams(learning_rate=learning_rate, **self.adam)
 
     # ------------------------------------------------------------------ life cycle
-    async def start(self, *, from_state: str | None = None, version: int = 0) -> None:
-        """Create the training client (fresh, or from a saved state) and sampler `version`.
+    async def start(
+        self, *, from_state: str | None = None, version: int = 0, with_optimizer: bool = True
+    ) -> None:
+        """Create the training client (fresh, or from a saved state: its weights, and its
+        optimizer state unless `with_optimizer` is False) and sampler `version`.
 
         The first call builds the SDK's session (blocking, retried by the SDK): on a daemon
         thread, abandoned if the run stops meanwhile."""
@@ -417,11 +420,14 @@ class BackendSession:
                 abandon_on_stop=True,
             )
         else:
+            from_path = (
+                service.create_training_client_from_state_with_optimizer
+                if with_optimizer
+                else service.create_training_client_from_state
+            )
             self.training_client = await self._call(
                 "create training client from state",
-                lambda _: sdk_call(
-                    service.create_training_client_from_state_with_optimizer, from_state
-                ),
+                lambda _: sdk_call(from_path, from_state),
                 abandon_on_stop=True,
             )
         training = self._training()
