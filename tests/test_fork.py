@@ -84,3 +84,28 @@ async def test_bad_init_from_is_one_line(tmp_path, capsys):
         assert await asyncio.to_thread(main, argv) == 2, extra
         err = capsys.readouterr().err
         assert words in err and "Traceback" not in err, err
+
+
+async def test_a_fork_on_tinker_through_the_sdk(tmp_path, monkeypatch):
+    """The Tinker side: the parent's checkpoint is the service's, the fork loads it with
+    `create_training_client_from_state` (weights) or `..._with_optimizer`, through the real
+    SDK to the service double."""
+    from tinker_double import TinkerDouble
+
+    from tinker_tui.engine.local import DEFAULT_BASE_MODEL
+
+    db = tmp_path / "runs.db"
+    small = ["--backend", "tinker", "--base-model", DEFAULT_BASE_MODEL, "--eval-every", "0"]
+    small += ["--group-size", "4", "--groups-per-step", "2", "--warmup-steps", "0"]
+    with TinkerDouble(tmp_path / "service") as double:
+        for name, value in double.env().items():
+            monkeypatch.setenv(name, value)
+        parent, _, _ = await train(db, *small, "--steps", "2", "--checkpoint-every", "1")
+        for extra in ([], ["--with-optimizer"]):
+            fork, rewards, log = await train(
+                db, *small, "--steps", "1", "--init-from", f"{parent}@2", *extra
+            )
+            assert len(rewards) == 1
+            line = next(line for line in log if line.startswith("forked from"))
+            assert f"{parent}@2" in line and "tinker://" in line, line
+            assert (await find_run(db, fork)).parent == f"{parent}@2"
