@@ -152,3 +152,53 @@ def test_old_torch_pickle_checkpoints_still_load(tmp_path):
     _, loaded, _ = checkpoints.load(folder, with_optimizer=False, path=str(folder))
     assert loaded.keys() == state.keys()
     assert all(torch.equal(loaded[k], state[k]) for k in state)
+
+
+async def test_a_tinker_checkpoint_downloads_through_the_sdk(tmp_path, monkeypatch, capsys):
+    """On Tinker (real SDK → the service double): export-model RUN@STEP loads the checkpoint,
+    saves it as external weights, downloads the files from their signed URLs and deletes
+    the temporary export; peft loads the adapter onto the base with our logits."""
+    from peft import PeftModel
+    from tinker_double import TinkerDouble
+
+    from tinker_tui.app.checkpoint_ref import resolve
+    from tinker_tui.engine.local import DEFAULT_BASE_MODEL
+    from tinker_tui.engine.local.hf_export import base_module
+
+    db = tmp_path / "runs.db"
+    argv = ["--backend", "tinker", "--base-model", DEFAULT_BASE_MODEL, "--eval-every", "0"]
+    argv += ["--steps", "2", "--checkpoint-every", "1", "--warmup-steps", "0", "--no-ui"]
+    with TinkerDouble(tmp_path / "service") as double:
+        for name, value in double.env().items():
+            monkeypatch.setenv(name, value)
+        code = await asyncio.to_thread(main, ["run", "example", "--db", str(db), *argv])
+        assert code == 0
+        run_id = (await asyncio.to_thread(find_newest, db)).run_id
+        out = tmp_path / "hf"
+        assert await asyncio.to_thread(export, db, f"{run_id}@2", out) == 0
+        assert await asyncio.to_thread(export, db, f"{run_id}@2", tmp_path / "m", "--merge") == 2
+        printed = capsys.readouterr()
+        assert "as the service exported it" in printed.out and "--merge" in printed.err
+        ref = await resolve(db, f"{run_id}@2")
+        assert ref.path.startswith("tinker://") and "/weights/" in ref.path
+        service = double.service
+        external = [p for p in service.checkpoints if "/external_weights/" in p]
+        assert not external and any("/external_weights/" in p for p in service.deleted)
+        local = service.local_path(ref.path)
+        ours = our_logits(service.checkpoint_dir, local)
+    assert sorted(p.name for p in out.iterdir()) == [
+        peft_format.CONFIG_FILE,
+        peft_format.WEIGHTS_FILE,
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = PeftModel.from_pretrained(base_module(DEFAULT_BASE_MODEL), out)
+    with torch.no_grad():
+        theirs = model(torch.tensor([TOKENS])).logits.float()
+    assert (ours - theirs).abs().max().item() <= ADAPTER_TOLERANCE
+
+
+def find_newest(db: Path):
+    from tinker_tui.engine.store import find_run
+
+    return asyncio.run(find_run(db, None))

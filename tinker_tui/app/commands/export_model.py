@@ -6,7 +6,8 @@ RUN@STEP, RUN (its newest checkpoint) or a ``tinker://`` path name the checkpoin
 (``adapter_model.safetensors``, ``adapter_config.json`` naming the base model; for the
 embedded model a ``base/`` folder with its weights and tokenizer, which no hub has); with
 `--merge`, one standalone model folder with the adapter added into the weights
-(`engine.local.hf_export`). DIR must be new or empty.
+(`engine.local.hf_export`). DIR must be new or empty. A Tinker checkpoint is downloaded
+as the service exports it (`engine.backend.remote_export`; adapter only).
 """
 
 from __future__ import annotations
@@ -46,11 +47,8 @@ def main(args: argparse.Namespace) -> int:
     from tinker_tui.app.checkpoint_ref import resolve
 
     ref = asyncio.run(resolve(store_path(args), args.checkpoint))
-    if ref.backend == "tinker":
-        raise UsageError(
-            f"{ref.label} is a Tinker checkpoint ({ref.path}): export-model writes local "
-            "checkpoints only; download it with the tinker CLI: tinker checkpoint download"
-        )
+    if ref.backend == "tinker" or (not ref.backend and not _local(ref)):
+        return export_remote(ref, args.out, merge=args.merge)
     from tinker_tui.engine.local import hf_export
     from tinker_tui.engine.local.errors import LocalBadRequestError, LocalNotFoundError
 
@@ -69,4 +67,37 @@ def main(args: argparse.Namespace) -> int:
         print(f"load: AutoModelForCausalLM.from_pretrained({str(done.folder)!r})")
     else:
         print(f"load: AutoPeftModelForCausalLM.from_pretrained({str(done.folder)!r})")
+    return EXIT_OK
+
+
+def _local(ref: Any) -> bool:
+    """Whether a path given as is names a checkpoint of the local backend beside the store."""
+    from tinker_tui.engine.checkpoint_paths import local_folder
+
+    folder = local_folder(ref.checkpoint_dir, ref.path)
+    return folder is not None and folder.is_dir()
+
+
+def export_remote(ref: Any, out: Path, *, merge: bool) -> int:
+    """A Tinker checkpoint: its Hugging Face files as the service exports them."""
+    if merge:
+        raise UsageError(
+            f"--merge: {ref.label} is a Tinker checkpoint; export its adapter (without "
+            "--merge) and merge it where the base model's weights are"
+        )
+    if "/sampler_weights/" in ref.path:
+        raise UsageError(
+            f"{ref.path} is sampler weights, which Tinker does not export; name a full "
+            "checkpoint (tinker://.../weights/...)"
+        )
+    out = out.expanduser()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"{out} exists and is not an empty folder; choose a new one")
+    from tinker_tui.engine.backend.remote_export import download
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = download(ref.path, out)
+    print(f"wrote {ref.label} as the service exported it to {out}")
+    for name in files:
+        print(f"  {name}")
     return EXIT_OK
