@@ -49,6 +49,10 @@ async def test_a_fork_starts_at_its_parents_reward(tmp_path, capsys):
     assert abs(start - parent_end) < abs(start - fresh[0]), (start, parent_end, fresh)
     assert (await find_run(db, fork)).parent == f"{parent}@8"
     assert (await find_run(db, parent)).parent == ""
+    # resumed, the fork continues from its own checkpoint and keeps its parent
+    resumed, more, log = await train(db, "--steps", "3", "--resume", fork)
+    assert resumed == fork and len(more) == 1 and not any("forked" in m for m in log)
+    assert (await find_run(db, fork)).parent == f"{parent}@8"
 
     # with its optimizer state too (a full checkpoint: step 4's)
     child, _, log = await train(

@@ -618,7 +618,7 @@ class Run:
             return
         if self.pipeline.step > 0 or (self.resume and self.pipeline.warmup_done):
             return  # the resumed weights already include it
-        if self.init_from is not None and not self.resume:
+        if self.init_from is not None:
             self.pipeline.warmup_done = True  # the parent's weights already include it
             self._log("info", f"format warm-up skipped: forked from {self.init_from.parent}")
             return

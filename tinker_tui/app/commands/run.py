@@ -280,6 +280,23 @@ def plan_fork(args: argparse.Namespace, db: Path, backend: str, flags: dict[str,
     return InitFrom(path=ref.path, parent=ref.label, with_optimizer=with_optimizer)
 
 
+def fork_of(db: Path, run_id: str) -> InitFrom | None:
+    """A resumed fork's parent checkpoint, should it have no checkpoint of its own yet (it
+    then starts over from the parent's weights; its optimizer state is not taken again).
+    None for a run that is no fork, or whose parent's checkpoint is gone."""
+    from tinker_tui.app.checkpoint_ref import resolve
+    from tinker_tui.engine.store import find_run
+
+    parent = asyncio.run(find_run(db, run_id)).parent
+    if not parent:
+        return None
+    try:
+        ref = asyncio.run(resolve(db, parent))
+    except UsageError:
+        return None
+    return InitFrom(path=ref.path, parent=parent)
+
+
 def check_store(path: Path, *, explicit: bool) -> None:
     """UsageError/StoreError now, before any model loads, if the run store cannot be used:
     a folder, a folder that does not exist (unless it is the default one, made when the run
@@ -323,6 +340,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         check_store(path, explicit=args.db is not None)  # before reading the run from it
         config, backend, run_id, notes = resume_plan(args, task, path)
         return RunPlan(
+            init_from=fork_of(path, run_id),
             task=task,
             config=config,
             backend=backend,
