@@ -71,11 +71,12 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _local(ref: Any) -> bool:
-    """Whether a path given as is names a checkpoint of the local backend beside the store."""
+    """Whether a path given as is names a model of the local backend beside the store (its
+    checkpoint itself may be missing: that is then said as such)."""
     from tinker_tui.engine.checkpoint_paths import local_folder
 
     folder = local_folder(ref.checkpoint_dir, ref.path)
-    return folder is not None and folder.is_dir()
+    return folder is not None and folder.parent.parent.is_dir()
 
 
 def export_remote(ref: Any, out: Path, *, merge: bool) -> int:

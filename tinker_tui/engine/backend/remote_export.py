@@ -13,6 +13,10 @@ from __future__ import annotations
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import tinker
 
 #: How long the temporary external checkpoint lives if the delete fails (the SDK's least).
 TEMPORARY_TTL_SECONDS = 3600
@@ -23,9 +27,19 @@ def download(path: str, out: Path) -> list[str]:
     (which exists); their names."""
     import tinker
 
+    service = tinker.ServiceClient()
+    status: Literal["success", "errored"] = "errored"
+    try:
+        written = _download(service, path, out)
+        status = "success"
+        return written
+    finally:
+        service.close(status).result()  # ends the session and its heartbeats
+
+
+def _download(service: tinker.ServiceClient, path: str, out: Path) -> list[str]:
     from tinker_tui.engine.backend.choice import rest_client
 
-    service = tinker.ServiceClient()
     rest = rest_client()
     training = service.create_training_client_from_state(path).result()
     name = f"export-{time.time_ns()}"
