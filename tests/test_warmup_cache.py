@@ -10,6 +10,7 @@ import torch
 
 from tinker_tui.app.task_loader import layered_config, load_task
 from tinker_tui.engine.events import LogEmitted
+from tinker_tui.engine.local import peft_format
 from tinker_tui.engine.run import Run
 from tinker_tui.engine.training.warmup_cache import CACHE_DIR, KEEP
 
@@ -35,7 +36,7 @@ async def run_example(tmp_path: Path, **overrides) -> tuple[list[str], Path]:
 
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:
-    return torch.load(folder / "adapter.pt", weights_only=True)
+    return peft_format.read_adapter(folder)
 
 
 def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
@@ -65,7 +66,7 @@ async def test_a_different_warmup_is_not_reused(tmp_path):
 async def test_a_damaged_entry_is_recomputed(tmp_path):
     _, first_weights = await run_example(tmp_path)
     (entry,) = (tmp_path / "checkpoints" / CACHE_DIR).iterdir()
-    (entry / "adapter.pt").write_bytes(b"not a tensor file")
+    (entry / peft_format.WEIGHTS_FILE).write_bytes(b"not a tensor file")
     log, second_weights = await run_example(tmp_path)
     assert any("could not be loaded" in m for m in log), log
     assert "reused" not in log[-1] and "6 supervised steps" in log[-1]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pydantic
@@ -178,6 +179,12 @@ def create_app(service: DoubleService, *, api_key: str, hold: float = 1.0) -> Fa
             )
         )
 
+    @app.post(PREFIX + "save_weights_external")
+    async def save_weights_external(request: Request) -> Any:
+        return _json(
+            service.save_weights_external(await body(request, types.SaveWeightsExternalRequest))
+        )
+
     @app.post(PREFIX + "load_weights")
     async def load_weights(request: Request) -> Any:
         return _json(service.load_weights(await body(request, types.LoadWeightsRequest)))
@@ -258,6 +265,34 @@ def create_app(service: DoubleService, *, api_key: str, hold: float = 1.0) -> Fa
     @app.get(PREFIX + "training_runs/{training_run_id}/checkpoints")
     async def list_checkpoints(training_run_id: str) -> Any:
         return _json(service.list_checkpoints(training_run_id))
+
+    @app.get(
+        PREFIX + "training_runs/{training_run_id}/checkpoints/{checkpoint_id:path}"
+        "/external_weights_urls"
+    )
+    async def external_weights_urls(
+        training_run_id: str, checkpoint_id: str, request: Request
+    ) -> Any:
+        path = f"tinker://{training_run_id}/{checkpoint_id}"
+        files = service.external_files(path)
+        root = str(request.base_url).rstrip("/")
+        return _json(
+            types.ExternalWeightsUrlsResponse(
+                urls={
+                    name: f"{root}/_double/files/{training_run_id}/{checkpoint_id}/{name}"
+                    for name in files
+                },
+                expires=datetime.now(UTC) + timedelta(hours=1),
+            )
+        )
+
+    @app.get("/_double/files/{training_run_id}/{checkpoint_id:path}/{name}")
+    async def external_file(training_run_id: str, checkpoint_id: str, name: str) -> Any:
+        """A signed URL's download (the double signs nothing: it is a local test server)."""
+        files = service.external_files(f"tinker://{training_run_id}/{checkpoint_id}")
+        if name not in files:
+            raise ServiceError(404, f"no file {name}")
+        return Response(files[name].read_bytes(), media_type="application/octet-stream")
 
     @app.delete(PREFIX + "training_runs/{training_run_id}/checkpoints/{checkpoint_id:path}")
     async def delete_checkpoint(training_run_id: str, checkpoint_id: str) -> Any:

@@ -44,7 +44,7 @@ from typing import Any
 
 from tinker import types
 
-from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient, checkpoints
+from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient, checkpoints, peft_format
 from tinker_tui.engine.local.hf_tokenizer import TOKENIZER_DIR
 from tinker_tui.engine.local.model import max_context_of
 
@@ -550,6 +550,37 @@ class DoubleService:
         )
         return self._future("save_weights", future, model_id=model.model_id)
 
+    def save_weights_external(self, request: types.SaveWeightsExternalRequest) -> dict[str, Any]:
+        """External (Hugging Face) weights: the local backend's sampler weights, whose
+        adapter is in peft's layout, listed as ``tinker://<model>/external_weights/<name>``."""
+        model = self.model(request.model_id)
+        name = request.path
+
+        def record(saved: Any) -> types.SaveWeightsExternalResponseInternal:
+            path = f"tinker://{model.model_id}/external_weights/{name}"
+            entry = CheckpointEntry(path, saved.path, "external_weights", datetime.now(UTC))
+            self.checkpoints[path] = entry
+            files = self.external_files(path)
+            return types.SaveWeightsExternalResponseInternal(
+                path=path, size_bytes=sum(f.stat().st_size for f in files.values())
+            )
+
+        future = model.sequencer.submit(
+            request.seq_id,
+            lambda: _chain(model.client.save_weights_for_sampler(f"external-{name}"), record),
+            "save_weights_external",
+        )
+        return self._future("save_weights_external", future, model_id=model.model_id)
+
+    def external_files(self, path: str) -> dict[str, Path]:
+        """The files of external weights `path`, by name (what a download gets)."""
+        entry = self.checkpoints.get(path)
+        if entry is None or entry.kind != "external_weights":
+            raise ServiceError(404, f"no external weights checkpoint {path}")
+        folder = checkpoints.resolve(self.checkpoint_dir, entry.local_path)
+        names = (peft_format.WEIGHTS_FILE, peft_format.CONFIG_FILE)
+        return {name: folder / name for name in names}
+
     def save_weights_for_sampler(
         self, request: types.SaveWeightsForSamplerRequest
     ) -> dict[str, Any]:
@@ -597,13 +628,18 @@ class DoubleService:
             )
 
     def list_checkpoints(self, training_run_id: str) -> types.CheckpointsListResponse:
-        kinds = {"weights": "training", "sampler_weights": "sampler"}
+        kinds = {
+            "weights": "training",
+            "sampler_weights": "sampler",
+            "external_weights": "external",
+        }
         listed = [
             types.Checkpoint(
                 checkpoint_id=e.path.split("/", 3)[3],
                 tinker_path=e.path,
                 checkpoint_type=kinds[e.kind],
                 time=e.created,
+                user_metadata=self._checkpoint_meta(e.path).get("user_metadata") or None,
             )  # type: ignore[arg-type]
             for e in self.checkpoints.values()
             if e.path.startswith(f"tinker://{training_run_id}/")

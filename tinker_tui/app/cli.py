@@ -48,6 +48,7 @@ COMMANDS = (
     "serve",
     "runs",
     "export",
+    "export-model",
     "chat",
     "cost",
     "mcp",

@@ -214,11 +214,14 @@ async def load_comparison(
 
 
 def setting_values(run: ComparedRun) -> dict[str, Any]:
-    """What a run was started with: its task, backend and model, and every setting."""
+    """What a run was started with: its task, backend, parent (a fork's checkpoint) and
+    model, and every setting."""
     state = run.state
     values: dict[str, Any] = {
         "task": state.name or run.run.name,
         "backend": state.backend or run.run.backend,
+        # lineage: the checkpoint a fork started from (`run --init-from`)
+        "parent": run.run.parent or "-",
     }
     config = state.config or run.run.config
     values.update({k: v for k, v in config.items() if k not in NOT_COMPARED})

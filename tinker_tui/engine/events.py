@@ -72,6 +72,10 @@ class RunStarted(Event):
     #: resumed run keeps what the store has).
     run_name: str = ""
     note: str = ""
+    #: The checkpoint a fork started from (`run --init-from`): ``RUN@STEP`` or a
+    #: ``tinker://`` path; "" for a run from the base model (and on a resume: the store
+    #: keeps what the first start recorded).
+    parent: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

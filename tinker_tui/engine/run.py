@@ -48,6 +48,7 @@ from tinker_tui.engine.events import (
     StartupProgressed,
     StopCause,
 )
+from tinker_tui.engine.fork import InitFrom
 from tinker_tui.engine.metrics.collapse_memory import EARLIER_KINDS
 from tinker_tui.engine.metrics.cost import BUDGET_STOP
 from tinker_tui.engine.metrics.loop_lag import LoopLagMonitor
@@ -97,10 +98,13 @@ class Run:
         notes: tuple[str, ...] = (),
         run_name: str = "",
         note: str = "",
+        init_from: InitFrom | None = None,
     ) -> None:
         if resume and not run_id:
             raise ValueError("resume=True needs the run_id of the run to resume")
         self.resume = resume
+        #: A fork's starting checkpoint (`run --init-from`); None: the base model's weights.
+        self.init_from = init_from
         self.task = task
         self.task_spec = task_spec  # how the command line named it (RunStarted.task_spec)
         #: Said in the run's log once it started (a resume's knobs, say).
@@ -171,6 +175,7 @@ class Run:
         self.session = BackendSession.from_config(
             self._service_client, self.config, on_event=self.events.publish, clock=self.clock
         )
+        self.session.run_id = self.run_id
         return self.session
 
     def _client(self) -> openai.AsyncOpenAI:
@@ -298,6 +303,7 @@ class Run:
                 task_spec=self.task_spec,
                 run_name=self.run_name,
                 note=self.note,
+                parent=self.init_from.parent if self.init_from is not None else "",
             )
         )
 
@@ -563,6 +569,12 @@ class Run:
         returns that point."""
         assert self.session is not None
         faults.hit("build", 0)  # test hook (engine.faults)
+        if not points and self.init_from is not None:
+            fork = self.init_from
+            await self.session.start(from_state=fork.path, with_optimizer=fork.with_optimizer)
+            what = "weights and optimizer state" if fork.with_optimizer else "weights"
+            self._log("info", f"forked from {fork.parent}: starting from its {what} ({fork.path})")
+            return None
         if not points:
             await self.session.start()
             return None
@@ -616,6 +628,10 @@ class Run:
             return
         if self.pipeline.step > 0 or (self.resume and self.pipeline.warmup_done):
             return  # the resumed weights already include it
+        if self.init_from is not None:
+            self.pipeline.warmup_done = True  # the parent's weights already include it
+            self._log("info", f"format warm-up skipped: forked from {self.init_from.parent}")
+            return
         assert self.session is not None
         examples = list(self.task.warmup)
         # Rendered once; each step trains on a draw of them (the same draws, in the same

@@ -39,6 +39,7 @@ from tinker_tui.app.exit_codes import EXIT_HEALTH_STOP, run_exit_code
 from tinker_tui.app.interrupts import EXIT_CODES as SIGNAL_EXIT_CODES
 from tinker_tui.app.interrupts import StopSignals, release_signals, take_signals
 from tinker_tui.engine.errors import UsageError
+from tinker_tui.engine.fork import InitFrom
 
 if TYPE_CHECKING:
     from tinker_tui.app.notify import Notifier
@@ -100,6 +101,17 @@ def add_parser(commands: Any) -> None:
         const="latest",
         metavar="RUN",
         help="continue a stored run (id or prefix; default: the newest of TASK)",
+    )
+    group.add_argument(
+        "--init-from",
+        metavar="RUN@STEP",
+        help="start from another run's weights (RUN@STEP, RUN for its newest checkpoint, "
+        "or a tinker:// path), recorded as this run's parent",
+    )
+    group.add_argument(
+        "--with-optimizer",
+        action="store_true",
+        help="with --init-from: also take its optimizer state (needs a full checkpoint)",
     )
     group.add_argument(
         "--no-ui",
@@ -236,6 +248,54 @@ class RunPlan:
     resume_notes: tuple[str, ...] = ()
     run_name: str = ""  # `--name`, `--note` ("" keeps a resumed run's)
     note: str = ""
+    #: `--init-from`: the weights a fork starts from, and how lineage names its parent.
+    init_from: InitFrom | None = None
+
+
+def plan_fork(args: argparse.Namespace, db: Path, backend: str, flags: dict[str, Any]) -> InitFrom:
+    """The checkpoint `--init-from` names, checked against this run's backend; the parent's
+    base model and LoRA rank become this run's unless the flags set them (`flags` changes)."""
+    from tinker_tui.app.checkpoint_ref import resolve
+
+    with_optimizer = bool(args.with_optimizer)
+    ref = asyncio.run(resolve(db, args.init_from, need_state=with_optimizer))
+    if with_optimizer and "/sampler_weights/" in ref.path:
+        raise UsageError(
+            f"--with-optimizer: {ref.path} is sampler weights (no optimizer state); "
+            "name a full checkpoint (tinker://.../weights/...)"
+        )
+    if ref.backend and ref.backend != backend:
+        raise UsageError(
+            f"--init-from {args.init_from}: saved by the {ref.backend} backend; "
+            f"this run uses {backend} (pass --backend {ref.backend})"
+        )
+    if ref.base_model:
+        flags.setdefault("base_model", ref.base_model)
+        if flags["base_model"] != ref.base_model:
+            raise UsageError(
+                f"--init-from {args.init_from}: weights of {ref.base_model!r}, "
+                f"not of --base-model {flags['base_model']!r}"
+            )
+    if ref.lora_rank is not None:
+        flags.setdefault("lora_rank", ref.lora_rank)
+    return InitFrom(path=ref.path, parent=ref.label, with_optimizer=with_optimizer)
+
+
+def fork_of(db: Path, run_id: str) -> InitFrom | None:
+    """A resumed fork's parent checkpoint, should it have no checkpoint of its own yet (it
+    then starts over from the parent's weights; its optimizer state is not taken again).
+    None for a run that is no fork, or whose parent's checkpoint is gone."""
+    from tinker_tui.app.checkpoint_ref import resolve
+    from tinker_tui.engine.store import find_run
+
+    parent = asyncio.run(find_run(db, run_id)).parent
+    if not parent:
+        return None
+    try:
+        ref = asyncio.run(resolve(db, parent))
+    except UsageError:
+        return None
+    return InitFrom(path=ref.path, parent=parent)
 
 
 def check_store(path: Path, *, explicit: bool) -> None:
@@ -273,12 +333,15 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     task = load_task(args.task)
     spec = spec_to_store(args.task)
     path = store_path(args)
+    if getattr(args, "init_from", None) and getattr(args, "resume", None) is not None:
+        raise UsageError("--init-from starts a new run; it cannot be used with --resume")
     if getattr(args, "resume", None) is not None:
         from tinker_tui.app.resume import resume_plan
 
         check_store(path, explicit=args.db is not None)  # before reading the run from it
         config, backend, run_id, notes = resume_plan(args, task, path)
         return RunPlan(
+            init_from=fork_of(path, run_id),
             task=task,
             config=config,
             backend=backend,
@@ -292,17 +355,25 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         )
     backend = choose_backend(args.backend)
     config_path = getattr(args, "config", None)
+    flags = config_overrides(args)
+    init_from = None
+    if getattr(args, "init_from", None):
+        check_store(path, explicit=args.db is not None)
+        init_from = plan_fork(args, path, backend, flags)
+    elif getattr(args, "with_optimizer", False):
+        raise UsageError("--with-optimizer needs --init-from")
     config = layered_config(
         task,
         backend,
         load_config_file(config_path) if config_path else None,
-        config_overrides(args),
+        flags,
         config_path=config_path,
         where=task_source(task),
     )
     check_base_model(backend, config.base_model)
     check_store(path, explicit=args.db is not None)
     return RunPlan(
+        init_from=init_from,
         task=task,
         config=config,
         backend=backend,
@@ -332,6 +403,7 @@ def build_session(plan: RunPlan, clock: Clock | None = None, *, headless: bool =
         run_name=plan.run_name,
         note=plan.note,
         notes=plan.resume_notes,
+        init_from=plan.init_from,
     )
     run.preload()  # before the run's loop (headless) or in the dashboard's build thread
     return run

@@ -1,6 +1,7 @@
 """`tinker-tui runs`: a table of the runs in the store.
 
-NAME is the run's own name (`--name`), shown when some run has one. REWARD is the mean reward of the last step; DURATION, for a run still running, its time so
+NAME is the run's own name (`--name`), shown when some run has one; PARENT, shown likewise,
+the checkpoint a fork started from (`run --init-from`: RUN@STEP or a tinker:// path). REWARD is the mean reward of the last step; DURATION, for a run still running, its time so
 far (paused time included: it is wall time). STATUS is the stored status, except that a
 run recorded as running whose process is gone (killed, crashed, machine restarted) shows as
 `interrupted`: `run TASK --resume RUN` continues it from its last confirmed checkpoint
@@ -33,6 +34,7 @@ COLUMNS = (
     "CKPT",
     "STARTED",
     "DURATION",
+    "PARENT",
 )
 
 
@@ -105,6 +107,7 @@ async def read_records(db_path: Path) -> list[dict[str, Any]]:
                 else max(0.0, end - started - down.get(run.run_id, 0.0)),
                 "down_seconds": down.get(run.run_id, 0.0),
                 "note": run.note or None,
+                "parent": run.parent or None,
             }
         )
     return records
@@ -124,6 +127,7 @@ async def read_table(db_path: Path) -> list[dict[str, Any]]:
             "CKPT": "-" if r["checkpoint_step"] is None else str(r["checkpoint_step"]),
             "STARTED": _when(r["started_at"]),
             "DURATION": "-" if r["duration_seconds"] is None else _duration(r["duration_seconds"]),
+            "PARENT": r["parent"] or "-",
         }
         for r in await read_records(db_path)
     ]
@@ -152,7 +156,9 @@ def _duration(seconds: float) -> str:
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     """The table; the NAME column only when some run has a name (`--name`)."""
-    columns = [c for c in COLUMNS if c != "NAME" or any(r.get(c, "-") != "-" for r in rows)]
+    # NAME and PARENT only when some run has one
+    optional = ("NAME", "PARENT")
+    columns = [c for c in COLUMNS if c not in optional or any(r.get(c, "-") != "-" for r in rows)]
     widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in columns}
     lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip()]
     for r in rows:

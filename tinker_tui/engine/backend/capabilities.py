@@ -70,7 +70,7 @@ class TrainingClient(Protocol):
     ) -> Awaitable[SamplingClient]: ...
 
     def save_weights_for_sampler(
-        self, name: str
+        self, name: str, *, user_metadata: dict[str, str] | None = None
     ) -> Awaitable[tinker.types.SaveWeightsForSamplerResponse]: ...
 
     def save_state(
@@ -102,6 +102,8 @@ class ServiceClient(Protocol):
     def create_training_client_from_state_with_optimizer(
         self, path: str
     ) -> Awaitable[TrainingClient]: ...
+
+    def create_training_client_from_state(self, path: str) -> Awaitable[TrainingClient]: ...
 
     def create_sampling_client(
         self, model_path: str | None = None, base_model: str | None = None

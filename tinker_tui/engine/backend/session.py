@@ -240,6 +240,8 @@ class BackendSession:
         self._shown: dict[tuple[str, ...], float] = {}  # throttles the SDK's notices
         #: The Tinker session id (the service bills by it); "" on the local backend.
         self.session_id = ""
+        #: The run this session trains, tagged on its checkpoints (`checkpoint_metadata`).
+        self.run_id = ""
         #: Tokens the backend processed so far (engine.metrics.cost), as the service bills them.
         self.usage = TokenUsage()
         #: The last publish whose named sampler save is not awaited yet.
@@ -431,8 +433,11 @@ class BackendSession:
         return tinker.AdamParams(learning_rate=learning_rate, **self.adam)
 
     # ------------------------------------------------------------------ life cycle
-    async def start(self, *, from_state: str | None = None, version: int = 0) -> None:
-        """Create the training client (fresh, or from a saved state) and sampler `version`.
+    async def start(
+        self, *, from_state: str | None = None, version: int = 0, with_optimizer: bool = True
+    ) -> None:
+        """Create the training client (fresh, or from a saved state: its weights, and its
+        optimizer state unless `with_optimizer` is False) and sampler `version`.
 
         The first call builds the SDK's session (blocking, retried by the SDK): on a daemon
         thread, abandoned if the run stops meanwhile."""
@@ -450,11 +455,14 @@ class BackendSession:
                 abandon_on_stop=True,
             )
         else:
+            from_path = (
+                service.create_training_client_from_state_with_optimizer
+                if with_optimizer
+                else service.create_training_client_from_state
+            )
             self.training_client = await self._call(
                 "create training client from state",
-                lambda _: sdk_call(
-                    service.create_training_client_from_state_with_optimizer, from_state
-                ),
+                lambda _: sdk_call(from_path, from_state),
                 abandon_on_stop=True,
             )
         training = self._training()
@@ -506,7 +514,13 @@ class BackendSession:
         every = self.sampler_checkpoint_every
         started = time.perf_counter()
         snapshot = self._new_sampler(version)
-        saved = training.save_weights_for_sampler(name) if every and version % every == 0 else None
+        saved = (
+            training.save_weights_for_sampler(
+                name, user_metadata=self.checkpoint_metadata(version, version)
+            )
+            if every and version % every == 0
+            else None
+        )
         return _Publish(version, name, snapshot, saved, started)
 
     @property
@@ -568,7 +582,10 @@ class BackendSession:
                 lambda attempt: (
                     saved
                     if attempt == 1
-                    else training.save_weights_for_sampler(f"{name}-retry{attempt}")
+                    else training.save_weights_for_sampler(
+                        f"{name}-retry{attempt}",
+                        user_metadata=self.checkpoint_metadata(publish.version, publish.version),
+                    )
                 ),
             )
         except DiskFull:
@@ -871,12 +888,24 @@ class BackendSession:
         await self.settle_sampler_save()  # recorded in the order they were saved
         training = self._training()
         response = await self._call(
-            "save state", lambda attempt: training.save_state(name, overwrite=attempt > 1)
+            "save state",
+            lambda attempt: training.save_state(
+                name,
+                overwrite=attempt > 1,
+                user_metadata=self.checkpoint_metadata(
+                    self.version, self.version if step is None else step
+                ),
+            ),
         )
         await self.retention.record(
             CheckpointRecord("state", self.version if step is None else step, name, response.path)
         )
         return str(response.path)
+
+    def checkpoint_metadata(self, version: int, step: int) -> dict[str, str]:
+        """What a checkpoint is tagged with (the SDK's `user_metadata`, strings only), so
+        it can be found by run and step on the service: run id, step, policy version."""
+        return {"run_id": self.run_id, "step": str(step), "policy_version": str(version)}
 
     async def rewind(self, path: str, version: int, step: int) -> None:
         """Go back to a full checkpoint of this run (a rollback), taken at `step`: its weights

@@ -3,8 +3,10 @@
 ``tinker://<model_id>/weights/<name>`` (model + optimizer state, from `save_state`) lives in
 ``<checkpoint_dir>/<model_id>/weights/<name>/`` and ``tinker://<model_id>/sampler_weights/<name>``
 (weights only) in ``.../sampler_weights/<name>/``. Each folder holds ``meta.json`` (base model,
-LoRA rank and layers), ``adapter.pt`` (the LoRA matrices: the base weights are never copied)
-and, for training state, ``optimizer.pt``. A new process given the same `checkpoint_dir` can
+LoRA rank and layers), the LoRA matrices in peft's layout (``adapter_model.safetensors`` and
+``adapter_config.json``, see `peft_format`: peft, vLLM and the cookbook's weight tools read
+them; the base weights are never copied) and, for training state, ``optimizer.pt``. Folders
+of format 2 keep the matrices in ``adapter.pt`` (a torch pickle) and still load. A new process given the same `checkpoint_dir` can
 load any of them; a folder base model must still be at the path recorded in ``meta.json``. Folders are written under a temporary name and renamed,
 so a crash never leaves a half-written checkpoint behind a valid name.
 """
@@ -23,10 +25,13 @@ from typing import Any
 
 from tinker_tui.engine.checkpoint_paths import local_folder
 from tinker_tui.engine.errors import DiskFull, is_disk_full
+from tinker_tui.engine.local import peft_format
 from tinker_tui.engine.local.errors import bad_request, conflict, not_found
 
-FORMAT_VERSION = 2
-MODEL_FILE = "adapter.pt"
+FORMAT_VERSION = 3
+#: Formats this version loads: 2 (``adapter.pt``) and 3 (peft layout).
+READABLE_FORMATS = (2, 3)
+OLD_MODEL_FILE = "adapter.pt"
 KINDS = ("weights", "sampler_weights")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 CHECKPOINT_DIR_ENV = "TINKER_TUI_CHECKPOINT_DIR"
@@ -105,7 +110,7 @@ def save(
     try:
         meta = {**meta, "format": FORMAT_VERSION, "created_unix": time.time()}
         meta["has_optimizer"] = optimizer_state is not None
-        _torch_save(model_state, tmp / MODEL_FILE)
+        peft_format.write_adapter(tmp, model_state, meta)
         if optimizer_state is not None:
             _torch_save(optimizer_state, tmp / "optimizer.pt")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
@@ -146,12 +151,15 @@ def load(
                 "it is a full fine-tuning checkpoint of an older tinker-tui (format 1); "
                 "this version trains and loads LoRA adapters only"
             )
-        if meta.get("format") != FORMAT_VERSION:
+        if meta.get("format") not in READABLE_FORMATS:
             raise ValueError(f"unsupported checkpoint format {meta.get('format')!r}")
         for key in ("base_model", "lora_rank", "lora_kinds"):
             if key not in meta:
                 raise ValueError(f"meta.json lacks {key!r}")
-        model_state = torch.load(folder / MODEL_FILE, map_location="cpu", weights_only=True)
+        if meta["format"] == 2:
+            model_state = torch.load(folder / OLD_MODEL_FILE, map_location="cpu", weights_only=True)
+        else:
+            model_state = peft_format.read_adapter(folder)
     except Exception as exc:
         raise not_found(f"Checkpoint {path!r} at {folder} is unreadable: {exc}") from exc
     optimizer_state = None

@@ -131,15 +131,16 @@ def _dict(value: Any) -> dict[str, Any]:
 
 SQL_RUN_STARTED = """
 INSERT INTO runs (run_id, name, backend, base_model, config, status, started_at, max_steps,
-                  start_step, task_spec, run_name, note)
-VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)
+                  start_step, task_spec, run_name, note, parent)
+VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id) DO UPDATE SET
     name = excluded.name, backend = excluded.backend, base_model = excluded.base_model,
     config = excluded.config, status = 'running', reason = '', cause = '', ended_at = NULL,
     final_step = NULL, max_steps = excluded.max_steps, start_step = excluded.start_step,
     task_spec = CASE WHEN excluded.task_spec != '' THEN excluded.task_spec ELSE task_spec END,
     run_name = CASE WHEN excluded.run_name != '' THEN excluded.run_name ELSE run_name END,
-    note = CASE WHEN excluded.note != '' THEN excluded.note ELSE note END
+    note = CASE WHEN excluded.note != '' THEN excluded.note ELSE note END,
+    parent = CASE WHEN excluded.parent != '' THEN excluded.parent ELSE parent END
 """
 SQL_RUN_FINISHED = (
     "UPDATE runs SET status = ?, reason = ?, ended_at = ?, final_step = ?, cause = ? "
@@ -167,6 +168,7 @@ def _encode_run_started(rows: Rows, run_id: str | None, e: RunStarted) -> None:
                 _str(e.task_spec),
                 _str(e.run_name),
                 _str(e.note),
+                _str(e.parent),
             ),
         )
     )
@@ -213,6 +215,9 @@ class StoredRun:
     note: str = ""
     #: Why it ended (`StopCause`; "" while running, and in stores older than v10).
     cause: str = ""
+    #: The checkpoint a fork started from, ``RUN@STEP`` or a path ("" when none, and in
+    #: stores older than v14).
+    parent: str = ""
 
     @property
     def label(self) -> str:
@@ -233,6 +238,7 @@ class StoredRun:
             task_spec=self.task_spec,
             run_name=self.run_name,
             note=self.note,
+            parent=self.parent,
         )
 
     def finished(self) -> RunFinished | None:
@@ -273,6 +279,7 @@ def decode_run(row: StoredRow) -> StoredRun:
         run_name=_column(row, "run_name") or "",
         note=_column(row, "note") or "",
         cause=_column(row, "cause") or "",
+        parent=_column(row, "parent") or "",
     )
 
 

@@ -465,6 +465,18 @@ class StoreReader:
             else ""
         )
 
+    async def kept_checkpoints(self, run_id: str) -> list[CheckpointSaved]:
+        """The run's confirmed checkpoints the retention policy has not deleted, in step
+        order (what `RUN@STEP` can name)."""
+        rows = await self._fetchall(
+            "SELECT * FROM checkpoints WHERE run_id = ?"
+            + self._confirmed()
+            + self._not_deleted()
+            + " ORDER BY step, id",
+            (run_id,),
+        )
+        return [decode_checkpoint(r) for r in rows]
+
     async def checkpoints(self, run_id: str) -> list[CheckpointSaved]:
         """The run's confirmed checkpoints, in step order, those the retention policy
         deleted since included (every checkpoint the run saved)."""

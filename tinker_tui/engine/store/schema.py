@@ -28,7 +28,7 @@ from tinker_tui.engine.store.log_lines import migrate_log_lines
 logger = logging.getLogger(__name__)
 
 #: Schema version written to `PRAGMA user_version`.
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 #: `PRAGMA application_id` of a tinker-tui run store ("ttui").
 APPLICATION_ID = 0x74747569
 
@@ -368,6 +368,12 @@ SCHEMA_V13 = """
 ALTER TABLE evals ADD COLUMN rollouts TEXT NOT NULL DEFAULT '[]';
 """
 
+# Version 14 records a fork's parent (`run --init-from`: ``RUN@STEP`` or a tinker:// path)
+# so `runs` and `compare` show lineage.
+SCHEMA_V14 = """
+ALTER TABLE runs ADD COLUMN parent TEXT NOT NULL DEFAULT '';
+"""
+
 #: Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
 MIGRATIONS: tuple[str, ...] = (
     SCHEMA_V1,
@@ -383,6 +389,7 @@ MIGRATIONS: tuple[str, ...] = (
     SCHEMA_V11,
     SCHEMA_V12,
     SCHEMA_V13,
+    SCHEMA_V14,
 )
 #: Rows a migration converts after its SQL ran, by the version it migrates to, in the same
 #: transaction: (connection) -> None.
