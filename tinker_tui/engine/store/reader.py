@@ -474,6 +474,18 @@ class StoreReader:
         )
         return [decode_checkpoint(r) for r in rows]
 
+    async def kept_checkpoints(self, run_id: str) -> list[CheckpointSaved]:
+        """The run's confirmed checkpoints that the retention policy has not deleted, in
+        step order (what `tinker-tui eval RUN@STEP` can load)."""
+        rows = await self._fetchall(
+            "SELECT * FROM checkpoints WHERE run_id = ?"
+            + self._confirmed()
+            + self._not_deleted()
+            + " ORDER BY step, id",
+            (run_id,),
+        )
+        return [decode_checkpoint(r) for r in rows]
+
     async def resume_points(self, run_id: str) -> list[dict[str, Any]]:
         """Confirmed full checkpoints of the run that carry a resume state and still exist,
         newest first, as
