@@ -18,9 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from tinker_tui.app.commands.common import EXIT_OK, add_db_option, store_path
+from tinker_tui.app.eval_results import (
+    ShownEval,
+    eval_cell,
+    from_run_eval,
+    protocol_tags,
+    shown_eval,
+)
 from tinker_tui.app.json_output import add_json_option, document, print_json
 from tinker_tui.app.view_maths import ended_text
 from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.training.eval_protocol import EvalProtocol
 
 COLUMNS = (
     "RUN",
@@ -30,6 +38,7 @@ COLUMNS = (
     "STATUS",
     "STEP",
     "REWARD",
+    "EVAL",
     "CKPT",
     "STARTED",
     "DURATION",
@@ -57,6 +66,7 @@ async def read_records(db_path: Path) -> list[dict[str, Any]]:
         progress = await store.progress()
         last = await store.last_metrics()
         states = await store.last_states()
+        last_evals = await store.last_evals()
         down = {run.run_id: await store.down_seconds(run.run_id) for run in runs}
     records = []
     now = time.time()  # a running run's duration is its time so far
@@ -81,6 +91,14 @@ async def read_records(db_path: Path) -> list[dict[str, Any]]:
             else None
         )
         reward = last.get(run.run_id, {}).get(keys.REWARD_MEAN)
+        in_run = last_evals.get(run.run_id)
+        shown = shown_eval(
+            db_path,
+            run.run_id,
+            None
+            if in_run is None
+            else from_run_eval(in_run["step"], in_run["metrics"], in_run["protocol"]),
+        )
         records.append(
             {
                 "run_id": run.run_id,
@@ -97,6 +115,7 @@ async def read_records(db_path: Path) -> list[dict[str, Any]]:
                 "reward": reward
                 if isinstance(reward, int | float) and math.isfinite(reward)
                 else None,
+                "eval": None if shown is None else shown.as_dict(),
                 "checkpoint_step": done.get("checkpoint"),
                 "started_at": started,
                 "ended_at": ended,
@@ -112,6 +131,8 @@ async def read_records(db_path: Path) -> list[dict[str, Any]]:
 
 async def read_table(db_path: Path) -> list[dict[str, Any]]:
     """One dict per run, newest first, with the columns of the table."""
+    records = await read_records(db_path)
+    tags = protocol_tags([_shown(r) for r in records])
     return [
         {
             "RUN": r["run_id"],
@@ -121,12 +142,29 @@ async def read_table(db_path: Path) -> list[dict[str, Any]]:
             "STATUS": ended_text(r["status"], r["cause"] or ""),
             "STEP": f"{r['step']}/{r['max_steps'] or '?'}",
             "REWARD": "-" if r["reward"] is None else f"{r['reward']:.3f}",
+            "EVAL": eval_cell(_shown(r), tags),
             "CKPT": "-" if r["checkpoint_step"] is None else str(r["checkpoint_step"]),
             "STARTED": _when(r["started_at"]),
             "DURATION": "-" if r["duration_seconds"] is None else _duration(r["duration_seconds"]),
         }
-        for r in await read_records(db_path)
+        for r in records
     ]
+
+
+def _shown(record: dict[str, Any]) -> ShownEval | None:
+    """A record's evaluation back as `ShownEval` (for its cell and protocol tag)."""
+    e = record.get("eval")
+    if not e:
+        return None
+    return ShownEval(
+        value=e["value"],
+        low=e["low"],
+        high=e["high"],
+        label=e["label"],
+        source=e["source"],
+        step=e["step"],
+        protocol=EvalProtocol.from_dict(e["protocol"]),
+    )
 
 
 def shown_status(stored: str, live: bool, last_state: str | None) -> str:
