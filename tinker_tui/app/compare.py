@@ -294,7 +294,9 @@ def duration_text(seconds: float) -> str:
 
 
 #: The table's columns before the settings that differ.
-SUMMARY_COLUMNS = ("RUN", "STATUS", "STEP", "FINAL", "BEST", "EVAL", "DURATION")
+SUMMARY_COLUMNS = ("RUN", "STATUS", "STEP", "FINAL", "BEST", "DURATION")
+#: After BEST when some run has an evaluation (`run_eval`).
+EVAL_COLUMN = "EVAL"
 
 
 def run_eval(run: ComparedRun) -> ShownEval | None:
@@ -331,6 +333,7 @@ def comparison_rows(
     settings = differing_settings(runs)
     evals = [run_eval(r) for r in runs]
     tags = protocol_tags(evals)
+    with_eval = any(e is not None for e in evals)
     rows = []
     for run, shown in zip(runs, evals, strict=True):
         state = run.state
@@ -344,12 +347,15 @@ def comparison_rows(
                 f"{state.step}/{state.max_steps or '?'}",
                 final,
                 f"{best[1]:.3f} @{best[0]}" if best else "-",
-                eval_cell(shown, tags),
+                *([eval_cell(shown, tags)] if with_eval else []),
                 duration_text(duration_of(run, now)),
                 *(format_setting(values.get(k)) for k in settings),
             ]
         )
-    return [*SUMMARY_COLUMNS, *settings], rows
+    summary = list(SUMMARY_COLUMNS)
+    if with_eval:
+        summary.insert(summary.index("BEST") + 1, EVAL_COLUMN)
+    return [*summary, *settings], rows
 
 
 def comparison_document(runs: Sequence[ComparedRun], now: float | None = None) -> dict[str, Any]:
@@ -396,7 +402,7 @@ def format_comparison(runs: Sequence[ComparedRun], now: float | None = None) -> 
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    if len(columns) == len(SUMMARY_COLUMNS):
+    if columns[-1] in (*SUMMARY_COLUMNS, EVAL_COLUMN):
         lines.append("(the runs' settings are the same)")
     lines += notes
     return "\n".join(lines)
