@@ -287,3 +287,40 @@ def test_eval_of_a_base_model_through_the_sdk_and_the_double(tmp_path, capsys, m
         assert any(s.model_path is None and s.base_model == DEFAULT_BASE_MODEL for s in samplers)
         code, again = _eval(capsys, *args, "--db", str(db))
         assert again["rollouts"] == {"ran": 0, "reused": 16, "failed": 0}
+
+
+async def test_the_protocol_is_pinned_on_every_request_the_tasks_own_values_included(tmp_path):
+    """The policy server of an evaluation samples at the protocol's temperature whatever a
+    request asks, and caps its max_tokens; a run's server keeps the request's own."""
+    from tinker_tui.engine.backend.session import BackendSession
+    from tinker_tui.engine.local import LocalServiceClient
+    from tinker_tui.engine.sampling_defaults import SamplingDefaults
+    from tinker_tui.engine.server import PolicyServer
+
+    session = BackendSession(
+        LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
+    )
+    await session.start()
+    asked = []
+    sample = session.sample
+
+    async def spy(prompt, num_samples, sampling_params, **kwargs):
+        asked.append((sampling_params.temperature, sampling_params.max_tokens))
+        return await sample(prompt, num_samples, sampling_params, **kwargs)
+
+    session.sample = spy  # type: ignore[method-assign]
+    question = [{"role": "user", "content": "Is it? Answer yes or no."}]
+    for pinned in (True, False):
+        defaults = SamplingDefaults(
+            temperature=0.3, max_tokens=3, pin_temperature=pinned, cap_max_tokens=pinned
+        )
+        server = PolicyServer(session, model_name="policy", defaults=defaults)
+        await server.start()
+        try:
+            client = server.client()
+            await client.chat.completions.create(
+                model="policy", messages=question, temperature=1.5, max_tokens=20
+            )
+        finally:
+            await server.stop()
+    assert asked == [(0.3, 3), (1.5, 20)]
