@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.store.eval_records import StoredEval
 from tinker_tui.engine.training.eval_protocol import EvalProtocol, differences
 
 
@@ -74,7 +75,12 @@ def from_command_evals(db_path: Path, run_id: str) -> ShownEval | None:
     """The run's latest `tinker-tui eval` result with a summary, if any."""
     from tinker_tui.engine.store.eval_records import stored_evals
 
-    for stored in reversed(stored_evals(db_path, run_id)):
+    return latest_command_eval(stored_evals(db_path, run_id))
+
+
+def latest_command_eval(evals: Sequence[StoredEval]) -> ShownEval | None:
+    """The latest of `evals` (oldest first, one run's) that has a summary, as shown."""
+    for stored in reversed(evals):
         protocol = EvalProtocol.from_dict(stored.protocol)
         k = protocol.k if protocol is not None else None
         mean = stored.summary.get(f"mean@{k}")
@@ -90,11 +96,6 @@ def from_command_evals(db_path: Path, run_id: str) -> ShownEval | None:
             protocol=protocol,
         )
     return None
-
-
-def shown_eval(db_path: Path, run_id: str, in_run: ShownEval | None) -> ShownEval | None:
-    """What a table shows for the run: its `tinker-tui eval` result, else `in_run`."""
-    return from_command_evals(db_path, run_id) or in_run
 
 
 def protocol_tags(evals: Sequence[ShownEval | None]) -> dict[str, str]:

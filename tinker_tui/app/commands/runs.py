@@ -22,12 +22,13 @@ from tinker_tui.app.eval_results import (
     ShownEval,
     eval_cell,
     from_run_eval,
+    latest_command_eval,
     protocol_tags,
-    shown_eval,
 )
 from tinker_tui.app.json_output import add_json_option, document, print_json
 from tinker_tui.app.view_maths import ended_text
 from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.store.eval_records import StoredEval, stored_evals
 from tinker_tui.engine.training.eval_protocol import EvalProtocol
 
 COLUMNS = (
@@ -68,6 +69,9 @@ async def read_records(db_path: Path) -> list[dict[str, Any]]:
         states = await store.last_states()
         last_evals = await store.last_evals()
         down = {run.run_id: await store.down_seconds(run.run_id) for run in runs}
+    by_run: dict[str, list[StoredEval]] = {}
+    for stored in stored_evals(db_path):
+        by_run.setdefault(stored.target.run_id, []).append(stored)
     records = []
     now = time.time()  # a running run's duration is its time so far
     for run in runs:
@@ -92,12 +96,10 @@ async def read_records(db_path: Path) -> list[dict[str, Any]]:
         )
         reward = last.get(run.run_id, {}).get(keys.REWARD_MEAN)
         in_run = last_evals.get(run.run_id)
-        shown = shown_eval(
-            db_path,
-            run.run_id,
+        shown = latest_command_eval(by_run.get(run.run_id, [])) or (
             None
             if in_run is None
-            else from_run_eval(in_run["step"], in_run["metrics"], in_run["protocol"]),
+            else from_run_eval(in_run["step"], in_run["metrics"], in_run["protocol"])
         )
         records.append(
             {
