@@ -75,7 +75,7 @@ def add_parser(commands: Any) -> None:
         "eval",
         help="evaluate a run's checkpoint or a base model: pass@k, mean@k, intervals",
         description="Roll out the task's eval scenarios k times each on a run's checkpoint "
-        "(RUN@STEP) or a base model, and report pass@1, pass@k and mean@k with 95%% "
+        "(RUN@STEP) or a base model, and report pass@1, pass@k and mean@k with 95% "
         "intervals under a stored protocol. Resumable: the same command again runs only "
         "the rollouts that are missing or failed.",
     )
