@@ -260,6 +260,7 @@ def test_compare_and_runs_mark_or_refuse_evaluations_of_different_protocols(tmp_
     assert main(["runs", "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert "EVAL" in out and "P1" in out and "P2" in out
+    assert "NOT comparable (they differ in temperature)" in out
     assert main(["runs", "--db", str(db), "--json"]) == 0
     runs = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
     assert runs["run-b"]["eval"]["protocol"]["temperature"] == 0.7

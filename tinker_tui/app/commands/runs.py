@@ -1,6 +1,8 @@
 """`tinker-tui runs`: a table of the runs in the store.
 
-NAME is the run's own name (`--name`), shown when some run has one. REWARD is the mean reward of the last step; DURATION, for a run still running, its time so
+NAME is the run's own name (`--name`), shown when some run has one; EVAL its evaluation
+(`app.eval_results`), shown when some run has one, tagged P1, P2... when their protocols
+differ. REWARD is the mean reward of the last step; DURATION, for a run still running, its time so
 far (paused time included: it is wall time). STATUS is the stored status, except that a
 run recorded as running whose process is gone (killed, crashed, machine restarted) shows as
 `interrupted`: `run TASK --resume RUN` continues it from its last confirmed checkpoint
@@ -23,6 +25,7 @@ from tinker_tui.app.eval_results import (
     eval_cell,
     from_run_eval,
     latest_command_eval,
+    protocol_note,
     protocol_tags,
 )
 from tinker_tui.app.json_output import add_json_option, document, print_json
@@ -133,7 +136,11 @@ async def read_records(db_path: Path) -> list[dict[str, Any]]:
 
 async def read_table(db_path: Path) -> list[dict[str, Any]]:
     """One dict per run, newest first, with the columns of the table."""
-    records = await read_records(db_path)
+    return table_rows(await read_records(db_path))
+
+
+def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records (`read_records`) as the table's text, one dict of columns per run."""
     tags = protocol_tags([_shown(r) for r in records])
     return [
         {
@@ -191,8 +198,11 @@ def _duration(seconds: float) -> str:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    """The table; the NAME column only when some run has a name (`--name`)."""
-    columns = [c for c in COLUMNS if c != "NAME" or any(r.get(c, "-") != "-" for r in rows)]
+    """The table; the NAME and EVAL columns only when some run has a name (`--name`), an
+    evaluation."""
+    columns = [
+        c for c in COLUMNS if c not in ("NAME", "EVAL") or any(r.get(c, "-") != "-" for r in rows)
+    ]
     widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in columns}
     lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip()]
     for r in rows:
@@ -205,9 +215,11 @@ def main(args: argparse.Namespace) -> int:
         records = asyncio.run(read_records(store_path(args)))
         print_json(document("runs", store=str(store_path(args)), runs=records))
         return EXIT_OK
-    rows = asyncio.run(read_table(store_path(args)))
-    if not rows:
+    records = asyncio.run(read_records(store_path(args)))
+    if not records:
         print(f"no runs in {store_path(args)}")
         return EXIT_OK
-    print(format_table(rows))
+    print(format_table(table_rows(records)))
+    for line in protocol_note([_shown(r) for r in records]):
+        print(line)
     return EXIT_OK

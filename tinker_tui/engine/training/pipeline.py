@@ -1244,7 +1244,8 @@ class Pipeline:
     def _eval_protocol(self) -> EvalProtocol:
         """How an evaluation starting now samples: once per eval scenario, with the run's
         sampling defaults (for requests that leave them out: not pinned) and renderer."""
-        renderer = self.session.renderer_name or ""
+        # a session stand-in (tests, simulations) may have no renderer of its own
+        renderer = str(getattr(self.session, "renderer_name", "") or "")
         return EvalProtocol(
             split="eval_scenarios",
             k=1,
