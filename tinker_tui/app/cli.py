@@ -45,6 +45,7 @@ COMMANDS = (
     "show",
     "attach",
     "compare",
+    "eval",
     "serve",
     "runs",
     "export",

@@ -17,6 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tinker_tui.app.dashboard_state import DashboardState
+from tinker_tui.app.eval_results import (
+    ShownEval,
+    eval_cell,
+    from_command_evals,
+    from_run_eval,
+    protocol_differences,
+    protocol_note,
+    protocol_tags,
+)
 from tinker_tui.app.store_session import ReadOnlyControl, StoreSession
 from tinker_tui.app.view_maths import ended_text
 from tinker_tui.engine.errors import UsageError
@@ -62,6 +71,9 @@ class ComparedRun:
     run: StoredRun
     state: DashboardState
     session: StoreSession | ForeignSession
+    #: Its latest `tinker-tui eval` result, read once (`run_eval`); None when it has none.
+    command_eval: ShownEval | None = None
+    command_eval_read: bool = False
 
     @property
     def label(self) -> str:
@@ -286,6 +298,33 @@ def duration_text(seconds: float) -> str:
 
 #: The table's columns before the settings that differ.
 SUMMARY_COLUMNS = ("RUN", "STATUS", "STEP", "FINAL", "BEST", "DURATION")
+#: After BEST when some run has an evaluation (`run_eval`).
+EVAL_COLUMN = "EVAL"
+
+
+def run_eval(run: ComparedRun) -> ShownEval | None:
+    """The evaluation shown for `run` (`app.eval_results`): its `tinker-tui eval` result,
+    else its latest evaluation during the run."""
+    last = run.state.last_eval
+    in_run = None if last is None else from_run_eval(last.step, last.metrics, last.protocol)
+    if not run.command_eval_read:
+        run.command_eval_read = True
+        if isinstance(run.session, StoreSession) and run.db_path.is_file():
+            run.command_eval = from_command_evals(run.db_path, run.run.run_id)
+    return run.command_eval or in_run
+
+
+def check_same_protocol(runs: Sequence[ComparedRun]) -> None:
+    """UsageError when the runs' evaluations were sampled under different protocols
+    (`compare --same-eval-protocol`)."""
+    fields = protocol_differences([run_eval(r) for r in runs])
+    if fields:
+        raise UsageError(
+            "the runs' evaluations were sampled under different protocols (they differ in "
+            + ", ".join(fields)
+            + "); their numbers are not comparable. Evaluate them alike: tinker-tui eval "
+            "TASK --model RUN@STEP with the same settings"
+        )
 
 
 def comparison_rows(
@@ -295,8 +334,11 @@ def comparison_rows(
     and best reward, duration, then each setting that differs."""
     now = time.time() if now is None else now
     settings = differing_settings(runs)
+    evals = [run_eval(r) for r in runs]
+    tags = protocol_tags(evals)
+    with_eval = any(e is not None for e in evals)
     rows = []
-    for run in runs:
+    for run, shown in zip(runs, evals, strict=True):
         state = run.state
         final = f"{state.rewards[-1][1]:.3f}" if state.rewards else "-"
         best = best_reward(state)
@@ -308,11 +350,15 @@ def comparison_rows(
                 f"{state.step}/{state.max_steps or '?'}",
                 final,
                 f"{best[1]:.3f} @{best[0]}" if best else "-",
+                *([eval_cell(shown, tags)] if with_eval else []),
                 duration_text(duration_of(run, now)),
                 *(format_setting(values.get(k)) for k in settings),
             ]
         )
-    return [*SUMMARY_COLUMNS, *settings], rows
+    summary = list(SUMMARY_COLUMNS)
+    if with_eval:
+        summary.insert(summary.index("BEST") + 1, EVAL_COLUMN)
+    return [*summary, *settings], rows
 
 
 def comparison_document(runs: Sequence[ComparedRun], now: float | None = None) -> dict[str, Any]:
@@ -322,8 +368,9 @@ def comparison_document(runs: Sequence[ComparedRun], now: float | None = None) -
 
     now = time.time() if now is None else now
     settings = differing_settings(runs)
+    evals = [run_eval(r) for r in runs]
     out = []
-    for run in runs:
+    for run, shown in zip(runs, evals, strict=True):
         state = run.state
         best = best_reward(state)
         values = setting_values(run)
@@ -339,17 +386,26 @@ def comparison_document(runs: Sequence[ComparedRun], now: float | None = None) -
                 "best_reward": None if best is None else {"step": best[0], "value": best[1]},
                 "duration_seconds": duration_of(run, now),
                 "settings": {k: values.get(k) for k in settings},
+                "eval": None if shown is None else shown.as_dict(),
             }
         )
-    return document("compare", differing=settings, runs=out)
+    return document(
+        "compare",
+        differing=settings,
+        runs=out,
+        # the protocol fields the runs' evaluations differ in: [] when comparable
+        eval_protocol_differs=protocol_differences(evals),
+    )
 
 
 def format_comparison(runs: Sequence[ComparedRun], now: float | None = None) -> str:
     """The table as text (headless `compare`, the end of a sweep)."""
     columns, rows = comparison_rows(runs, now)
+    notes = protocol_note([run_eval(r) for r in runs])
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    if len(columns) == len(SUMMARY_COLUMNS):
+    if columns[-1] in (*SUMMARY_COLUMNS, EVAL_COLUMN):
         lines.append("(the runs' settings are the same)")
+    lines += notes
     return "\n".join(lines)

@@ -45,6 +45,8 @@ class EvalPoint:
     reward: float
     time: float
     metrics: Mapping[str, float] = field(default_factory=dict)
+    #: How it sampled (`EvalCompleted.protocol`; {} when not stored).
+    protocol: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -237,7 +237,14 @@ class DashboardState:
                 reward = metrics.get(keys.EVAL_REWARD_MEAN)
                 if reward is not None:
                     self.evals.append(
-                        EvalPoint(event.step, event.policy_version, reward, event.time, metrics)
+                        EvalPoint(
+                            event.step,
+                            event.policy_version,
+                            reward,
+                            event.time,
+                            metrics,
+                            dict(event.protocol),
+                        )
                     )
             case ThroughputMeasured():
                 self.throughput = event

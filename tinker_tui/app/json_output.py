@@ -35,6 +35,7 @@ SCHEMAS = {
     "cost": "tinker-tui.cost/1",
     "sweep": "tinker-tui.sweep/1",
     "run": "tinker-tui.run-line/1",
+    "eval": "tinker-tui.eval/1",
 }
 
 

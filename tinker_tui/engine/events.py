@@ -381,6 +381,10 @@ class EvalCompleted(Event):
     #: length): kept so that `export` lists an evaluation's samples beside training's.
     trajectories: tuple[TrajectorySummary, ...] = ()
     scenario_ids: tuple[str, ...] = ()
+    #: How it sampled (`engine.training.eval_protocol.EvalProtocol.as_dict`): its numbers
+    #: compare with another evaluation's only under an equal protocol. {} when unknown
+    #: (stored by an older tinker-tui).
+    protocol: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -58,6 +58,12 @@ def add_parser(commands: Any) -> None:
     compare.add_argument(
         "--no-ui", action="store_true", help="print the table instead (also when not on a terminal)"
     )
+    compare.add_argument(
+        "--same-eval-protocol",
+        action="store_true",
+        help="refuse (exit 2) when the runs' evaluations were sampled under different "
+        "protocols (without it, the table marks them)",
+    )
     add_json_option(compare, "compare")
 
 
@@ -65,7 +71,6 @@ def main(args: argparse.Namespace) -> int:
     from tinker_tui.app.commands.common import wants_ui
     from tinker_tui.app.compare import (
         foreign_compared,
-        format_comparison,
         load_comparison,
         resolve_runs,
     )
@@ -84,14 +89,16 @@ def main(args: argparse.Namespace) -> int:
             "--art folders)"
         )
     foreign = [foreign_compared(kind, folder) for kind, folder in folders]
-    if args.json:
-        from tinker_tui.app.compare import comparison_document
-        from tinker_tui.app.json_output import print_json
+    if args.same_eval_protocol:
+        from tinker_tui.app.compare import check_same_protocol
 
-        print_json(comparison_document(asyncio.run(load_comparison(pairs, foreign))))
-        return EXIT_OK
-    if not wants_ui(args):
-        print(format_comparison(asyncio.run(load_comparison(pairs, foreign))))
+        loaded = asyncio.run(load_comparison(pairs, foreign))
+        check_same_protocol(loaded)
+        if args.json or not wants_ui(args):
+            _print(args, loaded)
+            return EXIT_OK
+    if args.json or not wants_ui(args):
+        _print(args, asyncio.run(load_comparison(pairs, foreign)))
         return EXIT_OK
     from tinker_tui.app.compare import open_comparison
     from tinker_tui.app.screens.compare import CompareApp
@@ -99,3 +106,15 @@ def main(args: argparse.Namespace) -> int:
     app = CompareApp([*open_comparison(pairs), *foreign])
     app.run()
     return EXIT_OK
+
+
+def _print(args: argparse.Namespace, runs: list[Any]) -> None:
+    """The comparison as JSON (`--json`) or as the table."""
+    from tinker_tui.app.compare import comparison_document, format_comparison
+
+    if args.json:
+        from tinker_tui.app.json_output import print_json
+
+        print_json(comparison_document(runs))
+    else:
+        print(format_comparison(runs))

@@ -1,7 +1,9 @@
 """`tinker-tui runs`: a table of the runs in the store.
 
 NAME is the run's own name (`--name`), shown when some run has one; PARENT, shown likewise,
-the checkpoint a fork started from (`run --init-from`: RUN@STEP or a tinker:// path). REWARD is the mean reward of the last step; DURATION, for a run still running, its time so
+the checkpoint a fork started from (`run --init-from`: RUN@STEP or a tinker:// path); EVAL
+its evaluation (`app.eval_results`), shown when some run has one, tagged P1, P2... when their
+protocols differ. REWARD is the mean reward of the last step; DURATION, for a run still running, its time so
 far (paused time included: it is wall time). STATUS is the stored status, except that a
 run recorded as running whose process is gone (killed, crashed, machine restarted) shows as
 `interrupted`: `run TASK --resume RUN` continues it from its last confirmed checkpoint
@@ -19,9 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from tinker_tui.app.commands.common import EXIT_OK, add_db_option, store_path
+from tinker_tui.app.eval_results import (
+    ShownEval,
+    eval_cell,
+    from_run_eval,
+    latest_command_eval,
+    protocol_note,
+    protocol_tags,
+)
 from tinker_tui.app.json_output import add_json_option, document, print_json
 from tinker_tui.app.view_maths import ended_text
 from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.store.eval_records import StoredEval, stored_evals
+from tinker_tui.engine.training.eval_protocol import EvalProtocol
 
 COLUMNS = (
     "RUN",
@@ -31,6 +43,7 @@ COLUMNS = (
     "STATUS",
     "STEP",
     "REWARD",
+    "EVAL",
     "CKPT",
     "STARTED",
     "DURATION",
@@ -59,7 +72,11 @@ async def read_records(db_path: Path) -> list[dict[str, Any]]:
         progress = await store.progress()
         last = await store.last_metrics()
         states = await store.last_states()
+        last_evals = await store.last_evals()
         down = {run.run_id: await store.down_seconds(run.run_id) for run in runs}
+    by_run: dict[str, list[StoredEval]] = {}
+    for stored in stored_evals(db_path):
+        by_run.setdefault(stored.target.run_id, []).append(stored)
     records = []
     now = time.time()  # a running run's duration is its time so far
     for run in runs:
@@ -83,6 +100,12 @@ async def read_records(db_path: Path) -> list[dict[str, Any]]:
             else None
         )
         reward = last.get(run.run_id, {}).get(keys.REWARD_MEAN)
+        in_run = last_evals.get(run.run_id)
+        shown = latest_command_eval(by_run.get(run.run_id, [])) or (
+            None
+            if in_run is None
+            else from_run_eval(in_run["step"], in_run["metrics"], in_run["protocol"])
+        )
         records.append(
             {
                 "run_id": run.run_id,
@@ -99,6 +122,7 @@ async def read_records(db_path: Path) -> list[dict[str, Any]]:
                 "reward": reward
                 if isinstance(reward, int | float) and math.isfinite(reward)
                 else None,
+                "eval": None if shown is None else shown.as_dict(),
                 "checkpoint_step": done.get("checkpoint"),
                 "started_at": started,
                 "ended_at": ended,
@@ -115,6 +139,12 @@ async def read_records(db_path: Path) -> list[dict[str, Any]]:
 
 async def read_table(db_path: Path) -> list[dict[str, Any]]:
     """One dict per run, newest first, with the columns of the table."""
+    return table_rows(await read_records(db_path))
+
+
+def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records (`read_records`) as the table's text, one dict of columns per run."""
+    tags = protocol_tags([_shown(r) for r in records])
     return [
         {
             "RUN": r["run_id"],
@@ -124,13 +154,30 @@ async def read_table(db_path: Path) -> list[dict[str, Any]]:
             "STATUS": ended_text(r["status"], r["cause"] or ""),
             "STEP": f"{r['step']}/{r['max_steps'] or '?'}",
             "REWARD": "-" if r["reward"] is None else f"{r['reward']:.3f}",
+            "EVAL": eval_cell(_shown(r), tags),
             "CKPT": "-" if r["checkpoint_step"] is None else str(r["checkpoint_step"]),
             "STARTED": _when(r["started_at"]),
             "DURATION": "-" if r["duration_seconds"] is None else _duration(r["duration_seconds"]),
             "PARENT": r["parent"] or "-",
         }
-        for r in await read_records(db_path)
+        for r in records
     ]
+
+
+def _shown(record: dict[str, Any]) -> ShownEval | None:
+    """A record's evaluation back as `ShownEval` (for its cell and protocol tag)."""
+    e = record.get("eval")
+    if not e:
+        return None
+    return ShownEval(
+        value=e["value"],
+        low=e["low"],
+        high=e["high"],
+        label=e["label"],
+        source=e["source"],
+        step=e["step"],
+        protocol=EvalProtocol.from_dict(e["protocol"]),
+    )
 
 
 def shown_status(stored: str, live: bool, last_state: str | None) -> str:
@@ -155,9 +202,9 @@ def _duration(seconds: float) -> str:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    """The table; the NAME column only when some run has a name (`--name`)."""
-    # NAME and PARENT only when some run has one
-    optional = ("NAME", "PARENT")
+    """The table; the NAME, PARENT and EVAL columns only when some run has a name
+    (`--name`), a parent (a fork), an evaluation."""
+    optional = ("NAME", "PARENT", "EVAL")
     columns = [c for c in COLUMNS if c not in optional or any(r.get(c, "-") != "-" for r in rows)]
     widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in columns}
     lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip()]
@@ -171,9 +218,11 @@ def main(args: argparse.Namespace) -> int:
         records = asyncio.run(read_records(store_path(args)))
         print_json(document("runs", store=str(store_path(args)), runs=records))
         return EXIT_OK
-    rows = asyncio.run(read_table(store_path(args)))
-    if not rows:
+    records = asyncio.run(read_records(store_path(args)))
+    if not records:
         print(f"no runs in {store_path(args)}")
         return EXIT_OK
-    print(format_table(rows))
+    print(format_table(table_rows(records)))
+    for line in protocol_note([_shown(r) for r in records]):
+        print(line)
     return EXIT_OK

@@ -236,7 +236,11 @@ async def show_document(db_path: Path, run: StoredRun) -> dict[str, Any]:
         "show",
         run=record,
         steps=[step_record(e) for e in events if isinstance(e, StepTrained)],
-        evals=[step_record(e) for e in events if isinstance(e, EvalCompleted)],
+        evals=[
+            {**step_record(e), "protocol": dict(e.protocol) or None}
+            for e in events
+            if isinstance(e, EvalCompleted)
+        ],
         checkpoints=[checkpoint_record(e) for e in events if isinstance(e, CheckpointSaved)],
         sessions=[session_record(e) for e in events if isinstance(e, SessionStarted)],
         resumes=[resume_record(e) for e in events if isinstance(e, RunResumed)],

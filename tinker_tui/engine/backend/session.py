@@ -600,6 +600,24 @@ class BackendSession:
         )
 
     # ------------------------------------------------------------------ sampling
+    async def sample_from(self, model_path: str | None) -> None:
+        """Sample from saved sampler weights (`model_path`), or from the base model as it is
+        (None), instead of the trained policy: what an evaluation of a checkpoint samples.
+        Call after `start` (the tokenizer and renderer are the base model's)."""
+        service = self.service_client
+        if model_path is None:
+            client = await self._call(
+                "create base model sampler",
+                lambda _: service.create_sampling_client(base_model=self.base_model),
+            )
+        else:
+            client = await self._call(
+                "load sampler weights",
+                lambda _: service.create_sampling_client(model_path=model_path),
+            )
+        self.sampling_client = client
+        self.samplers.put(self.version, client, current=self.version, loaded_from=model_path)
+
     def available_versions(self) -> list[int]:
         """Policy versions that can be sampled: loaded, or saved as sampler weights."""
         return sorted(self.samplers.versions() | self.retention.sampler_steps())

@@ -5,6 +5,7 @@
 - `codec.py`: events <-> rows (each event type's table and columns, both ways), and the
   records read back (`StoredRun`, `GroupFate`).
 - `writer.py`: `RunStore`, the event-bus subscriber that writes events in batches.
+- `eval_records.py`: the evaluations of `tinker-tui eval`, each rollout kept as it ends.
 - `reader.py`: `StoreReader`: runs and the one run lookup (`find_run`), a run's events
   (`events`, `events_after` with an `EventCursor`), checkpoints, resume points.
 """

@@ -688,8 +688,8 @@ def decode_checkpoint(row: StoredRow) -> CheckpointSaved:
 # A row of `evals`, metrics as JSON, its rollouts as a JSON list (each with `scenario_id`).
 
 _SQL_EVAL = (
-    "INSERT INTO evals (run_id, step, policy_version, time, metrics, rollouts) "
-    "VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO evals (run_id, step, policy_version, time, metrics, rollouts, protocol) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -715,6 +715,7 @@ def _encode_eval(rows: Rows, run_id: str, e: EvalCompleted) -> None:
             _float_or_none(e.time),
             _dumps(metrics),
             _dumps(rollouts),
+            _dumps(dict(e.protocol)),
         )
     )
 
@@ -727,6 +728,7 @@ def _decode_eval(row: StoredRow) -> EvalCompleted:
         step=int(row["step"] or 0),
         policy_version=int(row["policy_version"] or 0),
         metrics=_dict(row["metrics"]),
+        protocol=_dict(_added(row, "protocol", None)),
         scenario_ids=tuple(str(r.get("scenario_id") or "") for r in rollouts),
         trajectories=tuple(
             TrajectorySummary(
@@ -1199,7 +1201,16 @@ TRAJECTORIES = "trajectories"
 READABLE_TABLES = (*(r.table for r in REPLAYED), TRAJECTORIES, "group_lifecycle")
 
 #: Columns that hold JSON.
-_JSON_COLUMNS = ("metrics", "messages", "args", "measured", "config", "histograms", "rollouts")
+_JSON_COLUMNS = (
+    "metrics",
+    "messages",
+    "args",
+    "measured",
+    "config",
+    "histograms",
+    "rollouts",
+    "protocol",
+)
 
 
 def decode_row(row: sqlite3.Row | Mapping[str, Any]) -> dict[str, Any]:

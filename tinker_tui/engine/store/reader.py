@@ -406,6 +406,25 @@ class StoreReader:
                 out[row["run_id"]] = metrics
         return out
 
+    async def last_evals(self) -> dict[str, dict[str, Any]]:
+        """Per run: its latest evaluation during the run, as {"step", "metrics",
+        "protocol"} (protocol {} where it was not stored: before v14)."""
+        protocol = ", protocol" if self.schema_version >= 14 else ""
+        rows = await self._fetchall(
+            f"SELECT run_id, step, metrics{protocol} FROM evals WHERE id IN "
+            "(SELECT max(id) FROM evals GROUP BY run_id)"
+        )
+        out: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            decoded = decode_row(row)
+            metrics, stored = decoded.get("metrics"), decoded.get("protocol")
+            out[row["run_id"]] = {
+                "step": row["step"],
+                "metrics": metrics if isinstance(metrics, dict) else {},
+                "protocol": stored if isinstance(stored, dict) else {},
+            }
+        return out
+
     async def _trajectories_of(
         self, cursor: EventCursor, groups: list[dict[str, Any]]
     ) -> dict[int, list[dict[str, Any]]]:
@@ -467,7 +486,7 @@ class StoreReader:
 
     async def kept_checkpoints(self, run_id: str) -> list[CheckpointSaved]:
         """The run's confirmed checkpoints the retention policy has not deleted, in step
-        order (what `RUN@STEP` can name)."""
+        order (what `RUN@STEP` can name: `export-model`, `run --init-from`, `eval`)."""
         rows = await self._fetchall(
             "SELECT * FROM checkpoints WHERE run_id = ?"
             + self._confirmed()

@@ -62,7 +62,7 @@ def _connect(path: str | Path) -> sqlite3.Connection:
     return sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
 
 
-def _write(path: str | Path, statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
+def write(path: str | Path, statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
     """Run `statements` in one transaction; the rows the last one changed."""
     try:
         conn = _connect(path)
@@ -88,7 +88,7 @@ def _write(path: str | Path, statements: Sequence[tuple[str, Sequence[Any]]]) ->
 
 def set_run_label(path: str | Path, run_id: str, run_name: str, note: str) -> None:
     """Give a stored run its name and note; StoreError if the store has no such run."""
-    changed = _write(
+    changed = write(
         path,
         [("UPDATE runs SET run_name = ?, note = ? WHERE run_id = ?", (run_name, note, run_id))],
     )
@@ -121,13 +121,13 @@ def record_sweep(path: str | Path, sweep: StoredSweep) -> None:
                 (sweep.sweep_id, run.idx, run.run_id, json.dumps(dict(run.settings)), run.status),
             )
         )
-    _write(path, statements)
+    write(path, statements)
 
 
 def set_sweep_run_status(
     path: str | Path, sweep_id: str, idx: int, status: str, exit_code: int | None = None
 ) -> None:
-    _write(
+    write(
         path,
         [
             (
@@ -140,7 +140,7 @@ def set_sweep_run_status(
 
 def set_sweep_parallel(path: str | Path, sweep_id: str, parallel: int) -> None:
     """A resumed sweep's own `--parallel`, kept for the next resume."""
-    _write(path, [("UPDATE sweeps SET parallel = ? WHERE sweep_id = ?", (int(parallel), sweep_id))])
+    write(path, [("UPDATE sweeps SET parallel = ? WHERE sweep_id = ?", (int(parallel), sweep_id))])
 
 
 def _json(text: Any, default: Any) -> Any:

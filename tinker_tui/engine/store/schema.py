@@ -28,7 +28,7 @@ from tinker_tui.engine.store.log_lines import migrate_log_lines
 logger = logging.getLogger(__name__)
 
 #: Schema version written to `PRAGMA user_version`.
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 #: `PRAGMA application_id` of a tinker-tui run store ("ttui").
 APPLICATION_ID = 0x74747569
 
@@ -374,6 +374,45 @@ SCHEMA_V14 = """
 ALTER TABLE runs ADD COLUMN parent TEXT NOT NULL DEFAULT '';
 """
 
+# Version 15 keeps evaluations' protocols (engine.training.eval_protocol: sampling settings,
+# renderer, k, success threshold) so that numbers of different protocols are never compared
+# unmarked: a column of `evals`, and the evaluations of `tinker-tui eval` with every rollout
+# of theirs (`eval_rollouts`, one row per scenario and sample, so a second invocation runs
+# only the missing or failed ones). Rows of older versions have no protocol ('{}').
+SCHEMA_V15 = """
+ALTER TABLE evals ADD COLUMN protocol TEXT NOT NULL DEFAULT '{}';
+CREATE TABLE eval_runs (
+    eval_id         TEXT PRIMARY KEY,
+    task            TEXT NOT NULL DEFAULT '',
+    task_spec       TEXT NOT NULL DEFAULT '',
+    model           TEXT NOT NULL DEFAULT '',
+    run_id          TEXT NOT NULL DEFAULT '',
+    step            INTEGER,
+    backend         TEXT NOT NULL DEFAULT '',
+    base_model      TEXT NOT NULL DEFAULT '',
+    model_path      TEXT NOT NULL DEFAULT '',
+    protocol        TEXT NOT NULL DEFAULT '{}',
+    summary         TEXT NOT NULL DEFAULT '{}',
+    created_at      REAL,
+    updated_at      REAL
+);
+CREATE INDEX eval_runs_run ON eval_runs (run_id);
+CREATE TABLE eval_rollouts (
+    eval_id         TEXT NOT NULL,
+    scenario_id     TEXT NOT NULL,
+    sample          INTEGER NOT NULL,
+    status          TEXT NOT NULL,
+    reward          REAL,
+    num_tokens      INTEGER,
+    truncated       INTEGER NOT NULL DEFAULT 0,
+    error           TEXT NOT NULL DEFAULT '',
+    messages        TEXT NOT NULL DEFAULT '[]',
+    metrics         TEXT NOT NULL DEFAULT '{}',
+    time            REAL,
+    PRIMARY KEY (eval_id, scenario_id, sample)
+);
+"""
+
 #: Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
 MIGRATIONS: tuple[str, ...] = (
     SCHEMA_V1,
@@ -390,6 +429,7 @@ MIGRATIONS: tuple[str, ...] = (
     SCHEMA_V12,
     SCHEMA_V13,
     SCHEMA_V14,
+    SCHEMA_V15,
 )
 #: Rows a migration converts after its SQL ran, by the version it migrates to, in the same
 #: transaction: (connection) -> None.

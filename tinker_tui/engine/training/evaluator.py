@@ -4,7 +4,10 @@ An evaluation never blocks the trainer (it runs as its own task, its rollouts on
 rollout loop as a group's are) and only one runs at a time: a request made during one
 stays pending and starts when it ends. The pipeline decides when one is due (a request,
 `eval_every`, `eval_at_start`, the final step) and owns the rollouts; this object keeps
-the evaluation's own state and publishes `EvalCompleted`.
+the evaluation's own state and publishes `EvalCompleted`, with the protocol it sampled
+under (`engine.training.eval_protocol`: one sample per scenario, the run's sampling defaults,
+its renderer) and the same statistics as `tinker-tui eval` (`engine.metrics.eval_stats`:
+the mean's bootstrap interval, pass@1 at the success threshold).
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from typing import Any
 from tinker_tui.engine.clock import Clock
 from tinker_tui.engine.events import EvalCompleted, EventBus, LogEmitted, TrajectorySummary
 from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.metrics.eval_stats import summarize
 from tinker_tui.engine.rollouts.task import Scenario, Task, part_of
 from tinker_tui.engine.rollouts.task_metrics import eval_task_metrics
 from tinker_tui.engine.rollouts.trajectory import Trajectory
+from tinker_tui.engine.training.eval_protocol import EvalProtocol
 from tinker_tui.engine.training.rollout_loop import RolloutLoop
 
 #: Rolls out scenarios with a client, one rollout each, together, on the rollout loop (the
@@ -41,6 +46,7 @@ class Evaluator:
         clock: Clock,
         now_at: Callable[[], tuple[int, int]],
         stopping: Callable[[], bool],
+        protocol: Callable[[], EvalProtocol] = EvalProtocol,
     ) -> None:
         self.task = task
         self.rollouts = rollouts
@@ -50,6 +56,8 @@ class Evaluator:
         self._roll_out = roll_out
         self._now_at = now_at  # (step, policy version) now
         self._stopping = stopping
+        #: The protocol an evaluation starting now samples under.
+        self._protocol = protocol
         self.requested = False
         self.task_running: asyncio.Task[None] | None = None  # the latest one, done or not
         self.last_step: int | None = None  # the step the latest evaluation started at
@@ -98,6 +106,7 @@ class Evaluator:
         assert self.task.eval_scenarios is not None
         self.last_step = step
         client = self._client_factory()
+        protocol = self._protocol()
         scenarios = list(self.task.eval_scenarios())
         results, summaries = await self.rollouts.run(self._roll_out(client, scenarios))
         rewards = [r.reward for r in results if isinstance(r, Trajectory)]
@@ -107,6 +116,15 @@ class Evaluator:
             keys.EVAL_NUM_SCENARIOS: float(len(scenarios)),
             keys.EVAL_ERRORS: float(errors),
         }
+        per_scenario: dict[str, list[float]] = {}
+        for position, (s, r) in enumerate(zip(scenarios, results, strict=True)):
+            if isinstance(r, Trajectory):
+                per_scenario.setdefault(f"{position}:{s.id}", []).append(r.reward)
+        summary = summarize(per_scenario, k=1, threshold=protocol.success_threshold)
+        if rewards:
+            metrics[keys.EVAL_REWARD_LOW] = summary.mean.low
+            metrics[keys.EVAL_REWARD_HIGH] = summary.mean.high
+            metrics[keys.EVAL_PASS_AT_1] = summary.pass_at_1.value
         metrics.update(
             eval_task_metrics(
                 [(part_of(self.task, s)[0], r) for s, r in zip(scenarios, results, strict=True)]
@@ -123,6 +141,7 @@ class Evaluator:
                 metrics=metrics,
                 trajectories=summaries,
                 scenario_ids=scenario_ids,
+                protocol=protocol.as_dict(),
             )
         )
         self._log(

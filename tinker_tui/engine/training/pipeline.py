@@ -75,6 +75,7 @@ from tinker_tui.engine.rollouts.truncation import cap_truncated
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.training.advantages import group_advantages
 from tinker_tui.engine.training.checkpointer import Checkpointer
+from tinker_tui.engine.training.eval_protocol import EvalProtocol, thinking_of
 from tinker_tui.engine.training.evaluator import Evaluator
 from tinker_tui.engine.training.lr_schedule import lr_factor
 from tinker_tui.engine.training.resume import (
@@ -192,6 +193,7 @@ class Pipeline:
             clock=clock,
             now_at=lambda: (self.step, self.session.version),
             stopping=lambda: self._stopping,
+            protocol=self._eval_protocol,
         )
         # Accounting and health.
         self.meter = ThroughputMeter()
@@ -1263,6 +1265,20 @@ class Pipeline:
             )
 
     # ------------------------------------------------------------------ evaluator
+    def _eval_protocol(self) -> EvalProtocol:
+        """How an evaluation starting now samples: once per eval scenario, with the run's
+        sampling defaults (for requests that leave them out: not pinned) and renderer."""
+        # a session stand-in (tests, simulations) may have no renderer of its own
+        renderer = str(getattr(self.session, "renderer_name", "") or "")
+        return EvalProtocol(
+            split="eval_scenarios",
+            k=1,
+            temperature=self.sampling_defaults.temperature,
+            max_tokens=self.sampling_defaults.max_tokens,
+            renderer=renderer,
+            thinking=thinking_of(renderer),
+        )
+
     async def _final_eval(self) -> None:
         """Evaluate the final policy, once, before the run ends (`Evaluator.final`): no new
         rollouts first, and no other evaluation."""

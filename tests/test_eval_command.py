@@ -1,0 +1,327 @@
+"""`tinker-tui eval`: pass@k and mean@k with their intervals under a stored protocol, on the
+example task and on a task written here; resumable (only missing or failed rollouts run
+again); protocols compared in `compare`; a base model evaluated through the real SDK and
+the Tinker double."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sqlite3
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tinker_tui.app.cli import main
+from tinker_tui.engine.errors import EXIT_USAGE
+from tinker_tui.engine.events import EvalCompleted, RunFinished, RunStarted, StepTrained
+from tinker_tui.engine.local import DEFAULT_BASE_MODEL
+from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.metrics.eval_stats import (
+    bootstrap_mean,
+    pass_at_k,
+    summarize,
+    wilson,
+)
+from tinker_tui.engine.store import RunStore
+from tinker_tui.engine.training.eval_protocol import EvalProtocol, differences
+
+# ---------------------------------------------------------------------- the statistics
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    for n in range(1, 12):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                expected = 1.0 - math.comb(n - c, k) / math.comb(n, k)
+                assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 1, 5)
+
+
+def test_wilson_and_bootstrap_intervals():
+    w = wilson(8, 10)  # textbook value: 0.490 to 0.943
+    assert (round(w.low, 3), round(w.high, 3)) == (0.490, 0.943) and w.method == "wilson95"
+    assert wilson(0, 8).low == 0.0 and wilson(8, 8).high == 1.0
+    groups = [[1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [0.5, 1.0]]
+    a, b = bootstrap_mean(groups), bootstrap_mean(groups)
+    assert a == b  # fixed seed: the same rewards give the same interval
+    assert a.value == pytest.approx(4.5 / 8) and a.method == "bootstrap95"
+    assert a.low < a.value < a.high
+    s = summarize({"x": [1.0, 0.0, 0.0], "y": [0.0, 0.0, 0.0]}, k=3, threshold=1.0)
+    assert s.pass_at_k.value == 0.5 and s.pass_at_k.method == "wilson95"
+    assert s.pass_at_1.value == pytest.approx(1 / 6) and s.mean.value == pytest.approx(1 / 6)
+
+
+def test_protocols_differ_in_what_moves_the_numbers_not_in_k():
+    a = EvalProtocol(k=8, temperature=1.0, renderer="role_colon")
+    assert a.key() == EvalProtocol(k=4, temperature=1.0, renderer="role_colon").key()
+    b = EvalProtocol(k=8, temperature=0.7, renderer="role_colon")
+    assert differences(a, b) == ["temperature"] and a.key() != b.key()
+    assert differences(a, None) == ["protocol"]
+    assert EvalProtocol.from_dict(a.as_dict()) == a and EvalProtocol.from_dict({}) is None
+
+
+# ---------------------------------------------------------------------- the command
+
+#: A task written fresh: name a word with N letters; scenario count-3 fails while the flag
+#: file exists (a flaky grader), so a second invocation has failed rollouts to redo.
+WORD_TASK = """
+from pathlib import Path
+
+from tinker_tui import Scenario, Task, Trajectory
+
+FLAG = Path(__file__).with_name("fail-count-3")
+
+
+def scenarios(rng):
+    i = 0
+    while True:
+        yield Scenario(id=f"train-{i}", data=1 + i % 5)
+        i += 1
+
+
+def eval_scenarios():
+    return [Scenario(id=f"count-{n}", data=n) for n in range(1, 6)]
+
+
+async def rollout(client, model, scenario):
+    if scenario.id == "count-3" and FLAG.exists():
+        raise RuntimeError("flaky grader")
+    completion = await client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": f"Say a word of {scenario.data} letters."}],
+        max_tokens=4,
+        temperature=0.0,
+    )
+    choice = completion.choices[0]
+    words = (choice.message.content or "").split()
+    length = len(words[0]) if words else 0
+    reward = 1.0 if length == scenario.data else max(0.0, 1 - abs(length - scenario.data) / 5)
+    return Trajectory.from_choices([choice], reward=reward)
+
+
+TASK = Task(name="word_length", scenarios=scenarios, rollout=rollout, eval_scenarios=eval_scenarios)
+"""
+
+
+def _eval(capsys, *args: str) -> tuple[int, dict]:
+    code = main(["eval", *args, "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out) if code == 0 else {}
+
+
+def test_eval_of_the_example_on_the_base_model_has_intervals_and_protocol(tmp_path, capsys):
+    db = tmp_path / "runs.db"
+    code = main(
+        ["eval", "example", "--model", DEFAULT_BASE_MODEL, "--backend", "local", "-k", "8"]
+        + ["--db", str(db), "--no-progress"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "protocol " in out and "temperature 1, max_tokens 1024" in out
+    assert "renderer role_colon" in out and "success: reward >= 1" in out
+    assert "8 scenarios x 8 samples: 64 rollouts ran now, 0 kept from before" in out
+    for metric, method in (("pass@1", "bootstrap95"), ("pass@8", "wilson95")):
+        line = next(x for x in out.splitlines() if x.startswith(metric))
+        assert method in line and "[" in line  # value, 95% interval, its method
+    assert next(x for x in out.splitlines() if x.startswith("mean@8"))
+    rows = sqlite3.connect(db).execute("SELECT count(*) FROM eval_rollouts").fetchone()
+    assert rows == (64,)
+
+
+def test_a_fresh_task_resumes_only_missing_or_failed_rollouts(tmp_path, capsys):
+    task = tmp_path / "word_task.py"
+    task.write_text(textwrap.dedent(WORD_TASK))
+    flag = tmp_path / "fail-count-3"
+    flag.touch()
+    db = tmp_path / "runs.db"
+    base = [str(task), "--model", DEFAULT_BASE_MODEL, "--backend", "local", "--db", str(db)]
+
+    code, first = _eval(capsys, *base, "-k", "8", "--eval-temperature", "0.9")
+    assert code == 0
+    assert first["schema"] == "tinker-tui.eval/1"
+    assert first["protocol"]["temperature"] == 0.9 and first["protocol"]["temperature_pinned"]
+    assert first["protocol"]["k"] == 8 and first["protocol"]["split"] == "eval_scenarios"
+    assert first["rollouts"] == {"ran": 40, "reused": 0, "failed": 8}
+    assert "flaky grader" in first["first_error"]
+    result = first["result"]
+    assert result["scenarios"] == 4 and result["samples"] == 32  # count-3 had none
+    for name in ("pass@1", "pass@8", "mean@8"):
+        interval = result[name]
+        assert interval["low"] <= interval["value"] <= interval["high"]
+        assert interval["method"] in ("wilson95", "bootstrap95")
+
+    flag.unlink()  # the grader works now: only count-3's 8 rollouts run again
+    code, second = _eval(capsys, *base, "-k", "8", "--eval-temperature", "0.9")
+    assert second["eval_id"] == first["eval_id"]
+    assert second["rollouts"] == {"ran": 8, "reused": 32, "failed": 0}
+    assert second["result"]["scenarios"] == 5 and second["result"]["samples"] == 40
+
+    code, third = _eval(capsys, *base, "-k", "10", "--eval-temperature", "0.9")
+    assert third["rollouts"] == {"ran": 10, "reused": 40, "failed": 0}  # 2 more each
+    assert "pass@10" in third["result"] and "mean@10" in third["result"]
+
+    code, other = _eval(capsys, *base, "-k", "8", "--eval-temperature", "0.5")
+    assert other["eval_id"] != first["eval_id"]  # another protocol: its own rollouts
+    assert other["rollouts"]["ran"] == 40 and other["protocol_key"] != first["protocol_key"]
+
+
+def test_bad_eval_input_is_one_line_and_exit_2(tmp_path, capsys):
+    db = tmp_path / "runs.db"
+    cases = [
+        (["example", "--model", "nosuchrun@3", "--db", str(db)], "no run store"),
+        (["example", "--model", DEFAULT_BASE_MODEL, "--split", "train"], "scenarios:N"),
+        (["example", "--model", DEFAULT_BASE_MODEL, "-k", "0"], "at least 1"),
+    ]
+    for args, words in cases:
+        assert _exit_code(["eval", *args]) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err
+
+
+def _exit_code(argv: list[str]) -> int:
+    """The command's exit code, argparse's usage errors (SystemExit) included."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+# ---------------------------------------------------------------------- compare and runs
+
+
+async def _store_runs(db: Path) -> None:
+    """Two runs whose evaluations sampled at different temperatures, a third like the
+    first."""
+    store = await RunStore.open(db)
+    for index, (run_id, temperature) in enumerate((("run-a", 1.0), ("run-b", 0.7), ("run-c", 1.0))):
+        t = 1000.0 + 100 * index
+        config = {"temperature": temperature, "max_steps": 2}
+        store.handle(
+            RunStarted(
+                time=t,
+                run_id=run_id,
+                name="yes_no_maybe",
+                backend="local",
+                base_model=DEFAULT_BASE_MODEL,
+                max_steps=2,
+                start_step=0,
+                config=config,
+            )
+        )
+        for step in (1, 2):
+            store.handle(
+                StepTrained(
+                    time=t + step,
+                    step=step,
+                    policy_version=step,
+                    metrics={keys.REWARD_MEAN: 0.5 + 0.1 * step},
+                )
+            )
+        protocol = EvalProtocol(temperature=temperature, max_tokens=64, renderer="role_colon")
+        store.handle(
+            EvalCompleted(
+                time=t + 3,
+                step=2,
+                policy_version=2,
+                metrics={keys.EVAL_REWARD_MEAN: 0.6 + 0.1 * index},
+                protocol=protocol.as_dict(),
+            )
+        )
+        store.handle(RunFinished(time=t + 4, status="completed", final_step=2, reason="done"))
+    await store.close()
+
+
+def test_compare_and_runs_mark_or_refuse_evaluations_of_different_protocols(tmp_path, capsys):
+    db = tmp_path / "runs.db"
+    asyncio.run(_store_runs(db))
+
+    assert main(["compare", "run-a", "run-b", "--db", str(db), "--no-ui"]) == 0
+    out = capsys.readouterr().out
+    assert "EVAL" in out and "0.600 eval mean P1" in out and "0.700 eval mean P2" in out
+    assert "NOT comparable (they differ in temperature)" in out
+    assert main(["compare", "run-a", "run-b", "--db", str(db), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["eval_protocol_differs"] == ["temperature"]
+    assert doc["runs"][1]["eval"]["protocol"]["temperature"] == 0.7
+
+    args = ["compare", "run-a", "run-b", "--db", str(db), "--no-ui", "--same-eval-protocol"]
+    assert main(args) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "different protocols" in err and "temperature" in err and "Traceback" not in err
+    args = ["compare", "run-a", "run-c", "--db", str(db), "--no-ui", "--same-eval-protocol"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "0.600 eval mean" in out and "P1" not in out and "NOT comparable" not in out
+
+    assert main(["runs", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "EVAL" in out and "P1" in out and "P2" in out
+    assert "NOT comparable (they differ in temperature)" in out
+    assert main(["runs", "--db", str(db), "--json"]) == 0
+    runs = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert runs["run-b"]["eval"]["protocol"]["temperature"] == 0.7
+    assert runs["run-a"]["eval"]["source"] == "run"
+
+
+# ---------------------------------------------------------------------- Tinker side
+
+
+def test_eval_of_a_base_model_through_the_sdk_and_the_double(tmp_path, capsys, monkeypatch):
+    from tinker_double import API_KEY, TinkerDouble
+
+    with TinkerDouble(tmp_path / "service") as double:
+        monkeypatch.setenv("TINKER_BASE_URL", double.base_url)
+        monkeypatch.setenv("TINKER_API_KEY", API_KEY)
+        db = tmp_path / "runs.db"
+        args = ["example", "--model", DEFAULT_BASE_MODEL, "--backend", "tinker", "-k", "2"]
+        code, doc = _eval(capsys, *args, "--db", str(db))
+        assert code == 0
+        assert doc["model"]["backend"] == "tinker" and doc["model"]["model_path"] == ""
+        assert doc["rollouts"] == {"ran": 16, "reused": 0, "failed": 0}
+        assert doc["result"]["samples"] == 16 and doc["result"]["mean@2"]["method"]
+        # sampled by a sampler the SDK made on the base model itself, not a trained one
+        samplers = list(double.service.samplers.values())
+        assert any(s.model_path is None and s.base_model == DEFAULT_BASE_MODEL for s in samplers)
+        code, again = _eval(capsys, *args, "--db", str(db))
+        assert again["rollouts"] == {"ran": 0, "reused": 16, "failed": 0}
+
+
+async def test_the_protocol_is_pinned_on_every_request_the_tasks_own_values_included(tmp_path):
+    """The policy server of an evaluation samples at the protocol's temperature whatever a
+    request asks, and caps its max_tokens; a run's server keeps the request's own."""
+    from tinker_tui.engine.backend.session import BackendSession
+    from tinker_tui.engine.local import LocalServiceClient
+    from tinker_tui.engine.sampling_defaults import SamplingDefaults
+    from tinker_tui.engine.server import PolicyServer
+
+    session = BackendSession(
+        LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
+    )
+    await session.start()
+    asked = []
+    sample = session.sample
+
+    async def spy(prompt, num_samples, sampling_params, **kwargs):
+        asked.append((sampling_params.temperature, sampling_params.max_tokens))
+        return await sample(prompt, num_samples, sampling_params, **kwargs)
+
+    session.sample = spy  # type: ignore[method-assign]
+    question = [{"role": "user", "content": "Is it? Answer yes or no."}]
+    for pinned in (True, False):
+        defaults = SamplingDefaults(
+            temperature=0.3, max_tokens=3, pin_temperature=pinned, cap_max_tokens=pinned
+        )
+        server = PolicyServer(session, model_name="policy", defaults=defaults)
+        await server.start()
+        try:
+            client = server.client()
+            await client.chat.completions.create(
+                model="policy", messages=question, temperature=1.5, max_tokens=20
+            )
+        finally:
+            await server.stop()
+    assert asked == [(0.3, 3), (1.5, 20)]
