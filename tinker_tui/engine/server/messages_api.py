@@ -10,7 +10,8 @@ when the same input is echoed: the echoed turn matches its sampled tokens.
 
 Honoured: model, max_tokens, messages, system, tools, tool_choice (auto, any, tool, none,
 disable_parallel_tool_use), temperature, top_p, stop_sequences, stream, metadata (kept by
-nobody). Anything else is refused with Anthropic's error shape.
+nobody). Anything else is refused with Anthropic's error shape (a block key whose value is
+null, as a client's dumped block carries, says nothing and is let through).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def _blocks_text(blocks: Any, where: str) -> str:
 
 
 def _only(block: dict[str, Any], allowed: set[str], where: str) -> None:
-    extra = sorted(set(block) - allowed)
+    extra = sorted(k for k in set(block) - allowed if block[k] is not None)
     if extra:
         raise RequestError(400, f"unsupported key {extra[0][:40]!r} in a block", param=where)
     if block.get("citations"):

@@ -10,7 +10,8 @@ a `reasoning` item (its text as `reasoning_text` content), a `message` item, and
 
 Honoured: model, input, instructions, tools (function), tool_choice, parallel_tool_calls,
 max_output_tokens, temperature, top_p, stream, store (nothing is stored: there is no
-`previous_response_id`), text.format of type "text". Anything else is refused (400).
+`previous_response_id`), text.format of type "text". Anything else is refused (400); an item
+key whose value is null says nothing and is let through.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def _parts_text(content: Any, kinds: set[str], where: str) -> str:
 
 
 def _only(item: dict[str, Any], allowed: set[str], where: str) -> None:
-    extra = sorted(set(item) - allowed)
+    extra = sorted(k for k in set(item) - allowed if item[k] is not None)
     if extra:
         raise RequestError(
             400, f"unsupported parameter: {where}.{extra[0][:40]}", param=f"{where}.{extra[0][:40]}"
