@@ -252,6 +252,17 @@ async def test_responses_tool_round_trip_and_exact_turns(served) -> None:
 
     with pytest.raises(openai.BadRequestError, match="previous_response_id"):
         await gpt.responses.create(model="policy", input=ASK, previous_response_id="resp_x")
+    with pytest.raises(openai.BadRequestError, match="unsupported input item type 'web_search"):
+        await gpt.responses.create(model="policy", input=[{"type": "web_search_call", "id": "w"}])
+    # Anthropic's clients send the token as x-api-key; a wrong one is refused
+    stranger = anthropic.AsyncAnthropic(
+        base_url=f"http://127.0.0.1:{server.port}", api_key="wrong", max_retries=0
+    )
+    with pytest.raises(anthropic.AuthenticationError):
+        await stranger.messages.create(
+            model="policy", max_tokens=2, messages=[{"role": "user", "content": ASK}]
+        )
+    await stranger.close()
 
 
 async def test_responses_streaming_and_sampled_turns(served) -> None:
