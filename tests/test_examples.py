@@ -66,6 +66,25 @@ async def test_next_number_runs_two_steps_with_one_request_per_group(tmp_path):
     assert evals[0].metrics["eval/errors"] == 0
 
 
+@pytest.mark.e2e  # its rollouts start the agent program
+async def test_subprocess_agent_trains_on_what_the_server_captured(tmp_path):
+    """The agent program speaks the Messages API and returns no choices: each trajectory is
+    its two captured turns, and the second extends the first (one sequence, no mismatch)."""
+    _, config, of = await run_two_steps(
+        "subprocess_agent", tmp_path, group_size=2, groups_per_step=2
+    )
+    groups = of(GroupSampled)
+    assert groups and all(g.num_trajectories == config.group_size for g in groups)
+    assert {t.reward for g in groups for t in g.trajectories} <= {0.0, 0.5, 1.0}
+    assert [m["role"] for m in groups[0].trajectories[0].messages] == ["user", "assistant"] * 2
+    assert all(t.num_tokens > 0 for g in groups for t in g.trajectories)
+    for step in of(StepTrained):
+        if "train/turns" in step.metrics:  # a step with a group to train (rewards differ)
+            assert step.metrics["train/prefix_mismatch"] == 0, step.metrics
+            turns = step.metrics["train/turns"]
+            assert turns > 0 and turns % 2 == 0  # both turns of every trajectory
+
+
 def test_examples_keep_their_splits_apart():
     assert not set(next_number.TRAIN_NUMBERS) & set(next_number.EVAL_NUMBERS)
     from tinker_tui.examples import yes_no_maybe

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "Message",
+    "Reward",
     "Scenario",
     "ScenarioSet",
     "Task",
@@ -37,6 +38,7 @@ __all__ = [
 #: Public name -> the module that defines it.
 _EXPORTS = {
     "Message": "tinker_tui.engine.rollouts.task",
+    "Reward": "tinker_tui.engine.rollouts.trajectory",
     "Scenario": "tinker_tui.engine.rollouts.task",
     "ScenarioSet": "tinker_tui.engine.rollouts.scenario_data",
     "Task": "tinker_tui.engine.rollouts.task",
@@ -56,7 +58,7 @@ if TYPE_CHECKING:
         scenarios_from_jsonl,
     )
     from tinker_tui.engine.rollouts.task import Message, Scenario, Task, TaskError, mix_tasks
-    from tinker_tui.engine.rollouts.trajectory import Trajectory, TrajectoryError
+    from tinker_tui.engine.rollouts.trajectory import Reward, Trajectory, TrajectoryError
     from tinker_tui.engine.training.advantages import group_advantages
 
 

@@ -43,6 +43,7 @@ BUILTIN_TASKS = {
     "binary_prefix_tool": "tinker_tui.examples.binary_prefix_tool:TASK",
     "next_number": "tinker_tui.examples.next_number:TASK",
     "cookbook_yes_no_maybe": "tinker_tui.examples.cookbook_yes_no_maybe:TASK",
+    "subprocess_agent": "tinker_tui.examples.subprocess_agent:TASK",
 }
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -300,15 +301,18 @@ class _NamedRollout:
 
     async def __call__(self, client: Any, model: str, scenario: Any) -> Any:
         from tinker_tui.engine.rollouts.task import Trajectory, TrajectoryError
+        from tinker_tui.engine.rollouts.trajectory import Reward
 
         try:
             result = await self.rollout(client, model, scenario)
         except TrajectoryError as exc:
             raise TrajectoryError(f"{exc} (in the rollout of {self.where})") from exc
-        if not isinstance(result, Trajectory):
+        # A reward alone: the pipeline builds the trajectory from the turns it captured.
+        if not isinstance(result, Trajectory) and Reward.of(result) is None:
             raise TrajectoryError(
                 f"the rollout of {self.where} returned {_kind(result)}; expected a Trajectory "
-                "(return Trajectory.from_choices(choices, reward=...))"
+                "(return Trajectory.from_choices(choices, reward=...)) or a reward for the "
+                "turns the server captured (a number or a Reward)"
             )
         return result
 

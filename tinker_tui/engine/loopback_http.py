@@ -35,21 +35,36 @@ REQUEST_TIMEOUT = 10.0
 class BearerAuth:
     """Pure ASGI middleware: every HTTP request needs `Authorization: Bearer <token>`.
 
-    `refusal` builds the 401 response, so each endpoint answers in its own error shape."""
+    `refusal` builds the 401 response, so each endpoint answers in its own error shape.
+    With `api_key_header`, the token as that header's whole value is accepted too (Anthropic's
+    clients send `x-api-key: <token>`)."""
 
-    def __init__(self, app: ASGIApp, *, token: str, refusal: Callable[[], Response]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str,
+        refusal: Callable[[], Response],
+        api_key_header: bytes | None = None,
+    ) -> None:
         self.app = app
         self.expected = f"Bearer {token}".encode()
         self.refusal = refusal
+        self.api_key_header = api_key_header
+        self.api_key = token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            given = b""
+            given, key_given = b"", b""
             for key, value in scope["headers"]:
                 if key == b"authorization":
                     given = value
-                    break
-            if not hmac.compare_digest(given, self.expected):
+                elif key == self.api_key_header:
+                    key_given = value
+            ok = hmac.compare_digest(given, self.expected)
+            if self.api_key_header is not None and key_given:
+                ok = hmac.compare_digest(key_given, self.api_key) or ok
+            if not ok:
                 await self.refusal()(scope, receive, send)
                 return
         await self.app(scope, receive, send)

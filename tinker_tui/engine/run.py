@@ -150,6 +150,7 @@ class Run:
             warmup_done=False,
             rewind_store=self._rewind_store,
             commit_events=self._flush_store,
+            captures=lambda: self.server.captures if self.server is not None else None,
         )
         self._start_step = 0
         #: Seconds a resumed run was down before this session (`RunResumed.down_seconds`).

@@ -6,7 +6,9 @@ A task is one Python file that builds a module-level ``TASK = Task(...)``:
   seeded `random.Random`, so a run replays the same scenarios from the same seed;
 * ``rollout(client, model, scenario)``: an ``async def`` that talks to the policy through
   ``client`` (an ``openai.AsyncOpenAI`` pointed at the run's own server; pass
-  ``model=model``) and returns a scored `Trajectory`; the engine runs it ``group_size`` times
+  ``model=model``) and returns a scored `Trajectory`, or only its reward (a number or a
+  `Reward`): the server captured every reply made through ``client`` (or its ``base_url``,
+  handed to a subprocess); the engine runs it ``group_size`` times
   per scenario and trains on the group-relative advantages;
 * or, instead of ``rollout``, ``group_rollout(client, model, scenario, n)``: an ``async def``
   that returns ``n`` trajectories for one scenario at once (for rewards that compare the
@@ -43,7 +45,12 @@ from typing import Any
 
 from tinker_tui.engine.did_you_mean import did_you_mean
 from tinker_tui.engine.errors import UsageError
-from tinker_tui.engine.rollouts.trajectory import METRIC_NAME, Trajectory, TrajectoryError
+from tinker_tui.engine.rollouts.trajectory import (
+    METRIC_NAME,
+    Reward,
+    Trajectory,
+    TrajectoryError,
+)
 
 __all__ = [
     "GroupRollout",
@@ -88,8 +95,9 @@ class PartScenario(Scenario):
     part: str = ""
 
 
-#: rollout(client, model, scenario) -> Trajectory; `client` is an `openai.AsyncOpenAI`.
-Rollout = Callable[[Any, str, Scenario], Awaitable[Trajectory]]
+#: rollout(client, model, scenario) -> Trajectory (or a reward: a number or a `Reward`, the
+#: turns captured by the server); `client` is an `openai.AsyncOpenAI`.
+Rollout = Callable[[Any, str, Scenario], Awaitable["Trajectory | Reward | float"]]
 #: group_rollout(client, model, scenario, n) -> n Trajectories for one scenario.
 GroupRollout = Callable[[Any, str, Scenario, int], Awaitable[Sequence[Trajectory]]]
 
@@ -392,7 +400,9 @@ class _MixedRollout:
     def __init__(self, parts: tuple[TaskPart, ...]) -> None:
         self.by_name = {p.task.name: p.task for p in parts}
 
-    async def __call__(self, client: Any, model: str, scenario: Scenario) -> Trajectory:
+    async def __call__(
+        self, client: Any, model: str, scenario: Scenario
+    ) -> Trajectory | Reward | float:
         part = self.by_name.get(scenario.part) if isinstance(scenario, PartScenario) else None
         if part is None or part.rollout is None:
             raise TaskError(f"scenario {scenario.id!r} is not one of this mix's scenarios")

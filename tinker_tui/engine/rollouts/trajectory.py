@@ -3,7 +3,11 @@
 The trainer never re-tokenizes text. Each completion the in-process server returns carries
 its prompt token ids, sampled token ids, their logprobs and the policy version that made
 them (extension fields on each choice, see `engine.server`); a rollout hands those back by
-passing the choices it got to `Trajectory.from_choices`.
+passing the choices it got to `Trajectory.from_choices`; or it returns only its score (a
+number, or a `Reward` with metrics), and the turns are those the server filed under the
+rollout's own address (`engine.server.capture`): its client's `base_url` ends in the
+trajectory's key, so a subprocess or an agent library given that address is trained on the
+exact tokens sampled for it.
 """
 
 from __future__ import annotations
@@ -180,6 +184,44 @@ class Trajectory:
             metrics,
             messages if type(messages) is tuple else tuple(messages),
         )
+
+
+class Reward:
+    """What a rollout may return instead of a `Trajectory` when the server captured its
+    turns: `Reward(1.0, correct=True)` (a plain number is `Reward(number)`). The trajectory
+    is every reply sampled under the rollout's client address, in the order they were made,
+    with this reward and these metrics."""
+
+    __slots__ = ("messages", "metrics", "value")
+
+    def __init__(
+        self, value: float, *, messages: Iterable[dict[str, Any]] = (), **metrics: float | bool
+    ) -> None:
+        self.value = value
+        self.messages = tuple(messages)
+        self.metrics = metrics
+
+    def __repr__(self) -> str:
+        return f"Reward({self.value!r}, {self.metrics!r})"
+
+    def trajectory(self, choices: Sequence[Any]) -> Trajectory:
+        """The trajectory of the replies captured for a rollout that returned this."""
+        if not choices:
+            raise TrajectoryError(
+                "the rollout returned a reward, but nothing was sampled under its client's "
+                "address: use the client it is given (or its base_url and api_key), or "
+                "return Trajectory.from_choices(...)"
+            )
+        return Trajectory.from_choices(choices, self.value, messages=self.messages, **self.metrics)
+
+    @classmethod
+    def of(cls, result: Any) -> Reward | None:
+        """`result` as a Reward if it is one (or a plain number), else None."""
+        if isinstance(result, Reward):
+            return result
+        if isinstance(result, numbers.Real) and not isinstance(result, bool):
+            return cls(float(result))
+        return None
 
 
 @dataclass(frozen=True, slots=True)

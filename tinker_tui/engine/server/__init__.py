@@ -16,6 +16,11 @@ produced them, so the trainer never re-tokenizes text (extension fields, on the 
 sampled tokens), `token_logprobs`, `policy_version`. When streaming they arrive on each
 choice's final chunk (the one with a finish_reason).
 
+The same completions are served in OpenAI's Responses API (`/v1/responses`) and Anthropic's
+Messages API (`/v1/messages`), translated onto this path (`responses_api`, `messages_api`),
+and every path also answers under `/r/<key>/`, which files its replies under that
+trajectory (`capture`), for rollouts that return only a reward.
+
 Where things are:
 - `schema`: what a request may hold (strict pydantic models) and `RequestError`;
 - `tools`: the text tool protocol for renderers without a tool format;

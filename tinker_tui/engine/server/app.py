@@ -1,8 +1,12 @@
 """The policy server's app: FastAPI routes behind the bearer token, and `PolicyServer`,
 which runs them on uvicorn on 127.0.0.1 in the run's own event loop.
 
-Endpoints: `GET /health`, `GET /v1/models`, `GET /v1/models/{model}` and
-`POST /v1/chat/completions` (plain, or streamed as server-sent events). The model is the run's
+Endpoints: `GET /health`, `GET /v1/models`, `GET /v1/models/{model}`,
+`POST /v1/chat/completions` (plain, or streamed as server-sent events), and the same
+completions in two other wire formats, translated onto it: OpenAI's Responses API
+(`POST /v1/responses`, `responses_api`) and Anthropic's Messages API (`POST /v1/messages`,
+`messages_api`). Every path also answers under `/r/<key>/`, which files what is sampled under
+the trajectory `key` (`capture`); a key that is not open is refused (404). The model is the run's
 policy by its name, or `NAME@STEP` for the policy of an earlier step while it is still kept.
 The random per-run token is compared in constant time and never logged;
 `PolicyServer.token_hint` is the only form of it to show.
@@ -24,7 +28,7 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from starlette.types import Receive
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tinker_tui.engine.errors import TinkerTuiError
 from tinker_tui.engine.loopback_http import (
@@ -35,6 +39,8 @@ from tinker_tui.engine.loopback_http import (
     read_body,
 )
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
+from tinker_tui.engine.server import messages_api, responses_api
+from tinker_tui.engine.server.capture import PREFIX, Captures
 from tinker_tui.engine.server.coalesce import SampleCoalescer
 from tinker_tui.engine.server.coalescing_client import (
     ClientCoalescingStats,
@@ -158,6 +164,43 @@ def _sse(
     return b"".join(events)
 
 
+#: Where `CapturePrefix` leaves the key of the trajectory a request is filed under.
+CAPTURE_KEY = "tinker_tui.capture_key"
+
+
+class CapturePrefix:
+    """Pure ASGI middleware: a path under `/r/<key>/` is served as the path after it, with the
+    key left in the scope (`CAPTURE_KEY`) for the routes to file their replies under; a key
+    that is not open is refused (404) before anything is sampled."""
+
+    def __init__(self, app: ASGIApp, *, captures: Captures) -> None:
+        self.app = app
+        self.captures = captures
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            found = PREFIX.match(scope["path"])
+            if found is not None:
+                key, rest = found.groups()
+                if not self.captures.is_open(key):
+                    message = (
+                        f"no trajectory is open under key {key!r} (it finished, or never began)"
+                    )
+                    refusal = (
+                        Response(
+                            _dumps(messages_api.error_body(RequestError(404, message))),
+                            status_code=404,
+                            media_type="application/json",
+                        )
+                        if rest.endswith("/messages")
+                        else openai_error(404, message, code="not_found")
+                    )
+                    await refusal(scope, receive, send)
+                    return
+                scope = {**scope, "path": rest, "raw_path": rest.encode(), CAPTURE_KEY: key}
+        await self.app(scope, receive, send)
+
+
 class ClientGone(TinkerTuiError):
     """The client closed its connection before its completion was ready."""
 
@@ -196,11 +239,15 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     context_length: int | None = None,
     coalescer: SampleCoalescer | None = None,
+    captures: Captures | None = None,
 ) -> FastAPI:
     app = FastAPI(title="tinker-tui policy server", docs_url=None, redoc_url=None, openapi_url=None)
+    captures = captures if captures is not None else Captures()
+    app.add_middleware(CapturePrefix, captures=captures)
     app.add_middleware(
         BearerAuth,
         token=token,
+        api_key_header=b"x-api-key",
         refusal=lambda: openai_error(
             401,
             "missing or wrong bearer token",
@@ -267,34 +314,56 @@ def create_app(
             )
         return Response(_dumps(model_entry(model)), media_type="application/json")
 
-    async def chat_completions(request: Request) -> Response:
+    async def sample(request: Request, parse: Any) -> tuple[Any, list[dict[str, Any]], Prepared]:
+        """Read and translate the body (`parse(raw) -> (request, chat request)`), sample it
+        on the chat path, and file the choices under the request's trajectory, if any."""
         try:
-            try:
-                raw = await read_body(request, max_body_bytes)
-            except BodyTooLarge as exc:
-                raise RequestError(413, str(exc), code="request_too_large") from None
-            try:
-                body = ChatCompletionRequest.model_validate_json(raw)
-            except ValidationError as exc:
-                raise validation_error(exc) from None
-            choices, prepared, _version = await unless_client_leaves(
-                request, handler.complete(body)
-            )
+            raw = await read_body(request, max_body_bytes)
+        except BodyTooLarge as exc:
+            raise RequestError(413, str(exc), code="request_too_large") from None
+        original, body = parse(raw)
+        choices, prepared, _version = await unless_client_leaves(request, handler.complete(body))
+        key = request.scope.get(CAPTURE_KEY)
+        if key is not None:
+            captures.record(key, choices)
+        return original, choices, prepared
+
+    async def served(what: str, request: Request, parse: Any, answer: Any, error: Any) -> Response:
+        """`sample`, then `answer(original, choices, prepared)`; a refusal as `error`
+        builds it, a client gone as 499, a bug as 500 (never taking the server down)."""
+        try:
+            original, choices, prepared = await sample(request, parse)
         except RequestError as exc:
-            return openai_error(
-                exc.status, exc.message, param=exc.param, code=exc.code, kind=exc.kind
-            )
+            return error(exc)  # type: ignore[no-any-return]
         except (ClientDisconnect, ClientGone) as exc:
             logger.debug(
-                "chat completion: the client went away %s",
+                "%s: the client went away %s",
+                what,
                 "while sampling; sampling cancelled"
                 if isinstance(exc, ClientGone)
                 else "before its request was whole",
             )
             return Response(status_code=499)  # nobody reads it
         except Exception as exc:  # a bug here must not take the server down
-            logger.exception("chat completion failed")
-            return openai_error(500, f"internal error: {type(exc).__name__}", kind="server_error")
+            logger.exception("%s failed", what)
+            return error(  # type: ignore[no-any-return]
+                RequestError(500, f"internal error: {type(exc).__name__}", kind="server_error")
+            )
+        return answer(original, choices, prepared)  # type: ignore[no-any-return]
+
+    def openai_refusal(exc: RequestError) -> Response:
+        return openai_error(exc.status, exc.message, param=exc.param, code=exc.code, kind=exc.kind)
+
+    def parse_chat(raw: bytes) -> tuple[ChatCompletionRequest, ChatCompletionRequest]:
+        try:
+            body = ChatCompletionRequest.model_validate_json(raw)
+        except ValidationError as exc:
+            raise validation_error(exc) from None
+        return body, body
+
+    def answer_chat(
+        body: ChatCompletionRequest, choices: list[dict[str, Any]], prepared: Prepared
+    ) -> Response:
         if body.stream:
             return Response(
                 _sse(body, choices, prepared, body.model),
@@ -311,9 +380,61 @@ def create_app(
         }
         return Response(_dumps(payload), media_type="application/json")
 
+    async def chat_completions(request: Request) -> Response:
+        return await served("chat completion", request, parse_chat, answer_chat, openai_refusal)
+
+    def answer_responses(
+        body: responses_api.ResponsesRequest,
+        choices: list[dict[str, Any]],
+        prepared: Prepared,
+    ) -> Response:
+        done = responses_api.response(body, choices[0], prepared)
+        if body.stream:
+            return Response(
+                responses_api.sse(done),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        return Response(_dumps(done), media_type="application/json")
+
+    async def responses(request: Request) -> Response:
+        return await served(
+            "response", request, responses_api.to_chat, answer_responses, openai_refusal
+        )
+
+    translator = messages_api.MessagesTranslator()
+
+    def answer_messages(
+        body: messages_api.MessagesRequest,
+        choices: list[dict[str, Any]],
+        prepared: Prepared,
+    ) -> Response:
+        message = translator.message(choices[0], prepared, body.model)
+        if body.stream:
+            return Response(
+                messages_api.sse(message),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        return Response(_dumps(message), media_type="application/json")
+
+    def anthropic_refusal(exc: RequestError) -> Response:
+        return Response(
+            _dumps(messages_api.error_body(exc)),
+            status_code=exc.status,
+            media_type="application/json",
+        )
+
+    async def messages(request: Request) -> Response:
+        return await served(
+            "message", request, translator.request, answer_messages, anthropic_refusal
+        )
+
     # A plain Starlette route: the body is parsed and validated here, so FastAPI's
     # per-request dependency solving would be pure overhead on the hot path.
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    app.add_route("/v1/responses", responses, methods=["POST"])
+    app.add_route("/v1/messages", messages, methods=["POST"])
     return app
 
 
@@ -340,6 +461,9 @@ class PolicyServer:
         self.coalescer = SampleCoalescer(session, window=coalesce_window, full_at=group_size)
         self.token = token or secrets.token_urlsafe(24)
         self.defaults = defaults or SamplingDefaults()
+        #: The trajectories open for capture: a rollout's requests under `/r/<key>/` are
+        #: filed under its key (`capture`).
+        self.captures = Captures()
         self.app = create_app(
             session,
             model_name=model_name,
@@ -349,6 +473,7 @@ class PolicyServer:
             max_body_bytes=max_body_bytes,
             context_length=context_length,
             coalescer=self.coalescer,
+            captures=self.captures,
         )
         self._server = LoopbackServer(
             self.app, name="policy-server", request_timeout=request_timeout
@@ -376,6 +501,7 @@ class PolicyServer:
     async def start(self) -> None:
         """Listen on 127.0.0.1; returns once the server accepts requests."""
         await self._server.start()
+        self.captures.root = f"http://127.0.0.1:{self.port}"
 
     async def stop(self) -> None:
         """Close the clients `client()` made, then stop listening. A client left to the

@@ -70,7 +70,12 @@ from tinker_tui.engine.rollouts.task import (
     part_of,
     reward_components_of,
 )
-from tinker_tui.engine.rollouts.trajectory import Trajectory, TrajectoryError, TrajectoryGroup
+from tinker_tui.engine.rollouts.trajectory import (
+    Reward,
+    Trajectory,
+    TrajectoryError,
+    TrajectoryGroup,
+)
 from tinker_tui.engine.rollouts.truncation import cap_truncated
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.training.advantages import group_advantages
@@ -131,8 +136,13 @@ class Pipeline:
         warmup_done: bool = True,
         rewind_store: Callable[[int], Awaitable[Mapping[str, int]]] | None = None,
         commit_events: Callable[[], Awaitable[None]] | None = None,
+        captures: Callable[[], Any] | None = None,
     ) -> None:
         self.config = config
+        #: The policy server's open trajectories (`engine.server.capture.Captures`), once it
+        #: runs: each rollout gets a client under its own key, so one that returns only a
+        #: reward is trained on what the server sampled for it.
+        self._captures = captures
         #: Seconds before a group's rollouts in flight count as stalled (`STALL_AFTER`).
         self.stall_after = stall_after
         #: Groups whose rollouts run now: group id -> (started, scenario, their coroutines,
@@ -759,13 +769,30 @@ class Pipeline:
         assert self.task.rollout is not None  # check_task: a rollout, or a group_rollout
         if part_of(self.task, scenario)[1].samples_tokens:
             client = self._token_sampler()
-        trajectory = await self.task.rollout(client, self.model_name, scenario)
-        if not isinstance(trajectory, Trajectory):
+            captures = None  # a token-level task samples without the policy server
+        else:
+            captures = self._captures() if self._captures is not None else None
+        if captures is None:
+            result = await self.task.rollout(client, self.model_name, scenario)
+            captured: list[Any] = []
+        else:
+            key = captures.open()
+            try:
+                result = await self.task.rollout(
+                    captures.client_for(client, key), self.model_name, scenario
+                )
+            finally:
+                captured = captures.close(key)
+        if isinstance(result, Trajectory):
+            return result
+        reward = Reward.of(result)
+        if reward is None or captures is None:
             raise TrajectoryError(
                 f"the rollout of task {self.task.name!r} returned "
-                f"{type(trajectory).__name__}, expected a Trajectory"
+                f"{type(result).__name__}, expected a Trajectory"
+                + (" or a reward (a number or a Reward)" if captures is not None else "")
             )
-        return trajectory
+        return reward.trajectory(captured)
 
     def _token_sampler(self) -> DirectSampler:
         """What a token-level task's rollouts sample with (`Task.samples_tokens`): the
