@@ -315,7 +315,13 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
 
 def build_session(plan: RunPlan, clock: Clock | None = None, *, headless: bool = False) -> Run:
     """The engine's `Run` for a checked plan (imports torch and the backend). `headless`:
-    no dashboard watches it, so a health pause stops it (on_health_pause = auto)."""
+    no dashboard watches it, so a health pause stops it (on_health_pause = auto). On
+    Tinker, first the service is asked whether it serves the base model: a retired or
+    mistyped one stops here, in seconds, before anything of the run is stored."""
+    if plan.backend == "tinker":
+        from tinker_tui.engine.backend.served_models import check_served
+
+        check_served(plan.config.base_model)
     from tinker_tui.engine.run import Run
 
     run = Run(
