@@ -34,7 +34,7 @@ def served_model_names(wait: float = PREFLIGHT_WAIT) -> list[str] | None:
             from tinker_tui.engine.backend.choice import rest_client
 
             capabilities = rest_client().get_server_capabilities().result()
-            answer.append([m.model_name for m in capabilities.supported_models])
+            answer.append([m.model_name for m in capabilities.supported_models if m.model_name])
         except Exception:  # not judged here: the run reports a failing service its own way
             pass
         finally:
