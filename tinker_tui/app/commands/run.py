@@ -267,6 +267,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         task_source,
     )
     from tinker_tui.engine.backend.choice import check_base_model, choose_backend
+    from tinker_tui.engine.metrics.list_prices import with_list_prices
 
     run_name, note = run_label(args)
     task = load_task(args.task)
@@ -300,6 +301,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         where=task_source(task),
     )
     check_base_model(backend, config.base_model)
+    config = with_list_prices(config, backend)  # on Tinker, with no price given
     check_store(path, explicit=args.db is not None)
     return RunPlan(
         task=task,
