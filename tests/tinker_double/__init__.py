@@ -43,9 +43,14 @@ class TinkerDouble:
         port: int = 0,
         served_models: Mapping[str, str | Path] | None = None,
         clock_cycle: float = 0.0,
+        only_served: bool = False,
     ) -> None:
         self.service = DoubleService(
-            Path(checkpoint_dir), faults, served_models, clock_cycle=clock_cycle
+            Path(checkpoint_dir),
+            faults,
+            served_models,
+            clock_cycle=clock_cycle,
+            only_served=only_served,
         )
         self.api_key = api_key
         self.hold = hold

@@ -39,6 +39,12 @@ def main(argv: list[str] | None = None) -> None:
         "checkpoints report NAME",
     )
     parser.add_argument(
+        "--only-served",
+        action="store_true",
+        help="the --serve-model names are the whole lineup: capabilities list "
+        "only them and any other base model is refused, as a retired one is",
+    )
+    parser.add_argument(
         "--clock-cycle",
         type=float,
         default=0.0,
@@ -64,6 +70,7 @@ def main(argv: list[str] | None = None) -> None:
             hold=args.hold,
             served_models=served,
             clock_cycle=args.clock_cycle,
+            only_served=args.only_served,
         )
     except ValueError as exc:
         parser.error(str(exc))

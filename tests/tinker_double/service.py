@@ -11,6 +11,9 @@ A hub name can be served from a local folder (`served_models`, `--serve-model NA
 requests name the hub name, the local backend loads the folder, and everything the service
 reports — get_info (whose tokenizer is the folder's), samplers, training runs, checkpoints'
 weights info, capabilities — names the hub name, so a client picks that family's renderer.
+With `only_served` (`--only-served`) the served hub names are the whole lineup, as on the
+real service: capabilities list only them, and a training client for any other model is
+refused with a 400 (a retired model, say).
 
 In-flight sampling (`save_weights_and_get_sampling_client(kind="inflight")`, the request's
 `kind`): every in-flight sampler of a training model follows that model's one mutable
@@ -274,8 +277,11 @@ class DoubleService:
         served_models: Mapping[str, str | Path] | None = None,
         *,
         clock_cycle: float = 0.0,
+        only_served: bool = False,
     ) -> None:
         self.served = ServedModels(served_models)
+        #: Serve the served hub names only (the local backend's models are not listed).
+        self.only_served = only_served
         #: Training calls run in lock-step clock cycles of this many seconds (0: at once).
         self.clock = CycleClock(clock_cycle)
         self.local = LocalServiceClient(checkpoint_dir=checkpoint_dir)
@@ -359,6 +365,8 @@ class DoubleService:
 
     def create_model(self, request: types.CreateModelRequest) -> dict[str, Any]:
         self.session(request.session_id)
+        if self.only_served and request.base_model not in self.served.folders:
+            raise ServiceError(400, f"base model {request.base_model} is not supported")
         lora = request.lora_config or types.LoraConfig(rank=32)
         model_id = f"{request.session_id}:train:{request.model_seq_id}"
         register = self._register(request.session_id, model_id)
@@ -867,6 +875,8 @@ class DoubleService:
             )
             for name, folder in self.served.folders.items()
         ]
+        if self.only_served:
+            return types.GetServerCapabilitiesResponse(supported_models=served)
         hidden = set(self.served.folders.values())  # known by their hub names
         return types.GetServerCapabilitiesResponse(
             supported_models=served + [m for m in listed if m.model_name not in hidden]

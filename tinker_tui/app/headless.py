@@ -38,6 +38,7 @@ from tinker_tui.engine.events import (
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.metrics.collapse_memory import fold
 from tinker_tui.engine.metrics.health import HealthWindow
+from tinker_tui.engine.metrics.list_prices import priced_as
 
 if TYPE_CHECKING:
     from tinker_tui.engine.control.endpoint import ControlServer
@@ -78,6 +79,7 @@ class HeadlessReporter:
         self._stuck_said: set[int] = set()  # groups whose stuck rollouts were warned of
         self._finished = False  # RunFinished seen: the summary now has the last word
         self._rollout_timeout: object = None  # the run's setting, for the warning
+        self._priced_as = ""  # " (list prices of DATE)" for a run priced from the list
 
     def remember(self, earlier: list[Event]) -> None:
         """The stored events of a resumed run before this process (`SummaryCollector.
@@ -192,6 +194,7 @@ class HeadlessReporter:
             self._run_id = event.run_id
             self.health.configure(event.config)
             self._rollout_timeout = event.config.get("rollout_timeout")
+            self._priced_as = priced_as(event.config)
             earlier, self._earlier = self._earlier, []
             self._take_in(earlier, event.start_step)
             if self._session_at is None or self._resumed_at is not None:
@@ -233,7 +236,7 @@ class HeadlessReporter:
                 else f"  collapsed (best {collapse.best:.3f} at step {collapse.best_step})"
             )
             usd = m.get(keys.COST_USD_TOTAL)  # where prices are set
-            spent = f"spent ${usd:.4f}  " if isinstance(usd, int | float) else ""
+            spent = f"spent ${usd:.4f}{self._priced_as}  " if isinstance(usd, int | float) else ""
             # A reward that never varies must show at once (before the health mark, which
             # ends the line).
             nothing = (

@@ -38,6 +38,7 @@ def resume_plan(
     from tinker_tui.app.commands.common import config_overrides
     from tinker_tui.engine.backend.choice import choose_backend
     from tinker_tui.engine.config import SETTINGS, RunConfig
+    from tinker_tui.engine.metrics.list_prices import PRICE_SETTINGS
 
     if not db_path.is_file():
         raise UsageError(
@@ -68,6 +69,8 @@ def resume_plan(
         )
     knobs, notes = checkpoint_knobs(config, point, overrides)
     config = config.with_overrides({**knobs, **overrides})
+    if any(name in overrides for name in PRICE_SETTINGS):  # the user's prices now
+        config = config.with_overrides({"price_list_date": ""})
     if resume_step is not None and resume_step > config.max_steps:
         raise UsageError(
             f"run {run.run_id} resumes from step {resume_step}; --steps "

@@ -36,6 +36,7 @@ from tinker_tui.engine.foreign import FOREIGN_BACKENDS
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.metrics.collapse_memory import EARLIER_KINDS, fold, is_automatic_rollback
 from tinker_tui.engine.metrics.health import HealthWindow
+from tinker_tui.engine.metrics.list_prices import priced_as
 
 #: Log lines kept for a failed run's summary.
 LAST_LOG_LINES = 5
@@ -104,6 +105,8 @@ class RunSummary:
     #: The last step's running totals of tokens and dollars (`tokens/*_total`,
     #: `cost/usd_total`; the dollars only where prices are set).
     totals: Mapping[str, float] = field(default_factory=dict)
+    #: " (list prices of DATE)" for a run priced from Tinker's list (`price_list_date`).
+    priced_as: str = ""
 
     @property
     def ended(self) -> bool:
@@ -159,6 +162,7 @@ class SummaryCollector:
                 step=max(s.step, event.start_step),
                 max_rollbacks=_int_or_none(event.config.get("max_rollbacks")),
                 max_cost_usd=_float_or_zero(event.config.get("max_cost_usd")),
+                priced_as=priced_as(event.config),
             )
             self._health.configure(event.config)
             earlier, self._earlier = self._earlier, []
@@ -331,8 +335,9 @@ _TOTALS = (
 )
 
 
-def spending_text(totals: Mapping[str, float]) -> str:
-    """The run's tokens (and dollars, where prices are set) so far, in one line."""
+def spending_text(totals: Mapping[str, float], priced: str = "") -> str:
+    """The run's tokens (and dollars, where prices are set) so far, in one line; `priced`
+    says where the prices came from (" (list prices of DATE)")."""
     if not totals:
         return ""
     prefill = int(totals.get(keys.TOKENS_PREFILL_TOTAL, 0))
@@ -343,7 +348,7 @@ def spending_text(totals: Mapping[str, float]) -> str:
         f"trained {int(totals.get(keys.TOKENS_TRAINED_TOTAL, 0)):,}"
     )
     usd = totals.get(keys.COST_USD_TOTAL)
-    return f"${usd:.4f}; {words}" if usd is not None else words
+    return f"${usd:.4f}{priced}; {words}" if usd is not None else words
 
 
 def _float_or_zero(value: object) -> float:
@@ -465,7 +470,7 @@ def summary_lines(summary: RunSummary, *, log_lines: bool = True) -> list[str]:
         lines.append(f"  errors: {failed_groups_text(summary)}")
     lines += [f"  stuck: {stuck_text(stuck)}" for stuck in summary.stalled]
     if summary.totals:
-        lines.append(f"  spent: {spending_text(summary.totals)}")
+        lines.append(f"  spent: {spending_text(summary.totals, summary.priced_as)}")
     if summary.db_path is not None:
         lines.append(f"  store: {summary.db_path}")
     if summary.engine_log is not None:

@@ -461,8 +461,8 @@ class RunConfig:
         low=0,
         low_open=True,
     )
-    # What the run costs (engine.metrics.cost): the user's prices, since prices change and differ
-    # by model; no built-in table.
+    # What the run costs (engine.metrics.cost): the user's prices, or on Tinker with none
+    # given, the dated list prices shipped with the package (engine.metrics.list_prices).
     price_prefill_per_mtok: float = setting(
         0.0, "USD per million prompt (prefill) tokens sampled, for the cost shown", "backend", low=0
     )
@@ -478,6 +478,12 @@ class RunConfig:
     )
     price_train_per_mtok: float = setting(
         0.0, "USD per million trained tokens, for the cost shown", "backend", low=0
+    )
+    price_list_date: str = setting(
+        "",
+        "the date of Tinker's list prices the price_* settings were filled from (set by "
+        "the run when no price is given on Tinker); empty = your own prices",
+        "backend",
     )
     max_cost_usd: float = setting(
         0.0,

@@ -26,7 +26,7 @@ random secret per scenario nothing can be learned except reading the feedback, w
 two-layer model trained for minutes does not. ``TASK_RANDOM_SECRETS`` draws a fresh secret
 per scenario (``secret_pool=0``, 8 guesses): a test of using the feedback, for a real model on
 Tinker (``tinker-tui run examples/binary_prefix_tool.py:TASK_RANDOM_SECRETS --backend tinker
---base-model Qwen/Qwen3-4B-Instruct-2507``). ``make_task(bits=..., secret_pool=...,
+--base-model Qwen/Qwen3.6-35B-A3B``). ``make_task(bits=..., secret_pool=...,
 max_turns=...)`` builds other variants.
 
 Settings. Locally: 30 warm-up steps and a learning rate of 1e-3 (the engine's 3e-3 learns

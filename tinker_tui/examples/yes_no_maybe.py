@@ -100,11 +100,17 @@ TASK = Task(
     warmup=WARMUP,
     settings={"max_steps": 60, "warmup_steps": 60, "eval_every": 20},
     # A real model needs no format warm-up, and LoRA on billions of weights a far smaller
-    # learning rate than the tiny embedded model.
+    # learning rate than the tiny embedded model. On Tinker: a model of today's lineup
+    # (Qwen3.6-35B-A3B replaced the Qwen3 instruct models retired on 2026-06-12).
     # The embedded model learns this one-word preference at 3e-3 (above the engine's 1e-3,
     # which longer replies need to hold) and holds it: every step at 1.0 after the climb.
     backend_settings={
         "local": {"learning_rate": 3e-3},
-        "tinker": {"warmup_steps": 0, "learning_rate": 4e-5, "max_steps": 30},
+        "tinker": {
+            "base_model": "Qwen/Qwen3.6-35B-A3B",
+            "warmup_steps": 0,
+            "learning_rate": 4e-5,
+            "max_steps": 30,
+        },
     },
 )

@@ -328,6 +328,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         task_source,
     )
     from tinker_tui.engine.backend.choice import check_base_model, choose_backend
+    from tinker_tui.engine.metrics.list_prices import with_list_prices
 
     run_name, note = run_label(args)
     task = load_task(args.task)
@@ -371,6 +372,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         where=task_source(task),
     )
     check_base_model(backend, config.base_model)
+    config = with_list_prices(config, backend)  # on Tinker, with no price given
     check_store(path, explicit=args.db is not None)
     return RunPlan(
         init_from=init_from,
@@ -387,7 +389,13 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
 
 def build_session(plan: RunPlan, clock: Clock | None = None, *, headless: bool = False) -> Run:
     """The engine's `Run` for a checked plan (imports torch and the backend). `headless`:
-    no dashboard watches it, so a health pause stops it (on_health_pause = auto)."""
+    no dashboard watches it, so a health pause stops it (on_health_pause = auto). On
+    Tinker, first the service is asked whether it serves the base model: a retired or
+    mistyped one stops here, in seconds, before anything of the run is stored."""
+    if plan.backend == "tinker":
+        from tinker_tui.engine.backend.served_models import check_served
+
+        check_served(plan.config.base_model)
     from tinker_tui.engine.run import Run
 
     run = Run(

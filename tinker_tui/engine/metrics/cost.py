@@ -7,8 +7,9 @@ k - 1 samples' prefill is billed as cached, per the SDK), sampled tokens, and tr
 (every Datum's model input through forward_backward). The base model's scoring for the KL
 penalty is prefill too.
 
-Prices are the user's settings (`price_*_per_mtok`, USD per million tokens): no built-in
-price table, which would go stale. `CostMeter` turns each step's usage into the step's
+Prices are the run's settings (`price_*_per_mtok`, USD per million tokens): the user's, or
+on Tinker with none given, the dated list shipped with the package, written into the
+settings before the run starts (`engine.metrics.list_prices`). `CostMeter` turns each step's usage into the step's
 metrics (`tokens/...`, `cost/...`) and says when the next step would pass `max_cost_usd`.
 """
 

@@ -31,6 +31,12 @@ def stamp_as_get_renderer_does(renderer: Any, name: str, model_name: str) -> Non
     renderer._has_image_processor = False
 
 
+def renderer_name_of(renderer: Any) -> str | None:
+    """The name a cookbook renderer was built by (`get_renderer` stamps it), if any."""
+    name = getattr(renderer, "_renderer_name", None)
+    return name if isinstance(name, str) else None
+
+
 def bos_tokens(renderer: Any) -> list[int]:
     """The tokens `build_generation_prompt` starts a prompt with."""
     return list(getattr(renderer, "_bos_tokens", []) or [])

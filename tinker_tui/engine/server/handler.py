@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, runtime_checkabl
 import tinker
 
 from tinker_tui.engine.backend.retry import BackendInterrupted, BackendTimeoutError
+from tinker_tui.engine.rendering.thinking_switch import NoThinkingSwitch, ThinkingSwitch
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server.native_calls import FramedCallConstraint, call_frame, call_opening
 from tinker_tui.engine.server.sampled_turns import (
@@ -51,6 +52,8 @@ from tinker_tui.engine.server.tools import (
 #: Requests whose messages hold more characters than this are rendered and tokenized on a
 #: worker thread, so the event loop never waits for them.
 OFF_LOOP_CHARS = 4096
+#: Renderers whose facts are kept: the policy's and its thinking switch's other one.
+RENDERERS_KEPT = 2
 
 if TYPE_CHECKING:
     from tinker_cookbook.renderers import Message
@@ -154,7 +157,9 @@ class ChatHandler:
         # Rendered prompts by request signature: a group's rollouts send the same messages.
         self._prepared: OrderedDict[tuple[Any, ...], Prepared] = OrderedDict()
         self.prepared_cache_size = 512
-        self._renderer_info: tuple[Any, RendererInfo] | None = None
+        # By renderer: the policy's, and the one a `reasoning_effort` switches to.
+        self._renderer_info: dict[int, tuple[Any, RendererInfo]] = {}
+        self.thinking = ThinkingSwitch()
 
     # -- model and renderer -----------------------------------------------------------
     def resolve_version(self, model: str) -> int | None:
@@ -172,7 +177,7 @@ class ChatHandler:
         )
 
     def renderer_info(self, renderer: Any) -> RendererInfo:
-        cached = self._renderer_info
+        cached = self._renderer_info.get(id(renderer))
         if cached is not None and cached[0] is renderer:
             return cached[1]
         stops = list(renderer.get_stop_sequences())
@@ -191,8 +196,10 @@ class ChatHandler:
             splices=not string_stops and splices(renderer),
             context_length=self.context_length or _tokenizer_context_length(renderer.tokenizer),
         )
-        self._renderer_info = (renderer, info)
-        self._prepared.clear()
+        if len(self._renderer_info) >= RENDERERS_KEPT:  # a new policy renderer: start over
+            self._renderer_info.clear()
+            self._prepared.clear()
+        self._renderer_info[id(renderer)] = (renderer, info)
         return info
 
     # -- messages -----------------------------------------------------------------------
@@ -549,8 +556,13 @@ class ChatHandler:
                 400, f"stop must be at most {MAX_STOP} non-empty strings", param="stop"
             )
         renderer = self.session.renderer
+        if body.reasoning_effort is not None:
+            try:
+                renderer = self.thinking.renderer_for(renderer, body.reasoning_effort)
+            except NoThinkingSwitch as exc:
+                raise RequestError(400, str(exc), param="reasoning_effort") from None
         info = self.renderer_info(renderer)
-        key = _signature(body)
+        key = (id(renderer), *_signature(body))
         prepared = self._prepared.get(key)
         if prepared is None:
             if prompt_chars(body) > OFF_LOOP_CHARS:

@@ -100,6 +100,10 @@ class ChatCompletionRequest(_Strict):
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
     response_format: ResponseFormat | None = None
+    #: On a policy with a thinking switch only (`engine.rendering.thinking_switch`).
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = (
+        None
+    )
 
 
 class RequestError(TinkerTuiError):
