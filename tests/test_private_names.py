@@ -124,6 +124,27 @@ def test_each_private_name_relied_on_still_exists(module, owner, name):
     )
 
 
+def _guarded_parameters() -> list[tuple[str, str, str]]:
+    """(guard module, callable, parameter) for the private parameters a guard passes."""
+    return [
+        (module, owner, name)
+        for module in PRIVATE_MODULES
+        for owner, name in getattr(importlib.import_module(module), "PRIVATE_PARAMETERS", ())
+    ]
+
+
+@pytest.mark.parametrize(
+    ("module", "owner", "name"),
+    _guarded_parameters(),
+    ids=[f"{owner}({name}=)" for _, owner, name in _guarded_parameters()],
+)
+def test_each_private_parameter_passed_still_exists(module, owner, name):
+    assert name in inspect.signature(_resolve(owner)).parameters, (
+        f"{owner} takes no {name} in {_version(owner)}: {module} passes it "
+        f"(see its docstring for what for); adapt that module, then its PRIVATE_PARAMETERS"
+    )
+
+
 def test_every_guard_module_lists_something():
     assert len(PRIVATE_MODULES) >= 9, PRIVATE_MODULES
     for module in PRIVATE_MODULES:

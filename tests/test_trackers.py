@@ -41,6 +41,7 @@ from tinker_tui.engine.events import (
 from tinker_tui.engine.store import EventCursor, StoredRun, StoreReader
 from tinker_tui.engine.trackers import TrackerFeeds, wandb_run_id_for
 from tinker_tui.engine.trackers.feed import TrackerFeed
+from tinker_tui.engine.trackers.tensorboard_tracker import tensorboard_tag
 from tinker_tui.engine.trackers.tracker import SAMPLE_COLUMNS, RunInfo
 
 HAVE_WANDB = importlib.util.find_spec("wandb") is not None
@@ -165,6 +166,11 @@ def tensorboard_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
     return scalars
 
 
+def test_a_key_tensorboard_would_rename_is_written_under_its_legal_tag():
+    assert tensorboard_tag("eval/pass@1") == "eval/pass_1"
+    assert tensorboard_tag("env/all/reward/total") == "env/all/reward/total"
+
+
 def assert_tensorboard_matches(scalars, steps, evals) -> None:
     """Every stored step and eval value is in TensorBoard at its step (as float32), and
     TensorBoard holds no step the store does not."""
@@ -173,7 +179,7 @@ def assert_tensorboard_matches(scalars, steps, evals) -> None:
     expected: dict[str, dict[int, float]] = {}
     for step, metrics in steps + evals:
         for key, value in metrics.items():
-            expected.setdefault(key, {})[step] = value
+            expected.setdefault(tensorboard_tag(key), {})[step] = value
     assert set(expected) <= set(scalars), set(expected) - set(scalars)
     assert set(scalars["policy_version"]) == {step for step, _ in steps}
     for key, by_step in expected.items():

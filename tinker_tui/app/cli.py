@@ -31,6 +31,7 @@ from tinker_tui.app.interrupts import (
     EXIT_OK,
     EXIT_USAGE,
     exit_now,
+    handlers_kept,
     interrupting,
     signal_of,
 )
@@ -142,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     does not return: the process ends with the command's code at once (`exit_now`). Tests
     pass `argv` and get the code back."""
     if argv is not None:
-        return _main(argv)
+        with handlers_kept():
+            return _main(argv)
     try:
         code = _main(None)
     except SystemExit as exc:  # argparse's usage errors and --help (their words are out)

@@ -60,7 +60,9 @@ __all__ = [
     "exit_now",
     "hold_signals",
     "interrupted",
+    "handlers_kept",
     "interrupting",
+    "quiet_after_the_stop",
     "release_signals",
     "signal_of",
     "take_signals",
@@ -131,6 +133,35 @@ def release_signals(loop: asyncio.AbstractEventLoop, taken: list[int]) -> None:
     """Undo `take_signals`."""
     for signum in taken:
         loop.remove_signal_handler(signum)
+
+
+def _after_the_stop(signum: int, frame: object) -> None:
+    """A signal once the command has stopped: the same stop again; nothing to do."""
+
+
+def quiet_after_the_stop(taken: list[int]) -> None:
+    """The command's loop has stopped and only its last words remain: a signal (of `taken`)
+    from now until the process ends changes nothing. Python's own handler would raise a
+    KeyboardInterrupt wherever the teardown is (a warning being printed, an exit hook: an
+    "Exception ignored" traceback after a run that had stopped cleanly). In-process callers
+    put the handlers back (`app.cli.main`)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in taken:
+            signal.signal(signum, _after_the_stop)
+
+
+@contextlib.contextmanager
+def handlers_kept() -> Iterator[None]:
+    """On leaving, the signal handlers are what they were on entering: a command called in
+    a process that goes on (a test) leaves none of its own behind."""
+    before = {signum: signal.getsignal(signum) for signum in EXIT_CODES}
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in before.items():
+                if handler is not None:
+                    signal.signal(signum, handler)
 
 
 def interrupted(signum: int) -> KeyboardInterrupt:

@@ -37,7 +37,12 @@ from tinker_tui.app.commands.common import (
 )
 from tinker_tui.app.exit_codes import EXIT_HEALTH_STOP, run_exit_code
 from tinker_tui.app.interrupts import EXIT_CODES as SIGNAL_EXIT_CODES
-from tinker_tui.app.interrupts import StopSignals, release_signals, take_signals
+from tinker_tui.app.interrupts import (
+    StopSignals,
+    quiet_after_the_stop,
+    release_signals,
+    take_signals,
+)
 from tinker_tui.engine.errors import UsageError
 from tinker_tui.engine.fork import InitFrom
 
@@ -564,6 +569,7 @@ async def run_headless(
     finally:
         reminder.cancel()
         release_signals(loop, taken)
+        quiet_after_the_stop(taken)
         if endpoint is not None:
             await endpoint.stop()
         if metrics is not None:

@@ -32,7 +32,12 @@ from tinker_tui.app.commands.common import (
     store_path,
 )
 from tinker_tui.app.commands.run import add_config_flags
-from tinker_tui.app.interrupts import StopSignals, release_signals, take_signals
+from tinker_tui.app.interrupts import (
+    StopSignals,
+    quiet_after_the_stop,
+    release_signals,
+    take_signals,
+)
 from tinker_tui.app.json_output import add_json_option
 from tinker_tui.app.sweep import failure_line, summary_lines
 from tinker_tui.engine.errors import EXIT_FAILED, UsageError
@@ -300,6 +305,7 @@ async def run_headless(db_path: Path, sweep_id: str, parallel: int) -> int:
         runs = await scheduler.run()
     finally:
         release_signals(loop, taken)
+        quiet_after_the_stop(taken)
         lock.release()
     print("\n".join(await summary_lines(db_path, sweep.sweep_id)), flush=True)
     not_completed = [r for r in runs.values() if r.status != "completed"]

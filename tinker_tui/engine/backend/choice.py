@@ -118,18 +118,16 @@ def make_service_client(backend: str, checkpoint_dir: Path) -> ServiceClient:
 def rest_client() -> tinker.RestClient:
     """A `tinker.RestClient` for the service and key the environment names now.
 
-    The SDK keeps one REST connection set per process for each (base URL, API key) *as
-    passed*, resolving the environment only when it makes one: a bare `RestClient()` would
-    reuse the first one made, still aimed at the service of the process's first run after
-    TINKER_BASE_URL changed (a second run in the same process then waits minutes on a
-    service that is gone, its retries unseen). Passing both resolved keeps one per service.
-    Its constructor fetches the service's config: call it off the loop (`sdk_call`)."""
-    import tinker
+    Resolved now, not by the SDK: a bare `RestClient()` would reuse the process's first
+    connections, still aimed at the service of its first run after TINKER_BASE_URL changed
+    (a second run in the same process then waits minutes on a service that is gone). Its
+    connections are its own (`tinker_private.rest_client_of_its_own` says why). Its
+    constructor fetches the service's config: call it off the loop (`sdk_call`)."""
     from tinker.lib.base_url import resolve_base_url
 
-    return tinker.RestClient(
-        base_url=resolve_base_url(None), api_key=os.environ.get("TINKER_API_KEY") or None
-    )
+    from tinker_tui.engine.backend.tinker_private import rest_client_of_its_own
+
+    return rest_client_of_its_own(resolve_base_url(None), os.environ.get("TINKER_API_KEY") or None)
 
 
 def is_tinker_sdk(service_client: object) -> bool:

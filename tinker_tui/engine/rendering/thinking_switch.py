@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tinker_tui.engine.errors import TinkerTuiError
 from tinker_tui.engine.rendering.cookbook_private import renderer_name_of
 
 #: The efforts that turn thinking off; any other effort turns it on.
@@ -26,8 +27,9 @@ for _on, _off in (("qwen3", "qwen3_disable_thinking"), ("qwen3_5", "qwen3_5_disa
     SWITCHES[_on] = SWITCHES[_off] = (_on, _off)
 
 
-class NoThinkingSwitch(ValueError):
-    """The policy's renderer has no thinking switch; the message says which it is."""
+class NoThinkingSwitch(TinkerTuiError, ValueError):
+    """The policy's renderer has no thinking switch; the message says which it is (the
+    server answers it as a 400, the request's mistake)."""
 
 
 def thinking_on(effort: str) -> bool:

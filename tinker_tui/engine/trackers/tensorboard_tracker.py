@@ -14,6 +14,7 @@ restart, in event files of this format), and a note of it in the text tab.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +22,13 @@ from typing import Any
 
 from tinker_tui.engine.trackers.tensorboardx_private import file_writer
 from tinker_tui.engine.trackers.tracker import RunInfo, numeric
+
+
+def tensorboard_tag(key: str) -> str:
+    """The tag a metric key is written under: TensorBoard's tags take letters, digits and
+    `-_./` only, so `eval/pass@1` is `eval/pass_1` (as tensorboardX would rename it, without
+    its warning on every step)."""
+    return re.sub(r"[^-/\w.]", "_", key)
 
 
 class TensorBoardTracker:
@@ -66,7 +74,7 @@ class TensorBoardTracker:
 
     def _scalars(self, step: int, metrics: Mapping[str, float], time: float) -> None:
         for key, value in numeric(metrics).items():
-            self.writer.add_scalar(key, value, step, walltime=time)
+            self.writer.add_scalar(tensorboard_tag(key), value, step, walltime=time)
         self.writer.flush()
 
     def log_step(
