@@ -49,6 +49,17 @@ def pytest_runtest_call(item: pytest.Item):
 
 # The real-format fixture (tests/real_format.py): Qwen3's tokenizer and a tiny random Qwen3,
 # built offline once per test session.
+@pytest.fixture(autouse=True)
+def signal_handlers_kept():
+    """Each test leaves the process's signal handlers as it found them: a command run in
+    this process (its headless run quiets signals once it stopped, for a process that is
+    about to end) must not change what the next test finds."""
+    from tinker_tui.app.interrupts import handlers_kept
+
+    with handlers_kept():
+        yield
+
+
 @pytest.fixture(scope="session")
 def qwen3_tokenizer_folder(tmp_path_factory: pytest.TempPathFactory):
     from real_format import write_qwen3_tokenizer

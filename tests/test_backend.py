@@ -199,9 +199,13 @@ def test_the_tinker_backend_is_the_sdk_service_client(tmp_path, monkeypatch):
 
 async def test_the_context_length_is_the_backends(monkeypatch):
     """Local: the model's own (what its sampler enforces). Tinker: its server capabilities,
-    read through a RestClient (the SDK's session-less client), for the exact model name, made
-    for the service and key the environment names (the SDK shares one per process by its
-    arguments: a bare one would stay aimed at the process's first service)."""
+    read through a RestClient (the SDK's session-less client) over connections of its own,
+    for the exact model name, made for the service and key the environment names (a bare
+    one would stay aimed at the process's first service)."""
+    from tinker.lib.internal_client_holder import InternalClientHolder
+
+    from tinker_tui.engine.backend import tinker_private
+
     assert await context_length_of("local", DEFAULT_BASE_MODEL) == 2048
     asked, made = [], []
     where = {"base_url": "http://127.0.0.1:9", "api_key": "tml-test-not-a-real-key"}
@@ -209,8 +213,8 @@ async def test_the_context_length_is_the_backends(monkeypatch):
     monkeypatch.setenv("TINKER_API_KEY", where["api_key"])
 
     class Capabilities:  # the service's answer, without the network
-        def __init__(self, **kwargs):
-            made.append(kwargs)
+        def __init__(self, base_url, api_key):
+            made.append({"base_url": base_url, "api_key": api_key})
 
         def get_server_capabilities(self):
             asked.append("get_server_capabilities")
@@ -230,8 +234,10 @@ async def test_the_context_length_is_the_backends(monkeypatch):
     assert inspect.signature(tinker.RestClient.get_server_capabilities).parameters.keys() == {
         "self"
     }
-    inspect.signature(tinker.RestClient).bind(**where)  # raises if the SDK refuses
-    monkeypatch.setattr(tinker, "RestClient", Capabilities)
+    # raises if the SDK refuses what the client of its own is made with
+    inspect.signature(InternalClientHolder).bind(**where, _skip_session=True)
+    inspect.signature(tinker.RestClient).bind(_holder=None)
+    monkeypatch.setattr(tinker_private, "rest_client_of_its_own", Capabilities)
     assert await context_length_of("tinker", "Qwen/Qwen3-8B") == 32768
     assert await context_length_of("tinker", "Qwen/Qwen3-4B") is None  # listed, no length
     assert await context_length_of("tinker", "Qwen/Qwen3") is None  # not listed
