@@ -10,8 +10,9 @@ import json
 from pathlib import Path
 
 from tinker_tui.app.cli import main, parse
-from tinker_tui.app.commands.run import build_session, plan_run
+from tinker_tui.app.commands.run import build_session, fork_of, plan_run
 from tinker_tui.engine.events import LogEmitted, StepTrained
+from tinker_tui.engine.fork import InitFrom
 from tinker_tui.engine.metrics import metric_keys as keys
 from tinker_tui.engine.store import find_run
 
@@ -59,6 +60,11 @@ async def test_a_fork_starts_at_its_parents_reward(tmp_path, capsys):
         db, "--steps", "1", "--init-from", f"{parent}@4", "--with-optimizer"
     )
     assert any("weights and optimizer state" in line for line in log), log
+    # a resume before a fork's first checkpoint starts over from what the fork first took
+    again = fork_of(db, child)
+    assert again is not None and again.with_optimizer and again.parent == f"{parent}@4"
+    assert "/weights/" in again.path  # the full state, not sampler weights
+    assert fork_of(db, fork) == InitFrom(path=fork_of(db, fork).path, parent=f"{parent}@8")
 
     capsys.readouterr()
     assert await asyncio.to_thread(main, ["runs", "--db", str(db)]) == 0

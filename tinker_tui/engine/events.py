@@ -76,6 +76,9 @@ class RunStarted(Event):
     #: ``tinker://`` path; "" for a run from the base model (and on a resume: the store
     #: keeps what the first start recorded).
     parent: str = ""
+    #: The fork took the parent's optimizer state too (`--with-optimizer`): a resume before
+    #: the fork's own first checkpoint takes it again.
+    parent_optimizer: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

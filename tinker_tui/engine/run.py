@@ -305,6 +305,7 @@ class Run:
                 run_name=self.run_name,
                 note=self.note,
                 parent=self.init_from.parent if self.init_from is not None else "",
+                parent_optimizer=self.init_from is not None and self.init_from.with_optimizer,
             )
         )
 

@@ -288,19 +288,19 @@ def plan_fork(args: argparse.Namespace, db: Path, backend: str, flags: dict[str,
 
 def fork_of(db: Path, run_id: str) -> InitFrom | None:
     """A resumed fork's parent checkpoint, should it have no checkpoint of its own yet (it
-    then starts over from the parent's weights; its optimizer state is not taken again).
-    None for a run that is no fork, or whose parent's checkpoint is gone."""
+    then starts over from the parent's weights, and its optimizer state when the fork took
+    it). None for a run that is no fork, or whose parent's checkpoint is gone."""
     from tinker_tui.app.checkpoint_ref import resolve
     from tinker_tui.engine.store import find_run
 
-    parent = asyncio.run(find_run(db, run_id)).parent
-    if not parent:
+    run = asyncio.run(find_run(db, run_id))
+    if not run.parent:
         return None
     try:
-        ref = asyncio.run(resolve(db, parent))
+        ref = asyncio.run(resolve(db, run.parent, need_state=run.parent_optimizer))
     except UsageError:
         return None
-    return InitFrom(path=ref.path, parent=parent)
+    return InitFrom(path=ref.path, parent=run.parent, with_optimizer=run.parent_optimizer)
 
 
 def check_store(path: Path, *, explicit: bool) -> None:

@@ -131,8 +131,8 @@ def _dict(value: Any) -> dict[str, Any]:
 
 SQL_RUN_STARTED = """
 INSERT INTO runs (run_id, name, backend, base_model, config, status, started_at, max_steps,
-                  start_step, task_spec, run_name, note, parent)
-VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)
+                  start_step, task_spec, run_name, note, parent, parent_optimizer)
+VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id) DO UPDATE SET
     name = excluded.name, backend = excluded.backend, base_model = excluded.base_model,
     config = excluded.config, status = 'running', reason = '', cause = '', ended_at = NULL,
@@ -140,7 +140,9 @@ ON CONFLICT (run_id) DO UPDATE SET
     task_spec = CASE WHEN excluded.task_spec != '' THEN excluded.task_spec ELSE task_spec END,
     run_name = CASE WHEN excluded.run_name != '' THEN excluded.run_name ELSE run_name END,
     note = CASE WHEN excluded.note != '' THEN excluded.note ELSE note END,
-    parent = CASE WHEN excluded.parent != '' THEN excluded.parent ELSE parent END
+    parent = CASE WHEN excluded.parent != '' THEN excluded.parent ELSE parent END,
+    parent_optimizer = CASE WHEN excluded.parent != '' THEN excluded.parent_optimizer
+                       ELSE parent_optimizer END
 """
 SQL_RUN_FINISHED = (
     "UPDATE runs SET status = ?, reason = ?, ended_at = ?, final_step = ?, cause = ? "
@@ -169,6 +171,7 @@ def _encode_run_started(rows: Rows, run_id: str | None, e: RunStarted) -> None:
                 _str(e.run_name),
                 _str(e.note),
                 _str(e.parent),
+                int(bool(e.parent_optimizer)),
             ),
         )
     )
@@ -218,6 +221,8 @@ class StoredRun:
     #: The checkpoint a fork started from, ``RUN@STEP`` or a path ("" when none, and in
     #: stores older than v14).
     parent: str = ""
+    #: The fork took the parent's optimizer state too (False in stores older than v16).
+    parent_optimizer: bool = False
 
     @property
     def label(self) -> str:
@@ -239,6 +244,7 @@ class StoredRun:
             run_name=self.run_name,
             note=self.note,
             parent=self.parent,
+            parent_optimizer=self.parent_optimizer,
         )
 
     def finished(self) -> RunFinished | None:
@@ -280,6 +286,7 @@ def decode_run(row: StoredRow) -> StoredRun:
         note=_column(row, "note") or "",
         cause=_column(row, "cause") or "",
         parent=_column(row, "parent") or "",
+        parent_optimizer=bool(_column(row, "parent_optimizer") or 0),
     )
 
 

@@ -28,7 +28,7 @@ from tinker_tui.engine.store.log_lines import migrate_log_lines
 logger = logging.getLogger(__name__)
 
 #: Schema version written to `PRAGMA user_version`.
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 #: `PRAGMA application_id` of a tinker-tui run store ("ttui").
 APPLICATION_ID = 0x74747569
 
@@ -413,6 +413,12 @@ CREATE TABLE eval_rollouts (
 );
 """
 
+# Version 16 records whether a fork took its parent's optimizer state (`--with-optimizer`),
+# so a resume before the fork's first checkpoint takes it again.
+SCHEMA_V16 = """
+ALTER TABLE runs ADD COLUMN parent_optimizer INTEGER NOT NULL DEFAULT 0;
+"""
+
 #: Migrations from version N-1 to N; index 0 creates version 1 from an empty file.
 MIGRATIONS: tuple[str, ...] = (
     SCHEMA_V1,
@@ -430,6 +436,7 @@ MIGRATIONS: tuple[str, ...] = (
     SCHEMA_V13,
     SCHEMA_V14,
     SCHEMA_V15,
+    SCHEMA_V16,
 )
 #: Rows a migration converts after its SQL ran, by the version it migrates to, in the same
 #: transaction: (connection) -> None.
