@@ -61,10 +61,11 @@ async def test_a_fork_starts_at_its_parents_reward(tmp_path, capsys):
     )
     assert any("weights and optimizer state" in line for line in log), log
     # a resume before a fork's first checkpoint starts over from what the fork first took
-    again = fork_of(db, child)
+    again = await asyncio.to_thread(fork_of, db, child)
     assert again is not None and again.with_optimizer and again.parent == f"{parent}@4"
     assert "/weights/" in again.path  # the full state, not sampler weights
-    assert fork_of(db, fork) == InitFrom(path=fork_of(db, fork).path, parent=f"{parent}@8")
+    plain = await asyncio.to_thread(fork_of, db, fork)
+    assert plain == InitFrom(path=plain.path, parent=f"{parent}@8")
 
     capsys.readouterr()
     assert await asyncio.to_thread(main, ["runs", "--db", str(db)]) == 0
