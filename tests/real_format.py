@@ -183,3 +183,15 @@ if __name__ == "__main__":
     import sys
 
     print(json.dumps(str(write_tiny_qwen3(Path(sys.argv[1])))))
+
+
+#: A one-parameter tool, as the tool tests on the fixture offer it.
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city, now.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}

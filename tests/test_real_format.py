@@ -16,18 +16,10 @@ from real_format import (
     IM_END,
     SPECIAL_COUNT,
     VOCAB_SIZE,
+    WEATHER,
     openai_tools,
 )
 
-WEATHER = {
-    "name": "get_weather",
-    "description": "The weather in a city, now.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
 CLOCK = {
     "name": "get_time",
     "description": "The time in a timezone.",

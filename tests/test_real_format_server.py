@@ -16,13 +16,11 @@ sampled for real.
 from __future__ import annotations
 
 import json
-from concurrent.futures import Future
 
-import numpy as np
 import pytest
 import tinker
 from real_format import ENDOFTEXT, IM_END, openai_tools
-from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
+from scripted_sampler import Scripted
 
 from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.local import LocalServiceClient
@@ -50,32 +48,6 @@ QUESTION = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Weather in Paris?"},
 ]
-
-
-class Scripted:
-    """A sampling client that answers with the given texts (encoded by the policy's
-    tokenizer, special tokens included), ignoring stops, and records what it was asked."""
-
-    def __init__(self, tokenizer, *texts):
-        self.tokenizer, self.texts, self.params = tokenizer, list(texts), []
-
-    def sample(self, prompt, num_samples, sampling_params, **_):
-        self.params.append(sampling_params)
-        tokens = np.asarray(self.tokenizer.encode(self.texts.pop(0)), dtype=np.int32)
-        future: Future = Future()
-        future.set_result(
-            tinker.SampleResponse(
-                sequences=[
-                    tinker.SampledSequence(
-                        stop_reason="length",
-                        sequence_id="s",
-                        tokens_np=tokens,
-                        logprobs_np=np.full(len(tokens), -0.5, dtype=np.float32),
-                    )
-                ]
-            )
-        )
-        return AwaitableConcurrentFuture(future)
 
 
 @pytest.fixture(params=["local", "tinker"])

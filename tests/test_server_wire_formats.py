@@ -14,15 +14,12 @@ sampling client (the tiny random model does not write them); the rest is sampled
 from __future__ import annotations
 
 import json
-from concurrent.futures import Future
 
 import anthropic
-import numpy as np
 import openai
 import pytest
-import tinker
-from real_format import IM_END, openai_tools
-from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
+from real_format import IM_END, WEATHER, openai_tools
+from scripted_sampler import Scripted as ScriptedSampler
 
 from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.local import LocalServiceClient
@@ -35,15 +32,6 @@ from tinker_tui.engine.rollouts.trajectory import (
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server import PolicyServer
 
-WEATHER = {
-    "name": "get_weather",
-    "description": "The weather in a city, now.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
 SYSTEM = "Be brief."
 ASK = "Weather in Paris?"
 # Spaced unusually on purpose: the echoed `tool_use.input` (a dict) must still find the
@@ -51,29 +39,9 @@ ASK = "Weather in Paris?"
 CALL = '<think>\nParis, then.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city":  "Paris"}}\n</tool_call><|im_end|>'
 
 
-class Scripted:
-    """A sampling client answering with the given texts (special tokens included)."""
-
-    def __init__(self, tokenizer, *texts):
-        self.tokenizer, self.texts = tokenizer, list(texts)
-
-    def sample(self, prompt, num_samples, sampling_params, **_):
-        tokens = np.asarray(self.tokenizer.encode(self.texts.pop(0)), dtype=np.int32)
-        future: Future = Future()
-        future.set_result(
-            tinker.SampleResponse(
-                sequences=[
-                    tinker.SampledSequence(
-                        stop_reason="stop",
-                        sequence_id="s",
-                        tokens_np=tokens,
-                        logprobs_np=np.full(len(tokens), -0.5, dtype=np.float32),
-                    )
-                ]
-                * num_samples
-            )
-        )
-        return AwaitableConcurrentFuture(future)
+def Scripted(tokenizer, *texts):  # noqa: N802  (a class's name: it makes one)
+    """The scripted sampler, answering as a model that stopped on its own."""
+    return ScriptedSampler(tokenizer, *texts, stop_reason="stop")
 
 
 @pytest.fixture
