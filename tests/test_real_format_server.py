@@ -19,7 +19,7 @@ import json
 
 import pytest
 import tinker
-from real_format import ENDOFTEXT, IM_END, openai_tools
+from real_format import ENDOFTEXT, IM_END, WEATHER, openai_tools
 from scripted_sampler import Scripted
 
 from tinker_tui.engine.backend.session import BackendSession
@@ -29,15 +29,6 @@ from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.server import PolicyServer
 from tinker_tui.engine.training.rollout_loop import RolloutThread
 
-WEATHER = {
-    "name": "get_weather",
-    "description": "The weather in a city, now.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
 CLOCK = {
     "name": "get_time",
     "description": "The time in a timezone.",
