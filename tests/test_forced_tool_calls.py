@@ -11,12 +11,9 @@ allowed function, with no content beside it.
 from __future__ import annotations
 
 import json
-from concurrent.futures import Future
 
-import numpy as np
 import pytest
-import tinker
-from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
+from scripted_sampler import Scripted
 
 from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.config import DEFAULT_BASE_MODEL
@@ -45,33 +42,6 @@ def _tool(name: str) -> dict:
 
 ADD, MUL = _tool("add"), _tool("mul")
 NAMED = {"type": "function", "function": {"name": "add"}}
-
-
-class Scripted:
-    """A sampling client answering with a scripted text, cut by max_tokens ("length")."""
-
-    def __init__(self, tokenizer, text: str, stop_reason: str = "length") -> None:
-        self.tokenizer, self.text, self.stop_reason = tokenizer, text, stop_reason
-
-    def sample(self, prompt, num_samples, sampling_params, **_):
-        tokens = np.asarray(
-            self.tokenizer.encode(self.text, add_special_tokens=False), dtype=np.int32
-        )
-        future: Future = Future()
-        future.set_result(
-            tinker.SampleResponse(
-                sequences=[
-                    tinker.SampledSequence(
-                        stop_reason=self.stop_reason,
-                        sequence_id=f"s{i}",
-                        tokens_np=tokens,
-                        logprobs_np=np.full(len(tokens), -0.5, dtype=np.float32),
-                    )
-                    for i in range(num_samples)
-                ]
-            )
-        )
-        return AwaitableConcurrentFuture(future)
 
 
 async def _served(base_model: str, tmp_path):
@@ -160,7 +130,7 @@ async def test_a_named_choice_returns_one_call_and_no_content(embedded):
         session.tokenizer,
         ' Let me add. {"name": "add", "arguments": {"a": 1, "b": 2}} '
         '{"name": "mul", "arguments": {"a": 3, "b": 4}}\n\nUser:',
-        "stop",
+        stop_reason="stop",
     )
     for choice in (NAMED, "required"):
         completion = await client.chat.completions.create(
