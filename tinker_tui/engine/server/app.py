@@ -69,6 +69,11 @@ def _dumps(payload: Any) -> bytes:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+def _event_stream(body: bytes | str) -> Response:
+    """A whole answer as server-sent events (every wire format streams this way)."""
+    return Response(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
 def openai_error(
     status: int,
     message: str,
@@ -365,11 +370,7 @@ def create_app(
         body: ChatCompletionRequest, choices: list[dict[str, Any]], prepared: Prepared
     ) -> Response:
         if body.stream:
-            return Response(
-                _sse(body, choices, prepared, body.model),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache"},
-            )
+            return _event_stream(_sse(body, choices, prepared, body.model))
         payload = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -390,11 +391,7 @@ def create_app(
     ) -> Response:
         done = responses_api.response(body, choices[0], prepared)
         if body.stream:
-            return Response(
-                responses_api.sse(done),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache"},
-            )
+            return _event_stream(responses_api.sse(done))
         return Response(_dumps(done), media_type="application/json")
 
     async def responses(request: Request) -> Response:
@@ -411,11 +408,7 @@ def create_app(
     ) -> Response:
         message = translator.message(choices[0], prepared, body.model)
         if body.stream:
-            return Response(
-                messages_api.sse(message),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache"},
-            )
+            return _event_stream(messages_api.sse(message))
         return Response(_dumps(message), media_type="application/json")
 
     def anthropic_refusal(exc: RequestError) -> Response:
