@@ -1,12 +1,13 @@
 """Every use the engine makes of the Tinker SDK's private names, in one module.
 
-The SDK is pinned (pyproject.toml). The engine needs two things it does not expose: the
+The SDK is pinned (pyproject.toml). The engine needs three things it does not expose: the
 base URL a `ServiceClient` was given (to say where the service is, as the SDK resolves it),
 the logger its HTTP client logs retries and failed requests under (the module
 `tinker._base_client`: `engine.backend.sdk_watch` reads it to show why a run waits), and a
-REST client that does not wait on another's (`rest_client_of_its_own`). Each private
-name is in `PRIVATE_NAMES` (a private parameter in `PRIVATE_PARAMETERS`); the suite checks the installed SDK still has every one
-(tests/test_private_names.py) and that no other module reaches into the SDK's privates.
+REST client that does not wait on another's (`rest_client_of_its_own`). Each private name
+is in `PRIVATE_NAMES`, each private parameter in `PRIVATE_PARAMETERS`; the suite checks the
+installed SDK still has every one (tests/test_private_names.py) and that no other module
+reaches into the SDK's privates.
 """
 
 from __future__ import annotations
