@@ -392,6 +392,9 @@ def test_the_dashboards_cost_line():
     # with a budget: it is shown, and a projection past it (the run stops there) is not
     budgeted = cost_text({**tokens, keys.COST_USD_TOTAL: 0.2}, 4, 10, budget=0.3)
     assert budgeted.startswith("cost $0.2000 · $0.0500/step · budget $0.3000 · tokens"), budgeted
+    # a run priced from the shipped list says so beside the dollars (not a bill)
+    listed = cost_text({**tokens, keys.COST_USD_TOTAL: 0.2}, 4, 10, priced_as=" (list prices of X)")
+    assert listed.startswith("cost $0.2000 (list prices of X) · $0.0500/step"), listed
 
 
 def test_a_narrow_cost_line_drops_whole_parts_never_cuts_a_number():

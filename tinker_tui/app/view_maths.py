@@ -179,9 +179,15 @@ def _usd(value: float) -> str:
 PART_SEPARATOR = " · "
 
 
-def cost_text(metrics: Mapping[str, float], step: int, max_steps: int, budget: float = 0.0) -> str:
+def cost_text(
+    metrics: Mapping[str, float],
+    step: int,
+    max_steps: int,
+    budget: float = 0.0,
+    priced_as: str = "",
+) -> str:
     """The dashboard's cost line from the last step's metrics (`cost_parts`), whole."""
-    return PART_SEPARATOR.join(cost_parts(metrics, step, max_steps, budget))
+    return PART_SEPARATOR.join(cost_parts(metrics, step, max_steps, budget, priced_as))
 
 
 def fit_parts(parts: Sequence[str], width: int, separator: str = PART_SEPARATOR) -> str:
@@ -198,11 +204,16 @@ def fit_parts(parts: Sequence[str], width: int, separator: str = PART_SEPARATOR)
 
 
 def cost_parts(
-    metrics: Mapping[str, float], step: int, max_steps: int, budget: float = 0.0
+    metrics: Mapping[str, float],
+    step: int,
+    max_steps: int,
+    budget: float = 0.0,
+    priced_as: str = "",
 ) -> list[str]:
     """The dashboard's cost line from the last step's metrics, most telling first: dollars
-    so far, per step, the budget, projected at max_steps (when prices are set), and the
-    run's tokens; none before any."""
+    so far (with `priced_as`, " (list prices of DATE)" for a run priced from the list, so
+    the figure never passes for a bill), per step, the budget, projected at max_steps (when
+    prices are set), and the run's tokens; none before any."""
     from tinker_tui.engine.metrics import metric_keys as keys
     from tinker_tui.engine.metrics.cost import projected_usd
 
@@ -220,7 +231,7 @@ def cost_parts(
     total = metrics.get(keys.COST_USD_TOTAL)
     if total is None:
         return tokens
-    parts = [f"cost {_usd(total)}"]
+    parts = [f"cost {_usd(total)}{priced_as}"]
     if step > 0:
         parts.append(f"{_usd(total / step)}/step")
     if budget > 0:

@@ -25,6 +25,7 @@ from tinker_tui.app.view_maths import (
 )
 from tinker_tui.app.widgets.updates import set_subtitle, update_digits, update_static
 from tinker_tui.engine.events import StalledRollout
+from tinker_tui.engine.metrics.list_prices import priced_as
 
 __all__ = ["ThroughputPanel", "fit_verdict", "format_rate", "idle_text", "verdict_text"]
 
@@ -171,6 +172,7 @@ class ThroughputPanel(Vertical, can_focus=True):
             state.step,
             state.max_steps,
             float(budget) if isinstance(budget, int | float) else 0.0,
+            priced_as(state.config),
         )
         text = PART_SEPARATOR.join(parts)  # the whole line, for the tooltip
         cost.set_class(not text, "-empty")
