@@ -118,10 +118,11 @@ def _setting_flags() -> dict[str, list[str]]:
 
 
 def _is_setting_flag(action: argparse.Action) -> bool:
-    """A flag `add_config_flags` made from a setting (not a shorter flag of its own)."""
-    return action.dest in SETTINGS and action.option_strings[:1] == [
-        "--" + action.dest.replace("_", "-")
-    ]
+    """A flag `add_config_flags` made from a setting (not a shorter flag of its own, nor
+    another command's flag of the same name)."""
+    from tinker_tui.app.commands.run import SETTING_FLAGS
+
+    return action in SETTING_FLAGS
 
 
 def _argument(action: argparse.Action) -> str:

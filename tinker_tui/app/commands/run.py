@@ -18,6 +18,7 @@ import contextlib
 import os
 import signal
 import sys
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -182,6 +183,11 @@ def add_parser(commands: Any) -> None:
     add_config_flags({"run": group, "pipeline": pipeline, "backend": backend, "trackers": trackers})
 
 
+#: The flags `add_config_flags` made: the reference pages list them once, as settings (another
+#: command's flag of the same name, `eval --eval-temperature`, is that command's own).
+SETTING_FLAGS: weakref.WeakSet[argparse.Action] = weakref.WeakSet()
+
+
 def add_config_flags(groups: dict[str, Any]) -> None:
     """One flag per run setting (`engine.config.SETTINGS`), under its group, with its one-line
     meaning, so every setting can be overridden the same way."""
@@ -200,11 +206,11 @@ def add_config_flags(groups: dict[str, Any]) -> None:
         if name in _SHORTER_FLAG:  # the shorter flag above is the one --help lists
             help_text = argparse.SUPPRESS
         if spec.value_type is bool:
-            group.add_argument(
+            action = group.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
             )
         else:
-            group.add_argument(
+            action = group.add_argument(
                 flag,
                 type=spec.value_type,
                 default=None,
@@ -212,6 +218,7 @@ def add_config_flags(groups: dict[str, Any]) -> None:
                 metavar=_METAVARS.get(spec.value_type, "TEXT"),
                 help=help_text,
             )
+        SETTING_FLAGS.add(action)
 
 
 _METAVARS: dict[type, str] = {int: "N", float: "X", str: "TEXT"}
