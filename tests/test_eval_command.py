@@ -325,3 +325,30 @@ async def test_the_protocol_is_pinned_on_every_request_the_tasks_own_values_incl
         finally:
             await server.stop()
     assert asked == [(0.3, 3), (1.5, 20)]
+
+
+async def test_a_token_level_rollouts_sampler_keeps_the_same_pins():
+    """A token-level task's sampler (cookbook envs: no policy server) applies an
+    evaluation's pinned temperature and max_tokens cap as the server does."""
+    from types import SimpleNamespace
+
+    from tinker_tui.engine.backend.direct_sampler import DirectSampler
+    from tinker_tui.engine.sampling_defaults import SamplingDefaults
+
+    asked = []
+
+    class Policy:
+        end_tokens = (0,)
+
+        async def sample(self, prompt, num_samples, params, **kwargs):
+            asked.append((params.temperature, params.max_tokens))
+            sequence = SimpleNamespace(stop_reason="stop", tokens=[5, 0], logprobs=[0.0, 0.0])
+            return SimpleNamespace(sequences=[sequence]), 3
+
+    for pinned in (True, False):
+        defaults = SamplingDefaults(
+            temperature=0.3, max_tokens=3, pin_temperature=pinned, cap_max_tokens=pinned
+        )
+        sampler = DirectSampler(Policy(), defaults, tokenizer=None)
+        await sampler.sample([1, 2], temperature=1.5, max_tokens=20)
+    assert asked == [(0.3, 3), (1.5, 20)]

@@ -24,3 +24,15 @@ class SamplingDefaults:
     #: task's own included, and `max_tokens` as a cap on each request's.
     pin_temperature: bool = False
     cap_max_tokens: bool = False
+
+    def temperature_for(self, asked: float | None) -> float:
+        """The temperature a request samples at: its own, unless it left it out or it is
+        pinned."""
+        return self.temperature if asked is None or self.pin_temperature else asked
+
+    def max_tokens_for(self, asked: int | None) -> int:
+        """The max_tokens a request samples with: its own (capped, under an evaluation's
+        protocol), else the default."""
+        if not asked:
+            return self.max_tokens
+        return min(asked, self.max_tokens) if self.cap_max_tokens else asked

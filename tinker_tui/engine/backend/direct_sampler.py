@@ -3,8 +3,9 @@
 A tinker-cookbook `Env` hands over prompt tokens and takes sampled tokens back; routing that
 through the chat server would render messages it never had. `DirectSampler` calls the same
 `sample` the policy server calls (the `BackendSession`, or its view from the rollout loop),
-with the run's live sampling defaults, and returns each sample as the `SampledTurn` the
-trainer reads: exact tokens, their logprobs and the policy version that made them.
+with the run's live sampling defaults (or an evaluation's, pinned as on the server), and
+returns each sample as the `SampledTurn` the trainer reads: exact tokens, their logprobs and
+the policy version that made them.
 """
 
 from __future__ import annotations
@@ -66,8 +67,12 @@ class DirectSampler:
             # Token stops: the model's own end tokens end a sample too (as on the server).
             stops = list(dict.fromkeys([*stops, *ends]))
         params = tinker.SamplingParams(
-            max_tokens=self._defaults.max_tokens if max_tokens is None else int(max_tokens),
-            temperature=self._defaults.temperature if temperature is None else float(temperature),
+            max_tokens=self._defaults.max_tokens_for(
+                None if max_tokens is None else int(max_tokens)
+            ),
+            temperature=self._defaults.temperature_for(
+                None if temperature is None else float(temperature)
+            ),
             stop=stops or None,
         )
         response, version = await self._policy.sample(model_input, 1, params)

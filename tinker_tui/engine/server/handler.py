@@ -523,10 +523,9 @@ class ChatHandler:
     async def complete(
         self, body: ChatCompletionRequest
     ) -> tuple[list[dict[str, Any]], Prepared, int]:
+        defaults = self.defaults
         version = self.resolve_version(body.model)
-        max_tokens = body.max_completion_tokens or body.max_tokens or self.defaults.max_tokens
-        if self.defaults.cap_max_tokens:  # an evaluation's protocol
-            max_tokens = min(max_tokens, self.defaults.max_tokens)
+        max_tokens = defaults.max_tokens_for(body.max_completion_tokens or body.max_tokens)
         if max_tokens > self.max_tokens_limit:
             param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
             raise RequestError(
@@ -582,9 +581,7 @@ class ChatHandler:
             stop = list(info.end_tokens)
         params = tinker.SamplingParams(
             max_tokens=max_tokens,
-            temperature=self.defaults.temperature
-            if body.temperature is None or self.defaults.pin_temperature
-            else body.temperature,
+            temperature=defaults.temperature_for(body.temperature),
             top_p=1.0 if body.top_p is None else body.top_p,
             seed=body.seed,
             stop=stop or None,
