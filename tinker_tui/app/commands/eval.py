@@ -257,19 +257,15 @@ async def _evaluate(
 ) -> EvalResult:
     from tinker_tui.engine.backend.choice import renderer_name_for
     from tinker_tui.engine.checkpoint_paths import run_checkpoint_dir
-    from tinker_tui.engine.training.eval_protocol import EvalProtocol, thinking_of
+    from tinker_tui.engine.training.eval_protocol import EvalProtocol
     from tinker_tui.engine.training.standalone_eval import StandaloneEval
 
-    renderer_name = renderer or renderer_name_for(target.base_model)
-    protocol = EvalProtocol(
-        split=args.split,
-        k=args.k,
+    protocol = EvalProtocol.build(
+        renderer or renderer_name_for(target.base_model),
         temperature=args.eval_temperature,
-        temperature_pinned=True,
         max_tokens=args.eval_max_tokens,
-        max_tokens_pinned=True,
-        renderer=renderer_name,
-        thinking=thinking_of(renderer_name),
+        k=args.k,
+        split=args.split,
         success_threshold=args.success_threshold,
         seed=args.seed,
     )

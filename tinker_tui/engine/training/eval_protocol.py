@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from tinker_tui.engine.sampling_defaults import SamplingDefaults
+
 #: The success threshold when none is given: a sample succeeds when its reward is >= 1.
 DEFAULT_SUCCESS_THRESHOLD = 1.0
 #: Fields that do not change what a sample's number means: how many samples were drawn
@@ -41,6 +43,46 @@ class EvalProtocol:
     thinking: str = ""
     success_threshold: float = DEFAULT_SUCCESS_THRESHOLD
     seed: int = 0
+
+    @classmethod
+    def build(
+        cls,
+        renderer: str,
+        *,
+        temperature: float | None,
+        max_tokens: int | None,
+        defaults: SamplingDefaults | None = None,
+        k: int = 1,
+        split: str = "eval_scenarios",
+        success_threshold: float = DEFAULT_SUCCESS_THRESHOLD,
+        seed: int = 0,
+    ) -> EvalProtocol:
+        """The one way an evaluation's protocol is made (`tinker-tui eval`, a run's
+        evaluations), so equal settings give equal keys: a `temperature` or `max_tokens`
+        given is pinned (on every request; a cap), None takes `defaults`' (the run's) for
+        requests that leave it out."""
+        fallback = defaults if defaults is not None else SamplingDefaults()
+        return cls(
+            split=split,
+            k=k,
+            temperature=fallback.temperature if temperature is None else temperature,
+            temperature_pinned=temperature is not None,
+            max_tokens=fallback.max_tokens if max_tokens is None else max_tokens,
+            max_tokens_pinned=max_tokens is not None,
+            renderer=renderer,
+            thinking=thinking_of(renderer),
+            success_threshold=success_threshold,
+            seed=seed,
+        )
+
+    def sampling_defaults(self) -> SamplingDefaults:
+        """What the policy server applies to this evaluation's requests."""
+        return SamplingDefaults(
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            pin_temperature=self.temperature_pinned,
+            cap_max_tokens=self.max_tokens_pinned,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -4,7 +4,7 @@ store as it ends so that a second invocation runs only what is missing or failed
 
 The rollouts go through the same policy server and the same task code as a run's, so an
 evaluation measures what training sees; the server pins the protocol's temperature and caps
-max_tokens on every request (`SamplingDefaults.pin_temperature`), the task's own values
+max_tokens on every request (`EvalProtocol.sampling_defaults`), the task's own values
 included. The backend session is started as a run's is (its tokenizer and renderer), then
 samples from the evaluated weights (`BackendSession.sample_from`).
 """
@@ -27,7 +27,6 @@ from tinker_tui.engine.metrics.eval_stats import EvalSummary, summarize
 from tinker_tui.engine.rollouts.distributions import truncated
 from tinker_tui.engine.rollouts.task import Scenario, Task
 from tinker_tui.engine.rollouts.trajectory import Trajectory
-from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.store import RunStore
 from tinker_tui.engine.store.eval_records import (
     FAILED,
@@ -203,12 +202,6 @@ class StandaloneEval:
         try:
             await session.start()
             await session.sample_from(target.model_path or None)
-            defaults = SamplingDefaults(
-                temperature=protocol.temperature,
-                max_tokens=protocol.max_tokens,
-                pin_temperature=protocol.temperature_pinned,
-                cap_max_tokens=protocol.max_tokens_pinned,
-            )
             try:
                 context = await context_length_of(target.backend, target.base_model)
             except Exception:
@@ -216,7 +209,7 @@ class StandaloneEval:
             server = PolicyServer(
                 session,
                 model_name=self.task.name,
-                defaults=defaults,
+                defaults=protocol.sampling_defaults(),
                 context_length=context,
                 max_tokens_limit=max(1024, protocol.max_tokens),
             )
