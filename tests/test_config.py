@@ -48,7 +48,7 @@ def out_of_range(spec: Setting) -> list[float]:
 
 
 #: Numbers any finite value of which a run takes: a seed, a reward.
-UNBOUNDED = ("seed", "truncated_reward_cap")
+UNBOUNDED = ("seed", "truncated_reward_cap", "eval_success_threshold")
 
 
 @pytest.mark.parametrize(

@@ -267,6 +267,81 @@ def test_compare_and_runs_mark_or_refuse_evaluations_of_different_protocols(tmp_
     assert runs["run-a"]["eval"]["source"] == "run"
 
 
+# ---------------------------------------------------------------------- evaluations during a run
+
+
+def test_a_runs_evaluations_sample_with_its_eval_settings_under_the_commands_protocol(
+    tmp_path, capsys
+):
+    """`eval_temperature`, `eval_max_tokens` and `eval_samples` on the real local backend:
+    every evaluation of the run samples greedily (each question's samples all alike) and at
+    most 2 tokens (the task asks 6, as its training rollouts get), k = 3 times per scenario;
+    the stored protocol is the one `tinker-tui eval` builds from the same settings, whose
+    numbers on the run's final checkpoint are the final evaluation's."""
+    from tinker_tui.app.task_loader import layered_config, load_task
+    from tinker_tui.engine.events import GroupSampled
+    from tinker_tui.engine.run import Run
+
+    db = tmp_path / "runs.db"
+    task = load_task("example")
+    config = layered_config(task, "local").with_overrides(
+        {
+            "max_steps": 1,
+            "group_size": 4,
+            "groups_per_step": 1,
+            "eval_at_start": True,
+            "eval_temperature": 0.0,
+            "eval_max_tokens": 2,
+            "eval_samples": 3,
+        }
+    )
+    run = Run(task=task, config=config, backend="local", db_path=db)
+    events = []
+    run.events.subscribe(events.append)
+    assert asyncio.run(run.run()) == "completed"
+
+    evals = [e for e in events if isinstance(e, EvalCompleted)]
+    assert [e.step for e in evals] == [0, 1]
+    expected = EvalProtocol.build("role_colon", temperature=0.0, max_tokens=2, k=3)
+    for done in evals:
+        assert done.protocol == expected.as_dict()
+        assert len(done.trajectories) == 8 * 3 and done.metrics[keys.EVAL_ERRORS] == 0
+        assert max(t.num_tokens for t in done.trajectories) <= 2
+        answers: dict[str, set[str]] = {}
+        for scenario_id, t in zip(done.scenario_ids, done.trajectories, strict=True):
+            question = scenario_id.rsplit("-", 1)[0]  # its two scenarios ask the same
+            answers.setdefault(question, set()).add(t.messages[-1]["content"])
+        assert len(answers) == 4 and all(len(a) == 1 for a in answers.values()), answers
+    trained = [t for e in events if isinstance(e, GroupSampled) for t in e.trajectories]
+    assert max(t.num_tokens for t in trained) > 2  # training kept the task's own max_tokens
+
+    # `runs` shows the in-run evaluation under that protocol's key; `tinker-tui eval` with
+    # the same settings on the final checkpoint gets the same key, and the same numbers
+    assert main(["runs", "--db", str(db), "--json"]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)["runs"]
+    assert shown["eval"]["source"] == "run" and shown["eval"]["protocol_key"] == expected.key()
+    args = ["example", "--model", f"{run.run_id}@1", "-k", "3", "--db", str(db)]
+    code, doc = _eval(capsys, *args, "--eval-temperature", "0", "--eval-max-tokens", "2")
+    assert code == 0 and doc["protocol_key"] == expected.key()
+    assert doc["result"]["mean@3"]["value"] == pytest.approx(
+        evals[-1].metrics[keys.EVAL_REWARD_MEAN]
+    )
+
+
+def test_a_runs_eval_settings_refuse_bad_values_in_one_line(tmp_path, capsys):
+    db = tmp_path / "runs.db"
+    for flag, value, words in (
+        ("--eval-temperature", "-0.5", "eval_temperature must be -1"),
+        ("--eval-temperature", "3", "eval_temperature must be between -1 and 2"),
+        ("--eval-samples", "0", "eval_samples must be at least 1"),
+    ):
+        argv = ["run", "example", "--backend", "local", "--no-ui", "--db", str(db), flag, value]
+        assert _exit_code(argv) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not db.exists()  # refused before anything started
+
+
 # ---------------------------------------------------------------------- Tinker side
 
 

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from bench.simulated import simulated_task
 from tinker_tui.engine.clock import FakeClock
 from tinker_tui.engine.events import EvalCompleted, EventBus
 from tinker_tui.engine.metrics import metric_keys as keys
+from tinker_tui.engine.rollouts.trajectory import SampledTurn, Trajectory
+from tinker_tui.engine.training.eval_protocol import EvalProtocol
 from tinker_tui.engine.training.evaluator import Evaluator
 from tinker_tui.engine.training.rollout_loop import SameLoop
 
@@ -35,7 +39,7 @@ class Gated:
             stopping=lambda: False,
         )
 
-    async def roll_out(self, client, scenarios):
+    async def roll_out(self, client, scenarios, defaults):
         self.started.append(self.at)
         await self.gate.wait()
         return [RuntimeError("no model")] * len(scenarios), ()
@@ -98,3 +102,48 @@ async def test_a_task_without_eval_scenarios_is_never_due():
     gated.evaluator.ask()
     gated.evaluator.start_if_due()
     assert not gated.evaluator.requested and gated.evaluator.running() is None
+
+
+async def test_k_samples_of_each_scenario_give_pass_at_k_under_the_protocols_settings():
+    """With `eval_samples` k each scenario is rolled out k times, with the protocol's
+    sampling settings; pass@k is counted per scenario, and the protocol says k."""
+    asked = []
+
+    async def roll_out(client, scenarios, defaults):
+        asked.append((scenarios, defaults))
+        # e0 always succeeds, e1 once in three
+        rewards = {"e0": [1.0] * 3, "e1": [0.0, 1.0, 0.0]}
+        taken = {"e0": 0, "e1": 0}
+        results = []
+        for s in scenarios:
+            turn = SampledTurn((0,), (1,), (0.0,), 2)
+            results.append(Trajectory((turn,), reward=rewards[s.id][taken[s.id]]))
+            taken[s.id] += 1
+        return results, ()
+
+    events = []
+    bus = EventBus()
+    bus.subscribe(events.append)
+    protocol = EvalProtocol.build("role_colon", temperature=0.0, max_tokens=5, k=3)
+    evaluator = Evaluator(
+        task=simulated_task(eval_size=2),
+        client_factory=lambda: None,
+        rollouts=SameLoop(),
+        roll_out=roll_out,
+        bus=bus,
+        clock=FakeClock(),
+        now_at=lambda: (2, 2),
+        stopping=lambda: False,
+        protocol=lambda: protocol,
+    )
+    await evaluator.evaluate(2, 2)
+    ((scenarios, defaults),) = asked
+    assert [s.id for s in scenarios] == ["e0"] * 3 + ["e1"] * 3
+    assert (defaults.temperature, defaults.pin_temperature) == (0.0, True)
+    assert (defaults.max_tokens, defaults.cap_max_tokens) == (5, True)
+    (done,) = [e for e in events if isinstance(e, EvalCompleted)]
+    assert done.protocol == protocol.as_dict() and done.protocol["k"] == 3
+    assert done.metrics[keys.EVAL_NUM_SCENARIOS] == 2
+    assert done.metrics[keys.EVAL_REWARD_MEAN] == pytest.approx(4 / 6)
+    assert done.metrics[keys.EVAL_PASS_AT_1] == pytest.approx(4 / 6)
+    assert done.metrics[keys.EVAL_PASS_AT_K] == 1.0  # both solved within 3 samples

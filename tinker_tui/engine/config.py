@@ -329,6 +329,27 @@ class RunConfig:
         0, "evaluate every N steps on the task's eval scenarios; 0 = never", low=0
     )
     eval_at_start: bool = setting(False, "also evaluate the starting policy")
+    eval_samples: int = setting(
+        1, "samples per eval scenario in the run's evaluations (the k of pass@k)", low=1
+    )
+    eval_temperature: float = setting(
+        -1.0,
+        "temperature of every request of the run's evaluations, pinned, the task's own "
+        "included (as tinker-tui eval --eval-temperature); -1 = the training temperature, "
+        "as the default for requests that leave it out",
+        low=-1,
+        high=2,
+    )
+    eval_max_tokens: int = setting(
+        0,
+        "cap on each request's max_tokens in the run's evaluations (as tinker-tui eval "
+        "--eval-max-tokens); 0 = the training max_tokens, as the default for requests that "
+        "leave it out",
+        low=0,
+    )
+    eval_success_threshold: float = setting(
+        1.0, "a sample of the run's evaluations succeeds (pass@k) when its reward is at least this"
+    )
     warmup_steps: int = setting(
         0, "supervised format steps before RL, if the task has examples", low=0
     )
@@ -521,6 +542,11 @@ class RunConfig:
             raise ConfigError(
                 f"lr_warmup_steps must be less than max_steps ({self.max_steps}), "
                 f"got {self.lr_warmup_steps}"
+            )
+        if -1 < self.eval_temperature < 0:
+            raise ConfigError(
+                "eval_temperature must be -1 (the training temperature) or between 0 and 2, "
+                f"got {self.eval_temperature:g}"
             )
         parse_loss_fn_config(self.loss_fn_config)
         if self.max_cost_usd and not any(

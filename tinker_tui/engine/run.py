@@ -229,6 +229,8 @@ class Run:
             self.rollouts.policy_for_server(self.session),
             model_name=self.task.name,
             defaults=self.sampling_defaults,
+            # what the run's own settings ask for is never refused as too long
+            max_tokens_limit=max(1024, self.config.max_tokens, self.config.eval_max_tokens),
             context_length=context_length,
             coalesce_window=self.config.sample_coalesce_ms / 1000,
             group_size=self.config.group_size,

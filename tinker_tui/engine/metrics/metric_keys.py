@@ -126,11 +126,13 @@ ENTROPY_SAMPLED = "optim/entropy_sampled"
 EVAL_REWARD_MEAN = "eval/reward_mean"
 EVAL_NUM_SCENARIOS = "eval/num_scenarios"
 EVAL_ERRORS = "eval/errors"
-#: The 95 % bootstrap interval of eval/reward_mean over scenarios, and the share of
-#: scenarios whose reward reached the success threshold (`engine.metrics.eval_stats`).
+#: The 95 % bootstrap interval of eval/reward_mean over scenarios, the share of samples
+#: whose reward reached the success threshold, and with k samples per scenario
+#: (`eval_samples` > 1) pass@k (`engine.metrics.eval_stats`).
 EVAL_REWARD_LOW = "eval/reward_mean_low"
 EVAL_REWARD_HIGH = "eval/reward_mean_high"
 EVAL_PASS_AT_1 = "eval/pass@1"
+EVAL_PASS_AT_K = "eval/pass@k"
 
 
 #: Rollouts that failed (raised, timed out) since the previous step, whether their group

@@ -321,14 +321,18 @@ def create_app(
 
     async def sample(request: Request, parse: Any) -> tuple[Any, list[dict[str, Any]], Prepared]:
         """Read and translate the body (`parse(raw) -> (request, chat request)`), sample it
-        on the chat path, and file the choices under the request's trajectory, if any."""
+        on the chat path (with its trajectory's sampling defaults, if it has its own), and
+        file the choices under the request's trajectory, if any."""
         try:
             raw = await read_body(request, max_body_bytes)
         except BodyTooLarge as exc:
             raise RequestError(413, str(exc), code="request_too_large") from None
         original, body = parse(raw)
-        choices, prepared, _version = await unless_client_leaves(request, handler.complete(body))
         key = request.scope.get(CAPTURE_KEY)
+        defaults = captures.defaults_for(key) if key is not None else None
+        choices, prepared, _version = await unless_client_leaves(
+            request, handler.complete(body, defaults)
+        )
         if key is not None:
             captures.record(key, choices)
         return original, choices, prepared

@@ -4,7 +4,10 @@ subprocess, an agent library) is still trained on the exact tokens sampled for i
 
 A key is open from `open()` until `close(key)` hands back what was sampled under it, in the
 order the replies were made; a request under a key that is not open is refused (404), so a
-late straggler never trains a finished trajectory. Lives on the loop that runs the server.
+late straggler never trains a finished trajectory. A key may carry sampling defaults of its
+own (an in-run evaluation's protocol), which its requests get instead of the server's: the
+prefix reaches whatever the rollout hands its address to. Lives on the loop that runs the
+server.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import re
 import secrets
 from typing import Any
+
+from tinker_tui.engine.sampling_defaults import SamplingDefaults
 
 #: `/r/<key>/rest`: the prefix and the rest of the path.
 PREFIX = re.compile(r"^/r/([A-Za-z0-9_-]{1,64})(/.*)$")
@@ -23,18 +28,26 @@ class Captures:
 
     def __init__(self) -> None:
         self._open: dict[str, list[dict[str, Any]]] = {}
+        self._defaults: dict[str, SamplingDefaults] = {}
         #: The server's root address (`http://127.0.0.1:PORT`), set once it listens.
         self.root = ""
 
     def __len__(self) -> int:
         return len(self._open)
 
-    def open(self, key: str | None = None) -> str:
+    def open(self, key: str | None = None, *, defaults: SamplingDefaults | None = None) -> str:
+        """Open `key` (a new one if None); `defaults`: its requests' own sampling defaults."""
         key = key or secrets.token_hex(8)
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", key):
             raise ValueError(f"a capture key is 1-64 letters, digits, '_' or '-', got {key!r}")
         self._open.setdefault(key, [])
+        if defaults is not None:
+            self._defaults[key] = defaults
         return key
+
+    def defaults_for(self, key: str) -> SamplingDefaults | None:
+        """The sampling defaults `key` was opened with, if any."""
+        return self._defaults.get(key)
 
     def is_open(self, key: str) -> bool:
         return key in self._open
@@ -46,6 +59,7 @@ class Captures:
 
     def close(self, key: str) -> list[dict[str, Any]]:
         """What was sampled under `key`, oldest first; the key is no longer open."""
+        self._defaults.pop(key, None)
         return self._open.pop(key, [])
 
     def base_url(self, key: str) -> str:

@@ -521,9 +521,11 @@ class ChatHandler:
 
     # -- sampling -----------------------------------------------------------------------
     async def complete(
-        self, body: ChatCompletionRequest
+        self, body: ChatCompletionRequest, defaults: SamplingDefaults | None = None
     ) -> tuple[list[dict[str, Any]], Prepared, int]:
-        defaults = self.defaults
+        """Sample `body`'s choices; `defaults`: a rollout's own (an evaluation's protocol),
+        else the server's."""
+        defaults = self.defaults if defaults is None else defaults
         version = self.resolve_version(body.model)
         max_tokens = defaults.max_tokens_for(body.max_completion_tokens or body.max_tokens)
         if max_tokens > self.max_tokens_limit:

@@ -5,9 +5,12 @@ rollout loop as a group's are) and only one runs at a time: a request made durin
 stays pending and starts when it ends. The pipeline decides when one is due (a request,
 `eval_every`, `eval_at_start`, the final step) and owns the rollouts; this object keeps
 the evaluation's own state and publishes `EvalCompleted`, with the protocol it sampled
-under (`engine.training.eval_protocol`: one sample per scenario, the run's sampling defaults,
-its renderer) and the same statistics as `tinker-tui eval` (`engine.metrics.eval_stats`:
-the mean's bootstrap interval, pass@1 at the success threshold).
+under (`engine.training.eval_protocol`, from the run's `eval_*` settings: k samples per
+scenario, its temperature and max_tokens pinned or the run's defaults, its renderer) and the
+same statistics as `tinker-tui eval` (`engine.metrics.eval_stats`: the mean's bootstrap
+interval, pass@1 and pass@k at the success threshold). Its rollouts sample with the
+protocol's settings (`EvalProtocol.sampling_defaults`, per rollout), as `tinker-tui eval`'s
+do.
 """
 
 from __future__ import annotations
@@ -23,13 +26,15 @@ from tinker_tui.engine.metrics.eval_stats import summarize
 from tinker_tui.engine.rollouts.task import Scenario, Task, part_of
 from tinker_tui.engine.rollouts.task_metrics import eval_task_metrics
 from tinker_tui.engine.rollouts.trajectory import Trajectory
+from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.training.eval_protocol import EvalProtocol
 from tinker_tui.engine.training.rollout_loop import RolloutLoop
 
 #: Rolls out scenarios with a client, one rollout each, together, on the rollout loop (the
-#: pipeline's, so a rollout is checked and bounded by `rollout_timeout` the same way in both).
+#: pipeline's, so a rollout is checked and bounded by `rollout_timeout` the same way in both),
+#: each rollout's requests with the given sampling defaults.
 RollOut = Callable[
-    [object, list[Scenario]],
+    [object, list[Scenario], SamplingDefaults],
     Coroutine[Any, Any, tuple[list[Trajectory | BaseException], tuple[TrajectorySummary, ...]]],
 ]
 
@@ -108,7 +113,11 @@ class Evaluator:
         client = self._client_factory()
         protocol = self._protocol()
         scenarios = list(self.task.eval_scenarios())
-        results, summaries = await self.rollouts.run(self._roll_out(client, scenarios))
+        # k samples of each scenario, side by side: sample j of scenario i is at i * k + j
+        samples = [s for s in scenarios for _ in range(protocol.k)]
+        results, summaries = await self.rollouts.run(
+            self._roll_out(client, samples, protocol.sampling_defaults())
+        )
         rewards = [r.reward for r in results if isinstance(r, Trajectory)]
         errors = len(results) - len(rewards)
         metrics = {
@@ -117,21 +126,23 @@ class Evaluator:
             keys.EVAL_ERRORS: float(errors),
         }
         per_scenario: dict[str, list[float]] = {}
-        for position, (s, r) in enumerate(zip(scenarios, results, strict=True)):
+        for index, (s, r) in enumerate(zip(samples, results, strict=True)):
             if isinstance(r, Trajectory):
-                per_scenario.setdefault(f"{position}:{s.id}", []).append(r.reward)
-        summary = summarize(per_scenario, k=1, threshold=protocol.success_threshold)
+                per_scenario.setdefault(f"{index // protocol.k}:{s.id}", []).append(r.reward)
+        summary = summarize(per_scenario, k=protocol.k, threshold=protocol.success_threshold)
         if rewards:
             metrics[keys.EVAL_REWARD_LOW] = summary.mean.low
             metrics[keys.EVAL_REWARD_HIGH] = summary.mean.high
             metrics[keys.EVAL_PASS_AT_1] = summary.pass_at_1.value
+            if protocol.k > 1:
+                metrics[keys.EVAL_PASS_AT_K] = summary.pass_at_k.value
         metrics.update(
             eval_task_metrics(
-                [(part_of(self.task, s)[0], r) for s, r in zip(scenarios, results, strict=True)]
+                [(part_of(self.task, s)[0], r) for s, r in zip(samples, results, strict=True)]
             )
         )
         scenario_ids = tuple(
-            s.id for s, r in zip(scenarios, results, strict=True) if isinstance(r, Trajectory)
+            s.id for s, r in zip(samples, results, strict=True) if isinstance(r, Trajectory)
         )
         self.bus.publish(
             EvalCompleted(
@@ -147,7 +158,9 @@ class Evaluator:
         self._log(
             "info",
             f"eval at step {step}: mean reward {metrics[keys.EVAL_REWARD_MEAN]:.3f} "
-            f"over {len(rewards)} scenarios" + (f", {errors} errors" if errors else ""),
+            f"over {len(rewards)} "
+            + (f"samples of {len(scenarios)} scenarios" if protocol.k > 1 else "scenarios")
+            + (f", {errors} errors" if errors else ""),
         )
         # A request made meanwhile starts once this task is done: called from inside it,
         # `start_if_due` saw it running and left the request for the next step (never, while

@@ -80,7 +80,7 @@ from tinker_tui.engine.rollouts.truncation import cap_truncated
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.training.advantages import group_advantages
 from tinker_tui.engine.training.checkpointer import Checkpointer
-from tinker_tui.engine.training.eval_protocol import EvalProtocol, thinking_of
+from tinker_tui.engine.training.eval_protocol import EvalProtocol
 from tinker_tui.engine.training.evaluator import Evaluator
 from tinker_tui.engine.training.lr_schedule import lr_factor
 from tinker_tui.engine.training.resume import (
@@ -198,7 +198,9 @@ class Pipeline:
             task=task,
             client_factory=client_factory,
             rollouts=self.rollouts,
-            roll_out=lambda client, scenarios: self._roll_out(client, scenarios),
+            roll_out=lambda client, scenarios, defaults: self._roll_out(
+                client, scenarios, defaults=defaults
+            ),
             bus=bus,
             clock=clock,
             now_at=lambda: (self.step, self.session.version),
@@ -730,14 +732,16 @@ class Pipeline:
         scenarios: list[Scenario],
         *,
         watch: list[Any] | None = None,
+        defaults: SamplingDefaults | None = None,
     ) -> tuple[list[Trajectory | BaseException], tuple[TrajectorySummary, ...]]:
         """Runs on the rollout loop: the rollouts of `scenarios` (one each, together) and the
         summaries of those that succeeded, in order, for `GroupSampled` (decoding text is
         rollout-side work). Touches no pipeline state and publishes nothing: that is the
         engine loop's. `watch` gets the rollouts' coroutines (`stalled` reads where they
-        wait)."""
+        wait); `defaults`: their own sampling defaults (an evaluation's protocol), else the
+        run's."""
         limit = self.config.rollout_timeout or None
-        coros = [self._rollout(client, s) for s in scenarios]
+        coros = [self._rollout(client, s, defaults) for s in scenarios]
         if watch is not None:
             watch.extend(coros)
         results: list[Trajectory | BaseException] = await run_together(iter(coros), timeout=limit)
@@ -764,11 +768,14 @@ class Pipeline:
             metrics=dict(trajectory.metrics),
         )
 
-    async def _rollout(self, client: object, scenario: Scenario) -> Trajectory:
-        """One rollout, checked; `_roll_out` bounds it by `rollout_timeout`."""
+    async def _rollout(
+        self, client: object, scenario: Scenario, defaults: SamplingDefaults | None = None
+    ) -> Trajectory:
+        """One rollout, checked; `_roll_out` bounds it by `rollout_timeout`. `defaults` go
+        with its requests (its capture key carries them to the policy server)."""
         assert self.task.rollout is not None  # check_task: a rollout, or a group_rollout
         if part_of(self.task, scenario)[1].samples_tokens:
-            client = self._token_sampler()
+            client = self._token_sampler(defaults)
             captures = None  # a token-level task samples without the policy server
         else:
             captures = self._captures() if self._captures is not None else None
@@ -776,7 +783,7 @@ class Pipeline:
             result = await self.task.rollout(client, self.model_name, scenario)
             captured: list[Any] = []
         else:
-            key = captures.open()
+            key = captures.open(defaults=defaults)
             try:
                 result = await self.task.rollout(
                     captures.client_for(client, key), self.model_name, scenario
@@ -794,10 +801,15 @@ class Pipeline:
             )
         return reward.trajectory(captured)
 
-    def _token_sampler(self) -> DirectSampler:
+    def _token_sampler(self, defaults: SamplingDefaults | None = None) -> DirectSampler:
         """What a token-level task's rollouts sample with (`Task.samples_tokens`): the
         backend's own sampling, as the policy server reaches it from the rollout loop, with
-        the run's live sampling defaults. Made on first use, once the rollout loop runs."""
+        the run's live sampling defaults (or `defaults`, an evaluation's). Made on first
+        use, once the rollout loop runs."""
+        if defaults is not None:
+            return DirectSampler(
+                self.rollouts.policy_for_server(self.session), defaults, self.session.tokenizer
+            )
         if self._direct_sampler is None:
             self._direct_sampler = DirectSampler(
                 self.rollouts.policy_for_server(self.session),
@@ -1293,17 +1305,20 @@ class Pipeline:
 
     # ------------------------------------------------------------------ evaluator
     def _eval_protocol(self) -> EvalProtocol:
-        """How an evaluation starting now samples: once per eval scenario, with the run's
-        sampling defaults (for requests that leave them out: not pinned) and renderer."""
+        """How an evaluation starting now samples (`eval_*` settings), built as
+        `tinker-tui eval` builds its own: `eval_samples` per eval scenario, the pinned
+        `eval_temperature` and `eval_max_tokens` where set, else the run's sampling
+        defaults (for requests that leave them out), and its renderer."""
+        config = self.config
         # a session stand-in (tests, simulations) may have no renderer of its own
         renderer = str(getattr(self.session, "renderer_name", "") or "")
-        return EvalProtocol(
-            split="eval_scenarios",
-            k=1,
-            temperature=self.sampling_defaults.temperature,
-            max_tokens=self.sampling_defaults.max_tokens,
-            renderer=renderer,
-            thinking=thinking_of(renderer),
+        return EvalProtocol.build(
+            renderer,
+            temperature=None if config.eval_temperature < 0 else config.eval_temperature,
+            max_tokens=config.eval_max_tokens or None,
+            defaults=self.sampling_defaults,
+            k=config.eval_samples,
+            success_threshold=config.eval_success_threshold,
         )
 
     async def _final_eval(self) -> None:
