@@ -345,24 +345,68 @@ def test_a_runs_eval_settings_refuse_bad_values_in_one_line(tmp_path, capsys):
 # ---------------------------------------------------------------------- Tinker side
 
 
-def test_eval_of_a_base_model_through_the_sdk_and_the_double(tmp_path, capsys, monkeypatch):
+def test_a_tinker_runs_checkpoint_and_a_base_model_through_the_sdk_and_the_double(
+    tmp_path, capsys, monkeypatch
+):
+    """A one-step run on the Tinker backend (the real SDK, the service double) keeps a
+    checkpoint; `eval --model RUN@STEP` samples those weights through the SDK, on the run's
+    backend and renderer, and stores its result with its protocol; a base model too. The
+    double, as the service, samples sampler weights only: the run's full checkpoint must be
+    loaded, not handed to a sampler."""
     from tinker_double import API_KEY, TinkerDouble
 
     with TinkerDouble(tmp_path / "service") as double:
         monkeypatch.setenv("TINKER_BASE_URL", double.base_url)
         monkeypatch.setenv("TINKER_API_KEY", API_KEY)
         db = tmp_path / "runs.db"
+        run = ["run", "example", "--backend", "tinker", "--no-ui", "--db", str(db)]
+        run += ["--base-model", DEFAULT_BASE_MODEL, "--steps", "1", "--group-size", "2"]
+        run += ["--groups-per-step", "1", "--eval-every", "0", "--warmup-steps", "0"]
+        assert main(run) == 0
+        capsys.readouterr()
+        with sqlite3.connect(db) as conn:
+            (run_id,) = conn.execute("SELECT run_id FROM runs").fetchone()
+            (path,) = conn.execute("SELECT path FROM checkpoints WHERE step = 1").fetchone()
+        assert path.startswith("tinker://")
+
+        args = ["example", "--model", f"{run_id}@1", "-k", "2", "--eval-temperature", "0.5"]
+        code, doc = _eval(capsys, *args, "--db", str(db))
+        assert code == 0
+        assert doc["model"] == {
+            "task": "yes_no_maybe",
+            "task_spec": "example",
+            "model": f"{run_id}@1",
+            "backend": "tinker",
+            "base_model": DEFAULT_BASE_MODEL,
+            "model_path": path,
+            "run_id": run_id,
+            "step": 1,
+        }
+        assert doc["protocol"]["temperature"] == 0.5 and doc["protocol"]["renderer"] == "role_colon"
+        assert doc["rollouts"] == {"ran": 16, "reused": 0, "failed": 0}
+        assert doc["result"]["samples"] == 16 and doc["result"]["mean@2"]["method"]
+        # the checkpoint (a full state: the service samples sampler weights only) was
+        # loaded in a training client of its own, as a resumed run loads it
+        loads = [c for c in double.service.calls if c[:2] == ("POST", "load_weights")]
+        assert len(loads) == 1 and loads[0][-1] == 200, double.service.calls
+        assert main(["runs", "--db", str(db), "--json"]) == 0
+        (shown,) = json.loads(capsys.readouterr().out)["runs"]
+        assert shown["eval"]["source"] == "eval" and shown["eval"]["step"] == 1
+        assert shown["eval"]["protocol_key"] == doc["protocol_key"]
+
         args = ["example", "--model", DEFAULT_BASE_MODEL, "--backend", "tinker", "-k", "2"]
         code, doc = _eval(capsys, *args, "--db", str(db))
         assert code == 0
         assert doc["model"]["backend"] == "tinker" and doc["model"]["model_path"] == ""
         assert doc["rollouts"] == {"ran": 16, "reused": 0, "failed": 0}
-        assert doc["result"]["samples"] == 16 and doc["result"]["mean@2"]["method"]
         # sampled by a sampler the SDK made on the base model itself, not a trained one
-        samplers = list(double.service.samplers.values())
-        assert any(s.model_path is None and s.base_model == DEFAULT_BASE_MODEL for s in samplers)
+        sampler = list(double.service.samplers.values())[-1]
+        assert sampler.model_path is None and sampler.base_model == DEFAULT_BASE_MODEL
         code, again = _eval(capsys, *args, "--db", str(db))
         assert again["rollouts"] == {"ran": 0, "reused": 16, "failed": 0}
+        # every session the evaluations opened was closed
+        finished = [s.finished for s in double.service.sessions.values()]
+        assert len(finished) == 3 and None not in finished
 
 
 async def test_the_protocol_is_pinned_on_every_request_the_tasks_own_values_included(tmp_path):

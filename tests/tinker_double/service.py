@@ -5,7 +5,8 @@ Ids follow the service's scheme as the SDK sees it: a session `sess-…`; a trai
 `<session>:train:<model_seq_id>` (the SDK derives the same id itself for load_weights); a
 sampler `<session>:sample:<sampling_session_seq_id>`; checkpoint paths
 `tinker://<model id>/weights/<name>` and `.../sampler_weights/<name>`. The local backend keeps
-its own paths; the double maps between the two.
+its own paths; the double maps between the two. As the service documents them, sampler
+weights are what a sampler loads; a full state (`weights/`) only resumes training.
 
 A hub name can be served from a local folder (`served_models`, `--serve-model NAME=FOLDER`):
 requests name the hub name, the local backend loads the folder, and everything the service
@@ -708,6 +709,14 @@ class DoubleService:
         self.session(request.session_id)
         sampler_id = f"{request.session_id}:sample:{request.sampling_session_seq_id}"
         if request.model_path is not None:
+            entry = self.checkpoints.get(request.model_path)
+            if entry is not None and entry.kind != "sampler_weights":
+                # as the service documents it: sampler weights sample, a full state resumes
+                raise ServiceError(
+                    400,
+                    f"{request.model_path} is a training checkpoint; sample from sampler "
+                    "weights (save_weights_for_sampler), or load it in a training client",
+                )
             client = self.local.create_sampling_client(
                 model_path=self.local_path(request.model_path)
             ).future()

@@ -33,3 +33,10 @@ def local_folder(checkpoint_dir: str | Path, path: str) -> Path | None:
         return None
     model_id, kind, name = parts
     return Path(checkpoint_dir) / model_id / kind / name
+
+
+def is_full_state(path: str) -> bool:
+    """Whether `path` names a full checkpoint (``tinker://<model_id>/weights/<name>``): it
+    resumes training, while a sampler loads only sampler weights."""
+    parts = path[len(SCHEME) :].split("/") if path.startswith(SCHEME) else []
+    return len(parts) == 3 and parts[1] == "weights"

@@ -39,7 +39,7 @@ class EvalTarget:
     model: str
     backend: str
     base_model: str
-    #: The sampler weights' path ("" for the base model as it is).
+    #: The weights' path: sampler weights, or a full checkpoint ("" for the base model).
     model_path: str = ""
     run_id: str = ""
     step: int | None = None

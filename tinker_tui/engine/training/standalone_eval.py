@@ -6,7 +6,8 @@ The rollouts go through the same policy server and the same task code as a run's
 evaluation measures what training sees; the server pins the protocol's temperature and caps
 max_tokens on every request (`EvalProtocol.sampling_defaults`), the task's own values
 included. The backend session is started as a run's is (its tokenizer and renderer), then
-samples from the evaluated weights (`BackendSession.sample_from`).
+samples from the evaluated weights: sampler weights or the base model as they are
+(`BackendSession.sample_from`), a full checkpoint loaded as a resumed run loads it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from tinker_tui.engine.backend.capabilities import ServiceClient
 from tinker_tui.engine.backend.choice import context_length_of, make_service_client
 from tinker_tui.engine.backend.session import BackendSession
+from tinker_tui.engine.checkpoint_paths import is_full_state
 from tinker_tui.engine.errors import UsageError
 from tinker_tui.engine.events import Event, LogEmitted
 from tinker_tui.engine.metrics.eval_stats import EvalSummary, summarize
@@ -200,8 +202,13 @@ class StandaloneEval:
         status = "errored"
         server: PolicyServer | None = None
         try:
-            await session.start()
-            await session.sample_from(target.model_path or None)
+            if is_full_state(target.model_path):
+                # loaded as a run resumes it (as `chat` does): Tinker samples sampler
+                # weights only
+                await session.start(from_state=target.model_path, with_optimizer=False)
+            else:
+                await session.start()
+                await session.sample_from(target.model_path or None)
             try:
                 context = await context_length_of(target.backend, target.base_model)
             except Exception:
