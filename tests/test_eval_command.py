@@ -169,6 +169,19 @@ def test_a_fresh_task_resumes_only_missing_or_failed_rollouts(tmp_path, capsys):
     assert other["rollouts"]["ran"] == 40 and other["protocol_key"] != first["protocol_key"]
 
 
+def test_with_one_sample_per_scenario_pass_at_1_is_shown_once():
+    from tinker_tui.app.commands.eval import format_result
+    from tinker_tui.engine.store.eval_records import EvalTarget
+    from tinker_tui.engine.training.standalone_eval import EvalResult
+
+    summary = summarize({"a": [1.0], "b": [0.0], "c": [1.0]}, k=1, threshold=1.0)
+    target = EvalTarget(task="t", task_spec="t", model="m", backend="local", base_model="m")
+    result = EvalResult("eval-x", target, EvalProtocol(), summary, ran=3, reused=0)
+    rows = [line for line in format_result(result).splitlines() if line.startswith("pass@")]
+    assert len(rows) == 1 and "wilson95" in rows[0]  # as --json's pass@1
+    assert summary.as_dict()["pass@1"]["method"] == "wilson95"
+
+
 def test_bad_eval_input_is_one_line_and_exit_2(tmp_path, capsys):
     db = tmp_path / "runs.db"
     cases = [

@@ -350,11 +350,9 @@ def eval_document(result: EvalResult) -> dict[str, Any]:
 def format_result(result: EvalResult) -> str:
     """The result as a table, with the protocol and the intervals said in words."""
     s = result.summary
-    rows = [
-        ("pass@1", s.pass_at_1),
-        (f"pass@{s.k}", s.pass_at_k),
-        (f"mean@{s.k}", s.mean),
-    ]
+    # with k = 1, pass@k is pass@1, over scenarios solved or not (as --json has it): once
+    rows = [("pass@1", s.pass_at_1)] if s.k > 1 else []
+    rows += [(f"pass@{s.k}", s.pass_at_k), (f"mean@{s.k}", s.mean)]
     lines = [
         f"eval {result.eval_id}: {result.target.task} on {result.target.model} "
         f"({result.target.backend})",
