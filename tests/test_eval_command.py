@@ -182,6 +182,31 @@ def test_with_one_sample_per_scenario_pass_at_1_is_shown_once():
     assert summary.as_dict()["pass@1"]["method"] == "wilson95"
 
 
+def test_a_rollout_that_returns_only_its_reward_is_evaluated_on_its_captured_turns(
+    tmp_path, capsys
+):
+    """As in a run, each rollout's client files its requests under a key of its own."""
+    task = tmp_path / "word_task.py"
+    task.write_text(
+        textwrap.dedent(WORD_TASK).replace(
+            "return Trajectory.from_choices([choice], reward=reward)", "return reward"
+        )
+    )
+    code, result = _eval(
+        capsys,
+        str(task),
+        "--model",
+        DEFAULT_BASE_MODEL,
+        "--backend",
+        "local",
+        "-k",
+        "2",
+        "--db",
+        str(tmp_path / "runs.db"),
+    )
+    assert code == 0 and result["rollouts"] == {"ran": 10, "reused": 0, "failed": 0}, result
+
+
 def test_bad_eval_input_is_one_line_and_exit_2(tmp_path, capsys):
     db = tmp_path / "runs.db"
     cases = [

@@ -404,7 +404,7 @@ async def test_group_rollout_mistakes_fail_the_whole_group():
         *(task.rollout(None, "m", scenario) for _ in range(3)), return_exceptions=True
     )
     assert all(isinstance(r, TrajectoryError) for r in results)
-    assert "returned 1 trajectories for n=3" in str(results[0])
+    assert "returned 1 results for n=3; return exactly n" in str(results[0])
     # where the function is: what it returned has no line in the traceback
     line = short.__code__.co_firstlineno
     assert f"group_rollout (test_task_api.py:{line}) returned" in str(results[0]), results[0]

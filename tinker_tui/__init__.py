@@ -5,8 +5,9 @@ What a task file needs is importable from here::
     from tinker_tui import Scenario, Task, Trajectory
 
 and the helpers: `scenarios_from_jsonl` / `scenarios_from_dataset` (scenarios from data),
-`mix_tasks` (several tasks in one run), `group_advantages` (the built-in advantage rules,
-for a task's own `advantages` hook to build on).
+`mix_tasks` (several tasks in one run), `member_clients` (a group rollout's per-member
+clients), `group_advantages` (the built-in advantage rules, for a task's own `advantages`
+hook to build on).
 
 The code lives in three folders of this package (linked from the repository's top):
 `tinker_tui.engine` (backends, policy server, pipeline, store, events; never imports
@@ -30,6 +31,7 @@ __all__ = [
     "Trajectory",
     "TrajectoryError",
     "group_advantages",
+    "member_clients",
     "mix_tasks",
     "scenarios_from_dataset",
     "scenarios_from_jsonl",
@@ -46,6 +48,7 @@ _EXPORTS = {
     "Trajectory": "tinker_tui.engine.rollouts.trajectory",
     "TrajectoryError": "tinker_tui.engine.rollouts.trajectory",
     "group_advantages": "tinker_tui.engine.training.advantages",
+    "member_clients": "tinker_tui.engine.rollouts.task",
     "mix_tasks": "tinker_tui.engine.rollouts.task",
     "scenarios_from_dataset": "tinker_tui.engine.rollouts.scenario_data",
     "scenarios_from_jsonl": "tinker_tui.engine.rollouts.scenario_data",
@@ -57,7 +60,14 @@ if TYPE_CHECKING:
         scenarios_from_dataset,
         scenarios_from_jsonl,
     )
-    from tinker_tui.engine.rollouts.task import Message, Scenario, Task, TaskError, mix_tasks
+    from tinker_tui.engine.rollouts.task import (
+        Message,
+        Scenario,
+        Task,
+        TaskError,
+        member_clients,
+        mix_tasks,
+    )
     from tinker_tui.engine.rollouts.trajectory import Reward, Trajectory, TrajectoryError
     from tinker_tui.engine.training.advantages import group_advantages
 

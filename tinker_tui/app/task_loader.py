@@ -333,7 +333,7 @@ class _NamedGroupRollout:
         if isinstance(result, str | bytes) or not isinstance(result, typing.Sequence):
             raise TrajectoryError(
                 f"the group_rollout of {self.where} returned {_kind(result)}; "
-                "expected a list of n Trajectory objects"
+                "expected a list of n Trajectory objects (or n rewards)"
             )
         return result
 

@@ -12,7 +12,8 @@ A task is one Python file that builds a module-level ``TASK = Task(...)``:
   per scenario and trains on the group-relative advantages;
 * or, instead of ``rollout``, ``group_rollout(client, model, scenario, n)``: an ``async def``
   that returns ``n`` trajectories for one scenario at once (for rewards that compare the
-  members of a group, or to sample all ``n`` answers in one request with ``n=n``);
+  members of a group, or to sample all ``n`` answers in one request with ``n=n``), or ``n``
+  rewards, member i trained on what was sampled through ``member_clients(client)[i]``;
 * optionally ``eval_scenarios()`` (a finite held-out set, each rolled out once per
   evaluation), ``warmup`` (supervised format conversations, trained before RL when
   ``warmup_steps`` > 0), ``settings`` (defaults for run settings, e.g. ``max_steps``),
@@ -35,13 +36,14 @@ Everything a task file needs is importable from here::
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import math
 import random
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_tui.engine.did_you_mean import did_you_mean
 from tinker_tui.engine.errors import UsageError
@@ -51,6 +53,9 @@ from tinker_tui.engine.rollouts.trajectory import (
     Trajectory,
     TrajectoryError,
 )
+
+if TYPE_CHECKING:
+    from tinker_tui.engine.sampling_defaults import SamplingDefaults
 
 __all__ = [
     "GroupRollout",
@@ -63,8 +68,10 @@ __all__ = [
     "TaskPart",
     "Trajectory",
     "TrajectoryError",
+    "captured_rollout",
     "check_task",
     "group_rollout_of",
+    "member_clients",
     "mix_tasks",
     "part_of",
     "reward_components_of",
@@ -98,8 +105,10 @@ class PartScenario(Scenario):
 #: rollout(client, model, scenario) -> Trajectory (or a reward: a number or a `Reward`, the
 #: turns captured by the server); `client` is an `openai.AsyncOpenAI`.
 Rollout = Callable[[Any, str, Scenario], Awaitable["Trajectory | Reward | float"]]
-#: group_rollout(client, model, scenario, n) -> n Trajectories for one scenario.
-GroupRollout = Callable[[Any, str, Scenario, int], Awaitable[Sequence[Trajectory]]]
+#: group_rollout(client, model, scenario, n) -> n Trajectories (or n rewards) for one scenario.
+GroupRollout = Callable[
+    [Any, str, Scenario, int], Awaitable[Sequence["Trajectory | Reward | float"]]
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,39 +223,48 @@ class _GroupJoin:
     all on the same `Scenario` object). The first call for a scenario object yields to the
     event loop once, so every member started with it has joined, then runs
     ``group_rollout(client, model, scenario, n)`` with n = the members that joined, and each
-    member returns its own trajectory. An evaluation rollout is a group of one.
+    member returns its own result. Each member comes with its own client (its own capture
+    key), handed to the group rollout by `member_clients`. An evaluation rollout is a group
+    of one.
     """
 
     def __init__(self, group_rollout: GroupRollout) -> None:
         self.group_rollout = group_rollout
         self._joining: dict[int, _Members] = {}
 
-    async def __call__(self, client: Any, model: str, scenario: Scenario) -> Trajectory:
+    async def __call__(
+        self, client: Any, model: str, scenario: Scenario
+    ) -> Trajectory | Reward | float:
         key = id(scenario)
         members = self._joining.get(key)
         if members is not None:
-            index = members.count
-            members.count += 1
+            index = len(members.clients)
+            members.clients.append(client)
             return (await asyncio.shield(members.result))[index]
-        members = _Members(asyncio.get_running_loop().create_future())
+        members = _Members(asyncio.get_running_loop().create_future(), [client])
         self._joining[key] = members
         try:
             try:
                 await asyncio.sleep(0)  # the rest of the group joins here
             finally:
                 del self._joining[key]
-            trajectories = list(await self.group_rollout(client, model, scenario, members.count))
-            if len(trajectories) != members.count:
+            n = len(members.clients)
+            joined = _MEMBER_CLIENTS.set(tuple(members.clients))
+            try:
+                results = list(await self.group_rollout(client, model, scenario, n))
+            finally:
+                _MEMBER_CLIENTS.reset(joined)
+            where = _defined_at(self.group_rollout)
+            if len(results) != n:
                 raise TrajectoryError(
-                    f"group_rollout{_defined_at(self.group_rollout)} returned "
-                    f"{len(trajectories)} trajectories for n={members.count}; return "
-                    "exactly n, one per answer"
+                    f"group_rollout{where} returned {len(results)} results for n={n}; return "
+                    "exactly n (trajectories or rewards), one per member"
                 )
-            for t in trajectories:
-                if not isinstance(t, Trajectory):
+            for r in results:
+                if not isinstance(r, Trajectory) and Reward.of(r) is None:
                     raise TrajectoryError(
-                        f"group_rollout{_defined_at(self.group_rollout)} returned a "
-                        f"{type(t).__name__} in its list, expected Trajectory objects"
+                        f"group_rollout{where} returned a {type(r).__name__} in its list, "
+                        "expected Trajectory objects or rewards (numbers or Reward)"
                     )
         except BaseException as exc:
             if not members.result.done():
@@ -259,14 +277,73 @@ class _GroupJoin:
                 members.result.set_exception(exc)
                 members.result.exception()  # marked as read: members may be gone
             raise
-        members.result.set_result(trajectories)
-        return trajectories[0]
+        members.result.set_result(results)
+        return results[0]
 
 
 @dataclass
 class _Members:
-    result: asyncio.Future[list[Trajectory]]
-    count: int = 1
+    result: asyncio.Future[list[Trajectory | Reward | float]]
+    #: Each member's client, in the order they joined (the first calls group_rollout).
+    clients: list[Any]
+
+
+#: The clients of the members of the group rollout running in this context.
+_MEMBER_CLIENTS: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
+    "member_clients", default=()
+)
+
+
+def member_clients(client: Any) -> list[Any]:
+    """Inside ``group_rollout(client, model, scenario, n)``: the n members' clients, in order,
+    the first being `client`. What is sampled through the i-th (or its `base_url` and
+    `api_key`, handed to a subprocess) is filed under member i, so the group rollout may
+    return n rewards and each member is trained on its own turns."""
+    clients = _MEMBER_CLIENTS.get()
+    if not clients or clients[0] is not client:
+        raise TaskError(
+            "member_clients(client) takes the client a group_rollout was given, called "
+            "while that group_rollout runs"
+        )
+    return list(clients)
+
+
+async def captured_rollout(
+    task: Task,
+    client: Any,
+    model: str,
+    scenario: Scenario,
+    captures: Any,
+    defaults: SamplingDefaults | None = None,
+) -> Trajectory:
+    """One rollout of `task` as a Trajectory. With `captures` (the policy server's
+    `Captures`), it gets a client under a capture key of its own, so it may return only a
+    reward, trained on what was sampled under that key; the key carries `defaults` (an
+    evaluation's sampling defaults) to every request made under it."""
+    assert task.rollout is not None  # check_task: a rollout, or a group_rollout
+    if captures is None:
+        result = await task.rollout(client, model, scenario)
+        captured: list[Any] = []
+    else:
+        key = captures.open(defaults=defaults)
+        try:
+            result = await task.rollout(captures.client_for(client, key), model, scenario)
+        finally:
+            captured = captures.close(key)
+    if isinstance(result, Trajectory):
+        return result
+    reward = Reward.of(result)
+    if reward is None or captures is None:
+        raise TrajectoryError(
+            f"the rollout of task {task.name!r} returned {type(result).__name__}, expected a "
+            "Trajectory" + (" or a reward (a number or a Reward)" if captures is not None else "")
+        )
+    if not captured and group_rollout_of(part_of(task, scenario)[1]) is not None:
+        raise TrajectoryError(
+            "the group_rollout returned a reward for a member whose client sampled nothing: "
+            "sample member i's turns through member_clients(client)[i]"
+        )
+    return reward.trajectory(captured)
 
 
 # ---------------------------------------------------------------------- mixing tasks

@@ -66,12 +66,12 @@ from tinker_tui.engine.rollouts.distributions import step_distributions, truncat
 from tinker_tui.engine.rollouts.task import (
     Scenario,
     Task,
+    captured_rollout,
     group_rollout_of,
     part_of,
     reward_components_of,
 )
 from tinker_tui.engine.rollouts.trajectory import (
-    Reward,
     Trajectory,
     TrajectoryError,
     TrajectoryGroup,
@@ -773,33 +773,15 @@ class Pipeline:
     ) -> Trajectory:
         """One rollout, checked; `_roll_out` bounds it by `rollout_timeout`. `defaults` go
         with its requests (its capture key carries them to the policy server)."""
-        assert self.task.rollout is not None  # check_task: a rollout, or a group_rollout
         if part_of(self.task, scenario)[1].samples_tokens:
-            client = self._token_sampler(defaults)
-            captures = None  # a token-level task samples without the policy server
-        else:
-            captures = self._captures() if self._captures is not None else None
-        if captures is None:
-            result = await self.task.rollout(client, self.model_name, scenario)
-            captured: list[Any] = []
-        else:
-            key = captures.open(defaults=defaults)
-            try:
-                result = await self.task.rollout(
-                    captures.client_for(client, key), self.model_name, scenario
-                )
-            finally:
-                captured = captures.close(key)
-        if isinstance(result, Trajectory):
-            return result
-        reward = Reward.of(result)
-        if reward is None or captures is None:
-            raise TrajectoryError(
-                f"the rollout of task {self.task.name!r} returned "
-                f"{type(result).__name__}, expected a Trajectory"
-                + (" or a reward (a number or a Reward)" if captures is not None else "")
+            # a token-level task samples without the policy server
+            return await captured_rollout(
+                self.task, self._token_sampler(defaults), self.model_name, scenario, None
             )
-        return reward.trajectory(captured)
+        captures = self._captures() if self._captures is not None else None
+        return await captured_rollout(
+            self.task, client, self.model_name, scenario, captures, defaults
+        )
 
     def _token_sampler(self, defaults: SamplingDefaults | None = None) -> DirectSampler:
         """What a token-level task's rollouts sample with (`Task.samples_tokens`): the

@@ -27,8 +27,7 @@ from tinker_tui.engine.errors import UsageError
 from tinker_tui.engine.events import Event, LogEmitted
 from tinker_tui.engine.metrics.eval_stats import EvalSummary, summarize
 from tinker_tui.engine.rollouts.distributions import truncated
-from tinker_tui.engine.rollouts.task import Scenario, Task
-from tinker_tui.engine.rollouts.trajectory import Trajectory
+from tinker_tui.engine.rollouts.task import Scenario, Task, captured_rollout
 from tinker_tui.engine.store import RunStore
 from tinker_tui.engine.store.eval_records import (
     FAILED,
@@ -221,7 +220,7 @@ class StandaloneEval:
                 max_tokens_limit=max(1024, protocol.max_tokens),
             )
             await server.start()
-            client = server.client()
+            client, captures = server.client(), server.captures
             counts = {"done": done_before, "failed": 0}
             errors: list[str] = []
             gate = asyncio.Semaphore(self.concurrency)
@@ -229,7 +228,7 @@ class StandaloneEval:
 
             async def one(sid: str, scenario: Scenario, sample: int) -> None:
                 async with gate:
-                    outcome = await self._one(client, sid, scenario, sample)
+                    outcome = await self._one(client, captures, sid, scenario, sample)
                 counts["done"] += 1
                 if outcome:
                     counts["failed"] += 1
@@ -244,17 +243,16 @@ class StandaloneEval:
                 await server.stop()
             await session.close(status)
 
-    async def _one(self, client: Any, sid: str, scenario: Scenario, sample: int) -> str:
-        """One rollout, recorded; its failure's message, or ""."""
-        assert self.task.rollout is not None
+    async def _one(
+        self, client: Any, captures: Any, sid: str, scenario: Scenario, sample: int
+    ) -> str:
+        """One rollout (under a capture key of its own, as in a run), recorded; its
+        failure's message, or ""."""
         try:
             trajectory = await asyncio.wait_for(
-                self.task.rollout(client, self.task.name, scenario), self.rollout_timeout
+                captured_rollout(self.task, client, self.task.name, scenario, captures),
+                self.rollout_timeout,
             )
-            if not isinstance(trajectory, Trajectory):
-                raise TypeError(
-                    f"the rollout returned {type(trajectory).__name__}, expected a Trajectory"
-                )
         except asyncio.CancelledError:
             raise
         except Exception as exc:
