@@ -1,13 +1,12 @@
 """verifiers environments as tasks (`Task.from_verifiers`, `tinker-tui run vf:ID`): an
 environment's own episodes (its taskset, harness and `@vf.reward` rubric) played against the
-policy being trained, on the local backend and through the real tinker SDK against the
-double. verifiers is an optional extra (`tinker-tui[verifiers]`): without it these tests
-skip, except the one that checks what the command says when it is missing."""
+policy being trained, on the local backend and through the real tinker SDK against the double.
+verifiers is an optional extra (`tinker-tui[verifiers]`): without it these tests skip,
+except the one that checks what the command says when it is missing."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib.util
 import io
 import json
@@ -19,8 +18,10 @@ from tinker_tui.app.cli import main
 from tinker_tui.app.task_loader import layered_config, load_task
 from tinker_tui.engine.events import EvalCompleted, GroupSampled, StepTrained
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL
+from tinker_tui.engine.rollouts.task import captured_rollout
 from tinker_tui.engine.rollouts.trajectory import trajectory_to_datum_arrays
 from tinker_tui.engine.run import Run
+from tinker_tui.engine.training import pipeline
 
 HAVE_VERIFIERS = importlib.util.find_spec("verifiers") is not None
 needs_verifiers = pytest.mark.skipif(
@@ -65,6 +66,20 @@ async def run_local(task, tmp_path, **overrides):
     return status, events
 
 
+def keep_trajectories(monkeypatch) -> list:
+    """The trajectories the run makes of its rollouts (a verifiers rollout returns only its
+    reward: its turns are what the policy server captured under its key)."""
+    made = []
+
+    async def keeping(*args):
+        trajectory = await captured_rollout(*args)
+        made.append(trajectory)
+        return trajectory
+
+    monkeypatch.setattr(pipeline, "captured_rollout", keeping)
+    return made
+
+
 @needs_verifiers
 @pytest.mark.e2e  # verifiers asks git for its own version when an episode starts
 async def test_the_verifiers_example_trains_on_its_rubric_with_named_components(tmp_path):
@@ -92,22 +107,16 @@ async def test_the_verifiers_example_trains_on_its_rubric_with_named_components(
 
 @needs_verifiers
 @pytest.mark.e2e  # verifiers asks git for its own version when an episode starts
-async def test_a_multi_turn_tool_environment_trains_every_turn_in_one_sequence(tmp_path):
+async def test_a_multi_turn_tool_environment_trains_every_turn_in_one_sequence(
+    tmp_path, monkeypatch
+):
     import vf_toy_tools
 
     from tinker_tui import Task
 
     task = Task.from_verifiers(vf_toy_tools.environment(), name="notes")
     assert task.reward_components == ("answer", "called")
-    made = []
-
-    async def kept(client, model, scenario):
-        trajectory = await inner(client, model, scenario)
-        made.append(trajectory)
-        return trajectory
-
-    inner = task.rollout
-    task = dataclasses.replace(task, rollout=kept)
+    made = keep_trajectories(monkeypatch)
     status, events = await run_local(task, tmp_path, max_steps=2, group_size=2, groups_per_step=2)
     assert status == "completed" and made
     for trajectory in made:

@@ -4,40 +4,39 @@ verifiers 0.4 (its `verifiers.v1` stack) splits an environment into a taskset (t
 tasks whose `@vf.reward` methods score a finished trace), a harness (the agent program that
 plays a task: its model calls go to verifiers' own interception server) and an `Env` that
 ties them and runs one episode (`Env.run_episode(task, ModelContext)`). The interception
-server forwards each model call to the endpoint the `ModelContext` names, as chat
-completions.
+server forwards each model call, in the API the harness speaks (chat completions,
+Responses, Messages), to the same path under the endpoint the `ModelContext` names.
 
 Here each task of the env's taskset is a `Scenario`; a rollout runs one episode through the
-env's own machinery, its endpoint a relay (`_Relay`, on the rollout loop) that passes every
-request on to the run's policy server through the rollout's openai client and keeps the
-choices that came back, filed under the episode's key. The trajectory is those choices (the
-exact sampled tokens, every turn), its reward the trace's weighted rewards, each reward
-(and each `@vf.metric`) a named metric; the reward names are the task's reward components.
-An env without a test split evaluates nothing; `eval_tasks` (a taskset view, or a list of
-tasks) names held-out tasks.
+env's own machinery, its endpoint the rollout's capture address on the policy server
+(`/r/<key>/v1`, `engine.server.capture`), so the server files every model call of the
+episode under the rollout. The rollout returns the episode's `Reward` (the trace's weighted
+rewards, each reward and each `@vf.metric` a named metric; the reward names are the task's
+reward components), trained on those captured choices: the exact sampled tokens, every
+turn. An env without a test split evaluates nothing; `eval_tasks` (a taskset view, or a
+list of tasks) names held-out tasks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import hashlib
 import math
-import secrets
+import os
+import re
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from tinker_tui.engine.errors import UsageError
-from tinker_tui.engine.rollouts.trajectory import (
-    METRIC_NAME,
-    SampledTurn,
-    Trajectory,
-    TrajectoryError,
-)
+from tinker_tui.engine.rollouts.trajectory import METRIC_NAME, Reward, TrajectoryError
 
 __all__ = ["VerifiersError", "VerifiersParts", "load_env", "verifiers_parts"]
 
+#: The path of a rollout's capture address, as the policy server serves it (`/r/<key>/v1`).
+CAPTURE_ADDRESS = re.compile(r"/r/[A-Za-z0-9_-]{1,64}/v1$")
 #: What the extra installs; said when verifiers is missing.
 INSTALL = 'pip install "tinker-tui[verifiers]"'
 
@@ -161,61 +160,66 @@ class _Scenarios:
 
 # ---------------------------------------------------------------------- rollouts
 class _Rollout:
-    """rollout(client, model, scenario): one episode of the env on the scenario's task,
-    its model calls through the relay to the run's policy server."""
+    """rollout(client, model, scenario): one episode of the env on the scenario's task. Its
+    endpoint is the rollout's own capture address on the policy server, so every model call
+    the harness makes, in whichever API, is filed under the rollout; it returns the reward."""
 
     def __init__(self, env: Any) -> None:
         self.env = env
-        # One serving context and relay per event loop (the rollout loop; a test's own).
+        # One serving context per event loop (the rollout loop; a test's own).
         self._serving: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Serving] = (
             weakref.WeakKeyDictionary()
         )
 
-    async def _serving_here(self, client: Any) -> _Serving:
+    async def __call__(self, client: Any, model: str, scenario: Any) -> Reward:
+        vf = _vf()
+        base_url, key_var = _endpoint(client)
         loop = asyncio.get_running_loop()
         serving = self._serving.get(loop)
         if serving is None:
             serving = self._serving[loop] = _Serving(self.env)
-        await serving.ready(client)
-        return serving
-
-    async def __call__(self, client: Any, model: str, scenario: Any) -> Trajectory:
-        vf = _vf()
-        serving = await self._serving_here(client)
-        relay = serving.relay
-        assert relay is not None
-        key = relay.open(client)
+        await serving.ready()
+        # verifiers keeps one HTTP client per endpoint until the env stops serving, and each
+        # rollout's address is an endpoint of its own: a connection kept alive would hold a
+        # socket per rollout for the whole run.
+        ctx = vf.ModelContext(
+            model=model,
+            client=vf.EvalClientConfig(
+                base_url=base_url, api_key_var=key_var, headers={"Connection": "close"}
+            ),
+        )
         try:
-            ctx = vf.ModelContext(
-                model=model,
-                client=vf.EvalClientConfig(base_url=f"{relay.url}/{key}", api_key_var="UNUSED"),
-            )
-            try:
-                episode = await self.env.run_episode(scenario.data, ctx)
-            except SystemExit as exc:  # as above: not the run's to end
-                raise TrajectoryError(f"the verifiers episode exited: {exc}") from None
-        finally:
-            calls = relay.close(key)
-        return _trajectory(episode, calls)
+            episode = await self.env.run_episode(scenario.data, ctx)
+        except SystemExit as exc:  # as below: not the run's to end
+            raise TrajectoryError(f"the verifiers episode exited: {exc}") from None
+        return _reward(episode)
 
 
-@dataclass
-class _Call:
-    request: dict[str, Any]
-    choice: Any
+def _endpoint(client: Any) -> tuple[str, str]:
+    """The rollout's capture address (`.../r/<key>/v1`) and the name of the environment
+    variable its token is in: verifiers reads an endpoint's API key from the environment."""
+    base_url = str(getattr(client, "base_url", "")).rstrip("/")
+    if CAPTURE_ADDRESS.search(urlsplit(base_url).path) is None:
+        raise TrajectoryError(
+            "a verifiers rollout needs the client the run hands it: its address "
+            f"(.../r/<key>/v1) files the episode's model calls, got {base_url or client!r}"
+        )
+    token = str(client.api_key)
+    key_var = "TINKER_TUI_TOKEN_" + hashlib.sha256(token.encode()).hexdigest()[:12].upper()
+    os.environ[key_var] = token
+    return base_url, key_var
 
 
 @dataclass
 class _Serving:
     """The env's serving resources (its interception server, shared tools), entered once on
-    a loop and left when that loop's tasks are cancelled (the run's end), and the relay."""
+    a loop and left when that loop's tasks are cancelled (the run's end)."""
 
     env: Any
-    relay: _Relay | None = None
     _started: asyncio.Future[None] | None = None
     _keeper: asyncio.Task[None] | None = field(default=None, repr=False)
 
-    async def ready(self, client: Any) -> None:
+    async def ready(self) -> None:
         if self._started is None:
             self._started = asyncio.get_running_loop().create_future()
             self._keeper = asyncio.get_running_loop().create_task(self._keep())
@@ -224,15 +228,9 @@ class _Serving:
     async def _keep(self) -> None:
         assert self._started is not None
         try:
-            relay = _Relay()
-            await relay.start()
-            try:
-                async with self.env.serving():
-                    self.relay = relay
-                    self._started.set_result(None)
-                    await asyncio.Event().wait()  # until cancelled
-            finally:
-                await relay.stop()
+            async with self.env.serving():
+                self._started.set_result(None)
+                await asyncio.Event().wait()  # until cancelled
         except SystemExit as exc:  # verifiers exits where a remote runtime is not set up
             self._fail(TrajectoryError(f"the verifiers environment could not start: {exc}"))
         except BaseException as exc:
@@ -246,160 +244,53 @@ class _Serving:
             self._started.exception()  # read: every rollout waiting on it gets it
 
 
-class _Relay:
-    """A loopback chat-completions endpoint for verifiers' interception server: a request to
-    `<url>/<key>/chat/completions` goes on to the policy server through the openai client
-    registered under `key`, and its choice is kept under `key` (one per request)."""
-
-    def __init__(self) -> None:
-        self.url = ""
-        self._runner: Any = None
-        self._open: dict[str, tuple[Any, list[_Call]]] = {}
-
-    async def start(self) -> None:
-        from aiohttp import web
-
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/{key}/chat/completions", self._chat)
-        app.router.add_post("/{key}/v1/chat/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = self._runner.addresses[0][:2]
-        self.url = f"http://{host}:{port}"
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    def open(self, client: Any) -> str:
-        key = secrets.token_urlsafe(12)
-        self._open[key] = (client, [])
-        return key
-
-    def close(self, key: str) -> list[_Call]:
-        return self._open.pop(key, (None, []))[1]
-
-    async def _chat(self, request: Any) -> Any:
-        import openai
-        from aiohttp import web
-
-        entry = self._open.get(request.match_info["key"])
-        if entry is None:
-            return web.json_response(
-                {"error": {"message": "unknown or finished rollout", "type": "invalid_request"}},
-                status=404,
-            )
-        client, calls = entry
-        body = json.loads(await request.read())
-        stream = bool(body.pop("stream", False))
-        stream_options = body.pop("stream_options", None) or {}
-        known = {"model", "messages"}
-        extra = {k: v for k, v in body.items() if k not in known}
-        try:
-            completion = await client.chat.completions.create(
-                model=body.get("model"), messages=body.get("messages", []), extra_body=extra
-            )
-        except openai.APIStatusError as exc:
-            return web.Response(
-                body=exc.response.content,
-                status=exc.status_code,
-                content_type="application/json",
-            )
-        for choice in completion.choices:
-            calls.append(_Call(body, choice))
-        if stream:
-            return await _as_stream(request, completion, bool(stream_options.get("include_usage")))
-        return web.json_response(completion.model_dump(mode="json"))
-
-
-async def _as_stream(request: Any, completion: Any, include_usage: bool) -> Any:
-    """The completion as the server-sent events of a streamed one: one chunk with each
-    choice's whole message, one with its finish reason (and the usage, when asked), then
-    `[DONE]`. The policy is sampled unstreamed (the trainer needs the whole sample anyway);
-    a harness that streams reads the same answer."""
-    from aiohttp import web
-
-    head = {
-        "id": completion.id,
-        "object": "chat.completion.chunk",
-        "created": completion.created,
-        "model": completion.model,
-    }
-    chunks = []
-    for choice in completion.choices:
-        message = choice.message
-        delta: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
-        if message.tool_calls:
-            delta["tool_calls"] = [
-                {"index": i, **call.model_dump(mode="json")}
-                for i, call in enumerate(message.tool_calls)
-            ]
-        chunks.append({**head, "choices": [{"index": choice.index, "delta": delta}]})
-        chunks.append(
-            {
-                **head,
-                "choices": [
-                    {"index": choice.index, "delta": {}, "finish_reason": choice.finish_reason}
-                ],
-            }
-        )
-    if include_usage and completion.usage is not None:
-        chunks.append({**head, "choices": [], "usage": completion.usage.model_dump(mode="json")})
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await response.prepare(request)
-    for chunk in chunks:
-        await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
-    await response.write(b"data: [DONE]\n\n")
-    await response.write_eof()
-    return response
-
-
-def _trajectory(episode: Any, calls: list[_Call]) -> Trajectory:
+def _reward(episode: Any) -> Reward:
+    """The episode's reward (its trainable traces' weighted rewards), each reward and
+    `@vf.metric` a metric, and its conversation to show; the turns are those captured."""
     traces = [t for t in episode.traces if getattr(t.agent, "trainable", True)]
     if not episode.ok or not traces:
         errors = [*episode.errors, *(e for t in episode.traces for e in t.errors)]
         why = "; ".join(f"{e.type}: {e.message}" for e in errors[:3]) or "no trace"
         raise TrajectoryError(f"the verifiers episode failed: {why}")
-    if not calls:
+    if not any(t.calls for t in traces):
         raise TrajectoryError("the verifiers episode made no model call; nothing to train on")
-    reward = 0.0
+    value = 0.0
     metrics: dict[str, float] = {}
     for trace in traces:
-        for name, value in trace.rewards.items():
-            if value is None:
+        for name, reward in trace.rewards.items():
+            if reward is None:
                 continue
-            reward += float(value.value)
-            metrics[_name(name)] = float(value.score)
+            value += float(reward.value)
+            metrics[_name(name)] = float(reward.score)
         for name, number in trace.metrics.items():
             if number is not None and math.isfinite(float(number)):
                 metrics[_name(name)] = float(number)
-    last = calls[-1]
-    message = last.choice.message
-    shown = [
-        *last.request.get("messages", []),
-        {"role": "assistant", "content": message.content or ""},
-    ]
-    # Built directly, not by from_choices(**metrics): a reward may be named `reward` (as
-    # `vf init` scaffolds it) or `messages`.
-    return Trajectory(
-        tuple(SampledTurn.from_choice(c.choice) for c in calls),
-        reward,
-        metrics,
-        tuple(_display(m) for m in shown),
-    )
+    result = Reward(value, messages=[_display(m) for t in traces for m in t.messages])
+    # Set, not passed as keywords: a reward may be named `value` or `messages`.
+    result.metrics = metrics
+    return result
 
 
 def _display(message: Any) -> dict[str, Any]:
-    content = message.get("content") if isinstance(message, dict) else None
-    if isinstance(content, list):
-        content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    role = message.get("role", "?") if isinstance(message, dict) else "?"
-    shown: dict[str, Any] = {"role": str(role), "content": str(content or "")}
-    if isinstance(message, dict) and message.get("tool_calls"):
-        shown["tool_calls"] = message["tool_calls"]
+    """A verifiers message as the rollouts view shows one (OpenAI chat shape)."""
+    shown: dict[str, Any] = {"role": message.role, "content": _text(message.content)}
+    for call in getattr(message, "tool_calls", None) or ():
+        shown.setdefault("tool_calls", []).append(
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+        )
+    if message.role == "tool":
+        shown["tool_call_id"] = message.tool_call_id
     return shown
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return " ".join(str(getattr(p, "text", "")) for p in content)
+    return str(content or "")
 
 
 def _name(name: str) -> str:
