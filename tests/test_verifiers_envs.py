@@ -1,6 +1,7 @@
 """verifiers environments as tasks (`Task.from_verifiers`, `tinker-tui run vf:ID`): an
 environment's own episodes (its taskset, harness and `@vf.reward` rubric) played against the
-policy being trained, on the local backend and through the real tinker SDK against the double.
+policy being trained, in whichever API the harness speaks (chat completions, Responses,
+Messages), on the local backend and through the real tinker SDK against the double.
 verifiers is an optional extra (`tinker-tui[verifiers]`): without it these tests skip,
 except the one that checks what the command says when it is missing."""
 
@@ -11,6 +12,7 @@ import importlib.util
 import io
 import json
 import sqlite3
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,8 +20,8 @@ from tinker_tui.app.cli import main
 from tinker_tui.app.task_loader import layered_config, load_task
 from tinker_tui.engine.events import EvalCompleted, GroupSampled, StepTrained
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL
-from tinker_tui.engine.rollouts.task import captured_rollout
-from tinker_tui.engine.rollouts.trajectory import trajectory_to_datum_arrays
+from tinker_tui.engine.rollouts.task import Scenario, captured_rollout
+from tinker_tui.engine.rollouts.trajectory import TrajectoryError, trajectory_to_datum_arrays
 from tinker_tui.engine.run import Run
 from tinker_tui.engine.training import pipeline
 
@@ -133,6 +135,39 @@ async def test_a_multi_turn_tool_environment_trains_every_turn_in_one_sequence(
     sampled = [t for e in events if isinstance(e, GroupSampled) for t in e.trajectories]
     assert all(t.metrics["called"] == 1.0 for t in sampled), [t.metrics for t in sampled]
     assert any(m.get("tool_calls") for t in sampled for m in t.messages)
+
+
+@needs_verifiers
+@pytest.mark.e2e  # verifiers asks git for its own version when an episode starts
+@pytest.mark.parametrize("harness", ["vf_toy_apis", "vf_toy_responses"])
+async def test_harnesses_speaking_messages_or_responses_train_on_their_exact_tokens(
+    harness, tmp_path, monkeypatch
+):
+    """A Claude-Code-style harness (Anthropic Messages) and a Codex-style one (OpenAI
+    Responses), each sending its first reply back as history and streaming the second: every
+    call reaches the policy server in its own API under the rollout's capture address."""
+    import vf_toy_apis
+
+    from tinker_tui import Task
+
+    task = Task.from_verifiers(vf_toy_apis.environment(harness), name="ask")
+    made = keep_trajectories(monkeypatch)
+    vf_toy_apis.SEEN.clear()
+    status, events = await run_local(task, tmp_path, max_steps=2, group_size=2, groups_per_step=2)
+    assert status == "completed" and made
+    for trajectory in made:
+        # the two replies the harness got, token for token, trained as one sequence
+        assert tuple(t.tokens for t in trajectory.turns) in vf_toy_apis.SEEN
+        arrays = trajectory_to_datum_arrays(trajectory.turns, 1.0)
+        assert (arrays.turns, arrays.prefix_mismatches) == (2, 0)
+        roles = [m["role"] for m in trajectory.messages]
+        assert roles == ["user", "assistant", "user", "assistant"], trajectory.messages
+    sampled = [t for e in events if isinstance(e, GroupSampled) for t in e.trajectories]
+    assert sampled and all(t.reward == t.metrics["answer"] for t in sampled)
+    # a client that is not a rollout's own (no capture address) is refused in one line
+    plain = SimpleNamespace(base_url="http://127.0.0.1:9/v1", api_key="token")
+    with pytest.raises(TrajectoryError, match=r"needs the client the run hands it"):
+        await task.rollout(plain, "ask", Scenario(id="q", data=None))
 
 
 @needs_verifiers
