@@ -1,5 +1,5 @@
 """The evaluator (engine.training.evaluator): one evaluation at a time, a request made during one
-runs after it, and the final evaluation reuses one of its step or replaces an older one.
+runs after it, and the final evaluation reuses one of its step or finishes an older one first.
 The rollouts are held by a gate (pipeline timing only); the pipeline tests run it whole."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ async def test_one_evaluation_at_a_time_and_a_request_during_one_runs_after_it()
     assert not evaluator.requested
 
 
-async def test_the_final_evaluation_waits_for_one_of_its_step_and_replaces_an_older_one():
+async def test_the_final_evaluation_waits_for_one_of_its_step_and_finishes_an_older_one():
     gated = Gated()
     evaluator = gated.evaluator
     gated.at = (6, 6)
@@ -91,10 +91,12 @@ async def test_the_final_evaluation_waits_for_one_of_its_step_and_replaces_an_ol
     await older.until(lambda: older.started)
     older.at = (8, 9)
     final = asyncio.create_task(older.evaluator.final())
-    await older.until(lambda: len(older.started) == 2)
+    await asyncio.sleep(0.05)
+    assert older.started == [(3, 3)]  # the final one waits for step 3's to finish
     older.gate.set()
     await final
-    assert [(e.step, e.policy_version) for e in older.evals()] == [(8, 9)]  # step 3's cancelled
+    # step 3's (a short run's eval_at_start baseline, say) is kept, then the final step's
+    assert [(e.step, e.policy_version) for e in older.evals()] == [(3, 3), (8, 9)]
 
 
 async def test_a_task_without_eval_scenarios_is_never_due():

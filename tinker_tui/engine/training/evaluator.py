@@ -94,15 +94,15 @@ class Evaluator:
 
     async def final(self) -> None:
         """Evaluate the final policy, once (unless an evaluation of this step already ran or
-        is running: then wait for it). The pipeline has stopped its rollouts first."""
+        is running). One of an older step still running is finished first, not dropped: a
+        short run ended before its `eval_at_start` baseline, which it exists to be compared
+        with. The pipeline has stopped its rollouts first."""
         step, version = self._now_at()
         running = self.running()
-        if running is not None and self.last_step == step:
-            await asyncio.gather(running, return_exceptions=True)
-            return
         if running is not None:
-            running.cancel()  # an older step's
             await asyncio.gather(running, return_exceptions=True)
+        if self.last_step == step:
+            return
         self._log("info", f"final evaluation at step {step}")
         await self.evaluate(step, version)
 
