@@ -380,6 +380,40 @@ def test_a_runs_eval_settings_refuse_bad_values_in_one_line(tmp_path, capsys):
     assert not db.exists()  # refused before anything started
 
 
+# ---------------------------------------------------------------------- token-level tasks
+
+
+def _stored_answers(db: Path, eval_id: str) -> tuple[dict[str, set[str]], int]:
+    """Each scenario's answers in the store, and the most tokens a rollout sampled."""
+    rows = sqlite3.connect(db).execute(
+        "SELECT scenario_id, num_tokens, messages FROM eval_rollouts WHERE eval_id = ? "
+        "AND status = 'ok'",
+        (eval_id,),
+    )
+    answers: dict[str, set[str]] = {}
+    most = 0
+    for scenario_id, num_tokens, messages in rows:
+        log = [m["content"] for m in json.loads(messages) if m["role"] == "log"]
+        answers.setdefault(scenario_id, set()).add(log[-1])
+        most = max(most, num_tokens)
+    return answers, most
+
+
+def test_a_cookbook_env_task_is_evaluated_on_tokens_under_the_pinned_protocol(tmp_path, capsys):
+    """A tinker-cookbook env (`Task.from_cookbook`) samples tokens, as in a run, never a chat
+    client; its sampler honours the protocol: greedy (each question's samples alike) and
+    at most 2 tokens, where its training asks the run's max_tokens."""
+    db = tmp_path / "runs.db"
+    args = ["cookbook_yes_no_maybe", "--model", DEFAULT_BASE_MODEL, "--backend", "local"]
+    args += ["-k", "3", "--eval-temperature", "0", "--eval-max-tokens", "2", "--db", str(db)]
+    code, doc = _eval(capsys, *args)
+    assert code == 0
+    assert doc["rollouts"] == {"ran": 12, "reused": 0, "failed": 0}, doc["first_error"]
+    answers, most = _stored_answers(db, doc["eval_id"])
+    assert len(answers) == 4 and all(len(a) == 1 for a in answers.values()), answers
+    assert most == 2
+
+
 # ---------------------------------------------------------------------- Tinker side
 
 
@@ -445,6 +479,38 @@ def test_a_tinker_runs_checkpoint_and_a_base_model_through_the_sdk_and_the_doubl
         # every session the evaluations opened was closed
         finished = [s.finished for s in double.service.sessions.values()]
         assert len(finished) == 3 and None not in finished
+
+
+def test_a_cookbook_env_task_is_evaluated_through_the_sdk_and_the_double(
+    tmp_path, capsys, monkeypatch
+):
+    """The token sampler through the real SDK: a one-step cookbook run on the double, then
+    `eval RUN@STEP` (its full checkpoint loaded) and the base model, each greedy and capped
+    as its protocol says."""
+    from tinker_double import TinkerDouble
+
+    with TinkerDouble(tmp_path / "service") as double:
+        for name, value in double.env().items():
+            monkeypatch.setenv(name, value)
+        db = tmp_path / "runs.db"
+        run = ["run", "cookbook_yes_no_maybe", "--backend", "tinker", "--no-ui", "--db", str(db)]
+        run += ["--base-model", DEFAULT_BASE_MODEL, "--steps", "1", "--group-size", "2"]
+        run += ["--groups-per-step", "1", "--eval-every", "0", "--warmup-steps", "0"]
+        assert main(run) == 0
+        capsys.readouterr()
+        with sqlite3.connect(db) as conn:
+            (run_id,) = conn.execute("SELECT run_id FROM runs").fetchone()
+        pins = ["-k", "2", "--eval-temperature", "0", "--eval-max-tokens", "2", "--db", str(db)]
+        for model in (f"{run_id}@1", DEFAULT_BASE_MODEL):
+            args = ["cookbook_yes_no_maybe", "--model", model, *pins]
+            code, doc = _eval(capsys, *args, *(["--backend", "tinker"] if "@" not in model else []))
+            assert code == 0 and doc["model"]["backend"] == "tinker"
+            assert doc["rollouts"] == {"ran": 8, "reused": 0, "failed": 0}, doc["first_error"]
+            answers, most = _stored_answers(db, doc["eval_id"])
+            assert len(answers) == 4 and all(len(a) == 1 for a in answers.values()), answers
+            assert most == 2
+        loads = [c for c in double.service.calls if c[:2] == ("POST", "load_weights")]
+        assert len(loads) == 1 and loads[0][-1] == 200
 
 
 async def test_the_protocol_is_pinned_on_every_request_the_tasks_own_values_included(tmp_path):

@@ -2,10 +2,11 @@
 checkpoint, or a base model as it is), under a pinned protocol, each rollout kept in the run
 store as it ends so that a second invocation runs only what is missing or failed.
 
-The rollouts go through the same policy server and the same task code as a run's, so an
-evaluation measures what training sees; the server pins the protocol's temperature and caps
-max_tokens on every request (`EvalProtocol.sampling_defaults`), the task's own values
-included. The backend session is started as a run's is (its tokenizer and renderer), then
+The rollouts go through the same task code as a run's, and sample as a run's do, so an
+evaluation measures what training sees: a chat rollout through the policy server, a
+token-level one (`Task.samples_tokens`: a tinker-cookbook env) through a `DirectSampler`
+straight from the backend. Both pin the protocol's temperature and cap max_tokens on every
+request (`EvalProtocol.sampling_defaults`), the task's own values included. The backend session is started as a run's is (its tokenizer and renderer), then
 samples from the evaluated weights: sampler weights or the base model as they are
 (`BackendSession.sample_from`), a full checkpoint loaded as a resumed run loads it.
 """
@@ -17,17 +18,18 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_tui.engine.backend.capabilities import ServiceClient
 from tinker_tui.engine.backend.choice import context_length_of, make_service_client
+from tinker_tui.engine.backend.direct_sampler import DirectSampler
 from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.checkpoint_paths import is_full_state
 from tinker_tui.engine.errors import UsageError
 from tinker_tui.engine.events import Event, LogEmitted
 from tinker_tui.engine.metrics.eval_stats import EvalSummary, summarize
 from tinker_tui.engine.rollouts.distributions import truncated
-from tinker_tui.engine.rollouts.task import Scenario, Task, captured_rollout
+from tinker_tui.engine.rollouts.task import Scenario, Task, captured_rollout, part_of
 from tinker_tui.engine.store import RunStore
 from tinker_tui.engine.store.eval_records import (
     FAILED,
@@ -41,6 +43,9 @@ from tinker_tui.engine.store.eval_records import (
     stored_rollouts,
 )
 from tinker_tui.engine.training.eval_protocol import EvalProtocol
+
+if TYPE_CHECKING:
+    from tinker_tui.engine.server import PolicyServer
 
 #: Rollouts in flight at once.
 CONCURRENCY = 16
@@ -183,10 +188,8 @@ class StandaloneEval:
     async def _roll_out(
         self, todo: list[tuple[str, Scenario, int]], *, done_before: int, total: int
     ) -> str:
-        """Start the backend and the policy server, run `todo`, recording each rollout as it
-        ends; the first failure's message ("" if none failed)."""
-        from tinker_tui.engine.server import PolicyServer
-
+        """Start the backend (and the policy server, for chat rollouts), run `todo`,
+        recording each rollout as it ends; the first failure's message ("" if none failed)."""
         target, protocol = self.target, self.protocol
         service = self._service_client or make_service_client(target.backend, self.checkpoint_dir)
         session = BackendSession(
@@ -208,27 +211,30 @@ class StandaloneEval:
             else:
                 await session.start()
                 await session.sample_from(target.model_path or None)
-            try:
-                context = await context_length_of(target.backend, target.base_model)
-            except Exception:
-                context = None  # the server falls back on the tokenizer's
-            server = PolicyServer(
-                session,
-                model_name=self.task.name,
-                defaults=protocol.sampling_defaults(),
-                context_length=context,
-                max_tokens_limit=max(1024, protocol.max_tokens),
-            )
-            await server.start()
-            client, captures = server.client(), server.captures
+            # what each rollout samples with, as in a run: a token-level part gets a
+            # sampler straight from the backend, a chat one the policy server's client (under
+            # a capture key of its own)
+            token_sampler = DirectSampler(session, protocol.sampling_defaults(), session.tokenizer)
+            client: Any = None
+            captures: Any = None
+            if not all(self._samples_tokens(scenario) for _, scenario, _ in todo):
+                server = await self._policy_server(session)
+                client, captures = server.client(), server.captures
             counts = {"done": done_before, "failed": 0}
             errors: list[str] = []
             gate = asyncio.Semaphore(self.concurrency)
             self.on_progress(counts["done"], total, 0)
 
             async def one(sid: str, scenario: Scenario, sample: int) -> None:
+                tokens = self._samples_tokens(scenario)
                 async with gate:
-                    outcome = await self._one(client, captures, sid, scenario, sample)
+                    outcome = await self._one(
+                        token_sampler if tokens else client,
+                        None if tokens else captures,
+                        sid,
+                        scenario,
+                        sample,
+                    )
                 counts["done"] += 1
                 if outcome:
                     counts["failed"] += 1
@@ -242,6 +248,29 @@ class StandaloneEval:
             if server is not None:
                 await server.stop()
             await session.close(status)
+
+    def _samples_tokens(self, scenario: Scenario) -> bool:
+        """Whether `scenario`'s rollout speaks tokens (its part of a mixed task)."""
+        return part_of(self.task, scenario)[1].samples_tokens
+
+    async def _policy_server(self, session: BackendSession) -> PolicyServer:
+        """The policy server a chat rollout samples through, started, with the protocol's
+        sampling defaults pinned on every request."""
+        from tinker_tui.engine.server import PolicyServer
+
+        try:
+            context = await context_length_of(self.target.backend, self.target.base_model)
+        except Exception:
+            context = None  # the server falls back on the tokenizer's
+        server = PolicyServer(
+            session,
+            model_name=self.task.name,
+            defaults=self.protocol.sampling_defaults(),
+            context_length=context,
+            max_tokens_limit=max(1024, self.protocol.max_tokens),
+        )
+        await server.start()
+        return server
 
     async def _one(
         self, client: Any, captures: Any, sid: str, scenario: Scenario, sample: int
