@@ -380,6 +380,27 @@ def test_a_runs_eval_settings_refuse_bad_values_in_one_line(tmp_path, capsys):
     assert not db.exists()  # refused before anything started
 
 
+def test_a_model_folders_protocol_names_the_renderer_its_session_renders_with(
+    qwen3_folder, tmp_path, capsys
+):
+    """A folder's renderer is chosen at the session's start from its chat template (Qwen3's
+    cookbook renderer, which agrees with it), as a run's is: the protocol, named before the
+    session starts, names that one, not the fallback for a name the cookbook does not know."""
+    from transformers import AutoTokenizer
+
+    from tinker_tui.engine.backend.choice import make_renderer
+
+    _, at_start = make_renderer(str(qwen3_folder), AutoTokenizer.from_pretrained(qwen3_folder))
+    assert at_start == "qwen3_instruct"
+    args = ["example", "--model", str(qwen3_folder), "--backend", "local", "-k", "1"]
+    args += ["--split", "scenarios:2", "--eval-max-tokens", "2", "--db", str(tmp_path / "r.db")]
+    code, doc = _eval(capsys, *args)
+    assert code == 0 and doc["rollouts"]["failed"] == 0, doc
+    assert doc["protocol"]["renderer"] == at_start
+    expected = EvalProtocol.build(at_start, temperature=1.0, max_tokens=2, split="scenarios:2")
+    assert doc["protocol"] == expected.as_dict()
+
+
 # ---------------------------------------------------------------------- token-level tasks
 
 

@@ -255,13 +255,14 @@ async def _evaluate(
     rank: int,
     path: Path,
 ) -> EvalResult:
-    from tinker_tui.engine.backend.choice import renderer_name_for
+    from tinker_tui.engine.backend.choice import renderer_name
     from tinker_tui.engine.checkpoint_paths import run_checkpoint_dir
     from tinker_tui.engine.training.eval_protocol import EvalProtocol
     from tinker_tui.engine.training.standalone_eval import StandaloneEval
 
     protocol = EvalProtocol.build(
-        renderer or renderer_name_for(target.base_model),
+        # named as the session will name it at its start (a model folder's, by its template)
+        renderer_name(target.base_model, renderer or None),
         temperature=args.eval_temperature,
         max_tokens=args.eval_max_tokens,
         k=args.k,

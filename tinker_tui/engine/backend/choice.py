@@ -191,6 +191,28 @@ def renderer_name_for(base_model: str) -> str:
         return LOCAL_RENDERER
 
 
+def renderer_name(base_model: str, requested: str | None = None) -> str:
+    """The name of the renderer a session on `base_model` renders with, asked for
+    `requested` (None: chosen from the model): the name `make_renderer` gives it at the
+    session's start, known before one starts (what an evaluation's protocol is keyed by).
+    A model folder's is decided by `make_renderer` itself, over the folder's own tokenizer
+    (as the local backend loads it); a name or a hub model's needs no tokenizer."""
+    if requested:
+        return requested
+    if is_model_folder(base_model):
+        from tinker_tui.engine.local.model import get_tokenizer
+
+        return make_renderer(base_model, get_tokenizer(base_model))[1]
+    return renderer_name_for(base_model)
+
+
+def is_model_folder(base_model: str) -> bool:
+    """Whether `base_model` is a Hugging Face model folder on disk (not the embedded model)."""
+    from tinker_tui.engine.local import DEFAULT_BASE_MODEL
+
+    return base_model != DEFAULT_BASE_MODEL and Path(base_model).expanduser().is_dir()
+
+
 def make_renderer(
     base_model: str,
     tokenizer: Any,
@@ -215,7 +237,7 @@ def make_renderer(
             ) from None
     from tinker_tui.engine.local import DEFAULT_BASE_MODEL
 
-    if base_model != DEFAULT_BASE_MODEL and Path(base_model).expanduser().is_dir():
+    if is_model_folder(base_model):
         from tinker_tui.engine.rendering.folder_renderer import folder_renderer
 
         return folder_renderer(base_model, tokenizer, cookbook_renderer)

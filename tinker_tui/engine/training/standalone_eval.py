@@ -25,7 +25,7 @@ from tinker_tui.engine.backend.choice import context_length_of, make_service_cli
 from tinker_tui.engine.backend.direct_sampler import DirectSampler
 from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.checkpoint_paths import is_full_state
-from tinker_tui.engine.errors import UsageError
+from tinker_tui.engine.errors import TinkerTuiError, UsageError
 from tinker_tui.engine.events import Event, LogEmitted
 from tinker_tui.engine.metrics.eval_stats import EvalSummary, summarize
 from tinker_tui.engine.rollouts.distributions import truncated
@@ -51,6 +51,10 @@ if TYPE_CHECKING:
 CONCURRENCY = 16
 #: Seconds one rollout may take before it counts as failed.
 ROLLOUT_TIMEOUT = 600.0
+
+
+class EvalError(TinkerTuiError):
+    """An evaluation cannot go on as its protocol says."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +215,11 @@ class StandaloneEval:
             else:
                 await session.start()
                 await session.sample_from(target.model_path or None)
+            if session.renderer_name != protocol.renderer:  # `renderer_name` is the rule
+                raise EvalError(
+                    f"the session renders with {session.renderer_name}, not the "
+                    f"protocol's {protocol.renderer}: the evaluation would be mislabelled"
+                )
             # what each rollout samples with, as in a run: a token-level part gets a
             # sampler straight from the backend, a chat one the policy server's client (under
             # a capture key of its own)
