@@ -207,6 +207,56 @@ def test_a_rollout_that_returns_only_its_reward_is_evaluated_on_its_captured_tur
     assert code == 0 and result["rollouts"] == {"ran": 10, "reused": 0, "failed": 0}, result
 
 
+def test_a_runs_checkpoint_defaults_to_its_evaluations_protocol_and_says_so():
+    """Flags left out take the run's eval settings when it set any, its evaluations'
+    protocol whole (the max_tokens it left unpinned is its default, unpinned), so the key
+    is theirs; a run that set none, or a base model, gets the command's defaults."""
+    from argparse import Namespace
+    from dataclasses import replace
+
+    from tinker_tui.app.commands.eval import choose_settings
+    from tinker_tui.engine.sampling_defaults import SamplingDefaults
+    from tinker_tui.engine.store.eval_records import EvalTarget
+    from tinker_tui.engine.training.eval_protocol import RunEvalSettings
+
+    def protocol(choice):
+        return EvalProtocol.build(
+            "role_colon",
+            temperature=choice.temperature,
+            max_tokens=choice.max_tokens,
+            defaults=choice.defaults,
+            k=choice.k,
+            success_threshold=choice.success_threshold,
+        )
+
+    flags = dict(eval_temperature=None, eval_max_tokens=None, k=None, success_threshold=None)
+    run = EvalTarget("t", "t", "r@2", "local", "m", model_path="m/ckpt", run_id="r", step=2)
+    trained = {"temperature": 0.7, "max_tokens": 32}
+    pinned = {**trained, "eval_temperature": 0.2, "eval_success_threshold": 0.5}
+    theirs = RunEvalSettings.of(pinned).protocol("role_colon", SamplingDefaults(0.7, 32))
+
+    choice = choose_settings(Namespace(**flags), run, pinned)
+    assert protocol(choice).key() == theirs.key() and protocol(choice).k == 1
+    assert not protocol(choice).max_tokens_pinned and protocol(choice).max_tokens == 32
+    assert choice.origin() == "protocol from run r's eval settings"
+    choice = choose_settings(Namespace(**{**flags, "k": 4}), run, pinned)
+    assert protocol(choice) == replace(theirs, k=4)
+    assert choice.origin() == "protocol from run r's eval settings, -k given"
+
+    choice = choose_settings(Namespace(**flags), run, trained)
+    assert protocol(choice) == EvalProtocol.build(
+        "role_colon", temperature=1.0, max_tokens=1024, k=8
+    )
+    assert choice.origin() == "protocol from the command's defaults (run r set no eval settings)"
+    base = replace(run, run_id="", step=None)
+    choice = choose_settings(Namespace(**{**flags, "eval_temperature": 0.3}), base, {})
+    assert choice.origin() == "protocol from the command's defaults, --eval-temperature given"
+    all_flags = dict(eval_temperature=0.0, eval_max_tokens=9, k=2, success_threshold=0.5)
+    assert choose_settings(Namespace(**all_flags), run, pinned).origin() == (
+        "protocol from the flags given"
+    )
+
+
 def test_bad_eval_input_is_one_line_and_exit_2(tmp_path, capsys):
     db = tmp_path / "runs.db"
     cases = [
@@ -364,6 +414,25 @@ def test_a_runs_evaluations_sample_with_its_eval_settings_under_the_commands_pro
     assert doc["result"]["mean@3"]["value"] == pytest.approx(
         evals[-1].metrics[keys.EVAL_REWARD_MEAN]
     )
+    assert [k for k, v in doc["protocol_source"].items() if v == "run"] == ["success_threshold"]
+
+    # without the flags, the run's eval settings are the defaults: the same protocol, k
+    # included (the rollouts of the call above are all kept); the output says so
+    bare = ["example", "--model", f"{run.run_id}@1", "--db", str(db), "--no-progress"]
+    assert main(["eval", *bare]) == 0
+    out = capsys.readouterr().out
+    assert f"protocol {expected.key()}: eval_scenarios, k=3" in out
+    assert f"protocol from run {run.run_id}'s eval settings\n" in out
+    assert "24 rollouts ran now" not in out and "0 rollouts ran now, 24 kept" in out
+    # a flag given wins over the run's setting; the others stay the run's
+    code, doc = _eval(capsys, *bare, "--eval-temperature", "0.5", "-k", "1")
+    assert doc["protocol"] == {**expected.as_dict(), "temperature": 0.5, "k": 1}
+    assert doc["protocol_source"] == {
+        "temperature": "flag",
+        "max_tokens": "run",
+        "k": "flag",
+        "success_threshold": "run",
+    }
 
 
 def test_a_runs_eval_settings_refuse_bad_values_in_one_line(tmp_path, capsys):
@@ -476,6 +545,9 @@ def test_a_tinker_runs_checkpoint_and_a_base_model_through_the_sdk_and_the_doubl
             "step": 1,
         }
         assert doc["protocol"]["temperature"] == 0.5 and doc["protocol"]["renderer"] == "role_colon"
+        # the run set no eval settings: the command's defaults for what no flag gave
+        assert doc["protocol"]["max_tokens"] == 1024 and doc["protocol"]["max_tokens_pinned"]
+        assert doc["protocol_source"]["max_tokens"] == "default"
         assert doc["rollouts"] == {"ran": 16, "reused": 0, "failed": 0}
         assert doc["result"]["samples"] == 16 and doc["result"]["mean@2"]["method"]
         # the checkpoint (a full state: the service samples sampler weights only) was

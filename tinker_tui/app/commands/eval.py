@@ -8,7 +8,10 @@ at least `--success-threshold`) and mean@k, each with a 95 % interval (Wilson fo
 over scenarios solved or not, a percentile bootstrap over scenarios for pass@1 and mean@k),
 under a protocol that is stored with it: the pinned sampling settings (`--eval-temperature`
 for every request, the task's own included; `--eval-max-tokens` as a cap on each
-request's), the renderer and whether it thinks, the split, k and the threshold.
+request's), the renderer and whether it thinks, the split, k and the threshold. A run's
+checkpoint whose run set eval settings (`eval_temperature`, `eval_max_tokens`,
+`eval_samples`, `eval_success_threshold`) is evaluated by default under its own
+evaluations' protocol, so the numbers compare with theirs; a flag given wins.
 
 Every rollout is kept in the run store as it ends: the same command again runs only the
 rollouts that are missing or failed (a larger -k adds samples to those stored).
@@ -20,6 +23,7 @@ import argparse
 import asyncio
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +36,8 @@ from tinker_tui.app.commands.common import (
 )
 from tinker_tui.app.json_output import add_json_option
 from tinker_tui.engine.errors import UsageError
+from tinker_tui.engine.sampling_defaults import SamplingDefaults
+from tinker_tui.engine.training.eval_protocol import DEFAULT_SUCCESS_THRESHOLD
 
 if TYPE_CHECKING:
     from tinker_tui.engine.store.eval_records import EvalTarget
@@ -41,6 +47,8 @@ if TYPE_CHECKING:
 DEFAULT_K = 8
 DEFAULT_TEMPERATURE = 1.0
 DEFAULT_MAX_TOKENS = 1024
+#: What the help says of a protocol setting's default for a run's checkpoint.
+RUNS_OWN = "for a run with eval_* settings, its evaluations'"
 
 
 def _positive_int(text: str) -> int:
@@ -92,9 +100,8 @@ def add_parser(commands: Any) -> None:
         "--samples",
         dest="k",
         type=_positive_int,
-        default=DEFAULT_K,
         metavar="K",
-        help=f"samples per scenario (default {DEFAULT_K})",
+        help=f"samples per scenario (default {DEFAULT_K}; {RUNS_OWN})",
     )
     ev.add_argument(
         "--split",
@@ -105,23 +112,20 @@ def add_parser(commands: Any) -> None:
     ev.add_argument(
         "--eval-temperature",
         type=_temperature,
-        default=DEFAULT_TEMPERATURE,
         metavar="T",
-        help=f"temperature of every request, pinned (default {DEFAULT_TEMPERATURE:g})",
+        help=f"temperature of every request, pinned (default {DEFAULT_TEMPERATURE:g}; {RUNS_OWN})",
     )
     ev.add_argument(
         "--eval-max-tokens",
         type=_positive_int,
-        default=DEFAULT_MAX_TOKENS,
         metavar="N",
-        help=f"cap on each request's max_tokens (default {DEFAULT_MAX_TOKENS})",
+        help=f"cap on each request's max_tokens (default {DEFAULT_MAX_TOKENS}; {RUNS_OWN})",
     )
     ev.add_argument(
         "--success-threshold",
         type=_number,
-        default=1.0,
         metavar="R",
-        help="a sample succeeds when its reward is at least R (default 1), for pass@k",
+        help=f"a sample succeeds when its reward is at least R, for pass@k (default 1; {RUNS_OWN})",
     )
     ev.add_argument(
         "--seed", type=int, default=0, metavar="N", help="seed of the scenarios:N stream"
@@ -154,9 +158,10 @@ def add_parser(commands: Any) -> None:
 
 async def resolve_target(
     db_path: Path, model: str, *, task: str, task_spec: str, backend: str | None
-) -> tuple[EvalTarget, str, int]:
-    """What `--model` names, the renderer and LoRA rank to load it with: a stored run's
-    checkpoint (RUN or RUN@STEP), else a base model (only without @STEP)."""
+) -> tuple[EvalTarget, dict[str, Any]]:
+    """What `--model` names, and the settings of the run it is a checkpoint of (its
+    renderer, LoRA rank, eval settings; {} for a base model): a stored run's checkpoint
+    (RUN or RUN@STEP), else a base model (only without @STEP)."""
     from tinker_tui.engine.store import NoSuchRun, StoreReader
     from tinker_tui.engine.store.eval_records import EvalTarget
 
@@ -186,7 +191,7 @@ async def resolve_target(
         target = EvalTarget(
             task=task, task_spec=task_spec, model=wanted, backend=chosen, base_model=wanted
         )
-        return target, "", 32
+        return target, {}
     samplers = [c for c in checkpoints if c.kind == "sampler"] or list(checkpoints)
     if not samplers:
         raise UsageError(f"run {run.run_id} has no kept checkpoint to evaluate")
@@ -200,7 +205,6 @@ async def resolve_target(
                 f"run {run.run_id} has no kept checkpoint at step {step} (kept: {steps})"
             )
         chosen_ckpt = at_step[-1]
-    config = run.config
     target = EvalTarget(
         task=task,
         task_spec=task_spec,
@@ -211,7 +215,7 @@ async def resolve_target(
         run_id=run.run_id,
         step=chosen_ckpt.step,
     )
-    return target, str(config.get("renderer") or ""), int(config.get("lora_rank") or 32)
+    return target, dict(run.config)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -224,7 +228,7 @@ def main(args: argparse.Namespace) -> int:
     task = load_task(args.task)
     path = store_path(args)
     check_store(path, explicit=args.db is not None)
-    target, renderer, rank = asyncio.run(
+    target, run_settings = asyncio.run(
         resolve_target(
             path,
             args.model,
@@ -236,15 +240,114 @@ def main(args: argparse.Namespace) -> int:
     if target.run_id and (args.backend or args.renderer):
         given = "--backend" if args.backend else "--renderer"
         raise UsageError(f"{given} is for a base model; {target.model} uses its run's")
-    renderer = renderer or args.renderer
-    result = asyncio.run(_evaluate(args, task, target, renderer, rank, path))
+    renderer = str(run_settings.get("renderer") or "") or args.renderer
+    rank = int(run_settings.get("lora_rank") or 32)
+    choice = choose_settings(args, target, run_settings)
+    result = asyncio.run(_evaluate(args, task, target, renderer, rank, path, choice))
     if args.json:
         from tinker_tui.app.json_output import print_json
 
-        print_json(eval_document(result))
+        print_json(eval_document(result, choice))
     else:
-        print(format_result(result))
+        print(format_result(result, choice))
     return EXIT_OK
+
+
+#: The protocol's settings a flag sets: the flag of each.
+FLAGS = {
+    "temperature": "--eval-temperature",
+    "max_tokens": "--eval-max-tokens",
+    "k": "-k",
+    "success_threshold": "--success-threshold",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SettingsChoice:
+    """The settings an evaluation's protocol is built from, and where each came from
+    (`sources`, by setting: "flag"; "run", the evaluated run's eval settings; "default",
+    the command's)."""
+
+    temperature: float | None
+    max_tokens: int | None
+    k: int
+    success_threshold: float
+    sources: dict[str, str]
+    #: The run's sampling defaults, for a temperature or max_tokens left to them (not
+    #: pinned, as its evaluations sampled); None: each is pinned.
+    defaults: SamplingDefaults | None = None
+    #: The evaluated run ("" for a base model), and whether it set eval settings.
+    run_id: str = ""
+    run_pinned: bool = False
+
+    def origin(self) -> str:
+        """Where the protocol came from, in one line."""
+        flags = [FLAGS[name] for name, source in self.sources.items() if source == "flag"]
+        if len(flags) == len(FLAGS):
+            return "protocol from the flags given"
+        if "run" in self.sources.values():
+            text = f"protocol from run {self.run_id}'s eval settings"
+        else:
+            text = "protocol from the command's defaults"
+        if flags:
+            text += f", {', '.join(flags)} given"
+        if self.run_id and not self.run_pinned:
+            text += f" (run {self.run_id} set no eval settings)"
+        return text
+
+
+def choose_settings(
+    args: argparse.Namespace, target: EvalTarget, run_settings: dict[str, Any]
+) -> SettingsChoice:
+    """The protocol's settings: each flag given; for those left out, the evaluated run's
+    evaluations' when it set any eval setting (their protocol whole: a temperature or
+    max_tokens it did not pin is its sampling default, not pinned, as they sampled), else
+    the command's defaults."""
+    from tinker_tui.engine.training.eval_protocol import RunEvalSettings
+
+    run = RunEvalSettings.of(run_settings)
+    from_run = bool(target.run_id) and run.pinned
+    given: dict[str, Any] = {
+        "temperature": args.eval_temperature,
+        "max_tokens": args.eval_max_tokens,
+        "k": args.k,
+        "success_threshold": args.success_threshold,
+    }
+    fallback: dict[str, Any] = (
+        {
+            "temperature": run.temperature,
+            "max_tokens": run.max_tokens,
+            "k": run.k,
+            "success_threshold": run.success_threshold,
+        }
+        if from_run
+        else {
+            "temperature": DEFAULT_TEMPERATURE,
+            "max_tokens": DEFAULT_MAX_TOKENS,
+            "k": DEFAULT_K,
+            "success_threshold": DEFAULT_SUCCESS_THRESHOLD,
+        }
+    )
+    chosen = {name: fallback[name] if value is None else value for name, value in given.items()}
+    defaults = None
+    if from_run:  # the run's, as its evaluations had them (a live change is not stored)
+        defaults = SamplingDefaults(
+            temperature=float(run_settings.get("temperature", 1.0)),
+            max_tokens=int(run_settings.get("max_tokens", 64)),
+        )
+    return SettingsChoice(
+        temperature=chosen["temperature"],
+        max_tokens=chosen["max_tokens"],
+        k=int(chosen["k"]),
+        success_threshold=float(chosen["success_threshold"]),
+        sources={
+            name: "flag" if value is not None else "run" if from_run else "default"
+            for name, value in given.items()
+        },
+        defaults=defaults,
+        run_id=target.run_id,
+        run_pinned=run.pinned,
+    )
 
 
 async def _evaluate(
@@ -254,6 +357,7 @@ async def _evaluate(
     renderer: str,
     rank: int,
     path: Path,
+    choice: SettingsChoice,
 ) -> EvalResult:
     from tinker_tui.engine.backend.choice import renderer_name
     from tinker_tui.engine.checkpoint_paths import run_checkpoint_dir
@@ -263,11 +367,12 @@ async def _evaluate(
     protocol = EvalProtocol.build(
         # named as the session will name it at its start (a model folder's, by its template)
         renderer_name(target.base_model, renderer or None),
-        temperature=args.eval_temperature,
-        max_tokens=args.eval_max_tokens,
-        k=args.k,
+        temperature=choice.temperature,
+        max_tokens=choice.max_tokens,
+        defaults=choice.defaults,
+        k=choice.k,
         split=args.split,
-        success_threshold=args.success_threshold,
+        success_threshold=choice.success_threshold,
         seed=args.seed,
     )
     progress = Progress(enabled=not args.no_progress and not args.json)
@@ -329,7 +434,7 @@ class Progress:
             self.out.flush()
 
 
-def eval_document(result: EvalResult) -> dict[str, Any]:
+def eval_document(result: EvalResult, choice: SettingsChoice | None = None) -> dict[str, Any]:
     """`eval --json` (`app.json_output`)."""
     from dataclasses import asdict
 
@@ -342,13 +447,14 @@ def eval_document(result: EvalResult) -> dict[str, Any]:
         model=target,
         protocol=result.protocol.as_dict(),
         protocol_key=result.protocol.key(),
+        protocol_source=None if choice is None else choice.sources,
         result=result.summary.as_dict(),
         rollouts={"ran": result.ran, "reused": result.reused, "failed": result.summary.failed},
         first_error=result.first_error or None,
     )
 
 
-def format_result(result: EvalResult) -> str:
+def format_result(result: EvalResult, choice: SettingsChoice | None = None) -> str:
     """The result as a table, with the protocol and the intervals said in words."""
     s = result.summary
     # with k = 1, pass@k is pass@1, over scenarios solved or not (as --json has it): once
@@ -358,6 +464,7 @@ def format_result(result: EvalResult) -> str:
         f"eval {result.eval_id}: {result.target.task} on {result.target.model} "
         f"({result.target.backend})",
         f"protocol {result.protocol.key()}: {result.protocol.text()}",
+        *([choice.origin()] if choice is not None else []),
         f"{s.scenarios} scenarios x {s.k} samples: {result.ran} rollouts ran now, "
         f"{result.reused} kept from before" + (f", {s.failed} failed" if s.failed else ""),
         "",

@@ -115,6 +115,50 @@ class EvalProtocol:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class RunEvalSettings:
+    """What a run's `eval_*` settings (`engine.config`) say its own evaluations sample
+    under: a pinned temperature and max_tokens cap (None: the run's sampling defaults, for
+    requests that leave them out), k samples per scenario, the success threshold. Read by
+    the run's evaluator and by `tinker-tui eval` of the run's checkpoints, so both build
+    the same protocol from them."""
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+    k: int = 1
+    success_threshold: float = DEFAULT_SUCCESS_THRESHOLD
+
+    @classmethod
+    def of(cls, settings: Mapping[str, Any]) -> RunEvalSettings:
+        """From a run's settings (`RunConfig.as_dict()`, or as its store keeps them: a run
+        of an older tinker-tui has none, and sampled as the defaults say)."""
+        temperature = float(settings.get("eval_temperature", -1.0))
+        max_tokens = int(settings.get("eval_max_tokens", 0) or 0)
+        threshold = settings.get("eval_success_threshold", DEFAULT_SUCCESS_THRESHOLD)
+        return cls(
+            temperature=None if temperature < 0 else temperature,  # -1: not pinned
+            max_tokens=max_tokens or None,  # 0: not pinned
+            k=int(settings.get("eval_samples", 1) or 1),
+            success_threshold=float(threshold),
+        )
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the run set any of them (each differs from its default)."""
+        return self != RunEvalSettings()
+
+    def protocol(self, renderer: str, defaults: SamplingDefaults) -> EvalProtocol:
+        """The protocol of the run's evaluations; `defaults`: the run's sampling defaults."""
+        return EvalProtocol.build(
+            renderer,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            defaults=defaults,
+            k=self.k,
+            success_threshold=self.success_threshold,
+        )
+
+
 def thinking_of(renderer: str) -> str:
     """Whether a tinker-cookbook renderer thinks, where its name says so."""
     if "disable_thinking" in renderer:

@@ -80,7 +80,7 @@ from tinker_tui.engine.rollouts.truncation import cap_truncated
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.training.advantages import group_advantages
 from tinker_tui.engine.training.checkpointer import Checkpointer
-from tinker_tui.engine.training.eval_protocol import EvalProtocol
+from tinker_tui.engine.training.eval_protocol import EvalProtocol, RunEvalSettings
 from tinker_tui.engine.training.evaluator import Evaluator
 from tinker_tui.engine.training.lr_schedule import lr_factor
 from tinker_tui.engine.training.resume import (
@@ -1288,20 +1288,14 @@ class Pipeline:
     # ------------------------------------------------------------------ evaluator
     def _eval_protocol(self) -> EvalProtocol:
         """How an evaluation starting now samples (`eval_*` settings), built as
-        `tinker-tui eval` builds its own: `eval_samples` per eval scenario, the pinned
-        `eval_temperature` and `eval_max_tokens` where set, else the run's sampling
+        `tinker-tui eval` builds the protocol of the run's checkpoints
+        (`RunEvalSettings`): `eval_samples` per eval scenario, the pinned
+        `eval_temperature` and `eval_max_tokens` where set, else the run's live sampling
         defaults (for requests that leave them out), and its renderer."""
-        config = self.config
         # a session stand-in (tests, simulations) may have no renderer of its own
         renderer = str(getattr(self.session, "renderer_name", "") or "")
-        return EvalProtocol.build(
-            renderer,
-            temperature=None if config.eval_temperature < 0 else config.eval_temperature,
-            max_tokens=config.eval_max_tokens or None,
-            defaults=self.sampling_defaults,
-            k=config.eval_samples,
-            success_threshold=config.eval_success_threshold,
-        )
+        settings = RunEvalSettings.of(self.config.as_dict())
+        return settings.protocol(renderer, self.sampling_defaults)
 
     async def _final_eval(self) -> None:
         """Evaluate the final policy, once, before the run ends (`Evaluator.final`): no new
