@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tinker_tui.app.cli import main
+from tinker_tui.app.exit_codes import EXIT_NO_SIGNAL, EXIT_OK
 from tinker_tui.engine.errors import EXIT_USAGE
 from tinker_tui.engine.events import EvalCompleted, RunFinished, RunStarted, StepTrained
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL
@@ -524,7 +525,9 @@ def test_a_tinker_runs_checkpoint_and_a_base_model_through_the_sdk_and_the_doubl
         run = ["run", "example", "--backend", "tinker", "--no-ui", "--db", str(db)]
         run += ["--base-model", DEFAULT_BASE_MODEL, "--steps", "1", "--group-size", "2"]
         run += ["--groups-per-step", "1", "--eval-every", "0", "--warmup-steps", "0"]
-        assert main(run) == 0
+        # one step of two samples: equal rewards now and then (exit 4, trained nothing),
+        # and the step's checkpoint is kept either way: that is what is evaluated
+        assert main(run) in (EXIT_OK, EXIT_NO_SIGNAL)
         capsys.readouterr()
         with sqlite3.connect(db) as conn:
             (run_id,) = conn.execute("SELECT run_id FROM runs").fetchone()
@@ -589,7 +592,9 @@ def test_a_cookbook_env_task_is_evaluated_through_the_sdk_and_the_double(
         run = ["run", "cookbook_yes_no_maybe", "--backend", "tinker", "--no-ui", "--db", str(db)]
         run += ["--base-model", DEFAULT_BASE_MODEL, "--steps", "1", "--group-size", "2"]
         run += ["--groups-per-step", "1", "--eval-every", "0", "--warmup-steps", "0"]
-        assert main(run) == 0
+        # one step of two samples: equal rewards now and then (exit 4, trained nothing),
+        # and the step's checkpoint is kept either way: that is what is evaluated
+        assert main(run) in (EXIT_OK, EXIT_NO_SIGNAL)
         capsys.readouterr()
         with sqlite3.connect(db) as conn:
             (run_id,) = conn.execute("SELECT run_id FROM runs").fetchone()
