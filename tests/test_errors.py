@@ -6,6 +6,7 @@ import importlib
 import inspect
 import pkgutil
 
+import httpx
 import pytest
 import tinker
 
@@ -87,5 +88,37 @@ def test_the_command_line_prints_one_line_and_exits_with_the_errors_code(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(error) in err and "Traceback" not in err
     assert err.startswith(
-        "tinker-tui: error: " if code == EXIT_USAGE else "tinker-tui: run failed: "
+        "tinker-tui: error: " if code == EXIT_USAGE else "tinker-tui: runs failed: "
     )
+
+
+@pytest.mark.parametrize("name", ["run", "eval", "chat", "export-model", "sweep", "serve"])
+def test_a_commands_failure_names_the_command_not_a_run(monkeypatch, capsys, name):
+    """A backend failing a command that is not a run says which command failed ("eval
+    failed: ..."), in one line, and exits 1 (a run's own still says "run failed")."""
+    command = importlib.import_module(f"tinker_tui.app.commands.{name.replace('-', '_')}")
+    error = tinker.APIConnectionError(request=httpx.Request("POST", "http://service"))
+
+    def fail(args: argparse.Namespace) -> int:
+        raise error
+
+    monkeypatch.setattr(command, "main", fail)
+    monkeypatch.delenv("TINKER_TUI_DEBUG", raising=False)
+    assert cli.main(_argv(name)) == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert err == (
+        f"tinker-tui: {name} failed: APIConnectionError: {error} "
+        "(set TINKER_TUI_DEBUG=1 for the traceback)\n"
+    )
+
+
+def _argv(name: str) -> list[str]:
+    """The least each command parses."""
+    return {
+        "run": ["run", "example"],
+        "eval": ["eval", "example", "--model", "m"],
+        "chat": ["chat", "r"],
+        "export-model": ["export-model", "r@1", "out"],
+        "sweep": ["sweep", "example", "--grid", "learning_rate=1e-3,1e-4"],
+        "serve": ["serve"],
+    }[name]

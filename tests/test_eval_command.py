@@ -611,6 +611,23 @@ def test_a_cookbook_env_task_is_evaluated_through_the_sdk_and_the_double(
         assert len(loads) == 1 and loads[0][-1] == 200
 
 
+def test_a_backend_failure_says_the_evaluation_failed_in_one_line(tmp_path, capsys, monkeypatch):
+    """The service refuses the evaluation's sampler: `eval failed: ...` (not "run failed"),
+    one line besides the session's warning, no traceback, exit 1."""
+    from tinker_double import Burst, Faults, TinkerDouble
+
+    faults = Faults(fail={"create_sampling_session": Burst(400)})
+    with TinkerDouble(tmp_path / "service", faults=faults) as double:
+        for name, value in double.env().items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.delenv("TINKER_TUI_DEBUG", raising=False)
+        args = ["eval", "example", "--model", DEFAULT_BASE_MODEL, "--backend", "tinker"]
+        assert main([*args, "--db", str(tmp_path / "runs.db"), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith("tinker-tui: eval failed: BadRequestError: "), err
+    assert "run failed" not in err and "Traceback" not in err
+
+
 async def test_the_protocol_is_pinned_on_every_request_the_tasks_own_values_included(tmp_path):
     """The policy server of an evaluation samples at the protocol's temperature whatever a
     request asks, and caps its max_tokens; a run's server keeps the request's own."""

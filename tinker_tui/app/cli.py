@@ -1,9 +1,10 @@
 """`tinker-tui`: the command line. Each sub-command lives in `app/commands/`.
 
 Exit codes: 0 the run completed (or was stopped from the dashboard with `q`); 1 the run
-failed; 2 bad usage (unknown task, bad setting, missing Tinker key, unusable store);
-130 stopped by SIGINT (Ctrl+C) and 143 by SIGTERM, both after a graceful shutdown
-(current step finished, checkpoint written, store flushed). A second signal exits at once.
+failed, or another command did (one line that names it: "eval failed: ..."); 2 bad usage
+(unknown task, bad setting, missing Tinker key, unusable store); 130 stopped by SIGINT
+(Ctrl+C) and 143 by SIGTERM, both after a graceful shutdown (current step finished,
+checkpoint written, store flushed). A second signal exits at once.
 
 A SIGINT or SIGTERM before the command handles signals itself ends it with 130 or 143 and
 one line (`app.interrupts`); the module imports little, so that starts early.
@@ -157,15 +158,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    command_name = ""  # what failed, in the one line that says so
     try:
         with interrupting():  # a signal now: one line and 130/143, never a traceback
             args = parse(argv)
+            command_name = args.command
             args.argv = list(sys.argv[1:] if argv is None else argv)  # a dashboard's engine
             module = args.command.replace("-", "_")
             command = importlib.import_module(f"tinker_tui.app.commands.{module}")
         return command.main(args)
     except TinkerTuiError as exc:  # the one place an error becomes an exit code
-        return report(exc, exc.exit_code)
+        return report(exc, exc.exit_code, command_name)
     except BrokenPipeError:  # `tinker-tui show | head`: the reader has all it wanted
         quiet_stdout()
         return EXIT_OK
@@ -180,12 +183,13 @@ def _main(argv: list[str] | None) -> int:
         )
         return EXIT_CODES[signum]
     except Exception as exc:  # a bug or a failing backend
-        return report(exc, EXIT_FAILED)
+        return report(exc, EXIT_FAILED, command_name)
 
 
-def report(exc: Exception, code: int) -> int:
-    """One line on stderr; a usage error is the user's to fix, anything else failed the run
-    (its traceback with TINKER_TUI_DEBUG=1). Returns `code`."""
+def report(exc: Exception, code: int, command: str = "") -> int:
+    """One line on stderr; a usage error is the user's to fix, anything else failed the
+    command, which the line names ("run failed: ...", "eval failed: ..."; its traceback
+    with TINKER_TUI_DEBUG=1). Returns `code`."""
     if code == EXIT_USAGE:
         print(f"tinker-tui: error: {exc}", file=sys.stderr)
         return code
@@ -194,7 +198,7 @@ def report(exc: Exception, code: int) -> int:
 
         traceback.print_exception(exc)
     print(
-        f"tinker-tui: run failed: {type(exc).__name__}: {exc} "
+        f"tinker-tui: {command or 'command'} failed: {type(exc).__name__}: {exc} "
         "(set TINKER_TUI_DEBUG=1 for the traceback)",
         file=sys.stderr,
     )
