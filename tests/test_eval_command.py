@@ -133,6 +133,23 @@ def test_eval_of_the_example_on_the_base_model_has_intervals_and_protocol(tmp_pa
     assert rows == (64,)
 
 
+def test_an_eval_whose_every_rollout_failed_exits_1_and_says_why(tmp_path, capsys):
+    """A planted mistake (the grader always raises): the table has nothing measured, so
+    the command says so on stderr and exits 1; a script must not read zeros as a score."""
+    task = tmp_path / "word_task.py"
+    task.write_text(textwrap.dedent(WORD_TASK).replace('scenario.id == "count-3" and ', ""))
+    (tmp_path / "fail-count-3").touch()
+    db = tmp_path / "runs.db"
+    argv = ["eval", str(task), "--model", DEFAULT_BASE_MODEL, "--backend", "local"]
+    code = main([*argv, "--db", str(db), "--no-progress"])
+    captured = capsys.readouterr()
+    assert code == 1, captured.out
+    assert "40 failed" in captured.out and "first failure: " in captured.out  # 5 x k=8
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("tinker-tui: eval failed: all 40 rollouts failed; the first: ")
+    assert "flaky grader" in line and "Traceback" not in captured.err
+
+
 def test_a_fresh_task_resumes_only_missing_or_failed_rollouts(tmp_path, capsys):
     task = tmp_path / "word_task.py"
     task.write_text(textwrap.dedent(WORD_TASK))

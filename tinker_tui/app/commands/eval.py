@@ -35,7 +35,7 @@ from tinker_tui.app.commands.common import (
     store_path,
 )
 from tinker_tui.app.json_output import add_json_option
-from tinker_tui.engine.errors import UsageError
+from tinker_tui.engine.errors import EXIT_FAILED, UsageError
 from tinker_tui.engine.sampling_defaults import SamplingDefaults
 from tinker_tui.engine.training.eval_protocol import DEFAULT_SUCCESS_THRESHOLD
 
@@ -250,6 +250,14 @@ def main(args: argparse.Namespace) -> int:
         print_json(eval_document(result, choice))
     else:
         print(format_result(result, choice))
+    if result.summary.failed and not result.summary.samples:
+        # nothing was measured: a script must not read the table's zeros as a score
+        print(
+            f"tinker-tui: eval failed: all {result.summary.failed} rollouts failed; "
+            f"the first: {result.first_error}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     return EXIT_OK
 
 
