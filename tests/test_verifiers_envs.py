@@ -7,6 +7,7 @@ except the one that checks what the command says when it is missing."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib.util
 import io
@@ -18,11 +19,14 @@ import pytest
 
 from tinker_tui.app.cli import main
 from tinker_tui.app.task_loader import layered_config, load_task
+from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.events import EvalCompleted, GroupSampled, StepTrained
-from tinker_tui.engine.local import DEFAULT_BASE_MODEL
+from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
 from tinker_tui.engine.rollouts.task import Scenario, captured_rollout
 from tinker_tui.engine.rollouts.trajectory import TrajectoryError, trajectory_to_datum_arrays
 from tinker_tui.engine.run import Run
+from tinker_tui.engine.sampling_defaults import SamplingDefaults
+from tinker_tui.engine.server import PolicyServer
 from tinker_tui.engine.training import pipeline
 
 HAVE_VERIFIERS = importlib.util.find_spec("verifiers") is not None
@@ -168,6 +172,62 @@ async def test_harnesses_speaking_messages_or_responses_train_on_their_exact_tok
     plain = SimpleNamespace(base_url="http://127.0.0.1:9/v1", api_key="token")
     with pytest.raises(TrajectoryError, match=r"needs the client the run hands it"):
         await task.rollout(plain, "ask", Scenario(id="q", data=None))
+
+
+def verifiers_clients(env) -> int:
+    """The model clients verifiers' interception server(s) keep for the serving env, one per
+    distinct endpoint config (verifiers 0.4: `Env._interception`, a server or a pool of them,
+    each with its `clients`)."""
+    interception = env._interception
+    servers = getattr(interception, "servers", None) or [interception]
+    return sum(len(server.clients) for server in servers)
+
+
+@needs_verifiers
+@pytest.mark.e2e  # verifiers asks git for its own version when an episode starts
+async def test_episodes_reuse_as_many_endpoints_as_ran_at_once(tmp_path):
+    """verifiers keeps an HTTP client per distinct endpoint until the env stops serving, so
+    the episodes' capture addresses are reused: 24 episodes, 4 at a time, as a run starts
+    them, hold at most 4 addresses and 4 clients (a fresh address each held 24)."""
+    import vf_toy_apis
+
+    from tinker_tui import Task
+
+    env = vf_toy_apis.environment()
+    task = Task.from_verifiers(env, name="ask")
+    scenarios = list(task.scenarios(None))
+    session = BackendSession(
+        LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
+    )
+    await session.start()
+    server = PolicyServer(session, model_name="policy", defaults=SamplingDefaults())
+    await server.start()
+    keys: set[str] = set()
+    opening = server.captures.open
+
+    def open_keeping(key=None, **kwargs):
+        opened = opening(key, **kwargs)
+        keys.add(opened)
+        return opened
+
+    gate = asyncio.Semaphore(4)
+
+    async def episode(number):
+        async with gate:
+            scenario = scenarios[number % len(scenarios)]
+            return await captured_rollout(task, client, "policy", scenario, server.captures)
+
+    try:
+        server.captures.open = open_keeping
+        client = server.client()
+        made = await asyncio.gather(*(episode(n) for n in range(24)))
+        assert all(len(t.turns) == 2 for t in made)  # each on its own two turns
+        assert 1 <= len(keys) <= 4, keys
+        assert verifiers_clients(env) == len(keys)
+        assert len(server.captures) == 0
+    finally:
+        await server.stop()
+        await session.close("success")
 
 
 @needs_verifiers

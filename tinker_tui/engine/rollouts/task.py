@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinker_tui.engine.did_you_mean import did_you_mean
 from tinker_tui.engine.errors import UsageError
+from tinker_tui.engine.rollouts.capture_keys import CaptureKeys
 from tinker_tui.engine.rollouts.trajectory import (
     METRIC_NAME,
     Reward,
@@ -319,17 +320,25 @@ async def captured_rollout(
     """One rollout of `task` as a Trajectory. With `captures` (the policy server's
     `Captures`), it gets a client under a capture key of its own, so it may return only a
     reward, trained on what was sampled under that key; the key carries `defaults` (an
-    evaluation's sampling defaults) to every request made under it."""
+    evaluation's sampling defaults) to every request made under it. A rollout function that
+    carries `capture_keys` (a verifiers environment's) reuses its keys (`capture_keys`)."""
     assert task.rollout is not None  # check_task: a rollout, or a group_rollout
     if captures is None:
         result = await task.rollout(client, model, scenario)
         captured: list[Any] = []
     else:
-        key = captures.open(defaults=defaults)
+        keys = getattr(part_of(task, scenario)[1].rollout, "capture_keys", None)
+        reused = keys if isinstance(keys, CaptureKeys) else None
+        key = captures.open(reused.take() if reused else None, defaults=defaults)
+        returned = False
         try:
             result = await task.rollout(captures.client_for(client, key), model, scenario)
+            returned = True
         finally:
             captured = captures.close(key)
+            if reused is not None:
+                # a rollout that did not return may have requests still on their way
+                (reused.put_back if returned else reused.retire)(key)
     if isinstance(result, Trajectory):
         return result
     reward = Reward.of(result)

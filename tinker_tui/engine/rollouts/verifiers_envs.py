@@ -10,7 +10,10 @@ Responses, Messages), to the same path under the endpoint the `ModelContext` nam
 Here each task of the env's taskset is a `Scenario`; a rollout runs one episode through the
 env's own machinery, its endpoint the rollout's capture address on the policy server
 (`/r/<key>/v1`, `engine.server.capture`), so the server files every model call of the
-episode under the rollout. The rollout returns the episode's `Reward` (the trace's weighted
+episode under the rollout. verifiers keeps one HTTP client per distinct endpoint until the env
+stops serving, so the rollouts reuse their capture keys (`engine.rollouts.capture_keys`):
+there are as many addresses, and clients, as episodes ever ran at once, plus one for each
+episode that failed, timed out or was cancelled (its key is retired). The rollout returns the episode's `Reward` (the trace's weighted
 rewards, each reward and each `@vf.metric` a named metric; the reward names are the task's
 reward components), trained on those captured choices: the exact sampled tokens, every
 turn. An env without a test split evaluates nothing; `eval_tasks` (a taskset view, or a
@@ -31,6 +34,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tinker_tui.engine.errors import UsageError
+from tinker_tui.engine.rollouts.capture_keys import CaptureKeys
 from tinker_tui.engine.rollouts.trajectory import METRIC_NAME, Reward, TrajectoryError
 
 __all__ = ["VerifiersError", "VerifiersParts", "load_env", "verifiers_parts"]
@@ -162,10 +166,12 @@ class _Scenarios:
 class _Rollout:
     """rollout(client, model, scenario): one episode of the env on the scenario's task. Its
     endpoint is the rollout's own capture address on the policy server, so every model call
-    the harness makes, in whichever API, is filed under the rollout; it returns the reward."""
+    the harness makes, in whichever API, is filed under the rollout; it returns the reward.
+    Its capture keys are reused (`capture_keys`): an address is a client verifiers keeps."""
 
     def __init__(self, env: Any) -> None:
         self.env = env
+        self.capture_keys = CaptureKeys()
         # One serving context per event loop (the rollout loop; a test's own).
         self._serving: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Serving] = (
             weakref.WeakKeyDictionary()
@@ -179,9 +185,9 @@ class _Rollout:
         if serving is None:
             serving = self._serving[loop] = _Serving(self.env)
         await serving.ready()
-        # verifiers keeps one HTTP client per endpoint until the env stops serving, and each
-        # rollout's address is an endpoint of its own: a connection kept alive would hold a
-        # socket per rollout for the whole run.
+        # verifiers keeps one HTTP client per endpoint until the env stops serving: a retired
+        # key's client is never used again, and a connection it kept alive would hold its
+        # socket for the rest of the run.
         ctx = vf.ModelContext(
             model=model,
             client=vf.EvalClientConfig(

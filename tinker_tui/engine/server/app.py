@@ -169,8 +169,10 @@ def _sse(
     return b"".join(events)
 
 
-#: Where `CapturePrefix` leaves the key of the trajectory a request is filed under.
+#: Where `CapturePrefix` leaves the key of the trajectory a request is filed under, and the
+#: key's opening it came in under (`Captures.opening`).
 CAPTURE_KEY = "tinker_tui.capture_key"
+CAPTURE_OPENING = "tinker_tui.capture_opening"
 
 
 class CapturePrefix:
@@ -187,7 +189,8 @@ class CapturePrefix:
             found = PREFIX.match(scope["path"])
             if found is not None:
                 key, rest = found.groups()
-                if not self.captures.is_open(key):
+                opening = self.captures.opening(key)
+                if opening is None:
                     message = (
                         f"no trajectory is open under key {key!r} (it finished, or never began)"
                     )
@@ -202,7 +205,13 @@ class CapturePrefix:
                     )
                     await refusal(scope, receive, send)
                     return
-                scope = {**scope, "path": rest, "raw_path": rest.encode(), CAPTURE_KEY: key}
+                scope = {
+                    **scope,
+                    "path": rest,
+                    "raw_path": rest.encode(),
+                    CAPTURE_KEY: key,
+                    CAPTURE_OPENING: opening,
+                }
         await self.app(scope, receive, send)
 
 
@@ -334,7 +343,7 @@ def create_app(
             request, handler.complete(body, defaults)
         )
         if key is not None:
-            captures.record(key, choices)
+            captures.record(key, choices, opening=request.scope.get(CAPTURE_OPENING))
         return original, choices, prepared
 
     async def served(what: str, request: Request, parse: Any, answer: Any, error: Any) -> Response:

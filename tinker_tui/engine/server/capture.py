@@ -3,11 +3,13 @@
 subprocess, an agent library) is still trained on the exact tokens sampled for it.
 
 A key is open from `open()` until `close(key)` hands back what was sampled under it, in the
-order the replies were made; a request under a key that is not open is refused (404), so a
-late straggler never trains a finished trajectory. A key may carry sampling defaults of its
-own (an in-run evaluation's protocol), which its requests get instead of the server's: the
-prefix reaches whatever the rollout hands its address to. Lives on the loop that runs the
-server.
+order the replies were made; a request under a key that is not open is refused (404), and a
+reply is filed only under the opening of its key that it came in under (`opening`), so a late
+straggler never trains a finished trajectory, nor the next one opened under the same key (a
+rollout may reuse its keys: `engine.rollouts.capture_keys`). A key may carry sampling
+defaults of its own (an in-run evaluation's protocol), which its requests get instead of the
+server's: the prefix reaches whatever the rollout hands its address to. Lives on the loop
+that runs the server.
 """
 
 from __future__ import annotations
@@ -52,9 +54,16 @@ class Captures:
     def is_open(self, key: str) -> bool:
         return key in self._open
 
-    def record(self, key: str, choices: list[dict[str, Any]]) -> None:
+    def opening(self, key: str) -> object | None:
+        """`key`'s current opening, None when it is not open: a request takes it as it comes
+        in, and its reply is filed (`record`) only if that opening is still the key's."""
+        return self._open.get(key)
+
+    def record(self, key: str, choices: list[dict[str, Any]], *, opening: object) -> None:
+        """File `choices` under `key`, if it is still open as `opening` (a reply that
+        outlived its rollout's capture is dropped, even where the key was opened again)."""
         kept = self._open.get(key)
-        if kept is not None:
+        if kept is not None and kept is opening:
             kept.extend(choices)
 
     def close(self, key: str) -> list[dict[str, Any]]:
