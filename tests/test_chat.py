@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 from pathlib import Path
 
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
@@ -171,3 +172,35 @@ async def test_t_on_a_checkpoint_of_the_dashboard_opens_a_chat_with_it(trained):
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, ChatScreen)
+
+
+def test_chat_with_a_tinker_runs_checkpoint_through_the_sdk_and_the_double(
+    tmp_path, capsys, monkeypatch
+):
+    """`chat RUN@STEP` of a run on the Tinker backend (the real SDK, the service double):
+    the run's full checkpoint is loaded (the service samples sampler weights only) and the
+    turns are answered by a sampler made from those weights."""
+    from tinker_double import API_KEY, TinkerDouble
+
+    from tinker_tui.engine.local import DEFAULT_BASE_MODEL
+
+    with TinkerDouble(tmp_path / "service") as double:
+        monkeypatch.setenv("TINKER_BASE_URL", double.base_url)
+        monkeypatch.setenv("TINKER_API_KEY", API_KEY)
+        db = tmp_path / "runs.db"
+        run = ["run", "example", "--backend", "tinker", "--no-ui", "--db", str(db)]
+        run += ["--base-model", DEFAULT_BASE_MODEL, "--steps", "1", "--group-size", "2"]
+        run += ["--groups-per-step", "1", "--warmup-steps", "0"]
+        assert cli_main(run) in (0, 4)  # two samples may tie: trained nothing, still kept
+        capsys.readouterr()
+        with sqlite3.connect(db) as conn:
+            (run_id,) = conn.execute("SELECT run_id FROM runs").fetchone()
+        code = cli_main(
+            ["chat", f"{run_id}@1", "--db", str(db), "--message", "Is it?", "--max-tokens", "4"]
+        )
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert out.startswith(f"chat with {run_id} @ ") and "(step 1)" in out
+        assert out.count("> ") == 1 and " tokens, " in out
+        loads = [c for c in double.service.calls if c[:2] == ("POST", "load_weights")]
+        assert len(loads) == 1 and loads[0][-1] == 200, double.service.calls
