@@ -11,14 +11,11 @@ import asyncio
 
 import openai
 import pytest
+from embedded_server import embedded_policy_server
 
 from tinker_tui import Scenario, Task
-from tinker_tui.engine.backend.session import BackendSession
-from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
 from tinker_tui.engine.rollouts.capture_keys import CaptureKeys
 from tinker_tui.engine.rollouts.task import TrajectoryError, captured_rollout
-from tinker_tui.engine.sampling_defaults import SamplingDefaults
-from tinker_tui.engine.server import PolicyServer
 from tinker_tui.engine.server.capture import Captures
 
 ASK = [{"role": "user", "content": "Is the sky blue?"}]
@@ -26,17 +23,8 @@ ASK = [{"role": "user", "content": "Is the sky blue?"}]
 
 @pytest.fixture
 async def served(tmp_path):
-    session = BackendSession(
-        LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
-    )
-    await session.start()
-    server = PolicyServer(session, model_name="policy", defaults=SamplingDefaults(max_tokens=4))
-    await server.start()
-    try:
+    async with embedded_policy_server(tmp_path) as server:
         yield server
-    finally:
-        await server.stop()
-        await session.close("success")
 
 
 def key_of(client) -> str:

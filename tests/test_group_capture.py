@@ -8,16 +8,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from embedded_server import embedded_policy_server
 
 from tinker_tui import Reward, Scenario, Task, member_clients
 from tinker_tui.app.task_loader import layered_config
-from tinker_tui.engine.backend.session import BackendSession
 from tinker_tui.engine.events import GroupSampled, StepTrained
-from tinker_tui.engine.local import DEFAULT_BASE_MODEL, LocalServiceClient
 from tinker_tui.engine.rollouts.task import TaskError, TrajectoryError, captured_rollout
 from tinker_tui.engine.run import Run
-from tinker_tui.engine.sampling_defaults import SamplingDefaults
-from tinker_tui.engine.server import PolicyServer
 from tinker_tui.engine.training import pipeline
 
 
@@ -88,17 +85,8 @@ async def test_a_group_rollout_of_rewards_trains_each_member_on_its_own_turns(
 
 @pytest.fixture
 async def served(tmp_path):
-    session = BackendSession(
-        LocalServiceClient(checkpoint_dir=tmp_path), base_model=DEFAULT_BASE_MODEL
-    )
-    await session.start()
-    server = PolicyServer(session, model_name="policy", defaults=SamplingDefaults(max_tokens=4))
-    await server.start()
-    try:
+    async with embedded_policy_server(tmp_path) as server:
         yield server
-    finally:
-        await server.stop()
-        await session.close("success")
 
 
 async def roll_group(server, group_rollout, n=3):
