@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 from pathlib import Path
 
 os.environ.setdefault("TEXTUAL_ANIMATIONS", "none")
@@ -180,21 +179,10 @@ def test_chat_with_a_tinker_runs_checkpoint_through_the_sdk_and_the_double(
     """`chat RUN@STEP` of a run on the Tinker backend (the real SDK, the service double):
     the run's full checkpoint is loaded (the service samples sampler weights only) and the
     turns are answered by a sampler made from those weights."""
-    from tinker_double import API_KEY, TinkerDouble
+    from tinker_runs import one_step_tinker_run
 
-    from tinker_tui.engine.local import DEFAULT_BASE_MODEL
-
-    with TinkerDouble(tmp_path / "service") as double:
-        monkeypatch.setenv("TINKER_BASE_URL", double.base_url)
-        monkeypatch.setenv("TINKER_API_KEY", API_KEY)
-        db = tmp_path / "runs.db"
-        run = ["run", "example", "--backend", "tinker", "--no-ui", "--db", str(db)]
-        run += ["--base-model", DEFAULT_BASE_MODEL, "--steps", "1", "--group-size", "2"]
-        run += ["--groups-per-step", "1", "--warmup-steps", "0"]
-        assert cli_main(run) in (0, 4)  # two samples may tie: trained nothing, still kept
+    with one_step_tinker_run(tmp_path, monkeypatch) as (double, db, run_id):
         capsys.readouterr()
-        with sqlite3.connect(db) as conn:
-            (run_id,) = conn.execute("SELECT run_id FROM runs").fetchone()
         code = cli_main(
             ["chat", f"{run_id}@1", "--db", str(db), "--message", "Is it?", "--max-tokens", "4"]
         )

@@ -13,9 +13,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tinker_runs import one_step_tinker_run
 
 from tinker_tui.app.cli import main
-from tinker_tui.app.exit_codes import EXIT_NO_SIGNAL, EXIT_OK
 from tinker_tui.engine.errors import EXIT_USAGE
 from tinker_tui.engine.events import EvalCompleted, RunFinished, RunStarted, StepTrained
 from tinker_tui.engine.local import DEFAULT_BASE_MODEL
@@ -533,21 +533,9 @@ def test_a_tinker_runs_checkpoint_and_a_base_model_through_the_sdk_and_the_doubl
     backend and renderer, and stores its result with its protocol; a base model too. The
     double, as the service, samples sampler weights only: the run's full checkpoint must be
     loaded, not handed to a sampler."""
-    from tinker_double import API_KEY, TinkerDouble
-
-    with TinkerDouble(tmp_path / "service") as double:
-        monkeypatch.setenv("TINKER_BASE_URL", double.base_url)
-        monkeypatch.setenv("TINKER_API_KEY", API_KEY)
-        db = tmp_path / "runs.db"
-        run = ["run", "example", "--backend", "tinker", "--no-ui", "--db", str(db)]
-        run += ["--base-model", DEFAULT_BASE_MODEL, "--steps", "1", "--group-size", "2"]
-        run += ["--groups-per-step", "1", "--eval-every", "0", "--warmup-steps", "0"]
-        # one step of two samples: equal rewards now and then (exit 4, trained nothing),
-        # and the step's checkpoint is kept either way: that is what is evaluated
-        assert main(run) in (EXIT_OK, EXIT_NO_SIGNAL)
+    with one_step_tinker_run(tmp_path, monkeypatch) as (double, db, run_id):
         capsys.readouterr()
         with sqlite3.connect(db) as conn:
-            (run_id,) = conn.execute("SELECT run_id FROM runs").fetchone()
             (path,) = conn.execute("SELECT path FROM checkpoints WHERE step = 1").fetchone()
         assert path.startswith("tinker://")
 
@@ -600,21 +588,12 @@ def test_a_cookbook_env_task_is_evaluated_through_the_sdk_and_the_double(
     """The token sampler through the real SDK: a one-step cookbook run on the double, then
     `eval RUN@STEP` (its full checkpoint loaded) and the base model, each greedy and capped
     as its protocol says."""
-    from tinker_double import TinkerDouble
-
-    with TinkerDouble(tmp_path / "service") as double:
-        for name, value in double.env().items():
-            monkeypatch.setenv(name, value)
-        db = tmp_path / "runs.db"
-        run = ["run", "cookbook_yes_no_maybe", "--backend", "tinker", "--no-ui", "--db", str(db)]
-        run += ["--base-model", DEFAULT_BASE_MODEL, "--steps", "1", "--group-size", "2"]
-        run += ["--groups-per-step", "1", "--eval-every", "0", "--warmup-steps", "0"]
-        # one step of two samples: equal rewards now and then (exit 4, trained nothing),
-        # and the step's checkpoint is kept either way: that is what is evaluated
-        assert main(run) in (EXIT_OK, EXIT_NO_SIGNAL)
+    with one_step_tinker_run(tmp_path, monkeypatch, "cookbook_yes_no_maybe") as (
+        double,
+        db,
+        run_id,
+    ):
         capsys.readouterr()
-        with sqlite3.connect(db) as conn:
-            (run_id,) = conn.execute("SELECT run_id FROM runs").fetchone()
         pins = ["-k", "2", "--eval-temperature", "0", "--eval-max-tokens", "2", "--db", str(db)]
         for model in (f"{run_id}@1", DEFAULT_BASE_MODEL):
             args = ["cookbook_yes_no_maybe", "--model", model, *pins]
