@@ -51,9 +51,6 @@ class Captures:
         """The sampling defaults `key` was opened with, if any."""
         return self._defaults.get(key)
 
-    def is_open(self, key: str) -> bool:
-        return key in self._open
-
     def opening(self, key: str) -> object | None:
         """`key`'s current opening, None when it is not open: a request takes it as it comes
         in, and its reply is filed (`record`) only if that opening is still the key's."""
