@@ -28,8 +28,10 @@ from tinker_tui.engine.events import (
     RunStateChanged,
     StepTrained,
     ThroughputMeasured,
+    TokensTrained,
     TrackerReported,
     TrajectorySummary,
+    TrajectoryTokens,
 )
 from tinker_tui.engine.store import (
     APPLICATION_ID,
@@ -277,6 +279,29 @@ async def test_step_written_twice_appears_once(store: RunStore) -> None:
     steps = await stored_steps(store, "r1")
     assert len(steps) == 1
     assert steps[0][1]["loss"] == 3.0
+
+
+async def test_tokens_of_older_steps_go_even_when_several_steps_share_a_batch(
+    store: RunStore,
+) -> None:
+    """A slow writer batches steps 1-3 together: only the latest `keep_steps` stay."""
+
+    def tokens(n: int) -> TokensTrained:
+        one = [1.0, 2.0]
+        traj = TrajectoryTokens(
+            group_id=n, index=0, tokens=[5, 6], sampled=one, trainer=one, advantage=one,
+            mask=[1, 1], version=[n, n],
+        )
+        return TokensTrained(time=100.0 + n, step=n, trajectories=(traj,), keep_steps=1)
+
+    store.handle(started())
+    for n in (1, 2, 3):
+        store.handle(step(n))
+        store.handle(tokens(n))
+    await store.flush()
+    assert store.commits == 1  # one batch
+    with sqlite3.connect(store.path) as db:
+        assert [s for (s,) in db.execute("SELECT step FROM trained_tokens")] == [3]
 
 
 async def test_resumed_run_is_running_again(store: RunStore) -> None:

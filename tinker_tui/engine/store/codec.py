@@ -1064,9 +1064,10 @@ def decode_tokens(row: StoredRow) -> TrajectoryTokens:
 #: the group life cycle comes last, in its own order (a group's events arrive in that order).
 STATEMENT_ORDER = (
     _SQL_STEP,
-    _SQL_TOKENS_FORGET,
     _SQL_TOKENS,
     _SQL_PIECE,
+    # after the inserts: a batch may hold several steps' tokens, and the older ones go too
+    _SQL_TOKENS_FORGET,
     _SQL_CHECKPOINT_STARTED,
     _SQL_CHECKPOINT_UNCONFIRMED,
     _SQL_CHECKPOINT_AGAIN,
