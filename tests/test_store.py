@@ -289,8 +289,14 @@ async def test_tokens_of_older_steps_go_even_when_several_steps_share_a_batch(
     def tokens(n: int) -> TokensTrained:
         one = [1.0, 2.0]
         traj = TrajectoryTokens(
-            group_id=n, index=0, tokens=[5, 6], sampled=one, trainer=one, advantage=one,
-            mask=[1, 1], version=[n, n],
+            group_id=n,
+            index=0,
+            tokens=[5, 6],
+            sampled=one,
+            trainer=one,
+            advantage=one,
+            mask=[1, 1],
+            version=[n, n],
         )
         return TokensTrained(time=100.0 + n, step=n, trajectories=(traj,), keep_steps=1)
 
