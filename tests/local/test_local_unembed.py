@@ -173,6 +173,7 @@ def test_the_clients_adapter_gradient_equals_autograd_over_full_logits(
                 output["logprobs"].to_numpy(), lp.detach().numpy(), rtol=1e-5, atol=1e-5
             )
     expected = torch.autograd.grad(total, params)
-    assert out.metrics["loss:sum"] == pytest.approx(float(total.detach()), rel=1e-5, abs=1e-5)
+    # float32 sums in another order (CI once saw 1.2e-5 relative): as the gradients, 1e-4
+    assert out.metrics["loss:sum"] == pytest.approx(float(total.detach()), rel=1e-4, abs=1e-5)
     for value, want in zip(got, expected, strict=True):  # float32 sums in another order
         torch.testing.assert_close(value, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
